@@ -1,0 +1,43 @@
+"""Test sessions, run inside the uv workspace environment (``./scripts/test`` syncs it).
+
+    nox -s lint        ruff
+    nox -s typecheck   mypy (strict on the protocol and the reducers)
+    nox -s tests       unit + integration tests of every package
+    nox -s e2e         Playwright over the real three-process stack (Debian's chromium)
+"""
+
+import nox
+
+nox.options.default_venv_backend = "none"
+nox.options.sessions = ["lint", "typecheck", "tests", "e2e"]
+nox.options.error_on_missing_interpreters = True
+
+PACKAGES = ["packages/protocol", "packages/server", "packages/worker", "packages/testkit"]
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    session.run("ruff", "check", "packages", "e2e", "scripts", "noxfile.py", external=True)
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    session.run(
+        "mypy",
+        "packages/protocol/src/codey_protocol",
+        "packages/server/src/codey_server",
+        "packages/worker/src/codey_worker",
+        "packages/testkit/src/codey_testkit",
+        external=True,
+    )
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    args = session.posargs or [f"{p}/tests" for p in PACKAGES]
+    session.run("pytest", "-q", "-p", "no:cacheprovider", *args, external=True)
+
+
+@nox.session
+def e2e(session: nox.Session) -> None:
+    session.run("pytest", "-q", "-p", "no:cacheprovider", "e2e", *session.posargs, external=True)

@@ -1,0 +1,128 @@
+"""The state every fold produces — the server's ``apply`` and the web client's store alike.
+
+It crosses the boundary as :class:`~codey_protocol.client.Snapshot` and as
+``GET /api/state/bootstrap``; that is why it lives in the protocol package.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from codey_protocol.events import (
+    ApprovalDecision,
+    ApprovalPolicy,
+    AuthState,
+    Item,
+    PlanStep,
+    SessionStatus,
+)
+from codey_protocol.worker import ActionMessage, Capabilities
+
+
+class WorkerInfo(msgspec.Struct, kw_only=True):
+    worker_id: str
+    hostname: str
+    os: str
+    python_version: str = ""
+    worker_version: str = ""
+    roots: list[str] = msgspec.field(default_factory=list)
+    connected: bool = False
+    revoked: bool = False
+    paired_at: float = 0.0
+    last_seen: float | None = None
+    capabilities: Capabilities = msgspec.field(default_factory=Capabilities)
+
+
+class PairRequestInfo(msgspec.Struct, kw_only=True):
+    request_id: str
+    hostname: str
+    os: str
+    python_version: str
+    worker_version: str
+    roots: list[str]
+    fingerprint: str
+    requested_at: float
+    expires_at: float
+
+
+class Approval(msgspec.Struct, kw_only=True):
+    approval_id: str
+    item_id: str
+    kind: str
+    status: ApprovalDecision | str = "pending"  # pending | approved | rejected | ...
+    command: list[str] | None = None
+    patch: str | None = None
+    path: str | None = None
+    reason: str = ""
+    message: str = ""
+    requested_at: float = 0.0
+    decided_at: float | None = None
+
+
+class PendingAction(msgspec.Struct, kw_only=True):
+    action_id: str
+    item_id: str
+    worker_id: str
+    action: ActionMessage
+
+
+class TokenUsage(msgspec.Struct, kw_only=True):
+    input_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+    total_tokens: int = 0
+    turns: int = 0
+
+
+class RateLimit(msgspec.Struct, kw_only=True):
+    limit_requests: int | None = None
+    remaining_requests: int | None = None
+    reset_requests: str | None = None
+    limit_tokens: int | None = None
+    remaining_tokens: int | None = None
+    reset_tokens: str | None = None
+    updated_at: float = 0.0
+
+
+class SessionInfo(msgspec.Struct, kw_only=True):
+    session_id: str
+    title: str
+    worker_id: str
+    workdir: str
+    provider: str
+    model: str
+    policy: ApprovalPolicy = "suggest"
+    status: SessionStatus = "idle"
+    status_reason: str = ""
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    items: list[Item] = msgspec.field(default_factory=list)
+    plan: list[PlanStep] = msgspec.field(default_factory=list)
+    plan_explanation: str = ""
+    approvals: dict[str, Approval] = msgspec.field(default_factory=dict)
+    approved_prefixes: list[list[str]] = msgspec.field(default_factory=list)
+    pending_actions: dict[str, PendingAction] = msgspec.field(default_factory=dict)
+    changed_paths: list[str] = msgspec.field(default_factory=list)
+    usage: TokenUsage = msgspec.field(default_factory=TokenUsage)
+
+
+class AuthInfo(msgspec.Struct, kw_only=True):
+    provider: str
+    state: AuthState = "logged_out"
+    method: str = "none"
+    account: str | None = None
+    expires_at: float | None = None
+    error: str | None = None
+    verification_uri: str | None = None
+    user_code: str | None = None
+
+
+class State(msgspec.Struct, kw_only=True):
+    """Everything a browser can see. ``seq`` is the last event folded in (0: none)."""
+
+    seq: int = 0
+    workers: dict[str, WorkerInfo] = msgspec.field(default_factory=dict)
+    pair_requests: dict[str, PairRequestInfo] = msgspec.field(default_factory=dict)
+    sessions: dict[str, SessionInfo] = msgspec.field(default_factory=dict)
+    auth: dict[str, AuthInfo] = msgspec.field(default_factory=dict)
+    rate_limits: dict[str, RateLimit] = msgspec.field(default_factory=dict)

@@ -1,0 +1,416 @@
+"""Messages between codey-server and codey-worker over ``WS /ws/worker``.
+
+Two tagged unions, tag field ``type``:
+
+* :data:`ServerToWorker` — the handshake challenge and every *action* the server asks the
+  worker to execute. Every action carries an ``action_id`` (unique, chosen by the server) and the
+  ``session_id`` it belongs to; the worker answers an action it has seen before from its record
+  instead of running it again.
+* :data:`WorkerToServer` — the handshake answer, ``Hello``, acknowledgements, streamed progress,
+  results, errors, heartbeats and workspace changes.
+
+Connection order: server sends :class:`AuthChallenge`; worker answers :class:`AuthResponse`;
+server sends :class:`Welcome` (or closes with a 4000-range code); worker sends :class:`Hello`;
+then actions flow down and events flow up.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+from codey_protocol._tags import snake as _snake
+
+PROTOCOL_VERSION = 1
+
+
+class ServerToWorkerMessage(msgspec.Struct, tag_field="type", tag=_snake, kw_only=True):
+    """Base of every server→worker message."""
+
+
+class WorkerToServerMessage(msgspec.Struct, tag_field="type", tag=_snake, kw_only=True):
+    """Base of every worker→server message."""
+
+
+# ---------------------------------------------------------------------------------------------
+# shared structures
+
+
+class McpTool(msgspec.Struct, kw_only=True):
+    name: str
+    description: str = ""
+    input_schema: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class McpServerInfo(msgspec.Struct, kw_only=True):
+    name: str
+    tools: list[McpTool] = msgspec.field(default_factory=list)
+    error: str | None = None
+
+
+class Capabilities(msgspec.Struct, kw_only=True):
+    executors: list[str] = msgspec.field(default_factory=list)
+    mcp_servers: list[McpServerInfo] = msgspec.field(default_factory=list)
+
+
+class DirEntry(msgspec.Struct, kw_only=True):
+    path: str  # relative to the listed directory, "/" separated
+    kind: Literal["file", "dir", "symlink", "other"]
+    size: int = 0
+
+
+class FileChange(msgspec.Struct, kw_only=True):
+    path: str
+    op: Literal["add", "delete", "update", "move"]
+    moved_to: str | None = None
+    added: int = 0
+    removed: int = 0
+
+
+# ---------------------------------------------------------------------------------------------
+# server → worker
+
+
+class AuthChallenge(ServerToWorkerMessage, kw_only=True):
+    """First frame on a worker socket: sign ``nonce`` to prove who you are."""
+
+    nonce: str
+    server_time: float
+    protocol_version: int = PROTOCOL_VERSION
+
+
+class Welcome(ServerToWorkerMessage, kw_only=True):
+    """The signature checked out; the worker may send ``Hello``."""
+
+    worker_id: str
+    heartbeat_s: float = 5.0
+
+
+class Action(ServerToWorkerMessage, kw_only=True):
+    """Base of every action. ``action_id`` is unique across the server's lifetime."""
+
+    action_id: str
+    session_id: str
+
+
+class AttachSession(Action, kw_only=True):
+    """Create ``workdir`` (inside the worker's allowed roots) and start watching it."""
+
+    workdir: str
+
+
+class RunCommand(Action, kw_only=True):
+    argv: list[str]
+    workdir: str
+    cwd: str | None = None  # relative to workdir, or absolute inside it
+    timeout_s: float = 600.0
+    env: dict[str, str] = msgspec.field(default_factory=dict)
+    output_cap: int = 1024 * 1024
+
+
+class ApplyPatch(Action, kw_only=True):
+    workdir: str
+    patch: str
+
+
+class ReadFile(Action, kw_only=True):
+    workdir: str
+    path: str
+    offset: int = 0  # first line, 0-based
+    limit: int | None = None  # number of lines
+
+
+class WriteFile(Action, kw_only=True):
+    workdir: str
+    path: str
+    content: str
+    create_dirs: bool = True
+
+
+class ListDir(Action, kw_only=True):
+    workdir: str
+    path: str = "."
+    depth: int = 1
+
+
+class McpList(Action, kw_only=True):
+    pass
+
+
+class McpCall(Action, kw_only=True):
+    server: str
+    tool: str
+    arguments: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class Cancel(Action, kw_only=True):
+    """Stop the running action ``target_action_id`` (SIGTERM, grace, SIGKILL)."""
+
+    target_action_id: str
+
+
+class UpdateSettings(ServerToWorkerMessage, kw_only=True):
+    heartbeat_s: float | None = None
+
+
+ServerToWorker = (
+    AuthChallenge
+    | Welcome
+    | AttachSession
+    | RunCommand
+    | ApplyPatch
+    | ReadFile
+    | WriteFile
+    | ListDir
+    | McpList
+    | McpCall
+    | Cancel
+    | UpdateSettings
+)
+
+ActionMessage = (
+    AttachSession | RunCommand | ApplyPatch | ReadFile | WriteFile | ListDir | McpList | McpCall | Cancel
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# results of actions (tagged by ``kind``)
+
+
+class ResultBase(msgspec.Struct, tag_field="kind", tag=_snake, kw_only=True):
+    pass
+
+
+class CommandResult(ResultBase, kw_only=True):
+    exit_code: int | None  # None when killed by a signal
+    stdout: str = ""
+    stderr: str = ""
+    truncated: bool = False
+    timed_out: bool = False
+    cancelled: bool = False
+    signal: int | None = None
+    duration_ms: int = 0
+
+
+class PatchResult(ResultBase, kw_only=True):
+    files: list[FileChange] = msgspec.field(default_factory=list)
+    diff: str = ""
+
+
+class FileContent(ResultBase, kw_only=True):
+    path: str
+    content: str = ""
+    binary: bool = False
+    size: int = 0
+    total_lines: int = 0
+    truncated: bool = False
+
+
+class WriteResult(ResultBase, kw_only=True):
+    path: str
+    bytes_written: int
+    created: bool = False
+
+
+class DirListing(ResultBase, kw_only=True):
+    path: str
+    entries: list[DirEntry] = msgspec.field(default_factory=list)
+    truncated: bool = False
+
+
+class McpTools(ResultBase, kw_only=True):
+    servers: list[McpServerInfo] = msgspec.field(default_factory=list)
+
+
+class McpCallResult(ResultBase, kw_only=True):
+    content: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    text: str = ""  # the text parts joined, for the model
+    is_error: bool = False
+
+
+class Attached(ResultBase, kw_only=True):
+    workdir: str  # the realpath the worker will use
+    created: bool = False
+    mcp_servers: list[McpServerInfo] = msgspec.field(default_factory=list)
+
+
+class Cancelled(ResultBase, kw_only=True):
+    target_action_id: str
+    was_running: bool
+
+
+ActionOutcome = (
+    CommandResult
+    | PatchResult
+    | FileContent
+    | WriteResult
+    | DirListing
+    | McpTools
+    | McpCallResult
+    | Attached
+    | Cancelled
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# worker → server
+
+
+class AuthResponse(WorkerToServerMessage, kw_only=True):
+    """Ed25519 signature over ``f"{nonce}:{worker_id}:{ts}"`` (base64url, no padding)."""
+
+    worker_id: str
+    ts: float
+    signature: str
+    credential: str
+
+
+class Hello(WorkerToServerMessage, kw_only=True):
+    protocol_version: int = PROTOCOL_VERSION
+    worker_version: str
+    hostname: str
+    os: str
+    python_version: str = ""
+    known_sessions: list[str] = msgspec.field(default_factory=list)
+    running_actions: list[str] = msgspec.field(default_factory=list)
+    capabilities: Capabilities = msgspec.field(default_factory=Capabilities)
+
+
+class ActionAccepted(WorkerToServerMessage, kw_only=True):
+    action_id: str
+    replayed: bool = False  # answered from the worker's record, not executed again
+
+
+class ActionProgress(WorkerToServerMessage, kw_only=True):
+    action_id: str
+    stream: Literal["stdout", "stderr"]
+    data: str
+
+
+class ActionResult(WorkerToServerMessage, kw_only=True):
+    action_id: str
+    result: ActionOutcome
+
+
+class ActionErrored(WorkerToServerMessage, kw_only=True):
+    """The action could not be carried out. ``code`` is machine-readable."""
+
+    action_id: str
+    code: str  # e.g. "path_outside_workdir", "denied_command", "bad_request", "patch_failed"
+    message: str
+
+
+class Heartbeat(WorkerToServerMessage, kw_only=True):
+    ts: float
+    running_actions: list[str] = msgspec.field(default_factory=list)
+
+
+class Log(WorkerToServerMessage, kw_only=True):
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    message: str
+
+
+class WorkspaceChanged(WorkerToServerMessage, kw_only=True):
+    session_id: str
+    paths: list[str]
+
+
+class Disconnect(WorkerToServerMessage, kw_only=True):
+    reason: str
+
+
+WorkerToServer = (
+    AuthResponse
+    | Hello
+    | ActionAccepted
+    | ActionProgress
+    | ActionResult
+    | ActionErrored
+    | Heartbeat
+    | Log
+    | WorkspaceChanged
+    | Disconnect
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# pairing over HTTP (the worker has no socket yet)
+
+
+class PairRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``POST /api/pairing/requests`` body, sent by an unpaired worker."""
+
+    public_key: str  # Ed25519 raw public key, base64url
+    hostname: str
+    os: str
+    python_version: str
+    worker_version: str
+    roots: list[str]
+
+
+class PairTicket(msgspec.Struct, kw_only=True):
+    """The answer to a :class:`PairRequest`: the code to show and how to wait."""
+
+    request_id: str
+    code: str  # "XXXX-XXXX"
+    expires_at: float
+    poll_secret: str  # proves the poller is the worker that asked
+
+
+class PairStatus(msgspec.Struct, kw_only=True):
+    """``GET /api/pairing/requests/{id}/wait`` — long-poll answer."""
+
+    status: Literal["pending", "approved", "denied", "expired", "locked"]
+    worker_id: str | None = None
+    credential: str | None = None
+
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "Action",
+    "ActionAccepted",
+    "ActionErrored",
+    "ActionMessage",
+    "ActionOutcome",
+    "ActionProgress",
+    "ActionResult",
+    "ApplyPatch",
+    "AttachSession",
+    "Attached",
+    "AuthChallenge",
+    "AuthResponse",
+    "Cancel",
+    "Cancelled",
+    "Capabilities",
+    "CommandResult",
+    "DirEntry",
+    "DirListing",
+    "Disconnect",
+    "FileChange",
+    "FileContent",
+    "Heartbeat",
+    "Hello",
+    "ListDir",
+    "Log",
+    "McpCall",
+    "McpCallResult",
+    "McpList",
+    "McpServerInfo",
+    "McpTool",
+    "McpTools",
+    "PairRequest",
+    "PairStatus",
+    "PairTicket",
+    "ReadFile",
+    "RunCommand",
+    "ServerToWorker",
+    "ServerToWorkerMessage",
+    "UpdateSettings",
+    "Welcome",
+    "WorkerToServer",
+    "WorkerToServerMessage",
+    "WorkspaceChanged",
+    "WriteFile",
+    "WriteResult",
+]

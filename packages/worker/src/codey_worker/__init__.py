@@ -1,0 +1,1 @@
+"""codey_worker."""
