@@ -6,10 +6,11 @@ It crosses the boundary as :class:`~codey_protocol.client.Snapshot` and as
 
 from __future__ import annotations
 
+from typing import Literal
+
 import msgspec
 
 from codey_protocol.events import (
-    ApprovalDecision,
     ApprovalPolicy,
     AuthState,
     Item,
@@ -49,7 +50,7 @@ class Approval(msgspec.Struct, kw_only=True):
     approval_id: str
     item_id: str
     kind: str
-    status: ApprovalDecision | str = "pending"  # pending | approved | rejected | ...
+    status: Literal["pending", "approved", "rejected", "expired", "cancelled"] = "pending"
     command: list[str] | None = None
     patch: str | None = None
     path: str | None = None

@@ -1,0 +1,267 @@
+"""``create_app(settings)``: the Litestar application and its services.
+
+Services live on ``app.state`` for the app's lifetime (started and stopped in the lifespan) and
+reach handlers through dependency injection — no module-level mutable state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from litestar import Litestar, Request, Response, WebSocket, get, post, websocket
+from litestar.di import Provide
+from litestar.exceptions import HTTPException, NotFoundException
+from litestar.response import Redirect, Stream
+from litestar.static_files import create_static_files_router
+from litestar.status_codes import HTTP_400_BAD_REQUEST
+
+from codey_protocol import ProtocolError, codec
+from codey_protocol import client as cl
+
+from codey_server.clients import ClientHub, serve_client
+from codey_server.decide import CommandRejected, Context
+from codey_server.engine import Engine
+from codey_server.eventlog import SqliteEventLog
+from codey_server.settings import Settings
+
+log = logging.getLogger("codey.app")
+
+__all__ = ["Services", "create_app"]
+
+_STATUS_FOR_CODE = {"not_found": 404, "conflict": 409, "forbidden": 403, "bad_request": 400}
+
+
+class Services:
+    """Everything the handlers need, built from settings and started in the lifespan."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        default = settings.default_provider or (
+            settings.providers[0].name if settings.providers else "default")
+        context = Context(
+            default_provider=default,
+            default_models={p.name: (p.default_model or (p.models[0] if p.models else ""))
+                            for p in settings.providers},
+        )
+        self.engine = Engine(SqliteEventLog(settings.db_path),
+                             snapshot_every=settings.snapshot_every, context=context)
+        self.clients = ClientHub()
+
+    async def start(self) -> None:
+        await self.engine.start()
+
+    async def stop(self) -> None:
+        self.clients.begin_shutdown()
+        await self.engine.stop()
+
+
+def _services(request: Request[Any, Any, Any]) -> Services:
+    services: Services = request.app.state.services
+    return services
+
+
+def _ws_services(socket: WebSocket[Any, Any, Any]) -> Services:
+    services: Services = socket.app.state.services
+    return services
+
+
+def _json(value: Any, status_code: int = 200) -> Response[bytes]:
+    return Response(content=codec.encode(value), media_type="application/json",
+                    status_code=status_code)
+
+
+def _rejected(err: CommandRejected) -> HTTPException:
+    return HTTPException(status_code=_STATUS_FOR_CODE.get(err.code, 400), detail=err.message)
+
+
+async def _body(request: Request[Any, Any, Any]) -> dict[str, Any]:
+    raw = await request.body()
+    if not raw:
+        return {}
+    try:
+        body = msgspec.json.decode(raw)
+    except msgspec.DecodeError as err:
+        raise HTTPException(status_code=HTTP_400_BAD_REQUEST, detail=f"not JSON: {err}") from None
+    if not isinstance(body, dict):
+        raise HTTPException(status_code=HTTP_400_BAD_REQUEST, detail="expected a JSON object")
+    return body
+
+
+async def _execute(services: Services, command: cl.ClientToServer) -> list[Any]:
+    try:
+        return await services.engine.execute(command)
+    except CommandRejected as err:
+        raise _rejected(err) from None
+
+
+def _command(type_: type[Any], body: dict[str, Any]) -> Any:
+    body = {k: v for k, v in body.items() if k != "type"}
+    try:
+        return codec.convert(body, type_)
+    except ProtocolError as err:
+        raise HTTPException(status_code=HTTP_400_BAD_REQUEST, detail=err.message) from None
+
+
+# ---------------------------------------------------------------------------------------------
+# HTTP API
+
+
+@get("/api/health", sync_to_thread=False)
+def health(services: Services) -> dict[str, Any]:
+    return {"status": "ok", "seq": services.engine.state.seq}
+
+
+@get("/api/state/bootstrap")
+async def bootstrap(services: Services) -> Response[bytes]:
+    state = services.engine.state
+    return _json({"seq": state.seq, "state": state})
+
+
+@get("/api/config", sync_to_thread=False)
+def config(services: Services) -> dict[str, Any]:
+    s = services.settings
+    return {
+        "default_provider": services.engine.context.default_provider,
+        "providers": [
+            {"name": p.name, "kind": p.kind, "models": p.models,
+             "default_model": services.engine.context.default_models.get(p.name, ""),
+             "auth": p.auth}
+            for p in s.providers
+        ],
+    }
+
+
+@get("/api/sessions", sync_to_thread=False)
+def list_sessions(services: Services) -> list[dict[str, Any]]:
+    return [
+        {"session_id": s.session_id, "title": s.title, "worker_id": s.worker_id,
+         "workdir": s.workdir, "provider": s.provider, "model": s.model, "policy": s.policy,
+         "status": s.status, "created_at": s.created_at, "updated_at": s.updated_at,
+         "items": len(s.items)}
+        for s in services.engine.state.sessions.values()
+    ]
+
+
+@post("/api/sessions")
+async def create_session(request: Request[Any, Any, Any], services: Services) -> Response[bytes]:
+    command = _command(cl.CreateSession, await _body(request))
+    envs = await _execute(services, command)
+    return _json({"session_id": envs[0].session_id, "seq": envs[-1].seq}, status_code=201)
+
+
+@get("/api/sessions/{session_id:str}")
+async def get_session(session_id: str, services: Services) -> Response[bytes]:
+    s = services.engine.state.sessions.get(session_id)
+    if s is None:
+        raise NotFoundException(f"no session {session_id!r}")
+    return _json(s)
+
+
+@post("/api/sessions/{session_id:str}/prompt")
+async def send_prompt(session_id: str, request: Request[Any, Any, Any],
+                      services: Services) -> Response[bytes]:
+    body = await _body(request)
+    command = _command(cl.SendPrompt, {**body, "session_id": session_id})
+    envs = await _execute(services, command)
+    return _json({"seq": envs[-1].seq}, status_code=202)
+
+
+@post("/api/sessions/{session_id:str}/approvals/{approval_id:str}")
+async def decide_approval(session_id: str, approval_id: str, request: Request[Any, Any, Any],
+                          services: Services) -> Response[bytes]:
+    body = await _body(request)
+    command = _command(cl.DecideApproval,
+                       {**body, "session_id": session_id, "approval_id": approval_id})
+    envs = await _execute(services, command)
+    return _json({"seq": envs[-1].seq})
+
+
+@post("/api/sessions/{session_id:str}/policy")
+async def set_policy(session_id: str, request: Request[Any, Any, Any],
+                     services: Services) -> Response[bytes]:
+    body = await _body(request)
+    command = _command(cl.SetApprovalPolicy, {**body, "session_id": session_id})
+    envs = await _execute(services, command)
+    return _json({"seq": envs[-1].seq if envs else services.engine.state.seq})
+
+
+@post("/api/sessions/{session_id:str}/interrupt")
+async def interrupt(session_id: str, services: Services) -> Response[bytes]:
+    envs = await _execute(services, cl.Interrupt(session_id=session_id))
+    return _json({"seq": envs[-1].seq if envs else services.engine.state.seq})
+
+
+@get("/api/sessions/{session_id:str}/log")
+async def session_log(session_id: str, services: Services) -> Stream:
+    if session_id not in services.engine.state.sessions:
+        raise NotFoundException(f"no session {session_id!r}")
+    envs = await services.engine.log.read_session(session_id)
+
+    async def lines() -> AsyncIterator[bytes]:
+        for env in envs:
+            yield codec.encode(env) + b"\n"
+
+    return Stream(lines(), media_type="application/x-ndjson", headers={
+        "content-disposition": f'attachment; filename="{session_id}.ndjson"'})
+
+
+# ---------------------------------------------------------------------------------------------
+# WebSockets
+
+
+@websocket("/ws/client")
+async def client_socket(socket: WebSocket[Any, Any, Any]) -> None:
+    services = _ws_services(socket)
+    await socket.accept()
+    await serve_client(socket, services.engine, services.clients,
+                       batch=services.settings.catchup_batch,
+                       queue_max=services.settings.client_queue_max)
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def _web_dir(settings: Settings) -> Path:
+    if settings.web_dir is not None:
+        return settings.web_dir
+    packaged = Path(__file__).parent / "web"
+    if packaged.is_dir():
+        return packaged
+    return Path(__file__).resolve().parents[4] / "web"
+
+
+def create_app(settings: Settings) -> Litestar:
+    """Build the app. Services start in the lifespan, so creating an app does no I/O."""
+    services = Services(settings)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        app.state.services = services
+        await services.start()
+        try:
+            yield
+        finally:
+            await services.stop()
+
+    @get("/favicon.ico", sync_to_thread=False, include_in_schema=False)
+    def favicon() -> Redirect:
+        return Redirect("/icon.svg")
+
+    web = _web_dir(settings)
+    return Litestar(
+        route_handlers=[
+            health, bootstrap, config, list_sessions, create_session, get_session, send_prompt,
+            decide_approval, set_policy, interrupt, session_log, client_socket, favicon,
+            create_static_files_router(path="/", directories=[web], html_mode=True,
+                                       include_in_schema=False),
+        ],
+        dependencies={"services": Provide(_services, sync_to_thread=False)},
+        lifespan=[lifespan],
+        debug=False,
+    )

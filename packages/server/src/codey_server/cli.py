@@ -1,0 +1,132 @@
+"""``codey-server``: run the server.
+
+    codey-server serve                                  # 127.0.0.1:8765, data in ~/.codey/server
+    codey-server serve --port 0 --data-dir /tmp/codey   # any free port (printed)
+    codey-server serve --host 0.0.0.0 --config cfg.json # beyond loopback: needs auth (docs/security.md)
+
+On start it prints the URL to open. SIGINT/SIGTERM: every socket is told ``shutdown``,
+in-flight appends finish, the process exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import socket
+import sys
+from pathlib import Path
+from types import FrameType
+
+import msgspec
+import uvicorn
+
+from codey_protocol import MAX_FRAME_BYTES
+
+from codey_server.app import create_app
+from codey_server.errors import ConfigError
+from codey_server.settings import Settings, load_config_file
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="codey-server", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser(
+        "serve", help="run the server",
+        description="Run the Codey server.\n\nExamples:\n"
+                    "  codey-server serve\n"
+                    "  codey-server serve --port 0 --data-dir /tmp/codey\n"
+                    "  codey-server serve --config ~/.codey/server/config.json",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8765, help="port (0: any free port)")
+    serve.add_argument("--data-dir", type=Path, default=Path.home() / ".codey" / "server",
+                       help="where the SQLite log and credentials live (default ~/.codey/server)")
+    serve.add_argument("--config", type=Path, default=None,
+                       help="JSON config (providers, allowed origins); default DATA_DIR/config.json")
+    serve.add_argument("--snapshot-every", type=int, default=None,
+                       help="events between state snapshots (default 5000)")
+    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
+    return parser
+
+
+class _Server(uvicorn.Server):
+    """uvicorn, but browsers hear ``shutdown`` before the sockets close."""
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        app_state = getattr(self.config.app, "state", None)
+        services = getattr(app_state, "services", None)
+        if services is not None and not self.should_exit:
+            services.clients.begin_shutdown()
+            asyncio.get_event_loop().call_later(0.3, self._exit, sig, frame)
+            return
+        self._exit(sig, frame)
+
+    def _exit(self, sig: int, frame: FrameType | None) -> None:
+        super().handle_exit(sig, frame)
+        # A requested shutdown is a clean exit (status 0), so uvicorn must not re-raise it.
+        self._captured_signals.clear()
+
+
+def serve(args: argparse.Namespace) -> int:
+    settings = Settings(host=args.host, port=args.port, data_dir=args.data_dir.expanduser(),
+                        log_level=args.log_level)
+    if args.snapshot_every:
+        settings = msgspec.structs.replace(settings, snapshot_every=args.snapshot_every)
+    config_path = args.config or settings.data_dir / "config.json"
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        settings = load_config_file(settings, config_path)
+        for warning in settings.check():
+            logging.getLogger("codey").warning(warning)
+    except ConfigError as err:
+        print(f"codey-server: {err}", file=sys.stderr)
+        return 2
+
+    sock = socket.socket(socket.AF_INET6 if ":" in settings.host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((settings.host, settings.port))
+    except OSError as err:
+        print(f"codey-server: cannot bind {settings.host}:{settings.port}: {err}", file=sys.stderr)
+        return 2
+    port = sock.getsockname()[1]
+    settings = msgspec.structs.replace(settings, port=port)
+    app = create_app(settings)
+    host = f"[{settings.host}]" if ":" in settings.host else settings.host
+    config = uvicorn.Config(app, log_level="warning", ws_max_size=MAX_FRAME_BYTES + 1024,
+                            ws_ping_interval=20, ws_ping_timeout=20, lifespan="on",
+                            timeout_graceful_shutdown=5)
+    server = _Server(config)
+
+    async def run() -> None:
+        async def announce() -> None:
+            while not server.started:
+                await asyncio.sleep(0.01)
+            print(f"codey-server listening on http://{host}:{port}", flush=True)
+            print(f"Open http://{host}:{port}/ in your browser", flush=True)
+
+        task = asyncio.create_task(announce())
+        await server.serve(sockets=[sock])
+        task.cancel()
+
+    asyncio.run(run())
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "serve":
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        return serve(args)
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,142 @@
+"""The engine: the event log, the folded state, and the one way to change it.
+
+Order of calls: ``await Engine.start()`` (opens the log, loads the latest snapshot, replays
+the tail) → any number of ``append`` / ``execute`` → ``await stop()`` (finishes in-flight
+appends, writes a final snapshot, closes the log).
+
+Every change goes ``decide`` (commands only) → ``log.append`` → ``apply`` (here, in seq order)
+→ fan-out (the log publishes committed events to subscribers). ``append`` returns only once its
+events are folded into :attr:`state`, so a caller always reads its own writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+
+from codey_protocol import client as cl
+from codey_protocol import codec
+from codey_protocol.events import Envelope, Event
+from codey_protocol.state import State
+
+from codey_server.decide import Context, decide
+from codey_server.eventlog import EventLog
+from codey_server.reducers import apply
+
+log = logging.getLogger("codey.engine")
+
+__all__ = ["Engine"]
+
+
+class Engine:
+    def __init__(self, eventlog: EventLog, *, snapshot_every: int = 5000,
+                 context: Context | None = None) -> None:
+        self.log = eventlog
+        self.state = State()
+        self.context = context or Context()
+        self.snapshot_every = snapshot_every
+        self._pending: dict[int, Envelope] = {}  # committed, waiting for an earlier seq
+        self._applied = asyncio.Condition()
+        self._command_lock = asyncio.Lock()
+        self._snapshot_seq = 0
+        self._snapshot_task: asyncio.Task[None] | None = None
+        self.started_at = 0.0
+        self.replayed = 0
+
+    # lifecycle ----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        t0 = time.perf_counter()
+        await self.log.open()
+        snap = await self.log.latest_snapshot()
+        if snap is not None:
+            self._snapshot_seq, data = snap
+            self.state = codec.decode_state(data)
+        after = self.state.seq
+        while True:
+            batch = await self.log.read(after, limit=20000)
+            if not batch:
+                break
+            for env in batch:
+                apply(self.state, env)
+            self.replayed += len(batch)
+            after = batch[-1].seq
+        self.started_at = time.time()
+        log.info("state at seq %d (snapshot %d, replayed %d events) in %.3f s",
+                 self.state.seq, self._snapshot_seq, self.replayed, time.perf_counter() - t0)
+        if self.state.seq - self._snapshot_seq >= self.snapshot_every:
+            await self.snapshot()
+
+    async def stop(self) -> None:
+        """Snapshot (start-up stays fast), then close the log, finishing in-flight appends.
+
+        Anything committed after the snapshot is in the log and replayed at the next start.
+        """
+        if self._snapshot_task is not None:
+            await asyncio.gather(self._snapshot_task, return_exceptions=True)
+        if self.state.seq > self._snapshot_seq:
+            try:
+                await self.snapshot()
+            except Exception:  # a snapshot is an optimisation; never fail shutdown on it
+                log.exception("final snapshot failed")
+        await self.log.close()
+
+    # writes -------------------------------------------------------------------------------
+
+    async def append(self, events: Sequence[tuple[str | None, Event]]) -> list[Envelope]:
+        """Append events atomically; returns once they are committed and folded."""
+        if not events:
+            return []
+        envs = await self.log.append(events)
+        self._fold(envs)
+        last = envs[-1].seq
+        if self.state.seq < last:
+            async with self._applied:
+                await self._applied.wait_for(lambda: self.state.seq >= last)
+        return envs
+
+    async def execute(self, command: cl.ClientToServer) -> list[Envelope]:
+        """Decide a browser command against the current state and append its events.
+
+        Raises :class:`~codey_server.decide.CommandRejected` (nothing appended) when the
+        command cannot be carried out. Commands are decided one at a time so that each sees
+        the effects of the one before (the first decision on an approval wins).
+        """
+        async with self._command_lock:
+            return await self.append(decide(self.state, command, self.context))
+
+    def _fold(self, envs: list[Envelope]) -> None:
+        for env in envs:
+            self._pending[env.seq] = env
+        advanced = False
+        nxt = self.state.seq + 1
+        while nxt in self._pending:
+            apply(self.state, self._pending.pop(nxt))
+            nxt += 1
+            advanced = True
+        if advanced:
+            asyncio.get_running_loop().create_task(self._notify())
+            self._maybe_snapshot()
+
+    async def _notify(self) -> None:
+        async with self._applied:
+            self._applied.notify_all()
+
+    # snapshots ----------------------------------------------------------------------------
+
+    def _maybe_snapshot(self) -> None:
+        if self.state.seq - self._snapshot_seq < self.snapshot_every:
+            return
+        if self._snapshot_task is not None and not self._snapshot_task.done():
+            return
+        self._snapshot_task = asyncio.get_running_loop().create_task(self.snapshot())
+
+    async def snapshot(self) -> None:
+        # Encoding runs on the loop thread, so it sees one consistent state at one seq.
+        seq = self.state.seq
+        data = codec.encode(self.state)
+        await self.log.save_snapshot(seq, data)
+        self._snapshot_seq = seq
+        log.debug("snapshot at seq %d (%d bytes)", seq, len(data))

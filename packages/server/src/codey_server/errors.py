@@ -1,0 +1,26 @@
+"""The one root exception of ``codey_server``.
+
+    ServerError
+      ├── CommandRejected        (decide.py) a browser command that cannot be carried out
+      ├── SubscriberOverflow     (eventlog.py) a subscriber fell too far behind
+      ├── LogClosed              (eventlog.py) the log is closed
+      └── ConfigError            (settings.py) bad settings
+"""
+
+from __future__ import annotations
+
+
+class ServerError(Exception):
+    """Root of every exception raised by codey_server on purpose."""
+
+
+class SubscriberOverflow(ServerError):
+    """A subscriber's bounded queue overflowed; it must resume from the log with after_seq."""
+
+
+class LogClosed(ServerError):
+    """The event log was closed."""
+
+
+class ConfigError(ServerError):
+    """Settings that cannot work (e.g. binding beyond loopback without auth)."""

@@ -1,0 +1,41 @@
+"""Fixtures: a real codey-server process on port 0 with a temporary data dir."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from codey_protocol import events as ev
+from codey_server.eventlog import SqliteEventLog
+from codey_testkit.stack import ServerProcess
+
+WORKER_ID = "wrk_test"
+
+
+def seed_worker(data_dir: Path, worker_id: str = WORKER_ID) -> None:
+    """Put a paired worker into a fresh log, as pairing would have."""
+
+    async def run() -> None:
+        log = SqliteEventLog(data_dir / "events.db")
+        await log.open()
+        await log.append([(None, ev.WorkerPaired(
+            worker_id=worker_id, request_id="req_seed", hostname="seed-host", os="Linux",
+            python_version="3.11", worker_version="0.1.0", roots=["/tmp"], public_key="x"))])
+        await log.close()
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    asyncio.run(run())
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[ServerProcess]:
+    data = tmp_path / "server"
+    seed_worker(data)
+    proc = ServerProcess(data)
+    proc.start()
+    try:
+        yield proc
+    finally:
+        proc.stop()

@@ -1,0 +1,188 @@
+"""Subscribe-then-read over a real server process: resume, restart, kill -9."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import msgspec
+from codey_protocol import codec
+from codey_protocol.events import Envelope
+from codey_protocol.state import State
+from codey_server.reducers import apply
+from codey_testkit.stack import ServerProcess
+
+from codey_testkit.wsclient import BrowserSocket
+
+WORKER_ID = "wrk_test"
+
+
+def _create_session(server: ServerProcess) -> str:
+    r = server.http.post("/api/sessions", json={"worker_id": WORKER_ID, "workdir": "/tmp/w",
+                                                "prompt": "hello"})
+    assert r.status_code == 201, r.text
+    return str(r.json()["session_id"])
+
+
+def _prompt(server: ServerProcess, session_id: str, text: str) -> int:
+    r = server.http.post(f"/api/sessions/{session_id}/prompt", json={"text": text})
+    assert r.status_code == 202, r.text
+    return int(r.json()["seq"])
+
+
+def test_first_subscribe_gets_snapshot_then_live(server: ServerProcess) -> None:
+    sid = _create_session(server)
+    client = BrowserSocket(server, after_seq=0)
+    frame = client.recv(10)
+    assert frame is not None and frame["type"] == "snapshot"
+    assert sid in frame["state"]["sessions"]
+    seq = _prompt(server, sid, "live one")
+    client.until_seq(seq)
+    assert client.envelopes[-1]["event"]["item"]["text"] == "live one"
+    client.close()
+
+
+def test_resume_after_disconnect_gets_exactly_the_missed_events(server: ServerProcess) -> None:
+    sid = _create_session(server)
+    first = BrowserSocket(server, after_seq=0)
+    n_seq = 0
+    for i in range(20):
+        n_seq = _prompt(server, sid, f"before {i}")
+    first.until_seq(n_seq)
+    first.close()
+
+    missed = [f"after {i}" for i in range(30)]
+    for text in missed:
+        last = _prompt(server, sid, text)
+
+    second = BrowserSocket(server, after_seq=n_seq)
+    second.until_seq(last)
+    second.drain(0.3)
+    assert second.snapshot is None
+    seqs = [e["seq"] for e in second.envelopes]
+    assert seqs == list(range(n_seq + 1, n_seq + 31))
+    assert [e["event"]["item"]["text"] for e in second.envelopes] == missed
+    second.close()
+
+
+def test_bad_frames_get_typed_errors_and_the_socket_stays(server: ServerProcess) -> None:
+    client = BrowserSocket(server, after_seq=0)
+    client.recv(10)  # snapshot
+    client.ws.send("not json")
+    client.ws.send('{"type":"no_such_thing"}')
+    client.ws.send('{"type":"send_prompt","session_id":"x","text":"a","extra":1}')
+    client.send({"type": "send_prompt", "session_id": "nope", "text": "hi", "request_id": "r1"})
+    codes = []
+    while len(codes) < 4:
+        frame = client.recv(5)
+        assert frame is not None, f"only got {codes}"
+        if frame["type"] == "error":
+            codes.append(frame["code"])
+    assert codes == ["bad_frame", "unknown_type", "bad_field", "not_found"]
+    assert server.http.get("/api/health").json()["status"] == "ok"
+    client.close()
+
+
+def test_commands_over_the_socket_are_acked(server: ServerProcess) -> None:
+    client = BrowserSocket(server, after_seq=0)
+    client.recv(10)
+    client.send({"type": "create_session", "request_id": "c1", "worker_id": WORKER_ID,
+                 "workdir": "/tmp/x", "prompt": "do it"})
+    ack = None
+    for _ in range(20):
+        frame = client.recv(5)
+        if frame and frame["type"] == "ack":
+            ack = frame
+            break
+    assert ack is not None and ack["request_id"] == "c1" and ack["session_id"].startswith("ses_")
+    client.close()
+
+
+def _fold(client: BrowserSocket) -> State:
+    assert client.snapshot is not None
+    state = codec.decode_state(msgspec.json.encode(client.snapshot["state"]))
+    for env in client.envelopes:
+        if env["seq"] > state.seq:
+            apply(state, codec.decode_envelope(msgspec.json.encode(env)))
+    return state
+
+
+def test_kill9_mid_stream_then_restart_resumes_without_gap_or_duplicate(
+        server: ServerProcess) -> None:
+    sid = _create_session(server)
+    client = BrowserSocket(server, after_seq=0)
+    client.recv(10)
+    stop = threading.Event()
+    written: list[int] = []
+
+    def writer() -> None:
+        i = 0
+        with httpx.Client(base_url=server.url, headers={"Origin": server.url},
+                          cookies=server.http.cookies, timeout=5) as http:
+            while not stop.is_set():
+                try:
+                    r = http.post(f"/api/sessions/{sid}/prompt", json={"text": f"w{i}"})
+                except httpx.HTTPError:
+                    return  # the server is gone
+                if r.status_code == 202:
+                    written.append(r.json()["seq"])
+                i += 1
+
+    t = threading.Thread(target=writer)
+    t.start()
+    deadline = time.monotonic() + 10
+    while len(written) < 40 and time.monotonic() < deadline:
+        client.recv(0.2)
+    server.kill9()
+    stop.set()
+    t.join(10)
+    client.drain(0.5)
+    client.close()
+    assert len(written) >= 40
+
+    server.start()
+    resumed = BrowserSocket(server, after_seq=client.last_seq)
+    final = server.http.get("/api/state/bootstrap").json()
+    resumed.until_seq(final["seq"])
+    resumed.close()
+
+    seqs = [e["seq"] for e in client.envelopes] + [e["seq"] for e in resumed.envelopes]
+    first = client.snapshot["seq"] if client.snapshot else 0
+    assert seqs == list(range(first + 1, final["seq"] + 1)), "gap or duplicate"
+    # every acknowledged write survived the crash
+    assert max(written) <= final["seq"]
+    client.envelopes.extend(resumed.envelopes)
+    mine = _fold(client)
+    theirs = codec.decode_state(msgspec.json.encode(final["state"]))
+    assert msgspec.to_builtins(mine) == msgspec.to_builtins(theirs)
+
+
+def test_sigterm_tells_browsers_shutdown_and_exits_zero(server: ServerProcess) -> None:
+    client = BrowserSocket(server, after_seq=0)
+    client.recv(10)
+    assert server.stop() == 0
+    types = []
+    for _ in range(5):
+        try:
+            frame = client.recv(2)
+        except Exception:
+            break
+        if frame is None:
+            break
+        types.append(frame["type"])
+    assert "shutdown" in types
+
+
+def test_session_log_is_ndjson_of_the_sessions_events(server: ServerProcess) -> None:
+    sid = _create_session(server)
+    for i in range(3):
+        _prompt(server, sid, f"p{i}")
+    r = server.http.get(f"/api/sessions/{sid}/log")
+    assert r.status_code == 200
+    assert r.headers["content-type"].startswith("application/x-ndjson")
+    envs = [codec.decode_envelope(line) for line in r.content.splitlines()]
+    assert all(isinstance(e, Envelope) and e.session_id == sid for e in envs)
+    assert [e.seq for e in envs] == sorted(e.seq for e in envs)
+    assert len(envs) == 2 + 3  # created, first prompt, three prompts
+    assert server.http.get("/api/sessions/ses_nope/log").status_code == 404

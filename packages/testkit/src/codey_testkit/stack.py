@@ -1,0 +1,129 @@
+"""The real Codey processes, started for tests, the e2e suite and benchmarks.
+
+    with ServerProcess(tmp_path / "server") as server:   # codey-server on port 0
+        server.url, server.ws_url, server.http          # base URL, ws URL, an httpx.Client
+        server.kill9(); server.restart()                # same data dir, new port
+
+Every process gets its own temporary home; nothing is shared between tests.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+from urllib.parse import parse_qs, urlsplit
+
+import httpx
+
+from codey_testkit.procs import ManagedProcess
+
+__all__ = ["ServerProcess"]
+
+
+class ServerProcess:
+    """A real ``codey-server serve`` on 127.0.0.1, port 0, data in ``data_dir``.
+
+    ``config`` (a dict) is written to ``data_dir/config.json`` before the start.
+    ``auth_token``: once the server prints its access URL, :attr:`http` carries the cookie.
+    """
+
+    def __init__(self, data_dir: Path, *, config: dict[str, Any] | None = None,
+                 log_dir: Path | None = None, extra_args: list[str] | None = None,
+                 env: dict[str, str] | None = None) -> None:
+        self.data_dir = Path(data_dir)
+        self.config = config
+        self.log_dir = Path(log_dir) if log_dir else self.data_dir.parent / "logs"
+        self.extra_args = extra_args or []
+        self.env = env or {}
+        self.proc: ManagedProcess | None = None
+        self.url = ""
+        self.token: str | None = None
+        self._http: httpx.Client | None = None
+        self.starts = 0
+
+    # lifecycle ----------------------------------------------------------------------------
+
+    def start(self, timeout: float = 30.0) -> Self:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        if self.config is not None:
+            (self.data_dir / "config.json").write_text(json.dumps(self.config))
+        self.starts += 1
+        self.proc = ManagedProcess(f"server-{self.starts}", log_dir=self.log_dir)
+        self.proc.start([sys.executable, "-m", "codey_server.cli", "serve", "--port", "0",
+                         "--data-dir", str(self.data_dir), *self.extra_args], env=self.env)
+        match = self.proc.wait_for_line(r"codey-server listening on (http://\S+)", timeout=timeout)
+        self.url = match.group(1).rstrip("/")
+        opened = self.proc.wait_for_line(r"Open (http://\S+)", timeout=timeout).group(1)
+        token = parse_qs(urlsplit(opened).query).get("token")
+        self.token = token[0] if token else None
+        if self._http is not None:
+            self._http.close()
+            self._http = None
+        return self
+
+    def stop(self, timeout: float = 15.0) -> int | None:
+        if self._http is not None:
+            self._http.close()
+            self._http = None
+        if self.proc is None:
+            return None
+        return self.proc.stop(signal.SIGTERM, timeout=timeout)
+
+    def kill9(self) -> None:
+        if self.proc is not None:
+            self.proc.kill9()
+
+    def restart(self) -> Self:
+        self.stop()
+        return self.start()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, et: type[BaseException] | None, e: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    # talking to it ------------------------------------------------------------------------
+
+    @property
+    def ws_url(self) -> str:
+        return "ws" + self.url[len("http"):] + "/ws/client"
+
+    @property
+    def worker_ws_url(self) -> str:
+        return "ws" + self.url[len("http"):] + "/ws/worker"
+
+    @property
+    def origin(self) -> str:
+        return self.url
+
+    @property
+    def http(self) -> httpx.Client:
+        """An httpx client with the browser's credentials (cookie and Origin)."""
+        if self._http is None:
+            self._http = httpx.Client(base_url=self.url, timeout=30.0,
+                                      headers={"Origin": self.url})
+            if self.token:
+                r = self._http.get(f"/?token={self.token}", follow_redirects=False)
+                if r.status_code >= 400:
+                    raise RuntimeError(f"login with the access token failed: {r.status_code}")
+        return self._http
+
+    def cookie_header(self) -> dict[str, str]:
+        """Headers a websocket client needs to pass as the logged-in browser."""
+        jar = self.http.cookies
+        cookie = "; ".join(f"{k}={v}" for k, v in jar.items())
+        headers = {"Origin": self.url}
+        if cookie:
+            headers["Cookie"] = cookie
+        return headers
+
+    def log_text(self) -> str:
+        if self.proc is None or self.proc.log_path is None:
+            return ""
+        return self.proc.log_path.read_text(errors="replace")

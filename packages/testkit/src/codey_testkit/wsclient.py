@@ -1,0 +1,71 @@
+"""A small synchronous browser-socket client for integration tests."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import ClientConnection, connect
+
+from codey_testkit.stack import ServerProcess
+
+
+class BrowserSocket:
+    """Subscribes like the web client; collects envelopes by seq."""
+
+    def __init__(self, server: ServerProcess, after_seq: int = 0) -> None:
+        self.ws: ClientConnection = connect(server.ws_url, additional_headers=server.cookie_header(),
+                                            max_size=None, open_timeout=10,
+                                            legacy=True)
+        self.snapshot: dict[str, Any] | None = None
+        self.envelopes: list[dict[str, Any]] = []
+        self.frames: list[dict[str, Any]] = []
+        self.last_seq = after_seq
+        self.closed = False
+        self.close_code: int | None = None
+        self.send({"type": "subscribe", "after_seq": after_seq})
+
+    def send(self, msg: dict[str, Any]) -> None:
+        self.ws.send(json.dumps(msg))
+
+    def recv(self, timeout: float) -> dict[str, Any] | None:
+        if self.closed:
+            return None
+        try:
+            raw = self.ws.recv(timeout=timeout)
+        except TimeoutError:
+            return None
+        except ConnectionClosed as exc:
+            self.closed = True
+            self.close_code = exc.rcvd.code if exc.rcvd else None
+            return None
+        frame: dict[str, Any] = json.loads(raw)
+        self.frames.append(frame)
+        if frame["type"] == "snapshot":
+            self.snapshot = frame
+            self.last_seq = frame["seq"]
+        elif frame["type"] == "events":
+            for env in frame["events"]:
+                self.envelopes.append(env)
+                self.last_seq = env["seq"]
+        return frame
+
+    def until_seq(self, seq: int, timeout: float = 15.0) -> None:
+        deadline = time.monotonic() + timeout
+        while self.last_seq < seq:
+            left = deadline - time.monotonic()
+            if left <= 0 or self.closed:
+                raise AssertionError(f"reached seq {self.last_seq}, wanted {seq}")
+            self.recv(left)
+
+    def drain(self, quiet: float = 0.3) -> None:
+        while self.recv(quiet) is not None:
+            pass
+
+    def close(self) -> None:
+        try:
+            self.ws.close()
+        except ConnectionClosed:
+            pass
