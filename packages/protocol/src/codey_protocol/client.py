@@ -64,7 +64,9 @@ class Interrupt(ClientToServerMessage, kw_only=True):
     session_id: str
 
 
-ClientToServer = Subscribe | CreateSession | SendPrompt | DecideApproval | SetApprovalPolicy | Interrupt
+ClientToServer = (
+    Subscribe | CreateSession | SendPrompt | DecideApproval | SetApprovalPolicy | Interrupt
+)
 
 
 class ServerToClientMessage(msgspec.Struct, tag_field="type", tag=snake, kw_only=True):

@@ -7,7 +7,7 @@ bad frame with a typed error instead of a traceback.
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import msgspec
 
@@ -57,23 +57,23 @@ def _decode(decoder: msgspec.json.Decoder[T], data: bytes | str, cap: int | None
 
 
 def decode_client_to_server(data: bytes | str, cap: int | None = MAX_FRAME_BYTES) -> ClientToServer:
-    return _decode(_client_to_server, data, cap)
+    return cast(ClientToServer, _decode(_client_to_server, data, cap))
 
 
 def decode_server_to_client(data: bytes | str, cap: int | None = None) -> ServerToClient:
-    return _decode(_server_to_client, data, cap)
+    return cast(ServerToClient, _decode(_server_to_client, data, cap))
 
 
 def decode_server_to_worker(data: bytes | str, cap: int | None = None) -> ServerToWorker:
-    return _decode(_server_to_worker, data, cap)
+    return cast(ServerToWorker, _decode(_server_to_worker, data, cap))
 
 
 def decode_worker_to_server(data: bytes | str, cap: int | None = MAX_FRAME_BYTES) -> WorkerToServer:
-    return _decode(_worker_to_server, data, cap)
+    return cast(WorkerToServer, _decode(_worker_to_server, data, cap))
 
 
 def decode_event(data: bytes | str) -> Event:
-    return _decode(_event, data, None)
+    return cast(Event, _decode(_event, data, None))
 
 
 def decode_envelope(data: bytes | str) -> Envelope:
@@ -85,7 +85,7 @@ def decode_state(data: bytes | str) -> State:
 
 
 def decode_action(data: bytes | str) -> ActionMessage:
-    return _decode(_action, data, None)
+    return cast(ActionMessage, _decode(_action, data, None))
 
 
 def to_builtins(msg: Any) -> Any:

@@ -170,7 +170,8 @@ ServerToWorker = (
 )
 
 ActionMessage = (
-    AttachSession | RunCommand | ApplyPatch | ReadFile | WriteFile | ListDir | McpList | McpCall | Cancel
+    AttachSession | RunCommand | ApplyPatch | ReadFile | WriteFile | ListDir | McpList | McpCall
+    | Cancel
 )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import secrets
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -22,12 +23,15 @@ from litestar.status_codes import HTTP_400_BAD_REQUEST
 
 from codey_protocol import ProtocolError, codec
 from codey_protocol import client as cl
-
+from codey_protocol import events as ev
+from codey_protocol import worker as wk
 from codey_server.clients import ClientHub, serve_client
 from codey_server.decide import CommandRejected, Context
 from codey_server.engine import Engine
 from codey_server.eventlog import SqliteEventLog
+from codey_server.pairing import KeyStore, Pairing, PairingError
 from codey_server.settings import Settings
+from codey_server.workers import CLOSE_REVOKED, ActionFailed, WorkerRegistry, serve_worker
 
 log = logging.getLogger("codey.app")
 
@@ -52,9 +56,18 @@ class Services:
         self.engine = Engine(SqliteEventLog(settings.db_path),
                              snapshot_every=settings.snapshot_every, context=context)
         self.clients = ClientHub()
+        self.keys = KeyStore(settings.data_dir / "workers.json")
+        self.pairing = Pairing(self.engine, self.keys)
+        self.workers = WorkerRegistry(self.engine, self.keys)
 
     async def start(self) -> None:
         await self.engine.start()
+        # no worker socket survives a restart: whoever was connected comes back through Hello
+        stale = [w for w in self.engine.state.workers.values() if w.connected]
+        if stale:
+            await self.engine.append([(None, ev.WorkerDisconnected(
+                worker_id=w.worker_id, reason="server restarted")) for w in stale])
+        await self.pairing.start()
 
     async def stop(self) -> None:
         self.clients.begin_shutdown()
@@ -212,6 +225,124 @@ async def session_log(session_id: str, services: Services) -> Stream:
 
 
 # ---------------------------------------------------------------------------------------------
+# pairing and workers
+
+_PAIRING_STATUS = {"not_found": 404, "wrong_code": 400, "locked": 423, "expired": 410,
+                   "too_many": 429, "bad_request": 400}
+
+
+def _pairing_error(err: PairingError) -> HTTPException:
+    return HTTPException(status_code=_PAIRING_STATUS.get(err.code, 400), detail=err.message,
+                         extra={"code": err.code})
+
+
+@post("/api/pairing/requests")
+async def pair_request(request: Request[Any, Any, Any], services: Services) -> Response[bytes]:
+    """Called by an unpaired worker (it has no credentials yet)."""
+    try:
+        req = codec.convert(await _body(request), wk.PairRequest)
+        ticket = await services.pairing.request(req)
+    except ProtocolError as err:
+        raise HTTPException(status_code=HTTP_400_BAD_REQUEST, detail=err.message) from None
+    except PairingError as err:
+        raise _pairing_error(err) from None
+    return _json(ticket, status_code=201)
+
+
+@get("/api/pairing/requests/{request_id:str}/wait")
+async def pair_wait(request_id: str, secret: str, services: Services,
+                    timeout: float = 25.0) -> Response[bytes]:
+    try:
+        status = await services.pairing.wait(request_id, secret, min(max(timeout, 0.0), 60.0))
+    except PairingError as err:
+        raise _pairing_error(err) from None
+    return _json(status)
+
+
+@get("/api/pairing/requests", sync_to_thread=False)
+def pair_list(services: Services) -> list[dict[str, Any]]:
+    return services.pairing.pending()
+
+
+@get("/api/pairing/code/{code:str}", sync_to_thread=False)
+def pair_by_code(code: str, services: Services) -> dict[str, Any]:
+    try:
+        return services.pairing.by_code(code)
+    except PairingError as err:
+        raise _pairing_error(err) from None
+
+
+@post("/api/pairing/requests/{request_id:str}/approve")
+async def pair_approve(request_id: str, request: Request[Any, Any, Any],
+                       services: Services) -> Response[bytes]:
+    code = (await _body(request)).get("code")
+    if not isinstance(code, str):
+        raise HTTPException(status_code=HTTP_400_BAD_REQUEST, detail="code is required")
+    try:
+        worker_id = await services.pairing.approve(request_id, code)
+    except PairingError as err:
+        raise _pairing_error(err) from None
+    return _json({"worker_id": worker_id})
+
+
+@post("/api/pairing/requests/{request_id:str}/deny")
+async def pair_deny(request_id: str, services: Services) -> Response[bytes]:
+    try:
+        await services.pairing.deny(request_id)
+    except PairingError as err:
+        raise _pairing_error(err) from None
+    return _json({"denied": request_id})
+
+
+@post("/api/workers/{worker_id:str}/revoke")
+async def revoke_worker(worker_id: str, services: Services) -> Response[bytes]:
+    info = services.engine.state.workers.get(worker_id)
+    if info is None:
+        raise NotFoundException(f"no worker {worker_id!r}")
+    if not info.revoked:
+        services.keys.remove(worker_id)
+        await services.engine.append([(None, ev.WorkerRevoked(worker_id=worker_id))])
+    await services.workers.close_worker(worker_id, CLOSE_REVOKED, "this worker was revoked")
+    return _json({"revoked": worker_id})
+
+
+@post("/api/workers/{worker_id:str}/actions")
+async def run_action(worker_id: str, request: Request[Any, Any, Any], services: Services,
+                     timeout: float = 60.0) -> Response[bytes]:
+    """Run one action on a worker directly (the owner's own call; no approval gate).
+
+    Body: an action frame (``{"type": "read_file", "workdir": ..., "path": ...}``);
+    ``action_id`` and ``session_id`` are filled in when missing.
+    """
+    info = services.engine.state.workers.get(worker_id)
+    if info is None or info.revoked:
+        raise NotFoundException(f"no worker {worker_id!r}")
+    body = await _body(request)
+    body.setdefault("action_id", f"act_{secrets.token_hex(8)}")
+    body.setdefault("session_id", "")
+    try:
+        action = codec.decode_action(msgspec.json.encode(body))
+    except ProtocolError as err:
+        raise HTTPException(status_code=HTTP_400_BAD_REQUEST, detail=err.message) from None
+    progress: list[dict[str, str]] = []
+
+    async def on_progress(p: wk.ActionProgress) -> None:
+        progress.append({"stream": p.stream, "data": p.data})
+
+    try:
+        outcome = await services.workers.run(worker_id, action, on_progress=on_progress,
+                                             timeout=timeout)
+    except ActionFailed as err:
+        return _json({"ok": False, "action_id": action.action_id, "code": err.code,
+                      "message": err.message})
+    except TimeoutError:
+        return _json({"ok": False, "action_id": action.action_id, "code": "timeout",
+                      "message": f"no outcome within {timeout} s"}, status_code=504)
+    return _json({"ok": True, "action_id": action.action_id, "result": outcome,
+                  "progress": progress})
+
+
+# ---------------------------------------------------------------------------------------------
 # WebSockets
 
 
@@ -222,6 +353,13 @@ async def client_socket(socket: WebSocket[Any, Any, Any]) -> None:
     await serve_client(socket, services.engine, services.clients,
                        batch=services.settings.catchup_batch,
                        queue_max=services.settings.client_queue_max)
+
+
+@websocket("/ws/worker")
+async def worker_socket(socket: WebSocket[Any, Any, Any]) -> None:
+    services = _ws_services(socket)
+    await socket.accept()
+    await serve_worker(socket, services.workers)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -258,6 +396,8 @@ def create_app(settings: Settings) -> Litestar:
         route_handlers=[
             health, bootstrap, config, list_sessions, create_session, get_session, send_prompt,
             decide_approval, set_policy, interrupt, session_log, client_socket, favicon,
+            pair_request, pair_wait, pair_list, pair_by_code, pair_approve, pair_deny,
+            revoke_worker, run_action, worker_socket,
             create_static_files_router(path="/", directories=[web], html_mode=True,
                                        include_in_schema=False),
         ],

@@ -2,7 +2,7 @@
 
     codey-server serve                                  # 127.0.0.1:8765, data in ~/.codey/server
     codey-server serve --port 0 --data-dir /tmp/codey   # any free port (printed)
-    codey-server serve --host 0.0.0.0 --config cfg.json # beyond loopback: needs auth (docs/security.md)
+    codey-server serve --host 0.0.0.0 --config cfg.json # beyond loopback: docs/security.md
 
 On start it prints the URL to open. SIGINT/SIGTERM: every socket is told ``shutdown``,
 in-flight appends finish, the process exits 0.
@@ -23,7 +23,6 @@ import msgspec
 import uvicorn
 
 from codey_protocol import MAX_FRAME_BYTES
-
 from codey_server.app import create_app
 from codey_server.errors import ConfigError
 from codey_server.settings import Settings, load_config_file
@@ -48,7 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--data-dir", type=Path, default=Path.home() / ".codey" / "server",
                        help="where the SQLite log and credentials live (default ~/.codey/server)")
     serve.add_argument("--config", type=Path, default=None,
-                       help="JSON config (providers, allowed origins); default DATA_DIR/config.json")
+                       help="JSON config (providers, origins); default DATA_DIR/config.json")
     serve.add_argument("--snapshot-every", type=int, default=None,
                        help="events between state snapshots (default 5000)")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])

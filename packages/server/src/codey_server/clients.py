@@ -21,7 +21,6 @@ from litestar.exceptions import WebSocketDisconnect
 
 from codey_protocol import ProtocolError, codec
 from codey_protocol import client as cl
-
 from codey_server.decide import CommandRejected
 from codey_server.engine import Engine
 from codey_server.errors import LogClosed, ServerError, SubscriberOverflow
@@ -111,9 +110,10 @@ async def receive_frame(ws: WebSocket[Any, Any, Any]) -> bytes:
     if msg["type"] == "websocket.disconnect":
         raise WebSocketDisconnect(detail="disconnected", code=msg.get("code") or 1000)
     text = msg.get("text")
-    if text is not None:
+    if isinstance(text, str):
         return text.encode()
-    return msg.get("bytes") or b""
+    data = msg.get("bytes")
+    return data if isinstance(data, bytes) else b""
 
 
 async def _send(ws: WebSocket[Any, Any, Any], msg: Any) -> None:

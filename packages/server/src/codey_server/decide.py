@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from codey_protocol import client as cl
 from codey_protocol import events as ev
 from codey_protocol.state import State
-
 from codey_server.errors import ServerError
 
 __all__ = ["CommandRejected", "Context", "Decided", "decide", "title_from_prompt"]

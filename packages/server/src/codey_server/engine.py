@@ -20,7 +20,6 @@ from codey_protocol import client as cl
 from codey_protocol import codec
 from codey_protocol.events import Envelope, Event
 from codey_protocol.state import State
-
 from codey_server.decide import Context, decide
 from codey_server.eventlog import EventLog
 from codey_server.reducers import apply

@@ -241,9 +241,9 @@ def _approval_resolved(state: State, env: ev.Envelope) -> None:
     a.status = e.decision
     a.message = e.message
     a.decided_at = env.ts
-    if e.for_session and e.decision == "approved" and a.command:
-        if a.command not in s.approved_prefixes:
-            s.approved_prefixes.append(list(a.command))
+    remember = e.for_session and e.decision == "approved" and a.command
+    if remember and a.command not in s.approved_prefixes:
+        s.approved_prefixes.append(list(a.command or []))
 
 
 def _action_requested(state: State, env: ev.Envelope) -> None:

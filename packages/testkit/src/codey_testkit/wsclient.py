@@ -16,9 +16,9 @@ class BrowserSocket:
     """Subscribes like the web client; collects envelopes by seq."""
 
     def __init__(self, server: ServerProcess, after_seq: int = 0) -> None:
-        self.ws: ClientConnection = connect(server.ws_url, additional_headers=server.cookie_header(),
-                                            max_size=None, open_timeout=10,
-                                            legacy=True)
+        self.ws: ClientConnection = connect(
+            server.ws_url, additional_headers=server.cookie_header(), max_size=None,
+            open_timeout=10, legacy=True)
         self.snapshot: dict[str, Any] | None = None
         self.envelopes: list[dict[str, Any]] = []
         self.frames: list[dict[str, Any]] = []

@@ -1,0 +1,271 @@
+"""Pairing a worker through the browser, and the workers' keys.
+
+Order: an unpaired worker calls :meth:`Pairing.request` (it gets a code and a poll secret and
+long-polls :meth:`Pairing.wait`); the browser lists requests and calls :meth:`Pairing.approve`
+with the code the user confirms (or :meth:`Pairing.deny`); the worker's wait returns its
+credential. Codes: 8 characters from :data:`CODE_ALPHABET`, shown ``XXXX-XXXX``, single use,
+valid :data:`CODE_TTL_S`, locked after :data:`MAX_WRONG_ATTEMPTS` wrong tries.
+
+Keys and credential hashes live in ``workers.json`` in the data dir (0600), never in the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from codey_protocol import events as ev
+from codey_protocol.worker import PairRequest, PairStatus, PairTicket
+from codey_server.engine import Engine
+from codey_server.errors import ServerError
+
+__all__ = [
+    "CODE_ALPHABET",
+    "CODE_TTL_S",
+    "MAX_WRONG_ATTEMPTS",
+    "KeyStore",
+    "Pairing",
+    "PairingError",
+    "normalise_code",
+    "verify_signature",
+]
+
+CODE_ALPHABET = "BCDFGHJKLMNPQRSTVWXZ"
+CODE_TTL_S = 600.0
+MAX_WRONG_ATTEMPTS = 5
+MAX_PENDING = 50
+
+
+class PairingError(ServerError):
+    """``code``: not_found | wrong_code | locked | expired | bad_request | too_many."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _b64d(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def _hash(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def normalise_code(code: str) -> str:
+    return "".join(ch for ch in code.upper() if ch.isalnum())
+
+
+def _new_code() -> str:
+    raw = "".join(secrets.choice(CODE_ALPHABET) for _ in range(8))
+    return f"{raw[:4]}-{raw[4:]}"
+
+
+def verify_signature(public_key_b64: str, message: bytes, signature_b64: str) -> bool:
+    try:
+        key = Ed25519PublicKey.from_public_bytes(_b64d(public_key_b64))
+        key.verify(_b64d(signature_b64), message)
+    except (InvalidSignature, ValueError, TypeError):
+        return False
+    return True
+
+
+class KeyStore:
+    """``workers.json``: worker id → public key and credential hash (0600, atomic writes)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._data: dict[str, dict[str, str]] = {}
+        with contextlib.suppress(FileNotFoundError):
+            self._data = json.loads(path.read_text())
+
+    def add(self, worker_id: str, public_key: str, credential: str) -> None:
+        self._data[worker_id] = {"public_key": public_key, "credential": _hash(credential)}
+        self._save()
+
+    def remove(self, worker_id: str) -> None:
+        if self._data.pop(worker_id, None) is not None:
+            self._save()
+
+    def check(self, worker_id: str, credential: str) -> str | None:
+        """The worker's public key when the credential matches, else None."""
+        entry = self._data.get(worker_id)
+        if entry is None or not hmac.compare_digest(entry["credential"], _hash(credential)):
+            return None
+        return entry["public_key"]
+
+    def _save(self) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(self._data, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
+
+@dataclass
+class _Pending:
+    request: PairRequest
+    request_id: str
+    code: str
+    poll_secret: str
+    expires_at: float
+    attempts: int = 0
+    status: Literal["pending", "approved", "denied", "expired", "locked"] = "pending"
+    worker_id: str | None = None
+    credential: str | None = None
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class Pairing:
+    def __init__(self, engine: Engine, keys: KeyStore, *, ttl_s: float = CODE_TTL_S) -> None:
+        self.engine = engine
+        self.keys = keys
+        self.ttl_s = ttl_s
+        self._pending: dict[str, _Pending] = {}
+
+    async def start(self) -> None:
+        # Requests from before a restart have lost their secrets: the worker asks again.
+        stale = list(self.engine.state.pair_requests)
+        if stale:
+            await self.engine.append([(None, ev.WorkerPairResolved(request_id=r, outcome="expired"))
+                                      for r in stale])
+
+    # worker side ----------------------------------------------------------------------------
+
+    async def request(self, req: PairRequest) -> PairTicket:
+        await self.expire_old()
+        if sum(p.status == "pending" for p in self._pending.values()) >= MAX_PENDING:
+            raise PairingError("too_many", "too many pending pair requests; try again later")
+        try:
+            if len(_b64d(req.public_key)) != 32:
+                raise ValueError
+            Ed25519PublicKey.from_public_bytes(_b64d(req.public_key))
+        except (ValueError, TypeError):
+            raise PairingError(
+                "bad_request", "public_key must be a raw Ed25519 key, base64url") from None
+        for name, value in (("hostname", req.hostname), ("os", req.os)):
+            if not value.strip() or len(value) > 255:
+                raise PairingError("bad_request", f"{name} must be 1-255 characters")
+        pending = _Pending(request=req, request_id=f"pr_{secrets.token_hex(8)}",
+                           code=_new_code(), poll_secret=secrets.token_urlsafe(24),
+                           expires_at=time.time() + self.ttl_s)
+        self._pending[pending.request_id] = pending
+        await self.engine.append([(None, ev.WorkerPairRequested(
+            request_id=pending.request_id, hostname=req.hostname, os=req.os,
+            python_version=req.python_version, worker_version=req.worker_version,
+            roots=list(req.roots), fingerprint=fingerprint(req.public_key),
+            expires_at=pending.expires_at))])
+        return PairTicket(request_id=pending.request_id, code=pending.code,
+                          expires_at=pending.expires_at, poll_secret=pending.poll_secret)
+
+    async def wait(self, request_id: str, poll_secret: str, timeout: float) -> PairStatus:
+        p = self._pending.get(request_id)
+        if p is None or not hmac.compare_digest(p.poll_secret, poll_secret):
+            raise PairingError("not_found", "no such pair request")
+        if p.status == "pending":
+            left = p.expires_at - time.time()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(p.changed.wait(), max(0.0, min(timeout, left)))
+            await self.expire_old()
+        status = PairStatus(status=p.status, worker_id=p.worker_id, credential=p.credential)
+        if p.status != "pending":
+            # the answer is delivered once; the credential is not kept in memory after that
+            self._pending.pop(request_id, None)
+        return status
+
+    # browser side ---------------------------------------------------------------------------
+
+    def pending(self) -> list[dict[str, object]]:
+        now = time.time()
+        return [self._public(p) for p in self._pending.values()
+                if p.status == "pending" and p.expires_at > now]
+
+    def by_code(self, code: str) -> dict[str, object]:
+        wanted = normalise_code(code)
+        now = time.time()
+        for p in self._pending.values():
+            if p.status == "pending" and p.expires_at > now and normalise_code(p.code) == wanted:
+                return self._public(p)
+        raise PairingError("not_found", "no pending request with that code")
+
+    async def approve(self, request_id: str, code: str) -> str:
+        """Check the code and pair; returns the new worker id."""
+        p = self._live(request_id)
+        if not hmac.compare_digest(normalise_code(p.code), normalise_code(code)):
+            p.attempts += 1
+            if p.attempts >= MAX_WRONG_ATTEMPTS:
+                await self._resolve(p, "locked")
+                raise PairingError("locked", "too many wrong codes: this request is locked; "
+                                             "start the worker again for a new code")
+            left = MAX_WRONG_ATTEMPTS - p.attempts
+            raise PairingError("wrong_code", f"wrong code ({left} tries left)")
+        worker_id = f"wrk_{secrets.token_hex(6)}"
+        credential = secrets.token_urlsafe(32)
+        self.keys.add(worker_id, p.request.public_key, credential)
+        r = p.request
+        await self.engine.append([(None, ev.WorkerPaired(
+            worker_id=worker_id, request_id=p.request_id, hostname=r.hostname, os=r.os,
+            python_version=r.python_version, worker_version=r.worker_version,
+            roots=list(r.roots), public_key=r.public_key))])
+        p.worker_id = worker_id
+        p.credential = credential
+        p.status = "approved"
+        p.changed.set()
+        return worker_id
+
+    async def deny(self, request_id: str) -> None:
+        await self._resolve(self._live(request_id), "denied")
+
+    async def expire_old(self) -> None:
+        now = time.time()
+        for p in list(self._pending.values()):
+            if p.status == "pending" and p.expires_at <= now:
+                await self._resolve(p, "expired")
+
+    def _live(self, request_id: str) -> _Pending:
+        p = self._pending.get(request_id)
+        if p is None:
+            raise PairingError("not_found", "no such pair request")
+        if p.status == "locked":
+            raise PairingError("locked", "this request is locked after too many wrong codes")
+        if p.status != "pending":
+            raise PairingError("not_found", f"this request was {p.status}")
+        if p.expires_at <= time.time():
+            raise PairingError("expired", "this code expired; the worker will show a new one")
+        return p
+
+    async def _resolve(self, p: _Pending, outcome: Literal["denied", "expired", "locked"]) -> None:
+        p.status = outcome
+        p.changed.set()
+        await self.engine.append([(None, ev.WorkerPairResolved(request_id=p.request_id,
+                                                               outcome=outcome))])
+
+    def _public(self, p: _Pending) -> dict[str, object]:
+        r = p.request
+        return {"request_id": p.request_id, "code": p.code, "hostname": r.hostname, "os": r.os,
+                "python_version": r.python_version, "worker_version": r.worker_version,
+                "roots": r.roots, "fingerprint": fingerprint(r.public_key),
+                "requested_at": p.expires_at - self.ttl_s, "expires_at": p.expires_at,
+                "attempts_left": MAX_WRONG_ATTEMPTS - p.attempts}
+
+
+def fingerprint(public_key_b64: str) -> str:
+    """A short, comparable form of the key: ``SHA256:xxxx-xxxx-xxxx``."""
+    digest = hashlib.sha256(_b64d(public_key_b64)).hexdigest()[:12]
+    return f"SHA256:{digest[:4]}-{digest[4:8]}-{digest[8:12]}"

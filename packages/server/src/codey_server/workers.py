@@ -1,0 +1,269 @@
+"""Worker sockets (``WS /ws/worker``) and exactly-once action delivery.
+
+Connection order: the server sends ``AuthChallenge{nonce}``; the worker answers
+``AuthResponse`` signed with its Ed25519 key; the server checks the key from ``workers.json``
+and the log's revocations, then sends ``Welcome`` (or closes 4401 unknown/bad signature,
+4403 revoked); the worker sends ``Hello``; actions flow down, events flow up.
+
+:meth:`WorkerRegistry.run` delivers an action exactly once per ``action_id``: it is (re)sent on
+every (re)connection of its worker until a result arrives — the worker answers a repeat from its
+record instead of running it again. A caller waiting on a gone worker keeps waiting (the session
+shows ``waiting_worker``) until it returns, the action is cancelled, or the timeout passes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from litestar import WebSocket
+from litestar.exceptions import WebSocketDisconnect
+
+from codey_protocol import ProtocolError, codec
+from codey_protocol import events as ev
+from codey_protocol import worker as wk
+from codey_server.clients import receive_frame
+from codey_server.engine import Engine
+from codey_server.pairing import KeyStore, verify_signature
+
+log = logging.getLogger("codey.workers")
+
+CLOSE_UNAUTHORIZED = 4401
+CLOSE_REVOKED = 4403
+CLOSE_REPLACED = 4409
+CLOSE_BAD_FRAME = 4400
+CLOSE_TOO_LARGE = 1009
+AUTH_TIMEOUT_S = 10.0
+CLOCK_SKEW_S = 300.0
+
+__all__ = ["ActionFailed", "WorkerRegistry", "serve_worker"]
+
+ProgressCallback = Callable[[wk.ActionProgress], Awaitable[None]]
+StateCallback = Callable[[bool], Awaitable[None]]
+
+
+class ActionFailed(Exception):
+    """Raised by :meth:`WorkerRegistry.run` for ``ActionErrored`` (``code``, ``message``)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+@dataclass
+class _InFlight:
+    worker_id: str
+    action: wk.ActionMessage
+    result: asyncio.Future[wk.ActionOutcome]
+    on_progress: ProgressCallback | None
+    accepted: bool = False
+
+
+@dataclass
+class _Conn:
+    worker_id: str
+    ws: WebSocket[Any, Any, Any]
+    send_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    hello: wk.Hello | None = None
+    last_seen: float = field(default_factory=time.time)
+    running: list[str] = field(default_factory=list)
+
+    async def send(self, msg: Any) -> None:
+        async with self.send_lock:
+            await self.ws.send_data(codec.encode(msg), mode="text")
+
+
+class WorkerRegistry:
+    def __init__(self, engine: Engine, keys: KeyStore) -> None:
+        self.engine = engine
+        self.keys = keys
+        self._conns: dict[str, _Conn] = {}
+        self._inflight: dict[str, _InFlight] = {}
+        self._presence: dict[str, asyncio.Event] = {}
+
+    # queries --------------------------------------------------------------------------------
+
+    def connected(self, worker_id: str) -> bool:
+        return worker_id in self._conns
+
+    def hello(self, worker_id: str) -> wk.Hello | None:
+        conn = self._conns.get(worker_id)
+        return conn.hello if conn else None
+
+    def presence(self, worker_id: str) -> asyncio.Event:
+        """Set while the worker is connected."""
+        return self._presence.setdefault(worker_id, asyncio.Event())
+
+    # actions --------------------------------------------------------------------------------
+
+    async def run(self, worker_id: str, action: wk.ActionMessage, *,
+                  on_progress: ProgressCallback | None = None,
+                  timeout: float | None = None) -> wk.ActionOutcome:
+        """Deliver ``action`` to the worker exactly once and wait for its outcome.
+
+        Raises :class:`ActionFailed` for ``ActionErrored`` and ``TimeoutError`` when no outcome
+        came in ``timeout`` seconds (the action stays known, so a late result is still taken).
+        Re-running with an ``action_id`` that is in flight joins the existing wait.
+        """
+        flight = self._inflight.get(action.action_id)
+        if flight is None:
+            loop = asyncio.get_running_loop()
+            flight = _InFlight(worker_id, action, loop.create_future(), on_progress)
+            self._inflight[action.action_id] = flight
+            conn = self._conns.get(worker_id)
+            if conn is not None:
+                with contextlib.suppress(Exception):
+                    await conn.send(action)
+        elif on_progress is not None:
+            flight.on_progress = on_progress
+        try:
+            return await asyncio.wait_for(asyncio.shield(flight.result), timeout)
+        finally:
+            if flight.result.done():
+                self._inflight.pop(action.action_id, None)
+
+    async def cancel(self, worker_id: str, target_action_id: str, session_id: str) -> None:
+        """Ask the worker to stop an action; the action's own outcome says how it ended."""
+        conn = self._conns.get(worker_id)
+        flight = self._inflight.get(target_action_id)
+        if conn is None:
+            if flight is not None and not flight.result.done():
+                flight.result.set_exception(ActionFailed("cancelled", "cancelled while the "
+                                                         "worker was away"))
+            return
+        cancel = wk.Cancel(action_id=f"act_{secrets.token_hex(8)}", session_id=session_id,
+                           target_action_id=target_action_id)
+        with contextlib.suppress(Exception):
+            await conn.send(cancel)
+
+    # connection -----------------------------------------------------------------------------
+
+    async def attach(self, conn: _Conn) -> None:
+        old = self._conns.get(conn.worker_id)
+        if old is not None:
+            with contextlib.suppress(Exception):
+                await old.ws.close(code=CLOSE_REPLACED, reason="replaced by a newer connection")
+        self._conns[conn.worker_id] = conn
+        self.presence(conn.worker_id).set()
+        # re-send everything this worker has not answered yet, with the same ids
+        for flight in list(self._inflight.values()):
+            if flight.worker_id == conn.worker_id and not flight.result.done():
+                with contextlib.suppress(Exception):
+                    await conn.send(flight.action)
+
+    def detach(self, conn: _Conn) -> bool:
+        if self._conns.get(conn.worker_id) is conn:
+            del self._conns[conn.worker_id]
+            self.presence(conn.worker_id).clear()
+            return True
+        return False
+
+    async def close_worker(self, worker_id: str, code: int, reason: str) -> None:
+        conn = self._conns.get(worker_id)
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                await conn.ws.close(code=code, reason=reason)
+
+    async def handle(self, conn: _Conn, msg: wk.WorkerToServer) -> None:
+        conn.last_seen = time.time()
+        if isinstance(msg, wk.ActionAccepted):
+            flight = self._inflight.get(msg.action_id)
+            if flight is not None:
+                flight.accepted = True
+        elif isinstance(msg, wk.ActionProgress):
+            flight = self._inflight.get(msg.action_id)
+            if flight is not None and flight.on_progress is not None:
+                await flight.on_progress(msg)
+        elif isinstance(msg, wk.ActionResult):
+            flight = self._inflight.get(msg.action_id)
+            if flight is not None and not flight.result.done():
+                flight.result.set_result(msg.result)
+        elif isinstance(msg, wk.ActionErrored):
+            flight = self._inflight.get(msg.action_id)
+            if flight is not None and not flight.result.done():
+                flight.result.set_exception(ActionFailed(msg.code, msg.message))
+        elif isinstance(msg, wk.Heartbeat):
+            conn.running = list(msg.running_actions)
+        elif isinstance(msg, wk.WorkspaceChanged):
+            if msg.session_id in self.engine.state.sessions and msg.paths:
+                await self.engine.append([(msg.session_id,
+                                           ev.SessionWorkspaceChanged(paths=msg.paths[:500]))])
+        elif isinstance(msg, wk.Log):
+            log.log(_LEVELS.get(msg.level, 20), "worker %s: %s", conn.worker_id,
+                    msg.message[:2000])
+
+
+_LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
+
+
+async def serve_worker(ws: WebSocket[Any, Any, Any], registry: WorkerRegistry) -> None:
+    """Run one accepted worker socket: handshake, hello, then frames until it closes."""
+    engine = registry.engine
+    nonce = secrets.token_urlsafe(24)
+    try:
+        await ws.send_data(codec.encode(wk.AuthChallenge(nonce=nonce, server_time=time.time())),
+                           mode="text")
+        try:
+            raw = await asyncio.wait_for(receive_frame(ws), AUTH_TIMEOUT_S)
+            msg = codec.decode_worker_to_server(raw)
+        except (TimeoutError, ProtocolError):
+            await ws.close(code=CLOSE_UNAUTHORIZED, reason="expected a signed auth response")
+            return
+        if not isinstance(msg, wk.AuthResponse):
+            await ws.close(code=CLOSE_UNAUTHORIZED, reason="expected a signed auth response")
+            return
+        info = engine.state.workers.get(msg.worker_id)
+        if info is not None and info.revoked:
+            await ws.close(code=CLOSE_REVOKED, reason="this worker was revoked")
+            return
+        public_key = registry.keys.check(msg.worker_id, msg.credential)
+        signed = f"{nonce}:{msg.worker_id}:{msg.ts!r}".encode()
+        if (info is None or public_key is None or abs(time.time() - msg.ts) > CLOCK_SKEW_S
+                or not verify_signature(public_key, signed, msg.signature)):
+            await ws.close(code=CLOSE_UNAUTHORIZED, reason="unknown worker or bad signature")
+            return
+        conn = _Conn(worker_id=msg.worker_id, ws=ws)
+        await conn.send(wk.Welcome(worker_id=msg.worker_id))
+        hello = codec.decode_worker_to_server(await asyncio.wait_for(receive_frame(ws),
+                                                                     AUTH_TIMEOUT_S))
+        if not isinstance(hello, wk.Hello):
+            await ws.close(code=CLOSE_BAD_FRAME, reason="expected hello")
+            return
+        conn.hello = hello
+        conn.running = list(hello.running_actions)
+    except (WebSocketDisconnect, TimeoutError, ProtocolError):
+        return
+    await engine.append([(None, ev.WorkerConnected(
+        worker_id=conn.worker_id, hostname=hello.hostname, os=hello.os,
+        worker_version=hello.worker_version, capabilities=hello.capabilities))])
+    await registry.attach(conn)
+    reason = "connection lost"
+    try:
+        while True:
+            data = await receive_frame(ws)
+            try:
+                frame = codec.decode_worker_to_server(data)
+            except ProtocolError as err:
+                if err.code == "too_large":
+                    await ws.close(code=CLOSE_TOO_LARGE, reason="frame too large")
+                    break
+                log.warning("worker %s sent a bad frame: %s", conn.worker_id, err.message)
+                continue
+            if isinstance(frame, wk.Disconnect):
+                reason = frame.reason or "worker disconnected"
+                break
+            await registry.handle(conn, frame)
+    except WebSocketDisconnect:
+        pass
+    finally:
+        if registry.detach(conn):
+            with contextlib.suppress(Exception):
+                await engine.append([(None, ev.WorkerDisconnected(worker_id=conn.worker_id,
+                                                                  reason=reason[:200]))])

@@ -1,0 +1,186 @@
+"""Pairing over HTTP and the signed worker handshake, against a real server process."""
+
+from __future__ import annotations
+
+import base64
+import json
+import platform
+import re
+import threading
+import time
+from typing import Any
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
+
+from codey_testkit.stack import ServerProcess
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+class FakeWorkerKeys:
+    def __init__(self) -> None:
+        self.key = Ed25519PrivateKey.generate()
+        self.public = _b64(self.key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw))
+
+    def request_body(self) -> dict[str, Any]:
+        return {"public_key": self.public, "hostname": "test-host", "os": "Linux 6.1",
+                "python_version": platform.python_version(), "worker_version": "0.1.0",
+                "roots": ["/tmp"]}
+
+
+def _request(server: ServerProcess, keys: FakeWorkerKeys) -> dict[str, Any]:
+    r = server.http.post("/api/pairing/requests", json=keys.request_body())
+    assert r.status_code == 201, r.text
+    return dict(r.json())
+
+
+def _pair(server: ServerProcess, keys: FakeWorkerKeys) -> tuple[str, str]:
+    ticket = _request(server, keys)
+    r = server.http.post(f"/api/pairing/requests/{ticket['request_id']}/approve",
+                         json={"code": ticket["code"]})
+    assert r.status_code == 200, r.text
+    status = server.http.get(f"/api/pairing/requests/{ticket['request_id']}/wait",
+                             params={"secret": ticket["poll_secret"], "timeout": 1}).json()
+    assert status["status"] == "approved"
+    return status["worker_id"], status["credential"]
+
+
+def _handshake(server: ServerProcess, keys: FakeWorkerKeys, worker_id: str, credential: str):  # type: ignore[no-untyped-def]
+    ws = connect(server.worker_ws_url, open_timeout=10, legacy=True)
+    challenge = json.loads(ws.recv(timeout=5))
+    assert challenge["type"] == "auth_challenge"
+    ts = time.time()
+    sig = _b64(keys.key.sign(f"{challenge['nonce']}:{worker_id}:{ts!r}".encode()))
+    ws.send(json.dumps({"type": "auth_response", "worker_id": worker_id, "ts": ts,
+                        "signature": sig, "credential": credential}))
+    return ws
+
+
+@pytest.fixture
+def server(tmp_path):  # type: ignore[no-untyped-def]
+    with ServerProcess(tmp_path / "server") as proc:
+        yield proc
+
+
+def test_pair_request_has_code_from_the_alphabet_and_shows_in_the_list(server) -> None:  # type: ignore[no-untyped-def]
+    ticket = _request(server, FakeWorkerKeys())
+    assert re.fullmatch(r"[BCDFGHJKLMNPQRSTVWXZ]{4}-[BCDFGHJKLMNPQRSTVWXZ]{4}", ticket["code"])
+    listed = server.http.get("/api/pairing/requests").json()
+    assert [p["request_id"] for p in listed] == [ticket["request_id"]]
+    assert listed[0]["hostname"] == "test-host"
+    by_code = server.http.get(f"/api/pairing/code/{ticket['code'].lower()}").json()
+    assert by_code["request_id"] == ticket["request_id"]
+    state = server.http.get("/api/state/bootstrap").json()["state"]
+    assert ticket["request_id"] in state["pair_requests"]
+
+
+def test_long_poll_wakes_on_approval(server) -> None:  # type: ignore[no-untyped-def]
+    keys = FakeWorkerKeys()
+    ticket = _request(server, keys)
+    answer: dict[str, Any] = {}
+
+    def poll() -> None:
+        import httpx
+        r = httpx.get(f"{server.url}/api/pairing/requests/{ticket['request_id']}/wait",
+                      params={"secret": ticket["poll_secret"], "timeout": 20}, timeout=30)
+        answer.update(r.json())
+        answer["elapsed"] = time.monotonic() - t0
+
+    t0 = time.monotonic()
+    t = threading.Thread(target=poll)
+    t.start()
+    time.sleep(0.5)
+    r = server.http.post(f"/api/pairing/requests/{ticket['request_id']}/approve",
+                         json={"code": ticket["code"]})
+    assert r.status_code == 200
+    t.join(10)
+    assert answer["status"] == "approved" and answer["credential"]
+    assert answer["elapsed"] < 5
+    state = server.http.get("/api/state/bootstrap").json()["state"]
+    assert answer["worker_id"] in state["workers"] and not state["pair_requests"]
+
+
+def test_sixth_wrong_code_finds_the_request_locked(server) -> None:  # type: ignore[no-untyped-def]
+    ticket = _request(server, FakeWorkerKeys())
+    url = f"/api/pairing/requests/{ticket['request_id']}/approve"
+    codes = [server.http.post(url, json={"code": "BBBB-BBBB"}).status_code for _ in range(5)]
+    assert codes == [400, 400, 400, 400, 423]
+    # the right code no longer works: the request is locked
+    assert server.http.post(url, json={"code": ticket["code"]}).status_code == 423
+    status = server.http.get(f"/api/pairing/requests/{ticket['request_id']}/wait",
+                             params={"secret": ticket["poll_secret"], "timeout": 1}).json()
+    assert status["status"] == "locked"
+
+
+def test_code_is_single_use(server) -> None:  # type: ignore[no-untyped-def]
+    keys = FakeWorkerKeys()
+    ticket = _request(server, keys)
+    url = f"/api/pairing/requests/{ticket['request_id']}/approve"
+    assert server.http.post(url, json={"code": ticket["code"]}).status_code == 200
+    assert server.http.post(url, json={"code": ticket["code"]}).status_code == 404
+
+
+def test_deny_tells_the_waiting_worker(server) -> None:  # type: ignore[no-untyped-def]
+    ticket = _request(server, FakeWorkerKeys())
+    assert server.http.post(f"/api/pairing/requests/{ticket['request_id']}/deny").status_code == 200
+    status = server.http.get(f"/api/pairing/requests/{ticket['request_id']}/wait",
+                             params={"secret": ticket["poll_secret"], "timeout": 1}).json()
+    assert status["status"] == "denied" and status["credential"] is None
+
+
+def test_bad_pair_request_is_refused_clearly(server) -> None:  # type: ignore[no-untyped-def]
+    body = FakeWorkerKeys().request_body()
+    body["public_key"] = "not-a-key"
+    r = server.http.post("/api/pairing/requests", json=body)
+    assert r.status_code == 400 and "Ed25519" in r.json()["detail"]
+    r = server.http.post("/api/pairing/requests", json={"hostname": "x"})
+    assert r.status_code == 400
+
+
+def test_signed_handshake_connects_and_revocation_closes_and_refuses(server) -> None:  # type: ignore[no-untyped-def]
+    keys = FakeWorkerKeys()
+    worker_id, credential = _pair(server, keys)
+    ws = _handshake(server, keys, worker_id, credential)
+    welcome = json.loads(ws.recv(timeout=5))
+    assert welcome == {"type": "welcome", "worker_id": worker_id, "heartbeat_s": 5.0}
+    ws.send(json.dumps({"type": "hello", "worker_version": "0.1.0", "hostname": "test-host",
+                        "os": "Linux"}))
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        w = server.http.get("/api/state/bootstrap").json()["state"]["workers"][worker_id]
+        if w["connected"]:
+            break
+        time.sleep(0.05)
+    assert w["connected"]
+
+    t0 = time.monotonic()
+    assert server.http.post(f"/api/workers/{worker_id}/revoke").status_code == 200
+    with pytest.raises(ConnectionClosed) as closed:
+        ws.recv(timeout=5)
+    assert time.monotonic() - t0 < 1.0
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 4403
+
+    again = _handshake(server, keys, worker_id, credential)
+    with pytest.raises(ConnectionClosed) as refused:
+        again.recv(timeout=5)
+    assert refused.value.rcvd is not None and refused.value.rcvd.code == 4403
+
+
+def test_wrong_signature_is_refused_with_4401(server) -> None:  # type: ignore[no-untyped-def]
+    keys = FakeWorkerKeys()
+    worker_id, credential = _pair(server, keys)
+    other = FakeWorkerKeys()
+    ws = _handshake(server, other, worker_id, credential)  # signed with the wrong key
+    with pytest.raises(ConnectionClosed) as refused:
+        ws.recv(timeout=5)
+    assert refused.value.rcvd is not None and refused.value.rcvd.code == 4401
+    ws = _handshake(server, keys, "wrk_unknown", credential)
+    with pytest.raises(ConnectionClosed) as unknown:
+        ws.recv(timeout=5)
+    assert unknown.value.rcvd is not None and unknown.value.rcvd.code == 4401
