@@ -40,8 +40,12 @@ def encode(msg: Any) -> bytes:
 
 
 def _decode(decoder: msgspec.json.Decoder[T], data: bytes | str, cap: int | None) -> T:
-    if cap is not None and len(data) > cap:
-        raise FrameTooLarge(len(data), cap)
+    if cap is not None:
+        size = len(data)
+        if isinstance(data, str) and size * 4 > cap:
+            size = len(data.encode("utf-8", "surrogatepass"))  # the cap is in bytes
+        if size > cap:
+            raise FrameTooLarge(size, cap)
     try:
         return decoder.decode(data)
     except msgspec.ValidationError as err:
@@ -52,6 +56,8 @@ def _decode(decoder: msgspec.json.Decoder[T], data: bytes | str, cap: int | None
         raise ProtocolError(code, text) from None
     except msgspec.DecodeError as err:
         raise ProtocolError("bad_frame", f"not a JSON message: {err}") from None
+    except RecursionError:
+        raise ProtocolError("bad_frame", "the message is nested too deeply") from None
     except (UnicodeDecodeError, ValueError, TypeError) as err:
         raise ProtocolError("bad_frame", f"not a JSON message: {err}") from None
 

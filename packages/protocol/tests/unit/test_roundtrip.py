@@ -7,6 +7,7 @@ of a covered union fails :func:`test_every_tagged_struct_is_in_a_covered_union`.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import types
 import typing
@@ -80,9 +81,13 @@ def _struct_strategy(cls: type[msgspec.Struct]) -> st.SearchStrategy[Any]:
             (required if f.required else optional)[f.name] = strategy_for(f.type)
         # Optional fields are sometimes left out so defaults are exercised too.
         _STRUCT_CACHE[cls] = st.fixed_dictionaries(required, optional=optional).map(
-            lambda kw, cls=cls: cls(**kw)
+            functools.partial(_build, cls)
         )
     return _STRUCT_CACHE[cls]
+
+
+def _build(cls: type[Any], kwargs: dict[str, Any]) -> Any:
+    return cls(**kwargs)
 
 
 def members(union: Any) -> list[type[Any]]:

@@ -23,6 +23,7 @@ import msgspec
 import uvicorn
 
 from codey_protocol import MAX_FRAME_BYTES
+from codey_server.access import RedactSecrets, load_or_create_token
 from codey_server.app import create_app
 from codey_server.errors import ConfigError
 from codey_server.settings import Settings, load_config_file
@@ -80,6 +81,8 @@ def serve(args: argparse.Namespace) -> int:
     config_path = args.config or settings.data_dir / "config.json"
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(RedactSecrets())
     try:
         settings = load_config_file(settings, config_path)
         for warning in settings.check():
@@ -98,6 +101,7 @@ def serve(args: argparse.Namespace) -> int:
     port = sock.getsockname()[1]
     settings = msgspec.structs.replace(settings, port=port)
     app = create_app(settings)
+    token = load_or_create_token(settings.data_dir) if settings.auth_required else None
     host = f"[{settings.host}]" if ":" in settings.host else settings.host
     config = uvicorn.Config(app, log_level="warning", ws_max_size=MAX_FRAME_BYTES + 1024,
                             ws_ping_interval=20, ws_ping_timeout=20, lifespan="on",
@@ -109,7 +113,8 @@ def serve(args: argparse.Namespace) -> int:
             while not server.started:
                 await asyncio.sleep(0.01)
             print(f"codey-server listening on http://{host}:{port}", flush=True)
-            print(f"Open http://{host}:{port}/ in your browser", flush=True)
+            query = f"?token={token}" if token else ""
+            print(f"Open http://{host}:{port}/{query} in your browser", flush=True)
 
         task = asyncio.create_task(announce())
         await server.serve(sockets=[sock])

@@ -117,7 +117,8 @@ def _send_prompt(state: State, c: cl.SendPrompt, ctx: Context) -> Decided:
     if s.status == "closed":
         raise CommandRejected("conflict", "the session is closed")
     out: Decided = []
-    if not any(isinstance(i, ev.UserMessage) for i in s.items):
+    untitled = s.title == title_from_prompt("")
+    if untitled and not any(isinstance(i, ev.UserMessage) for i in s.items):
         out.append((s.session_id, ev.SessionTitleChanged(title=title_from_prompt(c.text))))
     # A prompt during a turn is queued and injected before the next model call (steer).
     out.append((s.session_id, ev.SessionItemAppended(item=ev.UserMessage(

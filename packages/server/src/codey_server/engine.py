@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from codey_protocol import client as cl
 from codey_protocol import codec
@@ -43,6 +43,8 @@ class Engine:
         self._snapshot_task: asyncio.Task[None] | None = None
         self.started_at = 0.0
         self.replayed = 0
+        #: called with each envelope right after it is folded (sync; schedule work, don't block)
+        self.listeners: list[Callable[[Envelope], None]] = []
 
     # lifecycle ----------------------------------------------------------------------------
 
@@ -112,7 +114,13 @@ class Engine:
         advanced = False
         nxt = self.state.seq + 1
         while nxt in self._pending:
-            apply(self.state, self._pending.pop(nxt))
+            env = self._pending.pop(nxt)
+            apply(self.state, env)
+            for listener in self.listeners:
+                try:
+                    listener(env)
+                except Exception:  # a listener's bug must not stop the fold
+                    log.exception("listener failed on seq %d", env.seq)
             nxt += 1
             advanced = True
         if advanced:

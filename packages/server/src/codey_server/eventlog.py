@@ -33,6 +33,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
+import logging
 import queue
 import sqlite3
 import threading
@@ -45,10 +46,10 @@ from typing import Any, TypeVar
 
 import msgspec
 import sqlite_utils
+
 from codey_protocol.codec import encode
 from codey_protocol.errors import ProtocolError
 from codey_protocol.events import Envelope, Event
-
 from codey_server.errors import LogClosed, ServerError, SubscriberOverflow
 
 __all__ = [
@@ -61,6 +62,8 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+_log = logging.getLogger(__name__)
 
 #: How many snapshots :meth:`EventLog.save_snapshot` keeps (the newest ones).
 SNAPSHOTS_KEPT = 3
@@ -521,11 +524,12 @@ class SqliteEventLog(EventLog):
             loop.call_soon_threadsafe(_reject, ready, exc)
             return
         loop.call_soon_threadsafe(_resolve, ready, self._next_seq - 1)
+        in_hand: list[Any] = []
         try:
-            self._writer_loop(conn, loop)
+            self._writer_loop(conn, loop, in_hand)
         except BaseException as exc:  # a bug here must not leave callers waiting forever
-            loop.call_soon_threadsafe(self._writer_crashed, exc)
-            raise
+            _log.exception("event log writer thread crashed")
+            loop.call_soon_threadsafe(self._writer_crashed, exc, in_hand)
         finally:
             conn.close()
             assert self._writer_done is not None
@@ -556,10 +560,16 @@ class SqliteEventLog(EventLog):
         self._next_seq = (last or 0) + 1
         return conn
 
-    def _writer_loop(self, conn: sqlite3.Connection, loop: asyncio.AbstractEventLoop) -> None:
+    def _writer_loop(
+        self, conn: sqlite3.Connection, loop: asyncio.AbstractEventLoop, in_hand: list[Any]
+    ) -> None:
+        """Commit queued requests group by group until _STOP; ``in_hand`` holds the current
+        group so that a crash can still answer its callers."""
         get, get_nowait = self._queue.get, self._queue.get_nowait
         while True:
-            requests = [get()]
+            in_hand.clear()
+            requests = in_hand
+            requests.append(get())
             # Everything queued while the previous transaction was being written goes into
             # this one: that is the group commit.
             with contextlib.suppress(queue.Empty):
@@ -658,17 +668,18 @@ class SqliteEventLog(EventLog):
         else:
             loop.call_soon_threadsafe(_resolve, req.future, result)
 
-    def _writer_crashed(self, exc: BaseException) -> None:
+    def _writer_crashed(self, exc: BaseException, in_hand: list[Any]) -> None:
         """On the event loop: refuse every queued and future request (none can be added now)."""
         self._broken = exc
         error = self._refusal()
         with contextlib.suppress(queue.Empty):
             while True:
-                req = self._queue.get_nowait()
-                if isinstance(req, tuple):
-                    _reject(req[1], error)
-                elif isinstance(req, _CallRequest):
-                    _reject(req.future, error)
+                in_hand.append(self._queue.get_nowait())
+        for req in in_hand:
+            if isinstance(req, tuple):
+                _reject(req[1], error)
+            elif isinstance(req, _CallRequest):
+                _reject(req.future, error)
 
     # reading ------------------------------------------------------------------------------
 

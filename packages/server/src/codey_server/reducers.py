@@ -187,7 +187,8 @@ def _item_appended(state: State, env: ev.Envelope) -> None:
     assert isinstance(e, ev.SessionItemAppended)
     s = _session(state, env)
     if s is not None:
-        s.items.append(e.item)
+        # a copy: later updates must not change the envelope (it may still be encoded later)
+        s.items.append(msgspec.structs.replace(e.item))
 
 
 def _item_updated(state: State, env: ev.Envelope) -> None:
@@ -270,9 +271,10 @@ def _workspace_changed(state: State, env: ev.Envelope) -> None:
     s = _session(state, env)
     if s is None:
         return
-    seen = set(e.paths)
+    new = list(dict.fromkeys(e.paths))
+    seen = set(new)
     kept = [p for p in s.changed_paths if p not in seen]
-    s.changed_paths = (kept + list(e.paths))[-MAX_CHANGED_PATHS:]
+    s.changed_paths = (kept + new)[-MAX_CHANGED_PATHS:]
 
 
 def _usage(state: State, env: ev.Envelope) -> None:

@@ -32,6 +32,7 @@ class ProviderConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     scopes: list[str] = msgspec.field(default_factory=lambda: ["openid", "email", "offline_access"])
     audience: str | None = None
     max_retries: int = 4
+    reasoning_summary: bool = False  # ask the Responses API for reasoning summaries
 
 
 class Settings(msgspec.Struct, kw_only=True):

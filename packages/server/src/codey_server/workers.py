@@ -87,6 +87,7 @@ class WorkerRegistry:
         self._conns: dict[str, _Conn] = {}
         self._inflight: dict[str, _InFlight] = {}
         self._presence: dict[str, asyncio.Event] = {}
+        self._absence: dict[str, asyncio.Event] = {}
 
     # queries --------------------------------------------------------------------------------
 
@@ -100,6 +101,15 @@ class WorkerRegistry:
     def presence(self, worker_id: str) -> asyncio.Event:
         """Set while the worker is connected."""
         return self._presence.setdefault(worker_id, asyncio.Event())
+
+    def absence(self, worker_id: str) -> asyncio.Event:
+        """Set while the worker is not connected."""
+        event = self._absence.get(worker_id)
+        if event is None:
+            event = self._absence[worker_id] = asyncio.Event()
+            if worker_id not in self._conns:
+                event.set()
+        return event
 
     # actions --------------------------------------------------------------------------------
 
@@ -152,6 +162,7 @@ class WorkerRegistry:
                 await old.ws.close(code=CLOSE_REPLACED, reason="replaced by a newer connection")
         self._conns[conn.worker_id] = conn
         self.presence(conn.worker_id).set()
+        self.absence(conn.worker_id).clear()
         # re-send everything this worker has not answered yet, with the same ids
         for flight in list(self._inflight.values()):
             if flight.worker_id == conn.worker_id and not flight.result.done():
@@ -162,6 +173,7 @@ class WorkerRegistry:
         if self._conns.get(conn.worker_id) is conn:
             del self._conns[conn.worker_id]
             self.presence(conn.worker_id).clear()
+            self.absence(conn.worker_id).set()
             return True
         return False
 

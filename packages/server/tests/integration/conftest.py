@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from codey_protocol import events as ev
 from codey_server.eventlog import SqliteEventLog
 from codey_testkit.stack import ServerProcess

@@ -7,12 +7,12 @@ import time
 
 import httpx
 import msgspec
+
 from codey_protocol import codec
 from codey_protocol.events import Envelope
 from codey_protocol.state import State
 from codey_server.reducers import apply
 from codey_testkit.stack import ServerProcess
-
 from codey_testkit.wsclient import BrowserSocket
 
 WORKER_ID = "wrk_test"

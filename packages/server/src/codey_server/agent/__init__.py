@@ -1,0 +1,1 @@
+"""The agent loop: model providers, tools, the approval gate, and one runner per session."""

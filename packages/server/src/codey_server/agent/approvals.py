@@ -1,0 +1,92 @@
+"""The approval gate: which tool calls must wait for the user, under which policy.
+
+``suggest``: every command and every write asks, except known-safe read-only commands.
+``auto-edit``: patches and writes inside the workdir go ahead; commands ask (safe ones don't).
+``full-auto``: nothing asks (the worker's local policy still applies).
+A command the user approved "for this session" is remembered as its exact argv; any later
+command that starts with that argv goes ahead.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Sequence
+
+__all__ = ["is_known_safe", "needs_approval", "path_inside"]
+
+_SAFE_PLAIN = {"ls", "cat", "pwd"}
+_SAFE_GIT = {"status", "diff", "log"}
+# flags that make git write files, run programs, or change config
+_GIT_UNSAFE_FLAGS = ("--output", "--ext-diff", "-c", "--exec-path", "--upload-pack",
+                     "--config", "--textconv", "-o")
+# flags that make rg / grep run other programs (or read decompressed data through them)
+_SEARCH_UNSAFE_FLAGS = ("--pre", "--pre-glob", "-z", "--search-zip", "--hostname-bin")
+
+
+def is_known_safe(argv: Sequence[str]) -> bool:
+    """True for a conservative list of read-only commands (never a shell)."""
+    if not argv:
+        return False
+    prog = posixpath.basename(argv[0])
+    args = list(argv[1:])
+    if prog in _SAFE_PLAIN:
+        return all(not a.startswith("--output") for a in args)
+    if prog == "git":
+        if not args or args[0] not in _SAFE_GIT:
+            return False
+        return not any(a == f or a.startswith(f + "=") for a in args[1:] for f in _GIT_UNSAFE_FLAGS)
+    if prog in ("rg", "grep"):
+        for a in args:
+            if any(a == f or a.startswith(f + "=") for f in _SEARCH_UNSAFE_FLAGS):
+                return False
+            # short-flag bundles like -zn hide -z
+            if prog == "rg" and a.startswith("-") and not a.startswith("--") and "z" in a[1:]:
+                return False
+        return True
+    return False
+
+
+def path_inside(path: str) -> bool:
+    """True when a patch/write path stays inside the workdir by its text alone.
+
+    The worker confines every path by realpath anyway; this only decides whether to ask.
+    """
+    if not path or path.startswith(("/", "~")) or "\\" in path:
+        return False
+    parts = posixpath.normpath(path).split("/")
+    return ".." not in parts
+
+
+def _patch_paths(patch: str) -> list[str]:
+    paths = []
+    for line in patch.splitlines():
+        stripped = line.strip()
+        for marker in ("*** Add File:", "*** Delete File:", "*** Update File:", "*** Move to:"):
+            if stripped.startswith(marker):
+                paths.append(stripped[len(marker):].strip())
+    return paths
+
+
+def needs_approval(policy: str, tool: str, *, command: Sequence[str] | None = None,
+                   patch: str | None = None, path: str | None = None,
+                   approved_prefixes: Sequence[Sequence[str]] = ()) -> bool:
+    """Whether this tool call must wait for the user under ``policy``."""
+    if policy == "full-auto":
+        return False
+    if tool in ("read_file", "list_dir", "update_plan"):
+        return False
+    if tool == "shell":
+        argv = list(command or [])
+        if is_known_safe(argv):
+            return False
+        return not any(len(p) <= len(argv) and argv[:len(p)] == list(p)
+                       for p in approved_prefixes if p)
+    if tool == "apply_patch":
+        if policy == "auto-edit":
+            paths = _patch_paths(patch or "")
+            return not paths or not all(path_inside(p) for p in paths)
+        return True
+    if tool == "write_file":
+        return not (policy == "auto-edit" and path_inside(path or ""))
+    # MCP tools and anything else can do anything: ask unless full-auto
+    return True

@@ -1,0 +1,347 @@
+"""``codey_server.decide.decide``: commands become events, or ``CommandRejected`` and nothing."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from codey_protocol import client as cl
+from codey_protocol import events as ev
+from codey_protocol.state import State
+from codey_server.decide import TITLE_MAX, CommandRejected, Context, decide, title_from_prompt
+from codey_server.errors import ServerError
+from codey_server.reducers import apply_all
+
+W, S, NOW = "wrk_1", "ses_main", 1234.5
+
+
+def context() -> Context:
+    counter = itertools.count(1)
+    return Context(new_id=lambda prefix: f"{prefix}_{next(counter)}", now=lambda: NOW,
+                   default_provider="openai", default_models={"openai": "gpt-x",
+                                                              "ollama": "llama"})
+
+
+def make_state(*, revoked: bool = False, status: ev.SessionStatus = "idle",
+               items: list[ev.Item] | None = None, approvals: dict[str, Any] | None = None,
+               policy: ev.ApprovalPolicy = "suggest") -> State:
+    """A state built by folding events, as the engine would have it."""
+    pairs: list[tuple[str | None, ev.Event]] = [
+        (None, ev.WorkerPaired(worker_id=W, request_id="r", hostname="h", os="linux",
+                               python_version="3.11", worker_version="0.1", roots=["/src"],
+                               public_key="pk")),
+        (S, ev.SessionCreated(title="New session", worker_id=W, workdir="/src", provider="openai",
+                              model="gpt-x", policy=policy)),
+    ]
+    if revoked:
+        pairs.append((None, ev.WorkerRevoked(worker_id=W)))
+    pairs += [(S, ev.SessionItemAppended(item=i)) for i in items or []]
+    for approval_id, outcome in (approvals or {}).items():
+        pairs.append((S, ev.ApprovalRequested(approval_id=approval_id, item_id="itm_t",
+                                              kind="command", command=["make"])))
+        if outcome != "pending":
+            pairs.append((S, ev.ApprovalResolved(approval_id=approval_id,
+                                                 decision=outcome)))
+    if status != "idle":
+        pairs.append((S, ev.SessionStatusChanged(status=status)))
+    return apply_all(State(), [ev.Envelope(seq=n + 1, ts=float(n), session_id=sid, event=e)
+                               for n, (sid, e) in enumerate(pairs)])
+
+
+def rejected(state: State, command: Any) -> CommandRejected:
+    with pytest.raises(CommandRejected) as info:
+        decide(state, command, context())
+    assert isinstance(info.value, ServerError)
+    return info.value
+
+
+# ---------------------------------------------------------------------------------------------
+# CreateSession
+
+
+def test_create_session_with_a_prompt() -> None:
+    out = decide(make_state(), cl.CreateSession(worker_id=W, workdir=" /src/app ",
+                                                prompt="Fix the tests\nthey fail",
+                                                policy="auto-edit"), context())
+    assert out == [
+        ("ses_1", ev.SessionCreated(title="Fix the tests", worker_id=W, workdir="/src/app",
+                                    provider="openai", model="gpt-x", policy="auto-edit")),
+        ("ses_1", ev.SessionItemAppended(item=ev.UserMessage(
+            id="itm_2", ts=NOW, text="Fix the tests\nthey fail"))),
+    ]
+
+
+def test_create_session_without_a_prompt_appends_no_item() -> None:
+    out = decide(make_state(), cl.CreateSession(worker_id=W, workdir="/src", prompt="  \n"),
+                 context())
+    assert len(out) == 1
+    sid, event = out[0]
+    assert sid == "ses_1"
+    assert isinstance(event, ev.SessionCreated) and event.title == "New session"
+
+
+def test_create_session_explicit_title_provider_and_model() -> None:
+    out = decide(make_state(), cl.CreateSession(worker_id=W, workdir="/src", prompt="do it",
+                                                title="Mine", provider="ollama", model="qwen"),
+                 context())
+    event = out[0][1]
+    assert isinstance(event, ev.SessionCreated)
+    assert (event.title, event.provider, event.model) == ("Mine", "ollama", "qwen")
+
+
+@pytest.mark.parametrize(("provider", "model"), [("ollama", "llama"), ("unknown", "")])
+def test_create_session_default_model_of_the_provider(provider: str, model: str) -> None:
+    out = decide(make_state(), cl.CreateSession(worker_id=W, workdir="/src", provider=provider),
+                 context())
+    event = out[0][1]
+    assert isinstance(event, ev.SessionCreated) and event.model == model
+
+
+def test_create_session_events_fold_into_a_session() -> None:
+    state = make_state()
+    out = decide(state, cl.CreateSession(worker_id=W, workdir="/w", prompt="hello"), context())
+    state = apply_all(state, [ev.Envelope(seq=state.seq + n + 1, ts=NOW, session_id=sid,
+                                          event=e) for n, (sid, e) in enumerate(out)])
+    s = state.sessions["ses_1"]
+    assert (s.title, s.workdir, len(s.items)) == ("hello", "/w", 1)
+
+
+def test_create_session_unknown_worker_is_not_found() -> None:
+    err = rejected(make_state(), cl.CreateSession(worker_id="nope", workdir="/src"))
+    assert err.code == "not_found"
+
+
+def test_create_session_revoked_worker_is_forbidden() -> None:
+    err = rejected(make_state(revoked=True), cl.CreateSession(worker_id=W, workdir="/src"))
+    assert err.code == "forbidden"
+
+
+@pytest.mark.parametrize("workdir", ["", "   ", "\t\n"])
+def test_create_session_empty_workdir_is_bad_request(workdir: str) -> None:
+    err = rejected(make_state(), cl.CreateSession(worker_id=W, workdir=workdir))
+    assert err.code == "bad_request"
+
+
+# ---------------------------------------------------------------------------------------------
+# SendPrompt
+
+
+def _user(text: str = "earlier") -> ev.UserMessage:
+    return ev.UserMessage(id="itm_0", ts=0.0, text=text)
+
+
+def test_send_prompt_when_idle_is_not_queued() -> None:
+    out = decide(make_state(items=[_user()]), cl.SendPrompt(session_id=S, text="next"),
+                 context())
+    assert out == [(S, ev.SessionItemAppended(item=ev.UserMessage(
+        id="itm_1", ts=NOW, text="next", queued=False)))]
+
+
+@pytest.mark.parametrize("status", ["running", "waiting_approval", "waiting_worker"])
+def test_send_prompt_during_a_turn_is_queued(status: ev.SessionStatus) -> None:
+    out = decide(make_state(items=[_user()], status=status),
+                 cl.SendPrompt(session_id=S, text="steer"), context())
+    (sid, event), = out
+    assert sid == S
+    assert isinstance(event, ev.SessionItemAppended)
+    assert isinstance(event.item, ev.UserMessage) and event.item.queued
+
+
+@pytest.mark.parametrize("status", ["idle", "interrupted", "error", "waiting_user"])
+def test_send_prompt_outside_a_turn_is_not_queued(status: ev.SessionStatus) -> None:
+    (_, event), = decide(make_state(items=[_user()], status=status),
+                         cl.SendPrompt(session_id=S, text="go"), context())
+    assert isinstance(event, ev.SessionItemAppended)
+    assert isinstance(event.item, ev.UserMessage) and not event.item.queued
+
+
+def test_send_prompt_first_prompt_sets_the_title() -> None:
+    out = decide(make_state(items=[ev.ErrorItem(id="e", ts=0.0, message="x")]),
+                 cl.SendPrompt(session_id=S, text="\n  Refactor the parser  \nplease"), context())
+    assert out[0] == (S, ev.SessionTitleChanged(title="Refactor the parser"))
+    assert isinstance(out[1][1], ev.SessionItemAppended)
+    assert len(out) == 2
+
+
+def test_send_prompt_later_prompts_keep_the_title() -> None:
+    out = decide(make_state(items=[_user()]), cl.SendPrompt(session_id=S, text="more"),
+                 context())
+    assert not any(isinstance(e, ev.SessionTitleChanged) for _, e in out)
+
+
+def test_send_prompt_keeps_an_explicit_title() -> None:
+    ctx = context()
+    state = make_state()
+    created = decide(state, cl.CreateSession(worker_id=W, workdir="/w", title="Release prep"),
+                     ctx)
+    state = apply_all(state, [ev.Envelope(seq=state.seq + 1, ts=1.0, session_id=sid, event=e)
+                              for sid, e in created])
+    sid = created[0][0]
+    assert sid is not None
+    out = decide(state, cl.SendPrompt(session_id=sid, text="bump the version"), ctx)
+    assert not any(isinstance(e, ev.SessionTitleChanged) for _, e in out)
+
+
+@pytest.mark.parametrize("text", ["", "  ", "\n\t"])
+def test_send_prompt_empty_is_bad_request(text: str) -> None:
+    assert rejected(make_state(), cl.SendPrompt(session_id=S, text=text)).code == "bad_request"
+
+
+def test_send_prompt_unknown_session_is_not_found() -> None:
+    assert rejected(make_state(), cl.SendPrompt(session_id="x", text="hi")).code == "not_found"
+
+
+def test_send_prompt_closed_session_is_conflict() -> None:
+    err = rejected(make_state(status="closed"), cl.SendPrompt(session_id=S, text="hi"))
+    assert err.code == "conflict"
+
+
+# ---------------------------------------------------------------------------------------------
+# DecideApproval
+
+
+@pytest.mark.parametrize(
+    ("decision", "expected", "for_session"),
+    [("approve", "approved", False), ("approve_for_session", "approved", True),
+     ("reject", "rejected", False)],
+)
+def test_decide_approval(decision: Any, expected: Any, for_session: bool) -> None:
+    out = decide(make_state(approvals={"apr_1": "pending"}),
+                 cl.DecideApproval(session_id=S, approval_id="apr_1", decision=decision,
+                                   message="because"), context())
+    assert out == [(S, ev.ApprovalResolved(approval_id="apr_1", decision=expected,
+                                           message="because", for_session=for_session))]
+
+
+def test_decide_approval_unknown_is_not_found() -> None:
+    err = rejected(make_state(approvals={"apr_1": "pending"}),
+                   cl.DecideApproval(session_id=S, approval_id="apr_2", decision="approve"))
+    assert err.code == "not_found"
+
+
+def test_decide_approval_unknown_session_is_not_found() -> None:
+    err = rejected(make_state(approvals={"apr_1": "pending"}),
+                   cl.DecideApproval(session_id="x", approval_id="apr_1", decision="approve"))
+    assert err.code == "not_found"
+
+
+@pytest.mark.parametrize("outcome", ["approved", "rejected", "expired", "cancelled"])
+def test_decide_approval_already_decided_is_conflict(outcome: str) -> None:
+    err = rejected(make_state(approvals={"apr_1": outcome}),
+                   cl.DecideApproval(session_id=S, approval_id="apr_1", decision="approve"))
+    assert err.code == "conflict"
+    assert outcome in err.message
+
+
+def test_decide_approval_second_decision_after_fold_is_conflict() -> None:
+    state = make_state(approvals={"apr_1": "pending"})
+    out = decide(state, cl.DecideApproval(session_id=S, approval_id="apr_1",
+                                          decision="reject"), context())
+    apply_all(state, [ev.Envelope(seq=state.seq + 1, ts=9.0, session_id=sid, event=e)
+                      for sid, e in out])
+    err = rejected(state, cl.DecideApproval(session_id=S, approval_id="apr_1",
+                                            decision="approve"))
+    assert err.code == "conflict"
+    assert state.sessions[S].approvals["apr_1"].status == "rejected"
+
+
+# ---------------------------------------------------------------------------------------------
+# SetApprovalPolicy, Interrupt, others
+
+
+def test_set_approval_policy_changes_it() -> None:
+    out = decide(make_state(policy="suggest"),
+                 cl.SetApprovalPolicy(session_id=S, policy="full-auto"), context())
+    assert out == [(S, ev.SessionPolicyChanged(policy="full-auto"))]
+
+
+def test_set_approval_policy_unchanged_is_a_no_op() -> None:
+    out = decide(make_state(policy="auto-edit"),
+                 cl.SetApprovalPolicy(session_id=S, policy="auto-edit"), context())
+    assert out == []
+
+
+def test_set_approval_policy_unknown_session_is_not_found() -> None:
+    err = rejected(make_state(), cl.SetApprovalPolicy(session_id="x", policy="suggest"))
+    assert err.code == "not_found"
+
+
+@pytest.mark.parametrize("status", ["running", "waiting_approval", "waiting_worker"])
+def test_interrupt_a_running_turn(status: ev.SessionStatus) -> None:
+    out = decide(make_state(status=status), cl.Interrupt(session_id=S), context())
+    (sid, event), = out
+    assert sid == S
+    assert isinstance(event, ev.SessionStatusChanged) and event.status == "interrupted"
+
+
+@pytest.mark.parametrize("status", ["idle", "interrupted", "closed", "error", "waiting_user"])
+def test_interrupt_when_not_running_is_a_no_op(status: ev.SessionStatus) -> None:
+    assert decide(make_state(status=status), cl.Interrupt(session_id=S), context()) == []
+
+
+def test_interrupt_unknown_session_is_not_found() -> None:
+    assert rejected(make_state(), cl.Interrupt(session_id="x")).code == "not_found"
+
+
+def test_subscribe_is_not_a_command_to_decide() -> None:
+    assert rejected(make_state(), cl.Subscribe(after_seq=3)).code == "bad_request"
+
+
+def test_rejected_commands_leave_the_state_alone() -> None:
+    state = make_state(approvals={"apr_1": "approved"})
+    before = state.sessions[S].approvals["apr_1"].status
+    for command in (cl.DecideApproval(session_id=S, approval_id="apr_1", decision="reject"),
+                    cl.CreateSession(worker_id="nope", workdir="/")):
+        with pytest.raises(CommandRejected):
+            decide(state, command, context())
+    assert state.sessions[S].approvals["apr_1"].status == before
+    assert list(state.sessions) == [S]
+
+
+def test_default_context_makes_unique_prefixed_ids() -> None:
+    ctx = Context()
+    ids = {ctx.new_id("ses") for _ in range(50)}
+    assert len(ids) == 50
+    assert all(i.startswith("ses_") for i in ids)
+    assert ctx.now() > 1.6e9
+
+
+# ---------------------------------------------------------------------------------------------
+# title_from_prompt
+
+
+@pytest.mark.parametrize(
+    ("prompt", "title"),
+    [
+        ("Fix the bug", "Fix the bug"),
+        ("\n\n   Fix the bug  \nin parser", "Fix the bug"),
+        ("", "New session"),
+        (" \n\t\n", "New session"),
+        ("x" * TITLE_MAX, "x" * TITLE_MAX),
+        ("x" * (TITLE_MAX + 1), "x" * TITLE_MAX + "…"),
+        ("word " * 20, "word word word word word word word word word word word word…"),
+        ("Refactor the parser, then " + "y" * 60, "Refactor the parser, then…"),
+    ],
+)
+def test_title_from_prompt(prompt: str, title: str) -> None:
+    assert title_from_prompt(prompt) == title
+
+
+@settings(max_examples=100, deadline=None)
+@given(prompt=st.text(max_size=200))
+def test_title_from_prompt_is_a_short_prefix_of_the_first_line(prompt: str) -> None:
+    title = title_from_prompt(prompt)
+    lines = [ln.strip() for ln in prompt.splitlines() if ln.strip()]
+    if not lines:
+        assert title == "New session"
+        return
+    assert len(title) <= TITLE_MAX + 1
+    if len(lines[0]) <= TITLE_MAX:
+        assert title == lines[0]
+    else:
+        assert title.endswith("…")
+        assert lines[0].startswith(title[:-1])

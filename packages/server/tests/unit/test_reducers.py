@@ -1,0 +1,572 @@
+"""The fold ``codey_server.reducers.apply``: one test per event type, then properties."""
+
+from __future__ import annotations
+
+import functools
+import types
+import typing
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from codey_protocol import codec
+from codey_protocol import events as ev
+from codey_protocol import worker as wk
+from codey_protocol.state import State
+from codey_server.reducers import MAX_CHANGED_PATHS, apply, apply_all, copy_state, find_item
+
+W, S = "wrk_1", "ses_1"
+
+
+class Log:
+    """Builds envelopes with consecutive seqs; ``ts`` equals ``seq`` so effects are traceable."""
+
+    def __init__(self) -> None:
+        self.seq = 0
+
+    def env(self, event: ev.Event, session_id: str | None = S) -> ev.Envelope:
+        self.seq += 1
+        return ev.Envelope(seq=self.seq, ts=float(self.seq), session_id=session_id, event=event)
+
+
+def paired(worker_id: str = W) -> ev.WorkerPaired:
+    return ev.WorkerPaired(worker_id=worker_id, request_id="req_1", hostname="box", os="linux",
+                           python_version="3.11", worker_version="0.1", roots=["/src"],
+                           public_key="pk")
+
+
+def created(title: str = "Fix it") -> ev.SessionCreated:
+    return ev.SessionCreated(title=title, worker_id=W, workdir="/src/app", provider="openai",
+                             model="gpt-x", policy="auto-edit")
+
+
+@pytest.fixture
+def log() -> Log:
+    return Log()
+
+
+@pytest.fixture
+def state(log: Log) -> State:
+    """A paired worker and one session, at seq 2."""
+    return apply_all(State(), [log.env(paired(), None), log.env(created())])
+
+
+def tool_call(item_id: str = "itm_t") -> ev.ToolCall:
+    return ev.ToolCall(id=item_id, ts=1.0, call_id="call_1", name="shell",
+                       arguments='{"argv":["ls"]}', command=["ls"])
+
+
+def run_ls(action_id: str = "act_1") -> wk.RunCommand:
+    return wk.RunCommand(action_id=action_id, session_id=S, argv=["ls"], workdir="/src/app")
+
+
+# ---------------------------------------------------------------------------------------------
+# workers and pairing
+
+
+def test_worker_pair_requested_adds_a_pending_request(log: Log) -> None:
+    st_ = apply(State(), log.env(ev.WorkerPairRequested(
+        request_id="req_1", hostname="box", os="linux", python_version="3.11",
+        worker_version="0.1", roots=["/src"], fingerprint="ab:cd", expires_at=600.0), None))
+    req = st_.pair_requests["req_1"]
+    assert (req.hostname, req.fingerprint, req.roots) == ("box", "ab:cd", ["/src"])
+    assert (req.requested_at, req.expires_at) == (1.0, 600.0)
+
+
+def _with_request(log: Log) -> State:
+    return apply(State(), log.env(ev.WorkerPairRequested(
+        request_id="req_1", hostname="box", os="linux", python_version="3.11",
+        worker_version="0.1", roots=[], fingerprint="f", expires_at=9.0), None))
+
+
+def test_worker_pair_resolved_removes_the_request(log: Log) -> None:
+    st_ = _with_request(log)
+    apply(st_, log.env(ev.WorkerPairResolved(request_id="req_1", outcome="denied"), None))
+    assert st_.pair_requests == {}
+    apply(st_, log.env(ev.WorkerPairResolved(request_id="req_x", outcome="expired"), None))
+    assert st_.seq == 3
+
+
+def test_worker_paired_adds_the_worker_and_drops_the_request(log: Log) -> None:
+    st_ = _with_request(log)
+    apply(st_, log.env(paired(), None))
+    assert st_.pair_requests == {}
+    w = st_.workers[W]
+    assert (w.hostname, w.os, w.roots, w.paired_at) == ("box", "linux", ["/src"], 2.0)
+    assert not w.connected and not w.revoked
+
+
+def test_worker_connected_and_disconnected(state: State, log: Log) -> None:
+    caps = wk.Capabilities(executors=["run_command"],
+                           mcp_servers=[wk.McpServerInfo(name="time")])
+    apply(state, log.env(ev.WorkerConnected(worker_id=W, hostname="box2", os="darwin",
+                                            worker_version="0.2", capabilities=caps), None))
+    w = state.workers[W]
+    assert w.connected and w.hostname == "box2" and w.os == "darwin"
+    assert (w.worker_version, w.capabilities, w.last_seen) == ("0.2", caps, 3.0)
+    apply(state, log.env(ev.WorkerDisconnected(worker_id=W, reason="bye"), None))
+    assert not state.workers[W].connected
+    assert state.workers[W].last_seen == 4.0
+
+
+def test_worker_revoked_disconnects(state: State, log: Log) -> None:
+    apply(state, log.env(ev.WorkerConnected(worker_id=W, hostname="b", os="l",
+                                            worker_version="1"), None))
+    apply(state, log.env(ev.WorkerRevoked(worker_id=W), None))
+    w = state.workers[W]
+    assert w.revoked and not w.connected and w.last_seen == 4.0
+
+
+@pytest.mark.parametrize("event", [
+    ev.WorkerConnected(worker_id="ghost", hostname="h", os="o", worker_version="v"),
+    ev.WorkerDisconnected(worker_id="ghost"),
+    ev.WorkerRevoked(worker_id="ghost"),
+], ids=lambda e: type(e).__name__)
+def test_events_for_unknown_workers_are_ignored(state: State, log: Log, event: ev.Event) -> None:
+    before = copy_state(state)
+    apply(state, log.env(event, None))
+    assert "ghost" not in state.workers
+    before.seq = state.seq
+    assert state == before
+
+
+# ---------------------------------------------------------------------------------------------
+# sessions
+
+
+def test_session_created(state: State) -> None:
+    s = state.sessions[S]
+    assert (s.title, s.worker_id, s.workdir, s.provider, s.model, s.policy) == (
+        "Fix it", W, "/src/app", "openai", "gpt-x", "auto-edit")
+    assert (s.status, s.created_at, s.updated_at, s.items) == ("idle", 2.0, 2.0, [])
+
+
+def test_session_created_without_session_id_is_ignored(log: Log) -> None:
+    st_ = apply(State(), log.env(created(), None))
+    assert st_.sessions == {} and st_.seq == 1
+
+
+def test_session_status_changed(state: State, log: Log) -> None:
+    apply(state, log.env(ev.SessionStatusChanged(status="waiting_approval", reason="ls?")))
+    s = state.sessions[S]
+    assert (s.status, s.status_reason, s.updated_at) == ("waiting_approval", "ls?", 3.0)
+    apply(state, log.env(ev.SessionStatusChanged(status="idle")))
+    assert (s.status, s.status_reason) == ("idle", "")
+
+
+def test_session_title_changed(state: State, log: Log) -> None:
+    apply(state, log.env(ev.SessionTitleChanged(title="New")))
+    assert state.sessions[S].title == "New"
+
+
+def test_session_policy_changed(state: State, log: Log) -> None:
+    apply(state, log.env(ev.SessionPolicyChanged(policy="full-auto")))
+    assert state.sessions[S].policy == "full-auto"
+
+
+def test_session_item_appended_keeps_order(state: State, log: Log) -> None:
+    first = ev.UserMessage(id="itm_1", ts=3.0, text="hi")
+    second = ev.AssistantMessage(id="itm_2", ts=4.0, streaming=True)
+    apply(state, log.env(ev.SessionItemAppended(item=first)))
+    apply(state, log.env(ev.SessionItemAppended(item=second)))
+    assert state.sessions[S].items == [first, second]
+    assert find_item(state.sessions[S], "itm_1") == first
+    assert find_item(state.sessions[S], "nope") is None
+
+
+def test_plan_updated_replaces_the_plan(state: State, log: Log) -> None:
+    steps = [ev.PlanStep(step="read", status="done"), ev.PlanStep(step="fix")]
+    apply(state, log.env(ev.PlanUpdated(steps=steps, explanation="why")))
+    apply(state, log.env(ev.PlanUpdated(steps=steps[1:])))
+    s = state.sessions[S]
+    assert (s.plan, s.plan_explanation) == ([ev.PlanStep(step="fix")], "")
+
+
+# ---------------------------------------------------------------------------------------------
+# item updates
+
+
+def _append(state: State, log: Log, item: ev.Item) -> None:
+    apply(state, log.env(ev.SessionItemAppended(item=item)))
+
+
+def test_item_updated_deltas_append(state: State, log: Log) -> None:
+    _append(state, log, ev.AssistantMessage(id="itm_a", ts=1.0, streaming=True))
+    _append(state, log, tool_call())
+    for chunk in ("Hel", "lo"):
+        apply(state, log.env(ev.SessionItemUpdated(item_id="itm_a", text_delta=chunk)))
+    apply(state, log.env(ev.SessionItemUpdated(item_id="itm_t", output_delta="a\n")))
+    apply(state, log.env(ev.SessionItemUpdated(item_id="itm_t", output_delta="b\n")))
+    items = state.sessions[S].items
+    assert isinstance(items[0], ev.AssistantMessage) and items[0].text == "Hello"
+    assert items[0].streaming  # None fields left it alone
+    assert isinstance(items[1], ev.ToolCall) and items[1].output == "a\nb\n"
+
+
+def test_item_updated_replaces_set_fields_and_keeps_none_fields(state: State, log: Log) -> None:
+    _append(state, log, tool_call())
+    files = [wk.FileChange(path="a.py", op="update", added=1)]
+    apply(state, log.env(ev.SessionItemUpdated(
+        item_id="itm_t", status="running", action_id="act_1", approval_id="apr_1")))
+    apply(state, log.env(ev.SessionItemUpdated(
+        item_id="itm_t", status="done", exit_code=0, truncated=True, diff="@@", files=files,
+        result="ok")))
+    t = state.sessions[S].items[0]
+    assert isinstance(t, ev.ToolCall)
+    assert (t.status, t.exit_code, t.truncated, t.diff, t.files, t.result) == (
+        "done", 0, True, "@@", files, "ok")
+    # Left as they were by the second update, whose fields were None:
+    assert (t.action_id, t.approval_id, t.error, t.command) == ("act_1", "apr_1", None, ["ls"])
+
+
+def test_item_updated_output_replaces_after_the_delta(state: State, log: Log) -> None:
+    _append(state, log, tool_call())
+    apply(state, log.env(ev.SessionItemUpdated(item_id="itm_t", output_delta="x" * 10)))
+    apply(state, log.env(ev.SessionItemUpdated(item_id="itm_t", output_delta="y",
+                                               output="[truncated]")))
+    t = state.sessions[S].items[0]
+    assert isinstance(t, ev.ToolCall) and t.output == "[truncated]"
+
+
+def test_item_updated_ignores_fields_the_item_does_not_have(state: State, log: Log) -> None:
+    msg = ev.UserMessage(id="itm_u", ts=1.0, text="hi", queued=True)
+    err = ev.ErrorItem(id="itm_e", ts=1.0, message="boom")
+    _append(state, log, msg)
+    _append(state, log, err)
+    apply(state, log.env(ev.SessionItemUpdated(item_id="itm_u", queued=False, status="done",
+                                               output_delta="x", exit_code=1)))
+    apply(state, log.env(ev.SessionItemUpdated(item_id="itm_e", text_delta="more")))
+    u, e = state.sessions[S].items
+    assert u == ev.UserMessage(id="itm_u", ts=1.0, text="hi", queued=False)
+    assert e == ev.ErrorItem(id="itm_e", ts=1.0, message="boom")
+
+
+def test_item_updated_for_an_unknown_item_is_ignored(state: State, log: Log) -> None:
+    _append(state, log, ev.AssistantMessage(id="itm_a", ts=1.0))
+    before = copy_state(state)
+    apply(state, log.env(ev.SessionItemUpdated(item_id="itm_zz", text_delta="x", status="done")))
+    assert state.sessions[S].items == before.sessions[S].items
+    assert state.seq == before.seq + 1
+
+
+# ---------------------------------------------------------------------------------------------
+# approvals
+
+
+def _request(state: State, log: Log, approval_id: str = "apr_1",
+             command: list[str] | None = None) -> None:
+    apply(state, log.env(ev.ApprovalRequested(
+        approval_id=approval_id, item_id="itm_t", kind="command",
+        command=["git", "status"] if command is None else command, reason="asks")))
+
+
+def test_approval_requested_is_pending(state: State, log: Log) -> None:
+    _request(state, log)
+    a = state.sessions[S].approvals["apr_1"]
+    assert (a.status, a.kind, a.command, a.reason, a.requested_at, a.decided_at) == (
+        "pending", "command", ["git", "status"], "asks", 3.0, None)
+
+
+@pytest.mark.parametrize("decision", ["approved", "rejected", "expired", "cancelled"])
+def test_approval_resolved_records_the_decision(state: State, log: Log, decision: Any) -> None:
+    _request(state, log)
+    apply(state, log.env(ev.ApprovalResolved(approval_id="apr_1", decision=decision,
+                                             message="m")))
+    a = state.sessions[S].approvals["apr_1"]
+    assert (a.status, a.message, a.decided_at) == (decision, "m", 4.0)
+    assert state.sessions[S].approved_prefixes == []
+
+
+def test_approval_first_decision_wins(state: State, log: Log) -> None:
+    _request(state, log)
+    apply(state, log.env(ev.ApprovalResolved(approval_id="apr_1", decision="rejected",
+                                             message="no")))
+    apply(state, log.env(ev.ApprovalResolved(approval_id="apr_1", decision="approved",
+                                             message="yes", for_session=True)))
+    a = state.sessions[S].approvals["apr_1"]
+    assert (a.status, a.message, a.decided_at) == ("rejected", "no", 4.0)
+    assert state.sessions[S].approved_prefixes == []
+
+
+def test_approve_for_session_records_the_prefix_once(state: State, log: Log) -> None:
+    for n in (1, 2):
+        _request(state, log, f"apr_{n}")
+        apply(state, log.env(ev.ApprovalResolved(approval_id=f"apr_{n}", decision="approved",
+                                                 for_session=True)))
+    _request(state, log, "apr_3", ["make"])
+    apply(state, log.env(ev.ApprovalResolved(approval_id="apr_3", decision="approved")))
+    _request(state, log, "apr_4", ["rm", "-rf"])
+    apply(state, log.env(ev.ApprovalResolved(approval_id="apr_4", decision="rejected",
+                                             for_session=True)))
+    assert state.sessions[S].approved_prefixes == [["git", "status"]]
+
+
+def test_approval_resolved_for_an_unknown_approval_is_ignored(state: State, log: Log) -> None:
+    apply(state, log.env(ev.ApprovalResolved(approval_id="apr_x", decision="approved",
+                                             for_session=True)))
+    assert state.sessions[S].approvals == {}
+    assert state.sessions[S].approved_prefixes == []
+
+
+# ---------------------------------------------------------------------------------------------
+# actions, workspace, usage, rate limits, auth
+
+
+def test_pending_actions_added_and_removed(state: State, log: Log) -> None:
+    for n in (1, 2):
+        apply(state, log.env(ev.ActionRequested(action_id=f"act_{n}", item_id="itm_t",
+                                                worker_id=W, action=run_ls(f"act_{n}"))))
+    pending = state.sessions[S].pending_actions
+    assert set(pending) == {"act_1", "act_2"}
+    assert pending["act_1"].action == run_ls("act_1")
+    assert (pending["act_1"].worker_id, pending["act_1"].item_id) == (W, "itm_t")
+    apply(state, log.env(ev.ActionFinished(action_id="act_1", outcome="result")))
+    apply(state, log.env(ev.ActionFinished(action_id="act_zz", outcome="lost")))
+    assert set(state.sessions[S].pending_actions) == {"act_2"}
+
+
+def test_workspace_changed_dedups_and_moves_to_the_end(state: State, log: Log) -> None:
+    apply(state, log.env(ev.SessionWorkspaceChanged(paths=["a.py", "b.py"])))
+    apply(state, log.env(ev.SessionWorkspaceChanged(paths=["c.py", "a.py"])))
+    assert state.sessions[S].changed_paths == ["b.py", "c.py", "a.py"]
+
+
+def test_workspace_changed_is_capped_to_the_most_recent(state: State, log: Log) -> None:
+    paths = [f"f{i}.py" for i in range(MAX_CHANGED_PATHS + 50)]
+    apply(state, log.env(ev.SessionWorkspaceChanged(paths=paths[:120])))
+    apply(state, log.env(ev.SessionWorkspaceChanged(paths=paths[120:])))
+    assert state.sessions[S].changed_paths == paths[-MAX_CHANGED_PATHS:]
+
+
+def test_workspace_changed_dedups_within_one_event(state: State, log: Log) -> None:
+    # watchfiles reports (change, path) pairs, so one batch can name a path twice.
+    apply(state, log.env(ev.SessionWorkspaceChanged(paths=["a.py", "b.py", "a.py"])))
+    assert sorted(state.sessions[S].changed_paths) == ["a.py", "b.py"]
+
+
+def test_token_usage_sums_and_counts_turns(state: State, log: Log) -> None:
+    apply(state, log.env(ev.TokenUsageRecorded(input_tokens=10, output_tokens=5,
+                                               reasoning_tokens=2, total_tokens=15)))
+    apply(state, log.env(ev.TokenUsageRecorded(input_tokens=1, total_tokens=1)))
+    u = state.sessions[S].usage
+    assert (u.input_tokens, u.output_tokens, u.reasoning_tokens, u.total_tokens, u.turns) == (
+        11, 5, 2, 16, 2)
+
+
+def test_rate_limit_updated_replaces_per_provider(log: Log) -> None:
+    st_ = apply(State(), log.env(ev.RateLimitUpdated(provider="openai", limit_requests=100,
+                                                     remaining_requests=99), None))
+    apply(st_, log.env(ev.RateLimitUpdated(provider="openai", remaining_tokens=5,
+                                           reset_tokens="1s"), None))
+    apply(st_, log.env(ev.RateLimitUpdated(provider="ollama", limit_tokens=1), None))
+    rl = st_.rate_limits["openai"]
+    assert (rl.limit_requests, rl.remaining_requests) == (None, None)  # a snapshot, not a merge
+    assert (rl.remaining_tokens, rl.reset_tokens, rl.updated_at) == (5, "1s", 2.0)
+    assert st_.rate_limits["ollama"].limit_tokens == 1
+
+
+def test_auth_status_updated(log: Log) -> None:
+    st_ = apply(State(), log.env(ev.AuthStatusUpdated(
+        provider="openai", state="pending", method="device_code",
+        verification_uri="https://x/device", user_code="ABCD"), None))
+    apply(st_, log.env(ev.AuthStatusUpdated(provider="openai", state="logged_in",
+                                            method="oauth", account="me", expires_at=9.0),
+                       None))
+    a = st_.auth["openai"]
+    assert (a.state, a.method, a.account, a.expires_at) == ("logged_in", "oauth", "me", 9.0)
+    assert (a.verification_uri, a.user_code) == (None, None)
+
+
+# ---------------------------------------------------------------------------------------------
+# every event type: covered above, advances seq, and is ignored for unknown sessions
+
+SESSION_EVENTS: list[ev.Event] = [
+    created(),
+    ev.SessionStatusChanged(status="running"),
+    ev.SessionTitleChanged(title="t"),
+    ev.SessionPolicyChanged(policy="full-auto"),
+    ev.SessionItemAppended(item=ev.UserMessage(id="i", ts=0.0, text="x")),
+    ev.SessionItemUpdated(item_id="i", text_delta="x"),
+    ev.PlanUpdated(steps=[ev.PlanStep(step="s")]),
+    ev.ApprovalRequested(approval_id="a", item_id="i", kind="command", command=["ls"]),
+    ev.ApprovalResolved(approval_id="a", decision="approved", for_session=True),
+    ev.ActionRequested(action_id="x", item_id="i", worker_id=W, action=run_ls("x")),
+    ev.ActionFinished(action_id="x", outcome="result"),
+    ev.SessionWorkspaceChanged(paths=["p"]),
+    ev.TokenUsageRecorded(input_tokens=1),
+]
+GLOBAL_EVENTS: list[ev.Event] = [
+    ev.WorkerPairRequested(request_id="r", hostname="h", os="o", python_version="p",
+                           worker_version="v", roots=[], fingerprint="f", expires_at=1.0),
+    ev.WorkerPairResolved(request_id="r", outcome="expired"),
+    paired("w9"),
+    ev.WorkerRevoked(worker_id="w9"),
+    ev.WorkerConnected(worker_id="w9", hostname="h", os="o", worker_version="v"),
+    ev.WorkerDisconnected(worker_id="w9"),
+    ev.RateLimitUpdated(provider="p"),
+    ev.AuthStatusUpdated(provider="p", state="logged_out"),
+]
+
+
+def test_every_event_type_is_exercised() -> None:
+    listed = {type(e) for e in SESSION_EVENTS + GLOBAL_EVENTS}
+    assert listed == set(typing.get_args(ev.Event))
+
+
+@pytest.mark.parametrize("event", SESSION_EVENTS[1:], ids=lambda e: type(e).__name__)
+@pytest.mark.parametrize("session_id", ["ses_unknown", None])
+def test_session_events_for_unknown_sessions_are_ignored(
+    state: State, log: Log, event: ev.Event, session_id: str | None
+) -> None:
+    before = copy_state(state)
+    apply(state, log.env(event, session_id))
+    assert state.seq == 3
+    state.seq = before.seq
+    assert state == before
+
+
+@pytest.mark.parametrize("event", SESSION_EVENTS + GLOBAL_EVENTS, ids=lambda e: type(e).__name__)
+def test_seq_advances_on_every_event(event: ev.Event) -> None:
+    env = ev.Envelope(seq=41, ts=1.0, session_id=S, event=event)
+    assert apply(State(seq=40), env).seq == 41
+
+
+def test_apply_all_folds_in_order(log: Log) -> None:
+    envs = [log.env(paired(), None), log.env(created()),
+            log.env(ev.SessionTitleChanged(title="A")), log.env(ev.SessionTitleChanged(title="B"))]
+    st_ = apply_all(State(), envs)
+    assert (st_.seq, st_.sessions[S].title, st_.sessions[S].updated_at) == (4, "B", 4.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# the fold does not alias event payloads
+
+
+def _streamed(log: Log) -> list[ev.Envelope]:
+    return [
+        log.env(paired(), None),
+        log.env(created()),
+        log.env(ev.SessionItemAppended(item=ev.AssistantMessage(id="itm_a", ts=3.0))),
+        log.env(ev.SessionItemUpdated(item_id="itm_a", text_delta="hi")),
+    ]
+
+
+def test_apply_does_not_mutate_the_envelopes(log: Log) -> None:
+    envs = _streamed(log)
+    encoded = [codec.encode(e) for e in envs]
+    first = apply_all(State(), envs)
+    assert [codec.encode(e) for e in envs] == encoded
+    # Folding the same objects again must give the same state.
+    assert apply_all(State(), envs) == first
+
+
+# ---------------------------------------------------------------------------------------------
+# properties
+
+IDS = st.sampled_from([S, W, "a", "b", ""])
+# Every id field (item, approval, action, worker, request) draws from two values, so updates,
+# decisions and finishes usually find what they refer to.
+REF_IDS = st.sampled_from(["x1", "x2"])
+SMALL_INT = st.integers(min_value=-5, max_value=1000)
+SMALL_FLOAT = st.floats(min_value=0, max_value=1e6, allow_nan=False)
+ANY_JSON = st.none() | st.booleans() | SMALL_INT | IDS
+
+
+def _strategy(tp: Any) -> st.SearchStrategy[Any]:
+    """Values of ``tp`` whose strings come from a small pool, so ids collide and events meet."""
+    if tp is Any:
+        return ANY_JSON
+    simple = {type(None): st.none(), bool: st.booleans(), int: SMALL_INT,
+              float: SMALL_FLOAT, str: IDS}
+    if tp in simple:
+        return simple[tp]
+    if isinstance(tp, type) and issubclass(tp, msgspec.Struct):
+        fields = msgspec.structs.fields(tp)
+        return st.fixed_dictionaries(
+            {f.name: _field_strategy(f) for f in fields if f.required},
+            optional={f.name: _field_strategy(f) for f in fields if not f.required},
+        ).map(functools.partial(_build, tp))
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is typing.Literal:
+        return st.sampled_from(args)
+    if origin in (typing.Union, types.UnionType):
+        return st.one_of([_strategy(a) for a in args])
+    if origin is list:
+        return st.lists(_strategy(args[0]), max_size=3)
+    if origin is dict:
+        return st.dictionaries(IDS, _strategy(args[1]), max_size=2)
+    raise TypeError(f"no strategy for {tp!r}")
+
+
+# Session events that build up state are drawn more often than the rest.
+_FREQUENT = (ev.SessionItemAppended, ev.SessionItemUpdated, ev.ApprovalRequested,
+             ev.ApprovalResolved, ev.ActionRequested)
+def _field_strategy(f: msgspec.structs.FieldInfo) -> st.SearchStrategy[Any]:
+    if f.type is str and (f.name == "id" or f.name.endswith("_id")):
+        return REF_IDS
+    return _strategy(f.type)
+
+
+def _build(cls: type[Any], kwargs: dict[str, Any]) -> Any:
+    return cls(**kwargs)
+
+
+EVENTS = st.one_of([_strategy(cls) for cls in typing.get_args(ev.Event)]
+                   + [_strategy(cls) for cls in _FREQUENT] * 3)
+SESSION_IDS = st.sampled_from([S, S, S, "ses_2", None])
+
+
+@st.composite
+def envelope_lists(draw: st.DrawFn) -> list[ev.Envelope]:
+    """A worker and a session exist first, so most generated events have something to hit."""
+    pairs = [(None, paired()), (None, paired("x1")), (S, created())]
+    pairs += draw(st.lists(st.tuples(SESSION_IDS, EVENTS), min_size=10, max_size=40))
+    return [ev.Envelope(seq=i + 1, ts=float(i), session_id=sid, event=e)
+            for i, (sid, e) in enumerate(pairs)]
+
+
+def _fresh(envs: list[ev.Envelope]) -> list[ev.Envelope]:
+    """Decoded copies, as a replay from the log would read them."""
+    return [codec.decode_envelope(codec.encode(e)) for e in envs]
+
+
+PROPS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@PROPS
+@given(envs=envelope_lists())
+def test_fold_never_raises_and_is_deterministic(envs: list[ev.Envelope]) -> None:
+    a = apply_all(State(), _fresh(envs))
+    b = apply_all(State(), _fresh(envs))
+    assert a == b
+    assert a.seq == envs[-1].seq
+    assert copy_state(a) == a
+    # The folded state is a valid State: it survives the snapshot codec.
+    assert codec.decode_state(codec.encode(a)) == a
+
+
+@PROPS
+@given(envs=envelope_lists(), data=st.data())
+def test_replay_from_a_snapshot_equals_the_full_fold(
+    envs: list[ev.Envelope], data: st.DataObject
+) -> None:
+    cut = data.draw(st.integers(min_value=0, max_value=len(envs)))
+    full = apply_all(State(), _fresh(envs))
+    snapshot = copy_state(apply_all(State(), _fresh(envs[:cut])))
+    assert apply_all(snapshot, _fresh(envs[cut:])) == full
+
+
+@PROPS
+@given(envs=envelope_lists())
+def test_copy_state_is_independent(envs: list[ev.Envelope]) -> None:
+    state = apply_all(State(), _fresh(envs))
+    copy = copy_state(state)
+    assert copy == state
+    more = _fresh([ev.Envelope(seq=state.seq + 1, ts=1e7, session_id=S, event=e) for e in (
+        ev.SessionItemAppended(item=ev.UserMessage(id="itm_new", ts=0.0, text="x")),)])
+    apply_all(copy, more)
+    assert copy != state
+    assert find_item(state.sessions[S], "itm_new") is None

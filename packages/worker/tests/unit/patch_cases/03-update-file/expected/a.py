@@ -1,0 +1,6 @@
+def foo():
+    return 10
+
+
+def bar():
+    return 2

@@ -1,0 +1,6 @@
+def foo():
+    return 1
+
+
+def bar():
+    return 3

@@ -1,0 +1,3 @@
+if x:
+	do_more()
+	done()
