@@ -74,6 +74,7 @@ class _Conn:
     hello: wk.Hello | None = None
     last_seen: float = field(default_factory=time.time)
     running: list[str] = field(default_factory=list)
+    attached: set[str] = field(default_factory=set)  # sessions attached on this connection
 
     async def send(self, msg: Any) -> None:
         async with self.send_lock:
@@ -97,6 +98,22 @@ class WorkerRegistry:
     def hello(self, worker_id: str) -> wk.Hello | None:
         conn = self._conns.get(worker_id)
         return conn.hello if conn else None
+
+    async def ensure_attached(self, worker_id: str, session_id: str, workdir: str, *,
+                              timeout: float | None = None) -> None:
+        """Attach the session on the worker's current connection (idempotent, cheap).
+
+        Raises ActionFailed when the worker refuses the workdir (e.g. outside its roots).
+        """
+        conn = self._conns.get(worker_id)
+        if conn is not None and session_id in conn.attached:
+            return
+        attach = wk.AttachSession(action_id=f"act_{secrets.token_hex(8)}",
+                                  session_id=session_id, workdir=workdir)
+        await self.run(worker_id, attach, timeout=timeout)
+        conn = self._conns.get(worker_id)
+        if conn is not None:
+            conn.attached.add(session_id)
 
     def presence(self, worker_id: str) -> asyncio.Event:
         """Set while the worker is connected."""
@@ -250,6 +267,7 @@ async def serve_worker(ws: WebSocket[Any, Any, Any], registry: WorkerRegistry) -
             return
         conn.hello = hello
         conn.running = list(hello.running_actions)
+        conn.attached = set(hello.known_sessions)
     except (WebSocketDisconnect, TimeoutError, ProtocolError):
         return
     await engine.append([(None, ev.WorkerConnected(

@@ -3,6 +3,8 @@
     with ServerProcess(tmp_path / "server") as server:   # codey-server on port 0
         server.url, server.ws_url, server.http          # base URL, ws URL, an httpx.Client
         server.kill9(); server.restart()                # same data dir, new port
+        with WorkerProcess(server, tmp_path / "w1") as worker:   # paired through the HTTP API
+            worker.worker_id, worker.root                # its id, a workdir root it may use
 
 Every process gets its own temporary home; nothing is shared between tests.
 """
@@ -21,7 +23,7 @@ import httpx
 
 from codey_testkit.procs import ManagedProcess
 
-__all__ = ["ServerProcess"]
+__all__ = ["ServerProcess", "WorkerProcess"]
 
 
 class ServerProcess:
@@ -122,6 +124,102 @@ class ServerProcess:
         if cookie:
             headers["Cookie"] = cookie
         return headers
+
+    def log_text(self) -> str:
+        if self.proc is None or self.proc.log_path is None:
+            return ""
+        return self.proc.log_path.read_text(errors="replace")
+
+
+class WorkerProcess:
+    """A real ``codey-worker`` with its own ``CODEY_HOME``, paired with ``server`` on start.
+
+    Pairing goes the way a browser does it: read the code the worker prints, find the request
+    with ``GET /api/pairing/requests``, approve it with the code. ``root`` is an allowed root
+    (the worker config written on first start allows only it); sessions' workdirs go inside.
+    """
+
+    def __init__(self, server: ServerProcess, home: Path, *,
+                 config: dict[str, Any] | None = None, name: str = "worker") -> None:
+        self.server = server
+        self.home = Path(home)
+        self.root = self.home / "projects"
+        self.config = config
+        self.name = name
+        self.proc: ManagedProcess | None = None
+        self.starts = 0
+        self.pair_line: str | None = None
+
+    @property
+    def worker_id(self) -> str:
+        data: dict[str, Any] = json.loads((self.home / "worker.json").read_text())
+        return str(data["worker_id"])
+
+    @property
+    def paired(self) -> bool:
+        return (self.home / "worker.json").exists()
+
+    def start(self, timeout: float = 30.0, *, wait_connected: bool = True) -> Self:
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.root.mkdir(parents=True, exist_ok=True)
+        cfg_path = self.home / "worker-config.json"
+        if not cfg_path.exists():
+            cfg = {"allowed_roots": [str(self.root)], **(self.config or {})}
+            cfg_path.write_text(json.dumps(cfg))
+        self.starts += 1
+        self.proc = ManagedProcess(f"{self.name}-{self.starts}", log_dir=self.home / "logs")
+        was_paired = self.paired
+        self.proc.start([sys.executable, "-m", "codey_worker.cli", "--server", self.server.url],
+                        env={"CODEY_HOME": str(self.home)})
+        if not was_paired:
+            match = self.proc.wait_for_line(r"Open (\S+)/#/pair/(\S+) to link this machine",
+                                            timeout=timeout)
+            self.pair_line = match.group(0)
+            self.approve(match.group(2))
+        if wait_connected:
+            self.wait_connected(timeout)
+        return self
+
+    def approve(self, code: str) -> None:
+        pending = self.server.http.get("/api/pairing/requests").json()
+        request = next(p for p in pending if p["code"] == code)
+        r = self.server.http.post(f"/api/pairing/requests/{request['request_id']}/approve",
+                                  json={"code": code})
+        if r.status_code != 200:
+            raise RuntimeError(f"approving {code} failed: {r.status_code} {r.text}")
+
+    def wait_connected(self, timeout: float = 30.0) -> None:
+        """Until the server's state shows this worker connected."""
+        import time
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.paired:
+                state = self.server.http.get("/api/state/bootstrap").json()["state"]
+                info = state["workers"].get(self.worker_id)
+                if info and info["connected"]:
+                    return
+            if self.proc is not None and not self.proc.running:
+                raise RuntimeError(f"worker exited: {self.log_text()[-2000:]}")
+            time.sleep(0.05)
+        raise TimeoutError(f"worker not connected: {self.log_text()[-2000:]}")
+
+    def workdir(self, name: str) -> str:
+        return str(self.root / name)
+
+    def stop(self, timeout: float = 15.0) -> int | None:
+        return self.proc.stop(signal.SIGTERM, timeout=timeout) if self.proc else None
+
+    def kill9(self) -> None:
+        if self.proc is not None:
+            self.proc.kill9()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, et: type[BaseException] | None, e: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
 
     def log_text(self) -> str:
         if self.proc is None or self.proc.log_path is None:

@@ -405,6 +405,8 @@ class TurnRunner:
         watcher = asyncio.get_running_loop().create_task(self._watch_worker(s.worker_id))
         self._running_action = (s.worker_id, action.action_id)
         try:
+            await registry.ensure_attached(s.worker_id, s.session_id, s.workdir,
+                                           timeout=self.service.settings.action_timeout_s)
             outcome = await registry.run(s.worker_id, action, on_progress=on_progress,
                                          timeout=self.service.settings.action_timeout_s)
         except ActionFailed as err:

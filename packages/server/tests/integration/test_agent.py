@@ -1,0 +1,65 @@
+"""The agent loop over real processes: server, worker, scripted model server."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from codey_testkit.model_handle import ModelServerHandle, start_model_server
+from codey_testkit.scenarios import (
+    create_session,
+    fix_script,
+    idle,
+    provider_config,
+    tools,
+    wait_for,
+    write_project,
+)
+from codey_testkit.stack import ServerProcess, WorkerProcess
+
+
+@pytest.fixture
+def model(tmp_path: Path) -> Iterator[ModelServerHandle]:
+    handle = start_model_server(fix_script(), tmp_path / "model")
+    try:
+        yield handle
+    finally:
+        handle.stop()
+
+
+@pytest.fixture
+def server(tmp_path: Path, model: ModelServerHandle) -> Iterator[ServerProcess]:
+    with ServerProcess(tmp_path / "server", config=provider_config(model)) as proc:
+        yield proc
+
+
+@pytest.fixture
+def worker(tmp_path: Path, server: ServerProcess) -> Iterator[WorkerProcess]:
+    with WorkerProcess(server, tmp_path / "worker") as w:
+        yield w
+
+
+def test_read_patch_run_tests_to_completion(server: ServerProcess, worker: WorkerProcess,
+                                            model: ModelServerHandle) -> None:
+    project = Path(worker.workdir("proj"))
+    write_project(project)
+    sid = create_session(server, worker, str(project), "fix the add function")
+    s = wait_for(server, sid, idle, what="the turn to end")
+    assert s["status"] == "idle", s["status_reason"]
+    calls = tools(s)
+    assert [c["name"] for c in calls] == ["read_file", "apply_patch", "shell"]
+    assert all(c["status"] == "done" for c in calls), [c["result"] for c in calls]
+    assert "return a + b" in (project / "app.py").read_text()
+    assert calls[1]["diff"] and "+    return a + b" in calls[1]["diff"]
+    assert calls[2]["exit_code"] == 0 and "1 passed" in calls[2]["output"]
+    assert s["items"][-1]["kind"] == "assistant_message"
+    assert "test passes" in s["items"][-1]["text"]
+    assert s["title"] == "fix the add function"
+    assert s["usage"]["turns"] >= 4
+    # the model saw every tool result
+    bodies = [r["body"] for r in model.requests("/v1/chat/completions")]
+    assert len(bodies) == 4
+    last_messages = bodies[-1]["messages"]
+    assert [m["role"] for m in last_messages if m["role"] == "tool"] == ["tool"] * 3

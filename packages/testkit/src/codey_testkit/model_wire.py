@@ -1,0 +1,379 @@
+"""Turning a scripted :class:`~codey_testkit.script.Reply` into OpenAI wire objects.
+
+Pure functions, no I/O: each API gets an event list (for streaming) and a whole body (for
+non-streaming). Event shapes follow the real API closely enough for the ``openai`` SDK's
+stream helpers (sequence numbers, output/content/summary indexes, item ids).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from codey_testkit.script import Reply
+
+__all__ = [
+    "PlannedCall",
+    "PlannedReply",
+    "TokenCount",
+    "WireEvent",
+    "chat_body",
+    "chat_events",
+    "plan_reply",
+    "responses_body",
+    "responses_events",
+]
+
+
+@dataclass(frozen=True)
+class WireEvent:
+    """One streamed event. ``name`` is the SSE event name (None for chat chunks);
+    ``delta`` marks events that carry generated content (the ones slow streaming delays)."""
+
+    name: str | None
+    data: Mapping[str, Any] | str
+    delta: bool = False
+
+    def encode(self) -> bytes:
+        data = self.data
+        if not isinstance(data, str):
+            data = json.dumps(data, separators=_COMPACT)
+        head = f"event: {self.name}\n" if self.name else ""
+        return f"{head}data: {data}\n\n".encode()
+
+
+@dataclass(frozen=True)
+class TokenCount:
+    input_tokens: int
+    output_tokens: int
+    reasoning_tokens: int
+    cached_tokens: int
+
+    @property
+    def total(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+@dataclass(frozen=True)
+class PlannedCall:
+    call_id: str
+    item_id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class PlannedReply:
+    """A reply with every id and the usage fixed up front, so headers can be sent first."""
+
+    response_id: str
+    created_at: int
+    model: str
+    reasoning: list[str]
+    reasoning_id: str
+    text: str | None
+    message_id: str
+    calls: list[PlannedCall]
+    usage: TokenCount
+    chunk_size: int
+
+
+_COMPACT = (",", ":")
+
+
+def _new_id(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_hex(12)}"
+
+
+def _estimate(chars: int) -> int:
+    return max(1, (chars + 3) // 4)
+
+
+def plan_reply(
+    reply: Reply, model: str, request_body: Mapping[str, Any], chunk_size: int
+) -> PlannedReply:
+    """Fix ids and usage for ``reply``. Usage is estimated at ~4 chars a token unless the
+    reply's ``usage`` overrides it."""
+    calls = [
+        PlannedCall(
+            call_id=call.id or _new_id("call"),
+            item_id=_new_id("fc"),
+            name=call.name,
+            arguments=call.arguments_json(),
+        )
+        for call in reply.calls
+    ]
+    reasoning = reply.reasoning_parts()
+    prompt = request_body.get("input", request_body.get("messages", ""))
+    input_tokens = _estimate(len(json.dumps(prompt)))
+    reasoning_tokens = sum(_estimate(len(p)) for p in reasoning) if reasoning else 0
+    generated = len(reply.text or "") + sum(len(c.name) + len(c.arguments) for c in calls)
+    output_tokens = reasoning_tokens + (_estimate(generated) if generated else 0)
+    usage = TokenCount(input_tokens, max(1, output_tokens), reasoning_tokens, 0)
+    if reply.usage is not None:
+        u = reply.usage
+        usage = TokenCount(
+            input_tokens=u.input_tokens if u.input_tokens is not None else usage.input_tokens,
+            output_tokens=u.output_tokens if u.output_tokens is not None else usage.output_tokens,
+            reasoning_tokens=(
+                u.reasoning_tokens if u.reasoning_tokens is not None else usage.reasoning_tokens
+            ),
+            cached_tokens=u.cached_tokens,
+        )
+    return PlannedReply(
+        response_id=_new_id("resp"),
+        created_at=int(time.time()),
+        model=model,
+        reasoning=reasoning,
+        reasoning_id=_new_id("rs"),
+        text=reply.text,
+        message_id=_new_id("msg"),
+        calls=calls,
+        usage=usage,
+        chunk_size=chunk_size,
+    )
+
+
+def _chunks(text: str, size: int) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
+
+
+# -- Responses API ------------------------------------------------------------------------
+
+
+def _responses_usage(usage: TokenCount) -> dict[str, Any]:
+    return {
+        "input_tokens": usage.input_tokens,
+        "input_tokens_details": {"cached_tokens": usage.cached_tokens, "cache_write_tokens": 0},
+        "output_tokens": usage.output_tokens,
+        "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
+        "total_tokens": usage.total,
+    }
+
+
+def _response_object(
+    plan: PlannedReply,
+    body: Mapping[str, Any],
+    status: str,
+    output: list[dict[str, Any]],
+    usage: TokenCount | None,
+) -> dict[str, Any]:
+    return {
+        "id": plan.response_id,
+        "object": "response",
+        "created_at": plan.created_at,
+        "status": status,
+        "error": None,
+        "incomplete_details": None,
+        "instructions": body.get("instructions"),
+        "max_output_tokens": body.get("max_output_tokens"),
+        "model": plan.model,
+        "output": output,
+        "parallel_tool_calls": body.get("parallel_tool_calls", True),
+        "previous_response_id": body.get("previous_response_id"),
+        "reasoning": body.get("reasoning") or {"effort": None, "summary": None},
+        "store": body.get("store", True),
+        "temperature": body.get("temperature", 1.0),
+        "text": body.get("text") or {"format": {"type": "text"}},
+        "tool_choice": body.get("tool_choice", "auto"),
+        "tools": body.get("tools") or [],
+        "top_p": body.get("top_p", 1.0),
+        "truncation": body.get("truncation", "disabled"),
+        "usage": _responses_usage(usage) if usage is not None else None,
+        "user": body.get("user"),
+        "metadata": body.get("metadata") or {},
+    }
+
+
+def _reasoning_item(plan: PlannedReply, done: bool) -> dict[str, Any]:
+    summary = [{"type": "summary_text", "text": p} for p in plan.reasoning] if done else []
+    return {"id": plan.reasoning_id, "type": "reasoning", "summary": summary}
+
+
+def _message_item(plan: PlannedReply, done: bool) -> dict[str, Any]:
+    content = [_output_text(plan.text or "")] if done else []
+    return {
+        "id": plan.message_id,
+        "type": "message",
+        "status": "completed" if done else "in_progress",
+        "role": "assistant",
+        "content": content,
+    }
+
+
+def _output_text(text: str) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+def _call_item(call: PlannedCall, done: bool) -> dict[str, Any]:
+    return {
+        "id": call.item_id,
+        "type": "function_call",
+        "status": "completed" if done else "in_progress",
+        "call_id": call.call_id,
+        "name": call.name,
+        "arguments": call.arguments if done else "",
+    }
+
+
+def _output_items(plan: PlannedReply) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    if plan.reasoning:
+        items.append(_reasoning_item(plan, done=True))
+    if plan.text is not None:
+        items.append(_message_item(plan, done=True))
+    items.extend(_call_item(call, done=True) for call in plan.calls)
+    return items
+
+
+def responses_body(plan: PlannedReply, body: Mapping[str, Any]) -> dict[str, Any]:
+    """The non-streaming ``POST /v1/responses`` answer."""
+    return _response_object(plan, body, "completed", _output_items(plan), plan.usage)
+
+
+def responses_events(plan: PlannedReply, body: Mapping[str, Any]) -> list[WireEvent]:
+    """The SSE events of a streamed ``POST /v1/responses`` answer, in order."""
+    out: list[WireEvent] = []
+
+    def emit(name: str, is_delta: bool = False, /, **fields: Any) -> None:
+        data = {"type": name, "sequence_number": len(out), **fields}
+        out.append(WireEvent(name, data, is_delta))
+
+    emit("response.created", response=_response_object(plan, body, "in_progress", [], None))
+    emit("response.in_progress", response=_response_object(plan, body, "in_progress", [], None))
+    index = 0
+    size = plan.chunk_size
+    if plan.reasoning:
+        rid = plan.reasoning_id
+        emit("response.output_item.added", output_index=index,
+             item=_reasoning_item(plan, done=False))
+        for s, part in enumerate(plan.reasoning):
+            at = {"item_id": rid, "output_index": index, "summary_index": s}
+            emit("response.reasoning_summary_part.added", **at,
+                 part={"type": "summary_text", "text": ""})
+            for piece in _chunks(part, size):
+                emit("response.reasoning_summary_text.delta", True, **at, delta=piece)
+            emit("response.reasoning_summary_text.done", **at, text=part)
+            emit("response.reasoning_summary_part.done", **at,
+                 part={"type": "summary_text", "text": part})
+        emit("response.output_item.done", output_index=index, item=_reasoning_item(plan, True))
+        index += 1
+    if plan.text is not None:
+        at = {"item_id": plan.message_id, "output_index": index, "content_index": 0}
+        emit("response.output_item.added", output_index=index,
+             item=_message_item(plan, done=False))
+        emit("response.content_part.added", **at, part=_output_text(""))
+        for piece in _chunks(plan.text, size):
+            emit("response.output_text.delta", True, **at, delta=piece, logprobs=[])
+        emit("response.output_text.done", **at, text=plan.text, logprobs=[])
+        emit("response.content_part.done", **at, part=_output_text(plan.text))
+        emit("response.output_item.done", output_index=index, item=_message_item(plan, True))
+        index += 1
+    for call in plan.calls:
+        at = {"item_id": call.item_id, "output_index": index}
+        emit("response.output_item.added", output_index=index, item=_call_item(call, False))
+        for piece in _chunks(call.arguments, size):
+            emit("response.function_call_arguments.delta", True, **at, delta=piece)
+        emit("response.function_call_arguments.done", **at, name=call.name,
+             arguments=call.arguments)
+        emit("response.output_item.done", output_index=index, item=_call_item(call, True))
+        index += 1
+    emit("response.completed", response=responses_body(plan, body))
+    return out
+
+
+# -- Chat Completions ---------------------------------------------------------------------
+
+
+def _chat_usage(usage: TokenCount) -> dict[str, Any]:
+    return {
+        "prompt_tokens": usage.input_tokens,
+        "completion_tokens": usage.output_tokens,
+        "total_tokens": usage.total,
+        "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
+        "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
+    }
+
+
+def _finish_reason(plan: PlannedReply) -> str:
+    return "tool_calls" if plan.calls else "stop"
+
+
+def chat_body(plan: PlannedReply) -> dict[str, Any]:
+    """The non-streaming ``POST /v1/chat/completions`` answer.
+
+    Reasoning, if any, is in the message's ``reasoning_content`` (the field DeepSeek, vLLM and
+    others use); the official API has no such field and clients ignore it.
+    """
+    message: dict[str, Any] = {"role": "assistant", "content": plan.text, "refusal": None}
+    if plan.reasoning:
+        message["reasoning_content"] = "\n".join(plan.reasoning)
+    if plan.calls:
+        message["tool_calls"] = [
+            {
+                "id": call.call_id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments},
+            }
+            for call in plan.calls
+        ]
+    return {
+        "id": plan.response_id.replace("resp_", "chatcmpl-", 1),
+        "object": "chat.completion",
+        "created": plan.created_at,
+        "model": plan.model,
+        "choices": [
+            {"index": 0, "message": message, "finish_reason": _finish_reason(plan),
+             "logprobs": None}
+        ],
+        "usage": _chat_usage(plan.usage),
+    }
+
+
+def chat_events(plan: PlannedReply, include_usage: bool) -> list[WireEvent]:
+    """The ``data:`` chunks of a streamed Chat Completions answer, ending with ``[DONE]``.
+
+    With ``include_usage`` every chunk has ``usage: null`` and a last chunk with no choices
+    carries the usage, as the real API does for ``stream_options.include_usage``.
+    """
+    cid = plan.response_id.replace("resp_", "chatcmpl-", 1)
+    out: list[WireEvent] = []
+
+    def chunk(delta: dict[str, Any], finish: str | None = None, is_delta: bool = False) -> None:
+        data: dict[str, Any] = {
+            "id": cid,
+            "object": "chat.completion.chunk",
+            "created": plan.created_at,
+            "model": plan.model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
+        }
+        if include_usage:
+            data["usage"] = None
+        out.append(WireEvent(None, data, is_delta))
+
+    chunk({"role": "assistant", "content": "", "refusal": None})
+    size = plan.chunk_size
+    for part in plan.reasoning:
+        for piece in _chunks(part, size):
+            chunk({"reasoning_content": piece}, is_delta=True)
+    if plan.text:
+        for piece in _chunks(plan.text, size):
+            chunk({"content": piece}, is_delta=True)
+    for n, call in enumerate(plan.calls):
+        chunk({"tool_calls": [{"index": n, "id": call.call_id, "type": "function",
+                               "function": {"name": call.name, "arguments": ""}}]})
+        for piece in _chunks(call.arguments, size):
+            chunk({"tool_calls": [{"index": n, "function": {"arguments": piece}}]},
+                  is_delta=True)
+    chunk({}, finish=_finish_reason(plan))
+    if include_usage:
+        out.append(WireEvent(None, {
+            "id": cid, "object": "chat.completion.chunk", "created": plan.created_at,
+            "model": plan.model, "choices": [], "usage": _chat_usage(plan.usage),
+        }))
+    out.append(WireEvent(None, "[DONE]"))
+    return out

@@ -1,0 +1,112 @@
+"""Path confinement: every path an action names must resolve inside its workdir.
+
+Both sides are compared after ``os.path.realpath``, so ``..`` segments, absolute paths and
+symlinks (also dangling ones, also in a not-yet-existing target's parents) are judged by where
+they really lead, not by how they are spelled. The containment test is
+``os.path.commonpath``, never a string prefix, so ``/w/ws-evil`` is not inside ``/w/ws``.
+
+What this cannot stop: a process that swaps a directory for a symlink between the check and the
+use (a TOCTOU race). Commands the worker runs could do that, but they can already write anywhere
+their user can, so the check is about what the *server* may name, not a sandbox.
+
+Raises :class:`ActionRefused` — the one refusal error every executor uses; the connection layer
+turns it into an ``ActionErrored`` frame with the same ``code`` and ``message``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from codey_worker.errors import WorkerError
+
+
+class ActionRefused(WorkerError):
+    """The worker will not carry out an action.
+
+    ``code`` is machine-readable (``"path_outside_workdir"``, ``"outside_allowed_roots"``,
+    ``"denied_command"``, ``"bad_request"``, ``"not_found"``, ``"is_directory"``,
+    ``"not_a_directory"``, ...); ``message`` says, for a human and for the model, what was refused.
+    """
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+    def __repr__(self) -> str:
+        return f"ActionRefused({self.code!r}, {self.message!r})"
+
+
+def _check_text(value: str, what: str) -> None:
+    if "\x00" in value:
+        raise ActionRefused("bad_request", f"{what} contains a NUL byte")
+
+
+def _is_within(path: str, root: str) -> bool:
+    """True when the (already real) ``path`` is ``root`` or below it."""
+    try:
+        return os.path.commonpath([path, root]) == root
+    except ValueError:  # e.g. one relative, one absolute: never inside
+        return False
+
+
+def real_workdir(workdir: str | Path) -> Path:
+    """The realpath of ``workdir``; refuses an empty or relative workdir.
+
+    The workdir itself does not have to exist (``attach_session`` creates it).
+    """
+    text = os.fspath(workdir)
+    _check_text(text, "workdir")
+    if not text or not os.path.isabs(text):
+        raise ActionRefused("bad_request", f"workdir must be an absolute path, got {text!r}")
+    return Path(os.path.realpath(text))
+
+
+def resolve_inside(workdir: str | Path, path: str) -> Path:
+    """Return the real path of ``path`` (relative to ``workdir``, or absolute) inside ``workdir``.
+
+    ``""`` and ``"."`` mean the workdir itself. The target need not exist: symlinks are resolved
+    as far as the path exists and the rest is taken literally, so a new file under a symlinked
+    directory is judged by where that directory really is.
+
+    Raises ``ActionRefused("path_outside_workdir")`` when the real target is outside the real
+    workdir, and ``ActionRefused("bad_request")`` for a relative workdir or a NUL byte.
+    """
+    root = str(real_workdir(workdir))
+    _check_text(path, "path")
+    joined = os.path.join(root, path) if path else root  # an absolute ``path`` replaces root
+    target = os.path.realpath(joined)
+    if not _is_within(target, root):
+        raise ActionRefused(
+            "path_outside_workdir",
+            f"{path!r} resolves to {target}, which is outside the workdir {root}",
+        )
+    return Path(target)
+
+
+def check_root(path: str | Path, allowed_roots: Iterable[str | Path]) -> Path:
+    """Return the real path of ``path`` if it lies inside one of ``allowed_roots`` (also real).
+
+    Raises ``ActionRefused("outside_allowed_roots")`` otherwise (also when there are no roots),
+    and ``ActionRefused("bad_request")`` for a relative path.
+    """
+    target = str(real_workdir(path))
+    roots = [os.path.realpath(os.fspath(r)) for r in allowed_roots]
+    if any(_is_within(target, r) for r in roots):
+        return Path(target)
+    shown = ", ".join(roots) if roots else "(none configured)"
+    raise ActionRefused(
+        "outside_allowed_roots",
+        f"{os.fspath(path)} resolves to {target}, outside this worker's allowed roots: {shown}",
+    )
+
+
+def relative_display(workdir: Path, target: Path) -> str:
+    """``target`` relative to the (real) ``workdir``, "/" separated; ``"."`` for the workdir."""
+    rel = os.path.relpath(target, workdir)
+    return Path(rel).as_posix()
+
+
+__all__ = ["ActionRefused", "check_root", "real_workdir", "relative_display", "resolve_inside"]

@@ -1,0 +1,545 @@
+"""``run_command``: run an argv in a session workdir, stream its output, cap it, stop it.
+
+Order of a run (:func:`run_command`)::
+
+    checks (argv, local policy, workdir in allowed roots, cwd inside workdir)   -> ActionRefused
+    spawn: argv as is (never a shell string), own session/process group,
+           stdin /dev/null, env from an allowlist with *KEY*/*TOKEN*/*SECRET* removed
+    stream: stdout/stderr read in chunks, passed to ``on_output(stream, text)`` coalesced
+            (a call per <= 16 KiB or per ~50 ms), until ``output_cap`` bytes have been streamed
+    end:    exit | timeout | cancel.  Timeout and cancel send SIGTERM to the process group,
+            wait ``grace_s`` (5 s), then SIGKILL the group.
+    result: CommandResult with at most ``output_cap`` bytes of output per stream (head and tail,
+            with a "… [N bytes truncated] …" marker in between), exit code or signal.
+
+Choices a caller must know:
+
+* A program that cannot be found is *not* an error: the result has ``exit_code=127`` (``126``
+  when it cannot be executed) and the reason in ``stderr``, like a shell — the model sees a
+  failed command and can try another.
+* Cancelling: pass a :class:`CommandRegistry` and call ``registry.cancel(action_id)``;
+  ``run_command`` then stops the group (TERM, grace, KILL) and *returns* a result with
+  ``cancelled=True`` and the output so far. Cancelling the asyncio task running
+  ``run_command`` also stops the group before ``CancelledError`` propagates, so no process is
+  ever left behind by a cancelled task (there the group gets SIGKILL at once: a cancelled task
+  is the worker shutting down, with no time for a grace period).
+* After the main process exits, processes it left in its group that still hold stdout/stderr
+  open get ``drain_s`` (1 s) to finish and are then killed; background processes that
+  redirected their output elsewhere are left alone.
+* Output memory is bounded by about ``2 * output_cap`` whatever the process writes: only the
+  head and a rolling tail are kept.
+* An exception raised by ``on_output`` is logged and stops further streaming for that command;
+  the command itself keeps running and still returns its result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import contextlib
+import logging
+import os
+import signal
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from codey_protocol.worker import CommandResult, RunCommand
+from codey_worker.confine import ActionRefused, resolve_inside
+from codey_worker.policy import LocalPolicy
+
+__all__ = [
+    "CHUNK_MAX",
+    "ENV_ALLOWLIST",
+    "FLUSH_INTERVAL_S",
+    "KILL_GRACE_S",
+    "CommandRegistry",
+    "OutputCallback",
+    "build_env",
+    "run_command",
+    "truncation_marker",
+]
+
+log = logging.getLogger(__name__)
+
+OutputCallback = Callable[[str, str], Awaitable[None]]
+"""``await on_output(stream, text)`` with ``stream`` in ``{"stdout", "stderr"}``."""
+
+KILL_GRACE_S = 5.0
+DRAIN_S = 1.0
+CHUNK_MAX = 16 * 1024  # bytes of output per on_output call, at most
+FLUSH_INTERVAL_S = 0.05
+_READ_SIZE = 64 * 1024
+_POLL_S = 0.05
+
+ENV_ALLOWLIST = frozenset(
+    {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "TERM", "TZ", "TMPDIR", "PWD"}
+)
+_SECRET_MARKERS = ("KEY", "TOKEN", "SECRET")
+
+
+def truncation_marker(dropped: int) -> str:
+    """The text put where ``dropped`` bytes of output were cut out."""
+    return f"\n… [{dropped} bytes truncated] …\n"
+
+
+def _is_secret_name(name: str) -> bool:
+    upper = name.upper()
+    return any(marker in upper for marker in _SECRET_MARKERS)
+
+
+def build_env(
+    extra: Mapping[str, str],
+    base: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+) -> dict[str, str]:
+    """The environment of a command: allowlisted names from ``base`` (default ``os.environ``),
+    then ``extra`` (the action's ``env``), then every name containing KEY, TOKEN or SECRET (any
+    case) removed — also those ``extra`` asked for. ``PWD`` is set to ``cwd`` when given and
+    ``PATH`` defaults to ``os.defpath``."""
+    source = os.environ if base is None else base
+    env = {k: v for k, v in source.items() if k in ENV_ALLOWLIST or k.startswith("LC_")}
+    env.update(extra)
+    if cwd is not None:
+        env["PWD"] = cwd
+    env.setdefault("PATH", os.defpath)
+    return {k: v for k, v in env.items() if not _is_secret_name(k) and "\x00" not in k + v}
+
+
+class CommandRegistry:
+    """The commands running now, by ``action_id``, so a ``Cancel`` action can reach them.
+
+    One per worker connection (or per worker). Pass it to :func:`run_command`; it registers the
+    command for the duration of the call.
+    """
+
+    def __init__(self) -> None:
+        self._cancel_events: dict[str, asyncio.Event] = {}
+
+    def running(self) -> list[str]:
+        """Action ids of the commands running now (for ``Hello`` and ``Heartbeat``)."""
+        return list(self._cancel_events)
+
+    def cancel(self, action_id: str) -> bool:
+        """Ask the command ``action_id`` to stop; False when no such command is running.
+
+        Returns at once; the command's ``run_command`` returns (``cancelled=True``) once its
+        process group is gone, at most ``grace_s`` plus a moment later.
+        """
+        event = self._cancel_events.get(action_id)
+        if event is None:
+            return False
+        event.set()
+        return True
+
+    def cancel_all(self) -> int:
+        """Cancel every running command (worker shutdown); returns how many were asked."""
+        for event in self._cancel_events.values():
+            event.set()
+        return len(self._cancel_events)
+
+    def _register(self, action_id: str) -> asyncio.Event:
+        if action_id in self._cancel_events:
+            raise ActionRefused("bad_request", f"action {action_id} is already running")
+        event = asyncio.Event()
+        self._cancel_events[action_id] = event
+        return event
+
+    def _unregister(self, action_id: str) -> None:
+        self._cancel_events.pop(action_id, None)
+
+
+# ---------------------------------------------------------------------------------------------
+# output capture: head + rolling tail, bounded memory
+
+
+def _cut_incomplete_end(data: bytes) -> bytes:
+    """``data`` without a UTF-8 sequence cut short at its end."""
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte & 0xC0 == 0x80:  # continuation byte: keep looking for the lead
+            continue
+        if byte >= 0xC0:
+            need = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
+            return data[:-back] if need > back else data
+        return data
+    return data
+
+
+def _cut_incomplete_start(data: bytes) -> bytes:
+    """``data`` without the continuation bytes of a UTF-8 sequence begun before it."""
+    skip = 0
+    while skip < min(3, len(data)) and data[skip] & 0xC0 == 0x80:
+        skip += 1
+    return data[skip:]
+
+
+class _HeadBudget:
+    """Bytes of head shared by stdout and stderr, first come first served."""
+
+    def __init__(self, size: int) -> None:
+        self.left = size
+
+    def take(self, n: int) -> int:
+        got = min(n, self.left)
+        self.left -= got
+        return got
+
+
+class _Capture:
+    """What a command wrote to one stream: the first bytes (from a shared head budget) and a
+    rolling window of the last ``tail_cap`` bytes."""
+
+    def __init__(self, head_budget: _HeadBudget, tail_cap: int) -> None:
+        self._budget = head_budget
+        self._tail_cap = tail_cap
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def add(self, data: bytes) -> None:
+        self.total += len(data)
+        take = self._budget.take(len(data))
+        if take:
+            self.head += data[:take]
+            data = data[take:]
+        if not data or self._tail_cap <= 0:
+            return
+        if len(data) >= self._tail_cap:
+            self.tail = bytearray(data[-self._tail_cap :])
+        else:
+            self.tail += data
+            excess = len(self.tail) - self._tail_cap
+            if excess > 0:
+                del self.tail[:excess]
+
+    def render(self, tail_allowance: int) -> tuple[str, bool]:
+        """The kept text with at most ``tail_allowance`` tail bytes; and whether it was cut."""
+        tail = bytes(self.tail[len(self.tail) - tail_allowance :]) if tail_allowance > 0 else b""
+        dropped = self.total - len(self.head) - len(tail)
+        if dropped <= 0:
+            return (bytes(self.head) + tail).decode("utf-8", errors="replace"), False
+        head = _cut_incomplete_end(bytes(self.head))
+        tail_clean = _cut_incomplete_start(tail)
+        dropped += len(self.head) - len(head) + len(tail) - len(tail_clean)
+        text = (
+            head.decode("utf-8", errors="replace")
+            + truncation_marker(dropped)
+            + tail_clean.decode("utf-8", errors="replace")
+        )
+        return text, True
+
+
+def _share_tail(captures: list[_Capture], budget: int) -> list[int]:
+    """Split ``budget`` tail bytes between captures fairly (water-filling)."""
+    wants = [min(c.total - len(c.head), len(c.tail)) for c in captures]
+    shares = [0] * len(captures)
+    order = sorted(range(len(captures)), key=lambda i: wants[i])
+    left = max(budget, 0)
+    for rank, i in enumerate(order):
+        fair = left // (len(order) - rank)
+        shares[i] = min(wants[i], fair)
+        left -= shares[i]
+    return shares
+
+
+# ---------------------------------------------------------------------------------------------
+# streaming: coalesced on_output calls, capped
+
+
+class _StreamBudget:
+    def __init__(self, size: int) -> None:
+        self.left = size
+
+
+class _Streamer:
+    """Coalesces one stream's bytes into ``on_output`` calls of at most ``CHUNK_MAX`` bytes."""
+
+    def __init__(self, name: str, on_output: OutputCallback, budget: _StreamBudget) -> None:
+        self.name = name
+        self._on_output = on_output
+        self._budget = budget
+        self._pending = bytearray()
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._lock = asyncio.Lock()
+        self._cut = False
+        self._broken = False
+
+    async def feed(self, data: bytes) -> None:
+        if self._cut or self._broken:
+            return
+        if len(data) > self._budget.left:
+            data = _cut_incomplete_end(data[: self._budget.left])
+            self._cut = True
+        self._budget.left -= len(data)
+        self._pending += data
+        if len(self._pending) >= CHUNK_MAX:
+            # Shielded: a chunk taken out of _pending must reach on_output even if the reader
+            # is cancelled meanwhile; the final flush waits for it on the lock.
+            await asyncio.shield(self.flush(whole_chunks_only=True))
+
+    async def flush(self, whole_chunks_only: bool = False, final: bool = False) -> None:
+        async with self._lock:
+            while self._pending and not self._broken:
+                if whole_chunks_only and len(self._pending) < CHUNK_MAX:
+                    break
+                piece = bytes(self._pending[:CHUNK_MAX])
+                del self._pending[:CHUNK_MAX]
+                await self._emit(self._decoder.decode(piece))
+            if final and not self._broken:
+                tail = self._decoder.decode(b"", final=True)
+                if self._cut:
+                    tail += "\n… [output over the cap; streaming stopped, see the result] …\n"
+                await self._emit(tail)
+
+    async def _emit(self, text: str) -> None:
+        if not text:
+            return
+        try:
+            await self._on_output(self.name, text)
+        except Exception:
+            log.exception("on_output failed; no more output will be streamed for this command")
+            self._broken = True
+
+
+async def _pump(reader: asyncio.StreamReader, capture: _Capture, streamer: _Streamer) -> None:
+    while True:
+        data = await reader.read(_READ_SIZE)
+        if not data:
+            return
+        capture.add(data)
+        await streamer.feed(data)
+
+
+async def _flush_loop(streamers: list[_Streamer]) -> None:
+    while True:
+        await asyncio.sleep(FLUSH_INTERVAL_S)
+        for streamer in streamers:
+            await asyncio.shield(streamer.flush())  # see _Streamer.feed
+
+
+# ---------------------------------------------------------------------------------------------
+# process groups
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _group_alive(pgid: int) -> bool:
+    """True while a process of group ``pgid`` is running (zombies do not count)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    if not os.path.isdir("/proc/self"):
+        return True
+    # killpg also succeeds for zombies nobody has reaped yet; only a live member matters.
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) >= 3 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            return True
+    return False
+
+
+async def _wait_exit(proc: asyncio.subprocess.Process) -> int:
+    """Wait for the main process to exit (not for its pipes to close, unlike ``proc.wait()``,
+    which also waits for every process that inherited stdout/stderr)."""
+    waiter = asyncio.ensure_future(proc.wait())
+    try:
+        while not waiter.done() and proc.returncode is None:
+            await asyncio.wait({waiter}, timeout=_POLL_S)
+    finally:
+        waiter.cancel()
+    rc = proc.returncode
+    assert rc is not None
+    return rc
+
+
+def _close_transport(proc: asyncio.subprocess.Process) -> None:
+    """Release the pipes even when a process outside our reach still holds them open.
+
+    asyncio offers no public way to do this; without it the transport outlives the event loop
+    and complains when garbage-collected.
+    """
+    transport = getattr(proc, "_transport", None)
+    if transport is not None and not transport.is_closing():
+        transport.close()
+
+
+async def _terminate_group(pgid: int, grace_s: float) -> None:
+    """SIGTERM the group, wait up to ``grace_s`` for it to be gone, then SIGKILL it."""
+    _killpg(pgid, signal.SIGTERM)
+    _killpg(pgid, signal.SIGCONT)  # a stopped process cannot act on TERM
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        if not _group_alive(pgid):
+            return
+        await asyncio.sleep(_POLL_S)
+    _killpg(pgid, signal.SIGKILL)
+
+
+# ---------------------------------------------------------------------------------------------
+# run_command
+
+
+def _check_action(action: RunCommand) -> None:
+    if not action.argv or not action.argv[0]:
+        raise ActionRefused("bad_request", "argv is empty")
+    if any("\x00" in arg for arg in action.argv):
+        raise ActionRefused("bad_request", "argv contains a NUL byte")
+    if not action.timeout_s > 0:
+        raise ActionRefused("bad_request", f"timeout_s must be positive, got {action.timeout_s}")
+    if action.output_cap < 0:
+        raise ActionRefused("bad_request", f"output_cap must be >= 0, got {action.output_cap}")
+
+
+async def run_command(
+    action: RunCommand,
+    on_output: OutputCallback,
+    policy: LocalPolicy,
+    *,
+    registry: CommandRegistry | None = None,
+    grace_s: float = KILL_GRACE_S,
+    drain_s: float = DRAIN_S,
+) -> CommandResult:
+    """Run ``action.argv`` in ``action.cwd`` (inside ``action.workdir``); see the module doc.
+
+    Raises :class:`ActionRefused` before anything runs: ``bad_request`` (empty argv, NUL byte,
+    non-positive timeout), ``denied_command``, ``outside_allowed_roots``,
+    ``path_outside_workdir``, ``not_found`` (workdir or cwd missing), ``not_a_directory``.
+    Everything after the spawn — non-zero exit, timeout, cancel, signal — is in the result.
+    """
+    _check_action(action)
+    argv = list(action.argv)
+    policy.check_command(argv)
+    workdir = policy.check_workdir(action.workdir)
+    if not workdir.is_dir():
+        raise ActionRefused("not_found", f"workdir {workdir} does not exist")
+    cwd = resolve_inside(workdir, action.cwd or ".")
+    if not cwd.exists():
+        raise ActionRefused("not_found", f"cwd {action.cwd!r} does not exist")
+    if not cwd.is_dir():
+        raise ActionRefused("not_a_directory", f"cwd {action.cwd!r} is not a directory")
+    env = build_env(action.env, cwd=str(cwd))
+
+    cancel_event = registry._register(action.action_id) if registry else asyncio.Event()
+    try:
+        return await _run(argv, str(cwd), env, action, on_output, cancel_event, grace_s, drain_s)
+    finally:
+        if registry is not None:
+            registry._unregister(action.action_id)
+
+
+async def _run(
+    argv: list[str],
+    cwd: str,
+    env: dict[str, str],
+    action: RunCommand,
+    on_output: OutputCallback,
+    cancel_event: asyncio.Event,
+    grace_s: float,
+    drain_s: float,
+) -> CommandResult:
+    started = time.monotonic()
+
+    def elapsed_ms() -> int:
+        return int((time.monotonic() - started) * 1000)
+
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=cwd,
+            env=env,
+            start_new_session=True,  # own process group: signals reach the whole tree
+        )
+    except FileNotFoundError:
+        return CommandResult(
+            exit_code=127,
+            stderr=f"codey-worker: command not found: {argv[0]}\n",
+            duration_ms=elapsed_ms(),
+        )
+    except OSError as exc:  # permission denied, exec format error, ...
+        return CommandResult(
+            exit_code=126,
+            stderr=f"codey-worker: cannot execute {argv[0]}: {exc.strerror or exc}\n",
+            duration_ms=elapsed_ms(),
+        )
+
+    pgid = proc.pid
+    assert proc.stdout is not None and proc.stderr is not None
+    cap = action.output_cap
+    head_budget = _HeadBudget(cap // 2)
+    tail_cap = cap - cap // 2
+    captures = [_Capture(head_budget, tail_cap), _Capture(head_budget, tail_cap)]
+    stream_budget = _StreamBudget(cap)
+    streamers = [
+        _Streamer("stdout", on_output, stream_budget),
+        _Streamer("stderr", on_output, stream_budget),
+    ]
+    pumps = [
+        asyncio.create_task(_pump(proc.stdout, captures[0], streamers[0])),
+        asyncio.create_task(_pump(proc.stderr, captures[1], streamers[1])),
+    ]
+    flusher = asyncio.create_task(_flush_loop(streamers))
+    exited = asyncio.create_task(_wait_exit(proc))
+    cancel_wait = asyncio.create_task(cancel_event.wait())
+    timed_out = cancelled = False
+    finished = False
+    try:
+        done, _ = await asyncio.wait(
+            {exited, cancel_wait}, timeout=action.timeout_s, return_when=asyncio.FIRST_COMPLETED
+        )
+        if exited not in done:
+            cancelled = cancel_wait in done
+            timed_out = not cancelled
+            await _terminate_group(pgid, grace_s)
+        await exited
+        _, pending = await asyncio.wait(pumps, timeout=drain_s)
+        if pending:
+            # Leftovers of the finished command still hold its stdout/stderr open.
+            _killpg(pgid, signal.SIGKILL)
+            _, pending = await asyncio.wait(pumps, timeout=drain_s)
+            for task in pending:  # a process that left the group; stop reading it
+                task.cancel()
+        finished = True
+    finally:
+        if not finished:
+            # Cancelled task or unexpected error: never leave the process tree behind.
+            _killpg(pgid, signal.SIGKILL)
+        helpers: list[asyncio.Task[Any]] = [*pumps, flusher, cancel_wait, exited]
+        for helper in helpers:
+            helper.cancel()
+        await asyncio.gather(*helpers, return_exceptions=True)
+        _close_transport(proc)
+
+    for streamer in streamers:
+        await streamer.flush(final=True)
+
+    shares = _share_tail(captures, cap - sum(len(c.head) for c in captures))
+    stdout, cut_out = captures[0].render(shares[0])
+    stderr, cut_err = captures[1].render(shares[1])
+    rc = proc.returncode
+    return CommandResult(
+        exit_code=rc if rc is not None and rc >= 0 else None,
+        signal=-rc if rc is not None and rc < 0 else None,
+        stdout=stdout,
+        stderr=stderr,
+        truncated=cut_out or cut_err,
+        timed_out=timed_out,
+        cancelled=cancelled,
+        duration_ms=elapsed_ms(),
+    )

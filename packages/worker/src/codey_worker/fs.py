@@ -1,0 +1,244 @@
+"""File executors: ``read_file``, ``write_file``, ``list_dir``.
+
+Every path goes through :func:`codey_worker.confine.resolve_inside` first, so nothing outside
+the action's workdir is read, written or listed, whatever ``..`` or symlinks it names. Paths in
+results are relative to the real workdir, "/" separated (``"."`` for the workdir itself).
+
+The workdir itself is checked against the worker's :class:`LocalPolicy` (allowed roots) and
+must exist — the server names it, so it is not trusted any more than the path.
+
+These functions are synchronous (plain file I/O, bounded by the caps below); the connection
+layer may run them in a thread. Refusals raise :class:`~codey_worker.confine.ActionRefused`
+with code ``bad_request``, ``outside_allowed_roots``, ``path_outside_workdir``, ``not_found``,
+``is_directory`` or ``not_a_directory``; other OS errors (permission denied, disk full) raise
+``ActionRefused`` with code ``io_error``.
+"""
+
+from __future__ import annotations
+
+import codecs
+import contextlib
+import os
+import secrets
+import stat
+from collections import deque
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from codey_protocol.worker import (
+    DirEntry,
+    DirListing,
+    FileContent,
+    ListDir,
+    ReadFile,
+    WriteFile,
+    WriteResult,
+)
+from codey_worker.confine import ActionRefused, relative_display, resolve_inside
+from codey_worker.policy import LocalPolicy
+
+__all__ = ["BINARY_SNIFF", "MAX_ENTRIES", "MAX_READ_BYTES", "list_dir", "read_file", "write_file"]
+
+MAX_READ_BYTES = 2 * 1024 * 1024  # content returned by read_file, at most
+BINARY_SNIFF = 8 * 1024  # a NUL byte in these first bytes makes a file binary
+MAX_ENTRIES = 2000  # entries returned by list_dir, at most
+MAX_DEPTH = 32
+SKIPPED_NAMES = frozenset({".git"})
+_LINE_PIECE = 64 * 1024
+
+
+@contextlib.contextmanager
+def _io_errors(what: str) -> Iterator[None]:
+    """Turn OS errors into refusals the model can read."""
+    try:
+        yield
+    except FileNotFoundError as exc:
+        raise ActionRefused("not_found", f"{what}: no such file or directory") from exc
+    except IsADirectoryError as exc:
+        raise ActionRefused("is_directory", f"{what} is a directory") from exc
+    except NotADirectoryError as exc:
+        raise ActionRefused("not_a_directory", f"{what}: a parent is not a directory") from exc
+    except OSError as exc:
+        raise ActionRefused("io_error", f"{what}: {exc.strerror or exc}") from exc
+
+
+def _workdir(workdir: str, policy: LocalPolicy) -> Path:
+    """The real workdir, inside the policy's allowed roots and existing."""
+    real = policy.check_workdir(workdir)
+    if not real.is_dir():
+        raise ActionRefused("not_found", f"workdir {real} does not exist (attach the session)")
+    return real
+
+
+def read_file(
+    action: ReadFile, policy: LocalPolicy, max_bytes: int = MAX_READ_BYTES
+) -> FileContent:
+    """Lines ``[offset, offset + limit)`` of a file (``limit=None``: to the end).
+
+    ``total_lines`` counts every line of the file (a last line without a newline counts).
+    A NUL byte in the first 8 KiB makes the file binary: ``binary=True``, empty content.
+    At most ``max_bytes`` bytes of content are returned; ``truncated=True`` when the selected
+    lines were longer. Content is decoded as UTF-8 with invalid bytes replaced.
+    """
+    if action.offset < 0 or (action.limit is not None and action.limit < 0):
+        raise ActionRefused("bad_request", "offset and limit must not be negative")
+    workdir = _workdir(action.workdir, policy)
+    target = resolve_inside(workdir, action.path)
+    shown = relative_display(workdir, target)
+    with _io_errors(shown):
+        if target.is_dir():
+            raise ActionRefused("is_directory", f"{shown} is a directory; use list_dir")
+        with open(target, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if b"\x00" in f.read(BINARY_SNIFF):
+                return FileContent(path=shown, binary=True, size=size)
+            f.seek(0)
+            content, total_lines, truncated = _select_lines(f, action, max_bytes)
+    # A cut through a multibyte character: the incremental decoder drops the broken end.
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    return FileContent(
+        path=shown,
+        content=decoder.decode(content, final=not truncated),
+        size=size,
+        total_lines=total_lines,
+        truncated=truncated,
+    )
+
+
+def _select_lines(f: BinaryIO, action: ReadFile, max_bytes: int) -> tuple[bytes, int, bool]:
+    """Read the wanted lines in pieces, so one huge line never sits in memory whole."""
+    first = action.offset
+    end = None if action.limit is None else first + action.limit
+    kept = bytearray()
+    truncated = False
+    line_no = 0
+    at_line_start = True
+    while True:
+        piece = f.readline(_LINE_PIECE)
+        if not piece:
+            break
+        if at_line_start:
+            line_no += 1
+        wanted = line_no - 1 >= first and (end is None or line_no - 1 < end)
+        if wanted and not truncated:
+            room = max_bytes - len(kept)
+            if len(piece) > room:
+                kept += piece[:room]
+                truncated = True
+            else:
+                kept += piece
+        at_line_start = piece.endswith(b"\n")
+    return bytes(kept), line_no, truncated
+
+
+def write_file(action: WriteFile, policy: LocalPolicy) -> WriteResult:
+    """Write ``content`` (UTF-8) to ``path`` atomically: a temp file in the same directory,
+    fsynced, then ``os.replace`` — a reader sees the old file or the new one, never half.
+
+    Missing parent directories are created when ``create_dirs`` (the default), else
+    ``not_found``. An existing file keeps its permission bits; a symlink inside the workdir is
+    written through (its real target, also inside, is replaced). ``created`` tells whether the
+    file is new.
+    """
+    workdir = _workdir(action.workdir, policy)
+    target = resolve_inside(workdir, action.path)
+    shown = relative_display(workdir, target)
+    if target == workdir:
+        raise ActionRefused("is_directory", "the workdir itself is a directory")
+    data = action.content.encode("utf-8")
+    with _io_errors(shown):
+        if target.is_dir():
+            raise ActionRefused("is_directory", f"{shown} is a directory")
+        parent = target.parent
+        if not parent.is_dir():
+            if not action.create_dirs:
+                raise ActionRefused("not_found", f"the directory of {shown} does not exist")
+            os.makedirs(parent, exist_ok=True)
+        try:
+            mode: int | None = stat.S_IMODE(os.stat(target).st_mode)
+        except FileNotFoundError:
+            mode = None
+        tmp = parent / f".{target.name}.{secrets.token_hex(6)}.codey-tmp"
+        # 0o666 through O_CREAT lets the kernel apply the umask, as for any new file.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                if mode is not None:
+                    os.fchmod(f.fileno(), mode)
+                os.fsync(f.fileno())
+            os.replace(tmp, target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        _fsync_dir(parent)
+    return WriteResult(path=shown, bytes_written=len(data), created=mode is None)
+
+
+def _fsync_dir(path: Path) -> None:
+    """Make a rename durable (best effort: not every filesystem allows it)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def list_dir(action: ListDir, policy: LocalPolicy, max_entries: int = MAX_ENTRIES) -> DirListing:
+    """Entries under ``path`` down to ``depth`` levels (1 = direct children), sorted by path.
+
+    ``.git`` is skipped; symlinks are listed as ``"symlink"`` and never followed. Levels are
+    read breadth-first, so when there are more than ``max_entries`` entries (``truncated=True``)
+    the ones kept are the shallowest. ``size`` is the byte size of files (0 for the rest).
+    """
+    if action.depth < 1:
+        raise ActionRefused("bad_request", f"depth must be >= 1, got {action.depth}")
+    depth = min(action.depth, MAX_DEPTH)
+    workdir = _workdir(action.workdir, policy)
+    root = resolve_inside(workdir, action.path)
+    shown = relative_display(workdir, root)
+    entries: list[DirEntry] = []
+    truncated = False
+    with _io_errors(shown):
+        if not root.exists():
+            raise ActionRefused("not_found", f"{shown} does not exist")
+        if not root.is_dir():
+            raise ActionRefused("not_a_directory", f"{shown} is not a directory; use read_file")
+        queue: deque[tuple[str, str, int]] = deque([(str(root), "", 1)])
+        while queue and not truncated:
+            directory, prefix, level = queue.popleft()
+            try:
+                with os.scandir(directory) as it:
+                    children = sorted(it, key=lambda e: e.name)
+            except OSError:
+                continue  # unreadable subdirectory: list what we can
+            for child in children:
+                if child.name in SKIPPED_NAMES:
+                    continue
+                if len(entries) >= max_entries:
+                    truncated = True
+                    break
+                rel = f"{prefix}{child.name}"
+                entry = _entry(child, rel)
+                entries.append(entry)
+                if entry.kind == "dir" and level < depth:
+                    queue.append((child.path, rel + "/", level + 1))
+    entries.sort(key=lambda e: e.path.split("/"))
+    return DirListing(path=shown, entries=entries, truncated=truncated)
+
+
+def _entry(child: os.DirEntry[str], rel: str) -> DirEntry:
+    try:
+        if child.is_symlink():
+            return DirEntry(path=rel, kind="symlink")
+        if child.is_dir(follow_symlinks=False):
+            return DirEntry(path=rel, kind="dir")
+        if child.is_file(follow_symlinks=False):
+            return DirEntry(path=rel, kind="file", size=child.stat(follow_symlinks=False).st_size)
+    except OSError:
+        pass
+    return DirEntry(path=rel, kind="other")

@@ -1,0 +1,128 @@
+"""The worker owner's local policy: the last line of defence, whatever the server sends.
+
+Loaded from the worker's config dict::
+
+    {"allowed_roots": ["~/src", "/srv/work"],     # default: [home directory]
+     "denied_commands": ["rm", "sudo", "curl"]}   # default: []
+
+``allowed_roots`` bounds every workdir; ``denied_commands`` are program names (basenames). A
+command is refused when its program is denied, when a wrapper (``env``, ``sudo``, ``xargs``,
+``timeout``, ...) is asked to run a denied program, or when a shell (``bash -c``/``sh -c``/...) is
+given a script in which *any word* is a denied name. The shell rule is deliberately crude:
+``bash -c 'echo rm'`` is refused when ``rm`` is denied. A policy that lets a shell script through
+because it could not parse it would be no policy.
+
+It is a guard against the ordinary commands a model sends, not a sandbox: a program that is
+allowed (``python -c``, a script file) can still run anything its user may run.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from codey_worker.confine import ActionRefused, check_root
+
+SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "mksh", "ash", "fish", "busybox"})
+# Programs whose job is to run another program named in their arguments.
+WRAPPERS = frozenset(
+    {
+        "env", "sudo", "doas", "nice", "nohup", "timeout", "xargs", "time", "command", "exec",
+        "stdbuf", "setsid", "chroot", "ionice", "taskset", "unbuffer", "watch", "strace", "su",
+        "runuser", "flock", "chrt", "script", "parallel", "find",
+    }
+)  # fmt: skip
+# Everything a shell treats as a separator or quoting; what is left are candidate words.
+_SCRIPT_SPLIT = re.compile(r"[\s;&|()<>`'\"$={}\\!]+")
+_UNQUOTE = re.compile(r"['\"\\]")
+
+
+@dataclass(frozen=True)
+class LocalPolicy:
+    """Allowed workdir roots and denied program names. Build it with :meth:`from_config`."""
+
+    allowed_roots: list[Path]
+    denied_commands: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> LocalPolicy:
+        """Read ``allowed_roots`` (default: the home directory) and ``denied_commands``.
+
+        ``~`` in roots is expanded. Raises ``ValueError`` for a malformed config.
+        """
+        roots_raw = config.get("allowed_roots")
+        if roots_raw is None:
+            roots_raw = [str(Path.home())]
+        denied_raw = config.get("denied_commands") or []
+        if not isinstance(roots_raw, list) or not all(isinstance(r, str) for r in roots_raw):
+            raise ValueError("allowed_roots must be a list of paths")
+        if not isinstance(denied_raw, list) or not all(isinstance(d, str) for d in denied_raw):
+            raise ValueError("denied_commands must be a list of program names")
+        roots = [Path(os.path.expanduser(r)) for r in roots_raw]
+        return cls(allowed_roots=roots, denied_commands=list(denied_raw))
+
+    def check_workdir(self, path: str | Path) -> Path:
+        """Return the real path of ``path``; refuse (``outside_allowed_roots``) if not allowed."""
+        return check_root(path, self.allowed_roots)
+
+    def check_command(self, argv: Sequence[str]) -> None:
+        """Refuse (``denied_command``) an argv that would run a denied program.
+
+        Raises ``ActionRefused("bad_request")`` for an empty argv.
+        """
+        if not argv:
+            raise ActionRefused("bad_request", "argv is empty")
+        denied = {os.path.basename(d) for d in self.denied_commands if d.strip()}
+        if not denied:
+            return
+        for word in _program_words(list(argv)):
+            if word in denied:
+                raise ActionRefused(
+                    "denied_command",
+                    f"the worker's local policy denies the command {word!r} "
+                    f"(in: {' '.join(argv)[:200]})",
+                )
+
+
+def _program_words(argv: list[str], depth: int = 0) -> Iterator[str]:
+    """Basenames of every word that could name the program ``argv`` ends up running."""
+    if not argv or depth > 8:
+        return
+    name = os.path.basename(argv[0])
+    yield name
+    if name in SHELLS:
+        if _runs_script(argv[1:]):
+            # Options may take arguments (``-o pipefail``), so rather than find *the* script,
+            # every argument is read as if it were one.
+            # A second reading with quotes and backslashes deleted catches ``r''m`` and ``r\\m``.
+            for arg in argv[1:]:
+                for text in (arg, _UNQUOTE.sub("", arg)):
+                    for word in _SCRIPT_SPLIT.split(text):
+                        if word:
+                            yield os.path.basename(word)
+        elif name == "busybox":
+            yield from _program_words(argv[1:], depth + 1)
+    elif name in WRAPPERS:
+        # Conservative: any argument of a wrapper may be the program it runs.
+        for i, arg in enumerate(argv[1:], start=1):
+            yield os.path.basename(arg.split("=", 1)[-1])
+            if os.path.basename(arg) in SHELLS | WRAPPERS:
+                yield from _program_words(argv[i:], depth + 1)
+                return
+
+
+def _runs_script(args: list[str]) -> bool:
+    """True when a shell's arguments include ``-c`` (alone or in a cluster like ``-lc``)."""
+    for arg in args:
+        if arg.startswith("--command"):
+            return True
+        if arg.startswith("-") and not arg.startswith("--") and "c" in arg[1:]:
+            return True
+    return False
+
+
+__all__ = ["SHELLS", "WRAPPERS", "LocalPolicy"]

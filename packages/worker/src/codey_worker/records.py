@@ -1,0 +1,183 @@
+"""Exactly-once actions: a small on-disk record of the actions this worker has seen.
+
+An action re-sent after a reconnect or a worker restart must be answered, never executed twice.
+The connection layer uses the store like this::
+
+    records = ActionRecords(home / "actions.sqlite3")
+    existing = records.mark_started(action.action_id, raw_frame)   # atomic check-and-record
+    if existing is None:            -> new: execute it, then
+        records.finish(action_id, encoded ActionResult / ActionErrored frame)
+    elif existing.status == "finished":
+        -> send existing.response again (ActionAccepted(replayed=True) first, if wanted)
+    elif existing.live:
+        -> still running in this process: the result will be sent when it finishes
+    else:
+        -> "started" by a previous worker process that died mid-action: answer
+           ActionErrored(code="interrupted") and finish() it with that frame. Never run it again.
+
+Storage: one SQLite file (WAL, ``synchronous=FULL``, so a returned ``mark_started``/``finish``
+has been fsynced and survives a crash), mode 0600. The ``keep`` most recently started or
+finished records are kept (a long command's answer is as fresh as its finish); older ones are
+pruned after every write, except actions still running in this process. Methods are
+synchronous and thread-safe (one lock), quick enough to call from the event loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+__all__ = ["ActionRecords", "Record"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS records (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    action_id TEXT NOT NULL UNIQUE,
+    status TEXT NOT NULL CHECK (status IN ('started', 'finished')),
+    action BLOB NOT NULL,
+    response BLOB,
+    touched INTEGER NOT NULL  -- bumped on every write; pruning keeps the most recently touched
+)
+"""
+
+_NEXT_TOUCH = "(SELECT coalesce(max(touched), 0) + 1 FROM records)"
+
+
+@dataclass(frozen=True)
+class Record:
+    """What the store knows about one action.
+
+    ``live`` is True when this store instance (this process) started the action and has not
+    finished it yet; a ``"started"`` record with ``live=False`` was left by a process that died.
+    """
+
+    action_id: str
+    status: Literal["started", "finished"]
+    action: bytes
+    response: bytes | None = None
+    live: bool = False
+
+
+class ActionRecords:
+    """Recent actions by id, on disk. See the module docstring for the order of calls."""
+
+    def __init__(self, path: Path, keep: int = 500) -> None:
+        if keep < 1:
+            raise ValueError("keep must be at least 1")
+        self.path = Path(path)
+        self.keep = keep
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        # Create the file ourselves so it (and SQLite's -wal/-shm, which copy its mode) is 0600.
+        os.close(os.open(self.path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600))
+        self._lock = threading.Lock()
+        self._live: set[str] = set()
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute(_SCHEMA)
+        self._db.execute("CREATE INDEX IF NOT EXISTS records_touched ON records (touched)")
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def __enter__(self) -> ActionRecords:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def get(self, action_id: str) -> Record | None:
+        """The record of ``action_id``, or None if this worker never saw it (or pruned it)."""
+        with self._lock:
+            return self._get(action_id)
+
+    def mark_started(self, action_id: str, action_bytes: bytes) -> Record | None:
+        """Record that ``action_id`` is about to run. Returns None when it is new (run it);
+        otherwise the existing record, unchanged — then do NOT run it."""
+        with self._lock:
+            existing = self._get(action_id)
+            if existing is not None:
+                return existing
+            with self._transaction():
+                self._db.execute(
+                    "INSERT INTO records (action_id, status, action, touched)"
+                    f" VALUES (?, 'started', ?, {_NEXT_TOUCH})",
+                    (action_id, action_bytes),
+                )
+                self._live.add(action_id)
+                self._prune()
+            return None
+
+    def finish(self, action_id: str, response_bytes: bytes) -> None:
+        """Store the answer sent for ``action_id`` (the encoded result or error frame).
+
+        Finishing an action that was never started (e.g. an error answered before running)
+        records it as finished too. Finishing twice keeps the first response.
+        """
+        with self._lock, self._transaction():
+            self._db.execute(
+                "INSERT INTO records (action_id, status, action, response, touched)"
+                f" VALUES (?, 'finished', x'', ?, {_NEXT_TOUCH})"
+                " ON CONFLICT (action_id) DO UPDATE SET status = 'finished',"
+                " response = excluded.response, touched = excluded.touched"
+                " WHERE status = 'started'",
+                (action_id, response_bytes),
+            )
+            self._live.discard(action_id)
+            self._prune()
+
+    def interrupted(self) -> list[str]:
+        """Action ids started by an earlier process and never finished (it died mid-action)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT action_id FROM records WHERE status = 'started' ORDER BY seq"
+            ).fetchall()
+        return [row[0] for row in rows if row[0] not in self._live]
+
+    def __len__(self) -> int:
+        with self._lock:
+            (count,) = self._db.execute("SELECT count(*) FROM records").fetchone()
+        return int(count)
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """One write transaction: a single fsync for the change and its pruning."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    def _get(self, action_id: str) -> Record | None:
+        row = self._db.execute(
+            "SELECT status, action, response FROM records WHERE action_id = ?", (action_id,)
+        ).fetchone()
+        if row is None:
+            return None
+        status, action, response = row
+        return Record(
+            action_id=action_id,
+            status=status,
+            action=bytes(action),
+            response=None if response is None else bytes(response),
+            live=action_id in self._live,
+        )
+
+    def _prune(self) -> None:
+        old = self._db.execute(
+            "SELECT action_id FROM records WHERE touched <="
+            " (SELECT touched FROM records ORDER BY touched DESC LIMIT 1 OFFSET ?)",
+            (self.keep,),
+        ).fetchall()
+        doomed = [(row[0],) for row in old if row[0] not in self._live]
+        if doomed:
+            self._db.executemany("DELETE FROM records WHERE action_id = ?", doomed)

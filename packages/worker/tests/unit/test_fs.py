@@ -1,0 +1,308 @@
+"""read_file, write_file, list_dir: confined, capped, atomic."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from codey_protocol.worker import (
+    DirListing,
+    FileContent,
+    ListDir,
+    ReadFile,
+    WriteFile,
+    WriteResult,
+)
+from codey_worker import fs
+from codey_worker.confine import ActionRefused
+from codey_worker.fs import list_dir as _list_dir
+from codey_worker.fs import read_file as _read_file
+from codey_worker.fs import write_file as _write_file
+from codey_worker.policy import LocalPolicy
+
+# Allows every workdir: these tests are about confinement *inside* a workdir; the allowed-roots
+# check has its own test at the end.
+OPEN = LocalPolicy(allowed_roots=[Path("/")])
+
+
+def read_file(action: ReadFile, max_bytes: int = fs.MAX_READ_BYTES) -> FileContent:
+    return _read_file(action, OPEN, max_bytes)
+
+
+def write_file(action: WriteFile) -> WriteResult:
+    return _write_file(action, OPEN)
+
+
+def list_dir(action: ListDir, max_entries: int = fs.MAX_ENTRIES) -> DirListing:
+    return _list_dir(action, OPEN, max_entries)
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    workdir = tmp_path / "ws"
+    workdir.mkdir()
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "secret.txt").write_text("secret\n")
+    return workdir
+
+
+def rf(ws: Path, path: str, **kw: Any) -> ReadFile:
+    return ReadFile(action_id="a", session_id="s", workdir=str(ws), path=path, **kw)
+
+
+def wf(ws: Path, path: str, content: str, **kw: Any) -> WriteFile:
+    return WriteFile(action_id="a", session_id="s", workdir=str(ws), path=path, content=content,
+                     **kw)  # fmt: skip
+
+
+def ld(ws: Path, path: str = ".", depth: int = 1) -> ListDir:
+    return ListDir(action_id="a", session_id="s", workdir=str(ws), path=path, depth=depth)
+
+
+def code_of(fn: Any, *args: Any, **kw: Any) -> str:
+    with pytest.raises(ActionRefused) as info:
+        fn(*args, **kw)
+    return str(info.value.code)
+
+
+# --------------------------------------------------------------------------- read_file
+
+
+def test_read_whole_file(ws: Path) -> None:
+    (ws / "a.txt").write_text("one\ntwo\nthree\n")
+    got = read_file(rf(ws, "a.txt"))
+    assert (got.path, got.content, got.total_lines, got.size) == (
+        "a.txt",
+        "one\ntwo\nthree\n",
+        3,
+        14,
+    )
+    assert not got.binary and not got.truncated
+
+
+def test_read_offset_and_limit_in_lines(ws: Path) -> None:
+    (ws / "a.txt").write_text("".join(f"line {i}\n" for i in range(10)) + "last, no newline")
+    got = read_file(rf(ws, "a.txt", offset=3, limit=2))
+    assert got.content == "line 3\nline 4\n"
+    assert got.total_lines == 11
+    assert read_file(rf(ws, "a.txt", offset=10)).content == "last, no newline"
+    assert read_file(rf(ws, "a.txt", offset=50)).content == ""
+    assert read_file(rf(ws, "a.txt", limit=0)).content == ""
+
+
+def test_read_counts_lines_longer_than_a_read_piece(ws: Path) -> None:
+    long_line = "x" * (200 * 1024) + "\n"
+    (ws / "a.txt").write_text(long_line + "second\n")
+    got = read_file(rf(ws, "a.txt", offset=1))
+    assert got.content == "second\n" and got.total_lines == 2
+
+
+def test_read_binary_file(ws: Path) -> None:
+    (ws / "img.bin").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + b"\xff" * 100)
+    got = read_file(rf(ws, "img.bin"))
+    assert got.binary and got.content == "" and got.size == 116
+
+
+def test_nul_after_the_first_8k_is_not_binary(ws: Path) -> None:
+    (ws / "late.txt").write_bytes(b"a" * 9000 + b"\x00")
+    assert not read_file(rf(ws, "late.txt")).binary
+
+
+def test_read_size_cap_truncates_at_a_character_boundary(ws: Path) -> None:
+    (ws / "big.txt").write_text("€" * 1000)  # 3000 bytes
+    got = read_file(rf(ws, "big.txt"), max_bytes=1000)
+    assert got.truncated
+    assert got.content == "€" * 333  # 999 bytes: the cut character is dropped, not mangled
+    assert got.size == 3000
+
+
+def test_invalid_utf8_is_replaced(ws: Path) -> None:
+    (ws / "latin1.txt").write_bytes("café\n".encode("latin-1"))
+    assert read_file(rf(ws, "latin1.txt")).content == "caf\ufffd\n"
+
+
+def test_read_refusals(ws: Path) -> None:
+    (ws / "dir").mkdir()
+    (ws / "link").symlink_to(ws.parent / "outside" / "secret.txt")
+    assert code_of(read_file, rf(ws, "missing.txt")) == "not_found"
+    assert code_of(read_file, rf(ws, "dir")) == "is_directory"
+    assert code_of(read_file, rf(ws, "../outside/secret.txt")) == "path_outside_workdir"
+    assert code_of(read_file, rf(ws, str(ws.parent / "outside" / "secret.txt"))) == (
+        "path_outside_workdir"
+    )
+    assert code_of(read_file, rf(ws, "link")) == "path_outside_workdir"
+    assert code_of(read_file, rf(ws, "dir", offset=-1)) == "bad_request"
+
+
+# --------------------------------------------------------------------------- write_file
+
+
+def test_write_creates_file_and_dirs(ws: Path) -> None:
+    got = write_file(wf(ws, "a/b/c.txt", "héllo\n"))
+    assert (ws / "a" / "b" / "c.txt").read_text() == "héllo\n"
+    assert got.path == "a/b/c.txt" and got.created and got.bytes_written == len("héllo\n".encode())
+
+
+def test_write_without_create_dirs_needs_the_parent(ws: Path) -> None:
+    assert code_of(write_file, wf(ws, "nope/x.txt", "x", create_dirs=False)) == "not_found"
+    assert not (ws / "nope").exists()
+    assert write_file(wf(ws, "x.txt", "x", create_dirs=False)).created
+
+
+def test_write_replaces_atomically_and_keeps_mode(ws: Path) -> None:
+    target = ws / "f.txt"
+    target.write_text("old\n")
+    target.chmod(0o640)
+    old_inode = target.stat().st_ino
+    old_view = ws / "old-view"
+    os.link(target, old_view)  # a hard link keeps seeing the old inode
+    got = write_file(wf(ws, "f.txt", "new\n"))
+    assert not got.created
+    assert target.read_text() == "new\n"
+    assert target.stat().st_ino != old_inode  # a new file was renamed over, not rewritten
+    assert old_view.read_text() == "old\n"
+    assert target.stat().st_mode & 0o777 == 0o640
+    assert sorted(p.name for p in ws.iterdir()) == ["f.txt", "old-view"]  # no temp left
+
+
+def test_failed_write_leaves_the_old_file_and_no_temp(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (ws / "f.txt").write_text("old\n")
+
+    def broken_replace(src: object, dst: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(fs.os, "replace", broken_replace)
+    assert code_of(write_file, wf(ws, "f.txt", "new\n")) == "io_error"
+    assert (ws / "f.txt").read_text() == "old\n"
+    assert [p.name for p in ws.iterdir()] == ["f.txt"]
+
+
+def test_new_file_mode_follows_umask(ws: Path) -> None:
+    old = os.umask(0o027)
+    try:
+        write_file(wf(ws, "u.txt", "x"))
+    finally:
+        os.umask(old)
+    assert (ws / "u.txt").stat().st_mode & 0o777 == 0o640
+
+
+def test_write_through_inside_symlink_replaces_its_target(ws: Path) -> None:
+    (ws / "real.txt").write_text("old")
+    (ws / "alias.txt").symlink_to(ws / "real.txt")
+    got = write_file(wf(ws, "alias.txt", "new"))
+    assert got.path == "real.txt"
+    assert (ws / "real.txt").read_text() == "new"
+    assert (ws / "alias.txt").is_symlink()
+
+
+def test_write_refusals(ws: Path) -> None:
+    (ws / "dir").mkdir()
+    (ws / "out").symlink_to(ws.parent / "outside")
+    assert code_of(write_file, wf(ws, "dir", "x")) == "is_directory"
+    assert code_of(write_file, wf(ws, ".", "x")) == "is_directory"
+    assert code_of(write_file, wf(ws, "../evil.txt", "x")) == "path_outside_workdir"
+    assert code_of(write_file, wf(ws, "out/secret.txt", "x")) == "path_outside_workdir"
+    assert code_of(write_file, wf(ws, "out/new/dir/f.txt", "x")) == "path_outside_workdir"
+    assert (ws.parent / "outside" / "secret.txt").read_text() == "secret\n"
+    assert not (ws.parent / "evil.txt").exists()
+    assert not (ws.parent / "outside" / "new").exists()
+
+
+# --------------------------------------------------------------------------- list_dir
+
+
+@pytest.fixture
+def tree(ws: Path) -> Path:
+    (ws / "src" / "pkg").mkdir(parents=True)
+    (ws / "src" / "pkg" / "mod.py").write_text("x = 1\n")
+    (ws / "src" / "main.py").write_text("print()\n")
+    (ws / "README.md").write_text("# hi\n")
+    (ws / ".git" / "objects").mkdir(parents=True)
+    (ws / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (ws / "sub" / ".git").mkdir(parents=True)
+    (ws / "link").symlink_to(ws.parent / "outside")
+    return ws
+
+
+def test_list_depth_one(tree: Path) -> None:
+    got = list_dir(ld(tree))
+    assert [(e.path, e.kind) for e in got.entries] == [
+        ("README.md", "file"),
+        ("link", "symlink"),
+        ("src", "dir"),
+        ("sub", "dir"),
+    ]
+    assert got.entries[0].size == 5 and got.path == "." and not got.truncated
+
+
+def test_list_depth_two_sorted_and_git_skipped(tree: Path) -> None:
+    got = list_dir(ld(tree, depth=3))
+    assert [e.path for e in got.entries] == [
+        "README.md",
+        "link",
+        "src",
+        "src/main.py",
+        "src/pkg",
+        "src/pkg/mod.py",
+        "sub",
+    ]
+    assert not any(".git" in e.path for e in got.entries)
+    assert not any(e.path.startswith("link/") for e in got.entries)  # symlinks not followed
+
+
+def test_list_subdirectory(tree: Path) -> None:
+    got = list_dir(ld(tree, "src", depth=1))
+    assert got.path == "src"
+    assert [e.path for e in got.entries] == ["main.py", "pkg"]
+
+
+def test_list_entry_cap_keeps_the_shallowest(ws: Path) -> None:
+    (ws / "deep").mkdir()
+    for i in range(30):
+        (ws / "deep" / f"f{i:02}").write_text("")
+    for i in range(5):
+        (ws / f"top{i}").write_text("")
+    got = list_dir(ld(ws, depth=2), max_entries=10)
+    assert got.truncated and len(got.entries) == 10
+    assert {f"top{i}" for i in range(5)} | {"deep"} <= {e.path for e in got.entries}
+
+
+def test_list_refusals(tree: Path) -> None:
+    assert code_of(list_dir, ld(tree, "README.md")) == "not_a_directory"
+    assert code_of(list_dir, ld(tree, "missing")) == "not_found"
+    assert code_of(list_dir, ld(tree, "..")) == "path_outside_workdir"
+    assert code_of(list_dir, ld(tree, "link")) == "path_outside_workdir"
+    assert code_of(list_dir, ld(tree, depth=0)) == "bad_request"
+
+
+# --------------------------------------------------------------------------- local policy
+
+
+def test_workdir_outside_allowed_roots_is_refused_for_every_operation(tmp_path: Path) -> None:
+    # The server names the workdir: "/etc" with path "passwd" is inside its own workdir, but
+    # not inside what the worker's owner allowed.
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    (etc / "passwd").write_text("root:x:0:0\n")
+    narrow = LocalPolicy(allowed_roots=[tmp_path / "projects"])
+    with pytest.raises(ActionRefused) as info:
+        _read_file(rf(etc, "passwd"), narrow)
+    assert info.value.code == "outside_allowed_roots"
+    with pytest.raises(ActionRefused) as info:
+        _write_file(wf(etc, "passwd", "owned"), narrow)
+    assert info.value.code == "outside_allowed_roots"
+    with pytest.raises(ActionRefused) as info:
+        _list_dir(ld(etc), narrow)
+    assert info.value.code == "outside_allowed_roots"
+    assert (etc / "passwd").read_text() == "root:x:0:0\n"
+
+
+def test_missing_workdir_is_not_created(tmp_path: Path) -> None:
+    missing = tmp_path / "not-attached"
+    assert code_of(write_file, wf(missing, "f.txt", "x")) == "not_found"
+    assert not missing.exists()

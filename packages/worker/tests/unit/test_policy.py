@@ -1,0 +1,119 @@
+"""The local policy: allowed roots and denied commands, including through shells and wrappers."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from codey_worker.confine import ActionRefused
+from codey_worker.policy import LocalPolicy
+
+DENY = LocalPolicy(allowed_roots=[Path("/nonexistent-root")], denied_commands=["rm", "curl"])
+
+
+def _denied(argv: list[str]) -> ActionRefused:
+    with pytest.raises(ActionRefused) as info:
+        DENY.check_command(argv)
+    assert info.value.code == "denied_command"
+    return info.value
+
+
+def test_from_config_defaults_to_home_and_no_denials() -> None:
+    policy = LocalPolicy.from_config({})
+    assert policy.allowed_roots == [Path.home()]
+    assert policy.denied_commands == []
+
+
+def test_from_config_reads_and_expands(tmp_path: Path) -> None:
+    policy = LocalPolicy.from_config(
+        {"allowed_roots": ["~/src", str(tmp_path)], "denied_commands": ["rm"]}
+    )
+    assert policy.allowed_roots == [Path(os.path.expanduser("~/src")), tmp_path]
+    assert policy.denied_commands == ["rm"]
+
+
+@pytest.mark.parametrize(
+    "config",
+    [{"allowed_roots": "/tmp"}, {"allowed_roots": [1]}, {"denied_commands": "rm"}],
+)
+def test_from_config_rejects_malformed(config: dict[str, object]) -> None:
+    with pytest.raises(ValueError):
+        LocalPolicy.from_config(config)
+
+
+def test_denied_program_refused_directly() -> None:
+    err = _denied(["rm", "-rf", "build"])
+    assert "'rm'" in err.message
+
+
+def test_denied_program_refused_by_full_path() -> None:
+    _denied(["/bin/rm", "x"])
+    _denied(["/usr/bin/curl", "https://example.com"])
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["bash", "-c", "echo hi && rm -rf /"],
+        ["sh", "-c", "ls; /bin/rm x"],
+        ["/bin/bash", "-lc", "cd src && rm x"],
+        ["zsh", "-c", "x=$(curl http://evil)"],
+        ["bash", "-o", "pipefail", "-c", "cat f | rm x"],
+        ["bash", "-c", "r''m -rf x"],
+        ["sh", "-c", "sh -c 'rm x'"],
+    ],
+)
+def test_denied_program_refused_inside_shell_scripts(argv: list[str]) -> None:
+    _denied(argv)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["env", "FOO=1", "rm", "x"],
+        ["sudo", "rm", "x"],
+        ["xargs", "rm"],
+        ["timeout", "5", "curl", "http://x"],
+        ["find", ".", "-exec", "rm", "{}", ";"],
+        ["env", "bash", "-c", "rm x"],
+    ],
+)
+def test_denied_program_refused_through_wrappers(argv: list[str]) -> None:
+    _denied(argv)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["ls", "-la"],
+        ["grep", "-r", "rm", "."],  # "rm" is only an argument of a non-wrapper
+        ["bash", "-c", "echo hello && ls"],
+        ["bash", "script-named-rm.sh"],  # no -c: the file's content is not ours to read
+        ["rmdir", "x"],
+    ],
+)
+def test_allowed_commands_pass(argv: list[str]) -> None:
+    DENY.check_command(argv)  # must not raise
+
+
+def test_no_denials_allows_everything() -> None:
+    LocalPolicy(allowed_roots=[], denied_commands=[]).check_command(["rm", "-rf", "x"])
+
+
+def test_empty_argv_is_a_bad_request() -> None:
+    with pytest.raises(ActionRefused) as info:
+        DENY.check_command([])
+    assert info.value.code == "bad_request"
+
+
+def test_check_workdir(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    (root / "proj").mkdir(parents=True)
+    (tmp_path / "root2").mkdir()
+    policy = LocalPolicy(allowed_roots=[root])
+    assert policy.check_workdir(root / "proj") == Path(os.path.realpath(root / "proj"))
+    with pytest.raises(ActionRefused) as info:
+        policy.check_workdir(tmp_path / "root2")
+    assert info.value.code == "outside_allowed_roots"

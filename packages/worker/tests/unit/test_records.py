@@ -1,0 +1,101 @@
+"""ActionRecords: an action is recorded once, its answer survives restarts, old ones are pruned."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+
+from codey_worker.records import ActionRecords, Record
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "state" / "actions.sqlite3"
+
+
+def test_new_action_is_started_once(db: Path) -> None:
+    with ActionRecords(db) as records:
+        assert records.get("a1") is None
+        assert records.mark_started("a1", b'{"type":"run_command"}') is None
+        again = records.mark_started("a1", b"different")
+        assert again == Record("a1", "started", b'{"type":"run_command"}', None, live=True)
+
+
+def test_finish_stores_the_response_and_blocks_reruns(db: Path) -> None:
+    with ActionRecords(db) as records:
+        records.mark_started("a1", b"action")
+        records.finish("a1", b"result-frame")
+        got = records.get("a1")
+        assert got == Record("a1", "finished", b"action", b"result-frame", live=False)
+        assert records.mark_started("a1", b"action") == got
+
+
+def test_finish_twice_keeps_the_first_response(db: Path) -> None:
+    with ActionRecords(db) as records:
+        records.mark_started("a1", b"action")
+        records.finish("a1", b"first")
+        records.finish("a1", b"second")
+        assert records.get("a1") == Record("a1", "finished", b"action", b"first")
+
+
+def test_finish_without_start_is_recorded(db: Path) -> None:
+    with ActionRecords(db) as records:
+        records.finish("refused", b"error-frame")
+        got = records.get("refused")
+        assert got is not None and got.status == "finished" and got.response == b"error-frame"
+
+
+def test_records_survive_reopening(db: Path) -> None:
+    with ActionRecords(db) as records:
+        records.mark_started("done", b"a")
+        records.finish("done", b"r")
+        records.mark_started("midway", b"b")  # the worker "dies" before finishing
+        assert records.interrupted() == []  # still live in this process
+    with ActionRecords(db) as reopened:
+        assert reopened.get("done") == Record("done", "finished", b"a", b"r")
+        midway = reopened.get("midway")
+        assert midway == Record("midway", "started", b"b", None, live=False)
+        assert reopened.interrupted() == ["midway"]
+        assert reopened.mark_started("midway", b"b") == midway  # never run again
+        reopened.finish("midway", b"interrupted-frame")
+        assert reopened.interrupted() == []
+
+
+def test_prunes_to_the_newest_keep(db: Path) -> None:
+    with ActionRecords(db, keep=3) as records:
+        for i in range(6):
+            records.mark_started(f"a{i}", b"x")
+            records.finish(f"a{i}", b"r")
+        assert len(records) == 3
+        assert [records.get(f"a{i}") is not None for i in range(6)] == [False] * 3 + [True] * 3
+    with ActionRecords(db, keep=3) as reopened:
+        assert len(reopened) == 3
+
+
+def test_prune_spares_actions_still_running(db: Path) -> None:
+    with ActionRecords(db, keep=2) as records:
+        records.mark_started("long", b"x")  # a command that runs a long time
+        for i in range(5):
+            records.mark_started(f"q{i}", b"x")
+            records.finish(f"q{i}", b"r")
+        long = records.get("long")
+        assert long is not None and long.live
+        assert len(records) == 3  # the two newest plus the running one
+        records.finish("long", b"done")
+        # Just finished, so among the freshest: its answer must survive for a re-send.
+        assert records.get("long") == Record("long", "finished", b"x", b"done")
+        assert len(records) == 2
+        assert records.get("q4") is not None and records.get("q3") is None
+
+
+def test_file_is_private(db: Path) -> None:
+    with ActionRecords(db) as records:
+        records.mark_started("a", b"x")
+    assert stat.S_IMODE(db.stat().st_mode) == 0o600
+
+
+def test_keep_must_be_positive(db: Path) -> None:
+    with pytest.raises(ValueError):
+        ActionRecords(db, keep=0)
