@@ -55,7 +55,9 @@ class ServerProcess:
             (self.data_dir / "config.json").write_text(json.dumps(self.config))
         self.starts += 1
         self.proc = ManagedProcess(f"server-{self.starts}", log_dir=self.log_dir)
-        self.proc.start([sys.executable, "-m", "codey_server.cli", "serve", "--port", "0",
+        # a restart keeps the port, so workers and browsers find the server again
+        port = self.url.rsplit(":", 1)[1] if self.url else "0"
+        self.proc.start([sys.executable, "-m", "codey_server.cli", "serve", "--port", port,
                          "--data-dir", str(self.data_dir), *self.extra_args], env=self.env)
         match = self.proc.wait_for_line(r"codey-server listening on (http://\S+)", timeout=timeout)
         self.url = match.group(1).rstrip("/")

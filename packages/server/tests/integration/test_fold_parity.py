@@ -1,0 +1,497 @@
+"""The web client's fold (``web/store.js``) equals the server's (``codey_server.reducers``).
+
+A varied recorded log (every event type, several sessions, deltas, a second approval decision
+that must be ignored, pairing, revocation, auth) is folded in Python and, in Chromium, by the
+JavaScript store; the two states must be equal as JSON. The markdown renderer's safety and the
+views' basic rendering are checked in the same browser.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from codey_protocol import encode
+from codey_protocol import events as ev
+from codey_protocol.codec import decode_envelope
+from codey_protocol.state import State
+from codey_protocol.worker import (
+    ApplyPatch,
+    Capabilities,
+    FileChange,
+    McpCall,
+    McpServerInfo,
+    McpTool,
+    RunCommand,
+)
+from codey_server.reducers import apply
+
+pytestmark = pytest.mark.integration
+
+WEB = Path(__file__).resolve().parents[4] / "web"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync"]
+BLANK = "/__blank.html"
+
+
+# ---------------------------------------------------------------------------------------------
+# a recorded log
+
+
+class _Log:
+    def __init__(self) -> None:
+        self.envelopes: list[ev.Envelope] = []
+        self.ts = 1_700_000_000.125
+
+    def add(self, session_id: str | None, event: Any) -> None:
+        self.ts += 0.37
+        self.envelopes.append(ev.Envelope(seq=len(self.envelopes) + 1, ts=round(self.ts, 3),
+                                          session_id=session_id, event=event))
+
+    def update(self, sid: str, item_id: str, **fields: Any) -> None:
+        self.add(sid, ev.SessionItemUpdated(item_id=item_id, **fields))
+
+
+def _pair(log: _Log, n: int, outcome: str) -> None:
+    rid = f"req{n}"
+    log.add(None, ev.WorkerPairRequested(
+        request_id=rid, hostname=f"host-{n}", os="Linux 6.1", python_version="3.11.9",
+        worker_version="0.1.0", roots=[f"/home/u{n}", "/srv"], fingerprint=f"SHA256:ab{n}",
+        expires_at=1_700_000_600.0 + n))
+    if outcome == "approved":
+        log.add(None, ev.WorkerPaired(
+            worker_id=f"w{n}", request_id=rid, hostname=f"host-{n}", os="Linux 6.1",
+            python_version="3.11.9", worker_version="0.1.0", roots=[f"/home/u{n}"],
+            public_key=f"pk{n}"))
+        log.add(None, ev.WorkerPairResolved(request_id=rid, outcome="approved",
+                                            worker_id=f"w{n}"))
+    elif outcome != "pending":
+        log.add(None, ev.WorkerPairResolved(request_id=rid, outcome=outcome))  # type: ignore[arg-type]
+
+
+def _session_turn(log: _Log, sid: str, k: int) -> None:
+    """One turn: prompt, reasoning, streamed answer, a shell call with approval and output."""
+    log.add(sid, ev.SessionStatusChanged(status="running"))
+    log.add(sid, ev.SessionItemAppended(item=ev.UserMessage(id=f"{sid}-u{k}", ts=log.ts,
+                                                            text=f"do thing {k} ✨")))
+    log.add(sid, ev.SessionItemAppended(item=ev.Reasoning(id=f"{sid}-r{k}", ts=log.ts,
+                                                          streaming=True)))
+    for part in ("Thinking ", "about **it**", " 🧠"):
+        log.update(sid, f"{sid}-r{k}", text_delta=part)
+    log.update(sid, f"{sid}-r{k}", streaming=False)
+    call = f"{sid}-t{k}"
+    argv = ["pytest", "-q", f"tests/test_{k}.py"]
+    log.add(sid, ev.SessionItemAppended(item=ev.ToolCall(
+        id=call, ts=log.ts, call_id=f"call_{k}", name="shell",
+        arguments=json.dumps({"command": argv}), command=argv)))
+    log.add(sid, ev.ApprovalRequested(approval_id=f"{sid}-a{k}", item_id=call, kind="command",
+                                      command=argv, reason="runs tests"))
+    log.update(sid, call, status="waiting_approval", approval_id=f"{sid}-a{k}")
+    log.add(sid, ev.SessionStatusChanged(status="waiting_approval", reason="approve pytest"))
+    log.add(sid, ev.ApprovalResolved(approval_id=f"{sid}-a{k}", decision="approved",
+                                     for_session=True))
+    # A second decision must be ignored: the first decision wins.
+    log.add(sid, ev.ApprovalResolved(approval_id=f"{sid}-a{k}", decision="rejected",
+                                     message="too late"))
+    action = RunCommand(action_id=f"{sid}-act{k}", session_id=sid, argv=argv,
+                        workdir="/home/u1/proj", env={"LANG": "C"})
+    log.add(sid, ev.ActionRequested(action_id=f"{sid}-act{k}", item_id=call, worker_id="w1",
+                                    action=action))
+    log.update(sid, call, status="running", action_id=f"{sid}-act{k}")
+    for chunk in ("\x1b[32m....\x1b[0m", "\n1 passed", " in 0.1s\n"):
+        log.update(sid, call, output_delta=chunk)
+    log.update(sid, call, status="done", exit_code=0, result="exit 0\n1 passed",
+               truncated=False)
+    log.add(sid, ev.ActionFinished(action_id=f"{sid}-act{k}", outcome="result"))
+    log.add(sid, ev.SessionItemAppended(item=ev.AssistantMessage(id=f"{sid}-m{k}", ts=log.ts,
+                                                                 streaming=True)))
+    for part in ("All ", "tests ", "pass.\n\n```py\nprint(1)\n```"):
+        log.update(sid, f"{sid}-m{k}", text_delta=part)
+    log.update(sid, f"{sid}-m{k}", streaming=False)
+    log.add(sid, ev.TokenUsageRecorded(input_tokens=100 + k, output_tokens=20, reasoning_tokens=5,
+                                       total_tokens=125 + k))
+    log.add(sid, ev.SessionStatusChanged(status="idle"))
+
+
+def build_log() -> list[ev.Envelope]:
+    """A log touching every event type and the fold's corner cases."""
+    log = _Log()
+    _pair(log, 1, "approved")
+    _pair(log, 2, "approved")
+    _pair(log, 3, "denied")
+    _pair(log, 4, "expired")
+    _pair(log, 5, "locked")
+    _pair(log, 6, "pending")
+    caps = Capabilities(executors=["run_command", "apply_patch"], mcp_servers=[
+        McpServerInfo(name="time", tools=[McpTool(name="now", description="the time",
+                                                  input_schema={"type": "object"})])])
+    log.add(None, ev.WorkerConnected(worker_id="w1", hostname="host-1b", os="Linux 6.2",
+                                     worker_version="0.1.1", capabilities=caps))
+    log.add(None, ev.WorkerConnected(worker_id="w2", hostname="host-2", os="Darwin",
+                                     worker_version="0.1.0"))
+    log.add(None, ev.WorkerConnected(worker_id="ghost", hostname="x", os="y",
+                                     worker_version="z"))  # unknown worker: ignored
+    log.add("s1", ev.SessionCreated(title="Fix tests", worker_id="w1", workdir="/home/u1/proj",
+                                    provider="openai", model="gpt-5"))
+    log.add("s2", ev.SessionCreated(title="Refactor", worker_id="w2", workdir="/srv/app",
+                                    provider="ollama", model="qwen", policy="full-auto"))
+    log.add(None, ev.SessionCreated(title="no id", worker_id="w1", workdir="/", provider="p",
+                                    model="m"))  # no session id: ignored
+    _session_turn(log, "s1", 1)
+    _session_turn(log, "s2", 1)
+    _session_turn(log, "s1", 2)
+    # Same command approved "for session" again: approved_prefixes keeps it once.
+    log.add("s1", ev.ApprovalRequested(approval_id="s1-again", item_id="s1-t2", kind="command",
+                                       command=["pytest", "-q", "tests/test_2.py"]))
+    log.add("s1", ev.ApprovalResolved(approval_id="s1-again", decision="approved",
+                                      for_session=True))
+    # Rejections, patches, MCP, writes.
+    log.add("s1", ev.SessionItemAppended(item=ev.ToolCall(
+        id="s1-patch", ts=log.ts, call_id="c-p", name="apply_patch", arguments="{}",
+        patch="*** Begin Patch\n*** Update File: a.py\n@@\n-x = 1\n+x = 2\n*** End Patch")))
+    log.add("s1", ev.ApprovalRequested(approval_id="s1-ap", item_id="s1-patch", kind="patch",
+                                       patch="*** Begin Patch\n...", path="a.py"))
+    log.add("s1", ev.ApprovalResolved(approval_id="s1-ap", decision="rejected",
+                                      message="not like that", for_session=True))
+    log.add("s1", ev.ApprovalResolved(approval_id="s1-ap", decision="approved"))
+    log.add("s1", ev.ApprovalResolved(approval_id="missing", decision="approved"))
+    log.add("s1", ev.ActionRequested(
+        action_id="s1-pa", item_id="s1-patch", worker_id="w1",
+        action=ApplyPatch(action_id="s1-pa", session_id="s1", workdir="/w", patch="p")))
+    log.update("s1", "s1-patch", status="done", diff="--- a/a.py\n+++ b/a.py\n@@\n-x\n+y\n",
+               files=[FileChange(path="a.py", op="update", added=1, removed=1),
+                      FileChange(path="b.py", op="move", moved_to="c.py")])
+    log.add("s1", ev.ActionFinished(action_id="s1-pa", outcome="errored"))
+    log.add("s1", ev.ActionFinished(action_id="never-requested", outcome="lost"))
+    log.add("s1", ev.SessionItemAppended(item=ev.ToolCall(
+        id="s1-mcp", ts=log.ts, call_id="c-m", name="mcp__time__now", arguments='{"tz":"UTC"}',
+        mcp_server="time", mcp_tool="now")))
+    log.add("s1", ev.ActionRequested(
+        action_id="s1-ma", item_id="s1-mcp", worker_id="w1",
+        action=McpCall(action_id="s1-ma", session_id="s1", server="time", tool="now",
+                       arguments={"tz": "UTC", "n": [1, 2.5, None]})))
+    log.update("s1", "s1-mcp", status="failed", error="server crashed", result="error: crashed")
+    # Updates that must be ignored (unknown item, fields the item does not have).
+    log.update("s1", "nope", text_delta="x", status="done")
+    log.update("s1", "s1-patch", text_delta="no text field")
+    log.update("s1", "s1-u1", status="done", output_delta="no output", exit_code=3)
+    log.update("s9", "s1-u1", text_delta="unknown session")
+    log.add("s1", ev.SessionItemAppended(item=ev.UserMessage(id="s1-q", ts=log.ts,
+                                                             text="also this", queued=True)))
+    log.update("s1", "s1-q", queued=False, text_delta=" please")
+    log.add("s1", ev.SessionItemAppended(item=ev.ErrorItem(id="s1-e", ts=log.ts,
+                                                           message="429 from model",
+                                                           code="rate_limited")))
+    log.add("s1", ev.SessionItemAppended(item=ev.PlanItem(
+        id="s1-plan", ts=log.ts, steps=[ev.PlanStep(step="read"), ev.PlanStep(
+            step="fix", status="in_progress")], explanation="two steps")))
+    log.add("s1", ev.PlanUpdated(steps=[ev.PlanStep(step="read", status="done"),
+                                        ev.PlanStep(step="fix", status="in_progress")],
+                                 explanation="halfway"))
+    log.add("s2", ev.PlanUpdated(steps=[ev.PlanStep(step="only")]))
+    log.update("s1", "s1-t1", output="replaced output\n", truncated=True)
+    log.add("s1", ev.SessionTitleChanged(title="Fix the flaky tests"))
+    log.add("s1", ev.SessionPolicyChanged(policy="auto-edit"))
+    log.add("s1", ev.SessionWorkspaceChanged(paths=["a.py", "b.py", "a.py"]))
+    log.add("s1", ev.SessionWorkspaceChanged(paths=["c.py", "a.py"]))
+    log.add("s2", ev.SessionWorkspaceChanged(paths=[f"f{i}.txt" for i in range(150)]))
+    log.add("s2", ev.SessionWorkspaceChanged(paths=[f"f{i}.txt" for i in range(100, 260)]))
+    log.add("s2", ev.TokenUsageRecorded())
+    log.add("nope", ev.TokenUsageRecorded(input_tokens=1))
+    log.add("s2", ev.SessionStatusChanged(status="error", reason="model unreachable"))
+    log.add(None, ev.RateLimitUpdated(provider="openai", limit_requests=500,
+                                      remaining_requests=499, reset_requests="1s"))
+    log.add(None, ev.RateLimitUpdated(provider="openai", remaining_tokens=1000))
+    log.add(None, ev.AuthStatusUpdated(provider="openai", state="pending", method="device_code",
+                                       verification_uri="https://example.test/device",
+                                       user_code="ABCD-EFGH"))
+    log.add(None, ev.AuthStatusUpdated(provider="openai", state="logged_in", method="oauth",
+                                       account="me@example.test", expires_at=1_700_100_000.5))
+    log.add(None, ev.AuthStatusUpdated(provider="other", state="error", error="bad key"))
+    log.add(None, ev.WorkerDisconnected(worker_id="w1", reason="bye"))
+    log.add(None, ev.WorkerDisconnected(worker_id="ghost"))
+    log.add(None, ev.WorkerRevoked(worker_id="w2"))
+    log.add(None, ev.WorkerRevoked(worker_id="ghost"))
+    log.add("s3", ev.SessionCreated(title="Late", worker_id="w2", workdir="/srv", provider="p",
+                                    model="m", policy="suggest"))
+    return log.envelopes
+
+
+def python_fold(envelopes: list[ev.Envelope]) -> dict[str, Any]:
+    """Fold copies: ``apply`` mutates the appended items it stores, which live in the events."""
+    state = State()
+    for env in envelopes:
+        state = apply(state, decode_envelope(encode(env)))
+    return msgspec.to_builtins(state)  # type: ignore[no-any-return]
+
+
+def differences(a: Any, b: Any, path: str = "$") -> list[str]:
+    """Where two JSON values differ (for a readable failure), at most a few paths."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = [f"{path}.{k}: only in one" for k in sorted(set(a) ^ set(b))]
+        for k in sorted(set(a) & set(b)):
+            out += differences(a[k], b[k], f"{path}.{k}")
+        return out[:10]
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        out = []
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            out += differences(x, y, f"{path}[{i}]")
+        return out[:10]
+    return [] if a == b else [f"{path}: {a!r} != {b!r}"]
+
+
+def envelopes_json(envelopes: list[ev.Envelope]) -> str:
+    return "[" + ",".join(encode(e).decode() for e in envelopes) + "]"
+
+
+# ---------------------------------------------------------------------------------------------
+# fixtures: web/ on a stdlib HTTP server, one Chromium page
+
+
+class _Handler(http.server.SimpleHTTPRequestHandler):
+    def do_GET(self) -> None:
+        if self.path == BLANK:
+            body = b"<!doctype html><title>blank</title><div id=root></div>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        super().do_GET()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def web_base() -> Iterator[str]:
+    handler = functools.partial(_Handler, directory=str(WEB))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture(scope="module")
+def web_page(web_base: str) -> Iterator[Any]:
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        pg = browser.new_page()
+        errors: list[str] = []
+        pg.on("pageerror", lambda err: errors.append(str(err)))
+        pg.goto(web_base + BLANK)
+        yield pg
+        browser.close()
+        assert not errors, errors
+
+
+# ---------------------------------------------------------------------------------------------
+# fold parity
+
+_JS_FOLD = """async ([text, cut]) => {
+  const m = await import('/store.js');
+  const envs = JSON.parse(text);
+  const state = m.emptyState();
+  for (const e of envs.slice(0, cut)) m.apply(state, e);
+  return JSON.parse(JSON.stringify(state));
+}"""
+
+
+def test_log_covers_every_event_type() -> None:
+    seen = {type(e.event) for e in build_log()}
+    assert seen == set(ev.Event.__args__)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("fraction", [0.3, 0.7, 1.0])
+def test_js_fold_equals_python_fold(web_page: Any, fraction: float) -> None:
+    envelopes = build_log()
+    cut = int(len(envelopes) * fraction)
+    expected = python_fold(envelopes[:cut])
+    got = web_page.evaluate(_JS_FOLD, [envelopes_json(envelopes), cut])
+    assert differences(got, expected) == []
+    assert got == expected
+
+
+def test_store_skips_duplicates_and_resumes_from_snapshot(web_page: Any) -> None:
+    """Store.apply ignores seq ≤ state.seq; a Python snapshot plus the rest equals the fold."""
+    envelopes = build_log()
+    cut = len(envelopes) // 2
+    snapshot = python_fold(envelopes[:cut])
+    got = web_page.evaluate("""async ([text, snap, cut]) => {
+      const { Store } = await import('/store.js');
+      const envs = JSON.parse(text);
+      const store = new Store();
+      const seen = [];
+      store.subscribe((c) => seen.push(c.kind));
+      store.replace(snap.seq, snap);
+      let folded = 0;
+      for (const e of envs.slice(cut - 5)) folded += store.apply(e) ? 1 : 0;  // overlap
+      for (const e of envs) folded += store.apply(e) ? 1 : 0;  // all duplicates
+      return { state: JSON.parse(JSON.stringify(store.state)), folded, resets: seen[0] };
+    }""", [envelopes_json(envelopes), snapshot, cut])
+    assert got["folded"] == len(envelopes) - cut
+    assert got["resets"] == "reset"
+    assert got["state"] == python_fold(envelopes)
+
+
+def test_corner_cases_in_the_log_took_effect() -> None:
+    """Guards the log itself: the cases the parity test relies on really happen."""
+    state = python_fold(build_log())
+    s1 = state["sessions"]["s1"]
+    assert s1["approvals"]["s1-a1"]["status"] == "approved"  # second decision ignored
+    assert s1["approvals"]["s1-ap"]["status"] == "rejected"
+    assert s1["approved_prefixes"] == [["pytest", "-q", "tests/test_1.py"],
+                                       ["pytest", "-q", "tests/test_2.py"]]
+    assert len(state["sessions"]["s2"]["changed_paths"]) == 200
+    assert s1["changed_paths"] == ["b.py", "c.py", "a.py"]
+    assert set(s1["pending_actions"]) == {"s1-ma"}
+    assert state["workers"]["w2"]["revoked"] is True
+    assert set(state["pair_requests"]) == {"req6"}
+    assert state["auth"]["openai"]["state"] == "logged_in"
+    items = {i["id"]: i for i in s1["items"]}
+    assert items["s1-q"] == {**items["s1-q"], "queued": False, "text": "also this please"}
+    assert items["s1-t1"]["output"] == "replaced output\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# markdown safety
+
+_MALICIOUS = [
+    "<script>window.__pwned = 1</script>",
+    '<img src=x onerror="window.__pwned = 2">',
+    "[click](javascript:window.__pwned=3)",
+    "[click](JaVaScRiPt:alert(1))",
+    '[x](https://ok.test/" onmouseover="window.__pwned=4)',
+    "https://ok.test/\"><img src=x onerror=window.__pwned=5>",
+    "**<svg onload=window.__pwned=6>**",
+    "`<b>code</b>` and ```\n<iframe src=javascript:alert(1)></iframe>\n```",
+    "- <a href=javascript:alert(1)>list</a>\n- _<u onclick=x>_",
+    "> <style>body{display:none}</style>",
+    "[a](data:text/html,<script>alert(1)</script>)",
+    "\u0000 0 \u0000 placeholder abuse \u00000\u0000",
+]
+
+
+def test_markdown_never_makes_live_html(web_page: Any) -> None:
+    report = web_page.evaluate("""async (inputs) => {
+      const { renderMarkdown } = await import('/markdown.js');
+      const root = document.getElementById('root');
+      const out = [];
+      for (const src of inputs) {
+        const div = document.createElement('div');
+        div.innerHTML = renderMarkdown(src);
+        root.append(div);
+        const bad = [];
+        for (const el of div.querySelectorAll('*')) {
+          const tag = el.tagName.toLowerCase();
+          if (!['p','br','pre','code','strong','em','ul','ol','li','h3','h4','h5','h6',
+                'blockquote','a'].includes(tag)) bad.push('tag ' + tag);
+          for (const a of el.attributes) {
+            if (a.name.startsWith('on')) bad.push('attr ' + a.name);
+          }
+          if (tag === 'a' && !/^https?:\\/\\//.test(el.getAttribute('href'))) {
+            bad.push('href ' + el.getAttribute('href'));
+          }
+        }
+        out.push({ src, bad, text: div.textContent });
+      }
+      await new Promise((r) => setTimeout(r, 100));
+      return { out, pwned: window.__pwned ?? null };
+    }""", _MALICIOUS)
+    assert report["pwned"] is None
+    for row in report["out"]:
+        assert row["bad"] == [], row
+    # Escaped markup is still visible as text, not swallowed.
+    assert "<script>" in report["out"][0]["text"]
+    assert "<iframe" in report["out"][7]["text"]
+
+
+def test_markdown_subset_renders(web_page: Any) -> None:
+    html = web_page.evaluate("""async () => {
+      const { renderMarkdown } = await import('/markdown.js');
+      return renderMarkdown(
+        "# Title\\n\\nSome **bold**, *it*, `a*b*c` and [docs](https://ex.test/a?b=1&c=2).\\n\\n" +
+        "- one\\n- two\\n\\n1. first\\n2. second\\n\\n```js\\nlet x = '<b>';\\n```\\n");
+    }""")
+    assert "<h3>Title</h3>" in html
+    assert "<strong>bold</strong>" in html and "<em>it</em>" in html
+    assert "<code>a*b*c</code>" in html
+    assert '<a href="https://ex.test/a?b=1&amp;c=2" target="_blank"' in html
+    assert "<ul><li>one</li><li>two</li></ul>" in html
+    assert "<ol><li>first</li><li>second</li></ol>" in html
+    code = "<code>let x = &#39;&lt;b&gt;&#39;;</code>"
+    assert f'<pre class="code" data-lang="js">{code}</pre>' in html
+
+
+# ---------------------------------------------------------------------------------------------
+# the views render the folded state
+
+
+def test_views_render_from_the_store(web_page: Any, web_base: str) -> None:
+    envelopes = build_log()
+    web_page.goto(web_base + "/index.html?offline#/")
+    web_page.wait_for_function("window.__codey !== undefined")
+    web_page.evaluate("""(text) => {
+      const store = window.__codey.store;
+      for (const e of JSON.parse(text)) store.apply(e);
+    }""", envelopes_json(envelopes))
+    try:
+        cards = web_page.locator("[data-testid=session-card]")
+        cards.first.wait_for()
+        assert cards.count() == 3
+        s2 = web_page.locator("[data-testid=session-card][data-session-id=s2]")
+        assert s2.locator("[data-testid=session-status]").inner_text() == "error"
+        assert s2.locator("[data-testid=worker-gone]").count() == 1  # w2 revoked
+        w1 = web_page.locator("[data-testid=worker-card][data-worker-id=w1]")
+        assert w1.locator("[data-testid=worker-status]").inner_text() == "disconnected"
+
+        web_page.evaluate("location.hash = '#/session/s1'")
+        view = web_page.locator("[data-testid=session-view]")
+        view.wait_for()
+        items = view.locator("[data-testid=item]")
+        assert items.count() == len(python_fold(envelopes)["sessions"]["s1"]["items"])
+        assert view.locator("[data-testid=plan] li").count() == 2
+        assert view.locator("[data-testid=diff]").count() >= 1
+        assert view.locator("[data-testid=approval]").count() == 0  # none pending
+
+        # Live: a new approval appears inline, streamed output appends to one node.
+        last = envelopes[-1].seq
+        web_page.evaluate("""([seq, ts]) => {
+          const store = window.__codey.store;
+          const item = { kind: 'tool_call', id: 'live-t', ts, call_id: 'c', name: 'shell',
+            arguments: '{}', status: 'pending', command: ['ls', '-la'], patch: null, path: null,
+            mcp_server: null, mcp_tool: null, output: '', exit_code: null, truncated: false,
+            diff: null, files: null, error: null, result: null, action_id: null,
+            approval_id: null };
+          store.apply({ seq: seq + 1, ts, session_id: 's1',
+            event: { type: 'session_item_appended', item } });
+          store.apply({ seq: seq + 2, ts, session_id: 's1',
+            event: { type: 'approval_requested', approval_id: 'live-a', item_id: 'live-t',
+              kind: 'command', command: ['ls', '-la'], patch: null, path: null, reason: '' } });
+          store.apply({ seq: seq + 3, ts, session_id: 's1',
+            event: { type: 'session_item_updated', item_id: 'live-t',
+              output_delta: '\\u001b[31mred\\u001b[0m plain' } });
+        }""", [last, 1_700_000_999.0])
+        approval = view.locator("[data-item-id=live-t] [data-testid=approval]")
+        approval.wait_for()
+        assert approval.locator("[data-testid=approve]").is_enabled()
+        out = view.locator("[data-item-id=live-t] [data-testid=tool-output]")
+        assert out.inner_text() == "red plain"
+        assert out.locator("span.ansi-fg-1").inner_text() == "red"
+    finally:
+        web_page.goto(web_base + BLANK)

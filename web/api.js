@@ -1,0 +1,49 @@
+// REST calls to codey-server (same origin; the auth cookie is sent by the browser).
+
+/** An HTTP error; `status` is the code and `message` the server's `detail` when it sent one. */
+export class ApiError extends Error {
+  constructor(status, message) {
+    super(message);
+    this.status = status;
+  }
+}
+
+async function request(method, path, body) {
+  const init = { method, headers: { Accept: "application/json" }, credentials: "same-origin" };
+  if (body !== undefined) {
+    init.headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(body);
+  }
+  const res = await fetch(path, init);
+  const text = await res.text();
+  let data = null;
+  if (text) {
+    try {
+      data = JSON.parse(text);
+    } catch {
+      data = text;
+    }
+  }
+  if (!res.ok) {
+    const detail = data && typeof data === "object" && data.detail ? data.detail : null;
+    throw new ApiError(res.status, detail ? String(detail) : `${res.status} ${res.statusText}`);
+  }
+  return data;
+}
+
+export const api = {
+  config: () => request("GET", "/api/config"),
+  bootstrap: () => request("GET", "/api/state/bootstrap"),
+  pairRequests: () => request("GET", "/api/pairing/requests"),
+  pairByCode: (code) => request("GET", `/api/pairing/code/${encodeURIComponent(code)}`),
+  approvePair: (id, code) =>
+    request("POST", `/api/pairing/requests/${encodeURIComponent(id)}/approve`, { code }),
+  denyPair: (id) => request("POST", `/api/pairing/requests/${encodeURIComponent(id)}/deny`),
+  revokeWorker: (id) => request("POST", `/api/workers/${encodeURIComponent(id)}/revoke`),
+  authStatus: () => request("GET", "/api/auth/status"),
+  loginLink: (provider) => request("POST", "/api/auth/login-link", { provider }),
+  deviceLogin: (provider) => request("POST", "/api/auth/device", { provider }),
+  apiKey: (provider, api_key) => request("POST", "/api/auth/api-key", { provider, api_key }),
+  logout: (provider) => request("POST", "/api/auth/logout", { provider }),
+  sessionLogUrl: (id) => `/api/sessions/${encodeURIComponent(id)}/log`,
+};

@@ -1,0 +1,160 @@
+// The page: one store, one socket, a hash router and the views.
+//
+// Routes: `#/` dashboard, `#/session/<id>`, `#/pair/<CODE>`.
+// For tests: `window.__codey = {store, state(), seq(), socket, app}`.
+
+import { api } from "./api.js";
+import { h } from "./dom.js";
+import { Socket } from "./socket.js";
+import { Store } from "./store.js";
+import { Dashboard } from "./views/dashboard.js";
+import { LoginBanner } from "./views/login.js";
+import { PairPage } from "./views/pair.js";
+import { SessionView } from "./views/session.js";
+import { Toasts } from "./views/toasts.js";
+
+const THEME_KEY = "codey-theme";
+
+class App {
+  constructor({ connect = true } = {}) {
+    this.store = new Store();
+    this.config = null;
+    this.view = null;
+    this.main = document.getElementById("main");
+    this.toasts = new Toasts(document.getElementById("toasts"));
+    this.connEl = document.querySelector("[data-testid=conn-state]");
+    const ctx = {
+      store: this.store,
+      socket: null,
+      config: null,
+      toast: (text, kind) => this.toasts.show(text, kind),
+      navigate: (hash) => this.navigate(hash),
+    };
+    this.ctx = ctx;
+    this.socket = new Socket(this.store, {
+      onStatus: (s) => this._setConn(s),
+      onError: (frame) => ctx.toast(`Server: ${frame.message}`, "error"),
+      onShutdown: (reason) => ctx.toast(`Server going away: ${reason}`, "warn"),
+    });
+    ctx.socket = this.socket;
+    this.banner = new LoginBanner(document.getElementById("banner"), ctx);
+    this.store.subscribe((change) => this._onChange(change));
+    window.addEventListener("hashchange", () => this.route());
+    this._setupTheme();
+    this._setConn("offline");
+    this.route();
+    if (connect) {
+      this.socket.start();
+      this.loadConfig();
+    }
+  }
+
+  async loadConfig() {
+    try {
+      this.setConfig(await api.config());
+    } catch (err) {
+      console.warn("no /api/config", err);
+    }
+  }
+
+  /** Use `config` ({providers, default_provider}) for the banner and the new-session dialog. */
+  setConfig(config) {
+    this.config = config;
+    this.ctx.config = config;
+    this.banner.update();
+  }
+
+  navigate(hash) {
+    if (location.hash === hash) this.route();
+    else location.hash = hash;
+  }
+
+  /** Mount the view for the current hash (synchronously). */
+  route() {
+    const hash = location.hash || "#/";
+    if (this.view && this.view.destroy) this.view.destroy();
+    let m;
+    if ((m = /^#\/session\/(.+)$/.exec(hash))) {
+      this.view = new SessionView(this.ctx, decodeURIComponent(m[1]));
+    } else if ((m = /^#\/pair\/([A-Za-z0-9-]+)$/.exec(hash))) {
+      this.view = new PairPage(this.ctx, m[1]);
+    } else {
+      this.view = new Dashboard(this.ctx);
+      document.title = "Codey";
+    }
+    this.main.replaceChildren(this.view.el);
+    if (this.view.mounted) this.view.mounted();
+    this.main.dataset.route = hash.split("/")[1] || "";
+  }
+
+  _onChange(change) {
+    if (this.view && this.view.onChange) this.view.onChange(change);
+    if (change.kind === "reset" || change.env.event.type === "auth_status_updated") {
+      this.banner.update();
+    }
+    if (change.kind === "event") this._notify(change.env);
+  }
+
+  // Toasts for live events only: catch-up after a reconnect should not replay old news.
+  _notify(env) {
+    if (Date.now() / 1000 - env.ts > 15) return;
+    const e = env.event;
+    const state = this.store.state;
+    if (e.type === "worker_connected") {
+      this.toasts.show(`${e.hostname} connected`, "good");
+    } else if (e.type === "worker_disconnected") {
+      const w = state.workers[e.worker_id];
+      const name = w ? w.hostname : e.worker_id;
+      this.toasts.show(`${name} disconnected${e.reason ? `: ${e.reason}` : ""}`, "warn");
+    } else if (e.type === "session_status_changed" && e.status === "error") {
+      const s = state.sessions[env.session_id];
+      this.toasts.show(`${s ? s.title : "A session"} failed${e.reason ? `: ${e.reason}` : ""}`,
+        "error");
+    }
+  }
+
+  _setConn(status) {
+    this.connEl.textContent = status;
+    this.connEl.dataset.state = status;
+  }
+
+  _setupTheme() {
+    const button = document.querySelector("[data-testid=theme-toggle]");
+    let theme = null;
+    try {
+      theme = localStorage.getItem(THEME_KEY);
+    } catch {
+      // storage may be off; the system preference is fine then
+    }
+    if (theme !== "dark" && theme !== "light") {
+      theme = matchMedia("(prefers-color-scheme: dark)").matches ? "dark" : "light";
+    }
+    const set = (t) => {
+      document.documentElement.dataset.theme = t;
+      button.setAttribute("aria-pressed", String(t === "dark"));
+      button.setAttribute("aria-label", `Switch to ${t === "dark" ? "light" : "dark"} theme`);
+      button.replaceChildren(h("span", { "aria-hidden": "true" }, t === "dark" ? "☾" : "☀"));
+    };
+    set(theme);
+    button.addEventListener("click", () => {
+      const next = document.documentElement.dataset.theme === "dark" ? "light" : "dark";
+      set(next);
+      try {
+        localStorage.setItem(THEME_KEY, next);
+      } catch {
+        // not persisted; still switched
+      }
+    });
+  }
+}
+
+// `?offline` (tests, screenshots) renders the UI without connecting to a server.
+const params = new URLSearchParams(location.search);
+const app = new App({ connect: !params.has("offline") });
+window.__codey = {
+  store: app.store,
+  state: () => app.store.state,
+  seq: () => app.store.seq,
+  socket: app.socket,
+  app,
+};

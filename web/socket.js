@@ -1,0 +1,245 @@
+// The live connection to codey-server: `WS /ws/client`.
+//
+// Order on a socket (codey_protocol.client): we send `subscribe{after_seq}` first, then the
+// server answers `snapshot` or catch-up `events`, then live `events`. Commands may follow at any
+// time; each gets an `ack` or an `error` carrying its `request_id`.
+//
+// Reconnects with backoff (0.25 s doubling to 5 s, with jitter) and resumes from the last folded
+// seq, so nothing is lost or folded twice. A close code in 4000–4999 is the server asking us to
+// resume now (e.g. we were a slow subscriber).
+
+const MIN_DELAY = 250;
+const MAX_DELAY = 5000;
+const OFFLINE_AFTER = 8; // failed attempts (about 25 s) before "reconnecting" becomes "offline"
+
+let counter = 0;
+function requestId() {
+  counter += 1;
+  const rnd = Math.random().toString(36).slice(2, 8);
+  return `web-${Date.now().toString(36)}-${counter}-${rnd}`;
+}
+
+/**
+ * One reconnecting socket feeding a Store.
+ *
+ * `onStatus(status)` is called with "offline" | "live" | "reconnecting";
+ * `onError({code, message, request_id})` for error frames without a waiting request, and
+ * `onShutdown(reason)` when the server says it is going away.
+ */
+export class Socket {
+  constructor(store, { url = null, onStatus = () => {}, onError = () => {},
+    onShutdown = () => {} } = {}) {
+    this.store = store;
+    this.url = url || Socket.defaultUrl();
+    this.status = "offline";
+    this._onStatus = onStatus;
+    this._onError = onError;
+    this._onShutdown = onShutdown;
+    this._ws = null;
+    this._subscribed = false;
+    this._queue = []; // frames waiting for an open, subscribed socket
+    this._pending = new Map(); // request_id -> {resolve, reject}
+    this._attempt = 0;
+    this._timer = null;
+    this._stopped = true;
+    this._lastFastResume = 0;
+    this._shutdown = false;
+  }
+
+  static defaultUrl() {
+    const proto = location.protocol === "https:" ? "wss:" : "ws:";
+    return `${proto}//${location.host}/ws/client`;
+  }
+
+  /** Open the socket (and keep it open until `stop()`). */
+  start() {
+    this._stopped = false;
+    this._connect();
+  }
+
+  /** Close for good; pending commands are rejected. */
+  stop() {
+    this._stopped = true;
+    clearTimeout(this._timer);
+    if (this._ws) this._ws.close(1000, "bye");
+    this._ws = null;
+    this._failPending("stopped", true);
+    this._queue = [];
+    this._setStatus("offline");
+  }
+
+  _setStatus(status) {
+    if (status === this.status) return;
+    this.status = status;
+    this._onStatus(status);
+  }
+
+  _connect() {
+    clearTimeout(this._timer);
+    let ws;
+    try {
+      ws = new WebSocket(this.url);
+    } catch (err) {
+      this._scheduleReconnect(null);
+      return;
+    }
+    this._ws = ws;
+    this._subscribed = false;
+    ws.onopen = () => {
+      if (ws !== this._ws) return;
+      this._subscribe();
+    };
+    ws.onmessage = (msg) => {
+      if (ws !== this._ws) return;
+      let frame;
+      try {
+        frame = JSON.parse(msg.data);
+      } catch (err) {
+        console.error("bad frame from server", err);
+        return;
+      }
+      this._handle(frame);
+    };
+    ws.onclose = (ev) => {
+      if (ws !== this._ws) return;
+      this._ws = null;
+      this._subscribed = false;
+      this._failPending("connection closed");
+      if (!this._stopped) this._scheduleReconnect(ev.code);
+    };
+    ws.onerror = () => {}; // onclose follows and does the work
+  }
+
+  _subscribe() {
+    this._rawSend({ type: "subscribe", after_seq: this.store.seq });
+    this._subscribed = true;
+    this._attempt = 0;
+    this._shutdown = false;
+    this._setStatus("live");
+    const queued = this._queue;
+    this._queue = [];
+    for (const frame of queued) this._sendTracked(frame);
+  }
+
+  // Status: "live" while subscribed; "reconnecting" after a drop; "offline" before the first
+  // connection, after the server said it is shutting down, or after many failed attempts
+  // (we keep trying in the background either way).
+  _scheduleReconnect(code) {
+    if (this.status === "live" && !this._shutdown) this._setStatus("reconnecting");
+    else if (this._attempt >= OFFLINE_AFTER) this._setStatus("offline");
+    let delay;
+    const now = Date.now();
+    if (code !== null && code >= 4000 && code <= 4999 && now - this._lastFastResume > 1000) {
+      // The server asked us to resume; once per second at most, so a refusal cannot spin.
+      this._lastFastResume = now;
+      delay = 0;
+    } else {
+      const base = Math.min(MAX_DELAY, MIN_DELAY * 2 ** this._attempt);
+      delay = base / 2 + Math.random() * (base / 2);
+      this._attempt += 1;
+    }
+    this._timer = setTimeout(() => this._connect(), delay);
+  }
+
+  _handle(frame) {
+    switch (frame.type) {
+      case "events":
+        for (const env of frame.events) this.store.apply(env); // skips seq <= store.seq
+        break;
+      case "snapshot":
+        this.store.replace(frame.seq, frame.state);
+        break;
+      case "resync":
+        this.store.reset();
+        if (this._ws) this._rawSend({ type: "subscribe", after_seq: 0 });
+        break;
+      case "ack": {
+        const p = this._pending.get(frame.request_id);
+        if (p) {
+          this._pending.delete(frame.request_id);
+          p.resolve(frame);
+        }
+        break;
+      }
+      case "error": {
+        const p = frame.request_id != null ? this._pending.get(frame.request_id) : undefined;
+        if (p) {
+          this._pending.delete(frame.request_id);
+          const err = new Error(frame.message);
+          err.code = frame.code;
+          p.reject(err);
+        } else {
+          this._onError(frame);
+        }
+        break;
+      }
+      case "shutdown":
+        this._shutdown = true;
+        this._setStatus("offline");
+        this._onShutdown(frame.reason);
+        break;
+      default:
+        console.warn("unknown frame", frame.type);
+    }
+  }
+
+  _rawSend(frame) {
+    this._ws.send(JSON.stringify(frame));
+  }
+
+  _sendTracked(frame) {
+    const p = this._pending.get(frame.request_id);
+    if (p) p.sent = true;
+    this._rawSend(frame);
+  }
+
+  // A command already sent on a socket that closed may or may not have been applied: reject it
+  // and let the user look at the state. Commands still queued wait for the next socket.
+  _failPending(reason, all = false) {
+    for (const [id, p] of this._pending) {
+      if (all || p.sent) {
+        this._pending.delete(id);
+        p.reject(new Error(reason));
+      }
+    }
+  }
+
+  /** Send a command; resolves with the ack frame, rejects with the error (err.code set). */
+  command(type, fields) {
+    const frame = { type, request_id: requestId(), ...fields };
+    return new Promise((resolve, reject) => {
+      this._pending.set(frame.request_id, { resolve, reject, sent: false });
+      if (this._ws && this._subscribed && this._ws.readyState === WebSocket.OPEN) {
+        this._sendTracked(frame);
+      } else {
+        this._queue.push(frame);
+      }
+    });
+  }
+
+  /** Start a session. `provider`/`model` null or omitted mean the server's defaults. */
+  createSession({ worker_id, workdir, prompt = "", provider = null, model = null,
+    policy = "suggest" }) {
+    const fields = { worker_id, workdir, prompt, policy };
+    if (provider) fields.provider = provider;
+    if (model) fields.model = model;
+    return this.command("create_session", fields);
+  }
+
+  sendPrompt(session_id, text) {
+    return this.command("send_prompt", { session_id, text });
+  }
+
+  /** `decision`: "approve" | "approve_for_session" | "reject". */
+  decideApproval(session_id, approval_id, decision, message = "") {
+    return this.command("decide_approval", { session_id, approval_id, decision, message });
+  }
+
+  setApprovalPolicy(session_id, policy) {
+    return this.command("set_approval_policy", { session_id, policy });
+  }
+
+  interrupt(session_id) {
+    return this.command("interrupt", { session_id });
+  }
+}

@@ -1,0 +1,132 @@
+// The "New session" dialog: connected worker, workdir, provider/model, policy, first prompt.
+
+import { h, replaceChildren } from "../dom.js";
+
+const POLICIES = [
+  ["suggest", "Suggest — ask before commands and edits"],
+  ["auto-edit", "Auto-edit — edits in the workdir are automatic"],
+  ["full-auto", "Full auto — nothing asks"],
+];
+
+export class NewSessionDialog {
+  constructor(ctx) {
+    this.ctx = ctx;
+    this.el = h("dialog", { class: "dialog", "data-testid": "new-session-dialog",
+      "aria-labelledby": "ns-title" });
+    this.el.addEventListener("close", () => this.el.remove());
+    this._render();
+  }
+
+  /** Show it as a modal; `workerId` preselects a worker. */
+  open(workerId = null) {
+    document.body.append(this.el);
+    if (workerId) {
+      this._worker.value = workerId;
+      this._fillWorkdir();
+    }
+    this.el.showModal();
+    (this._worker.disabled ? this._cancel : this._worker).focus();
+  }
+
+  _workers() {
+    return Object.values(this.ctx.store.state.workers)
+      .filter((w) => w.connected && !w.revoked)
+      .sort((a, b) => a.hostname.localeCompare(b.hostname));
+  }
+
+  _fillWorkdir() {
+    const w = this.ctx.store.state.workers[this._worker.value];
+    if (w && !this._workdir.dataset.touched) this._workdir.value = (w.roots || [])[0] || "";
+  }
+
+  _render() {
+    const workers = this._workers();
+    this._worker = h("select", { id: "ns-worker", "data-testid": "ns-worker", class: "input",
+      required: true, disabled: !workers.length,
+      onchange: () => this._fillWorkdir() },
+    workers.length
+      ? workers.map((w) => h("option", { value: w.worker_id }, `${w.hostname} (${w.os})`))
+      : h("option", { value: "" }, "No connected machine"));
+    this._workdir = h("input", { id: "ns-workdir", "data-testid": "ns-workdir", class: "input mono",
+      required: true, placeholder: "/home/me/project", autocomplete: "off",
+      oninput: (ev) => {
+        ev.target.dataset.touched = "1";
+      } });
+    const config = this.ctx.config;
+    const modelOptions = [h("option", { value: "" },
+      config ? `Default (${config.default_provider})` : "Server default")];
+    for (const p of (config && config.providers) || []) {
+      for (const m of p.models || []) {
+        modelOptions.push(h("option", { value: JSON.stringify([p.name, m]) }, `${p.name} / ${m}`));
+      }
+    }
+    this._model = h("select", { id: "ns-model", "data-testid": "ns-model", class: "input" },
+      modelOptions);
+    this._policy = h("select", { id: "ns-policy", "data-testid": "ns-policy", class: "input" },
+      POLICIES.map(([v, text]) => h("option", { value: v }, text)));
+    this._prompt = h("textarea", { id: "ns-prompt", "data-testid": "ns-prompt", class: "input",
+      rows: 4, placeholder: "What should Codey do?" });
+    this._error = h("p", { class: "bad", "data-testid": "ns-error", role: "alert", hidden: true });
+    this._submit = h("button", { class: "btn primary", type: "submit", "data-testid": "ns-submit",
+      disabled: !workers.length }, "Start session");
+    this._cancel = h("button", { class: "btn", type: "button", "data-testid": "ns-cancel",
+      onclick: () => this.el.close() }, "Cancel");
+    const form = h("form", { class: "form", method: "dialog",
+      onsubmit: (ev) => {
+        ev.preventDefault();
+        this._create();
+      } },
+    h("h2", { id: "ns-title" }, "New session"),
+    workers.length ? null : h("p", { class: "muted" },
+      "No machine is connected. Link one from the dashboard first."),
+    field("ns-worker", "Machine", this._worker),
+    field("ns-workdir", "Working directory", this._workdir),
+    field("ns-model", "Model", this._model),
+    field("ns-policy", "Approval policy", this._policy),
+    field("ns-prompt", "First prompt", this._prompt),
+    this._error,
+    h("div", { class: "row gap end" }, this._cancel, this._submit));
+    replaceChildren(this.el, form);
+    this._prompt.addEventListener("keydown", (ev) => {
+      if (ev.key === "Enter" && (ev.ctrlKey || ev.metaKey)) {
+        ev.preventDefault();
+        form.requestSubmit();
+      }
+    });
+    if (workers.length) this._fillWorkdir();
+  }
+
+  async _create() {
+    const workerId = this._worker.value;
+    const workdir = this._workdir.value.trim();
+    if (!workerId || !workdir) {
+      this._showError(!workerId ? "Pick a machine." : "Enter a working directory.");
+      return;
+    }
+    let provider = null;
+    let model = null;
+    if (this._model.value) [provider, model] = JSON.parse(this._model.value);
+    this._submit.disabled = true;
+    this._error.hidden = true;
+    try {
+      const ack = await this.ctx.socket.createSession({
+        worker_id: workerId, workdir, prompt: this._prompt.value, provider, model,
+        policy: this._policy.value,
+      });
+      this.el.close();
+      if (ack.session_id) this.ctx.navigate(`#/session/${ack.session_id}`);
+    } catch (err) {
+      this._showError(`Could not start the session: ${err.message}`);
+      this._submit.disabled = false;
+    }
+  }
+
+  _showError(text) {
+    this._error.textContent = text;
+    this._error.hidden = false;
+  }
+}
+
+function field(id, text, control) {
+  return h("div", { class: "field" }, h("label", { for: id }, text), control);
+}
