@@ -1,0 +1,310 @@
+"""Exactly-once dispatch of the server's actions to the executors.
+
+:class:`ActionDispatcher` does no socket I/O: it is given a ``send(frame_bytes)`` coroutine and
+is fed decoded actions with :meth:`ActionDispatcher.handle`. For every action it sends::
+
+    ActionAccepted{action_id}                         at once
+    ActionProgress{action_id, stream, data} ...       (run_command only) as output comes
+    ActionResult{action_id, result} | ActionErrored{action_id, code, message}
+
+Each action runs in its own task, so several run at once; ``handle`` returns as soon as the
+action is accepted.
+
+Exactly once (with :class:`~codey_worker.records.ActionRecords`): ``mark_started`` before
+running, ``finish(action_id, response frame)`` after. An ``action_id`` seen before is never run
+again:
+
+* finished → ``ActionAccepted{replayed: true}`` and the recorded response frame, byte for byte;
+* started by an earlier worker process that died → ``ActionAccepted{replayed: true}`` and
+  ``ActionErrored{code: "interrupted"}`` (recorded, so the answer stays the same);
+* running now in this process → ``ActionAccepted`` only; the response follows when it ends.
+
+A response produced while disconnected is recorded even if ``send`` fails; the server re-sends
+the action after reconnecting and gets the recorded frame.
+
+Errors: ``ActionRefused`` → its ``code``/``message``; ``PatchError`` → ``patch_failed``; anything
+unexpected → ``internal`` with the exception's message. The worker never crashes on an action.
+Every path is confined to the action's workdir, and the workdir must lie inside the owner's
+allowed roots (:class:`~codey_worker.policy.LocalPolicy`), whatever the server sends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Literal
+
+from codey_protocol import codec
+from codey_protocol.worker import (
+    ActionAccepted,
+    ActionErrored,
+    ActionMessage,
+    ActionOutcome,
+    ActionProgress,
+    ActionResult,
+    ApplyPatch,
+    Attached,
+    AttachSession,
+    Cancel,
+    Cancelled,
+    FileChange,
+    ListDir,
+    McpCall,
+    McpList,
+    McpServerInfo,
+    McpTools,
+    PatchResult,
+    ReadFile,
+    RunCommand,
+    WriteFile,
+)
+from codey_worker import fs
+from codey_worker.confine import ActionRefused
+from codey_worker.console import WorkerConsole
+from codey_worker.exec import CommandRegistry, run_command
+from codey_worker.mcp import McpManager
+from codey_worker.patch import PatchError, apply_patch
+from codey_worker.policy import LocalPolicy
+from codey_worker.records import ActionRecords
+from codey_worker.watch import WorkspaceWatcher
+
+__all__ = ["EXECUTORS", "ActionDispatcher", "Send"]
+
+log = logging.getLogger(__name__)
+
+Send = Callable[[bytes], Awaitable[None]]
+"""``await send(frame)``: one encoded worker→server frame. May raise when disconnected."""
+
+EXECUTORS = [
+    "run_command", "read_file", "write_file", "list_dir", "apply_patch",
+    "mcp_list", "mcp_call", "attach_session", "cancel",
+]  # fmt: skip
+
+
+class ActionDispatcher:
+    """Runs actions exactly once and reports them through ``send``. See the module docstring.
+
+    ``mcp`` and ``watcher`` are optional so tests can leave them out: without them, MCP
+    actions are refused (``mcp_unavailable``) and attached workdirs are not watched.
+    """
+
+    def __init__(
+        self,
+        send: Send,
+        records: ActionRecords,
+        policy: LocalPolicy,
+        *,
+        registry: CommandRegistry | None = None,
+        mcp: McpManager | None = None,
+        watcher: WorkspaceWatcher | None = None,
+        console: WorkerConsole | None = None,
+        kill_grace_s: float | None = None,
+    ) -> None:
+        self._send = send
+        self.records = records
+        self.policy = policy
+        self.registry = registry or CommandRegistry()
+        self.mcp = mcp
+        self.watcher = watcher
+        self.console = console
+        self._kill_grace_s = kill_grace_s
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._cancel_requested: set[str] = set()
+        self._attached: dict[str, Path] = {}
+
+    # -- what the connection asks ----------------------------------------------------------
+
+    def running(self) -> list[str]:
+        """Ids of actions running now in this process (for Hello and Heartbeat)."""
+        return list(self._tasks)
+
+    def known_sessions(self) -> list[str]:
+        """Session ids attached in this process."""
+        return list(self._attached)
+
+    async def handle(self, action: ActionMessage, raw: bytes | None = None) -> None:
+        """Accept ``action`` (or answer it from the record) and start it; returns at once.
+
+        ``raw`` is the frame as received, kept in the record; encoded again when omitted.
+        """
+        action_id = action.action_id
+        existing = self.records.mark_started(action_id, raw or codec.encode(action))
+        if existing is None:
+            await self._emit(codec.encode(ActionAccepted(action_id=action_id)))
+            self._tasks[action_id] = asyncio.create_task(self._run(action),
+                                                         name=f"action-{action_id}")
+            return
+        if existing.status == "finished" and existing.response is not None:
+            await self._emit(codec.encode(ActionAccepted(action_id=action_id, replayed=True)))
+            await self._emit(existing.response)
+        elif existing.live or action_id in self._tasks:
+            await self._emit(codec.encode(ActionAccepted(action_id=action_id)))
+        else:
+            frame = codec.encode(ActionErrored(
+                action_id=action_id, code="interrupted",
+                message="the worker stopped while this action was running; it was not run again",
+            ))
+            self.records.finish(action_id, frame)
+            # finish keeps the first response: send whatever the record now holds
+            record = self.records.get(action_id)
+            response = record.response if record and record.response else frame
+            await self._emit(codec.encode(ActionAccepted(action_id=action_id, replayed=True)))
+            await self._emit(response)
+
+    async def shutdown(self, grace_s: float = 6.0) -> None:
+        """Stop every running action: commands get SIGTERM (then SIGKILL), other actions are
+        cancelled. Waits up to ``grace_s`` for commands to record their results."""
+        self.registry.cancel_all()
+        tasks = list(self._tasks.values())
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=grace_s)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        if self.watcher is not None:
+            await self.watcher.close()
+        if self.mcp is not None:
+            await self.mcp.close()
+
+    async def wait_idle(self) -> None:
+        """Wait until no action is running (tests)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks.values()), return_exceptions=True)
+
+    # -- running ---------------------------------------------------------------------------
+
+    async def _emit(self, frame: bytes) -> None:
+        try:
+            await self._send(frame)
+        except Exception:  # disconnected: the record answers when the server asks again
+            log.debug("could not send a frame", exc_info=True)
+
+    async def _run(self, action: ActionMessage) -> None:
+        action_id = action.action_id
+        response: ActionResult | ActionErrored
+        try:
+            outcome = await self._execute(action)
+            response = ActionResult(action_id=action_id, result=outcome)
+        except ActionRefused as exc:
+            response = ActionErrored(action_id=action_id, code=exc.code, message=exc.message)
+        except PatchError as exc:
+            response = ActionErrored(action_id=action_id, code="patch_failed",
+                                     message=exc.message)
+        except asyncio.CancelledError:
+            if action_id not in self._cancel_requested:
+                # The worker is stopping: no response recorded, so a re-send after the
+                # restart is answered "interrupted" — never run twice.
+                self._tasks.pop(action_id, None)
+                raise
+            response = ActionErrored(action_id=action_id, code="cancelled",
+                                     message="the action was cancelled")
+        except Exception as exc:
+            log.exception("action %s failed", action_id)
+            response = ActionErrored(action_id=action_id, code="internal",
+                                     message=f"{type(exc).__name__}: {exc}")
+        self._cancel_requested.discard(action_id)
+        frame = codec.encode(response)
+        try:
+            self.records.finish(action_id, frame)
+        except Exception:
+            log.exception("could not record the result of %s", action_id)
+        self._tasks.pop(action_id, None)
+        if isinstance(response, ActionErrored) and self.console is not None:
+            self.console.error(f"{response.code}: {response.message}", action.session_id)
+        await self._emit(frame)
+
+    async def _execute(self, action: ActionMessage) -> ActionOutcome:
+        match action:
+            case RunCommand():
+                return await self._run_command(action)
+            case ApplyPatch():
+                return await self._apply_patch(action)
+            case ReadFile():
+                return await asyncio.to_thread(fs.read_file, action, self.policy)
+            case WriteFile():
+                return await asyncio.to_thread(fs.write_file, action, self.policy)
+            case ListDir():
+                return await asyncio.to_thread(fs.list_dir, action, self.policy)
+            case AttachSession():
+                return await self._attach(action)
+            case McpList():
+                return McpTools(servers=await self._mcp().list_all())
+            case McpCall():
+                return await self._mcp().call(action.server, action.tool, action.arguments)
+            case Cancel():
+                return self._cancel(action)
+        raise ActionRefused("bad_request", f"this worker cannot run {type(action).__name__}")
+
+    def _check_workdir(self, workdir: str) -> Path:
+        real = self.policy.check_workdir(workdir)
+        if not real.is_dir():
+            raise ActionRefused("not_found", f"workdir {real} does not exist; attach it first")
+        return real
+
+    def _mcp(self) -> McpManager:
+        if self.mcp is None:
+            raise ActionRefused("mcp_unavailable", "this worker has no MCP servers")
+        return self.mcp
+
+    async def _run_command(self, action: RunCommand) -> ActionOutcome:
+        action_id = action.action_id
+
+        async def on_output(stream: str, data: str) -> None:
+            kind: Literal["stdout", "stderr"] = "stderr" if stream == "stderr" else "stdout"
+            await self._emit(codec.encode(ActionProgress(action_id=action_id, stream=kind,
+                                                         data=data)))
+
+        # Checks first (run_command repeats them) so a refused command is not shown as running.
+        self.policy.check_command(action.argv)
+        if self.console is not None:
+            self.console.running(action.session_id, action.argv)
+        if self._kill_grace_s is None:
+            return await run_command(action, on_output, self.policy, registry=self.registry)
+        return await run_command(action, on_output, self.policy, registry=self.registry,
+                                 grace_s=self._kill_grace_s)
+
+    async def _apply_patch(self, action: ApplyPatch) -> ActionOutcome:
+        root = self._check_workdir(action.workdir)
+        outcome = await asyncio.to_thread(apply_patch, action.patch, root)
+        if self.console is not None:
+            self.console.patch(action.session_id, len(outcome.files))
+        return PatchResult(
+            files=[FileChange(path=f.path, op=f.op, moved_to=f.moved_to, added=f.added,
+                              removed=f.removed) for f in outcome.files],
+            diff=outcome.diff,
+        )
+
+    async def _attach(self, action: AttachSession) -> ActionOutcome:
+        workdir = self.policy.check_workdir(action.workdir)
+        created = False
+        if workdir.exists():
+            if not workdir.is_dir():
+                raise ActionRefused("not_a_directory", f"{workdir} exists and is not a directory")
+        else:
+            try:
+                workdir.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise ActionRefused("io_error",
+                                    f"cannot create {workdir}: {exc.strerror or exc}") from None
+            created = True
+        self._attached[action.session_id] = workdir
+        if self.watcher is not None:
+            self.watcher.watch(action.session_id, workdir)
+        if self.console is not None:
+            self.console.attached(action.session_id, str(workdir))
+        servers: list[McpServerInfo] = await self.mcp.list_all() if self.mcp else []
+        return Attached(workdir=str(workdir), created=created, mcp_servers=servers)
+
+    def _cancel(self, action: Cancel) -> ActionOutcome:
+        target = action.target_action_id
+        if self.registry.cancel(target):
+            return Cancelled(target_action_id=target, was_running=True)
+        task = self._tasks.get(target)
+        if task is not None and target != action.action_id and not task.done():
+            self._cancel_requested.add(target)
+            task.cancel()
+            return Cancelled(target_action_id=target, was_running=True)
+        return Cancelled(target_action_id=target, was_running=False)
+

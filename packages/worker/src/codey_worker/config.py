@@ -1,0 +1,232 @@
+"""The worker's files under ``$CODEY_HOME`` (default ``~/.codey``).
+
+* ``worker.json`` (mode 0600) — who this machine is: :class:`Identity` (worker id, server URL,
+  Ed25519 private key, credential). Written once pairing succeeds, deleted by ``unpair``.
+* ``worker-config.json`` — what the machine's owner allows: :class:`WorkerConfig`
+  (``allowed_roots``, ``denied_commands``, ``mcp_servers``). Missing file → defaults
+  (roots = the home directory, nothing denied, no MCP servers).
+* ``actions/`` — the exactly-once record store (:mod:`codey_worker.records`).
+
+Loading raises :class:`ConfigError` with a message that names the file and the bad field.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from codey_worker.errors import WorkerError
+from codey_worker.policy import LocalPolicy
+
+__all__ = [
+    "CONFIG_FILE",
+    "IDENTITY_FILE",
+    "ConfigError",
+    "Identity",
+    "McpServerConfig",
+    "WorkerConfig",
+    "codey_home",
+    "delete_identity",
+    "load_config",
+    "load_identity",
+    "records_path",
+    "resolve_server",
+    "save_identity",
+]
+
+IDENTITY_FILE = "worker.json"
+CONFIG_FILE = "worker-config.json"
+
+
+class ConfigError(WorkerError):
+    """A worker file that cannot be read or does not have the expected shape."""
+
+
+def codey_home(env: dict[str, str] | None = None) -> Path:
+    """``$CODEY_HOME`` if set (``~`` expanded), else ``~/.codey``."""
+    source = os.environ if env is None else env
+    value = source.get("CODEY_HOME")
+    return Path(os.path.expanduser(value)) if value else Path.home() / ".codey"
+
+
+def records_path(home: Path) -> Path:
+    """Where the exactly-once action records live."""
+    return home / "actions" / "records.sqlite3"
+
+
+def resolve_server(flag: str | None, identity: Identity | None,
+                   env: dict[str, str] | None = None) -> str | None:
+    """The server URL: ``--server``, else ``$CODEY_SERVER``, else worker.json's; no trailing /."""
+    source = os.environ if env is None else env
+    url = flag or source.get("CODEY_SERVER") or (identity.server if identity else None)
+    return url.rstrip("/") if url else None
+
+
+# ---------------------------------------------------------------------------------------------
+# worker.json
+
+
+@dataclass(frozen=True)
+class Identity:
+    """The paired machine: what ``worker.json`` holds.
+
+    ``private_key`` is the Ed25519 private key as base64url of its raw 32 bytes.
+    """
+
+    worker_id: str
+    server: str
+    private_key: str
+    credential: str
+
+    def to_json(self) -> dict[str, str]:
+        return {
+            "worker_id": self.worker_id,
+            "server": self.server,
+            "private_key": self.private_key,
+            "credential": self.credential,
+        }
+
+
+def load_identity(home: Path) -> Identity | None:
+    """The identity in ``home/worker.json``; None when the file does not exist.
+
+    Raises ConfigError for a file that is not JSON or misses a field.
+    """
+    path = home / IDENTITY_FILE
+    data = _read_json(path)
+    if data is None:
+        return None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a JSON object")
+    values: dict[str, str] = {}
+    for name in ("worker_id", "server", "private_key", "credential"):
+        value = data.get(name)
+        if not isinstance(value, str) or not value:
+            raise ConfigError(f"{path}: field {name!r} is missing or not a string; "
+                              "run `codey-worker unpair` and pair again")
+        values[name] = value
+    return Identity(**values)
+
+
+def save_identity(home: Path, identity: Identity) -> Path:
+    """Write ``worker.json`` atomically with mode 0600 (the key never exists world-readable)."""
+    home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path = home / IDENTITY_FILE
+    fd, tmp = tempfile.mkstemp(dir=home, prefix=".worker.", suffix=".tmp")  # mkstemp: 0600
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(identity.to_json(), f, indent=2)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def delete_identity(home: Path) -> bool:
+    """Delete ``worker.json``; False when there was none."""
+    try:
+        (home / IDENTITY_FILE).unlink()
+    except FileNotFoundError:
+        return False
+    return True
+
+
+# ---------------------------------------------------------------------------------------------
+# worker-config.json
+
+
+@dataclass(frozen=True)
+class McpServerConfig:
+    """One stdio MCP server: ``command`` with ``args``; ``env`` is added to a minimal env."""
+
+    name: str
+    command: str
+    args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """The owner's local settings. Build with :func:`load_config` or :meth:`from_dict`."""
+
+    policy: LocalPolicy
+    mcp_servers: dict[str, McpServerConfig] = field(default_factory=dict)
+
+    @property
+    def allowed_roots(self) -> list[Path]:
+        return list(self.policy.allowed_roots)
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = CONFIG_FILE) -> WorkerConfig:
+        """Validate a parsed config; raises ConfigError naming ``source`` and the field."""
+        if not isinstance(data, dict):
+            raise ConfigError(f"{source}: expected a JSON object")
+        known = {"allowed_roots", "denied_commands", "mcp_servers"}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"{source}: unknown field(s) {', '.join(unknown)}; "
+                              f"expected {', '.join(sorted(known))}")
+        try:
+            policy = LocalPolicy.from_config(data)
+        except ValueError as exc:
+            raise ConfigError(f"{source}: {exc}") from None
+        return cls(policy=policy, mcp_servers=_mcp_servers(data.get("mcp_servers"), source))
+
+
+def _mcp_servers(raw: Any, source: str) -> dict[str, McpServerConfig]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: mcp_servers must be an object of name -> server")
+    servers: dict[str, McpServerConfig] = {}
+    for name, spec in raw.items():
+        where = f"{source}: mcp_servers.{name}"
+        if not name or not isinstance(spec, dict):
+            raise ConfigError(f"{where} must be an object with a command")
+        command = spec.get("command")
+        args = spec.get("args", [])
+        env = spec.get("env", {})
+        if not isinstance(command, str) or not command:
+            raise ConfigError(f"{where}.command must be a non-empty string")
+        if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+            raise ConfigError(f"{where}.args must be a list of strings")
+        if not isinstance(env, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in env.items()
+        ):
+            raise ConfigError(f"{where}.env must be an object of string -> string")
+        extra = sorted(set(spec) - {"command", "args", "env"})
+        if extra:
+            raise ConfigError(f"{where}: unknown field(s) {', '.join(extra)}")
+        servers[name] = McpServerConfig(name=name, command=command, args=list(args), env=dict(env))
+    return servers
+
+
+def load_config(home: Path) -> WorkerConfig:
+    """``home/worker-config.json`` validated, or the defaults when the file does not exist."""
+    path = home / CONFIG_FILE
+    data = _read_json(path)
+    return WorkerConfig.from_dict({} if data is None else data, source=str(path))
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: not valid JSON: {exc}") from None

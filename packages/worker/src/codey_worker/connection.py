@@ -1,0 +1,321 @@
+"""The worker's websocket loop: connect, prove who it is, serve actions, reconnect.
+
+Order on each connection (``WS {server}/ws/worker``)::
+
+    server: AuthChallenge{nonce}
+    worker: AuthResponse{worker_id, ts, signature, credential}
+            signature = Ed25519 over f"{nonce}:{worker_id}:{ts!r}" (base64url, no padding)
+    server: Welcome{worker_id, heartbeat_s}   or closes 4401 / 4403
+    worker: Hello{..., known_sessions, running_actions, capabilities}
+    then:   actions down → :class:`~codey_worker.actions.ActionDispatcher`; events up;
+            Heartbeat every ``heartbeat_s``.
+
+Endings (:meth:`Worker.run` returns the process exit code):
+
+* a dropped connection or a failed connect → reconnect after a backoff (0.5 s doubling to 30 s,
+  full jitter), reset once a connection has stayed up for a while;
+* close 4401 / 4403 → "this machine was unlinked …", exit 3;
+* close 4409 (a newer connection of the same worker replaced this one) → exit 0;
+* SIGINT / SIGTERM → ``Disconnect{reason: "signal SIGTERM"}``, close, stop running commands
+  (SIGTERM to their process groups), exit 0.
+
+This module only moves frames; what an action does lives in :mod:`codey_worker.actions`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import signal
+import time
+from pathlib import Path
+from typing import Literal
+
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake
+
+from codey_protocol import ProtocolError, codec
+from codey_protocol.worker import (
+    Action,
+    AuthChallenge,
+    AuthResponse,
+    Capabilities,
+    Disconnect,
+    Heartbeat,
+    Hello,
+    Log,
+    UpdateSettings,
+    Welcome,
+)
+from codey_worker.actions import EXECUTORS, ActionDispatcher
+from codey_worker.config import Identity, WorkerConfig, records_path
+from codey_worker.console import WorkerConsole
+from codey_worker.exec import CommandRegistry
+from codey_worker.mcp import McpManager
+from codey_worker.pairing import machine_info, sign
+from codey_worker.records import ActionRecords
+from codey_worker.watch import WorkspaceWatcher
+
+__all__ = [
+    "EXIT_OK",
+    "EXIT_UNLINKED",
+    "Backoff",
+    "Worker",
+    "auth_response",
+    "signed_message",
+    "ws_url",
+]
+
+log = logging.getLogger(__name__)
+
+EXIT_OK = 0
+EXIT_UNLINKED = 3
+CLOSE_UNAUTHORIZED = 4401
+CLOSE_REVOKED = 4403
+CLOSE_REPLACED = 4409
+HANDSHAKE_TIMEOUT_S = 15.0
+HEALTHY_AFTER_S = 10.0  # a connection up this long resets the backoff
+MCP_LIST_TIMEOUT_S = 20.0
+MAX_FRAME_BYTES = 64 * 1024 * 1024  # patches and file writes can be large
+
+
+def ws_url(server: str) -> str:
+    """``http(s)://host`` → ``ws(s)://host/ws/worker``."""
+    base = server.rstrip("/")
+    if base.startswith("https://"):
+        base = "wss://" + base[len("https://"):]
+    elif base.startswith("http://"):
+        base = "ws://" + base[len("http://"):]
+    return base + "/ws/worker"
+
+
+def signed_message(nonce: str, worker_id: str, ts: float) -> bytes:
+    """What the worker signs: ``f"{nonce}:{worker_id}:{ts!r}"`` — ``repr`` of the float sent."""
+    return f"{nonce}:{worker_id}:{ts!r}".encode()
+
+
+def auth_response(identity: Identity, nonce: str, ts: float | None = None) -> AuthResponse:
+    """The answer to ``AuthChallenge{nonce}``, signed with the identity's key."""
+    when = time.time() if ts is None else ts
+    return AuthResponse(
+        worker_id=identity.worker_id,
+        ts=when,
+        signature=sign(identity.private_key, signed_message(nonce, identity.worker_id, when)),
+        credential=identity.credential,
+    )
+
+
+class Backoff:
+    """Delays before reconnecting: full jitter over ``base * 2**n``, capped at ``cap``."""
+
+    def __init__(self, base: float = 0.5, cap: float = 30.0,
+                 rand: random.Random | None = None) -> None:
+        self.base = base
+        self.cap = cap
+        self.attempt = 0
+        self._rand = rand or random.Random()
+
+    def ceiling(self) -> float:
+        """The upper bound of the next delay."""
+        return float(min(self.cap, self.base * 2.0 ** min(self.attempt, 32)))
+
+    def next(self) -> float:
+        delay = self._rand.uniform(0, self.ceiling())
+        self.attempt += 1
+        return delay
+
+    def reset(self) -> None:
+        self.attempt = 0
+
+
+class Worker:
+    """One worker process: its executors and its connection to one server.
+
+    ``await Worker(...).run()`` until it returns an exit code. Signals are installed by
+    :meth:`run` (pass ``handle_signals=False`` in tests and call :meth:`stop` instead).
+    """
+
+    def __init__(self, identity: Identity, server: str, config: WorkerConfig, home: Path,
+                 console: WorkerConsole, *, handle_signals: bool = True) -> None:
+        self.identity = identity
+        self.server = server.rstrip("/")
+        self.config = config
+        self.home = home
+        self.console = console
+        self._handle_signals = handle_signals
+        self._stop = asyncio.Event()
+        self._stop_reason = "stopped"
+        self._ws: ClientConnection | None = None
+        self._heartbeat_s = 5.0
+        self.records = ActionRecords(records_path(home))
+        self.mcp = McpManager(config.mcp_servers, log_dir=home / "logs")
+        self.watcher = WorkspaceWatcher(self.send)
+        self.dispatcher = ActionDispatcher(
+            self.send, self.records, config.policy, registry=CommandRegistry(), mcp=self.mcp,
+            watcher=self.watcher, console=console)
+
+    # -- sending ----------------------------------------------------------------------------
+
+    async def send(self, frame: bytes) -> None:
+        """Send one encoded frame as text; raises ConnectionError while disconnected."""
+        ws = self._ws
+        if ws is None:
+            raise ConnectionError("not connected")
+        await ws.send(frame.decode("utf-8"))
+
+    def stop(self, reason: str = "stopped") -> None:
+        """Ask :meth:`run` to disconnect and return 0."""
+        self._stop_reason = reason
+        self._stop.set()
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    async def run(self) -> int:
+        """Connect and serve until told to stop or unlinked; returns the exit code."""
+        loop = asyncio.get_running_loop()
+        installed: list[signal.Signals] = []
+        if self._handle_signals:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, self.stop, f"signal {sig.name}")
+                installed.append(sig)
+        try:
+            return await self._loop()
+        finally:
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+            await self.dispatcher.shutdown()
+            self.records.close()
+
+    async def _loop(self) -> int:
+        backoff = Backoff()
+        url = ws_url(self.server)
+        while not self._stop.is_set():
+            await self._list_mcp_tools()
+            up_since: float | None = None
+            reason = "connection lost"
+            try:
+                async with connect(url, max_size=MAX_FRAME_BYTES, open_timeout=HANDSHAKE_TIMEOUT_S,
+                                   ping_interval=20, ping_timeout=20,
+                                   close_timeout=5) as ws:
+                    welcome = await self._handshake(ws)
+                    self._ws = ws
+                    up_since = time.monotonic()
+                    self.console.connected(self.server)
+                    await self._send_hello(ws)
+                    await self._serve(ws, welcome)
+            except ConnectionClosed as exc:
+                code = exc.rcvd.code if exc.rcvd is not None else None
+                if code in (CLOSE_UNAUTHORIZED, CLOSE_REVOKED):
+                    self.console.unlinked()
+                    return EXIT_UNLINKED
+                if code == CLOSE_REPLACED:
+                    self.console.replaced()
+                    return EXIT_OK
+                reason = f"closed with code {code}" if code else "connection lost"
+            except (OSError, InvalidHandshake, TimeoutError) as exc:
+                reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            except ProtocolError as exc:
+                reason = f"bad frame from the server: {exc.message}"
+            finally:
+                self._ws = None
+            if self._stop.is_set():
+                break
+            if up_since is not None and time.monotonic() - up_since >= HEALTHY_AFTER_S:
+                backoff.reset()
+            delay = backoff.next()
+            self.console.reconnecting(delay, reason)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), delay)
+        self.console.stopping(self._stop_reason)
+        return EXIT_OK
+
+    async def _list_mcp_tools(self) -> None:
+        """List MCP tools before connecting: Hello carries them, and the server gives Hello
+        only a few seconds after Welcome."""
+        if not self.mcp.names or all(s.tools or s.error for s in self.mcp.cached()):
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.mcp.list_all(), MCP_LIST_TIMEOUT_S)
+
+    async def _handshake(self, ws: ClientConnection) -> Welcome:
+        first = codec.decode_server_to_worker(
+            await asyncio.wait_for(ws.recv(), HANDSHAKE_TIMEOUT_S))
+        if not isinstance(first, AuthChallenge):
+            raise ProtocolError("bad_frame", f"expected auth_challenge, got {type(first).__name__}")
+        await ws.send(codec.encode(auth_response(self.identity, first.nonce)).decode())
+        second = codec.decode_server_to_worker(
+            await asyncio.wait_for(ws.recv(), HANDSHAKE_TIMEOUT_S))
+        if not isinstance(second, Welcome):
+            raise ProtocolError("bad_frame", f"expected welcome, got {type(second).__name__}")
+        self._heartbeat_s = second.heartbeat_s if second.heartbeat_s > 0 else 5.0
+        return second
+
+    async def _send_hello(self, ws: ClientConnection) -> None:
+        info = machine_info()
+        hello = Hello(
+            worker_version=info["worker_version"],
+            hostname=info["hostname"],
+            os=info["os"],
+            python_version=info["python_version"],
+            known_sessions=self.dispatcher.known_sessions(),
+            running_actions=self.dispatcher.running(),
+            capabilities=Capabilities(executors=list(EXECUTORS), mcp_servers=self.mcp.cached()),
+        )
+        await ws.send(codec.encode(hello).decode())
+
+    async def _serve(self, ws: ClientConnection, welcome: Welcome) -> None:
+        """Read frames and beat until the connection drops (raises) or a stop is asked."""
+        reader = asyncio.create_task(self._read(ws), name="ws-reader")
+        beater = asyncio.create_task(self._heartbeat(), name="ws-heartbeat")
+        stopper = asyncio.create_task(self._stop.wait(), name="ws-stop")
+        try:
+            await asyncio.wait({reader, beater, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            if stopper.done() and not reader.done():
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(
+                        self.send(codec.encode(Disconnect(reason=self._stop_reason))), 2)
+                with contextlib.suppress(Exception):
+                    await ws.close(1000, self._stop_reason[:100])
+                return
+            for worker_task in (reader, beater):
+                if worker_task.done() and (error := worker_task.exception()) is not None:
+                    raise error
+        finally:
+            for task in (reader, beater, stopper):
+                task.cancel()
+            await asyncio.gather(reader, beater, stopper, return_exceptions=True)
+
+    async def _read(self, ws: ClientConnection) -> None:
+        while True:
+            data = await ws.recv()  # raises ConnectionClosed with the close code
+            raw = data.encode("utf-8") if isinstance(data, str) else data
+            try:
+                msg = codec.decode_server_to_worker(raw)
+            except ProtocolError as exc:
+                await self._log("error", f"bad frame ({exc.code}): {exc.message}")
+                continue
+            if isinstance(msg, Action):
+                try:
+                    await self.dispatcher.handle(msg, raw)
+                except Exception as exc:  # e.g. the record store failed: say so, keep serving
+                    log.exception("could not accept action %s", msg.action_id)
+                    await self._log("error", f"could not accept action {msg.action_id}: {exc}")
+            elif isinstance(msg, UpdateSettings):
+                if msg.heartbeat_s is not None and msg.heartbeat_s > 0:
+                    self._heartbeat_s = msg.heartbeat_s
+            else:
+                await self._log("warning", f"unexpected {type(msg).__name__} after the handshake")
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(self._heartbeat_s)
+            await self.send(codec.encode(Heartbeat(ts=time.time(),
+                                                   running_actions=self.dispatcher.running())))
+
+    async def _log(self, level: Literal["debug", "info", "warning", "error"],
+                   message: str) -> None:
+        with contextlib.suppress(Exception):
+            await self.send(codec.encode(Log(level=level, message=message)))
+

@@ -1,0 +1,96 @@
+"""What the worker prints: a few short lines, nothing else (design §5).
+
+Every line is printed whole, never wrapped (``soft_wrap``), so a test or a script reading the
+worker's output can match it; colours only appear on a real terminal.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+
+from rich.console import Console
+from rich.text import Text
+
+__all__ = ["WorkerConsole", "short_id"]
+
+_MAX_COMMAND = 120
+
+
+def short_id(session_id: str) -> str:
+    """The first 8 characters of a session id: enough to tell sessions apart on screen."""
+    return session_id[:8]
+
+
+class WorkerConsole:
+    """The worker's terminal lines. Pass a ``Console`` to capture them (tests)."""
+
+    def __init__(self, console: Console | None = None) -> None:
+        self.console = console or Console(highlight=False)
+
+    def _print(self, text: Text) -> None:
+        self.console.print(text, soft_wrap=True, highlight=False)
+
+    def _session_line(self, session_id: str, label: str, body: str, style: str) -> None:
+        text = Text()
+        text.append(f"[{short_id(session_id)}] ", style="dim")
+        text.append(f"{label}: ", style=style)
+        text.append(body)
+        self._print(text)
+
+    def pair_url(self, server: str, code: str) -> None:
+        """``Open {server}/#/pair/{code} to link this machine`` — the one pairing line."""
+        self._print(Text(f"Open {server}/#/pair/{code} to link this machine"))
+
+    def code_expired(self) -> None:
+        self._print(Text("The pairing code expired; here is a new one.", style="yellow"))
+
+    def pairing_refused(self, status: str) -> None:
+        reason = "was denied" if status == "denied" else "is locked after too many wrong tries"
+        self._print(Text(f"Pairing {reason}; run codey-worker again to start over.",
+                         style="red"))
+
+    def paired(self, worker_id: str) -> None:
+        self._print(Text.assemble(("paired as ", "green"), worker_id))
+
+    def connected(self, server: str) -> None:
+        self._print(Text.assemble(("connected to ", "green"), server))
+
+    def reconnecting(self, delay_s: float, reason: str | None = None) -> None:
+        suffix = f" ({reason})" if reason else ""
+        self._print(Text(f"reconnecting in {delay_s:.1f} s…{suffix}", style="yellow"))
+
+    def running(self, session_id: str, argv: Sequence[str]) -> None:
+        command = shlex.join(argv)
+        if len(command) > _MAX_COMMAND:
+            command = command[: _MAX_COMMAND - 1] + "…"
+        self._session_line(session_id, "running", command, "cyan")
+
+    def patch(self, session_id: str, files: int) -> None:
+        self._session_line(session_id, "patch", f"{files} file{'' if files == 1 else 's'}",
+                           "cyan")
+
+    def attached(self, session_id: str, workdir: str) -> None:
+        self._session_line(session_id, "attached", workdir, "cyan")
+
+    def error(self, message: str, session_id: str | None = None) -> None:
+        """``[session] error: …``, or ``error: …`` when no session is concerned."""
+        first = message.strip().splitlines()[0] if message.strip() else "unknown error"
+        if session_id:
+            self._session_line(session_id, "error", first, "red")
+        else:
+            self._print(Text.assemble(("error: ", "red"), first))
+
+    def unlinked(self) -> None:
+        self._print(Text("this machine was unlinked; run codey-worker unpair and pair again",
+                         style="red"))
+
+    def replaced(self) -> None:
+        self._print(Text("another codey-worker with this identity connected; exiting",
+                         style="yellow"))
+
+    def stopping(self, reason: str) -> None:
+        self._print(Text(f"stopping ({reason})", style="dim"))
+
+    def info(self, message: str) -> None:
+        self._print(Text(message))

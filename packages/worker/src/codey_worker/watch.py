@@ -1,0 +1,99 @@
+"""Report files changed under attached workdirs as ``WorkspaceChanged`` events.
+
+One ``watchfiles.awatch`` task per attached session. Changes are debounced (~300 ms: a burst
+of writes becomes one event), paths are relative to the workdir ("/" separated, sorted), and
+anything under ``.git``, ``node_modules``, ``__pycache__`` or ``.venv`` is ignored. Watching is
+best effort: a workdir that cannot be watched is logged and left alone, never an action error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from watchfiles import Change, awatch
+
+from codey_protocol import codec
+from codey_protocol.worker import WorkspaceChanged
+
+__all__ = ["IGNORED_DIRS", "WorkspaceWatcher", "relevant"]
+
+log = logging.getLogger(__name__)
+
+IGNORED_DIRS = frozenset({".git", "node_modules", "__pycache__", ".venv"})
+DEBOUNCE_MS = 300
+MAX_PATHS = 500  # paths per event; a huge checkout or build is summarised by its first ones
+
+Send = Callable[[bytes], Awaitable[None]]
+
+
+def relevant(workdir: Path, path: str) -> str | None:
+    """``path`` relative to ``workdir`` ("/" separated), or None when it is to be ignored."""
+    try:
+        rel = Path(os.path.relpath(path, workdir))
+    except ValueError:
+        return None
+    parts = rel.parts
+    if not parts or parts[0] == ".." or any(p in IGNORED_DIRS for p in parts):
+        return None
+    return rel.as_posix()
+
+
+class WorkspaceWatcher:
+    """Watches attached workdirs; ``send`` gets encoded ``WorkspaceChanged`` frames."""
+
+    def __init__(self, send: Send, debounce_ms: int = DEBOUNCE_MS) -> None:
+        self._send = send
+        self._debounce_ms = debounce_ms
+        self._tasks: dict[str, tuple[Path, asyncio.Task[None], asyncio.Event]] = {}
+
+    @property
+    def sessions(self) -> list[str]:
+        """Session ids being watched (the worker's ``known_sessions``)."""
+        return list(self._tasks)
+
+    def watch(self, session_id: str, workdir: Path) -> None:
+        """Start watching ``workdir`` for ``session_id`` (again: a no-op for the same dir)."""
+        current = self._tasks.get(session_id)
+        if current is not None:
+            if current[0] == workdir and not current[1].done():
+                return
+            current[2].set()
+        stop = asyncio.Event()
+        task = asyncio.create_task(self._run(session_id, workdir, stop),
+                                   name=f"watch-{session_id}")
+        self._tasks[session_id] = (workdir, task, stop)
+
+    async def _run(self, session_id: str, workdir: Path, stop: asyncio.Event) -> None:
+        def keep(change: Change, path: str) -> bool:
+            return relevant(workdir, path) is not None
+
+        try:
+            async for changes in awatch(workdir, watch_filter=keep, debounce=self._debounce_ms,
+                                        step=50, stop_event=stop, recursive=True):
+                paths = sorted({p for _, path in changes if (p := relevant(workdir, path))})
+                if not paths:
+                    continue
+                frame = WorkspaceChanged(session_id=session_id, paths=paths[:MAX_PATHS])
+                try:
+                    await self._send(codec.encode(frame))
+                except Exception:  # a dropped connection must not end the watch
+                    log.debug("could not report workspace changes", exc_info=True)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.warning("stopped watching %s", workdir, exc_info=True)
+
+    async def close(self) -> None:
+        """Stop every watch."""
+        tasks = list(self._tasks.values())
+        self._tasks.clear()
+        for _, _task, stop in tasks:
+            stop.set()
+        for _, task, _ in tasks:
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(task, 2)

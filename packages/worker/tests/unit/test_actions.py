@@ -1,0 +1,400 @@
+"""The action dispatcher with a fake ``send``: exactly once, errors as frames, real executors."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from codey_protocol import codec
+from codey_protocol.worker import (
+    ActionAccepted,
+    ActionErrored,
+    ActionProgress,
+    ActionResult,
+    ApplyPatch,
+    Attached,
+    AttachSession,
+    Cancel,
+    Cancelled,
+    CommandResult,
+    FileContent,
+    McpCall,
+    PatchResult,
+    ReadFile,
+    RunCommand,
+    WorkerToServerMessage,
+    WorkspaceChanged,
+    WriteFile,
+)
+from codey_worker import actions as actions_module
+from codey_worker.actions import ActionDispatcher
+from codey_worker.policy import LocalPolicy
+from codey_worker.records import ActionRecords
+from codey_worker.watch import WorkspaceWatcher
+
+T = TypeVar("T")
+
+
+class FakeSend:
+    """Collects frames; ``connected=False`` makes sending fail like a dropped socket."""
+
+    def __init__(self) -> None:
+        self.frames: list[bytes] = []
+        self.connected = True
+
+    async def __call__(self, frame: bytes) -> None:
+        if not self.connected:
+            raise ConnectionError("not connected")
+        self.frames.append(frame)
+
+    def messages(self) -> list[WorkerToServerMessage]:
+        return [codec.decode_worker_to_server(f) for f in self.frames]
+
+    def of(self, action_id: str) -> list[WorkerToServerMessage]:
+        return [m for m in self.messages() if getattr(m, "action_id", None) == action_id]
+
+
+def run(test: Callable[[], Awaitable[T]]) -> T:
+    return asyncio.run(test())  # type: ignore[arg-type]
+
+
+@pytest.fixture()
+def root(tmp_path: Path) -> Path:
+    workdir = tmp_path / "root" / "ws"
+    workdir.mkdir(parents=True)
+    return workdir
+
+
+def make(tmp_path: Path, root: Path, send: FakeSend, **kw: Any) -> ActionDispatcher:
+    policy = LocalPolicy(allowed_roots=[root.parent], denied_commands=["sudo"])
+    records = ActionRecords(tmp_path / "records.sqlite3")
+    return ActionDispatcher(send, records, policy, kill_grace_s=1.0, **kw)
+
+
+def counting_command(root: Path, action_id: str, sleep: float = 0.0) -> RunCommand:
+    """A command that appends a line to ``count`` (so running it twice shows)."""
+    script = f"import time; time.sleep({sleep}); open('count', 'a').write('x\\n'); print('ran')"
+    return RunCommand(action_id=action_id, session_id="s1", workdir=str(root),
+                      argv=[sys.executable, "-c", script])
+
+
+def test_command_is_accepted_streamed_and_answered(tmp_path: Path, root: Path) -> None:
+    send = FakeSend()
+
+    async def main() -> None:
+        d = make(tmp_path, root, send)
+        await d.handle(counting_command(root, "a1"))
+        assert d.running() == ["a1"]
+        await d.wait_idle()
+
+    run(main)
+    msgs = send.of("a1")
+    assert msgs[0] == ActionAccepted(action_id="a1")
+    assert ActionProgress(action_id="a1", stream="stdout", data="ran\n") in msgs
+    last = msgs[-1]
+    assert isinstance(last, ActionResult) and isinstance(last.result, CommandResult)
+    assert last.result.exit_code == 0 and last.result.stdout == "ran\n"
+    assert (root / "count").read_text() == "x\n"
+
+
+def test_finished_action_is_replayed_from_the_record_not_run_again(
+    tmp_path: Path, root: Path
+) -> None:
+    send = FakeSend()
+
+    async def main() -> None:
+        d = make(tmp_path, root, send)
+        await d.handle(counting_command(root, "a1"))
+        await d.wait_idle()
+        first_response = send.frames[-1]
+        send.frames.clear()
+        await d.handle(counting_command(root, "a1"))
+        await d.wait_idle()
+        assert send.frames[1] == first_response  # byte for byte
+
+    run(main)
+    assert send.messages()[0] == ActionAccepted(action_id="a1", replayed=True)
+    assert len(send.frames) == 2
+    assert (root / "count").read_text() == "x\n"
+
+
+def test_replay_survives_a_new_process(tmp_path: Path, root: Path) -> None:
+    send = FakeSend()
+
+    async def first() -> None:
+        d = make(tmp_path, root, send)
+        await d.handle(counting_command(root, "a1"))
+        await d.wait_idle()
+        d.records.close()
+
+    run(first)
+    answer = send.frames[-1]
+    send2 = FakeSend()
+
+    async def second() -> None:
+        d = make(tmp_path, root, send2)
+        await d.handle(counting_command(root, "a1"))
+
+    run(second)
+    assert send2.frames == [codec.encode(ActionAccepted(action_id="a1", replayed=True)), answer]
+    assert (root / "count").read_text() == "x\n"
+
+
+def test_started_but_unfinished_record_is_answered_interrupted(
+    tmp_path: Path, root: Path
+) -> None:
+    # A previous process recorded the start and died before finishing.
+    with ActionRecords(tmp_path / "records.sqlite3") as old:
+        assert old.mark_started("a1", b"{}") is None
+    send = FakeSend()
+
+    async def main() -> None:
+        d = make(tmp_path, root, send)
+        await d.handle(counting_command(root, "a1"))
+        await d.handle(counting_command(root, "a1"))  # and again: the same answer
+        assert d.running() == []
+
+    run(main)
+    msgs = send.messages()
+    errored = ActionErrored(action_id="a1", code="interrupted", message=msgs[1].message)  # type: ignore[attr-defined]
+    assert msgs == [ActionAccepted(action_id="a1", replayed=True), errored] * 2
+    assert not (root / "count").exists()
+
+
+def test_duplicate_while_running_is_only_accepted(tmp_path: Path, root: Path) -> None:
+    send = FakeSend()
+
+    async def main() -> None:
+        d = make(tmp_path, root, send)
+        await d.handle(counting_command(root, "a1", sleep=0.3))
+        await d.handle(counting_command(root, "a1", sleep=0.3))
+        await d.wait_idle()
+
+    run(main)
+    msgs = send.of("a1")
+    assert msgs[:2] == [ActionAccepted(action_id="a1"), ActionAccepted(action_id="a1")]
+    assert sum(isinstance(m, ActionResult) for m in msgs) == 1
+    assert (root / "count").read_text() == "x\n"
+
+
+def test_result_made_while_disconnected_is_recorded_and_replayed(
+    tmp_path: Path, root: Path
+) -> None:
+    send = FakeSend()
+
+    async def main() -> None:
+        d = make(tmp_path, root, send)
+        await d.handle(counting_command(root, "a1", sleep=0.2))
+        send.connected = False
+        await d.wait_idle()
+        send.connected = True
+        await d.handle(counting_command(root, "a1"))
+
+    run(main)
+    msgs = send.of("a1")
+    assert msgs[0] == ActionAccepted(action_id="a1")
+    assert msgs[1] == ActionAccepted(action_id="a1", replayed=True)
+    assert isinstance(msgs[2], ActionResult)
+    assert (root / "count").read_text() == "x\n"
+
+
+def test_several_actions_run_at_once(tmp_path: Path, root: Path) -> None:
+    send = FakeSend()
+
+    async def main() -> float:
+        d = make(tmp_path, root, send)
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        for i in range(3):
+            await d.handle(RunCommand(action_id=f"a{i}", session_id="s1", workdir=str(root),
+                                      argv=[sys.executable, "-c", "import time; time.sleep(0.6)"]))
+        assert sorted(d.running()) == ["a0", "a1", "a2"]
+        await d.wait_idle()
+        return loop.time() - start
+
+    elapsed = run(main)
+    assert elapsed < 1.7  # three 0.6 s commands one after the other would take 1.8 s
+    assert sum(isinstance(m, ActionResult) for m in send.messages()) == 3
+
+
+@pytest.mark.parametrize(
+    ("action", "code"),
+    [
+        (ReadFile(action_id="r", session_id="s", workdir="/etc", path="passwd"),
+         "outside_allowed_roots"),
+        (ReadFile(action_id="r", session_id="s", workdir="{root}", path="../../x"),
+         "path_outside_workdir"),
+        (ReadFile(action_id="r", session_id="s", workdir="{root}", path="missing.txt"),
+         "not_found"),
+        (RunCommand(action_id="r", session_id="s", workdir="{root}", argv=["sudo", "ls"]),
+         "denied_command"),
+        (ApplyPatch(action_id="r", session_id="s", workdir="{root}",
+                    patch="*** Begin Patch\n*** Update File: nope.txt\n@@\n-a\n+b\n*** End Patch"),
+         "patch_failed"),
+        (ApplyPatch(action_id="r", session_id="s", workdir="/etc",
+                    patch="*** Begin Patch\n*** Add File: x\n+a\n*** End Patch"),
+         "outside_allowed_roots"),
+        (McpCall(action_id="r", session_id="s", server="time", tool="t"), "mcp_unavailable"),
+    ],
+)
+def test_refusals_become_action_errored(
+    tmp_path: Path, root: Path, action: Any, code: str
+) -> None:
+    if getattr(action, "workdir", None) == "{root}":
+        action.workdir = str(root)
+    send = FakeSend()
+
+    async def main() -> None:
+        d = make(tmp_path, root, send)
+        await d.handle(action)
+        await d.wait_idle()
+
+    run(main)
+    msgs = send.of("r")
+    assert msgs[0] == ActionAccepted(action_id="r")
+    assert isinstance(msgs[1], ActionErrored)
+    assert msgs[1].code == code
+    assert msgs[1].message
+
+
+def test_unexpected_exception_is_internal_and_the_dispatcher_goes_on(
+    tmp_path: Path, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def boom(action: ReadFile, policy: LocalPolicy) -> FileContent:
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(actions_module.fs, "read_file", boom)
+    (root / "f.txt").write_text("hi\n")
+    send = FakeSend()
+
+    async def main() -> None:
+        d = make(tmp_path, root, send)
+        await d.handle(ReadFile(action_id="r1", session_id="s", workdir=str(root), path="f.txt"))
+        await d.wait_idle()
+        await d.handle(WriteFile(action_id="w1", session_id="s", workdir=str(root),
+                                 path="g.txt", content="ok"))
+        await d.wait_idle()
+
+    run(main)
+    assert send.of("r1")[1] == ActionErrored(action_id="r1", code="internal",
+                                             message="RuntimeError: disk on fire")
+    assert isinstance(send.of("w1")[1], ActionResult)
+    assert (root / "g.txt").read_text() == "ok"
+
+
+def test_attach_creates_the_workdir_once_and_reports_its_realpath(
+    tmp_path: Path, root: Path
+) -> None:
+    (root.parent / "link").symlink_to(root)
+    send = FakeSend()
+
+    async def main() -> None:
+        d = make(tmp_path, root, send)
+        await d.handle(AttachSession(action_id="t1", session_id="s9",
+                                     workdir=str(root.parent / "link" / "new" / "deep")))
+        await d.wait_idle()
+        await d.handle(AttachSession(action_id="t2", session_id="s9",
+                                     workdir=str(root / "new" / "deep")))
+        await d.wait_idle()
+        assert d.known_sessions() == ["s9"]
+
+    run(main)
+    first, second = send.of("t1")[1], send.of("t2")[1]
+    assert first == ActionResult(action_id="t1",
+                                 result=Attached(workdir=str(root / "new" / "deep"), created=True))
+    assert second == ActionResult(action_id="t2",
+                                  result=Attached(workdir=str(root / "new" / "deep")))
+    assert (root / "new" / "deep").is_dir()
+
+
+def test_patch_reports_files_and_diff(tmp_path: Path, root: Path) -> None:
+    (root / "a.txt").write_text("one\ntwo\n")
+    patch = "*** Begin Patch\n*** Update File: a.txt\n@@\n one\n-two\n+TWO\n*** End Patch"
+    send = FakeSend()
+
+    async def main() -> None:
+        d = make(tmp_path, root, send)
+        await d.handle(ApplyPatch(action_id="p", session_id="s", workdir=str(root), patch=patch))
+        await d.wait_idle()
+
+    run(main)
+    result = send.of("p")[1]
+    assert isinstance(result, ActionResult) and isinstance(result.result, PatchResult)
+    assert [(f.path, f.op, f.added, f.removed) for f in result.result.files] == [
+        ("a.txt", "update", 1, 1)]
+    assert "-two\n+TWO\n" in result.result.diff
+    assert (root / "a.txt").read_text() == "one\nTWO\n"
+
+
+def test_cancel_stops_a_running_command(tmp_path: Path, root: Path) -> None:
+    send = FakeSend()
+
+    async def main() -> None:
+        d = make(tmp_path, root, send)
+        await d.handle(RunCommand(action_id="long", session_id="s", workdir=str(root),
+                                  argv=["sleep", "30"]))
+        await asyncio.sleep(0.3)
+        await d.handle(Cancel(action_id="c1", session_id="s", target_action_id="long"))
+        await d.handle(Cancel(action_id="c2", session_id="s", target_action_id="nothing"))
+        await asyncio.wait_for(d.wait_idle(), 10)
+
+    run(main)
+    assert send.of("c1")[1] == ActionResult(
+        action_id="c1", result=Cancelled(target_action_id="long", was_running=True))
+    assert send.of("c2")[1] == ActionResult(
+        action_id="c2", result=Cancelled(target_action_id="nothing", was_running=False))
+    long_result = send.of("long")[-1]
+    assert isinstance(long_result, ActionResult) and isinstance(long_result.result, CommandResult)
+    assert long_result.result.cancelled
+
+
+def test_shutdown_stops_commands_without_waiting_for_them(tmp_path: Path, root: Path) -> None:
+    send = FakeSend()
+
+    async def main() -> float:
+        d = make(tmp_path, root, send)
+        await d.handle(RunCommand(action_id="long", session_id="s", workdir=str(root),
+                                  argv=["sleep", "30"]))
+        await asyncio.sleep(0.2)
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        await d.shutdown(grace_s=5)
+        assert d.running() == []
+        record = d.records.get("long")
+        assert record is not None and record.status == "finished"
+        return loop.time() - start
+
+    assert run(main) < 4
+
+
+def test_attached_workdir_changes_are_reported_relative_and_filtered(
+    tmp_path: Path, root: Path
+) -> None:
+    send = FakeSend()
+
+    async def main() -> None:
+        d = make(tmp_path, root, send, watcher=WorkspaceWatcher(send, debounce_ms=100))
+        await d.handle(AttachSession(action_id="t1", session_id="s1", workdir=str(root)))
+        await d.wait_idle()
+        await asyncio.sleep(0.3)  # the watch is set up
+        (root / ".git").mkdir()
+        (root / ".git" / "HEAD").write_text("ref")
+        (root / "src").mkdir()
+        (root / "src" / "app.py").write_text("print(1)")
+        for _ in range(100):
+            if any(isinstance(m, WorkspaceChanged) for m in send.messages()):
+                break
+            await asyncio.sleep(0.05)
+        await d.shutdown()
+
+    run(main)
+    changes = [m for m in send.messages() if isinstance(m, WorkspaceChanged)]
+    assert changes and changes[0].session_id == "s1"
+    paths = {p for change in changes for p in change.paths}
+    assert "src/app.py" in paths
+    assert not any(p.startswith(".git") for p in paths)
