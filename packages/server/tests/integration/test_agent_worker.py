@@ -1,0 +1,86 @@
+"""The agent loop with the worker's side in play: a worker crash mid-command, MCP tools."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from codey_testkit.model_handle import ModelServerHandle, start_model_server
+from codey_testkit.scenarios import create_session, idle, provider_config, tools, wait_for
+from codey_testkit.stack import ServerProcess, WorkerProcess
+
+SCRIPT: dict[str, Any] = {"model": "scripted-1", "steps": [
+    {"match": {"user": "count once"},
+     "reply": {"calls": [{"name": "shell", "arguments": {"command": [
+         "bash", "-c", "echo ran >> counter.txt; echo started; sleep 3; echo finished"]}}]}},
+    {"match": {"tool": "shell", "tool_output": "interrupted"},
+     "reply": {"text": "The worker restarted during the command; it was not run again."}},
+    {"match": {"user": "what time"},
+     "reply": {"calls": [{"name": "mcp__time__get_current_time",
+                          "arguments": {"timezone": "UTC"}}]}},
+    {"match": {"tool": "mcp__time__get_current_time", "tool_output": "UTC"},
+     "reply": {"text": "I have the time."}},
+    {"match": {"any": True}, "reply": {"text": "unexpected"}},
+]}
+
+
+@pytest.fixture
+def model(tmp_path: Path) -> Iterator[ModelServerHandle]:
+    handle = start_model_server(SCRIPT, tmp_path / "model")
+    try:
+        yield handle
+    finally:
+        handle.stop()
+
+
+@pytest.fixture
+def server(tmp_path: Path, model: ModelServerHandle) -> Iterator[ServerProcess]:
+    with ServerProcess(tmp_path / "server", config=provider_config(model)) as proc:
+        yield proc
+
+
+def test_worker_kill9_mid_command_then_restart_goes_on_and_ran_once(
+        tmp_path: Path, server: ServerProcess) -> None:
+    worker = WorkerProcess(server, tmp_path / "worker").start()
+    try:
+        wd = Path(worker.workdir("w"))
+        wd.mkdir(parents=True)
+        sid = create_session(server, worker, str(wd), "count once")
+        wait_for(server, sid, lambda s: tools(s) and "started" in tools(s)[0]["output"],
+                 what="the command to start")
+        worker.kill9()
+        wait_for(server, sid, lambda s: s["status"] == "waiting_worker", timeout=15,
+                 what="waiting_worker")
+        worker.start()
+        s = wait_for(server, sid, idle, timeout=40, what="the turn to go on")
+        assert s["items"][-1]["text"].startswith("The worker restarted")
+        call = tools(s)[0]
+        assert call["status"] == "failed" and "interrupted" in call["result"]
+        time.sleep(3.5)  # the orphaned first run finishes; nothing runs it again
+        assert (wd / "counter.txt").read_text() == "ran\n"
+    finally:
+        worker.stop()
+
+
+def test_mcp_tool_of_the_worker_is_offered_and_called(tmp_path: Path,
+                                                      server: ServerProcess) -> None:
+    config = {"mcp_servers": {"time": {"command": sys.executable,
+                                       "args": ["-m", "mcp_server_time"]}}}
+    with WorkerProcess(server, tmp_path / "worker", config=config) as worker:
+        wd = Path(worker.workdir("m"))
+        wd.mkdir(parents=True)
+        state = server.http.get("/api/state/bootstrap").json()["state"]
+        servers = state["workers"][worker.worker_id]["capabilities"]["mcp_servers"]
+        assert any(s["name"] == "time" and any(t["name"] == "get_current_time"
+                                               for t in s["tools"]) for s in servers)
+        sid = create_session(server, worker, str(wd), "what time")
+        s = wait_for(server, sid, idle, timeout=40, what="the turn to end")
+        call = tools(s)[0]
+        assert call["mcp_server"] == "time" and call["mcp_tool"] == "get_current_time"
+        assert call["status"] == "done" and "UTC" in call["result"]
+        assert s["items"][-1]["text"] == "I have the time."
