@@ -91,7 +91,10 @@ def serve(args: argparse.Namespace) -> int:
         print(f"codey-server: {err}", file=sys.stderr)
         return 2
 
-    sock = socket.socket(socket.AF_INET6 if ":" in settings.host else socket.AF_INET)
+    # IPPROTO_TCP: asyncio sets TCP_NODELAY only on TCP sockets it can tell are TCP; without
+    # it every keep-alive response waits ~40 ms for a delayed ACK
+    family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((settings.host, settings.port))

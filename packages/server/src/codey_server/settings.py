@@ -95,6 +95,7 @@ class _ConfigFile(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     allowed_origins: list[str] = msgspec.field(default_factory=list)
     allowed_hosts: list[str] = msgspec.field(default_factory=list)
     snapshot_every: int | None = None
+    client_queue_max: int | None = None
     turn_iteration_cap: int | None = None
     action_timeout_s: float | None = None
 
@@ -113,7 +114,8 @@ def load_config_file(settings: Settings, path: Path) -> Settings:
         "allowed_origins": settings.allowed_origins + cfg.allowed_origins,
         "allowed_hosts": settings.allowed_hosts + cfg.allowed_hosts,
     }
-    for name in ("snapshot_every", "turn_iteration_cap", "action_timeout_s"):
+    for name in ("snapshot_every", "client_queue_max", "turn_iteration_cap",
+                 "action_timeout_s"):
         value = getattr(cfg, name)
         if value is not None:
             changes[name] = value

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,6 +29,25 @@ def seed_worker(data_dir: Path, worker_id: str = WORKER_ID) -> None:
 
     data_dir.mkdir(parents=True, exist_ok=True)
     asyncio.run(run())
+
+
+@pytest.fixture
+def seeded_server(tmp_path: Path) -> Iterator[Callable[[dict[str, Any]], ServerProcess]]:
+    """Start a server with a paired worker in its log and the given config."""
+    started: list[ServerProcess] = []
+
+    def make(config: dict[str, Any]) -> ServerProcess:
+        data = tmp_path / f"server-{len(started)}"
+        seed_worker(data)
+        proc = ServerProcess(data, config=config)
+        started.append(proc)
+        return proc.start()
+
+    try:
+        yield make
+    finally:
+        for proc in started:
+            proc.stop()
 
 
 @pytest.fixture

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import base64
+import json
+import os
+import socket
 import threading
 import time
+from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import msgspec
@@ -186,3 +192,86 @@ def test_session_log_is_ndjson_of_the_sessions_events(server: ServerProcess) -> 
     assert [e.seq for e in envs] == sorted(e.seq for e in envs)
     assert len(envs) == 2 + 3  # created, first prompt, three prompts
     assert server.http.get("/api/sessions/ses_nope/log").status_code == 404
+
+
+
+class _StalledBrowser:
+    """A browser socket over a raw TCP socket that subscribes and then stops reading."""
+
+    def __init__(self, server: ServerProcess) -> None:
+        url = urlsplit(server.url)
+        self.sock = socket.create_connection((url.hostname, url.port))
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        headers = "".join(f"{k}: {v}\r\n" for k, v in server.cookie_header().items())
+        key = base64.b64encode(os.urandom(16)).decode()
+        self.sock.sendall((f"GET /ws/client HTTP/1.1\r\nHost: {url.netloc}\r\n"
+                           "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+                           f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+                           f"{headers}\r\n").encode())
+        self.buf = b""
+        while b"\r\n\r\n" not in self.buf:
+            self.buf += self.sock.recv(4096)
+        head, self.buf = self.buf.split(b"\r\n\r\n", 1)
+        assert head.startswith(b"HTTP/1.1 101"), head
+        payload = json.dumps({"type": "subscribe", "after_seq": 0}).encode()
+        mask = os.urandom(4)
+        masked = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+        self.sock.sendall(bytes([0x81, 0x80 | len(payload)]) + mask + masked)
+
+    def read_all(self, timeout: float = 20.0) -> tuple[list[dict[str, Any]], int | None]:
+        """Read every frame until the server closes; returns the data frames and close code."""
+        self.sock.settimeout(timeout)
+        frames: list[dict[str, Any]] = []
+        while True:
+            while True:
+                parsed = self._frame()
+                if parsed is None:
+                    break
+                opcode, data = parsed
+                if opcode == 0x8:
+                    return frames, int.from_bytes(data[:2], "big") if data else None
+                if opcode == 0x1:
+                    frames.append(json.loads(data))
+            chunk = self.sock.recv(1 << 16)
+            if not chunk:
+                return frames, None
+            self.buf += chunk
+
+    def _frame(self) -> tuple[int, bytes] | None:
+        if len(self.buf) < 2:
+            return None
+        opcode, length, offset = self.buf[0] & 0x0F, self.buf[1] & 0x7F, 2
+        if length == 126:
+            if len(self.buf) < 4:
+                return None
+            length, offset = int.from_bytes(self.buf[2:4], "big"), 4
+        elif length == 127:
+            if len(self.buf) < 10:
+                return None
+            length, offset = int.from_bytes(self.buf[2:10], "big"), 10
+        if len(self.buf) < offset + length:
+            return None
+        data = self.buf[offset:offset + length]
+        self.buf = self.buf[offset + length:]
+        return opcode, data
+
+
+def test_slow_browser_is_closed_with_4008_and_resumes_without_loss(seeded_server) -> None:  # type: ignore[no-untyped-def]
+    server = seeded_server({"client_queue_max": 2})
+    sid = _create_session(server)
+    slow = _StalledBrowser(server)
+    big = "x" * 250_000
+    last = 0
+    for i in range(48):  # ~12 MB: more than the socket buffers hold
+        last = _prompt(server, sid, f"{i} {big}")
+    frames, code = slow.read_all()
+    assert code == 4008, "the lagging browser was not closed with 4008"
+    got = [e["seq"] for f in frames if f["type"] == "events" for e in f["events"]]
+    first = next(f["seq"] for f in frames if f["type"] == "snapshot")
+    assert got == list(range(first + 1, first + 1 + len(got)))
+    resumed = BrowserSocket(server, after_seq=got[-1] if got else first)
+    final = server.http.get("/api/health").json()["seq"]
+    resumed.until_seq(max(final, last), timeout=30)
+    seqs = got + [e["seq"] for e in resumed.envelopes]
+    assert seqs == list(range(first + 1, resumed.last_seq + 1)), "gap or duplicate"
+    resumed.close()

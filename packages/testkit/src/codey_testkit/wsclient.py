@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import socket
 import time
 from typing import Any
+from urllib.parse import urlsplit
 
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
@@ -15,10 +17,18 @@ from codey_testkit.stack import ServerProcess
 class BrowserSocket:
     """Subscribes like the web client; collects envelopes by seq."""
 
-    def __init__(self, server: ServerProcess, after_seq: int = 0) -> None:
+    def __init__(self, server: ServerProcess, after_seq: int = 0, *,
+                 rcvbuf: int | None = None) -> None:
+        sock = None
+        if rcvbuf is not None:
+            # a small receive buffer makes a slow reader fill the server's queue quickly
+            host, port = urlsplit(server.url).hostname, urlsplit(server.url).port
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+            sock.connect((host, port))
         self.ws: ClientConnection = connect(
             server.ws_url, additional_headers=server.cookie_header(), max_size=None,
-            open_timeout=10, legacy=True)
+            open_timeout=10, legacy=True, sock=sock, max_queue=1 if rcvbuf else 16)
         self.snapshot: dict[str, Any] | None = None
         self.envelopes: list[dict[str, Any]] = []
         self.frames: list[dict[str, Any]] = []

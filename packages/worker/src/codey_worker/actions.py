@@ -64,6 +64,7 @@ from codey_worker import fs
 from codey_worker.confine import ActionRefused
 from codey_worker.console import WorkerConsole
 from codey_worker.exec import CommandRegistry, run_command
+from codey_worker.frames import encode_fitted
 from codey_worker.mcp import McpManager
 from codey_worker.patch import PatchError, apply_patch
 from codey_worker.policy import LocalPolicy
@@ -205,7 +206,7 @@ class ActionDispatcher:
             response = ActionErrored(action_id=action_id, code="internal",
                                      message=f"{type(exc).__name__}: {exc}")
         self._cancel_requested.discard(action_id)
-        frame = codec.encode(response)
+        frame = encode_fitted(response)
         try:
             self.records.finish(action_id, frame)
         except Exception:

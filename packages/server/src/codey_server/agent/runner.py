@@ -18,7 +18,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Literal
 
 from codey_protocol import events as ev
 from codey_protocol import worker as wk
@@ -151,7 +151,7 @@ class TurnRunner:
         if s.status != status or s.status_reason != reason:
             await self._emit(ev.SessionStatusChanged(status=status, reason=reason))
 
-    async def _update(self, item_id: str, **fields: object) -> None:
+    async def _update(self, item_id: str, **fields: Any) -> None:
         await self._emit(ev.SessionItemUpdated(item_id=item_id, **fields))
 
     def _new_id(self, prefix: str) -> str:
@@ -310,7 +310,7 @@ class TurnRunner:
                 await self._settle(item)
 
     async def _finish(self, item: ev.ToolCall, status: ev.ToolStatus, result: str,
-                      **fields: object) -> None:
+                      **fields: Any) -> None:
         await self._update(item.id, status=status, result=result, **fields)
 
     async def _settle(self, item: ev.ToolCall) -> None:
@@ -333,8 +333,7 @@ class TurnRunner:
                 command=parsed.command, patch=parsed.patch, path=parsed.path,
                 approved_prefixes=s.approved_prefixes):
             approval_id = self._new_id("apr")
-            kind = {"shell": "command", "apply_patch": "patch", "write_file": "write"}.get(
-                parsed.tool, "mcp")
+            kind = _APPROVAL_KIND.get(parsed.tool, "mcp")
             await self._emit(
                 ev.ApprovalRequested(approval_id=approval_id, item_id=item.id, kind=kind,
                                      command=parsed.command, patch=parsed.patch,
@@ -486,6 +485,10 @@ class TurnRunner:
                 await self._status("interrupted", "interrupted by the user")
         except Exception:
             log.exception("cleanup after interrupt failed for %s", self.session_id)
+
+
+_APPROVAL_KIND: dict[str, Literal["command", "patch", "write", "mcp"]] = {
+    "shell": "command", "apply_patch": "patch", "write_file": "write"}
 
 
 def _int(value: str | None) -> int | None:

@@ -47,8 +47,8 @@ class AgentService:
             if provider.config.kind == "ollama":
                 found = await discover_ollama_models(provider.config.base_url)
                 provider.models = found or provider.models
-                if found:
-                    self.engine.context.default_models.setdefault(provider.name, found[0])
+                if found and not self.engine.context.default_models.get(provider.name):
+                    self.engine.context.default_models[provider.name] = found[0]
         for session in self.engine.state.sessions.values():
             if session.status in _RESUME:
                 log.info("resuming session %s (%s)", session.session_id, session.status)

@@ -1,0 +1,232 @@
+"""Benchmark worker actions: read_file round trip, and streaming a command's big output.
+
+    uv run python scripts/bench/actions.py             # 300 calls, 100 MB of output
+    uv run python scripts/bench/actions.py --quick     # 30 calls, 10 MB: a smoke run
+
+Starts a real ``codey-server`` (port 0) and a real ``codey-worker`` (temp ``CODEY_HOME``),
+pairs them through the HTTP API, then runs actions with ``POST /api/workers/{id}/actions``.
+
+a. ``read_file`` of a 1 KiB file, ``--calls`` times (after a warm-up), p50 and p99, each
+   series interleaved in blocks with ``GET /api/health`` (the HTTP floor), twice: on one
+   keep-alive connection (what a browser does) and with a new TCP connection per request.
+
+   - *HTTP-inclusive*: the whole request as an ``httpx`` client sees it (HTTP parse and
+     response, the server's action dispatch, the worker socket both ways, the worker's
+     exactly-once records — two small SQLite transactions with fsync — and the file read);
+   - *estimated server -> worker -> server*: new-connection read_file minus new-connection
+     health, p50 from p50 and p99 from p99. The server exposes no timing of its own, so this
+     is an estimate, not a measurement.
+
+   Baseline: a bare ``websockets`` echo of 1 KiB between this process and an echo server in
+   its own process. Goal: p50 <= 3x the baseline.
+
+b. ``bash -c "head -c N /dev/zero | tr '\\0' a"`` with ``output_cap`` = N (100 MB), so the
+   worker streams all of it as ``ActionProgress`` chunks; throughput = N over the time from
+   sending the request to its reply (goal >= 100 MB/s), and the growth of the server's RSS
+   (``/proc/PID/status`` VmRSS every 50 ms; goal <= 64 MB), which includes whatever
+   run_action keeps of the progress for its reply (the worker's RSS is printed too). If the
+   server closes the worker socket with 1009 (the result frame over its size cap) the run
+   stops there and the throughput up to that close is printed as a lower bound.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+from _common import (
+    RssSampler,
+    baseline_peer,
+    figure,
+    info,
+    percentile,
+    start_server_and_worker,
+)
+from websockets.asyncio.client import connect
+
+from codey_testkit.procs import ManagedProcess
+from codey_testkit.stack import ServerProcess
+
+RT_GOAL_X = 3.0
+THROUGHPUT_GOAL_MBS = 100.0
+RSS_GOAL_MB = 64.0
+KIB = b"x" * 1023 + b"\n"
+
+
+def _timed(fn: Any, calls: int, warmup: int) -> list[float]:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+async def _echo_times(url: str, calls: int, warmup: int) -> list[float]:
+    payload = KIB.decode()
+    async with connect(url, max_size=None) as ws:
+        for _ in range(warmup):
+            await ws.send(payload)
+            await ws.recv()
+        times = []
+        for _ in range(calls):
+            t0 = time.perf_counter()
+            await ws.send(payload)
+            await ws.recv()
+            times.append(time.perf_counter() - t0)
+    return times
+
+
+def _ms(values: list[float], p: float) -> float:
+    return percentile(values, p) * 1000
+
+
+def _series(client: httpx.Client, url: str, body: dict[str, Any], calls: int,
+            warmup: int) -> tuple[list[float], list[float]]:
+    """Interleaved blocks of read_file and health calls (noise hits both alike)."""
+
+    def read_once() -> None:
+        r = client.post(url, json=body)
+        reply = r.json()
+        if not reply.get("ok") or len(reply["result"]["content"]) != len(KIB):
+            raise RuntimeError(f"read_file failed: {r.status_code} {r.text[:300]}")
+
+    def health_once() -> None:
+        client.get("/api/health").raise_for_status()
+
+    actions: list[float] = []
+    floor: list[float] = []
+    block = max(10, calls // 10)
+    for i in range(0, calls, block):
+        n = min(block, calls - i)
+        actions += _timed(read_once, n, warmup if i == 0 else 0)
+        floor += _timed(health_once, n, warmup if i == 0 else 0)
+    return actions, floor
+
+
+def bench_round_trip(server: ServerProcess, worker_id: str, workdir: Path, logs: Path,
+                     calls: int) -> None:
+    print(f"a. read_file of 1 KiB, server -> worker -> server ({calls} calls)")
+    (workdir / "f.txt").write_bytes(KIB)
+    body = {"type": "read_file", "workdir": str(workdir), "path": "f.txt"}
+    url = f"/api/workers/{worker_id}/actions"
+    warmup = max(10, calls // 10)
+    kept, kept_floor = _series(server.http, url, body, calls, warmup)
+    # One TCP connection per request: nothing of an earlier response is left unacknowledged,
+    # so a server socket without TCP_NODELAY cannot stall on the delayed ACK (see README).
+    with httpx.Client(base_url=server.url, headers=server.cookie_header(), timeout=30,
+                      limits=httpx.Limits(max_keepalive_connections=0)) as fresh_client:
+        fresh, fresh_floor = _series(fresh_client, url, body, calls, warmup)
+    with baseline_peer("echo", logs) as echo_url:
+        echo = asyncio.run(_echo_times(echo_url, calls, warmup))
+    for label, series in [("read_file, keep-alive connection", kept),
+                          ("GET /api/health, keep-alive connection", kept_floor),
+                          ("read_file, new connection each", fresh),
+                          ("GET /api/health, new connection each", fresh_floor),
+                          ("baseline: bare websockets echo 1 KiB", echo)]:
+        info(label, f"p50 {_ms(series, 50):7.2f} ms   p99 {_ms(series, 99):7.2f} ms")
+    est50 = _ms(fresh, 50) - _ms(fresh_floor, 50)
+    est99 = _ms(fresh, 99) - _ms(fresh_floor, 99)
+    info("estimated server->worker->server", f"p50 {est50:7.2f} ms   p99 {est99:7.2f} ms"
+         "   (new-connection read_file minus health)")
+    e50, e99 = _ms(echo, 50), _ms(echo, 99)
+    for label, p50 in [("ratio p50 HTTP-incl. keep-alive / echo", _ms(kept, 50)),
+                       ("ratio p50 HTTP-incl. new conn / echo", _ms(fresh, 50)),
+                       ("ratio p50 estimated / echo", est50)]:
+        figure(label, p50 / e50, "x", f"<= {RT_GOAL_X:g}", p50 / e50 <= RT_GOAL_X)
+    figure("ratio p99 estimated / echo", est99 / e99, "x", "", None)
+
+
+def bench_big_output(server: ServerProcess, worker: ManagedProcess, worker_id: str,
+                     workdir: Path, size: int, timeout: float) -> None:
+    assert server.proc is not None
+    print(f"b. a command writing {size / 1e6:,.0f} MB to stdout (output_cap {size:,}), "
+          "streamed worker -> server")
+    body = {"type": "run_command", "workdir": str(workdir), "timeout_s": timeout,
+            "argv": ["bash", "-c", f"head -c {size} /dev/zero | tr '\\0' a"],
+            "output_cap": size}
+    url = f"/api/workers/{worker_id}/actions"
+    outcome: dict[str, Any] = {}
+
+    def request() -> None:
+        try:
+            r = server.http.post(url, json=body, params={"timeout": timeout},
+                                 timeout=timeout + 30)
+            outcome["status"], outcome["reply"] = r.status_code, r.json()
+        except (httpx.HTTPError, ValueError) as err:
+            outcome["error"] = f"{type(err).__name__}: {err}"
+
+    offset = worker.log_offset()
+    thread = threading.Thread(target=request, daemon=True)
+    rejected = False
+    with RssSampler(server.proc.pid, 0.05) as rss, RssSampler(worker.pid, 0.05) as worker_rss:
+        t0 = time.perf_counter()
+        thread.start()
+        while thread.is_alive():
+            thread.join(0.01)
+            # A worker socket closed with 1009: the server refused a frame over its size cap
+            # (the action's result). Streaming ended before that frame was sent.
+            if "closed with code 1009" in worker.read_log()[offset:]:
+                rejected = True
+                break
+        elapsed = time.perf_counter() - t0
+    reply = outcome.get("reply") or {}
+    if reply.get("ok"):
+        result = reply["result"]
+        kept = sum(len(p["data"]) for p in reply.get("progress", []))
+        info("reply", f"exit code {result['exit_code']}, result stdout "
+             f"{len(result['stdout']) / 1e6:,.1f} MB, progress repeated in the reply "
+             f"{kept / 1e6:,.2f} MB")
+        figure("throughput worker -> server (HTTP-inclusive)", size / 1e6 / elapsed,
+               "MB/s", f">= {THROUGHPUT_GOAL_MBS:g}", size / 1e6 / elapsed >= THROUGHPUT_GOAL_MBS)
+    elif rejected:
+        info("the action did not finish", "the server closed the worker socket with 1009 "
+             "(frame too large) when the result came: the worker reconnects and re-sends it")
+        figure("throughput, up to that close (lower bound)", size / 1e6 / elapsed, "MB/s",
+               f">= {THROUGHPUT_GOAL_MBS:g}", None)
+    else:
+        info("the action did not succeed",
+             outcome.get("error") or f"HTTP {outcome.get('status')}: {str(reply)[:300]}")
+    growth_mb = rss.growth_mib * 2**20 / 1e6
+    figure("server RSS growth (peak - start)", growth_mb, "MB", f"<= {RSS_GOAL_MB:g}",
+           growth_mb <= RSS_GOAL_MB)
+    info("", f"server RSS start {rss.start_kib / 1024:.0f} MiB, peak "
+         f"{rss.peak_kib / 1024:.0f} MiB (includes whatever run_action keeps of the progress)")
+    info("worker RSS (for information)", f"start {worker_rss.start_kib / 1024:.0f} MiB, peak "
+         f"{worker_rss.peak_kib / 1024:.0f} MiB")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=300, help="read_file calls (default 300)")
+    parser.add_argument("--bytes", type=int, default=100_000_000,
+                        help="output of the big command (default 100000000)")
+    parser.add_argument("--quick", action="store_true", help="10x smaller, for a smoke run")
+    parser.add_argument("--timeout", type=float, default=120.0, help="for the big command")
+    parser.add_argument("--only", choices=["a", "b"], action="append",
+                        help="run only these parts (repeatable)")
+    args = parser.parse_args()
+    calls = args.calls // 10 if args.quick else args.calls
+    size = args.bytes // 10 if args.quick else args.bytes
+    parts = args.only or ["a", "b"]
+    with tempfile.TemporaryDirectory(prefix="codey-bench-") as tmp:
+        root = Path(tmp)
+        with start_server_and_worker(root) as (server, worker, worker_id, work):
+            workdir = work / "proj"
+            workdir.mkdir()
+            if "a" in parts:
+                bench_round_trip(server, worker_id, workdir, root / "logs", calls)
+            if "b" in parts:
+                bench_big_output(server, worker, worker_id, workdir, size, args.timeout)
+
+
+if __name__ == "__main__":
+    main()
