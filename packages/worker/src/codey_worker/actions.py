@@ -84,6 +84,10 @@ EXECUTORS = [
 ]  # fmt: skip
 
 
+#: actions that change nothing: running one again after a crash is harmless, so their records
+#: are written without an fsync
+_READ_ONLY = (ReadFile, ListDir, McpList)
+
 class ActionDispatcher:
     """Runs actions exactly once and reports them through ``send``. See the module docstring.
 
@@ -131,7 +135,8 @@ class ActionDispatcher:
         ``raw`` is the frame as received, kept in the record; encoded again when omitted.
         """
         action_id = action.action_id
-        existing = self.records.mark_started(action_id, raw or codec.encode(action))
+        existing = self.records.mark_started(action_id, raw or codec.encode(action),
+                                             durable=not isinstance(action, _READ_ONLY))
         if existing is None:
             await self._emit(codec.encode(ActionAccepted(action_id=action_id)))
             self._tasks[action_id] = asyncio.create_task(self._run(action),
@@ -208,7 +213,7 @@ class ActionDispatcher:
         self._cancel_requested.discard(action_id)
         frame = encode_fitted(response)
         try:
-            self.records.finish(action_id, frame)
+            self.records.finish(action_id, frame, durable=not isinstance(action, _READ_ONLY))
         except Exception:
             log.exception("could not record the result of %s", action_id)
         self._tasks.pop(action_id, None)

@@ -385,9 +385,11 @@ def test_attached_workdir_changes_are_reported_relative_and_filtered(
         (root / ".git").mkdir()
         (root / ".git" / "HEAD").write_text("ref")
         (root / "src").mkdir()
+        await asyncio.sleep(0.3)  # inotify watches a new directory only once it has seen it
         (root / "src" / "app.py").write_text("print(1)")
-        for _ in range(100):
-            if any(isinstance(m, WorkspaceChanged) for m in send.messages()):
+        for _ in range(200):  # the file may come in a later batch than its directory
+            if any(isinstance(m, WorkspaceChanged) and "src/app.py" in m.paths
+                   for m in send.messages()):
                 break
             await asyncio.sleep(0.05)
         await d.shutdown()
