@@ -155,6 +155,8 @@ async def _send_events(ws: WebSocket[Any, Any, Any], engine: Engine, sub: Any, a
             done, _ = await asyncio.wait({get, shutdown}, return_when=asyncio.FIRST_COMPLETED)
             if shutdown in done:
                 get.cancel()
+                if get.done() and not get.cancelled():
+                    get.exception()  # retrieved: the log may have closed at the same moment
                 await _send(ws, cl.Shutdown())
                 await ws.close(code=CLOSE_GOING_AWAY, reason="server shutting down")
                 return

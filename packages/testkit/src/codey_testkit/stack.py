@@ -151,6 +151,7 @@ class WorkerProcess:
         self.proc: ManagedProcess | None = None
         self.starts = 0
         self.pair_line: str | None = None
+        self.pair_url: str | None = None
 
     @property
     def worker_id(self) -> str:
@@ -161,7 +162,14 @@ class WorkerProcess:
     def paired(self) -> bool:
         return (self.home / "worker.json").exists()
 
-    def start(self, timeout: float = 30.0, *, wait_connected: bool = True) -> Self:
+    def start(self, timeout: float = 30.0, *, wait_connected: bool = True,
+              pair: bool = True) -> Self:
+        """Start the worker; a first start pairs it unless ``pair`` is False.
+
+        With ``pair=False`` an unpaired worker is left waiting after printing its link
+        (:attr:`pair_line`, :attr:`pair_url`): the caller approves it (a browser, a test),
+        then calls :meth:`wait_connected`.
+        """
         self.home.mkdir(parents=True, exist_ok=True)
         self.root.mkdir(parents=True, exist_ok=True)
         cfg_path = self.home / "worker-config.json"
@@ -177,6 +185,9 @@ class WorkerProcess:
             match = self.proc.wait_for_line(r"Open (\S+)/#/pair/(\S+) to link this machine",
                                             timeout=timeout)
             self.pair_line = match.group(0)
+            self.pair_url = f"{match.group(1)}/#/pair/{match.group(2)}"
+            if not pair:
+                return self
             self.approve(match.group(2))
         if wait_connected:
             self.wait_connected(timeout)

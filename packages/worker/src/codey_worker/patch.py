@@ -881,7 +881,7 @@ class _Journal:
 
 
 def _write_atomic(path: Path, data: bytes, mode: int | None) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".codey-tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)

@@ -28,6 +28,9 @@ IGNORED_DIRS = frozenset({".git", "node_modules", "__pycache__", ".venv"})
 DEBOUNCE_MS = 300
 MAX_PATHS = 500  # paths per event; a huge checkout or build is summarised by its first ones
 
+#: suffix of the temporary files patch.py and fs.py write before renaming into place
+TEMP_SUFFIX = ".codey-tmp"
+
 Send = Callable[[bytes], Awaitable[None]]
 
 
@@ -39,6 +42,8 @@ def relevant(workdir: Path, path: str) -> str | None:
         return None
     parts = rel.parts
     if not parts or parts[0] == ".." or any(p in IGNORED_DIRS for p in parts):
+        return None
+    if parts[-1].endswith(TEMP_SUFFIX):  # our own atomic writes, renamed a moment later
         return None
     return rel.as_posix()
 

@@ -65,16 +65,23 @@ ITEM_OUTPUT_CAP = 256 * 1024
 def conversation_of(session: SessionInfo) -> list[Entry]:
     """The model's input, rebuilt from the session's items (never a second store)."""
     out: list[Entry] = []
+    results: list[Entry] = []  # the results of the current run of calls, after all its calls
     for item in session.items:
+        if isinstance(item, ev.ToolCall):
+            if item.result is not None:
+                out.append(ToolCallEntry(item.call_id, item.name, item.arguments))
+                results.append(ToolResultEntry(item.call_id, item.result))
+            continue
+        if isinstance(item, (ev.Reasoning, ev.ErrorItem, ev.PlanItem)):
+            continue
+        out.extend(results)
+        results = []
         if isinstance(item, ev.UserMessage):
             if not item.queued:
                 out.append(UserText(item.text))
-        elif isinstance(item, ev.AssistantMessage):
-            if item.text:
-                out.append(AssistantText(item.text))
-        elif isinstance(item, ev.ToolCall) and item.result is not None:
-            out.append(ToolCallEntry(item.call_id, item.name, item.arguments))
-            out.append(ToolResultEntry(item.call_id, item.result))
+        elif isinstance(item, ev.AssistantMessage) and item.text:
+            out.append(AssistantText(item.text))
+    out.extend(results)
     return out
 
 

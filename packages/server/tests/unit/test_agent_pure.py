@@ -1,0 +1,141 @@
+"""Pure parts of the agent loop: the approval gate, tool-call parsing, the conversation."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from codey_protocol import events as ev
+from codey_protocol import worker as wk
+from codey_protocol.state import SessionInfo
+from codey_server.agent.approvals import is_known_safe, needs_approval, path_inside
+from codey_server.agent.models import (
+    AssistantText,
+    ToolCallEntry,
+    ToolResultEntry,
+    UserText,
+    _chat_messages,
+    retry_after,
+)
+from codey_server.agent.runner import conversation_of
+from codey_server.agent.tools import BadToolCall, format_outcome, mcp_tool_name, parse_call
+
+
+@pytest.mark.parametrize("argv", [
+    ["ls"], ["ls", "-la", "src"], ["cat", "a.txt"], ["pwd"], ["git", "status"],
+    ["git", "diff", "--stat"], ["git", "log", "-n", "3"], ["rg", "TODO"], ["grep", "-rn", "x", "."],
+    ["/usr/bin/ls"],
+])
+def test_known_safe_read_only_commands(argv: list[str]) -> None:
+    assert is_known_safe(argv)
+
+
+@pytest.mark.parametrize("argv", [
+    [], ["rm", "-rf", "/"], ["bash", "-c", "ls"], ["git", "push"], ["git", "-c", "x=y", "log"],
+    ["git", "diff", "--output=/tmp/x"], ["git", "log", "--ext-diff"], ["rg", "--pre", "sh", "x"],
+    ["rg", "-z", "x"], ["rg", "-nz", "x"], ["rg", "--pre=cat", "x"], ["python3", "-c", "1"],
+    ["git"], ["find", ".", "-exec", "rm", "{}", ";"],
+])
+def test_everything_else_is_not_known_safe(argv: list[str]) -> None:
+    assert not is_known_safe(argv)
+
+
+def test_policies() -> None:
+    patch = "*** Begin Patch\n*** Update File: src/a.py\n@@\n-a\n+b\n*** End Patch"
+    outside = "*** Begin Patch\n*** Update File: ../x.py\n@@\n-a\n+b\n*** End Patch"
+    assert needs_approval("suggest", "shell", command=["make"])
+    assert not needs_approval("suggest", "shell", command=["git", "status"])
+    assert needs_approval("suggest", "apply_patch", patch=patch)
+    assert not needs_approval("auto-edit", "apply_patch", patch=patch)
+    assert needs_approval("auto-edit", "apply_patch", patch=outside)
+    assert needs_approval("auto-edit", "shell", command=["make"])
+    assert not needs_approval("auto-edit", "write_file", path="docs/x.md")
+    assert needs_approval("auto-edit", "write_file", path="/etc/passwd")
+    assert needs_approval("suggest", "mcp")
+    for tool in ("shell", "apply_patch", "write_file", "mcp"):
+        assert not needs_approval("full-auto", tool, command=["rm", "-rf", "/"], patch=outside)
+    for tool in ("read_file", "list_dir", "update_plan"):
+        assert not needs_approval("suggest", tool)
+
+
+def test_approved_prefix_matches_longer_commands_only() -> None:
+    prefixes = [["npm", "test"]]
+    assert not needs_approval("suggest", "shell", command=["npm", "test", "--", "-u"],
+                              approved_prefixes=prefixes)
+    assert needs_approval("suggest", "shell", command=["npm"], approved_prefixes=prefixes)
+    assert needs_approval("suggest", "shell", command=["npm", "install"],
+                          approved_prefixes=prefixes)
+
+
+def test_path_inside() -> None:
+    assert path_inside("a/b.py") and path_inside("./a")
+    assert not path_inside("../a") and not path_inside("/abs") and not path_inside("a/../../b")
+    assert not path_inside("") and not path_inside("~/x")
+
+
+def test_parse_call_checks_arguments() -> None:
+    shell = parse_call("shell", json.dumps({"command": ["ls"], "timeout_ms": 1500}), None)
+    assert shell.command == ["ls"] and shell.timeout_s == 1.5
+    with pytest.raises(BadToolCall, match="argv list"):
+        parse_call("shell", json.dumps({"command": "ls -la"}), None)
+    with pytest.raises(BadToolCall, match="not valid JSON"):
+        parse_call("shell", "{nope", None)
+    with pytest.raises(BadToolCall, match="unknown tool"):
+        parse_call("launch_missiles", "{}", None)
+    with pytest.raises(BadToolCall, match="plan entry"):
+        parse_call("update_plan", json.dumps({"plan": [{"step": "x", "status": "maybe"}]}), None)
+    plan = parse_call("update_plan", json.dumps({"plan": [{"step": "x", "status": "done"}]}),
+                      None)
+    assert plan.plan == [ev.PlanStep(step="x", status="done")]
+    caps = wk.Capabilities(mcp_servers=[wk.McpServerInfo(
+        name="time", tools=[wk.McpTool(name="get_current_time")])])
+    call = parse_call(mcp_tool_name("time", "get_current_time"), '{"timezone": "UTC"}', caps)
+    assert (call.mcp_server, call.mcp_tool, call.mcp_arguments) == (
+        "time", "get_current_time", {"timezone": "UTC"})
+    action = call.action("act_1", "ses_1", "/w")
+    assert isinstance(action, wk.McpCall) and action.action_id == "act_1"
+
+
+def test_format_outcome_for_the_model() -> None:
+    text = format_outcome(wk.CommandResult(exit_code=1, stdout="out", stderr="err",
+                                           truncated=True))
+    assert text == "exit code: 1 (output truncated)\nout\nerr"
+    assert "timed out" in format_outcome(wk.CommandResult(exit_code=None, timed_out=True))
+    big = format_outcome(wk.FileContent(path="a", content="x" * 100_000))
+    assert len(big) < 30_000 and "characters cut" in big
+
+
+def _session(items: list[ev.Item]) -> SessionInfo:
+    return SessionInfo(session_id="s", title="t", worker_id="w", workdir="/w", provider="p",
+                       model="m", items=items)
+
+
+def test_conversation_groups_parallel_calls_and_skips_queued_prompts() -> None:
+    items: list[ev.Item] = [
+        ev.UserMessage(id="1", ts=0, text="go"),
+        ev.Reasoning(id="2", ts=0, text="thinking"),
+        ev.AssistantMessage(id="3", ts=0, text="Two things."),
+        ev.ToolCall(id="4", ts=0, call_id="c1", name="read_file", arguments="{}", result="A"),
+        ev.ToolCall(id="5", ts=0, call_id="c2", name="list_dir", arguments="{}", result="B"),
+        ev.UserMessage(id="6", ts=0, text="later", queued=True),
+        ev.ToolCall(id="7", ts=0, call_id="c3", name="shell", arguments="{}"),  # unanswered
+    ]
+    conv = conversation_of(_session(items))
+    assert conv == [
+        UserText("go"), AssistantText("Two things."),
+        ToolCallEntry("c1", "read_file", "{}"), ToolCallEntry("c2", "list_dir", "{}"),
+        ToolResultEntry("c1", "A"), ToolResultEntry("c2", "B"),
+    ]
+    messages = _chat_messages("sys", conv)
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "tool", "tool"]
+    assert [c["id"] for c in messages[2]["tool_calls"]] == ["c1", "c2"]
+    assert messages[2]["content"] == "Two things."
+
+
+def test_retry_after_forms() -> None:
+    assert retry_after({"retry-after": "2"}) == 2.0
+    assert retry_after({"retry-after-ms": "1500"}) == 1.5
+    assert retry_after({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}) == 0.0
+    assert retry_after({"retry-after": "soon"}) is None
+    assert retry_after({}) is None

@@ -1,0 +1,343 @@
+"""Screenshots of the web client for people (the README), taken from a real stack.
+
+    ./scripts/screenshots              # writes docs/screenshots/*.png
+    ./scripts/screenshots --out DIR    # somewhere else
+
+Starts the scripted model server, a local OIDC provider, codey-server (port 0, temporary data
+dir) and two workers, drives a few sessions to interesting states through the HTTP API and
+photographs them with Playwright and Debian's Chromium (/usr/bin/chromium) at 1280×800:
+
+    dashboard.png   workers and several sessions (running, waiting for approval, done)
+    session.png     a session with a plan, a diff and command output
+    approval.png    a pending approval
+    pairing.png     a machine asking to be linked (host details and the code to compare)
+    login.png       the login banner of a provider that needs OAuth (the OIDC provider)
+    dark.png        the session view in the dark theme
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from playwright.sync_api import Page, expect, sync_playwright
+
+from codey_testkit.model_handle import start_model_server
+from codey_testkit.oidc import OIDCProviderProcess
+from codey_testkit.scenarios import provider_config
+from codey_testkit.stack import ServerProcess, WorkerProcess
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+VIEWPORT = {"width": 1280, "height": 800}
+
+APP_PY = '''def add(a, b):
+    """Return the sum of a and b."""
+    return a - b
+
+
+def mul(a, b):
+    return a * b
+'''
+
+TEST_APP_PY = '''import unittest
+
+from app import add, mul
+
+
+class AppTest(unittest.TestCase):
+    def test_add(self):
+        self.assertEqual(add(2, 3), 5)
+
+    def test_mul(self):
+        self.assertEqual(mul(2, 3), 6)
+'''
+
+FIX_PATCH = """*** Begin Patch
+*** Update File: app.py
+@@ def add(a, b):
+     \"\"\"Return the sum of a and b.\"\"\"
+-    return a - b
++    return a + b
+*** End Patch"""
+
+CLI_PY = '''import argparse
+
+
+def main():
+    parser = argparse.ArgumentParser(prog="greet")
+    parser.add_argument("name")
+    args = parser.parse_args()
+    print(f"Hello, {args.name}!")
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+CLI_PATCH = """*** Begin Patch
+*** Update File: cli.py
+@@ def main():
+     parser = argparse.ArgumentParser(prog="greet")
+     parser.add_argument("name")
++    parser.add_argument("-v", "--verbose", action="store_true",
++                        help="explain what is being done")
+     args = parser.parse_args()
++    if args.verbose:
++        print(f"greeting {args.name!r}")
+     print(f"Hello, {args.name}!")
+*** End Patch"""
+
+README_MD = """# greet
+
+A tiny command line tool that greets people.
+
+Install it with `pip install -e .`, then run `greet Ada`.
+"""
+
+SUITE = ("echo 'collecting ... collected 48 items'; "
+         "for f in api auth models views; do echo \"tests/test_$f.py ............ [ok]\"; "
+         "sleep 0.1; done; for i in $(seq 1200); do [ -f go ] && break; sleep 0.1; done")
+
+
+def _shell(*argv: str) -> dict[str, Any]:
+    return {"name": "shell", "arguments": {"command": list(argv)}}
+
+
+def _plan(*steps: tuple[str, str], explanation: str = "") -> dict[str, Any]:
+    args: dict[str, Any] = {"plan": [{"step": s, "status": st} for s, st in steps]}
+    if explanation:
+        args["explanation"] = explanation
+    return {"name": "update_plan", "arguments": args}
+
+
+SCRIPT: dict[str, Any] = {"model": ["gpt-scripted", "gpt-scripted-mini"],
+                          "options": {"chunk_size": 24}, "steps": [
+    # 1. fix a failing test: plan, read, patch (a diff), run the tests (output), summary
+    {"match": {"user": "Fix the failing test"},
+     "reply": {"text": "I'll reproduce it first, then fix the code.",
+               "calls": [_plan(("Read app.py", "in_progress"), ("Fix add()", "pending"),
+                               ("Run the tests", "pending"),
+                               explanation="A small bug, probably in add()."),
+                         {"name": "read_file", "arguments": {"path": "app.py"}}]}},
+    {"match": {"tool": "read_file", "tool_output": "return a - b"},
+     "reply": {"text": "`add()` subtracts instead of adding. Patching it:",
+               # the server replays each call as its own assistant turn, so the call a
+               # step below matches comes last
+               "calls": [_plan(("Read app.py", "done"), ("Fix add()", "done"),
+                               ("Run the tests", "in_progress")),
+                         {"name": "apply_patch", "arguments": {"input": FIX_PATCH}}]}},
+    {"match": {"tool": "apply_patch", "tool_output": "update app.py"},
+     "reply": {"calls": [_shell("python3", "-m", "unittest", "-v")]}},
+    {"match": {"tool": "shell", "tool_output": "OK"},
+     "reply": {"calls": [_plan(("Read app.py", "done"), ("Fix add()", "done"),
+                               ("Run the tests", "done"))]}},
+    {"match": {"tool": "update_plan"},
+     "reply": {"text": "Fixed. `add()` in **app.py** returned `a - b`; it now returns "
+                       "`a + b`.\n\n- `test_add` passes\n- `test_mul` still passes\n\n"
+                       "No other code calls `add()` with negative numbers, so nothing else "
+                       "changes."}},
+    # 2. a command waiting for approval (policy auto-edit: the patch goes through)
+    {"match": {"user": "Add a --verbose flag"},
+     "reply": {"text": "Adding the flag to the argument parser.",
+               "calls": [{"name": "apply_patch", "arguments": {"input": CLI_PATCH}}]}},
+    {"match": {"tool": "apply_patch", "tool_output": "cli.py"},
+     "reply": {"text": "Let me try it.",
+               "calls": [_shell("python3", "cli.py", "--verbose", "Ada")]}},
+    # 3. a long test run, still going
+    {"match": {"user": "Run the whole test suite"},
+     "reply": {"calls": [_shell("bash", "-c", SUITE)]}},
+    # 4. a finished question
+    {"match": {"user": "Summarise the README"},
+     "reply": {"calls": [{"name": "read_file", "arguments": {"path": "README.md"}}]}},
+    {"match": {"tool": "read_file", "tool_output": "greet"},
+     "reply": {"text": "**greet** is a small CLI that prints a greeting. Install it with "
+                       "`pip install -e .` and run `greet NAME`."}},
+    {"match": {"any": True}, "reply": {"text": "Done."}},
+]}
+
+
+def _wait(check: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise TimeoutError(f"timed out waiting for {what}")
+
+
+class Shots:
+    def __init__(self, out: Path, tmp: Path, exits: contextlib.ExitStack) -> None:
+        self.out = out
+        self.tmp = tmp
+        self.exits = exits
+
+    def start(self) -> None:
+        self.model = start_model_server(SCRIPT, self.tmp / "model")
+        self.exits.callback(self.model.stop)
+        self.oidc = OIDCProviderProcess(log_dir=self.tmp / "oidc", client_id="codey").start()
+        self.exits.callback(self.oidc.stop)
+        config = provider_config(self.model)
+        config["providers"][0]["models"] = ["gpt-scripted", "gpt-scripted-mini"]
+        self.config = config
+        self.server = ServerProcess(self.tmp / "server", config=config,
+                                    log_dir=self.tmp / "logs")
+        self.exits.callback(self.server.stop)
+        self.server.start()
+        self.a = self._worker("laptop")
+        self.b = self._worker("build-box")
+
+    def _worker(self, name: str, *, pair: bool = True) -> WorkerProcess:
+        w = WorkerProcess(self.server, self.tmp / name, name=name)
+        self.exits.callback(w.stop)
+        w.start(pair=pair)
+        return w
+
+    def _workdir(self, w: WorkerProcess, name: str, files: dict[str, str]) -> str:
+        path = Path(w.workdir(name))
+        path.mkdir(parents=True, exist_ok=True)
+        for rel, text in files.items():
+            (path / rel).write_text(text)
+        return str(path)
+
+    def _session(self, w: WorkerProcess, workdir: str, prompt: str, policy: str,
+                 model: str = "gpt-scripted") -> str:
+        r = self.server.http.post("/api/sessions", json={
+            "worker_id": w.worker_id, "workdir": workdir, "prompt": prompt, "policy": policy,
+            "provider": "scripted", "model": model})
+        if r.status_code != 201:
+            raise RuntimeError(f"creating a session failed: {r.status_code} {r.text}")
+        return str(r.json()["session_id"])
+
+    def _status(self, sid: str) -> str:
+        return str(self.server.http.get(f"/api/sessions/{sid}").json()["status"])
+
+    def sessions(self) -> None:
+        wd1 = self._workdir(self.a, "calc", {"app.py": APP_PY, "test_app.py": TEST_APP_PY})
+        self.fix = self._session(self.a, wd1, "Fix the failing test in test_app.py",
+                                 "full-auto")
+        _wait(lambda: self._status(self.fix) == "idle", "the fix session")
+        wd2 = self._workdir(self.b, "greet", {"cli.py": CLI_PY, "README.md": README_MD})
+        self.readme = self._session(self.b, wd2, "Summarise the README for a newcomer",
+                                    "suggest", model="gpt-scripted-mini")
+        _wait(lambda: self._status(self.readme) == "idle", "the README session")
+        self.suite_dir = self._workdir(self.b, "shop", {})
+        self.suite = self._session(self.b, self.suite_dir,
+                                   "Run the whole test suite and report flaky tests",
+                                   "full-auto")
+        self.verbose = self._session(self.a, self._workdir(self.a, "greet", {"cli.py": CLI_PY}),
+                                     "Add a --verbose flag to the greet CLI", "auto-edit")
+        _wait(lambda: self._status(self.verbose) == "waiting_approval", "the approval")
+        _wait(lambda: "[ok]" in str(self.server.http.get(f"/api/sessions/{self.suite}").json()),
+              "the test suite output")
+
+    def open(self, page: Page, hash_: str, *, reload: bool = False) -> None:
+        page.goto(f"{self.server.url}/{hash_}")
+        if reload:  # a goto that changes only the hash does not load the page again
+            page.reload()
+        expect(page.get_by_test_id("conn-state")).to_have_text("live", timeout=20_000)
+
+    def shoot(self, page: Page, name: str) -> None:
+        # Toasts from the stack's start are news for a live user, noise in a picture.
+        page.evaluate("document.querySelectorAll('[data-testid=toast]')"
+                      ".forEach(t => t.remove())")
+        page.wait_for_timeout(300)  # let the last frame batch land
+        path = self.out / name
+        page.screenshot(path=str(path))
+        print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+
+    def run(self, page: Page) -> None:
+        if self.server.token:
+            page.goto(f"{self.server.url}/?token={self.server.token}")
+        self.open(page, "#/")
+        expect(page.locator("[data-testid=session-card]")).to_have_count(4)
+        self.shoot(page, "dashboard.png")
+
+        self.open(page, f"#/session/{self.fix}")
+        expect(page.get_by_test_id("diff")).to_be_visible()
+        expect(page.locator("[data-testid=item][data-kind=tool_call] [data-testid=tool-output]")
+               .last).to_contain_text("OK")
+        # Keep the diff and the test run in view: scroll to the patch.
+        page.get_by_test_id("diff").first.scroll_into_view_if_needed()
+        page.locator("[data-testid=session-items]").evaluate(
+            "(el) => { const d = el.querySelector('[data-testid=diff]');"
+            " el.scrollTop = d.closest('[data-testid=item]').offsetTop - el.offsetTop - 12; }")
+        self.shoot(page, "session.png")
+        page.get_by_test_id("theme-toggle").click()
+        expect(page.locator("html")).to_have_attribute("data-theme", "dark")
+        self.shoot(page, "dark.png")
+        page.get_by_test_id("theme-toggle").click()
+
+        self.open(page, f"#/session/{self.verbose}")
+        expect(page.get_by_test_id("approval")).to_be_visible()
+        self.shoot(page, "approval.png")
+
+        newcomer = self._worker("new-laptop", pair=False)
+        assert newcomer.pair_url is not None
+        page.goto(newcomer.pair_url)
+        expect(page.get_by_test_id("pair-request")).to_be_visible()
+        self.shoot(page, "pairing.png")
+
+        # The login banner: the same server restarted with a provider that needs OAuth.
+        self.server.config = {**self.config, "providers": [*self.config["providers"], {
+            "name": "acme-ai", "kind": "responses", "base_url": self.model.base_url,
+            "models": ["acme-large"], "auth": "oauth", "issuer": self.oidc.issuer,
+            "client_id": "codey"}]}
+        Path(self.suite_dir, "go").touch()
+        self.server.restart()
+        self.a.wait_connected()
+        self.b.wait_connected()
+        _wait(lambda: self._status(self.suite) == "idle", "the suite session")
+        self.open(page, "#/", reload=True)  # the app reads /api/config once, on load
+        expect(page.get_by_test_id("login-banner")).to_be_visible()
+        self.shoot(page, "login.png")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots")
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    # The paths show in the pictures: keep them short. The processes stop (ExitStack) before
+    # their directory goes.
+    base = Path(tempfile.gettempdir()) / "codey-demo"
+    if base.exists():
+        shutil.rmtree(base)  # a previous run's leftovers (this script's own directory)
+    base.mkdir()
+    with contextlib.ExitStack() as exits:
+        exits.callback(shutil.rmtree, base, True)
+        tmp = str(base)
+        shots = Shots(args.out, base, exits)
+        try:
+            shots.start()
+            shots.sessions()
+            with sync_playwright() as pw:
+                browser = pw.chromium.launch(executable_path="/usr/bin/chromium",
+                                             args=CHROMIUM_ARGS)
+                context = browser.new_context(viewport=VIEWPORT, color_scheme="light",
+                                              locale="en-GB", timezone_id="UTC")
+                shots.run(context.new_page())
+                browser.close()
+        except BaseException:
+            for log in sorted(Path(tmp).rglob("*.log")):
+                print(f"----- {log.name}\n" + "\n".join(
+                    log.read_text(errors="replace").splitlines()[-30:]), file=sys.stderr)
+            raise
+        finally:
+            suite_dir = getattr(shots, "suite_dir", None)
+            if suite_dir and Path(suite_dir).is_dir():
+                Path(suite_dir, "go").touch()  # end the long command before its worker
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
