@@ -85,6 +85,8 @@ class ToolCall(ItemBase, kw_only=True):
     result: str | None = None
     action_id: str | None = None
     approval_id: str | None = None
+    #: the model answer this call came in; calls of one answer go back to the model together
+    response_id: str | None = None
 
 
 class ErrorItem(ItemBase, kw_only=True):

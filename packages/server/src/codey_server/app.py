@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import secrets
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,9 @@ from codey_protocol import ProtocolError, codec
 from codey_protocol import client as cl
 from codey_protocol import events as ev
 from codey_protocol import worker as wk
+from codey_server.access import BrowserAccess, access_middleware, access_routes, browser_session
+from codey_server.agent.service import AgentService
+from codey_server.auth import AuthService, auth_routes
 from codey_server.clients import ClientHub, serve_client
 from codey_server.decide import CommandRejected, Context
 from codey_server.engine import Engine
@@ -59,6 +64,20 @@ class Services:
         self.keys = KeyStore(settings.data_dir / "workers.json")
         self.pairing = Pairing(self.engine, self.keys)
         self.workers = WorkerRegistry(self.engine, self.keys)
+        self.access = BrowserAccess(settings)
+        self.auth = AuthService(settings, self.engine)
+        self.agent = AgentService(self.engine, self.workers, settings, self.token_for)
+
+    async def token_for(self, provider: str) -> str | None:
+        """The bearer for a model provider: from the login service, else its env variable."""
+        auth = getattr(self, "auth", None)
+        if auth is not None:
+            token: str | None = await auth.token_for(provider)
+            return token
+        config = next((p for p in self.settings.providers if p.name == provider), None)
+        if config is not None and config.api_key_env:
+            return os.environ.get(config.api_key_env) or None
+        return None
 
     async def start(self) -> None:
         await self.engine.start()
@@ -68,9 +87,13 @@ class Services:
             await self.engine.append([(None, ev.WorkerDisconnected(
                 worker_id=w.worker_id, reason="server restarted")) for w in stale])
         await self.pairing.start()
+        await self.auth.start()
+        await self.agent.start()
 
     async def stop(self) -> None:
         self.clients.begin_shutdown()
+        await self.agent.stop()
+        await self.auth.stop()
         await self.engine.stop()
 
 
@@ -306,6 +329,9 @@ async def revoke_worker(worker_id: str, services: Services) -> Response[bytes]:
     return _json({"revoked": worker_id})
 
 
+_PROGRESS_CAP = 256 * 1024
+
+
 @post("/api/workers/{worker_id:str}/actions")
 async def run_action(worker_id: str, request: Request[Any, Any, Any], services: Services,
                      timeout: float = 60.0) -> Response[bytes]:
@@ -325,10 +351,17 @@ async def run_action(worker_id: str, request: Request[Any, Any, Any], services: 
     except ProtocolError as err:
         raise HTTPException(status_code=HTTP_400_BAD_REQUEST, detail=err.message) from None
     progress: list[dict[str, str]] = []
+    kept = 0
 
     async def on_progress(p: wk.ActionProgress) -> None:
-        progress.append({"stream": p.stream, "data": p.data})
+        # the response repeats streamed output only up to a cap; the result has head and tail
+        nonlocal kept
+        if kept < _PROGRESS_CAP:
+            data = p.data[: _PROGRESS_CAP - kept]
+            kept += len(data)
+            progress.append({"stream": p.stream, "data": data})
 
+    started = time.perf_counter()
     try:
         outcome = await services.workers.run(worker_id, action, on_progress=on_progress,
                                              timeout=timeout)
@@ -338,8 +371,12 @@ async def run_action(worker_id: str, request: Request[Any, Any, Any], services: 
     except TimeoutError:
         return _json({"ok": False, "action_id": action.action_id, "code": "timeout",
                       "message": f"no outcome within {timeout} s"}, status_code=504)
-    return _json({"ok": True, "action_id": action.action_id, "result": outcome,
-                  "progress": progress})
+    response = _json({"ok": True, "action_id": action.action_id, "result": outcome,
+                      "progress": progress})
+    # server → worker → server, without this request's own HTTP overhead
+    elapsed_ms = (time.perf_counter() - started) * 1000
+    response.headers["server-timing"] = f"action;dur={elapsed_ms:.3f}"
+    return response
 
 
 # ---------------------------------------------------------------------------------------------
@@ -352,7 +389,8 @@ async def client_socket(socket: WebSocket[Any, Any, Any]) -> None:
     await socket.accept()
     await serve_client(socket, services.engine, services.clients,
                        batch=services.settings.catchup_batch,
-                       queue_max=services.settings.client_queue_max)
+                       queue_max=services.settings.client_queue_max,
+                       session_key=browser_session(socket))
 
 
 @websocket("/ws/worker")
@@ -397,11 +435,12 @@ def create_app(settings: Settings) -> Litestar:
             health, bootstrap, config, list_sessions, create_session, get_session, send_prompt,
             decide_approval, set_policy, interrupt, session_log, client_socket, favicon,
             pair_request, pair_wait, pair_list, pair_by_code, pair_approve, pair_deny,
-            revoke_worker, run_action, worker_socket,
+            revoke_worker, run_action, worker_socket, *access_routes, *auth_routes,
             create_static_files_router(path="/", directories=[web], html_mode=True,
                                        include_in_schema=False),
         ],
         dependencies={"services": Provide(_services, sync_to_thread=False)},
+        middleware=[access_middleware(services.access)],
         lifespan=[lifespan],
         debug=False,
     )

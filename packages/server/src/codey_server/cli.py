@@ -52,6 +52,16 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--snapshot-every", type=int, default=None,
                        help="events between state snapshots (default 5000)")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
+    serve.add_argument("--public-url", default=None,
+                       help="the URL browsers use when a reverse proxy fronts the server")
+    serve.add_argument("--tls", action="store_true",
+                       help="a TLS reverse proxy fronts the server (cookies become Secure)")
+    serve.add_argument("--allowed-origin", action="append", default=[], metavar="ORIGIN",
+                       help="another origin allowed to open /ws/client (repeatable)")
+    serve.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                       help="another Host name to answer to, besides loopback (repeatable)")
+    serve.add_argument("--no-auth", action="store_true",
+                       help="no access token (refused unless bound to loopback)")
     return parser
 
 
@@ -75,7 +85,9 @@ class _Server(uvicorn.Server):
 
 def serve(args: argparse.Namespace) -> int:
     settings = Settings(host=args.host, port=args.port, data_dir=args.data_dir.expanduser(),
-                        log_level=args.log_level)
+                        log_level=args.log_level, public_url=args.public_url, tls=args.tls,
+                        allowed_origins=args.allowed_origin, allowed_hosts=args.allowed_host,
+                        auth_required=not args.no_auth)
     if args.snapshot_every:
         settings = msgspec.structs.replace(settings, snapshot_every=args.snapshot_every)
     config_path = args.config or settings.data_dir / "config.json"

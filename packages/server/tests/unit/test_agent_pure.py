@@ -116,19 +116,26 @@ def test_conversation_groups_parallel_calls_and_skips_queued_prompts() -> None:
         ev.UserMessage(id="1", ts=0, text="go"),
         ev.Reasoning(id="2", ts=0, text="thinking"),
         ev.AssistantMessage(id="3", ts=0, text="Two things."),
-        ev.ToolCall(id="4", ts=0, call_id="c1", name="read_file", arguments="{}", result="A"),
-        ev.ToolCall(id="5", ts=0, call_id="c2", name="list_dir", arguments="{}", result="B"),
-        ev.UserMessage(id="6", ts=0, text="later", queued=True),
-        ev.ToolCall(id="7", ts=0, call_id="c3", name="shell", arguments="{}"),  # unanswered
+        ev.ToolCall(id="4", ts=0, call_id="c1", name="read_file", arguments="{}", result="A",
+                    response_id="r1"),
+        ev.ToolCall(id="5", ts=0, call_id="c2", name="list_dir", arguments="{}", result="B",
+                    response_id="r1"),
+        ev.ToolCall(id="6", ts=0, call_id="c3", name="shell", arguments="{}", result="C",
+                    response_id="r2"),
+        ev.UserMessage(id="7", ts=0, text="later", queued=True),
+        ev.ToolCall(id="8", ts=0, call_id="c4", name="shell", arguments="{}",
+                    response_id="r3"),  # unanswered
     ]
     conv = conversation_of(_session(items))
     assert conv == [
         UserText("go"), AssistantText("Two things."),
         ToolCallEntry("c1", "read_file", "{}"), ToolCallEntry("c2", "list_dir", "{}"),
         ToolResultEntry("c1", "A"), ToolResultEntry("c2", "B"),
+        ToolCallEntry("c3", "shell", "{}"), ToolResultEntry("c3", "C"),
     ]
     messages = _chat_messages("sys", conv)
-    assert [m["role"] for m in messages] == ["system", "user", "assistant", "tool", "tool"]
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "tool", "tool",
+                                             "assistant", "tool"]
     assert [c["id"] for c in messages[2]["tool_calls"]] == ["c1", "c2"]
     assert messages[2]["content"] == "Two things."
 

@@ -65,9 +65,14 @@ ITEM_OUTPUT_CAP = 256 * 1024
 def conversation_of(session: SessionInfo) -> list[Entry]:
     """The model's input, rebuilt from the session's items (never a second store)."""
     out: list[Entry] = []
-    results: list[Entry] = []  # the results of the current run of calls, after all its calls
+    results: list[Entry] = []  # the results of the current answer's calls, after all its calls
+    answer: str | None = None
     for item in session.items:
         if isinstance(item, ev.ToolCall):
+            if item.response_id is None or item.response_id != answer:
+                out.extend(results)
+                results = []
+            answer = item.response_id
             if item.result is not None:
                 out.append(ToolCallEntry(item.call_id, item.name, item.arguments))
                 results.append(ToolResultEntry(item.call_id, item.result))
@@ -76,6 +81,7 @@ def conversation_of(session: SessionInfo) -> list[Entry]:
             continue
         out.extend(results)
         results = []
+        answer = None
         if isinstance(item, ev.UserMessage):
             if not item.queued:
                 out.append(UserText(item.text))
@@ -241,6 +247,7 @@ class TurnRunner:
         tools = tools_for(worker.capabilities if worker else None)
         text_item: str | None = None
         reasoning_item: str | None = None
+        response_id = self._new_id("rsp")
 
         async def flush_text(text: str) -> None:
             if text_item is not None:
@@ -273,7 +280,7 @@ class TurnRunner:
                 elif isinstance(event, ToolCallRequested):
                     await texts.close()
                     await reasonings.close()
-                    await self._append_tool_call(event)
+                    await self._append_tool_call(event, response_id)
                 elif isinstance(event, Usage):
                     await self._emit(ev.TokenUsageRecorded(
                         input_tokens=event.input_tokens, output_tokens=event.output_tokens,
@@ -294,10 +301,10 @@ class TurnRunner:
         if self.session.status_reason.startswith("model busy"):
             await self._status("running")
 
-    async def _append_tool_call(self, call: ToolCallRequested) -> None:
+    async def _append_tool_call(self, call: ToolCallRequested, response_id: str) -> None:
         worker = self.engine.state.workers.get(self.session.worker_id)
         item = ev.ToolCall(id=self._new_id("itm"), ts=time.time(), call_id=call.call_id,
-                           name=call.name, arguments=call.arguments)
+                           name=call.name, arguments=call.arguments, response_id=response_id)
         try:
             parsed = parse_call(call.name, call.arguments, worker.capabilities if worker else None)
             item.command = parsed.command

@@ -1,0 +1,435 @@
+"""Browser access: the access token, browser-session cookies, Host/Origin checks, logout.
+
+Who may do what (docs/security.md has the threat model):
+
+- ``GET /?token=T`` with the token the server printed at start swaps it for a cookie
+  (HttpOnly, SameSite=Strict, Secure behind TLS) holding a random browser-session id, then
+  redirects to ``/``. The token lives in ``DATA_DIR/access_token`` (0600) and is reused across
+  restarts; session ids are kept (hashed) in ``DATA_DIR/browser_sessions.json`` so an open tab
+  survives a restart. ``POST /api/logout`` ends one session.
+- Every request whose ``Host`` is not loopback or a configured name gets 403 (DNS rebinding).
+- ``/api/*`` needs the cookie (or ``Authorization: Bearer <access token>`` for scripts) → 401;
+  ``/ws/client`` needs it → accepted, then closed with 4401. Exceptions: ``GET /api/health``,
+  the unpaired worker's own routes (``POST /api/pairing/requests`` and
+  ``GET /api/pairing/requests/{id}/wait``, guarded by the poll secret) and
+  ``GET /api/auth/callback`` (the identity provider's redirect: a SameSite=Strict cookie is not
+  sent on it, so the handler checks the login's own binding cookie instead).
+- A state-changing ``/api`` request authenticated by cookie needs same-origin proof:
+  ``Origin`` equal to the server's origin (or, without ``Origin``, ``Sec-Fetch-Site:
+  same-origin``), else 403.
+- WebSocket upgrades are refused before the 101 (HTTP 403) when ``Origin`` is foreign:
+  ``/ws/client`` requires an exact match; ``/ws/worker`` refuses only a present, foreign one
+  (workers are not browsers and send none; they authenticate with a signed handshake).
+
+The server's own origin is ``http(s)://`` + the request's ``Host`` (already checked), plus
+``settings.public_url``, plus ``settings.allowed_origins``.
+
+Wiring: ``BrowserAccess(settings)`` lives on ``Services.access``; ``access_middleware(access)``
+goes into ``Litestar(middleware=[...])``; :data:`access_routes` into its route handlers;
+``browser_session(socket)`` gives ``serve_client`` its ``session_key``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import secrets
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import parse_qs, urlsplit
+
+import msgspec
+from litestar import Request, Response, post
+from litestar.connection import ASGIConnection
+from litestar.datastructures import Cookie
+from litestar.middleware import DefineMiddleware
+
+from codey_server.clients import CLOSE_UNAUTHORIZED
+from codey_server.secretfile import read_secret_file, write_secret_file
+from codey_server.settings import Settings
+
+log = logging.getLogger("codey.access")
+
+__all__ = [
+    "SCOPE_SESSION_KEY",
+    "AccessMiddleware",
+    "BrowserAccess",
+    "RedactSecrets",
+    "access_middleware",
+    "access_routes",
+    "browser_session",
+    "load_or_create_token",
+]
+
+TOKEN_FILE = "access_token"
+SESSIONS_FILE = "browser_sessions.json"
+SESSION_MAX_AGE_S = 30 * 24 * 3600
+#: where the middleware leaves the authenticated browser-session id for handlers
+SCOPE_SESSION_KEY = "codey.browser_session"
+
+# Raw ASGI, typed loosely on purpose: Litestar's TypedDicts do not fit a middleware that
+# sees both HTTP and WebSocket scopes and writes its own messages.
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+_LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+_WAIT_PATH = re.compile(r"^/api/pairing/requests/[^/]+/wait$")
+_ANY_ADDRESS = frozenset({"", "0.0.0.0", "::"})
+
+
+def load_or_create_token(data_dir: Path) -> str:
+    """The access token in ``data_dir/access_token``, created (256 random bits) if missing."""
+    path = data_dir / TOKEN_FILE
+    raw = read_secret_file(path)
+    token = raw.decode(errors="replace").strip() if raw is not None else ""
+    if len(token) < 32:  # missing, empty or hand-edited into something guessable
+        token = secrets.token_urlsafe(32)
+        write_secret_file(path, token.encode() + b"\n")
+    return token
+
+
+def _digest(session_id: str) -> str:
+    return hashlib.sha256(session_id.encode()).hexdigest()
+
+
+def _host_name(host_header: str) -> str | None:
+    """The name part of a ``Host`` header (``[::1]:80`` → ``::1``), lower-cased; None if bad."""
+    host = host_header.strip().lower()
+    if not host:
+        return None
+    if host.startswith("["):
+        end = host.find("]")
+        if end < 0 or (end + 1 < len(host) and not host[end + 1:].startswith(":")):
+            return None
+        return host[1:end]
+    name, _, port = host.partition(":")
+    if port and not port.isdigit():
+        return None
+    return name or None
+
+
+def _origin_of(url: str) -> str | None:
+    parts = urlsplit(url)
+    if not parts.scheme or not parts.netloc:
+        return None
+    return f"{parts.scheme}://{parts.netloc}".lower()
+
+
+class BrowserAccess:
+    """The access token, the set of browser sessions, and the checks on every request."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._token: str | None = None
+        self._sessions: dict[str, float] | None = None  # sha256(session id) -> created at
+        hosts = set(_LOOPBACK_NAMES) | {h.lower() for h in settings.allowed_hosts}
+        if settings.host not in _ANY_ADDRESS:
+            hosts.add(settings.host.lower().strip("[]"))
+        extra = {o for o in (_origin_of(u) for u in settings.allowed_origins) if o}
+        if settings.public_url:
+            public = _origin_of(settings.public_url)
+            if public:
+                extra.add(public)
+                name = urlsplit(settings.public_url).hostname
+                if name:
+                    hosts.add(name.lower())
+        self._hosts = frozenset(hosts)
+        self._extra_origins = frozenset(extra)
+
+    # token and sessions ---------------------------------------------------------------------
+
+    @property
+    def cookie_name(self) -> str:
+        """Named after the token's hash: stable across restarts (an open tab keeps working)
+        yet different for each server on the same host (cookies ignore the port)."""
+        return "codey_" + hashlib.sha256(self.token.encode()).hexdigest()[:10]
+
+    @property
+    def token(self) -> str:
+        if self._token is None:
+            self._token = load_or_create_token(self.settings.data_dir)
+        return self._token
+
+    def _store(self) -> dict[str, float]:
+        if self._sessions is None:
+            self._sessions = {}
+            raw = read_secret_file(self.settings.data_dir / SESSIONS_FILE)
+            if raw:
+                try:
+                    self._sessions = msgspec.json.decode(raw, type=dict[str, float])
+                except msgspec.DecodeError:
+                    log.warning("%s is unreadable; every browser must log in again",
+                                SESSIONS_FILE)
+            now = time.time()
+            self._sessions = {k: t for k, t in self._sessions.items()
+                              if now - t < SESSION_MAX_AGE_S}
+        return self._sessions
+
+    def _save(self) -> None:
+        write_secret_file(self.settings.data_dir / SESSIONS_FILE,
+                          msgspec.json.encode(self._store()))
+
+    def login(self, token: str) -> str | None:
+        """A new browser-session id if ``token`` is the access token, else None."""
+        if not secrets.compare_digest(token.encode(), self.token.encode()):
+            return None
+        session_id = secrets.token_urlsafe(32)
+        self._store()[_digest(session_id)] = time.time()
+        self._save()
+        return session_id
+
+    def check_session(self, session_id: str) -> bool:
+        created = self._store().get(_digest(session_id))
+        return created is not None and time.time() - created < SESSION_MAX_AGE_S
+
+    def end_session(self, session_id: str) -> None:
+        if self._store().pop(_digest(session_id), None) is not None:
+            self._save()
+
+    def check_bearer(self, value: str) -> bool:
+        scheme, _, token = value.partition(" ")
+        return scheme.lower() == "bearer" and bool(token) and secrets.compare_digest(
+            token.strip().encode(), self.token.encode())
+
+    def session_cookie(self, session_id: str) -> Cookie:
+        return Cookie(key=self.cookie_name, value=session_id, path="/", httponly=True,
+                      samesite="strict", secure=self.settings.tls, max_age=SESSION_MAX_AGE_S)
+
+    def cleared_cookie(self) -> Cookie:
+        return Cookie(key=self.cookie_name, value="", path="/", httponly=True,
+                      samesite="strict", secure=self.settings.tls, max_age=0)
+
+    # request checks -------------------------------------------------------------------------
+
+    def host_allowed(self, host_header: str | None) -> bool:
+        name = _host_name(host_header or "")
+        return name is not None and name in self._hosts
+
+    def origins(self, host_header: str, scheme: str) -> frozenset[str]:
+        """Origins that count as this server for a request that came in with ``host_header``."""
+        if self.settings.tls:
+            scheme = "https"
+        own = f"{'https' if scheme in ('https', 'wss') else 'http'}://{host_header.lower()}"
+        return self._extra_origins | {own}
+
+
+def _headers(scope: Scope) -> dict[str, str]:
+    # Repeated headers: the first wins, which is what a browser sends for these anyway.
+    out: dict[str, str] = {}
+    for key, value in scope.get("headers", ()):
+        out.setdefault(key.decode("latin-1").lower(), value.decode("latin-1"))
+    return out
+
+
+def _cookies(header: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for part in header.split(";"):
+        name, eq, value = part.strip().partition("=")
+        if eq and name and name not in out:
+            out[name] = value.strip().strip('"')
+    return out
+
+
+async def _reply(send: Send, status: int, detail: str,
+                 headers: Iterable[tuple[bytes, bytes]] = ()) -> None:
+    body = msgspec.json.encode({"status_code": status, "detail": detail})
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode()),
+                            (b"cache-control", b"no-store"), *headers]})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _refuse_upgrade(receive: Receive, send: Send) -> None:
+    """Refuse a WebSocket before the handshake completes: the client gets HTTP 403."""
+    message = await receive()
+    if message["type"] == "websocket.connect":
+        await send({"type": "websocket.close", "code": 1008, "reason": ""})
+
+
+async def _accept_and_close(receive: Receive, send: Send, code: int, reason: str) -> None:
+    message = await receive()
+    if message["type"] == "websocket.connect":
+        await send({"type": "websocket.accept"})
+        await send({"type": "websocket.close", "code": code, "reason": reason})
+
+
+class AccessMiddleware:
+    """ASGI middleware enforcing the rules in this module's docstring."""
+
+    def __init__(self, app: ASGIApp, access: BrowserAccess) -> None:
+        self.app = app
+        self.access = access
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            await self._http(scope, receive, send)
+        elif scope["type"] == "websocket":
+            await self._websocket(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
+
+    def _session(self, headers: dict[str, str]) -> str | None:
+        value = _cookies(headers.get("cookie", "")).get(self.access.cookie_name)
+        if value and self.access.check_session(value):
+            return value
+        return None
+
+    def _origin_ok(self, headers: dict[str, str], scope: Scope) -> bool:
+        origin = headers.get("origin")
+        return origin is not None and origin.lower() in self.access.origins(
+            headers.get("host", ""), scope.get("scheme", "http"))
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        access = self.access
+        headers = _headers(scope)
+        if not access.host_allowed(headers.get("host")):
+            await _reply(send, 403, "this server does not answer to that host name "
+                                    "(add it to allowed_hosts; see docs/security.md)")
+            return
+        path: str = scope["path"]
+        method: str = scope["method"]
+        if path == "/" and method == "GET":
+            token = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("token")
+            if token:
+                await self._login(token[0], send)
+                return
+        if not path.startswith("/api/"):
+            await self.app(scope, receive, send)  # static files: public, no secrets in them
+            return
+        if (path == "/api/health" and method in _SAFE_METHODS) or path == "/api/auth/callback":
+            await self.app(scope, receive, send)
+            return
+        if (path == "/api/pairing/requests" and method == "POST") or (
+                method == "GET" and _WAIT_PATH.match(path)):
+            # the unpaired worker: no cookie, but no browser page may drive these either
+            if "origin" in headers and not self._origin_ok(headers, scope):
+                await _reply(send, 403, "foreign origin")
+                return
+            await self.app(scope, receive, send)
+            return
+        session = self._session(headers)
+        by_bearer = session is None and access.check_bearer(headers.get("authorization", ""))
+        if session is None and not by_bearer and access.settings.auth_required:
+            await _reply(send, 401, "log in with the URL codey-server printed at start",
+                         [(b"www-authenticate", b'Bearer realm="codey"')])
+            return
+        if not by_bearer and not self._origin_or_sec_fetch(headers, scope, method):
+            await _reply(send, 403, "cross-origin request refused")
+            return
+        if session is not None:
+            scope[SCOPE_SESSION_KEY] = session
+        await self.app(scope, receive, send)
+
+    def _origin_or_sec_fetch(self, headers: dict[str, str], scope: Scope, method: str) -> bool:
+        """Same-origin proof for a state-changing request (safe methods need none)."""
+        if method in _SAFE_METHODS:
+            return True
+        if "origin" in headers:
+            return self._origin_ok(headers, scope)
+        return headers.get("sec-fetch-site") == "same-origin"
+
+    async def _login(self, token: str, send: Send) -> None:
+        session_id = self.access.login(token)
+        if session_id is None:
+            log.warning("a browser presented a wrong access token")
+            await _reply(send, 401, "this link's access token is not valid; open the URL "
+                                    "codey-server printed at start")
+            return
+        cookie = self.access.session_cookie(session_id)
+        await send({"type": "http.response.start", "status": 303, "headers": [
+            (b"location", b"/"), (b"content-length", b"0"), (b"cache-control", b"no-store"),
+            (b"referrer-policy", b"no-referrer"),
+            cookie.to_encoded_header()]})
+        await send({"type": "http.response.body", "body": b""})
+
+    async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        access = self.access
+        headers = _headers(scope)
+        path: str = scope["path"]
+        if not access.host_allowed(headers.get("host")):
+            log.warning("refused a WebSocket for host %r", headers.get("host", "")[:100])
+            await _refuse_upgrade(receive, send)
+            return
+        origin_present = "origin" in headers
+        if path == "/ws/worker":
+            if origin_present and not self._origin_ok(headers, scope):
+                log.warning("refused a worker WebSocket from origin %r",
+                            headers.get("origin", "")[:100])
+                await _refuse_upgrade(receive, send)
+                return
+            await self.app(scope, receive, send)
+            return
+        if not self._origin_ok(headers, scope):
+            log.warning("refused a WebSocket from origin %r", headers.get("origin", "")[:100])
+            await _refuse_upgrade(receive, send)
+            return
+        if access.settings.auth_required:
+            session = self._session(headers)
+            if session is None and not access.check_bearer(headers.get("authorization", "")):
+                await _accept_and_close(receive, send, CLOSE_UNAUTHORIZED, "log in first")
+                return
+            if session is not None:
+                scope[SCOPE_SESSION_KEY] = session
+        await self.app(scope, receive, send)
+
+
+def access_middleware(access: BrowserAccess) -> DefineMiddleware:
+    """The middleware entry for ``Litestar(middleware=[...])``."""
+    factory: Any = AccessMiddleware  # raw ASGI: see the Scope alias above
+    return DefineMiddleware(factory, access=access)
+
+
+def browser_session(connection: ASGIConnection[Any, Any, Any, Any]) -> str | None:
+    """The browser-session id the middleware authenticated this request or socket with."""
+    value = connection.scope.get(SCOPE_SESSION_KEY)  # type: ignore[misc,unused-ignore]
+    return value if isinstance(value, str) else None
+
+
+class _Hub(Protocol):
+    async def close_session(self, session_key: str, code: int = ...) -> None: ...
+
+
+class _WithAccess(Protocol):
+    access: BrowserAccess
+    clients: _Hub
+
+
+@post("/api/logout", status_code=200)
+async def logout(request: Request[Any, Any, Any]) -> Response[dict[str, bool]]:
+    """End this browser's session: the cookie stops working and its sockets close (4401)."""
+    services: _WithAccess = request.app.state.services
+    session = browser_session(request)
+    if session is not None:
+        services.access.end_session(session)
+        await services.clients.close_session(session)
+    return Response({"logged_out": True}, cookies=[services.access.cleared_cookie()],
+                    headers={"cache-control": "no-store"})
+
+
+access_routes = [logout]
+
+
+class RedactSecrets(logging.Filter):
+    """Masks access tokens, bearer values and OAuth fields in log records, as a last line.
+
+    The code never logs secrets on purpose; this catches what a library might (a URL with
+    ``?token=``, an ``Authorization`` header, a token endpoint's JSON).
+    """
+
+    _PATTERN = re.compile(
+        r"(?i)(token=|[?&]code=|bearer\s+|\"?(?:access_token|refresh_token|id_token|api_key|"
+        r"device_code|code_verifier)\"?\s*[:=]\s*\"?)([^\s&\"',;]+)")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        redacted = self._PATTERN.sub(lambda m: m.group(1) + "[redacted]", message)
+        if redacted != message:
+            record.msg, record.args = redacted, None
+        return True
