@@ -19,11 +19,12 @@ import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import httpx
-import openai
-from openai import AsyncOpenAI
+
+if TYPE_CHECKING:
+    from openai import AsyncOpenAI
 
 from codey_server.agent.tools import ToolSpec
 from codey_server.errors import ServerError
@@ -186,6 +187,8 @@ class ModelProvider:
         return self.config.default_model or (self.models[0] if self.models else "")
 
     async def _client(self) -> AsyncOpenAI:
+        from openai import AsyncOpenAI  # imported on first use: it takes ~0.8 s
+
         token = await self._token()
         if token is None and self.config.auth != "none":
             raise ModelError(f"provider {self.name!r} is not logged in", status=401)
@@ -194,6 +197,8 @@ class ModelProvider:
 
     async def stream(self, *, model: str, instructions: str, conversation: list[Entry],
                      tools: list[ToolSpec]) -> AsyncIterator[ModelEvent]:
+        import openai
+
         attempt = 0
         while True:
             attempt += 1
@@ -226,7 +231,7 @@ class ModelProvider:
         raise NotImplementedError  # pragma: no cover - each kind overrides it
 
 
-def _describe(err: openai.APIStatusError) -> str:
+def _describe(err: Any) -> str:
     body = err.body
     if isinstance(body, dict):
         inner = body.get("error", body)
@@ -248,7 +253,7 @@ class ResponsesProvider(ModelProvider):
                               "parameters": t.parameters, "strict": False} for t in tools]),
             stream=True, store=False,
             reasoning=cast(Any, {"summary": "auto"} if self.config.reasoning_summary
-                           else openai.NOT_GIVEN),
+                           else _not_given()),
         )
         headers = _rate_headers(raw.headers)
         if headers:
@@ -279,6 +284,12 @@ class ResponsesProvider(ModelProvider):
                 raise ModelError(f"the model failed: {message}")
 
 
+def _not_given() -> Any:
+    from openai import NOT_GIVEN
+
+    return NOT_GIVEN
+
+
 def _responses_input(conversation: list[Entry]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for e in conversation:
@@ -306,7 +317,7 @@ class ChatProvider(ModelProvider):
             tools=cast(Any, [{"type": "function",
                               "function": {"name": t.name, "description": t.description,
                                            "parameters": t.parameters}}
-                             for t in tools] or openai.NOT_GIVEN),
+                             for t in tools] or _not_given()),
             stream=True, stream_options={"include_usage": True},
         )
         headers = _rate_headers(raw.headers)
