@@ -4,6 +4,10 @@
       ├── CommandRejected        (decide.py) a browser command that cannot be carried out
       ├── SubscriberOverflow     (eventlog.py) a subscriber fell too far behind
       ├── LogClosed              (eventlog.py) the log is closed
+      ├── PairingError           (pairing.py) a pairing call that cannot be carried out
+      ├── ModelError             (agent/models.py) a model call failed after its retries
+      ├── AuthError              (auth/service.py) provider login refused or failed
+      │     └── OAuthFailed      (auth/oauth.py) the OAuth/OIDC exchange failed
       └── ConfigError            (settings.py) bad settings
 """
 
