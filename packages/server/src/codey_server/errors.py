@@ -6,8 +6,8 @@
       ├── LogClosed              (eventlog.py) the log is closed
       ├── PairingError           (pairing.py) a pairing call that cannot be carried out
       ├── ModelError             (agent/models.py) a model call failed after its retries
-      ├── AuthError              (auth/service.py) provider login refused or failed
-      │     └── OAuthFailed      (auth/oauth.py) the OAuth/OIDC exchange failed
+      ├── AuthError              (auth/service.py) a provider login call that cannot be done
+      ├── OAuthFailed            (auth/oauth.py) an OAuth/OIDC step failed
       └── ConfigError            (settings.py) bad settings
 """
 
