@@ -113,22 +113,26 @@ class ParsedCall:
     mcp_arguments: dict[str, Any] | None = None
 
     def action(self, action_id: str, session_id: str, workdir: str) -> wk.ActionMessage:
-        base = {"action_id": action_id, "session_id": session_id}
         if self.tool == "shell":
-            return wk.RunCommand(**base, argv=self.command or [], workdir=workdir, cwd=self.cwd,
+            return wk.RunCommand(action_id=action_id, session_id=session_id,
+                                 argv=self.command or [], workdir=workdir, cwd=self.cwd,
                                  timeout_s=self.timeout_s)
         if self.tool == "apply_patch":
-            return wk.ApplyPatch(**base, workdir=workdir, patch=self.patch or "")
+            return wk.ApplyPatch(action_id=action_id, session_id=session_id,
+                               workdir=workdir, patch=self.patch or "")
         if self.tool == "read_file":
-            return wk.ReadFile(**base, workdir=workdir, path=self.path or "", offset=self.offset,
+            return wk.ReadFile(action_id=action_id, session_id=session_id,
+                               workdir=workdir, path=self.path or "", offset=self.offset,
                                limit=self.limit)
         if self.tool == "list_dir":
-            return wk.ListDir(**base, workdir=workdir, path=self.path or ".", depth=self.depth)
+            return wk.ListDir(action_id=action_id, session_id=session_id,
+                               workdir=workdir, path=self.path or ".", depth=self.depth)
         if self.tool == "write_file":
-            return wk.WriteFile(**base, workdir=workdir, path=self.path or "",
-                                content=self.content or "")
+            return wk.WriteFile(action_id=action_id, session_id=session_id, workdir=workdir,
+                                path=self.path or "", content=self.content or "")
         if self.tool == "mcp":
-            return wk.McpCall(**base, server=self.mcp_server or "", tool=self.mcp_tool or "",
+            return wk.McpCall(action_id=action_id, session_id=session_id,
+                               server=self.mcp_server or "", tool=self.mcp_tool or "",
                               arguments=self.mcp_arguments or {})
         raise BadToolCall(f"{self.tool} is not run on the worker")
 
