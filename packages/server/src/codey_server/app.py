@@ -165,7 +165,8 @@ def config(services: Services) -> dict[str, Any]:
     return {
         "default_provider": services.engine.context.default_provider,
         "providers": [
-            {"name": p.name, "kind": p.kind, "models": p.models,
+            # the provider's list: Ollama's is discovered at start-up
+            {"name": p.name, "kind": p.kind, "models": services.agent.providers[p.name].models,
              "default_model": services.engine.context.default_models.get(p.name, ""),
              "auth": p.auth}
             for p in s.providers

@@ -63,3 +63,26 @@ def test_read_patch_run_tests_to_completion(server: ServerProcess, worker: Worke
     assert len(bodies) == 4
     last_messages = bodies[-1]["messages"]
     assert [m["role"] for m in last_messages if m["role"] == "tool"] == ["tool"] * 3
+
+
+@pytest.mark.parametrize("kind", ["responses", "ollama"])
+def test_other_provider_kinds_run_the_same_turn(tmp_path: Path, kind: str) -> None:
+    """The Responses API (streamed) and Ollama (models read from /api/tags at start-up)."""
+    with start_model_server(fix_script(), tmp_path / "model") as model:
+        config = provider_config(model, kind=kind)
+        if kind == "ollama":
+            config["providers"][0]["models"] = []  # discovered, not configured
+        with ServerProcess(tmp_path / "server", config=config) as server, \
+                WorkerProcess(server, tmp_path / "worker") as worker:
+            listed = server.http.get("/api/config").json()["providers"][0]
+            assert "scripted-1" in listed["models"]
+            project = Path(worker.workdir("proj"))
+            write_project(project)
+            sid = create_session(server, worker, str(project), "fix the add function")
+            s = wait_for(server, sid, idle, what="the turn to end")
+            assert s["status"] == "idle", s["status_reason"]
+            assert s["model"] == "scripted-1"
+            assert [c["status"] for c in tools(s)] == ["done", "done", "done"]
+            assert "return a + b" in (project / "app.py").read_text()
+            path = "/v1/responses" if kind == "responses" else "/v1/chat/completions"
+            assert len(model.requests(path)) == 4
