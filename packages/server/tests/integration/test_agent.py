@@ -13,6 +13,7 @@ from codey_testkit.scenarios import (
     fix_script,
     idle,
     provider_config,
+    session,
     tools,
     wait_for,
     write_project,
@@ -86,3 +87,52 @@ def test_other_provider_kinds_run_the_same_turn(tmp_path: Path, kind: str) -> No
             assert "return a + b" in (project / "app.py").read_text()
             path = "/v1/responses" if kind == "responses" else "/v1/chat/completions"
             assert len(model.requests(path)) == 4
+
+
+LOOP_SCRIPT = {"model": "scripted-1", "steps": [
+    {"match": {"user": "loop"},
+     "reply": {"calls": [{"name": "shell", "arguments": {"command": ["touch", "made.txt"]}}]}},
+    {"match": {"any": True},
+     "reply": {"calls": [{"name": "list_dir", "arguments": {"path": "."}}]}},
+]}
+
+
+def test_iteration_cap_ends_the_turn_with_a_question(tmp_path: Path) -> None:
+    with start_model_server(LOOP_SCRIPT, tmp_path / "model") as model:
+        config = {**provider_config(model), "turn_iteration_cap": 3}
+        with ServerProcess(tmp_path / "server", config=config) as server, \
+                WorkerProcess(server, tmp_path / "worker") as worker:
+            project = Path(worker.workdir("loop"))
+            project.mkdir(parents=True)
+            sid = create_session(server, worker, str(project), "loop")
+            s = wait_for(server, sid, lambda s: s["status"] == "waiting_user",
+                         what="the iteration cap")
+            assert len(tools(s)) == 3
+            assert s["items"][-1]["kind"] == "assistant_message"
+            assert "Should I go on?" in s["items"][-1]["text"]
+            # the user answers: a new turn starts
+            server.http.post(f"/api/sessions/{sid}/prompt", json={"text": "go on"})
+            s = wait_for(server, sid, lambda s: len(tools(s)) >= 4, what="the next turn")
+
+
+def test_pending_approval_survives_a_server_restart(tmp_path: Path) -> None:
+    with start_model_server(LOOP_SCRIPT, tmp_path / "model") as model, \
+            ServerProcess(tmp_path / "server", config=provider_config(model)) as server, \
+            WorkerProcess(server, tmp_path / "worker") as worker:
+        project = Path(worker.workdir("appr"))
+        project.mkdir(parents=True)
+        sid = create_session(server, worker, str(project), "loop", policy="suggest")
+        s = wait_for(server, sid, lambda s: s["status"] == "waiting_approval", what="approval")
+        (approval_id,) = list(s["approvals"])
+        server.kill9()
+        server.start()
+        worker.wait_connected()
+        s = wait_for(server, sid, lambda s: s["status"] == "waiting_approval",
+                     what="the approval after the restart")
+        assert s["approvals"][approval_id]["status"] == "pending"
+        r = server.http.post(f"/api/sessions/{sid}/approvals/{approval_id}",
+                             json={"decision": "approve"})
+        assert r.status_code == 200
+        wait_for(server, sid, lambda s: (project / "made.txt").exists() and len(tools(s)) >= 2,
+                 what="the approved command to run")
+        assert tools(session(server, sid))[0]["status"] == "done"

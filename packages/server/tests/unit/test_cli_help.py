@@ -1,0 +1,31 @@
+"""Every codey-server command has help with an example (style: thin CLIs, documented)."""
+
+from __future__ import annotations
+
+import pytest
+
+from codey_server.cli import _parser, main
+
+
+def test_top_level_help_lists_serve(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert "serve" in out and "codey-server serve" in out
+
+
+def test_serve_help_has_examples_and_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    out = capsys.readouterr().out
+    assert "Examples:" in out
+    for flag in ("--host", "--port", "--data-dir", "--config"):
+        assert flag in out
+
+
+def test_bad_arguments_fail_clearly(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        _parser().parse_args(["serve", "--port", "not-a-port"])
+    assert exit_.value.code == 2
+    assert "invalid int value" in capsys.readouterr().err
