@@ -1,4 +1,5 @@
-"""Fixtures: a real codey-server process on port 0 with a temporary data dir."""
+"""Fixtures: real processes on port 0 with temporary homes — a server (seeded with a paired
+worker, or wired to the scripted model), a worker, the scripted model server."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import pytest
 
 from codey_protocol import events as ev
 from codey_server.eventlog import SqliteEventLog
-from codey_testkit.stack import ServerProcess
+from codey_testkit.model_handle import ModelServerHandle, start_model_server
+from codey_testkit.scenarios import provider_config
+from codey_testkit.stack import ServerProcess, WorkerProcess
 
 WORKER_ID = "wrk_test"
 
@@ -51,12 +54,30 @@ def seeded_server(tmp_path: Path) -> Iterator[Callable[[dict[str, Any]], ServerP
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[ServerProcess]:
-    data = tmp_path / "server"
-    seed_worker(data)
-    proc = ServerProcess(data)
-    proc.start()
+def script() -> dict[str, Any]:
+    """The scripted model's script; agent test modules override this fixture."""
+    raise NotImplementedError("define a `script` fixture in the test module")
+
+
+@pytest.fixture
+def model(tmp_path: Path, script: dict[str, Any]) -> Iterator[ModelServerHandle]:
+    """The scripted model server, replaying the module's ``script``."""
+    handle = start_model_server(script, tmp_path / "model")
     try:
-        yield proc
+        yield handle
     finally:
-        proc.stop()
+        handle.stop()
+
+
+@pytest.fixture
+def server(tmp_path: Path, model: ModelServerHandle) -> Iterator[ServerProcess]:
+    """A server whose only provider is the scripted model."""
+    with ServerProcess(tmp_path / "server", config=provider_config(model)) as proc:
+        yield proc
+
+
+@pytest.fixture
+def worker(tmp_path: Path, server: ServerProcess) -> Iterator[WorkerProcess]:
+    """A worker paired with ``server`` through the HTTP API, connected."""
+    with WorkerProcess(server, tmp_path / "worker") as w:
+        yield w

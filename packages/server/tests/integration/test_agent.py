@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,24 +22,8 @@ from codey_testkit.stack import ServerProcess, WorkerProcess
 
 
 @pytest.fixture
-def model(tmp_path: Path) -> Iterator[ModelServerHandle]:
-    handle = start_model_server(fix_script(), tmp_path / "model")
-    try:
-        yield handle
-    finally:
-        handle.stop()
-
-
-@pytest.fixture
-def server(tmp_path: Path, model: ModelServerHandle) -> Iterator[ServerProcess]:
-    with ServerProcess(tmp_path / "server", config=provider_config(model)) as proc:
-        yield proc
-
-
-@pytest.fixture
-def worker(tmp_path: Path, server: ServerProcess) -> Iterator[WorkerProcess]:
-    with WorkerProcess(server, tmp_path / "worker") as w:
-        yield w
+def script() -> dict[str, Any]:
+    return fix_script()
 
 
 def test_read_patch_run_tests_to_completion(server: ServerProcess, worker: WorkerProcess,

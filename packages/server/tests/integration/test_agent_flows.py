@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from codey_testkit.model_handle import ModelServerHandle, start_model_server
-from codey_testkit.scenarios import create_session, idle, provider_config, tools, wait_for
+from codey_testkit.model_handle import ModelServerHandle
+from codey_testkit.scenarios import create_session, idle, tools, wait_for
 from codey_testkit.stack import ServerProcess, WorkerProcess
 
 
@@ -54,27 +53,6 @@ SCRIPT: dict[str, Any] = {"model": "scripted-1", "steps": [
 ]}
 
 
-@pytest.fixture
-def model(tmp_path: Path) -> Iterator[ModelServerHandle]:
-    handle = start_model_server(SCRIPT, tmp_path / "model")
-    try:
-        yield handle
-    finally:
-        handle.stop()
-
-
-@pytest.fixture
-def server(tmp_path: Path, model: ModelServerHandle) -> Iterator[ServerProcess]:
-    with ServerProcess(tmp_path / "server", config=provider_config(model)) as proc:
-        yield proc
-
-
-@pytest.fixture
-def worker(tmp_path: Path, server: ServerProcess) -> Iterator[WorkerProcess]:
-    with WorkerProcess(server, tmp_path / "worker") as w:
-        yield w
-
-
 def _pending_approval(s: dict[str, Any]) -> dict[str, Any] | None:
     return next((a for a in s["approvals"].values() if a["status"] == "pending"), None)
 
@@ -90,6 +68,11 @@ def _workdir(worker: WorkerProcess, name: str) -> Path:
     path = Path(worker.workdir(name))
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+@pytest.fixture
+def script() -> dict[str, Any]:
+    return SCRIPT
 
 
 def test_approve_runs_the_command_and_the_first_decision_wins(

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from codey_testkit.model_handle import ModelServerHandle, start_model_server
-from codey_testkit.scenarios import create_session, idle, provider_config, tools, wait_for
+from codey_testkit.scenarios import create_session, idle, tools, wait_for
 from codey_testkit.stack import ServerProcess, WorkerProcess
 
 SCRIPT: dict[str, Any] = {"model": "scripted-1", "steps": [
@@ -30,18 +28,8 @@ SCRIPT: dict[str, Any] = {"model": "scripted-1", "steps": [
 
 
 @pytest.fixture
-def model(tmp_path: Path) -> Iterator[ModelServerHandle]:
-    handle = start_model_server(SCRIPT, tmp_path / "model")
-    try:
-        yield handle
-    finally:
-        handle.stop()
-
-
-@pytest.fixture
-def server(tmp_path: Path, model: ModelServerHandle) -> Iterator[ServerProcess]:
-    with ServerProcess(tmp_path / "server", config=provider_config(model)) as proc:
-        yield proc
+def script() -> dict[str, Any]:
+    return SCRIPT
 
 
 def test_worker_kill9_mid_command_then_restart_goes_on_and_ran_once(

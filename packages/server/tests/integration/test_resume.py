@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import msgspec
+import pytest
 
 from codey_protocol import codec
 from codey_protocol.events import Envelope
@@ -22,6 +23,13 @@ from codey_testkit.stack import ServerProcess
 from codey_testkit.wsclient import BrowserSocket
 
 WORKER_ID = "wrk_test"
+
+
+@pytest.fixture
+def server(seeded_server) -> ServerProcess:  # type: ignore[no-untyped-def]
+    """A server with a paired worker (``WORKER_ID``) in its log and no model provider."""
+    proc: ServerProcess = seeded_server({})
+    return proc
 
 
 def _create_session(server: ServerProcess, prompt: str = "") -> str:
