@@ -196,7 +196,10 @@ class Worker:
             up_since: float | None = None
             reason = "connection lost"
             try:
-                async with connect(url, max_size=MAX_FRAME_BYTES, open_timeout=HANDSHAKE_TIMEOUT_S,
+                # compression=None: deflating every streamed output chunk cost more CPU than
+                # it saved (100 MB of output: 73 MB/s with it, 113 MB/s without)
+                async with connect(url, compression=None, max_size=MAX_FRAME_BYTES,
+                                   open_timeout=HANDSHAKE_TIMEOUT_S,
                                    ping_interval=20, ping_timeout=20,
                                    close_timeout=5) as ws:
                     welcome = await self._handshake(ws)
