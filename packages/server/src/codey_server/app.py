@@ -327,6 +327,7 @@ async def revoke_worker(worker_id: str, services: Services) -> Response[bytes]:
         services.keys.remove(worker_id)
         await services.engine.append([(None, ev.WorkerRevoked(worker_id=worker_id))])
     await services.workers.close_worker(worker_id, CLOSE_REVOKED, "this worker was revoked")
+    services.workers.fail_all(worker_id, "revoked", "the worker was revoked; it will not answer")
     return _json({"revoked": worker_id})
 
 

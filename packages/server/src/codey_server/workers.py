@@ -139,6 +139,9 @@ class WorkerRegistry:
         came in ``timeout`` seconds (the action stays known, so a late result is still taken).
         Re-running with an ``action_id`` that is in flight joins the existing wait.
         """
+        info = self.engine.state.workers.get(worker_id)
+        if info is None or info.revoked:
+            raise ActionFailed("revoked", "the worker was revoked; it will not run anything")
         flight = self._inflight.get(action.action_id)
         if flight is None:
             loop = asyncio.get_running_loop()
@@ -193,6 +196,12 @@ class WorkerRegistry:
             self.absence(conn.worker_id).set()
             return True
         return False
+
+    def fail_all(self, worker_id: str, code: str, message: str) -> None:
+        """End every action waiting on this worker (it was revoked: it will not answer)."""
+        for flight in list(self._inflight.values()):
+            if flight.worker_id == worker_id and not flight.result.done():
+                flight.result.set_exception(ActionFailed(code, message))
 
     async def close_worker(self, worker_id: str, code: int, reason: str) -> None:
         conn = self._conns.get(worker_id)

@@ -72,3 +72,20 @@ def test_mcp_tool_of_the_worker_is_offered_and_called(tmp_path: Path,
         assert call["mcp_server"] == "time" and call["mcp_tool"] == "get_current_time"
         assert call["status"] == "done" and "UTC" in call["result"]
         assert s["items"][-1]["text"] == "I have the time."
+
+
+def test_revoking_the_worker_fails_its_running_action_for_the_model(
+        tmp_path: Path, server: ServerProcess) -> None:
+    worker = WorkerProcess(server, tmp_path / "worker").start()
+    try:
+        wd = Path(worker.workdir("r"))
+        wd.mkdir(parents=True)
+        sid = create_session(server, worker, str(wd), "count once")
+        wait_for(server, sid, lambda s: tools(s) and "started" in tools(s)[0]["output"],
+                 what="the command to start")
+        assert server.http.post(f"/api/workers/{worker.worker_id}/revoke").status_code == 200
+        s = wait_for(server, sid, lambda s: tools(s)[0]["status"] == "failed", timeout=15,
+                     what="the action to fail")
+        assert "revoked" in tools(s)[0]["result"]
+    finally:
+        worker.stop()
