@@ -5,8 +5,9 @@
 // time; each gets an `ack` or an `error` carrying its `request_id`.
 //
 // Reconnects with backoff (0.25 s doubling to 5 s, with jitter) and resumes from the last folded
-// seq, so nothing is lost or folded twice. A close code in 4000–4999 is the server asking us to
-// resume now (e.g. we were a slow subscriber).
+// seq, so nothing is lost or folded twice. Close code 4008 is the server asking us to resume
+// now (we were a slow subscriber, or must resync); other 4000-range codes are refusals (bad
+// subscribe, no login) and get the normal backoff. "live" is shown once the server answers.
 
 const MIN_DELAY = 250;
 const MAX_DELAY = 5000;
@@ -113,9 +114,8 @@ export class Socket {
   _subscribe() {
     this._rawSend({ type: "subscribe", after_seq: this.store.seq });
     this._subscribed = true;
-    this._attempt = 0;
+    this._confirmed = false; // "live" once the server answers the subscribe
     this._shutdown = false;
-    this._setStatus("live");
     const queued = this._queue;
     this._queue = [];
     for (const frame of queued) this._sendTracked(frame);
@@ -129,8 +129,9 @@ export class Socket {
     else if (this._attempt >= OFFLINE_AFTER) this._setStatus("offline");
     let delay;
     const now = Date.now();
-    if (code !== null && code >= 4000 && code <= 4999 && now - this._lastFastResume > 1000) {
-      // The server asked us to resume; once per second at most, so a refusal cannot spin.
+    if (code === 4008 && now - this._lastFastResume > 1000) {
+      // 4008: we fell behind (or must resync) — resume at once; once per second at most.
+      // Other 4000-range codes (4400, 4401, 4403) are refusals: back off like any failure.
       this._lastFastResume = now;
       delay = 0;
     } else {
@@ -142,6 +143,11 @@ export class Socket {
   }
 
   _handle(frame) {
+    if (!this._confirmed && (frame.type === "events" || frame.type === "snapshot")) {
+      this._confirmed = true;
+      this._attempt = 0;
+      this._setStatus("live");
+    }
     switch (frame.type) {
       case "events":
         for (const env of frame.events) this.store.apply(env); // skips seq <= store.seq

@@ -199,9 +199,10 @@ function actionFinished(state, env, e) {
 function workspaceChanged(state, env, e) {
   const s = session(state, env);
   if (!s) return;
-  const seen = new Set(e.paths);
+  const fresh = [...new Set(e.paths)];
+  const seen = new Set(fresh);
   const kept = s.changed_paths.filter((p) => !seen.has(p));
-  s.changed_paths = kept.concat(e.paths).slice(-MAX_CHANGED_PATHS);
+  s.changed_paths = kept.concat(fresh).slice(-MAX_CHANGED_PATHS);
 }
 
 function usageRecorded(state, env, e) {

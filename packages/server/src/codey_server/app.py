@@ -265,7 +265,8 @@ async def pair_request(request: Request[Any, Any, Any], services: Services) -> R
     """Called by an unpaired worker (it has no credentials yet)."""
     try:
         req = codec.convert(await _body(request), wk.PairRequest)
-        ticket = await services.pairing.request(req)
+        source = request.client.host if request.client else ""
+        ticket = await services.pairing.request(req, source)
     except ProtocolError as err:
         raise HTTPException(status_code=HTTP_400_BAD_REQUEST, detail=err.message) from None
     except PairingError as err:

@@ -140,15 +140,21 @@ async def _send_events(ws: WebSocket[Any, Any, Any], engine: Engine, sub: Any, a
         await _send(ws, cl.Snapshot(seq=state.seq, state=state))
     # catch up from the log (also covers events committed before the subscription attached
     # but not yet folded into the snapshot's state)
+    sent_any = last_sent != after_seq
     while True:
         raws = await engine.log.read_raw(last_sent, batch)
         if not raws:
             break
         await ws.send_data(_events_frame(raws), mode="text")
+        sent_any = True
         last_sent = codec.decode_envelope(raws[-1]).seq
         if len(raws) < batch:
             break
+    if not sent_any:
+        # nothing missed: an empty batch tells the browser its subscription is live
+        await ws.send_data(_events_frame([]), mode="text")
     shutdown = asyncio.create_task(hub.shutting_down.wait())
+    get: asyncio.Task[Any] | None = None
     try:
         while True:
             get = asyncio.create_task(sub.get())
@@ -175,6 +181,8 @@ async def _send_events(ws: WebSocket[Any, Any, Any], engine: Engine, sub: Any, a
                 last_sent = fresh[-1].seq
     finally:
         shutdown.cancel()
+        if get is not None and not get.done():
+            get.cancel()
 
 
 async def _receive_commands(ws: WebSocket[Any, Any, Any], engine: Engine) -> None:

@@ -90,8 +90,11 @@ class Engine:
         """Append events atomically; returns once they are committed and folded."""
         if not events:
             return []
-        envs = await self.log.append(events)
-        self._fold(envs)
+        # The fold must not depend on this caller: a task cancelled while its events commit
+        # would otherwise leave them unfolded, and every later append would wait forever.
+        appended = asyncio.ensure_future(self.log.append(events))
+        appended.add_done_callback(self._fold_when_done)
+        envs = await asyncio.shield(appended)
         last = envs[-1].seq
         if self.state.seq < last:
             async with self._applied:
@@ -107,6 +110,10 @@ class Engine:
         """
         async with self._command_lock:
             return await self.append(decide(self.state, command, self.context))
+
+    def _fold_when_done(self, appended: asyncio.Future[list[Envelope]]) -> None:
+        if not appended.cancelled() and appended.exception() is None:
+            self._fold(appended.result())
 
     def _fold(self, envs: list[Envelope]) -> None:
         for env in envs:

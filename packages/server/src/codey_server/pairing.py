@@ -47,6 +47,7 @@ CODE_ALPHABET = "BCDFGHJKLMNPQRSTVWXZ"
 CODE_TTL_S = 600.0
 MAX_WRONG_ATTEMPTS = 5
 MAX_PENDING = 50
+MAX_PENDING_PER_SOURCE = 5
 
 
 class PairingError(ServerError):
@@ -125,6 +126,8 @@ class _Pending:
     code: str
     poll_secret: str
     expires_at: float
+    source: str = ""
+    approving: bool = False
     attempts: int = 0
     status: Literal["pending", "approved", "denied", "expired", "locked"] = "pending"
     worker_id: str | None = None
@@ -148,10 +151,13 @@ class Pairing:
 
     # worker side ----------------------------------------------------------------------------
 
-    async def request(self, req: PairRequest) -> PairTicket:
+    async def request(self, req: PairRequest, source: str = "") -> PairTicket:
         await self.expire_old()
-        if sum(p.status == "pending" for p in self._pending.values()) >= MAX_PENDING:
+        pending = [p for p in self._pending.values() if p.status == "pending"]
+        if len(pending) >= MAX_PENDING:
             raise PairingError("too_many", "too many pending pair requests; try again later")
+        if sum(p.source == source for p in pending) >= MAX_PENDING_PER_SOURCE:
+            raise PairingError("too_many", "too many pending pair requests from this address")
         try:
             if len(_b64d(req.public_key)) != 32:
                 raise ValueError
@@ -162,17 +168,18 @@ class Pairing:
         for name, value in (("hostname", req.hostname), ("os", req.os)):
             if not value.strip() or len(value) > 255:
                 raise PairingError("bad_request", f"{name} must be 1-255 characters")
-        pending = _Pending(request=req, request_id=f"pr_{secrets.token_hex(8)}",
-                           code=_new_code(), poll_secret=secrets.token_urlsafe(24),
-                           expires_at=time.time() + self.ttl_s)
-        self._pending[pending.request_id] = pending
+        pending_request = _Pending(request=req, request_id=f"pr_{secrets.token_hex(8)}",
+                                   code=_new_code(), poll_secret=secrets.token_urlsafe(24),
+                                   expires_at=time.time() + self.ttl_s, source=source)
+        self._pending[pending_request.request_id] = pending_request
         await self.engine.append([(None, ev.WorkerPairRequested(
-            request_id=pending.request_id, hostname=req.hostname, os=req.os,
+            request_id=pending_request.request_id, hostname=req.hostname, os=req.os,
             python_version=req.python_version, worker_version=req.worker_version,
             roots=list(req.roots), fingerprint=fingerprint(req.public_key),
-            expires_at=pending.expires_at))])
-        return PairTicket(request_id=pending.request_id, code=pending.code,
-                          expires_at=pending.expires_at, poll_secret=pending.poll_secret)
+            expires_at=pending_request.expires_at))])
+        return PairTicket(request_id=pending_request.request_id, code=pending_request.code,
+                          expires_at=pending_request.expires_at,
+                          poll_secret=pending_request.poll_secret)
 
     async def wait(self, request_id: str, poll_secret: str, timeout: float) -> PairStatus:
         p = self._pending.get(request_id)
@@ -217,6 +224,10 @@ class Pairing:
             raise PairingError("wrong_code", f"wrong code ({left} tries left)")
         worker_id = f"wrk_{secrets.token_hex(6)}"
         credential = secrets.token_urlsafe(32)
+        # marked before the first await: a second approval (double click, two tabs) is refused
+        # instead of pairing a second, ghost worker; the waiting worker still sees "pending"
+        # until the pairing is in the log
+        p.approving = True
         self.keys.add(worker_id, p.request.public_key, credential)
         r = p.request
         await self.engine.append([(None, ev.WorkerPaired(
@@ -237,6 +248,9 @@ class Pairing:
         for p in list(self._pending.values()):
             if p.status == "pending" and p.expires_at <= now:
                 await self._resolve(p, "expired")
+            elif p.status != "pending" and p.expires_at + self.ttl_s <= now:
+                # answered long ago and never polled again: forget it
+                self._pending.pop(p.request_id, None)
 
     def _live(self, request_id: str) -> _Pending:
         p = self._pending.get(request_id)
@@ -246,6 +260,8 @@ class Pairing:
             raise PairingError("locked", "this request is locked after too many wrong codes")
         if p.status != "pending":
             raise PairingError("not_found", f"this request was {p.status}")
+        if p.approving:
+            raise PairingError("not_found", "this request is being approved")
         if p.expires_at <= time.time():
             raise PairingError("expired", "this code expired; the worker will show a new one")
         return p

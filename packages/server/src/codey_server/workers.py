@@ -156,13 +156,14 @@ class WorkerRegistry:
         try:
             return await asyncio.wait_for(asyncio.shield(flight.result), timeout)
         finally:
-            if flight.result.done():
-                self._inflight.pop(action.action_id, None)
+            # done, timed out or abandoned (the caller was cancelled): either way nobody waits
+            # any more, so it must not be re-sent on the next reconnect
+            self._inflight.pop(action.action_id, None)
 
     async def cancel(self, worker_id: str, target_action_id: str, session_id: str) -> None:
         """Ask the worker to stop an action; the action's own outcome says how it ended."""
         conn = self._conns.get(worker_id)
-        flight = self._inflight.get(target_action_id)
+        flight = self._inflight.pop(target_action_id, None)
         if conn is None:
             if flight is not None and not flight.result.done():
                 flight.result.set_exception(ActionFailed("cancelled", "cancelled while the "
@@ -175,19 +176,29 @@ class WorkerRegistry:
 
     # connection -----------------------------------------------------------------------------
 
-    async def attach(self, conn: _Conn) -> None:
+    async def attach(self, conn: _Conn, credential: str) -> bool:
+        """Register ``conn`` as the worker's connection; False if it was revoked meanwhile.
+
+        The check and the registration have no await between them, so a revocation during
+        the handshake cannot be missed; the new connection is registered before the old one
+        is closed, so the old one's end is not reported as this worker going away.
+        """
+        info = self.engine.state.workers.get(conn.worker_id)
+        if info is None or info.revoked or self.keys.check(conn.worker_id, credential) is None:
+            return False
         old = self._conns.get(conn.worker_id)
-        if old is not None:
-            with contextlib.suppress(Exception):
-                await old.ws.close(code=CLOSE_REPLACED, reason="replaced by a newer connection")
         self._conns[conn.worker_id] = conn
         self.presence(conn.worker_id).set()
         self.absence(conn.worker_id).clear()
+        if old is not None:
+            with contextlib.suppress(Exception):
+                await old.ws.close(code=CLOSE_REPLACED, reason="replaced by a newer connection")
         # re-send everything this worker has not answered yet, with the same ids
         for flight in list(self._inflight.values()):
             if flight.worker_id == conn.worker_id and not flight.result.done():
                 with contextlib.suppress(Exception):
                     await conn.send(flight.action)
+        return True
 
     def detach(self, conn: _Conn) -> bool:
         if self._conns.get(conn.worker_id) is conn:
@@ -209,22 +220,27 @@ class WorkerRegistry:
             with contextlib.suppress(Exception):
                 await conn.ws.close(code=code, reason=reason)
 
+    def _flight(self, conn: _Conn, action_id: str) -> _InFlight | None:
+        flight = self._inflight.get(action_id)
+        # a worker answers only for its own actions
+        return flight if flight is not None and flight.worker_id == conn.worker_id else None
+
     async def handle(self, conn: _Conn, msg: wk.WorkerToServer) -> None:
         conn.last_seen = time.time()
         if isinstance(msg, wk.ActionAccepted):
-            flight = self._inflight.get(msg.action_id)
+            flight = self._flight(conn, msg.action_id)
             if flight is not None:
                 flight.accepted = True
         elif isinstance(msg, wk.ActionProgress):
-            flight = self._inflight.get(msg.action_id)
+            flight = self._flight(conn, msg.action_id)
             if flight is not None and flight.on_progress is not None:
                 await flight.on_progress(msg)
         elif isinstance(msg, wk.ActionResult):
-            flight = self._inflight.get(msg.action_id)
+            flight = self._flight(conn, msg.action_id)
             if flight is not None and not flight.result.done():
                 flight.result.set_result(msg.result)
         elif isinstance(msg, wk.ActionErrored):
-            flight = self._inflight.get(msg.action_id)
+            flight = self._flight(conn, msg.action_id)
             if flight is not None and not flight.result.done():
                 flight.result.set_exception(ActionFailed(msg.code, msg.message))
         elif isinstance(msg, wk.Heartbeat):
@@ -268,6 +284,7 @@ async def serve_worker(ws: WebSocket[Any, Any, Any], registry: WorkerRegistry) -
             await ws.close(code=CLOSE_UNAUTHORIZED, reason="unknown worker or bad signature")
             return
         conn = _Conn(worker_id=msg.worker_id, ws=ws)
+        credential = msg.credential
         await conn.send(wk.Welcome(worker_id=msg.worker_id))
         hello = codec.decode_worker_to_server(await asyncio.wait_for(receive_frame(ws),
                                                                      AUTH_TIMEOUT_S))
@@ -279,10 +296,12 @@ async def serve_worker(ws: WebSocket[Any, Any, Any], registry: WorkerRegistry) -
         conn.attached = set(hello.known_sessions)
     except (WebSocketDisconnect, TimeoutError, ProtocolError):
         return
+    if not await registry.attach(conn, credential):
+        await ws.close(code=CLOSE_REVOKED, reason="this worker was revoked")
+        return
     await engine.append([(None, ev.WorkerConnected(
         worker_id=conn.worker_id, hostname=hello.hostname, os=hello.os,
         worker_version=hello.worker_version, capabilities=hello.capabilities))])
-    await registry.attach(conn)
     reason = "connection lost"
     try:
         while True:

@@ -184,3 +184,29 @@ def test_wrong_signature_is_refused_with_4401(server) -> None:  # type: ignore[n
     with pytest.raises(ConnectionClosed) as unknown:
         ws.recv(timeout=5)
     assert unknown.value.rcvd is not None and unknown.value.rcvd.code == 4401
+
+
+def test_approving_twice_at_once_pairs_one_worker(server) -> None:  # type: ignore[no-untyped-def]
+    import concurrent.futures
+
+    import httpx
+
+    ticket = _request(server, FakeWorkerKeys())
+    url = f"{server.url}/api/pairing/requests/{ticket['request_id']}/approve"
+
+    def approve() -> int:
+        with httpx.Client(cookies=server.http.cookies, headers={"Origin": server.url}) as http:
+            return http.post(url, json={"code": ticket["code"]}).status_code
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        codes = sorted(pool.map(lambda _: approve(), range(4)))
+    assert codes.count(200) == 1, codes
+    state = server.http.get("/api/state/bootstrap").json()["state"]
+    assert len(state["workers"]) == 1
+
+
+def test_one_address_cannot_fill_the_pairing_queue(server) -> None:  # type: ignore[no-untyped-def]
+    codes = [server.http.post("/api/pairing/requests",
+                              json=FakeWorkerKeys().request_body()).status_code
+             for _ in range(7)]
+    assert codes == [201] * 5 + [429, 429]

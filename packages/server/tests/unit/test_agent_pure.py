@@ -68,6 +68,13 @@ def test_approved_prefix_matches_longer_commands_only() -> None:
                           approved_prefixes=prefixes)
 
 
+def test_git_internals_always_ask() -> None:
+    # a patched .git/config could make "safe" git commands run programs (core.fsmonitor)
+    patch = "*** Begin Patch\n*** Update File: .git/config\n@@\n-a\n+b\n*** End Patch"
+    assert needs_approval("auto-edit", "apply_patch", patch=patch)
+    assert needs_approval("auto-edit", "write_file", path="sub/.GIT/hooks/pre-commit")
+
+
 def test_path_inside() -> None:
     assert path_inside("a/b.py") and path_inside("./a")
     assert not path_inside("../a") and not path_inside("/abs") and not path_inside("a/../../b")

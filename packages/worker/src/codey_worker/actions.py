@@ -87,6 +87,8 @@ EXECUTORS = [
 #: actions that change nothing: running one again after a crash is harmless, so their records
 #: are written without an fsync
 _READ_ONLY = (ReadFile, ListDir, McpList)
+#: actions that run in a thread: a cancel cannot stop them halfway
+_THREADED = (ReadFile, WriteFile, ListDir, ApplyPatch)
 
 class ActionDispatcher:
     """Runs actions exactly once and reports them through ``send``. See the module docstring.
@@ -116,6 +118,7 @@ class ActionDispatcher:
         self.console = console
         self._kill_grace_s = kill_grace_s
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._running_actions: dict[str, ActionMessage] = {}
         self._cancel_requested: set[str] = set()
         self._attached: dict[str, Path] = {}
 
@@ -138,9 +141,12 @@ class ActionDispatcher:
         existing = self.records.mark_started(action_id, raw or codec.encode(action),
                                              durable=not isinstance(action, _READ_ONLY))
         if existing is None:
-            await self._emit(codec.encode(ActionAccepted(action_id=action_id)))
+            # the task first: if sending the acknowledgement is interrupted, the action still
+            # runs and is answered (a started record must always get its answer)
+            self._running_actions[action_id] = action
             self._tasks[action_id] = asyncio.create_task(self._run(action),
                                                          name=f"action-{action_id}")
+            await self._emit(codec.encode(ActionAccepted(action_id=action_id)))
             return
         if existing.status == "finished" and existing.response is not None:
             await self._emit(codec.encode(ActionAccepted(action_id=action_id, replayed=True)))
@@ -203,6 +209,7 @@ class ActionDispatcher:
                 # The worker is stopping: no response recorded, so a re-send after the
                 # restart is answered "interrupted" — never run twice.
                 self._tasks.pop(action_id, None)
+                self._running_actions.pop(action_id, None)
                 raise
             response = ActionErrored(action_id=action_id, code="cancelled",
                                      message="the action was cancelled")
@@ -217,6 +224,7 @@ class ActionDispatcher:
         except Exception:
             log.exception("could not record the result of %s", action_id)
         self._tasks.pop(action_id, None)
+        self._running_actions.pop(action_id, None)
         if isinstance(response, ActionErrored) and self.console is not None:
             self.console.error(f"{response.code}: {response.message}", action.session_id)
         await self._emit(frame)
@@ -308,6 +316,10 @@ class ActionDispatcher:
         if self.registry.cancel(target):
             return Cancelled(target_action_id=target, was_running=True)
         task = self._tasks.get(target)
+        if isinstance(self._running_actions.get(target), _THREADED):
+            # a write or patch in a thread cannot be stopped halfway: let it finish and report
+            # what really happened, rather than "cancelled" for a change that still lands
+            return Cancelled(target_action_id=target, was_running=True)
         if task is not None and target != action.action_id and not task.done():
             self._cancel_requested.add(target)
             task.cancel()

@@ -178,6 +178,8 @@ class McpManager:
             except TimeoutError:
                 await server.stop()
                 raise ActionRefused("mcp_unavailable", f"{name}: listing tools timed out") from None
+            except (RuntimeError, ValueError) as exc:  # incl. pydantic's ValidationError
+                raise ActionRefused("mcp_error", f"{name}: {exc}") from None
             server.tools = [McpTool(name=t.name, description=t.description or "",
                                     input_schema=dict(t.input_schema or {}))
                             for t in listed.tools]
@@ -194,6 +196,10 @@ class McpManager:
             except ActionRefused as exc:
                 self._errors[name] = exc.message
                 return McpServerInfo(name=name, error=exc.message)
+            except Exception as exc:  # one broken MCP server must not take the worker down
+                message = f"{name}: {type(exc).__name__}: {exc}"
+                self._errors[name] = message
+                return McpServerInfo(name=name, error=message)
 
         return list(await asyncio.gather(*(one(name) for name in self._servers)))
 

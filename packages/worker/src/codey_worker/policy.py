@@ -110,6 +110,12 @@ def _program_words(argv: list[str], depth: int = 0) -> Iterator[str]:
         # Conservative: any argument of a wrapper may be the program it runs.
         for i, arg in enumerate(argv[1:], start=1):
             yield os.path.basename(arg.split("=", 1)[-1])
+            # wrappers like ``env -S``, ``watch``, ``script -c``, ``flock -c``, ``su -c`` take
+            # a whole command line as one argument: read every word of it too
+            for text in (arg, _UNQUOTE.sub("", arg)):
+                for word in _SCRIPT_SPLIT.split(text):
+                    if word:
+                        yield os.path.basename(word)
             if os.path.basename(arg) in SHELLS | WRAPPERS:
                 yield from _program_words(argv[i:], depth + 1)
                 return

@@ -78,6 +78,12 @@ def test_denied_program_refused_inside_shell_scripts(argv: list[str]) -> None:
         ["timeout", "5", "curl", "http://x"],
         ["find", ".", "-exec", "rm", "{}", ";"],
         ["env", "bash", "-c", "rm x"],
+        # wrappers that take a whole command line as one argument
+        ["env", "-S", "rm -rf x"],
+        ["watch", "-n1", "rm -rf x"],
+        ["script", "-qc", "rm -rf x", "/dev/null"],
+        ["flock", "/tmp/l", "-c", "rm -rf x"],
+        ["su", "-c", "rm x"],
     ],
 )
 def test_denied_program_refused_through_wrappers(argv: list[str]) -> None:

@@ -54,7 +54,8 @@ def path_inside(path: str) -> bool:
     if not path or path.startswith(("/", "~")) or "\\" in path:
         return False
     parts = posixpath.normpath(path).split("/")
-    return ".." not in parts
+    # .git/config can make "safe" git commands run programs (core.fsmonitor, diff.external)
+    return ".." not in parts and not any(p.lower() == ".git" for p in parts)
 
 
 def _patch_paths(patch: str) -> list[str]:

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("codey.agent")
 
-__all__ = ["INSTRUCTIONS", "TurnRunner", "conversation_of"]
+__all__ = ["INSTRUCTIONS", "TurnRunner", "conversation_of", "needs_turn"]
 
 INSTRUCTIONS = """You are Codey, a coding agent working in a developer's project on their machine.
 Use the tools to inspect and change the project: `shell` runs an argv list in the session's
@@ -89,6 +89,12 @@ def conversation_of(session: SessionInfo) -> list[Entry]:
             out.append(AssistantText(item.text))
     out.extend(results)
     return out
+
+
+def needs_turn(session: SessionInfo) -> bool:
+    """True when a prompt is waiting for a turn: queued, or unanswered at the end."""
+    queued = any(isinstance(i, ev.UserMessage) and i.queued for i in session.items)
+    return queued or _model_call_needed(session)
 
 
 def _model_call_needed(session: SessionInfo) -> bool:
@@ -150,7 +156,6 @@ class TurnRunner:
         self.engine = service.engine
         self.session_id = session_id
         self.resume = resume
-        self._running_action: tuple[str, str] | None = None  # (worker_id, action_id)
 
     @property
     def session(self) -> SessionInfo:
@@ -388,9 +393,11 @@ class TurnRunner:
         if approval is None:
             return "rejected", "the approval record is missing"
         if approval.status == "pending":
-            await self._status("waiting_approval", "waiting for your approval")
+            # the waiter first: a decision folded while the status is written still wakes us
             waiter = self.service.approval_waiter(approval_id)
-            await waiter
+            await self._status("waiting_approval", "waiting for your approval")
+            if self.session.approvals[approval_id].status == "pending":
+                await waiter
             approval = self.session.approvals[approval_id]
             await self._status("running")
         return approval.status, approval.message
@@ -416,7 +423,6 @@ class TurnRunner:
             await output.add(chunk)
 
         watcher = asyncio.get_running_loop().create_task(self._watch_worker(s.worker_id))
-        self._running_action = (s.worker_id, action.action_id)
         try:
             await registry.ensure_attached(s.worker_id, s.session_id, s.workdir,
                                            timeout=self.service.settings.action_timeout_s)
@@ -437,7 +443,6 @@ class TurnRunner:
                                                f"{limit:.0f} s", error="worker timeout")
             return
         finally:
-            self._running_action = None
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
@@ -472,14 +477,13 @@ class TurnRunner:
             await absence.wait()
 
     async def _cleanup_after_interrupt(self) -> None:
-        """After an interrupt: stop the worker's action, close open calls and approvals."""
+        """After an interrupt: stop the worker's actions, close open calls and approvals."""
         try:
-            if self._running_action is not None:
-                worker_id, action_id = self._running_action
-                await self.service.workers.cancel(worker_id, action_id, self.session_id)
-                await self._emit(ev.ActionFinished(action_id=action_id, outcome="cancelled"))
             s = self.session
             events: list[ev.Event] = []
+            for action_id, pending in list(s.pending_actions.items()):
+                await self.service.workers.cancel(pending.worker_id, action_id, self.session_id)
+                events.append(ev.ActionFinished(action_id=action_id, outcome="cancelled"))
             for approval in s.approvals.values():
                 if approval.status == "pending":
                     events.append(ev.ApprovalResolved(approval_id=approval.approval_id,
@@ -490,9 +494,6 @@ class TurnRunner:
                         item_id=item.id, status="cancelled", result="interrupted by the user"))
                 elif isinstance(item, (ev.AssistantMessage, ev.Reasoning)) and item.streaming:
                     events.append(ev.SessionItemUpdated(item_id=item.id, streaming=False))
-            for action_id in list(s.pending_actions):
-                if self._running_action is None or action_id != self._running_action[1]:
-                    events.append(ev.ActionFinished(action_id=action_id, outcome="cancelled"))
             if events:
                 await self._emit(*events)
             if self.session.status != "interrupted":

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from codey_protocol import events as ev
 from codey_protocol.events import Envelope
 from codey_server.agent.models import ModelProvider, build_provider, discover_ollama_models
-from codey_server.agent.runner import TurnRunner
+from codey_server.agent.runner import TurnRunner, needs_turn
 from codey_server.engine import Engine
 from codey_server.settings import Settings
 from codey_server.workers import WorkerRegistry
@@ -38,6 +38,7 @@ class AgentService:
             self.providers[name] = build_provider(
                 config, lambda name=name: token_for(name))  # type: ignore[misc]
         self.tasks: dict[str, asyncio.Task[None]] = {}
+        self._rerun: set[str] = set()  # prompted while the old task was still finishing
         self._waiters: dict[str, list[asyncio.Future[None]]] = {}
         self.stopping = False
         engine.listeners.append(self._on_event)
@@ -67,7 +68,10 @@ class AgentService:
         return task is not None and not task.done()
 
     def start_turn(self, session_id: str, *, resume: bool = False) -> None:
-        if self.stopping or self.running(session_id):
+        if self.stopping:
+            return
+        if self.running(session_id):
+            self._rerun.add(session_id)
             return
         runner = TurnRunner(self, session_id, resume=resume)
         task = asyncio.get_running_loop().create_task(runner.run(), name=f"turn-{session_id}")
@@ -77,6 +81,11 @@ class AgentService:
     def _done(self, session_id: str, task: asyncio.Task[None]) -> None:
         if self.tasks.get(session_id) is task:
             del self.tasks[session_id]
+        if session_id in self._rerun:
+            self._rerun.discard(session_id)
+            session = self.engine.state.sessions.get(session_id)
+            if session is not None and not self.stopping and needs_turn(session):
+                self.start_turn(session_id)
 
     def approval_waiter(self, approval_id: str) -> asyncio.Future[None]:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
