@@ -193,6 +193,8 @@ class Worker:
         url = ws_url(self.server)
         while not self._stop.is_set():
             await self._list_mcp_tools()
+            if self._stop.is_set():  # stopped while listing: don't connect just to leave
+                break
             up_since: float | None = None
             reason = "connection lost"
             try:
