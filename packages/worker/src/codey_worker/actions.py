@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Literal
@@ -84,9 +86,22 @@ EXECUTORS = [
 ]  # fmt: skip
 
 
-#: actions that change nothing: running one again after a crash is harmless, so their records
-#: are written without an fsync
+#: actions that change nothing: running one again is harmless, so their answers are kept in
+#: memory only (READ_RESULTS_KEPT of them), not in the record store
 _READ_ONLY = (ReadFile, ListDir, McpList)
+READ_RESULTS_KEPT = 500
+#: files up to this size are read on the event loop, not in a thread
+INLINE_READ_BYTES = 64 * 1024
+
+
+def _small_file(action: ReadFile) -> bool:
+    # Only a size hint: fs.read_file still resolves and confines the path itself.
+    try:
+        return os.stat(os.path.join(action.workdir, action.path)).st_size <= INLINE_READ_BYTES
+    except (OSError, ValueError):
+        return False
+
+
 #: actions that run in a thread: a cancel cannot stop them halfway
 _THREADED = (ReadFile, WriteFile, ListDir, ApplyPatch)
 
@@ -119,6 +134,7 @@ class ActionDispatcher:
         self._kill_grace_s = kill_grace_s
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._running_actions: dict[str, ActionMessage] = {}
+        self._reads: OrderedDict[str, bytes] = OrderedDict()  # answers of recent reads
         self._cancel_requested: set[str] = set()
         self._attached: dict[str, Path] = {}
 
@@ -138,8 +154,10 @@ class ActionDispatcher:
         ``raw`` is the frame as received, kept in the record; encoded again when omitted.
         """
         action_id = action.action_id
-        existing = self.records.mark_started(action_id, raw or codec.encode(action),
-                                             durable=not isinstance(action, _READ_ONLY))
+        if isinstance(action, _READ_ONLY):
+            await self._handle_read(action)
+            return
+        existing = self.records.mark_started(action_id, raw or codec.encode(action))
         if existing is None:
             # the task first: if sending the acknowledgement is interrupted, the action still
             # runs and is answered (a started record must always get its answer)
@@ -180,6 +198,26 @@ class ActionDispatcher:
         if self.mcp is not None:
             await self.mcp.close()
 
+    async def _handle_read(self, action: ActionMessage) -> None:
+        """A read-only action: answered from memory when repeated, else run.
+
+        Reads change nothing, so they are not written to the record store: after a worker
+        restart a repeated read simply runs again, with the same effect as answering it from
+        a record — and each read saves two SQLite transactions.
+        """
+        action_id = action.action_id
+        done = self._reads.get(action_id)
+        if done is not None:
+            await self._emit(codec.encode(ActionAccepted(action_id=action_id, replayed=True)))
+            await self._emit(done)
+        elif action_id in self._tasks:
+            await self._emit(codec.encode(ActionAccepted(action_id=action_id)))
+        else:
+            self._running_actions[action_id] = action
+            self._tasks[action_id] = asyncio.create_task(self._run(action),
+                                                         name=f"action-{action_id}")
+            await self._emit(codec.encode(ActionAccepted(action_id=action_id)))
+
     async def wait_idle(self) -> None:
         """Wait until no action is running (tests)."""
         while self._tasks:
@@ -219,10 +257,15 @@ class ActionDispatcher:
                                      message=f"{type(exc).__name__}: {exc}")
         self._cancel_requested.discard(action_id)
         frame = encode_fitted(response)
-        try:
-            self.records.finish(action_id, frame, durable=not isinstance(action, _READ_ONLY))
-        except Exception:
-            log.exception("could not record the result of %s", action_id)
+        if isinstance(action, _READ_ONLY):
+            self._reads[action_id] = frame
+            while len(self._reads) > READ_RESULTS_KEPT:
+                self._reads.popitem(last=False)
+        else:
+            try:
+                self.records.finish(action_id, frame)
+            except Exception:
+                log.exception("could not record the result of %s", action_id)
         self._tasks.pop(action_id, None)
         self._running_actions.pop(action_id, None)
         if isinstance(response, ActionErrored) and self.console is not None:
@@ -236,6 +279,9 @@ class ActionDispatcher:
             case ApplyPatch():
                 return await self._apply_patch(action)
             case ReadFile():
+                if _small_file(action):
+                    # a thread hop costs more than reading a few KiB on the loop
+                    return fs.read_file(action, self.policy)
                 return await asyncio.to_thread(fs.read_file, action, self.policy)
             case WriteFile():
                 return await asyncio.to_thread(fs.write_file, action, self.policy)

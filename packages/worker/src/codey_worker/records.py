@@ -98,19 +98,14 @@ class ActionRecords:
         with self._lock:
             return self._get(action_id)
 
-    def mark_started(self, action_id: str, action_bytes: bytes, *,
-                     durable: bool = True) -> Record | None:
+    def mark_started(self, action_id: str, action_bytes: bytes) -> Record | None:
         """Record that ``action_id`` is about to run. Returns None when it is new (run it);
-        otherwise the existing record, unchanged — then do NOT run it.
-
-        ``durable=False`` skips the fsync: for read-only actions, where losing the record in a
-        crash only means the read runs again, which changes nothing.
-        """
+        otherwise the existing record, unchanged — then do NOT run it."""
         with self._lock:
             existing = self._get(action_id)
             if existing is not None:
                 return existing
-            with self._transaction(durable):
+            with self._transaction():
                 self._db.execute(
                     "INSERT INTO records (action_id, status, action, touched)"
                     f" VALUES (?, 'started', ?, {_NEXT_TOUCH})",
@@ -120,13 +115,13 @@ class ActionRecords:
                 self._prune()
             return None
 
-    def finish(self, action_id: str, response_bytes: bytes, *, durable: bool = True) -> None:
+    def finish(self, action_id: str, response_bytes: bytes) -> None:
         """Store the answer sent for ``action_id`` (the encoded result or error frame).
 
         Finishing an action that was never started (e.g. an error answered before running)
         records it as finished too. Finishing twice keeps the first response.
         """
-        with self._lock, self._transaction(durable):
+        with self._lock, self._transaction():
             self._db.execute(
                 "INSERT INTO records (action_id, status, action, response, touched)"
                 f" VALUES (?, 'finished', x'', ?, {_NEXT_TOUCH})"
@@ -152,10 +147,8 @@ class ActionRecords:
         return int(count)
 
     @contextlib.contextmanager
-    def _transaction(self, durable: bool = True) -> Iterator[None]:
-        """One write transaction: a single fsync for the change and its pruning (WAL with
-        synchronous=NORMAL, for ``durable=False``, commits without one)."""
-        self._db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
+    def _transaction(self) -> Iterator[None]:
+        """One write transaction: a single fsync for the change and its pruning."""
         self._db.execute("BEGIN IMMEDIATE")
         try:
             yield
