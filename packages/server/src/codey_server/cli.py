@@ -127,9 +127,12 @@ def serve(args: argparse.Namespace) -> int:
         async def announce() -> None:
             while not server.started:
                 await asyncio.sleep(0.01)
-            print(f"codey-server listening on http://{host}:{port}", flush=True)
             query = f"?token={token}" if token else ""
-            print(f"Open http://{host}:{port}/{query} in your browser", flush=True)
+            # one write per line: unbuffered print() writes the text and its newline apart,
+            # and a log line from another thread could land in between (stdout and stderr
+            # often share one file)
+            _line(f"codey-server listening on http://{host}:{port}")
+            _line(f"Open http://{host}:{port}/{query} in your browser")
 
         task = asyncio.create_task(announce())
         await server.serve(sockets=[sock])
@@ -137,6 +140,11 @@ def serve(args: argparse.Namespace) -> int:
 
     asyncio.run(run())
     return 0
+
+
+def _line(text: str) -> None:
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
 
 
 def main(argv: list[str] | None = None) -> int:

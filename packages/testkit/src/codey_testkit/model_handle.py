@@ -25,7 +25,7 @@ from codey_testkit.procs import ManagedProcess
 
 __all__ = ["ModelServerHandle", "start_model_server"]
 
-_READY_RE = r"codey-model-server listening on (http://\S+)"
+_READY_RE = r"codey-model-server listening on (http://[\w.\-\[\]:]+:\d+)"
 
 
 class ModelServerHandle:

@@ -447,7 +447,10 @@ def main(argv: list[str] | None = None) -> None:
     )
 
     def announce() -> None:
-        print(READY_LINE.format(url=f"http://{shown}:{port}"), flush=True)
+        # one write: an unbuffered print() writes the newline apart, and a log line could
+        # land in between
+        sys.stdout.write(READY_LINE.format(url=f"http://{shown}:{port}") + "\n")
+        sys.stdout.flush()
 
     server = _Uvicorn(config, announce)
     # uvicorn.Config set up logging above; a filter added earlier would have been dropped

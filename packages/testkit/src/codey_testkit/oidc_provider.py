@@ -62,7 +62,8 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    print(f"{LISTENING_PREFIX}{server.issuer}", flush=True)
+    sys.stdout.write(f"{LISTENING_PREFIX}{server.issuer}\n")  # one write: one whole line
+    sys.stdout.flush()
     try:
         server.serve_forever(poll_interval=0.2)
     finally:

@@ -59,9 +59,11 @@ class ServerProcess:
         port = self.url.rsplit(":", 1)[1] if self.url else "0"
         self.proc.start([sys.executable, "-m", "codey_server.cli", "serve", "--port", port,
                          "--data-dir", str(self.data_dir), *self.extra_args], env=self.env)
-        match = self.proc.wait_for_line(r"codey-server listening on (http://\S+)", timeout=timeout)
+        match = self.proc.wait_for_line(
+            r"codey-server listening on (http://[\w.\-\[\]:]+:\d+)", timeout=timeout)
         self.url = match.group(1).rstrip("/")
-        opened = self.proc.wait_for_line(r"Open (http://\S+)", timeout=timeout).group(1)
+        opened = self.proc.wait_for_line(r"Open (http://\S+) in your browser",
+                                        timeout=timeout).group(1)
         token = parse_qs(urlsplit(opened).query).get("token")
         self.token = token[0] if token else None
         if self._http is not None:
