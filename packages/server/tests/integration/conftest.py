@@ -56,7 +56,7 @@ def seeded_server(tmp_path: Path) -> Iterator[Callable[[dict[str, Any]], ServerP
 @pytest.fixture
 def script() -> dict[str, Any]:
     """The scripted model's script; agent test modules override this fixture."""
-    raise NotImplementedError("define a `script` fixture in the test module")
+    pytest.fail("define a `script` fixture in the test module")
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ A new backend (e.g. Postgres) gets the whole suite by adding one subclass with `
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import os
 import signal
@@ -67,15 +68,16 @@ def seqs(envs: list[Envelope]) -> list[int]:
     return [env.seq for env in envs]
 
 
-class EventLogContract:
+class EventLogContract(abc.ABC):
     """Tests every EventLog must pass. Subclasses provide :meth:`make_log`."""
 
+    @abc.abstractmethod
     def make_log(self, tmp_path: Path) -> EventLog:
-        raise NotImplementedError
+        """A fresh, unopened log of the backend under test."""
 
+    @abc.abstractmethod
     def assert_readable(self, log: EventLog, tmp_path: Path, seq: int) -> None:
         """Assert, synchronously, that ``seq`` is durably stored (overridden per backend)."""
-        raise NotImplementedError
 
     def run(self, tmp_path: Path, body: Body) -> None:
         async def main() -> None:
@@ -346,8 +348,9 @@ class EventLogContract:
 
         self.run(tmp_path, body)
 
+    @abc.abstractmethod
     async def snapshot_count(self, log: EventLog, tmp_path: Path) -> int:
-        raise NotImplementedError
+        """How many snapshots the backend holds."""
 
 
 class TestMemoryEventLog(EventLogContract):

@@ -11,6 +11,7 @@ each call (design §4): each provider turns them into its own wire format.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import email.utils
 import json
@@ -173,7 +174,7 @@ def _rate_headers(headers: Mapping[str, str]) -> dict[str, str]:
 
 # providers --------------------------------------------------------------------------------
 
-class ModelProvider:
+class ModelProvider(abc.ABC):
     """One configured provider. ``stream`` is the only call the loop makes."""
 
     def __init__(self, config: ProviderConfig, token: TokenSource) -> None:
@@ -225,10 +226,11 @@ class ModelProvider:
                 yield Retrying(attempt, delay, "connection failed")
                 await asyncio.sleep(delay)
 
+    @abc.abstractmethod
     def _stream_once(self, client: AsyncOpenAI, model: str, instructions: str,
                      conversation: list[Entry], tools: list[ToolSpec]
                      ) -> AsyncIterator[ModelEvent]:
-        raise NotImplementedError  # pragma: no cover - each kind overrides it
+        """One model call, streamed, in this provider's wire format."""
 
 
 def _describe(err: Any) -> str:
