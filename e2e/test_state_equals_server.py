@@ -8,25 +8,13 @@ from typing import TYPE_CHECKING, Any
 
 from playwright.sync_api import Page, expect
 
+from codey_testkit.compare import differences
 from codey_testkit.scenarios import fix_script, write_project
 
 if TYPE_CHECKING:  # the suite imports test modules with importlib
     from conftest import Stack
 
 
-def differences(a: Any, b: Any, path: str = "$") -> list[str]:
-    """Where two JSON values differ, for a readable failure (at most a few paths)."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        out = [f"{path}.{k}: only in one" for k in sorted(set(a) ^ set(b))]
-        for k in sorted(set(a) & set(b)):
-            out += differences(a[k], b[k], f"{path}.{k}")
-        return out[:10]
-    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-        out = []
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            out += differences(x, y, f"{path}[{i}]")
-        return out[:10]
-    return [] if a == b else [f"{path}: {a!r} != {b!r}"]
 
 
 def test_state_equals_server(stack: Stack, page: Page) -> None:

@@ -33,6 +33,7 @@ from codey_protocol.worker import (
     RunCommand,
 )
 from codey_server.reducers import apply
+from codey_testkit.compare import differences
 
 pytestmark = pytest.mark.integration
 
@@ -234,19 +235,6 @@ def python_fold(envelopes: list[ev.Envelope]) -> dict[str, Any]:
     return msgspec.to_builtins(state)  # type: ignore[no-any-return]
 
 
-def differences(a: Any, b: Any, path: str = "$") -> list[str]:
-    """Where two JSON values differ (for a readable failure), at most a few paths."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        out = [f"{path}.{k}: only in one" for k in sorted(set(a) ^ set(b))]
-        for k in sorted(set(a) & set(b)):
-            out += differences(a[k], b[k], f"{path}.{k}")
-        return out[:10]
-    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-        out = []
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            out += differences(x, y, f"{path}[{i}]")
-        return out[:10]
-    return [] if a == b else [f"{path}: {a!r} != {b!r}"]
 
 
 def envelopes_json(envelopes: list[ev.Envelope]) -> str:
