@@ -17,18 +17,17 @@ import json
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Self
 
 from codey_testkit.errors import TestkitError
-from codey_testkit.procs import ManagedProcess
+from codey_testkit.procs import ManagedProcess, StopsOnExit
 
 __all__ = ["ModelServerHandle", "start_model_server"]
 
 _READY_RE = r"codey-model-server listening on (http://[\w.\-\[\]:]+:\d+)"
 
 
-class ModelServerHandle:
+class ModelServerHandle(StopsOnExit):
     """A running model server process.
 
     ``url`` is the root (``http://127.0.0.1:PORT``; what Ollama clients take), ``base_url``
@@ -90,13 +89,6 @@ class ModelServerHandle:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 def _script_data(script: Mapping[str, Any] | list[Any] | Path) -> Any:

@@ -29,7 +29,7 @@ from typing import IO, Self
 
 from codey_testkit.errors import ProcessError, ProcessExitedError, ProcessTimeoutError
 
-__all__ = ["ManagedProcess", "free_port"]
+__all__ = ["ManagedProcess", "StopsOnExit", "free_port"]
 
 _POLL_S = 0.02
 _URL_RE = r"(https?://[\w.\-\[\]:]+:(\d+)\S*)"
@@ -47,7 +47,25 @@ def free_port(host: str = "127.0.0.1") -> int:
         return port
 
 
-class ManagedProcess:
+class StopsOnExit:
+    """Leaving a ``with`` block stops the thing: every process wrapper here ends the same way.
+
+    Subclasses give ``stop()`` and their own ``__enter__`` (which starts, or returns self).
+    """
+
+    def stop(self) -> object:
+        raise TypeError(f"{type(self).__name__} must define stop()")
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+class ManagedProcess(StopsOnExit):
     """A child process with its output in a log file; a context manager that stops it on exit.
 
     Call :meth:`start` once, then :meth:`wait_for_line` / :meth:`wait_for_url` to learn when it
@@ -173,13 +191,6 @@ class ManagedProcess:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     # -- output --------------------------------------------------------------------------
 

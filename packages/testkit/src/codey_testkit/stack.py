@@ -15,18 +15,17 @@ import json
 import signal
 import sys
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Self
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
 
-from codey_testkit.procs import ManagedProcess
+from codey_testkit.procs import ManagedProcess, StopsOnExit
 
 __all__ = ["ServerProcess", "WorkerProcess"]
 
 
-class ServerProcess:
+class ServerProcess(StopsOnExit):
     """A real ``codey-server serve`` on 127.0.0.1, port 0, data in ``data_dir``.
 
     ``config`` (a dict) is written to ``data_dir/config.json`` before the start.
@@ -90,9 +89,6 @@ class ServerProcess:
     def __enter__(self) -> Self:
         return self.start()
 
-    def __exit__(self, et: type[BaseException] | None, e: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()
 
     # talking to it ------------------------------------------------------------------------
 
@@ -135,7 +131,7 @@ class ServerProcess:
         return self.proc.log_path.read_text(errors="replace")
 
 
-class WorkerProcess:
+class WorkerProcess(StopsOnExit):
     """A real ``codey-worker`` with its own ``CODEY_HOME``, paired with ``server`` on start.
 
     Pairing goes the way a browser does it: read the code the worker prints, find the request
@@ -232,9 +228,6 @@ class WorkerProcess:
     def __enter__(self) -> Self:
         return self.start()
 
-    def __exit__(self, et: type[BaseException] | None, e: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()
 
     def log_text(self) -> str:
         if self.proc is None or self.proc.log_path is None:

@@ -13,20 +13,19 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Self
 
 import httpx
 
 from codey_testkit.errors import TestkitError
-from codey_testkit.procs import ManagedProcess
+from codey_testkit.procs import ManagedProcess, StopsOnExit
 
 __all__ = ["OIDCProviderProcess"]
 
 _LISTENING = r"^codey-oidc-provider listening on (http://\S+)$"
 
 
-class OIDCProviderProcess:
+class OIDCProviderProcess(StopsOnExit):
     """Starts `python -m codey_testkit.oidc_provider` on port 0 and learns its issuer.
 
     Keyword options map to CLI flags (`access_token_ttl=60` → `--access-token-ttl 60`);
@@ -99,10 +98,3 @@ class OIDCProviderProcess:
     def __enter__(self) -> Self:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
