@@ -316,7 +316,8 @@ async def _serve_peer(mode: str, args: list[str]) -> None:
                 await ws.send(frame)
             await ws.wait_closed()
 
-    # Default compression (permessage-deflate offered), like uvicorn's and the worker's sockets.
+    # Default compression (permessage-deflate offered), like uvicorn's sockets; the client
+    # decides (the read_file baseline declines it, as the worker socket does).
     async with serve(handler, "127.0.0.1", 0, max_size=None) as server:
         port = next(iter(server.sockets)).getsockname()[1]
         print(f"listening on ws://127.0.0.1:{port}", flush=True)

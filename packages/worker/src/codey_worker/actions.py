@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import stat
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -95,11 +96,12 @@ INLINE_READ_BYTES = 64 * 1024
 
 
 def _small_file(action: ReadFile) -> bool:
-    # Only a size hint: fs.read_file still resolves and confines the path itself.
+    # Only a hint: fs.read_file still resolves and confines the path itself.
     try:
-        return os.stat(os.path.join(action.workdir, action.path)).st_size <= INLINE_READ_BYTES
+        info = os.stat(os.path.join(action.workdir, action.path))
     except (OSError, ValueError):
         return False
+    return stat.S_ISREG(info.st_mode) and info.st_size <= INLINE_READ_BYTES
 
 
 #: actions that run in a thread: a cancel cannot stop them halfway

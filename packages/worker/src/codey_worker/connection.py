@@ -163,7 +163,7 @@ class Worker:
         ws = self._ws
         if ws is None:
             raise ConnectionError("not connected")
-        await ws.send(frame.decode("utf-8"))
+        await ws.send(frame, text=True)  # already UTF-8 JSON: no decode and encode again
 
     def stop(self, reason: str = "stopped") -> None:
         """Ask :meth:`run` to disconnect and return 0."""
@@ -294,8 +294,8 @@ class Worker:
 
     async def _read(self, ws: ClientConnection) -> None:
         while True:
-            data = await ws.recv()  # raises ConnectionClosed with the close code
-            raw = data.encode("utf-8") if isinstance(data, str) else data
+            # raises ConnectionClosed with the close code; bytes as they came, for msgspec
+            raw = await ws.recv(decode=False)
             try:
                 msg = codec.decode_server_to_worker(raw)
             except ProtocolError as exc:

@@ -426,7 +426,7 @@ async def run_command(
     workdir = policy.check_workdir(action.workdir)
     if not workdir.is_dir():
         raise ActionRefused("not_found", f"workdir {workdir} does not exist")
-    cwd = resolve_inside(workdir, action.cwd or ".")
+    cwd = resolve_inside(workdir, action.cwd or ".", real=True)
     if not cwd.exists():
         raise ActionRefused("not_found", f"cwd {action.cwd!r} does not exist")
     if not cwd.is_dir():

@@ -10,14 +10,15 @@ must exist — the server names it, so it is not trusted any more than the path.
 These functions are synchronous (plain file I/O, bounded by the caps below); the connection
 layer may run them in a thread. Refusals raise :class:`~codey_worker.confine.ActionRefused`
 with code ``bad_request``, ``outside_allowed_roots``, ``path_outside_workdir``, ``not_found``,
-``is_directory`` or ``not_a_directory``; other OS errors (permission denied, disk full) raise
-``ActionRefused`` with code ``io_error``.
+``is_directory``, ``not_a_directory`` or ``not_a_regular_file``; other OS errors (permission
+denied, disk full) raise ``ActionRefused`` with code ``io_error``.
 """
 
 from __future__ import annotations
 
 import codecs
 import contextlib
+import io
 import os
 import secrets
 import stat
@@ -46,6 +47,7 @@ MAX_ENTRIES = 2000  # entries returned by list_dir, at most
 MAX_DEPTH = 32
 SKIPPED_NAMES = frozenset({".git"})
 _LINE_PIECE = 64 * 1024
+WHOLE_READ_BYTES = 256 * 1024  # files up to this size are read with one read(2)
 
 
 @contextlib.contextmanager
@@ -84,17 +86,36 @@ def read_file(
     if action.offset < 0 or (action.limit is not None and action.limit < 0):
         raise ActionRefused("bad_request", "offset and limit must not be negative")
     workdir = _workdir(action.workdir, policy)
-    target = resolve_inside(workdir, action.path)
+    target = resolve_inside(workdir, action.path, real=True)
     shown = relative_display(workdir, target)
     with _io_errors(shown):
-        if target.is_dir():
-            raise ActionRefused("is_directory", f"{shown} is a directory; use list_dir")
-        with open(target, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if b"\x00" in f.read(BINARY_SNIFF):
-                return FileContent(path=shown, binary=True, size=size)
-            f.seek(0)
-            content, total_lines, truncated = _select_lines(f, action, max_bytes)
+        # O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused just below)
+        fd = os.open(target, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        try:
+            info = os.fstat(fd)
+            if stat.S_ISDIR(info.st_mode):
+                raise ActionRefused("is_directory", f"{shown} is a directory; use list_dir")
+            if not stat.S_ISREG(info.st_mode):
+                raise ActionRefused("not_a_regular_file",
+                                    f"{shown} is not a regular file (a FIFO, socket or device)")
+            size = info.st_size
+            # a small file in one read(2), then worked on in memory; a bigger one (or one
+            # that grew meanwhile) in pieces, so a huge line never sits in memory whole
+            whole = os.read(fd, size + 1) if size <= WHOLE_READ_BYTES else None
+            if whole is not None and len(whole) <= size:
+                if b"\x00" in whole[:BINARY_SNIFF]:
+                    return FileContent(path=shown, binary=True, size=size)
+                content, total_lines, truncated = _select_lines(io.BytesIO(whole), action,
+                                                                max_bytes)
+            else:
+                os.lseek(fd, 0, os.SEEK_SET)
+                with open(fd, "rb", closefd=False) as f:
+                    if b"\x00" in f.read(BINARY_SNIFF):
+                        return FileContent(path=shown, binary=True, size=size)
+                    f.seek(0)
+                    content, total_lines, truncated = _select_lines(f, action, max_bytes)
+        finally:
+            os.close(fd)
     # A cut through a multibyte character: the incremental decoder drops the broken end.
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     return FileContent(
@@ -142,7 +163,7 @@ def write_file(action: WriteFile, policy: LocalPolicy) -> WriteResult:
     file is new.
     """
     workdir = _workdir(action.workdir, policy)
-    target = resolve_inside(workdir, action.path)
+    target = resolve_inside(workdir, action.path, real=True)
     shown = relative_display(workdir, target)
     if target == workdir:
         raise ActionRefused("is_directory", "the workdir itself is a directory")
@@ -199,7 +220,7 @@ def list_dir(action: ListDir, policy: LocalPolicy, max_entries: int = MAX_ENTRIE
         raise ActionRefused("bad_request", f"depth must be >= 1, got {action.depth}")
     depth = min(action.depth, MAX_DEPTH)
     workdir = _workdir(action.workdir, policy)
-    root = resolve_inside(workdir, action.path)
+    root = resolve_inside(workdir, action.path, real=True)
     shown = relative_display(workdir, root)
     entries: list[DirEntry] = []
     truncated = False

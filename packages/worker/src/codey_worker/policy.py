@@ -47,6 +47,13 @@ class LocalPolicy:
 
     allowed_roots: list[Path]
     denied_commands: list[str] = field(default_factory=list)
+    #: the roots' real paths, resolved once: a command the server runs cannot widen a root
+    #: later by swapping a symlink, and no action pays for resolving them again
+    real_roots: tuple[str, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        real = tuple(os.path.realpath(os.fspath(r)) for r in self.allowed_roots)
+        object.__setattr__(self, "real_roots", real)
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> LocalPolicy:
@@ -67,7 +74,7 @@ class LocalPolicy:
 
     def check_workdir(self, path: str | Path) -> Path:
         """Return the real path of ``path``; refuse (``outside_allowed_roots``) if not allowed."""
-        return check_root(path, self.allowed_roots)
+        return check_root(path, self.real_roots, roots_real=True)
 
     def check_command(self, argv: Sequence[str]) -> None:
         """Refuse (``denied_command``) an argv that would run a denied program.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 
@@ -144,3 +145,62 @@ def test_relative_display(ws: Path) -> None:
     real = Path(os.path.realpath(ws))
     assert relative_display(real, real / "src" / "a.py") == "src/a.py"
     assert relative_display(real, real) == "."
+
+
+def _reference(workdir: Path, path: str) -> Path | str:
+    """What confinement means, spelled the slow way: realpath both, then commonpath."""
+    root = os.path.realpath(workdir)
+    target = os.path.realpath(os.path.join(root, path) if path else root)
+    if os.path.commonpath([target, root]) != root:
+        return "path_outside_workdir"
+    return Path(target)
+
+
+def test_fast_path_agrees_with_realpath_on_every_short_path(tmp_path: Path) -> None:
+    # resolve_inside skips realpath for plain paths; every combination of plain names, dots,
+    # missing names and symlinks (in, out, dangling, to a dir) must give realpath's answer
+    workdir = tmp_path / "ws"
+    (workdir / "src" / "deep").mkdir(parents=True)
+    (workdir / "src" / "a.py").write_text("x\n")
+    (tmp_path / "out").mkdir()
+    (workdir / "in_link").symlink_to(workdir / "src")
+    (workdir / "src" / "up").symlink_to("..")
+    (workdir / "out_link").symlink_to(tmp_path / "out")
+    (workdir / "dangling").symlink_to(tmp_path / "out" / "nothing")
+    names = ["", ".", "..", "src", "a.py", "deep", "in_link", "up", "out_link", "dangling",
+             "missing"]
+    paths = {"/".join(p) for p in itertools.product(names, repeat=3)}
+    for path in sorted(paths):
+        expected = _reference(workdir, path)
+        try:
+            got: Path | str = resolve_inside(workdir, path)
+        except ActionRefused as err:
+            got = err.code
+        assert got == expected, path
+        real = Path(os.path.realpath(workdir))
+        try:
+            got_real: Path | str = resolve_inside(real, path, real=True)
+        except ActionRefused as err:
+            got_real = err.code
+        assert got_real == expected, path
+
+
+def test_check_root_fast_path_agrees_with_realpath(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    (root / "a" / "b").mkdir(parents=True)
+    (tmp_path / "out").mkdir()
+    (root / "a" / "link_in").symlink_to(root / "a" / "b")
+    (root / "a" / "link_out").symlink_to(tmp_path / "out")
+    for rel, inside in [("a", True), ("a/b", True), ("a/./b/", True), ("a/link_in", True),
+                        ("a/link_out", False), ("a/b/../link_out", False), ("a/b/..", True),
+                        ("a/missing/new", True), ("a/missing/../../..", False)]:
+        path = f"{root}/{rel}"
+        expected = Path(os.path.realpath(path))
+        if inside:
+            assert check_root(path, [root]) == expected, rel
+            assert check_root(path, [str(Path(os.path.realpath(root)))],
+                              roots_real=True) == expected, rel
+        else:
+            with pytest.raises(ActionRefused) as info:
+                check_root(path, [root])
+            assert info.value.code == "outside_allowed_roots", rel

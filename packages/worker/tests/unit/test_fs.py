@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +101,21 @@ def test_read_counts_lines_longer_than_a_read_piece(ws: Path) -> None:
     assert got.content == "second\n" and got.total_lines == 2
 
 
+@pytest.mark.parametrize(("name", "data"), [
+    ("empty", b""), ("lines", b"a\nbb\n\nccc"), ("crlf", b"a\r\nb\r\n"),
+    ("long", b"x" * (70 * 1024) + b"\ny\n"), ("nul", b"text" + b"\x00" + b"more"),
+    ("late-nul", b"a" * 9000 + b"\x00\n"), ("euro", "€\n".encode() * 600),
+])  # fmt: skip
+def test_small_files_read_whole_give_what_reading_in_pieces_gives(
+        ws: Path, monkeypatch: pytest.MonkeyPatch, name: str, data: bytes) -> None:
+    (ws / name).write_bytes(data)
+    actions = [rf(ws, name), rf(ws, name, offset=1), rf(ws, name, offset=1, limit=1),
+               rf(ws, name, limit=0)]
+    whole = [read_file(a, max_bytes=1000) for a in actions]
+    monkeypatch.setattr(fs, "WHOLE_READ_BYTES", -1)
+    assert [read_file(a, max_bytes=1000) for a in actions] == whole
+
+
 def test_read_binary_file(ws: Path) -> None:
     (ws / "img.bin").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + b"\xff" * 100)
     got = read_file(rf(ws, "img.bin"))
@@ -135,6 +151,14 @@ def test_read_refusals(ws: Path) -> None:
     )
     assert code_of(read_file, rf(ws, "link")) == "path_outside_workdir"
     assert code_of(read_file, rf(ws, "dir", offset=-1)) == "bad_request"
+
+
+def test_reading_a_fifo_is_refused_without_waiting_for_a_writer(ws: Path) -> None:
+    # a plain open() of a FIFO blocks until someone writes: on the worker's loop, forever
+    os.mkfifo(ws / "pipe")
+    started = time.monotonic()
+    assert code_of(read_file, rf(ws, "pipe")) == "not_a_regular_file"
+    assert time.monotonic() - started < 2
 
 
 # --------------------------------------------------------------------------- write_file

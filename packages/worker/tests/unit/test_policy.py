@@ -123,3 +123,19 @@ def test_check_workdir(tmp_path: Path) -> None:
     with pytest.raises(ActionRefused) as info:
         policy.check_workdir(tmp_path / "root2")
     assert info.value.code == "outside_allowed_roots"
+
+
+def test_roots_are_resolved_once_so_a_swapped_symlink_cannot_widen_them(tmp_path: Path) -> None:
+    (tmp_path / "projects" / "app").mkdir(parents=True)
+    (tmp_path / "private" / "keys").mkdir(parents=True)
+    root = tmp_path / "root"
+    root.symlink_to(tmp_path / "projects")
+    policy = LocalPolicy(allowed_roots=[root])
+    assert policy.check_workdir(root / "app") == Path(os.path.realpath(tmp_path / "projects"
+                                                                       / "app"))
+    # a command the server ran repoints the root's symlink at a wider tree
+    root.unlink()
+    root.symlink_to(tmp_path)
+    with pytest.raises(ActionRefused) as info:
+        policy.check_workdir(root / "private" / "keys")
+    assert info.value.code == "outside_allowed_roots"
