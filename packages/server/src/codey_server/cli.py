@@ -13,11 +13,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import socket
 import sys
+from collections.abc import Coroutine
 from pathlib import Path
 from types import FrameType
+from typing import Any, TypeVar
 
 import msgspec
 import uvicorn
@@ -28,7 +31,9 @@ from codey_server.app import create_app
 from codey_server.errors import ConfigError
 from codey_server.settings import Settings, load_config_file
 
-__all__ = ["main"]
+__all__ = ["main", "run_loop"]
+
+T = TypeVar("T")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -138,13 +143,31 @@ def serve(args: argparse.Namespace) -> int:
         await server.serve(sockets=[sock])
         task.cancel()
 
-    asyncio.run(run())
+    run_loop(run())
     return 0
 
 
 def _line(text: str) -> None:
     sys.stdout.write(text + "\n")
     sys.stdout.flush()
+
+
+def run_loop(main: Coroutine[Any, Any, T]) -> T:
+    """Run ``main`` on uvloop where it is installed (everywhere but Windows), else on asyncio's
+    own loop. ``CODEY_EVENT_LOOP=asyncio`` picks asyncio's loop, e.g. to rule uvloop out.
+
+    Why uvloop: every action crosses the worker socket twice, and uvloop's socket and
+    callback handling in C cut a 1 KiB ``read_file`` round trip by about a fifth
+    (``scripts/bench/actions.py``).
+    """
+    if os.environ.get("CODEY_EVENT_LOOP", "").lower() != "asyncio":
+        try:
+            import uvloop
+        except ImportError:
+            pass
+        else:
+            return uvloop.run(main)
+    return asyncio.run(main)
 
 
 def main(argv: list[str] | None = None) -> int:

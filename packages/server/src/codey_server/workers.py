@@ -59,11 +59,33 @@ class ActionFailed(Exception):
 
 @dataclass
 class _InFlight:
+    """An action sent (or to be sent) to a worker, and the callers waiting for its outcome.
+
+    Each caller waits on a future of its own, settled directly when the outcome arrives: a
+    caller that times out or is cancelled takes only its own future with it, and no shield or
+    wait_for sits between the worker's answer and the caller (each added a loop iteration).
+    """
+
     worker_id: str
     action: wk.ActionMessage
-    result: asyncio.Future[wk.ActionOutcome]
     on_progress: ProgressCallback | None
+    waiters: list[asyncio.Future[wk.ActionOutcome]] = field(default_factory=list)
+    done: bool = False
     accepted: bool = False
+
+    def settle(self, outcome: wk.ActionOutcome | ActionFailed) -> None:
+        """Give every waiter the outcome (raised for them when it is an ActionFailed); the
+        first settles it, later answers are ignored."""
+        if self.done:
+            return
+        self.done = True
+        for waiter in self.waiters:
+            if waiter.done():
+                continue
+            if isinstance(outcome, ActionFailed):
+                waiter.set_exception(outcome)
+            else:
+                waiter.set_result(outcome)
 
 
 @dataclass
@@ -136,38 +158,44 @@ class WorkerRegistry:
         """Deliver ``action`` to the worker exactly once and wait for its outcome.
 
         Raises :class:`ActionFailed` for ``ActionErrored`` and ``TimeoutError`` when no outcome
-        came in ``timeout`` seconds (the action stays known, so a late result is still taken).
-        Re-running with an ``action_id`` that is in flight joins the existing wait.
+        came in ``timeout`` seconds. Re-running with an ``action_id`` that is in flight joins
+        the existing wait; once nobody waits (done, timed out or cancelled) the action is
+        forgotten: not re-sent after a reconnect, and a late answer is ignored.
         """
         info = self.engine.state.workers.get(worker_id)
         if info is None or info.revoked:
             raise ActionFailed("revoked", "the worker was revoked; it will not run anything")
+        waiter: asyncio.Future[wk.ActionOutcome] = asyncio.get_running_loop().create_future()
         flight = self._inflight.get(action.action_id)
         if flight is None:
-            loop = asyncio.get_running_loop()
-            flight = _InFlight(worker_id, action, loop.create_future(), on_progress)
+            flight = _InFlight(worker_id, action, on_progress, waiters=[waiter])
             self._inflight[action.action_id] = flight
             conn = self._conns.get(worker_id)
             if conn is not None:
                 with contextlib.suppress(Exception):
                     await conn.send(action)
-        elif on_progress is not None:
-            flight.on_progress = on_progress
+        else:
+            flight.waiters.append(waiter)
+            if on_progress is not None:
+                flight.on_progress = on_progress
         try:
-            return await asyncio.wait_for(asyncio.shield(flight.result), timeout)
+            async with asyncio.timeout(timeout):
+                return await waiter
         finally:
-            # done, timed out or abandoned (the caller was cancelled): either way nobody waits
-            # any more, so it must not be re-sent on the next reconnect
-            self._inflight.pop(action.action_id, None)
+            flight.waiters.remove(waiter)
+            # done, timed out or abandoned (the caller was cancelled): when nobody waits any
+            # more it must not be re-sent on the next reconnect
+            if not flight.waiters and self._inflight.get(action.action_id) is flight:
+                del self._inflight[action.action_id]
 
     async def cancel(self, worker_id: str, target_action_id: str, session_id: str) -> None:
         """Ask the worker to stop an action; the action's own outcome says how it ended."""
         conn = self._conns.get(worker_id)
         flight = self._inflight.pop(target_action_id, None)
         if conn is None:
-            if flight is not None and not flight.result.done():
-                flight.result.set_exception(ActionFailed("cancelled", "cancelled while the "
-                                                         "worker was away"))
+            if flight is not None:
+                flight.settle(ActionFailed("cancelled", "cancelled while the worker was "
+                                                 "away"))
             return
         cancel = wk.Cancel(action_id=f"act_{secrets.token_hex(8)}", session_id=session_id,
                            target_action_id=target_action_id)
@@ -195,7 +223,7 @@ class WorkerRegistry:
                 await old.ws.close(code=CLOSE_REPLACED, reason="replaced by a newer connection")
         # re-send everything this worker has not answered yet, with the same ids
         for flight in list(self._inflight.values()):
-            if flight.worker_id == conn.worker_id and not flight.result.done():
+            if flight.worker_id == conn.worker_id and not flight.done:
                 with contextlib.suppress(Exception):
                     await conn.send(flight.action)
         return True
@@ -211,8 +239,8 @@ class WorkerRegistry:
     def fail_all(self, worker_id: str, code: str, message: str) -> None:
         """End every action waiting on this worker (it was revoked: it will not answer)."""
         for flight in list(self._inflight.values()):
-            if flight.worker_id == worker_id and not flight.result.done():
-                flight.result.set_exception(ActionFailed(code, message))
+            if flight.worker_id == worker_id:
+                flight.settle(ActionFailed(code, message))
 
     async def close_worker(self, worker_id: str, code: int, reason: str) -> None:
         conn = self._conns.get(worker_id)
@@ -237,12 +265,12 @@ class WorkerRegistry:
                 await flight.on_progress(msg)
         elif isinstance(msg, wk.ActionResult):
             flight = self._flight(conn, msg.action_id)
-            if flight is not None and not flight.result.done():
-                flight.result.set_result(msg.result)
+            if flight is not None:
+                flight.settle(msg.result)
         elif isinstance(msg, wk.ActionErrored):
             flight = self._flight(conn, msg.action_id)
-            if flight is not None and not flight.result.done():
-                flight.result.set_exception(ActionFailed(msg.code, msg.message))
+            if flight is not None:
+                flight.settle(ActionFailed(msg.code, msg.message))
         elif isinstance(msg, wk.Heartbeat):
             conn.running = list(msg.running_actions)
         elif isinstance(msg, wk.WorkspaceChanged):

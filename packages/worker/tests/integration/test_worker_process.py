@@ -10,6 +10,7 @@ import stat
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -131,6 +132,14 @@ def test_pairs_connects_and_runs_actions(stack: Stack) -> None:
         assert stack.action(worker_id, once)["ok"]
         assert stack.action(worker_id, once)["ok"]
         assert (proj / "count").read_text() == "x\n"
+
+        # two callers at once with one action id: both get the one run's answer
+        joined = {"type": "run_command", "session_id": "ses_1", "action_id": "act_joined",
+                  "workdir": str(proj), "argv": ["sh", "-c", "sleep 0.5; echo y >> joined"]}
+        with ThreadPoolExecutor(2) as pool:
+            answers = list(pool.map(lambda _: stack.action(worker_id, joined), range(2)))
+        assert [a["ok"] for a in answers] == [True, True], answers
+        assert (proj / "joined").read_text() == "y\n"
 
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(15) == 0
