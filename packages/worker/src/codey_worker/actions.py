@@ -35,8 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import stat
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -96,15 +94,6 @@ _READ_ONLY = (ReadFile, ListDir, McpList)
 READ_RESULTS_KEPT = 500
 #: files up to this size are read on the event loop, not in a thread
 INLINE_READ_BYTES = 64 * 1024
-
-
-def _small_file(action: ReadFile) -> bool:
-    # Only a hint: fs.read_file still resolves and confines the path itself.
-    try:
-        info = os.stat(os.path.join(action.workdir, action.path))
-    except (OSError, ValueError):
-        return False
-    return stat.S_ISREG(info.st_mode) and info.st_size <= INLINE_READ_BYTES
 
 
 #: actions that run in a thread: a cancel cannot stop them halfway
@@ -217,20 +206,26 @@ class ActionDispatcher:
             await self._emit(done)
         elif action_id in self._tasks:
             await self._emit(codec.encode(ActionAccepted(action_id=action_id)))
-        elif isinstance(action, ReadFile) and _small_file(action):
+        elif (response := self._read_at_once(action)) is not None:
             # Answered at once, on the loop: the answer is the acknowledgement. An
             # ActionAccepted first would cost a frame each way and delay the answer for nothing.
-            try:
-                response: ActionResult | ActionErrored = ActionResult(
-                    action_id=action_id, result=fs.read_file(action, self.policy))
-            except Exception as exc:
-                response = self._errored(action_id, exc)
             await self._finish(action, response)
         else:
             self._running_actions[action_id] = action
             self._tasks[action_id] = asyncio.create_task(self._run(action),
                                                          name=f"action-{action_id}")
             await self._emit(codec.encode(ActionAccepted(action_id=action_id)))
+
+    def _read_at_once(self, action: ActionMessage) -> ActionResult | ActionErrored | None:
+        """The answer to a read_file of a small file (or a refused one); None otherwise."""
+        if not isinstance(action, ReadFile):
+            return None
+        try:
+            content = fs.read_small_file(action, self.policy, INLINE_READ_BYTES)
+        except Exception as exc:
+            return self._errored(action.action_id, exc)
+        return None if content is None else ActionResult(action_id=action.action_id,
+                                                         result=content)
 
     async def wait_idle(self) -> None:
         """Wait until no action is running (tests)."""

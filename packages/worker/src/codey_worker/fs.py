@@ -39,7 +39,10 @@ from codey_protocol.worker import (
 from codey_worker.confine import ActionRefused, relative_display, resolve_inside
 from codey_worker.policy import LocalPolicy
 
-__all__ = ["BINARY_SNIFF", "MAX_ENTRIES", "MAX_READ_BYTES", "list_dir", "read_file", "write_file"]
+__all__ = [
+    "BINARY_SNIFF", "MAX_ENTRIES", "MAX_READ_BYTES",
+    "list_dir", "read_file", "read_small_file", "write_file",
+]  # fmt: skip
 
 MAX_READ_BYTES = 2 * 1024 * 1024  # content returned by read_file, at most
 BINARY_SNIFF = 8 * 1024  # a NUL byte in these first bytes makes a file binary
@@ -83,6 +86,22 @@ def read_file(
     At most ``max_bytes`` bytes of content are returned; ``truncated=True`` when the selected
     lines were longer. Content is decoded as UTF-8 with invalid bytes replaced.
     """
+    content = _read_file(action, policy, max_bytes, None)
+    assert content is not None  # no size limit: always read
+    return content
+
+
+def read_small_file(action: ReadFile, policy: LocalPolicy, size_limit: int) -> FileContent | None:
+    """:func:`read_file`, or None when the file is larger than ``size_limit`` bytes.
+
+    For reading on the event loop: a small file is answered at once, a larger one is left for
+    a thread. Refusals are raised as by :func:`read_file`, whatever the size.
+    """
+    return _read_file(action, policy, MAX_READ_BYTES, size_limit)
+
+
+def _read_file(action: ReadFile, policy: LocalPolicy, max_bytes: int,
+               size_limit: int | None) -> FileContent | None:
     if action.offset < 0 or (action.limit is not None and action.limit < 0):
         raise ActionRefused("bad_request", "offset and limit must not be negative")
     workdir = _workdir(action.workdir, policy)
@@ -99,6 +118,8 @@ def read_file(
                 raise ActionRefused("not_a_regular_file",
                                     f"{shown} is not a regular file (a FIFO, socket or device)")
             size = info.st_size
+            if size_limit is not None and size > size_limit:
+                return None
             # a small file in one read(2), then worked on in memory; a bigger one (or one
             # that grew meanwhile) in pieces, so a huge line never sits in memory whole
             whole = os.read(fd, size + 1) if size <= WHOLE_READ_BYTES else None

@@ -330,3 +330,13 @@ def test_missing_workdir_is_not_created(tmp_path: Path) -> None:
     missing = tmp_path / "not-attached"
     assert code_of(write_file, wf(missing, "f.txt", "x")) == "not_found"
     assert not missing.exists()
+
+
+def test_read_small_file_leaves_bigger_files_but_refuses_like_read_file(ws: Path) -> None:
+    (ws / "small.txt").write_text("a\n")
+    (ws / "big.txt").write_text("b" * 101)
+    assert fs.read_small_file(rf(ws, "small.txt"), OPEN, 100) == read_file(rf(ws, "small.txt"))
+    assert fs.read_small_file(rf(ws, "big.txt"), OPEN, 100) is None
+    assert code_of(fs.read_small_file, rf(ws, "../outside/secret.txt"), OPEN, 100) == (
+        "path_outside_workdir")
+    assert code_of(fs.read_small_file, rf(ws, "missing.txt"), OPEN, 100) == "not_found"
