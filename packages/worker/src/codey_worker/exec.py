@@ -26,8 +26,9 @@ Choices a caller must know:
 * After the main process exits, processes it left in its group that still hold stdout/stderr
   open get ``drain_s`` (1 s) to finish and are then killed; background processes that
   redirected their output elsewhere are left alone.
-* Output memory is bounded by about ``2 * output_cap`` whatever the process writes: only the
-  head and a rolling tail are kept.
+* Output memory is bounded by about ``2 * min(output_cap, FRAME_BUDGET)`` whatever the
+  process writes: only the head and a rolling tail are kept, and never more than one frame
+  could carry back. Streaming goes on up to ``output_cap`` all the same.
 * An exception raised by ``on_output`` is logged and stops further streaming for that command;
   the command itself keeps running and still returns its result.
 """
@@ -46,6 +47,7 @@ from typing import Any
 
 from codey_protocol.worker import CommandResult, RunCommand
 from codey_worker.confine import ActionRefused, resolve_inside
+from codey_worker.frames import FRAME_BUDGET
 from codey_worker.policy import LocalPolicy
 
 __all__ = [
@@ -482,8 +484,11 @@ async def _run(
     pgid = proc.pid
     assert proc.stdout is not None and proc.stderr is not None
     cap = action.output_cap
-    head_budget = _HeadBudget(cap // 2)
-    tail_cap = cap - cap // 2
+    # The result must fit one frame: keeping more than that of a big cap would only be cut
+    # later (a 100 MB cap kept 100 MB of head in memory for a 1 MiB result).
+    keep = min(cap, FRAME_BUDGET)
+    head_budget = _HeadBudget(keep // 2)
+    tail_cap = keep - keep // 2
     captures = [_Capture(head_budget, tail_cap), _Capture(head_budget, tail_cap)]
     stream_budget = _StreamBudget(cap)
     streamers = [
@@ -529,7 +534,7 @@ async def _run(
     for streamer in streamers:
         await streamer.flush(final=True)
 
-    shares = _share_tail(captures, cap - sum(len(c.head) for c in captures))
+    shares = _share_tail(captures, keep - sum(len(c.head) for c in captures))
     stdout, cut_out = captures[0].render(shares[0])
     stderr, cut_err = captures[1].render(shares[1])
     rc = proc.returncode

@@ -23,6 +23,7 @@ from codey_worker.exec import (
     run_command,
     truncation_marker,
 )
+from codey_worker.frames import FRAME_BUDGET
 from codey_worker.policy import LocalPolicy
 
 T = TypeVar("T")
@@ -389,7 +390,7 @@ def test_same_action_id_cannot_run_twice_at_once(ws: Path, policy: LocalPolicy) 
 
 
 def test_streaming_is_coalesced(ws: Path, policy: LocalPolicy) -> None:
-    lines = 200_000
+    lines = 100_000  # 0.6 MB: all of it fits one result frame
     sink = Sink()
     result = run(ws, policy, ["seq", str(lines)], sink, output_cap=8 * 1024 * 1024)
     expected = "".join(f"{i}\n" for i in range(1, lines + 1))
@@ -398,6 +399,18 @@ def test_streaming_is_coalesced(ws: Path, policy: LocalPolicy) -> None:
     assert len(sink.calls) < lines // 100
     assert all(len(text.encode()) <= CHUNK_MAX for _, text in sink.calls)
     assert max(len(text.encode()) for _, text in sink.calls) == CHUNK_MAX  # size-triggered
+
+
+def test_a_cap_over_one_frame_streams_everything_but_keeps_one_frame(
+    ws: Path, policy: LocalPolicy
+) -> None:
+    size = 3 * 1024 * 1024
+    sink = Sink()
+    result = run(ws, policy, ["sh", "-c", f"head -c {size} /dev/zero | tr '\\0' a"], sink,
+                 output_cap=4 * size)
+    assert len(sink.text()) == size  # streamed up to the cap, which is not reached
+    assert result.truncated and len(result.stdout) <= FRAME_BUDGET + 200  # + the marker
+    assert result.stdout.startswith("a" * 1000) and result.stdout.endswith("a" * 1000)
 
 
 def test_slow_output_is_flushed_by_time(ws: Path, policy: LocalPolicy) -> None:
