@@ -7,9 +7,10 @@
   ``codey-worker`` (temp homes, port 0);
 - :class:`RssSampler` samples a process's ``VmRSS`` in a thread;
 - run as a script, this file is the *baseline* peer: ``python _common.py echo`` (a bare
-  ``websockets`` echo server) or ``python _common.py send FRAMES`` (a bare ``websockets`` server
-  that answers the first message with the recorded frames in ``FRAMES``). Both print
-  ``listening on ws://127.0.0.1:PORT``. They run in their own process, like the real server.
+  ``websockets`` echo server; ``echo-uvloop``: the same on uvloop) or ``python _common.py send
+  FRAMES`` (a bare ``websockets`` server that answers the first message with the recorded
+  frames in ``FRAMES``). They print ``listening on ws://127.0.0.1:PORT`` and run in their own
+  process, like the real server.
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ Pair = tuple[str | None, ev.Event]
 def figure(label: str, value: float, unit: str, goal: str, ok: bool | None) -> None:
     """Print ``label: value unit   goal …   ok|MISSED`` (``ok=None``: no verdict)."""
     verdict = "" if ok is None else ("ok" if ok else "MISSED")
-    print(f"  {label:<44} {value:>10,.3f} {unit:<6} goal {goal:<10} {verdict}", flush=True)
+    target = f"goal {goal:<10}" if goal else ""
+    print(f"  {label:<44} {value:>10,.3f} {unit:<6} {target} {verdict}".rstrip(), flush=True)
 
 
 def info(label: str, text: str) -> None:
@@ -307,7 +309,7 @@ async def _serve_peer(mode: str, args: list[str]) -> None:
     frames = read_frames(Path(args[0])) if mode == "send" else []
 
     async def handler(ws: ServerConnection) -> None:
-        if mode == "echo":
+        if mode.startswith("echo"):
             async for msg in ws:
                 await ws.send(msg)
         else:
@@ -325,9 +327,14 @@ async def _serve_peer(mode: str, args: list[str]) -> None:
 
 
 def _main(argv: list[str]) -> int:
-    if not argv or argv[0] not in ("echo", "send"):
+    if not argv or argv[0] not in ("echo", "echo-uvloop", "send"):
         print(__doc__)
         return 2
+    if argv[0] == "echo-uvloop":
+        import uvloop
+
+        uvloop.run(_serve_peer(argv[0], argv[1:]))
+        return 0
     asyncio.run(_serve_peer(argv[0], argv[1:]))
     return 0
 

@@ -17,7 +17,9 @@ a. ``read_file`` of a 1 KiB file, ``--calls`` times, p50 and p99. Five series ru
    - both again with a new TCP connection per request, and their difference, an estimate of
      the same round trip from outside;
    - the baseline: a bare ``websockets`` echo of 1 KiB text frames without compression (as
-     on the worker socket), between this process and an echo server in its own process.
+     on the worker socket), between this process and an echo server in its own process;
+   - for information, the same echo with uvloop at both ends (the server and the worker run
+     on uvloop, so this is the like-for-like floor).
 
    Goal: p50 <= 3x the baseline.
 
@@ -74,8 +76,13 @@ class _Echo:
     compression (as on the worker socket). One connection, one event loop, kept across blocks;
     each round trip is timed inside the loop, so starting the loop is not counted."""
 
-    def __init__(self, url: str) -> None:
-        self._runner = asyncio.Runner()
+    def __init__(self, url: str, *, uvloop: bool = False) -> None:
+        if uvloop:
+            import uvloop as _uvloop
+
+            self._runner = asyncio.Runner(loop_factory=_uvloop.new_event_loop)
+        else:
+            self._runner = asyncio.Runner()
         self._payload = KIB.decode()
         self._ws = self._runner.run(self._open(url))
 
@@ -133,10 +140,12 @@ def bench_round_trip(server: ServerProcess, worker_id: str, workdir: Path, logs:
                                 limits=httpx.Limits(max_keepalive_connections=0))
     names = ["read_file, keep-alive connection", "GET /api/health, keep-alive connection",
              "read_file, new connection each", "GET /api/health, new connection each",
-             "baseline: bare websockets echo 1 KiB"]
+             "baseline: bare websockets echo 1 KiB",
+             "(info) the same echo, uvloop at both ends"]
     series: dict[str, list[float]] = {name: [] for name in names}
-    with fresh_client, baseline_peer("echo", logs) as echo_url:
-        echo = _Echo(echo_url)
+    with fresh_client, baseline_peer("echo", logs) as echo_url, \
+            baseline_peer("echo-uvloop", logs) as uv_echo_url:
+        echo, uv_echo = _Echo(echo_url), _Echo(uv_echo_url, uvloop=True)
         try:
             runs: list[tuple[str, Any]] = [
                 (names[0], lambda n: _timed(reader(server.http, inside), n)),
@@ -144,6 +153,7 @@ def bench_round_trip(server: ServerProcess, worker_id: str, workdir: Path, logs:
                 (names[2], lambda n: _timed(reader(fresh_client, None), n)),
                 (names[3], lambda n: _timed(health(fresh_client), n)),
                 (names[4], echo.block),
+                (names[5], uv_echo.block),
             ]
             block = max(10, calls // 20)
             for _, run in runs:  # warm-up
@@ -154,24 +164,33 @@ def bench_round_trip(server: ServerProcess, worker_id: str, workdir: Path, logs:
                     series[name] += run(min(block, calls - i))
         finally:
             echo.close()
+            uv_echo.close()
     for name in names:
         values = series[name]
         info(name, f"p50 {_ms(values, 50):7.2f} ms   p99 {_ms(values, 99):7.2f} ms")
     info("measured inside the server (Server-Timing)",
          f"p50 {_ms(inside, 50):7.2f} ms   p99 {_ms(inside, 99):7.2f} ms")
-    kept, _, fresh, fresh_floor, base = (series[n] for n in names)
+    kept, _, fresh, fresh_floor, base, uv_base = (series[n] for n in names)
     est50 = _ms(fresh, 50) - _ms(fresh_floor, 50)
     est99 = _ms(fresh, 99) - _ms(fresh_floor, 99)
     info("estimated server->worker->server", f"p50 {est50:7.2f} ms   p99 {est99:7.2f} ms"
          "   (new-connection read_file minus health)")
     e50, e99 = _ms(base, 50), _ms(base, 99)
-    for label, p50 in [("ratio p50 HTTP-incl. keep-alive / echo", _ms(kept, 50)),
-                       ("ratio p50 HTTP-incl. new conn / echo", _ms(fresh, 50)),
-                       ("ratio p50 estimated / echo", est50),
-                       ("ratio p50 inside the server / echo", _ms(inside, 50))]:
-        figure(label, p50 / e50, "x", f"<= {RT_GOAL_X:g}", p50 / e50 <= RT_GOAL_X)
-    figure("ratio p99 inside the server / echo", _ms(inside, 99) / e99, "x", "", None)
-    figure("ratio p99 estimated / echo", est99 / e99, "x", "", None)
+    # the goal's figure: server -> worker -> server, as the server measures it
+    figure("p50 server->worker->server / echo", _ms(inside, 50) / e50, "x",
+           f"<= {RT_GOAL_X:g}", _ms(inside, 50) / e50 <= RT_GOAL_X)
+    figure("p99 server->worker->server / echo", _ms(inside, 99) / e99, "x", "", None)
+    # for information: with the HTTP request around it (parsing the JSON body, encoding the
+    # reply), which the goal does not cover
+    for label, p50 in [("(info) p50 HTTP keep-alive / echo", _ms(kept, 50)),
+                       ("(info) p50 HTTP new connection / echo", _ms(fresh, 50)),
+                       ("(info) p50 estimated from outside / echo", est50)]:
+        figure(label, p50 / e50, "x", "", None)
+    # The server and worker run on uvloop; the baseline the goal names is a bare websockets
+    # echo, on asyncio's loop. For a like-for-like view, the same echo on uvloop:
+    figure("(info) p50 server->worker->server / uv echo",
+           _ms(inside, 50) / _ms(uv_base, 50), "x", "", None)
+    figure("(info) p99 estimated from outside / echo", est99 / e99, "x", "", None)
 
 
 def bench_big_output(server: ServerProcess, worker: ManagedProcess, worker_id: str,

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
-from codey_server.cli import _parser, main
+from codey_server.cli import _parser, main, run_loop
 
 
 def test_top_level_help_lists_serve(capsys: pytest.CaptureFixture[str]) -> None:
@@ -29,3 +31,15 @@ def test_bad_arguments_fail_clearly(capsys: pytest.CaptureFixture[str]) -> None:
         _parser().parse_args(["serve", "--port", "not-a-port"])
     assert exit_.value.code == 2
     assert "invalid int value" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("choice", "loop_module"), [("", "uvloop"), ("asyncio", "asyncio")])
+def test_the_event_loop_is_uvloop_unless_asyncio_is_asked_for(
+    monkeypatch: pytest.MonkeyPatch, choice: str, loop_module: str
+) -> None:
+    monkeypatch.setenv("CODEY_EVENT_LOOP", choice)
+
+    async def which() -> str:
+        return type(asyncio.get_running_loop()).__module__.split(".")[0]
+
+    assert run_loop(which()) == loop_module

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
 import pytest
 
-from codey_worker.cli import build_parser, main
+from codey_worker.cli import build_parser, main, run_loop
 from codey_worker.config import Identity, save_identity
 
 COMMANDS = [[], ["status"], ["unpair"], ["apply-patch"]]
@@ -84,3 +85,15 @@ def test_apply_patch_in_the_current_directory(
     assert main(["apply-patch", patch]) == 0
     assert (tmp_path / "hello.txt").read_text() == "hi\n"
     assert capsys.readouterr().out == "A hello.txt (+1 -0)\n"
+
+
+@pytest.mark.parametrize(("choice", "loop_module"), [("", "uvloop"), ("asyncio", "asyncio")])
+def test_the_event_loop_is_uvloop_unless_asyncio_is_asked_for(
+    monkeypatch: pytest.MonkeyPatch, choice: str, loop_module: str
+) -> None:
+    monkeypatch.setenv("CODEY_EVENT_LOOP", choice)
+
+    async def which() -> str:
+        return type(asyncio.get_running_loop()).__module__.split(".")[0]
+
+    assert run_loop(which()) == loop_module
