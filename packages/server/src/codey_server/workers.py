@@ -70,22 +70,35 @@ class _InFlight:
     action: wk.ActionMessage
     on_progress: ProgressCallback | None
     waiters: list[asyncio.Future[wk.ActionOutcome]] = field(default_factory=list)
-    done: bool = False
+    outcome: wk.ActionOutcome | ActionFailed | None = None
     accepted: bool = False
+
+    @property
+    def done(self) -> bool:
+        return self.outcome is not None
 
     def settle(self, outcome: wk.ActionOutcome | ActionFailed) -> None:
         """Give every waiter the outcome (raised for them when it is an ActionFailed); the
         first settles it, later answers are ignored."""
-        if self.done:
+        if self.outcome is not None:
             return
-        self.done = True
+        self.outcome = outcome
         for waiter in self.waiters:
-            if waiter.done():
-                continue
-            if isinstance(outcome, ActionFailed):
-                waiter.set_exception(outcome)
-            else:
-                waiter.set_result(outcome)
+            self._give(waiter)
+
+    def join(self, waiter: asyncio.Future[wk.ActionOutcome]) -> None:
+        """Add a waiter; one joining after the outcome came gets it at once."""
+        self.waiters.append(waiter)
+        if self.outcome is not None:
+            self._give(waiter)
+
+    def _give(self, waiter: asyncio.Future[wk.ActionOutcome]) -> None:
+        if waiter.done() or self.outcome is None:
+            return
+        if isinstance(self.outcome, ActionFailed):
+            waiter.set_exception(self.outcome)
+        else:
+            waiter.set_result(self.outcome)
 
 
 @dataclass
@@ -167,19 +180,19 @@ class WorkerRegistry:
             raise ActionFailed("revoked", "the worker was revoked; it will not run anything")
         waiter: asyncio.Future[wk.ActionOutcome] = asyncio.get_running_loop().create_future()
         flight = self._inflight.get(action.action_id)
+        fresh = flight is None
         if flight is None:
-            flight = _InFlight(worker_id, action, on_progress, waiters=[waiter])
+            flight = _InFlight(worker_id, action, on_progress)
             self._inflight[action.action_id] = flight
-            conn = self._conns.get(worker_id)
-            if conn is not None:
-                with contextlib.suppress(Exception):
-                    await conn.send(action)
-        else:
-            flight.waiters.append(waiter)
-            if on_progress is not None:
-                flight.on_progress = on_progress
+        elif on_progress is not None:
+            flight.on_progress = on_progress
+        flight.join(waiter)
         try:
             async with asyncio.timeout(timeout):
+                conn = self._conns.get(worker_id)
+                if fresh and conn is not None:
+                    with contextlib.suppress(Exception):
+                        await conn.send(action)
                 return await waiter
         finally:
             flight.waiters.remove(waiter)
