@@ -477,7 +477,7 @@ def test_cap_is_shared_by_stdout_and_stderr(ws: Path, policy: LocalPolicy) -> No
     assert result.stdout.endswith("20000\n") and result.stderr.endswith("20000\n")
 
 
-YES_SECONDS = 30.0 if os.environ.get("CODEY_LONG_TESTS") == "1" else 3.0
+YES_SECONDS = 30.0  # as long as the issue asks: a slow leak shows only over time
 
 
 @pytest.mark.parametrize("seconds", [YES_SECONDS])
