@@ -14,7 +14,6 @@ import argparse
 import asyncio
 import logging
 import os
-import signal
 import socket
 import sys
 from collections.abc import Coroutine
@@ -173,7 +172,8 @@ def run_loop(main: Coroutine[Any, Any, T]) -> T:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "serve":
-        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        # SIGPIPE stays ignored (Python's default): with SIG_DFL a write to a socket whose
+        # peer had just reset it would kill the whole server instead of raising EPIPE
         return serve(args)
     return 2
 

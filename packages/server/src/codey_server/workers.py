@@ -18,7 +18,7 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,6 +72,8 @@ class _InFlight:
     waiters: list[asyncio.Future[wk.ActionOutcome]] = field(default_factory=list)
     outcome: wk.ActionOutcome | ActionFailed | None = None
     accepted: bool = False
+    sent: bool = False  # handed to the current connection (a reconnect sends it again)
+    sending: bool = False
 
     @property
     def done(self) -> bool:
@@ -123,6 +125,7 @@ class WorkerRegistry:
         self._conns: dict[str, _Conn] = {}
         self._inflight: dict[str, _InFlight] = {}
         self._presence: dict[str, asyncio.Event] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
         self._absence: dict[str, asyncio.Event] = {}
 
     # queries --------------------------------------------------------------------------------
@@ -180,7 +183,6 @@ class WorkerRegistry:
             raise ActionFailed("revoked", "the worker was revoked; it will not run anything")
         waiter: asyncio.Future[wk.ActionOutcome] = asyncio.get_running_loop().create_future()
         flight = self._inflight.get(action.action_id)
-        fresh = flight is None
         if flight is None:
             flight = _InFlight(worker_id, action, on_progress)
             self._inflight[action.action_id] = flight
@@ -189,27 +191,55 @@ class WorkerRegistry:
         flight.join(waiter)
         try:
             async with asyncio.timeout(timeout):
-                conn = self._conns.get(worker_id)
-                if fresh and conn is not None:
-                    with contextlib.suppress(Exception):
-                        await conn.send(action)
+                await self._deliver(flight)
                 return await waiter
         finally:
             flight.waiters.remove(waiter)
-            # done, timed out or abandoned (the caller was cancelled): when nobody waits any
-            # more it must not be re-sent on the next reconnect
-            if not flight.waiters and self._inflight.get(action.action_id) is flight:
-                del self._inflight[action.action_id]
+            if waiter.done() and not waiter.cancelled():
+                waiter.exception()  # settled as this caller left: nobody else will look
+            if not flight.waiters:
+                # done, timed out or abandoned: when nobody waits any more it must not be
+                # re-sent on the next reconnect
+                if self._inflight.get(action.action_id) is flight:
+                    del self._inflight[action.action_id]
+            elif not flight.sent and not flight.sending:
+                # this caller was stopped while sending; the others still wait for an answer
+                self._background(self._deliver(flight))
+
+    async def _deliver(self, flight: _InFlight) -> None:
+        """Send the action on the worker's current connection, once (joiners do not repeat
+        it); without a connection it goes out when the worker connects (:meth:`attach`)."""
+        while True:
+            conn = self._conns.get(flight.worker_id)
+            if conn is None or flight.sent or flight.sending or flight.done:
+                return
+            flight.sending = True
+            try:
+                with contextlib.suppress(Exception):  # a broken socket: the reconnect re-sends
+                    await conn.send(flight.action)
+            finally:
+                flight.sending = False
+            if self._conns.get(flight.worker_id) is conn:
+                flight.sent = True
+                return
+            # the worker reconnected while this was sent on the old connection: send again
+
+    def _background(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)  # keep a reference until it ends
+        task.add_done_callback(self._tasks.discard)
 
     async def cancel(self, worker_id: str, target_action_id: str, session_id: str) -> None:
         """Ask the worker to stop an action; the action's own outcome says how it ended."""
         conn = self._conns.get(worker_id)
-        flight = self._inflight.pop(target_action_id, None)
         if conn is None:
+            # nothing can stop it on the worker now: end the wait, and never send it again
+            flight = self._inflight.pop(target_action_id, None)
             if flight is not None:
                 flight.settle(ActionFailed("cancelled", "cancelled while the worker was "
                                                  "away"))
             return
+        # connected: the worker answers the target itself (cancelled, or its real outcome)
         cancel = wk.Cancel(action_id=f"act_{secrets.token_hex(8)}", session_id=session_id,
                            target_action_id=target_action_id)
         with contextlib.suppress(Exception):
@@ -237,8 +267,8 @@ class WorkerRegistry:
         # re-send everything this worker has not answered yet, with the same ids
         for flight in list(self._inflight.values()):
             if flight.worker_id == conn.worker_id and not flight.done:
-                with contextlib.suppress(Exception):
-                    await conn.send(flight.action)
+                flight.sent = False  # the old connection's delivery counts for nothing now
+                await self._deliver(flight)
         return True
 
     def detach(self, conn: _Conn) -> bool:

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
+from codey_protocol import codec
+from codey_protocol import events as ev
 from codey_protocol import worker as wk
-from codey_server.workers import ActionFailed, _InFlight
+from codey_server.engine import Engine
+from codey_server.eventlog import MemoryEventLog
+from codey_server.pairing import KeyStore
+from codey_server.workers import ActionFailed, WorkerRegistry, _Conn, _InFlight
 
 READ = wk.ReadFile(action_id="a1", session_id="s", workdir="/w", path="f")
 CONTENT = wk.FileContent(path="f", content="hi\n", size=3, total_lines=1)
@@ -51,5 +57,76 @@ def test_a_cancelled_waiter_does_not_take_the_others_with_it() -> None:
         gone.cancel()
         flight.settle(CONTENT)
         assert await staying == CONTENT
+
+    asyncio.run(main())
+
+
+# --------------------------------------------------------------------------- the registry
+
+
+class SlowSocket:
+    """Stands in for the worker's websocket on the server side: each send takes ``delay``."""
+
+    def __init__(self, delay: float = 0.0) -> None:
+        self.delay = delay
+        self.frames: list[wk.ServerToWorkerMessage] = []
+
+    async def send_data(self, data: bytes, mode: str = "text") -> None:
+        await asyncio.sleep(self.delay)
+        self.frames.append(codec.decode_server_to_worker(data))
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        return None
+
+
+async def _registry(tmp_path: Path, ws: SlowSocket) -> tuple[WorkerRegistry, _Conn]:
+    engine = Engine(MemoryEventLog())
+    await engine.start()
+    await engine.append([(None, ev.WorkerPaired(
+        worker_id="w1", request_id="r", hostname="h", os="Linux", python_version="3.11",
+        worker_version="0", roots=["/"], public_key="k"))])
+    keys = KeyStore(tmp_path / "workers.json")
+    keys.add("w1", "k", "secret")
+    registry = WorkerRegistry(engine, keys)
+    conn = _Conn(worker_id="w1", ws=ws)  # type: ignore[arg-type]
+    assert await registry.attach(conn, "secret")
+    return registry, conn
+
+
+def test_a_joiner_still_gets_the_action_sent_when_the_first_caller_gave_up_sending(
+    tmp_path: Path,
+) -> None:
+    async def main() -> None:
+        ws = SlowSocket(delay=0.3)
+        registry, conn = await _registry(tmp_path, ws)
+        first = asyncio.create_task(registry.run("w1", READ, timeout=0.05))
+        await asyncio.sleep(0.01)
+        second = asyncio.create_task(registry.run("w1", READ, timeout=5))
+        with pytest.raises(TimeoutError):
+            await first  # gave up while its send was still going
+        for _ in range(100):
+            if ws.frames:
+                break
+            await asyncio.sleep(0.01)
+        assert ws.frames == [READ]  # sent once, for the one still waiting
+        await registry.handle(conn, wk.ActionResult(action_id="a1", result=CONTENT))
+        assert await second == CONTENT
+
+    asyncio.run(main())
+
+
+def test_cancel_while_connected_leaves_the_answer_to_the_worker(tmp_path: Path) -> None:
+    async def main() -> None:
+        ws = SlowSocket()
+        registry, conn = await _registry(tmp_path, ws)
+        waiting = asyncio.create_task(registry.run("w1", READ, timeout=5))
+        await asyncio.sleep(0.01)
+        await registry.cancel("w1", "a1", "s")
+        assert [type(f) for f in ws.frames] == [wk.ReadFile, wk.Cancel]
+        await registry.handle(conn, wk.ActionErrored(action_id="a1", code="cancelled",
+                                                     message="the action was cancelled"))
+        with pytest.raises(ActionFailed) as info:
+            await waiting
+        assert info.value.code == "cancelled"
 
     asyncio.run(main())
