@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from codey_worker.errors import WorkerError
@@ -117,11 +118,42 @@ def resolve_inside(workdir: str | Path, path: str, *, real: bool = False) -> Pat
     return Path(target)
 
 
-def check_root(path: str | Path, allowed_roots: Iterable[str | Path], *,
-               roots_real: bool = False) -> Path:
+@dataclass(frozen=True)
+class Root:
+    """An allowed root as it was when pinned: its real path and that directory's identity.
+
+    The fast path below a root trusts the root's spelling only while it still names the same
+    directory (same ``st_dev``/``st_ino``, checked with one ``lstat``); a root swapped for a
+    symlink, or replaced, sends every check the long way, against the pinned real path.
+    """
+
+    path: str
+    ident: tuple[int, int] | None  # None: it did not exist when pinned
+
+    @classmethod
+    def pin(cls, root: str | Path) -> Root:
+        real = os.path.realpath(os.fspath(root))
+        try:
+            info = os.stat(real)
+        except OSError:
+            return cls(real, None)
+        return cls(real, (info.st_dev, info.st_ino))
+
+    def unchanged(self) -> bool:
+        if self.ident is None:
+            return False
+        try:
+            info = os.lstat(self.path)
+        except OSError:
+            return False
+        return (info.st_dev, info.st_ino) == self.ident
+
+
+def check_root(path: str | Path, allowed_roots: Iterable[str | Path | Root]) -> Path:
     """Return the real path of ``path`` if it lies inside one of ``allowed_roots`` (also real).
 
-    ``roots_real=True`` says the roots are real paths already (the policy resolves them once).
+    Roots given as paths are pinned (:meth:`Root.pin`) on each call; the policy pins its roots
+    once, so a root repointed later cannot widen what is allowed.
     Raises ``ActionRefused("outside_allowed_roots")`` otherwise (also when there are no roots),
     and ``ActionRefused("bad_request")`` for a relative path.
     """
@@ -129,19 +161,18 @@ def check_root(path: str | Path, allowed_roots: Iterable[str | Path], *,
     _check_text(text, "workdir")
     if not text or not os.path.isabs(text):
         raise ActionRefused("bad_request", f"workdir must be an absolute path, got {text!r}")
-    roots = [os.fspath(r) if roots_real else os.path.realpath(os.fspath(r))
-             for r in allowed_roots]
+    roots = [r if isinstance(r, Root) else Root.pin(r) for r in allowed_roots]
     for root in roots:
-        # the usual case, a plain directory below a root: no need to resolve the root again
-        prefix = root if root.endswith("/") else root + "/"
-        if text == root or text.startswith(prefix):
-            plain = _plain_path(root, text[len(prefix):])
+        # the usual case, a plain directory below an unchanged root: no realpath needed
+        prefix = root.path if root.path.endswith("/") else root.path + "/"
+        if (text == root.path or text.startswith(prefix)) and root.unchanged():
+            plain = _plain_path(root.path, text[len(prefix):])
             if plain is not None:
                 return Path(plain)
     target = os.path.realpath(text)
-    if any(_is_within(target, r) for r in roots):
+    if any(_is_within(target, r.path) for r in roots):
         return Path(target)
-    shown = ", ".join(roots) if roots else "(none configured)"
+    shown = ", ".join(r.path for r in roots) if roots else "(none configured)"
     raise ActionRefused(
         "outside_allowed_roots",
         f"{text} resolves to {target}, outside this worker's allowed roots: {shown}",
@@ -159,4 +190,6 @@ def relative_display(workdir: Path, target: Path) -> str:
     return Path(os.path.relpath(path, root)).as_posix()
 
 
-__all__ = ["ActionRefused", "check_root", "real_workdir", "relative_display", "resolve_inside"]
+__all__ = [
+    "ActionRefused", "Root", "check_root", "real_workdir", "relative_display", "resolve_inside",
+]  # fmt: skip

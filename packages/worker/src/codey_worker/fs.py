@@ -108,8 +108,11 @@ def _read_file(action: ReadFile, policy: LocalPolicy, max_bytes: int,
     target = resolve_inside(workdir, action.path, real=True)
     shown = relative_display(workdir, target)
     with _io_errors(shown):
-        # O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused just below)
-        fd = os.open(target, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        # O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused just below).
+        # O_NOFOLLOW: the target was checked as a real path; if its last component has become
+        # a symlink since, that is refused rather than followed.
+        fd = os.open(target, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+                     | os.O_NOFOLLOW)
         try:
             info = os.fstat(fd)
             if stat.S_ISDIR(info.st_mode):
@@ -122,7 +125,9 @@ def _read_file(action: ReadFile, policy: LocalPolicy, max_bytes: int,
                 return None
             # a small file in one read(2), then worked on in memory; a bigger one (or one
             # that grew meanwhile) in pieces, so a huge line never sits in memory whole
-            whole = os.read(fd, size + 1) if size <= WHOLE_READ_BYTES else None
+            whole = _read_upto(fd, size + 1) if size <= WHOLE_READ_BYTES else None
+            if whole is not None and len(whole) > size and size_limit is not None:
+                return None  # it is growing: not something to read to its end on the loop
             if whole is not None and len(whole) <= size:
                 if b"\x00" in whole[:BINARY_SNIFF]:
                     return FileContent(path=shown, binary=True, size=size)
@@ -146,6 +151,18 @@ def _read_file(action: ReadFile, policy: LocalPolicy, max_bytes: int,
         total_lines=total_lines,
         truncated=truncated,
     )
+
+
+def _read_upto(fd: int, n: int) -> bytes:
+    """Up to ``n`` bytes from ``fd``, fewer only at the end of the file (a read(2) may return
+    less than asked, e.g. on network filesystems)."""
+    data = os.read(fd, n)
+    while 0 < len(data) < n:
+        more = os.read(fd, n - len(data))
+        if not more:
+            break
+        data += more
+    return data
 
 
 def _select_lines(f: BinaryIO, action: ReadFile, max_bytes: int) -> tuple[bytes, int, bool]:

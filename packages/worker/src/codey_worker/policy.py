@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from codey_worker.confine import ActionRefused, check_root
+from codey_worker.confine import ActionRefused, Root, check_root
 
 SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "mksh", "ash", "fish", "busybox"})
 # Programs whose job is to run another program named in their arguments.
@@ -47,13 +47,13 @@ class LocalPolicy:
 
     allowed_roots: list[Path]
     denied_commands: list[str] = field(default_factory=list)
-    #: the roots' real paths, resolved once: a command the server runs cannot widen a root
-    #: later by swapping a symlink, and no action pays for resolving them again
-    real_roots: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    #: the roots pinned once (real path and directory identity): a root repointed later —
+    #: say by a command the server ran — cannot widen what is allowed, and no action pays
+    #: for resolving the roots again
+    pinned_roots: tuple[Root, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        real = tuple(os.path.realpath(os.fspath(r)) for r in self.allowed_roots)
-        object.__setattr__(self, "real_roots", real)
+        object.__setattr__(self, "pinned_roots", tuple(Root.pin(r) for r in self.allowed_roots))
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> LocalPolicy:
@@ -74,7 +74,7 @@ class LocalPolicy:
 
     def check_workdir(self, path: str | Path) -> Path:
         """Return the real path of ``path``; refuse (``outside_allowed_roots``) if not allowed."""
-        return check_root(path, self.real_roots, roots_real=True)
+        return check_root(path, self.pinned_roots)
 
     def check_command(self, argv: Sequence[str]) -> None:
         """Refuse (``denied_command``) an argv that would run a denied program.

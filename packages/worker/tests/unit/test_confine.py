@@ -8,7 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from codey_worker.confine import ActionRefused, check_root, relative_display, resolve_inside
+from codey_worker.confine import (
+    ActionRefused,
+    Root,
+    check_root,
+    relative_display,
+    resolve_inside,
+)
 from codey_worker.errors import WorkerError
 
 
@@ -198,8 +204,7 @@ def test_check_root_fast_path_agrees_with_realpath(tmp_path: Path) -> None:
         expected = Path(os.path.realpath(path))
         if inside:
             assert check_root(path, [root]) == expected, rel
-            assert check_root(path, [str(Path(os.path.realpath(root)))],
-                              roots_real=True) == expected, rel
+            assert check_root(path, [Root.pin(root)]) == expected, rel
         else:
             with pytest.raises(ActionRefused) as info:
                 check_root(path, [root])

@@ -340,3 +340,26 @@ def test_read_small_file_leaves_bigger_files_but_refuses_like_read_file(ws: Path
     assert code_of(fs.read_small_file, rf(ws, "../outside/secret.txt"), OPEN, 100) == (
         "path_outside_workdir")
     assert code_of(fs.read_small_file, rf(ws, "missing.txt"), OPEN, 100) == "not_found"
+
+
+def test_a_file_growing_while_read_is_left_to_a_thread_not_read_to_its_end(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (ws / "log.txt").write_text("line\n")
+    real_read = fs._read_upto
+
+    def grown(fd: int, n: int) -> bytes:  # the writer appended between fstat and read
+        return real_read(fd, n) + b"more\n"
+
+    monkeypatch.setattr(fs, "_read_upto", grown)
+    assert fs.read_small_file(rf(ws, "log.txt"), OPEN, 1024) is None
+    assert read_file(rf(ws, "log.txt")).content == "line\n"  # a thread reads it in pieces
+
+
+def test_a_target_swapped_for_a_symlink_after_the_check_is_not_followed(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (ws / "link").symlink_to(ws.parent / "outside" / "secret.txt")
+    # as if "link" had been a plain file when it was checked
+    monkeypatch.setattr(fs, "resolve_inside", lambda *a, **k: ws / "link")
+    assert code_of(read_file, rf(ws, "link")) == "io_error"

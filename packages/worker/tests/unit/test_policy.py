@@ -139,3 +139,18 @@ def test_roots_are_resolved_once_so_a_swapped_symlink_cannot_widen_them(tmp_path
     with pytest.raises(ActionRefused) as info:
         policy.check_workdir(root / "private" / "keys")
     assert info.value.code == "outside_allowed_roots"
+
+
+def test_a_root_directory_replaced_by_a_symlink_cannot_widen_it(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    (root / "proj").mkdir(parents=True)
+    (tmp_path / "outside" / "proj").mkdir(parents=True)
+    policy = LocalPolicy(allowed_roots=[root])
+    assert policy.check_workdir(root / "proj") == Path(os.path.realpath(root / "proj"))
+    # the same spelling now leads somewhere else: judged by where it leads, not by its text
+    root.rename(tmp_path / "root.old")
+    root.symlink_to(tmp_path / "outside")
+    for spelling in (root / "proj", tmp_path / "outside" / "proj"):
+        with pytest.raises(ActionRefused) as info:
+            policy.check_workdir(spelling)
+        assert info.value.code == "outside_allowed_roots"
