@@ -135,14 +135,18 @@ class WorkerProcess(StopsOnExit):
     """A real ``codey-worker`` with its own ``CODEY_HOME``, paired with ``server`` on start.
 
     Pairing goes the way a browser does it: read the code the worker prints, find the request
-    with ``GET /api/pairing/requests``, approve it with the code. ``root`` is an allowed root
-    (the worker config written on first start allows only it); sessions' workdirs go inside.
+    with ``GET /api/pairing/requests``, approve it with the code. ``home`` stands for the
+    user's home directory: ``CODEY_HOME`` is ``home/.codey`` (:attr:`codey_home`), as by
+    default, and ``root`` = ``home/projects`` is an allowed root (the worker config written on
+    first start allows only it); sessions' workdirs go inside. The worker refuses any path in
+    its own ``CODEY_HOME``, so workdirs must not be put there.
     """
 
     def __init__(self, server: ServerProcess, home: Path, *,
                  config: dict[str, Any] | None = None, name: str = "worker") -> None:
         self.server = server
         self.home = Path(home)
+        self.codey_home = self.home / ".codey"
         self.root = self.home / "projects"
         self.config = config
         self.name = name
@@ -153,12 +157,12 @@ class WorkerProcess(StopsOnExit):
 
     @property
     def worker_id(self) -> str:
-        data: dict[str, Any] = json.loads((self.home / "worker.json").read_text())
+        data: dict[str, Any] = json.loads((self.codey_home / "worker.json").read_text())
         return str(data["worker_id"])
 
     @property
     def paired(self) -> bool:
-        return (self.home / "worker.json").exists()
+        return (self.codey_home / "worker.json").exists()
 
     def start(self, timeout: float = 30.0, *, wait_connected: bool = True,
               pair: bool = True) -> Self:
@@ -168,9 +172,9 @@ class WorkerProcess(StopsOnExit):
         (:attr:`pair_line`, :attr:`pair_url`): the caller approves it (a browser, a test),
         then calls :meth:`wait_connected`.
         """
-        self.home.mkdir(parents=True, exist_ok=True)
+        self.codey_home.mkdir(parents=True, exist_ok=True)
         self.root.mkdir(parents=True, exist_ok=True)
-        cfg_path = self.home / "worker-config.json"
+        cfg_path = self.codey_home / "worker-config.json"
         if not cfg_path.exists():
             cfg = {"allowed_roots": [str(self.root)], **(self.config or {})}
             cfg_path.write_text(json.dumps(cfg))
@@ -178,7 +182,7 @@ class WorkerProcess(StopsOnExit):
         self.proc = ManagedProcess(f"{self.name}-{self.starts}", log_dir=self.home / "logs")
         was_paired = self.paired
         self.proc.start([sys.executable, "-m", "codey_worker.cli", "--server", self.server.url],
-                        env={"CODEY_HOME": str(self.home)})
+                        env={"CODEY_HOME": str(self.codey_home)})
         if not was_paired:
             match = self.proc.wait_for_line(r"Open (\S+)/#/pair/(\S+) to link this machine",
                                             timeout=timeout)

@@ -89,9 +89,14 @@ EXECUTORS = [
 
 
 #: actions that change nothing: running one again is harmless, so their answers are kept in
-#: memory only (READ_RESULTS_KEPT of them), not in the record store
+#: memory only (the last READ_RESULTS_KEPT of them, READ_RESULTS_BYTES in all at most), not in
+#: the record store
 _READ_ONLY = (ReadFile, ListDir, McpList)
 READ_RESULTS_KEPT = 500
+READ_RESULTS_BYTES = 32 * 1024 * 1024
+#: how long attach_session waits for MCP servers to list their tools before answering with
+#: what is known (a slow or hung MCP server must not hold up a session)
+ATTACH_MCP_TIMEOUT_S = 20.0
 #: files up to this size are read on the event loop, not in a thread
 INLINE_READ_BYTES = 64 * 1024
 
@@ -129,6 +134,7 @@ class ActionDispatcher:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._running_actions: dict[str, ActionMessage] = {}
         self._reads: OrderedDict[str, bytes] = OrderedDict()  # answers of recent reads
+        self._reads_bytes = 0  # their total size
         self._cancel_requested: set[str] = set()
         self._attached: dict[str, Path] = {}
 
@@ -277,9 +283,15 @@ class ActionDispatcher:
         self._cancel_requested.discard(action_id)
         frame = encode_fitted(response)
         if isinstance(action, _READ_ONLY):
+            old = self._reads.pop(action_id, None)
+            self._reads_bytes -= len(old) if old is not None else 0
             self._reads[action_id] = frame
-            while len(self._reads) > READ_RESULTS_KEPT:
-                self._reads.popitem(last=False)
+            self._reads_bytes += len(frame)
+            while len(self._reads) > READ_RESULTS_KEPT or (
+                self._reads_bytes > READ_RESULTS_BYTES and len(self._reads) > 1
+            ):
+                _, dropped = self._reads.popitem(last=False)
+                self._reads_bytes -= len(dropped)
         else:
             try:
                 self.records.finish(action_id, frame)
@@ -334,6 +346,7 @@ class ActionDispatcher:
 
         # Checks first (run_command repeats them) so a refused command is not shown as running.
         self.policy.check_command(action.argv)
+        self.policy.check_env(action.env)
         if self.console is not None:
             self.console.running(action.session_id, action.argv)
         if self._kill_grace_s is None:
@@ -370,7 +383,12 @@ class ActionDispatcher:
             self.watcher.watch(action.session_id, workdir)
         if self.console is not None:
             self.console.attached(action.session_id, str(workdir))
-        servers: list[McpServerInfo] = await self.mcp.list_all() if self.mcp else []
+        servers: list[McpServerInfo] = []
+        if self.mcp is not None:
+            try:
+                servers = await asyncio.wait_for(self.mcp.list_all(), ATTACH_MCP_TIMEOUT_S)
+            except TimeoutError:
+                servers = self.mcp.cached()
         return Attached(workdir=str(workdir), created=created, mcp_servers=servers)
 
     def _cancel(self, action: Cancel) -> ActionOutcome:

@@ -9,6 +9,12 @@ What this cannot stop: a process that swaps a directory for a symlink between th
 use (a TOCTOU race). Commands the worker runs could do that, but they can already write anywhere
 their user can, so the check is about what the *server* may name, not a sandbox.
 
+Protected paths: the worker's own directory (``$CODEY_HOME``, holding its private key,
+credential and config) usually lies inside an allowed root — the default root is the home
+directory. :func:`protect` registers such a directory once, at worker start; from then on
+:func:`resolve_inside` and :func:`check_root` refuse (``protected_path``) any real target equal
+to it or below it. A workdir that merely *contains* it (the home directory) stays usable.
+
 Raises :class:`ActionRefused` — the one refusal error every executor uses; the connection layer
 turns it into an ``ActionErrored`` frame with the same ``code`` and ``message``.
 """
@@ -28,8 +34,9 @@ class ActionRefused(WorkerError):
     """The worker will not carry out an action.
 
     ``code`` is machine-readable (``"path_outside_workdir"``, ``"outside_allowed_roots"``,
-    ``"denied_command"``, ``"bad_request"``, ``"not_found"``, ``"is_directory"``,
-    ``"not_a_directory"``, ...); ``message`` says, for a human and for the model, what was refused.
+    ``"protected_path"``, ``"denied_command"``, ``"bad_request"``, ``"not_found"``,
+    ``"is_directory"``, ``"not_a_directory"``, ...); ``message`` says, for a human and for the
+    model, what was refused.
     """
 
     def __init__(self, code: str, message: str) -> None:
@@ -52,6 +59,54 @@ def _is_within(path: str, root: str) -> bool:
         return os.path.commonpath([path, root]) == root
     except ValueError:  # e.g. one relative, one absolute: never inside
         return False
+
+
+#: real paths no action may name (see the module docstring). Set once at worker start by
+#: :func:`protect`; a tuple, so a check reads one consistent value without a lock.
+_protected: tuple[str, ...] = ()
+
+
+def protect(path: str | Path) -> None:
+    """Refuse, from now on, every action path and workdir at or below ``path`` (made real).
+
+    Call it once at worker start for ``$CODEY_HOME``. Idempotent.
+    """
+    global _protected
+    real = os.path.realpath(os.fspath(path))
+    if real not in _protected:
+        _protected = (*_protected, real)
+
+
+def protected_paths() -> tuple[str, ...]:
+    """The real paths registered with :func:`protect`."""
+    return _protected
+
+
+def set_protected_paths(paths: Iterable[str | Path]) -> None:
+    """Replace the protected paths (made real) — for tests that restore what was there."""
+    global _protected
+    _protected = tuple(dict.fromkeys(os.path.realpath(os.fspath(p)) for p in paths))
+
+
+def is_protected(target: str | Path) -> bool:
+    """True when the (real) ``target`` is a protected path or lies below one."""
+    text = os.fspath(target)
+    return any(text == root or text.startswith(root.rstrip("/") + "/") for root in _protected)
+
+
+def check_protected(target: str | Path, shown: str | None = None) -> None:
+    """Raise ``ActionRefused("protected_path")`` when the real ``target`` is a protected path
+    or lies below one. ``shown`` is how the caller spelled it, for the message."""
+    text = os.fspath(target)
+    for root in _protected:
+        prefix = root if root.endswith("/") else root + "/"
+        if text == root or text.startswith(prefix):
+            name = shown if shown is not None else text
+            raise ActionRefused(
+                "protected_path",
+                f"{name} resolves to {text}, inside the worker's own directory {root}, "
+                "which no action may read, write or run in",
+            )
 
 
 def real_workdir(workdir: str | Path) -> Path:
@@ -101,12 +156,14 @@ def resolve_inside(workdir: str | Path, path: str, *, real: bool = False) -> Pat
     already a real path (from :func:`real_workdir` or the policy), so it is not resolved again.
 
     Raises ``ActionRefused("path_outside_workdir")`` when the real target is outside the real
-    workdir, and ``ActionRefused("bad_request")`` for a relative workdir or a NUL byte.
+    workdir, ``ActionRefused("protected_path")`` when it is at or below a protected path
+    (:func:`protect`), and ``ActionRefused("bad_request")`` for a relative workdir or a NUL byte.
     """
     root = os.fspath(workdir) if real else str(real_workdir(workdir))
     _check_text(path, "path")
     plain = _plain_path(root, path)
     if plain is not None:
+        check_protected(plain, repr(path))
         return Path(plain)
     joined = os.path.join(root, path) if path else root  # an absolute ``path`` replaces root
     target = os.path.realpath(joined)
@@ -115,6 +172,7 @@ def resolve_inside(workdir: str | Path, path: str, *, real: bool = False) -> Pat
             "path_outside_workdir",
             f"{path!r} resolves to {target}, which is outside the workdir {root}",
         )
+    check_protected(target, repr(path))
     return Path(target)
 
 
@@ -155,7 +213,8 @@ def check_root(path: str | Path, allowed_roots: Iterable[str | Path | Root]) -> 
     Roots given as paths are pinned (:meth:`Root.pin`) on each call; the policy pins its roots
     once, so a root repointed later cannot widen what is allowed.
     Raises ``ActionRefused("outside_allowed_roots")`` otherwise (also when there are no roots),
-    and ``ActionRefused("bad_request")`` for a relative path.
+    ``ActionRefused("protected_path")`` for a path at or below a protected path (a root that
+    merely contains one is fine), and ``ActionRefused("bad_request")`` for a relative path.
     """
     text = os.fspath(path)
     _check_text(text, "workdir")
@@ -168,9 +227,11 @@ def check_root(path: str | Path, allowed_roots: Iterable[str | Path | Root]) -> 
         if (text == root.path or text.startswith(prefix)) and root.unchanged():
             plain = _plain_path(root.path, text[len(prefix):])
             if plain is not None:
+                check_protected(plain)
                 return Path(plain)
     target = os.path.realpath(text)
     if any(_is_within(target, r.path) for r in roots):
+        check_protected(target, text)
         return Path(target)
     shown = ", ".join(r.path for r in roots) if roots else "(none configured)"
     raise ActionRefused(
@@ -191,5 +252,7 @@ def relative_display(workdir: Path, target: Path) -> str:
 
 
 __all__ = [
-    "ActionRefused", "Root", "check_root", "real_workdir", "relative_display", "resolve_inside",
+    "ActionRefused", "Root", "check_protected", "check_root", "is_protected", "protect",
+    "protected_paths",
+    "real_workdir", "relative_display", "resolve_inside", "set_protected_paths",
 ]  # fmt: skip

@@ -16,8 +16,12 @@ Endings (:meth:`Worker.run` returns the process exit code):
   full jitter), reset once a connection has stayed up for a while;
 * close 4401 / 4403 → "this machine was unlinked …", exit 3;
 * close 4409 (a newer connection of the same worker replaced this one) → exit 0;
-* SIGINT / SIGTERM → ``Disconnect{reason: "signal SIGTERM"}``, close, stop running commands
-  (SIGTERM to their process groups), exit 0.
+* SIGINT / SIGTERM / SIGHUP (the terminal closed) / SIGQUIT → ``Disconnect{reason: "signal
+  SIGTERM"}``, close, stop running commands (SIGTERM to their process groups), exit 0. Commands
+  run in their own sessions, so a signal the worker died of would leave them running.
+
+The worker's own directory (``home``: key, credential, config, records) is protected from every
+action from the moment a :class:`Worker` is built (:func:`codey_worker.confine.protect`).
 
 This module only moves frames; what an action does lives in :mod:`codey_worker.actions`.
 """
@@ -51,6 +55,7 @@ from codey_protocol.worker import (
 )
 from codey_worker.actions import EXECUTORS, ActionDispatcher
 from codey_worker.config import Identity, WorkerConfig, records_path
+from codey_worker.confine import protect
 from codey_worker.console import WorkerConsole
 from codey_worker.exec import CommandRegistry
 from codey_worker.mcp import McpManager
@@ -79,6 +84,11 @@ HANDSHAKE_TIMEOUT_S = 15.0
 HEALTHY_AFTER_S = 10.0  # a connection up this long resets the backoff
 MCP_LIST_TIMEOUT_S = 20.0
 MAX_FRAME_BYTES = 64 * 1024 * 1024  # patches and file writes can be large
+#: signals that stop the worker cleanly (running commands are stopped too)
+STOP_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT")
+    if hasattr(signal, name)
+)
 
 
 def ws_url(server: str) -> str:
@@ -135,10 +145,13 @@ class Worker:
 
     ``await Worker(...).run()`` until it returns an exit code. Signals are installed by
     :meth:`run` (pass ``handle_signals=False`` in tests and call :meth:`stop` instead).
+    Building one protects ``home`` (the worker's own files) from every action.
     """
 
     def __init__(self, identity: Identity, server: str, config: WorkerConfig, home: Path,
                  console: WorkerConsole, *, handle_signals: bool = True) -> None:
+        # first of all: no action may read the key or rewrite the config in the worker's home
+        protect(home)
         self.identity = identity
         self.server = server.rstrip("/")
         self.config = config
@@ -177,7 +190,7 @@ class Worker:
         loop = asyncio.get_running_loop()
         installed: list[signal.Signals] = []
         if self._handle_signals:
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            for sig in STOP_SIGNALS:
                 loop.add_signal_handler(sig, self.stop, f"signal {sig.name}")
                 installed.append(sig)
         try:

@@ -418,13 +418,16 @@ async def run_command(
     """Run ``action.argv`` in ``action.cwd`` (inside ``action.workdir``); see the module doc.
 
     Raises :class:`ActionRefused` before anything runs: ``bad_request`` (empty argv, NUL byte,
-    non-positive timeout), ``denied_command``, ``outside_allowed_roots``,
-    ``path_outside_workdir``, ``not_found`` (workdir or cwd missing), ``not_a_directory``.
+    non-positive timeout), ``denied_command`` (also for an ``env`` that could get round
+    the denied commands: :meth:`LocalPolicy.check_env`), ``outside_allowed_roots``,
+    ``path_outside_workdir``, ``protected_path``, ``not_found`` (workdir or cwd missing),
+    ``not_a_directory``.
     Everything after the spawn — non-zero exit, timeout, cancel, signal — is in the result.
     """
     _check_action(action)
     argv = list(action.argv)
     policy.check_command(argv)
+    policy.check_env(action.env)
     workdir = policy.check_workdir(action.workdir)
     if not workdir.is_dir():
         raise ActionRefused("not_found", f"workdir {workdir} does not exist")

@@ -36,7 +36,7 @@ from codey_protocol.worker import (
     WriteFile,
     WriteResult,
 )
-from codey_worker.confine import ActionRefused, relative_display, resolve_inside
+from codey_worker.confine import ActionRefused, is_protected, relative_display, resolve_inside
 from codey_worker.policy import LocalPolicy
 
 __all__ = [
@@ -284,7 +284,9 @@ def list_dir(action: ListDir, policy: LocalPolicy, max_entries: int = MAX_ENTRIE
                 rel = f"{prefix}{child.name}"
                 entry = _entry(child, rel)
                 entries.append(entry)
-                if entry.kind == "dir" and level < depth:
+                # the worker's own directory is named but never entered (its file names
+                # are no business of the server's)
+                if entry.kind == "dir" and level < depth and not is_protected(child.path):
                     queue.append((child.path, rel + "/", level + 1))
     entries.sort(key=lambda e: e.path.split("/"))
     return DirListing(path=shown, entries=entries, truncated=truncated)

@@ -34,13 +34,15 @@ from __future__ import annotations
 import os
 import posixpath
 import re
+import secrets
+import stat
 import sys
-import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, TextIO
 
+from codey_worker.confine import ActionRefused, check_protected
 from codey_worker.errors import WorkerError
 
 Op = Literal["add", "delete", "update", "move"]
@@ -55,6 +57,8 @@ _MOVE = "*** Move to:"
 _EOF = "*** End of File"
 
 _MAX_SHOWN_LINES = 20  # lines of a failed chunk quoted in an error message
+#: the largest file a patch will read (to update, delete, move or keep for an undo)
+MAX_PATCH_FILE_BYTES = 16 * 1024 * 1024
 
 
 class PatchError(WorkerError):
@@ -780,6 +784,8 @@ def confined_resolver(root: Path) -> Callable[[str], Path]:
     Refused: empty paths, NUL bytes, absolute paths, any ``..`` segment, and anything whose
     realpath (symlinks followed, also dangling ones) is not strictly below the realpath of
     ``root`` — compared with ``os.path.commonpath``, so ``/w/ws-evil`` is not inside ``/w/ws``.
+    A path at or below a protected path (:func:`codey_worker.confine.protect`) raises
+    ``ActionRefused("protected_path")``.
     """
     real_root = os.path.realpath(root)
 
@@ -803,6 +809,7 @@ def confined_resolver(root: Path) -> Callable[[str], Path]:
                 f"{path}: resolves to {target}, which is outside the workdir {real_root}",
                 path=path,
             )
+        check_protected(target, path)
         return Path(target)
 
     return resolve
@@ -815,29 +822,76 @@ def apply_patch(
 
     All-or-nothing: any parse, match or path error raises :class:`PatchError` before a single
     byte is written. ``resolve`` maps a patch path to a real path and raises PatchError for a
-    path it refuses; by default :func:`confined_resolver` of ``root``. Files are read and
-    written as UTF-8; writes replace files atomically and keep their permission bits.
+    path it refuses; by default :func:`confined_resolver` of ``root`` (which may also raise
+    ``ActionRefused("protected_path")``). Files are read and written as UTF-8; only regular
+    files of up to :data:`MAX_PATCH_FILE_BYTES` are read (a FIFO, device or socket is refused,
+    never opened for a blocking read). Writes replace files atomically (fsynced, then renamed)
+    and keep their permission bits; an added file gets ``0o666`` less the umask.
     """
     resolve = resolve or confined_resolver(root)
     ops = parse_patch(text)
 
     def read(path: str) -> str | None:
-        real = resolve(path)
-        if real.is_dir():
-            raise PatchError(f"{path} is a directory, not a file", path=path)
-        if not real.exists():
+        found = _read_regular(resolve(path), path)
+        if found is None:
             return None
         try:
-            return real.read_bytes().decode("utf-8")
+            return found[0].decode("utf-8")
         except UnicodeDecodeError:
             raise PatchError(f"{path} is not UTF-8 text", path=path) from None
-        except OSError as exc:
-            raise PatchError(f"cannot read {path}: {exc.strerror or exc}", path=path) from None
 
     changes = compute_changes(ops, read)
     _write_all(changes, resolve)
     files = [FileResult(c.path, c.op, c.moved_to, c.added, c.removed) for c in changes]
     return PatchOutcome(files=files, diff=render_diff(changes))
+
+
+def _read_regular(real: Path, shown: str) -> tuple[bytes, int] | None:
+    """The bytes and ``st_mode`` of the regular file at the (already real) ``real``; None if
+    it does not exist. Raises PatchError, naming ``shown``, for anything else.
+
+    O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused after ``fstat``).
+    O_NOFOLLOW: the path was resolved already; a symlink appearing since is refused.
+    """
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC
+    try:
+        fd = os.open(real, flags)
+    except (FileNotFoundError, NotADirectoryError):  # a parent that is a file: no such file
+        return None
+    except OSError as exc:
+        raise PatchError(f"cannot read {shown}: {exc.strerror or exc}", path=shown) from None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise PatchError(f"{shown} is a directory, not a file", path=shown)
+        if not stat.S_ISREG(info.st_mode):
+            raise PatchError(
+                f"{shown} is not a regular file (a FIFO, socket or device); a patch only "
+                "changes regular files",
+                path=shown,
+            )
+        if info.st_size > MAX_PATCH_FILE_BYTES:
+            raise PatchError(
+                f"{shown} is {info.st_size} bytes; a patch only changes files of up to "
+                f"{MAX_PATCH_FILE_BYTES // (1024 * 1024)} MiB",
+                path=shown,
+            )
+        chunks: list[bytes] = []
+        total = 0
+        while chunk := os.read(fd, 1024 * 1024):
+            total += len(chunk)
+            if total > MAX_PATCH_FILE_BYTES:  # it grew while being read
+                raise PatchError(
+                    f"{shown} is larger than {MAX_PATCH_FILE_BYTES // (1024 * 1024)} MiB; "
+                    "a patch only changes files up to that size",
+                    path=shown,
+                )
+            chunks.append(chunk)
+        return b"".join(chunks), info.st_mode
+    except OSError as exc:
+        raise PatchError(f"cannot read {shown}: {exc.strerror or exc}", path=shown) from None
+    finally:
+        os.close(fd)
 
 
 class _Journal:
@@ -851,10 +905,8 @@ class _Journal:
     def save(self, path: Path) -> None:
         if path in self._saved:
             return
-        if path.is_file():
-            self._saved[path] = (path.read_bytes(), path.stat().st_mode)
-        else:
-            self._saved[path] = (None, None)
+        found = _read_regular(path, str(path))
+        self._saved[path] = (None, None) if found is None else found
         self._order.append(path)
 
     def make_parents(self, path: Path) -> None:
@@ -881,16 +933,39 @@ class _Journal:
 
 
 def _write_atomic(path: Path, data: bytes, mode: int | None) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".codey-tmp")
+    """Replace ``path`` with ``data``: a temp file beside it, fsynced, then renamed over it.
+
+    ``mode`` None (a new file): created ``0o666`` so the kernel applies the umask (and any
+    default ACL) as for any new file — ``mkstemp``'s 0600 would hide it from the group.
+    """
+    tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.codey-tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o666)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
-        if mode is not None:
-            os.chmod(tmp, mode & 0o7777)
+            handle.flush()
+            if mode is not None:
+                os.fchmod(handle.fileno(), mode & 0o7777)
+            os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(path: Path) -> None:
+    """Make a rename durable (best effort: not every filesystem allows it)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _write_all(changes: Sequence[Change], resolve: Callable[[str], Path]) -> None:
@@ -907,7 +982,7 @@ def _write_all(changes: Sequence[Change], resolve: Callable[[str], Path]) -> Non
             assert change.new_content is not None
             data = change.new_content.encode("utf-8")
             # An updated or moved file keeps its permission bits; an added one gets the umask's.
-            mode = source.stat().st_mode if change.op != "add" else None
+            mode = os.stat(source).st_mode if change.op != "add" else None
             target = source
             if change.op == "move":
                 assert change.moved_to is not None
@@ -923,6 +998,9 @@ def _write_all(changes: Sequence[Change], resolve: Callable[[str], Path]) -> Non
         raise PatchError(
             f"cannot write {current}: {exc.strerror or exc}; no file was changed", path=current
         ) from None
+    except WorkerError:  # e.g. a file swapped for a FIFO since it was read: put back, say why
+        journal.undo()
+        raise
 
 
 # ---------------------------------------------------------------------------------------------
@@ -950,7 +1028,7 @@ def apply_patch_cli(patch_text: str, cwd: Path, out: TextIO) -> int:
     try:
         text = _load_patch_text(patch_text, cwd)
         outcome = apply_patch(text, cwd)
-    except (PatchError, OSError, UnicodeDecodeError) as exc:
+    except (PatchError, ActionRefused, OSError, UnicodeDecodeError) as exc:
         out.write(f"error: {exc}\n")
         return 1
     for result in outcome.files:

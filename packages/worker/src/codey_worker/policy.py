@@ -10,7 +10,10 @@ command is refused when its program is denied, when a wrapper (``env``, ``sudo``
 ``timeout``, ...) is asked to run a denied program, or when a shell (``bash -c``/``sh -c``/...) is
 given a script in which *any word* is a denied name. The shell rule is deliberately crude:
 ``bash -c 'echo rm'`` is refused when ``rm`` is denied. A policy that lets a shell script through
-because it could not parse it would be no policy.
+because it could not parse it would be no policy. While any command is denied, an action's
+``env`` may not set names that make a shell or the dynamic loader run code of their own
+(``BASH_FUNC_*`` exported functions, ``LD_*``/``DYLD_*``, ``BASH_ENV``, ``ENV``, ``PS4``,
+``SHELLOPTS``, ``BASHOPTS``, ``PROMPT_COMMAND``): :meth:`LocalPolicy.check_env`.
 
 It is a guard against the ordinary commands a model sends, not a sandbox: a program that is
 allowed (``python -c``, a script file) can still run anything its user may run.
@@ -18,6 +21,7 @@ allowed (``python -c``, a script file) can still run anything its user may run.
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -27,18 +31,29 @@ from typing import Any
 
 from codey_worker.confine import ActionRefused, Root, check_root
 
-SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "mksh", "ash", "fish", "busybox"})
+SHELLS = frozenset(
+    {
+        "sh", "bash", "zsh", "dash", "ksh", "mksh", "ash", "fish", "busybox", "rbash", "tcsh",
+        "csh", "rc", "elvish", "nu", "pwsh",
+    }
+)  # fmt: skip
 # Programs whose job is to run another program named in their arguments.
 WRAPPERS = frozenset(
     {
         "env", "sudo", "doas", "nice", "nohup", "timeout", "xargs", "time", "command", "exec",
         "stdbuf", "setsid", "chroot", "ionice", "taskset", "unbuffer", "watch", "strace", "su",
-        "runuser", "flock", "chrt", "script", "parallel", "find",
+        "runuser", "flock", "chrt", "script", "parallel", "find", "setarch", "prlimit",
+        "unshare", "nsenter", "systemd-run", "firejail", "linux32", "linux64",
     }
 )  # fmt: skip
 # Everything a shell treats as a separator or quoting; what is left are candidate words.
 _SCRIPT_SPLIT = re.compile(r"[\s;&|()<>`'\"$={}\\!]+")
 _UNQUOTE = re.compile(r"['\"\\]")
+#: environment names that make a shell or the loader run code not named in argv
+_CODE_ENV_PREFIXES = ("BASH_FUNC_", "LD_", "DYLD_")
+_CODE_ENV_NAMES = frozenset(
+    {"BASH_ENV", "ENV", "PS4", "SHELLOPTS", "BASHOPTS", "PROMPT_COMMAND"}
+)
 
 
 @dataclass(frozen=True)
@@ -95,6 +110,22 @@ class LocalPolicy:
                 )
 
 
+    def check_env(self, env: Mapping[str, str]) -> None:
+        """Refuse (``denied_command``) an action ``env`` that could run code argv does not
+        name — exported bash functions (``BASH_FUNC_*``), ``LD_*``/``DYLD_*`` loader variables,
+        ``BASH_ENV``, ``ENV``, ``PS4``, ``SHELLOPTS``, ``BASHOPTS``, ``PROMPT_COMMAND`` — while
+        the policy denies any command (with nothing denied there is nothing to get round)."""
+        if not any(d.strip() for d in self.denied_commands):
+            return
+        for name in env:
+            if name.startswith(_CODE_ENV_PREFIXES) or name in _CODE_ENV_NAMES:
+                raise ActionRefused(
+                    "denied_command",
+                    f"the worker's local policy denies commands, so the action's env may not "
+                    f"set {name!r}: it can make a shell or the loader run other code",
+                )
+
+
 def _program_words(argv: list[str], depth: int = 0) -> Iterator[str]:
     """Basenames of every word that could name the program ``argv`` ends up running."""
     if not argv or depth > 8:
@@ -102,7 +133,15 @@ def _program_words(argv: list[str], depth: int = 0) -> Iterator[str]:
     name = os.path.basename(argv[0])
     yield name
     if name in SHELLS:
-        if _runs_script(argv[1:]):
+        if name == "pwsh":
+            # PowerShell's options are case-insensitive and abbreviable, and -EncodedCommand
+            # carries the script in base64: every argument (and its decoding) is a script
+            for arg in argv[1:]:
+                for text in (arg, _UNQUOTE.sub("", arg), _decode_pwsh(arg)):
+                    for word in _SCRIPT_SPLIT.split(text):
+                        if word:
+                            yield os.path.basename(word)
+        elif _runs_script(argv[1:]):
             # Options may take arguments (``-o pipefail``), so rather than find *the* script,
             # every argument is read as if it were one.
             # A second reading with quotes and backslashes deleted catches ``r''m`` and ``r\\m``.
@@ -126,6 +165,14 @@ def _program_words(argv: list[str], depth: int = 0) -> Iterator[str]:
             if os.path.basename(arg) in SHELLS | WRAPPERS:
                 yield from _program_words(argv[i:], depth + 1)
                 return
+
+
+def _decode_pwsh(arg: str) -> str:
+    """``arg`` read as a ``pwsh -EncodedCommand`` script (base64 of UTF-16LE); "" if it is not."""
+    try:
+        return base64.b64decode(arg, validate=True).decode("utf-16-le")
+    except (ValueError, UnicodeDecodeError):
+        return ""
 
 
 def _runs_script(args: list[str]) -> bool:

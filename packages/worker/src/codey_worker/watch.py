@@ -2,7 +2,9 @@
 
 One ``watchfiles.awatch`` task per attached session. Changes are debounced (~300 ms: a burst
 of writes becomes one event), paths are relative to the workdir ("/" separated, sorted), and
-anything under ``.git``, ``node_modules``, ``__pycache__`` or ``.venv`` is ignored. Watching is
+anything under ``.git``, ``node_modules``, ``__pycache__`` or ``.venv`` is ignored, and so is the
+worker's own protected directory (:func:`codey_worker.confine.protect`; its records database
+changes with every action, and its file names are not the server's business). Watching is
 best effort: a workdir that cannot be watched is logged and left alone, never an action error.
 """
 
@@ -19,6 +21,7 @@ from watchfiles import Change, awatch
 
 from codey_protocol import codec
 from codey_protocol.worker import WorkspaceChanged
+from codey_worker.confine import is_protected
 
 __all__ = ["IGNORED_DIRS", "WorkspaceWatcher", "relevant"]
 
@@ -44,6 +47,8 @@ def relevant(workdir: Path, path: str) -> str | None:
     if not parts or parts[0] == ".." or any(p in IGNORED_DIRS for p in parts):
         return None
     if parts[-1].endswith(TEMP_SUFFIX):  # our own atomic writes, renamed a moment later
+        return None
+    if is_protected(path):
         return None
     return rel.as_posix()
 

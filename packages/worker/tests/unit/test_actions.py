@@ -24,6 +24,7 @@ from codey_protocol.worker import (
     CommandResult,
     FileContent,
     McpCall,
+    McpServerInfo,
     PatchResult,
     ReadFile,
     RunCommand,
@@ -432,3 +433,90 @@ def test_attached_workdir_changes_are_reported_relative_and_filtered(
     paths = {p for change in changes for p in change.paths}
     assert "src/app.py" in paths
     assert not any(p.startswith(".git") for p in paths)
+
+
+def test_kept_read_answers_are_capped_in_total_bytes(
+    tmp_path: Path, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # each answer is a bit over 1000 bytes: a 2500-byte cap keeps the last two only
+    monkeypatch.setattr(actions_module, "READ_RESULTS_BYTES", 2500)
+    for i in range(5):
+        (root / f"f{i}.txt").write_text(f"{i}" * 1000)
+    send = FakeSend()
+
+    def read(i: int) -> ReadFile:
+        return ReadFile(action_id=f"r{i}", session_id="s", workdir=str(root), path=f"f{i}.txt")
+
+    async def main() -> None:
+        d = make(tmp_path, root, send)
+        for i in range(5):
+            await d.handle(read(i))
+        for i in range(5):  # the files change: a replayed answer still shows the old text
+            (root / f"f{i}.txt").write_text("changed")
+        for i in reversed(range(5)):  # the kept ones first, before new answers evict them
+            await d.handle(read(i))
+        await d.wait_idle()
+
+    run(main)
+    for i in range(5):
+        frames = send.of(f"r{i}")
+        last = frames[-1]
+        assert isinstance(last, ActionResult) and isinstance(last.result, FileContent)
+        if i >= 3:  # kept: replayed byte for byte
+            assert frames[1] == ActionAccepted(action_id=f"r{i}", replayed=True)
+            assert last.result.content == f"{i}" * 1000
+        else:  # evicted for the byte cap (well under the count cap): read again
+            assert ActionAccepted(action_id=f"r{i}", replayed=True) not in frames
+            assert last.result.content == "changed"
+
+
+class HangingMcp:
+    """An MCP manager whose listing never finishes; ``cached()`` says what is known."""
+
+    names = ["slow"]
+
+    async def list_all(self) -> list[McpServerInfo]:
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    def cached(self) -> list[McpServerInfo]:
+        return [McpServerInfo(name="slow", error="not listed yet")]
+
+    async def close(self) -> None:
+        pass
+
+
+def test_attach_does_not_wait_forever_for_mcp_servers(
+    tmp_path: Path, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(actions_module, "ATTACH_MCP_TIMEOUT_S", 0.2)
+    send = FakeSend()
+
+    async def main() -> None:
+        d = make(tmp_path, root, send, mcp=HangingMcp())
+        await d.handle(AttachSession(action_id="t1", session_id="s1", workdir=str(root)))
+        await asyncio.wait_for(d.wait_idle(), 5)
+
+    run(main)
+    answer = send.of("t1")[-1]
+    assert answer == ActionResult(action_id="t1", result=Attached(
+        workdir=str(root), mcp_servers=[McpServerInfo(name="slow", error="not listed yet")]))
+
+
+def test_a_command_env_that_gets_round_denied_commands_is_refused(
+    tmp_path: Path, root: Path
+) -> None:
+    send = FakeSend()
+    action = counting_command(root, "e1")
+    action.env = {"BASH_FUNC_ls%%": "() { sudo id; }"}
+
+    async def main() -> None:
+        d = make(tmp_path, root, send)
+        await d.handle(action)
+        await d.wait_idle()
+
+    run(main)
+    answer = send.of("e1")[-1]
+    assert isinstance(answer, ActionErrored) and answer.code == "denied_command"
+    assert "BASH_FUNC_ls%%" in answer.message
+    assert not (root / "count").exists()

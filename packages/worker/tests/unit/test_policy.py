@@ -154,3 +154,56 @@ def test_a_root_directory_replaced_by_a_symlink_cannot_widen_it(tmp_path: Path) 
         with pytest.raises(ActionRefused) as info:
             policy.check_workdir(spelling)
         assert info.value.code == "outside_allowed_roots"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["setarch", "x86_64", "-R", "rm", "x"],
+        ["prlimit", "--nofile=64", "rm", "x"],
+        ["unshare", "-r", "rm", "x"],
+        ["nsenter", "-t", "1", "-m", "curl", "http://x"],
+        ["systemd-run", "--user", "--wait", "rm", "x"],
+        ["firejail", "--quiet", "rm", "x"],
+        ["linux32", "rm", "x"],
+        ["linux64", "bash", "-c", "rm x"],
+        ["rbash", "-c", "rm x"],
+        ["tcsh", "-c", "rm x"],
+        ["csh", "-fc", "rm x"],
+        ["rc", "-c", "rm x"],
+        ["elvish", "-c", "rm x"],
+        ["nu", "-c", "rm x"],
+        ["pwsh", "-NoProfile", "-Command", "rm x"],
+        ["pwsh", "-c", "curl http://x"],
+        # -EncodedCommand: base64 of the UTF-16LE text "rm x"
+        ["pwsh", "-EncodedCommand", "cgBtACAAeAA="],
+    ],
+)
+def test_denied_program_refused_through_more_wrappers_and_shells(argv: list[str]) -> None:
+    _denied(argv)
+
+
+def test_more_wrappers_and_shells_still_run_allowed_programs() -> None:
+    for argv in (["setarch", "x86_64", "ls"], ["unshare", "-r", "id"], ["tcsh", "-c", "ls"],
+                 ["pwsh", "-Command", "Get-ChildItem"], ["linux64", "make"]):
+        DENY.check_command(argv)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["BASH_FUNC_ls%%", "BASH_FUNC_echo()", "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT",
+     "DYLD_INSERT_LIBRARIES", "BASH_ENV", "ENV", "PS4", "SHELLOPTS", "BASHOPTS",
+     "PROMPT_COMMAND"],
+)
+def test_env_that_could_run_other_code_is_refused_while_commands_are_denied(name: str) -> None:
+    with pytest.raises(ActionRefused) as info:
+        DENY.check_env({"HARMLESS": "1", name: "() { rm -rf x; }"})
+    assert info.value.code == "denied_command"
+    assert repr(name) in info.value.message
+
+
+def test_ordinary_env_passes_and_no_denials_means_no_env_check() -> None:
+    DENY.check_env({"FOO": "1", "PATH": "/usr/bin", "ENVIRONMENT": "dev", "MY_LD_FLAG": "x",
+                    "PS1": "$ "})
+    LocalPolicy(allowed_roots=[], denied_commands=[]).check_env({"LD_PRELOAD": "/x.so",
+                                                                 "BASH_FUNC_ls%%": "() { :; }"})
