@@ -35,6 +35,7 @@ from codey_server.decide import CommandRejected, Context
 from codey_server.engine import Engine
 from codey_server.eventlog import SqliteEventLog
 from codey_server.pairing import KeyStore, Pairing, PairingError
+from codey_server.secretfile import ensure_private_dir
 from codey_server.settings import Settings
 from codey_server.workers import CLOSE_REVOKED, ActionFailed, WorkerRegistry, serve_worker
 
@@ -50,7 +51,8 @@ class Services:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        # the event log holds prompts, command output and file contents
+        ensure_private_dir(settings.data_dir)
         default = settings.default_provider or (
             settings.providers[0].name if settings.providers else "default")
         context = Context(
@@ -124,6 +126,9 @@ async def _body(request: Request[Any, Any, Any]) -> dict[str, Any]:
         body = msgspec.json.decode(raw)
     except msgspec.DecodeError as err:
         raise HTTPException(status_code=HTTP_400_BAD_REQUEST, detail=f"not JSON: {err}") from None
+    except RecursionError:  # msgspec's answer to absurdly deep nesting
+        raise HTTPException(status_code=HTTP_400_BAD_REQUEST,
+                            detail="not JSON: nested too deeply") from None
     if not isinstance(body, dict):
         raise HTTPException(status_code=HTTP_400_BAD_REQUEST, detail="expected a JSON object")
     return body
@@ -260,7 +265,12 @@ def _pairing_error(err: PairingError) -> HTTPException:
                          extra={"code": err.code})
 
 
-@post("/api/pairing/requests")
+#: a pair request is unauthenticated: refuse a body beyond what its largest allowed fields
+#: (32 roots of 4096 characters, see pairing.py) need, before reading it
+PAIR_REQUEST_MAX_BYTES = 256 * 1024
+
+
+@post("/api/pairing/requests", request_max_body_size=PAIR_REQUEST_MAX_BYTES)
 async def pair_request(request: Request[Any, Any, Any], services: Services) -> Response[bytes]:
     """Called by an unpaired worker (it has no credentials yet)."""
     try:
@@ -446,4 +456,7 @@ def create_app(settings: Settings) -> Litestar:
         middleware=[access_middleware(services.access)],
         lifespan=[lifespan],
         debug=False,
+        # Litestar's default config would replace the root handlers (and their secret-masking
+        # filter, see logsetup.py) and reset the level; the CLI owns logging
+        logging_config=None,
     )

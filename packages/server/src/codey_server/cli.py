@@ -25,9 +25,10 @@ import msgspec
 import uvicorn
 
 from codey_protocol import MAX_FRAME_BYTES
-from codey_server.access import RedactSecrets, load_or_create_token
+from codey_server.access import load_or_create_token
 from codey_server.app import create_app
 from codey_server.errors import ConfigError
+from codey_server.logsetup import configure_logging, install_redaction
 from codey_server.settings import Settings, load_config_file
 
 __all__ = ["main", "run_loop"]
@@ -95,10 +96,10 @@ def serve(args: argparse.Namespace) -> int:
     if args.snapshot_every:
         settings = msgspec.structs.replace(settings, snapshot_every=args.snapshot_every)
     config_path = args.config or settings.data_dir / "config.json"
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(RedactSecrets())
+    # the log, the credentials and the access token are for this user only: nothing this
+    # process creates (SQLite's -wal/-shm included) is readable by anyone else
+    os.umask(0o077)
+    configure_logging(args.log_level, sys.stderr)
     try:
         settings = load_config_file(settings, config_path)
         for warning in settings.check():
@@ -122,9 +123,14 @@ def serve(args: argparse.Namespace) -> int:
     app = create_app(settings)
     token = load_or_create_token(settings.data_dir) if settings.auth_required else None
     host = f"[{settings.host}]" if ":" in settings.host else settings.host
-    config = uvicorn.Config(app, log_level="warning", ws_max_size=MAX_FRAME_BYTES + 1024,
+    # log_config=None: uvicorn adds no handlers, its records reach the root handler (and its
+    # redaction filter); its per-request lines only at --log-level debug
+    config = uvicorn.Config(app, log_config=None,
+                            log_level="debug" if args.log_level == "debug" else "warning",
+                            ws_max_size=MAX_FRAME_BYTES + 1024,
                             ws_ping_interval=20, ws_ping_timeout=20, lifespan="on",
                             timeout_graceful_shutdown=5)
+    install_redaction()
     server = _Server(config)
 
     async def run() -> None:

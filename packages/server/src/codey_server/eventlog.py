@@ -34,6 +34,7 @@ import abc
 import asyncio
 import contextlib
 import logging
+import os
 import queue
 import sqlite3
 import threading
@@ -536,7 +537,14 @@ class SqliteEventLog(EventLog):
             loop.call_soon_threadsafe(_resolve, self._writer_done, None)
 
     def _connect_writer(self) -> sqlite3.Connection:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        # a log created before files were kept private (or copied in by hand): SQLite gives the
+        # -wal and -shm files the main file's mode, so tighten all three before opening
+        for part in (self.path, self.path.with_name(self.path.name + "-wal"),
+                     self.path.with_name(self.path.name + "-shm")):
+            with contextlib.suppress(FileNotFoundError):
+                if part.stat().st_mode & 0o077:
+                    os.chmod(part, 0o600)
         # Autocommit mode: transactions are opened and committed explicitly below.
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         try:

@@ -85,6 +85,43 @@ def verify_signature(public_key_b64: str, message: bytes, signature_b64: str) ->
     return True
 
 
+#: bounds on what an unauthenticated pair request may put into the event log (forever)
+MAX_ROOTS = 32
+MAX_ROOT_CHARS = 4096
+MAX_NAME_CHARS = 255
+MAX_VERSION_CHARS = 64
+#: a raw 32-byte Ed25519 key in base64url: 43 characters, 44 with its padding
+_PUBLIC_KEY_CHARS = (43, 44)
+
+
+def _check_bounds(req: PairRequest) -> None:
+    """Raise ``PairingError("bad_request")`` unless every field of ``req`` is within bounds."""
+    # length first: base64 decoding skips characters outside its alphabet, so a megabyte of
+    # junk around a real key would otherwise decode to 32 bytes and be kept in workers.json
+    if len(req.public_key) not in _PUBLIC_KEY_CHARS:
+        raise PairingError("bad_request", "public_key must be a raw Ed25519 key, base64url")
+    try:
+        raw = _b64d(req.public_key)
+        if len(raw) != 32:
+            raise ValueError
+        Ed25519PublicKey.from_public_bytes(raw)
+    except (ValueError, TypeError):
+        raise PairingError(
+            "bad_request", "public_key must be a raw Ed25519 key, base64url") from None
+    for name, value in (("hostname", req.hostname), ("os", req.os)):
+        if not value.strip() or len(value) > MAX_NAME_CHARS:
+            raise PairingError("bad_request", f"{name} must be 1-{MAX_NAME_CHARS} characters")
+    for name, value in (("python_version", req.python_version),
+                        ("worker_version", req.worker_version)):
+        if len(value) > MAX_VERSION_CHARS:
+            raise PairingError("bad_request",
+                               f"{name} must be at most {MAX_VERSION_CHARS} characters")
+    if len(req.roots) > MAX_ROOTS:
+        raise PairingError("bad_request", f"at most {MAX_ROOTS} roots")
+    if any(not root or len(root) > MAX_ROOT_CHARS for root in req.roots):
+        raise PairingError("bad_request", f"each root must be 1-{MAX_ROOT_CHARS} characters")
+
+
 class KeyStore:
     """``workers.json``: worker id → public key and credential hash (0600, atomic writes)."""
 
@@ -105,7 +142,8 @@ class KeyStore:
     def check(self, worker_id: str, credential: str) -> str | None:
         """The worker's public key when the credential matches, else None."""
         entry = self._data.get(worker_id)
-        if entry is None or not hmac.compare_digest(entry["credential"], _hash(credential)):
+        if entry is None or not hmac.compare_digest(entry["credential"].encode(),
+                                                    _hash(credential).encode()):
             return None
         return entry["public_key"]
 
@@ -158,16 +196,7 @@ class Pairing:
             raise PairingError("too_many", "too many pending pair requests; try again later")
         if sum(p.source == source for p in pending) >= MAX_PENDING_PER_SOURCE:
             raise PairingError("too_many", "too many pending pair requests from this address")
-        try:
-            if len(_b64d(req.public_key)) != 32:
-                raise ValueError
-            Ed25519PublicKey.from_public_bytes(_b64d(req.public_key))
-        except (ValueError, TypeError):
-            raise PairingError(
-                "bad_request", "public_key must be a raw Ed25519 key, base64url") from None
-        for name, value in (("hostname", req.hostname), ("os", req.os)):
-            if not value.strip() or len(value) > 255:
-                raise PairingError("bad_request", f"{name} must be 1-255 characters")
+        _check_bounds(req)
         pending_request = _Pending(request=req, request_id=f"pr_{secrets.token_hex(8)}",
                                    code=_new_code(), poll_secret=secrets.token_urlsafe(24),
                                    expires_at=time.time() + self.ttl_s, source=source)
@@ -183,7 +212,8 @@ class Pairing:
 
     async def wait(self, request_id: str, poll_secret: str, timeout: float) -> PairStatus:
         p = self._pending.get(request_id)
-        if p is None or not hmac.compare_digest(p.poll_secret, poll_secret):
+        # bytes: compare_digest refuses a str with non-ASCII characters (TypeError → 500)
+        if p is None or not hmac.compare_digest(p.poll_secret.encode(), poll_secret.encode()):
             raise PairingError("not_found", "no such pair request")
         if p.status == "pending":
             left = p.expires_at - time.time()
@@ -214,7 +244,8 @@ class Pairing:
     async def approve(self, request_id: str, code: str) -> str:
         """Check the code and pair; returns the new worker id."""
         p = self._live(request_id)
-        if not hmac.compare_digest(normalise_code(p.code), normalise_code(code)):
+        if not hmac.compare_digest(normalise_code(p.code).encode(),
+                                   normalise_code(code).encode()):
             p.attempts += 1
             if p.attempts >= MAX_WRONG_ATTEMPTS:
                 await self._resolve(p, "locked")

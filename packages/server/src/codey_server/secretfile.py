@@ -13,7 +13,7 @@ import secrets
 import stat
 from pathlib import Path
 
-__all__ = ["read_secret_file", "write_secret_file"]
+__all__ = ["ensure_private_dir", "read_secret_file", "write_secret_file"]
 
 
 def write_secret_file(path: Path, data: bytes) -> None:
@@ -46,3 +46,11 @@ def read_secret_file(path: Path) -> bytes | None:
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
         os.chmod(path, 0o600)
     return path.read_bytes()
+
+
+def ensure_private_dir(path: Path) -> None:
+    """Create ``path`` (and its parents) 0700; an existing ``path`` open to group or others is
+    tightened to 0700. Parents that already exist are left as they are."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if path.stat().st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        os.chmod(path, 0o700)

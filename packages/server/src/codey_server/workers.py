@@ -317,7 +317,10 @@ class WorkerRegistry:
         elif isinstance(msg, wk.Heartbeat):
             conn.running = list(msg.running_actions)
         elif isinstance(msg, wk.WorkspaceChanged):
-            if msg.session_id in self.engine.state.sessions and msg.paths:
+            # only for a session that runs on this worker: one worker must not write into
+            # another's sessions
+            session = self.engine.state.sessions.get(msg.session_id)
+            if session is not None and session.worker_id == conn.worker_id and msg.paths:
                 await self.engine.append([(msg.session_id,
                                            ev.SessionWorkspaceChanged(paths=msg.paths[:500]))])
         elif isinstance(msg, wk.Log):

@@ -210,3 +210,68 @@ def test_one_address_cannot_fill_the_pairing_queue(server) -> None:  # type: ign
                               json=FakeWorkerKeys().request_body()).status_code
              for _ in range(7)]
     assert codes == [201] * 5 + [429, 429]
+
+
+# --- hostile pair requests: bounded, 4xx, never a 500, never in the log ----------------------
+
+
+_OUT_OF_BOUNDS: list[tuple[str, Any, str]] = [
+    ("roots", ["/r"] * 33, "at most 32 roots"),
+    ("roots", ["/" + "x" * 4096], "each root must be 1-4096 characters"),
+    ("roots", [""], "each root must be 1-4096 characters"),
+    ("python_version", "3" * 65, "python_version must be at most 64 characters"),
+    ("worker_version", "0" * 65, "worker_version must be at most 64 characters"),
+    ("hostname", "h" * 256, "hostname must be 1-255 characters"),
+]
+
+
+def test_pair_request_fields_are_bounded(server) -> None:  # type: ignore[no-untyped-def]
+    for field, value, message in _OUT_OF_BOUNDS:
+        body = {**FakeWorkerKeys().request_body(), field: value}
+        r = server.http.post("/api/pairing/requests", json=body)
+        assert r.status_code == 400, (field, r.text)
+        assert message in r.json()["detail"], (field, r.text)
+    assert server.http.get("/api/pairing/requests").json() == []
+    # the limits themselves are allowed
+    ok = {**FakeWorkerKeys().request_body(), "roots": ["/" + "x" * 4095] * 32,
+          "python_version": "3" * 64, "worker_version": "0" * 64}
+    assert server.http.post("/api/pairing/requests", json=ok).status_code == 201
+
+
+def test_a_public_key_hidden_in_junk_is_refused(server) -> None:  # type: ignore[no-untyped-def]
+    keys = FakeWorkerKeys()
+    # base64 decoding skips characters outside its alphabet: this would decode to the key
+    junk = {**keys.request_body(), "public_key": "!" * 5000 + keys.public}
+    r = server.http.post("/api/pairing/requests", json=junk)
+    assert r.status_code == 400 and "public_key" in r.json()["detail"], r.text
+    padded = {**keys.request_body(), "public_key": keys.public + "="}
+    assert server.http.post("/api/pairing/requests", json=padded).status_code == 201
+
+
+def test_a_large_pair_request_body_is_refused_before_it_is_read(server) -> None:  # type: ignore[no-untyped-def]
+    body = {**FakeWorkerKeys().request_body(), "hostname": "h" * (300 * 1024)}
+    r = server.http.post("/api/pairing/requests", json=body)
+    assert r.status_code == 413, r.text
+    assert server.http.get("/api/pairing/requests").json() == []
+
+
+def test_deeply_nested_json_gets_400_not_500(server) -> None:  # type: ignore[no-untyped-def]
+    deep = b"[" * 5000 + b"]" * 5000
+    for path in ("/api/pairing/requests", "/api/sessions", "/api/auth/api-key"):
+        r = server.http.post(path, content=deep, headers={"content-type": "application/json"})
+        assert r.status_code == 400, (path, r.status_code, r.text)
+    assert server.http.get("/api/health").status_code == 200
+
+
+def test_non_ascii_poll_secret_and_code_get_4xx_not_500(server) -> None:  # type: ignore[no-untyped-def]
+    ticket = _request(server, FakeWorkerKeys())
+    r = server.http.get(f"/api/pairing/requests/{ticket['request_id']}/wait",
+                        params={"secret": "é" * 32, "timeout": 0})
+    assert r.status_code == 404, r.text
+    r = server.http.post(f"/api/pairing/requests/{ticket['request_id']}/approve",
+                         json={"code": "ÉÉÉÉ-ÉÉÉÉ"})
+    assert r.status_code == 400 and r.json()["extra"]["code"] == "wrong_code", r.text
+    # the request still works with its real secret and code
+    r = server.http.post(f"/api/pairing/requests/{ticket['request_id']}/approve",
+                         json={"code": ticket["code"]})
+    assert r.status_code == 200, r.text

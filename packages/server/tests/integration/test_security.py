@@ -363,6 +363,55 @@ def _raw_upgrade_status(server: ServerProcess, host: str, headers: dict[str, str
     return int(status_line.split()[1])
 
 
+# --- secrets at rest and in the log ------------------------------------------------------------
+
+
+def test_the_access_token_never_reaches_the_log_even_at_debug_level(tmp_path: Path) -> None:
+    with ServerProcess(tmp_path / "server", extra_args=["--log-level", "debug"]) as server:
+        token = server.token
+        assert token is not None
+        with _anonymous(server) as http:
+            assert http.get(f"/nope?token={token}").status_code == 404
+            assert http.get(f"/?token={token}").status_code == 303
+            assert http.get("/api/sessions",
+                            headers={"Authorization": f"Bearer {token}"}).status_code == 200
+        deadline = time.monotonic() + 5
+        while server.log_text().count("[redacted]") < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        text = server.log_text()
+    # the request lines were logged (so --log-level debug is honoured), each one masked
+    assert "GET /nope?token=[redacted]" in text, text
+    assert "GET /?token=[redacted]" in text, text
+    # the only place the token appears is the URL printed for the owner to open
+    assert [line for line in text.splitlines() if token in line] == [
+        line for line in text.splitlines() if line.startswith("Open http")]
+
+
+def test_data_dir_and_event_log_are_private_to_the_user(tmp_path: Path) -> None:
+    data = tmp_path / "server"
+    data.mkdir(mode=0o755)
+    data.chmod(0o755)  # as a hand-made dir, or an older server, would have left it
+    with ServerProcess(data) as server:
+        r = server.http.post("/api/sessions", json={"worker_id": "wrk_none", "workdir": "/tmp"})
+        assert r.status_code in (201, 400, 404, 409), r.text  # anything that touches the log
+        files = [p for p in data.iterdir() if p.name.startswith("events.db")]
+        modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in files}
+    assert stat.S_IMODE(data.stat().st_mode) == 0o700
+    assert "events.db" in modes
+    assert all(mode == 0o600 for mode in modes.values()), modes
+
+
+def test_a_world_readable_event_log_from_before_is_tightened_at_start(tmp_path: Path) -> None:
+    data = tmp_path / "server"
+    with ServerProcess(data):
+        pass
+    db = data / "events.db"
+    db.chmod(0o644)
+    with ServerProcess(data) as server:
+        assert server.http.get("/api/health").status_code == 200
+        assert stat.S_IMODE(db.stat().st_mode) == 0o600
+
+
 # --- helpers ------------------------------------------------------------------------------------
 
 

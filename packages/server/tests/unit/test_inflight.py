@@ -130,3 +130,20 @@ def test_cancel_while_connected_leaves_the_answer_to_the_worker(tmp_path: Path) 
         assert info.value.code == "cancelled"
 
     asyncio.run(main())
+
+
+def test_workspace_changed_is_taken_only_for_the_workers_own_sessions(tmp_path: Path) -> None:
+    async def main() -> None:
+        registry, conn = await _registry(tmp_path, SlowSocket())
+        engine = registry.engine
+        for session_id, worker_id in (("s_mine", "w1"), ("s_other", "w2")):
+            await engine.append([(session_id, ev.SessionCreated(
+                title="t", worker_id=worker_id, workdir="/w", provider="p", model="m"))])
+        await registry.handle(conn, wk.WorkspaceChanged(session_id="s_other", paths=["evil"]))
+        await registry.handle(conn, wk.WorkspaceChanged(session_id="s_gone", paths=["x"]))
+        await registry.handle(conn, wk.WorkspaceChanged(session_id="s_mine", paths=["a.py"]))
+        changed = [(env.session_id, env.event.paths) for env in await engine.log.read(0)
+                   if isinstance(env.event, ev.SessionWorkspaceChanged)]
+        assert changed == [("s_mine", ["a.py"])]
+
+    asyncio.run(main())

@@ -39,7 +39,7 @@ def _http_error(err: AuthError) -> HTTPException:
 async def _fields(request: Request[Any, Any, Any], *names: str) -> list[str]:
     try:
         body = msgspec.json.decode(await request.body() or b"{}")
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):  # RecursionError: absurdly deep nesting
         raise HTTPException(status_code=400, detail="expected a JSON object") from None
     values = []
     for name in names:

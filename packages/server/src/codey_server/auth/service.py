@@ -43,6 +43,9 @@ __all__ = ["AuthError", "AuthService", "LoginLink"]
 
 LOGIN_TTL_S = 600.0
 REFRESH_MARGIN_S = 60.0
+#: after a failed refresh (provider down, 5xx) the next try waits 1 s, doubling up to 5 min
+REFRESH_BACKOFF_MIN_S = 1.0
+REFRESH_BACKOFF_MAX_S = 300.0
 MAX_API_KEY_CHARS = 4096
 #: refresh errors after which the refresh token is worthless: log in again
 _FATAL_REFRESH = frozenset({"invalid_grant", "invalid_client", "unauthorized_client",
@@ -109,6 +112,8 @@ class AuthService:
         self._pending: dict[str, _Pending] = {}
         self._devices: dict[str, asyncio.Task[None]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self._backoff: dict[str, float] = {}  # provider → the last backoff delay, seconds
+        self._retry_at: dict[str, float] = {}  # provider → no refresh before (monotonic)
         self._status: dict[str, ev.AuthStatusUpdated] = {}
         self._refresher: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
@@ -186,6 +191,7 @@ class AuthService:
         if not key or len(key) > MAX_API_KEY_CHARS or any(c.isspace() for c in key):
             raise AuthError("bad_request", "that does not look like an API key")
         self._cancel_device(provider_name)
+        self._reset_backoff(provider_name)
         self.store.put(provider_name, Credential(method="api_key", api_key=key))
         log.info("provider %s: API key stored", provider_name)
         return await self._publish(ev.AuthStatusUpdated(
@@ -222,8 +228,9 @@ class AuthService:
         if pending is None or time.time() - pending.created > LOGIN_TTL_S:
             raise AuthError("bad_state", "unknown, used or expired login state")
         bound = (session_id is not None and pending.session_id is not None
-                 and secrets.compare_digest(session_id, pending.session_id)) or (
-                binder is not None and secrets.compare_digest(binder, pending.binder))
+                 and secrets.compare_digest(session_id.encode(), pending.session_id.encode())
+                 ) or (binder is not None
+                       and secrets.compare_digest(binder.encode(), pending.binder.encode()))
         if not bound:
             raise AuthError("bad_state", "this login was started by another browser")
         name = pending.provider
@@ -293,6 +300,7 @@ class AuthService:
         config = self._config(provider_name)
         self._cancel_device(provider_name)
         cred = self.store.get(provider_name)
+        self._reset_backoff(provider_name)
         if self.store.remove(provider_name):
             log.info("provider %s: logged out", provider_name)
         if cred is not None and cred.refresh_token and config.auth == "oauth":
@@ -311,16 +319,27 @@ class AuthService:
     # refresh --------------------------------------------------------------------------------
 
     async def _refresh(self, name: str) -> None:
+        """Refresh ``name``'s access token if it is due and no failed try is backing off.
+
+        The network call runs without holding the store still: a logout, a new API key or a
+        new login meanwhile replaces the credential, and then this refresh's result (good or
+        bad) is dropped instead of undoing the change.
+        """
         lock = self._locks.setdefault(name, asyncio.Lock())
         async with lock:
             cred = self.store.get(name)
             if (cred is None or not cred.refresh_token or cred.expires_at is None
                     or cred.expires_at - time.time() >= _margin(cred)):
                 return  # someone else refreshed while we waited, or nothing to refresh
+            if time.monotonic() < self._retry_at.get(name, 0.0):
+                return  # the last try failed; wait out its backoff
             try:
                 tokens = await self._provider(name).refresh(cred.refresh_token)
             except (OAuthFailed, AuthError) as err:
+                if self.store.get(name) is not cred:
+                    return
                 code = err.code
+                self._back_off(name)
                 if code in _FATAL_REFRESH or cred.expires_at <= time.time():
                     if code in _FATAL_REFRESH:
                         self.store.remove(name)
@@ -330,9 +349,25 @@ class AuthService:
                         account=cred.account, expires_at=cred.expires_at,
                         error=f"refresh failed: {code}"))
                 else:
-                    log.warning("provider %s: refresh failed (%s); will retry", name, code)
+                    log.warning("provider %s: refresh failed (%s); retry in %.0f s", name, code,
+                                self._backoff[name])
+                return
+            if self.store.get(name) is not cred:
+                log.info("provider %s: credentials changed during a refresh; result dropped",
+                         name)
                 return
             await self._logged_in(name, cred.method, tokens, cred.account, quiet=True)
+
+    def _back_off(self, name: str) -> None:
+        """After a failed refresh: wait 1 s, then twice as long after each further failure, at
+        most :data:`REFRESH_BACKOFF_MAX_S`."""
+        delay = min(self._backoff.get(name, REFRESH_BACKOFF_MIN_S / 2) * 2, REFRESH_BACKOFF_MAX_S)
+        self._backoff[name] = delay
+        self._retry_at[name] = time.monotonic() + delay
+
+    def _reset_backoff(self, name: str) -> None:
+        self._backoff.pop(name, None)
+        self._retry_at.pop(name, None)
 
     async def _refresh_loop(self) -> None:
         assert self._wake is not None
@@ -348,7 +383,9 @@ class AuthService:
                         await self._refresh(name)
                     except Exception:  # the loop must outlive any one provider's trouble
                         log.exception("provider %s: refresh crashed", name)
-                    delay = min(delay, 1.0)
+                        self._back_off(name)
+                    retry_in = self._retry_at.get(name, 0.0) - time.monotonic()
+                    delay = min(delay, max(retry_in, 1.0))
                 else:
                     delay = min(delay, due)
             self._wake.clear()
@@ -406,6 +443,7 @@ class AuthService:
 
     async def _logged_in(self, name: str, method: Any, tokens: TokenSet, account: str | None,
                          *, quiet: bool = False) -> None:
+        self._reset_backoff(name)
         self.store.put(name, Credential(
             method=method, access_token=tokens.access_token, refresh_token=tokens.refresh_token,
             expires_at=tokens.expires_at, account=account, scope=tokens.scope))

@@ -1,0 +1,50 @@
+"""The server's logging: one stderr handler on the root logger, secrets masked on every handler.
+
+Order of calls (``cli.serve`` does this): :func:`configure_logging` before anything logs, build
+the app (``create_app`` passes ``logging_config=None`` so Litestar leaves the root logger
+alone) and the ``uvicorn.Config`` (built with ``log_config=None`` so uvicorn adds no handlers
+of its own and its records propagate to the root), then :func:`install_redaction` once more to
+cover any handler a library attached in between.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TextIO
+
+from codey_server.access import RedactSecrets
+
+__all__ = ["configure_logging", "install_redaction"]
+
+_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def configure_logging(level: str, stream: TextIO) -> logging.Handler:
+    """Make the root logger write ``level`` and above to ``stream``, secrets masked.
+
+    Replaces any handlers already on the root logger; returns the new handler.
+    """
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter(_FORMAT))
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+    install_redaction()
+    return handler
+
+
+def install_redaction() -> None:
+    """Put a :class:`RedactSecrets` filter on every handler of every logger that has one.
+
+    Idempotent. A handler filter (not a logger filter) also sees records that propagate up
+    from child loggers, which is how uvicorn's and Litestar's records reach the root.
+    """
+    loggers: list[logging.Logger] = [logging.getLogger()]
+    loggers += [lg for lg in logging.Logger.manager.loggerDict.values()
+                if isinstance(lg, logging.Logger)]
+    for logger in loggers:
+        for handler in logger.handlers:
+            if not any(isinstance(f, RedactSecrets) for f in handler.filters):
+                handler.addFilter(RedactSecrets())
