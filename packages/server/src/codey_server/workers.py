@@ -71,7 +71,6 @@ class _InFlight:
     on_progress: ProgressCallback | None
     waiters: list[asyncio.Future[wk.ActionOutcome]] = field(default_factory=list)
     outcome: wk.ActionOutcome | ActionFailed | None = None
-    accepted: bool = False
     sent: bool = False  # handed to the current connection (a reconnect sends it again)
     sending: bool = False
 
@@ -299,9 +298,7 @@ class WorkerRegistry:
     async def handle(self, conn: _Conn, msg: wk.WorkerToServer) -> None:
         conn.last_seen = time.time()
         if isinstance(msg, wk.ActionAccepted):
-            flight = self._flight(conn, msg.action_id)
-            if flight is not None:
-                flight.accepted = True
+            pass  # nothing waits on it: every unanswered action is re-sent after a reconnect
         elif isinstance(msg, wk.ActionProgress):
             flight = self._flight(conn, msg.action_id)
             if flight is not None and flight.on_progress is not None:

@@ -19,13 +19,17 @@ READ = wk.ReadFile(action_id="a1", session_id="s", workdir="/w", path="f")
 CONTENT = wk.FileContent(path="f", content="hi\n", size=3, total_lines=1)
 
 
+def _joined(flight: _InFlight) -> asyncio.Future[wk.ActionOutcome]:
+    """A new waiter, joined to ``flight`` (call inside a running loop)."""
+    waiter: asyncio.Future[wk.ActionOutcome] = asyncio.get_running_loop().create_future()
+    flight.join(waiter)
+    return waiter
+
+
 def test_every_waiter_gets_the_outcome_and_a_later_answer_is_ignored() -> None:
     async def main() -> None:
-        loop = asyncio.get_running_loop()
         flight = _InFlight("w1", READ, None)
-        first, second = loop.create_future(), loop.create_future()
-        flight.join(first)
-        flight.join(second)
+        first, second = _joined(flight), _joined(flight)
         flight.settle(CONTENT)
         flight.settle(ActionFailed("internal", "a second answer"))
         assert await first == CONTENT and await second == CONTENT
@@ -35,11 +39,9 @@ def test_every_waiter_gets_the_outcome_and_a_later_answer_is_ignored() -> None:
 
 def test_a_waiter_joining_after_the_outcome_gets_it_at_once() -> None:
     async def main() -> None:
-        loop = asyncio.get_running_loop()
         flight = _InFlight("w1", READ, None)
         flight.settle(ActionFailed("not_found", "f: no such file"))
-        late = loop.create_future()
-        flight.join(late)
+        late = _joined(flight)
         with pytest.raises(ActionFailed) as info:
             await asyncio.wait_for(late, 1)
         assert info.value.code == "not_found"
@@ -49,11 +51,8 @@ def test_a_waiter_joining_after_the_outcome_gets_it_at_once() -> None:
 
 def test_a_cancelled_waiter_does_not_take_the_others_with_it() -> None:
     async def main() -> None:
-        loop = asyncio.get_running_loop()
         flight = _InFlight("w1", READ, None)
-        gone, staying = loop.create_future(), loop.create_future()
-        flight.join(gone)
-        flight.join(staying)
+        gone, staying = _joined(flight), _joined(flight)
         gone.cancel()
         flight.settle(CONTENT)
         assert await staying == CONTENT

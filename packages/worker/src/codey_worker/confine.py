@@ -88,25 +88,36 @@ def set_protected_paths(paths: Iterable[str | Path]) -> None:
     _protected = tuple(dict.fromkeys(os.path.realpath(os.fspath(p)) for p in paths))
 
 
+def _subpath(path: str, root: str) -> str | None:
+    """What follows ``root`` in ``path`` ("" for ``root`` itself), or None when ``path`` is not
+    at or below it. A plain string test: both must already be real paths."""
+    if path == root:
+        return ""
+    prefix = root if root.endswith("/") else root + "/"
+    return path[len(prefix):] if path.startswith(prefix) else None
+
+
+def _protecting(target: str) -> str | None:
+    """The protected path the real ``target`` is at or below, if any."""
+    return next((root for root in _protected if _subpath(target, root) is not None), None)
+
+
 def is_protected(target: str | Path) -> bool:
     """True when the (real) ``target`` is a protected path or lies below one."""
-    text = os.fspath(target)
-    return any(text == root or text.startswith(root.rstrip("/") + "/") for root in _protected)
+    return _protecting(os.fspath(target)) is not None
 
 
 def check_protected(target: str | Path, shown: str | None = None) -> None:
     """Raise ``ActionRefused("protected_path")`` when the real ``target`` is a protected path
     or lies below one. ``shown`` is how the caller spelled it, for the message."""
     text = os.fspath(target)
-    for root in _protected:
-        prefix = root if root.endswith("/") else root + "/"
-        if text == root or text.startswith(prefix):
-            name = shown if shown is not None else text
-            raise ActionRefused(
-                "protected_path",
-                f"{name} resolves to {text}, inside the worker's own directory {root}, "
-                "which no action may read, write or run in",
-            )
+    root = _protecting(text)
+    if root is not None:
+        raise ActionRefused(
+            "protected_path",
+            f"{shown if shown is not None else text} resolves to {text}, inside the worker's "
+            f"own directory {root}, which no action may read, write or run in",
+        )
 
 
 def real_workdir(workdir: str | Path) -> Path:
@@ -223,9 +234,9 @@ def check_root(path: str | Path, allowed_roots: Iterable[str | Path | Root]) -> 
     roots = [r if isinstance(r, Root) else Root.pin(r) for r in allowed_roots]
     for root in roots:
         # the usual case, a plain directory below an unchanged root: no realpath needed
-        prefix = root.path if root.path.endswith("/") else root.path + "/"
-        if (text == root.path or text.startswith(prefix)) and root.unchanged():
-            plain = _plain_path(root.path, text[len(prefix):])
+        rest = _subpath(text, root.path)
+        if rest is not None and root.unchanged():
+            plain = _plain_path(root.path, rest)
             if plain is not None:
                 check_protected(plain)
                 return Path(plain)
@@ -243,11 +254,9 @@ def check_root(path: str | Path, allowed_roots: Iterable[str | Path | Root]) -> 
 def relative_display(workdir: Path, target: Path) -> str:
     """``target`` relative to the (real) ``workdir``, "/" separated; ``"."`` for the workdir."""
     root, path = os.fspath(workdir), os.fspath(target)
-    if path == root:
-        return "."
-    prefix = root if root.endswith("/") else root + "/"
-    if path.startswith(prefix):  # inside, as every confined path is: no relpath needed
-        return path[len(prefix):]
+    rest = _subpath(path, root)
+    if rest is not None:  # inside, as every confined path is: no relpath needed
+        return rest or "."
     return Path(os.path.relpath(path, root)).as_posix()
 
 
