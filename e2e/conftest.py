@@ -143,7 +143,7 @@ class Stack:
 
     @staticmethod
     def new_session(page: Page, worker: WorkerProcess, workdir: str, prompt: str,
-                    policy: str = "full-auto") -> str:
+                    policy: str = "full-auto", plan_mode: bool = False) -> str:
         """Create a session with the dashboard's dialog; returns its id (the page then shows
         the session view)."""
         if page.get_by_test_id("dashboard").count() == 0:
@@ -154,6 +154,8 @@ class Stack:
         dialog.get_by_test_id("ns-worker").select_option(worker.worker_id)
         dialog.get_by_test_id("ns-workdir").fill(workdir)
         dialog.get_by_test_id("ns-policy").select_option(policy)
+        if plan_mode:
+            dialog.get_by_test_id("ns-plan-mode").check()
         dialog.get_by_test_id("ns-prompt").fill(prompt)
         dialog.get_by_test_id("ns-submit").click()
         view = page.get_by_test_id("session-view")

@@ -33,9 +33,11 @@ def test_approval_flow(stack: Stack, page: Page) -> None:
     # 1. approve: the command runs only then, and its output shows
     approval = page.get_by_test_id("approval")
     expect(approval).to_be_visible()
-    expect(approval).to_contain_text("echo made > made.txt")
+    # the approval sits in the command's own card, which shows the command (not repeated)
+    asking = page.locator("[data-testid=item]:has([data-testid=approval])")
+    expect(asking.get_by_test_id("tool-command")).to_contain_text("echo made > made.txt")
     expect(page.get_by_test_id("attention-badge")).to_be_visible()
-    expect(stack.status(page)).to_have_text("waiting_approval")
+    expect(stack.status(page)).to_have_attribute("data-status", "waiting_approval")
     assert not (wd / "made.txt").exists()
     approval.get_by_test_id("approve").click()
     first = stack.items(page, "tool_call").first
@@ -46,14 +48,14 @@ def test_approval_flow(stack: Stack, page: Page) -> None:
     # 2. reject with a message: the model gets the message as the tool's result
     second = stack.items(page, "tool_call").nth(1)
     approval = second.get_by_test_id("approval")
-    expect(approval).to_contain_text("rm keep.txt")
+    expect(second.get_by_test_id("tool-command")).to_contain_text("rm keep.txt")
     approval.get_by_test_id("reject-message").fill("keep that file, it is precious")
     approval.get_by_test_id("reject").click()
-    expect(second.get_by_test_id("tool-status")).to_have_text("rejected")
+    expect(second.get_by_test_id("tool-status")).to_have_attribute("data-status", "rejected")
     expect(second.get_by_test_id("approval-decided")).to_contain_text("rejected")
     expect(stack.items(page, "assistant_message").last).to_have_text(
         "Understood, I kept keep.txt.")
-    expect(stack.status(page)).to_have_text("idle")
+    expect(stack.status(page)).to_have_attribute("data-status", "idle")
     expect(page.get_by_test_id("attention-badge")).to_have_count(0)
     assert (wd / "keep.txt").read_text() == "precious"
     last = model.requests("/v1/chat/completions")[-1]["body"]["messages"][-1]

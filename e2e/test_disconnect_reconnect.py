@@ -34,13 +34,14 @@ def test_disconnect_reconnect(stack: Stack, page: Page) -> None:
     expect(card.get_by_test_id("worker-status")).to_have_text("disconnected")
     session_card = page.locator(f"[data-testid=session-card][data-session-id='{sid}']")
     expect(session_card.get_by_test_id("worker-gone")).to_be_visible()
-    expect(session_card.get_by_test_id("session-status")).to_have_text("waiting_worker")
+    expect(session_card.get_by_test_id("session-status")).to_have_attribute(
+        "data-status", "waiting_worker")
     expect(page.get_by_test_id("toast").filter(has_text="disconnected")).to_be_visible()
 
     worker.start()
     expect(card.get_by_test_id("worker-status")).to_have_text("connected")
     expect(session_card.get_by_test_id("worker-gone")).to_have_count(0)
-    expect(session_card.get_by_test_id("session-status")).to_have_text("idle")
+    expect(session_card.get_by_test_id("session-status")).to_have_attribute("data-status", "idle")
 
     stack.open_session(page, sid)
     tools = stack.items(page, "tool_call")

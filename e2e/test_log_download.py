@@ -26,7 +26,7 @@ def test_log_download(stack: Stack, page: Page) -> None:
     stack.open(page)
     sid = stack.new_session(page, worker, stack.workdir(worker, "proj"), "count to three")
     expect(stack.items(page, "assistant_message").last).to_have_text("Counted to three.")
-    expect(stack.status(page)).to_have_text("idle")
+    expect(stack.status(page)).to_have_attribute("data-status", "idle")
 
     with page.expect_download() as info:
         page.get_by_test_id("download-log").click()

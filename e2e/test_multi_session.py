@@ -36,23 +36,23 @@ def test_multi_session(stack: Stack, page: Page) -> None:
         expect(out).to_have_text(f"{name}-start")
         expect(stack.items(page, "tool_call").get_by_test_id("tool-status")).to_have_text(
             "running")
-        expect(stack.status(page)).to_have_text("running")
+        expect(stack.status(page)).to_have_attribute("data-status", "running")
 
     # Watching beta: its output grows in place when the command goes on.
     stack.release(dirs["beta"])
     out = stack.items(page, "tool_call").get_by_test_id("tool-output")
     expect(out).to_contain_text("beta-end")
     expect(stack.items(page, "assistant_message").last).to_have_text("beta done")
-    expect(stack.status(page)).to_have_text("idle")
+    expect(stack.status(page)).to_have_attribute("data-status", "idle")
 
     # alpha was untouched by beta's output and is still waiting.
     cards = page.locator("[data-testid=session-card]")
     page.evaluate("location.hash = '#/'")
     expect(cards).to_have_count(2)
     alpha_card = page.locator(f"[data-testid=session-card][data-session-id='{sids['alpha']}']")
-    expect(alpha_card.get_by_test_id("session-status")).to_have_text("running")
+    expect(alpha_card.get_by_test_id("session-status")).to_have_attribute("data-status", "running")
     stack.release(dirs["alpha"])
-    expect(alpha_card.get_by_test_id("session-status")).to_have_text("idle")
+    expect(alpha_card.get_by_test_id("session-status")).to_have_attribute("data-status", "idle")
     stack.open_session(page, sids["alpha"])
     expect(stack.items(page, "tool_call").get_by_test_id("tool-output")).to_have_text(
         "alpha-start\nalpha-end")

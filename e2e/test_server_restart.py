@@ -38,7 +38,7 @@ def test_server_restart(stack: Stack, page: Page) -> None:
     stack.release(wd)  # the command, still running on the worker, ends now
 
     expect(stack.items(page, "assistant_message").last).to_have_text("The build finished.")
-    expect(stack.status(page)).to_have_text("idle")
+    expect(stack.status(page)).to_have_attribute("data-status", "idle")
     expect(out).to_have_text("build-start\nbuild-end")
     assert page.evaluate("window.__e2eSamePage") is True, "the page was reloaded"
 

@@ -27,12 +27,13 @@ def test_state_equals_server(stack: Stack, page: Page) -> None:
     write_project(Path(wd))
     sid = stack.new_session(page, worker, wd, "fix the add function", policy="auto-edit")
     approval = page.get_by_test_id("approval")
-    expect(approval).to_contain_text("python3 test_app.py")
+    asking = page.locator("[data-testid=item]:has([data-testid=approval])")
+    expect(asking.get_by_test_id("tool-command")).to_contain_text("python3 test_app.py")
     expect(page.get_by_test_id("diff")).to_contain_text("return a + b")
     approval.get_by_test_id("approve").click()
     expect(stack.items(page, "assistant_message").last).to_have_text(
         "Fixed: add now adds, and the test passes.")
-    expect(stack.status(page)).to_have_text("idle")
+    expect(stack.status(page)).to_have_attribute("data-status", "idle")
 
     def same_seq() -> tuple[int, dict[str, Any], dict[str, Any]] | None:
         before = page.evaluate("window.__codey.seq()")

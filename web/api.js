@@ -45,5 +45,17 @@ export const api = {
   deviceLogin: (provider) => request("POST", "/api/auth/device", { provider }),
   apiKey: (provider, api_key) => request("POST", "/api/auth/api-key", { provider, api_key }),
   logout: (provider) => request("POST", "/api/auth/logout", { provider }),
+  workerWheels: () => request("GET", "/dl/index.json"),
   sessionLogUrl: (id) => `/api/sessions/${encodeURIComponent(id)}/log`,
+  /** Store a file for a prompt; resolves with its attachment {hash, name, mime, size}. */
+  uploadBlob: async (file) => {
+    const q = new URLSearchParams({ name: file.name || "pasted", mime: file.type ||
+      "application/octet-stream" });
+    const res = await fetch(`/api/blobs?${q}`, { method: "POST", body: file,
+      credentials: "same-origin", headers: { "Content-Type": "application/octet-stream" } });
+    const data = await res.json().catch(() => ({}));
+    if (!res.ok) throw new ApiError(res.status, data.detail || `${res.status} ${res.statusText}`);
+    return data;
+  },
+  blobUrl: (a) => `/api/blobs/${encodeURIComponent(a.hash)}?mime=${encodeURIComponent(a.mime)}`,
 };

@@ -5,12 +5,15 @@
 
 import { api } from "./api.js";
 import { h } from "./dom.js";
+import { Notifier } from "./notify.js";
 import { Socket } from "./socket.js";
 import { Store } from "./store.js";
 import { Dashboard } from "./views/dashboard.js";
 import { LoginBanner } from "./views/login.js";
+import { LoginScreen } from "./views/loginscreen.js";
 import { PairPage } from "./views/pair.js";
 import { SessionView } from "./views/session.js";
+import { Shortcuts } from "./views/shortcuts.js";
 import { Toasts } from "./views/toasts.js";
 
 const THEME_KEY = "codey-theme";
@@ -31,16 +34,21 @@ class App {
       navigate: (hash) => this.navigate(hash),
     };
     this.ctx = ctx;
+    this.unauthorized = false;
     this.socket = new Socket(this.store, {
       onStatus: (s) => this._setConn(s),
+      onUnauthorized: () => this.loggedOut(),
       onError: (frame) => ctx.toast(`Server: ${frame.message}`, "error"),
       onShutdown: (reason) => ctx.toast(`Server going away: ${reason}`, "warn"),
     });
     ctx.socket = this.socket;
     this.banner = new LoginBanner(document.getElementById("banner"), ctx);
+    this.notifier = new Notifier(this.store, document.querySelector("[data-testid=notify-toggle]"));
     this.store.subscribe((change) => this._onChange(change));
     window.addEventListener("hashchange", () => this.route());
     this._setupTheme();
+    document.querySelector("[data-testid=logout]").addEventListener("click", () => this.logOut());
+    this._shortcuts = new Shortcuts(this);
     this._setConn("offline");
     this.route();
     if (connect) {
@@ -53,7 +61,26 @@ class App {
     try {
       this.setConfig(await api.config());
     } catch (err) {
-      console.warn("no /api/config", err);
+      if (err.status === 401) this.loggedOut();
+      else console.warn("no /api/config", err);
+    }
+  }
+
+  /** No (more) access: stop the socket and show the login screen, whatever the route. */
+  loggedOut() {
+    if (this.unauthorized) return;
+    this.unauthorized = true;
+    this.socket.stop();
+    this._setConn("logged out");
+    document.querySelector("[data-testid=logout]").hidden = true;
+    this.route();
+  }
+
+  async logOut() {
+    try {
+      await fetch("/api/logout", { method: "POST", credentials: "same-origin" });
+    } finally {
+      this.loggedOut();
     }
   }
 
@@ -74,7 +101,10 @@ class App {
     const hash = location.hash || "#/";
     if (this.view && this.view.destroy) this.view.destroy();
     let m;
-    if ((m = /^#\/session\/(.+)$/.exec(hash))) {
+    if (this.unauthorized) {
+      this.view = new LoginScreen(this.ctx);
+      document.title = "Log in · Codey";
+    } else if ((m = /^#\/session\/(.+)$/.exec(hash))) {
       this.view = new SessionView(this.ctx, decodeURIComponent(m[1]));
     } else if ((m = /^#\/pair\/([A-Za-z0-9-]+)$/.exec(hash))) {
       this.view = new PairPage(this.ctx, m[1]);
@@ -92,7 +122,10 @@ class App {
     if (change.kind === "reset" || change.env.event.type === "auth_status_updated") {
       this.banner.update();
     }
-    if (change.kind === "event") this._notify(change.env);
+    if (change.kind === "event") {
+      this._notify(change.env);
+      this.notifier.maybeNotify(change.env);
+    }
   }
 
   // Toasts for live events only: catch-up after a reconnect should not replay old news.

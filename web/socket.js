@@ -29,11 +29,13 @@ function requestId() {
  */
 export class Socket {
   constructor(store, { url = null, onStatus = () => {}, onError = () => {},
+    onUnauthorized = () => {},
     onShutdown = () => {} } = {}) {
     this.store = store;
     this.url = url || Socket.defaultUrl();
     this.status = "offline";
     this._onStatus = onStatus;
+    this._onUnauthorized = onUnauthorized;
     this._onError = onError;
     this._onShutdown = onShutdown;
     this._ws = null;
@@ -106,6 +108,10 @@ export class Socket {
       this._ws = null;
       this._subscribed = false;
       this._failPending("connection closed");
+      if (ev.code === 4401) {
+        this._onUnauthorized(); // no access (any more): reconnecting will not help
+        return;
+      }
       if (!this._stopped) this._scheduleReconnect(ev.code);
     };
     ws.onerror = () => {}; // onclose follows and does the work
@@ -225,15 +231,18 @@ export class Socket {
 
   /** Start a session. `provider`/`model` null or omitted mean the server's defaults. */
   createSession({ worker_id, workdir, prompt = "", provider = null, model = null,
-    policy = "suggest" }) {
+    policy = "suggest", plan_mode = false }) {
     const fields = { worker_id, workdir, prompt, policy };
+    if (plan_mode) fields.plan_mode = true;
     if (provider) fields.provider = provider;
     if (model) fields.model = model;
     return this.command("create_session", fields);
   }
 
-  sendPrompt(session_id, text) {
-    return this.command("send_prompt", { session_id, text });
+  sendPrompt(session_id, text, attachments = []) {
+    const fields = { session_id, text };
+    if (attachments.length) fields.attachments = attachments;
+    return this.command("send_prompt", fields);
   }
 
   /** `decision`: "approve" | "approve_for_session" | "reject". */
@@ -247,5 +256,57 @@ export class Socket {
 
   interrupt(session_id) {
     return this.command("interrupt", { session_id });
+  }
+
+  /** Summarize the session's older conversation into one summary item. */
+  compact(session_id) {
+    return this.command("compact_session", { session_id });
+  }
+
+  retryTurn(session_id) {
+    return this.command("retry_turn", { session_id });
+  }
+
+  answerQuestion(session_id, question_id, answer) {
+    return this.command("answer_question", { session_id, question_id, answer });
+  }
+
+  renameSession(session_id, title) {
+    return this.command("rename_session", { session_id, title });
+  }
+
+  archiveSession(session_id, archived) {
+    return this.command("archive_session", { session_id, archived });
+  }
+
+  closeSession(session_id, reason = "") {
+    return this.command("close_session", { session_id, reason });
+  }
+
+  deleteSession(session_id) {
+    return this.command("delete_session", { session_id });
+  }
+
+  /** A new session with this one's conversation up to `item_id` (the end when null). */
+  forkSession(session_id, item_id = null, title = null) {
+    const fields = { session_id };
+    if (item_id) fields.item_id = item_id;
+    if (title) fields.title = title;
+    return this.command("fork_session", fields);
+  }
+
+  moveSession(session_id, worker_id) {
+    return this.command("move_session", { session_id, worker_id });
+  }
+
+  /** Approve the proposed plan; `steps` (strings) when the user edited it. */
+  approvePlan(session_id, steps = null, note = "") {
+    const fields = { session_id, note };
+    if (steps) fields.steps = steps;
+    return this.command("approve_plan", fields);
+  }
+
+  setMemory(worker_id, workdir, text) {
+    return this.command("set_memory", { worker_id, workdir, text });
   }
 }

@@ -8,17 +8,25 @@
 // Items inside events arrive complete (every field), so an appended item is stored as received
 // and "has attribute X" in Python is `X in item` here.
 
+import { APPEND_FIELDS, REPLACE_FIELDS, applyUpdate } from "./item_fields.js";
+
 /** Keep only the most recent changed paths (reducers.MAX_CHANGED_PATHS). */
 export const MAX_CHANGED_PATHS = 200;
 
-const UPDATE_FIELDS = [
-  "status", "streaming", "queued", "exit_code", "truncated", "diff", "files", "error",
-  "result", "action_id", "approval_id", "output",
-];
+// Which update fields append and which replace, and the rule that applies them
+// (`applyUpdate`), are generated from SessionItemUpdated's schema into item_fields.js; the
+// rule and the Python side are in codey_protocol/updates.py.
+const DELTA_NAMES = Object.keys(APPEND_FIELDS);
+
+/** Notices that end a requested compaction without a summary (reducers.COMPACTION_ENDED). */
+const COMPACTION_ENDED = ["compaction_skipped", "compaction_failed"];
 
 /** A fresh `State()`. */
 export function emptyState() {
-  return { seq: 0, workers: {}, pair_requests: {}, sessions: {}, auth: {}, rate_limits: {} };
+  return {
+    seq: 0, workers: {}, pair_requests: {}, sessions: {}, auth: {}, rate_limits: {},
+    memories: {},
+  };
 }
 
 /** The item with `itemId`, searched from the end where updates nearly always land. */
@@ -100,16 +108,43 @@ function session(state, env) {
   return s || null;
 }
 
+/** A fresh `SessionInfo` (codey_protocol.state) with `fields` over the defaults. */
+function newSession(fields) {
+  return {
+    session_id: "", title: "", worker_id: "", workdir: "", provider: "", model: "",
+    policy: "suggest", status: "idle", status_reason: "", created_at: 0, updated_at: 0,
+    items: [], plan: [], plan_explanation: "", approvals: {}, approved_prefixes: [],
+    pending_actions: {}, changed_paths: [],
+    usage: {
+      input_tokens: 0, output_tokens: 0, reasoning_tokens: 0, total_tokens: 0,
+      cached_tokens: 0, turns: 0, context_tokens: 0, context_window: null,
+    },
+    compaction_requested: false,
+    context: null,
+    questions: {},
+    parent_id: null,
+    parent_item: null,
+    role: null,
+    read_only: false,
+    turn_cap: null,
+    plan_mode: false,
+    plan_status: "none",
+    archived: false,
+    forked_from: null,
+    ...fields,
+  };
+}
+
 function sessionCreated(state, env, e) {
   if (env.session_id == null) return;
-  state.sessions[env.session_id] = {
+  state.sessions[env.session_id] = newSession({
     session_id: env.session_id, title: e.title, worker_id: e.worker_id, workdir: e.workdir,
-    provider: e.provider, model: e.model, policy: dflt(e.policy, "suggest"), status: "idle",
-    status_reason: "", created_at: env.ts, updated_at: env.ts, items: [], plan: [],
-    plan_explanation: "", approvals: {}, approved_prefixes: [], pending_actions: {},
-    changed_paths: [],
-    usage: { input_tokens: 0, output_tokens: 0, reasoning_tokens: 0, total_tokens: 0, turns: 0 },
-  };
+    provider: e.provider, model: e.model, policy: dflt(e.policy, "suggest"),
+    created_at: env.ts, updated_at: env.ts, plan_mode: dflt(e.plan_mode, false),
+    parent_id: dflt(e.parent_id, null), parent_item: dflt(e.parent_item, null),
+    role: dflt(e.role, null), read_only: dflt(e.read_only, false),
+    turn_cap: dflt(e.turn_cap, null),
+  });
 }
 
 function statusChanged(state, env, e) {
@@ -132,7 +167,95 @@ function policyChanged(state, env, e) {
 
 function itemAppended(state, env, e) {
   const s = session(state, env);
-  if (s) s.items.push(e.item);
+  if (!s) return;
+  s.items.push(e.item);
+  if (e.item.kind === "summary") {
+    s.compaction_requested = false;
+    s.usage.context_tokens = 0;
+  } else if (e.item.kind === "notice" && COMPACTION_ENDED.includes(e.item.code)) {
+    s.compaction_requested = false;
+  } else if (e.item.kind === "user_message" && s.plan_mode) {
+    s.plan_status = "none"; // feedback on the proposed plan: the model revises it
+  }
+}
+
+function contextUpdated(state, env, e) {
+  const s = session(state, env);
+  if (s) {
+    s.context = {
+      instructions: [...dflt(e.instructions, [])], skills: [...dflt(e.skills, [])],
+      environment: e.environment, warnings: [...dflt(e.warnings, [])], loaded_at: env.ts,
+    };
+  }
+}
+
+function archived(state, env, e) {
+  const s = session(state, env);
+  if (s) s.archived = dflt(e.archived, true);
+}
+
+function deleted(state, env) {
+  if (env.session_id != null) delete state.sessions[env.session_id];
+}
+
+/** Finished items only: a fork starts idle (reducers._kept_by_fork). */
+function keptByFork(item) {
+  if (item.kind === "tool_call") return item.result !== null && item.result !== undefined;
+  if (item.kind === "user_message") return !item.queued;
+  if (item.kind === "assistant_message" || item.kind === "reasoning") return !item.streaming;
+  return true;
+}
+
+function forked(state, env, e) {
+  const src = state.sessions[e.from_session];
+  if (!src || env.session_id == null || env.session_id in state.sessions) return;
+  const items = [];
+  for (const item of src.items) {
+    if (keptByFork(item)) items.push(structuredClone(item));
+    if (item.id === e.until_item) break;
+  }
+  state.sessions[env.session_id] = newSession({
+    session_id: env.session_id, title: e.title, worker_id: src.worker_id, workdir: src.workdir,
+    provider: src.provider, model: src.model, policy: src.policy, created_at: env.ts,
+    updated_at: env.ts, items, context: src.context ? structuredClone(src.context) : null,
+    forked_from: e.from_session,
+  });
+}
+
+function moved(state, env, e) {
+  const s = session(state, env);
+  if (s) s.worker_id = e.worker_id;
+}
+
+function questionAsked(state, env, e) {
+  const s = session(state, env);
+  if (s) {
+    s.questions[e.question_id] = {
+      question_id: e.question_id, item_id: e.item_id, question: e.question,
+      choices: [...dflt(e.choices, [])], status: "pending", answer: "", asked_at: env.ts,
+      answered_at: null,
+    };
+  }
+}
+
+function questionAnswered(state, env, e) {
+  const s = session(state, env);
+  const q = s && s.questions[e.question_id];
+  if (!q || q.status !== "pending") return; // the first answer wins
+  q.status = e.cancelled ? "cancelled" : "answered";
+  q.answer = dflt(e.answer, "");
+  q.answered_at = env.ts;
+}
+
+function memoryUpdated(state, env, e) {
+  state.memories[`${e.worker_id}:${e.workdir}`] = {
+    worker_id: e.worker_id, workdir: e.workdir, text: e.text, updated_at: env.ts,
+  };
+}
+
+function compactionRequested(state, env) {
+  const s = session(state, env);
+  if (s) s.compaction_requested = true;
 }
 
 function itemUpdated(state, env, e) {
@@ -140,12 +263,20 @@ function itemUpdated(state, env, e) {
   if (!s) return;
   const item = findItem(s, e.item_id);
   if (!item) return;
-  if (e.text_delta && "text" in item) item.text += e.text_delta;
-  if (e.output_delta && item.kind === "tool_call") item.output += e.output_delta;
-  for (const name of UPDATE_FIELDS) {
-    const value = e[name];
-    if (value !== null && value !== undefined && name in item) item[name] = value;
+  applyUpdate(item, e);
+}
+
+/**
+ * The fields a `session_item_updated` event carries: its non-empty deltas, then its non-null
+ * replacements (e.g. `["output_delta"]` for a chunk of command output).
+ */
+export function updateFields(e) {
+  const carried = [];
+  for (const name of DELTA_NAMES) if (e[name]) carried.push(name);
+  for (const name of REPLACE_FIELDS) {
+    if (e[name] !== null && e[name] !== undefined) carried.push(name);
   }
+  return carried;
 }
 
 function planUpdated(state, env, e) {
@@ -153,6 +284,15 @@ function planUpdated(state, env, e) {
   if (s) {
     s.plan = [...e.steps];
     s.plan_explanation = dflt(e.explanation, "");
+    if (s.plan_mode) s.plan_status = "proposed";
+  }
+}
+
+function planApproved(state, env) {
+  const s = session(state, env);
+  if (s) {
+    s.plan_mode = false;
+    s.plan_status = "approved";
   }
 }
 
@@ -213,7 +353,10 @@ function usageRecorded(state, env, e) {
     u.output_tokens += e.output_tokens || 0;
     u.reasoning_tokens += e.reasoning_tokens || 0;
     u.total_tokens += e.total_tokens || 0;
+    u.cached_tokens += e.cached_tokens || 0;
     u.turns += 1;
+    u.context_tokens = (e.input_tokens || 0) + (e.output_tokens || 0);
+    if (e.context_window != null) u.context_window = e.context_window;
   }
 }
 
@@ -252,12 +395,23 @@ const HANDLERS = {
   session_item_appended: itemAppended,
   session_item_updated: itemUpdated,
   plan_updated: planUpdated,
+  plan_approved: planApproved,
+  turn_requested: (state, env) => { session(state, env); },
   approval_requested: approvalRequested,
   approval_resolved: approvalResolved,
   action_requested: actionRequested,
   action_finished: actionFinished,
   session_workspace_changed: workspaceChanged,
   token_usage_recorded: usageRecorded,
+  compaction_requested: compactionRequested,
+  session_context_updated: contextUpdated,
+  session_archived: archived,
+  session_deleted: deleted,
+  session_forked: forked,
+  session_moved: moved,
+  question_asked: questionAsked,
+  question_answered: questionAnswered,
+  memory_updated: memoryUpdated,
   rate_limit_updated: rateLimit,
   auth_status_updated: authUpdated,
 };

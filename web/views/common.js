@@ -66,10 +66,76 @@ export function keyedList(container, values, key, signature, render) {
   for (const node of old.values()) node.remove();
 }
 
-/** A status chip. `testid` names it for tests; the text is the raw status value. */
-export function statusChip(status, testid) {
+/** A session's status in plain words (the raw value stays in `data-status`). */
+export const SESSION_WORDS = {
+  idle: "finished", running: "working", waiting_approval: "needs approval",
+  waiting_user: "waiting for you", waiting_worker: "waiting for machine", interrupted: "stopped",
+  error: "failed", closed: "closed",
+};
+
+/** A tool call's status in plain words. */
+export const TOOL_WORDS = {
+  pending: "queued", waiting_approval: "needs approval", waiting_user: "waiting for you",
+  running: "running", done: "done", failed: "failed", rejected: "rejected",
+  cancelled: "cancelled",
+};
+
+/** What a session's status means for the user: `idle` with nothing done yet is "new". */
+export function sessionWords(s) {
+  if (s.status === "idle" && !s.items.some((i) => i.kind !== "user_message")) return "new";
+  return SESSION_WORDS[s.status] || s.status;
+}
+
+/**
+ * A status chip. `testid` names it for tests; the raw status is in `data-status`; the text is
+ * the plain words (`words`, or the session vocabulary).
+ */
+export function statusChip(status, testid, words = null) {
   return h("span", { class: `chip status-${status}`, "data-testid": testid,
-    "data-status": status }, status);
+    "data-status": status }, words || SESSION_WORDS[status] || status);
+}
+
+/** "4 s", "2 min 5 s", "1 h 3 min" for a number of seconds. */
+export function fmtDuration(seconds) {
+  const s = Math.max(0, Math.round(seconds));
+  if (s < 60) return `${s} s`;
+  if (s < 3600) return `${Math.floor(s / 60)} min${s % 60 ? ` ${s % 60} s` : ""}`;
+  return `${Math.floor(s / 3600)} h${Math.floor((s % 3600) / 60) ? ` ${Math.floor((s % 3600) / 60)} min` : ""}`;
+}
+
+/**
+ * What the agent is doing right now, in a few words, and since when (epoch seconds):
+ * "thinking", "running `pytest -q`", "waiting for your approval", "retrying in 8 s (HTTP 429)".
+ * Null when no turn runs.
+ */
+export function activity(s, state) {
+  if (!isBusy(s.status) && s.status !== "waiting_worker") return null;
+  const last = s.items[s.items.length - 1];
+  if (s.status === "waiting_approval") return { text: "waiting for your approval", since: s.updated_at };
+  if (s.status === "waiting_user") {
+    return { text: s.plan_status === "proposed" ? "waiting for you to approve the plan"
+      : "waiting for your answer", since: s.updated_at };
+  }
+  if (s.status === "waiting_worker" || (last && last.kind === "tool_call" &&
+      last.status === "running" && !workerUp(state, s.worker_id))) {
+    return { text: "waiting for the machine to come back", since: s.updated_at };
+  }
+  const reason = s.status_reason || "";
+  if (reason.startsWith("model busy") || reason.startsWith("the answer was cut")) {
+    return { text: reason.replace(/^model busy \((.*)\); retrying in (.*)$/, "retrying in $2 ($1)"),
+      since: s.updated_at };
+  }
+  if (reason.startsWith("compacting")) return { text: "compacting the conversation", since: s.updated_at };
+  const running = [...s.items].reverse().find((i) => i.kind === "tool_call" && i.status === "running");
+  if (running) {
+    const what = running.command ? `running \`${running.command.join(" ").slice(0, 60)}\``
+      : running.name === "delegate" ? "waiting for a sub-agent" : `${running.name.replace(/_/g, " ")}`;
+    return { text: what, since: running.ts };
+  }
+  if (last && (last.kind === "assistant_message" || last.kind === "reasoning") && last.streaming) {
+    return { text: last.kind === "reasoning" ? "thinking" : "writing", since: last.ts };
+  }
+  return { text: "thinking", since: s.updated_at };
 }
 
 /** Statuses that need the user. */

@@ -5,7 +5,10 @@
 
 import { api } from "../api.js";
 import { fmtAgo, h } from "../dom.js";
-import { FrameBatch, keyedList, needsAttention, statusChip, workerUp } from "./common.js";
+import {
+  FrameBatch, SESSION_WORDS, fmtDuration, keyedList, needsAttention, sessionWords, statusChip,
+  workerUp,
+} from "./common.js";
 import { NewSessionDialog } from "./newsession.js";
 import { PairPanel } from "./pair.js";
 
@@ -13,8 +16,19 @@ import { PairPanel } from "./pair.js";
 const RELEVANT = new Set([
   "worker_pair_requested", "worker_pair_resolved", "worker_paired", "worker_revoked",
   "worker_connected", "worker_disconnected", "session_created", "session_status_changed",
-  "session_title_changed", "session_policy_changed",
+  "session_title_changed", "session_policy_changed", "session_archived", "session_deleted",
+  "session_forked", "session_moved",
 ]);
+
+const SORTS = { attention: "Needs you first", activity: "Last activity", created: "Newest" };
+
+/** The words a session is found by: title, folder, machine, prompts. */
+function haystack(s, state) {
+  const w = state.workers[s.worker_id];
+  const prompts = s.items.filter((i) => i.kind === "user_message").map((i) => i.text);
+  return [s.title, s.workdir, w ? w.hostname : "", s.status, ...prompts].join("\n")
+    .toLowerCase();
+}
 
 export class Dashboard {
   constructor(ctx) {
@@ -29,6 +43,32 @@ export class Dashboard {
     this._noWorkers = h("p", { class: "muted empty" },
       "No machine linked yet. Use “Link a machine” to add one.");
     this._noSessions = h("p", { class: "muted empty" }, "No sessions yet.");
+    this._filter = { text: "", status: "", worker: "", archived: false, sort: "attention" };
+    const search = h("input", { class: "input", type: "search", "data-testid": "session-search",
+      placeholder: "Search sessions", "aria-label": "Search sessions" });
+    search.addEventListener("input", () => { this._filter.text = search.value; this.render(); });
+    this._statusFilter = h("select", { class: "input compact", "data-testid": "status-filter",
+      "aria-label": "Status", onchange: (ev) => {
+        this._filter.status = ev.target.value;
+        this.render();
+      } });
+    this._workerFilter = h("select", { class: "input compact", "data-testid": "worker-filter",
+      "aria-label": "Machine", onchange: (ev) => {
+        this._filter.worker = ev.target.value;
+        this.render();
+      } });
+    const sort = h("select", { class: "input compact", "data-testid": "session-sort",
+      "aria-label": "Sort", onchange: (ev) => { this._filter.sort = ev.target.value; this.render(); } },
+    Object.entries(SORTS).map(([k, v]) => h("option", { value: k }, v)));
+    const archived = h("input", { type: "checkbox", id: "show-archived",
+      "data-testid": "show-archived", onchange: (ev) => {
+        this._filter.archived = ev.target.checked;
+        this.render();
+      } });
+    this._counts = h("div", { class: "counts muted small", "data-testid": "session-counts" });
+    this._toolbar = h("div", { class: "toolbar", "data-testid": "session-toolbar" },
+      search, this._statusFilter, this._workerFilter, sort,
+      h("label", { for: "show-archived", class: "small" }, archived, " Archived"));
     this.el = h("div", { class: "dashboard", "data-testid": "dashboard" },
       h("section", { class: "panel", "aria-labelledby": "workers-h" },
         h("div", { class: "panel-head" }, h("h2", { id: "workers-h" }, "Machines"),
@@ -38,7 +78,7 @@ export class Dashboard {
         h("div", { class: "panel-head" }, h("h2", { id: "sessions-h" }, "Sessions"),
           h("button", { class: "btn primary", type: "button", "data-testid": "new-session",
             onclick: () => new NewSessionDialog(this.ctx).open() }, "New session")),
-        this._noSessions, this._sessions));
+        this._toolbar, this._counts, this._noSessions, this._sessions));
     this.render();
     this._ticker = setInterval(() => this._batch.schedule(), 30000); // "last seen" texts
   }
@@ -66,11 +106,26 @@ export class Dashboard {
 
   render() {
     const state = this.ctx.store.state;
-    // Sessions that need the user first, then newest first (not by activity: cards would jump).
-    const sessions = Object.values(state.sessions).sort((a, b) =>
-      (needsAttention(b.status) - needsAttention(a.status)) || (b.created_at - a.created_at));
+    const all = Object.values(state.sessions);
+    const f = this._filter;
+    const text = f.text.trim().toLowerCase();
+    // sub-agents are listed under their parent (unless a filter looks for them)
+    const nested = !text && !f.status;
+    const shown = all.filter((s) => s.archived === f.archived &&
+      (!nested || !s.parent_id || !state.sessions[s.parent_id]) &&
+      (!f.status || s.status === f.status) && (!f.worker || s.worker_id === f.worker) &&
+      (!text || haystack(s, state).includes(text)));
+    // By default: sessions that need the user first, then newest (cards do not jump).
+    const order = {
+      attention: (a, b) => (needsAttention(b.status) - needsAttention(a.status)) ||
+        (b.created_at - a.created_at),
+      activity: (a, b) => b.updated_at - a.updated_at,
+      created: (a, b) => b.created_at - a.created_at,
+    }[f.sort];
+    const sessions = shown.sort(order);
+    this._renderFilters(all, state);
     const byWorker = new Map();
-    for (const s of sessions) {
+    for (const s of all.filter((x) => !x.archived)) {
       if (!byWorker.has(s.worker_id)) byWorker.set(s.worker_id, []);
       byWorker.get(s.worker_id).push(s);
     }
@@ -83,14 +138,46 @@ export class Dashboard {
         (byWorker.get(w.worker_id) || []).map((s) => [s.session_id, s.title, s.status])]),
       (w) => this._workerCard(w, byWorker.get(w.worker_id) || []));
     this._noSessions.hidden = sessions.length > 0;
+    this._noSessions.textContent = all.length ? "No session matches." : "No sessions yet.";
     keyedList(this._sessions, sessions, (s) => s.session_id,
       (s) => {
         const w = state.workers[s.worker_id];
+        const kids = Object.values(state.sessions).filter((x) => x.parent_id === s.session_id);
         return JSON.stringify([s.title, s.status, s.status_reason, s.policy, s.provider, s.model,
-          workerUp(state, s.worker_id), w ? w.hostname : null]);
+          workerUp(state, s.worker_id), w ? w.hostname : null, fmtAgo(s.updated_at),
+          s.items.length,
+          kids.map((k) => [k.session_id, k.title, k.status])]);
       },
       (s) => this._sessionCard(s));
     if (this._pairPanel) this._pairPanel.refresh();
+  }
+
+  _renderFilters(all, state) {
+    const counts = {};
+    for (const s of all) if (!s.archived) counts[s.status] = (counts[s.status] || 0) + 1;
+    const archived = all.filter((s) => s.archived).length;
+    const subAgents = all.filter((s) => s.parent_id && !s.archived).length;
+    const parts = Object.entries(counts).sort((a, b) => b[1] - a[1])
+      .map(([status, n]) => `${n} ${SESSION_WORDS[status] || status}`);
+    if (subAgents) parts.push(`${subAgents} sub-agent${subAgents === 1 ? "" : "s"}`);
+    if (archived) parts.push(`${archived} archived`);
+    this._counts.textContent = parts.join(" · ");
+    const statuses = ["", ...Object.keys(counts).sort()];
+    const sig = JSON.stringify(statuses);
+    if (this._statusFilter.dataset.sig !== sig) {
+      this._statusFilter.dataset.sig = sig;
+      this._statusFilter.replaceChildren(...statuses.map((st) => h("option", { value: st },
+        st ? SESSION_WORDS[st] || st : "Any status")));
+      this._statusFilter.value = this._filter.status;
+    }
+    const workers = Object.values(state.workers).filter((w) => !w.revoked);
+    const wsig = JSON.stringify(workers.map((w) => [w.worker_id, w.hostname]));
+    if (this._workerFilter.dataset.sig !== wsig) {
+      this._workerFilter.dataset.sig = wsig;
+      this._workerFilter.replaceChildren(h("option", { value: "" }, "Any machine"),
+        ...workers.map((w) => h("option", { value: w.worker_id }, w.hostname)));
+      this._workerFilter.value = this._filter.worker;
+    }
   }
 
   _workerCard(w, sessions) {
@@ -113,7 +200,7 @@ export class Dashboard {
       ? h("ul", { class: "mini-list", "aria-label": `Sessions on ${w.hostname}` },
         sessions.slice(0, 5).map((s) => h("li", {},
           h("a", { href: `#/session/${encodeURIComponent(s.session_id)}` }, s.title || "Untitled"),
-          " ", h("span", { class: `muted small status-text-${s.status}` }, s.status))))
+          " ", h("span", { class: `muted small status-text-${s.status}` }, sessionWords(s)))))
       : null,
     revoke ? h("div", { class: "card-foot" }, revoke) : null);
   }
@@ -153,23 +240,71 @@ export class Dashboard {
     const w = state.workers[s.worker_id];
     const up = workerUp(state, s.worker_id);
     const href = `#/session/${encodeURIComponent(s.session_id)}`;
-    return h("article", { class: "card session-card", "data-testid": "session-card",
-      "data-session-id": s.session_id },
+    const facts = cardFacts(s);
+    return h("article", { class: `card session-card outcome-${s.status}`,
+      "data-testid": "session-card", "data-session-id": s.session_id },
     h("div", { class: "card-head" },
       h("h3", { class: "card-title" }, h("a", { href, class: "stretched" }, s.title || "Untitled")),
+      statusChip(s.status, "session-status", sessionWords(s)),
       needsAttention(s.status)
-        ? h("span", { class: "badge attention", "data-testid": "attention-badge" },
-          s.status === "waiting_approval" ? "approval needed" : "needs you")
-        : null),
-    h("div", { class: "card-meta" },
-      statusChip(s.status, "session-status"),
+        ? h("span", { class: "badge attention dot", "data-testid": "attention-badge",
+          "aria-label": "needs you", title: "needs you" }) : null),
+    facts.preview ? h("p", { class: "preview", "data-testid": "session-preview" },
+      facts.preview) : null,
+    h("p", { class: "card-meta small muted", "data-testid": "session-meta" },
+      h("span", { "data-testid": "session-activity" }, `active ${fmtAgo(s.updated_at)}`),
+      facts.took ? ` · took ${facts.took}` : "",
+      facts.files ? h("span", { class: "diffstat", "data-testid": "session-diffstat" },
+        ` · ${facts.files} file${facts.files === 1 ? "" : "s"} `,
+        h("span", { class: "d-add" }, `+${facts.added}`), " ",
+        h("span", { class: "d-del" }, `−${facts.removed}`)) : "",
+      ` · ${w ? w.hostname : s.worker_id}`,
       up ? null : h("span", { class: "chip gone", "data-testid": "worker-gone",
         title: "The session's machine is not connected" }, "machine offline")),
-    h("dl", { class: "facts" },
-      h("dt", {}, "Machine"), h("dd", {}, w ? w.hostname : s.worker_id),
-      h("dt", {}, "Model"), h("dd", {}, `${s.provider} / ${s.model}`),
-      h("dt", {}, "Policy"), h("dd", {}, s.policy),
-      h("dt", {}, "Folder"), h("dd", { class: "mono ellipsis", title: s.workdir }, s.workdir)),
-    s.status_reason ? h("p", { class: "muted small" }, s.status_reason) : null);
+    s.status === "error" && s.status_reason
+      ? h("p", { class: "small bad", "data-testid": "session-error" }, s.status_reason) : null,
+    this._children(s));
   }
+
+  /** The sub-agents a session delegated to, nested in its card. */
+  _children(s) {
+    const kids = Object.values(this.ctx.store.state.sessions)
+      .filter((x) => x.parent_id === s.session_id).sort((a, b) => a.created_at - b.created_at);
+    if (!kids.length) return null;
+    return h("ul", { class: "mini-list children", "data-testid": "session-children",
+      "aria-label": `Sub-agents of ${s.title}` },
+    kids.map((k) => h("li", { "data-testid": "child-card", "data-session-id": k.session_id },
+      h("a", { href: `#/session/${encodeURIComponent(k.session_id)}` }, k.title), " ",
+      statusChip(k.status, "child-status"))));
+  }
+}
+
+
+/** What a card says about a session: its last words, how long it took, what it changed. */
+function cardFacts(s) {
+  let preview = "";
+  for (let i = s.items.length - 1; i >= 0 && !preview; i--) {
+    const it = s.items[i];
+    if (it.kind === "assistant_message" && it.text && !it.partial) preview = it.text;
+  }
+  if (!preview) {
+    const prompt = s.items.find((i) => i.kind === "user_message");
+    preview = prompt ? prompt.text : "";
+  }
+  preview = preview.split("\n").map((l) => l.trim()).filter(Boolean).slice(-1)[0] || "";
+  const first = s.items.find((i) => i.kind === "user_message");
+  const end = s.status === "running" ? Date.now() / 1000 : s.updated_at;
+  const took = first && end - first.ts >= 1 ? fmtDuration(end - first.ts) : "";
+  const paths = new Set();
+  let added = 0;
+  let removed = 0;
+  for (const it of s.items) {
+    if (it.kind !== "tool_call" || !it.files) continue;
+    for (const f of it.files) {
+      paths.add(f.moved_to || f.path);
+      added += f.added || 0;
+      removed += f.removed || 0;
+    }
+  }
+  return { preview: preview.slice(0, 200), took, files: paths.size, added, removed };
 }

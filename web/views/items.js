@@ -6,15 +6,35 @@
 
 import { AnsiStream } from "../ansi.js";
 import { renderDiff } from "../diff.js";
+import { api } from "../api.js";
 import { h, shellJoin } from "../dom.js";
+import { TOOL_WORDS, sessionWords, statusChip, workerUp } from "./common.js";
 import { renderMarkdown } from "../markdown.js";
 
 const streams = new WeakMap(); // output <pre> -> AnsiStream
+const IMAGES = new Set(["image/png", "image/jpeg", "image/gif", "image/webp"]);
 
 function markdown(text, cls) {
   const div = h("div", { class: `md ${cls || ""}` });
   div.innerHTML = renderMarkdown(text); // safe: renderMarkdown escapes everything first
   return div;
+}
+
+/** Long finished output is folded to its head and tail; "Show all" unfolds it. */
+const FOLD_LINES = 60;
+const FOLD_KEEP = 20;
+
+function foldedOutput(text) {
+  const lines = text.replace(/\n$/, "").split("\n");
+  if (lines.length <= FOLD_LINES) return outputBlock(text);
+  const hidden = lines.length - 2 * FOLD_KEEP;
+  const pre = outputBlock(`${lines.slice(0, FOLD_KEEP).join("\n")}\n`);
+  const gap = h("button", { class: "btn small fold-gap", type: "button",
+    "data-testid": "output-unfold" }, `Show all ${lines.length} lines (${hidden} hidden)`);
+  const tail = outputBlock(`${lines.slice(-FOLD_KEEP).join("\n")}\n`);
+  const box = h("div", { class: "folded", "data-testid": "output-folded" }, pre, gap, tail);
+  gap.addEventListener("click", () => box.replaceWith(outputBlock(text)));
+  return box;
 }
 
 function outputBlock(text) {
@@ -52,6 +72,9 @@ function toolTitle(item) {
     case "write_file": return ["file", "Write file"];
     case "list_dir": return ["file", "List folder"];
     case "update_plan": return ["plan", "Update plan"];
+    case "ask_user": return ["question", "Question for you"];
+    case "remember": return ["memory", "Remember"];
+    case "delegate": return ["agent", "Sub-agent"];
     default: return ["tool", item.name];
   }
 }
@@ -79,14 +102,94 @@ function argvFromArguments(item) {
   return null;
 }
 
-function toolBody(item) {
+function parsedArguments(item) {
+  try {
+    const args = JSON.parse(item.arguments);
+    return args && typeof args === "object" ? args : {};
+  } catch {
+    return {};
+  }
+}
+
+/** The model's question, and (while it waits) the buttons and box to answer it. */
+function questionBody(item, ctx, session) {
+  const args = parsedArguments(item);
+  const q = Object.values(session.questions || {}).find((x) => x.item_id === item.id);
+  const parts = [h("p", { class: "question-text", "data-testid": "question-text" },
+    (q && q.question) || args.question || "")];
+  if (q && q.status === "pending") {
+    const send = async (answer, controls) => {
+      if (!answer.trim()) return;
+      for (const c of controls) c.disabled = true;
+      try {
+        await ctx.socket.answerQuestion(session.session_id, q.question_id, answer);
+      } catch (err) {
+        ctx.toast(`Answer not sent: ${err.message}`, "error");
+        for (const c of controls) c.disabled = false;
+      }
+    };
+    const controls = [];
+    const input = h("input", { class: "input", "data-testid": "answer-input",
+      placeholder: q.choices.length ? "Or answer in your words…" : "Your answer…",
+      "aria-label": "Your answer", autocomplete: "off" });
+    const button = h("button", { class: "btn primary", type: "button",
+      "data-testid": "answer-send", onclick: () => send(input.value, controls) }, "Answer");
+    input.addEventListener("keydown", (ev) => {
+      if (ev.key === "Enter") {
+        ev.preventDefault();
+        button.click();
+      }
+    });
+    const choices = q.choices.map((c) => h("button", { class: "btn", type: "button",
+      "data-testid": "answer-choice", onclick: () => send(c, controls) }, c));
+    controls.push(input, button, ...choices);
+    parts.push(h("div", { class: "question", "data-testid": "question", role: "group",
+      "aria-label": "The agent asks you" },
+    choices.length ? h("div", { class: "row gap wrap" }, choices) : null,
+    h("div", { class: "row gap" }, input, button)));
+  } else if (q) {
+    parts.push(h("p", { class: "muted", "data-testid": "question-answer" },
+      q.status === "answered" ? `You answered: ${q.answer}` : "Not answered (cancelled)."));
+  }
+  return parts;
+}
+
+/** A delegation: the role, the task, and the sub-agent's session with its live status. */
+function delegateBody(item, ctx, session) {
+  const args = parsedArguments(item);
+  const child = Object.values(ctx.store.state.sessions).find((x) =>
+    x.parent_id === session.session_id && x.parent_item === item.id);
+  return [
+    h("p", {}, h("strong", {}, args.role || "?"), " ", h("span", { class: "muted" },
+      args.task || "")),
+    child ? h("p", { class: "small", "data-testid": "child-session" },
+      h("a", { href: `#/session/${encodeURIComponent(child.session_id)}` }, "Open its session"),
+      " · ", statusChip(child.status, "child-status", sessionWords(child))) : null,
+    item.result !== null && item.result !== undefined
+      ? collapsible("Its answer", h("div", { class: "md" }, item.result)) : null,
+  ];
+}
+
+function toolBody(item, ctx, session) {
   const parts = [];
   const [kind] = toolTitle(item);
+  if (item.name === "ask_user") return questionBody(item, ctx, session);
+  if (item.name === "delegate") return delegateBody(item, ctx, session);
+  if (item.name === "remember") {
+    return [h("p", { class: "memory-note" }, parsedArguments(item).note || ""),
+      item.error ? h("p", { class: "tool-error", role: "alert" }, item.error) : null];
+  }
   if (item.name === "shell") {
     const argv = item.command || argvFromArguments(item);
     if (argv) parts.push(h("pre", { class: "command", "data-testid": "tool-command" },
       h("span", { class: "prompt-sign", "aria-hidden": "true" }, "$ "), shellJoin(argv)));
-    parts.push(outputBlock(item.output));
+    const output = item.status === "running" || item.status === "pending"
+      ? outputBlock(item.output) : foldedOutput(item.output);
+    const lines = item.output ? item.output.replace(/\n$/, "").split("\n").length : 0;
+    // collapsible, open by default: the output is what the user came to see
+    parts.push(h("details", { class: "fold output-fold", open: true },
+      h("summary", { class: "muted small" }, lines ? `Output (${lines} line${lines === 1 ? ""
+        : "s"})` : "Output"), output));
     if (item.truncated) parts.push(h("p", { class: "muted small" }, "Output truncated."));
   } else if (item.name === "apply_patch" || item.diff || item.patch) {
     if (item.files && item.files.length) {
@@ -131,8 +234,12 @@ export function approvalNode(approval, ctx, sessionId, standalone = false) {
   const message = h("input", { id: msgId, class: "input", "data-testid": "reject-message",
     placeholder: "Tell the agent why (optional)", autocomplete: "off" });
   const buttons = [];
+  const queuedNote = h("p", { class: "small queued-note", "data-testid": "approval-queued",
+    hidden: true }, "Sent: it applies when the connection to the server is back.");
   const decide = async (decision) => {
     for (const b of buttons) b.disabled = true;
+    // offline, the command waits in the socket's queue: say so instead of seeming stuck
+    if (ctx.socket.status !== "live") queuedNote.hidden = false;
     try {
       await ctx.socket.decideApproval(sessionId, approval.approval_id, decision,
         decision === "reject" ? message.value : "");
@@ -163,18 +270,21 @@ export function approvalNode(approval, ctx, sessionId, standalone = false) {
   h("div", { class: "approval-head" },
     h("strong", {}, `Approve this ${approval.kind}?`),
     approval.reason ? h("span", { class: "muted" }, ` ${approval.reason}`) : null),
-  standalone || approval.kind === "command" ? what : null,
+  standalone ? what : null,
   standalone && approval.patch ? renderDiff(approval.patch) : null,
   h("div", { class: "approval-actions" },
     button("approve", "Approve", "approve", "primary"),
     button("approve-session", "Approve for session", "approve_for_session", ""),
     h("label", { for: msgId, class: "sr-only" }, "Reason for rejecting"),
-    message, reject));
+    message, reject),
+  queuedNote);
 }
 
 function toolCall(item, ctx, session) {
   const [kind, title] = toolTitle(item);
   const approvals = Object.values(session.approvals).filter((a) => a.item_id === item.id);
+  const offline = item.status === "running" && !workerUp(ctx.store.state, session.worker_id);
+  const words = offline ? "waiting for machine" : (TOOL_WORDS[item.status] || item.status);
   const exit = item.exit_code !== null && item.exit_code !== undefined
     ? h("span", { class: `chip ${item.exit_code === 0 ? "good" : "bad"}`,
       "data-testid": "exit-code" }, `exit ${item.exit_code}`)
@@ -183,10 +293,10 @@ function toolCall(item, ctx, session) {
     h("div", { class: "tool-head" },
       h("span", { class: `tool-icon icon-${kind}`, "aria-hidden": "true" }),
       h("span", { class: "tool-title" }, title),
-      h("span", { class: `chip tool-status status-${item.status}`, "data-testid": "tool-status" },
-        item.status),
+      h("span", { class: `chip tool-status status-${offline ? "offline" : item.status}`,
+        "data-testid": "tool-status", "data-status": item.status }, words),
       exit),
-    toolBody(item),
+    toolBody(item, ctx, session),
     approvals.map((a) => approvalNode(a, ctx, session.session_id)),
   ];
 }
@@ -202,6 +312,24 @@ function planSteps(steps) {
 
 export { planSteps };
 
+/** "Fork from here": a new session with the conversation up to this item. */
+function forkButton(item, ctx, session) {
+  // no text content (the label is drawn by CSS): an item's text stays exactly its message
+  return h("button", { class: "item-action fork", type: "button", "data-testid": "fork-here",
+    "aria-label": "Fork from here",
+    title: "A new session with the conversation up to here", onclick: async (ev) => {
+      ev.currentTarget.disabled = true;
+      try {
+        const ack = await ctx.socket.forkSession(session.session_id, item.id);
+        if (ack && ack.session_id) {
+          location.hash = `#/session/${encodeURIComponent(ack.session_id)}`;
+        }
+      } catch (err) {
+        ctx.toast(`Not forked: ${err.message}`, "error");
+      }
+    } });
+}
+
 /** A fresh node for `item` of `session`. */
 export function renderItem(item, ctx, session) {
   let body;
@@ -211,15 +339,50 @@ export function renderItem(item, ctx, session) {
         h("div", { class: "who" }, "You",
           item.queued ? h("span", { class: "chip queued", "data-testid": "queued" }, "queued")
             : null),
-        h("div", { class: "user-text" }, item.text)];
+        h("div", { class: "user-text" }, item.text),
+        (item.attachments || []).length ? h("div", { class: "attachments",
+          "data-testid": "attachments" }, item.attachments.map((a) => IMAGES.has(a.mime)
+          ? h("a", { href: api.blobUrl(a), target: "_blank", rel: "noopener" },
+            h("img", { src: api.blobUrl(a), alt: a.name, class: "thumb",
+              "data-testid": "attachment-image" }))
+          : h("a", { class: "chip", href: api.blobUrl(a), download: a.name,
+            "data-testid": "attachment-file" }, `${a.name} (${a.size.toLocaleString()} B)`)))
+          : null,
+        item.queued ? null : forkButton(item, ctx, session)];
       break;
     case "assistant_message":
-      body = [markdown(item.text, item.streaming ? "streaming" : "")];
+      body = [
+        item.refusal ? h("div", { class: "who refusal", "data-testid": "refusal" },
+          "The model declined") : null,
+        markdown(item.text, item.streaming ? "streaming" : ""),
+        item.partial ? h("p", { class: "muted small", "data-testid": "partial" },
+          "This answer was cut off before it was complete; the model did not keep it.")
+          : null,
+        item.streaming ? null : forkButton(item, ctx, session)];
       break;
     case "reasoning":
+      if (!item.text && !item.streaming) {
+        // encrypted reasoning only: nothing to read, but say it is there
+        body = [h("div", { class: "muted small" }, "Reasoned (kept encrypted for the model)")];
+        break;
+      }
       body = [h("details", { class: "fold reasoning-fold" },
         h("summary", {}, item.streaming ? "Thinking…" : "Reasoning"),
         markdown(item.text, "reasoning-text"))];
+      break;
+    case "notice":
+      body = [h("div", { class: `notice notice-${item.code}`, role: "status",
+        "data-testid": "notice", "data-code": item.code }, item.text)];
+      break;
+    case "summary":
+      body = [h("details", { class: "fold summary-fold", "data-testid": "summary" },
+        h("summary", {},
+          h("strong", {}, "Conversation compacted"), " ",
+          h("span", { class: "muted" }, `${item.items_replaced} earlier items summarized` +
+            (item.tokens_before ? ` (context was ${item.tokens_before.toLocaleString()} ` +
+              "tokens)" : "") + ({ manual: ", as you asked",
+              context_exceeded: ": the model's window was full" }[item.reason] || ""))),
+        markdown(item.text, "summary-text"))];
       break;
     case "tool_call":
       body = toolCall(item, ctx, session);

@@ -64,6 +64,8 @@ export class NewSessionDialog {
       modelOptions);
     this._policy = h("select", { id: "ns-policy", "data-testid": "ns-policy", class: "input" },
       POLICIES.map(([v, text]) => h("option", { value: v }, text)));
+    this._planMode = h("input", { type: "checkbox", id: "ns-plan-mode",
+      "data-testid": "ns-plan-mode" });
     this._prompt = h("textarea", { id: "ns-prompt", "data-testid": "ns-prompt", class: "input",
       rows: 4, placeholder: "What should Codey do?" });
     this._error = h("p", { class: "bad", "data-testid": "ns-error", role: "alert", hidden: true });
@@ -83,6 +85,8 @@ export class NewSessionDialog {
     field("ns-workdir", "Working directory", this._workdir),
     field("ns-model", "Model", this._model),
     field("ns-policy", "Approval policy", this._policy),
+    h("label", { for: "ns-plan-mode", class: "check" }, this._planMode,
+      " Plan first: the agent proposes a plan and changes nothing until you approve it"),
     field("ns-prompt", "First prompt", this._prompt),
     this._error,
     h("div", { class: "row gap end" }, this._cancel, this._submit));
@@ -111,7 +115,7 @@ export class NewSessionDialog {
     try {
       const ack = await this.ctx.socket.createSession({
         worker_id: workerId, workdir, prompt: this._prompt.value, provider, model,
-        policy: this._policy.value,
+        policy: this._policy.value, plan_mode: this._planMode.checked,
       });
       this.el.close();
       if (ack.session_id) this.ctx.navigate(`#/session/${ack.session_id}`);

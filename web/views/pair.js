@@ -64,7 +64,87 @@ export function pairRequestCard(req, ctx, onDone) {
       req.fingerprint),
     h("dt", {}, "Expires"), h("dd", {}, fmtTime(req.expires_at))),
   h("div", { class: "row gap" }, approve, deny),
-  result);
+  result,
+  req.code ? pairQr(req.code) : null);
+}
+
+/** A QR code of the pairing link: approve from a phone (drawn by the server, as SVG). */
+function pairQr(code) {
+  const link = `${location.origin}/#/pair/${encodeURIComponent(code)}`;
+  return h("details", { class: "fold qr", "data-testid": "pair-qr" },
+    h("summary", { class: "small" }, "Approve from your phone"),
+    h("img", { src: `/api/qr.svg?text=${encodeURIComponent(link)}`, width: 164, height: 164,
+      alt: `QR code of ${link}`, "data-testid": "pair-qr-image" }),
+    h("p", { class: "small muted mono" }, link));
+}
+
+/**
+ * The lines that install and start a worker pointed at this server, from the wheels it hands
+ * out under /dl/ (see codey_server/downloads.py): `uvx` (needs uv) and a venv with pip.
+ */
+export function installLines(origin, wheels) {
+  const worker = origin + wheels.worker;
+  const protocol = origin + wheels.protocol;
+  const venv = "~/.codey-worker";
+  return {
+    uvx: `uvx --from ${worker} --with ${protocol} codey-worker --server ${origin}`,
+    pip: `python3 -m venv ${venv} && ${venv}/bin/pip install ${protocol} ${worker}` +
+      ` && ${venv}/bin/codey-worker --server ${origin}`,
+  };
+}
+
+/** Copy `text`; the Clipboard API needs a secure context, so plain http falls back. */
+async function copyText(text) {
+  if (navigator.clipboard && window.isSecureContext) {
+    await navigator.clipboard.writeText(text);
+    return;
+  }
+  const area = h("textarea", { class: "offscreen", readonly: true }, text);
+  document.body.append(area);
+  area.select();
+  const ok = document.execCommand("copy");
+  area.remove();
+  if (!ok) throw new Error("the browser refused to copy; select the line instead");
+}
+
+function commandLine(label, text, testid, ctx) {
+  const code = h("code", { class: "install-line", "data-testid": testid }, text);
+  const copy = h("button", { class: "btn small", type: "button",
+    "data-testid": `${testid}-copy`, "aria-label": `Copy the ${label} line` }, "Copy");
+  copy.addEventListener("click", async () => {
+    try {
+      await copyText(text);
+      copy.textContent = "Copied";
+      setTimeout(() => { copy.textContent = "Copy"; }, 1500);
+    } catch (err) {
+      ctx.toast(`Could not copy: ${err.message}`, "bad");
+    }
+  });
+  return h("div", { class: "install-row" },
+    h("span", { class: "muted small" }, label), h("pre", { class: "install" }, code), copy);
+}
+
+/** The install block of the panel: loads /dl/index.json, shows both lines. */
+function installBlock(ctx) {
+  const el = h("div", { class: "install-block", "data-testid": "install" },
+    h("p", { class: "muted small" }, "Preparing the worker's install line…"));
+  api.workerWheels().then((wheels) => {
+    const lines = installLines(location.origin, wheels);
+    replaceChildren(el,
+      h("p", { class: "small" }, "On the machine, run this line (it needs ",
+        h("a", { href: "https://docs.astral.sh/uv/", target: "_blank", rel: "noopener" }, "uv"),
+        "): it installs the worker this server was built with and starts it."),
+      commandLine("uvx", lines.uvx, "install-line", ctx),
+      h("p", { class: "muted small" }, "Or, with Python ≥ 3.11 and pip only:"),
+      commandLine("pip", lines.pip, "install-line-pip", ctx),
+      h("p", { class: "muted small" },
+        "The worker prints a link; open it, or approve the request here."));
+  }).catch((err) => {
+    replaceChildren(el, h("p", { class: "bad small", "data-testid": "install-error" },
+      `No install line: ${err.message}. From a checkout of Codey, run `,
+      h("code", {}, `uv run codey-worker --server ${location.origin}`), "."));
+  });
+  return el;
 }
 
 /** The panel listing pending requests (opened by "Link a machine"). */
@@ -76,13 +156,7 @@ export class PairPanel {
     this._list = h("div", { class: "pair-list" });
     this._sig = null;
     this._inflight = false;
-    const origin = location.origin;
-    this.el.append(
-      h("h3", {}, "Link a machine"),
-      h("p", { class: "muted small" }, "On the machine, run ",
-        h("code", {}, `uvx codey-worker --server ${origin}`),
-        ". It prints a link; open it, or approve the request here."),
-      this._list);
+    this.el.append(h("h3", {}, "Link a machine"), installBlock(ctx), this._list);
     this.refresh(true);
   }
 

@@ -7,8 +7,10 @@
 
 import { api } from "../api.js";
 import { h, replaceChildren } from "../dom.js";
-import { findItem } from "../store.js";
-import { FrameBatch, isBusy, needsAttention, statusChip, workerUp } from "./common.js";
+import { findItem, updateFields } from "../store.js";
+import {
+  FrameBatch, activity, fmtDuration, isBusy, needsAttention, sessionWords, statusChip, workerUp,
+} from "./common.js";
 import { appendOutput, approvalNode, planSteps, renderItem } from "./items.js";
 
 /** Items built when a session opens, and per "Show earlier" click. */
@@ -21,6 +23,9 @@ const HEADER_EVENTS = new Set([
   "session_status_changed", "session_title_changed", "session_policy_changed", "plan_updated",
   "session_workspace_changed", "token_usage_recorded", "worker_connected", "worker_disconnected",
   "worker_revoked", "worker_paired", "approval_requested", "approval_resolved",
+  "session_context_updated", "memory_updated", "session_archived", "session_moved",
+  "question_asked", "question_answered", "compaction_requested", "session_deleted",
+  "plan_approved",
 ]);
 
 export class SessionView {
@@ -54,6 +59,9 @@ export class SessionView {
     this._download = h("a", { class: "btn subtle", "data-testid": "download-log",
       href: api.sessionLogUrl(this.sessionId), download: `session-${this.sessionId}.ndjson` },
     "Download log");
+    this._title.addEventListener("click", () => this._startRename());
+    this._title.title = "Click to rename";
+    this._menu = h("details", { class: "menu", "data-testid": "session-menu" });
     this._earlier = h("button", { class: "btn subtle earlier", type: "button",
       "data-testid": "show-earlier", onclick: () => this._showEarlier() }, "Show earlier");
     this._list = h("div", { class: "s-list" });
@@ -63,18 +71,47 @@ export class SessionView {
     this._scroller.addEventListener("scroll", () => {
       const s = this._scroller;
       this._stick = s.scrollHeight - s.scrollTop - s.clientHeight < 48;
+      if (this._jump) this._jump.hidden = this._stick;
     }, { passive: true });
     this._side = h("aside", { class: "s-side", "aria-label": "Plan and workspace" });
     this._input = h("textarea", { id: "prompt-input", class: "input prompt-input",
       "data-testid": "prompt-input", rows: 2, placeholder: "Ask Codey…" });
     this._send = h("button", { class: "btn primary", type: "submit",
       "data-testid": "prompt-send" }, "Send");
+    this._attachments = []; // uploaded, waiting to be sent with the next message
+    this._chips = h("div", { class: "attach-chips", "data-testid": "attach-chips" });
+    this._fileInput = h("input", { type: "file", multiple: true, hidden: true,
+      "data-testid": "attach-input", onchange: (ev) => {
+        this._upload([...ev.target.files]);
+        ev.target.value = "";
+      } });
+    const attach = h("button", { class: "btn subtle", type: "button", "data-testid": "attach",
+      title: "Attach files or images (or paste / drop them here)",
+      onclick: () => this._fileInput.click() }, "Attach");
     const form = h("form", { class: "s-prompt", onsubmit: (ev) => {
       ev.preventDefault();
       this._sendPrompt();
     } },
     h("label", { for: "prompt-input", class: "sr-only" }, "Message to the agent"),
-    this._input, this._send);
+    h("div", { class: "prompt-col" }, this._chips, this._input), attach, this._fileInput,
+    this._send);
+    this._input.addEventListener("paste", (ev) => {
+      const files = [...(ev.clipboardData ? ev.clipboardData.files : [])];
+      if (files.length) {
+        ev.preventDefault();
+        this._upload(files);
+      }
+    });
+    form.addEventListener("dragover", (ev) => {
+      if (ev.dataTransfer && [...ev.dataTransfer.types].includes("Files")) ev.preventDefault();
+    });
+    form.addEventListener("drop", (ev) => {
+      const files = [...(ev.dataTransfer ? ev.dataTransfer.files : [])];
+      if (files.length) {
+        ev.preventDefault();
+        this._upload(files);
+      }
+    });
     this._input.addEventListener("keydown", (ev) => {
       if (ev.key === "Enter" && !ev.shiftKey && !ev.isComposing) {
         ev.preventDefault();
@@ -83,6 +120,19 @@ export class SessionView {
     });
     this._missing = h("p", { class: "muted s-missing", "data-testid": "session-missing" },
       "Waiting for this session…");
+    this._activity = h("div", { class: "activity", "data-testid": "activity",
+      role: "status", "aria-live": "polite", hidden: true });
+    this._retry = h("button", { class: "btn small", type: "button", "data-testid": "retry",
+      hidden: true, onclick: () => this._doRetry() }, "Retry");
+    this._jump = h("button", { class: "btn small jump", type: "button",
+      "data-testid": "jump-latest", hidden: true, onclick: () => {
+        this._stick = true;
+        this._scrollToEnd();
+        this._jump.hidden = true;
+      } }, "↓ Jump to latest");
+    this._ticker = setInterval(() => this._renderActivity(), 1000);
+    this._closedNote = h("p", { class: "muted s-closed", "data-testid": "session-closed" },
+      "This session is closed: fork it to go on from here.");
     this.el = h("section", { class: "session", "data-testid": "session-view",
       "data-session-id": this.sessionId },
     h("header", { class: "s-head" },
@@ -92,10 +142,12 @@ export class SessionView {
       h("div", { class: "s-controls" },
         this._status, this._gone,
         h("label", { for: "policy-select", class: "sr-only" }, "Approval policy"),
-        this._policy, this._interrupt, this._download)),
+        this._policy, this._interrupt, this._download, this._menu)),
     this._missing,
-    h("div", { class: "s-body" }, this._scroller, this._side),
-    form);
+    h("div", { class: "s-body" }, h("div", { class: "s-main" }, this._scroller, this._jump,
+      h("div", { class: "activity-row" }, this._activity, this._retry)), this._side),
+    this._closedNote, form);
+    this._form = form;
     this._renderAll();
   }
 
@@ -122,6 +174,8 @@ export class SessionView {
     this._earlier.hidden = this._start === 0;
     this._earlier.textContent = `Show earlier (${this._start} more)`;
     this._renderHeader();
+    this._orphans.dataset.sig = "";
+    this._renderOrphans();
     this._scrollToEnd();
   }
 
@@ -163,7 +217,20 @@ export class SessionView {
     }
     const env = change.env;
     const e = env.event;
+    if (e.type === "worker_connected" || e.type === "worker_disconnected" ||
+        e.type === "worker_revoked") {
+      // a running command's card says "waiting for machine" while its worker is away
+      const cur = this.session;
+      for (const item of (cur && cur.worker_id === e.worker_id) ? cur.items : []) {
+        if (item.kind === "tool_call" && item.status === "running") this._dirty.add(item.id);
+      }
+    }
     if (env.session_id !== this.sessionId) {
+      const other = env.session_id && this.ctx.store.state.sessions[env.session_id];
+      if (other && other.parent_id === this.sessionId && other.parent_item) {
+        this._dirty.add(other.parent_item); // a sub-agent's card shows its live status
+        this._batch.schedule();
+      }
       if (HEADER_EVENTS.has(e.type)) {
         this._headerDirty = true;
         this._batch.schedule();
@@ -181,9 +248,10 @@ export class SessionView {
       case "session_item_updated": {
         const node = this._nodes.get(e.item_id);
         if (!node) break;
-        const onlyOutput = e.output_delta && !e.text_delta && e.output == null &&
-          e.status == null && e.exit_code == null && e.error == null && e.result == null &&
-          e.diff == null && e.files == null && e.truncated == null;
+        // A chunk of command output and nothing else is appended to the node's <pre>; any
+        // other change re-renders the node from the folded item.
+        const carried = updateFields(e);
+        const onlyOutput = carried.length === 1 && carried[0] === "output_delta";
         if (onlyOutput && !this._dirty.has(e.item_id) && appendOutput(node, e.output_delta)) {
           if (this._stick) this._batch.schedule();
           return;
@@ -201,6 +269,19 @@ export class SessionView {
         this._headerDirty = true;
         break;
       }
+      case "question_asked":
+        this._dirty.add(e.item_id);
+        this._headerDirty = true;
+        break;
+      case "question_answered": {
+        const q = s && s.questions[e.question_id];
+        if (q) this._dirty.add(q.item_id);
+        this._headerDirty = true;
+        break;
+      }
+      case "session_deleted":
+        this._renderAll();
+        return;
       default:
         if (HEADER_EVENTS.has(e.type)) this._headerDirty = true;
     }
@@ -245,60 +326,319 @@ export class SessionView {
   _renderHeader() {
     const s = this.session;
     const state = this.ctx.store.state;
+    this._closedNote.hidden = !s || s.status !== "closed";
+    this._form.hidden = Boolean(s && s.status === "closed");
+    if (s) this._renderMenu(s);
     if (!s) {
+      this._missing.textContent = this._seen ? "This session was deleted." : "Waiting for this session…";
       this._title.textContent = "Session";
       this._send.disabled = true;
       this._interrupt.disabled = true;
       this._policy.disabled = true;
       return;
     }
+    this._seen = true;
     this._send.disabled = false;
     this._policy.disabled = false;
-    this._title.textContent = s.title || "Untitled";
+    if (!this._renaming) this._title.textContent = s.title || "Untitled";
     document.title = `${s.title || "Session"} · Codey`;
     const w = state.workers[s.worker_id];
     replaceChildren(this._meta,
       h("span", {}, w ? w.hostname : s.worker_id), " · ",
       h("span", { class: "mono", title: s.workdir }, s.workdir), " · ",
       h("span", {}, `${s.provider} / ${s.model}`),
+      s.archived ? h("span", { class: "chip", "data-testid": "archived" }, " archived") : null,
+      s.forked_from ? h("a", { class: "muted", href: `#/session/${encodeURIComponent(
+        s.forked_from)}`, "data-testid": "forked-from" }, " · forked") : null,
       s.usage.turns ? h("span", { class: "muted" },
         ` · ${s.usage.total_tokens.toLocaleString()} tokens`) : null);
-    const status = statusChip(s.status, "session-status");
+    const status = statusChip(s.status, "session-status", sessionWords(s));
     if (s.status_reason) status.title = s.status_reason;
+    // the words are in the chip; the badge only marks it (no status said twice)
     this._status.replaceChildren(status, needsAttention(s.status)
-      ? h("span", { class: "badge attention", "data-testid": "attention-badge" },
-        s.status === "waiting_approval" ? "approval needed" : "needs you") : "");
+      ? h("span", { class: "badge attention dot", "data-testid": "attention-badge",
+        "aria-label": "needs you", title: "needs you" }) : "");
+    this._retry.hidden = !(s.status === "error" || s.status === "interrupted");
+    this._renderActivity();
     this._gone.replaceChildren(workerUp(state, s.worker_id) ? "" : h("span", {
       class: "chip gone", "data-testid": "worker-gone" }, "machine offline"));
     if (this._policy.value !== s.policy) this._policy.value = s.policy;
-    this._interrupt.disabled = !isBusy(s.status);
-    this._input.placeholder = isBusy(s.status)
-      ? "Steer the agent — sent before its next step…" : "Ask Codey…";
+    const proposed = s.plan_status === "proposed";
+    const busy = isBusy(s.status) && !proposed;
+    this._interrupt.disabled = !busy;
+    this._input.placeholder = proposed ? "Feedback on the plan (the agent revises it)…"
+      : busy ? "Steer the agent — sent before its next step…" : "Ask Codey…";
     this._renderSide(s);
   }
 
   _renderSide(s) {
     const parts = [];
-    parts.push(h("section", { class: "side-box", "data-testid": "plan",
-      "aria-label": "Plan" },
-    h("h3", {}, "Plan"),
-    s.plan_explanation ? h("p", { class: "muted small" }, s.plan_explanation) : null,
-    s.plan.length ? planSteps(s.plan) : h("p", { class: "muted small" }, "No plan yet.")));
+    parts.push(this._planBox(s));
     if (s.changed_paths.length) {
       parts.push(h("section", { class: "side-box", "aria-label": "Changed files" },
         h("h3", {}, "Changed files"),
         h("ul", { class: "paths" }, s.changed_paths.slice(-30).reverse().map((p) =>
           h("li", { class: "mono ellipsis", title: p }, p)))));
     }
+    parts.push(this._contextBox(s), this._memoryBox(s));
     const u = s.usage;
     parts.push(h("section", { class: "side-box", "aria-label": "Usage" },
       h("h3", {}, "Usage"),
+      contextGauge(u),
       h("dl", { class: "facts" },
         h("dt", {}, "Turns"), h("dd", {}, String(u.turns)),
         h("dt", {}, "Input"), h("dd", {}, u.input_tokens.toLocaleString()),
+        h("dt", {}, "Cached"), h("dd", { "data-testid": "cached-tokens" },
+          (u.cached_tokens || 0).toLocaleString()),
         h("dt", {}, "Output"), h("dd", {}, u.output_tokens.toLocaleString()),
-        h("dt", {}, "Reasoning"), h("dd", {}, u.reasoning_tokens.toLocaleString()))));
+        h("dt", {}, "Reasoning"), h("dd", {}, u.reasoning_tokens.toLocaleString())),
+      rateLimits(this.ctx.store.state.rate_limits[s.provider]),
+      h("button", { class: "btn small", type: "button", "data-testid": "compact",
+        disabled: s.compaction_requested || !s.items.length,
+        title: "Summarize the older conversation into one item, to free the context",
+        onclick: () => this._compact() },
+      s.compaction_requested ? "Compacting…" : "Compact")));
     replaceChildren(this._side, parts);
+  }
+
+  /** The plan; in plan mode, the proposed plan's approval (as it is, or edited). */
+  _planBox(s) {
+    const box = h("section", { class: "side-box", "data-testid": "plan", "aria-label": "Plan" },
+      h("h3", {}, s.plan_mode ? "Plan (plan mode)" : "Plan"),
+      s.plan_explanation ? h("p", { class: "muted small" }, s.plan_explanation) : null);
+    if (this._editingPlan && s.plan_status === "proposed") {
+      const area = h("textarea", { class: "input", rows: Math.max(4, s.plan.length + 1),
+        "data-testid": "plan-input", "aria-label": "Plan steps, one per line" });
+      area.value = s.plan.map((p) => p.step).join("\n");
+      const approve = h("button", { class: "btn small primary", type: "button",
+        "data-testid": "plan-approve-edited", onclick: () => this._approvePlan(
+          area.value.split("\n").map((l) => l.trim()).filter(Boolean)) },
+      "Approve as edited");
+      const cancel = h("button", { class: "btn small", type: "button", onclick: () => {
+        this._editingPlan = false;
+        this._renderSide(s);
+      } }, "Cancel");
+      box.append(area, h("div", { class: "row gap" }, approve, cancel));
+      return box;
+    }
+    box.append(s.plan.length ? planSteps(s.plan)
+      : h("p", { class: "muted small" }, s.plan_mode ? "The agent is drafting a plan…"
+        : "No plan yet."));
+    if (s.plan_status === "proposed") {
+      box.append(h("p", { class: "small", "data-testid": "plan-proposed" },
+        "Nothing has changed yet: approve the plan to start, edit it, or send feedback."),
+      h("div", { class: "row gap" },
+        h("button", { class: "btn small primary", type: "button", "data-testid": "plan-approve",
+          onclick: () => this._approvePlan(null) }, "Approve plan"),
+        h("button", { class: "btn small", type: "button", "data-testid": "plan-edit",
+          onclick: () => {
+            this._editingPlan = true;
+            this._renderSide(s);
+          } }, "Edit")));
+    }
+    return box;
+  }
+
+  async _approvePlan(steps) {
+    try {
+      await this.ctx.socket.approvePlan(this.sessionId, steps);
+      this._editingPlan = false;
+    } catch (err) {
+      this.ctx.toast(`Plan not approved: ${err.message}`, "error");
+    }
+  }
+
+  /** What applies to the workdir: environment, AGENTS.md files, skills (loaded or not). */
+  _contextBox(s) {
+    const ctx = s.context;
+    if (!ctx) {
+      return h("section", { class: "side-box", "aria-label": "Project", "data-testid": "context" },
+        h("h3", {}, "Project"), h("p", { class: "muted small" },
+          "Read from the machine when the session works."));
+    }
+    const env = ctx.environment || {};
+    const read = new Set(s.items.filter((i) => i.kind === "tool_call" &&
+      i.name === "read_file" && i.path).map((i) => i.path));
+    const loaded = (skill) => [...read].some((p) => skill.path === p ||
+      skill.path.endsWith(`/${p.replace(/^\.\//, "")}`));
+    return h("section", { class: "side-box", "aria-label": "Project", "data-testid": "context" },
+      h("h3", {}, "Project"),
+      h("p", { class: "muted small", "data-testid": "environment" },
+        [env.os && `${env.os} ${env.os_version || ""}`.trim(), env.shell,
+          env.git_branch && `${env.git_branch}${env.git_dirty ? " (changes)" : ""}`]
+          .filter(Boolean).join(" · ")),
+      ctx.instructions.length ? h("ul", { class: "paths", "data-testid": "instructions" },
+        ctx.instructions.map((f) => h("li", { class: "mono ellipsis", title: f.path },
+          f.scope === "user" ? "your AGENTS.md (~/.codey)" : relativeTo(s.workdir, f.path),
+          f.truncated ? h("span", { class: "muted" }, " (cut)") : null)))
+        : h("p", { class: "muted small" }, "No AGENTS.md applies."),
+      ctx.skills.length ? h("ul", { class: "skills", "data-testid": "skills" },
+        ctx.skills.map((k) => h("li", { title: `${k.description}\n${k.path}`,
+          "data-testid": "skill", "data-skill": k.name },
+        h("strong", {}, k.name), " ",
+        loaded(k) ? h("span", { class: "chip good", "data-testid": "skill-loaded" }, "loaded")
+          : null,
+        h("div", { class: "muted small ellipsis" }, k.description)))) : null,
+      ctx.warnings.length ? h("details", { class: "fold warnings" },
+        h("summary", {}, `${ctx.warnings.length} skipped`),
+        h("ul", { class: "small" }, ctx.warnings.map((w) => h("li", {}, w)))) : null);
+  }
+
+  /** The project's memory (per machine and workdir), viewable and editable. */
+  _memoryBox(s) {
+    const key = `${s.worker_id}:${s.workdir}`;
+    const memory = this.ctx.store.state.memories[key];
+    const text = memory ? memory.text : "";
+    const box = h("section", { class: "side-box", "aria-label": "Memory",
+      "data-testid": "memory" }, h("h3", {}, "Memory"));
+    if (this._editingMemory) {
+      const area = h("textarea", { class: "input", rows: 6, "data-testid": "memory-input",
+        "aria-label": "Project memory" });
+      area.value = this._memoryDraft ?? text;
+      area.addEventListener("input", () => { this._memoryDraft = area.value; });
+      const save = h("button", { class: "btn small primary", type: "button",
+        "data-testid": "memory-save", onclick: async () => {
+          save.disabled = true;
+          try {
+            await this.ctx.socket.setMemory(s.worker_id, s.workdir, area.value);
+            this._editingMemory = false;
+            this._memoryDraft = null;
+            this._headerDirty = true;
+            this._batch.schedule();
+          } catch (err) {
+            this.ctx.toast(`Memory not saved: ${err.message}`, "error");
+            save.disabled = false;
+          }
+        } }, "Save");
+      const cancel = h("button", { class: "btn small", type: "button", onclick: () => {
+        this._editingMemory = false;
+        this._memoryDraft = null;
+        this._renderSide(s);
+      } }, "Cancel");
+      box.append(area, h("div", { class: "row gap" }, save, cancel));
+      return box;
+    }
+    box.append(text ? h("pre", { class: "memory-text", "data-testid": "memory-text" }, text)
+      : h("p", { class: "muted small" }, "Nothing remembered for this project yet."),
+    h("button", { class: "btn small", type: "button", "data-testid": "memory-edit",
+      onclick: () => {
+        this._editingMemory = true;
+        this._renderSide(s);
+      } }, "Edit"));
+    return box;
+  }
+
+  // Session operations ----------------------------------------------------------------------
+
+  _startRename() {
+    const s = this.session;
+    if (!s || this._renaming) return;
+    this._renaming = true;
+    const input = h("input", { class: "input", value: s.title, "data-testid": "rename-input",
+      "aria-label": "Session title" });
+    const done = async (save) => {
+      if (!this._renaming) return;
+      this._renaming = false;
+      const title = input.value.trim();
+      this._title.replaceChildren(s.title || "Untitled");
+      if (save && title && title !== s.title) {
+        try {
+          await this.ctx.socket.renameSession(this.sessionId, title);
+        } catch (err) {
+          this.ctx.toast(`Not renamed: ${err.message}`, "error");
+        }
+      }
+    };
+    input.addEventListener("keydown", (ev) => {
+      if (ev.key === "Enter") done(true);
+      else if (ev.key === "Escape") done(false);
+    });
+    input.addEventListener("blur", () => done(true));
+    this._title.replaceChildren(input);
+    input.focus();
+    input.select();
+  }
+
+  _renderMenu(s) {
+    const state = this.ctx.store.state;
+    const act = (testid, label, fn, cls = "") => h("button", { class: `btn menu-item ${cls}`,
+      type: "button", "data-testid": testid, onclick: async () => {
+        this._menu.open = false;
+        try {
+          await fn();
+        } catch (err) {
+          this.ctx.toast(`${label} failed: ${err.message}`, "error");
+        }
+      } }, label);
+    const others = Object.values(state.workers).filter((w) => !w.revoked &&
+      w.worker_id !== s.worker_id);
+    const items = [
+      act("menu-rename", "Rename", () => this._startRename()),
+      act("menu-fork", "Fork", () => this._fork(null)),
+      act("menu-archive", s.archived ? "Unarchive" : "Archive",
+        () => this.ctx.socket.archiveSession(this.sessionId, !s.archived)),
+      ...others.map((w) => act(`menu-move-${w.worker_id}`, `Move to ${w.hostname}`,
+        () => this.ctx.socket.moveSession(this.sessionId, w.worker_id))),
+      s.status === "closed" ? null
+        : act("menu-close", "Close", () => this.ctx.socket.closeSession(this.sessionId)),
+      this._confirmDelete ? act("menu-delete-confirm", "Confirm delete", async () => {
+        this._confirmDelete = false;
+        await this.ctx.socket.deleteSession(this.sessionId);
+        location.hash = "#/";
+      }, "danger") : act("menu-delete", "Delete…", () => {
+        this._confirmDelete = true;
+        this._renderMenu(s);
+        this._menu.open = true;
+      }, "danger"),
+    ];
+    const sig = JSON.stringify([s.archived, s.status, this._confirmDelete,
+      others.map((w) => w.worker_id)]);
+    if (this._menu.dataset.sig === sig) return;
+    this._menu.dataset.sig = sig;
+    const open = this._menu.open;
+    this._menu.replaceChildren(h("summary", { class: "btn subtle", "aria-label": "More",
+      "data-testid": "session-menu-button" }, "⋯"),
+    h("div", { class: "menu-list" }, items));
+    this._menu.open = open;
+  }
+
+  async _fork(itemId) {
+    const ack = await this.ctx.socket.forkSession(this.sessionId, itemId);
+    if (ack && ack.session_id) location.hash = `#/session/${encodeURIComponent(ack.session_id)}`;
+  }
+
+  /** The live activity line: what the agent does now and for how long (ticks each second). */
+  _renderActivity() {
+    const s = this.session;
+    const now = s ? activity(s, this.ctx.store.state) : null;
+    if (!now) {
+      this._activity.hidden = true;
+      return;
+    }
+    this._activity.hidden = false;
+    const secs = Date.now() / 1000 - now.since;
+    replaceChildren(this._activity, h("span", { class: "spinner", "aria-hidden": "true" }),
+      h("span", { "data-testid": "activity-text" }, now.text),
+      secs >= 1 ? h("span", { class: "muted" }, ` ${fmtDuration(secs)}`) : null);
+  }
+
+  async _doRetry() {
+    this._retry.disabled = true;
+    try {
+      await this.ctx.socket.retryTurn(this.sessionId);
+    } catch (err) {
+      this.ctx.toast(`Not retried: ${err.message}`, "error");
+    } finally {
+      this._retry.disabled = false;
+    }
+  }
+
+  async _compact() {
+    try {
+      await this.ctx.socket.compact(this.sessionId);
+    } catch (err) {
+      this.ctx.toast(`Not compacted: ${err.message}`, "error");
+    }
   }
 
   // Pending approvals whose item is not on screen (older than the built window, or missing).
@@ -306,21 +646,61 @@ export class SessionView {
     const s = this.session;
     if (!s) return;
     const pending = Object.values(s.approvals).filter((a) => a.status === "pending" &&
-      !this._nodes.has(a.item_id));
-    const sig = pending.map((a) => a.approval_id).join(",");
+      !this._nodes.has(a.item_id)).map((a) => [s, a]);
+    // a sub-agent's approvals are asked here too: the user watches the parent
+    for (const child of descendants(this.ctx.store.state, s.session_id)) {
+      for (const a of Object.values(child.approvals)) {
+        if (a.status === "pending") pending.push([child, a]);
+      }
+    }
+    const sig = pending.map(([x, a]) => `${x.session_id}/${a.approval_id}`).join(",");
     if (sig === this._orphans.dataset.sig) return;
     this._orphans.dataset.sig = sig;
-    replaceChildren(this._orphans,
-      pending.map((a) => approvalNode(a, this.ctx, this.sessionId, true)));
+    replaceChildren(this._orphans, pending.map(([x, a]) => x === s
+      ? approvalNode(a, this.ctx, this.sessionId, true)
+      : h("div", { class: "child-approval", "data-testid": "child-approval" },
+        h("p", { class: "muted small" }, "Asked by the sub-agent ",
+          h("a", { href: `#/session/${encodeURIComponent(x.session_id)}` }, x.title)),
+        approvalNode(a, this.ctx, x.session_id, true))));
+  }
+
+  /** Upload files for the next message (10 MiB each; the server says so beyond that). */
+  async _upload(files) {
+    for (const file of files) {
+      const chip = h("span", { class: "chip attach-chip uploading" }, `${file.name} …`);
+      this._chips.append(chip);
+      try {
+        const a = await api.uploadBlob(file);
+        this._attachments.push(a);
+        chip.replaceWith(this._chip(a));
+      } catch (err) {
+        chip.remove();
+        this.ctx.toast(`${file.name} not attached: ${err.message}`, "error");
+      }
+    }
+  }
+
+  _chip(a) {
+    const chip = h("span", { class: "chip attach-chip", "data-testid": "attach-chip" },
+      `${a.name} (${Math.max(1, Math.round(a.size / 1024))} KiB)`,
+      h("button", { type: "button", class: "chip-x", "aria-label": `Remove ${a.name}`,
+        onclick: () => {
+          this._attachments = this._attachments.filter((x) => x !== a);
+          chip.remove();
+        } }, "×"));
+    return chip;
   }
 
   async _sendPrompt() {
     const text = this._input.value.trim();
-    if (!text) return;
+    const attachments = this._attachments;
+    if (!text && !attachments.length) return;
     this._send.disabled = true;
     try {
-      await this.ctx.socket.sendPrompt(this.sessionId, text);
+      await this.ctx.socket.sendPrompt(this.sessionId, text, attachments);
       if (this._input.value.trim() === text) this._input.value = "";
+      this._attachments = [];
+      this._chips.replaceChildren();
       this._stick = true;
     } catch (err) {
       this.ctx.toast(`Message not sent: ${err.message}`, "error");
@@ -353,6 +733,7 @@ export class SessionView {
 
   destroy() {
     this._batch.cancel();
+    clearInterval(this._ticker);
   }
 }
 
@@ -362,4 +743,58 @@ function keepOpenState(old, fresh) {
   if (!before.length) return;
   const after = fresh.querySelectorAll("details");
   for (let i = 0; i < Math.min(before.length, after.length); i++) after[i].open = before[i].open;
+}
+
+
+/** How full the model's context is: the last call's input + output over the window. */
+function contextGauge(u) {
+  if (!u.context_window) return null;
+  const share = Math.min(1, (u.context_tokens || 0) / u.context_window);
+  const pct = Math.round(share * 100);
+  return h("div", { class: "gauge", "data-testid": "context-gauge", role: "meter",
+    "aria-label": "Context used", "aria-valuemin": "0", "aria-valuemax": "100",
+    "aria-valuenow": String(pct),
+    title: `${(u.context_tokens || 0).toLocaleString()} of ` +
+      `${u.context_window.toLocaleString()} tokens` },
+  h("div", { class: "gauge-label" }, h("span", {}, "Context"),
+    h("span", { class: "muted" }, `${pct}% of ${Math.round(u.context_window / 1000)}k`)),
+  h("div", { class: "gauge-track" }, h("div", {
+    class: `gauge-fill${share >= 0.85 ? " high" : ""}`, style: `width: ${pct}%` })));
+}
+
+
+/** `path` as seen from `dir` when it is there or above it ("AGENTS.md", "../../AGENTS.md"). */
+function relativeTo(dir, path) {
+  const d = dir.replace(/\/+$/, "").split("/");
+  const p = path.split("/");
+  const name = p.pop();
+  for (let up = 0; up < d.length; up++) {
+    const base = d.slice(0, d.length - up).join("/");
+    if (p.join("/") === base) return `${"../".repeat(up)}${name}`;
+  }
+  return path;
+}
+
+
+/** The sub-agents of `sessionId`, and theirs. */
+export function descendants(state, sessionId) {
+  const out = [];
+  for (const child of Object.values(state.sessions)) {
+    if (child.parent_id === sessionId) out.push(child, ...descendants(state, child.session_id));
+  }
+  return out;
+}
+
+
+/** The provider's rate limits, as its last answer reported them. */
+function rateLimits(rl) {
+  if (!rl || (rl.remaining_requests == null && rl.remaining_tokens == null)) return null;
+  const part = (left, limit, reset, what) => left == null ? null
+    : `${left.toLocaleString()}${limit ? ` / ${limit.toLocaleString()}` : ""} ${what}` +
+      (reset ? ` (resets in ${reset})` : "");
+  return h("div", { class: "small muted rate-limits", "data-testid": "rate-limits" },
+    h("div", {}, "Rate limit left:"),
+    [part(rl.remaining_requests, rl.limit_requests, rl.reset_requests, "requests"),
+      part(rl.remaining_tokens, rl.limit_tokens, rl.reset_tokens, "tokens")]
+      .filter(Boolean).map((t) => h("div", {}, t)));
 }

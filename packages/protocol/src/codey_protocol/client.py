@@ -17,7 +17,7 @@ from typing import Literal
 import msgspec
 
 from codey_protocol._tags import snake
-from codey_protocol.events import ApprovalPolicy, Envelope
+from codey_protocol.events import ApprovalPolicy, Attachment, Envelope
 from codey_protocol.state import State
 
 
@@ -41,11 +41,15 @@ class CreateSession(ClientToServerMessage, kw_only=True):
     model: str | None = None  # None: the provider's default model
     policy: ApprovalPolicy = "suggest"
     title: str | None = None
+    #: propose a plan first; nothing changes before the user approves it
+    plan_mode: bool = False
+    attachments: list[Attachment] = msgspec.field(default_factory=list)
 
 
 class SendPrompt(ClientToServerMessage, kw_only=True):
     session_id: str
     text: str
+    attachments: list[Attachment] = msgspec.field(default_factory=list)
 
 
 class DecideApproval(ClientToServerMessage, kw_only=True):
@@ -64,8 +68,85 @@ class Interrupt(ClientToServerMessage, kw_only=True):
     session_id: str
 
 
+class CompactSession(ClientToServerMessage, kw_only=True):
+    """Summarize the session's older conversation into one summary item."""
+
+    session_id: str
+
+
+class RetryTurn(ClientToServerMessage, kw_only=True):
+    """Try the turn again after it failed (a model error) or was interrupted."""
+
+    session_id: str
+
+
+class AnswerQuestion(ClientToServerMessage, kw_only=True):
+    session_id: str
+    question_id: str
+    answer: str
+
+
+class ApprovePlan(ClientToServerMessage, kw_only=True):
+    """Approve the proposed plan, optionally edited (``steps``), and start the work."""
+
+    session_id: str
+    steps: list[str] | None = None
+    note: str = ""
+
+
+class RenameSession(ClientToServerMessage, kw_only=True):
+    session_id: str
+    title: str
+
+
+class ArchiveSession(ClientToServerMessage, kw_only=True):
+    session_id: str
+    archived: bool = True
+
+
+class CloseSession(ClientToServerMessage, kw_only=True):
+    """Stop the turn, cancel what waits for the user, detach from the worker; no more
+    prompts."""
+
+    session_id: str
+    reason: str = ""
+
+
+class DeleteSession(ClientToServerMessage, kw_only=True):
+    """Remove the session from the state (its events stay in the log)."""
+
+    session_id: str
+
+
+class ForkSession(ClientToServerMessage, kw_only=True):
+    """A new session whose conversation is this one's up to ``item_id`` (the last item when
+    omitted), on the same worker and workdir."""
+
+    session_id: str
+    item_id: str | None = None
+    title: str | None = None
+    prompt: str = ""
+
+
+class MoveSession(ClientToServerMessage, kw_only=True):
+    """Go on with the same workdir path on another worker (for when a machine is gone)."""
+
+    session_id: str
+    worker_id: str
+
+
+class SetMemory(ClientToServerMessage, kw_only=True):
+    """Replace the project memory of ``workdir`` on ``worker_id``."""
+
+    worker_id: str
+    workdir: str
+    text: str
+
+
 ClientToServer = (
     Subscribe | CreateSession | SendPrompt | DecideApproval | SetApprovalPolicy | Interrupt
+    | CompactSession | AnswerQuestion | RenameSession | ArchiveSession | CloseSession
+    | DeleteSession | ForkSession | MoveSession | SetMemory | ApprovePlan | RetryTurn
 )
 
 

@@ -17,7 +17,14 @@ from typing import Literal
 import msgspec
 
 from codey_protocol._tags import snake
-from codey_protocol.worker import ActionMessage, Capabilities, FileChange
+from codey_protocol.worker import (
+    ActionMessage,
+    Capabilities,
+    Environment,
+    FileChange,
+    InstructionFile,
+    SkillInfo,
+)
 
 SessionStatus = Literal[
     "idle", "running", "waiting_approval", "waiting_worker", "waiting_user", "interrupted",
@@ -26,7 +33,8 @@ SessionStatus = Literal[
 ApprovalPolicy = Literal["suggest", "auto-edit", "full-auto"]
 ApprovalDecision = Literal["approved", "rejected", "expired", "cancelled"]
 ToolStatus = Literal[
-    "pending", "waiting_approval", "running", "done", "failed", "rejected", "cancelled",
+    "pending", "waiting_approval", "waiting_user", "running", "done", "failed", "rejected",
+    "cancelled",
 ]
 PlanStatus = Literal["pending", "in_progress", "done"]
 AuthState = Literal["logged_out", "pending", "logged_in", "expired", "error"]
@@ -46,19 +54,42 @@ class ItemBase(msgspec.Struct, tag_field="kind", tag=snake, kw_only=True):
     ts: float
 
 
+class Attachment(msgspec.Struct, kw_only=True):
+    """A file sent with a prompt, stored once on the server by content hash (``/api/blobs``).
+    Images go to the model as images; other files are written into the workdir first."""
+
+    hash: str  # sha256 of the content, hex
+    name: str
+    mime: str
+    size: int
+
+
 class UserMessage(ItemBase, kw_only=True):
     text: str
     queued: bool = False  # sent during a turn; injected before the next model call
+    attachments: list[Attachment] = msgspec.field(default_factory=list)
+    #: the non-image attachments are in the workdir (``.codey/attachments/``)
+    attachments_written: bool = False
 
 
 class AssistantMessage(ItemBase, kw_only=True):
     text: str = ""
     streaming: bool = False
+    refusal: bool = False  # the model declined; ``text`` is its refusal
+    #: the stream was cut before the answer completed: shown, but never sent back to the model
+    partial: bool = False
 
 
 class Reasoning(ItemBase, kw_only=True):
+    """The model's reasoning: ``text`` is its summary (or raw reasoning text, where a provider
+    streams that). ``encrypted_content`` is the provider's opaque reasoning, sent back on the
+    next calls so a stateless (``store: false``) reasoning model keeps its chain of thought."""
+
     text: str = ""
     streaming: bool = False
+    partial: bool = False
+    reasoning_id: str | None = None  # the provider's id of the reasoning item
+    encrypted_content: str | None = None
 
 
 class ToolCall(ItemBase, kw_only=True):
@@ -99,7 +130,30 @@ class PlanItem(ItemBase, kw_only=True):
     explanation: str = ""
 
 
-Item = UserMessage | AssistantMessage | Reasoning | ToolCall | ErrorItem | PlanItem
+class Notice(ItemBase, kw_only=True):
+    """Something the user should know that is not an error, e.g. an empty or cut answer, a
+    switch to a fallback model. ``code``: empty_answer, incomplete, fallback, compacted, …"""
+
+    code: str
+    text: str
+
+
+class Summary(ItemBase, kw_only=True):
+    """Compaction: ``text`` stands for every item up to and including ``replaces_until`` (an
+    item id). The model's conversation starts with the newest summary, then the items after
+    that id. The items it replaces stay in the session and the log."""
+
+    text: str
+    replaces_until: str
+    items_replaced: int = 0
+    tokens_before: int = 0  # the context in use when compaction started
+    reason: Literal["threshold", "context_exceeded", "manual"] = "threshold"
+
+
+Item = (
+    UserMessage | AssistantMessage | Reasoning | ToolCall | ErrorItem | PlanItem | Notice
+    | Summary
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -168,6 +222,17 @@ class SessionCreated(EventBase, kw_only=True):
     provider: str
     model: str
     policy: ApprovalPolicy = "suggest"
+    #: plan mode: the model explores read-only and proposes a plan, which the user approves
+    #: (``plan_approved``) before anything is changed
+    plan_mode: bool = False
+    #: a sub-agent: the session that delegated to it, and the ``delegate`` call it answers
+    parent_id: str | None = None
+    parent_item: str | None = None
+    role: str | None = None
+    #: only reading tools (read_file, list_dir, known-safe commands)
+    read_only: bool = False
+    #: model calls per turn before it stops (None: the server's turn_iteration_cap)
+    turn_cap: int | None = None
 
 
 class SessionStatusChanged(EventBase, kw_only=True):
@@ -188,7 +253,11 @@ class SessionItemAppended(EventBase, kw_only=True):
 
 
 class SessionItemUpdated(EventBase, kw_only=True):
-    """Change one item. ``*_delta`` fields append; other fields, when not ``None``, replace."""
+    """Change one item. ``*_delta`` fields append; other fields, when not ``None``, replace.
+
+    These fields ARE the list of what can change (``codey_protocol.updates`` derives both
+    folds' lists from them): a field added here and on the item is updatable, no other edit.
+    """
 
     item_id: str
     text_delta: str = ""
@@ -196,6 +265,7 @@ class SessionItemUpdated(EventBase, kw_only=True):
     status: ToolStatus | None = None
     streaming: bool | None = None
     queued: bool | None = None
+    attachments_written: bool | None = None
     exit_code: int | None = None
     truncated: bool | None = None
     diff: str | None = None
@@ -205,11 +275,21 @@ class SessionItemUpdated(EventBase, kw_only=True):
     action_id: str | None = None
     approval_id: str | None = None
     output: str | None = None  # replaces the streamed output (e.g. after truncation)
+    partial: bool | None = None
+    reasoning_id: str | None = None
+    encrypted_content: str | None = None
 
 
 class PlanUpdated(EventBase, kw_only=True):
     steps: list[PlanStep]
     explanation: str = ""
+
+
+class PlanApproved(EventBase, kw_only=True):
+    """The user approved the proposed plan (as it stands after ``plan_updated``): plan mode
+    ends and the work starts."""
+
+    note: str = ""
 
 
 class ApprovalRequested(EventBase, kw_only=True):
@@ -248,10 +328,96 @@ class SessionWorkspaceChanged(EventBase, kw_only=True):
 
 
 class TokenUsageRecorded(EventBase, kw_only=True):
+    """One model call's usage. ``input_tokens + output_tokens`` is the context that call
+    used; ``context_window`` is the model's window (None when unknown)."""
+
     input_tokens: int = 0
     output_tokens: int = 0
     reasoning_tokens: int = 0
     total_tokens: int = 0
+    cached_tokens: int = 0  # input tokens served from the provider's prompt cache
+    context_window: int | None = None
+    model: str | None = None
+
+
+class SessionArchived(EventBase, kw_only=True):
+    """Archived sessions leave the dashboard's main list; they stay searchable and can be
+    opened and unarchived."""
+
+    archived: bool = True
+
+
+class SessionDeleted(EventBase, kw_only=True):
+    """The session leaves the state. Its events stay in the log (the log is append-only);
+    ``GET /api/sessions/{id}/log`` still returns them."""
+
+    reason: str = ""
+
+
+class SessionForked(EventBase, kw_only=True):
+    """A new session (the envelope's ``session_id``) whose conversation is ``from_session``'s
+    up to and including ``until_item``: the fold copies those items (finished ones only)."""
+
+    from_session: str
+    until_item: str
+    title: str
+
+
+class SessionMoved(EventBase, kw_only=True):
+    """The session goes on with the same workdir path on another worker."""
+
+    worker_id: str
+    from_worker: str = ""
+
+
+class QuestionAsked(EventBase, kw_only=True):
+    """The model asks the user (``ask_user``); the session waits for the answer."""
+
+    question_id: str
+    item_id: str
+    question: str
+    choices: list[str] = msgspec.field(default_factory=list)
+
+
+class QuestionAnswered(EventBase, kw_only=True):
+    """The answer (the first one wins), or ``cancelled`` when the turn stopped first."""
+
+    question_id: str
+    answer: str = ""
+    cancelled: bool = False
+
+
+class MemoryUpdated(EventBase, kw_only=True):
+    """The project memory of ``workdir`` on ``worker_id``: its whole new text. Appended by the
+    model's ``remember`` tool (with the session's id) or by the user (global)."""
+
+    worker_id: str
+    workdir: str
+    text: str
+
+
+class SessionContextUpdated(EventBase, kw_only=True):
+    """What applies to the session's workdir, as its worker read it (``load_context``): part
+    of every model call's instructions from then on. Appended when it changes."""
+
+    instructions: list[InstructionFile] = msgspec.field(default_factory=list)
+    skills: list[SkillInfo] = msgspec.field(default_factory=list)
+    environment: Environment = msgspec.field(default_factory=Environment)
+    warnings: list[str] = msgspec.field(default_factory=list)
+
+
+class TurnRequested(EventBase, kw_only=True):
+    """The user asked the agent to try again (after a model error, say): the turn starts
+    over from where the conversation stands."""
+
+    reason: Literal["retry"] = "retry"
+
+
+class CompactionRequested(EventBase, kw_only=True):
+    """The user asked to compact the session's context (``compact_session``); the agent
+    compacts before the next model call, or at once when the session is idle."""
+
+    reason: Literal["manual"] = "manual"
 
 
 class RateLimitUpdated(EventBase, kw_only=True):
@@ -292,12 +458,23 @@ Event = (
     | SessionItemAppended
     | SessionItemUpdated
     | PlanUpdated
+    | PlanApproved
     | ApprovalRequested
     | ApprovalResolved
     | ActionRequested
     | ActionFinished
     | SessionWorkspaceChanged
     | TokenUsageRecorded
+    | CompactionRequested
+    | TurnRequested
+    | SessionContextUpdated
+    | SessionArchived
+    | SessionDeleted
+    | SessionForked
+    | SessionMoved
+    | QuestionAsked
+    | QuestionAnswered
+    | MemoryUpdated
     | RateLimitUpdated
     | AuthStatusUpdated
 )

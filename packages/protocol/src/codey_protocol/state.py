@@ -17,7 +17,13 @@ from codey_protocol.events import (
     PlanStep,
     SessionStatus,
 )
-from codey_protocol.worker import ActionMessage, Capabilities
+from codey_protocol.worker import (
+    ActionMessage,
+    Capabilities,
+    Environment,
+    InstructionFile,
+    SkillInfo,
+)
 
 
 class WorkerInfo(msgspec.Struct, kw_only=True):
@@ -68,11 +74,17 @@ class PendingAction(msgspec.Struct, kw_only=True):
 
 
 class TokenUsage(msgspec.Struct, kw_only=True):
+    """Totals over the session's model calls, and the context the last call used."""
+
     input_tokens: int = 0
     output_tokens: int = 0
     reasoning_tokens: int = 0
     total_tokens: int = 0
-    turns: int = 0
+    cached_tokens: int = 0
+    turns: int = 0  # model calls (named before compaction existed; kept for compatibility)
+    #: input + output tokens of the last model call: how full the context is
+    context_tokens: int = 0
+    context_window: int | None = None
 
 
 class RateLimit(msgspec.Struct, kw_only=True):
@@ -83,6 +95,40 @@ class RateLimit(msgspec.Struct, kw_only=True):
     remaining_tokens: int | None = None
     reset_tokens: str | None = None
     updated_at: float = 0.0
+
+
+class Question(msgspec.Struct, kw_only=True):
+    question_id: str
+    item_id: str
+    question: str
+    choices: list[str] = msgspec.field(default_factory=list)
+    status: Literal["pending", "answered", "cancelled"] = "pending"
+    answer: str = ""
+    asked_at: float = 0.0
+    answered_at: float | None = None
+
+
+class ProjectMemory(msgspec.Struct, kw_only=True):
+    """Notes that outlive a session, kept per worker and workdir (key ``worker_id:workdir``)."""
+
+    worker_id: str
+    workdir: str
+    text: str = ""
+    updated_at: float = 0.0
+
+
+def memory_key(worker_id: str, workdir: str) -> str:
+    return f"{worker_id}:{workdir}"
+
+
+class SessionContext(msgspec.Struct, kw_only=True):
+    """What applies to the session's workdir (see ``session_context_updated``)."""
+
+    instructions: list[InstructionFile] = msgspec.field(default_factory=list)
+    skills: list[SkillInfo] = msgspec.field(default_factory=list)
+    environment: Environment = msgspec.field(default_factory=Environment)
+    warnings: list[str] = msgspec.field(default_factory=list)
+    loaded_at: float = 0.0
 
 
 class SessionInfo(msgspec.Struct, kw_only=True):
@@ -105,6 +151,19 @@ class SessionInfo(msgspec.Struct, kw_only=True):
     pending_actions: dict[str, PendingAction] = msgspec.field(default_factory=dict)
     changed_paths: list[str] = msgspec.field(default_factory=list)
     usage: TokenUsage = msgspec.field(default_factory=TokenUsage)
+    compaction_requested: bool = False
+    context: SessionContext | None = None
+    questions: dict[str, Question] = msgspec.field(default_factory=dict)
+    parent_id: str | None = None
+    parent_item: str | None = None
+    role: str | None = None
+    read_only: bool = False
+    turn_cap: int | None = None
+    plan_mode: bool = False
+    #: none; proposed (plan mode: waits for the user's approval); approved
+    plan_status: Literal["none", "proposed", "approved"] = "none"
+    archived: bool = False
+    forked_from: str | None = None
 
 
 class AuthInfo(msgspec.Struct, kw_only=True):
@@ -127,3 +186,4 @@ class State(msgspec.Struct, kw_only=True):
     sessions: dict[str, SessionInfo] = msgspec.field(default_factory=dict)
     auth: dict[str, AuthInfo] = msgspec.field(default_factory=dict)
     rate_limits: dict[str, RateLimit] = msgspec.field(default_factory=dict)
+    memories: dict[str, ProjectMemory] = msgspec.field(default_factory=dict)

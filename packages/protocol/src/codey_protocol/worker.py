@@ -38,9 +38,15 @@ class WorkerToServerMessage(msgspec.Struct, tag_field="type", tag=_snake, kw_onl
 
 
 class McpTool(msgspec.Struct, kw_only=True):
+    """An MCP tool as its server lists it. The hints are the server's own ``annotations``
+    (``readOnlyHint``, ``destructiveHint``; None when it gave none, which MCP reads as "not
+    read-only" and "destructive"); the approval gate goes by them."""
+
     name: str
     description: str = ""
     input_schema: dict[str, Any] = msgspec.field(default_factory=dict)
+    read_only_hint: bool | None = None
+    destructive_hint: bool | None = None
 
 
 class McpServerInfo(msgspec.Struct, kw_only=True):
@@ -58,6 +64,37 @@ class DirEntry(msgspec.Struct, kw_only=True):
     path: str  # relative to the listed directory, "/" separated
     kind: Literal["file", "dir", "symlink", "other"]
     size: int = 0
+
+
+class InstructionFile(msgspec.Struct, kw_only=True):
+    """An ``AGENTS.md`` that applies to a workdir, as read by the worker."""
+
+    path: str  # absolute, on the worker's machine
+    text: str
+    truncated: bool = False  # cut at the worker's size cap
+    scope: Literal["user", "project"] = "project"
+
+
+class SkillInfo(msgspec.Struct, kw_only=True):
+    """A skill: a folder with a ``SKILL.md`` whose front matter names and describes it."""
+
+    name: str
+    description: str
+    path: str  # the SKILL.md, absolute
+    scope: Literal["user", "project"] = "project"
+
+
+class Environment(msgspec.Struct, kw_only=True):
+    """Where the agent works, as the worker sees it when the context is loaded."""
+
+    os: str = ""
+    os_version: str = ""
+    shell: str = ""
+    workdir: str = ""
+    git_branch: str | None = None
+    git_dirty: bool | None = None
+    date: str = ""  # ISO date and time, local
+    timezone: str = ""
 
 
 class FileChange(msgspec.Struct, kw_only=True):
@@ -100,6 +137,17 @@ class AttachSession(Action, kw_only=True):
     workdir: str
 
 
+class DetachSession(Action, kw_only=True):
+    """The session is closed: stop watching its workdir (its files are left as they are)."""
+
+
+class LoadContext(Action, kw_only=True):
+    """Read what applies to ``workdir``: ``AGENTS.md`` files (``$CODEY_HOME/AGENTS.md``, then
+    each from the allowed root down to the workdir), skills, and the environment."""
+
+    workdir: str
+
+
 class RunCommand(Action, kw_only=True):
     argv: list[str]
     workdir: str
@@ -126,6 +174,8 @@ class WriteFile(Action, kw_only=True):
     path: str
     content: str
     create_dirs: bool = True
+    #: "base64": ``content`` is base64 of the file's bytes (an attached binary file)
+    encoding: Literal["utf-8", "base64"] = "utf-8"
 
 
 class ListDir(Action, kw_only=True):
@@ -139,9 +189,14 @@ class McpList(Action, kw_only=True):
 
 
 class McpCall(Action, kw_only=True):
+    """Call ``tool`` on the worker's MCP server ``server`` for the session in ``workdir``:
+    the server runs there (its cwd and its declared MCP root). Empty ``workdir``: the one the
+    session was attached with."""
+
     server: str
     tool: str
     arguments: dict[str, Any] = msgspec.field(default_factory=dict)
+    workdir: str = ""
 
 
 class Cancel(Action, kw_only=True):
@@ -158,6 +213,8 @@ ServerToWorker = (
     AuthChallenge
     | Welcome
     | AttachSession
+    | DetachSession
+    | LoadContext
     | RunCommand
     | ApplyPatch
     | ReadFile
@@ -170,8 +227,8 @@ ServerToWorker = (
 )
 
 ActionMessage = (
-    AttachSession | RunCommand | ApplyPatch | ReadFile | WriteFile | ListDir | McpList | McpCall
-    | Cancel
+    AttachSession | DetachSession | LoadContext | RunCommand | ApplyPatch | ReadFile
+    | WriteFile | ListDir | McpList | McpCall | Cancel
 )
 
 
@@ -236,6 +293,20 @@ class Attached(ResultBase, kw_only=True):
     mcp_servers: list[McpServerInfo] = msgspec.field(default_factory=list)
 
 
+class Detached(ResultBase, kw_only=True):
+    was_attached: bool = False
+
+
+class ProjectContext(ResultBase, kw_only=True):
+    """What ``load_context`` found. ``warnings``: what was skipped and why (a malformed skill,
+    an unreadable file), for the session to show."""
+
+    instructions: list[InstructionFile] = msgspec.field(default_factory=list)
+    skills: list[SkillInfo] = msgspec.field(default_factory=list)
+    environment: Environment = msgspec.field(default_factory=Environment)
+    warnings: list[str] = msgspec.field(default_factory=list)
+
+
 class Cancelled(ResultBase, kw_only=True):
     target_action_id: str
     was_running: bool
@@ -250,6 +321,8 @@ ActionOutcome = (
     | McpTools
     | McpCallResult
     | Attached
+    | Detached
+    | ProjectContext
     | Cancelled
 )
 
@@ -385,14 +458,19 @@ __all__ = [
     "Cancelled",
     "Capabilities",
     "CommandResult",
+    "DetachSession",
+    "Detached",
     "DirEntry",
     "DirListing",
     "Disconnect",
+    "Environment",
     "FileChange",
     "FileContent",
     "Heartbeat",
     "Hello",
+    "InstructionFile",
     "ListDir",
+    "LoadContext",
     "Log",
     "McpCall",
     "McpCallResult",
@@ -403,10 +481,12 @@ __all__ = [
     "PairRequest",
     "PairStatus",
     "PairTicket",
+    "ProjectContext",
     "ReadFile",
     "RunCommand",
     "ServerToWorker",
     "ServerToWorkerMessage",
+    "SkillInfo",
     "UpdateSettings",
     "Welcome",
     "WorkerToServer",

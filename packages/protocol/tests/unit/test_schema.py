@@ -7,7 +7,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from codey_protocol import client, events, schema
+from codey_protocol import client, events, schema, updates
 
 ROOT = Path(__file__).resolve().parents[4]
 COMMITTED = ROOT / "web" / "protocol.schema.json"
@@ -74,3 +74,27 @@ def test_main_writes_the_file(tmp_path: Path) -> None:
     out = tmp_path / "protocol.schema.json"
     assert schema.main([str(out)]) == 0
     assert out.read_text(encoding="utf-8") == schema.render()
+
+
+def test_committed_item_fields_module_is_current() -> None:
+    committed = COMMITTED.with_name(schema.ITEM_FIELDS_JS)
+    assert committed.is_file(), f"{committed} is missing; run `{REGENERATE}`"
+    assert schema.render_item_fields() == committed.read_text(encoding="utf-8"), (
+        f"web/{schema.ITEM_FIELDS_JS} is out of date with SessionItemUpdated; run "
+        f"`{REGENERATE}` from the repo root and commit the result")
+
+
+def test_the_js_lists_are_read_from_the_schema_and_equal_the_python_lists() -> None:
+    doc = json.loads(schema.render())  # the committed file's keys are sorted: compare as sets
+    appends, replaces = schema.item_fields(doc)
+    assert appends == updates.APPEND_FIELDS
+    assert sorted(replaces) == sorted(updates.REPLACE_FIELDS)
+    text = schema.render_item_fields()
+    for name in (*updates.APPEND_FIELDS, *updates.REPLACE_FIELDS):
+        assert f'"{name}"' in text
+
+
+def test_main_writes_the_item_fields_module_next_to_the_schema(tmp_path: Path) -> None:
+    assert schema.main([str(tmp_path / "protocol.schema.json")]) == 0
+    written = (tmp_path / schema.ITEM_FIELDS_JS).read_text(encoding="utf-8")
+    assert written == schema.render_item_fields()

@@ -1,4 +1,4 @@
-"""Browser access: the access token, browser-session cookies, Host/Origin checks, logout.
+"""Browser access: the access token, browser-session cookies, Host/Origin checks, route marks.
 
 Who may do what (docs/security.md has the threat model):
 
@@ -6,27 +6,37 @@ Who may do what (docs/security.md has the threat model):
   (HttpOnly, SameSite=Strict, Secure behind TLS) holding a random browser-session id, then
   redirects to ``/``. The token lives in ``DATA_DIR/access_token`` (0600) and is reused across
   restarts; session ids are kept (hashed) in ``DATA_DIR/browser_sessions.json`` so an open tab
-  survives a restart. ``POST /api/logout`` ends one session.
+  survives a restart. ``POST /api/logout`` (:mod:`codey_server.http.auth`) ends one session.
 - Every request whose ``Host`` is not loopback or a configured name gets 403 (DNS rebinding).
-- ``/api/*`` needs the cookie (or ``Authorization: Bearer <access token>`` for scripts) → 401;
-  ``/ws/client`` needs it → accepted, then closed with 4401. Exceptions: ``GET /api/health``,
-  the unpaired worker's own routes (``POST /api/pairing/requests`` and
-  ``GET /api/pairing/requests/{id}/wait``, guarded by the poll secret) and
-  ``GET /api/auth/callback`` (the identity provider's redirect: a SameSite=Strict cookie is not
-  sent on it, so the handler checks the login's own binding cookie instead).
-- A state-changing ``/api`` request authenticated by cookie needs same-origin proof:
-  ``Origin`` equal to the server's origin (or, without ``Origin``, ``Sec-Fetch-Site:
+- Each route says who may call it, in its ``opt`` (read here, after routing):
+
+  - no mark: a logged-in browser — the cookie, or ``Authorization: Bearer <access token>``
+    for scripts — else 401; ``/ws/client`` is accepted, then closed with 4401;
+  - ``opt=PUBLIC``: anyone (the health check, the static client, ``/dl/`` — the worker's
+    wheels for the install line, no secret in them —, the OpenAPI document, the OAuth
+    callback: the identity provider's redirect carries no SameSite=Strict cookie, so its
+    handler checks the login's own binding cookie instead);
+  - ``opt=UNPAIRED_WORKER``: no login (the worker has none yet), but a present, foreign
+    ``Origin`` gets 403 so no browser page can drive it (the pairing request, its long poll
+    guarded by the poll secret, and ``/ws/worker``, where workers prove themselves by
+    signature).
+
+  ``OPTIONS`` needs no login: Litestar answers it with the allowed methods only, which the
+  public OpenAPI document lists anyway.
+- A state-changing request to a logged-in route, authenticated by cookie, needs same-origin
+  proof: ``Origin`` equal to the server's origin (or, without ``Origin``, ``Sec-Fetch-Site:
   same-origin``), else 403.
-- WebSocket upgrades are refused before the 101 (HTTP 403) when ``Origin`` is foreign:
-  ``/ws/client`` requires an exact match; ``/ws/worker`` refuses only a present, foreign one
-  (workers are not browsers and send none; they authenticate with a signed handshake).
+- WebSocket upgrades are refused before the 101 (HTTP 403) when ``Origin`` is foreign: a
+  logged-in socket (``/ws/client``) requires an exact match; an ``UNPAIRED_WORKER`` one
+  refuses only a present, foreign one (workers are not browsers and send none).
 
 The server's own origin is ``http(s)://`` + the request's ``Host`` (already checked), plus
 ``settings.public_url``, plus ``settings.allowed_origins``.
 
 Wiring: ``BrowserAccess(settings)`` lives on ``Services.access``; ``access_middleware(access)``
-goes into ``Litestar(middleware=[...])``; :data:`access_routes` into its route handlers;
-``browser_session(socket)`` gives ``serve_client`` its ``session_key``.
+goes into ``Litestar(middleware=[...])``; routes carry ``opt=PUBLIC`` or
+``opt=UNPAIRED_WORKER``; ``browser_session(connection)`` gives handlers (and ``serve_client``
+its ``session_key``) the authenticated browser session.
 """
 
 from __future__ import annotations
@@ -36,13 +46,12 @@ import logging
 import re
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal
 from urllib.parse import parse_qs, urlsplit
 
 import msgspec
-from litestar import Request, Response, post
 from litestar.connection import ASGIConnection
 from litestar.datastructures import Cookie
 from litestar.middleware import DefineMiddleware
@@ -54,14 +63,16 @@ from codey_server.settings import Settings
 log = logging.getLogger("codey.access")
 
 __all__ = [
+    "PUBLIC",
     "SCOPE_SESSION_KEY",
+    "UNPAIRED_WORKER",
     "AccessMiddleware",
     "BrowserAccess",
     "RedactSecrets",
     "access_middleware",
-    "access_routes",
     "browser_session",
     "load_or_create_token",
+    "route_access",
 ]
 
 TOKEN_FILE = "access_token"
@@ -79,8 +90,30 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 _LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-_WAIT_PATH = re.compile(r"^/api/pairing/requests/[^/]+/wait$")
 _ANY_ADDRESS = frozenset({"", "0.0.0.0", "::"})
+
+
+Access = Literal["public", "unpaired_worker", "browser"]
+#: the key of a route's ``opt`` that says who may call it; no key means a logged-in browser
+ACCESS_OPT = "access"
+#: ``opt`` of a route anyone may call: ``@get("/api/health", opt=PUBLIC)`` (Litestar copies
+#: it into each handler's own ``opt``)
+PUBLIC: dict[str, Any] = {ACCESS_OPT: "public"}
+#: ``opt`` of a route for a worker that is not paired yet: no login, no foreign ``Origin``
+UNPAIRED_WORKER: dict[str, Any] = {ACCESS_OPT: "unpaired_worker"}
+
+
+def route_access(scope: Mapping[str, Any]) -> Access:
+    """Who may call the route this (already routed) request or socket reached.
+
+    Anything but an explicit mark means a logged-in browser: a route nobody marked, or a
+    scope without a route handler, fails closed.
+    """
+    if scope.get("type") == "http" and scope.get("method") == "OPTIONS":
+        return "public"  # Litestar's own answer: the allowed methods, nothing else
+    handler = scope.get("route_handler")
+    value = handler.opt.get(ACCESS_OPT) if handler is not None else None
+    return value if value in ("public", "unpaired_worker") else "browser"
 
 
 def load_or_create_token(data_dir: Path) -> str:
@@ -246,6 +279,18 @@ async def _reply(send: Send, status: int, detail: str,
     await send({"type": "http.response.body", "body": body})
 
 
+def _with_status(send: Send, status: int) -> Send:
+    """``send`` with the response's status replaced (and no caching of it)."""
+
+    async def wrapped(message: Any) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "status": status,
+                       "headers": [*message.get("headers", []), (b"cache-control", b"no-store")]}
+        await send(message)
+
+    return wrapped
+
+
 async def _refuse_upgrade(receive: Receive, send: Send) -> None:
     """Refuse a WebSocket before the handshake completes: the client gets HTTP 403."""
     message = await receive()
@@ -293,22 +338,21 @@ class AccessMiddleware:
             await _reply(send, 403, "this server does not answer to that host name "
                                     "(add it to allowed_hosts; see docs/security.md)")
             return
-        path: str = scope["path"]
         method: str = scope["method"]
-        if path == "/" and method == "GET":
+        if scope["path"] == "/" and method == "GET":  # the URL codey-server prints at start
             token = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("token")
             if token:
-                await self._login(token[0], send)
+                if not await self._login(token[0], send):
+                    # the page itself, not a JSON error: it shows the login screen and says
+                    # the link's token is not valid (status 401 all the same)
+                    await self.app(scope, receive, _with_status(send, 401))
                 return
-        if not path.startswith("/api/"):
-            await self.app(scope, receive, send)  # static files: public, no secrets in them
-            return
-        if (path == "/api/health" and method in _SAFE_METHODS) or path == "/api/auth/callback":
+        needs = route_access(scope)
+        if needs == "public":
             await self.app(scope, receive, send)
             return
-        if (path == "/api/pairing/requests" and method == "POST") or (
-                method == "GET" and _WAIT_PATH.match(path)):
-            # the unpaired worker: no cookie, but no browser page may drive these either
+        if needs == "unpaired_worker":
+            # no cookie, but no browser page may drive these either
             if "origin" in headers and not self._origin_ok(headers, scope):
                 await _reply(send, 403, "foreign origin")
                 return
@@ -335,31 +379,33 @@ class AccessMiddleware:
             return self._origin_ok(headers, scope)
         return headers.get("sec-fetch-site") == "same-origin"
 
-    async def _login(self, token: str, send: Send) -> None:
+    async def _login(self, token: str, send: Send) -> bool:
+        """Swap a right token for a cookie (303 to ``/``); False for a wrong one."""
         session_id = self.access.login(token)
         if session_id is None:
             log.warning("a browser presented a wrong access token")
-            await _reply(send, 401, "this link's access token is not valid; open the URL "
-                                    "codey-server printed at start")
-            return
+            return False
         cookie = self.access.session_cookie(session_id)
         await send({"type": "http.response.start", "status": 303, "headers": [
             (b"location", b"/"), (b"content-length", b"0"), (b"cache-control", b"no-store"),
             (b"referrer-policy", b"no-referrer"),
             cookie.to_encoded_header()]})
         await send({"type": "http.response.body", "body": b""})
+        return True
 
     async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
         access = self.access
         headers = _headers(scope)
-        path: str = scope["path"]
         if not access.host_allowed(headers.get("host")):
             log.warning("refused a WebSocket for host %r", headers.get("host", "")[:100])
             await _refuse_upgrade(receive, send)
             return
-        origin_present = "origin" in headers
-        if path == "/ws/worker":
-            if origin_present and not self._origin_ok(headers, scope):
+        needs = route_access(scope)
+        if needs == "public":
+            await self.app(scope, receive, send)
+            return
+        if needs == "unpaired_worker":
+            if "origin" in headers and not self._origin_ok(headers, scope):
                 log.warning("refused a worker WebSocket from origin %r",
                             headers.get("origin", "")[:100])
                 await _refuse_upgrade(receive, send)
@@ -392,30 +438,6 @@ def browser_session(connection: ASGIConnection[Any, Any, Any, Any]) -> str | Non
     return value if isinstance(value, str) else None
 
 
-class _Hub(Protocol):
-    async def close_session(self, session_key: str, code: int = ...) -> None: ...
-
-
-class _WithAccess(Protocol):
-    access: BrowserAccess
-    clients: _Hub
-
-
-@post("/api/logout", status_code=200)
-async def logout(request: Request[Any, Any, Any]) -> Response[dict[str, bool]]:
-    """End this browser's session: the cookie stops working and its sockets close (4401)."""
-    services: _WithAccess = request.app.state.services
-    session = browser_session(request)
-    if session is not None:
-        services.access.end_session(session)
-        await services.clients.close_session(session)
-    return Response({"logged_out": True}, cookies=[services.access.cleared_cookie()],
-                    headers={"cache-control": "no-store"})
-
-
-access_routes = [logout]
-
-
 class RedactSecrets(logging.Filter):
     """Masks access tokens, bearer values and OAuth fields in log records, as a last line.
 
@@ -424,8 +446,8 @@ class RedactSecrets(logging.Filter):
     """
 
     _PATTERN = re.compile(
-        r"(?i)(token=|[?&]code=|bearer\s+|\"?(?:access_token|refresh_token|id_token|api_key|"
-        r"device_code|code_verifier)\"?\s*[:=]\s*\"?)([^\s&\"',;]+)")
+        r"(?i)(token=|[?&]code=|bearer\s+|basic\s+|\"?(?:access_token|refresh_token|id_token|"
+        r"api_key|device_code|code_verifier|client_secret)\"?\s*[:=]\s*\"?)([^\s&\"',;]+)")
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()

@@ -3,6 +3,7 @@
     codey-server serve                                  # 127.0.0.1:8765, data in ~/.codey/server
     codey-server serve --port 0 --data-dir /tmp/codey   # any free port (printed)
     codey-server serve --host 0.0.0.0 --config cfg.json # beyond loopback: docs/security.md
+    codey-server url                                    # print the link to open again
 
 On start it prints the URL to open. SIGINT/SIGTERM: every socket is told ``shutdown``,
 in-flight appends finish, the process exits 0.
@@ -67,7 +68,34 @@ def _parser() -> argparse.ArgumentParser:
                        help="another Host name to answer to, besides loopback (repeatable)")
     serve.add_argument("--no-auth", action="store_true",
                        help="no access token (refused unless bound to loopback)")
+    url = sub.add_parser(
+        "url", help="print the link that logs a browser in, again",
+        description="Print the link (with its access token) that logs a browser in to the "
+                    "server that last ran with this data dir.\n\nExample:\n"
+                    "  codey-server url\n  codey-server url --data-dir /srv/codey",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    url.add_argument("--data-dir", type=Path, default=Path.home() / ".codey" / "server",
+                     help="the server's data dir (default ~/.codey/server)")
     return parser
+
+
+#: the base URL of the server that last ran with a data dir (no secret in it)
+URL_FILE = "server.url"
+
+
+def print_url(args: argparse.Namespace) -> int:
+    data_dir = args.data_dir.expanduser()
+    try:
+        base = (data_dir / URL_FILE).read_text().strip()
+    except OSError:
+        print(f"codey-server: no server has run with {data_dir} yet; start one with "
+              "`codey-server serve`", file=sys.stderr)
+        return 2
+    token_path = data_dir / "access_token"
+    token = token_path.read_text().strip() if token_path.exists() else ""
+    query = f"?token={token}" if token else ""
+    _line(f"Open {base}/{query} in your browser")
+    return 0
 
 
 class _Server(uvicorn.Server):
@@ -123,6 +151,8 @@ def serve(args: argparse.Namespace) -> int:
     app = create_app(settings)
     token = load_or_create_token(settings.data_dir) if settings.auth_required else None
     host = f"[{settings.host}]" if ":" in settings.host else settings.host
+    base = (settings.public_url or f"http://{host}:{port}").rstrip("/")
+    (settings.data_dir / URL_FILE).write_text(base + "\n")  # for `codey-server url`
     # log_config=None: uvicorn adds no handlers, its records reach the root handler (and its
     # redaction filter); its per-request lines only at --log-level debug
     config = uvicorn.Config(app, log_config=None,
@@ -142,7 +172,7 @@ def serve(args: argparse.Namespace) -> int:
             # and a log line from another thread could land in between (stdout and stderr
             # often share one file)
             _line(f"codey-server listening on http://{host}:{port}")
-            _line(f"Open http://{host}:{port}/{query} in your browser")
+            _line(f"Open {base}/{query} in your browser")
 
         task = asyncio.create_task(announce())
         await server.serve(sockets=[sock])
@@ -181,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
         # SIGPIPE stays ignored (Python's default): with SIG_DFL a write to a socket whose
         # peer had just reset it would kill the whole server instead of raising EPIPE
         return serve(args)
+    if args.command == "url":
+        return print_url(args)
     return 2
 
 

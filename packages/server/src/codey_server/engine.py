@@ -7,6 +7,14 @@ appends, writes a final snapshot, closes the log).
 Every change goes ``decide`` (commands only) → ``log.append`` → ``apply`` (here, in seq order)
 → fan-out (the log publishes committed events to subscribers). ``append`` returns only once its
 events are folded into :attr:`state`, so a caller always reads its own writes.
+
+:attr:`state` is one object, set by ``start`` (from the latest snapshot) and from then on
+changed in place by every fold (:mod:`codey_server.reducers` mutates; it does not return a
+new state). So anything read out of it — ``engine.state.sessions[sid]``, an item, a worker —
+is live: after an ``await`` it already shows the events folded meanwhile. The agent loop
+relies on this (see the reducers' docstring); code that needs a value as of one moment reads
+it before its next ``await`` or copies it. Listeners run right after their envelope is folded,
+on the loop, so they see the state at exactly that seq.
 """
 
 from __future__ import annotations

@@ -5,9 +5,10 @@
       ├── SubscriberOverflow     (eventlog.py) a subscriber fell too far behind
       ├── LogClosed              (eventlog.py) the log is closed
       ├── PairingError           (pairing.py) a pairing call that cannot be carried out
-      ├── ModelError             (agent/models.py) a model call failed after its retries
+      ├── ModelError             (agent/errors.py) a model call failed after its retries
       ├── AuthError              (auth/service.py) a provider login call that cannot be done
       ├── OAuthFailed            (auth/oauth.py) an OAuth/OIDC step failed
+      ├── WheelsUnavailable      (downloads.py) no worker wheels to hand out under /dl/
       └── ConfigError            (settings.py) bad settings
 """
 

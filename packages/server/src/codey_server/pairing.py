@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+import msgspec
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
@@ -39,6 +40,7 @@ __all__ = [
     "KeyStore",
     "Pairing",
     "PairingError",
+    "PendingPairRequest",
     "normalise_code",
     "verify_signature",
 ]
@@ -57,6 +59,22 @@ class PairingError(ServerError):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+class PendingPairRequest(msgspec.Struct, kw_only=True):
+    """A pending pair request as the browser sees it (no key, no poll secret)."""
+
+    request_id: str
+    code: str  # "XXXX-XXXX", for the user to compare with the worker's terminal
+    hostname: str
+    os: str
+    python_version: str
+    worker_version: str
+    roots: list[str]
+    fingerprint: str  # "SHA256:xxxx-xxxx-xxxx" of the worker's public key
+    requested_at: float
+    expires_at: float
+    attempts_left: int
 
 
 def _b64d(text: str) -> bytes:
@@ -228,12 +246,12 @@ class Pairing:
 
     # browser side ---------------------------------------------------------------------------
 
-    def pending(self) -> list[dict[str, object]]:
+    def pending(self) -> list[PendingPairRequest]:
         now = time.time()
         return [self._public(p) for p in self._pending.values()
                 if p.status == "pending" and p.expires_at > now]
 
-    def by_code(self, code: str) -> dict[str, object]:
+    def by_code(self, code: str) -> PendingPairRequest:
         wanted = normalise_code(code)
         now = time.time()
         for p in self._pending.values():
@@ -303,13 +321,13 @@ class Pairing:
         await self.engine.append([(None, ev.WorkerPairResolved(request_id=p.request_id,
                                                                outcome=outcome))])
 
-    def _public(self, p: _Pending) -> dict[str, object]:
+    def _public(self, p: _Pending) -> PendingPairRequest:
         r = p.request
-        return {"request_id": p.request_id, "code": p.code, "hostname": r.hostname, "os": r.os,
-                "python_version": r.python_version, "worker_version": r.worker_version,
-                "roots": r.roots, "fingerprint": fingerprint(r.public_key),
-                "requested_at": p.expires_at - self.ttl_s, "expires_at": p.expires_at,
-                "attempts_left": MAX_WRONG_ATTEMPTS - p.attempts}
+        return PendingPairRequest(
+            request_id=p.request_id, code=p.code, hostname=r.hostname, os=r.os,
+            python_version=r.python_version, worker_version=r.worker_version, roots=r.roots,
+            fingerprint=fingerprint(r.public_key), requested_at=p.expires_at - self.ttl_s,
+            expires_at=p.expires_at, attempts_left=MAX_WRONG_ATTEMPTS - p.attempts)
 
 
 def fingerprint(public_key_b64: str) -> str:

@@ -8,12 +8,20 @@ kept by the auth service in ``auth.json``.
 from __future__ import annotations
 
 import ipaddress
+import re
 from pathlib import Path
 from typing import Literal
 
 import msgspec
 
 from codey_server.errors import ConfigError
+
+
+class FallbackConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Where a call goes when its provider keeps failing (5xx, unreachable) after retries."""
+
+    provider: str
+    model: str | None = None  # None: that provider's default model
 
 
 class ProviderConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -26,13 +34,47 @@ class ProviderConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     default_model: str | None = None
     auth: Literal["none", "api_key", "oauth"] = "none"
     api_key_env: str | None = None  # read the key from this environment variable
-    # OAuth (auth == "oauth"): OIDC discovery at issuer, public client with PKCE
+    # OAuth (auth == "oauth"): OIDC discovery at issuer, PKCE; a public client, or a
+    # confidential one whose secret is read from the environment variable client_secret_env
     issuer: str | None = None
     client_id: str | None = None
+    client_secret_env: str | None = None
     scopes: list[str] = msgspec.field(default_factory=lambda: ["openid", "email", "offline_access"])
     audience: str | None = None
     max_retries: int = 4
     reasoning_summary: bool = False  # ask the Responses API for reasoning summaries
+    #: tokens the model can take in; None: a known default for the model name, else 128k
+    context_window: int | None = None
+    #: per-model windows, for providers whose models differ (overrides context_window)
+    context_windows: dict[str, int] = msgspec.field(default_factory=dict)
+    #: compact the session when a call's context reaches this share of the window
+    compact_at: float = 0.85
+    fallback: FallbackConfig | None = None
+
+
+class RoleConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A sub-agent role the model can ``delegate`` to."""
+
+    description: str
+    #: only reading tools: read_file, list_dir and known-safe read-only commands
+    read_only: bool = False
+    #: model calls per turn before the sub-agent stops
+    turn_cap: int = 30
+    #: the approval policy; "parent": the delegating session's
+    policy: Literal["parent", "suggest", "auto-edit", "full-auto"] = "parent"
+
+
+def default_roles() -> dict[str, RoleConfig]:
+    return {
+        "explorer": RoleConfig(
+            description="Finds things out: reads files and runs read-only commands, changes "
+                        "nothing. Give it a precise question; it answers with what it found.",
+            read_only=True, turn_cap=20, policy="suggest"),
+        "developer": RoleConfig(
+            description="Does a well-defined piece of work with every tool, under this "
+                        "session's approval policy, and reports what it changed.",
+            turn_cap=40),
+    }
 
 
 class Settings(msgspec.Struct, kw_only=True):
@@ -55,6 +97,10 @@ class Settings(msgspec.Struct, kw_only=True):
     public_url: str | None = None  # the URL browsers use, when behind a proxy
     action_timeout_s: float = 900.0
     turn_iteration_cap: int = 50
+    #: an approval nobody decides in this many seconds expires (None: never)
+    approval_timeout_s: float | None = None
+    #: roles the model can delegate to (sub-agents)
+    roles: dict[str, RoleConfig] = msgspec.field(default_factory=default_roles)
     log_level: str = "info"
 
     @property
@@ -86,6 +132,20 @@ class Settings(msgspec.Struct, kw_only=True):
             raise ConfigError("provider names must be unique")
         if self.default_provider and self.default_provider not in names:
             raise ConfigError(f"default provider {self.default_provider!r} is not configured")
+        for p in self.providers:
+            if p.fallback is not None:
+                if p.fallback.provider not in names:
+                    raise ConfigError(f"provider {p.name!r}: fallback provider "
+                                      f"{p.fallback.provider!r} is not configured")
+                if p.fallback.provider == p.name and not p.fallback.model:
+                    raise ConfigError(f"provider {p.name!r}: a fallback to itself needs "
+                                      "another model")
+            if not 0.1 <= p.compact_at <= 1.0:
+                raise ConfigError(f"provider {p.name!r}: compact_at must be between 0.1 and 1")
+            windows = [p.context_window or 1024, *p.context_windows.values()]
+            if min(windows) < 1024:
+                raise ConfigError(f"provider {p.name!r}: a context window under 1024 tokens "
+                                  "leaves no room to work")
         return warnings
 
 
@@ -98,24 +158,51 @@ class _ConfigFile(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     client_queue_max: int | None = None
     turn_iteration_cap: int | None = None
     action_timeout_s: float | None = None
+    approval_timeout_s: float | None = None
+    #: more roles, or changed ones (merged over the defaults by name)
+    roles: dict[str, RoleConfig] | None = None
+
+
+def _where(raw: bytes, message: str) -> str:
+    """msgspec's "(byte N)" as a line and column the user can go to."""
+    match = re.search(r"\(byte (\d+)\)", message)
+    if match is None:
+        return message
+    offset = min(int(match.group(1)), len(raw))
+    before = raw[:offset]
+    line = before.count(b"\n") + 1
+    column = offset - (before.rfind(b"\n") + 1) + 1
+    text = message[:match.start()].rstrip()
+    return f"line {line}, column {column}: {text}"
 
 
 def load_config_file(settings: Settings, path: Path) -> Settings:
     """Merge a JSON config file into ``settings``; a clear ConfigError if it is malformed."""
     try:
-        cfg = msgspec.json.decode(path.read_bytes(), type=_ConfigFile)
+        raw = path.read_bytes()
     except FileNotFoundError:
         return settings
-    except (msgspec.ValidationError, msgspec.DecodeError) as err:
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read it: {err.strerror or err}") from None
+    if not raw.strip():
+        raise ConfigError(f"{path} is empty: write a JSON object there (see the README's "
+                          "\"Model providers\"), or remove the file")
+    try:
+        cfg = msgspec.json.decode(raw, type=_ConfigFile)
+    except msgspec.ValidationError as err:
         raise ConfigError(f"{path}: {err}") from None
+    except msgspec.DecodeError as err:
+        raise ConfigError(f"{path}: {_where(raw, str(err))}") from None
     changes: dict[str, object] = {
         "providers": cfg.providers or settings.providers,
         "default_provider": cfg.default_provider or settings.default_provider,
         "allowed_origins": settings.allowed_origins + cfg.allowed_origins,
         "allowed_hosts": settings.allowed_hosts + cfg.allowed_hosts,
     }
+    if cfg.roles:
+        changes["roles"] = {**settings.roles, **cfg.roles}
     for name in ("snapshot_every", "client_queue_max", "turn_iteration_cap",
-                 "action_timeout_s"):
+                 "action_timeout_s", "approval_timeout_s"):
         value = getattr(cfg, name)
         if value is not None:
             changes[name] = value

@@ -127,6 +127,15 @@ class WorkerRegistry:
         self._tasks: set[asyncio.Task[None]] = set()
         self._absence: dict[str, asyncio.Event] = {}
 
+    async def start(self) -> None:
+        """Call once, after the engine started: no worker socket survives a restart, so the
+        workers the state still shows as connected get ``worker_disconnected``; they come back
+        through ``Hello``."""
+        stale = [w for w in self.engine.state.workers.values() if w.connected]
+        if stale:
+            await self.engine.append([(None, ev.WorkerDisconnected(
+                worker_id=w.worker_id, reason="server restarted")) for w in stale])
+
     # queries --------------------------------------------------------------------------------
 
     def connected(self, worker_id: str) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -120,3 +121,94 @@ def test_pending_approval_survives_a_server_restart(tmp_path: Path) -> None:
         wait_for(server, sid, lambda s: (project / "made.txt").exists() and len(tools(s)) >= 2,
                  what="the approved command to run")
         assert tools(session(server, sid))[0]["status"] == "done"
+
+
+def _long_session_script(steps: int) -> dict[str, Any]:
+    call = {"calls": [{"name": "shell", "arguments": {"command": ["true"]}}]}
+    return {"model": "scripted-1", "options": {"context_window": 6000}, "steps": [
+        {"match": {"user": "Summarize the conversation above"},
+         "reply": {"text": "- The user asked to run `true` 300 times; keep calling it."}},
+        {"match": {"user": "run the long loop"}, "times": 1, "reply": call},
+        {"match": {"tool": "shell"}, "times": steps - 1, "reply": call},
+        {"match": {"tool": "shell"}, "reply": {"text": f"Ran it {steps} times."}},
+    ]}
+
+
+@pytest.mark.parametrize("kind", ["responses", "chat"])
+def test_a_long_session_compacts_and_finishes(tmp_path: Path, kind: str) -> None:
+    """300 tool steps against a model whose window holds about 100: the session compacts
+    (more than once) and finishes; the model never sees an input over its window."""
+    steps = 300
+    with start_model_server(_long_session_script(steps), tmp_path / "model") as model:
+        config = provider_config(model, kind=kind)
+        config["providers"][0]["context_window"] = 6000
+        config["turn_iteration_cap"] = steps + 50
+        with ServerProcess(tmp_path / "server", config=config) as server, \
+                WorkerProcess(server, tmp_path / "worker") as worker:
+            project = Path(worker.workdir("long"))
+            project.mkdir(parents=True)
+            sid = create_session(server, worker, str(project), "run the long loop")
+            s = wait_for(server, sid, idle, timeout=240, what="the long turn to end")
+            assert s["status"] == "idle", s["status_reason"]
+            assert len(tools(s)) == steps
+            assert s["items"][-1]["text"] == f"Ran it {steps} times."
+            summaries = [i for i in s["items"] if i["kind"] == "summary"]
+            assert len(summaries) >= 2 and all(x["reason"] == "threshold" for x in summaries)
+            assert not [i for i in s["items"] if i["kind"] == "error_item"]
+            path = "/v1/responses" if kind == "responses" else "/v1/chat/completions"
+            refused = [r for r in model.requests(path) if r["status"] != 200]
+            assert refused == []
+            assert s["usage"]["context_window"] == 6000
+            assert s["usage"]["context_tokens"] < 6000
+
+
+DELEGATE_SCRIPT = {"model": "scripted-1", "steps": [
+    {"match": {"user": "survey the project"}, "reply": {"text": "Asking two explorers.", "calls": [
+        {"name": "delegate", "arguments": {"role": "explorer", "task": "explore-A: list files"}},
+        {"name": "delegate", "arguments": {"role": "explorer",
+                                           "task": "explore-B: read app.py"}}]}},
+    {"match": {"user": "explore-A"}, "reply": {
+        "initial_delay_ms": 800,
+        "calls": [{"name": "shell", "arguments": {"command": ["ls"]}},
+                  {"name": "write_file", "arguments": {"path": "x.txt", "content": "no"}}]}},
+    {"match": {"tool": "write_file"}, "reply": {"text": "A found app.py and test_app.py."}},
+    {"match": {"user": "explore-B"}, "reply": {
+        "initial_delay_ms": 800,
+        "calls": [{"name": "read_file", "arguments": {"path": "app.py"}}]}},
+    {"match": {"tool": "read_file"}, "reply": {"text": "B: add() subtracts."}},
+    {"match": {"tool": "delegate", "tool_output": "A found"},
+     "reply": {"text": "Both reported: two files, and add() subtracts."}},
+    {"match": {"any": True}, "reply": {"text": "unexpected"}},
+]}
+
+
+def test_a_parent_delegates_to_two_explorers_in_parallel(tmp_path: Path) -> None:
+    with start_model_server(DELEGATE_SCRIPT, tmp_path / "model") as model, \
+            ServerProcess(tmp_path / "server", config=provider_config(model)) as server, \
+            WorkerProcess(server, tmp_path / "worker") as worker:
+        project = Path(worker.workdir("survey"))
+        write_project(project)
+        sid = create_session(server, worker, str(project), "survey the project",
+                             policy="suggest")
+        s = wait_for(server, sid, idle, timeout=60, what="the parent's turn")
+        assert s["items"][-1]["text"] == "Both reported: two files, and add() subtracts."
+        calls = [c for c in tools(s) if c["name"] == "delegate"]
+        assert [c["status"] for c in calls] == ["done", "done"]
+        assert "the explorer finished:\nA found" in calls[0]["result"]
+        assert "the explorer finished:\nB: add() subtracts." in calls[1]["result"]
+        state = server.http.get("/api/state/bootstrap").json()["state"]
+        children = sorted((c for c in state["sessions"].values() if c["parent_id"] == sid),
+                          key=lambda c: c["title"])
+        assert [(c["role"], c["read_only"], c["status"]) for c in children] == [
+            ("explorer", True, "idle"), ("explorer", True, "idle")]
+        a, b = children
+        # an explorer only reads: its write was refused, its `ls` ran without asking
+        a_tools = tools(a)
+        assert [(t["name"], t["status"]) for t in a_tools] == [("shell", "done"),
+                                                                ("write_file", "rejected")]
+        assert not (project / "x.txt").exists()
+        # in parallel: B was started before A finished
+        log = [line for line in server.http.get(f"/api/sessions/{a['session_id']}/log")
+               .text.splitlines() if line]
+        a_done = json.loads(log[-1])["ts"]
+        assert b["created_at"] < a_done

@@ -12,28 +12,35 @@ import functools
 import http.server
 import json
 import threading
+import typing
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import msgspec
+import msgspec.inspect as mi
 import pytest
 
 from codey_protocol import encode
 from codey_protocol import events as ev
 from codey_protocol.codec import decode_envelope
 from codey_protocol.state import State
+from codey_protocol.updates import APPEND_FIELDS, REPLACE_FIELDS
 from codey_protocol.worker import (
     ApplyPatch,
     Capabilities,
+    Environment,
     FileChange,
+    InstructionFile,
     McpCall,
     McpServerInfo,
     McpTool,
     RunCommand,
+    SkillInfo,
 )
 from codey_server.reducers import apply
 from codey_testkit.compare import differences
+from codey_testkit.samples import sample, sample_struct
 
 pytestmark = pytest.mark.integration
 
@@ -208,6 +215,69 @@ def build_log() -> list[ev.Envelope]:
     log.add("s2", ev.SessionWorkspaceChanged(paths=[f"f{i}.txt" for i in range(100, 260)]))
     log.add("s2", ev.TokenUsageRecorded())
     log.add("nope", ev.TokenUsageRecorded(input_tokens=1))
+    # The model path: cached tokens and the context gauge, compaction, notices, reasoning.
+    log.add("s1", ev.TokenUsageRecorded(input_tokens=7000, output_tokens=300, cached_tokens=6000,
+                                        context_window=8192, model="gpt-5"))
+    log.add("s1", ev.CompactionRequested())
+    log.add("s1", ev.SessionItemAppended(item=ev.Summary(
+        id="s1-sum", ts=log.ts, text="- fixed the tests\n- next: docs", replaces_until="s1-t1",
+        items_replaced=4, tokens_before=7300, reason="manual")))
+    log.add("s1", ev.CompactionRequested())
+    log.add("s1", ev.SessionItemAppended(item=ev.Notice(
+        id="s1-skip", ts=log.ts, code="compaction_skipped", text="nothing to compact")))
+    log.add("s1", ev.SessionItemAppended(item=ev.Notice(
+        id="s1-empty", ts=log.ts, code="empty_answer", text="The model gave an empty answer")))
+    log.add("s1", ev.SessionItemAppended(item=ev.Reasoning(id="s1-enc", ts=log.ts,
+                                                           streaming=True)))
+    log.update("s1", "s1-enc", streaming=False, reasoning_id="rs_1", encrypted_content="enc==")
+    log.add("s1", ev.SessionItemAppended(item=ev.AssistantMessage(
+        id="s1-cut", ts=log.ts, text="Half", streaming=True)))
+    log.update("s1", "s1-cut", streaming=False, partial=True)
+    log.add("s1", ev.SessionItemAppended(item=ev.AssistantMessage(
+        id="s1-no", ts=log.ts, text="I can't do that.", refusal=True)))
+    # Project context, questions, memory and session operations.
+    log.add("s1", ev.SessionContextUpdated(
+        instructions=[InstructionFile(path="/home/u1/AGENTS.md", text="Be brief.", scope="user"),
+                      InstructionFile(path="/home/u1/proj/AGENTS.md", text="Use uv.",
+                                      truncated=True)],
+        skills=[SkillInfo(name="release", description="Cut a release.",
+                          path="/home/u1/.codey/skills/release/SKILL.md", scope="user")],
+        environment=Environment(os="Linux", os_version="6.1", shell="/bin/bash",
+                                workdir="/home/u1/proj", git_branch="main", git_dirty=False,
+                                date="2026-11-22T10:00+00:00", timezone="UTC"),
+        warnings=["skill /x/SKILL.md: skipped (no front matter)"]))
+    log.add("s1", ev.QuestionAsked(question_id="q1", item_id="s1-t2", question="Which DB?",
+                                   choices=["sqlite", "postgres"]))
+    log.add("s1", ev.QuestionAnswered(question_id="q1", answer="sqlite"))
+    log.add("s1", ev.QuestionAnswered(question_id="q1", cancelled=True))  # ignored
+    log.add("s1", ev.QuestionAsked(question_id="q2", item_id="s1-t2", question="Sure?"))
+    log.add("s1", ev.QuestionAnswered(question_id="q2", cancelled=True))
+    log.add("s1", ev.MemoryUpdated(worker_id="w1", workdir="/home/u1/proj", text="- uv run"))
+    log.add(None, ev.MemoryUpdated(worker_id="w1", workdir="/home/u1/proj",
+                                   text="- uv run\n- ruff"))
+    log.add("s3", ev.SessionForked(from_session="s1", until_item="s1-m1", title="Try B"))
+    log.add("s4", ev.SessionForked(from_session="s1", until_item="nope", title="All of it"))
+    log.add("s5", ev.SessionForked(from_session="gone", until_item="x", title="ignored"))
+    log.add("s3", ev.SessionTitleChanged(title="Try B, renamed"))
+    log.add("s3", ev.SessionArchived())
+    log.add("s4", ev.SessionArchived())
+    log.add("s4", ev.SessionArchived(archived=False))
+    log.add("s4", ev.SessionMoved(worker_id="w2", from_worker="w1"))
+    log.add("s6", ev.SessionCreated(title="Plan first", worker_id="w1", workdir="/home/u1/p",
+                                    provider="openai", model="gpt-5", plan_mode=True))
+    log.add("s6", ev.PlanUpdated(steps=[ev.PlanStep(step="look")], explanation="first"))
+    log.add("s6", ev.SessionItemAppended(item=ev.UserMessage(id="s6-u", ts=log.ts,
+                                                             text="more detail")))
+    log.add("s6", ev.PlanUpdated(steps=[ev.PlanStep(step="look"), ev.PlanStep(step="fix")]))
+    log.add("s6", ev.PlanApproved(note="go"))
+    log.add("s6", ev.TurnRequested())
+    log.add("s7", ev.SessionCreated(title="explorer: look", worker_id="w1", workdir="/home/u1/p",
+                                    provider="openai", model="gpt-5", policy="suggest",
+                                    parent_id="s1", parent_item="s1-t1", role="explorer",
+                                    read_only=True, turn_cap=20))
+    log.add("s5", ev.SessionForked(from_session="s1", until_item="s1-u1", title="Short-lived"))
+    log.add("s5", ev.SessionStatusChanged(status="closed", reason="done"))
+    log.add("s5", ev.SessionDeleted(reason="deleted by the user"))
     log.add("s2", ev.SessionStatusChanged(status="error", reason="model unreachable"))
     log.add(None, ev.RateLimitUpdated(provider="openai", limit_requests=500,
                                       remaining_requests=499, reset_requests="1s"))
@@ -225,6 +295,66 @@ def build_log() -> list[ev.Envelope]:
     log.add("s3", ev.SessionCreated(title="Late", worker_id="w2", workdir="/srv", provider="p",
                                     model="m", policy="suggest"))
     return log.envelopes
+
+
+# ---------------------------------------------------------------------------------------------
+# a log with every update field (read from the structs, so a field added later is covered)
+
+ITEM_KINDS: tuple[type[ev.ItemBase], ...] = typing.get_args(ev.Item)
+UPDATE_TYPES = {f.name: f.type
+                for f in typing.cast(mi.StructType, mi.type_info(ev.SessionItemUpdated)).fields}
+UPDATES_SESSION = "su"
+
+
+class _Expected(msgspec.Struct):
+    item_id: str
+    field: str  # the item's field
+    value: Any  # its JSON value after the update
+
+
+def update_log(with_chunk: bool = False) -> tuple[list[ev.Envelope], int, list[_Expected]]:
+    """For every update field and every item kind that has its target: a fresh item, then one
+    update setting that field. Returns the log, the index of the first update, and what each
+    update must leave in its item.
+
+    ``with_chunk``: a chunk of the item's streamed text or output comes first, and the update
+    carries a second chunk too (as the runner may send them together), so that a view cannot
+    take it for a bare chunk.
+    """
+    log = _Log()
+    log.add(UPDATES_SESSION, ev.SessionCreated(title="updates", worker_id="w", workdir="/w",
+                                               provider="p", model="m"))
+    changes = [*APPEND_FIELDS.items(), *((name, name) for name in REPLACE_FIELDS)]
+    items: list[ev.ItemBase] = []
+    updates: list[ev.SessionItemUpdated] = []
+    expected: list[_Expected] = []
+    for name, target in changes:
+        for cls in ITEM_KINDS:
+            if target not in cls.__struct_fields__:
+                continue
+            n = len(items) + 1
+            item = sample_struct(cls, n, id=f"su-{n}-{target}", ts=log.ts)
+            value = sample(UPDATE_TYPES[name], n)
+            fields = {name: value}
+            if with_chunk:
+                chunk = next((d for d, t in APPEND_FIELDS.items() if t in cls.__struct_fields__
+                              and d != name), None)
+                if chunk is not None:
+                    updates.append(ev.SessionItemUpdated(item_id=f"su-{n}-{target}",
+                                                         **{chunk: f"chunk {n}\n"}))
+                    fields[chunk] = f"chunk {n}b\n"
+            before = msgspec.to_builtins(getattr(item, target))
+            after = before + value if name in APPEND_FIELDS else msgspec.to_builtins(value)
+            assert after != before, f"the sample for {name} changes nothing"
+            items.append(item)
+            updates.append(ev.SessionItemUpdated(item_id=item.id, **fields))
+            expected.append(_Expected(item.id, target, after))
+    for item in items:
+        log.add(UPDATES_SESSION, ev.SessionItemAppended(item=item))
+    first_update = len(log.envelopes)
+    for update in updates:
+        log.add(UPDATES_SESSION, update)
+    return log.envelopes, first_update, expected
 
 
 def python_fold(envelopes: list[ev.Envelope]) -> dict[str, Any]:
@@ -311,6 +441,26 @@ def test_js_fold_equals_python_fold(web_page: Any, fraction: float) -> None:
     cut = int(len(envelopes) * fraction)
     expected = python_fold(envelopes[:cut])
     got = web_page.evaluate(_JS_FOLD, [envelopes_json(envelopes), cut])
+    assert differences(got, expected) == []
+    assert got == expected
+
+
+def test_every_update_field_takes_effect_in_the_python_fold() -> None:
+    """Guards the update log: each update field reached an item and changed it."""
+    envelopes, _, expected = update_log()
+    items = {i["id"]: i for i in python_fold(envelopes)["sessions"][UPDATES_SESSION]["items"]}
+    changed = {x.field for x in expected}
+    assert changed == set(APPEND_FIELDS.values()) | set(REPLACE_FIELDS)
+    for x in expected:
+        assert items[x.item_id][x.field] == x.value, x
+
+
+@pytest.mark.parametrize("with_chunk", [False, True])
+def test_js_fold_equals_python_fold_for_every_update_field(web_page: Any,
+                                                           with_chunk: bool) -> None:
+    envelopes, _, _ = update_log(with_chunk)
+    got = web_page.evaluate(_JS_FOLD, [envelopes_json(envelopes), len(envelopes)])
+    expected = python_fold(envelopes)
     assert differences(got, expected) == []
     assert got == expected
 
@@ -441,9 +591,14 @@ def test_views_render_from_the_store(web_page: Any, web_base: str) -> None:
     try:
         cards = web_page.locator("[data-testid=session-card]")
         cards.first.wait_for()
-        assert cards.count() == 3
+        listed = [sid for sid, s in python_fold(envelopes)["sessions"].items()
+                  if not s["archived"] and not s["parent_id"]]
+        # archived sessions leave the main list; a sub-agent's session is shown in its parent's
+        assert cards.count() == len(listed)
         s2 = web_page.locator("[data-testid=session-card][data-session-id=s2]")
-        assert s2.locator("[data-testid=session-status]").inner_text() == "error"
+        status = s2.locator("[data-testid=session-status]")
+        assert status.get_attribute("data-status") == "error"
+        assert status.inner_text() == "failed"  # in plain words
         assert s2.locator("[data-testid=worker-gone]").count() == 1  # w2 revoked
         w1 = web_page.locator("[data-testid=worker-card][data-worker-id=w1]")
         assert w1.locator("[data-testid=worker-status]").inner_text() == "disconnected"
@@ -481,5 +636,42 @@ def test_views_render_from_the_store(web_page: Any, web_base: str) -> None:
         out = view.locator("[data-item-id=live-t] [data-testid=tool-output]")
         assert out.inner_text() == "red plain"
         assert out.locator("span.ansi-fg-1").inner_text() == "red"
+    finally:
+        web_page.goto(web_base + BLANK)
+
+
+def test_item_nodes_follow_every_update_field(web_page: Any, web_base: str) -> None:
+    """Whatever fields an update carries (a chunk of output with anything else included), the
+    session view's node for the item shows what a fresh render of the folded item shows."""
+    envelopes, first_update, _ = update_log(with_chunk=True)
+    web_page.goto(web_base + "/index.html?offline#/session/" + UPDATES_SESSION)
+    web_page.wait_for_function("window.__codey !== undefined")
+    try:
+        mismatches = web_page.evaluate("""async ([text, cut]) => {
+          const { renderItem } = await import('/views/items.js');
+          const { findItem } = await import('/store.js');
+          const c = window.__codey;
+          const envs = JSON.parse(text);
+          for (const e of envs.slice(0, cut)) c.store.apply(e);
+          c.app.view._batch.flushNow();
+          const ids = [...new Set(envs.slice(cut).map((e) => e.event.item_id))];
+          const shown = ids.filter((id) => document.querySelector(`[data-item-id="${id}"]`));
+          if (shown.length !== ids.length) return [`not built: ${ids.length - shown.length}`];
+          for (const e of envs.slice(cut)) {
+            c.store.apply(e);
+            c.app.view._batch.flushNow();
+          }
+          const session = c.store.state.sessions[envs[0].session_id];
+          const out = [];
+          for (const id of ids) {
+            const node = document.querySelector(`[data-item-id="${id}"]`);
+            const fresh = renderItem(findItem(session, id), c.app.ctx, session);
+            if (node.textContent !== fresh.textContent) {
+              out.push({ id, shown: node.textContent, fresh: fresh.textContent });
+            }
+          }
+          return out;
+        }""", [envelopes_json(envelopes), first_update])
+        assert mismatches == []
     finally:
         web_page.goto(web_base + BLANK)

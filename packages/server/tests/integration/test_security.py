@@ -82,6 +82,8 @@ def test_wrong_token_gets_401_and_no_cookie(server: ServerProcess) -> None:
     with _anonymous(server) as http:
         r = http.get(f"/?token={server.token}x")
         assert r.status_code == 401 and "set-cookie" not in r.headers
+        # the page (which shows the login screen), never a JSON error
+        assert r.headers["content-type"].startswith("text/html") and "<title>Codey" in r.text
         assert http.get("/api/sessions").status_code == 401
 
 

@@ -115,3 +115,13 @@ def test_beyond_loopback_without_auth_refuses_and_without_tls_warns(tmp_path: Pa
                           "--port", "0", "--no-auth", "--data-dir", str(tmp_path)],
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 2 and "without auth" in run.stderr
+
+
+def test_redaction_masks_client_secrets_and_basic_credentials() -> None:
+    record = logging.LogRecord("x", logging.INFO, __file__, 1, "%s / %s", (
+        "client_secret=corp-s3cret&grant_type=refresh_token",
+        "Authorization: Basic Y29kZXk6Y29ycC1zM2NyZXQ="), None)
+    assert RedactSecrets().filter(record)
+    message = record.getMessage()
+    assert "corp-s3cret" not in message and "Y29kZXk6Y29ycC1zM2NyZXQ=" not in message
+    assert "grant_type=refresh_token" in message

@@ -10,16 +10,17 @@ from codey_protocol import events as ev
 from codey_protocol import worker as wk
 from codey_protocol.state import SessionInfo
 from codey_server.agent.approvals import is_known_safe, needs_approval, path_inside
-from codey_server.agent.models import (
+from codey_server.agent.conversation import (
     AssistantText,
+    Entry,
     ToolCallEntry,
     ToolResultEntry,
     UserText,
-    _chat_messages,
-    retry_after,
+    conversation_of,
 )
-from codey_server.agent.runner import conversation_of
+from codey_server.agent.models import retry_after
 from codey_server.agent.tools import BadToolCall, format_outcome, mcp_tool_name, parse_call
+from codey_server.agent.wire.chat import WIRE as CHAT
 
 
 @pytest.mark.parametrize("argv", [
@@ -111,6 +112,20 @@ def test_format_outcome_for_the_model() -> None:
     assert "timed out" in format_outcome(wk.CommandResult(exit_code=None, timed_out=True))
     big = format_outcome(wk.FileContent(path="a", content="x" * 100_000))
     assert len(big) < 30_000 and "characters cut" in big
+
+
+def _chat_messages(instructions: str, conversation: list[Entry]) -> list[dict[str, object]]:
+    assembler = CHAT.assembler()
+    for entry in conversation:
+        assembler.add(entry)
+    body = CHAT.body(model="m", instructions=instructions, messages=assembler.finish(),
+                     tools=b"[]", session_id=None, options=_Options())
+    messages: list[dict[str, object]] = json.loads(body)["messages"]
+    return messages
+
+
+class _Options:
+    reasoning_summary = False
 
 
 def _session(items: list[ev.Item]) -> SessionInfo:

@@ -43,3 +43,15 @@ def test_the_event_loop_is_uvloop_unless_asyncio_is_asked_for(
         return type(asyncio.get_running_loop()).__module__.split(".")[0]
 
     assert run_loop(which()) == loop_module
+
+
+def test_url_prints_the_link_again(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    assert main(["url", "--data-dir", str(tmp_path)]) == 2
+    assert "no server has run" in capsys.readouterr().err
+    (tmp_path / "server.url").write_text("http://127.0.0.1:9999\n")
+    (tmp_path / "access_token").write_text("tok-123\n")
+    assert main(["url", "--data-dir", str(tmp_path)]) == 0
+    assert capsys.readouterr().out == "Open http://127.0.0.1:9999/?token=tok-123 in your browser\n"
+    with pytest.raises(SystemExit):
+        main(["url", "--help"])
+    assert "codey-server url" in capsys.readouterr().out

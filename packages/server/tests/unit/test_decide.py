@@ -345,3 +345,114 @@ def test_title_from_prompt_is_a_short_prefix_of_the_first_line(prompt: str) -> N
     else:
         assert title.endswith("…")
         assert lines[0].startswith(title[:-1])
+
+
+# ---------------------------------------------------------------------------------------------
+# session operations and questions
+
+
+def _with(state: State, *events: ev.Event) -> State:
+    return apply_all(state, [ev.Envelope(seq=state.seq + n, ts=0.0, session_id=S, event=e)
+                             for n, e in enumerate(events, start=1)])
+
+
+def test_answering_a_question() -> None:
+    state = _with(make_state(status="waiting_user"),
+                  ev.QuestionAsked(question_id="q1", item_id="t", question="Which?"))
+    out = decide(state, cl.AnswerQuestion(session_id=S, question_id="q1", answer="A"), context())
+    assert out == [(S, ev.QuestionAnswered(question_id="q1", answer="A"))]
+    assert rejected(state, cl.AnswerQuestion(session_id=S, question_id="q1",
+                                             answer=" ")).code == "bad_request"
+    assert rejected(state, cl.AnswerQuestion(session_id=S, question_id="nope",
+                                             answer="A")).code == "not_found"
+    # while a question waits, a prompt is queued and an interrupt stops the turn
+    *_, (_, prompt) = decide(state, cl.SendPrompt(session_id=S, text="also"), context())
+    assert isinstance(prompt, ev.SessionItemAppended) and prompt.item.queued  # type: ignore[union-attr]
+    assert decide(state, cl.Interrupt(session_id=S), context())
+    done = _with(state, *[e for _, e in out])  # (folds in place)
+    assert rejected(done, cl.AnswerQuestion(session_id=S, question_id="q1",
+                                            answer="B")).code == "conflict"
+
+
+def test_rename_and_archive() -> None:
+    state = make_state()
+    assert decide(state, cl.RenameSession(session_id=S, title="  Fix   the CI "), context()) == [
+        (S, ev.SessionTitleChanged(title="Fix the CI"))]
+    assert rejected(state, cl.RenameSession(session_id=S, title=" ")).code == "bad_request"
+    assert decide(state, cl.ArchiveSession(session_id=S), context()) == [
+        (S, ev.SessionArchived(archived=True))]
+    assert decide(state, cl.ArchiveSession(session_id=S, archived=False), context()) == []
+    assert rejected(make_state(status="running"),
+                    cl.ArchiveSession(session_id=S)).code == "conflict"
+
+
+def test_close_cancels_what_waits_and_refuses_later_prompts() -> None:
+    state = _with(make_state(status="waiting_approval", approvals={"apr_1": "pending"}),
+                  ev.QuestionAsked(question_id="q1", item_id="t", question="Which?"))
+    out = decide(state, cl.CloseSession(session_id=S, reason="done here"), context())
+    assert out == [
+        (S, ev.ApprovalResolved(approval_id="apr_1", decision="cancelled", message="done here")),
+        (S, ev.QuestionAnswered(question_id="q1", cancelled=True)),
+        (S, ev.SessionStatusChanged(status="closed", reason="done here"))]
+    closed = _with(state, *[e for _, e in out])
+    assert rejected(closed, cl.SendPrompt(session_id=S, text="more")).code == "conflict"
+    assert decide(closed, cl.CloseSession(session_id=S), context()) == []
+
+
+def test_delete_closes_then_removes() -> None:
+    out = decide(make_state(status="running"), cl.DeleteSession(session_id=S), context())
+    assert [type(e) for _, e in out] == [ev.SessionStatusChanged, ev.SessionDeleted]
+    gone = _with(make_state(status="running"), *[e for _, e in out])
+    assert S not in gone.sessions
+    assert rejected(gone, cl.DeleteSession(session_id=S)).code == "not_found"
+
+
+def test_fork_from_an_item() -> None:
+    items: list[ev.Item] = [ev.UserMessage(id="u1", ts=0, text="go"),
+                            ev.AssistantMessage(id="a1", ts=0, text="ok")]
+    state = make_state(items=items)
+    out = decide(state, cl.ForkSession(session_id=S, item_id="u1", prompt="try B"), context())
+    assert out == [("ses_1", ev.SessionForked(from_session=S, until_item="u1",
+                                              title="New session (fork)")),
+                   ("ses_1", ev.SessionItemAppended(item=ev.UserMessage(
+                       id="itm_2", ts=NOW, text="try B")))]
+    assert rejected(state, cl.ForkSession(session_id=S, item_id="zz")).code == "not_found"
+    assert rejected(make_state(), cl.ForkSession(session_id=S)).code == "bad_request"
+
+
+def test_move_to_another_worker() -> None:
+    state = apply_all(make_state(), [ev.Envelope(seq=99, ts=0.0, session_id=None, event=(
+        ev.WorkerPaired(worker_id="w2", request_id="r2", hostname="h2", os="linux",
+                        python_version="3.11", worker_version="0.1", roots=["/"],
+                        public_key="pk2")))])
+    assert decide(state, cl.MoveSession(session_id=S, worker_id="w2"), context()) == [
+        (S, ev.SessionMoved(worker_id="w2", from_worker=W))]
+    assert rejected(state, cl.MoveSession(session_id=S, worker_id="nope")).code == "not_found"
+    busy = _with(state, ev.SessionStatusChanged(status="running"))
+    assert rejected(busy, cl.MoveSession(session_id=S, worker_id="w2")).code == "conflict"
+
+
+def test_set_memory() -> None:
+    state = make_state()
+    assert decide(state, cl.SetMemory(worker_id=W, workdir="/src", text="- uv run"),
+                  context()) == [(None, ev.MemoryUpdated(worker_id=W, workdir="/src",
+                                                         text="- uv run"))]
+    assert rejected(state, cl.SetMemory(worker_id=W, workdir="/src",
+                                        text="x" * 9000)).code == "bad_request"
+    assert rejected(state, cl.SetMemory(worker_id="nope", workdir="/src",
+                                        text="")).code == "not_found"
+
+
+def test_interrupting_a_parent_interrupts_its_busy_sub_agents() -> None:
+    state = make_state(status="running")
+    children = [("ses_c1", "running"), ("ses_c2", "idle"), ("ses_c3", "waiting_approval")]
+    for n, (child, status) in enumerate(children):
+        state = apply_all(state, [
+            ev.Envelope(seq=state.seq + 1, ts=0.0, session_id=child, event=ev.SessionCreated(
+                title="explorer", worker_id=W, workdir="/src", provider="openai", model="m",
+                parent_id=S, parent_item=f"itm_{n}", role="explorer", read_only=True)),
+            ev.Envelope(seq=state.seq + 2, ts=0.0, session_id=child,
+                        event=ev.SessionStatusChanged(status=status))])  # type: ignore[arg-type]
+    out = decide(state, cl.Interrupt(session_id=S), context())
+    assert [sid for sid, _ in out] == [S, "ses_c1", "ses_c3"]
+    assert state.sessions["ses_c1"].parent_id == S and state.sessions["ses_c1"].read_only

@@ -356,6 +356,85 @@ def test_token_usage_sums_and_counts_turns(state: State, log: Log) -> None:
         11, 5, 2, 16, 2)
 
 
+def test_usage_tracks_the_context_and_cached_tokens(state: State, log: Log) -> None:
+    apply(state, log.env(ev.TokenUsageRecorded(input_tokens=900, output_tokens=100,
+                                               cached_tokens=600, context_window=8000)))
+    apply(state, log.env(ev.TokenUsageRecorded(input_tokens=1200, output_tokens=50,
+                                               cached_tokens=900)))
+    u = state.sessions[S].usage
+    assert (u.cached_tokens, u.context_tokens, u.context_window) == (1500, 1250, 8000)
+
+
+def test_compaction_request_is_cleared_by_a_summary_or_a_skip(state: State, log: Log) -> None:
+    apply(state, log.env(ev.TokenUsageRecorded(input_tokens=900, output_tokens=100)))
+    apply(state, log.env(ev.CompactionRequested()))
+    assert state.sessions[S].compaction_requested
+    apply(state, log.env(ev.SessionItemAppended(item=ev.Summary(
+        id="sum", ts=0.0, text="so far", replaces_until="i"))))
+    s = state.sessions[S]
+    assert not s.compaction_requested and s.usage.context_tokens == 0
+    apply(state, log.env(ev.CompactionRequested()))
+    apply(state, log.env(ev.SessionItemAppended(item=ev.Notice(
+        id="n", ts=0.0, code="compaction_skipped", text="nothing yet"))))
+    assert not state.sessions[S].compaction_requested
+
+
+def test_context_archive_move_and_delete(state: State, log: Log) -> None:
+    apply(state, log.env(ev.SessionContextUpdated(
+        instructions=[wk.InstructionFile(path="/src/AGENTS.md", text="be kind")],
+        skills=[wk.SkillInfo(name="db", description="migrations", path="/src/x/SKILL.md")],
+        environment=wk.Environment(os="Linux", git_branch="main"), warnings=["w"])))
+    s = state.sessions[S]
+    assert s.context is not None and s.context.loaded_at == 3.0
+    assert (s.context.instructions[0].text, s.context.skills[0].name,
+            s.context.environment.git_branch) == ("be kind", "db", "main")
+    apply(state, log.env(ev.SessionArchived()))
+    apply(state, log.env(ev.SessionMoved(worker_id="w2", from_worker=W)))
+    assert (s.archived, s.worker_id) == (True, "w2")
+    apply(state, log.env(ev.SessionArchived(archived=False)))
+    assert not s.archived
+    apply(state, log.env(ev.SessionDeleted()))
+    assert S not in state.sessions
+
+
+def test_a_fork_copies_the_finished_items_up_to_its_item(state: State, log: Log) -> None:
+    done = msgspec.structs.replace(tool_call("t1"), result="ok", status="done")
+    for item in [ev.UserMessage(id="u1", ts=1.0, text="go"), done,
+                 ev.AssistantMessage(id="a1", ts=1.0, text="Done."),
+                 ev.UserMessage(id="u2", ts=1.0, text="more")]:
+        apply(state, log.env(ev.SessionItemAppended(item=item)))
+    apply(state, log.env(ev.SessionItemAppended(item=tool_call("t2"))))  # unfinished
+    apply(state, log.env(ev.SessionForked(from_session=S, until_item="a1", title="Try B"),
+                         "ses_2"))
+    fork = state.sessions["ses_2"]
+    assert [i.id for i in fork.items] == ["u1", "t1", "a1"]
+    assert (fork.title, fork.forked_from, fork.status, fork.worker_id) == (
+        "Try B", S, "idle", W)
+    apply(state, log.env(ev.SessionItemUpdated(item_id="t1", status="failed")))
+    assert fork.items[1].status == "done", "the fork has its own copies"  # type: ignore[union-attr]
+    everything = ev.SessionForked(from_session=S, until_item="t2", title="All")
+    apply(state, log.env(everything, "ses_3"))
+    assert [i.id for i in state.sessions["ses_3"].items] == ["u1", "t1", "a1", "u2"]
+
+
+def test_questions_first_answer_wins(state: State, log: Log) -> None:
+    apply(state, log.env(ev.QuestionAsked(question_id="q1", item_id="t", question="Which DB?",
+                                          choices=["sqlite", "postgres"])))
+    apply(state, log.env(ev.QuestionAnswered(question_id="q1", answer="sqlite")))
+    apply(state, log.env(ev.QuestionAnswered(question_id="q1", cancelled=True)))
+    q = state.sessions[S].questions["q1"]
+    assert (q.status, q.answer, q.choices, q.answered_at) == (
+        "answered", "sqlite", ["sqlite", "postgres"], 4.0)
+
+
+def test_memory_per_worker_and_workdir(log: Log) -> None:
+    st_ = apply(State(), log.env(ev.MemoryUpdated(worker_id=W, workdir="/a", text="one"), None))
+    apply(st_, log.env(ev.MemoryUpdated(worker_id=W, workdir="/b", text="two"), S))
+    apply(st_, log.env(ev.MemoryUpdated(worker_id=W, workdir="/a", text="one\nthree"), None))
+    assert {k: m.text for k, m in st_.memories.items()} == {
+        f"{W}:/a": "one\nthree", f"{W}:/b": "two"}
+
+
 def test_rate_limit_updated_replaces_per_provider(log: Log) -> None:
     st_ = apply(State(), log.env(ev.RateLimitUpdated(provider="openai", limit_requests=100,
                                                      remaining_requests=99), None))
@@ -397,6 +476,15 @@ SESSION_EVENTS: list[ev.Event] = [
     ev.ActionFinished(action_id="x", outcome="result"),
     ev.SessionWorkspaceChanged(paths=["p"]),
     ev.TokenUsageRecorded(input_tokens=1),
+    ev.CompactionRequested(),
+    ev.SessionContextUpdated(instructions=[wk.InstructionFile(path="/src/AGENTS.md", text="x")]),
+    ev.SessionArchived(),
+    ev.SessionMoved(worker_id="w2"),
+    ev.QuestionAsked(question_id="q", item_id="i", question="which?"),
+    ev.QuestionAnswered(question_id="q", answer="this"),
+    ev.PlanApproved(),
+    ev.TurnRequested(),
+    ev.SessionDeleted(),
 ]
 GLOBAL_EVENTS: list[ev.Event] = [
     ev.WorkerPairRequested(request_id="r", hostname="h", os="o", python_version="p",
@@ -408,6 +496,8 @@ GLOBAL_EVENTS: list[ev.Event] = [
     ev.WorkerDisconnected(worker_id="w9"),
     ev.RateLimitUpdated(provider="p"),
     ev.AuthStatusUpdated(provider="p", state="logged_out"),
+    ev.MemoryUpdated(worker_id="w9", workdir="/src", text="- use uv"),
+    ev.SessionForked(from_session="ses_gone", until_item="i", title="t"),
 ]
 
 
@@ -565,8 +655,49 @@ def test_copy_state_is_independent(envs: list[ev.Envelope]) -> None:
     state = apply_all(State(), _fresh(envs))
     copy = copy_state(state)
     assert copy == state
-    more = _fresh([ev.Envelope(seq=state.seq + 1, ts=1e7, session_id=S, event=e) for e in (
-        ev.SessionItemAppended(item=ev.UserMessage(id="itm_new", ts=0.0, text="x")),)])
+    # a session of its own: the generated events may have deleted S
+    more = _fresh([ev.Envelope(seq=state.seq + n, ts=1e7, session_id="ses_new", event=e)
+                   for n, e in enumerate((created(), ev.SessionItemAppended(
+                       item=ev.UserMessage(id="itm_new", ts=0.0, text="x"))), start=1)])
     apply_all(copy, more)
     assert copy != state
-    assert find_item(state.sessions[S], "itm_new") is None
+    assert "ses_new" not in state.sessions
+    for s in state.sessions.values():
+        assert find_item(s, "itm_new") is None
+
+
+def test_the_fold_mutates_in_place_and_references_stay_live(state: State, log: Log) -> None:
+    """The contract the agent loop relies on (see the reducers' docstring): ``apply`` returns
+    the state it was given, and a session, item or approval taken before later events shows
+    them, because the fold changes those objects in place instead of replacing them."""
+    session = state.sessions[S]
+    items, pending, approvals = session.items, session.pending_actions, session.approvals
+    appended = ev.SessionItemAppended(item=tool_call())
+    assert apply(state, log.env(appended)) is state
+    item = find_item(session, "itm_t")
+    assert item is not None and item is not appended.item  # stored as a copy
+    later = [
+        ev.ApprovalRequested(approval_id="apr_1", item_id="itm_t", kind="command",
+                             command=["ls"]),
+        ev.SessionItemUpdated(item_id="itm_t", status="waiting_approval", approval_id="apr_1"),
+        ev.ApprovalResolved(approval_id="apr_1", decision="approved"),
+        ev.ActionRequested(action_id="act_1", item_id="itm_t", worker_id=W, action=wk.RunCommand(
+            action_id="act_1", session_id=S, argv=["ls"], workdir="/src/app")),
+        ev.SessionItemUpdated(item_id="itm_t", status="running", action_id="act_1",
+                              output_delta="a.py\n"),
+        ev.SessionStatusChanged(status="running"),
+    ]
+    approval_before_decision = None
+    for event in later:
+        assert apply(state, log.env(event)) is state
+        if isinstance(event, ev.ApprovalRequested):
+            approval_before_decision = state.sessions[S].approvals["apr_1"]
+    assert state.sessions[S] is session
+    assert session.items is items and session.pending_actions is pending
+    assert session.approvals is approvals
+    assert find_item(session, "itm_t") is item
+    assert (item.status, item.action_id, item.output) == ("running", "act_1", "a.py\n")
+    assert "act_1" in pending and session.status == "running"
+    assert approval_before_decision is approvals["apr_1"]
+    assert approval_before_decision.status == "approved"
+    assert appended.item.status == "pending" and appended.item.output == ""  # event unchanged

@@ -4,6 +4,7 @@ TestkitError is the root of every exception this package raises on purpose::
 
     TestkitError
     ├── ScriptError            a model-server script that does not parse or validate
+    ├── SampleError            samples.sample met a type it cannot build a value of
     └── ProcessError           a ManagedProcess that did not behave
         ├── ProcessExitedError     it exited while we waited for a line
         └── ProcessTimeoutError    the line did not appear in time (also a TimeoutError)
@@ -18,6 +19,10 @@ class TestkitError(Exception):
 
 class ScriptError(TestkitError):
     """A model-server script is malformed; the message names the offending path."""
+
+
+class SampleError(TestkitError, TypeError):
+    """No sample value for this type: teach ``codey_testkit.samples.sample`` the new type."""
 
 
 class ProcessError(TestkitError):

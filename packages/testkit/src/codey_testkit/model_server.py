@@ -197,6 +197,17 @@ class ModelServer:
             self.record(request, body, api=api, step=None, status=401)
             return _json(_error_body(denied, "invalid_request_error", "invalid_api_key"), 401)
 
+        window = self.script.options.context_window
+        if window is not None:
+            size = len(json.dumps(body.get("input", body.get("messages", "")))) + len(
+                str(body.get("instructions") or ""))
+            if (size + 3) // 4 > window:
+                self.record(request, body, api=api, step=None, status=400)
+                return _json(_error_body(
+                    f"This model's maximum context length is {window} tokens. However, your "
+                    f"messages resulted in {(size + 3) // 4} tokens. Please reduce the length "
+                    "of the messages.", "invalid_request_error", "context_length_exceeded",
+                    "messages"), 400)
         latest = (
             responses_latest(body, self.known_calls) if api == "responses" else chat_latest(body)
         )

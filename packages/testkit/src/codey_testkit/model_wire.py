@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from codey_testkit.script import Reply
+from codey_testkit.script import ErrorReply, Reply, Shape
 
 __all__ = [
     "PlannedCall",
@@ -80,6 +80,21 @@ class PlannedReply:
     calls: list[PlannedCall]
     usage: TokenCount
     chunk_size: int
+    shape: Shape = "deltas"
+    refusal: str | None = None
+    incomplete: str | None = None
+    encrypted_reasoning: str | None = None
+    usage_every_chunk: bool = False
+    tool_call_index: bool = True
+    stream_error: ErrorReply | None = None
+
+    @property
+    def has_reasoning(self) -> bool:
+        return bool(self.reasoning) or self.encrypted_reasoning is not None
+
+    @property
+    def has_message(self) -> bool:
+        return self.text is not None or self.refusal is not None
 
 
 _COMPACT = (",", ":")
@@ -109,7 +124,8 @@ def plan_reply(
     ]
     reasoning = reply.reasoning_parts()
     prompt = request_body.get("input", request_body.get("messages", ""))
-    input_tokens = _estimate(len(json.dumps(prompt)))
+    input_tokens = _estimate(len(json.dumps(prompt)) + len(str(
+        request_body.get("instructions") or "")))
     reasoning_tokens = sum(_estimate(len(p)) for p in reasoning) if reasoning else 0
     generated = len(reply.text or "") + sum(len(c.name) + len(c.arguments) for c in calls)
     output_tokens = reasoning_tokens + (_estimate(generated) if generated else 0)
@@ -135,6 +151,17 @@ def plan_reply(
         calls=calls,
         usage=usage,
         chunk_size=chunk_size,
+        shape=reply.shape,
+        refusal=reply.refusal,
+        incomplete=reply.incomplete,
+        encrypted_reasoning=(
+            reply.encrypted_reasoning
+            if "reasoning.encrypted_content" in (request_body.get("include") or [])
+            else None
+        ),
+        usage_every_chunk=reply.usage_every_chunk,
+        tool_call_index=reply.tool_call_index,
+        stream_error=reply.stream_error,
     )
 
 
@@ -191,11 +218,20 @@ def _response_object(
 
 def _reasoning_item(plan: PlannedReply, done: bool) -> dict[str, Any]:
     summary = [{"type": "summary_text", "text": p} for p in plan.reasoning] if done else []
-    return {"id": plan.reasoning_id, "type": "reasoning", "summary": summary}
+    item: dict[str, Any] = {"id": plan.reasoning_id, "type": "reasoning", "summary": summary}
+    if plan.encrypted_reasoning is not None:
+        item["encrypted_content"] = plan.encrypted_reasoning if done else None
+    return item
+
+
+def _message_content(plan: PlannedReply) -> list[dict[str, Any]]:
+    if plan.refusal is not None:
+        return [{"type": "refusal", "refusal": plan.refusal}]
+    return [_output_text(plan.text or "")]
 
 
 def _message_item(plan: PlannedReply, done: bool) -> dict[str, Any]:
-    content = [_output_text(plan.text or "")] if done else []
+    content = _message_content(plan) if done else []
     return {
         "id": plan.message_id,
         "type": "message",
@@ -222,9 +258,9 @@ def _call_item(call: PlannedCall, done: bool) -> dict[str, Any]:
 
 def _output_items(plan: PlannedReply) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
-    if plan.reasoning:
+    if plan.has_reasoning:
         items.append(_reasoning_item(plan, done=True))
-    if plan.text is not None:
+    if plan.has_message:
         items.append(_message_item(plan, done=True))
     items.extend(_call_item(call, done=True) for call in plan.calls)
     return items
@@ -232,22 +268,35 @@ def _output_items(plan: PlannedReply) -> list[dict[str, Any]]:
 
 def responses_body(plan: PlannedReply, body: Mapping[str, Any]) -> dict[str, Any]:
     """The non-streaming ``POST /v1/responses`` answer."""
-    return _response_object(plan, body, "completed", _output_items(plan), plan.usage)
+    status = "incomplete" if plan.incomplete else "completed"
+    out = _response_object(plan, body, status, _output_items(plan), plan.usage)
+    if plan.incomplete:
+        out["incomplete_details"] = {"reason": plan.incomplete}
+    return out
+
+
+def _error_object(error: ErrorReply) -> dict[str, Any]:
+    return {"code": error.code or "server_error",
+            "message": error.message or "The model failed (scripted)."}
 
 
 def responses_events(plan: PlannedReply, body: Mapping[str, Any]) -> list[WireEvent]:
     """The SSE events of a streamed ``POST /v1/responses`` answer, in order."""
     out: list[WireEvent] = []
+    deltas = plan.shape == "deltas"
 
     def emit(name: str, is_delta: bool = False, /, **fields: Any) -> None:
         data = {"type": name, "sequence_number": len(out), **fields}
         out.append(WireEvent(name, data, is_delta))
 
     emit("response.created", response=_response_object(plan, body, "in_progress", [], None))
+    if plan.shape == "completed_only":
+        _finish_responses(plan, body, emit)
+        return out
     emit("response.in_progress", response=_response_object(plan, body, "in_progress", [], None))
     index = 0
     size = plan.chunk_size
-    if plan.reasoning:
+    if plan.has_reasoning:
         rid = plan.reasoning_id
         emit("response.output_item.added", output_index=index,
              item=_reasoning_item(plan, done=False))
@@ -255,35 +304,57 @@ def responses_events(plan: PlannedReply, body: Mapping[str, Any]) -> list[WireEv
             at = {"item_id": rid, "output_index": index, "summary_index": s}
             emit("response.reasoning_summary_part.added", **at,
                  part={"type": "summary_text", "text": ""})
-            for piece in _chunks(part, size):
-                emit("response.reasoning_summary_text.delta", True, **at, delta=piece)
+            if deltas:
+                for piece in _chunks(part, size):
+                    emit("response.reasoning_summary_text.delta", True, **at, delta=piece)
             emit("response.reasoning_summary_text.done", **at, text=part)
             emit("response.reasoning_summary_part.done", **at,
                  part={"type": "summary_text", "text": part})
         emit("response.output_item.done", output_index=index, item=_reasoning_item(plan, True))
         index += 1
-    if plan.text is not None:
+    if plan.has_message:
         at = {"item_id": plan.message_id, "output_index": index, "content_index": 0}
         emit("response.output_item.added", output_index=index,
              item=_message_item(plan, done=False))
-        emit("response.content_part.added", **at, part=_output_text(""))
-        for piece in _chunks(plan.text, size):
-            emit("response.output_text.delta", True, **at, delta=piece, logprobs=[])
-        emit("response.output_text.done", **at, text=plan.text, logprobs=[])
-        emit("response.content_part.done", **at, part=_output_text(plan.text))
+        if plan.refusal is not None:
+            emit("response.content_part.added", **at, part={"type": "refusal", "refusal": ""})
+            if deltas:
+                for piece in _chunks(plan.refusal, size):
+                    emit("response.refusal.delta", True, **at, delta=piece)
+            emit("response.refusal.done", **at, refusal=plan.refusal)
+        else:
+            text = plan.text or ""
+            emit("response.content_part.added", **at, part=_output_text(""))
+            if deltas:
+                for piece in _chunks(text, size):
+                    emit("response.output_text.delta", True, **at, delta=piece, logprobs=[])
+            emit("response.output_text.done", **at, text=text, logprobs=[])
+        emit("response.content_part.done", **at, part=_message_content(plan)[0])
         emit("response.output_item.done", output_index=index, item=_message_item(plan, True))
         index += 1
     for call in plan.calls:
         at = {"item_id": call.item_id, "output_index": index}
         emit("response.output_item.added", output_index=index, item=_call_item(call, False))
-        for piece in _chunks(call.arguments, size):
-            emit("response.function_call_arguments.delta", True, **at, delta=piece)
+        if deltas:
+            for piece in _chunks(call.arguments, size):
+                emit("response.function_call_arguments.delta", True, **at, delta=piece)
         emit("response.function_call_arguments.done", **at, name=call.name,
              arguments=call.arguments)
         emit("response.output_item.done", output_index=index, item=_call_item(call, True))
         index += 1
-    emit("response.completed", response=responses_body(plan, body))
+    _finish_responses(plan, body, emit)
     return out
+
+
+def _finish_responses(plan: PlannedReply, body: Mapping[str, Any], emit: Any) -> None:
+    if plan.stream_error is not None:
+        failed = _response_object(plan, body, "failed", [], None)
+        failed["error"] = _error_object(plan.stream_error)
+        emit("response.failed", response=failed)
+    elif plan.incomplete:
+        emit("response.incomplete", response=responses_body(plan, body))
+    else:
+        emit("response.completed", response=responses_body(plan, body))
 
 
 # -- Chat Completions ---------------------------------------------------------------------
@@ -300,6 +371,10 @@ def _chat_usage(usage: TokenCount) -> dict[str, Any]:
 
 
 def _finish_reason(plan: PlannedReply) -> str:
+    if plan.incomplete == "max_output_tokens":
+        return "length"
+    if plan.incomplete:
+        return "content_filter"
     return "tool_calls" if plan.calls else "stop"
 
 
@@ -309,7 +384,8 @@ def chat_body(plan: PlannedReply) -> dict[str, Any]:
     Reasoning, if any, is in the message's ``reasoning_content`` (the field DeepSeek, vLLM and
     others use); the official API has no such field and clients ignore it.
     """
-    message: dict[str, Any] = {"role": "assistant", "content": plan.text, "refusal": None}
+    message: dict[str, Any] = {"role": "assistant", "content": plan.text,
+                               "refusal": plan.refusal}
     if plan.reasoning:
         message["reasoning_content"] = "\n".join(plan.reasoning)
     if plan.calls:
@@ -338,10 +414,12 @@ def chat_events(plan: PlannedReply, include_usage: bool) -> list[WireEvent]:
     """The ``data:`` chunks of a streamed Chat Completions answer, ending with ``[DONE]``.
 
     With ``include_usage`` every chunk has ``usage: null`` and a last chunk with no choices
-    carries the usage, as the real API does for ``stream_options.include_usage``.
+    carries the usage, as the real API does for ``stream_options.include_usage``
+    (``usage_every_chunk``: a running count in every chunk instead, as some servers do).
     """
     cid = plan.response_id.replace("resp_", "chatcmpl-", 1)
     out: list[WireEvent] = []
+    running = [0]
 
     def chunk(delta: dict[str, Any], finish: str | None = None, is_delta: bool = False) -> None:
         data: dict[str, Any] = {
@@ -351,26 +429,57 @@ def chat_events(plan: PlannedReply, include_usage: bool) -> list[WireEvent]:
             "model": plan.model,
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
         }
-        if include_usage:
+        if plan.usage_every_chunk:
+            running[0] += 1
+            so_far = TokenCount(plan.usage.input_tokens,
+                                min(running[0], plan.usage.output_tokens), 0, 0)
+            data["usage"] = _chat_usage(so_far)
+        elif include_usage:
             data["usage"] = None
         out.append(WireEvent(None, data, is_delta))
 
+    def call_delta(n: int, fields: dict[str, Any]) -> dict[str, Any]:
+        return {"index": n, **fields} if plan.tool_call_index else fields
+
     chunk({"role": "assistant", "content": "", "refusal": None})
     size = plan.chunk_size
-    for part in plan.reasoning:
-        for piece in _chunks(part, size):
-            chunk({"reasoning_content": piece}, is_delta=True)
-    if plan.text:
-        for piece in _chunks(plan.text, size):
-            chunk({"content": piece}, is_delta=True)
-    for n, call in enumerate(plan.calls):
-        chunk({"tool_calls": [{"index": n, "id": call.call_id, "type": "function",
-                               "function": {"name": call.name, "arguments": ""}}]})
-        for piece in _chunks(call.arguments, size):
-            chunk({"tool_calls": [{"index": n, "function": {"arguments": piece}}]},
-                  is_delta=True)
+    if plan.shape == "deltas":
+        for part in plan.reasoning:
+            for piece in _chunks(part, size):
+                chunk({"reasoning_content": piece}, is_delta=True)
+        if plan.text:
+            for piece in _chunks(plan.text, size):
+                chunk({"content": piece}, is_delta=True)
+        if plan.refusal:
+            for piece in _chunks(plan.refusal, size):
+                chunk({"refusal": piece}, is_delta=True)
+        for n, call in enumerate(plan.calls):
+            chunk({"tool_calls": [call_delta(n, {
+                "id": call.call_id, "type": "function",
+                "function": {"name": call.name, "arguments": ""}})]})
+            for piece in _chunks(call.arguments, size):
+                chunk({"tool_calls": [call_delta(n, {"function": {"arguments": piece}})]},
+                      is_delta=True)
+    else:
+        whole: dict[str, Any] = {}
+        if plan.reasoning:
+            whole["reasoning_content"] = "\n".join(plan.reasoning)
+        if plan.text:
+            whole["content"] = plan.text
+        if plan.refusal:
+            whole["refusal"] = plan.refusal
+        if plan.calls:
+            whole["tool_calls"] = [call_delta(n, {
+                "id": call.call_id, "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments}})
+                for n, call in enumerate(plan.calls)]
+        if whole:
+            chunk(whole, is_delta=True)
+    if plan.stream_error is not None:
+        out.append(WireEvent(None, {"error": _error_object(plan.stream_error)}))
+        return out
     chunk({}, finish=_finish_reason(plan))
-    if include_usage:
+    if include_usage or plan.usage_every_chunk:
         out.append(WireEvent(None, {
             "id": cid, "object": "chat.completion.chunk", "created": plan.created_at,
             "model": plan.model, "choices": [], "usage": _chat_usage(plan.usage),

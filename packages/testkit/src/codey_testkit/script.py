@@ -97,12 +97,32 @@ class Usage(_Strict):
     cached_tokens: int = 0
 
 
+Shape = Literal["deltas", "final_only", "completed_only"]
+
+
 class Reply(_Strict):
     """What the model answers. Pacing fields override the script's ``options``.
 
     ``delay_ms`` sleeps before every delta; ``initial_delay_ms`` before the first byte of the
     body (headers are sent first when streaming); ``disconnect_after`` drops the connection
     after that many stream events, without a clean end.
+
+    Wire shapes real providers send, to test a client against:
+
+    - ``shape``: ``deltas`` (text, reasoning and arguments streamed in ``chunk_size`` pieces),
+      ``final_only`` (no delta events: each output item whole in its ``done`` event; Chat:
+      everything in one chunk), ``completed_only`` (Responses: nothing but
+      ``response.created`` and ``response.completed``; Chat: as ``final_only``);
+    - ``refusal``: the model declines with this text (a ``refusal`` content part);
+    - ``incomplete``: the answer stops early for this reason (``response.incomplete``; Chat
+      ``finish_reason`` ``length`` / ``content_filter``);
+    - ``encrypted_reasoning``: a reasoning item carrying this ``encrypted_content`` (Responses,
+      when the request includes ``reasoning.encrypted_content``);
+    - ``usage_every_chunk``: Chat: cumulative usage in every chunk, not only the last;
+    - ``tool_call_index``: Chat: false sends tool-call deltas without ``index``;
+    - ``stream_error``: after the content, the stream reports this error instead of finishing
+      (``response.failed``; Chat: an ``error`` chunk).
+    - An empty reply (no text, no calls) is a legal answer too.
     """
 
     text: str | None = None
@@ -115,6 +135,13 @@ class Reply(_Strict):
     chunk_size: int | None = None
     usage: Usage | None = None
     disconnect_after: int | None = None
+    shape: Shape = "deltas"
+    refusal: str | None = None
+    incomplete: Literal["max_output_tokens", "content_filter"] | None = None
+    encrypted_reasoning: str | None = None
+    usage_every_chunk: bool = False
+    tool_call_index: bool = True
+    stream_error: ErrorReply | None = None
 
     def reasoning_parts(self) -> list[str]:
         if self.reasoning is None:
@@ -177,6 +204,9 @@ class Options(_Strict):
     initial_delay_ms: float = 0.0
     chunk_size: int = 16
     rate_limit: RateLimit = msgspec.field(default_factory=RateLimit)
+    #: refuse (400 ``context_length_exceeded``) a request whose input is estimated (about
+    #: four characters a token) above this many tokens, as a real model would
+    context_window: int | None = None
 
 
 class Script(_Strict):

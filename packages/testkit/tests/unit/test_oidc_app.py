@@ -151,3 +151,73 @@ def test_register_client_adds_and_merges() -> None:
     assert added["token_endpoint_auth_method"] == "none"
     secret = as_json(post(provider, "/_clients", body={"client_id": "s", "client_secret": "p"}))
     assert secret["token_endpoint_auth_method"] == "client_secret_basic"
+
+
+# --- client authentication, no device flow, failures ------------------------------------------
+
+
+def _basic(client_id: str, secret: str) -> str:
+    return "Basic " + base64.b64encode(f"{client_id}:{secret}".encode()).decode()
+
+
+def _token(provider: OIDCProvider, form: dict[str, str],
+           authorization: str | None = None) -> HttpResponse:
+    headers = {"Content-Type": FORM}
+    if authorization:
+        headers["Authorization"] = authorization
+    return provider.handle(HttpRequest("POST", "/token", f"{ISSUER}/token",
+                                       headers=httpx.Headers(headers),
+                                       body=urlencode(form).encode()))
+
+
+def _confidential(methods: tuple[str, ...]) -> OIDCProvider:
+    settings = ProviderSettings(
+        clients=(ClientSettings("codey", (REDIRECT,), client_secret="s3cret"),),
+        token_endpoint_auth_methods=methods)
+    return OIDCProvider(settings, ISSUER, KEYS)
+
+
+def test_a_confidential_client_must_authenticate_with_an_advertised_method() -> None:
+    provider = _confidential(("client_secret_post",))
+    meta = as_json(get(provider, "/.well-known/openid-configuration"))
+    assert meta["token_endpoint_auth_methods_supported"] == ["client_secret_post"]
+    code, verifier = code_for(provider)
+    form = {"grant_type": "authorization_code", "code": code, "redirect_uri": REDIRECT,
+            "code_verifier": verifier}
+    no_secret = _token(provider, {**form, "client_id": "codey"})
+    assert no_secret.status == 401 and as_json(no_secret)["error"] == "invalid_client"
+    basic = _token(provider, form, _basic("codey", "s3cret"))  # right secret, wrong method
+    assert as_json(basic)["error"] == "invalid_client"
+    wrong = _token(provider, {**form, "client_id": "codey", "client_secret": "nope"})
+    assert as_json(wrong)["error"] == "invalid_client"
+    ok = _token(provider, {**form, "client_id": "codey", "client_secret": "s3cret"})
+    assert ok.status == 200, ok.body
+
+    provider = _confidential(("client_secret_basic",))
+    code, verifier = code_for(provider)
+    form = {"grant_type": "authorization_code", "code": code, "redirect_uri": REDIRECT,
+            "code_verifier": verifier}
+    post_only = _token(provider, {**form, "client_id": "codey", "client_secret": "s3cret"})
+    assert as_json(post_only)["error"] == "invalid_client"
+    assert _token(provider, form, _basic("codey", "s3cret")).status == 200
+
+
+def test_without_the_device_flow_there_is_no_device_endpoint() -> None:
+    provider = make(device_flow=False)
+    meta = as_json(get(provider, "/.well-known/openid-configuration"))
+    assert "device_authorization_endpoint" not in meta
+    assert not any("device_code" in g for g in meta["grant_types_supported"])
+    assert post(provider, "/device_authorization", form={"client_id": "codey"}).status == 404
+
+
+def test_fail_hook_answers_the_next_requests_with_the_given_status() -> None:
+    provider = make()
+    assert post(provider, "/_fail", body={"path": "/token", "status": 503,
+                                          "body": "maintenance", "times": 2}).status == 200
+    for _ in range(2):
+        failed = _token(provider, {"grant_type": "refresh_token", "refresh_token": "x"})
+        assert (failed.status, failed.body) == (503, b"maintenance")
+    after = _token(provider, {"grant_type": "refresh_token", "refresh_token": "x",
+                              "client_id": "codey"})
+    assert after.status == 400  # back to the real endpoint
+    assert post(provider, "/_fail", body={"status": 503}).status == 400

@@ -124,3 +124,14 @@ def test_store_merges_redirect_uris_of_a_known_client() -> None:
     merged = store.add_client(Client("c", ["b", "a"], ("openid",)))
     assert merged.redirect_uris == ["a", "b"]
     assert store.clients["c"] is merged
+
+
+def test_auth_methods_and_device_flow_flags() -> None:
+    settings = parse_args(["--token-endpoint-auth-methods", "client_secret_post",
+                           "--no-device-flow"])
+    assert settings.token_endpoint_auth_methods == ("client_secret_post",)
+    assert settings.device_flow is False
+    default = parse_args([])
+    assert default.device_flow is True and "none" in default.token_endpoint_auth_methods
+    with pytest.raises(SettingsError, match="token-endpoint-auth-methods"):
+        parse_args(["--token-endpoint-auth-methods", "private_key_jwt"])

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -53,8 +54,11 @@ from codey_protocol.worker import (
     AttachSession,
     Cancel,
     Cancelled,
+    Detached,
+    DetachSession,
     FileChange,
     ListDir,
+    LoadContext,
     McpCall,
     McpList,
     McpServerInfo,
@@ -65,8 +69,10 @@ from codey_protocol.worker import (
     WriteFile,
 )
 from codey_worker import fs
+from codey_worker.config import codey_home
 from codey_worker.confine import ActionRefused
 from codey_worker.console import WorkerConsole
+from codey_worker.context import load_context
 from codey_worker.exec import CommandRegistry, run_command
 from codey_worker.frames import encode_fitted
 from codey_worker.mcp import McpManager
@@ -84,14 +90,14 @@ Send = Callable[[bytes], Awaitable[None]]
 
 EXECUTORS = [
     "run_command", "read_file", "write_file", "list_dir", "apply_patch",
-    "mcp_list", "mcp_call", "attach_session", "cancel",
+    "mcp_list", "mcp_call", "attach_session", "detach_session", "load_context", "cancel",
 ]  # fmt: skip
 
 
 #: actions that change nothing: running one again is harmless, so their answers are kept in
 #: memory only (the last READ_RESULTS_KEPT of them, READ_RESULTS_BYTES in all at most), not in
 #: the record store
-_READ_ONLY = (ReadFile, ListDir, McpList)
+_READ_ONLY = (ReadFile, ListDir, McpList, LoadContext)
 READ_RESULTS_KEPT = 500
 READ_RESULTS_BYTES = 32 * 1024 * 1024
 #: how long attach_session waits for MCP servers to list their tools before answering with
@@ -122,6 +128,7 @@ class ActionDispatcher:
         watcher: WorkspaceWatcher | None = None,
         console: WorkerConsole | None = None,
         kill_grace_s: float | None = None,
+        home: Path | None = None,
     ) -> None:
         self._send = send
         self.records = records
@@ -137,6 +144,8 @@ class ActionDispatcher:
         self._reads_bytes = 0  # their total size
         self._cancel_requested: set[str] = set()
         self._attached: dict[str, Path] = {}
+        #: $CODEY_HOME: where the user's own AGENTS.md and skills are
+        self.home = home if home is not None else codey_home()
 
     # -- what the connection asks ----------------------------------------------------------
 
@@ -317,10 +326,21 @@ class ActionDispatcher:
                 return await asyncio.to_thread(fs.list_dir, action, self.policy)
             case AttachSession():
                 return await self._attach(action)
+            case DetachSession():
+                was = self._attached.pop(action.session_id, None) is not None
+                if self.watcher is not None:
+                    was = self.watcher.unwatch(action.session_id) or was
+                return Detached(was_attached=was)
+            case LoadContext():
+                workdir = self._check_workdir(action.workdir)
+                roots = [Path(os.path.realpath(r)) for r in self.policy.allowed_roots]
+                return await load_context(workdir, roots, self.home)
             case McpList():
                 return McpTools(servers=await self._mcp().list_all())
             case McpCall():
-                return await self._mcp().call(action.server, action.tool, action.arguments)
+                self.policy.check_mcp_tool(action.server, action.tool)
+                return await self._mcp().call(action.server, action.tool, action.arguments,
+                                              workdir=self._mcp_workdir(action))
             case Cancel():
                 return self._cancel(action)
         raise ActionRefused("bad_request", f"this worker cannot run {type(action).__name__}")
@@ -330,6 +350,14 @@ class ActionDispatcher:
         if not real.is_dir():
             raise ActionRefused("not_found", f"workdir {real} does not exist; attach it first")
         return real
+
+    def _mcp_workdir(self, action: McpCall) -> Path:
+        """The workdir an MCP call runs in: the action's, else its session's attached one."""
+        workdir = action.workdir or str(self._attached.get(action.session_id) or "")
+        if not workdir:
+            raise ActionRefused("bad_request", "an MCP call needs its session's workdir: "
+                                               "attach the session first")
+        return self._check_workdir(workdir)
 
     def _mcp(self) -> McpManager:
         if self.mcp is None:

@@ -147,6 +147,8 @@ def _status(home: Path, server_flag: str | None, console: WorkerConsole) -> int:
     console.info("allowed roots: " + ", ".join(str(r) for r in config.allowed_roots))
     if config.policy.denied_commands:
         console.info("denied commands: " + ", ".join(config.policy.denied_commands))
+    if config.policy.denied_mcp_tools:
+        console.info("denied mcp tools: " + ", ".join(config.policy.denied_mcp_tools))
     if config.mcp_servers:
         for name, spec in config.mcp_servers.items():
             console.info(f"mcp server {name}: {' '.join([spec.command, *spec.args])}")

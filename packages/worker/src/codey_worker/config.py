@@ -3,8 +3,8 @@
 * ``worker.json`` (mode 0600) — who this machine is: :class:`Identity` (worker id, server URL,
   Ed25519 private key, credential). Written once pairing succeeds, deleted by ``unpair``.
 * ``worker-config.json`` — what the machine's owner allows: :class:`WorkerConfig`
-  (``allowed_roots``, ``denied_commands``, ``mcp_servers``). Missing file → defaults
-  (roots = the home directory, nothing denied, no MCP servers).
+  (``allowed_roots``, ``denied_commands``, ``denied_mcp_tools``, ``mcp_servers``). Missing
+  file → defaults (roots = the home directory, nothing denied, no MCP servers).
 * ``actions/`` — the exactly-once record store (:mod:`codey_worker.records`).
 
 Loading raises :class:`ConfigError` with a message that names the file and the bad field.
@@ -148,7 +148,8 @@ def delete_identity(home: Path) -> bool:
 
 @dataclass(frozen=True)
 class McpServerConfig:
-    """One stdio MCP server: ``command`` with ``args``; ``env`` is added to a minimal env."""
+    """One stdio MCP server: ``command`` with ``args``, started in the session's workdir with
+    the environment commands get (``exec.build_env``) plus ``env``, as the owner wrote it."""
 
     name: str
     command: str
@@ -172,7 +173,7 @@ class WorkerConfig:
         """Validate a parsed config; raises ConfigError naming ``source`` and the field."""
         if not isinstance(data, dict):
             raise ConfigError(f"{source}: expected a JSON object")
-        known = {"allowed_roots", "denied_commands", "mcp_servers"}
+        known = {"allowed_roots", "denied_commands", "denied_mcp_tools", "mcp_servers"}
         unknown = sorted(set(data) - known)
         if unknown:
             raise ConfigError(f"{source}: unknown field(s) {', '.join(unknown)}; "

@@ -163,7 +163,7 @@ class Worker:
         self._ws: ClientConnection | None = None
         self._heartbeat_s = 5.0
         self.records = ActionRecords(records_path(home))
-        self.mcp = McpManager(config.mcp_servers, log_dir=home / "logs")
+        self.mcp = McpManager(config.mcp_servers, log_dir=home / "logs", policy=config.policy)
         self.watcher = WorkspaceWatcher(self.send)
         self.dispatcher = ActionDispatcher(
             self.send, self.records, config.policy, registry=CommandRegistry(), mcp=self.mcp,

@@ -16,6 +16,7 @@ denied, disk full) raise ``ActionRefused`` with code ``io_error``.
 
 from __future__ import annotations
 
+import base64
 import codecs
 import contextlib
 import io
@@ -205,7 +206,13 @@ def write_file(action: WriteFile, policy: LocalPolicy) -> WriteResult:
     shown = relative_display(workdir, target)
     if target == workdir:
         raise ActionRefused("is_directory", "the workdir itself is a directory")
-    data = action.content.encode("utf-8")
+    if action.encoding == "base64":
+        try:
+            data = base64.b64decode(action.content, validate=True)
+        except ValueError:
+            raise ActionRefused("bad_request", "content is not valid base64") from None
+    else:
+        data = action.content.encode("utf-8")
     with _io_errors(shown):
         if target.is_dir():
             raise ActionRefused("is_directory", f"{shown} is a directory")

@@ -1,8 +1,24 @@
 """MCP servers configured in ``worker-config.json``, reached over stdio with the ``mcp`` SDK.
 
-A server is started on first use and kept: one long-lived asyncio task per server enters
-``stdio_client`` and ``ClientSession`` (anyio needs a context manager to be left by the task
-that entered it) and waits; calls are made on its session from any task.
+Confinement — what the worker does, and where it stops:
+
+* Each server runs **per session workdir**: one process for each (server, workdir) pair, started
+  with the workdir as its **cwd**, the workdir declared as its only MCP **root** (the client's
+  ``roots/list`` answer: the protocol's own way to tell a server where it may work), and the
+  **environment commands get** (:func:`codey_worker.exec.build_env`: an allowlist, no
+  ``*KEY*``/``*TOKEN*``/``*SECRET*`` names) plus the ``env`` its config entry sets. At most
+  :data:`MAX_INSTANCES` per server run at once; the least recently used idle one is stopped.
+* Tool lists are taken from a process started in an empty scratch directory with no roots,
+  stopped once it has answered, and cached per server.
+* Tools the owner's policy denies (``denied_mcp_tools``) are left out of those lists.
+* A third-party server is a program running with the user's rights: roots are advice it may
+  ignore, and nothing stops its own code from reading or writing elsewhere. The worker confines
+  what it controls (where the server starts, what it is told, what it inherits, which tools may
+  be called), not what the server's code does.
+
+One long-lived asyncio task per process enters ``stdio_client`` and ``ClientSession`` (anyio
+needs a context manager to be left by the task that entered it) and waits; calls are made on
+its session from any task.
 
 * A tool that fails (``isError``) is a *result* (``McpCallResult(is_error=True)``), not an
   error: the model reads it and corrects itself.
@@ -10,8 +26,8 @@ that entered it) and waits; calls are made on its session from any task.
   that cannot start or has died raises ``ActionRefused("mcp_unavailable")``.
 * A server found dead (connection closed) is torn down and started again on the next call. A
   call that was cut by the crash is *not* retried: it may have had effects already.
-* ``list_tools`` results are cached per server process; :meth:`McpManager.list_all` lists every
-  server concurrently and reports a failing one with ``error`` set instead of raising.
+* :meth:`McpManager.list_all` lists every server concurrently and reports a failing one with
+  ``error`` set instead of raising.
 
 The servers' stderr goes to ``<log_dir>/mcp-<name>.log`` (or nowhere), never to the terminal.
 """
@@ -22,15 +38,22 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
+import tempfile
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, TextIO
 
 from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp import types as mcp_types
 from mcp.shared.exceptions import MCPError
+from pydantic import FileUrl
 
 from codey_protocol.worker import McpCallResult, McpServerInfo, McpTool
 from codey_worker.config import McpServerConfig
 from codey_worker.confine import ActionRefused
+from codey_worker.exec import build_env
+from codey_worker.policy import LocalPolicy
 
 __all__ = ["McpManager"]
 
@@ -39,18 +62,34 @@ log = logging.getLogger(__name__)
 _CONNECTION_CLOSED = -32000  # mcp_types.jsonrpc.CONNECTION_CLOSED
 START_TIMEOUT_S = 30.0
 CALL_TIMEOUT_S = 300.0
+#: running processes per configured server (one per workdir in use), at most
+MAX_INSTANCES = 8
+
+
+def server_env(config: McpServerConfig, cwd: Path) -> dict[str, str]:
+    """The environment of an MCP server: what a command gets, plus its config's ``env``.
+
+    The config's ``env`` is the owner's own, written for this server (a token a GitHub server
+    needs, say), so it is passed as written: only the worker's inherited environment is
+    stripped.
+    """
+    return {**build_env({}, cwd=str(cwd)), **config.env}
 
 
 class _Server:
-    """One configured server and, once started, the task holding its session."""
+    """One process of a configured server, for one workdir (``None``: for listing tools, in
+    ``scratch``, with no roots), and once started, the task holding its session."""
 
-    def __init__(self, config: McpServerConfig, log_dir: Path | None) -> None:
+    def __init__(self, config: McpServerConfig, log_dir: Path | None, workdir: Path | None,
+                 scratch: Path) -> None:
         self.config = config
+        self.workdir = workdir
+        self.cwd = workdir if workdir is not None else scratch
         self._log_dir = log_dir
         self._task: asyncio.Task[None] | None = None
         self._ready: asyncio.Future[ClientSession] | None = None
         self._stop: asyncio.Event | None = None
-        self.tools: list[McpTool] | None = None
+        self.busy = 0  # calls in flight
         self._lock = asyncio.Lock()
 
     def _errlog(self) -> TextIO:
@@ -59,11 +98,18 @@ class _Server:
         self._log_dir.mkdir(parents=True, exist_ok=True)
         return open(self._log_dir / f"mcp-{self.config.name}.log", "a")
 
+    async def _list_roots(self, context: Any) -> mcp_types.ListRootsResult:
+        """The client's ``roots/list`` answer: the session's workdir, nothing else."""
+        if self.workdir is None:
+            return mcp_types.ListRootsResult(roots=[])
+        return mcp_types.ListRootsResult(roots=[
+            mcp_types.Root(uri=FileUrl(self.workdir.as_uri()),
+                           name=self.workdir.name or "workdir")])
+
     async def session(self, timeout: float = START_TIMEOUT_S) -> ClientSession:
         """The live session, starting the server first if it is not running."""
         async with self._lock:
             if self._task is None or self._task.done():
-                self.tools = None
                 loop = asyncio.get_running_loop()
                 self._ready = loop.create_future()
                 self._stop = asyncio.Event()
@@ -87,11 +133,12 @@ class _Server:
 
     async def _hold(self, ready: asyncio.Future[ClientSession], stop: asyncio.Event) -> None:
         params = StdioServerParameters(command=self.config.command, args=self.config.args,
-                                       env=self.config.env or None)
+                                       env=server_env(self.config, self.cwd), cwd=self.cwd)
         errlog = self._errlog()
         try:
             async with stdio_client(params, errlog=errlog) as (read, write):  # noqa: SIM117
-                async with ClientSession(read, write) as session:
+                async with ClientSession(read, write,
+                                         list_roots_callback=self._list_roots) as session:
                     await session.initialize()
                     ready.set_result(session)
                     await stop.wait()
@@ -109,7 +156,6 @@ class _Server:
         """Stop the server (if running); the next use starts it again."""
         task, stop = self._task, self._stop
         self._task = None
-        self.tools = None
         if task is None:
             return
         if stop is not None:
@@ -134,57 +180,114 @@ def _text_of(content: list[dict[str, Any]]) -> str:
     return "\n".join(str(part.get("text", "")) for part in content if part.get("type") == "text")
 
 
+def _tool(listed: Any) -> McpTool:
+    hints = listed.annotations
+    return McpTool(name=listed.name, description=listed.description or "",
+                   input_schema=dict(listed.input_schema or {}),
+                   read_only_hint=hints.read_only_hint if hints else None,
+                   destructive_hint=hints.destructive_hint if hints else None)
+
+
 class McpManager:
-    """Every configured MCP server, by name. Use from one event loop; :meth:`close` at exit."""
+    """Every configured MCP server, by name. Use from one event loop; :meth:`close` at exit.
+
+    ``policy`` (the owner's) hides and refuses the tools it denies; without one nothing is.
+    """
 
     def __init__(self, servers: dict[str, McpServerConfig], log_dir: Path | None = None,
-                 *, call_timeout_s: float = CALL_TIMEOUT_S) -> None:
-        self._servers = {name: _Server(cfg, log_dir) for name, cfg in servers.items()}
+                 *, call_timeout_s: float = CALL_TIMEOUT_S, policy: LocalPolicy | None = None,
+                 max_instances: int = MAX_INSTANCES) -> None:
+        self._configs = dict(servers)
+        self._log_dir = log_dir
         self._call_timeout_s = call_timeout_s
+        self._policy = policy
+        self._max_instances = max(1, max_instances)
+        self._instances: OrderedDict[tuple[str, Path | None], _Server] = OrderedDict()
+        self._tools: dict[str, list[McpTool]] = {}
         self._errors: dict[str, str] = {}
+        self._scratch: Path | None = None
+        self._list_locks: dict[str, asyncio.Lock] = {}
 
     @property
     def names(self) -> list[str]:
-        return list(self._servers)
+        return list(self._configs)
 
-    def _get(self, name: str) -> _Server:
-        server = self._servers.get(name)
-        if server is None:
-            known = ", ".join(self._servers) or "none configured"
+    def _config(self, name: str) -> McpServerConfig:
+        config = self._configs.get(name)
+        if config is None:
+            known = ", ".join(self._configs) or "none configured"
             raise ActionRefused("unknown_mcp_server",
                                 f"no MCP server named {name!r} on this worker ({known})")
+        return config
+
+    def _scratch_dir(self) -> Path:
+        if self._scratch is None:
+            self._scratch = Path(tempfile.mkdtemp(prefix="codey-mcp-"))
+        return self._scratch
+
+    async def _instance(self, name: str, workdir: Path | None) -> _Server:
+        """The process for ``name`` in ``workdir`` (made if needed; the oldest idle one of
+        that server is stopped when more than ``max_instances`` would run)."""
+        key = (name, workdir)
+        server = self._instances.get(key)
+        if server is None:
+            server = _Server(self._config(name), self._log_dir, workdir, self._scratch_dir())
+            self._instances[key] = server
+            same = [k for k in self._instances if k[0] == name and k != key]
+            for old in same[: max(0, len(same) + 1 - self._max_instances)]:
+                if self._instances[old].busy == 0:
+                    await self._instances.pop(old).stop()
+        self._instances.move_to_end(key)
         return server
+
+    async def _drop(self, name: str, workdir: Path | None) -> None:
+        server = self._instances.pop((name, workdir), None)
+        if server is not None:
+            await server.stop()
+
+    def _visible(self, name: str, tools: list[McpTool]) -> list[McpTool]:
+        if self._policy is None:
+            return tools
+        return [t for t in tools if not self._policy.mcp_tool_denied(name, t.name)]
 
     def cached(self) -> list[McpServerInfo]:
         """What is known without starting anything: listed tools, or the last error."""
-        return [McpServerInfo(name=name, tools=list(server.tools or []),
+        return [McpServerInfo(name=name, tools=self._visible(name, self._tools.get(name, [])),
                               error=self._errors.get(name))
-                for name, server in self._servers.items()]
+                for name in self._configs]
 
     async def list_tools(self, name: str) -> list[McpTool]:
-        """The tools of server ``name`` with their input schemas (cached while it runs)."""
-        server = self._get(name)
-        if server.tools is not None:
-            return server.tools
+        """The tools of server ``name`` with their input schemas and hints (cached).
+
+        Listed by a process started for the purpose in an empty scratch directory, with no
+        roots, and stopped once it has answered.
+        """
+        self._config(name)
+        async with self._list_locks.setdefault(name, asyncio.Lock()):
+            if name not in self._tools:
+                try:
+                    self._tools[name] = await self._list(name)
+                finally:
+                    await self._drop(name, None)
+                self._errors.pop(name, None)
+        return self._visible(name, self._tools[name])
+
+    async def _list(self, name: str) -> list[McpTool]:
         for attempt in range(2):  # listing is harmless to repeat after a crash
+            server = await self._instance(name, None)
             session = await server.session()
             try:
                 listed = await asyncio.wait_for(session.list_tools(), self._call_timeout_s)
             except MCPError as exc:
                 if exc.code == _CONNECTION_CLOSED and attempt == 0:
-                    await server.stop()
+                    await self._drop(name, None)
                     continue
                 raise ActionRefused("mcp_error", f"{name}: {exc.message}") from None
             except TimeoutError:
-                await server.stop()
                 raise ActionRefused("mcp_unavailable", f"{name}: listing tools timed out") from None
             except (RuntimeError, ValueError) as exc:  # incl. pydantic's ValidationError
                 raise ActionRefused("mcp_error", f"{name}: {exc}") from None
-            server.tools = [McpTool(name=t.name, description=t.description or "",
-                                    input_schema=dict(t.input_schema or {}))
-                            for t in listed.tools]
-            self._errors.pop(name, None)
-            return server.tools
+            return [_tool(t) for t in listed.tools]
         raise ActionRefused("mcp_unavailable", f"MCP server {name!r} keeps closing")
 
     async def list_all(self) -> list[McpServerInfo]:
@@ -201,29 +304,39 @@ class McpManager:
                 self._errors[name] = message
                 return McpServerInfo(name=name, error=message)
 
-        return list(await asyncio.gather(*(one(name) for name in self._servers)))
+        return list(await asyncio.gather(*(one(name) for name in self._configs)))
 
-    async def call(self, name: str, tool: str, arguments: dict[str, Any]) -> McpCallResult:
-        """Call ``tool`` on server ``name``. A tool error is a result with ``is_error=True``."""
-        server = self._get(name)
-        session = await server.session()
+    async def call(self, name: str, tool: str, arguments: dict[str, Any], *,
+                   workdir: Path) -> McpCallResult:
+        """Call ``tool`` on server ``name``'s process for ``workdir`` (a checked real path).
+
+        A tool error is a result with ``is_error=True``.
+        """
+        self._config(name)
+        if self._policy is not None:
+            self._policy.check_mcp_tool(name, tool)
+        server = await self._instance(name, workdir)
+        server.busy += 1
         try:
+            session = await server.session()
             result = await asyncio.wait_for(session.call_tool(tool, arguments),
                                             self._call_timeout_s)
         except MCPError as exc:
             if exc.code == _CONNECTION_CLOSED:
-                await server.stop()
+                await self._drop(name, workdir)
                 raise ActionRefused("mcp_unavailable",
                                     f"MCP server {name!r} exited; it will be restarted on the "
                                     "next call") from None
             raise ActionRefused("mcp_error", f"{name}.{tool}: {exc.message}") from None
         except TimeoutError:
-            await server.stop()
+            await self._drop(name, workdir)
             raise ActionRefused("mcp_unavailable",
                                 f"{name}.{tool} did not answer within "
                                 f"{self._call_timeout_s:.0f} s; the server was stopped") from None
         except (RuntimeError, ValueError) as exc:  # input-required / claimed results, bad schema
             raise ActionRefused("mcp_error", f"{name}.{tool}: {exc}") from None
+        finally:
+            server.busy -= 1
         content = [part.model_dump(mode="json", by_alias=True, exclude_none=True)
                    for part in result.content]
         return McpCallResult(content=content, text=_text_of(content),
@@ -231,5 +344,9 @@ class McpManager:
 
     async def close(self) -> None:
         """Stop every server that was started."""
-        await asyncio.gather(*(s.stop() for s in self._servers.values()),
-                             return_exceptions=True)
+        servers = list(self._instances.values())
+        self._instances.clear()
+        await asyncio.gather(*(s.stop() for s in servers), return_exceptions=True)
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None

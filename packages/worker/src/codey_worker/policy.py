@@ -3,7 +3,8 @@
 Loaded from the worker's config dict::
 
     {"allowed_roots": ["~/src", "/srv/work"],     # default: [home directory]
-     "denied_commands": ["rm", "sudo", "curl"]}   # default: []
+     "denied_commands": ["rm", "sudo", "curl"],   # default: []
+     "denied_mcp_tools": ["git.git_push", "github.*", "delete_*"]}   # default: []
 
 ``allowed_roots`` bounds every workdir; ``denied_commands`` are program names (basenames). A
 command is refused when its program is denied, when a wrapper (``env``, ``sudo``, ``xargs``,
@@ -15,6 +16,10 @@ because it could not parse it would be no policy. While any command is denied, a
 (``BASH_FUNC_*`` exported functions, ``LD_*``/``DYLD_*``, ``BASH_ENV``, ``ENV``, ``PS4``,
 ``SHELLOPTS``, ``BASHOPTS``, ``PROMPT_COMMAND``): :meth:`LocalPolicy.check_env`.
 
+``denied_mcp_tools`` are shell-style patterns over ``server.tool`` (``git.git_push``,
+``github.*``); a pattern without a dot names a tool on any server (``delete_*``). A denied
+tool is left out of the tools reported to the server and refused if called anyway.
+
 It is a guard against the ordinary commands a model sends, not a sandbox: a program that is
 allowed (``python -c``, a script file) can still run anything its user may run.
 """
@@ -22,6 +27,7 @@ allowed (``python -c``, a script file) can still run anything its user may run.
 from __future__ import annotations
 
 import base64
+import fnmatch
 import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -62,6 +68,7 @@ class LocalPolicy:
 
     allowed_roots: list[Path]
     denied_commands: list[str] = field(default_factory=list)
+    denied_mcp_tools: list[str] = field(default_factory=list)
     #: the roots pinned once (real path and directory identity): a root repointed later —
     #: say by a command the server ran — cannot widen what is allowed, and no action pays
     #: for resolving the roots again
@@ -72,7 +79,8 @@ class LocalPolicy:
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> LocalPolicy:
-        """Read ``allowed_roots`` (default: the home directory) and ``denied_commands``.
+        """Read ``allowed_roots`` (default: the home directory), ``denied_commands`` and
+        ``denied_mcp_tools``.
 
         ``~`` in roots is expanded. Raises ``ValueError`` for a malformed config.
         """
@@ -84,8 +92,14 @@ class LocalPolicy:
             raise ValueError("allowed_roots must be a list of paths")
         if not isinstance(denied_raw, list) or not all(isinstance(d, str) for d in denied_raw):
             raise ValueError("denied_commands must be a list of program names")
+        mcp_raw = config.get("denied_mcp_tools") or []
+        if not isinstance(mcp_raw, list) or not all(isinstance(d, str) and d.strip()
+                                                    for d in mcp_raw):
+            raise ValueError("denied_mcp_tools must be a list of tool names or patterns "
+                             "(server.tool, server.*, tool)")
         roots = [Path(os.path.expanduser(r)) for r in roots_raw]
-        return cls(allowed_roots=roots, denied_commands=list(denied_raw))
+        return cls(allowed_roots=roots, denied_commands=list(denied_raw),
+                   denied_mcp_tools=[d.strip() for d in mcp_raw])
 
     def check_workdir(self, path: str | Path) -> Path:
         """Return the real path of ``path``; refuse (``outside_allowed_roots``) if not allowed."""
@@ -109,6 +123,19 @@ class LocalPolicy:
                     f"(in: {' '.join(argv)[:200]})",
                 )
 
+
+    def mcp_tool_denied(self, server: str, tool: str) -> bool:
+        """True when ``denied_mcp_tools`` names ``tool`` of MCP server ``server``."""
+        qualified = f"{server}.{tool}"
+        return any(fnmatch.fnmatchcase(qualified if "." in pattern else tool, pattern)
+                   for pattern in self.denied_mcp_tools)
+
+    def check_mcp_tool(self, server: str, tool: str) -> None:
+        """Refuse (``denied_mcp_tool``) a call of a tool the owner denied."""
+        if self.mcp_tool_denied(server, tool):
+            raise ActionRefused("denied_mcp_tool",
+                                f"the worker's local policy denies the MCP tool {tool!r} "
+                                f"of {server!r}")
 
     def check_env(self, env: Mapping[str, str]) -> None:
         """Refuse (``denied_command``) an action ``env`` that could run code argv does not

@@ -98,6 +98,14 @@ class WorkspaceWatcher:
         except Exception:
             log.warning("stopped watching %s", workdir, exc_info=True)
 
+    def unwatch(self, session_id: str) -> bool:
+        """Stop watching for ``session_id``; False if it was not watched."""
+        current = self._tasks.pop(session_id, None)
+        if current is None:
+            return False
+        current[2].set()
+        return True
+
     async def close(self) -> None:
         """Stop every watch."""
         tasks = list(self._tasks.values())

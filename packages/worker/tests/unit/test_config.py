@@ -36,12 +36,14 @@ def test_full_config_is_read(tmp_path: Path) -> None:
     write_config(tmp_path, {
         "allowed_roots": ["~/src", "/srv/work"],
         "denied_commands": ["sudo"],
+        "denied_mcp_tools": ["time.convert_time"],
         "mcp_servers": {"time": {"command": "python", "args": ["-m", "mcp_server_time"],
                                  "env": {"TZ": "UTC"}}},
     })
     config = load_config(tmp_path)
     assert config.allowed_roots == [Path.home() / "src", Path("/srv/work")]
     assert config.policy.denied_commands == ["sudo"]
+    assert config.policy.denied_mcp_tools == ["time.convert_time"]
     time = config.mcp_servers["time"]
     assert (time.name, time.command, time.args, time.env) == (
         "time", "python", ["-m", "mcp_server_time"], {"TZ": "UTC"})
@@ -54,6 +56,7 @@ def test_full_config_is_read(tmp_path: Path) -> None:
         ({"allowed_root": ["/x"]}, "unknown field(s) allowed_root"),
         ({"allowed_roots": "/x"}, "allowed_roots must be a list of paths"),
         ({"denied_commands": [1]}, "denied_commands must be a list of program names"),
+        ({"denied_mcp_tools": "git.*"}, "denied_mcp_tools must be a list"),
         ({"mcp_servers": []}, "mcp_servers must be an object"),
         ({"mcp_servers": {"t": {"args": []}}}, "mcp_servers.t.command must be a non-empty"),
         ({"mcp_servers": {"t": {"command": "x", "args": "-v"}}}, "mcp_servers.t.args must be"),

@@ -52,6 +52,21 @@ def _tree(root: Path) -> dict[str, bytes | str]:
     return found
 
 
+def _make_links(case: Path, root: Path) -> None:
+    """Create the symlinks listed in ``case/links.txt`` (``name -> target`` a line) under root.
+
+    An absolute symlink cannot live in the repository: an sdist refuses it (and hatchling
+    would pack what it points at), so such cases list their links here instead.
+    """
+    listing = case / "links.txt"
+    if not listing.exists():
+        return
+    for line in listing.read_text(encoding="utf-8").splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, _, target = line.partition(" -> ")
+            (root / name.strip()).symlink_to(target.strip())
+
+
 def _case_dirs() -> list[Path]:
     return sorted(p for p in CASES.iterdir() if p.is_dir())
 
@@ -71,6 +86,7 @@ def test_scenario(case: Path, tmp_path: Path) -> None:
     # "../ws-evil" in a scenario's input point at a real directory sharing the root's prefix.
     root = tmp_path / "ws"
     shutil.copytree(case / "input", root, symlinks=True)
+    _make_links(case, root)
     evil = tmp_path / "ws-evil"
     evil.mkdir()
     patch_text = (case / "patch.txt").read_bytes().decode("utf-8")

@@ -207,3 +207,29 @@ def test_ordinary_env_passes_and_no_denials_means_no_env_check() -> None:
                     "PS1": "$ "})
     LocalPolicy(allowed_roots=[], denied_commands=[]).check_env({"LD_PRELOAD": "/x.so",
                                                                  "BASH_FUNC_ls%%": "() { :; }"})
+
+
+# --- denied MCP tools ---------------------------------------------------------------------------
+
+
+def test_denied_mcp_tools_by_server_tool_pattern_or_bare_name() -> None:
+    policy = LocalPolicy.from_config({"allowed_roots": ["/tmp"], "denied_mcp_tools": [
+        "git.git_push", "github.*", "delete_*"]})
+    assert policy.mcp_tool_denied("git", "git_push")
+    assert not policy.mcp_tool_denied("git", "git_log")
+    assert not policy.mcp_tool_denied("gitlab", "git_push")  # the server is part of the name
+    assert policy.mcp_tool_denied("github", "create_issue")
+    assert policy.mcp_tool_denied("fs", "delete_file") and policy.mcp_tool_denied("x", "delete_")
+    assert not policy.mcp_tool_denied("fs", "undelete_file")
+    assert not policy.mcp_tool_denied("git", "GIT_PUSH")  # names are case-sensitive, as in MCP
+    with pytest.raises(ActionRefused) as refused:
+        policy.check_mcp_tool("github", "merge")
+    assert refused.value.code == "denied_mcp_tool" and "'merge'" in refused.value.message
+    policy.check_mcp_tool("git", "git_log")
+    assert LocalPolicy.from_config({}).denied_mcp_tools == []
+
+
+@pytest.mark.parametrize("bad", ["git.*", [1], [""], ["  "], {"git": "push"}])
+def test_malformed_denied_mcp_tools_is_refused(bad: object) -> None:
+    with pytest.raises(ValueError, match="denied_mcp_tools"):
+        LocalPolicy.from_config({"denied_mcp_tools": bad})

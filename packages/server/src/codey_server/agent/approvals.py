@@ -5,14 +5,35 @@
 ``full-auto``: nothing asks (the worker's local policy still applies).
 A command the user approved "for this session" is remembered as its exact argv; any later
 command that starts with that argv goes ahead.
+
+MCP tools go by the danger level their server's annotations give (:func:`mcp_danger`), as
+agendo's danger levels do:
+
+=============  ===========================================  =========  =========  ==========
+level          annotations                                  suggest    auto-edit  full-auto
+=============  ===========================================  =========  =========  ==========
+read-only      ``readOnlyHint: true``                       goes       goes       goes
+additive       not read-only, ``destructiveHint: false``    asks       goes       goes
+destructive    anything else (MCP's defaults: destructive)  asks       asks       goes
+=============  ===========================================  =========  =========  ==========
+
+An additive tool goes ahead under ``auto-edit`` as an edit inside the workdir does. The hints
+come from MCP servers the worker's owner configured; a server that lies about them is one the
+owner chose to run (docs/worker.md says what the worker can and cannot enforce).
 """
 
 from __future__ import annotations
 
 import posixpath
 from collections.abc import Sequence
+from typing import Literal
 
-__all__ = ["is_known_safe", "needs_approval", "path_inside"]
+from codey_protocol import worker as wk
+
+__all__ = ["McpDanger", "is_known_safe", "mcp_danger", "mcp_tool_of", "needs_approval",
+           "path_inside"]
+
+McpDanger = Literal["read_only", "additive", "destructive"]
 
 _SAFE_PLAIN = {"ls", "cat", "pwd"}
 _SAFE_GIT = {"status", "diff", "log"}
@@ -68,14 +89,44 @@ def _patch_paths(patch: str) -> list[str]:
     return paths
 
 
+def mcp_tool_of(capabilities: wk.Capabilities | None, server: str | None,
+                tool: str | None) -> wk.McpTool | None:
+    """The tool ``server``/``tool`` as the worker reported it, or None."""
+    for info in (capabilities.mcp_servers if capabilities else []):
+        if info.name == server:
+            for listed in info.tools:
+                if listed.name == tool:
+                    return listed
+    return None
+
+
+def mcp_danger(tool: wk.McpTool | None) -> McpDanger:
+    """The danger level of an MCP tool, from its hints (unknown tool: destructive).
+
+    MCP's own defaults: a tool is not read-only and is destructive unless it says otherwise;
+    ``destructiveHint`` means something only for a tool that is not read-only.
+    """
+    if tool is None:
+        return "destructive"
+    if tool.read_only_hint is True:
+        return "read_only"
+    if tool.destructive_hint is False:
+        return "additive"
+    return "destructive"
+
+
 def needs_approval(policy: str, tool: str, *, command: Sequence[str] | None = None,
                    patch: str | None = None, path: str | None = None,
-                   approved_prefixes: Sequence[Sequence[str]] = ()) -> bool:
-    """Whether this tool call must wait for the user under ``policy``."""
+                   approved_prefixes: Sequence[Sequence[str]] = (),
+                   mcp: wk.McpTool | None = None) -> bool:
+    """Whether this tool call must wait for the user under ``policy``.
+
+    ``mcp`` is the MCP tool being called (``tool == "mcp"``), as its worker listed it.
+    """
     if policy == "full-auto":
         return False
-    if tool in ("read_file", "list_dir", "update_plan"):
-        return False
+    if tool in ("read_file", "list_dir", "update_plan", "ask_user", "remember", "delegate"):
+        return False  # reads, and the server's own records: nothing on the machine changes
     if tool == "shell":
         argv = list(command or [])
         if is_known_safe(argv):
@@ -89,5 +140,8 @@ def needs_approval(policy: str, tool: str, *, command: Sequence[str] | None = No
         return True
     if tool == "write_file":
         return not (policy == "auto-edit" and path_inside(path or ""))
-    # MCP tools and anything else can do anything: ask unless full-auto
+    if tool == "mcp":
+        danger = mcp_danger(mcp)
+        return danger == "destructive" or (danger == "additive" and policy != "auto-edit")
+    # anything else can do anything: ask unless full-auto
     return True

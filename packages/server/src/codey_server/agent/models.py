@@ -1,135 +1,66 @@
-"""Model providers over the ``openai`` SDK: the Responses API, Chat Completions, Ollama.
+"""Model providers: one pooled ``openai`` client each, retries, errors, streaming.
 
-``provider.stream(...)`` yields :data:`ModelEvent` values for one model call. 429 and 5xx
-answers (and dropped connections) before the first event are retried with backoff that honours
-``Retry-After``; each retry is announced as :class:`Retrying`. Rate-limit headers come out as
-:class:`RateLimits`. Anything that cannot be retried raises :class:`ModelError`.
+``provider.stream(...)`` runs one model call and yields
+:data:`~codey_server.agent.stream.ModelEvent` values. The body comes ready-made from the
+provider's wire (:mod:`codey_server.agent.wire`), built from the session's cached encoded
+history: the SDK is given it as plain JSON through its low-level ``post``, so it neither walks
+nor re-validates the conversation. The SDK still does what it is good at: the connection pool
+(keep-alive, one TLS set-up per client), timeouts, SSE decoding and HTTP errors.
 
-The conversation is given as neutral :data:`Entry` values, rebuilt from the session's items
-each call (design §4): each provider turns them into its own wire format.
+One client per provider and credential: created on first use, shared by every session, rebuilt
+only when the credential changes (a login, a refresh), closed on shutdown. A retired client is
+closed once the calls still using it are done.
+
+Retries: a 429 (not an exhausted quota), a 5xx, or a connection that fails before the answer
+starts is retried with backoff honouring ``Retry-After``, each announced as
+:class:`~codey_server.agent.stream.Retrying`. A 401 on an OAuth provider refreshes the token
+once and tries again. Anything else raises :class:`~codey_server.agent.errors.ModelError`.
 """
 
 from __future__ import annotations
 
-import abc
 import asyncio
 import email.utils
 import json
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import AsyncIterator, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
+
+from codey_protocol.ratelimits import RATE_LIMIT_HEADERS
+from codey_server.agent.context import window_for
+from codey_server.agent.errors import ModelError
+from codey_server.agent.stream import ModelEvent, RateLimits, Retrying
+from codey_server.agent.wire import Wire, wire_for
+from codey_server.agent.wire.errors import error_from_body
+from codey_server.settings import ProviderConfig
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
 
-from codey_server.agent.tools import ToolSpec
-from codey_server.errors import ServerError
-from codey_server.settings import ProviderConfig
-
 log = logging.getLogger("codey.models")
 
 __all__ = [
-    "AssistantText",
-    "Entry",
+    "Credentials",
     "ModelError",
-    "ModelEvent",
     "ModelProvider",
-    "RateLimits",
-    "ReasoningDelta",
-    "Retrying",
-    "TextDelta",
-    "ToolCallEntry",
-    "ToolCallRequested",
-    "ToolResultEntry",
-    "Usage",
-    "UserText",
     "build_provider",
     "discover_ollama_models",
+    "retry_after",
 ]
 
-TokenSource = Callable[[], Awaitable[str | None]]
 
+class Credentials(Protocol):
+    """Where a provider's bearer comes from (the auth service, for one provider)."""
 
-# conversation entries ---------------------------------------------------------------------
+    async def token(self) -> str | None:
+        """The current bearer, refreshed if it is about to expire; None if there is none."""
 
-@dataclass(frozen=True)
-class UserText:
-    text: str
-
-
-@dataclass(frozen=True)
-class AssistantText:
-    text: str
-
-
-@dataclass(frozen=True)
-class ToolCallEntry:
-    call_id: str
-    name: str
-    arguments: str
-
-
-@dataclass(frozen=True)
-class ToolResultEntry:
-    call_id: str
-    output: str
-
-
-Entry = UserText | AssistantText | ToolCallEntry | ToolResultEntry
-
-
-# events ----------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class TextDelta:
-    text: str
-
-
-@dataclass(frozen=True)
-class ReasoningDelta:
-    text: str
-
-
-@dataclass(frozen=True)
-class ToolCallRequested:
-    call_id: str
-    name: str
-    arguments: str
-
-
-@dataclass(frozen=True)
-class Usage:
-    input_tokens: int = 0
-    output_tokens: int = 0
-    reasoning_tokens: int = 0
-    total_tokens: int = 0
-
-
-@dataclass(frozen=True)
-class RateLimits:
-    headers: dict[str, str]
-
-
-@dataclass(frozen=True)
-class Retrying:
-    attempt: int
-    delay_s: float
-    reason: str
-
-
-ModelEvent = TextDelta | ReasoningDelta | ToolCallRequested | Usage | RateLimits | Retrying
-
-
-class ModelError(ServerError):
-    def __init__(self, message: str, status: int | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.status = status
+    async def refresh(self) -> bool:
+        """Get a new bearer now (after a 401); True if there is a new one to try."""
 
 
 # retry policy -----------------------------------------------------------------------------
@@ -158,224 +89,203 @@ def retry_after(headers: Mapping[str, str] | None) -> float | None:
         return max(0.0, seconds)
 
 
-def _backoff(attempt: int) -> float:
+def backoff(attempt: int) -> float:
     base: float = min(30.0, 0.5 * 2.0 ** (attempt - 1))
     return base * (0.5 + random.random() / 2)
 
 
-_RATE_HEADERS = ("x-ratelimit-limit-requests", "x-ratelimit-remaining-requests",
-                 "x-ratelimit-reset-requests", "x-ratelimit-limit-tokens",
-                 "x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens")
+#: rate-limit headers are reported (as an event) at most this often per provider
+RATE_LIMITS_EVERY_S = 5.0
 
 
 def _rate_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    return {h: headers[h] for h in _RATE_HEADERS if h in headers}
+    return {h: headers[h] for h in RATE_LIMIT_HEADERS if h in headers}
 
 
-# providers --------------------------------------------------------------------------------
+# the client pool --------------------------------------------------------------------------
 
-class ModelProvider(abc.ABC):
+class _Client:
+    __slots__ = ("client", "retired", "token", "users")
+
+    def __init__(self, client: AsyncOpenAI, token: str | None) -> None:
+        self.client = client
+        self.token = token
+        self.users = 0
+        self.retired = False
+
+
+class ModelProvider:
     """One configured provider. ``stream`` is the only call the loop makes."""
 
-    def __init__(self, config: ProviderConfig, token: TokenSource) -> None:
+    def __init__(self, config: ProviderConfig, credentials: Credentials) -> None:
         self.config = config
         self.name = config.name
-        self._token = token
+        self.credentials = credentials
         self.models: list[str] = list(config.models)
+        self.wire: Wire = wire_for(config.kind)
+        self._current: _Client | None = None
+        self._retired: list[_Client] = []
+        self._closed = False
+        self.clients_built = 0  # for tests and the bench: proves the pool is reused
+        self._rate_reported = -RATE_LIMITS_EVERY_S
 
     @property
     def default_model(self) -> str:
         return self.config.default_model or (self.models[0] if self.models else "")
 
-    async def _client(self) -> AsyncOpenAI:
-        from openai import AsyncOpenAI  # imported on first use: it takes ~0.8 s
+    def context_window(self, model: str) -> int:
+        return window_for(self.config, model)
 
-        token = await self._token()
+    async def _acquire(self) -> _Client:
+        if self._closed:
+            raise ModelError(f"{self.name}: the server is shutting down", code="failed")
+        token = await self.credentials.token()
         if token is None and self.config.auth != "none":
-            raise ModelError(f"provider {self.name!r} is not logged in", status=401)
-        return AsyncOpenAI(api_key=token or "none", base_url=self.config.base_url,
-                           max_retries=0, timeout=600.0)
+            raise ModelError(f"provider {self.name!r} is not logged in: log in from the web "
+                             "UI or set its API key", status=401, code="not_logged_in")
+        current = self._current
+        if current is None or current.token != token:
+            # imported on first use: ~0.8 s
+            from openai import AsyncOpenAI, DefaultAioHttpClient, Timeout
 
-    async def stream(self, *, model: str, instructions: str, conversation: list[Entry],
-                     tools: list[ToolSpec]) -> AsyncIterator[ModelEvent]:
+            if current is not None:
+                current.retired = True
+                self._retired.append(current)
+                await self._close_idle()
+            # aiohttp under the SDK (its own supported alternative): a model call costs the
+            # server a fraction of the CPU httpx's default transport takes
+            current = self._current = _Client(AsyncOpenAI(
+                api_key=token or "none", base_url=self.config.base_url, max_retries=0,
+                timeout=Timeout(600.0, connect=20.0), http_client=DefaultAioHttpClient()),
+                token)
+            self.clients_built += 1
+        current.users += 1
+        return current
+
+    async def _release(self, entry: _Client) -> None:
+        entry.users -= 1
+        if entry.retired:
+            await self._close_idle()
+
+    async def _close_idle(self) -> None:
+        idle = [c for c in self._retired if c.users <= 0]
+        self._retired = [c for c in self._retired if c.users > 0]
+        for c in idle:
+            try:
+                await c.client.close()
+            except Exception:  # closing a pool must never fail a call
+                log.debug("closing a retired client failed", exc_info=True)
+
+    async def aclose(self) -> None:
+        """Close every client (at shutdown); calls after this fail."""
+        self._closed = True
+        if self._current is not None:
+            self._current.retired = True
+            self._retired.append(self._current)
+            self._current = None
+        for c in self._retired:
+            c.users = 0
+        await self._close_idle()
+
+    # one call -------------------------------------------------------------------------------
+
+    async def stream(self, *, model: str, body: bytes) -> AsyncIterator[ModelEvent]:
+        """Run one model call with the ready ``body`` (see :meth:`Wire.body`).
+
+        Raises ModelError; ``code == "stream_cut"`` when the answer had started (events were
+        yielded) and then stopped — the caller decides whether to try again.
+        """
         import openai
 
         attempt = 0
+        refreshed = False
         while True:
             attempt += 1
             started = False
+            entry = await self._acquire()
             try:
-                client = await self._client()
-                async for event in self._stream_once(client, model, instructions, conversation,
-                                                     tools):
-                    started = True
+                stream = await entry.client.post(
+                    self.wire.path, cast_to=object, content=body, stream=True,
+                    stream_cls=_raw_events(),
+                    options={"headers": {"Content-Type": "application/json"}})
+                headers = _rate_headers(stream.response.headers)
+                now = time.monotonic()
+                if headers and now - self._rate_reported >= RATE_LIMITS_EVERY_S:
+                    # a snapshot for the view: every few seconds is enough, and each is an
+                    # event in the log
+                    self._rate_reported = now
+                    yield RateLimits(headers)
+                collector = self.wire.collector()
+                async for sse in stream:
+                    for event in collector.feed_sse(sse.event, sse.data):
+                        started = True
+                        yield event
+                for event in collector.finish():
                     yield event
                 return
             except openai.APIStatusError as err:
-                status = err.status_code
-                if started or not (status == 429 or status >= 500) \
+                error = error_from_body(err.body, err.status_code, prefix=self.name,
+                                        fallback_text=err.message)
+                if error.code == "auth" and self.config.auth == "oauth" and not refreshed:
+                    refreshed = True
+                    if await self.credentials.refresh():
+                        attempt -= 1  # a refreshed token is a new try, not a retry
+                        continue
+                if started or error.code not in ("rate_limited", "server") \
                         or attempt > self.config.max_retries:
-                    raise ModelError(_describe(err), status=status) from None
-                delay = retry_after(err.response.headers) or _backoff(attempt)
-                yield Retrying(attempt, delay, f"HTTP {status}")
+                    raise error from None
+                delay = retry_after(err.response.headers) or backoff(attempt)
+                yield Retrying(attempt, delay, f"HTTP {err.status_code}")
                 await asyncio.sleep(min(delay, 120.0))
             except (openai.APIConnectionError, openai.APITimeoutError) as err:
-                if started or attempt > self.config.max_retries:
-                    raise ModelError(f"cannot reach {self.config.base_url}: {err}") from None
-                delay = _backoff(attempt)
+                if started:
+                    raise ModelError(f"{self.name}: the answer stopped mid-stream ({err})",
+                                     code="stream_cut") from None
+                if attempt > self.config.max_retries:
+                    raise ModelError(f"{self.name}: cannot reach {self.config.base_url} "
+                                     f"({err})", code="connection") from None
+                delay = backoff(attempt)
                 yield Retrying(attempt, delay, "connection failed")
                 await asyncio.sleep(delay)
-
-    @abc.abstractmethod
-    def _stream_once(self, client: AsyncOpenAI, model: str, instructions: str,
-                     conversation: list[Entry], tools: list[ToolSpec]
-                     ) -> AsyncIterator[ModelEvent]:
-        """One model call, streamed, in this provider's wire format."""
-
-
-def _describe(err: Any) -> str:
-    body = err.body
-    if isinstance(body, dict):
-        inner = body.get("error", body)
-        if isinstance(inner, dict) and inner.get("message"):
-            return f"HTTP {err.status_code}: {inner['message']}"
-    return f"HTTP {err.status_code}: {err.message}"
-
-
-class ResponsesProvider(ModelProvider):
-    """The OpenAI Responses API, streamed; stateless (the whole input every call)."""
-
-    async def _stream_once(self, client: AsyncOpenAI, model: str, instructions: str,
-                           conversation: list[Entry], tools: list[ToolSpec]
-                           ) -> AsyncIterator[ModelEvent]:
-        raw = await client.responses.with_raw_response.create(
-            model=model, instructions=instructions,
-            input=cast(Any, _responses_input(conversation)),
-            tools=cast(Any, [{"type": "function", "name": t.name, "description": t.description,
-                              "parameters": t.parameters, "strict": False} for t in tools]),
-            stream=True, store=False,
-            reasoning=cast(Any, {"summary": "auto"} if self.config.reasoning_summary
-                           else _not_given()),
-        )
-        headers = _rate_headers(raw.headers)
-        if headers:
-            yield RateLimits(headers)
-        stream = raw.parse()
-        calls: dict[str, dict[str, str]] = {}
-        async for raw_event in stream:
-            event: Any = raw_event  # the SDK's union of ~60 event types; we read a few
-            kind = getattr(event, "type", "")
-            if kind == "response.output_text.delta":
-                yield TextDelta(event.delta)
-            elif kind == "response.reasoning_summary_text.delta":
-                yield ReasoningDelta(event.delta)
-            elif kind == "response.output_item.done":
-                item = event.item
-                if getattr(item, "type", "") == "function_call":
-                    calls.pop(item.id or "", None)
-                    yield ToolCallRequested(item.call_id, item.name, item.arguments or "{}")
-            elif kind == "response.completed":
-                usage = getattr(event.response, "usage", None)
-                if usage is not None:
-                    details = getattr(usage, "output_tokens_details", None)
-                    yield Usage(usage.input_tokens, usage.output_tokens,
-                                getattr(details, "reasoning_tokens", 0) or 0,
-                                usage.total_tokens)
-            elif kind in ("response.failed", "error"):
-                message = getattr(getattr(event, "response", None), "error", None) or event
-                raise ModelError(f"the model failed: {message}")
+            except openai.APIError as err:  # an error event inside the stream
+                raise error_from_body(err.body, None, prefix=self.name,
+                                      fallback_text=err.message) from None
+            except ModelError as err:
+                if err.code == "stream_cut" and not started \
+                        and attempt <= self.config.max_retries:
+                    delay = backoff(attempt)
+                    yield Retrying(attempt, delay, "the stream ended early")
+                    await asyncio.sleep(delay)
+                    continue
+                if not err.message.startswith(self.name):
+                    err.message = f"{self.name}: {err.message}"
+                raise
+            finally:
+                await self._release(entry)
 
 
-def _not_given() -> Any:
-    from openai import NOT_GIVEN
-
-    return NOT_GIVEN
+_RAW_EVENTS: type | None = None
 
 
-def _responses_input(conversation: list[Entry]) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    for e in conversation:
-        if isinstance(e, UserText):
-            out.append({"role": "user", "content": e.text})
-        elif isinstance(e, AssistantText):
-            out.append({"role": "assistant", "content": e.text})
-        elif isinstance(e, ToolCallEntry):
-            out.append({"type": "function_call", "call_id": e.call_id, "name": e.name,
-                        "arguments": e.arguments})
-        else:
-            out.append({"type": "function_call_output", "call_id": e.call_id,
-                        "output": e.output})
-    return out
+def _raw_events() -> Any:
+    """The SDK's stream class, yielding its decoded server-sent events without parsing their
+    JSON: the wire's collector parses only the events it needs (a Responses stream repeats
+    the whole request's tools and instructions in events nobody reads)."""
+    global _RAW_EVENTS
+    if _RAW_EVENTS is None:
+        from openai import AsyncStream
 
+        class RawEvents(AsyncStream[object]):
+            async def __stream__(self) -> AsyncIterator[Any]:
+                try:
+                    async for sse in self._iter_events():
+                        if not sse.data.startswith("[DONE]"):
+                            yield sse
+                finally:
+                    await self.response.aclose()
 
-class ChatProvider(ModelProvider):
-    """Any OpenAI-compatible Chat Completions endpoint (and Ollama's), streamed."""
-
-    async def _stream_once(self, client: AsyncOpenAI, model: str, instructions: str,
-                           conversation: list[Entry], tools: list[ToolSpec]
-                           ) -> AsyncIterator[ModelEvent]:
-        raw = await client.chat.completions.with_raw_response.create(
-            model=model, messages=cast(Any, _chat_messages(instructions, conversation)),
-            tools=cast(Any, [{"type": "function",
-                              "function": {"name": t.name, "description": t.description,
-                                           "parameters": t.parameters}}
-                             for t in tools] or _not_given()),
-            stream=True, stream_options={"include_usage": True},
-        )
-        headers = _rate_headers(raw.headers)
-        if headers:
-            yield RateLimits(headers)
-        stream = raw.parse()
-        calls: dict[int, dict[str, str]] = {}
-        async for chunk in stream:
-            if chunk.usage is not None:
-                details = getattr(chunk.usage, "completion_tokens_details", None)
-                yield Usage(chunk.usage.prompt_tokens, chunk.usage.completion_tokens,
-                            getattr(details, "reasoning_tokens", 0) or 0,
-                            chunk.usage.total_tokens)
-            for choice in chunk.choices:
-                delta = choice.delta
-                reasoning = getattr(delta, "reasoning_content", None) or getattr(
-                    delta, "reasoning", None)
-                if isinstance(reasoning, str) and reasoning:
-                    yield ReasoningDelta(reasoning)
-                if delta.content:
-                    yield TextDelta(delta.content)
-                for tc in delta.tool_calls or []:
-                    slot = calls.setdefault(tc.index, {"id": "", "name": "", "arguments": ""})
-                    if tc.id:
-                        slot["id"] = tc.id
-                    if tc.function is not None:
-                        if tc.function.name:
-                            slot["name"] += tc.function.name
-                        if tc.function.arguments:
-                            slot["arguments"] += tc.function.arguments
-        for index in sorted(calls):
-            slot = calls[index]
-            yield ToolCallRequested(slot["id"] or f"call_{index}", slot["name"],
-                                    slot["arguments"] or "{}")
-
-
-def _chat_messages(instructions: str, conversation: list[Entry]) -> list[dict[str, Any]]:
-    messages: list[dict[str, Any]] = [{"role": "system", "content": instructions}]
-    for e in conversation:
-        if isinstance(e, UserText):
-            messages.append({"role": "user", "content": e.text})
-        elif isinstance(e, AssistantText):
-            messages.append({"role": "assistant", "content": e.text})
-        elif isinstance(e, ToolCallEntry):
-            call = {"id": e.call_id, "type": "function",
-                    "function": {"name": e.name, "arguments": e.arguments}}
-            last = messages[-1]
-            # tool calls of one model answer belong to one assistant message
-            if last["role"] == "assistant":
-                last.setdefault("tool_calls", []).append(call)
-                last.setdefault("content", None)
-            else:
-                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
-        else:
-            messages.append({"role": "tool", "tool_call_id": e.call_id, "content": e.output})
-    return messages
+        _RAW_EVENTS = RawEvents
+    return _RAW_EVENTS
 
 
 async def discover_ollama_models(base_url: str) -> list[str]:
@@ -394,7 +304,6 @@ async def discover_ollama_models(base_url: str) -> list[str]:
     return [m["name"] for m in data.get("models", []) if isinstance(m, dict) and "name" in m]
 
 
-def build_provider(config: ProviderConfig, token: TokenSource) -> ModelProvider:
-    if config.kind == "responses":
-        return ResponsesProvider(config, token)
-    return ChatProvider(config, token)
+def build_provider(config: ProviderConfig, credentials: Credentials) -> ModelProvider:
+    return ModelProvider(config, credentials)
+

@@ -1,8 +1,10 @@
 """The agent service: starts a turn runner when a session gets a prompt, stops it on
-interrupt, wakes runners waiting for approvals, and resumes running sessions after a restart.
+interrupt, wakes runners waiting for approvals, compacts on request, and resumes running
+sessions after a restart.
 
 It reacts to folded events (an engine listener), so a command from any path — the browser
-socket, the REST API — has the same effect.
+socket, the REST API — has the same effect. It owns the model providers (one pooled client
+each, closed at :meth:`stop`) and each session's encoded history.
 """
 
 from __future__ import annotations
@@ -12,9 +14,15 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from codey_protocol import events as ev
+from codey_protocol import worker as wk
 from codey_protocol.events import Envelope
+from codey_protocol.state import SessionInfo, memory_key
+from codey_server.agent.conversation import needs_turn
+from codey_server.agent.history import History
 from codey_server.agent.models import ModelProvider, build_provider, discover_ollama_models
-from codey_server.agent.runner import TurnRunner, needs_turn
+from codey_server.agent.ports import Limits, TurnDeps
+from codey_server.agent.runner import TurnRunner
+from codey_server.agent.wire import Loader, wire_for
 from codey_server.engine import Engine
 from codey_server.settings import Settings
 from codey_server.workers import WorkerRegistry
@@ -24,24 +32,87 @@ log = logging.getLogger("codey.agent")
 __all__ = ["AgentService"]
 
 _RESUME = ("running", "waiting_approval", "waiting_worker")
+#: files whose change on disk reloads a session's context before its next model call
+_CONTEXT_FILES = frozenset({"AGENTS.md", "SKILL.md"})
+
+TokenFor = Callable[[str], Awaitable[str | None]]
+RefreshFor = Callable[[str], Awaitable[bool]]
+
+
+class _Credentials:
+    """One provider's view of the login service."""
+
+    def __init__(self, name: str, token_for: TokenFor, refresh_for: RefreshFor | None) -> None:
+        self.name = name
+        self._token_for = token_for
+        self._refresh_for = refresh_for
+
+    async def token(self) -> str | None:
+        return await self._token_for(self.name)
+
+    async def refresh(self) -> bool:
+        return await self._refresh_for(self.name) if self._refresh_for is not None else False
+
+
+class _EngineStore:
+    """The engine as the runner's :class:`~codey_server.agent.ports.Store`."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self.append = engine.append
+
+    @property
+    def state(self):  # type: ignore[no-untyped-def]
+        return self._engine.state
+
+    def new_id(self, prefix: str) -> str:
+        return self._engine.context.new_id(prefix)
 
 
 class AgentService:
     def __init__(self, engine: Engine, workers: WorkerRegistry, settings: Settings,
-                 token_for: Callable[[str], Awaitable[str | None]]) -> None:
+                 token_for: TokenFor, refresh_for: RefreshFor | None = None,
+                 load_blob: Loader | None = None) -> None:
         self.engine = engine
+        self.load_blob = load_blob
         self.workers = workers
         self.settings = settings
-        self.providers: dict[str, ModelProvider] = {}
-        for config in settings.providers:
-            name = config.name
-            self.providers[name] = build_provider(
-                config, lambda name=name: token_for(name))  # type: ignore[misc]
+        self.providers: dict[str, ModelProvider] = {
+            config.name: build_provider(config, _Credentials(config.name, token_for,
+                                                             refresh_for))
+            for config in settings.providers}
+        self.histories: dict[tuple[str, str], History] = {}
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self._rerun: set[str] = set()  # prompted while the old task was still finishing
         self._waiters: dict[str, list[asyncio.Future[None]]] = {}
         self.stopping = False
+        self._background: set[asyncio.Task[None]] = set()
+        self.deps = TurnDeps(
+            store=_EngineStore(engine), actions=workers, models=self, approvals=self,
+            limits=Limits(turn_iteration_cap=settings.turn_iteration_cap,
+                          action_timeout_s=settings.action_timeout_s,
+                          approval_timeout_s=settings.approval_timeout_s),
+            stopping=lambda: self.stopping, memory_of=self.memory_of,
+            roles=dict(settings.roles), children=self, load_blob=load_blob)
         engine.listeners.append(self._on_event)
+
+    # ports.Models ---------------------------------------------------------------------------
+
+    def provider(self, name: str) -> ModelProvider | None:
+        return self.providers.get(name)
+
+    def history(self, session_id: str, wire_name: str) -> History:
+        key = (session_id, wire_name)
+        history = self.histories.get(key)
+        if history is None:
+            history = self.histories[key] = History(wire_for(wire_name), self.load_blob)
+        return history
+
+    def memory_of(self, session: SessionInfo) -> str:
+        memory = self.engine.state.memories.get(memory_key(session.worker_id, session.workdir))
+        return memory.text if memory is not None else ""
+
+    # lifecycle ------------------------------------------------------------------------------
 
     async def start(self) -> None:
         for provider in self.providers.values():
@@ -51,9 +122,13 @@ class AgentService:
                 if found and not self.engine.context.default_models.get(provider.name):
                     self.engine.context.default_models[provider.name] = found[0]
         for session in self.engine.state.sessions.values():
-            if session.status in _RESUME:
+            asking = session.status == "waiting_user" and any(
+                q.status == "pending" for q in session.questions.values())
+            if session.status in _RESUME or asking:
                 log.info("resuming session %s (%s)", session.session_id, session.status)
                 self.start_turn(session.session_id, resume=True)
+            elif session.compaction_requested:
+                self.start_turn(session.session_id, compact_only=True)
 
     async def stop(self) -> None:
         # Runners stop without touching the sessions: they resume at the next start.
@@ -62,18 +137,22 @@ class AgentService:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        for provider in self.providers.values():
+            await provider.aclose()
 
     def running(self, session_id: str) -> bool:
         task = self.tasks.get(session_id)
         return task is not None and not task.done()
 
-    def start_turn(self, session_id: str, *, resume: bool = False) -> None:
+    def start_turn(self, session_id: str, *, resume: bool = False,
+                   compact_only: bool = False) -> None:
         if self.stopping:
             return
         if self.running(session_id):
-            self._rerun.add(session_id)
+            if not compact_only:  # a running turn compacts before its next model call
+                self._rerun.add(session_id)
             return
-        runner = TurnRunner(self, session_id, resume=resume)
+        runner = TurnRunner(self.deps, session_id, resume=resume, compact_only=compact_only)
         task = asyncio.get_running_loop().create_task(runner.run(), name=f"turn-{session_id}")
         self.tasks[session_id] = task
         task.add_done_callback(lambda t: self._done(session_id, t))
@@ -81,11 +160,26 @@ class AgentService:
     def _done(self, session_id: str, task: asyncio.Task[None]) -> None:
         if self.tasks.get(session_id) is task:
             del self.tasks[session_id]
+        self._wake(f"turn:{session_id}")
         if session_id in self._rerun:
             self._rerun.discard(session_id)
             session = self.engine.state.sessions.get(session_id)
             if session is not None and not self.stopping and needs_turn(session):
                 self.start_turn(session_id)
+
+    # ports.Children -------------------------------------------------------------------------
+
+    async def wait_done(self, session_id: str) -> None:
+        while True:
+            session = self.engine.state.sessions.get(session_id)
+            if session is None:
+                return
+            if not self.running(session_id) and session.status not in _RESUME:
+                return
+            # woken when its turn task ends (and on each of its status changes)
+            await self.approval_waiter(f"turn:{session_id}")
+
+    # ports.Approvals ------------------------------------------------------------------------
 
     def approval_waiter(self, approval_id: str) -> asyncio.Future[None]:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -95,14 +189,55 @@ class AgentService:
     def _on_event(self, env: Envelope) -> None:
         e = env.event
         sid = env.session_id
+        if isinstance(e, ev.ApprovalResolved):
+            self._wake(e.approval_id)
+        elif isinstance(e, ev.QuestionAnswered):
+            self._wake(e.question_id)
+        if sid is None:
+            return
         if isinstance(e, ev.SessionItemAppended) and isinstance(e.item, ev.UserMessage):
-            if sid is not None:
-                self.start_turn(sid)
-        elif isinstance(e, ev.SessionStatusChanged) and e.status == "interrupted":
-            task = self.tasks.get(sid or "")
-            if task is not None and not task.done():
-                task.cancel()
-        elif isinstance(e, ev.ApprovalResolved):
-            for future in self._waiters.pop(e.approval_id, []):
-                if not future.done():
-                    future.set_result(None)
+            self.start_turn(sid)
+        elif isinstance(e, ev.SessionWorkspaceChanged):
+            if any(p.rsplit("/", 1)[-1] in _CONTEXT_FILES for p in e.paths):
+                self.deps.stale_context.add(sid)
+        elif isinstance(e, ev.CompactionRequested):
+            self.start_turn(sid, compact_only=True)
+        elif isinstance(e, ev.TurnRequested):
+            self.start_turn(sid)
+        elif isinstance(e, ev.SessionStatusChanged):
+            self._wake(f"turn:{sid}")  # a parent may be waiting for this sub-agent
+            if e.status in ("interrupted", "closed"):
+                task = self.tasks.get(sid)
+                if task is not None and not task.done():
+                    task.cancel()
+                if e.status == "closed":
+                    self._detach(sid)
+        elif isinstance(e, ev.SessionDeleted):
+            for key in [k for k in self.histories if k[0] == sid]:
+                del self.histories[key]
+
+    def _wake(self, key: str) -> None:
+        for future in self._waiters.pop(key, []):
+            if not future.done():
+                future.set_result(None)
+
+    def _detach(self, session_id: str) -> None:
+        """A closed session's worker stops watching its workdir (best effort: a worker that
+        is away has no watch to stop)."""
+        session = self.engine.state.sessions.get(session_id)
+        worker = self.engine.state.workers.get(session.worker_id) if session else None
+        if session is None or worker is None or not worker.connected \
+                or "detach_session" not in worker.capabilities.executors:
+            return
+        action = wk.DetachSession(action_id=self.engine.context.new_id("act"),
+                                  session_id=session_id)
+
+        async def detach() -> None:
+            try:
+                await self.workers.run(session.worker_id, action, timeout=30)
+            except Exception as err:  # the session is closed either way
+                log.info("session %s: detach failed (%s)", session_id, err)
+
+        task = asyncio.get_running_loop().create_task(detach(), name=f"detach-{session_id}")
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)

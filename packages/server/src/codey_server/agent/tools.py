@@ -1,7 +1,8 @@
 """The tools offered to the model, and how a tool call becomes an action and a result.
 
 Built-in tools: ``shell``, ``apply_patch``, ``read_file``, ``list_dir``, ``write_file``,
-``update_plan``; plus each MCP tool the session's worker reports, as ``mcp__<server>__<tool>``.
+``update_plan``, ``ask_user``, ``remember``, ``delegate`` (not in sub-agents); plus each MCP
+tool the session's worker reports, as ``mcp__<server>__<tool>``.
 Everything the model gets back is text; failures are results too ("error: …"), never raises.
 """
 
@@ -49,8 +50,12 @@ BUILTIN_TOOLS: list[ToolSpec] = [
                    "workdir": {"type": "string", "description": "relative to the session workdir"},
                    "timeout_ms": {"type": "integer", "minimum": 1}}, ["command"])),
     ToolSpec("apply_patch", "Edit files with a patch in the apply_patch format: "
-             "*** Begin Patch / *** Add File: p / *** Update File: p / *** Delete File: p / "
-             "@@ context / ' ', '-', '+' lines / *** End Patch.",
+             "*** Begin Patch / *** Add File: p / *** Update File: p (optionally *** Move "
+             "to: q) / *** Delete File: p / @@ context / ' ', '-', '+' lines / *** End Patch. "
+             "Unlike Codex's apply_patch: (1) all or nothing: if any part fails, no file is "
+             "changed, so fix the patch and send all of it again; (2) *** Add File refuses a "
+             "path that already exists: use *** Update File, or *** Delete File then *** Add "
+             "File in one patch; (3) *** Move to refuses a destination that already exists.",
              _obj({"input": {"type": "string", "description": "the whole patch"}}, ["input"])),
     ToolSpec("read_file", "Read a text file of the workdir, optionally a range of lines.",
              _obj({"path": {"type": "string"}, "offset": {"type": "integer", "minimum": 0},
@@ -68,6 +73,16 @@ BUILTIN_TOOLS: list[ToolSpec] = [
                         "status": {"type": "string",
                                    "enum": ["pending", "in_progress", "done"]}},
                        ["step", "status"])}}, ["plan"])),
+    ToolSpec("ask_user", "Ask the user a question and wait for the answer. Use it when you "
+             "cannot go on without a decision only they can make; offer `choices` when the "
+             "answer is one of a few.",
+             _obj({"question": {"type": "string"},
+                   "choices": {"type": "array", "items": {"type": "string"},
+                               "maxItems": 10}}, ["question"])),
+    ToolSpec("remember", "Add a short note to this project's memory: it is part of the "
+             "instructions of every later session in this workdir. Keep notes durable and "
+             "brief (conventions, commands, pitfalls), one fact per call.",
+             _obj({"note": {"type": "string"}}, ["note"])),
 ]
 
 _MCP_NAME = re.compile(r"[^a-zA-Z0-9_-]")
@@ -77,8 +92,44 @@ def mcp_tool_name(server: str, tool: str) -> str:
     return f"mcp__{_MCP_NAME.sub('_', server)}__{_MCP_NAME.sub('_', tool)}"[:64]
 
 
-def tools_for(capabilities: wk.Capabilities | None) -> list[ToolSpec]:
+#: what the model may use in plan mode: looking, planning, asking (``shell`` only runs
+#: known-safe read-only commands there)
+PLAN_MODE_TOOLS = frozenset({"shell", "read_file", "list_dir", "update_plan", "ask_user",
+                             "remember"})
+
+
+#: what a read-only sub-agent (the explorer) may use
+READ_ONLY_TOOLS = frozenset({"shell", "read_file", "list_dir"})
+
+
+def delegate_tool(roles: dict[str, str]) -> ToolSpec:
+    """The ``delegate`` tool for these roles (name → description)."""
+    listing = "; ".join(f"`{name}`: {text}" for name, text in roles.items())
+    return ToolSpec(
+        "delegate", "Hand a task to a sub-agent that works in its own session and answers "
+        "with its result. Several delegate calls in one answer run in parallel. Roles: "
+        + listing,
+        _obj({"role": {"type": "string", "enum": list(roles)},
+              "task": {"type": "string", "description": "everything it needs to know: it "
+                       "does not see this conversation"},
+              "workdir": {"type": "string", "description": "another workdir on the same "
+                          "machine (default: this session's)"},
+              "worker_id": {"type": "string", "description": "another machine's worker id "
+                            "(default: this session's)"}}, ["role", "task"]))
+
+
+def tools_for(capabilities: wk.Capabilities | None, *, plan_mode: bool = False,
+              read_only: bool = False,
+              roles: dict[str, str] | None = None) -> list[ToolSpec]:
+    """The tools a session offers: all of them, or the reading ones (``read_only``), or
+    those of plan mode; ``delegate`` when ``roles`` are given (not to sub-agents)."""
+    if read_only:
+        return [t for t in BUILTIN_TOOLS if t.name in READ_ONLY_TOOLS]
+    if plan_mode:
+        return [t for t in BUILTIN_TOOLS if t.name in PLAN_MODE_TOOLS]
     tools = list(BUILTIN_TOOLS)
+    if roles:
+        tools.append(delegate_tool(roles))
     for server in (capabilities.mcp_servers if capabilities else []):
         for tool in server.tools:
             schema = tool.input_schema or {"type": "object", "properties": {}}
@@ -96,7 +147,9 @@ class BadToolCall(Exception):
 class ParsedCall:
     """A tool call, checked: what to ask approval for and which action to send."""
 
-    tool: str  # shell | apply_patch | read_file | list_dir | write_file | update_plan | mcp
+    #: shell | apply_patch | read_file | list_dir | write_file | update_plan | ask_user |
+    #: remember | delegate | mcp
+    tool: str
     command: list[str] | None = None
     cwd: str | None = None
     timeout_s: float = 600.0
@@ -111,6 +164,13 @@ class ParsedCall:
     mcp_server: str | None = None
     mcp_tool: str | None = None
     mcp_arguments: dict[str, Any] | None = None
+    question: str = ""
+    choices: list[str] | None = None
+    note: str = ""
+    role: str = ""
+    task: str = ""
+    worker_id: str | None = None
+    workdir: str | None = None
 
     def action(self, action_id: str, session_id: str, workdir: str) -> wk.ActionMessage:
         if self.tool == "shell":
@@ -133,7 +193,7 @@ class ParsedCall:
         if self.tool == "mcp":
             return wk.McpCall(action_id=action_id, session_id=session_id,
                                server=self.mcp_server or "", tool=self.mcp_tool or "",
-                              arguments=self.mcp_arguments or {})
+                              arguments=self.mcp_arguments or {}, workdir=workdir)
         raise BadToolCall(f"{self.tool} is not run on the worker")
 
 
@@ -207,6 +267,23 @@ def parse_call(name: str, arguments: str,
         explanation = args.get("explanation")
         return ParsedCall("update_plan", plan=steps,
                           explanation=explanation if isinstance(explanation, str) else "")
+    if name == "ask_user":
+        question = _str(args, "question") or ""
+        choices = args.get("choices") or []
+        if not isinstance(choices, list) or not all(isinstance(c, str) for c in choices):
+            raise BadToolCall("`choices` must be a list of strings")
+        return ParsedCall("ask_user", question=question.strip(),
+                          choices=[c for c in choices if c.strip()][:10])
+    if name == "delegate":
+        task = (_str(args, "task") or "").strip()
+        return ParsedCall("delegate", role=(_str(args, "role") or "").strip(), task=task,
+                          worker_id=_str(args, "worker_id", required=False),
+                          workdir=_str(args, "workdir", required=False))
+    if name == "remember":
+        note = " ".join((_str(args, "note") or "").split())
+        if len(note) > 500:
+            raise BadToolCall("a note holds at most 500 characters: keep it brief")
+        return ParsedCall("remember", note=note)
     if name.startswith("mcp__"):
         for server in (capabilities.mcp_servers if capabilities else []):
             for tool in server.tools:

@@ -13,7 +13,13 @@ import time
 import httpx
 import msgspec
 
-from codey_server.auth.oauth import OAuthFailed, OAuthProvider, TokenSet, token_set
+from codey_server.auth.oauth import (
+    OAuthFailed,
+    OAuthProvider,
+    TokenSet,
+    provider_error,
+    token_set,
+)
 
 __all__ = ["DEVICE_GRANT", "DeviceGrant", "poll_device", "start_device"]
 
@@ -34,19 +40,26 @@ class DeviceGrant(msgspec.Struct, kw_only=True):
 
 
 async def start_device(provider: OAuthProvider, http: httpx.AsyncClient) -> DeviceGrant:
+    """Ask for a device code. Raises OAuthFailed — ``unsupported`` when the provider's
+    discovery document names no device authorization endpoint."""
     meta = await provider.discovery()
     if not meta.device_authorization_endpoint:
-        raise OAuthFailed("unsupported", "this provider does not offer the device flow")
-    data = {"client_id": provider.client_id, "scope": " ".join(provider.config.scopes)}
+        raise OAuthFailed("unsupported",
+                          f"provider {provider.config.name!r} does not offer the device flow "
+                          "(its discovery document names no device_authorization_endpoint); "
+                          "log in with the browser link instead")
+    # a confidential client authenticates here as at the token endpoint (RFC 8628 §3.1)
+    client = await provider.client_auth()
+    data = {**client.data, "scope": " ".join(provider.config.scopes)}
     if provider.config.audience:
         data["audience"] = provider.config.audience
     try:
-        r = await http.post(meta.device_authorization_endpoint, data=data)
+        r = await http.post(meta.device_authorization_endpoint, data=data, auth=client.auth)
     except httpx.HTTPError as err:
         raise OAuthFailed("unreachable", f"cannot reach the provider: {type(err).__name__}"
                           ) from None
     if r.status_code != 200:
-        raise _error(r)
+        raise provider_error(r)
     try:
         return msgspec.json.decode(r.content, type=DeviceGrant)
     except (msgspec.DecodeError, msgspec.ValidationError):
@@ -60,14 +73,14 @@ async def poll_device(provider: OAuthProvider, http: httpx.AsyncClient,
     meta = await provider.discovery()
     interval = max(float(grant.interval), 1.0)
     deadline = time.monotonic() + grant.expires_in
-    data = {"grant_type": DEVICE_GRANT, "device_code": grant.device_code,
-            "client_id": provider.client_id}
+    client = await provider.client_auth()
+    data = {"grant_type": DEVICE_GRANT, "device_code": grant.device_code, **client.data}
     while True:
         await asyncio.sleep(interval)
         if time.monotonic() > deadline:
             raise OAuthFailed("expired_token", "the code expired before it was approved")
         try:
-            r = await http.post(meta.token_endpoint, data=data)
+            r = await http.post(meta.token_endpoint, data=data, auth=client.auth)
         except httpx.HTTPError:
             interval += SLOW_DOWN_S  # back off on a flaky network, as for slow_down
             continue
@@ -76,7 +89,7 @@ async def poll_device(provider: OAuthProvider, http: httpx.AsyncClient,
                 return token_set(r.json())
             except ValueError:
                 raise OAuthFailed("invalid_response", "malformed token response") from None
-        err = _error(r)
+        err = provider_error(r)
         if err.code == "authorization_pending":
             continue
         if err.code == "slow_down":
@@ -84,15 +97,3 @@ async def poll_device(provider: OAuthProvider, http: httpx.AsyncClient,
             continue
         raise err
 
-
-def _error(r: httpx.Response) -> OAuthFailed:
-    try:
-        body = r.json()
-    except ValueError:
-        body = {}
-    if not isinstance(body, dict):
-        body = {}
-    code = body.get("error") if isinstance(body.get("error"), str) else f"http_{r.status_code}"
-    description = body.get("error_description")
-    return OAuthFailed(str(code), str(description) if isinstance(description, str)
-                       else "the provider refused the request")

@@ -1,4 +1,10 @@
-"""OAuth 2.0 / OpenID Connect as a public client (PKCE S256), over authlib's httpx client.
+"""OAuth 2.0 / OpenID Connect (PKCE S256), over authlib's httpx client.
+
+A public client by default. With ``client_secret_env`` the client is confidential: its secret
+is read from that environment variable when a token call is made (never stored, never
+logged), and it authenticates with ``client_secret_basic`` or, when the discovery document's
+``token_endpoint_auth_methods_supported`` does not offer that, ``client_secret_post``
+(:meth:`OAuthProvider.client_auth`).
 
 One :class:`OAuthProvider` per configured provider with ``auth == "oauth"``. Order of calls
 for the browser flow: :meth:`~OAuthProvider.authorization_url` (the caller keeps ``state``,
@@ -11,8 +17,10 @@ to show and log (it never contains a token or a code).
 
 from __future__ import annotations
 
+import os
 import time
-from typing import Any
+from typing import Any, Literal
+from urllib.parse import quote
 
 import httpx
 import msgspec
@@ -25,9 +33,28 @@ from joserfc.jwk import KeySet
 from codey_server.errors import ServerError
 from codey_server.settings import ProviderConfig
 
-__all__ = ["Discovery", "OAuthFailed", "OAuthProvider", "TokenSet"]
+# authlib's httpx client runs on httpx2 when that is installed (the mcp SDK brings it in a
+# shared environment), else on httpx: its transport and status errors may come from either
+try:
+    import httpx2
+except ImportError:  # pragma: no cover - depends on the environment
+    _HTTP_ERRORS: tuple[type[Exception], ...] = (httpx.HTTPError,)
+    _STATUS_ERRORS: tuple[type[Exception], ...] = (httpx.HTTPStatusError,)
+else:
+    _HTTP_ERRORS = (httpx.HTTPError, httpx2.HTTPError)
+    _STATUS_ERRORS = (httpx.HTTPStatusError, httpx2.HTTPStatusError)
+
+__all__ = ["ClientAuth", "Discovery", "OAuthFailed", "OAuthProvider", "TokenSet",
+           "provider_error"]
 
 _ID_TOKEN_ALGORITHMS = ["RS256", "RS384", "RS512", "ES256", "ES384", "PS256", "EdDSA"]
+#: what a confidential client may use, in order of preference (RFC 6749 §2.3.1: basic is the
+#: one every server must support)
+_SECRET_METHODS = ("client_secret_basic", "client_secret_post")
+#: characters of a provider's error page kept in a message
+_ERROR_TEXT_MAX = 300
+
+AuthMethod = Literal["none", "client_secret_basic", "client_secret_post"]
 
 
 class OAuthFailed(ServerError):
@@ -49,6 +76,25 @@ class Discovery(msgspec.Struct, kw_only=True):
     jwks_uri: str | None = None
     userinfo_endpoint: str | None = None
     revocation_endpoint: str | None = None
+    # RFC 8414 §2: absent means client_secret_basic only
+    token_endpoint_auth_methods_supported: list[str] | None = None
+
+
+class ClientAuth(msgspec.Struct, kw_only=True):
+    """How to authenticate this client on a request to the provider: form fields to add
+    (``client_id``, and ``client_secret`` for post) and an HTTP Basic header, if any."""
+
+    method: AuthMethod
+    data: dict[str, str]
+    basic: tuple[str, str] | None = None
+
+    def __repr__(self) -> str:  # data may hold the secret
+        return f"ClientAuth(method={self.method!r})"
+
+    @property
+    def auth(self) -> httpx.Auth:
+        """The request's ``auth=``: HTTP Basic, or httpx's no-op base ``Auth``."""
+        return httpx.BasicAuth(*self.basic) if self.basic else httpx.Auth()
 
 
 class TokenSet(msgspec.Struct, kw_only=True):
@@ -84,11 +130,32 @@ def token_set(raw: dict[str, Any], previous_refresh: str | None = None) -> Token
                     scope=scope if isinstance(scope, str) else None)
 
 
+def provider_error(r: Any) -> OAuthFailed:
+    """A provider's error answer as an OAuthFailed: the OAuth ``error`` and its description
+    when the body is one (RFC 6749 §5.2), else ``http_<status>`` with the status and the
+    start of the provider's own text. ``r`` is an ``httpx`` (or ``httpx2``) response."""
+    try:
+        body = r.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and isinstance(body.get("error"), str):
+        description = body.get("error_description")
+        return OAuthFailed(body["error"][:64], description if isinstance(description, str)
+                           else f"the provider refused the request (HTTP {r.status_code})")
+    text = " ".join(r.text.split())[:_ERROR_TEXT_MAX] if r.content else ""
+    reason = r.reason_phrase or "error"
+    return OAuthFailed(f"http_{r.status_code}",
+                       f"the provider answered HTTP {r.status_code} {reason}"
+                       + (f": {text}" if text else ""))
+
+
 def _oauth_failed(err: Exception) -> OAuthFailed:
     if isinstance(err, OAuthError):
         return OAuthFailed(err.error or "oauth_error",
                            err.description or "the provider refused the request")
-    if isinstance(err, httpx.HTTPError):
+    if isinstance(err, _STATUS_ERRORS):  # authlib raises it for a 5xx or a non-JSON body
+        return provider_error(err.response)  # type: ignore[attr-defined]
+    if isinstance(err, _HTTP_ERRORS):
         return OAuthFailed("unreachable", f"cannot reach the provider: {type(err).__name__}")
     return OAuthFailed("oauth_error", type(err).__name__)
 
@@ -124,8 +191,45 @@ class OAuthProvider:
             self._discovery = meta
         return self._discovery
 
-    def _client(self, redirect_uri: str | None = None) -> AsyncOAuth2Client:
-        return AsyncOAuth2Client(client_id=self.client_id, token_endpoint_auth_method="none",
+    def _secret(self) -> str | None:
+        name = self.config.client_secret_env
+        if not name:
+            return None
+        secret = os.environ.get(name)
+        if not secret:
+            raise OAuthFailed("not_configured",
+                              f"provider {self.config.name!r} is a confidential client: set "
+                              f"its client secret in the environment variable {name}")
+        return secret
+
+    async def client_auth(self) -> ClientAuth:
+        """How this client authenticates: ``none`` (public), else ``client_secret_basic`` if
+        the provider supports it, else ``client_secret_post``. Raises OAuthFailed when the
+        secret is missing from the environment or the provider supports neither method."""
+        secret = self._secret()
+        if secret is None:
+            return ClientAuth(method="none", data={"client_id": self.client_id})
+        meta = await self.discovery()
+        supported = meta.token_endpoint_auth_methods_supported or ["client_secret_basic"]
+        method = next((m for m in _SECRET_METHODS if m in supported), None)
+        if method == "client_secret_basic":
+            # RFC 6749 §2.3.1: both parts form-encoded before they go into the header
+            return ClientAuth(method="client_secret_basic", data={},
+                              basic=(quote(self.client_id, safe=""), quote(secret, safe="")))
+        if method == "client_secret_post":
+            return ClientAuth(method="client_secret_post",
+                              data={"client_id": self.client_id, "client_secret": secret})
+        raise OAuthFailed("unsupported",
+                          f"provider {self.config.name!r} accepts none of "
+                          f"{', '.join(_SECRET_METHODS)} at its token endpoint "
+                          f"(it offers {', '.join(supported)})")
+
+    async def _client(self, redirect_uri: str | None = None) -> AsyncOAuth2Client:
+        auth = await self.client_auth()
+        secret = auth.data.get("client_secret") or (
+            self._secret() if auth.method == "client_secret_basic" else None)
+        return AsyncOAuth2Client(client_id=self.client_id, client_secret=secret,
+                                 token_endpoint_auth_method=auth.method,
                                  scope=" ".join(self.config.scopes), redirect_uri=redirect_uri,
                                  code_challenge_method="S256", timeout=30.0)
 
@@ -135,7 +239,10 @@ class OAuthProvider:
     async def authorization_url(self, *, redirect_uri: str, state: str, nonce: str,
                                 code_verifier: str) -> str:
         meta = await self.discovery()
-        async with self._client(redirect_uri) as client:
+        # no secret is needed to build a link: a public client's settings do
+        async with AsyncOAuth2Client(client_id=self.client_id, scope=" ".join(self.config.scopes),
+                                     redirect_uri=redirect_uri, code_challenge_method="S256",
+                                     ) as client:
             url, _ = client.create_authorization_url(
                 meta.authorization_endpoint, state=state, code_verifier=code_verifier,
                 nonce=nonce, **self._extra())
@@ -144,8 +251,9 @@ class OAuthProvider:
     async def exchange_code(self, *, code: str, redirect_uri: str,
                             code_verifier: str) -> TokenSet:
         meta = await self.discovery()
+        oauth = await self._client(redirect_uri)  # raises OAuthFailed itself
         try:
-            async with self._client(redirect_uri) as client:
+            async with oauth as client:
                 raw = await client.fetch_token(meta.token_endpoint, grant_type="authorization_code",
                                                code=code, code_verifier=code_verifier,
                                                redirect_uri=redirect_uri)
@@ -155,8 +263,9 @@ class OAuthProvider:
 
     async def refresh(self, refresh_token: str) -> TokenSet:
         meta = await self.discovery()
+        oauth = await self._client()
         try:
-            async with self._client() as client:
+            async with oauth as client:
                 raw = await client.refresh_token(meta.token_endpoint,
                                                  refresh_token=refresh_token)
         except Exception as err:

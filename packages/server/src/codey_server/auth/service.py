@@ -24,7 +24,7 @@ import os
 import secrets
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 import msgspec
@@ -39,7 +39,7 @@ from codey_server.settings import ProviderConfig, Settings
 
 log = logging.getLogger("codey.auth")
 
-__all__ = ["AuthError", "AuthService", "LoginLink"]
+__all__ = ["AuthError", "AuthService", "DeviceLogin", "LoginLink", "ProviderStatus"]
 
 LOGIN_TTL_S = 600.0
 REFRESH_MARGIN_S = 60.0
@@ -60,6 +60,35 @@ class AuthError(ServerError):
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
+
+
+class ProviderStatus(msgspec.Struct, kw_only=True):
+    """A provider's login state as browsers see it: the fields of ``AuthStatusUpdated``
+    without its ``type``. Never a credential."""
+
+    provider: str
+    state: ev.AuthState
+    method: Literal["oauth", "device_code", "api_key", "none"] = "none"
+    account: str | None = None
+    expires_at: float | None = None
+    error: str | None = None
+    verification_uri: str | None = None  # device code flow: where the user goes
+    user_code: str | None = None  # device code flow: what the user types there
+
+
+def _public(status: ev.AuthStatusUpdated) -> ProviderStatus:
+    return ProviderStatus(**{f: getattr(status, f) for f in ProviderStatus.__struct_fields__})
+
+
+class DeviceLogin(msgspec.Struct, kw_only=True):
+    """What a device login needs from the user (RFC 8628); the device code stays here."""
+
+    provider: str
+    verification_uri: str
+    verification_uri_complete: str | None
+    user_code: str
+    expires_in: float
+    interval: float
 
 
 @dataclass(frozen=True)
@@ -151,15 +180,10 @@ class AuthService:
 
     # queries --------------------------------------------------------------------------------
 
-    def status(self) -> list[dict[str, Any]]:
+    def status(self) -> list[ProviderStatus]:
         """One entry per configured provider (no secrets in it)."""
-        out = []
-        for name, config in self._configs.items():
-            status = self._status.get(name) or self._stored_status(config)
-            entry = msgspec.to_builtins(status)
-            entry.pop("type", None)
-            out.append(entry)
-        return out
+        return [_public(self._status.get(name) or self._stored_status(config))
+                for name, config in self._configs.items()]
 
     async def token_for(self, provider_name: str) -> str | None:
         """The bearer for ``provider_name``: its API key or access token (refreshed when it is
@@ -183,7 +207,7 @@ class AuthService:
 
     # API keys -------------------------------------------------------------------------------
 
-    async def set_api_key(self, provider_name: str, api_key: str) -> dict[str, Any]:
+    async def set_api_key(self, provider_name: str, api_key: str) -> ProviderStatus:
         config = self._config(provider_name)
         if config.auth == "none":
             raise AuthError("bad_request", f"provider {provider_name!r} needs no credentials")
@@ -257,7 +281,7 @@ class AuthService:
 
     # device code ----------------------------------------------------------------------------
 
-    async def start_device(self, provider_name: str) -> dict[str, Any]:
+    async def start_device(self, provider_name: str) -> DeviceLogin:
         """Start a device login; the server polls in the background. Returns what the user
         needs: ``verification_uri`` (+ ``verification_uri_complete``), ``user_code``,
         ``expires_in``."""
@@ -272,10 +296,10 @@ class AuthService:
             verification_uri=grant.verification_uri, user_code=grant.user_code))
         self._devices[provider_name] = asyncio.create_task(
             self._device(provider_name, provider, grant), name=f"device-login-{provider_name}")
-        return {"provider": provider_name, "verification_uri": grant.verification_uri,
-                "verification_uri_complete": grant.verification_uri_complete,
-                "user_code": grant.user_code, "expires_in": grant.expires_in,
-                "interval": grant.interval}
+        return DeviceLogin(provider=provider_name, verification_uri=grant.verification_uri,
+                           verification_uri_complete=grant.verification_uri_complete,
+                           user_code=grant.user_code, expires_in=grant.expires_in,
+                           interval=grant.interval)
 
     async def _device(self, name: str, provider: OAuthProvider, grant: DeviceGrant) -> None:
         try:
@@ -295,7 +319,7 @@ class AuthService:
 
     # logout ---------------------------------------------------------------------------------
 
-    async def logout(self, provider_name: str) -> dict[str, Any]:
+    async def logout(self, provider_name: str) -> ProviderStatus:
         """Forget this provider's credentials (and stop a device login in progress)."""
         config = self._config(provider_name)
         self._cancel_device(provider_name)
@@ -310,15 +334,26 @@ class AuthService:
     async def _revoke(self, name: str, token: str) -> None:
         """Best effort (RFC 7009): a provider without a revocation endpoint just forgets."""
         with contextlib.suppress(OAuthFailed, httpx.HTTPError):
-            meta = await self._provider(name).discovery()
+            provider = self._provider(name)
+            meta = await provider.discovery()
             if meta.revocation_endpoint:
-                await self.http.post(meta.revocation_endpoint, data={
-                    "token": token, "token_type_hint": "refresh_token",
-                    "client_id": self._provider(name).client_id})
+                client = await provider.client_auth()  # RFC 7009 §2.1: as at the token endpoint
+                await self.http.post(meta.revocation_endpoint, auth=client.auth, data={
+                    "token": token, "token_type_hint": "refresh_token", **client.data})
 
     # refresh --------------------------------------------------------------------------------
 
-    async def _refresh(self, name: str) -> None:
+    async def refresh_rejected(self, provider_name: str) -> bool:
+        """The provider answered 401 to a token we thought valid: refresh it now, once.
+        True when a new access token is stored (the caller tries again with it)."""
+        cred = self.store.get(provider_name)
+        if cred is None or not cred.refresh_token:
+            return False
+        await self._refresh(provider_name, force=True)
+        new = self.store.get(provider_name)
+        return new is not None and new is not cred and bool(new.access_token)
+
+    async def _refresh(self, name: str, *, force: bool = False) -> None:
         """Refresh ``name``'s access token if it is due and no failed try is backing off.
 
         The network call runs without holding the store still: a logout, a new API key or a
@@ -328,10 +363,12 @@ class AuthService:
         lock = self._locks.setdefault(name, asyncio.Lock())
         async with lock:
             cred = self.store.get(name)
-            if (cred is None or not cred.refresh_token or cred.expires_at is None
-                    or cred.expires_at - time.time() >= _margin(cred)):
-                return  # someone else refreshed while we waited, or nothing to refresh
-            if time.monotonic() < self._retry_at.get(name, 0.0):
+            if cred is None or not cred.refresh_token:
+                return  # nothing to refresh with
+            if not force and (cred.expires_at is None
+                              or cred.expires_at - time.time() >= _margin(cred)):
+                return  # someone else refreshed while we waited, or nothing is due
+            if not force and time.monotonic() < self._retry_at.get(name, 0.0):
                 return  # the last try failed; wait out its backoff
             try:
                 tokens = await self._provider(name).refresh(cred.refresh_token)
@@ -340,7 +377,7 @@ class AuthService:
                     return
                 code = err.code
                 self._back_off(name)
-                if code in _FATAL_REFRESH or cred.expires_at <= time.time():
+                if code in _FATAL_REFRESH or (cred.expires_at or 0) <= time.time():
                     if code in _FATAL_REFRESH:
                         self.store.remove(name)
                     log.warning("provider %s: refresh failed (%s); log in again", name, code)
@@ -462,10 +499,8 @@ class AuthService:
         await self._publish(ev.AuthStatusUpdated(provider=name, state="error", method=method,
                                                  error=message[:500]))
 
-    async def _publish(self, status: ev.AuthStatusUpdated) -> dict[str, Any]:
+    async def _publish(self, status: ev.AuthStatusUpdated) -> ProviderStatus:
         self._status[status.provider] = status
         if not _same(self.engine.state.auth.get(status.provider), status):
             await self.engine.append([(None, status)])
-        entry = msgspec.to_builtins(status)
-        entry.pop("type", None)
-        return dict(entry)
+        return _public(status)

@@ -8,7 +8,13 @@ Endpoints (all relative to the issuer):
 - `POST /device_authorization`; `GET /device?user_code=…[&approve=1]`, `POST /device`
 - `GET|POST /userinfo` — Bearer access token with scope "openid"
 - test hooks: `POST /_clients {client_id, redirect_uris, client_secret?}`,
-  `POST /_device/approve {user_code}`, `POST /_device/deny {user_code}`
+  `POST /_device/approve {user_code}`, `POST /_device/deny {user_code}`,
+  `POST /_fail {path, status, body?, times?}` (the next `times` requests to `path` get
+  `status` with `body` as plain text: a provider having a bad day)
+
+Settings decide how clients authenticate at the token endpoint
+(`token_endpoint_auth_methods`: a client with a secret must use one of the secret methods) and
+whether the device flow is offered (`device_flow`; without it there is no device endpoint).
 
 `handle` is thread-safe (one lock): the HTTP adapter may call it from many threads.
 """
@@ -29,7 +35,7 @@ from authlib.oauth2.rfc9068.claims import JWTAccessTokenClaims
 from joserfc.jwk import KeySet
 
 from .authorization_server import ProviderAuthorizationServer
-from .grants import TOKEN_ENDPOINT_AUTH_METHODS, register_all
+from .grants import register_all
 from .keys import SigningKeys
 from .messages import HttpRequest, HttpResponse
 from .models import Client, User
@@ -106,17 +112,31 @@ class OIDCProvider:
             ("POST", "/_clients"): self._register_client,
             ("POST", "/_device/approve"): lambda r: self._device_hook(r, approve=True),
             ("POST", "/_device/deny"): lambda r: self._device_hook(r, approve=False),
+            ("POST", "/_fail"): self._fail_hook,
         }
+        if not settings.device_flow:
+            del self._routes[("POST", "/device_authorization")]
+        self._failures: dict[str, tuple[int, str, int]] = {}  # path -> status, body, times
 
     def add_client(
         self, client_id: str, redirect_uris: list[str], client_secret: str | None = None
     ) -> Client:
         """Register a client, or add redirect URIs to an existing one. Returns the client."""
-        client = Client(client_id, list(redirect_uris), self.settings.scopes, client_secret)
+        client = Client(client_id, list(redirect_uris), self.settings.scopes, client_secret,
+                        self.settings.token_endpoint_auth_methods)
         return self.store.add_client(client)
 
     def handle(self, request: HttpRequest) -> HttpResponse:
         """Answer one request. Never raises for bad input: errors become 4xx responses."""
+        with self._lock:
+            failure = self._failures.get(request.path)
+            if failure is not None:
+                status, body, times = failure
+                if times <= 1:
+                    del self._failures[request.path]
+                else:
+                    self._failures[request.path] = (status, body, times - 1)
+                return HttpResponse(status, [("Content-Type", "text/plain")], body.encode())
         handler = self._routes.get((request.method, request.path))
         if handler is None:
             if any(path == request.path for _, path in self._routes):
@@ -129,7 +149,8 @@ class OIDCProvider:
     def metadata(self) -> dict[str, Any]:
         """The OpenID Provider Metadata (OIDC Discovery 1.0 §3, RFC 8414)."""
         base = self.issuer
-        return {
+        device = self.settings.device_flow
+        meta: dict[str, Any] = {
             "issuer": base,
             "authorization_endpoint": f"{base}/authorize",
             "token_endpoint": f"{base}/token",
@@ -142,17 +163,21 @@ class OIDCProvider:
             "grant_types_supported": [
                 "authorization_code",
                 "refresh_token",
-                DEVICE_CODE_GRANT_TYPE,
+                *([DEVICE_CODE_GRANT_TYPE] if device else []),
             ],
             "subject_types_supported": ["public"],
             "id_token_signing_alg_values_supported": [SigningKeys.ALG],
-            "token_endpoint_auth_methods_supported": TOKEN_ENDPOINT_AUTH_METHODS,
+            "token_endpoint_auth_methods_supported": list(
+                self.settings.token_endpoint_auth_methods),
             "code_challenge_methods_supported": ["S256"],
             "claims_supported": ["iss", "sub", "aud", "exp", "iat", "auth_time", "nonce",
                                  "at_hash", "email", "email_verified"],
             "request_parameter_supported": False,
             "request_uri_parameter_supported": False,
         }
+        if not device:
+            del meta["device_authorization_endpoint"]
+        return meta
 
     def _discovery(self, request: HttpRequest) -> HttpResponse:
         return HttpResponse.json_body(200, self.metadata(), [("Cache-Control", "no-cache")])
@@ -247,6 +272,16 @@ class OIDCProvider:
         if not self.decide_device(user_code, approve=approve):
             return HttpResponse.json_body(404, {"error": "unknown, expired or decided user_code"})
         return HttpResponse.json_body(200, {"status": "approved" if approve else "denied"})
+
+    def _fail_hook(self, request: HttpRequest) -> HttpResponse:
+        body = request.json()
+        if not isinstance(body, dict) or not isinstance(body.get("path"), str):
+            return HttpResponse.json_body(400, {"error": "path required"})
+        status, text, times = body.get("status", 503), body.get("body", ""), body.get("times", 1)
+        if not isinstance(status, int) or not isinstance(text, str) or not isinstance(times, int):
+            return HttpResponse.json_body(400, {"error": "status, body, times: int, str, int"})
+        self._failures[body["path"]] = (status, text, max(1, times))
+        return HttpResponse.json_body(200, {"path": body["path"], "status": status})
 
     def _register_client(self, request: HttpRequest) -> HttpResponse:
         body = request.json()

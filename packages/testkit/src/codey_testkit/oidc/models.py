@@ -46,6 +46,8 @@ class Client(ClientMixin):  # type: ignore[misc]
     redirect_uris: list[str]
     scopes: tuple[str, ...]
     client_secret: str | None = None
+    #: the methods the provider accepts (ProviderSettings.token_endpoint_auth_methods)
+    auth_methods: tuple[str, ...] = ("none", "client_secret_basic", "client_secret_post")
 
     @property
     def is_public(self) -> bool:
@@ -73,6 +75,8 @@ class Client(ClientMixin):  # type: ignore[misc]
         return hmac.compare_digest(self.client_secret.encode(), client_secret.encode())
 
     def check_endpoint_auth_method(self, method: str, endpoint: str) -> bool:
+        if method not in self.auth_methods:
+            return False
         if self.is_public:
             return method == "none"
         return method in ("client_secret_basic", "client_secret_post")

@@ -87,6 +87,11 @@ class OIDCProviderProcess(StopsOnExit):
             payload["client_secret"] = client_secret
         return self._post("/_clients", payload)
 
+    def fail_next(self, path: str, status: int, body: str = "", times: int = 1) -> None:
+        """Make the next ``times`` requests to ``path`` (e.g. ``/token``) answer ``status``
+        with ``body`` as plain text (``POST /_fail``)."""
+        self._post("/_fail", {"path": path, "status": status, "body": body, "times": times})
+
     def approve_device(self, user_code: str) -> None:
         """Approve a pending device authorization as the test user."""
         self._post("/_device/approve", {"user_code": user_code})

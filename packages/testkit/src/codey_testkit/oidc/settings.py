@@ -15,6 +15,7 @@ from pathlib import Path
 from codey_testkit.errors import TestkitError
 
 __all__ = [
+    "AUTH_METHODS",
     "DEFAULT_SCOPES",
     "ClientSettings",
     "ProviderSettings",
@@ -25,6 +26,7 @@ __all__ = [
 ]
 
 DEFAULT_SCOPES: tuple[str, ...] = ("openid", "profile", "email", "offline_access")
+AUTH_METHODS: tuple[str, ...] = ("none", "client_secret_basic", "client_secret_post")
 
 
 class SettingsError(TestkitError):
@@ -63,6 +65,12 @@ class ProviderSettings:
     user_email: str = "dev@example.test"
     user_sub: str = "user-1"
     scopes: tuple[str, ...] = DEFAULT_SCOPES
+    #: the token endpoint's client authentication methods: advertised in discovery
+    #: (``token_endpoint_auth_methods_supported``) and the only ones accepted. A client with a
+    #: secret must authenticate with one of the secret methods; "none" is for public clients.
+    token_endpoint_auth_methods: tuple[str, ...] = AUTH_METHODS
+    #: offer the device flow (RFC 8628); without it discovery names no device endpoint
+    device_flow: bool = True
     verbose: bool = False
 
 
@@ -133,6 +141,18 @@ def build_parser() -> argparse.ArgumentParser:
         default=" ".join(DEFAULT_SCOPES),
         help="space-separated scopes the server supports",
     )
+    parser.add_argument(
+        "--token-endpoint-auth-methods",
+        default=" ".join(AUTH_METHODS),
+        help="space-separated client authentication methods the token endpoint accepts "
+        "(none, client_secret_basic, client_secret_post)",
+    )
+    parser.add_argument(
+        "--no-device-flow",
+        dest="device_flow",
+        action="store_false",
+        help="do not offer the device authorization grant",
+    )
     parser.add_argument("--verbose", action="store_true", help="log every request to stderr")
     return parser
 
@@ -151,6 +171,11 @@ def parse_args(argv: Sequence[str] | None = None) -> ProviderSettings:
             raise SettingsError(f"--{name.replace('_', '-')} must be positive")
     if args.device_interval < 0 or args.device_expires <= 0:
         raise SettingsError("--device-interval must be >= 0 and --device-expires > 0")
+    methods = tuple(args.token_endpoint_auth_methods.split())
+    unknown = sorted(set(methods) - set(AUTH_METHODS))
+    if not methods or unknown:
+        raise SettingsError(f"--token-endpoint-auth-methods: unknown {unknown or 'empty'}; "
+                            f"choose from {' '.join(AUTH_METHODS)}")
     return ProviderSettings(
         host=args.host,
         port=args.port,
@@ -166,5 +191,7 @@ def parse_args(argv: Sequence[str] | None = None) -> ProviderSettings:
         user_email=args.user_email,
         user_sub=args.user_sub,
         scopes=tuple(args.scopes.split()),
+        token_endpoint_auth_methods=methods,
+        device_flow=args.device_flow,
         verbose=args.verbose,
     )

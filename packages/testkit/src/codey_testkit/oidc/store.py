@@ -34,7 +34,8 @@ class MemoryStore:
 
     # clients -----------------------------------------------------------------------------
     def add_client(self, client: Client) -> Client:
-        """Register `client`, or merge its redirect URIs into the existing one with its id."""
+        """Register `client`, or merge its redirect URIs into the existing one with its id
+        (and its secret, if it has one: registering a secret makes a client confidential)."""
         existing = self.clients.get(client.client_id)
         if existing is None:
             self.clients[client.client_id] = client
@@ -42,6 +43,8 @@ class MemoryStore:
         for uri in client.redirect_uris:
             if uri not in existing.redirect_uris:
                 existing.redirect_uris.append(uri)
+        if client.client_secret is not None:
+            existing.client_secret = client.client_secret
         return existing
 
     # tokens ------------------------------------------------------------------------------

@@ -1,0 +1,92 @@
+"""Wire formats: how a conversation becomes a request body, and a stream becomes events.
+
+One module per format — :mod:`.responses` (the OpenAI Responses API) and :mod:`.chat` (Chat
+Completions: OpenAI-compatible servers and Ollama). Each gives a :class:`Wire`:
+
+- ``assembler()``: a fresh :class:`Assembler` that turns entries into encoded messages;
+- ``body(...)``: the whole request body as JSON bytes, built from already encoded messages
+  (no second walk over the history, no SDK transform);
+- ``collector()``: a fresh :class:`Collector` fed with each decoded stream event.
+
+Everything here is pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from codey_server.agent.conversation import Entry
+from codey_server.agent.stream import ModelEvent
+from codey_server.agent.tools import ToolSpec
+
+__all__ = ["Assembler", "Collector", "Loader", "RequestOptions", "Wire", "data_url", "wire_for"]
+
+#: a stored file's bytes by content hash (None: not there)
+Loader = Callable[[str], bytes | None]
+
+
+def data_url(mime: str, digest: str, load: Loader | None) -> str | None:
+    """An image as a ``data:`` URL for the model, or None when its bytes are gone."""
+    import base64
+
+    data = load(digest) if load is not None else None
+    if data is None:
+        return None
+    return f"data:{mime};base64,{base64.b64encode(data).decode()}"
+
+
+class Assembler(Protocol):
+    def add(self, entry: Entry) -> None:
+        """Take the next entry of the conversation."""
+
+    def at_boundary(self) -> bool:
+        """True when every entry added so far is in a complete message."""
+
+    def take(self) -> list[bytes]:
+        """The complete messages not taken yet (call only at a boundary)."""
+
+    def finish(self) -> list[bytes]:
+        """Every message not taken yet, the last one closed."""
+
+
+class Collector(Protocol):
+    def feed(self, data: object) -> list[ModelEvent]:
+        """One decoded stream event (a JSON object) → the model events it carries."""
+
+    def feed_sse(self, event: str | None, data: str) -> list[ModelEvent]:
+        """One server-sent event as received: decoded here only if it carries anything."""
+
+    def finish(self) -> list[ModelEvent]:
+        """The stream ended cleanly: the last events (usage, buffered calls, Finished).
+        Raises ModelError(code="stream_cut") when the answer is not complete."""
+
+
+class RequestOptions(Protocol):
+    """What a body needs besides the conversation (a ProviderConfig satisfies it)."""
+
+    reasoning_summary: bool
+
+
+class Wire(Protocol):
+    name: str
+    path: str
+
+    def assembler(self, load: Loader | None = None) -> Assembler:
+        """``load(hash)`` gives an image's bytes (None: it is gone)."""
+
+    def collector(self) -> Collector: ...
+
+    def body(self, *, model: str, instructions: str, messages: list[bytes], tools: bytes,
+             session_id: str | None, options: RequestOptions) -> bytes: ...
+
+    def encode_tools(self, tools: list[ToolSpec]) -> bytes: ...
+
+
+def wire_for(kind: str) -> Wire:
+    """The wire of a provider kind: ``responses``, or ``chat`` (also for ``ollama``)."""
+    from codey_server.agent.wire import chat, responses
+
+    if kind == "responses":
+        return responses.WIRE
+    return chat.WIRE

@@ -1,0 +1,155 @@
+"""Errors as HTTP answers: one map from the error hierarchy to statuses, one error body.
+
+Every error a handler lets escape is answered here (:data:`exception_handlers`):
+
+- a :class:`~codey_server.errors.ServerError` carrying a ``code`` (``CommandRejected``,
+  ``PairingError``, ``AuthError``, ``OAuthFailed``) gets the status of that code in
+  :data:`STATUS_OF_CODE`; a code not listed there is an identity provider's own refusal for
+  the login errors (502) and a bad request for the others (400). ``LogClosed`` (the server is
+  stopping) is 503; any other ``ServerError`` is a bug of ours, 500.
+- Litestar's ``ValidationException`` (a body or parameter that does not fit its type) is 400
+  with msgspec's own words in ``detail``.
+
+The body is always :class:`ErrorBody`: ``{"status_code", "detail", "extra"}``, where ``extra``
+is ``{"code": ...}`` for a coded error. Handlers document theirs with :func:`errors`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+from litestar import Request, Response
+from litestar.exceptions import SerializationException, ValidationException
+from litestar.openapi.datastructures import ResponseSpec
+from litestar.types import ExceptionHandlersMap
+
+from codey_server.auth import AuthError, OAuthFailed
+from codey_server.errors import LogClosed, ServerError
+
+log = logging.getLogger("codey.http")
+
+__all__ = ["STATUS_OF_CODE", "ErrorBody", "JSONRequest", "errors", "exception_handlers",
+           "status_of"]
+
+#: the HTTP status of every error code a ServerError carries (decide.py, pairing.py, auth/)
+STATUS_OF_CODE: Mapping[str, int] = {
+    "bad_request": 400,
+    # the provider lacks what was asked (no device flow, no usable client auth method), or
+    # this server's config does (no client secret in the environment)
+    "unsupported": 400,
+    "not_configured": 400,
+    "wrong_code": 400,
+    "bad_state": 400,
+    "forbidden": 403,
+    "not_found": 404,
+    "conflict": 409,
+    "expired": 410,
+    "too_large": 413,
+    "locked": 423,
+    "too_many": 429,
+}
+
+#: errors whose unlisted codes come from an identity provider (``invalid_grant``, ...)
+_PROVIDER_ERRORS = (AuthError, OAuthFailed)
+
+
+class ErrorBody(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """Every 4xx/5xx body: Litestar's own shape, which the access layer answers with too."""
+
+    status_code: int
+    detail: str
+    #: ``{"code": ...}`` for a coded error; the failed fields for a malformed request
+    extra: dict[str, Any] | list[dict[str, Any]] | None = None
+
+
+def status_of(err: ServerError) -> int:
+    """The HTTP status a ServerError is answered with (see the module docstring)."""
+    code = getattr(err, "code", None)
+    if isinstance(code, str):
+        status = STATUS_OF_CODE.get(code)
+        if status is not None:
+            return status
+        return 502 if isinstance(err, _PROVIDER_ERRORS) else 400
+    if isinstance(err, LogClosed):
+        return 503
+    return 500
+
+
+def _server_error(request: Request[Any, Any, Any], err: ServerError) -> Response[ErrorBody]:
+    status = status_of(err)
+    code = getattr(err, "code", None)
+    if status >= 500 and not isinstance(code, str):
+        log.error("%s %s failed", request.method, request.url.path, exc_info=err)
+    message = getattr(err, "message", None)
+    return Response(ErrorBody(status_code=status,
+                              detail=message if isinstance(message, str) else str(err),
+                              extra={"code": code} if isinstance(code, str) else None),
+                    status_code=status)
+
+
+_NO_BODY = "expected a JSON object in the request body"
+
+
+def _problem(entry: Any) -> dict[str, Any]:
+    problem = dict(entry) if isinstance(entry, Mapping) else {"message": str(entry)}
+    if problem.get("key") == "data" and problem.get("message") == repr("data"):
+        problem["message"] = _NO_BODY  # Litestar's way of saying there was no body at all
+    return problem
+
+
+def _said(problem: Mapping[str, Any]) -> str:
+    key = problem.get("key")
+    message = str(problem.get("message", ""))
+    return f"{message} - at `{key}`" if key and key != "data" else message
+
+
+def _invalid(request: Request[Any, Any, Any], exc: ValidationException) -> Response[ErrorBody]:
+    problems = [_problem(e) for e in exc.extra] if isinstance(exc.extra, list) else []
+    detail = "; ".join(_said(p) for p in problems) or exc.detail
+    return Response(ErrorBody(status_code=400, detail=detail, extra=problems or None),
+                    status_code=400)
+
+
+#: the one map from the error hierarchy to HTTP answers, for ``Litestar(exception_handlers=)``
+exception_handlers: ExceptionHandlersMap = {
+    ServerError: _server_error,
+    ValidationException: _invalid,
+}
+
+
+class JSONRequest(Request[Any, Any, Any]):
+    """Litestar's request, but a body nested too deeply for msgspec is a 400, not a 500."""
+
+    async def json(self) -> Any:
+        try:
+            return await super().json()
+        except RecursionError:  # msgspec's answer to absurdly deep nesting
+            raise SerializationException("JSON is nested too deeply") from None
+
+
+_DESCRIPTIONS = {
+    400: "The body or a parameter is malformed, or the request cannot be carried out "
+         "(`extra.code` says why).",
+    401: "Not logged in: no session cookie and no `Authorization: Bearer <access token>`.",
+    403: "A foreign `Host` or `Origin`, a cookie-authenticated change without same-origin "
+         "proof, or a forbidden request.",
+    404: "No such resource.",
+    409: "The request conflicts with the current state.",
+    410: "Expired.",
+    413: "The body is too large.",
+    423: "Locked after too many wrong tries.",
+    429: "Too many pending requests.",
+    502: "The identity provider refused or failed.",
+}
+
+
+def errors(*statuses: int, login: bool = True) -> dict[int, ResponseSpec]:
+    """The documented error answers of a route: ``statuses``, plus 401 and 403 when it needs
+    a login (the access layer answers those before the handler runs)."""
+    wanted = sorted({*statuses, *((401, 403) if login else ())})
+    return {status: ResponseSpec(ErrorBody, description=_DESCRIPTIONS[status],
+                                 generate_examples=False)
+            for status in wanted}

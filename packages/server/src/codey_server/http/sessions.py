@@ -1,0 +1,170 @@
+"""``/api/sessions``: list, create, read and steer sessions; download a session's log.
+
+Commands go through ``Engine.execute``, exactly like the browser socket's, so both paths have
+the same effect; a refused command (``CommandRejected``) is answered by
+:mod:`codey_server.http.errors`. Each body is the fields of its ``ClientToServer`` command
+without ``type``, ``request_id`` and the ids the path carries (a unit test keeps them in step).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Literal
+
+import msgspec
+from litestar import get, post
+from litestar.exceptions import NotFoundException
+from litestar.openapi.datastructures import ResponseSpec
+from litestar.params import FromPath, JSONBody
+from litestar.response import Stream
+
+from codey_protocol import client as cl
+from codey_protocol import codec
+from codey_protocol.events import ApprovalPolicy, Attachment, Envelope, SessionStatus
+from codey_protocol.state import SessionInfo
+from codey_server.http.errors import errors
+from codey_server.http.resource import Resource, ServicesDep
+
+__all__ = ["ApprovalChoice", "Created", "NewSession", "PolicyChoice", "Prompt", "Seq",
+           "SessionSummary", "SessionsController"]
+
+NDJSON = "application/x-ndjson"
+
+
+class NewSession(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``POST /api/sessions``: a ``create_session`` command."""
+
+    worker_id: str
+    workdir: str
+    prompt: str = ""
+    provider: str | None = None  # None: the server's default provider
+    model: str | None = None  # None: the provider's default model
+    policy: ApprovalPolicy = "suggest"
+    title: str | None = None  # None: from the prompt
+    plan_mode: bool = False  # the model proposes a plan and waits for its approval
+    attachments: list[Attachment] = msgspec.field(default_factory=list)  # from POST /api/blobs
+
+
+class Prompt(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``POST /api/sessions/{id}/prompt``: a ``send_prompt`` command."""
+
+    text: str
+    attachments: list[Attachment] = msgspec.field(default_factory=list)  # from POST /api/blobs
+
+
+class ApprovalChoice(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``POST /api/sessions/{id}/approvals/{approval_id}``: a ``decide_approval`` command."""
+
+    decision: Literal["approve", "approve_for_session", "reject"]
+    message: str = ""
+
+
+class PolicyChoice(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``POST /api/sessions/{id}/policy``: a ``set_approval_policy`` command."""
+
+    policy: ApprovalPolicy
+
+
+class SessionSummary(msgspec.Struct, kw_only=True):
+    session_id: str
+    title: str
+    worker_id: str
+    workdir: str
+    provider: str
+    model: str
+    policy: ApprovalPolicy
+    status: SessionStatus
+    created_at: float
+    updated_at: float
+    items: int  # how many items the session holds
+
+
+class Created(msgspec.Struct, kw_only=True):
+    session_id: str
+    seq: int  # the last event the command appended
+
+
+class Seq(msgspec.Struct, kw_only=True):
+    seq: int  # the last event the command appended (or the current seq when it changed nothing)
+
+
+_LOG = ResponseSpec(Envelope, media_type=NDJSON, generate_examples=False,
+                    description="The session's envelopes in seq order, one JSON `Envelope` per "
+                                "line (NDJSON), as an attachment.")
+
+
+class SessionsController(Resource):
+    path = "/api/sessions"
+    tags = ["sessions"]
+
+    @get(sync_to_thread=False, responses=errors())
+    def list_sessions(self, services: ServicesDep) -> list[SessionSummary]:
+        """Every session, without its items."""
+        return [
+            SessionSummary(session_id=s.session_id, title=s.title, worker_id=s.worker_id,
+                           workdir=s.workdir, provider=s.provider, model=s.model, policy=s.policy,
+                           status=s.status, created_at=s.created_at, updated_at=s.updated_at,
+                           items=len(s.items))
+            for s in services.engine.state.sessions.values()
+        ]
+
+    @post(status_code=201, responses=errors(400, 403, 404))
+    async def create_session(self, data: JSONBody[NewSession], services: ServicesDep) -> Created:
+        """Create a session on a worker; a non-empty ``prompt`` starts its first turn."""
+        envs = await services.engine.execute(cl.CreateSession(**msgspec.structs.asdict(data)))
+        return Created(session_id=envs[0].session_id or "", seq=envs[-1].seq)
+
+    @get("/{session_id:str}", sync_to_thread=False, responses=errors(404))
+    def get_session(self, session_id: FromPath[str], services: ServicesDep) -> SessionInfo:
+        """One session with its items, plan, approvals and usage."""
+        session = services.engine.state.sessions.get(session_id)
+        if session is None:
+            raise NotFoundException(f"no session {session_id!r}")
+        return session
+
+    @post("/{session_id:str}/prompt", status_code=202, responses=errors(400, 404, 409))
+    async def send_prompt(self, session_id: FromPath[str], data: JSONBody[Prompt],
+                          services: ServicesDep) -> Seq:
+        """Send a prompt: it starts a turn, or is queued for the running one."""
+        envs = await services.engine.execute(cl.SendPrompt(
+            session_id=session_id, **msgspec.structs.asdict(data)))
+        return Seq(seq=envs[-1].seq)
+
+    @post("/{session_id:str}/approvals/{approval_id:str}", status_code=200,
+          responses=errors(400, 404, 409))
+    async def decide_approval(self, session_id: FromPath[str], approval_id: FromPath[str],
+                              data: JSONBody[ApprovalChoice], services: ServicesDep) -> Seq:
+        """Approve or reject a pending approval; the first decision wins."""
+        envs = await services.engine.execute(cl.DecideApproval(
+            session_id=session_id, approval_id=approval_id, decision=data.decision,
+            message=data.message))
+        return Seq(seq=envs[-1].seq)
+
+    @post("/{session_id:str}/policy", status_code=200, responses=errors(400, 404))
+    async def set_policy(self, session_id: FromPath[str], data: JSONBody[PolicyChoice],
+                         services: ServicesDep) -> Seq:
+        """Change the session's approval policy."""
+        envs = await services.engine.execute(cl.SetApprovalPolicy(session_id=session_id,
+                                                                  policy=data.policy))
+        return Seq(seq=envs[-1].seq if envs else services.engine.state.seq)
+
+    @post("/{session_id:str}/interrupt", status_code=200, responses=errors(404))
+    async def interrupt(self, session_id: FromPath[str], services: ServicesDep) -> Seq:
+        """Stop the running turn (its command is killed, open tool calls are cancelled)."""
+        envs = await services.engine.execute(cl.Interrupt(session_id=session_id))
+        return Seq(seq=envs[-1].seq if envs else services.engine.state.seq)
+
+    # no media_type here: Litestar would give it to the 404's JSON too; the doc says NDJSON
+    @get("/{session_id:str}/log", responses={200: _LOG, **errors(404)})
+    async def session_log(self, session_id: FromPath[str], services: ServicesDep) -> Stream:
+        """Download the session's events as NDJSON."""
+        if session_id not in services.engine.state.sessions:
+            raise NotFoundException(f"no session {session_id!r}")
+        envs = await services.engine.log.read_session(session_id)
+
+        async def lines() -> AsyncIterator[bytes]:
+            for env in envs:
+                yield codec.encode(env) + b"\n"
+
+        return Stream(lines(), media_type=NDJSON, headers={
+            "content-disposition": f'attachment; filename="{session_id}.ndjson"'})

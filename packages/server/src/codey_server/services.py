@@ -1,0 +1,76 @@
+"""``Services``: the server's long-lived parts, built from settings, started and stopped once.
+
+Order of calls: ``Services(settings)`` (no I/O beyond creating the data dir) → ``await
+start()`` in the app's lifespan → handlers use the parts → ``await stop()``. Each part starts
+itself: the engine replays the log, the worker registry marks the sockets that did not survive
+a restart, pairing expires requests from before it, the auth service publishes login states,
+the agent resumes the sessions that were running. Handlers get this object by dependency
+injection (``services: Services``), never from a global.
+"""
+
+from __future__ import annotations
+
+from codey_server.access import BrowserAccess
+from codey_server.agent.service import AgentService
+from codey_server.auth import AuthService
+from codey_server.blobs import BlobStore
+from codey_server.clients import ClientHub
+from codey_server.decide import Context
+from codey_server.engine import Engine
+from codey_server.eventlog import SqliteEventLog
+from codey_server.pairing import KeyStore, Pairing
+from codey_server.secretfile import ensure_private_dir
+from codey_server.settings import Settings
+from codey_server.workers import WorkerRegistry
+
+__all__ = ["Services"]
+
+
+def _context(settings: Settings, blobs: BlobStore) -> Context:
+    """The defaults ``decide`` fills in: the default provider and each provider's model; and
+    whether a prompt's file is stored."""
+    default = settings.default_provider or (
+        settings.providers[0].name if settings.providers else "default")
+    return Context(
+        blob_exists=blobs.exists,
+        default_provider=default,
+        default_models={p.name: (p.default_model or (p.models[0] if p.models else ""))
+                        for p in settings.providers},
+    )
+
+
+class Services:
+    """Everything the handlers need. Start once, stop once."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        # the event log holds prompts, command output and file contents
+        ensure_private_dir(settings.data_dir)
+        # files sent with prompts, once each by content hash
+        self.blobs = BlobStore(settings.data_dir / "blobs")
+        self.engine = Engine(SqliteEventLog(settings.db_path),
+                             snapshot_every=settings.snapshot_every,
+                             context=_context(settings, self.blobs))
+        self.clients = ClientHub()
+        self.keys = KeyStore(settings.data_dir / "workers.json")
+        self.pairing = Pairing(self.engine, self.keys)
+        self.workers = WorkerRegistry(self.engine, self.keys)
+        self.access = BrowserAccess(settings)
+        self.auth = AuthService(settings, self.engine)
+        # the model's bearer: a stored login or API key, else the provider's api_key_env; a
+        # token the provider rejects is refreshed once
+        self.agent = AgentService(self.engine, self.workers, settings, self.auth.token_for,
+                                  self.auth.refresh_rejected, self.blobs.get)
+
+    async def start(self) -> None:
+        await self.engine.start()
+        await self.workers.start()
+        await self.pairing.start()
+        await self.auth.start()
+        await self.agent.start()
+
+    async def stop(self) -> None:
+        self.clients.begin_shutdown()
+        await self.agent.stop()
+        await self.auth.stop()
+        await self.engine.stop()

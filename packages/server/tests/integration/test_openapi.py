@@ -1,0 +1,257 @@
+"""The OpenAPI document at /schema is true: every route's real answers, from a real server with
+a real worker and the scripted model, match what the document says — status, content type,
+body schema, which routes need a login — and OPTIONS lists exactly the documented methods.
+
+Each request goes through schemathesis's response checks against the document the server
+serves. A route missing from :func:`_exercise` fails the coverage check at the end: add a real
+request for every new route.
+"""
+
+from __future__ import annotations
+
+import base64
+import platform
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import schemathesis
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from schemathesis import checks
+from schemathesis.specs.openapi.schemas import OpenApiSchema
+
+from codey_protocol import codec
+from codey_testkit.model_handle import ModelServerHandle
+from codey_testkit.scenarios import provider_config, tools, wait_for
+from codey_testkit.stack import ServerProcess, WorkerProcess
+
+SCRIPT: dict[str, Any] = {"model": "scripted-1", "steps": [
+    {"match": {"user": "make a file"},
+     "reply": {"calls": [{"name": "shell", "arguments": {"command": ["touch", "made"]}}]}},
+    {"match": {"tool": "shell"}, "reply": {"text": "There."}},
+    {"match": {"any": True}, "reply": {"text": "Noted."}},
+]}
+
+#: what a documented answer is checked for
+_CHECKS = [checks.status_code_conformance, checks.content_type_conformance,
+           checks.response_schema_conformance, checks.response_headers_conformance]
+_METHODS = ("get", "post", "put", "patch", "delete")
+
+
+@pytest.fixture
+def script() -> dict[str, Any]:
+    return SCRIPT
+
+
+@pytest.fixture
+def server(tmp_path: Path, model: ModelServerHandle) -> Iterator[ServerProcess]:
+    """The scripted model, and a provider that takes a pasted API key."""
+    config = provider_config(model)
+    config["providers"].append({"name": "keyed", "base_url": model.base_url + "/v1",
+                                "auth": "api_key", "models": ["m"]})
+    with ServerProcess(tmp_path / "server", config=config) as proc:
+        yield proc
+
+
+class _Contract:
+    """Sends requests and checks each answer against the served document."""
+
+    def __init__(self, server: ServerProcess) -> None:
+        self.server = server
+        self.document: dict[str, Any] = httpx.get(f"{server.url}/schema/openapi.json",
+                                                  timeout=10).json()
+        self.schema: OpenApiSchema = schemathesis.openapi.from_dict(self.document)
+        self.covered: set[tuple[str, str]] = set()
+
+    def operations(self) -> set[tuple[str, str]]:
+        return {(method.upper(), path) for path, item in self.document["paths"].items()
+                for method in item if method in _METHODS}
+
+    def check(self, method: str, template: str, expect: int, *,
+              path: dict[str, str] | None = None, client: httpx.Client | None = None,
+              **kwargs: Any) -> httpx.Response:
+        """Send ``method template`` (``path`` filled in), assert the status, validate."""
+        url = template.format(**(path or {}))
+        response = (client or self.server.http).request(method, url, **kwargs)
+        assert response.status_code == expect, (method, url, response.status_code,
+                                                 response.text[:500])
+        case = self.schema[template][method].Case(path_parameters=path or {})
+        case.validate_response(response, checks=_CHECKS)
+        self.covered.add((method, template))
+        return response
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _pair_request_body() -> dict[str, Any]:
+    key = Ed25519PrivateKey.generate().public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+    return {"public_key": _b64(key), "hostname": "contract-host", "os": "Linux",
+            "python_version": platform.python_version(), "worker_version": "0.1.0",
+            "roots": ["/tmp"]}
+
+
+def _exercise(api: _Contract, server: ServerProcess, worker: WorkerProcess) -> None:
+    """At least one real answer from every route, success and refusal."""
+    worker_id = worker.worker_id
+    workdir = worker.workdir("contract")
+    Path(workdir).mkdir(parents=True)
+
+    api.check("GET", "/api/health", 200)
+    api.check("GET", "/api/state/bootstrap", 200)
+    api.check("GET", "/api/config", 200)
+
+    # sessions: a turn that stops at an approval, approved, then steered
+    api.check("POST", "/api/sessions", 404, json={"worker_id": "wrk_none", "workdir": "/w"})
+    api.check("POST", "/api/sessions", 400, json={"worker_id": worker_id, "nope": 1})
+    created = api.check("POST", "/api/sessions", 201, json={
+        "worker_id": worker_id, "workdir": workdir, "prompt": "make a file", "policy": "suggest"})
+    sid = created.json()["session_id"]
+    s = wait_for(server, sid, lambda s: s["approvals"] and tools(s), what="the approval")
+    approval_id = next(iter(s["approvals"]))
+    api.check("GET", "/api/sessions", 200)
+    api.check("GET", "/api/sessions/{session_id}", 200, path={"session_id": sid})
+    api.check("GET", "/api/sessions/{session_id}", 404, path={"session_id": "ses_none"})
+    ids = {"session_id": sid, "approval_id": approval_id}
+    template = "/api/sessions/{session_id}/approvals/{approval_id}"
+    api.check("POST", template, 400, path=ids, json={"decision": "maybe"})
+    api.check("POST", template, 200, path=ids, json={"decision": "approve"})
+    api.check("POST", template, 409, path=ids, json={"decision": "reject"})
+    wait_for(server, sid, lambda s: s["status"] == "idle" and len(s["items"]) >= 3,
+             what="the turn to end")
+    api.check("POST", "/api/sessions/{session_id}/prompt", 202, path={"session_id": sid},
+              json={"text": "thanks"})
+    api.check("POST", "/api/sessions/{session_id}/prompt", 400, path={"session_id": sid},
+              json={"text": "   "})
+    api.check("POST", "/api/sessions/{session_id}/prompt", 404, path={"session_id": "ses_none"},
+              json={"text": "hello"})
+    api.check("POST", "/api/sessions/{session_id}/policy", 200, path={"session_id": sid},
+              json={"policy": "auto-edit"})
+    api.check("POST", "/api/sessions/{session_id}/policy", 404,
+              path={"session_id": "ses_none"}, json={"policy": "auto-edit"})
+    api.check("POST", "/api/sessions/{session_id}/interrupt", 200, path={"session_id": sid})
+    api.check("POST", "/api/sessions/{session_id}/interrupt", 404,
+              path={"session_id": "ses_none"})
+    log = api.check("GET", "/api/sessions/{session_id}/log", 200, path={"session_id": sid})
+    assert log.headers["content-type"].startswith("application/x-ndjson")
+    lines = log.content.splitlines()
+    assert lines and all(codec.decode_envelope(line).session_id == sid for line in lines)
+    api.check("GET", "/api/sessions/{session_id}/log", 404, path={"session_id": "ses_none"})
+
+    # pairing: the unpaired worker's calls need no login
+    with httpx.Client(base_url=server.url, timeout=30) as anonymous:
+        ticket = api.check("POST", "/api/pairing/requests", 201, client=anonymous,
+                           json=_pair_request_body()).json()
+        api.check("POST", "/api/pairing/requests", 400, client=anonymous,
+                  json={**_pair_request_body(), "public_key": "short"})
+        wait = "/api/pairing/requests/{request_id}/wait"
+        rid = {"request_id": ticket["request_id"]}
+        api.check("GET", wait, 200, path=rid, client=anonymous,
+                  params={"secret": ticket["poll_secret"], "timeout": 0})
+        api.check("GET", wait, 404, path=rid, client=anonymous,
+                  params={"secret": "wrong", "timeout": 0})
+        api.check("GET", "/api/pairing/requests", 200)
+        api.check("GET", "/api/pairing/code/{code}", 200, path={"code": ticket["code"]})
+        api.check("GET", "/api/pairing/code/{code}", 404, path={"code": "BBBB-BBBB"})
+        approve = "/api/pairing/requests/{request_id}/approve"
+        api.check("POST", approve, 400, path=rid, json={"code": "BBBB-BBBB"})
+        api.check("POST", approve, 200, path=rid, json={"code": ticket["code"]})
+        api.check("POST", approve, 404, path=rid, json={"code": ticket["code"]})
+        paired = api.check("GET", wait, 200, path=rid, client=anonymous,
+                           params={"secret": ticket["poll_secret"], "timeout": 0}).json()
+        other = api.check("POST", "/api/pairing/requests", 201, client=anonymous,
+                          json=_pair_request_body()).json()
+    deny = "/api/pairing/requests/{request_id}/deny"
+    api.check("POST", deny, 200, path={"request_id": other["request_id"]})
+    api.check("POST", deny, 404, path={"request_id": other["request_id"]})
+
+    # workers: a direct action on the real worker, then a revocation of the paired one
+    actions = "/api/workers/{worker_id}/actions"
+    (Path(workdir) / "hello.txt").write_text("hello\n")
+    done = api.check("POST", actions, 200, path={"worker_id": worker_id}, json={
+        "type": "read_file", "workdir": workdir, "path": "hello.txt"}).json()
+    assert done["ok"] and done["result"]["content"] == "hello\n"
+    refused = api.check("POST", actions, 200, path={"worker_id": worker_id}, json={
+        "type": "read_file", "workdir": workdir, "path": "missing.txt"}).json()
+    assert refused["ok"] is False and refused["code"]
+    api.check("POST", actions, 400, path={"worker_id": worker_id}, json={"type": "nope"})
+    api.check("POST", actions, 404, path={"worker_id": "wrk_none"},
+              json={"type": "list_dir", "workdir": workdir})
+    revoke = "/api/workers/{worker_id}/revoke"
+    api.check("POST", revoke, 200, path={"worker_id": paired["worker_id"]})
+    api.check("POST", revoke, 404, path={"worker_id": "wrk_none"})
+
+    # provider login
+    api.check("GET", "/api/auth/status", 200)
+    api.check("POST", "/api/auth/api-key", 200, json={"provider": "keyed", "api_key": "sk-x1"})
+    api.check("POST", "/api/auth/api-key", 400, json={"provider": "keyed"})
+    api.check("POST", "/api/auth/api-key", 404, json={"provider": "nope", "api_key": "sk-x1"})
+    api.check("POST", "/api/auth/logout", 200, json={"provider": "keyed"})
+    api.check("POST", "/api/auth/logout", 404, json={"provider": "nope"})
+    api.check("POST", "/api/auth/login-link", 400, json={"provider": "keyed"})
+    api.check("POST", "/api/auth/device", 400, json={"provider": "keyed"})
+    api.check("POST", "/api/auth/device", 404, json={"provider": "nope"})
+    api.check("GET", "/api/auth/callback", 303, params={"state": "nope", "code": "x"})
+
+    # files sent with prompts, and the pairing link's QR code
+    png = b"\x89PNG\r\n\x1a\n" + b"\0" * 32
+    stored = api.check("POST", "/api/blobs", 201, content=png,
+                       params={"name": "../shot.png", "mime": "image/png"}).json()
+    assert stored["name"] == "shot.png" and stored["size"] == len(png)
+    api.check("POST", "/api/blobs", 400, content=b"")
+    api.check("POST", "/api/blobs", 413, content=b"x" * (10 * 1024 * 1024 + 1))
+    blob = "/api/blobs/{digest}"
+    got = api.check("GET", blob, 200, path={"digest": stored["hash"]}, params={"mime": "image/png"})
+    assert got.content == png and got.headers["content-type"] == "image/png"
+    other = api.check("GET", blob, 200, path={"digest": stored["hash"]},
+                      params={"mime": "image/svg+xml"})
+    assert other.headers["content-disposition"] == "attachment"  # never inline as a page
+    api.check("GET", blob, 404, path={"digest": "0" * 64})
+    qr = api.check("GET", "/api/qr.svg", 200, params={"text": "http://127.0.0.1/#/pair"})
+    assert qr.text.startswith("<svg")
+    api.check("GET", "/api/qr.svg", 400, params={"text": "x" * 1025})
+
+    # this browser's own logout, with a second browser session
+    with httpx.Client(base_url=server.url, timeout=30,
+                      headers={"Origin": server.url}) as second:
+        assert second.get(f"/?token={server.token}").status_code == 303
+        api.check("POST", "/api/logout", 200, client=second)
+
+
+def _placeholder(template: str) -> str:
+    return template.replace("{", "x").replace("}", "")
+
+
+def test_every_route_answers_as_the_openapi_document_says(
+        server: ServerProcess, worker: WorkerProcess) -> None:
+    api = _Contract(server)
+    assert api.document["info"]["title"] == "codey-server"
+
+    # the checks can fail: a health answer is not a bootstrap answer
+    health = server.http.get("/api/health")
+    with pytest.raises(checks.FailureGroup):
+        api.schema["/api/state/bootstrap"]["GET"].Case().validate_response(
+            health, checks=_CHECKS)
+
+    _exercise(api, server, worker)
+    assert api.covered == api.operations(), (
+        "routes without a real request here", sorted(api.operations() - api.covered))
+
+    # without a login: exactly the routes documenting 401 give it
+    with httpx.Client(base_url=server.url, timeout=30) as anonymous:
+        for method, template in sorted(api.operations()):
+            responses = api.document["paths"][template][method.lower()]["responses"]
+            r = anonymous.request(method, _placeholder(template), json={})
+            assert (r.status_code == 401) == ("401" in responses), (method, template, r.text)
+
+    # OPTIONS lists exactly the documented methods
+    for template, item in api.document["paths"].items():
+        r = server.http.options(_placeholder(template))
+        assert r.status_code == 204, template
+        documented = {m.upper() for m in item if m in _METHODS} | {"OPTIONS"}
+        assert set(r.headers["allow"].replace(" ", "").split(",")) == documented, template
+

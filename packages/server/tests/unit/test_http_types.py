@@ -1,0 +1,117 @@
+"""The HTTP layer's bodies and answers stay in step with the messages they stand for, and the
+OpenAPI document built from them says what the server does."""
+
+from __future__ import annotations
+
+import asyncio
+import typing
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from codey_protocol import client as cl
+from codey_protocol import events as ev
+from codey_protocol import worker as wk
+from codey_server.app import create_app
+from codey_server.auth import AuthService, ProviderStatus
+from codey_server.engine import Engine
+from codey_server.eventlog import MemoryEventLog
+from codey_server.http import sessions
+from codey_server.http.workers import _REQUESTS
+from codey_server.settings import ProviderConfig, Settings
+
+
+def _fields(struct: type[msgspec.Struct], *, without: set[str]) -> dict[str, Any]:
+    return {f.name: (f.type, f.default) for f in msgspec.structs.fields(struct)
+            if f.name not in without}
+
+
+@pytest.mark.parametrize(("body", "command", "from_path"), [
+    (sessions.NewSession, cl.CreateSession, set()),
+    (sessions.Prompt, cl.SendPrompt, {"session_id"}),
+    (sessions.ApprovalChoice, cl.DecideApproval, {"session_id", "approval_id"}),
+    (sessions.PolicyChoice, cl.SetApprovalPolicy, {"session_id"}),
+])
+def test_each_rest_body_carries_every_field_of_its_command(
+        body: type[msgspec.Struct], command: type[msgspec.Struct], from_path: set[str]) -> None:
+    """A field added to a command must be added to its REST body too (or to the path)."""
+    assert _fields(body, without=set()) == _fields(command, without={"request_id", *from_path})
+    assert body.__struct_config__.forbid_unknown_fields  # as the socket's commands
+
+
+def test_provider_status_is_the_auth_event_without_its_type() -> None:
+    assert _fields(ProviderStatus, without=set()) == _fields(ev.AuthStatusUpdated,
+                                                             without=set())
+
+
+def test_an_action_body_is_any_action_frame_with_optional_ids() -> None:
+    assert set(_REQUESTS.values()) == set(typing.get_args(wk.ActionMessage))
+    union = typing.Union[tuple(_REQUESTS)]  # noqa: UP007
+    body = msgspec.json.decode(b'{"type": "read_file", "workdir": "/w", "path": "a"}',
+                               type=union)
+    action = _REQUESTS[type(body)](**msgspec.structs.asdict(body))
+    assert type(action) is wk.ReadFile and action.action_id == "" and action.path == "a"
+
+
+def test_the_api_key_env_variable_is_the_bearer_until_a_key_is_stored(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The agent asks the auth service only; it falls back to ``api_key_env`` itself."""
+    monkeypatch.setenv("CODEY_TEST_KEY", "sk-from-env")
+
+    async def main() -> None:
+        engine = Engine(MemoryEventLog())
+        await engine.start()
+        providers = [ProviderConfig(name="keyed", base_url="http://127.0.0.1:1",
+                                    auth="api_key", api_key_env="CODEY_TEST_KEY"),
+                     ProviderConfig(name="open", base_url="http://127.0.0.1:1")]
+        service = AuthService(Settings(data_dir=tmp_path, providers=providers), engine)
+        assert await service.token_for("keyed") == "sk-from-env"
+        assert await service.token_for("open") is None  # auth "none": no bearer at all
+        await service.set_api_key("keyed", "sk-pasted")
+        assert await service.token_for("keyed") == "sk-pasted"
+        await engine.stop()
+
+    asyncio.run(main())
+
+
+@pytest.fixture(scope="module")
+def document(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    app = create_app(Settings(data_dir=tmp_path_factory.mktemp("data")))
+    schema: dict[str, Any] = app.openapi_schema.to_schema()
+    return schema
+
+
+def test_the_log_is_documented_as_ndjson_of_envelopes(document: dict[str, Any]) -> None:
+    answer = document["paths"]["/api/sessions/{session_id}/log"]["get"]["responses"]["200"]
+    assert answer["content"] == {"application/x-ndjson": {
+        "schema": {"$ref": "#/components/schemas/Envelope"}}}
+
+
+def test_bodies_are_required_and_closed_where_the_server_refuses_unknown_fields(
+        document: dict[str, Any]) -> None:
+    schemas = document["components"]["schemas"]
+    create = document["paths"]["/api/sessions"]["post"]["requestBody"]
+    assert create["required"] is True
+    ref = create["content"]["application/json"]["schema"]["$ref"]
+    assert schemas[ref.rsplit("/", 1)[1]]["additionalProperties"] is False
+    assert schemas["PairRequest"]["additionalProperties"] is False
+    assert "additionalProperties" not in schemas["ProviderChoice"]  # unknown fields ignored
+
+
+def test_every_answer_of_every_route_is_described(document: dict[str, Any]) -> None:
+    schemas = document["components"]["schemas"]
+    for path, item in document["paths"].items():
+        for method, operation in item.items():
+            for status, answer in operation["responses"].items():
+                where = (method, path, status)
+                if status in ("204", "303"):
+                    continue  # no body
+                (media, content), = answer["content"].items()
+                schema = content["schema"]
+                assert schema.get("type") != "string" or media != "application/json", where
+                if status.startswith("4"):  # (run_action's 504 is an ActionNotDone)
+                    if "$ref" in schema:
+                        schema = schemas[schema["$ref"].rsplit("/", 1)[1]]
+                    assert {"status_code", "detail"} <= set(schema["properties"]), where
