@@ -259,7 +259,8 @@ def start_server_and_worker(root: Path) -> Iterator[tuple[ServerProcess, Managed
     for path in (home, work, logs):
         path.mkdir(parents=True, exist_ok=True)
     (home / "worker-config.json").write_text(json.dumps({"allowed_roots": [str(work)]}))
-    with ServerProcess(root / "server", log_dir=logs) as server, \
+    # the bench drives actions directly (POST /api/workers/{id}/actions), off by default
+    with ServerProcess(root / "server", log_dir=logs, extra_args=["--direct-actions"]) as server, \
             ManagedProcess("worker", log_dir=logs) as worker:
         worker.start([sys.executable, "-m", "codey_worker.cli", "--server", server.url],
                      env={"CODEY_HOME": str(home)})

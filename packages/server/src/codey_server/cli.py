@@ -68,6 +68,9 @@ def _parser() -> argparse.ArgumentParser:
                        help="another Host name to answer to, besides loopback (repeatable)")
     serve.add_argument("--no-auth", action="store_true",
                        help="no access token (refused unless bound to loopback)")
+    serve.add_argument("--direct-actions", action="store_true",
+                       help="allow POST /api/workers/{id}/actions: actions with no approval "
+                            "and no trace in the event log (for benchmarks and tests)")
     url = sub.add_parser(
         "url", help="print the link that logs a browser in, again",
         description="Print the link (with its access token) that logs a browser in to the "
@@ -120,7 +123,8 @@ def serve(args: argparse.Namespace) -> int:
     settings = Settings(host=args.host, port=args.port, data_dir=args.data_dir.expanduser(),
                         log_level=args.log_level, public_url=args.public_url, tls=args.tls,
                         allowed_origins=args.allowed_origin, allowed_hosts=args.allowed_host,
-                        auth_required=not args.no_auth)
+                        auth_required=not args.no_auth,
+                        direct_actions=args.direct_actions)
     if args.snapshot_every:
         settings = msgspec.structs.replace(settings, snapshot_every=args.snapshot_every)
     config_path = args.config or settings.data_dir / "config.json"

@@ -102,6 +102,10 @@ class Settings(msgspec.Struct, kw_only=True):
     #: roles the model can delegate to (sub-agents)
     roles: dict[str, RoleConfig] = msgspec.field(default_factory=default_roles)
     log_level: str = "info"
+    #: ``POST /api/workers/{id}/actions`` runs an action with no approval and no event in the
+    #: log; it exists for benchmarks and tests, so it is off unless the server is started
+    #: with ``--direct-actions``
+    direct_actions: bool = False
 
     @property
     def db_path(self) -> Path:

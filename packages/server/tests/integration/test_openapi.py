@@ -52,7 +52,8 @@ def server(tmp_path: Path, model: ModelServerHandle) -> Iterator[ServerProcess]:
     config = provider_config(model)
     config["providers"].append({"name": "keyed", "base_url": model.base_url + "/v1",
                                 "auth": "api_key", "models": ["m"]})
-    with ServerProcess(tmp_path / "server", config=config) as proc:
+    with ServerProcess(tmp_path / "server", config=config,
+                       extra_args=["--direct-actions"]) as proc:
         yield proc
 
 
@@ -136,6 +137,9 @@ def _exercise(api: _Contract, server: ServerProcess, worker: WorkerProcess) -> N
     api.check("POST", "/api/sessions/{session_id}/interrupt", 200, path={"session_id": sid})
     api.check("POST", "/api/sessions/{session_id}/interrupt", 404,
               path={"session_id": "ses_none"})
+    compact = "/api/sessions/{session_id}/compact"
+    api.check("POST", compact, 200, path={"session_id": sid})
+    api.check("POST", compact, 404, path={"session_id": "ses_none"})
     log = api.check("GET", "/api/sessions/{session_id}/log", 200, path={"session_id": sid})
     assert log.headers["content-type"].startswith("application/x-ndjson")
     lines = log.content.splitlines()

@@ -459,3 +459,13 @@ class _PairedWorker:
         ws.send(json.dumps({"type": "hello", "worker_version": "0.1.0",
                             "hostname": "fuzz-host", "os": "Linux"}))
         return ws
+
+
+def test_direct_actions_are_refused_unless_the_server_was_started_for_them(
+        server: ServerProcess) -> None:
+    """They bypass approvals and the event log: a flag for benchmarks, off by default."""
+    r = server.http.post("/api/workers/wrk_any/actions",
+                         json={"type": "read_file", "workdir": "/tmp", "path": "x"})
+    assert r.status_code == 403, r.text
+    body = r.json()
+    assert body["extra"] == {"code": "forbidden"} and "--direct-actions" in body["detail"]

@@ -70,7 +70,7 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
         {"allowed_roots": [str(work)], "denied_commands": ["sudo"]}))
     # a fixed port, so a restarted server is found again at the same URL
     server = ServerProcess(tmp_path / "server", log_dir=tmp_path / "logs",
-                           extra_args=["--port", str(free_port())])
+                           extra_args=["--port", str(free_port()), "--direct-actions"])
     with server:
         yield Stack(server=server, home=home, work=work, logs=tmp_path / "logs")
 

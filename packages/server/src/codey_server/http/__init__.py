@@ -1,7 +1,8 @@
 """The HTTP and WebSocket API: one module per resource, each route in one place.
 
     state.py     GET /api/health, /api/state/bootstrap, /api/config
-    sessions.py  /api/sessions/...: create, read, prompt, approvals, policy, interrupt, log
+    sessions.py  /api/sessions/...: create, read, prompt, approvals, policy, interrupt,
+                 compact, log
     pairing.py   /api/pairing/...: the worker's request and long poll, the browser's decision
     workers.py   /api/workers/{id}/revoke and /actions
     auth.py      /api/auth/... (model-provider login) and /api/logout (this browser)

@@ -154,6 +154,12 @@ class SessionsController(Resource):
         envs = await services.engine.execute(cl.Interrupt(session_id=session_id))
         return Seq(seq=envs[-1].seq if envs else services.engine.state.seq)
 
+    @post("/{session_id:str}/compact", status_code=200, responses=errors(400, 404, 409))
+    async def compact(self, session_id: FromPath[str], services: ServicesDep) -> Seq:
+        """Summarize the session's older conversation into one summary item now."""
+        envs = await services.engine.execute(cl.CompactSession(session_id=session_id))
+        return Seq(seq=envs[-1].seq if envs else services.engine.state.seq)
+
     # no media_type here: Litestar would give it to the 404's JSON too; the doc says NDJSON
     @get("/{session_id:str}/log", responses={200: _LOG, **errors(404)})
     async def session_log(self, session_id: FromPath[str], services: ServicesDep) -> Stream:

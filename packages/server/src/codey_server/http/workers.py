@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import secrets
 import time
 import typing
@@ -15,9 +16,12 @@ from litestar.params import FromPath, FromQuery, JSONBody
 
 from codey_protocol import events as ev
 from codey_protocol import worker as wk
+from codey_server.decide import CommandRejected
 from codey_server.http.errors import errors
 from codey_server.http.resource import Resource, ServicesDep
 from codey_server.workers import CLOSE_REVOKED, ActionFailed
+
+log = logging.getLogger("codey.http")
 
 __all__ = ["ActionDone", "ActionNotDone", "ActionRequest", "Progress", "Revoked",
            "WorkersController"]
@@ -94,7 +98,16 @@ class WorkersController(Resource):
         """Run one action on the worker directly: the owner's own call, without the approval
         gate (the worker's local policy still applies). A refusal by the worker is
         ``{"ok": false, "code", "message"}``; the ``server-timing`` header gives the
-        server → worker → server time."""
+        server → worker → server time.
+
+        Off (403) unless the server runs with ``--direct-actions``: such an action needs no
+        approval and leaves no event in the log, so it is for benchmarks and tests only. Each
+        one is written to the server's log."""
+        if not services.settings.direct_actions:
+            raise CommandRejected("forbidden", "direct actions are off: they bypass approvals "
+                                               "and the event log; start the server with "
+                                               "--direct-actions to allow them (benchmarks, "
+                                               "tests)")
         info = services.engine.state.workers.get(worker_id)
         if info is None or info.revoked:
             raise NotFoundException(f"no worker {worker_id!r}")
@@ -103,6 +116,8 @@ class WorkersController(Resource):
         action = typing.cast(wk.ActionMessage, _REQUESTS[type(data)](**fields))
         progress: list[Progress] = []
         kept = 0
+        log.info("direct action %s %s on %s (no approval, not in the event log)",
+                 type(action).__name__, action.action_id, worker_id)
 
         async def on_progress(p: wk.ActionProgress) -> None:
             # the response repeats streamed output only up to a cap; the result has head and
