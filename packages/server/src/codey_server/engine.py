@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from codey_protocol import client as cl
 from codey_protocol import codec
@@ -162,3 +162,11 @@ class Engine:
         await self.log.save_snapshot(seq, data)
         self._snapshot_seq = seq
         log.debug("snapshot at seq %d (%d bytes)", seq, len(data))
+
+    async def trim(self, keep: Collection[str]) -> int:
+        """Delete the stored events of every session not in ``keep`` (retention), up to a
+        snapshot taken now, so a restart rebuilds the same state from that snapshot."""
+        if self._snapshot_task is not None:
+            await asyncio.gather(self._snapshot_task, return_exceptions=True)
+        await self.snapshot()
+        return await self.log.trim(keep, self._snapshot_seq)

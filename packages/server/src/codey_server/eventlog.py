@@ -23,6 +23,11 @@ Guarantees every implementation gives (checked by ``tests/unit/test_eventlog_con
 - a subscriber that falls ``maxsize`` batches behind is dropped with :class:`SubscriberOverflow`
   and resumes from the log with ``after_seq`` — the log is the buffer.
 
+Retention (:meth:`EventLog.trim`, driven by :mod:`codey_server.retention`) deletes the events
+of finished sessions up to a snapshot. The seqs stay gapless as numbers handed out, but the
+stored log then has holes below :meth:`EventLog.first_seq`; a reader resuming from before it
+gets a snapshot instead (``clients.py``).
+
 :class:`SqliteEventLog` group-commits: concurrent appends that queue up while a transaction is
 being written go into the next transaction together, so throughput does not fall to one fsync
 per append.
@@ -32,6 +37,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import bisect
 import contextlib
 import logging
 import os
@@ -40,7 +46,7 @@ import sqlite3
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -256,7 +262,16 @@ class EventLog(abc.ABC):
 
     @abc.abstractmethod
     async def first_seq(self) -> int:
-        """The oldest seq still stored: 1 if never trimmed, 0 if the log is empty."""
+        """The seq from which the log is complete: 1 if never trimmed, 0 if the log is empty;
+        after a trim, one past the newest trimmed event. A reader resuming from before it
+        may have missed trimmed events, so it needs a snapshot."""
+
+    @abc.abstractmethod
+    async def trim(self, keep: Collection[str], through_seq: int) -> int:
+        """Delete the events of every session not in ``keep`` with ``seq <= through_seq``
+        (events of no session stay), and the snapshots older than ``through_seq``; return how
+        many events went. ``through_seq`` must be at or below a stored snapshot, so the state
+        is still rebuilt from that snapshot. Seqs are never reused after a trim."""
 
     def subscribe(self, maxsize: int = 1024) -> Subscription:
         """Attach a live subscription; it receives groups committed after this call."""
@@ -291,6 +306,7 @@ class MemoryEventLog(EventLog):
         self._envelopes: list[Envelope] = []
         self._raw: list[bytes] = []
         self._snapshots: list[tuple[int, bytes]] = []
+        self._trimmed_through = 0
 
     async def open(self) -> None:
         self._closed = False
@@ -321,8 +337,8 @@ class MemoryEventLog(EventLog):
         return envs
 
     def _slice(self, after_seq: int, limit: int | None) -> slice:
-        # Stored seqs are 1..last_seq, so seq n sits at index n - 1.
-        start = max(0, min(after_seq, len(self._envelopes)))
+        # seqs are ascending (with holes after a trim): find the first one after after_seq
+        start = bisect.bisect_right(self._envelopes, after_seq, key=lambda env: env.seq)
         return slice(start, None if limit is None or limit < 0 else start + limit)
 
     async def read(self, after_seq: int, limit: int | None = None) -> list[Envelope]:
@@ -345,11 +361,32 @@ class MemoryEventLog(EventLog):
         return self._snapshots[-1] if self._snapshots else None
 
     async def first_seq(self) -> int:
+        if self._trimmed_through:
+            return self._trimmed_through + 1
         return self._envelopes[0].seq if self._envelopes else 0
+
+    async def trim(self, keep: Collection[str], through_seq: int) -> int:
+        if self._closed:
+            raise LogClosed("the event log is closed")
+        kept = set(keep)
+        pairs = [(env, raw) for env, raw in zip(self._envelopes, self._raw, strict=True)
+                 if env.seq > through_seq or env.session_id is None or env.session_id in kept]
+        gone = len(self._envelopes) - len(pairs)
+        if gone:
+            self._trimmed_through = max(self._trimmed_through, through_seq)
+        self._envelopes = [env for env, _ in pairs]
+        self._raw = [raw for _, raw in pairs]
+        self._snapshots = [(s, d) for s, d in self._snapshots if s >= through_seq]
+        return gone
 
 
 # ---------------------------------------------------------------------------------------------
 # sqlite
+
+
+def _trimmed_through(conn: sqlite3.Connection) -> int:
+    row = conn.execute("SELECT value FROM meta WHERE key = 'trimmed_through'").fetchone()
+    return int(row[0]) if row else 0
 
 
 _INSERT = "INSERT INTO events (seq, ts, session_id, type, envelope) VALUES (?, ?, ?, ?, ?)"
@@ -561,11 +598,14 @@ class SqliteEventLog(EventLog):
             )
             db.table("events").create_index(["session_id"], if_not_exists=True)
             db.table("snapshots").create({"seq": int, "data": bytes}, pk="seq", if_not_exists=True)
+            db.table("meta").create({"key": str, "value": int}, pk="key", if_not_exists=True)
             last = conn.execute("SELECT max(seq) FROM events").fetchone()[0]
+            trimmed = _trimmed_through(conn)
         except BaseException:
             conn.close()
             raise
-        self._next_seq = (last or 0) + 1
+        # a trim may have deleted the newest events: never hand their seqs out again
+        self._next_seq = max(last or 0, trimmed) + 1
         return conn
 
     def _writer_loop(
@@ -738,6 +778,27 @@ class SqliteEventLog(EventLog):
 
     async def first_seq(self) -> int:
         def query(conn: sqlite3.Connection) -> int:
+            trimmed = _trimmed_through(conn)
+            if trimmed:
+                return trimmed + 1
             return int(conn.execute("SELECT min(seq) FROM events").fetchone()[0] or 0)
 
         return await self._read(query)
+
+    async def trim(self, keep: Collection[str], through_seq: int) -> int:
+        kept = msgspec.json.encode(sorted(keep)).decode()
+
+        def delete(conn: sqlite3.Connection) -> int:  # one transaction (_run_call)
+            gone = conn.execute(
+                "DELETE FROM events WHERE seq <= ? AND session_id IS NOT NULL AND "
+                "session_id NOT IN (SELECT value FROM json_each(?))",
+                (through_seq, kept)).rowcount
+            if gone:
+                conn.execute(
+                    "INSERT INTO meta (key, value) VALUES ('trimmed_through', ?) "
+                    "ON CONFLICT (key) DO UPDATE SET value = max(value, excluded.value)",
+                    (through_seq,))
+            conn.execute("DELETE FROM snapshots WHERE seq < ?", (through_seq,))
+            return int(gone)
+
+        return await self._call_writer(delete)

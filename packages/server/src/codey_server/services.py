@@ -4,8 +4,9 @@ Order of calls: ``Services(settings)`` (no I/O beyond creating the data dir) →
 start()`` in the app's lifespan → handlers use the parts → ``await stop()``. Each part starts
 itself: the engine replays the log, the worker registry marks the sockets that did not survive
 a restart, pairing expires requests from before it, the auth service publishes login states,
-the agent resumes the sessions that were running. Handlers get this object by dependency
-injection (``services: Services``), never from a global.
+the agent resumes the sessions that were running, retention starts trimming the log.
+Handlers get this object by dependency injection (``services: Services``), never from a
+global.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from codey_server.decide import Context
 from codey_server.engine import Engine
 from codey_server.eventlog import SqliteEventLog
 from codey_server.pairing import KeyStore, Pairing
+from codey_server.retention import Retention
 from codey_server.secretfile import ensure_private_dir
 from codey_server.settings import Settings
 from codey_server.workers import WorkerRegistry
@@ -61,6 +63,7 @@ class Services:
         # token the provider rejects is refreshed once
         self.agent = AgentService(self.engine, self.workers, settings, self.auth.token_for,
                                   self.auth.refresh_rejected, self.blobs.get)
+        self.retention = Retention(self.engine, settings.retention)
 
     async def start(self) -> None:
         await self.engine.start()
@@ -68,9 +71,11 @@ class Services:
         await self.pairing.start()
         await self.auth.start()
         await self.agent.start()
+        self.retention.start()
 
     async def stop(self) -> None:
         self.clients.begin_shutdown()
+        await self.retention.stop()
         await self.agent.stop()
         await self.auth.stop()
         await self.engine.stop()

@@ -64,6 +64,26 @@ class RoleConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     policy: Literal["parent", "suggest", "auto-edit", "full-auto"] = "parent"
 
 
+class RetentionConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """How long the log keeps the events of finished sessions (closed or deleted ones).
+
+    Nothing is trimmed unless one limit is set. A closed session stays listed with its items
+    (they are in the state's snapshot); only its stored events go, so its log download then
+    holds only what came after the trim. A deleted session's events all go.
+    """
+
+    #: a closed session's events go once it has been untouched this many days
+    days: float | None = None
+    #: keep the events of at most this many closed sessions, the most recently active
+    finished_sessions: int | None = None
+    #: how often to look, in seconds
+    every_s: float = 3600.0
+
+    @property
+    def enabled(self) -> bool:
+        return self.days is not None or self.finished_sessions is not None
+
+
 def default_roles() -> dict[str, RoleConfig]:
     return {
         "explorer": RoleConfig(
@@ -106,6 +126,7 @@ class Settings(msgspec.Struct, kw_only=True):
     #: log; it exists for benchmarks and tests, so it is off unless the server is started
     #: with ``--direct-actions``
     direct_actions: bool = False
+    retention: RetentionConfig = msgspec.field(default_factory=RetentionConfig)
 
     @property
     def db_path(self) -> Path:
@@ -131,6 +152,11 @@ class Settings(msgspec.Struct, kw_only=True):
                 warnings.append(
                     f"serving on {self.host} without TLS: the access token crosses the network "
                     "in clear; put a TLS reverse proxy in front (see docs/security.md)")
+        r = self.retention
+        if (r.days is not None and r.days < 0) or (
+                r.finished_sessions is not None and r.finished_sessions < 0) or r.every_s <= 0:
+            raise ConfigError("retention: days and finished_sessions must be 0 or more, "
+                              "every_s more than 0")
         names = {p.name for p in self.providers}
         if len(names) != len(self.providers):
             raise ConfigError("provider names must be unique")
@@ -165,6 +191,7 @@ class _ConfigFile(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     approval_timeout_s: float | None = None
     #: more roles, or changed ones (merged over the defaults by name)
     roles: dict[str, RoleConfig] | None = None
+    retention: RetentionConfig | None = None
 
 
 def _where(raw: bytes, message: str) -> str:
@@ -206,7 +233,7 @@ def load_config_file(settings: Settings, path: Path) -> Settings:
     if cfg.roles:
         changes["roles"] = {**settings.roles, **cfg.roles}
     for name in ("snapshot_every", "client_queue_max", "turn_iteration_cap",
-                 "action_timeout_s", "approval_timeout_s"):
+                 "action_timeout_s", "approval_timeout_s", "retention"):
         value = getattr(cfg, name)
         if value is not None:
             changes[name] = value

@@ -296,3 +296,42 @@ def test_slow_browser_is_closed_with_4008_and_resumes_without_loss(seeded_server
     seqs = got + [e["seq"] for e in resumed.envelopes]
     assert seqs == list(range(first + 1, resumed.last_seq + 1)), "gap or duplicate"
     resumed.close()
+
+
+def test_a_browser_that_slept_past_retention_gets_a_snapshot_not_a_gap(
+        seeded_server: Any) -> None:
+    """Retention trims a closed session's events; resuming from before the trim must not
+    silently skip them: the server answers with the whole state instead."""
+    server: ServerProcess = seeded_server({"retention": {"days": 0, "every_s": 0.3}})
+    kept, closed = _create_session(server), _create_session(server)
+    _bump(server, closed, 1)
+    client = BrowserSocket(server, after_seq=0)
+    client.until_seq(_bump(server, kept, 1))
+    asleep_at = client.last_seq
+    client.close()
+
+    # the user closes a session while this browser sleeps; retention then trims its events
+    other = BrowserSocket(server, after_seq=server.http.get("/api/state/bootstrap").json()["seq"])
+    other.send({"type": "close_session", "session_id": closed})
+    deadline = time.monotonic() + 20
+    while server.http.get(f"/api/sessions/{closed}/log").content:
+        assert time.monotonic() < deadline, "retention never trimmed the closed session"
+        time.sleep(0.2)
+    other.close()
+    stored = [codec.decode_envelope(line) for line in
+              server.http.get(f"/api/sessions/{kept}/log").content.splitlines()]
+    assert [e.seq for e in stored][:1] and stored[0].session_id == kept  # the open one stays
+
+    woken = BrowserSocket(server, after_seq=asleep_at)
+    frame = woken.recv(10)
+    assert frame is not None and frame["type"] == "snapshot", frame
+    state = msgspec.convert(frame["state"], State)
+    assert state.sessions[closed].status == "closed"  # still listed, from the snapshot
+    woken.drain()
+    assert woken.last_seq == server.http.get("/api/state/bootstrap").json()["seq"]
+    woken.close()
+
+    # a browser that was awake through the trim resumes with plain events
+    current = BrowserSocket(server, after_seq=woken.last_seq)
+    assert current.recv(10) == {"type": "events", "events": []}
+    current.close()

@@ -352,6 +352,34 @@ class EventLogContract(abc.ABC):
     async def snapshot_count(self, log: EventLog, tmp_path: Path) -> int:
         """How many snapshots the backend holds."""
 
+    # retention ----------------------------------------------------------------------------
+
+    def test_trim_deletes_unkept_sessions_through_the_seq_and_never_reuses_a_seq(
+            self, tmp_path: Path) -> None:
+        async def body(log: EventLog) -> None:
+            await log.append([("old", title(1)), (None, title(2)), ("kept", title(3))])
+            await log.append([("old", title(4)), ("gone", title(5))])
+            await log.save_snapshot(3, b"three")
+            await log.save_snapshot(5, b"five")
+            assert await log.first_seq() == 1
+            # "old" after seq 4 would stay; events of no session always stay
+            assert await log.trim({"kept"}, 4) == 2
+            assert seqs(await log.read(0)) == [2, 3, 5]
+            assert [e.session_id for e in await log.read(0)] == [None, "kept", "gone"]
+            assert await log.read_session("old") == []
+            assert await log.read(2, 1) == (await log.read(0))[1:2]
+            assert len(await log.read_raw(0, -1)) == 3
+            # a reader from before seq 4 may have missed trimmed events
+            assert await log.first_seq() == 5
+            assert await log.latest_snapshot() == (5, b"five")
+            assert await self.snapshot_count(log, tmp_path) == 1  # older ones no longer apply
+            assert await log.trim({"kept"}, 5) == 1  # the newest event goes too
+            assert log.last_seq == 5
+            assert seqs(await log.append([("kept", title(6))])) == [6]
+            assert await log.trim({"kept"}, 6) == 0
+
+        self.run(tmp_path, body)
+
 
 class TestMemoryEventLog(EventLogContract):
     def make_log(self, tmp_path: Path) -> EventLog:
@@ -385,6 +413,27 @@ class TestSqliteEventLog(EventLogContract):
             return int(conn.execute("SELECT count(*) FROM snapshots").fetchone()[0])
         finally:
             conn.close()
+
+    def test_reopen_after_the_newest_events_were_trimmed_never_reuses_their_seqs(
+            self, tmp_path: Path) -> None:
+        async def main() -> None:
+            log = SqliteEventLog(tmp_path / "log.db")
+            await log.open()
+            await log.append([("a", title(1)), ("b", title(2)), ("b", title(3))])
+            await log.save_snapshot(3, b"state at 3")
+            assert await log.trim({"a"}, 3) == 2
+            await log.close()
+
+            log = SqliteEventLog(tmp_path / "log.db")
+            await log.open()
+            try:
+                assert log.last_seq == 3
+                assert await log.first_seq() == 4
+                assert seqs(await log.append([("a", title(4))])) == [4]
+            finally:
+                await log.close()
+
+        asyncio.run(main())
 
     def test_reopen_continues_seq(self, tmp_path: Path) -> None:
         async def main() -> None:
