@@ -7,6 +7,10 @@ then live events, dropping any live event whose seq was already sent. No gap, no
 
 A browser that falls behind overflows its bounded queue and is closed with
 :data:`CLOSE_LAGGING`; it resumes with ``after_seq`` — the log is the buffer, nothing is lost.
+A browser that reads nothing at all blocks the send itself (its TCP window is full), so the
+queue's overflow would never be seen: each send has ``send_timeout`` seconds, after which the
+socket is closed with :data:`CLOSE_LAGGING` too, instead of lingering until the ping timeout
+(1011, 40 s).
 """
 
 from __future__ import annotations
@@ -65,7 +69,7 @@ class ClientHub:
 
 
 async def serve_client(ws: WebSocket[Any, Any, Any], engine: Engine, hub: ClientHub, *,
-                       batch: int = 2000, queue_max: int = 256,
+                       batch: int = 2000, queue_max: int = 256, send_timeout: float = 15.0,
                        session_key: str | None = None) -> None:
     """Run one accepted browser socket until it closes."""
     hub.add(ws, session_key)
@@ -85,7 +89,8 @@ async def serve_client(ws: WebSocket[Any, Any, Any], engine: Engine, hub: Client
             return
         sub = engine.log.subscribe(maxsize=queue_max)
         try:
-            sender = asyncio.create_task(_send_events(ws, engine, sub, msg.after_seq, batch, hub))
+            sender = asyncio.create_task(_send_events(ws, engine, sub, msg.after_seq, batch, hub,
+                                                      send_timeout))
             receiver = asyncio.create_task(_receive_commands(ws, engine))
             done, pending = await asyncio.wait({sender, receiver},
                                                return_when=asyncio.FIRST_COMPLETED)
@@ -125,8 +130,30 @@ def _events_frame(raws: list[bytes]) -> bytes:
     return b'{"type":"events","events":[' + b",".join(raws) + b"]}"
 
 
+class _NotReading(Exception):
+    """A send did not finish in time: the browser reads nothing."""
+
+
 async def _send_events(ws: WebSocket[Any, Any, Any], engine: Engine, sub: Any, after_seq: int,
-                       batch: int, hub: ClientHub) -> None:
+                       batch: int, hub: ClientHub, send_timeout: float) -> None:
+    try:
+        await _stream_events(ws, engine, sub, after_seq, batch, hub, send_timeout)
+    except _NotReading:
+        log.info("a browser read nothing for %.0f s: closed with %d", send_timeout,
+                 CLOSE_LAGGING)
+        with contextlib.suppress(Exception):
+            await ws.close(code=CLOSE_LAGGING, reason="not reading; resume with after_seq")
+
+
+async def _stream_events(ws: WebSocket[Any, Any, Any], engine: Engine, sub: Any,
+                         after_seq: int, batch: int, hub: ClientHub,
+                         send_timeout: float) -> None:
+    async def send(data: bytes) -> None:
+        try:
+            await asyncio.wait_for(ws.send_data(data, mode="text"), send_timeout)
+        except TimeoutError:
+            raise _NotReading from None
+
     last_sent = after_seq
     first_seq = await engine.log.first_seq()
     if after_seq > engine.log.last_seq:
@@ -137,7 +164,7 @@ async def _send_events(ws: WebSocket[Any, Any, Any], engine: Engine, sub: Any, a
     if after_seq == 0 or after_seq < first_seq - 1:
         state = engine.state
         last_sent = state.seq
-        await _send(ws, cl.Snapshot(seq=state.seq, state=state))
+        await send(codec.encode(cl.Snapshot(seq=state.seq, state=state)))
     # catch up from the log (also covers events committed before the subscription attached
     # but not yet folded into the snapshot's state)
     sent_any = last_sent != after_seq
@@ -145,14 +172,14 @@ async def _send_events(ws: WebSocket[Any, Any, Any], engine: Engine, sub: Any, a
         raws = await engine.log.read_raw(last_sent, batch)
         if not raws:
             break
-        await ws.send_data(_events_frame(raws), mode="text")
+        await send(_events_frame(raws))
         sent_any = True
         last_sent = codec.decode_envelope(raws[-1]).seq
         if len(raws) < batch:
             break
     if not sent_any:
         # nothing missed: an empty batch tells the browser its subscription is live
-        await ws.send_data(_events_frame([]), mode="text")
+        await send(_events_frame([]))
     shutdown = asyncio.create_task(hub.shutting_down.wait())
     get: asyncio.Task[Any] | None = None
     try:
@@ -177,7 +204,7 @@ async def _send_events(ws: WebSocket[Any, Any, Any], engine: Engine, sub: Any, a
                 return
             fresh = [e for e in envs if e.seq > last_sent]
             if fresh:
-                await _send(ws, cl.Events(events=fresh))
+                await send(codec.encode(cl.Events(events=fresh)))
                 last_sent = fresh[-1].seq
     finally:
         shutdown.cancel()

@@ -106,6 +106,9 @@ class Settings(msgspec.Struct, kw_only=True):
     snapshot_every: int = 5000
     #: frames queued for one browser before it is closed with 4008 and must resume
     client_queue_max: int = 256
+    #: seconds one frame to a browser may take to go out before the browser counts as not
+    #: reading and is closed with 4008
+    client_send_timeout_s: float = 15.0
     #: events per catch-up frame
     catchup_batch: int = 2000
     providers: list[ProviderConfig] = msgspec.field(default_factory=list)
@@ -186,6 +189,7 @@ class _ConfigFile(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     allowed_hosts: list[str] = msgspec.field(default_factory=list)
     snapshot_every: int | None = None
     client_queue_max: int | None = None
+    client_send_timeout_s: float | None = None
     turn_iteration_cap: int | None = None
     action_timeout_s: float | None = None
     approval_timeout_s: float | None = None
@@ -232,7 +236,8 @@ def load_config_file(settings: Settings, path: Path) -> Settings:
     }
     if cfg.roles:
         changes["roles"] = {**settings.roles, **cfg.roles}
-    for name in ("snapshot_every", "client_queue_max", "turn_iteration_cap",
+    for name in ("snapshot_every", "client_queue_max", "client_send_timeout_s",
+                 "turn_iteration_cap",
                  "action_timeout_s", "approval_timeout_s", "retention"):
         value = getattr(cfg, name)
         if value is not None:

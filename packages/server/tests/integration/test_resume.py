@@ -298,6 +298,25 @@ def test_slow_browser_is_closed_with_4008_and_resumes_without_loss(seeded_server
     resumed.close()
 
 
+def test_a_browser_that_reads_nothing_is_closed_with_4008_not_left_to_the_ping_timeout(
+        seeded_server: Any) -> None:
+    """Its full TCP window blocks the send itself, so the queue never overflows: the send's
+    own deadline closes it, well before the 40 s of the ping timeout."""
+    server: ServerProcess = seeded_server({"client_send_timeout_s": 1})
+    sid = _create_session(server)
+    stalled = _StalledBrowser(server)
+    big = "x" * 250_000
+    for i in range(32):  # ~8 MB: more than the socket buffers hold; far below 256 batches
+        _prompt(server, sid, f"{i} {big}")
+    started = time.monotonic()
+    while "read nothing" not in server.log_text():
+        assert time.monotonic() - started < 15, "the stalled browser was never closed"
+        time.sleep(0.1)
+    frames, code = stalled.read_all()  # what was sent before, then the close frame
+    assert code == 4008
+    assert frames and frames[0]["type"] == "snapshot"
+
+
 def test_a_browser_that_slept_past_retention_gets_a_snapshot_not_a_gap(
         seeded_server: Any) -> None:
     """Retention trims a closed session's events; resuming from before the trim must not

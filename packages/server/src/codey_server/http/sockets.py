@@ -23,6 +23,7 @@ async def client_socket(socket: WebSocket[Any, Any, Any], services: ServicesDep)
     await serve_client(socket, services.engine, services.clients,
                        batch=services.settings.catchup_batch,
                        queue_max=services.settings.client_queue_max,
+                       send_timeout=services.settings.client_send_timeout_s,
                        session_key=browser_session(socket))
 
 
