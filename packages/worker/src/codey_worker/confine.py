@@ -77,6 +77,32 @@ def protect(path: str | Path) -> None:
         _protected = (*_protected, real)
 
 
+#: real directories ``read_file`` may read below although they are outside the workdir (and
+#: perhaps inside a protected path): the user's own skills, ``$CODEY_HOME/skills``, whose
+#: paths the model is given. Nothing else may name them.
+_readable: tuple[str, ...] = ()
+
+
+def allow_reading(path: str | Path) -> None:
+    """Let ``read_file`` read files at or below ``path`` (made real) from any workdir."""
+    global _readable
+    real = os.path.realpath(os.fspath(path))
+    if real not in _readable:
+        _readable = (*_readable, real)
+
+
+def readable_outside(path: str) -> Path | None:
+    """The real target of an absolute ``path`` when it lies below a directory registered with
+    :func:`allow_reading` (after resolving symlinks: a link out of it is not followed out),
+    else None."""
+    if not _readable or not os.path.isabs(path) or "\0" in path:
+        return None
+    target = os.path.realpath(path)
+    if any(_subpath(target, root) for root in _readable):  # below it, not the folder itself
+        return Path(target)
+    return None
+
+
 def protected_paths() -> tuple[str, ...]:
     """The real paths registered with :func:`protect`."""
     return _protected
@@ -261,7 +287,7 @@ def relative_display(workdir: Path, target: Path) -> str:
 
 
 __all__ = [
-    "ActionRefused", "Root", "check_protected", "check_root", "is_protected", "protect",
-    "protected_paths",
-    "real_workdir", "relative_display", "resolve_inside", "set_protected_paths",
+    "ActionRefused", "Root", "allow_reading", "check_protected", "check_root", "is_protected",
+    "protect", "protected_paths", "readable_outside", "real_workdir", "relative_display",
+    "resolve_inside", "set_protected_paths",
 ]  # fmt: skip

@@ -55,7 +55,7 @@ from codey_protocol.worker import (
 )
 from codey_worker.actions import EXECUTORS, ActionDispatcher
 from codey_worker.config import Identity, WorkerConfig, records_path
-from codey_worker.confine import protect
+from codey_worker.confine import allow_reading, protect
 from codey_worker.console import WorkerConsole
 from codey_worker.exec import CommandRegistry
 from codey_worker.mcp import McpManager
@@ -152,6 +152,8 @@ class Worker:
                  console: WorkerConsole, *, handle_signals: bool = True) -> None:
         # first of all: no action may read the key or rewrite the config in the worker's home
         protect(home)
+        # … except the user's own skills, whose SKILL.md paths the model is given to read
+        allow_reading(home / "skills")
         self.identity = identity
         self.server = server.rstrip("/")
         self.config = config

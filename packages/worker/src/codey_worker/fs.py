@@ -37,7 +37,13 @@ from codey_protocol.worker import (
     WriteFile,
     WriteResult,
 )
-from codey_worker.confine import ActionRefused, is_protected, relative_display, resolve_inside
+from codey_worker.confine import (
+    ActionRefused,
+    is_protected,
+    readable_outside,
+    relative_display,
+    resolve_inside,
+)
 from codey_worker.policy import LocalPolicy
 
 __all__ = [
@@ -106,8 +112,18 @@ def _read_file(action: ReadFile, policy: LocalPolicy, max_bytes: int,
     if action.offset < 0 or (action.limit is not None and action.limit < 0):
         raise ActionRefused("bad_request", "offset and limit must not be negative")
     workdir = _workdir(action.workdir, policy)
-    target = resolve_inside(workdir, action.path, real=True)
-    shown = relative_display(workdir, target)
+    try:
+        target = resolve_inside(workdir, action.path, real=True)
+    except ActionRefused as refused:
+        # the user's own skills live in the worker's home, outside every workdir
+        outside = readable_outside(action.path)
+        if outside is None:
+            raise
+        if refused.code not in ("path_outside_workdir", "protected_path"):
+            raise
+        target = outside
+    shown = (relative_display(workdir, target) if target.is_relative_to(workdir)
+             else str(target))
     with _io_errors(shown):
         # O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused just below).
         # O_NOFOLLOW: the target was checked as a real path; if its last component has become

@@ -13,6 +13,7 @@ from codey_worker import confine
 def _restore_protected_paths() -> Iterator[None]:
     """Protected paths are process-wide (set once at worker start): each test gets them back
     as they were, whatever it (or a Worker it built) protected."""
-    saved = confine.protected_paths()
+    saved, readable = confine.protected_paths(), confine._readable
     yield
     confine.set_protected_paths(saved)
+    confine._readable = readable

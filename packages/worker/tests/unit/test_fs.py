@@ -363,3 +363,30 @@ def test_a_target_swapped_for_a_symlink_after_the_check_is_not_followed(
     # as if "link" had been a plain file when it was checked
     monkeypatch.setattr(fs, "resolve_inside", lambda *a, **k: ws / "link")
     assert code_of(read_file, rf(ws, "link")) == "io_error"
+
+
+def test_the_users_own_skills_are_readable_from_any_workdir_and_nothing_else_there(
+        ws: Path, tmp_path: Path) -> None:
+    """``$CODEY_HOME`` is protected, but the model is given its skills' SKILL.md paths."""
+    from codey_worker import confine
+
+    home = tmp_path / "codey-home"
+    skill = home / "skills" / "deploy"
+    skill.mkdir(parents=True)
+    (skill / "SKILL.md").write_text("---\nname: deploy\n---\nsteps\n")
+    (home / "worker.json").write_text('{"key": "secret"}')
+    (skill / "key").symlink_to(home / "worker.json")
+    confine.protect(home)
+    assert code_of(read_file, rf(ws, str(skill / "SKILL.md"))) == "path_outside_workdir"
+
+    confine.allow_reading(home / "skills")
+    got = read_file(rf(ws, str(skill / "SKILL.md")))
+    assert got.content.endswith("steps\n") and got.path == str(skill / "SKILL.md")
+    # a link out of the skills folder, the rest of the home, writing: all still refused
+    for refused in (skill / "key", home / "worker.json", tmp_path / "outside" / "secret.txt"):
+        assert code_of(read_file, rf(ws, str(refused))) == "path_outside_workdir", refused
+    assert code_of(write_file, wf(ws, str(skill / "SKILL.md"), "x")) == "path_outside_workdir"
+    # from a workdir that holds the home, the home is still protected, skills still readable
+    assert code_of(read_file, rf(tmp_path, str(home / "worker.json"))) == "protected_path"
+    assert code_of(read_file, rf(tmp_path, str(skill / "key"))) == "protected_path"
+    assert read_file(rf(tmp_path, str(skill / "SKILL.md"))).content.endswith("steps\n")
