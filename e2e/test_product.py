@@ -161,6 +161,15 @@ def test_session_cards_say_how_each_session_ended(stack: Stack, page: Page) -> N
     page.screenshot(path=f"{SHOTS}/session-cards.png", full_page=True)
     assert server.http.get("/api/sessions").status_code == 200
 
+    # the machine's own terminal lines, in its card
+    box = page.locator(f"[data-testid=worker-card][data-worker-id='{worker.worker_id}'] "
+                       "[data-testid=worker-log]")
+    box.locator("summary").click()
+    lines = box.get_by_test_id("worker-log-lines")
+    expect(lines).to_contain_text(f"[{done[:8]}] patch: 1 file")
+    expect(lines).to_contain_text("running: ")
+    page.screenshot(path=f"{SHOTS}/worker-log.png", full_page=True)
+
 
 def test_shortcuts_overlay_and_approve_by_key(stack: Stack, page: Page) -> None:
     stack.model({"model": "scripted-1", "steps": [

@@ -39,6 +39,7 @@ export const api = {
   approvePair: (id, code) =>
     request("POST", `/api/pairing/requests/${encodeURIComponent(id)}/approve`, { code }),
   denyPair: (id) => request("POST", `/api/pairing/requests/${encodeURIComponent(id)}/deny`),
+  workerLog: (id) => request("GET", `/api/workers/${encodeURIComponent(id)}/log`),
   revokeWorker: (id) => request("POST", `/api/workers/${encodeURIComponent(id)}/revoke`),
   authStatus: () => request("GET", "/api/auth/status"),
   loginLink: (provider) => request("POST", "/api/auth/login-link", { provider }),

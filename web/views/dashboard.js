@@ -32,6 +32,7 @@ function haystack(s, state) {
 
 export class Dashboard {
   constructor(ctx) {
+    this._logViews = new Map(); // worker id → its "Recent log" box
     this.ctx = ctx;
     this._batch = new FrameBatch(() => this.render());
     this._pairPanel = null;
@@ -90,6 +91,42 @@ export class Dashboard {
   destroy() {
     this._batch.cancel();
     clearInterval(this._ticker);
+    for (const view of this._logViews.values()) clearInterval(view.timer);
+  }
+
+  // The worker's last terminal lines, fetched while the box is open (they are not in the
+  // event log). One element per worker, kept across re-renders of its card, so an open box
+  // stays open.
+  _logView(w) {
+    let view = this._logViews.get(w.worker_id);
+    if (view) return view.el;
+    const pre = h("pre", { class: "worker-log mono small", "data-testid": "worker-log-lines" },
+      "Loading…");
+    const el = h("details", { class: "worker-log-box", "data-testid": "worker-log" },
+      h("summary", {}, "Recent log"), pre);
+    view = { el, timer: null };
+    const load = async () => {
+      try {
+        const lines = await api.workerLog(w.worker_id);
+        pre.textContent = lines.length
+          ? lines.map((l) => `${new Date(l.ts * 1000).toLocaleTimeString()}  ` +
+            `${l.level === "info" ? "" : l.level.toUpperCase() + " "}${l.message}`).join("\n")
+          : "Nothing printed since the server started.";
+        pre.scrollTop = pre.scrollHeight;
+      } catch (err) {
+        pre.textContent = `Could not load the log: ${err.message}`;
+      }
+    };
+    el.addEventListener("toggle", () => {
+      clearInterval(view.timer);
+      view.timer = null;
+      if (el.open) {
+        load();
+        view.timer = setInterval(load, 3000);
+      }
+    });
+    this._logViews.set(w.worker_id, view);
+    return el;
   }
 
   _togglePair() {
@@ -196,6 +233,7 @@ export class Dashboard {
       h("dt", {}, "Last seen"), h("dd", { "data-testid": "worker-last-seen" },
         w.connected ? "now" : fmtAgo(w.last_seen)),
       h("dt", {}, "Roots"), h("dd", { class: "mono" }, (w.roots || []).join(", ") || "—")),
+    w.revoked ? null : this._logView(w),
     sessions.length
       ? h("ul", { class: "mini-list", "aria-label": `Sessions on ${w.hostname}` },
         sessions.slice(0, 5).map((s) => h("li", {},

@@ -18,10 +18,12 @@ import contextlib
 import logging
 import secrets
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 from litestar import WebSocket
 from litestar.exceptions import WebSocketDisconnect
 
@@ -117,10 +119,24 @@ class _Conn:
             await self.ws.send_data(codec.encode(msg), mode="text")
 
 
+#: lines of each worker's terminal kept for its panel (in memory: they are a diagnostic, not
+#: state, and a restart starts them afresh)
+LOG_LINES_KEPT = 50
+
+
+class LogLine(msgspec.Struct, kw_only=True, frozen=True):
+    """One line the worker printed, as its panel shows it."""
+
+    ts: float  # when the server got it
+    level: str  # debug, info, warning or error
+    message: str
+
+
 class WorkerRegistry:
     def __init__(self, engine: Engine, keys: KeyStore) -> None:
         self.engine = engine
         self.keys = keys
+        self.log_lines: dict[str, deque[LogLine]] = {}
         self._conns: dict[str, _Conn] = {}
         self._inflight: dict[str, _InFlight] = {}
         self._presence: dict[str, asyncio.Event] = {}
@@ -330,7 +346,11 @@ class WorkerRegistry:
                 await self.engine.append([(msg.session_id,
                                            ev.SessionWorkspaceChanged(paths=msg.paths[:500]))])
         elif isinstance(msg, wk.Log):
-            log.log(_LEVELS.get(msg.level, 20), "worker %s: %s", conn.worker_id,
+            level = _LEVELS.get(msg.level, 20)
+            lines = self.log_lines.setdefault(conn.worker_id, deque(maxlen=LOG_LINES_KEPT))
+            lines.append(LogLine(ts=time.time(), level=msg.level, message=msg.message[:500]))
+            # the worker's routine lines (one per action) only at debug in the server's log
+            log.log(level if level >= 30 else 10, "worker %s: %s", conn.worker_id,
                     msg.message[:2000])
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import platform
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -182,6 +183,14 @@ def _exercise(api: _Contract, server: ServerProcess, worker: WorkerProcess) -> N
     refused = api.check("POST", actions, 200, path={"worker_id": worker_id}, json={
         "type": "read_file", "workdir": workdir, "path": "missing.txt"}).json()
     assert refused["ok"] is False and refused["code"]
+    # the worker printed that refusal; its panel shows the line
+    worker_log = "/api/workers/{worker_id}/log"
+    deadline = time.monotonic() + 15
+    while not any("missing.txt" in line["message"] and line["level"] == "error" for line in
+                  api.check("GET", worker_log, 200, path={"worker_id": worker_id}).json()):
+        assert time.monotonic() < deadline, "the worker's line never reached its panel"
+        time.sleep(0.1)
+    api.check("GET", worker_log, 404, path={"worker_id": "wrk_none"})
     api.check("POST", actions, 400, path={"worker_id": worker_id}, json={"type": "nope"})
     api.check("POST", actions, 404, path={"worker_id": "wrk_none"},
               json={"type": "list_dir", "workdir": workdir})

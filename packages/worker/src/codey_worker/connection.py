@@ -167,6 +167,9 @@ class Worker:
         self.records = ActionRecords(records_path(home))
         self.mcp = McpManager(config.mcp_servers, log_dir=home / "logs", policy=config.policy)
         self.watcher = WorkspaceWatcher(self.send)
+        # the console's lines also go to the server (the worker panel shows the last ones)
+        console.forward = self._forward_line
+        self._line_tasks: set[asyncio.Task[None]] = set()
         self.dispatcher = ActionDispatcher(
             self.send, self.records, config.policy, registry=CommandRegistry(), mcp=self.mcp,
             watcher=self.watcher, console=console)
@@ -179,6 +182,17 @@ class Worker:
         if ws is None:
             raise ConnectionError("not connected")
         await ws.send(frame, text=True)  # already UTF-8 JSON: no decode and encode again
+
+    def _forward_line(self, level: Literal["debug", "info", "warning", "error"],
+                      message: str) -> None:
+        if self._ws is None:
+            return  # the server cannot take it now; the terminal still shows it
+        try:
+            task = asyncio.get_running_loop().create_task(self._log(level, message))
+        except RuntimeError:  # not on the loop's thread
+            return
+        self._line_tasks.add(task)
+        task.add_done_callback(self._line_tasks.discard)
 
     def stop(self, reason: str = "stopped") -> None:
         """Ask :meth:`run` to disconnect and return 0."""

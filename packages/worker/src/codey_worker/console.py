@@ -1,13 +1,16 @@
 """What the worker prints: a few short lines, nothing else (design §5).
 
 Every line is printed whole, never wrapped (``soft_wrap``), so a test or a script reading the
-worker's output can match it; colours only appear on a real terminal.
+worker's output can match it; colours only appear on a real terminal. The same lines also go to
+``forward`` when it is set (the connection sends them to the server, whose worker panel shows
+the last ones).
 """
 
 from __future__ import annotations
 
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Literal
 
 from rich.console import Console
 from rich.text import Text
@@ -15,6 +18,8 @@ from rich.text import Text
 __all__ = ["WorkerConsole", "short_id"]
 
 _MAX_COMMAND = 120
+
+Level = Literal["debug", "info", "warning", "error"]
 
 
 def short_id(session_id: str) -> str:
@@ -27,16 +32,21 @@ class WorkerConsole:
 
     def __init__(self, console: Console | None = None) -> None:
         self.console = console or Console(highlight=False)
+        #: also given every line, plain, with its level (set by the connection)
+        self.forward: Callable[[Level, str], None] | None = None
 
-    def _print(self, text: Text) -> None:
+    def _print(self, text: Text, level: Level = "info") -> None:
         self.console.print(text, soft_wrap=True, highlight=False)
+        if self.forward is not None:
+            self.forward(level, text.plain)
 
-    def _session_line(self, session_id: str, label: str, body: str, style: str) -> None:
+    def _session_line(self, session_id: str, label: str, body: str, style: str,
+                      level: Level = "info") -> None:
         text = Text()
         text.append(f"[{short_id(session_id)}] ", style="dim")
         text.append(f"{label}: ", style=style)
         text.append(body)
-        self._print(text)
+        self._print(text, level)
 
     def pair_url(self, server: str, code: str) -> None:
         """``Open {server}/#/pair/{code} to link this machine`` — the one pairing line."""
@@ -77,9 +87,9 @@ class WorkerConsole:
         """``[session] error: …``, or ``error: …`` when no session is concerned."""
         first = message.strip().splitlines()[0] if message.strip() else "unknown error"
         if session_id:
-            self._session_line(session_id, "error", first, "red")
+            self._session_line(session_id, "error", first, "red", "error")
         else:
-            self._print(Text.assemble(("error: ", "red"), first))
+            self._print(Text.assemble(("error: ", "red"), first), "error")
 
     def unlinked(self) -> None:
         self._print(Text("this machine was unlinked; run codey-worker unpair and pair again",

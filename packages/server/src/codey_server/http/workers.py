@@ -9,7 +9,7 @@ import typing
 from typing import TYPE_CHECKING, Literal, TypeAlias
 
 import msgspec
-from litestar import Response, post
+from litestar import Response, get, post
 from litestar.exceptions import NotFoundException
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import FromPath, FromQuery, JSONBody
@@ -19,7 +19,7 @@ from codey_protocol import worker as wk
 from codey_server.decide import CommandRejected
 from codey_server.http.errors import errors
 from codey_server.http.resource import Resource, ServicesDep
-from codey_server.workers import CLOSE_REVOKED, ActionFailed
+from codey_server.workers import CLOSE_REVOKED, ActionFailed, LogLine
 
 log = logging.getLogger("codey.http")
 
@@ -90,6 +90,14 @@ class WorkersController(Resource):
         services.workers.fail_all(worker_id, "revoked",
                                   "the worker was revoked; it will not answer")
         return Revoked(revoked=worker_id)
+
+    @get("/log", sync_to_thread=False, responses=errors(404))
+    def worker_log(self, worker_id: FromPath[str], services: ServicesDep) -> list[LogLine]:
+        """The last lines the worker printed (at most 50, oldest first), since this server
+        started."""
+        if worker_id not in services.engine.state.workers:
+            raise NotFoundException(f"no worker {worker_id!r}")
+        return list(services.workers.log_lines.get(worker_id, ()))
 
     @post("/actions", status_code=200, responses={504: _TIMEOUT, **errors(400, 404)})
     async def run_action(self, worker_id: FromPath[str], data: JSONBody[ActionRequest],
