@@ -13,6 +13,9 @@ photographs them with Playwright and Debian's Chromium (/usr/bin/chromium) at 12
     pairing.png     a machine asking to be linked (host details and the code to compare)
     login.png       the login banner of a provider that needs OAuth (the OIDC provider)
     dark.png        the session view in the dark theme
+    dark-dashboard.png  the dashboard in the dark theme, a machine's recent log open
+    login-screen.png    what a browser without the login cookie sees
+    mobile-dashboard.png, mobile-session.png   the same at 390 px wide (a phone)
 """
 
 from __future__ import annotations
@@ -275,6 +278,11 @@ class Shots:
         page.get_by_test_id("theme-toggle").click()
         expect(page.locator("html")).to_have_attribute("data-theme", "dark")
         self.shoot(page, "dark.png")
+        self.open(page, "#/")
+        laptop = page.locator(f"[data-testid=worker-card][data-worker-id='{self.a.worker_id}']")
+        laptop.locator("[data-testid=worker-log] summary").click()
+        expect(laptop.get_by_test_id("worker-log-lines")).to_contain_text("running")
+        self.shoot(page, "dark-dashboard.png")
         page.get_by_test_id("theme-toggle").click()
 
         self.open(page, f"#/session/{self.verbose}")
@@ -302,6 +310,22 @@ class Shots:
         self.shoot(page, "login.png")
 
 
+    def login_screen(self, page: Page) -> None:
+        page.goto(f"{self.server.url}/")
+        expect(page.get_by_test_id("login-screen")).to_be_visible()
+        self.shoot(page, "login-screen.png")
+
+    def phone(self, page: Page) -> None:
+        if self.server.token:
+            page.goto(f"{self.server.url}/?token={self.server.token}")
+        self.open(page, "#/")
+        expect(page.locator("[data-testid=session-card]")).to_have_count(4)
+        self.shoot(page, "mobile-dashboard.png")
+        self.open(page, f"#/session/{self.fix}")
+        expect(page.get_by_test_id("diff")).to_be_visible()
+        self.shoot(page, "mobile-session.png")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots")
@@ -325,7 +349,16 @@ def main(argv: list[str] | None = None) -> int:
                                              args=CHROMIUM_ARGS)
                 context = browser.new_context(viewport=VIEWPORT, color_scheme="light",
                                               locale="en-GB", timezone_id="UTC")
+                # a phone first: run() ends with a restart that adds a provider to log in to
+                phone = browser.new_context(viewport={"width": 390, "height": 844},
+                                            color_scheme="light", locale="en-GB",
+                                            timezone_id="UTC", device_scale_factor=2)
+                shots.phone(phone.new_page())
                 shots.run(context.new_page())
+                # a browser that is not logged in
+                stranger = browser.new_context(viewport=VIEWPORT, color_scheme="light",
+                                               locale="en-GB", timezone_id="UTC")
+                shots.login_screen(stranger.new_page())
                 browser.close()
         except BaseException:
             for log in sorted(Path(tmp).rglob("*.log")):
