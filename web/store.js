@@ -25,7 +25,7 @@ const COMPACTION_ENDED = ["compaction_skipped", "compaction_failed"];
 export function emptyState() {
   return {
     seq: 0, workers: {}, pair_requests: {}, sessions: {}, auth: {}, rate_limits: {},
-    memories: {},
+    memories: {}, terminals: {},
   };
 }
 
@@ -253,6 +253,30 @@ function memoryUpdated(state, env, e) {
   };
 }
 
+function terminalCreated(state, env, e) {
+  state.terminals[e.terminal_id] = {
+    terminal_id: e.terminal_id, worker_id: e.worker_id, workdir: e.workdir,
+    session_id: env.session_id, created_at: env.ts, created_by: e.by, viewers: 0,
+    closed: false, closed_reason: "", updated_at: env.ts,
+  };
+}
+
+function terminalViewers(state, env, e) {
+  const t = state.terminals[e.terminal_id];
+  if (!t) return;
+  t.viewers = Math.max(0, t.viewers + (e.type === "terminal_attached" ? 1 : -1));
+  t.updated_at = env.ts;
+}
+
+function terminalClosed(state, env, e) {
+  const t = state.terminals[e.terminal_id];
+  if (!t) return;
+  t.closed = true;
+  t.closed_reason = e.reason;
+  t.viewers = 0;
+  t.updated_at = env.ts;
+}
+
 function compactionRequested(state, env) {
   const s = session(state, env);
   if (s) s.compaction_requested = true;
@@ -414,6 +438,10 @@ const HANDLERS = {
   memory_updated: memoryUpdated,
   rate_limit_updated: rateLimit,
   auth_status_updated: authUpdated,
+  terminal_created: terminalCreated,
+  terminal_attached: terminalViewers,
+  terminal_detached: terminalViewers,
+  terminal_closed: terminalClosed,
 };
 
 /** Fold one envelope `{seq, ts, session_id, event: {type, ...}}` into `state` (in place). */

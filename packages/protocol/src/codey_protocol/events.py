@@ -396,6 +396,39 @@ class MemoryUpdated(EventBase, kw_only=True):
     text: str
 
 
+# terminals ----------------------------------------------------------------------------------
+# Who opened which shell on which machine, and when; never what was typed or printed.
+
+
+class TerminalCreated(EventBase, kw_only=True):
+    """A shell in tmux on ``worker_id``, started in ``workdir`` (from a session's view when
+    ``session_id`` is set)."""
+
+    terminal_id: str
+    worker_id: str
+    workdir: str
+    by: str  # which browser: a short hash of its login, never the login itself
+
+
+class TerminalAttached(EventBase, kw_only=True):
+    terminal_id: str
+    by: str
+
+
+class TerminalDetached(EventBase, kw_only=True):
+    terminal_id: str
+    by: str
+
+
+class TerminalClosed(EventBase, kw_only=True):
+    """The shell ended: closed by a browser (``closed``), or it exited (``exited``), or its
+    worker refused it (``reason`` says why)."""
+
+    terminal_id: str
+    reason: str = "closed"
+    by: str = ""
+
+
 class SessionContextUpdated(EventBase, kw_only=True):
     """What applies to the session's workdir, as its worker read it (``load_context``): part
     of every model call's instructions from then on. Appended when it changes."""
@@ -477,6 +510,10 @@ Event = (
     | MemoryUpdated
     | RateLimitUpdated
     | AuthStatusUpdated
+    | TerminalCreated
+    | TerminalAttached
+    | TerminalDetached
+    | TerminalClosed
 )
 
 

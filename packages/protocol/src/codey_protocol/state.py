@@ -117,6 +117,21 @@ class ProjectMemory(msgspec.Struct, kw_only=True):
     updated_at: float = 0.0
 
 
+class TerminalInfo(msgspec.Struct, kw_only=True):
+    """A web terminal: a shell in tmux on a worker (its bytes are never in the log)."""
+
+    terminal_id: str
+    worker_id: str
+    workdir: str
+    session_id: str | None = None
+    created_at: float = 0.0
+    created_by: str = ""
+    viewers: int = 0  # browsers attached now
+    closed: bool = False
+    closed_reason: str = ""
+    updated_at: float = 0.0
+
+
 def memory_key(worker_id: str, workdir: str) -> str:
     return f"{worker_id}:{workdir}"
 
@@ -187,3 +202,4 @@ class State(msgspec.Struct, kw_only=True):
     auth: dict[str, AuthInfo] = msgspec.field(default_factory=dict)
     rate_limits: dict[str, RateLimit] = msgspec.field(default_factory=dict)
     memories: dict[str, ProjectMemory] = msgspec.field(default_factory=dict)
+    terminals: dict[str, TerminalInfo] = msgspec.field(default_factory=dict)

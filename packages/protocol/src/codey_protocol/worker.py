@@ -58,6 +58,7 @@ class McpServerInfo(msgspec.Struct, kw_only=True):
 class Capabilities(msgspec.Struct, kw_only=True):
     executors: list[str] = msgspec.field(default_factory=list)
     mcp_servers: list[McpServerInfo] = msgspec.field(default_factory=list)
+    terminal: bool = False  # the owner enabled the web terminal (``"terminal": true``)
 
 
 class DirEntry(msgspec.Struct, kw_only=True):
@@ -205,6 +206,53 @@ class Cancel(Action, kw_only=True):
     target_action_id: str
 
 
+# -- the web terminal (worker config ``"terminal": true``): a shell in tmux, bytes both ways.
+# ``terminal_id`` names the tmux session (it outlives every browser); ``client_id`` one
+# browser's view of it (a tmux client), so two browsers can watch one terminal.
+
+
+class TerminalOpen(ServerToWorkerMessage, kw_only=True):
+    """Attach ``client_id`` to terminal ``terminal_id``, starting its shell in ``workdir``
+    first when it is not running."""
+
+    terminal_id: str
+    client_id: str
+    workdir: str
+    cols: int = 80
+    rows: int = 24
+
+
+class TerminalInput(ServerToWorkerMessage, kw_only=True):
+    client_id: str
+    data: str  # what the user typed (xterm.js gives text)
+
+
+class TerminalResize(ServerToWorkerMessage, kw_only=True):
+    client_id: str
+    cols: int
+    rows: int
+
+
+class TerminalAck(ServerToWorkerMessage, kw_only=True):
+    """``nbytes`` of this client's output reached its browser: the worker may send more (it
+    keeps at most a window of unacknowledged output, so a slow browser slows the shell)."""
+
+    client_id: str
+    nbytes: int
+
+
+class TerminalDetach(ServerToWorkerMessage, kw_only=True):
+    """The browser left: end this client; the shell goes on."""
+
+    client_id: str
+
+
+class TerminalKill(ServerToWorkerMessage, kw_only=True):
+    """End the terminal's shell and every client of it."""
+
+    terminal_id: str
+
+
 class UpdateSettings(ServerToWorkerMessage, kw_only=True):
     heartbeat_s: float | None = None
 
@@ -224,6 +272,12 @@ ServerToWorker = (
     | McpCall
     | Cancel
     | UpdateSettings
+    | TerminalOpen
+    | TerminalInput
+    | TerminalResize
+    | TerminalAck
+    | TerminalDetach
+    | TerminalKill
 )
 
 ActionMessage = (
@@ -394,6 +448,22 @@ class Disconnect(WorkerToServerMessage, kw_only=True):
     reason: str
 
 
+class TerminalOutput(WorkerToServerMessage, kw_only=True):
+    client_id: str
+    data: str  # base64 of the bytes the terminal wrote
+
+
+class TerminalEnded(WorkerToServerMessage, kw_only=True):
+    """The client ended: its shell exited, it was detached or killed, or it could not start
+    (``code``: ``terminal_disabled``, ``no_tmux``, ``path_outside_workdir``, ...)."""
+
+    client_id: str
+    terminal_id: str
+    code: str = "exited"
+    message: str = ""
+    shell_alive: bool = False  # the tmux session still runs (only the client ended)
+
+
 WorkerToServer = (
     AuthResponse
     | Hello
@@ -405,6 +475,8 @@ WorkerToServer = (
     | Log
     | WorkspaceChanged
     | Disconnect
+    | TerminalOutput
+    | TerminalEnded
 )
 
 
@@ -487,6 +559,14 @@ __all__ = [
     "ServerToWorker",
     "ServerToWorkerMessage",
     "SkillInfo",
+    "TerminalAck",
+    "TerminalDetach",
+    "TerminalEnded",
+    "TerminalInput",
+    "TerminalKill",
+    "TerminalOpen",
+    "TerminalOutput",
+    "TerminalResize",
     "UpdateSettings",
     "Welcome",
     "WorkerToServer",

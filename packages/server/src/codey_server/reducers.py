@@ -50,6 +50,7 @@ from codey_protocol.state import (
     SessionContext,
     SessionInfo,
     State,
+    TerminalInfo,
     WorkerInfo,
     memory_key,
 )
@@ -434,6 +435,31 @@ def _memory(state: State, env: ev.Envelope) -> None:
         worker_id=e.worker_id, workdir=e.workdir, text=e.text, updated_at=env.ts)
 
 
+def _terminal_created(state: State, env: ev.Envelope) -> None:
+    e = env.event
+    assert isinstance(e, ev.TerminalCreated)
+    state.terminals[e.terminal_id] = TerminalInfo(
+        terminal_id=e.terminal_id, worker_id=e.worker_id, workdir=e.workdir,
+        session_id=env.session_id, created_at=env.ts, created_by=e.by, updated_at=env.ts)
+
+
+def _terminal_viewers(state: State, env: ev.Envelope) -> None:
+    e = env.event
+    assert isinstance(e, (ev.TerminalAttached, ev.TerminalDetached))
+    t = state.terminals.get(e.terminal_id)
+    if t is not None:
+        t.viewers = max(0, t.viewers + (1 if isinstance(e, ev.TerminalAttached) else -1))
+        t.updated_at = env.ts
+
+
+def _terminal_closed(state: State, env: ev.Envelope) -> None:
+    e = env.event
+    assert isinstance(e, ev.TerminalClosed)
+    t = state.terminals.get(e.terminal_id)
+    if t is not None:
+        t.closed, t.closed_reason, t.viewers, t.updated_at = True, e.reason, 0, env.ts
+
+
 def _compaction_requested(state: State, env: ev.Envelope) -> None:
     s = _session(state, env)
     if s is not None:
@@ -493,4 +519,8 @@ _HANDLERS: dict[type[Any], Callable[[State, ev.Envelope], None]] = {
     ev.MemoryUpdated: _memory,
     ev.RateLimitUpdated: _rate_limit,
     ev.AuthStatusUpdated: _auth,
+    ev.TerminalCreated: _terminal_created,
+    ev.TerminalAttached: _terminal_viewers,
+    ev.TerminalDetached: _terminal_viewers,
+    ev.TerminalClosed: _terminal_closed,
 }

@@ -23,6 +23,7 @@ from codey_server.pairing import KeyStore, Pairing
 from codey_server.retention import Retention
 from codey_server.secretfile import ensure_private_dir
 from codey_server.settings import Settings
+from codey_server.terminals import TerminalService
 from codey_server.workers import WorkerRegistry
 
 __all__ = ["Services"]
@@ -64,6 +65,7 @@ class Services:
         self.agent = AgentService(self.engine, self.workers, settings, self.auth.token_for,
                                   self.auth.refresh_rejected, self.blobs.get)
         self.retention = Retention(self.engine, settings.retention)
+        self.terminals = TerminalService(self.engine, self.workers)
 
     async def start(self) -> None:
         await self.engine.start()

@@ -137,6 +137,9 @@ class WorkerRegistry:
         self.engine = engine
         self.keys = keys
         self.log_lines: dict[str, deque[LogLine]] = {}
+        #: gets the web terminal's frames from workers (set by the TerminalService)
+        self.on_terminal: Callable[[str, wk.TerminalOutput | wk.TerminalEnded],
+                                   Awaitable[None]] | None = None
         self._conns: dict[str, _Conn] = {}
         self._inflight: dict[str, _InFlight] = {}
         self._presence: dict[str, asyncio.Event] = {}
@@ -176,6 +179,15 @@ class WorkerRegistry:
         conn = self._conns.get(worker_id)
         if conn is not None:
             conn.attached.add(session_id)
+
+    async def send_to(self, worker_id: str, msg: wk.ServerToWorker) -> bool:
+        """Send a frame that is not an action (no record, no re-send); False while the worker
+        is not connected."""
+        conn = self._conns.get(worker_id)
+        if conn is None:
+            return False
+        await conn.send(msg)
+        return True
 
     def presence(self, worker_id: str) -> asyncio.Event:
         """Set while the worker is connected."""
@@ -345,6 +357,9 @@ class WorkerRegistry:
             if session is not None and session.worker_id == conn.worker_id and msg.paths:
                 await self.engine.append([(msg.session_id,
                                            ev.SessionWorkspaceChanged(paths=msg.paths[:500]))])
+        elif isinstance(msg, (wk.TerminalOutput, wk.TerminalEnded)):
+            if self.on_terminal is not None:
+                await self.on_terminal(conn.worker_id, msg)
         elif isinstance(msg, wk.Log):
             level = _LEVELS.get(msg.level, 20)
             lines = self.log_lines.setdefault(conn.worker_id, deque(maxlen=LOG_LINES_KEPT))

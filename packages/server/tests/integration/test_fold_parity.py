@@ -288,6 +288,15 @@ def build_log() -> list[ev.Envelope]:
     log.add(None, ev.AuthStatusUpdated(provider="openai", state="logged_in", method="oauth",
                                        account="me@example.test", expires_at=1_700_100_000.5))
     log.add(None, ev.AuthStatusUpdated(provider="other", state="error", error="bad key"))
+    log.add("s1", ev.TerminalCreated(terminal_id="t1", worker_id="w1", workdir="/home/u1/proj",
+                                     by="browser 1a2b3c4d"))
+    log.add(None, ev.TerminalCreated(terminal_id="t2", worker_id="w1", workdir="/srv", by="x"))
+    log.add("s1", ev.TerminalAttached(terminal_id="t1", by="browser 1a2b3c4d"))
+    log.add(None, ev.TerminalAttached(terminal_id="t2", by="x"))
+    log.add(None, ev.TerminalAttached(terminal_id="t2", by="y"))
+    log.add(None, ev.TerminalDetached(terminal_id="t2", by="x"))
+    log.add(None, ev.TerminalAttached(terminal_id="ghost", by="x"))
+    log.add("s1", ev.TerminalClosed(terminal_id="t1", reason="exited"))
     log.add(None, ev.WorkerDisconnected(worker_id="w1", reason="bye"))
     log.add(None, ev.WorkerDisconnected(worker_id="ghost"))
     log.add(None, ev.WorkerRevoked(worker_id="w2"))

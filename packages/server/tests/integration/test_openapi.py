@@ -194,6 +194,14 @@ def _exercise(api: _Contract, server: ServerProcess, worker: WorkerProcess) -> N
     api.check("POST", actions, 400, path={"worker_id": worker_id}, json={"type": "nope"})
     api.check("POST", actions, 404, path={"worker_id": "wrk_none"},
               json={"type": "list_dir", "workdir": workdir})
+    # terminals: this worker's owner did not enable them (test_terminal.py has the rest)
+    off = api.check("POST", "/api/terminals", 403, json={"worker_id": worker_id,
+                                                          "workdir": workdir}).json()
+    assert "terminal" in off["detail"]
+    api.check("POST", "/api/terminals", 404, json={"worker_id": "wrk_none", "workdir": "/w"})
+    api.check("POST", "/api/terminals", 400, json={"worker_id": worker_id})
+    api.check("POST", "/api/terminals/{terminal_id}/close", 404,
+              path={"terminal_id": "term_none"})
     revoke = "/api/workers/{worker_id}/revoke"
     api.check("POST", revoke, 200, path={"worker_id": paired["worker_id"]})
     api.check("POST", revoke, 404, path={"worker_id": "wrk_none"})

@@ -498,7 +498,30 @@ GLOBAL_EVENTS: list[ev.Event] = [
     ev.AuthStatusUpdated(provider="p", state="logged_out"),
     ev.MemoryUpdated(worker_id="w9", workdir="/src", text="- use uv"),
     ev.SessionForked(from_session="ses_gone", until_item="i", title="t"),
+    ev.TerminalCreated(terminal_id="term_1", worker_id="w9", workdir="/src", by="b"),
+    ev.TerminalAttached(terminal_id="term_1", by="b"),
+    ev.TerminalDetached(terminal_id="term_1", by="b"),
+    ev.TerminalClosed(terminal_id="term_1", reason="exited"),
 ]
+
+
+def test_terminals_count_their_viewers_and_end_once_closed(log: Log) -> None:
+    st_ = apply(State(), log.env(ev.TerminalCreated(terminal_id="t1", worker_id=W,
+                                                     workdir="/a", by="browser 1"), S))
+    t = st_.terminals["t1"]
+    assert (t.worker_id, t.workdir, t.session_id, t.created_by) == (W, "/a", S, "browser 1")
+    for e in (ev.TerminalAttached(terminal_id="t1", by="x"),
+              ev.TerminalAttached(terminal_id="t1", by="y"),
+              ev.TerminalDetached(terminal_id="t1", by="x")):
+        apply(st_, log.env(e, S))
+    assert st_.terminals["t1"].viewers == 1 and not st_.terminals["t1"].closed
+    apply(st_, log.env(ev.TerminalClosed(terminal_id="t1", reason="exited"), S))
+    assert st_.terminals["t1"].closed and st_.terminals["t1"].closed_reason == "exited"
+    assert st_.terminals["t1"].viewers == 0
+    before = copy_state(st_)
+    apply(st_, log.env(ev.TerminalAttached(terminal_id="nope", by="x"), S))  # ignored
+    st_.seq = before.seq
+    assert st_ == before
 
 
 def test_every_event_type_is_exercised() -> None:

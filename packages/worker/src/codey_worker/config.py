@@ -163,6 +163,8 @@ class WorkerConfig:
 
     policy: LocalPolicy
     mcp_servers: dict[str, McpServerConfig] = field(default_factory=dict)
+    #: the web terminal: a full shell on this machine from the browser (off by default)
+    terminal: bool = False
 
     @property
     def allowed_roots(self) -> list[Path]:
@@ -173,7 +175,8 @@ class WorkerConfig:
         """Validate a parsed config; raises ConfigError naming ``source`` and the field."""
         if not isinstance(data, dict):
             raise ConfigError(f"{source}: expected a JSON object")
-        known = {"allowed_roots", "denied_commands", "denied_mcp_tools", "mcp_servers"}
+        known = {"allowed_roots", "denied_commands", "denied_mcp_tools", "mcp_servers",
+                 "terminal"}
         unknown = sorted(set(data) - known)
         if unknown:
             raise ConfigError(f"{source}: unknown field(s) {', '.join(unknown)}; "
@@ -182,7 +185,11 @@ class WorkerConfig:
             policy = LocalPolicy.from_config(data)
         except ValueError as exc:
             raise ConfigError(f"{source}: {exc}") from None
-        return cls(policy=policy, mcp_servers=_mcp_servers(data.get("mcp_servers"), source))
+        terminal = data.get("terminal", False)
+        if not isinstance(terminal, bool):
+            raise ConfigError(f"{source}: terminal: expected true or false")
+        return cls(policy=policy, mcp_servers=_mcp_servers(data.get("mcp_servers"), source),
+                   terminal=terminal)
 
 
 def _mcp_servers(raw: Any, source: str) -> dict[str, McpServerConfig]:

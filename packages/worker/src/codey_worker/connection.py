@@ -41,6 +41,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from codey_protocol import ProtocolError, codec
+from codey_protocol import worker as wk
 from codey_protocol.worker import (
     Action,
     AuthChallenge,
@@ -61,6 +62,7 @@ from codey_worker.exec import CommandRegistry
 from codey_worker.mcp import McpManager
 from codey_worker.pairing import machine_info, sign
 from codey_worker.records import ActionRecords
+from codey_worker.terminal import Terminals
 from codey_worker.watch import WorkspaceWatcher
 
 __all__ = [
@@ -72,6 +74,10 @@ __all__ = [
     "signed_message",
     "ws_url",
 ]
+
+#: the web terminal's frames (codey_worker.terminal)
+_TERMINAL_FRAMES = (wk.TerminalOpen, wk.TerminalInput, wk.TerminalResize, wk.TerminalAck,
+                    wk.TerminalDetach, wk.TerminalKill)
 
 log = logging.getLogger(__name__)
 
@@ -170,6 +176,7 @@ class Worker:
         # the console's lines also go to the server (the worker panel shows the last ones)
         console.forward = self._forward_line
         self._line_tasks: set[asyncio.Task[None]] = set()
+        self.terminals = Terminals(self.send, config.policy, home, enabled=config.terminal)
         self.dispatcher = ActionDispatcher(
             self.send, self.records, config.policy, registry=CommandRegistry(), mcp=self.mcp,
             watcher=self.watcher, console=console)
@@ -254,6 +261,7 @@ class Worker:
                 reason = f"bad frame from the server: {exc.message}"
             finally:
                 self._ws = None
+                await self.terminals.close_all()  # their shells go on in tmux
             if self._stop.is_set():
                 break
             if up_since is not None and time.monotonic() - up_since >= HEALTHY_AFTER_S:
@@ -295,7 +303,8 @@ class Worker:
             python_version=info["python_version"],
             known_sessions=self.dispatcher.known_sessions(),
             running_actions=self.dispatcher.running(),
-            capabilities=Capabilities(executors=list(EXECUTORS), mcp_servers=self.mcp.cached()),
+            capabilities=Capabilities(executors=list(EXECUTORS), mcp_servers=self.mcp.cached(),
+                                      terminal=self.terminals.enabled),
         )
         await ws.send(codec.encode(hello).decode())
 
@@ -339,6 +348,8 @@ class Worker:
             elif isinstance(msg, UpdateSettings):
                 if msg.heartbeat_s is not None and msg.heartbeat_s > 0:
                     self._heartbeat_s = msg.heartbeat_s
+            elif isinstance(msg, _TERMINAL_FRAMES):
+                await self.terminals.handle(msg)
             else:
                 await self._log("warning", f"unexpected {type(msg).__name__} after the handshake")
 

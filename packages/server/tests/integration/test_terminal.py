@@ -1,0 +1,155 @@
+"""The web terminal through the real stack: a shell in tmux on a real worker, bytes over the
+server's sockets, the same shell after the browser left and came back."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import ClientConnection, connect
+
+from codey_testkit.stack import ServerProcess, WorkerProcess
+
+pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[tuple[ServerProcess, WorkerProcess, WorkerProcess]]:
+    with ServerProcess(tmp_path / "server") as server:
+        on = WorkerProcess(server, tmp_path / "on", config={"terminal": True}, name="on")
+        off = WorkerProcess(server, tmp_path / "off", name="off")
+        with on, off:  # (entering starts them)
+            try:
+                yield server, on, off
+            finally:  # no shell outlives the test
+                subprocess.run(["tmux", "-S", str(on.codey_home / "tmux.sock"), "kill-server"],
+                               capture_output=True, check=False)
+
+
+class _View:
+    def __init__(self, server: ServerProcess, terminal_id: str) -> None:
+        url = server.ws_url.replace("/ws/client", f"/ws/terminal/{terminal_id}")
+        self.ws: ClientConnection = connect(f"{url}?cols=100&rows=30",
+                                            additional_headers=server.cookie_header(),
+                                            open_timeout=10)
+        self.screen = b""
+        self.ended: dict[str, Any] | None = None
+
+    def type(self, text: str) -> None:
+        self.ws.send(json.dumps({"type": "input", "data": text}))
+
+    def until(self, needle: bytes, timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        while needle not in self.screen:
+            left = deadline - time.monotonic()
+            assert left > 0, f"{needle!r} never appeared: {self.screen[-400:]!r}"
+            try:
+                frame = self.ws.recv(timeout=left)
+            except TimeoutError:
+                continue
+            if isinstance(frame, bytes):
+                self.screen += frame
+            else:
+                self.ended = json.loads(frame)
+
+    def close_code(self, timeout: float = 20.0) -> int | None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                frame = self.ws.recv(timeout=deadline - time.monotonic())
+            except ConnectionClosed as exc:
+                return exc.rcvd.code if exc.rcvd else None
+            except TimeoutError:
+                break
+            if isinstance(frame, str):
+                self.ended = json.loads(frame)
+        raise AssertionError("the view was not closed")
+
+
+def _terminal(server: ServerProcess) -> dict[str, Any]:
+    terminals: dict[str, Any] = server.http.get("/api/state/bootstrap").json()["state"][
+        "terminals"]
+    (only,) = terminals.values()
+    return only
+
+
+def test_a_shell_survives_its_browser_and_two_browsers_share_it(
+        stack: tuple[ServerProcess, WorkerProcess, WorkerProcess]) -> None:
+    server, on, off = stack
+    workdir = on.root / "app"
+    workdir.mkdir()
+    refused = server.http.post("/api/terminals", json={"worker_id": off.worker_id,
+                                                        "workdir": str(off.root)})
+    assert refused.status_code == 403 and "terminal" in refused.json()["detail"]
+    created = server.http.post("/api/terminals", json={"worker_id": on.worker_id,
+                                                        "workdir": str(workdir)})
+    assert created.status_code == 201, created.text
+    terminal_id = created.json()["terminal_id"]
+
+    first = _View(server, terminal_id)
+    first.type("export MARK=$((6*7)); pwd; echo hi-$MARK\r")
+    first.until(b"hi-42")
+    assert str(workdir).encode() in first.screen  # started in the workdir
+    second = _View(server, terminal_id)  # a second browser watches the same shell
+    first.type("echo both-$MARK\r")
+    second.until(b"both-42")
+    assert _terminal(server)["viewers"] == 2
+    first.ws.close()
+    second.ws.close()
+    deadline = time.monotonic() + 15
+    while _terminal(server)["viewers"]:
+        assert time.monotonic() < deadline, "the views were never detached"
+        time.sleep(0.1)
+    assert not _terminal(server)["closed"]
+
+    again = _View(server, terminal_id)  # the tab reopened: the same shell, its variable kept
+    again.type("echo again-$MARK; echo secret-never-logged\r")
+    again.until(b"again-42")
+    assert server.http.post(f"/api/terminals/{terminal_id}/close").status_code == 200
+    assert again.close_code() == 1000
+    assert again.ended is not None and again.ended["shell_alive"] is False
+    closed = _terminal(server)
+    assert closed["closed"] and closed["closed_reason"] == "closed"
+    assert closed["created_by"].startswith("browser ")
+    # who opened and closed it is in the log; what was typed and printed is not
+    def stored() -> bytes:
+        db = sqlite3.connect(server.data_dir / "events.db")
+        try:
+            return b"\n".join(bytes(row[0]) for row in db.execute("SELECT envelope FROM events"))
+        finally:
+            db.close()
+
+    deadline = time.monotonic() + 15
+    while (log := stored()).count(b"terminal_detached") < 3:  # the last view's end is last
+        assert time.monotonic() < deadline, "a view's end was never recorded"
+        time.sleep(0.1)
+    assert log.count(b"terminal_attached") == 3 and log.count(b"terminal_detached") == 3
+    assert b"secret-never-logged" not in log and b"hi-" not in log
+
+    gone = _View(server, terminal_id)
+    assert gone.close_code() == 4404
+
+
+def test_a_terminal_outside_the_allowed_roots_is_refused_by_the_worker(
+        stack: tuple[ServerProcess, WorkerProcess, WorkerProcess]) -> None:
+    server, on, _ = stack
+    created = server.http.post("/api/terminals", json={"worker_id": on.worker_id,
+                                                        "workdir": "/etc"})
+    assert created.status_code == 201
+    terminal_id = created.json()["terminal_id"]
+    view = _View(server, terminal_id)
+    assert view.close_code() == 1000
+    assert view.ended is not None and view.ended["code"] == "outside_allowed_roots"
+    deadline = time.monotonic() + 15
+    while not _terminal(server)["closed"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert _terminal(server)["closed_reason"] == "outside_allowed_roots"
