@@ -39,6 +39,9 @@ export const api = {
   approvePair: (id, code) =>
     request("POST", `/api/pairing/requests/${encodeURIComponent(id)}/approve`, { code }),
   denyPair: (id) => request("POST", `/api/pairing/requests/${encodeURIComponent(id)}/deny`),
+  createTerminal: (worker_id, workdir, session_id) =>
+    request("POST", "/api/terminals", { worker_id, workdir, session_id }),
+  closeTerminal: (id) => request("POST", `/api/terminals/${encodeURIComponent(id)}/close`),
   workerLog: (id) => request("GET", `/api/workers/${encodeURIComponent(id)}/log`),
   revokeWorker: (id) => request("POST", `/api/workers/${encodeURIComponent(id)}/revoke`),
   authStatus: () => request("GET", "/api/auth/status"),

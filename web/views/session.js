@@ -59,6 +59,10 @@ export class SessionView {
     this._download = h("a", { class: "btn subtle", "data-testid": "download-log",
       href: api.sessionLogUrl(this.sessionId), download: `session-${this.sessionId}.ndjson` },
     "Download log");
+    // a shell on the session's machine, in its workdir (when the machine's owner allows it)
+    this._terminal = h("button", { class: "btn subtle", type: "button", hidden: true,
+      "data-testid": "open-terminal", title: "A shell on this machine, in this workdir",
+      onclick: () => this._openTerminal() }, "Terminal");
     this._title.addEventListener("click", () => this._startRename());
     this._title.title = "Click to rename";
     this._menu = h("details", { class: "menu", "data-testid": "session-menu" });
@@ -142,7 +146,7 @@ export class SessionView {
       h("div", { class: "s-controls" },
         this._status, this._gone,
         h("label", { for: "policy-select", class: "sr-only" }, "Approval policy"),
-        this._policy, this._interrupt, this._download, this._menu)),
+        this._policy, this._interrupt, this._terminal, this._download, this._menu)),
     this._missing,
     h("div", { class: "s-body" }, h("div", { class: "s-main" }, this._scroller, this._jump,
       h("div", { class: "activity-row" }, this._activity, this._retry)), this._side),
@@ -362,6 +366,7 @@ export class SessionView {
     this._renderActivity();
     this._gone.replaceChildren(workerUp(state, s.worker_id) ? "" : h("span", {
       class: "chip gone", "data-testid": "worker-gone" }, "machine offline"));
+    this._terminal.hidden = !(w && w.capabilities && w.capabilities.terminal && !w.revoked);
     if (this._policy.value !== s.policy) this._policy.value = s.policy;
     const proposed = s.plan_status === "proposed";
     const busy = isBusy(s.status) && !proposed;
@@ -630,6 +635,27 @@ export class SessionView {
       this.ctx.toast(`Not retried: ${err.message}`, "error");
     } finally {
       this._retry.disabled = false;
+    }
+  }
+
+  /** Reopen this session's running terminal, or start one in its workdir. */
+  async _openTerminal() {
+    const s = this.session;
+    if (!s) return;
+    const open = Object.values(this.ctx.store.state.terminals || {}).find(
+      (t) => t.session_id === s.session_id && !t.closed);
+    if (open) {
+      this.ctx.navigate(`#/terminal/${encodeURIComponent(open.terminal_id)}`);
+      return;
+    }
+    this._terminal.disabled = true;
+    try {
+      const made = await api.createTerminal(s.worker_id, s.workdir, s.session_id);
+      this.ctx.navigate(`#/terminal/${encodeURIComponent(made.terminal_id)}`);
+    } catch (err) {
+      this.ctx.toast(`No terminal: ${err.message}`, "error");
+    } finally {
+      this._terminal.disabled = false;
     }
   }
 

@@ -149,6 +149,8 @@ class Terminals:
                                     str(rows), "-c", str(workdir), env=env)
             if code != 0:
                 raise ActionRefused("terminal_failed", f"tmux could not start a shell ({code})")
+            # the page is the terminal: no tmux status line in it
+            await self._tmux("set-option", "-t", name, "status", "off")
         master, slave = pty.openpty()
         _set_size(slave, cols, rows)
         try:
