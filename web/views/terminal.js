@@ -86,7 +86,7 @@ export class TerminalView {
     if (this._gone) return;
     const dark = document.documentElement.dataset.theme === "dark";
     this._term = new window.Terminal({
-      cursorBlink: true, fontSize: 14, scrollback: 5000,
+      cursorBlink: true, fontSize: 14, scrollback: 5000, lineHeight: 1.2, // (room for "_")
       fontFamily: getComputedStyle(document.documentElement).getPropertyValue("--mono") ||
         "monospace",
       theme: dark ? { background: "#0b0f17" } : { background: "#ffffff", foreground: "#1d2330",
