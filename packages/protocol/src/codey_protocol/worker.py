@@ -206,6 +206,15 @@ class Cancel(Action, kw_only=True):
     target_action_id: str
 
 
+class FrameRejected(ServerToWorkerMessage, kw_only=True):
+    """The server could not use a frame this worker sent (``code``: ``bad_frame``,
+    ``bad_json``, ...); the connection stays open. Sent instead of only logging it, so the
+    worker's owner sees it too."""
+
+    code: str
+    message: str
+
+
 # -- the web terminal (worker config ``"terminal": true``): a shell in tmux, bytes both ways.
 # ``terminal_id`` names the tmux session (it outlives every browser); ``client_id`` one
 # browser's view of it (a tmux client), so two browsers can watch one terminal.
@@ -272,6 +281,7 @@ ServerToWorker = (
     | McpCall
     | Cancel
     | UpdateSettings
+    | FrameRejected
     | TerminalOpen
     | TerminalInput
     | TerminalResize
@@ -538,6 +548,7 @@ __all__ = [
     "Environment",
     "FileChange",
     "FileContent",
+    "FrameRejected",
     "Heartbeat",
     "Hello",
     "InstructionFile",

@@ -113,6 +113,7 @@ class _Conn:
     last_seen: float = field(default_factory=time.time)
     running: list[str] = field(default_factory=list)
     attached: set[str] = field(default_factory=set)  # sessions attached on this connection
+    last_rejection: float = -1e9  # monotonic time of the last frame_rejected sent
 
     async def send(self, msg: Any) -> None:
         async with self.send_lock:
@@ -428,6 +429,14 @@ async def serve_worker(ws: WebSocket[Any, Any, Any], registry: WorkerRegistry) -
                     await ws.close(code=CLOSE_TOO_LARGE, reason="frame too large")
                     break
                 log.warning("worker %s sent a bad frame: %s", conn.worker_id, err.message)
+                # told once a second at most: a worker in a loop of bad frames (or a fuzzer that
+                # reads nothing) must not make this loop wait on its socket
+                now = time.monotonic()
+                if now - conn.last_rejection >= 1.0:
+                    conn.last_rejection = now
+                    with contextlib.suppress(Exception):
+                        await conn.send(wk.FrameRejected(code=err.code,
+                                                         message=err.message[:500]))
                 continue
             if isinstance(frame, wk.Disconnect):
                 reason = frame.reason or "worker disconnected"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import platform
 import socket
@@ -338,7 +339,8 @@ def test_10000_fuzzed_frames_on_worker_socket_no_crash_and_the_socket_stays(
 
     batch()
     marker = f"fuzz-done-{time.monotonic_ns()}"
-    ws.send(json.dumps({"type": "log", "level": "info", "message": marker}))
+    # (a warning: a worker's routine info lines go to the server's log at debug only)
+    ws.send(json.dumps({"type": "log", "level": "warning", "message": marker}))
     deadline = time.monotonic() + 30
     while marker not in server.log_text():  # frames are handled in order: all were taken
         assert time.monotonic() < deadline, "the server did not get through the frames"
@@ -348,6 +350,13 @@ def test_10000_fuzzed_frames_on_worker_socket_no_crash_and_the_socket_stays(
     ws.ping().wait(5)
     log = server.log_text()
     assert "Traceback" not in log
+    # bad frames were answered with a typed frame (once a second at most), not only logged
+    answers = []
+    with contextlib.suppress(TimeoutError):
+        while True:
+            answers.append(json.loads(ws.recv(timeout=0.5)))
+    rejected = [a for a in answers if a["type"] == "frame_rejected"]
+    assert rejected and all(a["code"] and a["message"] for a in rejected)
     ws.close()
 
 

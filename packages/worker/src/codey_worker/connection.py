@@ -348,6 +348,9 @@ class Worker:
             elif isinstance(msg, UpdateSettings):
                 if msg.heartbeat_s is not None and msg.heartbeat_s > 0:
                     self._heartbeat_s = msg.heartbeat_s
+            elif isinstance(msg, wk.FrameRejected):
+                # a bug on one side or the other: say it where the owner looks
+                self.console.error(f"the server refused a frame ({msg.code}): {msg.message}")
             elif isinstance(msg, _TERMINAL_FRAMES):
                 await self.terminals.handle(msg)
             else:
