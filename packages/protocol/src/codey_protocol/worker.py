@@ -262,10 +262,6 @@ class TerminalKill(ServerToWorkerMessage, kw_only=True):
     terminal_id: str
 
 
-class UpdateSettings(ServerToWorkerMessage, kw_only=True):
-    heartbeat_s: float | None = None
-
-
 ServerToWorker = (
     AuthChallenge
     | Welcome
@@ -280,7 +276,6 @@ ServerToWorker = (
     | McpList
     | McpCall
     | Cancel
-    | UpdateSettings
     | FrameRejected
     | TerminalOpen
     | TerminalInput
@@ -578,7 +573,6 @@ __all__ = [
     "TerminalOpen",
     "TerminalOutput",
     "TerminalResize",
-    "UpdateSettings",
     "Welcome",
     "WorkerToServer",
     "WorkerToServerMessage",

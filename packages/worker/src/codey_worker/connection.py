@@ -51,7 +51,6 @@ from codey_protocol.worker import (
     Heartbeat,
     Hello,
     Log,
-    UpdateSettings,
     Welcome,
 )
 from codey_worker.actions import EXECUTORS, ActionDispatcher
@@ -345,9 +344,6 @@ class Worker:
                 except Exception as exc:  # e.g. the record store failed: say so, keep serving
                     log.exception("could not accept action %s", msg.action_id)
                     await self._log("error", f"could not accept action {msg.action_id}: {exc}")
-            elif isinstance(msg, UpdateSettings):
-                if msg.heartbeat_s is not None and msg.heartbeat_s > 0:
-                    self._heartbeat_s = msg.heartbeat_s
             elif isinstance(msg, wk.FrameRejected):
                 # a bug on one side or the other: say it where the owner looks
                 self.console.error(f"the server refused a frame ({msg.code}): {msg.message}")
