@@ -109,6 +109,9 @@ class Settings(msgspec.Struct, kw_only=True):
     #: seconds one frame to a browser may take to go out before the browser counts as not
     #: reading and is closed with 4008
     client_send_timeout_s: float = 15.0
+    #: seconds a worker may send nothing (it beats every 5 s) before it counts as unreachable
+    #: and its socket is closed with 4408
+    worker_silence_s: float = 15.0
     #: events per catch-up frame
     catchup_batch: int = 2000
     providers: list[ProviderConfig] = msgspec.field(default_factory=list)
@@ -155,6 +158,8 @@ class Settings(msgspec.Struct, kw_only=True):
                 warnings.append(
                     f"serving on {self.host} without TLS: the access token crosses the network "
                     "in clear; put a TLS reverse proxy in front (see docs/security.md)")
+        if self.worker_silence_s < 1.5:
+            raise ConfigError("worker_silence_s must be at least 1.5 (three heartbeats)")
         r = self.retention
         if (r.days is not None and r.days < 0) or (
                 r.finished_sessions is not None and r.finished_sessions < 0) or r.every_s <= 0:
@@ -190,6 +195,7 @@ class _ConfigFile(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     snapshot_every: int | None = None
     client_queue_max: int | None = None
     client_send_timeout_s: float | None = None
+    worker_silence_s: float | None = None
     turn_iteration_cap: int | None = None
     action_timeout_s: float | None = None
     approval_timeout_s: float | None = None
@@ -237,6 +243,7 @@ def load_config_file(settings: Settings, path: Path) -> Settings:
     if cfg.roles:
         changes["roles"] = {**settings.roles, **cfg.roles}
     for name in ("snapshot_every", "client_queue_max", "client_send_timeout_s",
+                 "worker_silence_s",
                  "turn_iteration_cap",
                  "action_timeout_s", "approval_timeout_s", "retention"):
         value = getattr(cfg, name)

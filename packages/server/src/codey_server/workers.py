@@ -38,6 +38,7 @@ log = logging.getLogger("codey.workers")
 
 CLOSE_UNAUTHORIZED = 4401
 CLOSE_REVOKED = 4403
+CLOSE_SILENT = 4408  # nothing received for three heartbeats: the worker reconnects
 CLOSE_REPLACED = 4409
 CLOSE_BAD_FRAME = 4400
 CLOSE_TOO_LARGE = 1009
@@ -373,8 +374,15 @@ class WorkerRegistry:
 _LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
 
 
-async def serve_worker(ws: WebSocket[Any, Any, Any], registry: WorkerRegistry) -> None:
-    """Run one accepted worker socket: handshake, hello, then frames until it closes."""
+async def serve_worker(ws: WebSocket[Any, Any, Any], registry: WorkerRegistry, *,
+                       silence_s: float = 15.0) -> None:
+    """Run one accepted worker socket: handshake, hello, then frames until it closes.
+
+    A worker beats every ``silence_s / 3`` (5 s); one that sends nothing for ``silence_s`` is
+    frozen or cut off (SIGSTOP, a suspended laptop, a dead NAT entry) although its TCP
+    connection may look alive for a while yet: it is closed with :data:`CLOSE_SILENT`, so it
+    shows as disconnected and its sessions as waiting for it, instead of "connected" until the
+    pings fail (about 40 s). It comes back through a new handshake like any reconnect."""
     engine = registry.engine
     nonce = secrets.token_urlsafe(24)
     try:
@@ -401,7 +409,8 @@ async def serve_worker(ws: WebSocket[Any, Any, Any], registry: WorkerRegistry) -
             return
         conn = _Conn(worker_id=msg.worker_id, ws=ws)
         credential = msg.credential
-        await conn.send(wk.Welcome(worker_id=msg.worker_id))
+        # three beats fit in the silence a worker is allowed
+        await conn.send(wk.Welcome(worker_id=msg.worker_id, heartbeat_s=silence_s / 3))
         hello = codec.decode_worker_to_server(await asyncio.wait_for(receive_frame(ws),
                                                                      AUTH_TIMEOUT_S))
         if not isinstance(hello, wk.Hello):
@@ -421,7 +430,15 @@ async def serve_worker(ws: WebSocket[Any, Any, Any], registry: WorkerRegistry) -
     reason = "connection lost"
     try:
         while True:
-            data = await receive_frame(ws)
+            try:
+                data = await asyncio.wait_for(receive_frame(ws), silence_s)
+            except TimeoutError:
+                reason = f"no heartbeat for {silence_s:g} s: unreachable"
+                log.warning("worker %s: %s", conn.worker_id, reason)
+                with contextlib.suppress(Exception):
+                    # the peer may be frozen: do not wait long for its side of the close
+                    await asyncio.wait_for(ws.close(code=CLOSE_SILENT, reason="no heartbeat"), 2)
+                break
             try:
                 frame = codec.decode_worker_to_server(data)
             except ProtocolError as err:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -9,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from codey_testkit.scenarios import create_session, idle, tools, wait_for
+from codey_testkit.scenarios import create_session, idle, provider_config, tools, wait_for
 from codey_testkit.stack import ServerProcess, WorkerProcess
 
 SCRIPT: dict[str, Any] = {"model": "scripted-1", "steps": [
@@ -23,6 +25,11 @@ SCRIPT: dict[str, Any] = {"model": "scripted-1", "steps": [
                           "arguments": {"timezone": "UTC"}}]}},
     {"match": {"tool": "mcp__time__get_current_time", "tool_output": "UTC"},
      "reply": {"text": "I have the time."}},
+    {"match": {"user": "stall"},
+     "reply": {"calls": [{"name": "shell", "arguments": {"command": [
+         "bash", "-c", "echo started; sleep 8; echo finished"]}}]}},
+    {"match": {"tool": "shell", "tool_output": "finished"},
+     "reply": {"text": "Finished after the stall."}},
     {"match": {"any": True}, "reply": {"text": "unexpected"}},
 ]}
 
@@ -53,6 +60,38 @@ def test_worker_kill9_mid_command_then_restart_goes_on_and_ran_once(
         assert (wd / "counter.txt").read_text() == "ran\n"
     finally:
         worker.stop()
+
+
+def test_a_frozen_worker_is_unreachable_after_three_missed_beats_then_goes_on(
+        tmp_path: Path, model: Any) -> None:
+    """SIGSTOP: its socket looks alive, but it beats no more. After ``worker_silence_s`` (3 s
+    here: beats every second) it shows as disconnected and its session waits for it; after
+    SIGCONT it reconnects and the command's result arrives."""
+    config = {**provider_config(model), "worker_silence_s": 3}
+    with ServerProcess(tmp_path / "server", config=config) as server, \
+            WorkerProcess(server, tmp_path / "worker") as worker:
+        wd = Path(worker.workdir("w"))
+        wd.mkdir(parents=True)
+        sid = create_session(server, worker, str(wd), "stall")
+        wait_for(server, sid, lambda s: tools(s) and "started" in tools(s)[0]["output"],
+                 what="the command to start")
+        assert worker.proc is not None
+        pid = worker.proc.pid
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            stopped = time.monotonic()
+            wait_for(server, sid, lambda s: s["status"] == "waiting_worker", timeout=15,
+                     what="waiting_worker")
+            took = time.monotonic() - stopped
+            state = server.http.get("/api/state/bootstrap").json()["state"]
+            assert not state["workers"][worker.worker_id]["connected"]
+            assert took < 10, f"noticed only after {took:.1f} s"
+            assert "no heartbeat" in server.log_text()
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        s = wait_for(server, sid, idle, timeout=40, what="the turn to go on")
+        assert s["items"][-1]["text"] == "Finished after the stall."
+        assert "finished" in tools(s)[0]["output"]
 
 
 def test_mcp_tool_of_the_worker_is_offered_and_called(tmp_path: Path,

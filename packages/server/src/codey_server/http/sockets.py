@@ -32,4 +32,5 @@ async def client_socket(socket: WebSocket[Any, Any, Any], services: ServicesDep)
 async def worker_socket(socket: WebSocket[Any, Any, Any], services: ServicesDep) -> None:
     """A paired worker: the signed handshake, hello, then actions down and events up."""
     await socket.accept()
-    await serve_worker(socket, services.workers)
+    await serve_worker(socket, services.workers,
+                       silence_s=services.settings.worker_silence_s)
