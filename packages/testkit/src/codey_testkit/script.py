@@ -158,11 +158,18 @@ class Match(_Strict):
     any: bool = False
     model: str | None = None
     api: Api | None = None
+    #: the request holds fewer tool results than this (in the whole conversation): a session
+    #: makes exactly N calls with ``{tool: shell, results_below: N}`` whatever other sessions
+    #: do (``times`` counts across every session)
+    results_below: int | None = None
 
     def matches(self, latest: LatestInput, api: Api, model: str | None) -> bool:
         if self.api is not None and self.api != api:
             return False
         if self.model is not None and self.model != model:
+            return False
+        if self.results_below is not None and (
+                latest.kind != "tool" or latest.results_so_far >= self.results_below):
             return False
         if self.user is not None and (latest.kind != "user" or self.user not in latest.text):
             return False
@@ -312,6 +319,7 @@ class LatestInput:
     kind: Literal["user", "tool", "other", "empty"]
     text: str = ""
     tool_results: tuple[ToolResult, ...] = field(default=())
+    results_so_far: int = 0  # tool results in the whole request, this turn's and older ones
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind}
@@ -385,7 +393,8 @@ def responses_latest(body: Mapping[str, Any], known_calls: Mapping[str, str]) ->
             )
             for i in _trailing(items, is_result)
         )
-        return LatestInput("tool", tool_results=results)
+        return LatestInput("tool", tool_results=results,
+                           results_so_far=sum(1 for i in items if is_result(i)))
     if last.get("role") == "user" and last.get("type", "message") == "message":
         return LatestInput("user", text=_text_of(last.get("content")))
     return LatestInput("other")
@@ -419,7 +428,8 @@ def chat_latest(body: Mapping[str, Any]) -> LatestInput:
             )
             for m in _trailing(messages, is_result)
         )
-        return LatestInput("tool", tool_results=results)
+        return LatestInput("tool", tool_results=results,
+                           results_so_far=sum(1 for m in messages if is_result(m)))
     if last.get("role") == "user":
         return LatestInput("user", text=_text_of(last.get("content")))
     return LatestInput("other")

@@ -41,6 +41,28 @@ def test_first_matching_step_wins_and_times_falls_through() -> None:
     assert r.used == [1, 2, 1]
 
 
+def test_results_below_counts_the_tool_results_of_the_whole_request() -> None:
+    r = runner([
+        {"match": {"tool": "shell", "results_below": 3}, "reply": {"text": "again"}},
+        {"match": {"tool": "shell"}, "reply": {"text": "done"}},
+    ])
+
+    def after(n: int) -> LatestInput:
+        return LatestInput("tool", tool_results=(ToolResult("c", "shell", ""),),
+                           results_so_far=n)
+
+    assert [r.select(after(n), "responses", None) for n in (1, 2, 3, 4)] == [0, 0, 1, 1]
+    body = {"input": [{"role": "user", "content": "go"}] + [
+        item for k in range(3) for item in (
+            {"type": "function_call", "call_id": f"c{k}", "name": "shell", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": f"c{k}", "output": ""})]}
+    assert responses_latest(body, {}).results_so_far == 3
+    messages = [{"role": "user", "content": "go"}, {"role": "assistant", "tool_calls": [
+        {"id": "c1", "function": {"name": "shell", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": ""}]
+    assert chat_latest({"messages": messages}).results_so_far == 1
+
+
 def test_times_inside_reply_counts_too() -> None:
     r = runner([{"match": {"any": True}, "reply": {"text": "x", "times": 2}}])
     assert [r.select(user("q"), "chat", None) for _ in range(3)] == [0, 0, None]

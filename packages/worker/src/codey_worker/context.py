@@ -25,8 +25,6 @@ import stat
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from codey_protocol.worker import Environment, InstructionFile, ProjectContext, SkillInfo
 
 __all__ = ["MAX_FILE_BYTES", "MAX_SKILLS", "MAX_TOTAL_BYTES", "load_context"]
@@ -108,6 +106,8 @@ def _front_matter(text: str) -> dict[str, Any]:
     end = text.find("\n---", 3)
     if end < 0:
         raise ValueError("the front matter is not closed with ---")
+    import yaml  # only when a skill exists: it is 20 ms and a few MB of an idle worker
+
     try:
         data = yaml.safe_load(text[3:end])
     except yaml.YAMLError as exc:

@@ -42,18 +42,19 @@ import shutil
 import tempfile
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, TextIO
-
-from mcp import ClientSession, StdioServerParameters, stdio_client
-from mcp import types as mcp_types
-from mcp.shared.exceptions import MCPError
-from pydantic import FileUrl
+from typing import TYPE_CHECKING, Any, TextIO
 
 from codey_protocol.worker import McpCallResult, McpServerInfo, McpTool
 from codey_worker.config import McpServerConfig
 from codey_worker.confine import ActionRefused
 from codey_worker.exec import build_env
 from codey_worker.policy import LocalPolicy
+
+if TYPE_CHECKING:
+    # The MCP SDK is imported where a server is started or called, never at the worker's
+    # start: it costs about 1.5 s and 30 MB, and most workers configure no MCP server.
+    from mcp import ClientSession
+    from mcp import types as mcp_types
 
 __all__ = ["McpManager"]
 
@@ -100,6 +101,9 @@ class _Server:
 
     async def _list_roots(self, context: Any) -> mcp_types.ListRootsResult:
         """The client's ``roots/list`` answer: the session's workdir, nothing else."""
+        from mcp import types as mcp_types
+        from pydantic import FileUrl
+
         if self.workdir is None:
             return mcp_types.ListRootsResult(roots=[])
         return mcp_types.ListRootsResult(roots=[
@@ -132,6 +136,8 @@ class _Server:
                                 f"{_describe(exc)}") from None
 
     async def _hold(self, ready: asyncio.Future[ClientSession], stop: asyncio.Event) -> None:
+        from mcp import ClientSession, StdioServerParameters, stdio_client
+
         params = StdioServerParameters(command=self.config.command, args=self.config.args,
                                        env=server_env(self.config, self.cwd), cwd=self.cwd)
         errlog = self._errlog()
@@ -273,6 +279,8 @@ class McpManager:
         return self._visible(name, self._tools[name])
 
     async def _list(self, name: str) -> list[McpTool]:
+        from mcp.shared.exceptions import MCPError
+
         for attempt in range(2):  # listing is harmless to repeat after a crash
             server = await self._instance(name, None)
             session = await server.session()
@@ -315,6 +323,8 @@ class McpManager:
         self._config(name)
         if self._policy is not None:
             self._policy.check_mcp_tool(name, tool)
+        from mcp.shared.exceptions import MCPError
+
         server = await self._instance(name, workdir)
         server.busy += 1
         try:

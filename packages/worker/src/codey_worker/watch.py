@@ -16,12 +16,14 @@ import logging
 import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-
-from watchfiles import Change, awatch
+from typing import TYPE_CHECKING
 
 from codey_protocol import codec
 from codey_protocol.worker import WorkspaceChanged
 from codey_worker.confine import is_protected
+
+if TYPE_CHECKING:
+    from watchfiles import Change
 
 __all__ = ["IGNORED_DIRS", "WorkspaceWatcher", "relevant"]
 
@@ -79,6 +81,9 @@ class WorkspaceWatcher:
         self._tasks[session_id] = (workdir, task, stop)
 
     async def _run(self, session_id: str, workdir: Path, stop: asyncio.Event) -> None:
+        # imported on the first attach, not at the worker's start (an idle worker stays small)
+        from watchfiles import awatch
+
         def keep(change: Change, path: str) -> bool:
             return relevant(workdir, path) is not None
 

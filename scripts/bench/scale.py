@@ -1,0 +1,213 @@
+"""One server under many sessions (issue 12): S sessions of N tool calls on W workers.
+
+    uv run python scripts/bench/scale.py                 # W=50; S=100, then S=500; N=10
+    uv run python scripts/bench/scale.py --quick         # W=5, S=20, N=5: a smoke run
+    uv run python scripts/bench/scale.py --profile DIR   # py-spy of the server per phase
+
+Real processes on loopback only: codey-server (SQLite log), W paired codey-workers and the
+scripted model, whose every call answers at once with a cheap command (``true`` as argv)
+until the session has made N calls, then with a short answer. All S sessions are created at
+once, in full-auto. Per phase it prints:
+
+- wall time, tool steps per second, the server's CPU per tool step (from /proc, goal ≤ 5 ms);
+- the action round trip p50/p99 from the log (``action_requested`` → ``action_finished``
+  commit times; goal p99 ≤ 100 ms at S=100), and as a ratio to the baseline measured in the
+  same run: spawning ``true`` and waiting for it from this process (the floor of an action);
+- the server's peak RSS (goal ≤ 1 GB at S=500) and every worker's RSS;
+- whether every session finished, with exactly N calls.
+
+Before the sessions start it prints an idle worker's RSS (goal ≤ 40 MB): the mean over the
+W workers, connected and waiting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import concurrent.futures
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import figure, info, median, percentile
+
+from codey_protocol import codec
+from codey_protocol import events as ev
+from codey_testkit.model_handle import start_model_server
+from codey_testkit.scenarios import provider_config
+from codey_testkit.stack import ServerProcess, WorkerProcess
+
+TICK = 100.0  # os.sysconf("SC_CLK_TCK") on Linux
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def rss_mb(pid: int, key: str = "VmRSS") -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def script(calls: int) -> dict[str, Any]:
+    true = {"calls": [{"name": "shell", "arguments": {"command": ["true"]}}]}
+    return {"model": "scripted-1", "steps": [
+        {"match": {"user": "scale"}, "reply": true},
+        {"match": {"tool": "shell", "results_below": calls}, "reply": true},
+        {"match": {"tool": "shell"}, "reply": {"text": "done"}},
+        {"match": {"any": True}, "reply": {"text": "unexpected"}},
+    ]}
+
+
+def spawn_baseline(n: int = 200) -> list[float]:
+    """Seconds to spawn ``true`` and reap it, from an asyncio loop (as the worker does)."""
+    async def run() -> list[float]:
+        out = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            proc = await asyncio.create_subprocess_exec("true")
+            await proc.wait()
+            out.append(time.perf_counter() - t0)
+        return out
+
+    return asyncio.run(run())
+
+
+def round_trips(db: Path, after_seq: int) -> list[float]:
+    """Seconds from each action's ``action_requested`` to its ``action_finished``."""
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        rows = conn.execute(
+            "SELECT envelope FROM events WHERE seq > ? AND type IN "
+            "('action_requested', 'action_finished') ORDER BY seq", (after_seq,)).fetchall()
+    finally:
+        conn.close()
+    started: dict[str, float] = {}
+    out = []
+    for (raw,) in rows:
+        env = codec.decode_envelope(bytes(raw))
+        e = env.event
+        if isinstance(e, ev.ActionRequested):
+            started.setdefault(e.action_id, env.ts)
+        elif isinstance(e, ev.ActionFinished) and e.action_id in started:
+            out.append(env.ts - started.pop(e.action_id))
+    return out
+
+
+def phase(server: ServerProcess, workers: list[WorkerProcess], sessions: int, calls: int,
+          root: Path, profile: Path | None) -> None:
+    print(f"S={sessions} sessions × N={calls} calls on W={len(workers)} workers", flush=True)
+    assert server.proc is not None
+    pid = server.proc.pid
+    seq0 = int(server.http.get("/api/health").json()["seq"])
+    spy = None
+    if profile is not None:
+        profile.mkdir(parents=True, exist_ok=True)
+        spy = subprocess.Popen(["py-spy", "record", "-p", str(pid), "-r", "200", "-f", "raw",
+                                "-o", str(profile / f"server-S{sessions}.txt")],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    workdirs = []
+    for w in workers:
+        wd = Path(w.workdir(f"scale-{sessions}"))
+        wd.mkdir(parents=True, exist_ok=True)
+        workdirs.append((w.worker_id, str(wd)))
+    cpu0, t0 = cpu_seconds(pid), time.perf_counter()
+
+    def create(n: int) -> str:
+        worker_id, wd = workdirs[n % len(workdirs)]
+        r = server.http.post("/api/sessions", json={
+            "worker_id": worker_id, "workdir": wd, "prompt": "scale", "policy": "full-auto"})
+        assert r.status_code == 201, r.text
+        return str(r.json()["session_id"])
+
+    # httpx.Client is thread-safe; a few threads so creating is not the bottleneck
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        sids = set(pool.map(create, range(sessions)))
+    deadline = time.monotonic() + max(600.0, sessions * calls * 0.2)
+    finished: dict[str, dict[str, Any]] = {}
+    while len(finished) < len(sids) and time.monotonic() < deadline:
+        time.sleep(1.0)  # polling costs the server too: rarely, and one list for all
+        for s in server.http.get("/api/sessions").json():
+            if s["session_id"] in sids and s["status"] in ("idle", "error") and s["items"] > 1:
+                finished[s["session_id"]] = s
+    wall = time.perf_counter() - t0
+    cpu = cpu_seconds(pid) - cpu0
+    if spy is not None:
+        spy.send_signal(2)
+        spy.wait()
+    peak = rss_mb(pid, "VmHWM")
+    steps = sessions * calls
+    # every session: idle with exactly N tool calls (its items: prompt, N calls, the answer)
+    complete = [s for s in finished.values() if s["status"] == "idle"]
+    exact = 0
+    for sid in list(sids)[:50]:  # the full items of a sample (the list has only counts)
+        items = server.http.get(f"/api/sessions/{sid}").json()["items"]
+        exact += sum(1 for i in items if i["kind"] == "tool_call") == calls
+    trips = round_trips(server.data_dir / "events.db", seq0)
+    base = spawn_baseline()
+    figure("sessions finished", len(complete), f"/{sessions}", "all", len(complete) == sessions)
+    info("sample with exactly N calls", f"{exact}/{min(50, sessions)}")
+    figure("wall time", wall, "s", "", None)
+    figure("tool steps per second", steps / wall, "/s", "", None)
+    figure("server CPU per tool step", cpu / steps * 1000, "ms", "≤ 5 ms", cpu / steps <= 0.005)
+    if trips:
+        p50, p99 = median(trips) * 1000, percentile(trips, 99) * 1000
+        figure("action round trip p50", p50, "ms", "", None)
+        figure("action round trip p99", p99, "ms", "≤ 100 ms" if sessions <= 100 else "",
+               p99 <= 100 if sessions <= 100 else None)
+        figure("baseline: spawn and reap `true`, p50", median(base) * 1000, "ms", "", None)
+        figure("round trip p50 / baseline", p50 / (median(base) * 1000), "x", "", None)
+    figure("server peak RSS", peak, "MB", "≤ 1024 MB" if sessions >= 500 else "",
+           peak <= 1024 if sessions >= 500 else None)
+    rss = [rss_mb(w.proc.pid) for w in workers if w.proc is not None]
+    figure("worker RSS, mean (max)", sum(rss) / len(rss), "MB", f"(max {max(rss):.0f})", None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workers", type=int, default=50)
+    parser.add_argument("--sessions", type=int, nargs="+", default=[100, 500])
+    parser.add_argument("--calls", type=int, default=10)
+    parser.add_argument("--quick", action="store_true", help="W=5, S=20, N=5")
+    parser.add_argument("--profile", type=Path, default=None,
+                        help="write a py-spy profile of the server per phase here")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.workers, args.sessions, args.calls = 5, [20], 5
+    with tempfile.TemporaryDirectory(prefix="codey-scale-") as tmp:
+        root = Path(tmp)
+        with start_model_server(script(args.calls), root / "model") as model:
+            config = {**provider_config(model), "turn_iteration_cap": args.calls + 5}
+            with ServerProcess(root / "server", config=config) as server:
+                workers: list[WorkerProcess] = []
+                try:
+                    t0 = time.perf_counter()
+                    for n in range(args.workers):
+                        workers.append(WorkerProcess(server, root / f"w{n}",
+                                                     name=f"w{n}").start())
+                    info("workers paired and connected", f"{len(workers)} in "
+                                                         f"{time.perf_counter() - t0:.0f} s")
+                    time.sleep(2.0)  # settled: nothing imported on the way is counted twice
+                    idle = [rss_mb(w.proc.pid) for w in workers if w.proc is not None]
+                    figure("idle worker RSS (mean)", sum(idle) / len(idle), "MB", "≤ 40 MB",
+                           sum(idle) / len(idle) <= 40)
+                    for sessions in args.sessions:
+                        phase(server, workers, sessions, args.calls, root, args.profile)
+                finally:
+                    for w in workers:
+                        w.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
