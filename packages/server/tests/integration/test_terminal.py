@@ -113,6 +113,9 @@ def test_a_shell_survives_its_browser_and_two_browsers_share_it(
     again = _View(server, terminal_id)  # the tab reopened: the same shell, its variable kept
     again.type("echo again-$MARK; echo secret-never-logged\r")
     again.until(b"again-42")
+    again.ws.send(json.dumps({"type": "resize", "cols": 61, "rows": 17}))
+    again.type("echo size-$(tput cols)x$(tput lines)\r")
+    again.until(b"size-61x17")
     assert server.http.post(f"/api/terminals/{terminal_id}/close").status_code == 200
     assert again.close_code() == 1000
     assert again.ended is not None and again.ended["shell_alive"] is False

@@ -98,6 +98,9 @@ class Terminals:
             client = self._clients.get(msg.client_id)
             if client is not None:
                 _set_size(client.master, msg.cols, msg.rows)
+                # the client is not in the pty's foreground group (it has no controlling
+                # terminal), so the kernel does not tell it: tell it, it reads the new size
+                _signal(client.proc, signal.SIGWINCH)
         elif isinstance(msg, wk.TerminalAck):
             client = self._clients.get(msg.client_id)
             if client is not None:
