@@ -37,7 +37,8 @@ def main() -> int:
             t0 = time.monotonic()
             r = worker_kills(Path(tmp) / "worker", args.worker_kills, seed=args.seed)
             print(f"worker kill -9: {r.rounds} rounds in {time.monotonic() - t0:.0f} s; "
-                  f"commands run twice: {len(r.ran_twice)} {r.ran_twice}; unfinished "
+                  f"commands run twice: {len(r.ran_twice)} {r.ran_twice}; never started: "
+                  f"{len(r.never_ran)}; unfinished "
                   f"sessions: {len(r.unfinished)}", flush=True)
             ok &= r.ok
     print("ok" if ok else "FAILED")

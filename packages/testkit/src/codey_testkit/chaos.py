@@ -49,12 +49,13 @@ class ChaosResult:
     duplicates: list[int] = field(default_factory=list)
     state_differs: bool = False
     ran_twice: list[str] = field(default_factory=list)
+    never_ran: list[str] = field(default_factory=list)  # a round whose command never started
     unfinished: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return not (self.gaps or self.duplicates or self.state_differs or self.ran_twice
-                    or self.unfinished)
+                    or self.never_ran or self.unfinished)
 
 
 def _settled(s: dict[str, Any]) -> bool:
@@ -183,7 +184,8 @@ def worker_kills(root: Path, rounds: int, *, seed: int = 2) -> ChaosResult:
     steps = []
     for n in range(rounds):
         marker = f"marker-{n}"
-        steps.append({"match": {"user": f"run {marker}"}, "reply": {"calls": [{
+        # "run marker-1." is not inside "run marker-10.": each prompt matches its own step
+        steps.append({"match": {"user": f"run {marker}."}, "reply": {"calls": [{
             "name": "shell", "arguments": {"command": [
                 "bash", "-c", f"echo {marker} >> ../runs.txt; sleep 2; echo finished"]}}]}})
     steps.append({"match": {"tool": "shell"}, "reply": {"text": "done"}})
@@ -197,11 +199,13 @@ def worker_kills(root: Path, rounds: int, *, seed: int = 2) -> ChaosResult:
         sids = []
         for n in range(rounds):
             marker = f"marker-{n}"
-            sids.append(create_session(server, worker, str(project), f"run {marker}"))
+            sids.append(create_session(server, worker, str(project), f"run {marker}."))
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline and (
-                    not runs.exists() or marker not in runs.read_text()):
+                    not runs.exists() or marker not in runs.read_text().split()):
                 time.sleep(0.05)
+            if not runs.exists() or marker not in runs.read_text().split():
+                result.never_ran.append(marker)  # the round proves nothing: say so
             time.sleep(rng.uniform(0.1, 1.0))  # mid-command
             worker.kill9()
             worker.start()
