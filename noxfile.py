@@ -1,6 +1,6 @@
 """Test sessions, run inside the uv workspace environment (``./scripts/test`` syncs it).
 
-    nox -s lint        ruff
+    nox -s lint        ruff, and the import rules (import-linter)
     nox -s typecheck   mypy (strict on the protocol and the reducers)
     nox -s tests       unit + integration tests of every package
     nox -s e2e         Playwright over the real three-process stack (Debian's chromium)
@@ -18,6 +18,8 @@ PACKAGES = ["packages/protocol", "packages/server", "packages/worker", "packages
 @nox.session
 def lint(session: nox.Session) -> None:
     session.run("ruff", "check", "packages", "e2e", "scripts", "noxfile.py", external=True)
+    # the import rules in pyproject.toml ([tool.importlinter])
+    session.run("lint-imports", external=True)
 
 
 @nox.session

@@ -25,18 +25,19 @@ from litestar.exceptions import WebSocketDisconnect
 
 from codey_protocol import ProtocolError, codec
 from codey_protocol import client as cl
+from codey_protocol import close_codes as cc
 from codey_server.decide import CommandRejected
 from codey_server.engine import Engine
 from codey_server.errors import LogClosed, ServerError, SubscriberOverflow
 
 log = logging.getLogger("codey.clients")
 
-CLOSE_GOING_AWAY = 1001
-CLOSE_TOO_LARGE = 1009
-CLOSE_LAGGING = 4008  # resume with after_seq
-CLOSE_BAD_SUBSCRIBE = 4400
-CLOSE_UNAUTHORIZED = 4401
-CLOSE_FORBIDDEN = 4403
+CLOSE_GOING_AWAY = cc.GOING_AWAY
+CLOSE_TOO_LARGE = cc.TOO_LARGE
+CLOSE_LAGGING = cc.LAGGING
+CLOSE_BAD_SUBSCRIBE = cc.BAD_FIRST_FRAME
+CLOSE_UNAUTHORIZED = cc.UNAUTHORIZED
+CLOSE_FORBIDDEN = cc.FORBIDDEN
 
 __all__ = ["ClientHub", "receive_frame", "serve_client"]
 
@@ -130,7 +131,7 @@ def _events_frame(raws: list[bytes]) -> bytes:
     return b'{"type":"events","events":[' + b",".join(raws) + b"]}"
 
 
-class _NotReading(Exception):
+class _NotReading(ServerError):
     """A send did not finish in time: the browser reads nothing."""
 
 

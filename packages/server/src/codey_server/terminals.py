@@ -29,6 +29,7 @@ import msgspec
 from litestar import WebSocket
 from litestar.exceptions import WebSocketDisconnect
 
+from codey_protocol import close_codes as cc
 from codey_protocol import events as ev
 from codey_protocol import worker as wk
 from codey_server.decide import CommandRejected
@@ -39,8 +40,8 @@ __all__ = ["CLOSE_MACHINE_OFFLINE", "CLOSE_NO_TERMINAL", "TerminalService", "vie
 
 log = logging.getLogger("codey.terminals")
 
-CLOSE_NO_TERMINAL = 4404  # no such terminal, or it was closed: create another
-CLOSE_MACHINE_OFFLINE = 4503  # the terminal's worker is not connected: try again later
+CLOSE_NO_TERMINAL = cc.NO_TERMINAL
+CLOSE_MACHINE_OFFLINE = cc.MACHINE_OFFLINE
 
 #: output queued for one view before it counts as stuck (the worker's window is 256 KiB)
 _MAX_QUEUED = 1024 * 1024

@@ -3,7 +3,9 @@
 Connection order: the server sends ``AuthChallenge{nonce}``; the worker answers
 ``AuthResponse`` signed with its Ed25519 key; the server checks the key from ``workers.json``
 and the log's revocations, then sends ``Welcome`` (or closes 4401 unknown/bad signature,
-4403 revoked); the worker sends ``Hello``; actions flow down, events flow up.
+4403 revoked); the worker sends ``Hello`` (closed 4426 across protocol versions); actions flow
+down, events flow up. The steps and their checks are
+:class:`codey_protocol.handshake.ServerHandshake`; this module does the socket's side.
 
 :meth:`WorkerRegistry.run` delivers an action exactly once per ``action_id``: it is (re)sent on
 every (re)connection of its worker until a result arrives — the worker answers a repeat from its
@@ -28,30 +30,32 @@ from litestar import WebSocket
 from litestar.exceptions import WebSocketDisconnect
 
 from codey_protocol import ProtocolError, codec
+from codey_protocol import close_codes as cc
 from codey_protocol import events as ev
 from codey_protocol import worker as wk
+from codey_protocol.handshake import Refuse, ServerHandshake
 from codey_server.clients import receive_frame
 from codey_server.engine import Engine
+from codey_server.errors import ServerError
 from codey_server.pairing import KeyStore, verify_signature
 
 log = logging.getLogger("codey.workers")
 
-CLOSE_UNAUTHORIZED = 4401
-CLOSE_REVOKED = 4403
-CLOSE_SILENT = 4408  # nothing received for three heartbeats: the worker reconnects
-CLOSE_REPLACED = 4409
-CLOSE_BAD_FRAME = 4400
-CLOSE_TOO_LARGE = 1009
+CLOSE_UNAUTHORIZED = cc.UNAUTHORIZED
+CLOSE_REVOKED = cc.REVOKED
+CLOSE_SILENT = cc.SILENT
+CLOSE_REPLACED = cc.REPLACED
+CLOSE_BAD_FRAME = cc.BAD_FIRST_FRAME
+CLOSE_UPGRADE_REQUIRED = cc.UPGRADE_REQUIRED
+CLOSE_TOO_LARGE = cc.TOO_LARGE
 AUTH_TIMEOUT_S = 10.0
-CLOCK_SKEW_S = 300.0
 
 __all__ = ["ActionFailed", "WorkerRegistry", "serve_worker"]
 
 ProgressCallback = Callable[[wk.ActionProgress], Awaitable[None]]
-StateCallback = Callable[[bool], Awaitable[None]]
 
 
-class ActionFailed(Exception):
+class ActionFailed(ServerError):
     """Raised by :meth:`WorkerRegistry.run` for ``ActionErrored`` (``code``, ``message``)."""
 
     def __init__(self, code: str, message: str) -> None:
@@ -110,9 +114,6 @@ class _Conn:
     worker_id: str
     ws: WebSocket[Any, Any, Any]
     send_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    hello: wk.Hello | None = None
-    last_seen: float = field(default_factory=time.time)
-    running: list[str] = field(default_factory=list)
     attached: set[str] = field(default_factory=set)  # sessions attached on this connection
     last_rejection: float = -1e9  # monotonic time of the last frame_rejected sent
 
@@ -158,13 +159,6 @@ class WorkerRegistry:
                 worker_id=w.worker_id, reason="server restarted")) for w in stale])
 
     # queries --------------------------------------------------------------------------------
-
-    def connected(self, worker_id: str) -> bool:
-        return worker_id in self._conns
-
-    def hello(self, worker_id: str) -> wk.Hello | None:
-        conn = self._conns.get(worker_id)
-        return conn.hello if conn else None
 
     async def ensure_attached(self, worker_id: str, session_id: str, workdir: str, *,
                               timeout: float | None = None) -> None:
@@ -335,7 +329,6 @@ class WorkerRegistry:
         return flight if flight is not None and flight.worker_id == conn.worker_id else None
 
     async def handle(self, conn: _Conn, msg: wk.WorkerToServer) -> None:
-        conn.last_seen = time.time()
         if isinstance(msg, wk.ActionAccepted):
             pass  # nothing waits on it: every unanswered action is re-sent after a reconnect
         elif isinstance(msg, wk.ActionProgress):
@@ -351,7 +344,7 @@ class WorkerRegistry:
             if flight is not None:
                 flight.settle(ActionFailed(msg.code, msg.message))
         elif isinstance(msg, wk.Heartbeat):
-            conn.running = list(msg.running_actions)
+            pass  # it arrived: that is all a beat says (serve_worker's silence limit)
         elif isinstance(msg, wk.WorkspaceChanged):
             # only for a session that runs on this worker: one worker must not write into
             # another's sessions
@@ -384,42 +377,40 @@ async def serve_worker(ws: WebSocket[Any, Any, Any], registry: WorkerRegistry, *
     shows as disconnected and its sessions as waiting for it, instead of "connected" until the
     pings fail (about 40 s). It comes back through a new handshake like any reconnect."""
     engine = registry.engine
-    nonce = secrets.token_urlsafe(24)
-    try:
-        await ws.send_data(codec.encode(wk.AuthChallenge(nonce=nonce, server_time=time.time())),
-                           mode="text")
+    # three beats fit in the silence a worker is allowed
+    hs = ServerHandshake(secrets.token_urlsafe(24), heartbeat_s=silence_s / 3)
+
+    async def next_frame() -> wk.WorkerToServer | None:
         try:
-            raw = await asyncio.wait_for(receive_frame(ws), AUTH_TIMEOUT_S)
-            msg = codec.decode_worker_to_server(raw)
+            return codec.decode_worker_to_server(
+                await asyncio.wait_for(receive_frame(ws), AUTH_TIMEOUT_S))
         except (TimeoutError, ProtocolError):
-            await ws.close(code=CLOSE_UNAUTHORIZED, reason="expected a signed auth response")
+            return None  # the machine refuses it like a wrong frame
+
+    try:
+        await ws.send_data(codec.encode(hs.challenge(time.time())), mode="text")
+        auth = await next_frame()
+        info = engine.state.workers.get(auth.worker_id) if isinstance(
+            auth, wk.AuthResponse) else None
+        welcome = hs.receive_auth(
+            auth, now=time.time(), known=info is not None,
+            revoked=info is not None and info.revoked,
+            public_key=registry.keys.check(auth.worker_id, auth.credential)
+            if isinstance(auth, wk.AuthResponse) else None,
+            verify=verify_signature)
+        if isinstance(welcome, Refuse):
+            await ws.close(code=welcome.code, reason=welcome.reason)
             return
-        if not isinstance(msg, wk.AuthResponse):
-            await ws.close(code=CLOSE_UNAUTHORIZED, reason="expected a signed auth response")
+        conn = _Conn(worker_id=welcome.worker_id, ws=ws)
+        await conn.send(welcome)
+        hello = hs.receive_hello(await next_frame())
+        if isinstance(hello, Refuse):
+            log.warning("worker %s refused: %s", conn.worker_id, hello.reason)
+            await ws.close(code=hello.code, reason=hello.reason[:120])
             return
-        info = engine.state.workers.get(msg.worker_id)
-        if info is not None and info.revoked:
-            await ws.close(code=CLOSE_REVOKED, reason="this worker was revoked")
-            return
-        public_key = registry.keys.check(msg.worker_id, msg.credential)
-        signed = f"{nonce}:{msg.worker_id}:{msg.ts!r}".encode()
-        if (info is None or public_key is None or abs(time.time() - msg.ts) > CLOCK_SKEW_S
-                or not verify_signature(public_key, signed, msg.signature)):
-            await ws.close(code=CLOSE_UNAUTHORIZED, reason="unknown worker or bad signature")
-            return
-        conn = _Conn(worker_id=msg.worker_id, ws=ws)
-        credential = msg.credential
-        # three beats fit in the silence a worker is allowed
-        await conn.send(wk.Welcome(worker_id=msg.worker_id, heartbeat_s=silence_s / 3))
-        hello = codec.decode_worker_to_server(await asyncio.wait_for(receive_frame(ws),
-                                                                     AUTH_TIMEOUT_S))
-        if not isinstance(hello, wk.Hello):
-            await ws.close(code=CLOSE_BAD_FRAME, reason="expected hello")
-            return
-        conn.hello = hello
-        conn.running = list(hello.running_actions)
+        credential = hs.credential or ""
         conn.attached = set(hello.known_sessions)
-    except (WebSocketDisconnect, TimeoutError, ProtocolError):
+    except WebSocketDisconnect:
         return
     if not await registry.attach(conn, credential):
         await ws.close(code=CLOSE_REVOKED, reason="this worker was revoked")

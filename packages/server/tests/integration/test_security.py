@@ -27,6 +27,8 @@ from websockets.sync.client import ClientConnection, connect
 from codey_protocol import MAX_FRAME_BYTES
 from codey_protocol import client as cl
 from codey_protocol import worker as wk
+from codey_protocol.handshake import signed_message
+from codey_protocol.worker import PROTOCOL_VERSION
 from codey_testkit.stack import ServerProcess
 from codey_testkit.wsclient import BrowserSocket
 
@@ -456,18 +458,30 @@ class _PairedWorker:
         self.worker_id: str = status["worker_id"]
         self.credential: str = status["credential"]
 
-    def connect(self) -> ClientConnection:
+    def connect(self, protocol_version: int = PROTOCOL_VERSION) -> ClientConnection:
         ws = _ws(self.server.worker_ws_url)
         challenge = json.loads(ws.recv(timeout=5))
         ts = time.time()
-        signed = f"{challenge['nonce']}:{self.worker_id}:{ts!r}".encode()
+        signed = signed_message(challenge["nonce"], self.worker_id, ts)
         ws.send(msgspec.json.encode({"type": "auth_response", "worker_id": self.worker_id,
                                      "ts": ts, "signature": _b64(self.keys.key.sign(signed)),
                                      "credential": self.credential}).decode())
         assert json.loads(ws.recv(timeout=5))["type"] == "welcome"
         ws.send(json.dumps({"type": "hello", "worker_version": "0.1.0",
-                            "hostname": "fuzz-host", "os": "Linux"}))
+                            "hostname": "fuzz-host", "os": "Linux",
+                            "protocol_version": protocol_version}))
         return ws
+
+
+def test_a_worker_of_another_protocol_version_is_refused_with_4426_and_both_versions(
+        server: ServerProcess) -> None:
+    ws = _PairedWorker(server).connect(protocol_version=PROTOCOL_VERSION + 1)
+    with pytest.raises(ConnectionClosed) as closed:
+        ws.recv(timeout=10)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 4426
+    assert f"protocol {PROTOCOL_VERSION + 1}" in closed.value.rcvd.reason
+    state = server.http.get("/api/state/bootstrap").json()["state"]
+    assert not any(w["connected"] for w in state["workers"].values())
 
 
 def test_direct_actions_are_refused_unless_the_server_was_started_for_them(

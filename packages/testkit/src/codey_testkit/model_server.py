@@ -44,7 +44,7 @@ from litestar.di import Provide
 from litestar.logging.config import LoggingConfig
 from litestar.response import Stream
 
-from codey_testkit.errors import ScriptError
+from codey_testkit.errors import ScriptError, TestkitError
 from codey_testkit.model_auth import BearerAuth
 from codey_testkit.model_handle import ModelServerHandle, start_model_server
 from codey_testkit.model_wire import (
@@ -73,7 +73,7 @@ READY_LINE = "codey-model-server listening on {url}"
 _MAX_KNOWN_CALLS = 100_000
 
 
-class _Disconnect(Exception):
+class _Disconnect(TestkitError):
     """Raised inside a stream to drop the connection on purpose (``disconnect_after``)."""
 
 

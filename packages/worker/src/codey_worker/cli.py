@@ -8,7 +8,8 @@ Commands (each has ``--help`` with an example)::
     codey-worker apply-patch PATCH       apply a Codex-format patch in the current directory
 
 Exit codes: 0 done (or stopped by a signal), 1 not paired / pairing refused / patch failed,
-2 bad usage or a bad config file, 3 the server no longer knows this machine (unlinked).
+2 bad usage or a bad config file, 3 the server no longer knows this machine (unlinked),
+4 the server speaks another protocol version (the message says which side to upgrade).
 """
 
 from __future__ import annotations

@@ -2,11 +2,13 @@
 
 Order on each connection (``WS {server}/ws/worker``)::
 
-    server: AuthChallenge{nonce}
+    server: AuthChallenge{nonce, protocol_version}
     worker: AuthResponse{worker_id, ts, signature, credential}
             signature = Ed25519 over f"{nonce}:{worker_id}:{ts!r}" (base64url, no padding)
-    server: Welcome{worker_id, heartbeat_s}   or closes 4401 / 4403
+    server: Welcome{worker_id, heartbeat_s}   or closes 4401 / 4403 / 4426
     worker: Hello{..., known_sessions, running_actions, capabilities}
+
+(the steps are :class:`codey_protocol.handshake.WorkerHandshake`; this module does the I/O)
     then:   actions down → :class:`~codey_worker.actions.ActionDispatcher`; events up;
             Heartbeat every ``heartbeat_s``.
 
@@ -16,6 +18,8 @@ Endings (:meth:`Worker.run` returns the process exit code):
   full jitter), reset once a connection has stayed up for a while;
 * close 4401 / 4403 → "this machine was unlinked …", exit 3;
 * close 4409 (a newer connection of the same worker replaced this one) → exit 0;
+* another protocol version (the server's challenge says which, or it closes 4426) → the reason,
+  which names both versions, and exit 4: retrying cannot help;
 * SIGINT / SIGTERM / SIGHUP (the terminal closed) / SIGQUIT → ``Disconnect{reason: "signal
   SIGTERM"}``, close, stop running commands (SIGTERM to their process groups), exit 0. Commands
   run in their own sessions, so a signal the worker died of would leave them running.
@@ -41,11 +45,11 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from codey_protocol import ProtocolError, codec
+from codey_protocol import close_codes as cc
 from codey_protocol import worker as wk
+from codey_protocol.handshake import Refuse, WorkerHandshake
 from codey_protocol.worker import (
     Action,
-    AuthChallenge,
-    AuthResponse,
     Capabilities,
     Disconnect,
     Heartbeat,
@@ -57,6 +61,7 @@ from codey_worker.actions import EXECUTORS, ActionDispatcher
 from codey_worker.config import Identity, WorkerConfig, records_path
 from codey_worker.confine import allow_reading, protect
 from codey_worker.console import WorkerConsole
+from codey_worker.errors import WorkerError
 from codey_worker.exec import CommandRegistry
 from codey_worker.mcp import McpManager
 from codey_worker.pairing import machine_info, sign
@@ -65,12 +70,12 @@ from codey_worker.terminal import Terminals
 from codey_worker.watch import WorkspaceWatcher
 
 __all__ = [
+    "EXIT_INCOMPATIBLE",
     "EXIT_OK",
     "EXIT_UNLINKED",
     "Backoff",
+    "IncompatibleServer",
     "Worker",
-    "auth_response",
-    "signed_message",
     "ws_url",
 ]
 
@@ -82,9 +87,11 @@ log = logging.getLogger(__name__)
 
 EXIT_OK = 0
 EXIT_UNLINKED = 3
-CLOSE_UNAUTHORIZED = 4401
-CLOSE_REVOKED = 4403
-CLOSE_REPLACED = 4409
+EXIT_INCOMPATIBLE = 4
+CLOSE_UNAUTHORIZED = cc.UNAUTHORIZED
+CLOSE_REVOKED = cc.REVOKED
+CLOSE_REPLACED = cc.REPLACED
+CLOSE_UPGRADE_REQUIRED = cc.UPGRADE_REQUIRED
 HANDSHAKE_TIMEOUT_S = 15.0
 HEALTHY_AFTER_S = 10.0  # a connection up this long resets the backoff
 MCP_LIST_TIMEOUT_S = 20.0
@@ -96,6 +103,10 @@ STOP_SIGNALS = tuple(
 )
 
 
+class IncompatibleServer(WorkerError):
+    """The server speaks another major protocol version."""
+
+
 def ws_url(server: str) -> str:
     """``http(s)://host`` → ``ws(s)://host/ws/worker``."""
     base = server.rstrip("/")
@@ -104,22 +115,6 @@ def ws_url(server: str) -> str:
     elif base.startswith("http://"):
         base = "ws://" + base[len("http://"):]
     return base + "/ws/worker"
-
-
-def signed_message(nonce: str, worker_id: str, ts: float) -> bytes:
-    """What the worker signs: ``f"{nonce}:{worker_id}:{ts!r}"`` — ``repr`` of the float sent."""
-    return f"{nonce}:{worker_id}:{ts!r}".encode()
-
-
-def auth_response(identity: Identity, nonce: str, ts: float | None = None) -> AuthResponse:
-    """The answer to ``AuthChallenge{nonce}``, signed with the identity's key."""
-    when = time.time() if ts is None else ts
-    return AuthResponse(
-        worker_id=identity.worker_id,
-        ts=when,
-        signature=sign(identity.private_key, signed_message(nonce, identity.worker_id, when)),
-        credential=identity.credential,
-    )
 
 
 class Backoff:
@@ -239,12 +234,12 @@ class Worker:
                                    open_timeout=HANDSHAKE_TIMEOUT_S,
                                    ping_interval=20, ping_timeout=20,
                                    close_timeout=5) as ws:
-                    welcome = await self._handshake(ws)
+                    await self._handshake(ws)
                     self._ws = ws
                     up_since = time.monotonic()
                     self.console.connected(self.server)
                     await self._send_hello(ws)
-                    await self._serve(ws, welcome)
+                    await self._serve(ws)
             except ConnectionClosed as exc:
                 code = exc.rcvd.code if exc.rcvd is not None else None
                 if code in (CLOSE_UNAUTHORIZED, CLOSE_REVOKED):
@@ -253,6 +248,12 @@ class Worker:
                 if code == CLOSE_REPLACED:
                     self.console.replaced()
                     return EXIT_OK
+                if code == CLOSE_UPGRADE_REQUIRED:
+                    self.console.error(exc.rcvd.reason if exc.rcvd else "protocol mismatch")
+                    return EXIT_INCOMPATIBLE
+            except IncompatibleServer as exc:
+                self.console.error(str(exc))
+                return EXIT_INCOMPATIBLE
                 reason = f"closed with code {code}" if code else "connection lost"
             except (OSError, InvalidHandshake, TimeoutError) as exc:
                 reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -281,17 +282,22 @@ class Worker:
             await asyncio.wait_for(self.mcp.list_all(), MCP_LIST_TIMEOUT_S)
 
     async def _handshake(self, ws: ClientConnection) -> Welcome:
-        first = codec.decode_server_to_worker(
-            await asyncio.wait_for(ws.recv(), HANDSHAKE_TIMEOUT_S))
-        if not isinstance(first, AuthChallenge):
-            raise ProtocolError("bad_frame", f"expected auth_challenge, got {type(first).__name__}")
-        await ws.send(codec.encode(auth_response(self.identity, first.nonce)).decode())
-        second = codec.decode_server_to_worker(
-            await asyncio.wait_for(ws.recv(), HANDSHAKE_TIMEOUT_S))
-        if not isinstance(second, Welcome):
-            raise ProtocolError("bad_frame", f"expected welcome, got {type(second).__name__}")
-        self._heartbeat_s = second.heartbeat_s if second.heartbeat_s > 0 else 5.0
-        return second
+        """Answer the challenge and wait for ``welcome`` (codey_protocol.handshake)."""
+        key = self.identity.private_key
+        hs = WorkerHandshake(self.identity.worker_id, self.identity.credential,
+                             lambda message: sign(key, message))
+        while True:
+            frame = codec.decode_server_to_worker(
+                await asyncio.wait_for(ws.recv(), HANDSHAKE_TIMEOUT_S))
+            answer = hs.receive(frame, time.time())
+            if isinstance(answer, Refuse):
+                if answer.code == CLOSE_UPGRADE_REQUIRED:
+                    raise IncompatibleServer(answer.reason)
+                raise ProtocolError("bad_frame", answer.reason)
+            if isinstance(answer, Welcome):
+                self._heartbeat_s = answer.heartbeat_s if answer.heartbeat_s > 0 else 5.0
+                return answer
+            await ws.send(codec.encode(answer).decode())
 
     async def _send_hello(self, ws: ClientConnection) -> None:
         info = machine_info()
@@ -307,7 +313,7 @@ class Worker:
         )
         await ws.send(codec.encode(hello).decode())
 
-    async def _serve(self, ws: ClientConnection, welcome: Welcome) -> None:
+    async def _serve(self, ws: ClientConnection) -> None:
         """Read frames and beat until the connection drops (raises) or a stop is asked."""
         reader = asyncio.create_task(self._read(ws), name="ws-reader")
         beater = asyncio.create_task(self._heartbeat(), name="ws-heartbeat")

@@ -132,7 +132,7 @@ def machine_info() -> dict[str, str]:
 # HTTP
 
 
-class _HttpError(Exception):
+class _HttpError(WorkerError):
     def __init__(self, status: int, body: str) -> None:
         super().__init__(f"HTTP {status}: {body[:300]}")
         self.status = status

@@ -15,6 +15,7 @@ from typing import Any
 
 from codey_protocol import events as ev
 from codey_protocol import worker as wk
+from codey_server.errors import ServerError
 
 __all__ = [
     "BUILTIN_TOOLS",
@@ -139,7 +140,7 @@ def tools_for(capabilities: wk.Capabilities | None, *, plan_mode: bool = False,
     return tools
 
 
-class BadToolCall(Exception):
+class BadToolCall(ServerError):
     """The model's call cannot be carried out; the message goes back to it as the result."""
 
 
