@@ -25,7 +25,7 @@ const COMPACTION_ENDED = ["compaction_skipped", "compaction_failed"];
 export function emptyState() {
   return {
     seq: 0, workers: {}, pair_requests: {}, sessions: {}, auth: {}, rate_limits: {},
-    memories: {},
+    memories: {}, telegram_chats: {}, telegram_offset: 0,
   };
 }
 
@@ -381,6 +381,28 @@ function authUpdated(state, env, e) {
   };
 }
 
+function telegramPaired(state, env, e) {
+  const chat = state.telegram_chats[String(e.chat_id)];
+  if (chat) {
+    chat.title = dflt(e.title, "");
+  } else {
+    state.telegram_chats[String(e.chat_id)] = {
+      chat_id: e.chat_id, title: dflt(e.title, ""), paired_at: env.ts, session_id: null,
+      sent: {},
+    };
+  }
+}
+
+function telegramSessionChosen(state, env, e) {
+  const chat = state.telegram_chats[String(e.chat_id)];
+  if (chat) chat.session_id = e.session_id;
+}
+
+function telegramSent(state, env, e) {
+  const chat = state.telegram_chats[String(e.chat_id)];
+  if (chat) chat.sent[e.key] = dflt(e.message_id, 0);
+}
+
 const HANDLERS = {
   worker_pair_requested: pairRequested,
   worker_pair_resolved: pairResolved,
@@ -414,6 +436,13 @@ const HANDLERS = {
   memory_updated: memoryUpdated,
   rate_limit_updated: rateLimit,
   auth_status_updated: authUpdated,
+  telegram_chat_paired: telegramPaired,
+  telegram_chat_removed: (state, env, e) => { delete state.telegram_chats[String(e.chat_id)]; },
+  telegram_session_chosen: telegramSessionChosen,
+  telegram_message_sent: telegramSent,
+  telegram_update_handled: (state, env, e) => {
+    state.telegram_offset = Math.max(state.telegram_offset, e.update_id + 1);
+  },
 };
 
 /** Fold one envelope `{seq, ts, session_id, event: {type, ...}}` into `state` (in place). */

@@ -444,6 +444,44 @@ class AuthStatusUpdated(EventBase, kw_only=True):
     user_code: str | None = None  # device code flow: what the user types there
 
 
+# telegram ---------------------------------------------------------------------------------
+# The Telegram channel's memory, so a restart loses nothing and repeats nothing. The bot token
+# never appears here.
+
+
+class TelegramChatPaired(EventBase, kw_only=True):
+    """A chat joined the allow list (its ``/pair CODE`` matched the code shown in the UI)."""
+
+    chat_id: int
+    title: str = ""  # the chat's title or the user's name, to recognise it in the UI
+
+
+class TelegramChatRemoved(EventBase, kw_only=True):
+    chat_id: int
+
+
+class TelegramSessionChosen(EventBase, kw_only=True):
+    """The chat's current session (``/new``, ``/use``): plain text goes there."""
+
+    chat_id: int
+    session_id: str
+
+
+class TelegramMessageSent(EventBase, kw_only=True):
+    """The bot sent (or edited) the message ``key`` (``approval:<id>``, ``answer:<item>``,
+    ``question:<id>``, ``error:<seq>``, ``decided:<id>``) to the chat: never sent again."""
+
+    chat_id: int
+    key: str
+    message_id: int = 0
+
+
+class TelegramUpdateHandled(EventBase, kw_only=True):
+    """Every update up to ``update_id`` was handled: polling goes on after it."""
+
+    update_id: int
+
+
 Event = (
     WorkerPairRequested
     | WorkerPairResolved
@@ -477,6 +515,11 @@ Event = (
     | MemoryUpdated
     | RateLimitUpdated
     | AuthStatusUpdated
+    | TelegramChatPaired
+    | TelegramChatRemoved
+    | TelegramSessionChosen
+    | TelegramMessageSent
+    | TelegramUpdateHandled
 )
 
 

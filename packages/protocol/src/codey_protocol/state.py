@@ -177,6 +177,17 @@ class AuthInfo(msgspec.Struct, kw_only=True):
     user_code: str | None = None
 
 
+class TelegramChat(msgspec.Struct, kw_only=True):
+    """A chat on the Telegram channel's allow list (key: the chat id as a string)."""
+
+    chat_id: int
+    title: str = ""
+    paired_at: float = 0.0
+    session_id: str | None = None  # where plain text goes
+    #: what the bot already sent there: key (see ``telegram_message_sent``) → message id
+    sent: dict[str, int] = msgspec.field(default_factory=dict)
+
+
 class State(msgspec.Struct, kw_only=True):
     """Everything a browser can see. ``seq`` is the last event folded in (0: none)."""
 
@@ -187,3 +198,6 @@ class State(msgspec.Struct, kw_only=True):
     auth: dict[str, AuthInfo] = msgspec.field(default_factory=dict)
     rate_limits: dict[str, RateLimit] = msgspec.field(default_factory=dict)
     memories: dict[str, ProjectMemory] = msgspec.field(default_factory=dict)
+    telegram_chats: dict[str, TelegramChat] = msgspec.field(default_factory=dict)
+    #: the next Telegram update id to ask for (every one before it was handled)
+    telegram_offset: int = 0

@@ -50,6 +50,7 @@ from codey_protocol.state import (
     SessionContext,
     SessionInfo,
     State,
+    TelegramChat,
     WorkerInfo,
     memory_key,
 )
@@ -460,6 +461,50 @@ def _auth(state: State, env: ev.Envelope) -> None:
     )
 
 
+# ---------------------------------------------------------------------------------------------
+# the Telegram channel
+
+
+def _tg_paired(state: State, env: ev.Envelope) -> None:
+    e = env.event
+    assert isinstance(e, ev.TelegramChatPaired)
+    key = str(e.chat_id)
+    chat = state.telegram_chats.get(key)
+    if chat is None:
+        state.telegram_chats[key] = TelegramChat(chat_id=e.chat_id, title=e.title,
+                                                 paired_at=env.ts)
+    else:
+        chat.title = e.title
+
+
+def _tg_removed(state: State, env: ev.Envelope) -> None:
+    e = env.event
+    assert isinstance(e, ev.TelegramChatRemoved)
+    state.telegram_chats.pop(str(e.chat_id), None)
+
+
+def _tg_session(state: State, env: ev.Envelope) -> None:
+    e = env.event
+    assert isinstance(e, ev.TelegramSessionChosen)
+    chat = state.telegram_chats.get(str(e.chat_id))
+    if chat is not None:
+        chat.session_id = e.session_id
+
+
+def _tg_sent(state: State, env: ev.Envelope) -> None:
+    e = env.event
+    assert isinstance(e, ev.TelegramMessageSent)
+    chat = state.telegram_chats.get(str(e.chat_id))
+    if chat is not None:
+        chat.sent[e.key] = e.message_id
+
+
+def _tg_update(state: State, env: ev.Envelope) -> None:
+    e = env.event
+    assert isinstance(e, ev.TelegramUpdateHandled)
+    state.telegram_offset = max(state.telegram_offset, e.update_id + 1)
+
+
 _HANDLERS: dict[type[Any], Callable[[State, ev.Envelope], None]] = {
     ev.WorkerPairRequested: _pair_requested,
     ev.WorkerPairResolved: _pair_resolved,
@@ -493,4 +538,9 @@ _HANDLERS: dict[type[Any], Callable[[State, ev.Envelope], None]] = {
     ev.MemoryUpdated: _memory,
     ev.RateLimitUpdated: _rate_limit,
     ev.AuthStatusUpdated: _auth,
+    ev.TelegramChatPaired: _tg_paired,
+    ev.TelegramChatRemoved: _tg_removed,
+    ev.TelegramSessionChosen: _tg_session,
+    ev.TelegramMessageSent: _tg_sent,
+    ev.TelegramUpdateHandled: _tg_update,
 }

@@ -14,6 +14,7 @@ from codey_server.access import BrowserAccess
 from codey_server.agent.service import AgentService
 from codey_server.auth import AuthService
 from codey_server.blobs import BlobStore
+from codey_server.channels.telegram import TelegramChannel
 from codey_server.clients import ClientHub
 from codey_server.decide import Context
 from codey_server.engine import Engine
@@ -61,6 +62,7 @@ class Services:
         # token the provider rejects is refreshed once
         self.agent = AgentService(self.engine, self.workers, settings, self.auth.token_for,
                                   self.auth.refresh_rejected, self.blobs.get)
+        self.telegram = TelegramChannel(settings, self.engine)
 
     async def start(self) -> None:
         await self.engine.start()
@@ -68,9 +70,11 @@ class Services:
         await self.pairing.start()
         await self.auth.start()
         await self.agent.start()
+        await self.telegram.start()
 
     async def stop(self) -> None:
         self.clients.begin_shutdown()
+        await self.telegram.stop()
         await self.agent.stop()
         await self.auth.stop()
         await self.engine.stop()

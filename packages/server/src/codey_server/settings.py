@@ -64,6 +64,17 @@ class RoleConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     policy: Literal["parent", "suggest", "auto-edit", "full-auto"] = "parent"
 
 
+class TelegramConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The Telegram channel (``channels/telegram.py``). The token itself never lives here: it
+    is read from ``token_env`` or pasted in the UI (stored in ``DATA_DIR/telegram.json``)."""
+
+    token_env: str = "CODEY_TELEGRAM_TOKEN"
+    #: the Bot API's root; the test kit's ``codey-bot-api`` in tests
+    api_base: str = "https://api.telegram.org"
+    #: seconds a getUpdates long poll waits for news
+    poll_timeout_s: float = 25.0
+
+
 def default_roles() -> dict[str, RoleConfig]:
     return {
         "explorer": RoleConfig(
@@ -102,6 +113,7 @@ class Settings(msgspec.Struct, kw_only=True):
     #: roles the model can delegate to (sub-agents)
     roles: dict[str, RoleConfig] = msgspec.field(default_factory=default_roles)
     log_level: str = "info"
+    telegram: TelegramConfig = msgspec.field(default_factory=TelegramConfig)
 
     @property
     def db_path(self) -> Path:
@@ -161,6 +173,7 @@ class _ConfigFile(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     approval_timeout_s: float | None = None
     #: more roles, or changed ones (merged over the defaults by name)
     roles: dict[str, RoleConfig] | None = None
+    telegram: TelegramConfig | None = None
 
 
 def _where(raw: bytes, message: str) -> str:
@@ -199,6 +212,8 @@ def load_config_file(settings: Settings, path: Path) -> Settings:
         "allowed_origins": settings.allowed_origins + cfg.allowed_origins,
         "allowed_hosts": settings.allowed_hosts + cfg.allowed_hosts,
     }
+    if cfg.telegram is not None:
+        changes["telegram"] = cfg.telegram
     if cfg.roles:
         changes["roles"] = {**settings.roles, **cfg.roles}
     for name in ("snapshot_every", "client_queue_max", "turn_iteration_cap",

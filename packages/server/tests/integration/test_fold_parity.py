@@ -294,6 +294,19 @@ def build_log() -> list[ev.Envelope]:
     log.add(None, ev.WorkerRevoked(worker_id="ghost"))
     log.add("s3", ev.SessionCreated(title="Late", worker_id="w2", workdir="/srv", provider="p",
                                     model="m", policy="suggest"))
+    # the Telegram channel: pairing twice keeps the first date; unknown chats are ignored
+    log.add(None, ev.TelegramChatPaired(chat_id=42, title="Ann"))
+    log.add(None, ev.TelegramChatPaired(chat_id=-1001, title="team"))
+    log.add(None, ev.TelegramChatPaired(chat_id=42, title="Ann B"))
+    log.add(None, ev.TelegramSessionChosen(chat_id=42, session_id="s1"))
+    log.add(None, ev.TelegramSessionChosen(chat_id=7, session_id="s1"))
+    log.add(None, ev.TelegramMessageSent(chat_id=42, key="approval:s1-again", message_id=5))
+    log.add(None, ev.TelegramMessageSent(chat_id=42, key="decided:s1-again"))
+    log.add(None, ev.TelegramMessageSent(chat_id=7, key="answer:x", message_id=1))
+    log.add(None, ev.TelegramUpdateHandled(update_id=10))
+    log.add(None, ev.TelegramUpdateHandled(update_id=3))
+    log.add(None, ev.TelegramChatRemoved(chat_id=-1001))
+    log.add(None, ev.TelegramChatRemoved(chat_id=99))
     return log.envelopes
 
 
