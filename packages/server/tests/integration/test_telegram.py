@@ -7,10 +7,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from codey_testkit.bot_api import BotApiHandle
 from codey_testkit.model_handle import start_model_server
+from codey_testkit.procs import free_port
 from codey_testkit.scenarios import provider_config
 from codey_testkit.stack import ServerProcess, WorkerProcess
 
@@ -122,3 +124,38 @@ def test_a_session_from_the_chat_with_an_approval_and_a_restart(
             r = server.http.delete(f"/api/telegram/chats/{ME}")
             assert r.status_code == 200, r.text
             assert server.http.get("/api/telegram").json()["chats"] == []
+
+
+def test_a_public_server_takes_updates_by_webhook_with_the_secret(
+        tmp_path: Path, bot: BotApiHandle) -> None:
+    port = free_port()
+    public = f"http://127.0.0.1:{port}"
+    with start_model_server(SCRIPT, tmp_path / "model") as model, \
+            ServerProcess(tmp_path / "server",
+                          config={**provider_config(model), "telegram": {"api_base": bot.url}},
+                          extra_args=["--port", str(port), "--public-url", public],
+                          env={"CODEY_TELEGRAM_TOKEN": TOKEN}) as server:
+        status = _running(server)
+        assert status["mode"] == "webhook"
+        hook = bot.state()["webhook"]
+        assert hook["url"] == f"{public}/api/telegram/webhook"
+        assert len(hook["secret_token"]) >= 32
+        # without Telegram's secret (or with a wrong one), an update is refused
+        with httpx.Client(base_url=server.url, timeout=10) as anonymous:
+            forged = {"update_id": 1, "message": {
+                "message_id": 1, "date": 0, "chat": {"id": 1, "type": "private"},
+                "text": "/pair AAAAAAAA"}}
+            for headers in ({}, {"X-Telegram-Bot-Api-Secret-Token": "x" * 43}):
+                r = anonymous.post("/api/telegram/webhook", json=forged, headers=headers)
+                assert r.status_code == 403, r.text
+        code = server.http.post("/api/telegram/pairing-code").json()["code"]
+        bot.script(
+            {"message": {"chat_id": STRANGER, "text": "/sessions"}},
+            {"message": {"chat_id": ME, "text": f"/pair {code}"}},
+            {"wait_for": {"text": "Paired"}, "message": {"chat_id": ME, "text": "/sessions"}},
+        )
+        bot.wait(lambda s: any("No sessions yet" in x["text"] for x in s["sent"]),
+                 what="the answer to /sessions")
+        assert bot.state()["calls"].get("getUpdates", 0) == 0
+        assert bot.sent(STRANGER) == []
+        assert bot.state()["pending_updates"] == 0

@@ -459,6 +459,23 @@ def test_auth_status_updated(log: Log) -> None:
     assert (a.verification_uri, a.user_code) == (None, None)
 
 
+def test_telegram_chats_sessions_and_sent_messages(log: Log) -> None:
+    st_ = apply(State(), log.env(ev.TelegramChatPaired(chat_id=-100, title="team"), None))
+    apply(st_, log.env(ev.TelegramChatPaired(chat_id=-100, title="team 2"), None))
+    chat = st_.telegram_chats["-100"]
+    assert (chat.title, chat.paired_at, chat.session_id) == ("team 2", 1.0, None)
+    apply(st_, log.env(ev.TelegramSessionChosen(chat_id=-100, session_id=S), None))
+    apply(st_, log.env(ev.TelegramMessageSent(chat_id=-100, key="approval:a", message_id=7),
+                       None))
+    apply(st_, log.env(ev.TelegramMessageSent(chat_id=5, key="approval:a"), None))  # unknown
+    assert chat.session_id == S and chat.sent == {"approval:a": 7}
+    apply(st_, log.env(ev.TelegramUpdateHandled(update_id=9), None))
+    apply(st_, log.env(ev.TelegramUpdateHandled(update_id=4), None))  # never goes back
+    assert st_.telegram_offset == 10
+    apply(st_, log.env(ev.TelegramChatRemoved(chat_id=-100), None))
+    assert st_.telegram_chats == {}
+
+
 # ---------------------------------------------------------------------------------------------
 # every event type: covered above, advances seq, and is ignored for unknown sessions
 
@@ -498,6 +515,11 @@ GLOBAL_EVENTS: list[ev.Event] = [
     ev.AuthStatusUpdated(provider="p", state="logged_out"),
     ev.MemoryUpdated(worker_id="w9", workdir="/src", text="- use uv"),
     ev.SessionForked(from_session="ses_gone", until_item="i", title="t"),
+    ev.TelegramChatPaired(chat_id=1),
+    ev.TelegramSessionChosen(chat_id=1, session_id=S),
+    ev.TelegramMessageSent(chat_id=1, key="answer:i", message_id=2),
+    ev.TelegramUpdateHandled(update_id=3),
+    ev.TelegramChatRemoved(chat_id=1),
 ]
 
 

@@ -174,10 +174,12 @@ class TelegramChannel:
             self._code = None
         return False
 
-    async def remove_chat(self, chat_id: int) -> None:
-        if str(chat_id) not in self.engine.state.telegram_chats:
+    async def remove_chat(self, chat_id: str) -> None:
+        """``chat_id`` as the state's key (group chats' ids are negative)."""
+        paired = self.engine.state.telegram_chats.get(chat_id)
+        if paired is None:
             raise TelegramError("not_found", f"chat {chat_id} is not paired")
-        await self.engine.append([(None, ev.TelegramChatRemoved(chat_id=chat_id))])
+        await self.engine.append([(None, ev.TelegramChatRemoved(chat_id=paired.chat_id))])
 
     # lifecycle -----------------------------------------------------------------------------
 

@@ -61,8 +61,8 @@ class TelegramController(Resource):
         """A single-use code valid 10 minutes: ``/pair CODE`` in a chat adds that chat."""
         return services.telegram.new_pairing_code()
 
-    @delete("/chats/{chat_id:int}", status_code=200, responses=errors(404))
-    async def remove_chat(self, chat_id: FromPath[int], services: ServicesDep) -> Ok:
+    @delete("/chats/{chat_id:str}", status_code=200, responses=errors(404))
+    async def remove_chat(self, chat_id: FromPath[str], services: ServicesDep) -> Ok:
         """Take a chat off the allow list: it gets no answers from then on."""
         await services.telegram.remove_chat(chat_id)
         return Ok()
