@@ -23,6 +23,10 @@ SCRIPT = {"model": "scripted-1", "steps": [
     {"match": {"user": "make the file"},
      "reply": {"calls": [{"name": "shell", "arguments": {"command": ["touch", "made.txt"]}}]}},
     {"match": {"tool": "shell"}, "reply": {"text": "Made made.txt for you."}},
+    {"match": {"user": "pick a colour"}, "reply": {"calls": [
+        {"name": "ask_user", "arguments": {"question": "Which colour?",
+                                           "choices": ["red", "blue"]}}]}},
+    {"match": {"tool": "ask_user", "tool_output": "blue"}, "reply": {"text": "Blue it is."}},
     {"match": {"any": True}, "reply": {"text": "Something went differently."}},
 ]}
 
@@ -88,12 +92,18 @@ def test_a_session_from_the_chat_with_an_approval_and_a_restart(
                  "press": {"chat_id": ME, "button": "Approve", "text": "touch made.txt"}},
                 {"wait_for": {"text": "Made made.txt", "chat_id": ME},
                  "message": {"chat_id": ME, "text": "/sessions"}},
+                # plain text is a prompt; the model's question comes to the chat, and the
+                # next plain text answers it
+                {"wait_for": {"text": r"\[idle\]", "chat_id": ME},
+                 "message": {"chat_id": ME, "text": "pick a colour"}},
+                {"wait_for": {"text": r"Which colour\?.*- blue", "chat_id": ME},
+                 "message": {"chat_id": ME, "text": "blue"}},
                 # the code was used once: it pairs nobody else
                 {"message": {"chat_id": STRANGER, "text": f"/pair {code}"}},
             )
             bot.wait(lambda s: s["steps_done"] == s["steps_total"]
-                     and any("[idle]" in x["text"] for x in s["sent"]),
-                     what="the answer and the /sessions list")
+                     and any("Blue it is." in x["text"] for x in s["sent"]),
+                     what="the answer to the question")
             assert (workdir / "made.txt").exists()
 
             sent = _texts(bot, ME)
@@ -101,6 +111,8 @@ def test_a_session_from_the_chat_with_an_approval_and_a_restart(
             assert sum(t.startswith("Started ses_") for t in sent) == 1
             assert sum("Approval needed" in t for t in sent) == 1, sent
             assert sum("Made made.txt" in t for t in sent) == 1, sent
+            assert sum("Which colour?" in t for t in sent) == 1, sent
+            assert sent[-1] == "Blue it is."
             edits = _texts(bot, ME, "editMessageText")
             assert len(edits) == 1 and "approved" in edits[0], edits
             answered = [s["text"] for s in bot.sent() if s["method"] == "answerCallbackQuery"]
@@ -111,6 +123,8 @@ def test_a_session_from_the_chat_with_an_approval_and_a_restart(
             assert len(state["sessions"]) == 1  # /new was not handled twice after the restart
             (approval,) = state["sessions"][sid]["approvals"].values()
             assert approval["status"] == "approved"
+            (question,) = state["sessions"][sid]["questions"].values()
+            assert question["answer"] == "blue"
             assert list(state["telegram_chats"]) == [str(ME)]
 
             # the token is in no log line and no event, though the library logged its URLs

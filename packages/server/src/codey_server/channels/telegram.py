@@ -397,8 +397,9 @@ class TelegramChannel:
             await self.engine.execute(cl.AnswerQuestion(
                 session_id=s.session_id, question_id=pending[0].question_id, answer=text))
             return ""
-        await self.engine.execute(cl.SendPrompt(session_id=s.session_id, text=text))
+        # read before the prompt: the agent may start the turn as soon as it is folded
         busy = s.status not in ("idle", "interrupted", "error", "waiting_user")
+        await self.engine.execute(cl.SendPrompt(session_id=s.session_id, text=text))
         return "Queued: the agent reads it before its next step." if busy else ""
 
     async def _press(self, bot: Any, query: Any) -> None:
@@ -449,14 +450,44 @@ class TelegramChannel:
     async def _sync(self) -> None:
         """Send (or edit) whatever the chats should have seen and have not."""
         state = self.engine.state
-        self._sessions_watched = {c.session_id for c in state.telegram_chats.values()
-                                  if c.session_id}
+        families = {c.chat_id: self._family(c.session_id)
+                    for c in state.telegram_chats.values()}
+        self._sessions_watched = {sid for family in families.values() for sid in family}
         for paired in list(state.telegram_chats.values()):
-            s = state.sessions.get(paired.session_id or "")
-            if s is not None:
-                await self._sync_chat(paired, s)
+            family = [state.sessions[sid] for sid in families.get(paired.chat_id, [])
+                      if sid in state.sessions]
+            if family:
+                await self._sync_chat(paired, family[0], family[1:])
 
-    async def _sync_chat(self, paired: TelegramChat, s: SessionInfo) -> None:
+    def _family(self, session_id: str | None) -> list[str]:
+        """The session and its sub-agents (and theirs): their approvals and questions reach
+        the chat too, or a delegated task would wait for a decision nobody is shown."""
+        sessions = self.engine.state.sessions
+        if session_id not in sessions:
+            return []
+        family = [session_id]
+        for sid in family:  # grows while it is walked: breadth first
+            family += [c.session_id for c in sessions.values() if c.parent_id == sid]
+        return family
+
+    async def _sync_chat(self, paired: TelegramChat, s: SessionInfo,
+                         children: list[SessionInfo]) -> None:
+        for each in (s, *children):
+            await self._sync_asks(paired, each)
+        link = self._link(s.session_id)
+        if s.status in _ANSWERED:
+            answer = chat.last_answer(s)
+            if answer is not None and f"answer:{answer.id}" not in paired.sent:
+                await self._send(paired, f"answer:{answer.id}", chat.cut(answer.text, link))
+        if s.status == "error":
+            errors = [i.id for i in s.items if isinstance(i, ev.ErrorItem)]
+            key = f"error:{errors[-1] if errors else s.status_reason}"
+            if key not in paired.sent:
+                await self._send(paired, key, chat.cut(
+                    f"Error in “{s.title}”: {s.status_reason or 'the turn failed'}", link))
+
+    async def _sync_asks(self, paired: TelegramChat, s: SessionInfo) -> None:
+        """Approvals (sent, then edited once decided) and questions of one session."""
         from telegram import InlineKeyboardButton, InlineKeyboardMarkup
 
         link = self._link(s.session_id)
@@ -478,16 +509,6 @@ class TelegramChannel:
             key = f"question:{q.question_id}"
             if q.status == "pending" and key not in paired.sent:
                 await self._send(paired, key, chat.cut(chat.question_text(s, q), link))
-        if s.status in _ANSWERED:
-            answer = chat.last_answer(s)
-            if answer is not None and f"answer:{answer.id}" not in paired.sent:
-                await self._send(paired, f"answer:{answer.id}", chat.cut(answer.text, link))
-        if s.status == "error":
-            errors = [i.id for i in s.items if isinstance(i, ev.ErrorItem)]
-            key = f"error:{errors[-1] if errors else s.status_reason}"
-            if key not in paired.sent:
-                await self._send(paired, key, chat.cut(
-                    f"Error in “{s.title}”: {s.status_reason or 'the turn failed'}", link))
 
     async def _send(self, paired: TelegramChat, key: str, text: str,
                     markup: Any = None) -> None:
