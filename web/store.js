@@ -67,7 +67,7 @@ function paired(state, env, e) {
     worker_id: e.worker_id, hostname: e.hostname, os: e.os,
     python_version: dflt(e.python_version, ""), worker_version: dflt(e.worker_version, ""),
     roots: [...e.roots], connected: false, revoked: false, paired_at: env.ts,
-    last_seen: null, capabilities: { executors: [], mcp_servers: [] },
+    last_seen: null, capabilities: { executors: [], mcp_servers: [], acp_agents: [] },
   };
 }
 
@@ -87,7 +87,7 @@ function connected(state, env, e) {
   w.hostname = e.hostname;
   w.os = e.os;
   w.worker_version = e.worker_version;
-  w.capabilities = dflt(e.capabilities, { executors: [], mcp_servers: [] });
+  w.capabilities = dflt(e.capabilities, { executors: [], mcp_servers: [], acp_agents: [] });
   w.last_seen = env.ts;
 }
 
@@ -131,6 +131,7 @@ function newSession(fields) {
     plan_status: "none",
     archived: false,
     forked_from: null,
+    agent: null,
     ...fields,
   };
 }
@@ -143,7 +144,7 @@ function sessionCreated(state, env, e) {
     created_at: env.ts, updated_at: env.ts, plan_mode: dflt(e.plan_mode, false),
     parent_id: dflt(e.parent_id, null), parent_item: dflt(e.parent_item, null),
     role: dflt(e.role, null), read_only: dflt(e.read_only, false),
-    turn_cap: dflt(e.turn_cap, null),
+    turn_cap: dflt(e.turn_cap, null), agent: dflt(e.agent, null),
   });
 }
 

@@ -233,6 +233,8 @@ class SessionCreated(EventBase, kw_only=True):
     read_only: bool = False
     #: model calls per turn before it stops (None: the server's turn_iteration_cap)
     turn_cap: int | None = None
+    #: an external ACP agent on the worker runs the session instead of Codey's loop
+    agent: str | None = None
 
 
 class SessionStatusChanged(EventBase, kw_only=True):
@@ -295,7 +297,7 @@ class PlanApproved(EventBase, kw_only=True):
 class ApprovalRequested(EventBase, kw_only=True):
     approval_id: str
     item_id: str
-    kind: Literal["command", "patch", "write", "mcp"]
+    kind: Literal["command", "patch", "write", "mcp", "acp"]  # acp: an ACP agent asks
     command: list[str] | None = None
     patch: str | None = None
     path: str | None = None

@@ -164,6 +164,8 @@ class SessionInfo(msgspec.Struct, kw_only=True):
     plan_status: Literal["none", "proposed", "approved"] = "none"
     archived: bool = False
     forked_from: str | None = None
+    #: the external ACP agent that runs this session (None: Codey's own loop)
+    agent: str | None = None
 
 
 class AuthInfo(msgspec.Struct, kw_only=True):

@@ -184,6 +184,7 @@ def _session_created(state: State, env: ev.Envelope) -> None:
         provider=e.provider, model=e.model, policy=e.policy, created_at=env.ts,
         updated_at=env.ts, plan_mode=e.plan_mode, parent_id=e.parent_id,
         parent_item=e.parent_item, role=e.role, read_only=e.read_only, turn_cap=e.turn_cap,
+        agent=e.agent,
     )
 
 

@@ -53,6 +53,7 @@ from codey_protocol.worker import (
     UpdateSettings,
     Welcome,
 )
+from codey_worker.acp import AcpAgents
 from codey_worker.actions import EXECUTORS, ActionDispatcher
 from codey_worker.config import Identity, WorkerConfig, records_path
 from codey_worker.confine import protect
@@ -165,9 +166,10 @@ class Worker:
         self.records = ActionRecords(records_path(home))
         self.mcp = McpManager(config.mcp_servers, log_dir=home / "logs", policy=config.policy)
         self.watcher = WorkspaceWatcher(self.send)
+        self.acp = AcpAgents(config.acp_agents, config.policy, home / "acp_sessions.json")
         self.dispatcher = ActionDispatcher(
             self.send, self.records, config.policy, registry=CommandRegistry(), mcp=self.mcp,
-            watcher=self.watcher, console=console)
+            watcher=self.watcher, console=console, acp=self.acp)
 
     # -- sending ----------------------------------------------------------------------------
 
@@ -279,7 +281,8 @@ class Worker:
             python_version=info["python_version"],
             known_sessions=self.dispatcher.known_sessions(),
             running_actions=self.dispatcher.running(),
-            capabilities=Capabilities(executors=list(EXECUTORS), mcp_servers=self.mcp.cached()),
+            capabilities=Capabilities(executors=list(EXECUTORS), mcp_servers=self.mcp.cached(),
+                                      acp_agents=self.acp.names()),
         )
         await ws.send(codec.encode(hello).decode())
 
