@@ -118,3 +118,38 @@ def test_an_agent_the_worker_does_not_have_is_refused(tmp_path: Path) -> None:
             "worker_id": worker.worker_id, "workdir": worker.workdir("x"), "agent": "claude",
             "prompt": "hi"})
         assert r.status_code == 400 and "no ACP agent 'claude'" in r.text
+
+
+def test_interrupt_cancels_the_agents_turn_and_a_restarted_worker_loads_its_session(
+        tmp_path: Path) -> None:
+    script = tmp_path / "turns.json"
+    script.write_text(json.dumps({"turns": [
+        [{"say": "one"}], [{"say": "working…"}, {"wait_cancel": True}], [{"say": "three"}]]}))
+    config = {"acp_agents": {"scripted": {
+        "command": sys.executable,
+        "args": ["-m", "codey_testkit.acp_agent", "--script", str(script)]}}}
+    with ServerProcess(tmp_path / "server") as server, \
+            WorkerProcess(server, tmp_path / "worker", config=config) as worker:
+        r = server.http.post("/api/sessions", json={
+            "worker_id": worker.worker_id, "workdir": worker.workdir("w"), "agent": "scripted",
+            "prompt": "first"})
+        sid = r.json()["session_id"]
+        wait_for(server, sid, lambda s: s["status"] == "idle" and len(s["items"]) == 2,
+                 timeout=60, what="the first turn")
+        server.http.post(f"/api/sessions/{sid}/prompt", json={"text": "second"})
+        wait_for(server, sid, lambda s: s["items"][-1].get("text") == "working…", timeout=60,
+                 what="the agent at work")
+        assert server.http.post(f"/api/sessions/{sid}/interrupt").status_code == 200
+        s = wait_for(server, sid, lambda s: s["status"] == "interrupted"
+                     and not s["pending_actions"], timeout=60, what="the interrupt")
+        assert s["items"][-1]["partial"] is True  # the cut answer stays, marked
+
+        # a new worker process starts the agent again, which loads the same ACP session: its
+        # third turn plays, not its first
+        worker.stop()
+        worker.start()
+        server.http.post(f"/api/sessions/{sid}/prompt", json={"text": "third"})
+        s = wait_for(server, sid, lambda s: s["status"] == "idle"
+                     and s["items"][-1].get("text") == "three", timeout=60,
+                     what="the third turn after the restart")
+        assert s["items"][-1]["kind"] == "assistant_message"
