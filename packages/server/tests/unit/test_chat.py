@@ -105,6 +105,14 @@ def test_approval_and_decision_texts() -> None:
     assert chat.decided_text(s, a).endswith("❌ rejected")
 
 
+def test_an_acp_agents_request_reads_as_its_reason() -> None:
+    a = Approval(approval_id="a", item_id="i", kind="acp", command=["acp", "edit"],
+                 reason="Write hello.txt")
+    text = chat.approval_text(_session(), a)
+    assert text.endswith(": the agent asks\nWrite hello.txt")
+    assert "$" not in text
+
+
 def test_question_text_lists_the_choices() -> None:
     q = Question(question_id="q", item_id="i", question="Which DB?", choices=["sqlite", "pg"])
     text = chat.question_text(_session(), q)

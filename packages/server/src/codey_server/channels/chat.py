@@ -156,9 +156,9 @@ def find_session(state: State, ref: str) -> SessionInfo | None:
 
 def approval_text(session: SessionInfo, approval: Approval) -> str:
     what = {"command": "run", "patch": "apply this patch", "write": "write",
-            "mcp": "call"}.get(approval.kind, approval.kind)
+            "mcp": "call", "acp": "the agent asks"}.get(approval.kind, approval.kind)
     lines = [f"Approval needed in “{session.title}” ({_short(session.session_id)}): {what}"]
-    if approval.command:
+    if approval.command and approval.kind != "acp":  # an agent's is only a kind, no command
         lines.append("$ " + " ".join(approval.command))
     if approval.path:
         lines.append(approval.path)
