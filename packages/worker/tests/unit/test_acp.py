@@ -41,5 +41,5 @@ def test_agents_are_configured_like_mcp_servers() -> None:
     assert sorted(config.acp_agents) == ["claude", "gemini"]
     assert config.acp_agents["gemini"].args == ["--experimental-acp"]
     assert config.acp_agents["claude"].env == {"ANTHROPIC_API_KEY": "k"}
-    with pytest.raises(ConfigError, match="acp_agents.x.command"):
+    with pytest.raises(ConfigError, match=r"acp_agents\.x\.command"):
         WorkerConfig.from_dict({"acp_agents": {"x": {"command": ""}}})
