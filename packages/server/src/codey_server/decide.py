@@ -93,6 +93,8 @@ def _compact(state: State, c: cl.CompactSession) -> Decided:
     s = _existing(state, c.session_id)
     if s.status == "closed":
         raise CommandRejected("conflict", "the session is closed")
+    if s.agent:
+        raise CommandRejected("bad_request", "an external agent keeps its own context")
     if s.compaction_requested:
         return []
     if not any(isinstance(i, (ev.UserMessage, ev.AssistantMessage, ev.ToolCall))
