@@ -237,13 +237,16 @@ class TelegramChannel:
                     delay = min(delay * 2, 60.0)
             self._bot = bot
             self._username = bot.username
-            self._state, self._error = "running", None
+            self._error = None
             sender = asyncio.get_running_loop().create_task(self._send_loop())
             try:
                 if self.settings.public_url:
                     await self._serve_webhook(bot)
                 else:
                     await self._poll(bot)
+            except BotError as err:  # setting or deleting the webhook failed
+                self._state, self._error = "error", f"Telegram refused: {err}"
+                log.warning("telegram: %s", self._error)
             finally:
                 sender.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -256,7 +259,8 @@ class TelegramChannel:
     async def _serve_webhook(self, bot: Any) -> None:
         url = f"{self.settings.public_url.rstrip('/')}/api/telegram/webhook"  # type: ignore[union-attr]
         await bot.set_webhook(url, secret_token=self._webhook_secret)
-        self._mode = "webhook"
+        # "running" only once Telegram knows where to send updates
+        self._mode, self._state = "webhook", "running"
         log.info("telegram: @%s takes updates at %s", bot.username, url)
         await asyncio.Event().wait()  # until stopped; updates arrive through webhook()
 
@@ -265,7 +269,7 @@ class TelegramChannel:
         from telegram.error import TelegramError as BotError
 
         await bot.delete_webhook()
-        self._mode = "polling"
+        self._mode, self._state = "polling", "running"
         log.info("telegram: @%s polls for updates", bot.username)
         delay = 1.0
         while True:
