@@ -153,3 +153,34 @@ def test_interrupt_cancels_the_agents_turn_and_a_restarted_worker_loads_its_sess
                      and s["items"][-1].get("text") == "three", timeout=60,
                      what="the third turn after the restart")
         assert s["items"][-1]["kind"] == "assistant_message"
+
+
+def test_a_server_restart_in_the_middle_of_the_agents_turn(tmp_path: Path) -> None:
+    script = tmp_path / "turns.json"
+    script.write_text(json.dumps({"turns": [[
+        {"say": "started"}, {"wait_file": "go"},
+        {"write": {"path": "after.txt", "content": "after"}}, {"say": "finished"}]]}))
+    config = {"acp_agents": {"scripted": {
+        "command": sys.executable,
+        "args": ["-m", "codey_testkit.acp_agent", "--script", str(script)]}}}
+    with ServerProcess(tmp_path / "server") as server, \
+            WorkerProcess(server, tmp_path / "worker", config=config) as worker:
+        workdir = Path(worker.workdir("r"))
+        r = server.http.post("/api/sessions", json={
+            "worker_id": worker.worker_id, "workdir": str(workdir), "agent": "scripted",
+            "prompt": "go on"})
+        sid = r.json()["session_id"]
+        wait_for(server, sid, lambda s: s["items"][-1].get("text") == "started", timeout=60,
+                 what="the agent at work")
+        server.restart()
+        worker.wait_connected()
+        # the resumed runner follows the same action: the text cut by the restart is partial
+        s = wait_for(server, sid, lambda s: s["items"][1].get("partial") is True, timeout=60,
+                     what="the turn picked up again")
+        assert s["status"] == "running" and len(s["pending_actions"]) == 1
+        (workdir / "go").touch()
+        s = wait_for(server, sid, lambda s: s["status"] == "idle", timeout=60,
+                     what="the end of the turn")
+        assert (workdir / "after.txt").read_text() == "after"
+        assert s["pending_actions"] == {}
+        assert [i["kind"] for i in s["items"]].count("user_message") == 1  # not prompted again

@@ -17,7 +17,8 @@ The script is ``{"turns": [[step, ...], ...]}``: the n-th prompt of a session pl
   ``[write failed: ...]``);
 * ``{"plan": [[text, status], ...]}``;
 * ``{"wait_cancel": true}`` — wait until the client cancels the turn (``stop_reason``
-  ``cancelled``).
+  ``cancelled``);
+* ``{"wait_file": name}`` — wait until ``name`` exists in the session's cwd.
 
 Sessions are kept in ``--state-dir`` (their turn counters), and ``load_session`` is supported:
 a client that starts the agent again can go on with a session.
@@ -94,6 +95,13 @@ class ScriptedAgent:
         allowed = True
         for step in turn:
             if step.get("if_allowed") and not allowed:
+                continue
+            if "wait_file" in step:  # a turn exactly as long as the test wants
+                cwd = Path(data["cwd"])
+                while not (cwd / step["wait_file"]).exists():
+                    if self.cancelled[session_id].is_set():
+                        return PromptResponse(stop_reason="cancelled")
+                    await asyncio.sleep(0.05)
                 continue
             if "wait_cancel" in step:
                 await self.cancelled[session_id].wait()

@@ -112,6 +112,7 @@ class AcpRunner:
     async def _turns(self) -> None:
         resumed = self._in_flight() if self.resume else None
         if resumed is not None:
+            await self._pick_up()
             await self._status("running")
             await self._prompt(resumed)
         while True:
@@ -127,6 +128,17 @@ class AcpRunner:
             await self._prompt(action)
         if self.session.status in ("running", "waiting_approval", "waiting_worker"):
             await self._status("idle")
+
+    async def _pick_up(self) -> None:
+        """After a restart, before following the agent's turn again: text cut by the restart
+        is marked partial (what the agent said meanwhile was not seen), and its open tool
+        calls are found again by their ACP ids."""
+        for item in self.session.items:
+            if isinstance(item, (ev.AssistantMessage, ev.Reasoning)) and item.streaming:
+                await self._emit(ev.SessionItemUpdated(item_id=item.id, streaming=False,
+                                                       partial=True))
+            elif isinstance(item, ev.ToolCall) and item.result is None:
+                self._tools[item.call_id] = item.id
 
     def _in_flight(self) -> wk.AcpPrompt | None:
         """After a restart: the agent's turn that was running (the worker still runs it or
