@@ -163,8 +163,8 @@ class TelegramChannel:
         return PairingCode(code=self._code, expires_at=self._code_expires)
 
     def _take_code(self, given: str) -> bool:
-        code, self_ok = self._code, time.time() < self._code_expires
-        if code is None or not self_ok:
+        code = self._code
+        if code is None or time.time() >= self._code_expires:
             return False
         if hmac.compare_digest(given.upper().replace("-", "").encode(), code.encode()):
             self._code = None
