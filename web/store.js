@@ -25,7 +25,7 @@ const COMPACTION_ENDED = ["compaction_skipped", "compaction_failed"];
 export function emptyState() {
   return {
     seq: 0, workers: {}, pair_requests: {}, sessions: {}, auth: {}, rate_limits: {},
-    memories: {}, telegram_chats: {}, telegram_offset: 0,
+    memories: {}, telegram_chats: {}, telegram_offset: 0, telegram_bot_id: 0,
   };
 }
 
@@ -442,7 +442,13 @@ const HANDLERS = {
   telegram_session_chosen: telegramSessionChosen,
   telegram_message_sent: telegramSent,
   telegram_update_handled: (state, env, e) => {
-    state.telegram_offset = Math.max(state.telegram_offset, e.update_id + 1);
+    const bot = dflt(e.bot_id, 0);
+    if (bot !== state.telegram_bot_id) {
+      state.telegram_bot_id = bot;
+      state.telegram_offset = e.update_id + 1;
+    } else {
+      state.telegram_offset = Math.max(state.telegram_offset, e.update_id + 1);
+    }
   },
 };
 

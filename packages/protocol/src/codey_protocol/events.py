@@ -479,9 +479,11 @@ class TelegramMessageSent(EventBase, kw_only=True):
 
 
 class TelegramUpdateHandled(EventBase, kw_only=True):
-    """Every update up to ``update_id`` was handled: polling goes on after it."""
+    """Every update up to ``update_id`` of bot ``bot_id`` was handled: polling goes on after
+    it. Update ids are per bot: another bot (a new token) starts over."""
 
     update_id: int
+    bot_id: int = 0
 
 
 Event = (

@@ -201,5 +201,7 @@ class State(msgspec.Struct, kw_only=True):
     rate_limits: dict[str, RateLimit] = msgspec.field(default_factory=dict)
     memories: dict[str, ProjectMemory] = msgspec.field(default_factory=dict)
     telegram_chats: dict[str, TelegramChat] = msgspec.field(default_factory=dict)
-    #: the next Telegram update id to ask for (every one before it was handled)
+    #: the next Telegram update id to ask for (every one before it was handled), of the bot
+    #: ``telegram_bot_id``
     telegram_offset: int = 0
+    telegram_bot_id: int = 0

@@ -503,7 +503,10 @@ def _tg_sent(state: State, env: ev.Envelope) -> None:
 def _tg_update(state: State, env: ev.Envelope) -> None:
     e = env.event
     assert isinstance(e, ev.TelegramUpdateHandled)
-    state.telegram_offset = max(state.telegram_offset, e.update_id + 1)
+    if e.bot_id != state.telegram_bot_id:  # another bot: its ids have nothing to do with these
+        state.telegram_bot_id, state.telegram_offset = e.bot_id, e.update_id + 1
+    else:
+        state.telegram_offset = max(state.telegram_offset, e.update_id + 1)
 
 
 _HANDLERS: dict[type[Any], Callable[[State, ev.Envelope], None]] = {

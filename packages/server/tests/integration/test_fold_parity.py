@@ -314,8 +314,10 @@ def build_log() -> list[ev.Envelope]:
     log.add(None, ev.TelegramMessageSent(chat_id=42, key="approval:s1-again", message_id=5))
     log.add(None, ev.TelegramMessageSent(chat_id=42, key="decided:s1-again"))
     log.add(None, ev.TelegramMessageSent(chat_id=7, key="answer:x", message_id=1))
-    log.add(None, ev.TelegramUpdateHandled(update_id=10))
-    log.add(None, ev.TelegramUpdateHandled(update_id=3))
+    log.add(None, ev.TelegramUpdateHandled(update_id=10, bot_id=7))
+    log.add(None, ev.TelegramUpdateHandled(update_id=3, bot_id=7))
+    log.add(None, ev.TelegramUpdateHandled(update_id=2, bot_id=8))  # another bot
+    log.add(None, ev.TelegramUpdateHandled(update_id=1))
     log.add(None, ev.TelegramChatRemoved(chat_id=-1001))
     log.add(None, ev.TelegramChatRemoved(chat_id=99))
     return log.envelopes

@@ -469,9 +469,12 @@ def test_telegram_chats_sessions_and_sent_messages(log: Log) -> None:
                        None))
     apply(st_, log.env(ev.TelegramMessageSent(chat_id=5, key="approval:a"), None))  # unknown
     assert chat.session_id == S and chat.sent == {"approval:a": 7}
-    apply(st_, log.env(ev.TelegramUpdateHandled(update_id=9), None))
-    apply(st_, log.env(ev.TelegramUpdateHandled(update_id=4), None))  # never goes back
-    assert st_.telegram_offset == 10
+    apply(st_, log.env(ev.TelegramUpdateHandled(update_id=9, bot_id=1), None))
+    apply(st_, log.env(ev.TelegramUpdateHandled(update_id=4, bot_id=1), None))  # never back
+    assert (st_.telegram_bot_id, st_.telegram_offset) == (1, 10)
+    # another bot (a new token): its own ids
+    apply(st_, log.env(ev.TelegramUpdateHandled(update_id=3, bot_id=2), None))
+    assert (st_.telegram_bot_id, st_.telegram_offset) == (2, 4)
     apply(st_, log.env(ev.TelegramChatRemoved(chat_id=-100), None))
     assert st_.telegram_chats == {}
 

@@ -274,7 +274,7 @@ class TelegramChannel:
         delay = 1.0
         while True:
             try:
-                updates = await bot.get_updates(offset=self.engine.state.telegram_offset or None,
+                updates = await bot.get_updates(offset=self._offset(bot),
                                                 timeout=int(self.config.poll_timeout_s),
                                                 allowed_updates=["message", "callback_query"])
                 delay = 1.0
@@ -294,6 +294,11 @@ class TelegramChannel:
             self._error = None
             for update in updates:
                 await self._handle(bot, update)
+
+    def _offset(self, bot: Any) -> int | None:
+        """The first update id not handled yet, if it is this bot's (ids are per bot)."""
+        state = self.engine.state
+        return state.telegram_offset if state.telegram_bot_id == bot.id else None
 
     async def webhook(self, body: bytes, secret: str) -> None:
         """One update POSTed by Telegram; refused (``forbidden``) without the right secret."""
@@ -316,7 +321,8 @@ class TelegramChannel:
 
     async def _handle(self, bot: Any, update: Any) -> None:
         async with self._update_lock:
-            if update.update_id < self.engine.state.telegram_offset:
+            offset = self._offset(bot)
+            if offset is not None and update.update_id < offset:
                 return  # Telegram sent it again (a webhook retry): handled already
             try:
                 if update.callback_query is not None:
@@ -326,7 +332,7 @@ class TelegramChannel:
             except Exception:  # one bad update must not stop the channel
                 log.exception("telegram: update %d failed", update.update_id)
             await self.engine.append([(None, ev.TelegramUpdateHandled(
-                update_id=update.update_id))])
+                update_id=update.update_id, bot_id=bot.id))])
 
     async def _message(self, bot: Any, message: Any) -> None:
         chat_id: int = message.chat.id
