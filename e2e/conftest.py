@@ -117,8 +117,8 @@ class Stack:
 
     def worker(self, name: str = "worker", *, pair: bool = True,
                config: dict[str, Any] | None = None) -> WorkerProcess:
-        """Start a worker with its own home; paired (through the API) unless ``pair=False``;
-        ``config`` goes into its worker-config.json."""
+        """Start a worker with its own home (and ``config`` in its worker-config.json);
+        paired (through the API) unless ``pair=False``."""
         assert self.srv is not None, "start the server first"
         w = WorkerProcess(self.srv, self.tmp / name, name=name, config=config)
         self._exits.callback(w.stop)

@@ -49,6 +49,12 @@ export const api = {
   deviceLogin: (provider) => request("POST", "/api/auth/device", { provider }),
   apiKey: (provider, api_key) => request("POST", "/api/auth/api-key", { provider, api_key }),
   logout: (provider) => request("POST", "/api/auth/logout", { provider }),
+  telegram: () => request("GET", "/api/telegram"),
+  setTelegramToken: (token) => request("PUT", "/api/telegram/token", { token }),
+  clearTelegramToken: () => request("DELETE", "/api/telegram/token"),
+  telegramPairingCode: () => request("POST", "/api/telegram/pairing-code"),
+  removeTelegramChat: (id) =>
+    request("DELETE", `/api/telegram/chats/${encodeURIComponent(id)}`),
   workerWheels: () => request("GET", "/dl/index.json"),
   sessionLogUrl: (id) => `/api/sessions/${encodeURIComponent(id)}/log`,
   /** Store a file for a prompt; resolves with its attachment {hash, name, mime, size}. */

@@ -14,6 +14,7 @@ import { LoginScreen } from "./views/loginscreen.js";
 import { PairPage } from "./views/pair.js";
 import { SessionView } from "./views/session.js";
 import { TerminalView } from "./views/terminal.js";
+import { TelegramDialog } from "./views/telegram.js";
 import { Shortcuts } from "./views/shortcuts.js";
 import { Toasts } from "./views/toasts.js";
 
@@ -49,6 +50,8 @@ class App {
     window.addEventListener("hashchange", () => this.route());
     this._setupTheme();
     document.querySelector("[data-testid=logout]").addEventListener("click", () => this.logOut());
+    document.querySelector("[data-testid=telegram-open]").addEventListener("click",
+      () => new TelegramDialog(ctx).open());
     this._shortcuts = new Shortcuts(this);
     this._setConn("offline");
     this.route();

@@ -231,9 +231,10 @@ export class Socket {
 
   /** Start a session. `provider`/`model` null or omitted mean the server's defaults. */
   createSession({ worker_id, workdir, prompt = "", provider = null, model = null,
-    policy = "suggest", plan_mode = false }) {
+    policy = "suggest", plan_mode = false, agent = null }) {
     const fields = { worker_id, workdir, prompt, policy };
     if (plan_mode) fields.plan_mode = true;
+    if (agent) fields.agent = agent;
     if (provider) fields.provider = provider;
     if (model) fields.model = model;
     return this.command("create_session", fields);

@@ -25,7 +25,7 @@ const COMPACTION_ENDED = ["compaction_skipped", "compaction_failed"];
 export function emptyState() {
   return {
     seq: 0, workers: {}, pair_requests: {}, sessions: {}, auth: {}, rate_limits: {},
-    memories: {}, terminals: {},
+    memories: {}, terminals: {}, telegram_chats: {}, telegram_offset: 0, telegram_bot_id: 0,
   };
 }
 
@@ -67,7 +67,7 @@ function paired(state, env, e) {
     worker_id: e.worker_id, hostname: e.hostname, os: e.os,
     python_version: dflt(e.python_version, ""), worker_version: dflt(e.worker_version, ""),
     roots: [...e.roots], connected: false, revoked: false, paired_at: env.ts,
-    last_seen: null, capabilities: { executors: [], mcp_servers: [] },
+    last_seen: null, capabilities: { executors: [], mcp_servers: [], acp_agents: [] },
   };
 }
 
@@ -87,7 +87,7 @@ function connected(state, env, e) {
   w.hostname = e.hostname;
   w.os = e.os;
   w.worker_version = e.worker_version;
-  w.capabilities = dflt(e.capabilities, { executors: [], mcp_servers: [] });
+  w.capabilities = dflt(e.capabilities, { executors: [], mcp_servers: [], acp_agents: [] });
   w.last_seen = env.ts;
 }
 
@@ -131,6 +131,7 @@ function newSession(fields) {
     plan_status: "none",
     archived: false,
     forked_from: null,
+    agent: null,
     ...fields,
   };
 }
@@ -143,7 +144,7 @@ function sessionCreated(state, env, e) {
     created_at: env.ts, updated_at: env.ts, plan_mode: dflt(e.plan_mode, false),
     parent_id: dflt(e.parent_id, null), parent_item: dflt(e.parent_item, null),
     role: dflt(e.role, null), read_only: dflt(e.read_only, false),
-    turn_cap: dflt(e.turn_cap, null),
+    turn_cap: dflt(e.turn_cap, null), agent: dflt(e.agent, null),
   });
 }
 
@@ -405,6 +406,28 @@ function authUpdated(state, env, e) {
   };
 }
 
+function telegramPaired(state, env, e) {
+  const chat = state.telegram_chats[String(e.chat_id)];
+  if (chat) {
+    chat.title = dflt(e.title, "");
+  } else {
+    state.telegram_chats[String(e.chat_id)] = {
+      chat_id: e.chat_id, title: dflt(e.title, ""), paired_at: env.ts, session_id: null,
+      sent: {},
+    };
+  }
+}
+
+function telegramSessionChosen(state, env, e) {
+  const chat = state.telegram_chats[String(e.chat_id)];
+  if (chat) chat.session_id = e.session_id;
+}
+
+function telegramSent(state, env, e) {
+  const chat = state.telegram_chats[String(e.chat_id)];
+  if (chat) chat.sent[e.key] = dflt(e.message_id, 0);
+}
+
 const HANDLERS = {
   worker_pair_requested: pairRequested,
   worker_pair_resolved: pairResolved,
@@ -442,6 +465,19 @@ const HANDLERS = {
   terminal_attached: terminalViewers,
   terminal_detached: terminalViewers,
   terminal_closed: terminalClosed,
+  telegram_chat_paired: telegramPaired,
+  telegram_chat_removed: (state, env, e) => { delete state.telegram_chats[String(e.chat_id)]; },
+  telegram_session_chosen: telegramSessionChosen,
+  telegram_message_sent: telegramSent,
+  telegram_update_handled: (state, env, e) => {
+    const bot = dflt(e.bot_id, 0);
+    if (bot !== state.telegram_bot_id) {
+      state.telegram_bot_id = bot;
+      state.telegram_offset = e.update_id + 1;
+    } else {
+      state.telegram_offset = Math.max(state.telegram_offset, e.update_id + 1);
+    }
+  },
 };
 
 /** Fold one envelope `{seq, ts, session_id, event: {type, ...}}` into `state` (in place). */

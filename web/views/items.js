@@ -268,7 +268,8 @@ export function approvalNode(approval, ctx, sessionId, standalone = false) {
   return h("div", { class: "approval", "data-testid": "approval", role: "group",
     "aria-label": "Approval needed", "data-approval-id": approval.approval_id },
   h("div", { class: "approval-head" },
-    h("strong", {}, `Approve this ${approval.kind}?`),
+    h("strong", {}, approval.kind === "acp" ? "The agent asks:"
+      : `Approve this ${approval.kind}?`),
     approval.reason ? h("span", { class: "muted" }, ` ${approval.reason}`) : null),
   standalone ? what : null,
   standalone && approval.patch ? renderDiff(approval.patch) : null,

@@ -37,6 +37,15 @@ export class NewSessionDialog {
   _fillWorkdir() {
     const w = this.ctx.store.state.workers[this._worker.value];
     if (w && !this._workdir.dataset.touched) this._workdir.value = (w.roots || [])[0] || "";
+    this._fillAgents(w);
+  }
+
+  /** External ACP agents the chosen machine can run instead of Codey's own loop. */
+  _fillAgents(w) {
+    const names = (w && w.capabilities && w.capabilities.acp_agents) || [];
+    replaceChildren(this._agent, h("option", { value: "" }, "Codey"),
+      ...names.map((n) => h("option", { value: n }, `${n} (ACP agent on this machine)`)));
+    this._agentField.hidden = names.length === 0;
   }
 
   _render() {
@@ -62,6 +71,9 @@ export class NewSessionDialog {
     }
     this._model = h("select", { id: "ns-model", "data-testid": "ns-model", class: "input" },
       modelOptions);
+    this._agent = h("select", { id: "ns-agent", "data-testid": "ns-agent", class: "input" });
+    this._agentField = field("ns-agent", "Agent", this._agent);
+    this._agentField.hidden = true;
     this._policy = h("select", { id: "ns-policy", "data-testid": "ns-policy", class: "input" },
       POLICIES.map(([v, text]) => h("option", { value: v }, text)));
     this._planMode = h("input", { type: "checkbox", id: "ns-plan-mode",
@@ -83,6 +95,7 @@ export class NewSessionDialog {
       "No machine is connected. Link one from the dashboard first."),
     field("ns-worker", "Machine", this._worker),
     field("ns-workdir", "Working directory", this._workdir),
+    this._agentField,
     field("ns-model", "Model", this._model),
     field("ns-policy", "Approval policy", this._policy),
     h("label", { for: "ns-plan-mode", class: "check" }, this._planMode,
@@ -116,6 +129,7 @@ export class NewSessionDialog {
       const ack = await this.ctx.socket.createSession({
         worker_id: workerId, workdir, prompt: this._prompt.value, provider, model,
         policy: this._policy.value, plan_mode: this._planMode.checked,
+        agent: this._agent.value || null,
       });
       this.el.close();
       if (ack.session_id) this.ctx.navigate(`#/session/${ack.session_id}`);

@@ -44,6 +44,8 @@ class CreateSession(ClientToServerMessage, kw_only=True):
     #: propose a plan first; nothing changes before the user approves it
     plan_mode: bool = False
     attachments: list[Attachment] = msgspec.field(default_factory=list)
+    #: run the session with this external ACP agent of the worker instead of Codey's loop
+    agent: str | None = None
 
 
 class SendPrompt(ClientToServerMessage, kw_only=True):

@@ -233,6 +233,8 @@ class SessionCreated(EventBase, kw_only=True):
     read_only: bool = False
     #: model calls per turn before it stops (None: the server's turn_iteration_cap)
     turn_cap: int | None = None
+    #: an external ACP agent on the worker runs the session instead of Codey's loop
+    agent: str | None = None
 
 
 class SessionStatusChanged(EventBase, kw_only=True):
@@ -295,7 +297,7 @@ class PlanApproved(EventBase, kw_only=True):
 class ApprovalRequested(EventBase, kw_only=True):
     approval_id: str
     item_id: str
-    kind: Literal["command", "patch", "write", "mcp"]
+    kind: Literal["command", "patch", "write", "mcp", "acp"]  # acp: an ACP agent asks
     command: list[str] | None = None
     patch: str | None = None
     path: str | None = None
@@ -477,6 +479,46 @@ class AuthStatusUpdated(EventBase, kw_only=True):
     user_code: str | None = None  # device code flow: what the user types there
 
 
+# telegram ---------------------------------------------------------------------------------
+# The Telegram channel's memory, so a restart loses nothing and repeats nothing. The bot token
+# never appears here.
+
+
+class TelegramChatPaired(EventBase, kw_only=True):
+    """A chat joined the allow list (its ``/pair CODE`` matched the code shown in the UI)."""
+
+    chat_id: int
+    title: str = ""  # the chat's title or the user's name, to recognise it in the UI
+
+
+class TelegramChatRemoved(EventBase, kw_only=True):
+    chat_id: int
+
+
+class TelegramSessionChosen(EventBase, kw_only=True):
+    """The chat's current session (``/new``, ``/use``): plain text goes there."""
+
+    chat_id: int
+    session_id: str
+
+
+class TelegramMessageSent(EventBase, kw_only=True):
+    """The bot sent (or edited) the message ``key`` (``approval:<id>``, ``answer:<item>``,
+    ``question:<id>``, ``error:<seq>``, ``decided:<id>``) to the chat: never sent again."""
+
+    chat_id: int
+    key: str
+    message_id: int = 0
+
+
+class TelegramUpdateHandled(EventBase, kw_only=True):
+    """Every update up to ``update_id`` of bot ``bot_id`` was handled: polling goes on after
+    it. Update ids are per bot: another bot (a new token) starts over."""
+
+    update_id: int
+    bot_id: int = 0
+
+
 Event = (
     WorkerPairRequested
     | WorkerPairResolved
@@ -514,6 +556,11 @@ Event = (
     | TerminalAttached
     | TerminalDetached
     | TerminalClosed
+    | TelegramChatPaired
+    | TelegramChatRemoved
+    | TelegramSessionChosen
+    | TelegramMessageSent
+    | TelegramUpdateHandled
 )
 
 

@@ -179,6 +179,8 @@ class SessionInfo(msgspec.Struct, kw_only=True):
     plan_status: Literal["none", "proposed", "approved"] = "none"
     archived: bool = False
     forked_from: str | None = None
+    #: the external ACP agent that runs this session (None: Codey's own loop)
+    agent: str | None = None
 
 
 class AuthInfo(msgspec.Struct, kw_only=True):
@@ -192,6 +194,17 @@ class AuthInfo(msgspec.Struct, kw_only=True):
     user_code: str | None = None
 
 
+class TelegramChat(msgspec.Struct, kw_only=True):
+    """A chat on the Telegram channel's allow list (key: the chat id as a string)."""
+
+    chat_id: int
+    title: str = ""
+    paired_at: float = 0.0
+    session_id: str | None = None  # where plain text goes
+    #: what the bot already sent there: key (see ``telegram_message_sent``) → message id
+    sent: dict[str, int] = msgspec.field(default_factory=dict)
+
+
 class State(msgspec.Struct, kw_only=True):
     """Everything a browser can see. ``seq`` is the last event folded in (0: none)."""
 
@@ -203,3 +216,8 @@ class State(msgspec.Struct, kw_only=True):
     rate_limits: dict[str, RateLimit] = msgspec.field(default_factory=dict)
     memories: dict[str, ProjectMemory] = msgspec.field(default_factory=dict)
     terminals: dict[str, TerminalInfo] = msgspec.field(default_factory=dict)
+    telegram_chats: dict[str, TelegramChat] = msgspec.field(default_factory=dict)
+    #: the next Telegram update id to ask for (every one before it was handled), of the bot
+    #: ``telegram_bot_id``
+    telegram_offset: int = 0
+    telegram_bot_id: int = 0

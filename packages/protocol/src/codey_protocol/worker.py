@@ -59,6 +59,8 @@ class Capabilities(msgspec.Struct, kw_only=True):
     executors: list[str] = msgspec.field(default_factory=list)
     mcp_servers: list[McpServerInfo] = msgspec.field(default_factory=list)
     terminal: bool = False  # the owner enabled the web terminal (``"terminal": true``)
+    #: external agents this worker can run over ACP (``acp_agents`` in its config), by name
+    acp_agents: list[str] = msgspec.field(default_factory=list)
 
 
 class DirEntry(msgspec.Struct, kw_only=True):
@@ -262,6 +264,27 @@ class TerminalKill(ServerToWorkerMessage, kw_only=True):
     terminal_id: str
 
 
+class AcpPrompt(Action, kw_only=True):
+    """One turn of the external ACP agent ``agent`` for the session in ``workdir``: the
+    worker starts the agent (once per session), opens or loads its ACP session, sends
+    ``prompt``, and streams what the agent does as ``ActionProgress{stream: "acp"}``. The
+    agent's permission requests arrive the same way and wait for an :class:`AcpPermission`."""
+
+    agent: str
+    workdir: str
+    prompt: str
+
+
+class AcpPermission(Action, kw_only=True):
+    """The user's answer to permission request ``request_id`` of the running
+    :class:`AcpPrompt` ``target_action_id``: the option chosen, or None to refuse."""
+
+    target_action_id: str
+    request_id: str
+    option_id: str | None = None
+
+
+
 ServerToWorker = (
     AuthChallenge
     | Welcome
@@ -283,11 +306,13 @@ ServerToWorker = (
     | TerminalAck
     | TerminalDetach
     | TerminalKill
+    | AcpPrompt
+    | AcpPermission
 )
 
 ActionMessage = (
     AttachSession | DetachSession | LoadContext | RunCommand | ApplyPatch | ReadFile
-    | WriteFile | ListDir | McpList | McpCall | Cancel
+    | WriteFile | ListDir | McpList | McpCall | Cancel | AcpPrompt | AcpPermission
 )
 
 
@@ -371,6 +396,48 @@ class Cancelled(ResultBase, kw_only=True):
     was_running: bool
 
 
+class AcpTurnEnded(ResultBase, kw_only=True):
+    """The ACP agent's turn ended: ``stop_reason`` as the agent said (``end_turn``,
+    ``max_tokens``, ``refusal``, ``cancelled``, …)."""
+
+    stop_reason: str
+    acp_session_id: str
+    loaded: bool = False  # the agent's session was loaded again (``session/load``)
+
+
+class PermissionAnswered(ResultBase, kw_only=True):
+    """An :class:`AcpPermission` reached its request (False: no such request waits)."""
+
+    delivered: bool
+
+
+class AcpOption(msgspec.Struct, kw_only=True):
+    option_id: str
+    name: str
+    kind: str  # allow_once | allow_always | reject_once | reject_always
+
+
+class AcpUpdate(msgspec.Struct, kw_only=True):
+    """One thing an ACP agent did, as the worker passes it on (JSON in ``ActionProgress.data``
+    with ``stream: "acp"``).
+
+    ``kind``: ``text`` / ``thought`` (a chunk of its answer or reasoning, in ``text``);
+    ``tool`` (a tool call started or changed: ``tool_call_id``, ``title``, ``status``,
+    ``tool_kind``, ``text`` = its content so far); ``plan`` (``entries``); ``permission``
+    (``request_id``, ``tool_call_id``, ``title``, ``options``: answer with AcpPermission).
+    """
+
+    kind: Literal["text", "thought", "tool", "plan", "permission"]
+    text: str = ""
+    tool_call_id: str | None = None
+    title: str | None = None
+    status: str | None = None  # pending | in_progress | completed | failed
+    tool_kind: str | None = None  # read | edit | execute | …
+    request_id: str | None = None
+    options: list[AcpOption] = msgspec.field(default_factory=list)
+    entries: list[tuple[str, str]] = msgspec.field(default_factory=list)  # (text, status)
+
+
 ActionOutcome = (
     CommandResult
     | PatchResult
@@ -383,6 +450,8 @@ ActionOutcome = (
     | Detached
     | ProjectContext
     | Cancelled
+    | AcpTurnEnded
+    | PermissionAnswered
 )
 
 
@@ -417,7 +486,8 @@ class ActionAccepted(WorkerToServerMessage, kw_only=True):
 
 class ActionProgress(WorkerToServerMessage, kw_only=True):
     action_id: str
-    stream: Literal["stdout", "stderr"]
+    #: "acp": ``data`` is one :class:`AcpUpdate` as JSON (an ``acp_prompt`` action)
+    stream: Literal["stdout", "stderr", "acp"]
     data: str
 
 

@@ -449,9 +449,13 @@ class RedactSecrets(logging.Filter):
         r"(?i)(token=|[?&]code=|bearer\s+|basic\s+|\"?(?:access_token|refresh_token|id_token|"
         r"api_key|device_code|code_verifier|client_secret)\"?\s*[:=]\s*\"?)([^\s&\"',;]+)")
 
+    #: a Telegram bot token in a Bot API URL (``…/bot123456:ABC…/getUpdates``)
+    _BOT_URL = re.compile(r"(/bot)(\d+:[A-Za-z0-9_-]+)")
+
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
         redacted = self._PATTERN.sub(lambda m: m.group(1) + "[redacted]", message)
+        redacted = self._BOT_URL.sub(lambda m: m.group(1) + "[redacted]", redacted)
         if redacted != message:
             record.msg, record.args = redacted, None
         return True

@@ -93,6 +93,8 @@ def _compact(state: State, c: cl.CompactSession) -> Decided:
     s = _existing(state, c.session_id)
     if s.status == "closed":
         raise CommandRejected("conflict", "the session is closed")
+    if s.agent:
+        raise CommandRejected("bad_request", "an external agent keeps its own context")
     if s.compaction_requested:
         return []
     if not any(isinstance(i, (ev.UserMessage, ev.AssistantMessage, ev.ToolCall))
@@ -118,11 +120,19 @@ def _create_session(state: State, c: cl.CreateSession, ctx: Context) -> Decided:
         raise CommandRejected("bad_request", "workdir must not be empty")
     provider = c.provider or ctx.default_provider
     model = c.model or ctx.default_models.get(provider, "")
+    if c.agent is not None:
+        if c.agent not in worker.capabilities.acp_agents:
+            raise CommandRejected("bad_request", f"worker {c.worker_id!r} has no ACP agent "
+                                                 f"{c.agent!r} (see its acp_agents config)")
+        if c.plan_mode:
+            raise CommandRejected("bad_request", "plan mode is Codey's own; an ACP agent "
+                                                 "plans in its own way")
+        provider, model = "acp", c.agent
     session_id = ctx.new_id("ses")
     out: Decided = [(session_id, ev.SessionCreated(
         title=c.title or title_from_prompt(c.prompt), worker_id=c.worker_id,
         workdir=c.workdir.strip(), provider=provider, model=model, policy=c.policy,
-        plan_mode=c.plan_mode,
+        plan_mode=c.plan_mode, agent=c.agent,
     ))]
     _check_attachments(c.attachments, ctx)
     if c.prompt.strip() or c.attachments:

@@ -50,6 +50,7 @@ from codey_protocol.state import (
     SessionContext,
     SessionInfo,
     State,
+    TelegramChat,
     TerminalInfo,
     WorkerInfo,
     memory_key,
@@ -184,6 +185,7 @@ def _session_created(state: State, env: ev.Envelope) -> None:
         provider=e.provider, model=e.model, policy=e.policy, created_at=env.ts,
         updated_at=env.ts, plan_mode=e.plan_mode, parent_id=e.parent_id,
         parent_item=e.parent_item, role=e.role, read_only=e.read_only, turn_cap=e.turn_cap,
+        agent=e.agent,
     )
 
 
@@ -486,6 +488,53 @@ def _auth(state: State, env: ev.Envelope) -> None:
     )
 
 
+# ---------------------------------------------------------------------------------------------
+# the Telegram channel
+
+
+def _tg_paired(state: State, env: ev.Envelope) -> None:
+    e = env.event
+    assert isinstance(e, ev.TelegramChatPaired)
+    key = str(e.chat_id)
+    chat = state.telegram_chats.get(key)
+    if chat is None:
+        state.telegram_chats[key] = TelegramChat(chat_id=e.chat_id, title=e.title,
+                                                 paired_at=env.ts)
+    else:
+        chat.title = e.title
+
+
+def _tg_removed(state: State, env: ev.Envelope) -> None:
+    e = env.event
+    assert isinstance(e, ev.TelegramChatRemoved)
+    state.telegram_chats.pop(str(e.chat_id), None)
+
+
+def _tg_session(state: State, env: ev.Envelope) -> None:
+    e = env.event
+    assert isinstance(e, ev.TelegramSessionChosen)
+    chat = state.telegram_chats.get(str(e.chat_id))
+    if chat is not None:
+        chat.session_id = e.session_id
+
+
+def _tg_sent(state: State, env: ev.Envelope) -> None:
+    e = env.event
+    assert isinstance(e, ev.TelegramMessageSent)
+    chat = state.telegram_chats.get(str(e.chat_id))
+    if chat is not None:
+        chat.sent[e.key] = e.message_id
+
+
+def _tg_update(state: State, env: ev.Envelope) -> None:
+    e = env.event
+    assert isinstance(e, ev.TelegramUpdateHandled)
+    if e.bot_id != state.telegram_bot_id:  # another bot: its ids have nothing to do with these
+        state.telegram_bot_id, state.telegram_offset = e.bot_id, e.update_id + 1
+    else:
+        state.telegram_offset = max(state.telegram_offset, e.update_id + 1)
+
+
 _HANDLERS: dict[type[Any], Callable[[State, ev.Envelope], None]] = {
     ev.WorkerPairRequested: _pair_requested,
     ev.WorkerPairResolved: _pair_resolved,
@@ -523,4 +572,9 @@ _HANDLERS: dict[type[Any], Callable[[State, ev.Envelope], None]] = {
     ev.TerminalAttached: _terminal_viewers,
     ev.TerminalDetached: _terminal_viewers,
     ev.TerminalClosed: _terminal_closed,
+    ev.TelegramChatPaired: _tg_paired,
+    ev.TelegramChatRemoved: _tg_removed,
+    ev.TelegramSessionChosen: _tg_session,
+    ev.TelegramMessageSent: _tg_sent,
+    ev.TelegramUpdateHandled: _tg_update,
 }

@@ -15,6 +15,7 @@ from codey_server.access import BrowserAccess
 from codey_server.agent.service import AgentService
 from codey_server.auth import AuthService
 from codey_server.blobs import BlobStore
+from codey_server.channels.telegram import TelegramChannel
 from codey_server.clients import ClientHub
 from codey_server.decide import Context
 from codey_server.engine import Engine
@@ -66,6 +67,7 @@ class Services:
                                   self.auth.refresh_rejected, self.blobs.get)
         self.retention = Retention(self.engine, settings.retention)
         self.terminals = TerminalService(self.engine, self.workers)
+        self.telegram = TelegramChannel(settings, self.engine)
 
     async def start(self) -> None:
         await self.engine.start()
@@ -74,9 +76,11 @@ class Services:
         await self.auth.start()
         await self.agent.start()
         self.retention.start()
+        await self.telegram.start()
 
     async def stop(self) -> None:
         self.clients.begin_shutdown()
+        await self.telegram.stop()
         await self.retention.stop()
         await self.agent.stop()
         await self.auth.stop()

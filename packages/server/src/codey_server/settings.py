@@ -84,6 +84,17 @@ class RetentionConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         return self.days is not None or self.finished_sessions is not None
 
 
+class TelegramConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The Telegram channel (``channels/telegram.py``). The token itself never lives here: it
+    is read from ``token_env`` or pasted in the UI (stored in ``DATA_DIR/telegram.json``)."""
+
+    token_env: str = "CODEY_TELEGRAM_TOKEN"
+    #: the Bot API's root; the test kit's ``codey-bot-api`` in tests
+    api_base: str = "https://api.telegram.org"
+    #: seconds a getUpdates long poll waits for news
+    poll_timeout_s: float = 25.0
+
+
 def default_roles() -> dict[str, RoleConfig]:
     return {
         "explorer": RoleConfig(
@@ -133,6 +144,7 @@ class Settings(msgspec.Struct, kw_only=True):
     #: with ``--direct-actions``
     direct_actions: bool = False
     retention: RetentionConfig = msgspec.field(default_factory=RetentionConfig)
+    telegram: TelegramConfig = msgspec.field(default_factory=TelegramConfig)
 
     @property
     def db_path(self) -> Path:
@@ -202,6 +214,7 @@ class _ConfigFile(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     #: more roles, or changed ones (merged over the defaults by name)
     roles: dict[str, RoleConfig] | None = None
     retention: RetentionConfig | None = None
+    telegram: TelegramConfig | None = None
 
 
 def _where(raw: bytes, message: str) -> str:
@@ -240,6 +253,8 @@ def load_config_file(settings: Settings, path: Path) -> Settings:
         "allowed_origins": settings.allowed_origins + cfg.allowed_origins,
         "allowed_hosts": settings.allowed_hosts + cfg.allowed_hosts,
     }
+    if cfg.telegram is not None:
+        changes["telegram"] = cfg.telegram
     if cfg.roles:
         changes["roles"] = {**settings.roles, **cfg.roles}
     for name in ("snapshot_every", "client_queue_max", "client_send_timeout_s",

@@ -303,6 +303,32 @@ def build_log() -> list[ev.Envelope]:
     log.add(None, ev.WorkerRevoked(worker_id="ghost"))
     log.add("s3", ev.SessionCreated(title="Late", worker_id="w2", workdir="/srv", provider="p",
                                     model="m", policy="suggest"))
+    # a session run by an external ACP agent, on a worker that offers it
+    log.add(None, ev.WorkerConnected(worker_id="w1", hostname="host-1b", os="Linux 6.2",
+                                     worker_version="0.1.1", capabilities=Capabilities(
+                                         executors=["acp_prompt"], acp_agents=["claude"])))
+    log.add("s4", ev.SessionCreated(title="Agent", worker_id="w1", workdir="/home/u1/proj",
+                                    provider="acp", model="claude", agent="claude"))
+    log.add("s4", ev.ApprovalRequested(approval_id="s4-a", item_id="x", kind="acp",
+                                       command=["acp", "edit"], reason="Write a.txt"))
+    log.add("s4", ev.ApprovalResolved(approval_id="s4-a", decision="approved",
+                                      for_session=True))
+    log.add(None, ev.WorkerDisconnected(worker_id="w1", reason="bye again"))
+    # the Telegram channel: pairing twice keeps the first date; unknown chats are ignored
+    log.add(None, ev.TelegramChatPaired(chat_id=42, title="Ann"))
+    log.add(None, ev.TelegramChatPaired(chat_id=-1001, title="team"))
+    log.add(None, ev.TelegramChatPaired(chat_id=42, title="Ann B"))
+    log.add(None, ev.TelegramSessionChosen(chat_id=42, session_id="s1"))
+    log.add(None, ev.TelegramSessionChosen(chat_id=7, session_id="s1"))
+    log.add(None, ev.TelegramMessageSent(chat_id=42, key="approval:s1-again", message_id=5))
+    log.add(None, ev.TelegramMessageSent(chat_id=42, key="decided:s1-again"))
+    log.add(None, ev.TelegramMessageSent(chat_id=7, key="answer:x", message_id=1))
+    log.add(None, ev.TelegramUpdateHandled(update_id=10, bot_id=7))
+    log.add(None, ev.TelegramUpdateHandled(update_id=3, bot_id=7))
+    log.add(None, ev.TelegramUpdateHandled(update_id=2, bot_id=8))  # another bot
+    log.add(None, ev.TelegramUpdateHandled(update_id=1))
+    log.add(None, ev.TelegramChatRemoved(chat_id=-1001))
+    log.add(None, ev.TelegramChatRemoved(chat_id=99))
     return log.envelopes
 
 

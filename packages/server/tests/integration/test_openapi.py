@@ -53,6 +53,8 @@ def server(tmp_path: Path, model: ModelServerHandle) -> Iterator[ServerProcess]:
     config = provider_config(model)
     config["providers"].append({"name": "keyed", "base_url": model.base_url + "/v1",
                                 "auth": "api_key", "models": ["m"]})
+    # a pasted Telegram token starts a bot: let it find nothing listening, not the internet
+    config["telegram"] = {"api_base": "http://127.0.0.1:9"}
     with ServerProcess(tmp_path / "server", config=config,
                        extra_args=["--direct-actions"]) as proc:
         yield proc
@@ -217,6 +219,23 @@ def _exercise(api: _Contract, server: ServerProcess, worker: WorkerProcess) -> N
     api.check("POST", "/api/auth/device", 400, json={"provider": "keyed"})
     api.check("POST", "/api/auth/device", 404, json={"provider": "nope"})
     api.check("GET", "/api/auth/callback", 303, params={"state": "nope", "code": "x"})
+
+    # the Telegram channel: no token at first, then a pasted one (nothing listens at its
+    # api_base, so the bot keeps trying in the background), then none again
+    status = api.check("GET", "/api/telegram", 200).json()
+    assert status["token_source"] == "none" and status["state"] == "off"
+    api.check("PUT", "/api/telegram/token", 400, json={"token": "not a token"})
+    pasted = api.check("PUT", "/api/telegram/token", 200,
+                       json={"token": "123456:contract-token-0123456789"}).json()
+    assert pasted["token_source"] == "file" and "contract-token" not in str(pasted)
+    assert api.check("DELETE", "/api/telegram/token", 200).json()["token_source"] == "none"
+    code = api.check("POST", "/api/telegram/pairing-code", 201).json()
+    assert len(code["code"]) == 8
+    api.check("DELETE", "/api/telegram/chats/{chat_id}", 404, path={"chat_id": "42"})
+    with httpx.Client(base_url=server.url, timeout=30) as anonymous:
+        api.check("POST", "/api/telegram/webhook", 403, client=anonymous,
+                  headers={"X-Telegram-Bot-Api-Secret-Token": "guess"},
+                  json={"update_id": 1})
 
     # files sent with prompts, and the pairing link's QR code
     png = b"\x89PNG\r\n\x1a\n" + b"\0" * 32

@@ -97,13 +97,18 @@ def test_no_cookie_gets_401_on_every_api_route(server: ServerProcess) -> None:
                              ("GET", "/api/pairing/requests"),
                              ("POST", "/api/pairing/requests/req_x/approve"),
                              ("POST", "/api/workers/wrk_x/revoke"),
-                             ("GET", "/api/auth/status"), ("POST", "/api/logout")]:
+                             ("GET", "/api/auth/status"), ("POST", "/api/logout"),
+                             ("GET", "/api/telegram"), ("PUT", "/api/telegram/token"),
+                             ("POST", "/api/telegram/pairing-code"),
+                             ("DELETE", "/api/telegram/chats/42")]:
             assert http.request(method, path, json={}).status_code == 401, path
         forged = {"Cookie": "codey_0123456789=not-a-session"}
         assert http.get("/api/sessions", headers=forged).status_code == 401
-        # what stays open: health, the static page (no secrets in it)
+        # what stays open: health, the static page (no secrets in it), and Telegram's webhook,
+        # which checks Telegram's secret header instead of a login
         assert http.get("/api/health").status_code == 200
         assert http.get("/").status_code == 200
+        assert http.post("/api/telegram/webhook", json={"update_id": 1}).status_code == 403
 
 
 def test_no_cookie_on_client_socket_closes_4401(server: ServerProcess) -> None:

@@ -92,6 +92,11 @@ def test_redaction_masks_tokens_in_log_records() -> None:
     message = record.getMessage()
     for secret in ("s3cr3tvalue", "AAA.BBB.CCC", "rrr"):
         assert secret not in message
+    bot = logging.LogRecord("httpx", logging.INFO, __file__, 1, "HTTP Request: POST %s", (
+        "https://api.telegram.org/bot123456:AAH-x_yz0123/getUpdates",), None)
+    RedactSecrets().filter(bot)
+    assert bot.getMessage() == ("HTTP Request: POST https://api.telegram.org/bot[redacted]"
+                                "/getUpdates")
     plain = logging.LogRecord("x", logging.INFO, __file__, 1, "nothing here %d", (1,), None)
     RedactSecrets().filter(plain)
     assert plain.getMessage() == "nothing here 1"

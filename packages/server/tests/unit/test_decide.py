@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from codey_protocol import client as cl
 from codey_protocol import events as ev
+from codey_protocol import worker as wk
 from codey_protocol.state import State
 from codey_server.decide import TITLE_MAX, CommandRejected, Context, decide, title_from_prompt
 from codey_server.errors import ServerError
@@ -123,6 +124,31 @@ def test_create_session_revoked_worker_is_forbidden() -> None:
 @pytest.mark.parametrize("workdir", ["", "   ", "\t\n"])
 def test_create_session_empty_workdir_is_bad_request(workdir: str) -> None:
     err = rejected(make_state(), cl.CreateSession(worker_id=W, workdir=workdir))
+    assert err.code == "bad_request"
+
+
+def test_create_session_with_an_acp_agent_the_worker_offers() -> None:
+    state = make_state()
+    with_agent = apply_all(state, [ev.Envelope(
+        seq=state.seq + 1, ts=NOW, session_id=None, event=ev.WorkerConnected(
+            worker_id=W, hostname="h", os="linux", worker_version="0.1",
+            capabilities=wk.Capabilities(acp_agents=["claude"])))])
+    out = decide(with_agent, cl.CreateSession(worker_id=W, workdir="/src", prompt="hi",
+                                              agent="claude"), context())
+    event = out[0][1]
+    assert isinstance(event, ev.SessionCreated)
+    assert (event.agent, event.provider, event.model) == ("claude", "acp", "claude")
+    err = rejected(with_agent, cl.CreateSession(worker_id=W, workdir="/src", agent="gemini"))
+    assert err.code == "bad_request" and "no ACP agent 'gemini'" in err.message
+    err = rejected(with_agent, cl.CreateSession(worker_id=W, workdir="/src", agent="claude",
+                                                plan_mode=True))
+    assert err.code == "bad_request"
+    # an external agent keeps its own context: nothing to compact
+    sid = out[0][0]
+    folded = apply_all(with_agent, [ev.Envelope(seq=with_agent.seq + n + 1, ts=NOW,
+                                                session_id=s_id, event=e)
+                                    for n, (s_id, e) in enumerate(out)])
+    err = rejected(folded, cl.CompactSession(session_id=sid))
     assert err.code == "bad_request"
 
 

@@ -459,6 +459,26 @@ def test_auth_status_updated(log: Log) -> None:
     assert (a.verification_uri, a.user_code) == (None, None)
 
 
+def test_telegram_chats_sessions_and_sent_messages(log: Log) -> None:
+    st_ = apply(State(), log.env(ev.TelegramChatPaired(chat_id=-100, title="team"), None))
+    apply(st_, log.env(ev.TelegramChatPaired(chat_id=-100, title="team 2"), None))
+    chat = st_.telegram_chats["-100"]
+    assert (chat.title, chat.paired_at, chat.session_id) == ("team 2", 1.0, None)
+    apply(st_, log.env(ev.TelegramSessionChosen(chat_id=-100, session_id=S), None))
+    apply(st_, log.env(ev.TelegramMessageSent(chat_id=-100, key="approval:a", message_id=7),
+                       None))
+    apply(st_, log.env(ev.TelegramMessageSent(chat_id=5, key="approval:a"), None))  # unknown
+    assert chat.session_id == S and chat.sent == {"approval:a": 7}
+    apply(st_, log.env(ev.TelegramUpdateHandled(update_id=9, bot_id=1), None))
+    apply(st_, log.env(ev.TelegramUpdateHandled(update_id=4, bot_id=1), None))  # never back
+    assert (st_.telegram_bot_id, st_.telegram_offset) == (1, 10)
+    # another bot (a new token): its own ids
+    apply(st_, log.env(ev.TelegramUpdateHandled(update_id=3, bot_id=2), None))
+    assert (st_.telegram_bot_id, st_.telegram_offset) == (2, 4)
+    apply(st_, log.env(ev.TelegramChatRemoved(chat_id=-100), None))
+    assert st_.telegram_chats == {}
+
+
 # ---------------------------------------------------------------------------------------------
 # every event type: covered above, advances seq, and is ignored for unknown sessions
 
@@ -502,6 +522,11 @@ GLOBAL_EVENTS: list[ev.Event] = [
     ev.TerminalAttached(terminal_id="term_1", by="b"),
     ev.TerminalDetached(terminal_id="term_1", by="b"),
     ev.TerminalClosed(terminal_id="term_1", reason="exited"),
+    ev.TelegramChatPaired(chat_id=1),
+    ev.TelegramSessionChosen(chat_id=1, session_id=S),
+    ev.TelegramMessageSent(chat_id=1, key="answer:i", message_id=2),
+    ev.TelegramUpdateHandled(update_id=3),
+    ev.TelegramChatRemoved(chat_id=1),
 ]
 
 

@@ -43,6 +43,9 @@ from typing import Literal
 
 from codey_protocol import codec
 from codey_protocol.worker import (
+    AcpPermission,
+    AcpPrompt,
+    AcpUpdate,
     ActionAccepted,
     ActionErrored,
     ActionMessage,
@@ -69,6 +72,7 @@ from codey_protocol.worker import (
     WriteFile,
 )
 from codey_worker import fs
+from codey_worker.acp import AcpAgents
 from codey_worker.config import codey_home
 from codey_worker.confine import ActionRefused
 from codey_worker.console import WorkerConsole
@@ -91,6 +95,7 @@ Send = Callable[[bytes], Awaitable[None]]
 EXECUTORS = [
     "run_command", "read_file", "write_file", "list_dir", "apply_patch",
     "mcp_list", "mcp_call", "attach_session", "detach_session", "load_context", "cancel",
+    "acp_prompt", "acp_permission",
 ]  # fmt: skip
 
 
@@ -129,6 +134,7 @@ class ActionDispatcher:
         console: WorkerConsole | None = None,
         kill_grace_s: float | None = None,
         home: Path | None = None,
+        acp: AcpAgents | None = None,
     ) -> None:
         self._send = send
         self.records = records
@@ -136,6 +142,7 @@ class ActionDispatcher:
         self.registry = registry or CommandRegistry()
         self.mcp = mcp
         self.watcher = watcher
+        self.acp = acp
         self.console = console
         self._kill_grace_s = kill_grace_s
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -206,6 +213,8 @@ class ActionDispatcher:
             await self.watcher.close()
         if self.mcp is not None:
             await self.mcp.close()
+        if self.acp is not None:
+            await self.acp.close()
 
     async def _handle_read(self, action: ActionMessage) -> None:
         """A read-only action: answered from memory when repeated, else run.
@@ -343,7 +352,27 @@ class ActionDispatcher:
                                               workdir=self._mcp_workdir(action))
             case Cancel():
                 return self._cancel(action)
+            case AcpPrompt():
+                return await self._acp_prompt(action)
+            case AcpPermission():
+                return self._acp().answer(action)
         raise ActionRefused("bad_request", f"this worker cannot run {type(action).__name__}")
+
+    def _acp(self) -> AcpAgents:
+        if self.acp is None:
+            raise ActionRefused("acp_unavailable", "this worker runs no ACP agents")
+        return self.acp
+
+    async def _acp_prompt(self, action: AcpPrompt) -> ActionOutcome:
+        agents = self._acp()
+        workdir = self._check_workdir(action.workdir)
+        action_id = action.action_id
+
+        async def emit(update: AcpUpdate) -> None:
+            await self._emit(codec.encode(ActionProgress(
+                action_id=action_id, stream="acp", data=codec.encode(update).decode())))
+
+        return await agents.prompt(action, workdir, emit)
 
     def _check_workdir(self, workdir: str) -> Path:
         real = self.policy.check_workdir(workdir)

@@ -3,7 +3,8 @@
 * ``worker.json`` (mode 0600) — who this machine is: :class:`Identity` (worker id, server URL,
   Ed25519 private key, credential). Written once pairing succeeds, deleted by ``unpair``.
 * ``worker-config.json`` — what the machine's owner allows: :class:`WorkerConfig`
-  (``allowed_roots``, ``denied_commands``, ``denied_mcp_tools``, ``mcp_servers``). Missing
+  (``allowed_roots``, ``denied_commands``, ``denied_mcp_tools``, ``mcp_servers``,
+  ``acp_agents``). Missing
   file → defaults (roots = the home directory, nothing denied, no MCP servers).
 * ``actions/`` — the exactly-once record store (:mod:`codey_worker.records`).
 
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from codey_worker.acp import AcpAgentConfig
 from codey_worker.errors import WorkerError
 from codey_worker.policy import LocalPolicy
 
@@ -165,6 +167,8 @@ class WorkerConfig:
     mcp_servers: dict[str, McpServerConfig] = field(default_factory=dict)
     #: the web terminal: a full shell on this machine from the browser (off by default)
     terminal: bool = False
+    #: external coding agents spoken to over ACP (``acp.py``), by name
+    acp_agents: dict[str, AcpAgentConfig] = field(default_factory=dict)
 
     @property
     def allowed_roots(self) -> list[Path]:
@@ -176,7 +180,7 @@ class WorkerConfig:
         if not isinstance(data, dict):
             raise ConfigError(f"{source}: expected a JSON object")
         known = {"allowed_roots", "denied_commands", "denied_mcp_tools", "mcp_servers",
-                 "terminal"}
+                 "terminal", "acp_agents"}
         unknown = sorted(set(data) - known)
         if unknown:
             raise ConfigError(f"{source}: unknown field(s) {', '.join(unknown)}; "
@@ -188,18 +192,24 @@ class WorkerConfig:
         terminal = data.get("terminal", False)
         if not isinstance(terminal, bool):
             raise ConfigError(f"{source}: terminal: expected true or false")
+        agents = {name: AcpAgentConfig(name=name, command=spec.command, args=spec.args,
+                                       env=spec.env)
+                  for name, spec in _mcp_servers(data.get("acp_agents"), source,
+                                                 "acp_agents").items()}
         return cls(policy=policy, mcp_servers=_mcp_servers(data.get("mcp_servers"), source),
-                   terminal=terminal)
+                   terminal=terminal, acp_agents=agents)
 
 
-def _mcp_servers(raw: Any, source: str) -> dict[str, McpServerConfig]:
+def _mcp_servers(raw: Any, source: str,
+                 key: str = "mcp_servers") -> dict[str, McpServerConfig]:
+    """``mcp_servers`` (or ``acp_agents``, the same shape): name → command, args, env."""
     if raw is None:
         return {}
     if not isinstance(raw, dict):
-        raise ConfigError(f"{source}: mcp_servers must be an object of name -> server")
+        raise ConfigError(f"{source}: {key} must be an object of name -> server")
     servers: dict[str, McpServerConfig] = {}
     for name, spec in raw.items():
-        where = f"{source}: mcp_servers.{name}"
+        where = f"{source}: {key}.{name}"
         if not name or not isinstance(spec, dict):
             raise ConfigError(f"{where} must be an object with a command")
         command = spec.get("command")

@@ -57,6 +57,7 @@ from codey_protocol.worker import (
     Log,
     Welcome,
 )
+from codey_worker.acp import AcpAgents
 from codey_worker.actions import EXECUTORS, ActionDispatcher
 from codey_worker.config import Identity, WorkerConfig, records_path
 from codey_worker.confine import allow_reading, protect
@@ -171,9 +172,10 @@ class Worker:
         console.forward = self._forward_line
         self._line_tasks: set[asyncio.Task[None]] = set()
         self.terminals = Terminals(self.send, config.policy, home, enabled=config.terminal)
+        self.acp = AcpAgents(config.acp_agents, config.policy, home / "acp_sessions.json")
         self.dispatcher = ActionDispatcher(
             self.send, self.records, config.policy, registry=CommandRegistry(), mcp=self.mcp,
-            watcher=self.watcher, console=console)
+            watcher=self.watcher, console=console, acp=self.acp)
 
     # -- sending ----------------------------------------------------------------------------
 
@@ -309,7 +311,8 @@ class Worker:
             known_sessions=self.dispatcher.known_sessions(),
             running_actions=self.dispatcher.running(),
             capabilities=Capabilities(executors=list(EXECUTORS), mcp_servers=self.mcp.cached(),
-                                      terminal=self.terminals.enabled),
+                                      terminal=self.terminals.enabled,
+                                      acp_agents=self.acp.names()),
         )
         await ws.send(codec.encode(hello).decode())
 

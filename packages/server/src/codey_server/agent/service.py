@@ -17,6 +17,7 @@ from codey_protocol import events as ev
 from codey_protocol import worker as wk
 from codey_protocol.events import Envelope
 from codey_protocol.state import SessionInfo, memory_key
+from codey_server.agent.acp import AcpRunner
 from codey_server.agent.conversation import needs_turn
 from codey_server.agent.history import History
 from codey_server.agent.models import ModelProvider, build_provider, discover_ollama_models
@@ -152,7 +153,15 @@ class AgentService:
             if not compact_only:  # a running turn compacts before its next model call
                 self._rerun.add(session_id)
             return
-        runner = TurnRunner(self.deps, session_id, resume=resume, compact_only=compact_only)
+        session = self.engine.state.sessions.get(session_id)
+        runner: TurnRunner | AcpRunner
+        if session is not None and session.agent:
+            if compact_only:
+                return  # an external agent keeps its own context
+            runner = AcpRunner(self.deps, session_id, resume=resume)
+        else:
+            runner = TurnRunner(self.deps, session_id, resume=resume,
+                                compact_only=compact_only)
         task = asyncio.get_running_loop().create_task(runner.run(), name=f"turn-{session_id}")
         self.tasks[session_id] = task
         task.add_done_callback(lambda t: self._done(session_id, t))

@@ -9,6 +9,7 @@
     sockets.py   WS /ws/client and WS /ws/worker
     terminals.py /api/terminals (create, close) and WS /ws/terminal/{id} (one view)
     web.py       the static client at / and /favicon.ico
+    telegram.py  /api/telegram/...: the Telegram channel's token, pairing code, chats, webhook
     files.py     /api/blobs (files sent with prompts) and /api/qr.svg (the pairing link)
     (elsewhere)  /dl/, the worker's wheels for the install line (codey_server.downloads)
     errors.py    the error hierarchy → HTTP statuses, the error body, documented 4xx
@@ -39,6 +40,7 @@ from codey_server.http.pairing import PairingController
 from codey_server.http.sessions import SessionsController
 from codey_server.http.sockets import client_socket, worker_socket
 from codey_server.http.state import StateController
+from codey_server.http.telegram import TelegramController
 from codey_server.http.terminals import TerminalsController, terminal_socket
 from codey_server.http.web import web_routes
 from codey_server.http.workers import WorkersController
@@ -51,6 +53,6 @@ __all__ = ["ClosedStructs", "JSONRequest", "exception_handlers", "openapi_config
 def route_handlers(settings: Settings) -> list[ControllerRouterHandler]:
     """Every route of the server, the static client last (it answers every other path)."""
     return [StateController, SessionsController, PairingController, WorkersController,
-            AuthController, logout, client_socket, worker_socket, TerminalsController,
-            terminal_socket, BlobsController, qr_svg,
-            downloads_router, *web_routes(settings)]
+            AuthController, TelegramController, logout, client_socket, worker_socket,
+            TerminalsController, terminal_socket, BlobsController, qr_svg, downloads_router,
+            *web_routes(settings)]

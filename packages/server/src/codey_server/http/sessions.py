@@ -42,6 +42,8 @@ class NewSession(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     policy: ApprovalPolicy = "suggest"
     title: str | None = None  # None: from the prompt
     plan_mode: bool = False  # the model proposes a plan and waits for its approval
+    #: an external ACP agent of the worker runs the session (its ``acp_agents``)
+    agent: str | None = None
     attachments: list[Attachment] = msgspec.field(default_factory=list)  # from POST /api/blobs
 
 

@@ -1,0 +1,48 @@
+"""A session run by an external ACP agent, from the browser: pick the agent in the new-session
+dialog, approve its permission request on the card, see its answer."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from playwright.sync_api import Page, expect
+
+if TYPE_CHECKING:  # the suite imports test modules with importlib
+    from conftest import Stack
+
+
+def test_acp_session_in_the_browser(stack: Stack, page: Page, tmp_path: Path) -> None:
+    script = tmp_path / "turns.json"
+    script.write_text(json.dumps({"turns": [[
+        {"say": "I will write notes.txt."},
+        {"tool": {"id": "t1", "title": "Write notes.txt", "kind": "edit"}},
+        {"permission": {"id": "t1", "title": "Write notes.txt"}},
+        {"write": {"path": "notes.txt", "content": "noted\n"}, "if_allowed": True},
+        {"update": {"id": "t1", "status": "completed", "text": "wrote notes.txt"},
+         "if_allowed": True},
+        {"say": "Written."},
+    ]]}))
+    stack.server()
+    worker = stack.worker(config={"acp_agents": {"scripted": {
+        "command": sys.executable, "args": ["-m", "codey_testkit.acp_agent", "--script",
+                                            str(script)]}}})
+    workdir = stack.workdir(worker, "notes")
+    stack.open(page)
+    page.get_by_test_id("new-session").click()
+    dialog = page.get_by_test_id("new-session-dialog")
+    dialog.get_by_test_id("ns-worker").select_option(worker.worker_id)
+    dialog.get_by_test_id("ns-workdir").fill(workdir)
+    dialog.get_by_test_id("ns-agent").select_option("scripted")
+    dialog.get_by_test_id("ns-prompt").fill("take a note")
+    dialog.get_by_test_id("ns-submit").click()
+    card = page.get_by_test_id("approval")
+    expect(card).to_contain_text("Write notes.txt")
+    page.screenshot(path=str(tmp_path / "acp-approval.png"))
+    card.get_by_role("button", name="Approve", exact=True).click()
+    expect(stack.items(page, "assistant_message").last).to_have_text("Written.")
+    expect(stack.status(page)).to_have_attribute("data-status", "idle")
+    assert (Path(workdir) / "notes.txt").read_text() == "noted\n"
+    page.screenshot(path=str(tmp_path / "acp-session.png"))

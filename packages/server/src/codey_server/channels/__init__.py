@@ -1,0 +1,5 @@
+"""Chat channels: drive sessions from outside the browser.
+
+    chat.py      pure: commands parsed, texts formatted and cut, approval buttons' data
+    telegram.py  the Telegram bot (python-telegram-bot), long polling or a webhook
+"""

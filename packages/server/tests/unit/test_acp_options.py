@@ -1,0 +1,23 @@
+"""``pick_option``: a Codey decision as the ACP agent's own option."""
+
+from __future__ import annotations
+
+from codey_protocol.worker import AcpOption
+from codey_server.agent.acp import pick_option
+
+OPTIONS = [AcpOption(option_id="a1", name="Allow", kind="allow_once"),
+           AcpOption(option_id="a2", name="Always", kind="allow_always"),
+           AcpOption(option_id="r1", name="Reject", kind="reject_once")]
+
+
+def test_decisions_pick_the_matching_option() -> None:
+    assert pick_option(OPTIONS, "approved", False) == "a1"
+    assert pick_option(OPTIONS, "approved", True) == "a2"
+    assert pick_option(OPTIONS, "rejected", False) == "r1"
+    assert pick_option(OPTIONS, "expired", False) == "r1"
+
+
+def test_a_missing_kind_falls_back_or_refuses() -> None:
+    only_always = [OPTIONS[1]]
+    assert pick_option(only_always, "approved", False) == "a2"
+    assert pick_option(only_always, "rejected", False) is None  # refused: "cancelled"

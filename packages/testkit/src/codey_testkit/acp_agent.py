@@ -1,0 +1,188 @@
+"""``codey-acp-agent``: a small ACP agent (written with the ``agent-client-protocol`` SDK)
+that plays a script, for tests of Codey's ACP sessions. It speaks ACP on stdin/stdout.
+
+    codey-acp-agent --script turns.json --state-dir /tmp/acp-state
+
+The script is ``{"turns": [[step, ...], ...]}``: the n-th prompt of a session plays turn n
+(the last turn again when there are fewer). Steps:
+
+* ``{"say": text}`` / ``{"think": text}`` — a chunk of the answer / of its reasoning;
+* ``{"tool": {"id", "title", "kind"?}}`` — a tool call starts (status pending);
+* ``{"update": {"id", "status"?, "text"?}}`` — a tool call changes (content text);
+* ``{"permission": {"id", "title"?}}`` — ask the client; the outcome (``allow_once``,
+  ``allow_always``, ``reject_once``, or ``cancelled``) is said back as text ``[permission: X]``,
+  and steps with ``"if_allowed": true`` run only when it was an allow;
+* ``{"write": {"path", "content"}}`` / ``{"read": {"path"}}`` — through the client's file
+  system (a read's content is said back as ``[read: ...]``, a refused write as
+  ``[write failed: ...]``);
+* ``{"plan": [[text, status], ...]}``;
+* ``{"wait_cancel": true}`` — wait until the client cancels the turn (``stop_reason``
+  ``cancelled``);
+* ``{"wait_file": name}`` — wait until ``name`` exists in the session's cwd.
+
+Sessions are kept in ``--state-dir`` (their turn counters), and ``load_session`` is supported:
+a client that starts the agent again can go on with a session.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import secrets
+from pathlib import Path
+from typing import Any
+
+__all__ = ["main"]
+
+
+class ScriptedAgent:
+    """The ACP ``Agent`` side; the SDK's connection calls these methods."""
+
+    def __init__(self, turns: list[list[dict[str, Any]]], state_dir: Path) -> None:
+        self.turns = turns or [[{"say": "(no script)"}]]
+        self.state_dir = state_dir
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.conn: Any = None
+        self.cancelled: dict[str, asyncio.Event] = {}
+
+    def on_connect(self, conn: Any) -> None:
+        self.conn = conn
+
+    def _path(self, session_id: str) -> Path:
+        return self.state_dir / f"{session_id}.json"
+
+    async def initialize(self, protocol_version: int, client_capabilities: Any = None,
+                         client_info: Any = None, **kwargs: Any) -> Any:
+        from acp import InitializeResponse
+        from acp.schema import AgentCapabilities, Implementation
+
+        return InitializeResponse(
+            protocol_version=protocol_version,
+            agent_capabilities=AgentCapabilities(load_session=True),
+            agent_info=Implementation(name="codey-acp-agent", version="0.1.0"))
+
+    async def authenticate(self, method_id: str, **kwargs: Any) -> Any:
+        return None
+
+    async def new_session(self, cwd: str, mcp_servers: Any = None, **kwargs: Any) -> Any:
+        from acp import NewSessionResponse
+
+        session_id = f"acp_{secrets.token_hex(6)}"
+        self._path(session_id).write_text(json.dumps({"cwd": cwd, "prompts": 0}))
+        return NewSessionResponse(session_id=session_id)
+
+    async def load_session(self, cwd: str, session_id: str, mcp_servers: Any = None,
+                           **kwargs: Any) -> Any:
+        from acp import LoadSessionResponse, RequestError
+
+        if not self._path(session_id).exists():
+            raise RequestError.invalid_params({"session_id": "unknown session"})
+        return LoadSessionResponse()
+
+    async def cancel(self, session_id: str, **kwargs: Any) -> None:
+        self.cancelled.setdefault(session_id, asyncio.Event()).set()
+
+    async def prompt(self, session_id: str, prompt: list[Any], **kwargs: Any) -> Any:
+        from acp import PromptResponse
+
+        path = self._path(session_id)
+        data = json.loads(path.read_text())
+        turn = self.turns[min(data["prompts"], len(self.turns) - 1)]
+        data["prompts"] += 1
+        path.write_text(json.dumps(data))
+        self.cancelled[session_id] = asyncio.Event()
+        allowed = True
+        for step in turn:
+            if step.get("if_allowed") and not allowed:
+                continue
+            if "wait_file" in step:  # a turn exactly as long as the test wants
+                cwd = Path(data["cwd"])
+                while not (cwd / step["wait_file"]).exists():
+                    if self.cancelled[session_id].is_set():
+                        return PromptResponse(stop_reason="cancelled")
+                    await asyncio.sleep(0.05)
+                continue
+            if "wait_cancel" in step:
+                await self.cancelled[session_id].wait()
+                return PromptResponse(stop_reason="cancelled")
+            if "permission" in step:
+                allowed = await self._ask(session_id, step["permission"])
+                continue
+            await self._play(session_id, step)
+        return PromptResponse(stop_reason="end_turn")
+
+    async def _ask(self, session_id: str, spec: dict[str, Any]) -> bool:
+        from acp.schema import PermissionOption, ToolCallUpdate
+
+        options = [
+            PermissionOption(option_id="allow_once", name="Allow", kind="allow_once"),
+            PermissionOption(option_id="allow_always", name="Always allow", kind="allow_always"),
+            PermissionOption(option_id="reject_once", name="Reject", kind="reject_once")]
+        answer = await self.conn.request_permission(
+            session_id=session_id, options=options,
+            tool_call=ToolCallUpdate(tool_call_id=spec["id"], title=spec.get("title")))
+        outcome = answer.outcome
+        chosen = getattr(outcome, "option_id", None) or "cancelled"
+        await self._say(session_id, f"[permission: {chosen}]")
+        return chosen.startswith("allow")
+
+    async def _say(self, session_id: str, text: str, thought: bool = False) -> None:
+        from acp import update_agent_message_text, update_agent_thought_text
+
+        make = update_agent_thought_text if thought else update_agent_message_text
+        await self.conn.session_update(session_id=session_id, update=make(text))
+
+    async def _play(self, session_id: str, step: dict[str, Any]) -> None:
+        from acp import start_tool_call, text_block, tool_content, update_plan, update_tool_call
+        from acp.helpers import plan_entry
+
+        if "say" in step:
+            await self._say(session_id, step["say"])
+        elif "think" in step:
+            await self._say(session_id, step["think"], thought=True)
+        elif "tool" in step:
+            t = step["tool"]
+            await self.conn.session_update(session_id=session_id, update=start_tool_call(
+                t["id"], t["title"], kind=t.get("kind", "other"), status="pending"))
+        elif "update" in step:
+            u = step["update"]
+            content = [tool_content(text_block(u["text"]))] if "text" in u else None
+            await self.conn.session_update(session_id=session_id, update=update_tool_call(
+                u["id"], status=u.get("status"), content=content))
+        elif "plan" in step:
+            await self.conn.session_update(session_id=session_id, update=update_plan(
+                [plan_entry(text, status=status) for text, status in step["plan"]]))
+        elif "write" in step:
+            w = step["write"]
+            try:
+                await self.conn.write_text_file(session_id=session_id, path=w["path"],
+                                                content=w["content"])
+            except Exception as err:  # the client refused: say so, as a real agent would
+                await self._say(session_id, f"[write failed: {err}]")
+        elif "read" in step:
+            read = await self.conn.read_text_file(session_id=session_id,
+                                                  path=step["read"]["path"])
+            await self._say(session_id, f"[read: {read.content}]")
+        else:
+            raise ValueError(f"unknown step {step}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the scripted agent on stdio. Example: ``codey-acp-agent --script turns.json``."""
+    parser = argparse.ArgumentParser(prog="codey-acp-agent", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--script", type=Path, required=True, help="the turns (JSON)")
+    parser.add_argument("--state-dir", type=Path, default=None,
+                        help="where sessions are kept (default: beside the script)")
+    args = parser.parse_args(argv)
+    from acp import run_agent
+
+    turns = json.loads(args.script.read_text())["turns"]
+    state = args.state_dir or args.script.parent / "acp-state"
+    # the SDK's Agent protocol lists every optional method; this agent has the ones it needs
+    asyncio.run(run_agent(ScriptedAgent(turns, state)))  # type: ignore[arg-type]
+
+
+if __name__ == "__main__":
+    main()

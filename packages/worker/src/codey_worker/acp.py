@@ -1,0 +1,297 @@
+"""External coding agents over the Agent Client Protocol (ACP), run by this worker.
+
+Order of calls: ``AcpAgents(configs, policy, state_path)`` (no I/O) → ``await
+prompt(action, emit)`` for each ``acp_prompt`` action (starts the session's agent process on
+the first one, keeps it for the next) → ``answer(action)`` for each ``acp_permission`` →
+``await close()`` (ends every agent process).
+
+What the agent does comes back as :class:`~codey_protocol.worker.AcpUpdate` through ``emit``.
+What it asks of the client is served here, confined like every action: file reads and writes
+go through :mod:`codey_worker.fs` inside the session's workdir and the owner's allowed roots;
+terminals are not offered (the capability says so), so an agent runs commands only through
+its own tools, which ask for permission. A permission request waits for the user's answer
+(``answer``); a cancelled turn refuses it.
+
+The agent's ACP session id is kept per Codey session in ``state_path``: after this worker
+restarts, an agent that supports ``session/load`` goes on with the same session.
+
+The ``agent-client-protocol`` SDK is imported only when an agent runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import secrets
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from codey_protocol.worker import (
+    AcpOption,
+    AcpPermission,
+    AcpPrompt,
+    AcpTurnEnded,
+    AcpUpdate,
+    PermissionAnswered,
+    ReadFile,
+    WriteFile,
+)
+from codey_worker import fs
+from codey_worker.confine import ActionRefused
+from codey_worker.exec import build_env
+from codey_worker.policy import LocalPolicy
+
+__all__ = ["AcpAgentConfig", "AcpAgents", "Emit"]
+
+log = logging.getLogger(__name__)
+
+Emit = Callable[[AcpUpdate], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class AcpAgentConfig:
+    """``acp_agents.<name>`` in the worker's config: the agent's command, started in the
+    session's workdir with the environment commands get plus ``env``."""
+
+    name: str
+    command: str
+    args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+
+
+class _Client:
+    """The ACP ``Client`` side for one agent process (one Codey session)."""
+
+    def __init__(self, owner: _Live) -> None:
+        self.owner = owner
+
+    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        converted = _convert(update)
+        if converted is not None and self.owner.emit is not None:
+            await self.owner.emit(converted)
+
+    async def request_permission(self, session_id: str, tool_call: Any, options: list[Any],
+                                 **kwargs: Any) -> Any:
+        from acp import RequestPermissionResponse
+        from acp.schema import AllowedOutcome, DeniedOutcome
+
+        emit = self.owner.emit
+        if emit is None:  # no turn is running: nobody to ask
+            return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
+        request_id = f"perm_{secrets.token_hex(6)}"
+        waiter: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+        self.owner.permissions[request_id] = waiter
+        try:
+            await emit(AcpUpdate(
+                kind="permission", request_id=request_id, tool_call_id=tool_call.tool_call_id,
+                title=tool_call.title, tool_kind=tool_call.kind,
+                options=[AcpOption(option_id=o.option_id, name=o.name, kind=o.kind)
+                         for o in options]))
+            chosen = await waiter
+        finally:
+            self.owner.permissions.pop(request_id, None)
+        if chosen is None:
+            return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
+        return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected",
+                                                                option_id=chosen))
+
+    async def read_text_file(self, session_id: str, path: str, line: int | None = None,
+                             limit: int | None = None, **kwargs: Any) -> Any:
+        from acp import ReadTextFileResponse
+
+        action = ReadFile(action_id="acp", session_id=self.owner.session_id,
+                          workdir=self.owner.workdir, path=path,
+                          offset=max((line or 1) - 1, 0), limit=limit)
+        content = await asyncio.to_thread(fs.read_file, action, self.owner.policy)
+        return ReadTextFileResponse(content=content.content)
+
+    async def write_text_file(self, session_id: str, path: str, content: str,
+                              **kwargs: Any) -> Any:
+        action = WriteFile(action_id="acp", session_id=self.owner.session_id,
+                           workdir=self.owner.workdir, path=path, content=content)
+        await asyncio.to_thread(fs.write_file, action, self.owner.policy)
+        return None
+
+    async def create_terminal(self, *args: Any, **kwargs: Any) -> Any:
+        from acp import RequestError
+
+        raise RequestError.method_not_found("terminal/create")
+
+
+@dataclass
+class _Live:
+    """One running agent process, for one Codey session."""
+
+    session_id: str
+    workdir: str
+    policy: LocalPolicy
+    stack: contextlib.AsyncExitStack
+    conn: Any = None
+    acp_session_id: str = ""
+    emit: Emit | None = None
+    permissions: dict[str, asyncio.Future[str | None]] = field(default_factory=dict)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+class AcpAgents:
+    """The ACP agents of this worker's sessions. See the module docstring."""
+
+    def __init__(self, configs: dict[str, AcpAgentConfig], policy: LocalPolicy,
+                 state_path: Path) -> None:
+        self.configs = configs
+        self.policy = policy
+        self.state_path = state_path
+        self._live: dict[str, _Live] = {}
+
+    def names(self) -> list[str]:
+        return sorted(self.configs)
+
+    async def prompt(self, action: AcpPrompt, workdir: Path, emit: Emit) -> AcpTurnEnded:
+        """Run one turn; returns when the agent ends it. Cancelling the task cancels the
+        agent's turn (``session/cancel``) and refuses its open permission requests."""
+        config = self.configs.get(action.agent)
+        if config is None:
+            raise ActionRefused("bad_request", f"no ACP agent {action.agent!r} on this worker "
+                                               "(acp_agents in its config)")
+        live, loaded = await self._agent(action, config, workdir)
+        async with live.lock:
+            from acp import text_block
+
+            live.emit = emit
+            try:
+                reply = await live.conn.prompt(session_id=live.acp_session_id,
+                                               prompt=[text_block(action.prompt)])
+            except asyncio.CancelledError:
+                for waiter in live.permissions.values():
+                    if not waiter.done():
+                        waiter.set_result(None)
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(live.conn.cancel(session_id=live.acp_session_id))
+                raise
+            finally:
+                live.emit = None
+        return AcpTurnEnded(stop_reason=str(reply.stop_reason),
+                            acp_session_id=live.acp_session_id, loaded=loaded)
+
+    def answer(self, action: AcpPermission) -> PermissionAnswered:
+        for live in self._live.values():
+            waiter = live.permissions.get(action.request_id)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(action.option_id)
+                return PermissionAnswered(delivered=True)
+        return PermissionAnswered(delivered=False)
+
+    async def close(self) -> None:
+        for live in list(self._live.values()):
+            with contextlib.suppress(Exception):
+                await live.stack.aclose()
+        self._live.clear()
+
+    async def _agent(self, action: AcpPrompt, config: AcpAgentConfig,
+                     workdir: Path) -> tuple[_Live, bool]:
+        live = self._live.get(action.session_id)
+        if live is not None:
+            return live, False
+        from acp import PROTOCOL_VERSION, spawn_agent_process
+        from acp.schema import ClientCapabilities, FileSystemCapabilities, Implementation
+
+        live = _Live(session_id=action.session_id, workdir=str(workdir), policy=self.policy,
+                     stack=contextlib.AsyncExitStack())
+        # the owner's env for the agent goes in as written (an agent needs its API key,
+        # which build_env strips from what commands get)
+        env = {**build_env({}, cwd=str(workdir)), **config.env}
+        try:
+            # the SDK's Client protocol lists every optional method; _Client has the ones a
+            # client without terminals needs (the SDK answers the others "not found")
+            conn, _process = await live.stack.enter_async_context(spawn_agent_process(
+                _Client(live), config.command, *config.args,  # type: ignore[arg-type]
+                env=env, cwd=workdir))
+            live.conn = conn
+            init = await conn.initialize(
+                protocol_version=PROTOCOL_VERSION,
+                client_capabilities=ClientCapabilities(
+                    fs=FileSystemCapabilities(read_text_file=True, write_text_file=True),
+                    terminal=False),
+                client_info=Implementation(name="codey-worker", version="0.1.0"))
+            known = self._known().get(action.session_id)
+            can_load = bool(init.agent_capabilities and init.agent_capabilities.load_session)
+            loaded = False
+            if known and known.get("agent") == action.agent and can_load:
+                try:
+                    await conn.load_session(cwd=str(workdir), session_id=known["acp_session_id"],
+                                            mcp_servers=[])
+                    live.acp_session_id, loaded = known["acp_session_id"], True
+                except Exception as err:  # gone on the agent's side: start afresh
+                    log.info("acp: could not load session %s (%s)", known, err)
+            if not loaded:
+                created = await conn.new_session(cwd=str(workdir), mcp_servers=[])
+                live.acp_session_id = created.session_id
+                self._remember(action.session_id, action.agent, live.acp_session_id)
+        except (OSError, Exception) as err:
+            await live.stack.aclose()
+            if isinstance(err, ActionRefused):
+                raise
+            raise ActionRefused("acp_failed", f"the ACP agent {action.agent!r} could not "
+                                              f"start: {err}") from None
+        self._live[action.session_id] = live
+        return live, loaded
+
+    def _known(self) -> dict[str, dict[str, str]]:
+        try:
+            data = json.loads(self.state_path.read_text())
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def _remember(self, session_id: str, agent: str, acp_session_id: str) -> None:
+        known = self._known()
+        known[session_id] = {"agent": agent, "acp_session_id": acp_session_id}
+        self.state_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.state_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(known))
+        os.replace(tmp, self.state_path)
+
+
+def _text(content: Any) -> str:
+    """The text of an ACP content block (other kinds are named, not shown)."""
+    if content is None:
+        return ""
+    text = getattr(content, "text", None)
+    if isinstance(text, str):
+        return text
+    return f"[{getattr(content, 'type', 'content')}]"
+
+
+def _tool_text(contents: Any) -> str:
+    parts = []
+    for c in contents or []:
+        kind = getattr(c, "type", "")
+        if kind == "content":
+            parts.append(_text(c.content))
+        elif kind == "diff":
+            parts.append(f"--- {c.path}\n{c.new_text}")
+        elif kind == "terminal":
+            parts.append(f"[terminal {c.terminal_id}]")
+    return "\n".join(p for p in parts if p)
+
+
+def _convert(update: Any) -> AcpUpdate | None:
+    """An ACP session update as Codey passes it on; None for what Codey does not show
+    (available commands, modes, usage)."""
+    kind = getattr(update, "session_update", "")
+    if kind == "agent_message_chunk":
+        return AcpUpdate(kind="text", text=_text(update.content))
+    if kind == "agent_thought_chunk":
+        return AcpUpdate(kind="thought", text=_text(update.content))
+    if kind in ("tool_call", "tool_call_update"):
+        return AcpUpdate(kind="tool", tool_call_id=update.tool_call_id, title=update.title,
+                         status=update.status, tool_kind=update.kind,
+                         text=_tool_text(update.content))
+    if kind == "plan":
+        return AcpUpdate(kind="plan", entries=[(e.content, e.status) for e in update.entries])
+    return None
