@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, TextIO
 
-from codey_worker.confine import ActionRefused, check_protected
+from codey_worker.confine import ActionRefused, resolve_inside
 from codey_worker.errors import WorkerError
 
 Op = Literal["add", "delete", "update", "move"]
@@ -781,10 +781,10 @@ def render_diff(changes: Iterable[Change]) -> str:
 def confined_resolver(root: Path) -> Callable[[str], Path]:
     """A resolver that maps a patch path to a real path inside ``root`` or raises PatchError.
 
-    Refused: empty paths, NUL bytes, absolute paths, any ``..`` segment, and anything whose
-    realpath (symlinks followed, also dangling ones) is not strictly below the realpath of
-    ``root`` — compared with ``os.path.commonpath``, so ``/w/ws-evil`` is not inside ``/w/ws``.
-    A path at or below a protected path (:func:`codey_worker.confine.protect`) raises
+    Refused here: empty paths, NUL bytes, absolute paths, any ``..`` segment, the workdir
+    itself. Where the path really leads (symlinks followed, also dangling ones) is judged by
+    :func:`codey_worker.confine.resolve_inside`, the one containment check every executor
+    uses: outside ``root`` becomes a PatchError; at or below a protected path stays
     ``ActionRefused("protected_path")``.
     """
     real_root = os.path.realpath(root)
@@ -799,18 +799,19 @@ def confined_resolver(root: Path) -> Callable[[str], Path]:
             )
         if ".." in re.split(r"[\\/]", path):
             raise PatchError(f"{path}: '..' is not allowed in patch paths", path=path)
-        target = os.path.realpath(os.path.join(real_root, path))
         try:
-            inside = os.path.commonpath([target, real_root]) == real_root
-        except ValueError:
-            inside = False
-        if not inside or target == real_root:
+            target = resolve_inside(real_root, path, real=True)
+        except ActionRefused as refused:
+            if refused.code != "path_outside_workdir":
+                raise
+            target = None
+        if target is None or os.fspath(target) == real_root:  # (the workdir is not a file)
+            where = os.path.realpath(os.path.join(real_root, path))
             raise PatchError(
-                f"{path}: resolves to {target}, which is outside the workdir {real_root}",
+                f"{path}: resolves to {where}, which is outside the workdir {real_root}",
                 path=path,
             )
-        check_protected(target, path)
-        return Path(target)
+        return target
 
     return resolve
 
