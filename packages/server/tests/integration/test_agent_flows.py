@@ -183,9 +183,9 @@ def test_server_kill9_mid_turn_then_restart_finishes_the_turn_once(
     sid = create_session(server, worker, str(wd), "long job")
     wait_for(server, sid, lambda s: tools(s) and tools(s)[0]["status"] == "running",
              what="the command to run")
-    time.sleep(0.5)
+    time.sleep(0.5)  # a moment into the command: the kill lands mid-turn on purpose
     server.kill9()
-    time.sleep(0.5)
+    time.sleep(0.5)  # the worker sees the server gone (and starts reconnecting) first
     server.start()
     worker.wait_connected()
     s = wait_for(server, sid, idle, timeout=40, what="the resumed turn")

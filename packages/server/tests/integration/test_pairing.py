@@ -95,7 +95,7 @@ def test_long_poll_wakes_on_approval(server) -> None:  # type: ignore[no-untyped
     t0 = time.monotonic()
     t = threading.Thread(target=poll)
     t.start()
-    time.sleep(0.5)
+    time.sleep(0.5)  # not a wait for something: the approval must land while the poll waits
     r = server.http.post(f"/api/pairing/requests/{ticket['request_id']}/approve",
                          json={"code": ticket["code"]})
     assert r.status_code == 200

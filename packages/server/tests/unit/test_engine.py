@@ -10,6 +10,7 @@ import msgspec
 from codey_protocol import events as ev
 from codey_server.engine import Engine
 from codey_server.eventlog import SqliteEventLog
+from codey_testkit.waiting import until
 
 
 def _events(n: int) -> list[tuple[str | None, ev.Event]]:
@@ -30,7 +31,8 @@ def test_restart_replays_only_the_tail_after_the_latest_snapshot(tmp_path: Path)
         await first.start()
         for chunk in range(0, 230, 10):
             await first.append(_events(230)[chunk:chunk + 10])
-        await asyncio.sleep(0.1)  # let the background snapshot land
+        await until(lambda: first._snapshot_task is not None and first._snapshot_task.done(),
+                    what="the background snapshot")
         before = msgspec.to_builtins(first.state)
         await first.stop()  # writes a final snapshot
 

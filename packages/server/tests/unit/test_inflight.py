@@ -14,6 +14,7 @@ from codey_server.engine import Engine
 from codey_server.eventlog import MemoryEventLog
 from codey_server.pairing import KeyStore
 from codey_server.workers import ActionFailed, WorkerRegistry, _Conn, _InFlight
+from codey_testkit.waiting import until
 
 READ = wk.ReadFile(action_id="a1", session_id="s", workdir="/w", path="f")
 CONTENT = wk.FileContent(path="f", content="hi\n", size=3, total_lines=1)
@@ -99,14 +100,11 @@ def test_a_joiner_still_gets_the_action_sent_when_the_first_caller_gave_up_sendi
         ws = SlowSocket(delay=0.3)
         registry, conn = await _registry(tmp_path, ws)
         first = asyncio.create_task(registry.run("w1", READ, timeout=0.05))
-        await asyncio.sleep(0.01)
+        await until(lambda: "a1" in registry._inflight, what="the first caller's send")
         second = asyncio.create_task(registry.run("w1", READ, timeout=5))
         with pytest.raises(TimeoutError):
             await first  # gave up while its send was still going
-        for _ in range(100):
-            if ws.frames:
-                break
-            await asyncio.sleep(0.01)
+        await until(lambda: ws.frames, what="the send")
         assert ws.frames == [READ]  # sent once, for the one still waiting
         await registry.handle(conn, wk.ActionResult(action_id="a1", result=CONTENT))
         assert await second == CONTENT
@@ -119,7 +117,7 @@ def test_cancel_while_connected_leaves_the_answer_to_the_worker(tmp_path: Path) 
         ws = SlowSocket()
         registry, conn = await _registry(tmp_path, ws)
         waiting = asyncio.create_task(registry.run("w1", READ, timeout=5))
-        await asyncio.sleep(0.01)
+        await until(lambda: ws.frames, what="the action to be sent")
         await registry.cancel("w1", "a1", "s")
         assert [type(f) for f in ws.frames] == [wk.ReadFile, wk.Cancel]
         await registry.handle(conn, wk.ActionErrored(action_id="a1", code="cancelled",

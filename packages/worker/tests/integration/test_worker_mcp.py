@@ -20,6 +20,7 @@ from codey_protocol.worker import (
     McpList,
     McpTools,
 )
+from codey_testkit.waiting import until
 from codey_worker.actions import ActionDispatcher
 from codey_worker.config import McpServerConfig
 from codey_worker.confine import ActionRefused
@@ -82,7 +83,7 @@ def test_list_call_tool_error_crash_and_restart(tmp_path: Path) -> None:
             pids = _time_servers()
             assert len(pids) == 1
             os.kill(pids[0], signal.SIGKILL)
-            await asyncio.sleep(0.3)
+            await until(lambda: pids[0] not in _time_servers(), what="the MCP server to die")
             with pytest.raises(ActionRefused) as dead:
                 await manager.call("time", "get_current_time", {"timezone": "UTC"},
                                    workdir=tmp_path)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -32,6 +33,7 @@ from codey_protocol.worker import (
     WorkspaceChanged,
     WriteFile,
 )
+from codey_testkit.waiting import WaitTimedOut, until
 from codey_worker import actions as actions_module
 from codey_worker.actions import ActionDispatcher
 from codey_worker.policy import LocalPolicy
@@ -371,7 +373,7 @@ def test_cancel_stops_a_running_command(tmp_path: Path, root: Path) -> None:
         d = make(tmp_path, root, send)
         await d.handle(RunCommand(action_id="long", session_id="s", workdir=str(root),
                                   argv=["sleep", "30"]))
-        await asyncio.sleep(0.3)
+        await until(lambda: d.running() == ["long"], what="the command to run")
         await d.handle(Cancel(action_id="c1", session_id="s", target_action_id="long"))
         await d.handle(Cancel(action_id="c2", session_id="s", target_action_id="nothing"))
         await asyncio.wait_for(d.wait_idle(), 10)
@@ -392,8 +394,10 @@ def test_shutdown_stops_commands_without_waiting_for_them(tmp_path: Path, root: 
     async def main() -> float:
         d = make(tmp_path, root, send)
         await d.handle(RunCommand(action_id="long", session_id="s", workdir=str(root),
-                                  argv=["sleep", "30"]))
-        await asyncio.sleep(0.2)
+                                  argv=["sh", "-c", "echo up; exec sleep 30"]))
+        # its process runs once it has printed
+        await until(lambda: any(isinstance(m, ActionProgress) for m in send.of("long")),
+                    what="the command's first output")
         loop = asyncio.get_running_loop()
         start = loop.time()
         await d.shutdown(grace_s=5)
@@ -414,11 +418,22 @@ def test_attached_workdir_changes_are_reported_relative_and_filtered(
         d = make(tmp_path, root, send, watcher=WorkspaceWatcher(send, debounce_ms=100))
         await d.handle(AttachSession(action_id="t1", session_id="s1", workdir=str(root)))
         await d.wait_idle()
-        await asyncio.sleep(0.3)  # the watch is set up
+        def reported(path: str) -> bool:
+            return any(isinstance(m, WorkspaceChanged) and path in m.paths
+                       for m in send.messages())
+
+        # the watch is live once a file written now is reported
+        for probe in (f"probe{n}.txt" for n in range(40)):
+            (root / probe).write_text("x")
+            with contextlib.suppress(WaitTimedOut):
+                await until(lambda name=probe: reported(name), timeout=0.5)  # type: ignore[misc]
+            if reported(probe):
+                break
         (root / ".git").mkdir()
         (root / ".git" / "HEAD").write_text("ref")
         (root / "src").mkdir()
-        await asyncio.sleep(0.3)  # inotify watches a new directory only once it has seen it
+        # inotify watches a new directory only once it has seen it: it is seen when reported
+        await until(lambda: reported("src"), what="src/ to be seen")
         (root / "src" / "app.py").write_text("print(1)")
         for _ in range(200):  # the file may come in a later batch than its directory
             if any(isinstance(m, WorkspaceChanged) and "src/app.py" in m.paths

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import pytest
 
 from codey_protocol.worker import CommandResult, RunCommand
+from codey_testkit.waiting import until
 from codey_worker.confine import ActionRefused
 from codey_worker.exec import (
     CHUNK_MAX,
@@ -373,7 +374,7 @@ def test_same_action_id_cannot_run_twice_at_once(ws: Path, policy: LocalPolicy) 
         first = asyncio.create_task(
             run_command(action(ws, ["sleep", "30"]), Sink(), policy, registry=registry)
         )
-        await asyncio.sleep(0.2)
+        await until(lambda: registry.running() != [], what="the first run to register")
         try:
             await run_command(action(ws, ["echo"]), Sink(), policy, registry=registry)
         except ActionRefused as exc:
