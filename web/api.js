@@ -42,6 +42,9 @@ export const api = {
   createTerminal: (worker_id, workdir, session_id) =>
     request("POST", "/api/terminals", { worker_id, workdir, session_id }),
   closeTerminal: (id) => request("POST", `/api/terminals/${encodeURIComponent(id)}/close`),
+  mcpTokens: () => request("GET", "/api/mcp/tokens"),
+  createMcpToken: (name) => request("POST", "/api/mcp/tokens", { name }),
+  revokeMcpToken: (id) => request("DELETE", `/api/mcp/tokens/${encodeURIComponent(id)}`),
   workerLog: (id) => request("GET", `/api/workers/${encodeURIComponent(id)}/log`),
   revokeWorker: (id) => request("POST", `/api/workers/${encodeURIComponent(id)}/revoke`),
   authStatus: () => request("GET", "/api/auth/status"),

@@ -14,6 +14,7 @@ import { LoginScreen } from "./views/loginscreen.js";
 import { PairPage } from "./views/pair.js";
 import { SessionView } from "./views/session.js";
 import { TerminalView } from "./views/terminal.js";
+import { McpDialog } from "./views/mcp.js";
 import { TelegramDialog } from "./views/telegram.js";
 import { Shortcuts } from "./views/shortcuts.js";
 import { Toasts } from "./views/toasts.js";
@@ -50,6 +51,8 @@ class App {
     window.addEventListener("hashchange", () => this.route());
     this._setupTheme();
     document.querySelector("[data-testid=logout]").addEventListener("click", () => this.logOut());
+    document.querySelector("[data-testid=mcp-open]").addEventListener("click",
+      () => new McpDialog(ctx).open());
     document.querySelector("[data-testid=telegram-open]").addEventListener("click",
       () => new TelegramDialog(ctx).open());
     this._shortcuts = new Shortcuts(this);

@@ -20,6 +20,7 @@ from codey_server.clients import ClientHub
 from codey_server.decide import Context
 from codey_server.engine import Engine
 from codey_server.eventlog import SqliteEventLog
+from codey_server.mcp_server import CodeyMcp, McpTokens
 from codey_server.pairing import KeyStore, Pairing
 from codey_server.retention import Retention
 from codey_server.secretfile import ensure_private_dir
@@ -67,6 +68,9 @@ class Services:
                                   self.auth.refresh_rejected, self.blobs.get)
         self.retention = Retention(self.engine, settings.retention)
         self.terminals = TerminalService(self.engine, self.workers)
+        # Codey as an MCP server, with tokens of its own (shown once, kept as hashes)
+        self.mcp_tokens = McpTokens(settings.data_dir / "mcp_tokens.json")
+        self.mcp = CodeyMcp(self.engine, self.mcp_tokens)
         self.telegram = TelegramChannel(settings, self.engine)
 
     async def start(self) -> None:
@@ -80,6 +84,7 @@ class Services:
 
     async def stop(self) -> None:
         self.clients.begin_shutdown()
+        await self.mcp.stop()
         await self.telegram.stop()
         await self.retention.stop()
         await self.agent.stop()

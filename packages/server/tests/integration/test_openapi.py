@@ -204,6 +204,12 @@ def _exercise(api: _Contract, server: ServerProcess, worker: WorkerProcess) -> N
     api.check("POST", "/api/terminals", 400, json={"worker_id": worker_id})
     api.check("POST", "/api/terminals/{terminal_id}/close", 404,
               path={"terminal_id": "term_none"})
+    # MCP tokens (test_mcp_server.py uses one)
+    made = api.check("POST", "/api/mcp/tokens", 201, json={"name": "agent"}).json()
+    api.check("POST", "/api/mcp/tokens", 400, json={})
+    api.check("GET", "/api/mcp/tokens", 200)
+    api.check("DELETE", "/api/mcp/tokens/{token_id}", 200, path={"token_id": made["token_id"]})
+    api.check("DELETE", "/api/mcp/tokens/{token_id}", 404, path={"token_id": "mt_none"})
     revoke = "/api/workers/{worker_id}/revoke"
     api.check("POST", revoke, 200, path={"worker_id": paired["worker_id"]})
     api.check("POST", revoke, 404, path={"worker_id": "wrk_none"})

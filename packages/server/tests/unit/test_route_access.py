@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from litestar import Litestar, get, post
-from litestar.routes import HTTPRoute, WebSocketRoute
+from litestar.routes import ASGIRoute, HTTPRoute, WebSocketRoute
 from litestar.testing import TestClient
 
 from codey_server.access import (
@@ -91,7 +91,8 @@ def test_the_servers_routes_that_need_no_login_are_exactly_these(tmp_path: Path)
     marks: dict[str, set[str]] = {"public": set(), "unpaired_worker": set()}
     for route in app.routes:
         handlers = (route.route_handlers if isinstance(route, HTTPRoute)
-                    else [route.route_handler] if isinstance(route, WebSocketRoute) else [])
+                    else [route.route_handler] if isinstance(route, WebSocketRoute | ASGIRoute)
+                    else [])
         for handler in handlers:
             methods = getattr(handler, "http_methods", {"WS"}) - {"OPTIONS"}
             needs = route_access({"type": "http", "method": "GET", "route_handler": handler})
@@ -106,7 +107,9 @@ def test_the_servers_routes_that_need_no_login_are_exactly_these(tmp_path: Path)
                           "POST /api/telegram/webhook"}
     # the rest that is public: the static client, its icon, the OpenAPI document and the
     # worker's wheels for the install line
-    rest = {m.split(" ", 1)[1] for m in marks["public"] - public_api}
+    # /mcp checks its own tokens (codey_server.mcp_server), not the browser's login
+    assert "WS /mcp" in marks["public"]
+    rest = {m.split(" ", 1)[1] for m in marks["public"] - public_api - {"WS /mcp"}}
     assert {"/", "/{file_path:path}", "/favicon.ico", "/schema/openapi.json",
             "/dl/index.json", "/dl/{key:str}/{name:str}"} <= rest
     assert all(p in ("/", "/{file_path:path}", "/favicon.ico") or p.startswith("/schema")

@@ -1,0 +1,81 @@
+"""Codey as an MCP server: the MCP SDK's own client over real HTTP starts a session on a real
+worker and reads its answer; tokens are needed, shown once, and revocable."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import httpx2
+import pytest
+from mcp.client.client import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from codey_testkit.scenarios import idle, wait_for
+from codey_testkit.stack import ServerProcess, WorkerProcess
+
+SCRIPT: dict[str, Any] = {"model": "scripted-1", "steps": [
+    {"match": {"user": "from an agent"}, "reply": {"text": "Hello, fellow agent."}},
+    {"match": {"any": True}, "reply": {"text": "ok"}},
+]}
+
+
+@pytest.fixture
+def script() -> dict[str, Any]:
+    return SCRIPT
+
+
+def _text(result: Any) -> Any:
+    assert not result.is_error, result
+    return json.loads(result.content[0].text)
+
+
+async def _agent(url: str, token: str, worker_id: str, workdir: str) -> dict[str, Any]:
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    async with http, Client(streamable_http_client(url, http_client=http)) as client:
+        names = {t.name for t in (await client.list_tools()).tools}
+        assert {"list_sessions", "get_session", "list_workers", "start_session",
+                "send_prompt"} <= names
+        workers = _text(await client.call_tool("list_workers", {}))
+        assert [w["worker_id"] for w in workers] == [worker_id]
+        started = _text(await client.call_tool("start_session", {
+            "worker_id": worker_id, "workdir": workdir, "prompt": "from an agent",
+            "policy": "full-auto"}))
+        refused = await client.call_tool("start_session", {
+            "worker_id": "wrk_none", "workdir": workdir, "prompt": "x"})
+        assert refused.is_error  # decide's refusal, as a tool error the agent can read
+        listed = _text(await client.call_tool("list_sessions", {}))
+        assert started["session_id"] in {s["session_id"] for s in listed}
+        return started  # type: ignore[no-any-return]
+
+
+def test_an_mcp_client_starts_a_session_with_its_token(
+        server: ServerProcess, worker: WorkerProcess, tmp_path: Path) -> None:
+    url = f"{server.url}/mcp"
+    assert httpx.post(url, json={}, timeout=10).status_code == 401  # no token
+    # the browser's own access (cookie, access token) does not open /mcp
+    assert server.http.post("/mcp", json={}).status_code == 401
+    assert httpx.post(url, json={}, headers={"Authorization": f"Bearer {server.token}"},
+                      timeout=10).status_code == 401
+    made = server.http.post("/api/mcp/tokens", json={"name": "an agent"})
+    assert made.status_code == 201, made.text
+    token = made.json()["token"]
+    assert token.startswith("cmcp_")
+    listed = server.http.get("/api/mcp/tokens").json()
+    assert [t["name"] for t in listed] == ["an agent"] and "token" not in listed[0]
+    stored = (server.data_dir / "mcp_tokens.json").read_text()
+    assert token not in stored  # only its hash
+
+    workdir = Path(worker.workdir("mcp"))
+    workdir.mkdir(parents=True)
+    started = asyncio.run(_agent(url, token, worker.worker_id, str(workdir)))
+    s = wait_for(server, started["session_id"], idle, timeout=30, what="the agent's session")
+    assert s["items"][-1]["text"] == "Hello, fellow agent."
+
+    revoked = server.http.delete(f"/api/mcp/tokens/{made.json()['token_id']}")
+    assert revoked.status_code == 200
+    assert httpx.post(url, json={}, headers={"Authorization": f"Bearer {token}"},
+                      timeout=10).status_code == 401

@@ -1,0 +1,87 @@
+// The MCP dialog (top bar): tokens for agents that use Codey as an MCP server (`/mcp`).
+//
+// A token is shown once, when it is made (the server keeps only its hash), with the URL and a
+// config snippet to paste into the agent; each can be revoked, and is refused from then on.
+
+import { api } from "../api.js";
+import { fmtAgo, h, replaceChildren } from "../dom.js";
+
+export class McpDialog {
+  constructor(ctx) {
+    this.ctx = ctx;
+    this.tokens = [];
+    this.fresh = null; // {name, token}: shown until the dialog closes
+    this.el = h("dialog", { class: "dialog", "data-testid": "mcp-dialog",
+      "aria-labelledby": "mcp-title" });
+    this.el.addEventListener("close", () => this.el.remove());
+  }
+
+  async open() {
+    document.body.append(this.el);
+    this._render();
+    this.el.showModal();
+    await this._refresh();
+  }
+
+  async _refresh() {
+    try {
+      this.tokens = await api.mcpTokens();
+      this._error = "";
+    } catch (err) {
+      this._error = err.message;
+    }
+    this._render();
+  }
+
+  async _do(fn) {
+    try {
+      this._error = "";
+      await fn();
+    } catch (err) {
+      this._error = err.message;
+    }
+    await this._refresh();
+  }
+
+  _render() {
+    const url = `${location.origin}/mcp`;
+    const name = h("input", { id: "mcp-name", class: "input", "data-testid": "mcp-name",
+      placeholder: "who uses it, e.g. claude on my laptop", maxlength: 80 });
+    const form = h("form", { class: "row gap", onsubmit: (ev) => {
+      ev.preventDefault();
+      this._do(async () => {
+        const made = await api.createMcpToken(name.value.trim() || "agent");
+        this.fresh = made;
+      });
+    } },
+    h("label", { for: "mcp-name", class: "offscreen" }, "Token name"), name,
+    h("button", { class: "btn", type: "submit", "data-testid": "mcp-create" }, "New token"));
+    const fresh = this.fresh ? h("div", { class: "notice", "data-testid": "mcp-fresh" },
+      h("p", {}, `Token for ${this.fresh.name} — copy it now, it is not shown again:`),
+      h("pre", { class: "install mono", "data-testid": "mcp-token" }, this.fresh.token),
+      h("p", { class: "muted small" }, "In the agent's MCP settings:"),
+      h("pre", { class: "install mono small" }, JSON.stringify({ codey: { type: "http", url,
+        headers: { Authorization: `Bearer ${this.fresh.token}` } } }, null, 2))) : null;
+    const list = this.tokens.length ? h("ul", { class: "plain", "data-testid": "mcp-tokens" },
+      this.tokens.map((t) => h("li", { class: "row gap", "data-testid": "mcp-token-row" },
+        h("span", {}, t.name),
+        h("span", { class: "muted small" }, t.last_used_at ? `used ${fmtAgo(t.last_used_at)}`
+          : "never used"),
+        h("button", { class: "btn subtle danger", type: "button", "data-testid": "mcp-revoke",
+          "aria-label": `Revoke ${t.name}`,
+          onclick: () => this._do(async () => {
+            await api.revokeMcpToken(t.token_id);
+            if (this.fresh && this.fresh.token_id === t.token_id) this.fresh = null;
+          }) }, "Revoke"))))
+      : h("p", { class: "muted" }, "No token: nothing can use /mcp.");
+    replaceChildren(this.el, h("div", { class: "form" },
+      h("h2", { id: "mcp-title" }, "Codey as an MCP server"),
+      h("p", {}, "Agents — in Codey sessions or anywhere else — can list, start and steer " +
+        "sessions through ", h("code", {}, url), " with a token of their own."),
+      form, fresh,
+      h("h3", {}, "Tokens"), list,
+      this._error ? h("p", { class: "bad", role: "alert" }, this._error) : null,
+      h("div", { class: "row gap end" }, h("button", { class: "btn", type: "button",
+        "data-testid": "mcp-close", onclick: () => this.el.close() }, "Close"))));
+  }
+}
