@@ -58,6 +58,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--snapshot-every", type=int, default=None,
                        help="events between state snapshots (default 5000)")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
+    serve.add_argument("--log-format", default="text", choices=["text", "json"],
+                       help="json: one JSON object per line, for a log collector")
     serve.add_argument("--public-url", default=None,
                        help="the URL browsers use when a reverse proxy fronts the server")
     serve.add_argument("--tls", action="store_true",
@@ -131,7 +133,7 @@ def serve(args: argparse.Namespace) -> int:
     # the log, the credentials and the access token are for this user only: nothing this
     # process creates (SQLite's -wal/-shm included) is readable by anyone else
     os.umask(0o077)
-    configure_logging(args.log_level, sys.stderr)
+    configure_logging(args.log_level, sys.stderr, args.log_format)
     try:
         settings = load_config_file(settings, config_path)
         for warning in settings.check():

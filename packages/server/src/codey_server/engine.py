@@ -53,6 +53,8 @@ class Engine:
         self.replayed = 0
         #: called with each envelope right after it is folded (sync; schedule work, don't block)
         self.listeners: list[Callable[[Envelope], None]] = []
+        #: told how long each append took, call to commit and fold (/metrics)
+        self.append_timers: list[Callable[[float], None]] = []
 
     # lifecycle ----------------------------------------------------------------------------
 
@@ -98,6 +100,7 @@ class Engine:
         """Append events atomically; returns once they are committed and folded."""
         if not events:
             return []
+        started = time.perf_counter()
         # The fold must not depend on this caller: a task cancelled while its events commit
         # would otherwise leave them unfolded, and every later append would wait forever.
         appended = asyncio.ensure_future(self.log.append(events))
@@ -107,6 +110,8 @@ class Engine:
         if self.state.seq < last:
             async with self._applied:
                 await self._applied.wait_for(lambda: self.state.seq >= last)
+        for timer in self.append_timers:
+            timer(time.perf_counter() - started)
         return envs
 
     async def execute(self, command: cl.ClientToServer) -> list[Envelope]:

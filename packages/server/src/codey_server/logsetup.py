@@ -9,28 +9,47 @@ cover any handler a library attached in between.
 
 from __future__ import annotations
 
+import json
 import logging
-from typing import TextIO
+from typing import Literal, TextIO
 
 from codey_server.access import RedactSecrets
 
-__all__ = ["configure_logging", "install_redaction"]
+__all__ = ["JsonFormatter", "configure_logging", "install_redaction"]
 
 _FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
-def configure_logging(level: str, stream: TextIO) -> logging.Handler:
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line (``--log-format json``), for a log collector:
+    ``{"ts", "level", "logger", "message"}`` and ``"exc"`` with a traceback. The message is
+    the one the redaction filter left (secrets masked)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out = {"ts": round(record.created, 6), "level": record.levelname.lower(),
+               "logger": record.name, "message": record.getMessage()}
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out, ensure_ascii=False)
+
+
+def configure_logging(level: str, stream: TextIO,
+                      fmt: Literal["text", "json"] = "text") -> logging.Handler:
     """Make the root logger write ``level`` and above to ``stream``, secrets masked.
 
     Replaces any handlers already on the root logger; returns the new handler.
     """
     handler = logging.StreamHandler(stream)
-    handler.setFormatter(logging.Formatter(_FORMAT))
+    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(_FORMAT))
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level.upper())
+    # the HTTP clients under the model SDK log every request at INFO: a line per model call
+    # (and its CPU) only when asked for with --log-level debug
+    for chatty in ("httpx", "httpx2"):
+        logging.getLogger(chatty).setLevel(logging.DEBUG if level == "debug" else logging.WARNING)
     install_redaction()
     return handler
 

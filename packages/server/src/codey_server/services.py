@@ -21,6 +21,7 @@ from codey_server.decide import Context
 from codey_server.engine import Engine
 from codey_server.eventlog import SqliteEventLog
 from codey_server.mcp_server import CodeyMcp, McpTokens
+from codey_server.metrics import ServerMetrics
 from codey_server.pairing import KeyStore, Pairing
 from codey_server.retention import Retention
 from codey_server.secretfile import ensure_private_dir
@@ -71,6 +72,7 @@ class Services:
         # Codey as an MCP server, with tokens of its own (shown once, kept as hashes)
         self.mcp_tokens = McpTokens(settings.data_dir / "mcp_tokens.json")
         self.mcp = CodeyMcp(self.engine, self.mcp_tokens)
+        self.metrics = ServerMetrics(self)  # last: it hooks into the parts above
         self.telegram = TelegramChannel(settings, self.engine)
 
     async def start(self) -> None:

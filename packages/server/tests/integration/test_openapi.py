@@ -106,6 +106,8 @@ def _exercise(api: _Contract, server: ServerProcess, worker: WorkerProcess) -> N
     Path(workdir).mkdir(parents=True)
 
     api.check("GET", "/api/health", 200)
+    metrics = api.check("GET", "/metrics", 200)
+    assert "codey_workers_connected" in metrics.text
     api.check("GET", "/api/state/bootstrap", 200)
     api.check("GET", "/api/config", 200)
 

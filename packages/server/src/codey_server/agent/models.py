@@ -25,7 +25,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
@@ -127,6 +127,8 @@ class ModelProvider:
         self._retired: list[_Client] = []
         self._closed = False
         self.clients_built = 0  # for tests and the bench: proves the pool is reused
+        #: told (provider, seconds, error code or None) after each model call (/metrics)
+        self.observe: Callable[[str, float, str | None], None] | None = None
         self._rate_reported = -RATE_LIMITS_EVERY_S
 
     @property
@@ -195,6 +197,19 @@ class ModelProvider:
         Raises ModelError; ``code == "stream_cut"`` when the answer had started (events were
         yielded) and then stopped — the caller decides whether to try again.
         """
+        started = time.perf_counter()
+        error: str | None = None
+        try:
+            async for event in self._stream(model=model, body=body):
+                yield event
+        except ModelError as err:
+            error = err.code
+            raise
+        finally:
+            if self.observe is not None:
+                self.observe(self.name, time.perf_counter() - started, error)
+
+    async def _stream(self, *, model: str, body: bytes) -> AsyncIterator[ModelEvent]:
         import openai
 
         attempt = 0

@@ -9,6 +9,7 @@
     sockets.py   WS /ws/client and WS /ws/worker
     terminals.py /api/terminals (create, close) and WS /ws/terminal/{id} (one view)
     mcp.py       /mcp (Codey as an MCP server) and /api/mcp/tokens (its tokens)
+    metrics.py   GET /metrics (Prometheus)
     web.py       the static client at / and /favicon.ico
     telegram.py  /api/telegram/...: the Telegram channel's token, pairing code, chats, webhook
     files.py     /api/blobs (files sent with prompts) and /api/qr.svg (the pairing link)
@@ -37,6 +38,7 @@ from codey_server.http.auth import AuthController, logout
 from codey_server.http.errors import JSONRequest, exception_handlers
 from codey_server.http.files import BlobsController, qr_svg
 from codey_server.http.mcp import McpTokensController, mcp_endpoint
+from codey_server.http.metrics import metrics
 from codey_server.http.openapi import ClosedStructs, openapi_config
 from codey_server.http.pairing import PairingController
 from codey_server.http.sessions import SessionsController
@@ -57,5 +59,5 @@ def route_handlers(settings: Settings) -> list[ControllerRouterHandler]:
     return [StateController, SessionsController, PairingController, WorkersController,
             AuthController, TelegramController, logout, client_socket, worker_socket,
             TerminalsController, terminal_socket, BlobsController, qr_svg, downloads_router,
-            McpTokensController, mcp_endpoint,
+            McpTokensController, mcp_endpoint, metrics,
             *web_routes(settings)]
