@@ -26,6 +26,7 @@ export function emptyState() {
   return {
     seq: 0, workers: {}, pair_requests: {}, sessions: {}, auth: {}, rate_limits: {},
     memories: {}, terminals: {}, telegram_chats: {}, telegram_offset: 0, telegram_bot_id: 0,
+    schedules: {},
   };
 }
 
@@ -87,7 +88,8 @@ function connected(state, env, e) {
   w.hostname = e.hostname;
   w.os = e.os;
   w.worker_version = e.worker_version;
-  w.capabilities = dflt(e.capabilities, { executors: [], mcp_servers: [], acp_agents: [] });
+  w.capabilities = dflt(e.capabilities,
+    { executors: [], mcp_servers: [], terminal: false, acp_agents: [] });
   w.last_seen = env.ts;
 }
 
@@ -267,6 +269,22 @@ function terminalViewers(state, env, e) {
   if (!t) return;
   t.viewers = Math.max(0, t.viewers + (e.type === "terminal_attached" ? 1 : -1));
   t.updated_at = env.ts;
+}
+
+function scheduleSaved(state, env, e) {
+  const info = state.schedules[e.spec.schedule_id];
+  if (info) info.spec = e.spec;
+  else state.schedules[e.spec.schedule_id] = { spec: e.spec, last_due: 0, runs: [],
+    created_at: env.ts };
+}
+
+function scheduleFired(state, env, e) {
+  const info = state.schedules[e.schedule_id];
+  if (!info) return;
+  info.last_due = Math.max(info.last_due, e.due_at);
+  info.runs.push({ due_at: e.due_at, fired_at: env.ts, outcome: e.outcome,
+    session_id: dflt(e.session_id, null), error: dflt(e.error, ""), skipped: dflt(e.skipped, 0) });
+  if (info.runs.length > 20) info.runs.splice(0, info.runs.length - 20); // SCHEDULE_RUNS_KEPT
 }
 
 function terminalClosed(state, env, e) {
@@ -465,6 +483,9 @@ const HANDLERS = {
   terminal_attached: terminalViewers,
   terminal_detached: terminalViewers,
   terminal_closed: terminalClosed,
+  schedule_saved: scheduleSaved,
+  schedule_deleted: (state, env, e) => { delete state.schedules[e.schedule_id]; },
+  schedule_fired: scheduleFired,
   telegram_chat_paired: telegramPaired,
   telegram_chat_removed: (state, env, e) => { delete state.telegram_chats[String(e.chat_id)]; },
   telegram_session_chosen: telegramSessionChosen,

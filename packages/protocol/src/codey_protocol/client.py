@@ -145,10 +145,37 @@ class SetMemory(ClientToServerMessage, kw_only=True):
     text: str
 
 
+class SaveSchedule(ClientToServerMessage, kw_only=True):
+    """Create (``schedule_id`` None) or change a schedule: ``cron`` or ``at``, not both."""
+
+    schedule_id: str | None = None
+    name: str
+    cron: str | None = None
+    at: float | None = None
+    timezone: str = "UTC"
+    worker_id: str
+    workdir: str
+    prompt: str
+    policy: ApprovalPolicy = "suggest"
+    target_session: str | None = None
+    enabled: bool = True
+
+
+class DeleteSchedule(ClientToServerMessage, kw_only=True):
+    schedule_id: str
+
+
+class RunSchedule(ClientToServerMessage, kw_only=True):
+    """Run a schedule now, whatever its times (a run like the others)."""
+
+    schedule_id: str
+
+
 ClientToServer = (
     Subscribe | CreateSession | SendPrompt | DecideApproval | SetApprovalPolicy | Interrupt
     | CompactSession | AnswerQuestion | RenameSession | ArchiveSession | CloseSession
     | DeleteSession | ForkSession | MoveSession | SetMemory | ApprovePlan | RetryTurn
+    | SaveSchedule | DeleteSchedule | RunSchedule
 )
 
 

@@ -398,6 +398,49 @@ class MemoryUpdated(EventBase, kw_only=True):
     text: str
 
 
+# schedules ----------------------------------------------------------------------------------
+
+
+class ScheduleSpec(msgspec.Struct, kw_only=True):
+    """A prompt run on a worker at set times: ``cron`` (five fields, in ``timezone``) or once
+    ``at`` (unix time). Each run starts a new session, or prompts ``target_session``."""
+
+    schedule_id: str
+    name: str
+    cron: str | None = None
+    at: float | None = None
+    timezone: str = "UTC"
+    worker_id: str
+    workdir: str
+    prompt: str
+    policy: ApprovalPolicy = "suggest"
+    target_session: str | None = None
+    enabled: bool = True
+
+
+class ScheduleSaved(EventBase, kw_only=True):
+    """A schedule created or changed: its whole definition."""
+
+    spec: ScheduleSpec
+
+
+class ScheduleDeleted(EventBase, kw_only=True):
+    schedule_id: str
+
+
+class ScheduleFired(EventBase, kw_only=True):
+    """Due time ``due_at`` of a schedule was dealt with, once: a run ``started`` (its session,
+    in the same append as the events that start it), ``failed`` (``error``), or ``skipped``
+    (missed while the server was down, past the grace period; ``skipped`` counts them)."""
+
+    schedule_id: str
+    due_at: float
+    outcome: Literal["started", "failed", "skipped"]
+    session_id: str | None = None
+    error: str = ""
+    skipped: int = 0
+
+
 # terminals ----------------------------------------------------------------------------------
 # Who opened which shell on which machine, and when; never what was typed or printed.
 
@@ -552,6 +595,9 @@ Event = (
     | MemoryUpdated
     | RateLimitUpdated
     | AuthStatusUpdated
+    | ScheduleSaved
+    | ScheduleDeleted
+    | ScheduleFired
     | TerminalCreated
     | TerminalAttached
     | TerminalDetached

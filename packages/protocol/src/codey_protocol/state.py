@@ -15,6 +15,7 @@ from codey_protocol.events import (
     AuthState,
     Item,
     PlanStep,
+    ScheduleSpec,
     SessionStatus,
 )
 from codey_protocol.worker import (
@@ -117,6 +118,24 @@ class ProjectMemory(msgspec.Struct, kw_only=True):
     updated_at: float = 0.0
 
 
+class ScheduleRun(msgspec.Struct, kw_only=True):
+    due_at: float
+    fired_at: float
+    outcome: Literal["started", "failed", "skipped"]
+    session_id: str | None = None
+    error: str = ""
+    skipped: int = 0
+
+
+class ScheduleInfo(msgspec.Struct, kw_only=True):
+    spec: ScheduleSpec
+    #: the latest due time dealt with: a due time at or before it never fires again
+    last_due: float = 0.0
+    #: the latest runs, newest last (at most 20)
+    runs: list[ScheduleRun] = msgspec.field(default_factory=list)
+    created_at: float = 0.0
+
+
 class TerminalInfo(msgspec.Struct, kw_only=True):
     """A web terminal: a shell in tmux on a worker (its bytes are never in the log)."""
 
@@ -216,6 +235,7 @@ class State(msgspec.Struct, kw_only=True):
     rate_limits: dict[str, RateLimit] = msgspec.field(default_factory=dict)
     memories: dict[str, ProjectMemory] = msgspec.field(default_factory=dict)
     terminals: dict[str, TerminalInfo] = msgspec.field(default_factory=dict)
+    schedules: dict[str, ScheduleInfo] = msgspec.field(default_factory=dict)
     telegram_chats: dict[str, TelegramChat] = msgspec.field(default_factory=dict)
     #: the next Telegram update id to ask for (every one before it was handled), of the bot
     #: ``telegram_bot_id``

@@ -62,6 +62,8 @@ def title_from_prompt(prompt: str) -> str:
 
 
 def decide(state: State, command: cl.ClientToServer, ctx: Context) -> Decided:
+    if isinstance(command, (cl.SaveSchedule, cl.DeleteSchedule, cl.RunSchedule)):
+        return _schedule_command(state, command, ctx)
     if isinstance(command, cl.CreateSession):
         return _create_session(state, command, ctx)
     if isinstance(command, cl.SendPrompt):
@@ -358,3 +360,34 @@ _SESSION_OPS: dict[type, Callable[[State, Any, Context], Decided]] = {
     cl.MoveSession: _move,
     cl.SetMemory: _set_memory,
 }
+
+
+def _schedule_command(state: State, c: cl.SaveSchedule | cl.DeleteSchedule | cl.RunSchedule,
+                      ctx: Context) -> Decided:
+    from codey_server import schedules  # croniter, only when schedules are used
+
+    if isinstance(c, cl.SaveSchedule):
+        if c.schedule_id is not None and c.schedule_id not in state.schedules:
+            raise CommandRejected("not_found", f"no schedule {c.schedule_id!r}")
+        spec = schedules.spec_of(c, c.schedule_id or ctx.new_id("sch"))
+        problem = schedules.check_spec(spec)
+        if problem is not None:
+            raise CommandRejected("bad_request", problem)
+        worker = state.workers.get(spec.worker_id)
+        if worker is None or worker.revoked:
+            raise CommandRejected("not_found", f"no worker {spec.worker_id!r}")
+        if not spec.workdir:
+            raise CommandRejected("bad_request", "workdir must not be empty")
+        if spec.target_session is not None:
+            _existing(state, spec.target_session)
+        return [(None, ev.ScheduleSaved(spec=spec))]
+    if c.schedule_id not in state.schedules:
+        raise CommandRejected("not_found", f"no schedule {c.schedule_id!r}")
+    if isinstance(c, cl.DeleteSchedule):
+        return [(None, ev.ScheduleDeleted(schedule_id=c.schedule_id))]
+    info = state.schedules[c.schedule_id]
+    provider = ctx.default_provider
+    return schedules.fire(state, c.schedule_id, max(ctx.now(), info.last_due + 0.001),
+                          session_id=ctx.new_id("ses"), item_id=ctx.new_id("itm"),
+                          now=ctx.now(), provider=provider,
+                          model=ctx.default_models.get(provider, ""))

@@ -124,6 +124,14 @@ class Engine:
         async with self._command_lock:
             return await self.append(decide(self.state, command, self.context))
 
+    async def execute_decision(
+            self, decision: Callable[[State, Context], Sequence[tuple[str | None, Event]]],
+    ) -> list[Envelope]:
+        """Like :meth:`execute` for a decision the server makes itself (a schedule firing):
+        taken under the same lock, against the state every earlier command left."""
+        async with self._command_lock:
+            return await self.append(decision(self.state, self.context))
+
     def _fold_when_done(self, appended: asyncio.Future[list[Envelope]]) -> None:
         if not appended.cancelled() and appended.exception() is None:
             self._fold(appended.result())

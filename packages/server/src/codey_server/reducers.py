@@ -47,6 +47,8 @@ from codey_protocol.state import (
     ProjectMemory,
     Question,
     RateLimit,
+    ScheduleInfo,
+    ScheduleRun,
     SessionContext,
     SessionInfo,
     State,
@@ -462,6 +464,38 @@ def _terminal_closed(state: State, env: ev.Envelope) -> None:
         t.closed, t.closed_reason, t.viewers, t.updated_at = True, e.reason, 0, env.ts
 
 
+def _schedule_saved(state: State, env: ev.Envelope) -> None:
+    e = env.event
+    assert isinstance(e, ev.ScheduleSaved)
+    info = state.schedules.get(e.spec.schedule_id)
+    if info is None:
+        state.schedules[e.spec.schedule_id] = ScheduleInfo(spec=e.spec, created_at=env.ts)
+    else:
+        info.spec = e.spec
+
+
+def _schedule_deleted(state: State, env: ev.Envelope) -> None:
+    e = env.event
+    assert isinstance(e, ev.ScheduleDeleted)
+    state.schedules.pop(e.schedule_id, None)
+
+
+#: runs kept per schedule in the state (the log keeps them all)
+SCHEDULE_RUNS_KEPT = 20
+
+
+def _schedule_fired(state: State, env: ev.Envelope) -> None:
+    e = env.event
+    assert isinstance(e, ev.ScheduleFired)
+    info = state.schedules.get(e.schedule_id)
+    if info is None:
+        return
+    info.last_due = max(info.last_due, e.due_at)
+    info.runs.append(ScheduleRun(due_at=e.due_at, fired_at=env.ts, outcome=e.outcome,
+                                 session_id=e.session_id, error=e.error, skipped=e.skipped))
+    del info.runs[:-SCHEDULE_RUNS_KEPT]
+
+
 def _compaction_requested(state: State, env: ev.Envelope) -> None:
     s = _session(state, env)
     if s is not None:
@@ -568,6 +602,9 @@ _HANDLERS: dict[type[Any], Callable[[State, ev.Envelope], None]] = {
     ev.MemoryUpdated: _memory,
     ev.RateLimitUpdated: _rate_limit,
     ev.AuthStatusUpdated: _auth,
+    ev.ScheduleSaved: _schedule_saved,
+    ev.ScheduleDeleted: _schedule_deleted,
+    ev.ScheduleFired: _schedule_fired,
     ev.TerminalCreated: _terminal_created,
     ev.TerminalAttached: _terminal_viewers,
     ev.TerminalDetached: _terminal_viewers,

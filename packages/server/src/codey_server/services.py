@@ -11,6 +11,8 @@ global.
 
 from __future__ import annotations
 
+import time
+
 from codey_server.access import BrowserAccess
 from codey_server.agent.service import AgentService
 from codey_server.auth import AuthService
@@ -24,6 +26,7 @@ from codey_server.mcp_server import CodeyMcp, McpTokens
 from codey_server.metrics import ServerMetrics
 from codey_server.pairing import KeyStore, Pairing
 from codey_server.retention import Retention
+from codey_server.scheduler import Scheduler, file_clock
 from codey_server.secretfile import ensure_private_dir
 from codey_server.settings import Settings
 from codey_server.terminals import TerminalService
@@ -72,6 +75,9 @@ class Services:
         # Codey as an MCP server, with tokens of its own (shown once, kept as hashes)
         self.mcp_tokens = McpTokens(settings.data_dir / "mcp_tokens.json")
         self.mcp = CodeyMcp(self.engine, self.mcp_tokens)
+        self.scheduler = Scheduler(
+            self.engine, grace_s=settings.schedule_grace_s,
+            clock=file_clock(settings.clock_file) if settings.clock_file else time.time)
         self.metrics = ServerMetrics(self)  # last: it hooks into the parts above
         self.telegram = TelegramChannel(settings, self.engine)
 
@@ -82,11 +88,13 @@ class Services:
         await self.auth.start()
         await self.agent.start()
         self.retention.start()
+        self.scheduler.start()  # its first tick runs what was missed while the server was down
         await self.telegram.start()
 
     async def stop(self) -> None:
         self.clients.begin_shutdown()
         await self.mcp.stop()
+        await self.scheduler.stop()
         await self.telegram.stop()
         await self.retention.stop()
         await self.agent.stop()

@@ -123,6 +123,11 @@ class Settings(msgspec.Struct, kw_only=True):
     #: seconds a worker may send nothing (it beats every 5 s) before it counts as unreachable
     #: and its socket is closed with 4408
     worker_silence_s: float = 15.0
+    #: a schedule's run missed while the server was down still runs at start if it is at most
+    #: this many seconds late; older ones are recorded as skipped
+    schedule_grace_s: float = 300.0
+    #: the schedules' clock: a file holding unix seconds (tests), else the system's
+    clock_file: Path | None = None
     #: events per catch-up frame
     catchup_batch: int = 2000
     providers: list[ProviderConfig] = msgspec.field(default_factory=list)
@@ -170,6 +175,9 @@ class Settings(msgspec.Struct, kw_only=True):
                 warnings.append(
                     f"serving on {self.host} without TLS: the access token crosses the network "
                     "in clear; put a TLS reverse proxy in front (see docs/security.md)")
+        if self.schedule_grace_s < 30:
+            # a live server's own tick is a second or two late: less would skip its own runs
+            raise ConfigError("schedule_grace_s must be at least 30")
         if self.worker_silence_s < 1.5:
             raise ConfigError("worker_silence_s must be at least 1.5 (three heartbeats)")
         r = self.retention
@@ -208,6 +216,7 @@ class _ConfigFile(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     client_queue_max: int | None = None
     client_send_timeout_s: float | None = None
     worker_silence_s: float | None = None
+    schedule_grace_s: float | None = None
     turn_iteration_cap: int | None = None
     action_timeout_s: float | None = None
     approval_timeout_s: float | None = None
@@ -258,7 +267,7 @@ def load_config_file(settings: Settings, path: Path) -> Settings:
     if cfg.roles:
         changes["roles"] = {**settings.roles, **cfg.roles}
     for name in ("snapshot_every", "client_queue_max", "client_send_timeout_s",
-                 "worker_silence_s",
+                 "worker_silence_s", "schedule_grace_s",
                  "turn_iteration_cap",
                  "action_timeout_s", "approval_timeout_s", "retention"):
         value = getattr(cfg, name)

@@ -297,6 +297,21 @@ def build_log() -> list[ev.Envelope]:
     log.add(None, ev.TerminalDetached(terminal_id="t2", by="x"))
     log.add(None, ev.TerminalAttached(terminal_id="ghost", by="x"))
     log.add("s1", ev.TerminalClosed(terminal_id="t1", reason="exited"))
+    log.add(None, ev.ScheduleSaved(spec=ev.ScheduleSpec(
+        schedule_id="sc1", name="nightly", cron="0 2 * * *", timezone="Europe/Paris",
+        worker_id="w1", workdir="/home/u1/p", prompt="run the tests", policy="full-auto")))
+    log.add(None, ev.ScheduleSaved(spec=ev.ScheduleSpec(
+        schedule_id="sc2", name="once", at=1_700_000_500.0, worker_id="w1", workdir="/w",
+        prompt="p", target_session="s1", enabled=False)))
+    log.add(None, ev.ScheduleFired(schedule_id="sc1", due_at=1_700_000_100.0,
+                                   outcome="started", session_id="s1", skipped=2))
+    log.add(None, ev.ScheduleFired(schedule_id="sc1", due_at=1_700_000_200.0,
+                                   outcome="failed", error="worker gone"))
+    log.add(None, ev.ScheduleFired(schedule_id="ghost", due_at=1.0, outcome="skipped"))
+    log.add(None, ev.ScheduleSaved(spec=ev.ScheduleSpec(
+        schedule_id="sc1", name="nightly v2", cron="0 3 * * *", worker_id="w1",
+        workdir="/home/u1/p", prompt="run the tests")))
+    log.add(None, ev.ScheduleDeleted(schedule_id="sc2"))
     log.add(None, ev.WorkerDisconnected(worker_id="w1", reason="bye"))
     log.add(None, ev.WorkerDisconnected(worker_id="ghost"))
     log.add(None, ev.WorkerRevoked(worker_id="w2"))

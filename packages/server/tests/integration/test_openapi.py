@@ -206,6 +206,25 @@ def _exercise(api: _Contract, server: ServerProcess, worker: WorkerProcess) -> N
     api.check("POST", "/api/terminals", 400, json={"worker_id": worker_id})
     api.check("POST", "/api/terminals/{terminal_id}/close", 404,
               path={"terminal_id": "term_none"})
+    # schedules (test_schedule_runs.py runs one)
+    sch = api.check("POST", "/api/schedules", 201, json={
+        "name": "nightly", "cron": "0 3 * * *", "worker_id": worker_id, "workdir": workdir,
+        "prompt": "run the tests"}).json()
+    api.check("POST", "/api/schedules", 400, json={
+        "name": "bad", "cron": "nope", "worker_id": worker_id, "workdir": workdir, "prompt": "p"})
+    api.check("GET", "/api/schedules", 200)
+    one = "/api/schedules/{schedule_id}"
+    api.check("POST", one, 200, path={"schedule_id": sch["schedule_id"]}, json={
+        "name": "nightly", "cron": "0 4 * * *", "worker_id": worker_id, "workdir": workdir,
+        "prompt": "run the tests", "enabled": False})
+    api.check("POST", one, 404, path={"schedule_id": "sch_none"}, json={
+        "name": "x", "cron": "0 4 * * *", "worker_id": worker_id, "workdir": workdir,
+        "prompt": "p"})
+    api.check("POST", one + "/run", 200, path={"schedule_id": sch["schedule_id"]})
+    api.check("POST", one + "/run", 404, path={"schedule_id": "sch_none"})
+    api.check("DELETE", one, 200, path={"schedule_id": sch["schedule_id"]})
+    api.check("DELETE", one, 404, path={"schedule_id": "sch_none"})
+
     # MCP tokens (test_mcp_server.py uses one)
     made = api.check("POST", "/api/mcp/tokens", 201, json={"name": "agent"}).json()
     api.check("POST", "/api/mcp/tokens", 400, json={})

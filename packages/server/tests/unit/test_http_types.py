@@ -18,7 +18,7 @@ from codey_server.app import create_app
 from codey_server.auth import AuthService, ProviderStatus
 from codey_server.engine import Engine
 from codey_server.eventlog import MemoryEventLog
-from codey_server.http import sessions
+from codey_server.http import schedules, sessions
 from codey_server.http.workers import _REQUESTS
 from codey_server.settings import ProviderConfig, Settings
 
@@ -33,6 +33,7 @@ def _fields(struct: type[msgspec.Struct], *, without: set[str]) -> dict[str, Any
     (sessions.Prompt, cl.SendPrompt, {"session_id"}),
     (sessions.ApprovalChoice, cl.DecideApproval, {"session_id", "approval_id"}),
     (sessions.PolicyChoice, cl.SetApprovalPolicy, {"session_id"}),
+    (schedules.ScheduleBody, cl.SaveSchedule, {"schedule_id"}),
 ])
 def test_each_rest_body_carries_every_field_of_its_command(
         body: type[msgspec.Struct], command: type[msgspec.Struct], from_path: set[str]) -> None:

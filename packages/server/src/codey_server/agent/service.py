@@ -130,6 +130,11 @@ class AgentService:
                 self.start_turn(session.session_id, resume=True)
             elif session.compaction_requested:
                 self.start_turn(session.session_id, compact_only=True)
+            elif session.status == "idle" and needs_turn(session):
+                # its prompt was committed, the server died before the turn began (a browser's
+                # new session, a schedule's run): begin it now rather than wait for another
+                log.info("starting the waiting turn of session %s", session.session_id)
+                self.start_turn(session.session_id)
 
     async def stop(self) -> None:
         # Runners stop without touching the sessions: they resume at the next start.

@@ -10,6 +10,7 @@
     terminals.py /api/terminals (create, close) and WS /ws/terminal/{id} (one view)
     mcp.py       /mcp (Codey as an MCP server) and /api/mcp/tokens (its tokens)
     metrics.py   GET /metrics (Prometheus)
+    schedules.py /api/schedules: create, change, delete, run now
     web.py       the static client at / and /favicon.ico
     telegram.py  /api/telegram/...: the Telegram channel's token, pairing code, chats, webhook
     files.py     /api/blobs (files sent with prompts) and /api/qr.svg (the pairing link)
@@ -41,6 +42,7 @@ from codey_server.http.mcp import McpTokensController, mcp_endpoint
 from codey_server.http.metrics import metrics
 from codey_server.http.openapi import ClosedStructs, openapi_config
 from codey_server.http.pairing import PairingController
+from codey_server.http.schedules import SchedulesController
 from codey_server.http.sessions import SessionsController
 from codey_server.http.sockets import client_socket, worker_socket
 from codey_server.http.state import StateController
@@ -59,5 +61,5 @@ def route_handlers(settings: Settings) -> list[ControllerRouterHandler]:
     return [StateController, SessionsController, PairingController, WorkersController,
             AuthController, TelegramController, logout, client_socket, worker_socket,
             TerminalsController, terminal_socket, BlobsController, qr_svg, downloads_router,
-            McpTokensController, mcp_endpoint, metrics,
+            McpTokensController, mcp_endpoint, metrics, SchedulesController,
             *web_routes(settings)]

@@ -1,0 +1,106 @@
+"""Runs the schedules (:mod:`codey_server.schedules`) while the server runs.
+
+Every second it asks each schedule's :func:`~codey_server.schedules.plan` what is due at the
+clock's time and appends the firing through ``Engine.execute_decision``: one group with the
+session's start, under the command lock. At start it does the same, so a run missed while the
+server was down runs once (within ``schedule_grace_s``) or is recorded as skipped. The agent
+service starts the new session's turn from the appended prompt, as for any prompt.
+
+The clock is injectable: the system's, or ``--clock-file PATH`` (a file holding unix seconds,
+read at each tick) so tests can move time without waiting for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from codey_protocol import events as ev
+from codey_protocol.state import State
+from codey_server import schedules
+from codey_server.decide import Context
+from codey_server.engine import Engine
+
+__all__ = ["Scheduler", "file_clock"]
+
+log = logging.getLogger("codey.scheduler")
+
+Clock = Callable[[], float]
+
+
+def file_clock(path: Path) -> Clock:
+    """The time written in ``path`` (unix seconds); the system's while it is missing."""
+
+    def now() -> float:
+        try:
+            return float(path.read_text().strip())
+        except (OSError, ValueError):
+            return time.time()
+
+    return now
+
+
+class Scheduler:
+    def __init__(self, engine: Engine, *, clock: Clock = time.time, grace_s: float = 300.0,
+                 tick_s: float = 1.0) -> None:
+        self.engine = engine
+        self.clock = clock
+        self.grace_s = grace_s
+        self.tick_s = tick_s
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def tick(self) -> int:
+        """Fire what is due now; returns how many firings (or skips) were recorded."""
+        if not self.engine.state.schedules:
+            return 0
+        now = self.clock()
+        done = 0
+        for schedule_id in list(self.engine.state.schedules):
+            info = self.engine.state.schedules.get(schedule_id)
+            if info is None:
+                continue
+            due = schedules.plan(info, now, self.grace_s)
+            if due is None:
+                continue
+            await self.engine.execute_decision(functools.partial(
+                self._decide, schedule_id=schedule_id, p=due, now=now))
+            done += 1
+        return done
+
+    @staticmethod
+    def _decide(state: State, ctx: Context, schedule_id: str, p: schedules.Plan,
+                now: float) -> list[tuple[str | None, ev.Event]]:
+        info = state.schedules.get(schedule_id)
+        # decided under the lock: the plan may be stale (deleted, changed, already fired)
+        if info is None or (p.due is not None and p.due <= info.last_due):
+            return []
+        if p.due is None:
+            return schedules.skip(schedule_id, p) if p.skipped_until > info.last_due else []
+        provider = ctx.default_provider
+        return schedules.fire(state, schedule_id, p.due, session_id=ctx.new_id("ses"),
+                              item_id=ctx.new_id("itm"), now=now, provider=provider,
+                              model=ctx.default_models.get(provider, ""), skipped=p.skipped)
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.tick()
+            except Exception:  # a broken schedule must not stop the others, nor the server
+                log.exception("scheduler tick failed")
+            await asyncio.sleep(self.tick_s)

@@ -1,0 +1,118 @@
+"""Schedules, pure: their times (croniter, in a time zone, across daylight saving), what is
+due after a gap, and one firing's events: exactly once, failed when its worker is gone."""
+
+from __future__ import annotations
+
+import datetime as dt
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from codey_protocol import client as cl
+from codey_protocol import events as ev
+from codey_protocol.state import ScheduleInfo, State, WorkerInfo
+from codey_server.decide import CommandRejected, Context, decide
+from codey_server.reducers import apply
+from codey_server.schedules import check_spec, due_times, fire, plan
+
+UTC = dt.UTC
+
+
+def ts(text: str, zone: str = "UTC") -> float:
+    return dt.datetime.fromisoformat(text).replace(tzinfo=ZoneInfo(zone)).timestamp()
+
+
+def spec(**kw: object) -> ev.ScheduleSpec:
+    base: dict[str, object] = {"schedule_id": "sch_1", "name": "nightly", "cron": "*/1 * * * *",
+                               "worker_id": "w1", "workdir": "/w", "prompt": "run the tests"}
+    base.update(kw)
+    return ev.ScheduleSpec(**base)  # type: ignore[arg-type]
+
+
+def test_bad_specs_are_said_in_words() -> None:
+    assert check_spec(spec()) is None
+    assert "not both" in (check_spec(spec(at=1.0)) or "")
+    assert "not both" in (check_spec(spec(cron=None)) or "")
+    assert "cron" in (check_spec(spec(cron="61 * * * *")) or "")
+    assert "time zone" in (check_spec(spec(timezone="Mars/Olympus")) or "")
+    assert "empty" in (check_spec(spec(prompt="  ")) or "")
+
+
+def test_cron_times_follow_the_time_zone_across_daylight_saving() -> None:
+    # 02:30 every day in Paris: on 2026-03-29 the clocks jump from 02:00 to 03:00
+    nightly = spec(cron="30 2 * * *", timezone="Europe/Paris")
+    days = due_times(nightly, ts("2026-03-27T12:00", "Europe/Paris"),
+                     ts("2026-03-31T12:00", "Europe/Paris"))
+    local = [dt.datetime.fromtimestamp(d, ZoneInfo("Europe/Paris")).strftime("%d %H:%M")
+             for d in days]
+    # once a day, the day without a 02:30 included (at 03:00, the first time after it)
+    assert local == ["28 02:30", "29 03:00", "30 02:30", "31 02:30"]
+    once = spec(cron=None, at=ts("2026-05-01T09:00"))
+    assert due_times(once, 0, ts("2026-05-01T09:00")) == [ts("2026-05-01T09:00")]
+    assert due_times(once, ts("2026-05-01T09:00"), ts("2026-06-01T00:00")) == []
+
+
+def test_after_a_gap_only_the_latest_runs_within_grace_and_the_rest_are_counted() -> None:
+    info = ScheduleInfo(spec=spec(), created_at=ts("2026-11-23T10:00:30"))
+    assert plan(info, ts("2026-11-23T10:00:50"), 300) is None
+    p = plan(info, ts("2026-11-23T10:05:10"), 300)
+    assert p is not None and p.due == ts("2026-11-23T10:05") and p.skipped == 4
+    late = plan(info, ts("2026-11-23T10:20:00"), 60)  # the latest is 0 s late: runs
+    assert late is not None and late.due == ts("2026-11-23T10:20")
+    info.last_due = ts("2026-11-23T10:20")
+    stale = plan(info, ts("2026-11-23T10:30:30"), 20)  # 30 s past the latest, grace 20 s
+    assert stale is not None and stale.due is None and stale.skipped == 10
+    info.spec = spec(enabled=False)
+    assert plan(info, ts("2026-11-23T11:00:00"), 300) is None
+
+
+def _state() -> State:
+    state = State()
+    state.workers["w1"] = WorkerInfo(worker_id="w1", hostname="h", os="Linux")
+    env = ev.Envelope(seq=1, ts=0.0, session_id=None, event=ev.ScheduleSaved(spec=spec()))
+    return apply(state, env)
+
+
+def test_a_firing_starts_a_session_once() -> None:
+    state = _state()
+    due = ts("2026-11-23T10:01")
+    events = fire(state, "sch_1", due, session_id="ses_1", item_id="itm_1", now=due + 1,
+                  provider="p", model="m")
+    fired, created, prompt = (e for _, e in events)
+    assert isinstance(fired, ev.ScheduleFired) and fired.outcome == "started"
+    assert fired.session_id == "ses_1"
+    assert isinstance(created, ev.SessionCreated) and created.workdir == "/w"
+    assert isinstance(prompt, ev.SessionItemAppended)
+    for n, (sid, e) in enumerate(events, start=2):
+        apply(state, ev.Envelope(seq=n, ts=due + 1, session_id=sid, event=e))
+    assert state.schedules["sch_1"].last_due == due
+    assert state.schedules["sch_1"].runs[-1].session_id == "ses_1"
+    assert "ses_1" in state.sessions
+    with pytest.raises(ValueError, match="already ran"):
+        fire(state, "sch_1", due, session_id="ses_2", item_id="itm_2", now=due + 2,
+             provider="p", model="m")
+
+
+def test_a_run_whose_worker_is_gone_fails_with_its_reason() -> None:
+    state = _state()
+    state.workers["w1"].revoked = True
+    (_, fired), = fire(state, "sch_1", 100.0, session_id="s", item_id="i", now=101.0,
+                       provider="p", model="m")
+    assert isinstance(fired, ev.ScheduleFired) and fired.outcome == "failed"
+    assert "revoked" in fired.error
+
+
+def test_saving_checks_the_spec_and_the_worker() -> None:
+    state = _state()
+    ctx = Context(new_id=lambda prefix: f"{prefix}_new")
+    ok = decide(state, cl.SaveSchedule(name="n", cron="0 9 * * 1-5", worker_id="w1",
+                                       workdir="/w", prompt="p"), ctx)
+    assert isinstance(ok[0][1], ev.ScheduleSaved) and ok[0][1].spec.schedule_id == "sch_new"
+    with pytest.raises(CommandRejected, match="cron"):
+        decide(state, cl.SaveSchedule(name="n", cron="nope", worker_id="w1", workdir="/w",
+                                      prompt="p"), ctx)
+    with pytest.raises(CommandRejected, match="worker"):
+        decide(state, cl.SaveSchedule(name="n", cron="* * * * *", worker_id="w9",
+                                      workdir="/w", prompt="p"), ctx)
+    gone = decide(state, cl.DeleteSchedule(schedule_id="sch_1"), ctx)
+    assert gone == [(None, ev.ScheduleDeleted(schedule_id="sch_1"))]
