@@ -42,6 +42,10 @@ export const api = {
   createTerminal: (worker_id, workdir, session_id) =>
     request("POST", "/api/terminals", { worker_id, workdir, session_id }),
   closeTerminal: (id) => request("POST", `/api/terminals/${encodeURIComponent(id)}/close`),
+  createSchedule: (body) => request("POST", "/api/schedules", body),
+  updateSchedule: (id, body) => request("POST", `/api/schedules/${encodeURIComponent(id)}`, body),
+  deleteSchedule: (id) => request("DELETE", `/api/schedules/${encodeURIComponent(id)}`),
+  runSchedule: (id) => request("POST", `/api/schedules/${encodeURIComponent(id)}/run`),
   mcpTokens: () => request("GET", "/api/mcp/tokens"),
   createMcpToken: (name) => request("POST", "/api/mcp/tokens", { name }),
   revokeMcpToken: (id) => request("DELETE", `/api/mcp/tokens/${encodeURIComponent(id)}`),
