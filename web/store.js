@@ -26,7 +26,7 @@ export function emptyState() {
   return {
     seq: 0, workers: {}, pair_requests: {}, sessions: {}, auth: {}, rate_limits: {},
     memories: {}, terminals: {}, telegram_chats: {}, telegram_offset: 0, telegram_bot_id: 0,
-    schedules: {},
+    schedules: {}, tasks: {},
   };
 }
 
@@ -134,6 +134,7 @@ function newSession(fields) {
     archived: false,
     forked_from: null,
     agent: null,
+    task_id: null,
     ...fields,
   };
 }
@@ -155,6 +156,49 @@ function statusChanged(state, env, e) {
   if (s) {
     s.status = e.status;
     s.status_reason = dflt(e.reason, "");
+    if (s.task_id) taskFollows(state, s.task_id, s.session_id, e.status, env.ts);
+  }
+}
+
+/** reducers._task_follows: a task follows its latest session. */
+const WORKING = new Set(["running", "waiting_approval", "waiting_worker", "waiting_user"]);
+function taskFollows(state, taskId, sessionId, status, ts) {
+  const task = state.tasks[taskId];
+  if (!task || !task.session_ids.length || task.session_ids.at(-1) !== sessionId) return;
+  if (WORKING.has(status) && (task.status === "todo" || task.status === "review")) {
+    task.status = "in_progress";
+    task.updated_at = ts;
+  } else if (status === "idle" && task.status === "in_progress") {
+    task.status = "review";
+    task.updated_at = ts;
+  }
+}
+
+function taskCreated(state, env, e) {
+  state.tasks[e.task_id] = { task_id: e.task_id, title: e.title,
+    description: dflt(e.description, ""), status: dflt(e.status, "todo"),
+    order: dflt(e.order, 0), depends_on: [...dflt(e.depends_on, [])], session_ids: [],
+    created_at: env.ts, updated_at: env.ts };
+}
+
+function taskChanged(state, env, e) {
+  const task = state.tasks[e.task_id];
+  if (!task) return;
+  task.updated_at = env.ts;
+  if (e.type === "task_updated") {
+    task.title = e.title;
+    task.description = e.description;
+    task.depends_on = [...dflt(e.depends_on, [])];
+  } else if (e.type === "task_moved") {
+    task.status = e.status;
+    task.order = e.order;
+  } else if (e.type === "task_deleted") {
+    delete state.tasks[e.task_id];
+  } else {
+    task.session_ids.push(e.session_id);
+    task.status = "in_progress";
+    const s = state.sessions[e.session_id];
+    if (s) s.task_id = e.task_id;
   }
 }
 
@@ -483,6 +527,11 @@ const HANDLERS = {
   terminal_attached: terminalViewers,
   terminal_detached: terminalViewers,
   terminal_closed: terminalClosed,
+  task_created: taskCreated,
+  task_updated: taskChanged,
+  task_moved: taskChanged,
+  task_deleted: taskChanged,
+  task_run_started: taskChanged,
   schedule_saved: scheduleSaved,
   schedule_deleted: (state, env, e) => { delete state.schedules[e.schedule_id]; },
   schedule_fired: scheduleFired,

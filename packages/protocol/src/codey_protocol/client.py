@@ -17,7 +17,7 @@ from typing import Literal
 import msgspec
 
 from codey_protocol._tags import snake
-from codey_protocol.events import ApprovalPolicy, Attachment, Envelope
+from codey_protocol.events import ApprovalPolicy, Attachment, Envelope, TaskStatus
 from codey_protocol.state import State
 
 
@@ -145,6 +145,40 @@ class SetMemory(ClientToServerMessage, kw_only=True):
     text: str
 
 
+class CreateTask(ClientToServerMessage, kw_only=True):
+    title: str
+    description: str = ""
+    depends_on: list[str] = msgspec.field(default_factory=list)
+
+
+class UpdateTask(ClientToServerMessage, kw_only=True):
+    task_id: str
+    title: str
+    description: str = ""
+    depends_on: list[str] = msgspec.field(default_factory=list)
+
+
+class MoveTask(ClientToServerMessage, kw_only=True):
+    """Into column ``status``, before task ``before`` (None: at the end)."""
+
+    task_id: str
+    status: TaskStatus
+    before: str | None = None
+
+
+class DeleteTask(ClientToServerMessage, kw_only=True):
+    task_id: str
+
+
+class RunTask(ClientToServerMessage, kw_only=True):
+    """Start a session on the task, its prompt built from the task's title and text."""
+
+    task_id: str
+    worker_id: str
+    workdir: str
+    policy: ApprovalPolicy = "suggest"
+
+
 class SaveSchedule(ClientToServerMessage, kw_only=True):
     """Create (``schedule_id`` None) or change a schedule: ``cron`` or ``at``, not both."""
 
@@ -176,6 +210,7 @@ ClientToServer = (
     | CompactSession | AnswerQuestion | RenameSession | ArchiveSession | CloseSession
     | DeleteSession | ForkSession | MoveSession | SetMemory | ApprovePlan | RetryTurn
     | SaveSchedule | DeleteSchedule | RunSchedule
+    | CreateTask | UpdateTask | MoveTask | DeleteTask | RunTask
 )
 
 

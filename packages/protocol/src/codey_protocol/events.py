@@ -398,6 +398,49 @@ class MemoryUpdated(EventBase, kw_only=True):
     text: str
 
 
+# the task board -----------------------------------------------------------------------------
+
+TaskStatus = Literal["todo", "in_progress", "review", "done"]
+
+
+class TaskCreated(EventBase, kw_only=True):
+    task_id: str
+    title: str
+    description: str = ""
+    depends_on: list[str] = msgspec.field(default_factory=list)
+    status: TaskStatus = "todo"
+    order: float = 0.0  # within its column, ascending
+
+
+class TaskUpdated(EventBase, kw_only=True):
+    """The task's text or dependencies, whole."""
+
+    task_id: str
+    title: str
+    description: str
+    depends_on: list[str] = msgspec.field(default_factory=list)
+
+
+class TaskMoved(EventBase, kw_only=True):
+    """To a column (``status``) and a place in it (``order``); reordering is a move too."""
+
+    task_id: str
+    status: TaskStatus
+    order: float
+
+
+class TaskDeleted(EventBase, kw_only=True):
+    task_id: str
+
+
+class TaskRunStarted(EventBase, kw_only=True):
+    """A session was started for the task (in the same append as its start); from now on the
+    task follows that session: working → in_progress, finished → review."""
+
+    task_id: str
+    session_id: str
+
+
 # schedules ----------------------------------------------------------------------------------
 
 
@@ -595,6 +638,11 @@ Event = (
     | MemoryUpdated
     | RateLimitUpdated
     | AuthStatusUpdated
+    | TaskCreated
+    | TaskUpdated
+    | TaskMoved
+    | TaskDeleted
+    | TaskRunStarted
     | ScheduleSaved
     | ScheduleDeleted
     | ScheduleFired

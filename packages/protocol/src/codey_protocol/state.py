@@ -17,6 +17,7 @@ from codey_protocol.events import (
     PlanStep,
     ScheduleSpec,
     SessionStatus,
+    TaskStatus,
 )
 from codey_protocol.worker import (
     ActionMessage,
@@ -118,6 +119,19 @@ class ProjectMemory(msgspec.Struct, kw_only=True):
     updated_at: float = 0.0
 
 
+class TaskInfo(msgspec.Struct, kw_only=True):
+    task_id: str
+    title: str
+    description: str = ""
+    status: TaskStatus = "todo"
+    order: float = 0.0
+    depends_on: list[str] = msgspec.field(default_factory=list)
+    #: the sessions that worked on it, oldest first; the last one is the one it follows
+    session_ids: list[str] = msgspec.field(default_factory=list)
+    created_at: float = 0.0
+    updated_at: float = 0.0
+
+
 class ScheduleRun(msgspec.Struct, kw_only=True):
     due_at: float
     fired_at: float
@@ -200,6 +214,8 @@ class SessionInfo(msgspec.Struct, kw_only=True):
     forked_from: str | None = None
     #: the external ACP agent that runs this session (None: Codey's own loop)
     agent: str | None = None
+    #: the board task this session works on (its status follows this session)
+    task_id: str | None = None
 
 
 class AuthInfo(msgspec.Struct, kw_only=True):
@@ -236,6 +252,7 @@ class State(msgspec.Struct, kw_only=True):
     memories: dict[str, ProjectMemory] = msgspec.field(default_factory=dict)
     terminals: dict[str, TerminalInfo] = msgspec.field(default_factory=dict)
     schedules: dict[str, ScheduleInfo] = msgspec.field(default_factory=dict)
+    tasks: dict[str, TaskInfo] = msgspec.field(default_factory=dict)
     telegram_chats: dict[str, TelegramChat] = msgspec.field(default_factory=dict)
     #: the next Telegram update id to ask for (every one before it was handled), of the bot
     #: ``telegram_bot_id``

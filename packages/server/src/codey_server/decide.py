@@ -62,6 +62,9 @@ def title_from_prompt(prompt: str) -> str:
 
 
 def decide(state: State, command: cl.ClientToServer, ctx: Context) -> Decided:
+    if isinstance(command, (cl.CreateTask, cl.UpdateTask, cl.MoveTask, cl.DeleteTask,
+                            cl.RunTask)):
+        return _task_command(state, command, ctx)
     if isinstance(command, (cl.SaveSchedule, cl.DeleteSchedule, cl.RunSchedule)):
         return _schedule_command(state, command, ctx)
     if isinstance(command, cl.CreateSession):
@@ -391,3 +394,36 @@ def _schedule_command(state: State, c: cl.SaveSchedule | cl.DeleteSchedule | cl.
                           session_id=ctx.new_id("ses"), item_id=ctx.new_id("itm"),
                           now=ctx.now(), provider=provider,
                           model=ctx.default_models.get(provider, ""))
+
+
+def _task_command(state: State,
+                  c: cl.CreateTask | cl.UpdateTask | cl.MoveTask | cl.DeleteTask | cl.RunTask,
+                  ctx: Context) -> Decided:
+    from codey_server import board
+
+    if isinstance(c, cl.CreateTask):
+        title = c.title.strip()
+        if not title:
+            raise CommandRejected("bad_request", "a task needs a title")
+        board.check_dependencies(state, None, c.depends_on)
+        return [(None, ev.TaskCreated(task_id=ctx.new_id("tsk"), title=title[:200],
+                                      description=c.description, depends_on=c.depends_on,
+                                      order=board.end_of(state, "todo")))]
+    if c.task_id not in state.tasks:
+        raise CommandRejected("not_found", f"no task {c.task_id!r}")
+    if isinstance(c, cl.UpdateTask):
+        if not c.title.strip():
+            raise CommandRejected("bad_request", "a task needs a title")
+        board.check_dependencies(state, c.task_id, c.depends_on)
+        return [(None, ev.TaskUpdated(task_id=c.task_id, title=c.title.strip()[:200],
+                                      description=c.description, depends_on=c.depends_on))]
+    if isinstance(c, cl.MoveTask):
+        return board.move(state, c.task_id, c.status, c.before)
+    if isinstance(c, cl.DeleteTask):
+        users = [t.title for t in state.tasks.values() if c.task_id in t.depends_on]
+        if users:
+            raise CommandRejected("conflict", f"{', '.join(map(repr, users))} depend on it")
+        return [(None, ev.TaskDeleted(task_id=c.task_id))]
+    prompt = ev.UserMessage(id=ctx.new_id("itm"), ts=ctx.now(),
+                            text=board.prompt_of(state.tasks[c.task_id]))
+    return board.run(state, c, lambda create: _create_session(state, create, ctx), prompt)

@@ -1,8 +1,9 @@
 """Codey as an MCP server: ``/mcp`` (streamable HTTP), for agents inside and outside Codey.
 
 Its tools drive this server the way a browser does, through ``Engine.execute`` (so ``decide``
-checks every call): ``list_sessions``, ``get_session``, ``start_session``, ``send_prompt``,
-and the task board's when it exists. It is authenticated with tokens the user creates and
+checks every call): ``list_sessions``, ``get_session``, ``list_workers``, ``start_session``,
+``send_prompt``, and the task board's ``list_tasks``, ``create_task``, ``update_task``. It
+is authenticated with tokens the user creates and
 revokes in the UI (:class:`McpTokens`; ``Authorization: Bearer cmcp_...``), never with the
 browser's cookie or the access token: an agent gets exactly this and can be cut off alone.
 
@@ -199,8 +200,48 @@ class CodeyMcp:
                 raise ValueError(err.message) from None
             return json.dumps({"ok": True})
 
+        def list_tasks() -> str:
+            """The task board: every task with its status (todo, in_progress, review, done),
+            dependencies and sessions."""
+            return json.dumps([msgspec.to_builtins(t) for t in sorted(
+                engine.state.tasks.values(), key=lambda t: (t.status, t.order))])
+
+        async def create_task(title: str, description: str = "",
+                              depends_on: list[str] | None = None) -> str:
+            """Add a task to the board's todo column; depends_on: ids of tasks to finish
+            first."""
+            try:
+                envs = await engine.execute(cl.CreateTask(
+                    title=title, description=description, depends_on=depends_on or []))
+            except CommandRejected as err:
+                raise ValueError(err.message) from None
+            return json.dumps({"task_id": envs[0].event.task_id})  # type: ignore[union-attr]
+
+        async def update_task(task_id: str, title: str | None = None,
+                              description: str | None = None,
+                              status: str | None = None) -> str:
+            """Change a task's title or text, or move it (status: todo, in_progress, review,
+            done)."""
+            task = engine.state.tasks.get(task_id)
+            if task is None:
+                raise ValueError(f"no task {task_id!r}")
+            try:
+                if title is not None or description is not None:
+                    await engine.execute(cl.UpdateTask(
+                        task_id=task_id, title=title if title is not None else task.title,
+                        description=description if description is not None
+                        else task.description, depends_on=list(task.depends_on)))
+                if status is not None:
+                    if status not in ("todo", "in_progress", "review", "done"):
+                        raise ValueError("status: todo, in_progress, review or done")
+                    await engine.execute(cl.MoveTask(task_id=task_id,
+                                                     status=status))  # type: ignore[arg-type]
+            except CommandRejected as err:
+                raise ValueError(err.message) from None
+            return json.dumps({"ok": True})
+
         for tool in (list_sessions, get_session, list_workers, start_session, send_prompt,
-                     *self.extra_tools):
+                     list_tasks, create_task, update_task, *self.extra_tools):
             server.add_tool(tool, description=" ".join((tool.__doc__ or "").split()))
         server.streamable_http_app(stateless_http=True, json_response=True,
                                    transport_security=security_cls(

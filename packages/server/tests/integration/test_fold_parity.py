@@ -312,6 +312,18 @@ def build_log() -> list[ev.Envelope]:
         schedule_id="sc1", name="nightly v2", cron="0 3 * * *", worker_id="w1",
         workdir="/home/u1/p", prompt="run the tests")))
     log.add(None, ev.ScheduleDeleted(schedule_id="sc2"))
+    log.add(None, ev.TaskCreated(task_id="t1", title="Design", order=0.0))
+    log.add(None, ev.TaskCreated(task_id="t2", title="Build", description="the thing",
+                                 depends_on=["t1"], order=1.0))
+    log.add(None, ev.TaskCreated(task_id="t3", title="Spare", order=2.0))
+    log.add(None, ev.TaskUpdated(task_id="t2", title="Build it", description="now",
+                                 depends_on=["t1"]))
+    log.add(None, ev.TaskMoved(task_id="t1", status="done", order=0.5))
+    log.add(None, ev.TaskRunStarted(task_id="t2", session_id="s6"))
+    log.add("s6", ev.SessionStatusChanged(status="running"))
+    log.add("s6", ev.SessionStatusChanged(status="idle"))
+    log.add(None, ev.TaskMoved(task_id="ghost", status="done", order=1.0))
+    log.add(None, ev.TaskDeleted(task_id="t3"))
     log.add(None, ev.WorkerDisconnected(worker_id="w1", reason="bye"))
     log.add(None, ev.WorkerDisconnected(worker_id="ghost"))
     log.add(None, ev.WorkerRevoked(worker_id="w2"))

@@ -38,7 +38,14 @@ async def _agent(url: str, token: str, worker_id: str, workdir: str) -> dict[str
     async with http, Client(streamable_http_client(url, http_client=http)) as client:
         names = {t.name for t in (await client.list_tools()).tools}
         assert {"list_sessions", "get_session", "list_workers", "start_session",
-                "send_prompt"} <= names
+                "send_prompt", "list_tasks", "create_task", "update_task"} <= names
+        # the agent files a task on the board and moves it
+        task = _text(await client.call_tool("create_task", {"title": "from the agent",
+                                                             "description": "found a bug"}))
+        _text(await client.call_tool("update_task", {"task_id": task["task_id"],
+                                                     "status": "review"}))
+        tasks = _text(await client.call_tool("list_tasks", {}))
+        assert [(t["title"], t["status"]) for t in tasks] == [("from the agent", "review")]
         workers = _text(await client.call_tool("list_workers", {}))
         assert [w["worker_id"] for w in workers] == [worker_id]
         started = _text(await client.call_tool("start_session", {

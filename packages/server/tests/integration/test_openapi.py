@@ -225,6 +225,37 @@ def _exercise(api: _Contract, server: ServerProcess, worker: WorkerProcess) -> N
     api.check("DELETE", one, 200, path={"schedule_id": sch["schedule_id"]})
     api.check("DELETE", one, 404, path={"schedule_id": "sch_none"})
 
+    # the task board (test_task_board.py runs a task to the end)
+    first = api.check("POST", "/api/tasks", 201, json={"title": "design"}).json()["task_id"]
+    second = api.check("POST", "/api/tasks", 201, json={
+        "title": "build", "depends_on": [first]}).json()["task_id"]
+    api.check("POST", "/api/tasks", 400, json={"title": " "})
+    api.check("POST", "/api/tasks", 404, json={"title": "x", "depends_on": ["tsk_none"]})
+    api.check("GET", "/api/tasks", 200)
+    task = "/api/tasks/{task_id}"
+    api.check("POST", task, 200, path={"task_id": second},
+              json={"title": "build it", "depends_on": [first]})
+    api.check("POST", task, 409, path={"task_id": first},
+              json={"title": "design", "depends_on": [second]})  # a cycle
+    api.check("POST", task, 400, path={"task_id": first}, json={"title": ""})
+    api.check("POST", task, 404, path={"task_id": "tsk_none"}, json={"title": "x"})
+    move = task + "/move"
+    api.check("POST", move, 409, path={"task_id": second}, json={"status": "in_progress"})
+    api.check("POST", move, 200, path={"task_id": first}, json={"status": "done"})
+    api.check("POST", move, 400, path={"task_id": first}, json={"status": "nowhere"})
+    api.check("POST", move, 404, path={"task_id": "tsk_none"}, json={"status": "done"})
+    run = task + "/run"
+    api.check("POST", run, 201, path={"task_id": second},
+              json={"worker_id": worker_id, "workdir": workdir})
+    api.check("POST", run, 400, path={"task_id": second}, json={"worker_id": worker_id})
+    api.check("POST", run, 404, path={"task_id": "tsk_none"},
+              json={"worker_id": worker_id, "workdir": workdir})
+    api.check("POST", run, 409, path={"task_id": first},
+              json={"worker_id": worker_id, "workdir": workdir})  # it is done
+    api.check("DELETE", task, 409, path={"task_id": first})  # build depends on it
+    api.check("DELETE", task, 404, path={"task_id": "tsk_none"})
+    api.check("DELETE", task, 200, path={"task_id": second})
+
     # MCP tokens (test_mcp_server.py uses one)
     made = api.check("POST", "/api/mcp/tokens", 201, json={"name": "agent"}).json()
     api.check("POST", "/api/mcp/tokens", 400, json={})

@@ -18,7 +18,7 @@ from codey_server.app import create_app
 from codey_server.auth import AuthService, ProviderStatus
 from codey_server.engine import Engine
 from codey_server.eventlog import MemoryEventLog
-from codey_server.http import schedules, sessions
+from codey_server.http import schedules, sessions, tasks
 from codey_server.http.workers import _REQUESTS
 from codey_server.settings import ProviderConfig, Settings
 
@@ -34,6 +34,9 @@ def _fields(struct: type[msgspec.Struct], *, without: set[str]) -> dict[str, Any
     (sessions.ApprovalChoice, cl.DecideApproval, {"session_id", "approval_id"}),
     (sessions.PolicyChoice, cl.SetApprovalPolicy, {"session_id"}),
     (schedules.ScheduleBody, cl.SaveSchedule, {"schedule_id"}),
+    (tasks.TaskBody, cl.CreateTask, set()),
+    (tasks.TaskBody, cl.UpdateTask, {"task_id"}),
+    (tasks.TaskRun, cl.RunTask, {"task_id"}),
 ])
 def test_each_rest_body_carries_every_field_of_its_command(
         body: type[msgspec.Struct], command: type[msgspec.Struct], from_path: set[str]) -> None:

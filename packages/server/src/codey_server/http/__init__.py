@@ -11,6 +11,7 @@
     mcp.py       /mcp (Codey as an MCP server) and /api/mcp/tokens (its tokens)
     metrics.py   GET /metrics (Prometheus)
     schedules.py /api/schedules: create, change, delete, run now
+    tasks.py     /api/tasks: the task board (create, change, move, delete, run)
     web.py       the static client at / and /favicon.ico
     telegram.py  /api/telegram/...: the Telegram channel's token, pairing code, chats, webhook
     files.py     /api/blobs (files sent with prompts) and /api/qr.svg (the pairing link)
@@ -46,6 +47,7 @@ from codey_server.http.schedules import SchedulesController
 from codey_server.http.sessions import SessionsController
 from codey_server.http.sockets import client_socket, worker_socket
 from codey_server.http.state import StateController
+from codey_server.http.tasks import TasksController
 from codey_server.http.telegram import TelegramController
 from codey_server.http.terminals import TerminalsController, terminal_socket
 from codey_server.http.web import web_routes
@@ -61,5 +63,5 @@ def route_handlers(settings: Settings) -> list[ControllerRouterHandler]:
     return [StateController, SessionsController, PairingController, WorkersController,
             AuthController, TelegramController, logout, client_socket, worker_socket,
             TerminalsController, terminal_socket, BlobsController, qr_svg, downloads_router,
-            McpTokensController, mcp_endpoint, metrics, SchedulesController,
+            McpTokensController, mcp_endpoint, metrics, SchedulesController, TasksController,
             *web_routes(settings)]
