@@ -42,6 +42,11 @@ export const api = {
   createTerminal: (worker_id, workdir, session_id) =>
     request("POST", "/api/terminals", { worker_id, workdir, session_id }),
   closeTerminal: (id) => request("POST", `/api/terminals/${encodeURIComponent(id)}/close`),
+  createTask: (body) => request("POST", "/api/tasks", body),
+  moveTask: (id, status, before) =>
+    request("POST", `/api/tasks/${encodeURIComponent(id)}/move`, { status, before }),
+  deleteTask: (id) => request("DELETE", `/api/tasks/${encodeURIComponent(id)}`),
+  runTask: (id, body) => request("POST", `/api/tasks/${encodeURIComponent(id)}/run`, body),
   createSchedule: (body) => request("POST", "/api/schedules", body),
   updateSchedule: (id, body) => request("POST", `/api/schedules/${encodeURIComponent(id)}`, body),
   deleteSchedule: (id) => request("DELETE", `/api/schedules/${encodeURIComponent(id)}`),

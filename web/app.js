@@ -1,6 +1,6 @@
 // The page: one store, one socket, a hash router and the views.
 //
-// Routes: `#/` dashboard, `#/session/<id>`, `#/terminal/<id>`, `#/schedules`, `#/pair/<CODE>`.
+// Routes: `#/` dashboard, `#/session/<id>`, `#/terminal/<id>`, `#/board`, `#/schedules`, `#/pair/<CODE>`.
 // For tests: `window.__codey = {store, state(), seq(), socket, app}`.
 
 import { api } from "./api.js";
@@ -15,6 +15,7 @@ import { PairPage } from "./views/pair.js";
 import { SessionView } from "./views/session.js";
 import { TerminalView } from "./views/terminal.js";
 import { McpDialog } from "./views/mcp.js";
+import { BoardPage } from "./views/board.js";
 import { SchedulesPage } from "./views/schedules.js";
 import { TelegramDialog } from "./views/telegram.js";
 import { Shortcuts } from "./views/shortcuts.js";
@@ -114,6 +115,8 @@ class App {
       document.title = "Log in · Codey";
     } else if ((m = /^#\/session\/(.+)$/.exec(hash))) {
       this.view = new SessionView(this.ctx, decodeURIComponent(m[1]));
+    } else if (hash === "#/board") {
+      this.view = new BoardPage(this.ctx);
     } else if (hash === "#/schedules") {
       this.view = new SchedulesPage(this.ctx);
     } else if ((m = /^#\/terminal\/(.+)$/.exec(hash))) {
