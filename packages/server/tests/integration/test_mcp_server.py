@@ -19,6 +19,10 @@ from codey_testkit.stack import ServerProcess, WorkerProcess
 
 SCRIPT: dict[str, Any] = {"model": "scripted-1", "steps": [
     {"match": {"user": "from an agent"}, "reply": {"text": "Hello, fellow agent."}},
+    {"match": {"user": "file a task"}, "reply": {"calls": [
+        {"name": "mcp__codey__create_task", "arguments": {"title": "filed from a session"}}]}},
+    {"match": {"tool": "mcp__codey__create_task", "tool_output": "task_id"},
+     "reply": {"text": "Filed."}},
     {"match": {"any": True}, "reply": {"text": "ok"}},
 ]}
 
@@ -86,3 +90,23 @@ def test_an_mcp_client_starts_a_session_with_its_token(
     assert revoked.status_code == 200
     assert httpx.post(url, json={}, headers={"Authorization": f"Bearer {token}"},
                       timeout=10).status_code == 401
+
+
+def test_an_agent_in_a_codey_session_uses_codey_through_mcp(
+        server: ServerProcess, tmp_path: Path) -> None:
+    """The worker's MCP config takes an HTTP server: the session's model files a task on the
+    board through Codey's own /mcp."""
+    token = server.http.post("/api/mcp/tokens", json={"name": "sessions"}).json()["token"]
+    config = {"mcp_servers": {"codey": {"url": f"{server.url}/mcp",
+                                        "headers": {"Authorization": f"Bearer {token}"}}}}
+    with WorkerProcess(server, tmp_path / "w2", config=config) as worker:
+        workdir = Path(worker.workdir("mcp2"))
+        workdir.mkdir(parents=True)
+        r = server.http.post("/api/sessions", json={
+            "worker_id": worker.worker_id, "workdir": str(workdir), "prompt": "file a task",
+            "policy": "full-auto"})
+        sid = r.json()["session_id"]
+        s = wait_for(server, sid, idle, timeout=60, what="the turn")
+        assert s["items"][-1]["text"] == "Filed.", s["items"][-2:]
+        tasks = server.http.get("/api/tasks").json()
+        assert [t["title"] for t in tasks] == ["filed from a session"]

@@ -150,13 +150,17 @@ def delete_identity(home: Path) -> bool:
 
 @dataclass(frozen=True)
 class McpServerConfig:
-    """One stdio MCP server: ``command`` with ``args``, started in the session's workdir with
-    the environment commands get (``exec.build_env``) plus ``env``, as the owner wrote it."""
+    """One MCP server: a stdio one, ``command`` with ``args``, started in the session's
+    workdir with the environment commands get (``exec.build_env``) plus ``env``, as the owner
+    wrote it; or a streamable-HTTP one at ``url``, sent ``headers`` (e.g. Codey's own
+    ``/mcp`` with ``Authorization: Bearer cmcp_...``)."""
 
     name: str
-    command: str
+    command: str = ""
     args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
+    url: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -215,6 +219,19 @@ def _mcp_servers(raw: Any, source: str,
         command = spec.get("command")
         args = spec.get("args", [])
         env = spec.get("env", {})
+        url, headers = spec.get("url"), spec.get("headers", {})
+        if url is not None and key == "mcp_servers":
+            if command is not None or not isinstance(url, str) or \
+                    not url.startswith(("http://", "https://")):
+                raise ConfigError(f"{where}: give either a command or an http(s) url")
+            if not isinstance(headers, dict) or not all(
+                    isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
+                raise ConfigError(f"{where}.headers must be an object of string -> string")
+            extra = sorted(set(spec) - {"url", "headers"})
+            if extra:
+                raise ConfigError(f"{where}: unknown field(s) {', '.join(extra)}")
+            servers[name] = McpServerConfig(name=name, url=url, headers=dict(headers))
+            continue
         if not isinstance(command, str) or not command:
             raise ConfigError(f"{where}.command must be a non-empty string")
         if not isinstance(args, list) or not all(isinstance(a, str) for a in args):

@@ -41,6 +41,7 @@ import os
 import shutil
 import tempfile
 from collections import OrderedDict
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -65,6 +66,16 @@ START_TIMEOUT_S = 30.0
 CALL_TIMEOUT_S = 300.0
 #: running processes per configured server (one per workdir in use), at most
 MAX_INSTANCES = 8
+
+
+@contextlib.asynccontextmanager
+async def _http_streams(url: str, headers: dict[str, str]) -> AsyncIterator[Any]:
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    async with httpx2.AsyncClient(headers=headers, timeout=30.0) as http, \
+            streamable_http_client(url, http_client=http) as streams:
+        yield streams
 
 
 def server_env(config: McpServerConfig, cwd: Path) -> dict[str, str]:
@@ -135,14 +146,22 @@ class _Server:
                                 f"MCP server {self.config.name!r} could not start: "
                                 f"{_describe(exc)}") from None
 
-    async def _hold(self, ready: asyncio.Future[ClientSession], stop: asyncio.Event) -> None:
-        from mcp import ClientSession, StdioServerParameters, stdio_client
+    def _transport(self, errlog: TextIO) -> Any:
+        """The streams to the server: a process over stdio, or streamable HTTP at ``url``."""
+        if self.config.url is not None:
+            return _http_streams(self.config.url, self.config.headers)
+        from mcp import StdioServerParameters, stdio_client
 
         params = StdioServerParameters(command=self.config.command, args=self.config.args,
                                        env=server_env(self.config, self.cwd), cwd=self.cwd)
+        return stdio_client(params, errlog=errlog)
+
+    async def _hold(self, ready: asyncio.Future[ClientSession], stop: asyncio.Event) -> None:
+        from mcp import ClientSession
+
         errlog = self._errlog()
         try:
-            async with stdio_client(params, errlog=errlog) as (read, write):  # noqa: SIM117
+            async with self._transport(errlog) as (read, write):  # noqa: SIM117
                 async with ClientSession(read, write,
                                          list_roots_callback=self._list_roots) as session:
                     await session.initialize()

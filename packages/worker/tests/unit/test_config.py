@@ -11,6 +11,7 @@ import pytest
 from codey_worker.config import (
     ConfigError,
     Identity,
+    WorkerConfig,
     codey_home,
     delete_identity,
     load_config,
@@ -111,3 +112,17 @@ def test_server_url_precedence() -> None:
 def test_codey_home_from_env(tmp_path: Path) -> None:
     assert codey_home({"CODEY_HOME": str(tmp_path)}) == tmp_path
     assert codey_home({}) == Path.home() / ".codey"
+
+
+def test_an_mcp_server_can_be_reached_over_http_instead_of_started() -> None:
+    config = WorkerConfig.from_dict({"mcp_servers": {"codey": {
+        "url": "http://127.0.0.1:8765/mcp", "headers": {"Authorization": "Bearer cmcp_x"}}}})
+    server = config.mcp_servers["codey"]
+    assert (server.url, server.headers, server.command) == (
+        "http://127.0.0.1:8765/mcp", {"Authorization": "Bearer cmcp_x"}, "")
+    for bad in ({"url": "ftp://x"}, {"url": "http://x", "command": "y"},
+                {"url": "http://x", "headers": {"a": 1}}, {"url": "http://x", "env": {}}):
+        with pytest.raises(ConfigError, match=r"mcp_servers\.codey"):
+            WorkerConfig.from_dict({"mcp_servers": {"codey": bad}})
+    with pytest.raises(ConfigError, match="command"):  # an ACP agent is always a program
+        WorkerConfig.from_dict({"acp_agents": {"a": {"url": "http://x"}}})
