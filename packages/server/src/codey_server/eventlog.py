@@ -14,7 +14,8 @@ Order of calls::
     async for batch in sub: ...
     await log.close()                 # finishes in-flight appends, then ends subscriptions
 
-Guarantees every implementation gives (checked by ``tests/unit/test_eventlog_contract.py``):
+Guarantees every implementation gives (checked by ``codey_server.testing.eventlog_contract``,
+which each backend's tests subclass):
 
 - one :meth:`EventLog.append` call is one atomic group: its events get consecutive seqs and are
   committed together, or not at all (then the caller gets the exception and no seq is used);

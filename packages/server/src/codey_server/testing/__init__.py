@@ -1,0 +1,1 @@
+"""Test code shipped with the server for other backends' suites (it needs pytest)."""
