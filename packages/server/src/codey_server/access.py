@@ -451,11 +451,14 @@ class RedactSecrets(logging.Filter):
 
     #: a Telegram bot token in a Bot API URL (``…/bot123456:ABC…/getUpdates``)
     _BOT_URL = re.compile(r"(/bot)(\d+:[A-Za-z0-9_-]+)")
+    #: the password in a database URL (postgresql://user:password@host/db)
+    _DB_PASSWORD = re.compile(r"(postgres(?:ql)?://[^:/@\s]+:)([^@\s]+)(?=@)")
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
         redacted = self._PATTERN.sub(lambda m: m.group(1) + "[redacted]", message)
         redacted = self._BOT_URL.sub(lambda m: m.group(1) + "[redacted]", redacted)
+        redacted = self._DB_PASSWORD.sub(lambda m: m.group(1) + "[redacted]", redacted)
         if redacted != message:
             record.msg, record.args = redacted, None
         return True

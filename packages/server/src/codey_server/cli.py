@@ -70,6 +70,9 @@ def _parser() -> argparse.ArgumentParser:
                        help="another Host name to answer to, besides loopback (repeatable)")
     serve.add_argument("--no-auth", action="store_true",
                        help="no access token (refused unless bound to loopback)")
+    serve.add_argument("--database-url", default=os.environ.get("CODEY_DATABASE_URL"),
+                       help="postgresql://… : keep the event log in PostgreSQL (default: "
+                            "SQLite in the data dir; also $CODEY_DATABASE_URL)")
     serve.add_argument("--clock-file", type=Path, default=None,
                        help="the schedules' clock: a file holding unix seconds (for tests)")
     serve.add_argument("--direct-actions", action="store_true",
@@ -128,7 +131,8 @@ def serve(args: argparse.Namespace) -> int:
                         log_level=args.log_level, public_url=args.public_url, tls=args.tls,
                         allowed_origins=args.allowed_origin, allowed_hosts=args.allowed_host,
                         auth_required=not args.no_auth,
-                        direct_actions=args.direct_actions, clock_file=args.clock_file)
+                        direct_actions=args.direct_actions, clock_file=args.clock_file,
+                        database_url=args.database_url)
     if args.snapshot_every:
         settings = msgspec.structs.replace(settings, snapshot_every=args.snapshot_every)
     config_path = args.config or settings.data_dir / "config.json"

@@ -21,7 +21,7 @@ from codey_server.channels.telegram import TelegramChannel
 from codey_server.clients import ClientHub
 from codey_server.decide import Context
 from codey_server.engine import Engine
-from codey_server.eventlog import SqliteEventLog
+from codey_server.eventlog import EventLog, SqliteEventLog
 from codey_server.mcp_server import CodeyMcp, McpTokens
 from codey_server.metrics import ServerMetrics
 from codey_server.pairing import KeyStore, Pairing
@@ -33,6 +33,15 @@ from codey_server.terminals import TerminalService
 from codey_server.workers import WorkerRegistry
 
 __all__ = ["Services"]
+
+
+def event_log_for(settings: Settings) -> EventLog:
+    """PostgreSQL when ``database_url`` is set, else SQLite in the data dir."""
+    if settings.database_url:
+        from codey_server.eventlog_pg import PostgresEventLog  # psycopg only when used
+
+        return PostgresEventLog(settings.database_url)
+    return SqliteEventLog(settings.db_path)
 
 
 def _context(settings: Settings, blobs: BlobStore) -> Context:
@@ -57,7 +66,7 @@ class Services:
         ensure_private_dir(settings.data_dir)
         # files sent with prompts, once each by content hash
         self.blobs = BlobStore(settings.data_dir / "blobs")
-        self.engine = Engine(SqliteEventLog(settings.db_path),
+        self.engine = Engine(event_log_for(settings),
                              snapshot_every=settings.snapshot_every,
                              context=_context(settings, self.blobs))
         self.clients = ClientHub()

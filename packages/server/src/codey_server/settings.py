@@ -128,6 +128,8 @@ class Settings(msgspec.Struct, kw_only=True):
     schedule_grace_s: float = 300.0
     #: the schedules' clock: a file holding unix seconds (tests), else the system's
     clock_file: Path | None = None
+    #: ``postgresql://…``: the event log in PostgreSQL; None: SQLite in the data dir
+    database_url: str | None = None
     #: events per catch-up frame
     catchup_batch: int = 2000
     providers: list[ProviderConfig] = msgspec.field(default_factory=list)

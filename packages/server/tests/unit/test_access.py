@@ -97,6 +97,10 @@ def test_redaction_masks_tokens_in_log_records() -> None:
     RedactSecrets().filter(bot)
     assert bot.getMessage() == ("HTTP Request: POST https://api.telegram.org/bot[redacted]"
                                 "/getUpdates")
+    db = logging.LogRecord("x", logging.INFO, __file__, 1, "connecting to %s", (
+        "postgresql://codey:hunter2@db.internal:5432/codey",), None)
+    RedactSecrets().filter(db)
+    assert db.getMessage() == "connecting to postgresql://codey:[redacted]@db.internal:5432/codey"
     plain = logging.LogRecord("x", logging.INFO, __file__, 1, "nothing here %d", (1,), None)
     RedactSecrets().filter(plain)
     assert plain.getMessage() == "nothing here 1"
