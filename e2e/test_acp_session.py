@@ -40,9 +40,9 @@ def test_acp_session_in_the_browser(stack: Stack, page: Page, tmp_path: Path) ->
     dialog.get_by_test_id("ns-submit").click()
     card = page.get_by_test_id("approval")
     expect(card).to_contain_text("Write notes.txt")
-    page.screenshot(path=str(tmp_path / "acp-approval.png"))
+    page.screenshot(path="e2e/test-results/acp-approval.png")
     card.get_by_role("button", name="Approve", exact=True).click()
     expect(stack.items(page, "assistant_message").last).to_have_text("Written.")
     expect(stack.status(page)).to_have_attribute("data-status", "idle")
     assert (Path(workdir) / "notes.txt").read_text() == "noted\n"
-    page.screenshot(path=str(tmp_path / "acp-session.png"))
+    page.screenshot(path="e2e/test-results/acp-session.png")

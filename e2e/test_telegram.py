@@ -42,6 +42,6 @@ def test_telegram_dialog_pairs_and_removes_a_chat(stack: Stack, page: Page,
         expect(chats).to_contain_text("Ann")  # live, from the telegram_chat_paired event
         bot.wait(lambda s: any("Paired" in x["text"] for x in s["sent"]), what="the reply")
         assert TOKEN not in page.content()
-        page.screenshot(path=str(tmp_path / "telegram-dialog.png"))
+        page.screenshot(path="e2e/test-results/telegram-dialog.png")
         dialog.get_by_test_id("tg-remove").click()
         expect(dialog).to_contain_text("No chat is paired")
