@@ -37,7 +37,11 @@ def typecheck(session: nox.Session) -> None:
 @nox.session
 def tests(session: nox.Session) -> None:
     args = session.posargs or [f"{p}/tests" for p in PACKAGES]
-    session.run("pytest", "-q", "-p", "no:cacheprovider", *args, external=True)
+    # two processes (pytest-xdist), a whole file to each: the integration tests spend most
+    # of their time waiting on the processes they start, and a module's fixtures (one
+    # PostgreSQL cluster per file) stay in one process
+    session.run("pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadfile",
+                *args, external=True)
 
 
 @nox.session
