@@ -69,6 +69,7 @@ function paired(state, env, e) {
     python_version: dflt(e.python_version, ""), worker_version: dflt(e.worker_version, ""),
     roots: [...e.roots], connected: false, revoked: false, paired_at: env.ts,
     last_seen: null, capabilities: { executors: [], mcp_servers: [], acp_agents: [] },
+    replica: "",
   };
 }
 
@@ -90,12 +91,15 @@ function connected(state, env, e) {
   w.worker_version = e.worker_version;
   w.capabilities = dflt(e.capabilities,
     { executors: [], mcp_servers: [], terminal: false, acp_agents: [] });
+  w.replica = dflt(e.replica, "");
   w.last_seen = env.ts;
 }
 
 function disconnected(state, env, e) {
   const w = state.workers[e.worker_id];
-  if (w) {
+  // a socket that ended on another replica than the one now holding the worker
+  const elsewhere = e.replica && w && w.replica && e.replica !== w.replica;
+  if (w && !elsewhere) {
     w.connected = false;
     w.last_seen = env.ts;
   }

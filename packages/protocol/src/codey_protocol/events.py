@@ -205,11 +205,16 @@ class WorkerConnected(EventBase, kw_only=True):
     os: str
     worker_version: str
     capabilities: Capabilities = msgspec.field(default_factory=Capabilities)
+    #: the server (replica) holding the socket; "" for one server alone
+    replica: str = ""
 
 
 class WorkerDisconnected(EventBase, kw_only=True):
     worker_id: str
     reason: str = ""
+    #: the replica whose socket ended; a disconnect from another replica than the one now
+    #: holding the worker (it came back there first) changes nothing
+    replica: str = ""
 
 
 # sessions ---------------------------------------------------------------------------------

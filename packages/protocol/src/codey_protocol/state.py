@@ -40,6 +40,8 @@ class WorkerInfo(msgspec.Struct, kw_only=True):
     paired_at: float = 0.0
     last_seen: float | None = None
     capabilities: Capabilities = msgspec.field(default_factory=Capabilities)
+    #: the replica holding its socket (several servers on PostgreSQL), else ""
+    replica: str = ""
 
 
 class PairRequestInfo(msgspec.Struct, kw_only=True):

@@ -189,6 +189,10 @@ class BrowserAccess:
             self._token = load_or_create_token(self.settings.data_dir)
         return self._token
 
+    def reload(self) -> None:
+        """The sessions file was replaced (by another replica): read it again when next used."""
+        self._sessions = None
+
     def _store(self) -> dict[str, float]:
         if self._sessions is None:
             self._sessions = {}

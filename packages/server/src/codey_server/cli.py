@@ -72,7 +72,11 @@ def _parser() -> argparse.ArgumentParser:
                        help="no access token (refused unless bound to loopback)")
     serve.add_argument("--database-url", default=os.environ.get("CODEY_DATABASE_URL"),
                        help="postgresql://… : keep the event log in PostgreSQL (default: "
-                            "SQLite in the data dir; also $CODEY_DATABASE_URL)")
+                            "SQLite in the data dir; also $CODEY_DATABASE_URL). Several "
+                            "servers on one database are replicas (docs/deploy.md)")
+    serve.add_argument("--replica-id", default=os.environ.get("CODEY_REPLICA_ID"),
+                       help="this server's name among replicas (default: host name and a "
+                            "random suffix)")
     serve.add_argument("--clock-file", type=Path, default=None,
                        help="the schedules' clock: a file holding unix seconds (for tests)")
     serve.add_argument("--direct-actions", action="store_true",
@@ -132,7 +136,7 @@ def serve(args: argparse.Namespace) -> int:
                         allowed_origins=args.allowed_origin, allowed_hosts=args.allowed_host,
                         auth_required=not args.no_auth,
                         direct_actions=args.direct_actions, clock_file=args.clock_file,
-                        database_url=args.database_url)
+                        database_url=args.database_url, replica_id=args.replica_id)
     if args.snapshot_every:
         settings = msgspec.structs.replace(settings, snapshot_every=args.snapshot_every)
     config_path = args.config or settings.data_dir / "config.json"

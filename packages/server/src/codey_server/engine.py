@@ -53,6 +53,9 @@ class Engine:
         self.replayed = 0
         #: called with each envelope right after it is folded (sync; schedule work, don't block)
         self.listeners: list[Callable[[Envelope], None]] = []
+        #: True while listeners are told of an event another replica appended
+        self.applying_foreign = False
+        self._foreign: set[int] = set()
         #: told how long each append took, call to commit and fold (/metrics)
         self.append_timers: list[Callable[[float], None]] = []
 
@@ -75,6 +78,8 @@ class Engine:
             self.replayed += len(batch)
             after = batch[-1].seq
         self.started_at = time.time()
+        # other replicas' appends (PostgreSQL): folded in seq order among this one's
+        self.log.follow(self.state.seq, self._fold_foreign)
         log.info("state at seq %d (snapshot %d, replayed %d events) in %.3f s",
                  self.state.seq, self._snapshot_seq, self.replayed, time.perf_counter() - t0)
         if self.state.seq - self._snapshot_seq >= self.snapshot_every:
@@ -132,18 +137,33 @@ class Engine:
         async with self._command_lock:
             return await self.append(decision(self.state, self.context))
 
+    async def caught_up(self, seq: int) -> None:
+        """Return once the state has folded every event up to ``seq`` (one committed by
+        another replica arrives through the log's follower)."""
+        if self.state.seq < seq:
+            async with self._applied:
+                await self._applied.wait_for(lambda: self.state.seq >= seq)
+
     def _fold_when_done(self, appended: asyncio.Future[list[Envelope]]) -> None:
         if not appended.cancelled() and appended.exception() is None:
             self._fold(appended.result())
 
+    def _fold_foreign(self, envs: list[Envelope]) -> None:
+        self._foreign.update(env.seq for env in envs if env.seq > self.state.seq)
+        self._fold(envs)
+
     def _fold(self, envs: list[Envelope]) -> None:
         for env in envs:
-            self._pending[env.seq] = env
+            if env.seq > self.state.seq:
+                self._pending[env.seq] = env
         advanced = False
         nxt = self.state.seq + 1
         while nxt in self._pending:
             env = self._pending.pop(nxt)
             apply(self.state, env)
+            if self._foreign:
+                self.applying_foreign = nxt in self._foreign
+                self._foreign.discard(nxt)
             for listener in self.listeners:
                 try:
                     listener(env)
@@ -151,6 +171,7 @@ class Engine:
                     log.exception("listener failed on seq %d", env.seq)
             nxt += 1
             advanced = True
+        self.applying_foreign = False
         if advanced:
             asyncio.get_running_loop().create_task(self._notify())
             self._maybe_snapshot()

@@ -274,6 +274,12 @@ class EventLog(abc.ABC):
         many events went. ``through_seq`` must be at or below a stored snapshot, so the state
         is still rebuilt from that snapshot. Seqs are never reused after a trim."""
 
+    def follow(self, after_seq: int, on_foreign: Callable[[list[Envelope]], None]) -> None:
+        """From now on, also publish the events other processes commit after ``after_seq``,
+        and hand them to ``on_foreign`` before publishing them. Only a store several servers
+        share (PostgreSQL) has any; the others ignore this."""
+        del after_seq, on_foreign
+
     def subscribe(self, maxsize: int = 1024) -> Subscription:
         """Attach a live subscription; it receives groups committed after this call."""
         if self._closed:

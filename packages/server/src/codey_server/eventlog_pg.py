@@ -9,12 +9,14 @@ The same contract as the SQLite log (``codey_server.testing.eventlog_contract``)
 - **Group commit.** One writer task per process takes every append queued while the last
   transaction ran and commits them together: throughput does not fall to one round trip per
   append. Each ``append`` call still gets consecutive seqs of its own.
-- **Subscribers** of this process get each group after its commit, in seq order.
-- **One server per database, for now.** The engine folds only its own appends, so a second
-  server on the same database would serve a state that misses the first one's events: the log
-  takes an exclusive advisory lock when it opens and a second server refuses to start, with
-  a clear error. (Several replicas need the fold to follow other writers: see
-  docs/deploy.md.)
+- **Several servers (replicas) on one database.** Each process publishes to its subscribers
+  every committed event, its own and the other replicas', in seq order and without gaps: a
+  commit NOTIFYs ``codey_events`` inside its transaction (the wake-up), and a follower reads the
+  rows after the last seq it published (the data). It also polls every
+  :data:`POLL_S` seconds, so a lost notification or a dropped listener costs latency, never an
+  event. Its own groups are published at once when nothing is missing before them; otherwise
+  they wait for the follower to read the rows in between. The engine gets the other
+  replicas' events through :meth:`follow` and folds them like its own.
 """
 
 from __future__ import annotations
@@ -22,27 +24,36 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
-from codey_protocol.codec import encode
+from codey_protocol.codec import decode_envelope, encode
 from codey_protocol.events import Envelope, Event
 from codey_server.errors import LogClosed, ServerError
 from codey_server.eventlog import SNAPSHOTS_KEPT, EventLog, _decode_many, _tag
 
-__all__ = ["LOCK_KEY", "PostgresEventLog"]
+__all__ = ["CHANNEL", "PostgresEventLog"]
 
 log = logging.getLogger("codey.eventlog")
 
-#: the advisory lock one server holds on its database ("codey" in ASCII)
-LOCK_KEY = 0x636F646579
+#: the advisory lock taken while a process creates the schema ("codey" in ASCII)
+SCHEMA_LOCK = 0x636F646579
+#: the channel a commit notifies with its last seq
+CHANNEL = "codey_events"
+#: the follower reads the table at least this often (a missed NOTIFY costs at most this)
+POLL_S = 1.0
+#: rows the follower reads at once
+FOLLOW_BATCH = 2000
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS codey_events (
     seq bigint PRIMARY KEY, ts double precision NOT NULL, session_id text, type text NOT NULL,
     envelope bytea NOT NULL);
 CREATE INDEX IF NOT EXISTS codey_events_session ON codey_events (session_id);
+-- the process that appended the row: a follower knows its own commits by it
+ALTER TABLE codey_events ADD COLUMN IF NOT EXISTS origin text;
 CREATE TABLE IF NOT EXISTS codey_snapshots (seq bigint PRIMARY KEY, data bytea NOT NULL);
 CREATE TABLE IF NOT EXISTS codey_meta (key text PRIMARY KEY, value bigint NOT NULL);
 INSERT INTO codey_meta (key, value) VALUES ('last_seq', 0), ('trimmed_through', 0)
@@ -58,9 +69,15 @@ class PostgresEventLog(EventLog):
         self.url = url
         self.pool_size = pool_size
         self._pool: Any = None
-        self._lock_conn: Any = None
         self._queue: asyncio.Queue[_Request | None] = asyncio.Queue()
         self._writer: asyncio.Task[None] | None = None
+        self._follower: asyncio.Task[None] | None = None
+        self._listener: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        self._own: dict[int, list[Envelope]] = {}  # committed here, waiting for earlier seqs
+        self._on_foreign: Callable[[list[Envelope]], None] | None = None
+        self._following = False
+        self._origin = secrets.token_hex(8)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -69,19 +86,19 @@ class PostgresEventLog(EventLog):
         from psycopg_pool import AsyncConnectionPool
 
         try:
-            self._lock_conn = await psycopg.AsyncConnection.connect(self.url, autocommit=True)
+            conn = await psycopg.AsyncConnection.connect(self.url, autocommit=True)
         except psycopg.OperationalError as err:
             raise ServerError(f"cannot reach the database: {err}") from None
-        row = await (await self._lock_conn.execute("SELECT pg_try_advisory_lock(%s)",
-                                                   (LOCK_KEY,))).fetchone()
-        if not row or not row[0]:
-            await self._lock_conn.close()
-            raise ServerError("another codey-server is using this database: one server per "
-                              "database (see docs/deploy.md)")
-        await self._lock_conn.execute(_SCHEMA)
-        last = await (await self._lock_conn.execute(
-            "SELECT value FROM codey_meta WHERE key = 'last_seq'")).fetchone()
-        self._last_seq = int(last[0])
+        async with conn:
+            async with conn.transaction():
+                # replicas starting together: one creates the tables, the others wait
+                await conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
+                await conn.execute(_SCHEMA)
+            last = await (await conn.execute(
+                "SELECT value FROM codey_meta WHERE key = 'last_seq'")).fetchone()
+        self._last_seq = int(last[0]) if last else 0
+        self._own = {}
+        self._wake = asyncio.Event()
         self._pool = AsyncConnectionPool(self.url, min_size=1, max_size=self.pool_size,
                                          open=False, kwargs={"autocommit": True})
         await self._pool.open(wait=True)
@@ -98,12 +115,15 @@ class PostgresEventLog(EventLog):
         if self._writer is not None:
             self._queue.put_nowait(None)  # after what is queued: in-flight appends finish
             await asyncio.shield(self._writer)
+        for task in (self._follower, self._listener):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        self._follower = self._listener = None
         self._end_subscribers()
         if self._pool is not None:
             await self._pool.close()
-        if self._lock_conn is not None:
-            with contextlib.suppress(Exception):
-                await self._lock_conn.close()  # releases the advisory lock
 
     # -- appends ----------------------------------------------------------------------------------
 
@@ -154,7 +174,7 @@ class PostgresEventLog(EventLog):
                     future.set_exception(err)
             return
         for (_, future), envs in zip(ready, done, strict=True):
-            self._publish(envs)
+            self._publish_own(envs)
             if not future.done():
                 future.set_result(envs)
 
@@ -166,22 +186,127 @@ class PostgresEventLog(EventLog):
             seq = int(row[0])
             ts = time.time()
             out: list[list[Envelope]] = []
-            rows: list[tuple[int, float, str | None, str, bytes]] = []
+            rows: list[tuple[int, float, str | None, str, bytes, str]] = []
             for events, _ in ready:
                 envs = []
                 for session_id, event in events:
                     seq += 1
                     env = Envelope(seq=seq, ts=ts, session_id=session_id, event=event)
-                    rows.append((seq, ts, session_id, _tag(event), encode(env)))
+                    rows.append((seq, ts, session_id, _tag(event), encode(env), self._origin))
                     envs.append(env)
                 out.append(envs)
             async with conn.cursor() as cur:
                 await cur.executemany(
-                    "INSERT INTO codey_events (seq, ts, session_id, type, envelope) "
-                    "VALUES (%s, %s, %s, %s, %s)", rows)
+                    "INSERT INTO codey_events (seq, ts, session_id, type, envelope, origin) "
+                    "VALUES (%s, %s, %s, %s, %s, %s)", rows)
             await conn.execute("UPDATE codey_meta SET value = %s WHERE key = 'last_seq'",
                                (seq,))
+            # delivered at commit, to the other replicas' followers
+            await conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, str(seq)))
         return out
+
+    # -- following the other replicas -------------------------------------------------------------
+
+    def follow(self, after_seq: int, on_foreign: Callable[[list[Envelope]], None]) -> None:
+        """Publish every event committed after ``after_seq`` by any process, in seq order, and
+        hand those of other processes to ``on_foreign`` (the engine's fold) first."""
+        self._last_seq = max(self._last_seq, after_seq)
+        self._on_foreign = on_foreign
+        self._following = True
+        loop = asyncio.get_running_loop()
+        self._listener = loop.create_task(self._listen(), name="eventlog-listen")
+        self._follower = loop.create_task(self._follow(), name="eventlog-follow")
+
+    def _publish_own(self, envs: list[Envelope]) -> None:
+        if envs[0].seq <= self._last_seq:
+            return  # cannot happen: the follower waits for its own rows' commits to return
+        if not self._following or envs[0].seq == self._last_seq + 1:
+            self._publish(envs)
+            self._drain_own()
+            return
+        # another replica committed the seqs before these: publish once they are read
+        self._own[envs[0].seq] = envs
+        self._wake.set()
+
+    def _drain_own(self) -> None:
+        while self._own:
+            envs = self._own.pop(self._last_seq + 1, None)
+            if envs is None:
+                return
+            self._publish(envs)
+
+    async def _listen(self) -> None:
+        import psycopg
+
+        while not self._closed:
+            try:
+                async with await psycopg.AsyncConnection.connect(
+                        self.url, autocommit=True) as conn:
+                    await conn.execute(f"LISTEN {CHANNEL}")
+                    self._wake.set()  # what was committed while not listening
+                    async for note in conn.notifies():
+                        if int(note.payload or 0) > self._last_seq:
+                            self._wake.set()
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:  # the poll covers the gap; reconnect after a pause
+                log.warning("event-log listener lost its connection (%s); reconnecting", err)
+                await asyncio.sleep(POLL_S)
+
+    async def _follow(self) -> None:
+        while not self._closed:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), POLL_S)
+            self._wake.clear()
+            try:
+                while await self._catch_up():
+                    pass
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:  # the next poll tries again
+                if not self._closed:
+                    log.warning("event-log follower failed (%s); retrying", err)
+
+    async def _catch_up(self) -> bool:
+        """Read and publish what was committed after the last published seq; True when a full
+        batch came (read again)."""
+        after = self._last_seq
+        rows = await self._rows(
+            "SELECT seq, origin, envelope FROM codey_events WHERE seq > %s ORDER BY seq "
+            "LIMIT %s", (after, FOLLOW_BATCH))
+        run: list[Envelope] = []
+        foreign: list[Envelope] = []
+        for seq, origin, blob in rows:
+            seq = int(seq)
+            if seq <= self._last_seq:
+                continue  # published while this read ran
+            if seq != self._last_seq + 1:
+                break  # trimmed or not yet visible: the next poll reads it
+            if origin == self._origin:  # one of ours: publish it as its own group
+                own = self._own.pop(seq, None)
+                if own is None:
+                    break  # its commit has not returned yet: it publishes itself then
+                if run:
+                    self._hand_over(run, foreign)
+                    run, foreign = [], []
+                self._publish(own)
+                continue
+            env = decode_envelope(bytes(blob))
+            run.append(env)
+            foreign.append(env)
+            self._last_seq = seq  # the next row must follow this one
+        if run:
+            self._hand_over(run, foreign)
+        self._drain_own()
+        return len(rows) == FOLLOW_BATCH
+
+    def _hand_over(self, run: list[Envelope], foreign: list[Envelope]) -> None:
+        if self._on_foreign is not None:
+            try:
+                self._on_foreign(foreign)
+            except Exception:  # the fold's own errors are logged there; publishing goes on
+                log.exception("folding other replicas' events failed")
+        self._publish(run)
 
     # -- reads ------------------------------------------------------------------------------------
 

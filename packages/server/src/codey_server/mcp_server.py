@@ -58,8 +58,13 @@ class McpTokens:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._tokens: dict[str, McpToken] = {}
-        if path.exists():
-            for t in msgspec.json.decode(path.read_bytes(), type=list[McpToken]):
+        self.reload()
+
+    def reload(self) -> None:
+        """Read the file (again, when another replica replaced it)."""
+        self._tokens = {}
+        if self.path.exists():
+            for t in msgspec.json.decode(self.path.read_bytes(), type=list[McpToken]):
                 self._tokens[t.token_id] = t
 
     def _save(self) -> None:

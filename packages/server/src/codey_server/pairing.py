@@ -149,6 +149,13 @@ class KeyStore:
         with contextlib.suppress(FileNotFoundError):
             self._data = json.loads(path.read_text())
 
+    def reload(self) -> None:
+        """The file was replaced (by another replica): read it again."""
+        try:
+            self._data = json.loads(self.path.read_text())
+        except (FileNotFoundError, ValueError):
+            self._data = {}
+
     def add(self, worker_id: str, public_key: str, credential: str) -> None:
         self._data[worker_id] = {"public_key": public_key, "credential": _hash(credential)}
         self._save()

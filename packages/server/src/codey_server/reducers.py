@@ -153,6 +153,7 @@ def _connected(state: State, env: ev.Envelope) -> None:
     w.os = e.os
     w.worker_version = e.worker_version
     w.capabilities = e.capabilities
+    w.replica = e.replica
     w.last_seen = env.ts
 
 
@@ -160,7 +161,7 @@ def _disconnected(state: State, env: ev.Envelope) -> None:
     e = env.event
     assert isinstance(e, ev.WorkerDisconnected)
     w = state.workers.get(e.worker_id)
-    if w is not None:
+    if w is not None and not (e.replica and w.replica and e.replica != w.replica):
         w.connected = False
         w.last_seen = env.ts
 

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 
 from codey_protocol.state import State
 from codey_server.engine import Engine
@@ -46,9 +47,12 @@ def sessions_to_keep(state: State, now: float, config: RetentionConfig) -> set[s
 class Retention:
     """Trims the log every ``config.every_s`` seconds while the server runs."""
 
-    def __init__(self, engine: Engine, config: RetentionConfig) -> None:
+    def __init__(self, engine: Engine, config: RetentionConfig,
+                 gate: Callable[[], Awaitable[bool]] | None = None) -> None:
         self.engine = engine
         self.config = config
+        #: among replicas: True on the one replica that trims (its lease)
+        self.gate = gate
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -73,6 +77,7 @@ class Retention:
         while True:
             await asyncio.sleep(self.config.every_s)
             try:
-                await self.run_once(time.time())
+                if self.gate is None or await self.gate():
+                    await self.run_once(time.time())
             except Exception:  # retention must never take the server down; try again later
                 log.exception("retention failed")

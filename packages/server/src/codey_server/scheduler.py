@@ -17,7 +17,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from codey_protocol import events as ev
@@ -47,8 +47,12 @@ def file_clock(path: Path) -> Clock:
 
 class Scheduler:
     def __init__(self, engine: Engine, *, clock: Clock = time.time, grace_s: float = 300.0,
-                 tick_s: float = 1.0) -> None:
+                 tick_s: float = 1.0,
+                 gate: Callable[[], Awaitable[bool]] | None = None) -> None:
         self.engine = engine
+        #: among replicas: True when this one may fire (it holds the scheduler's lease and has
+        #: folded everything committed), so two replicas never fire the same run
+        self.gate = gate
         self.clock = clock
         self.grace_s = grace_s
         self.tick_s = tick_s
@@ -100,7 +104,8 @@ class Scheduler:
     async def _run(self) -> None:
         while True:
             try:
-                await self.tick()
+                if self.gate is None or await self.gate():
+                    await self.tick()
             except Exception:  # a broken schedule must not stop the others, nor the server
                 log.exception("scheduler tick failed")
             await asyncio.sleep(self.tick_s)

@@ -11,9 +11,12 @@ global.
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING
 
-from codey_server.access import BrowserAccess
+from codey_server.access import SESSIONS_FILE, BrowserAccess
 from codey_server.agent.service import AgentService
 from codey_server.auth import AuthService
 from codey_server.blobs import BlobStore
@@ -31,6 +34,9 @@ from codey_server.secretfile import ensure_private_dir
 from codey_server.settings import Settings
 from codey_server.terminals import TerminalService
 from codey_server.workers import WorkerRegistry
+
+if TYPE_CHECKING:
+    from codey_server.cluster import Cluster, ClusterActions, Janitor, Leases, SharedFiles
 
 __all__ = ["Services"]
 
@@ -72,27 +78,102 @@ class Services:
         self.clients = ClientHub()
         self.keys = KeyStore(settings.data_dir / "workers.json")
         self.pairing = Pairing(self.engine, self.keys)
-        self.workers = WorkerRegistry(self.engine, self.keys)
+        # several servers on one PostgreSQL database: leases and routed actions
+        self.cluster: Cluster | None = None
+        self.leases: Leases | None = None
+        self.janitor: Janitor | None = None
+        self.shared: SharedFiles | None = None
+        replica = ""
+        if settings.database_url:
+            from codey_server.cluster import Cluster, Janitor, Leases, SharedFiles
+
+            self.cluster = Cluster(settings.database_url, settings.replica_id)
+            self.leases = Leases(self.cluster)
+            self.janitor = Janitor(self.leases, self.engine)
+            self.shared = SharedFiles(self.cluster, settings.data_dir)
+            replica = self.cluster.replica_id
+        self.workers = WorkerRegistry(self.engine, self.keys, replica=replica)
+        self.actions: ClusterActions | None = None
+        if self.cluster is not None:
+            from codey_server.cluster import ClusterActions
+
+            self.actions = ClusterActions(self.cluster, self.engine, self.workers)
         self.access = BrowserAccess(settings)
         self.auth = AuthService(settings, self.engine)
         # the model's bearer: a stored login or API key, else the provider's api_key_env; a
         # token the provider rejects is refreshed once
         self.agent = AgentService(self.engine, self.workers, settings, self.auth.token_for,
-                                  self.auth.refresh_rejected, self.blobs.get)
-        self.retention = Retention(self.engine, settings.retention)
+                                  self.auth.refresh_rejected, self.blobs.get,
+                                  actions=self.actions, leases=self.leases,
+                                  last_committed=self._last_committed)
+        self.retention = Retention(self.engine, settings.retention,
+                                   gate=self._gate("retention"))
         self.terminals = TerminalService(self.engine, self.workers)
         # Codey as an MCP server, with tokens of its own (shown once, kept as hashes)
         self.mcp_tokens = McpTokens(settings.data_dir / "mcp_tokens.json")
         self.mcp = CodeyMcp(self.engine, self.mcp_tokens)
         self.scheduler = Scheduler(
             self.engine, grace_s=settings.schedule_grace_s,
-            clock=file_clock(settings.clock_file) if settings.clock_file else time.time)
+            clock=file_clock(settings.clock_file) if settings.clock_file else time.time,
+            gate=self._gate("scheduler"))
         self.metrics = ServerMetrics(self)  # last: it hooks into the parts above
         self.telegram = TelegramChannel(settings, self.engine)
+        if self.shared is not None:
+            self.shared.share("workers.json", self.keys.reload, merge=True)
+            self.shared.share(SESSIONS_FILE, self.access.reload, merge=True)
+            self.shared.share("auth.json", self.auth.reload)
+            self.shared.share("mcp_tokens.json", self.mcp_tokens.reload)
+            self.auth.refresh_guard = self._refresh_guard
+            self.workers.keys_missing = self.shared.sync
+
+    @contextlib.asynccontextmanager
+    async def _refresh_guard(self, provider: str) -> AsyncIterator[None]:
+        """One replica at a time refreshes a provider's token, with the others' result in
+        hand (auth.json synced before), and shares its own (synced after)."""
+        assert self.cluster is not None and self.shared is not None
+        async with self.cluster.locked(f"refresh:{provider}"):
+            await self.shared.sync()
+            try:
+                yield
+            finally:
+                await self.shared.sync()
+
+    def _gate(self, lease: str) -> Callable[[], Awaitable[bool]] | None:
+        """Among replicas, a job that must run on one of them at a time runs where its lease
+        is held, once the state has folded everything committed."""
+        if self.leases is None:
+            return None
+        leases = self.leases
+
+        async def gate() -> bool:
+            if not await leases.acquire(lease):
+                return False
+            await self.engine.caught_up(await self._last_committed())
+            return True
+
+        return gate
+
+    async def _last_committed(self) -> int:
+        """The last seq committed by any replica (this one's, alone)."""
+        if self.cluster is None:
+            return self.engine.state.seq
+        rows = await self.cluster.execute(
+            "SELECT value FROM codey_meta WHERE key = 'last_seq'")
+        return int(rows[0][0])
 
     async def start(self) -> None:
         await self.engine.start()
+        if self.cluster is not None and self.leases is not None:
+            await self.cluster.open()
+            await self.leases.beat()
+            self.leases.start()
+            if self.shared is not None:
+                await self.shared.start()
         await self.workers.start()
+        if self.actions is not None:
+            self.actions.start()
+        if self.janitor is not None:
+            self.janitor.start()
         await self.pairing.start()
         await self.auth.start()
         await self.agent.start()
@@ -107,5 +188,15 @@ class Services:
         await self.telegram.stop()
         await self.retention.stop()
         await self.agent.stop()
+        if self.janitor is not None:
+            await self.janitor.stop()
+        if self.leases is not None:
+            await self.leases.stop()  # another replica takes the sessions over at once
+        if self.actions is not None:
+            await self.actions.stop()
+        if self.shared is not None:
+            await self.shared.stop()
+        if self.cluster is not None:
+            await self.cluster.close()
         await self.auth.stop()
         await self.engine.stop()

@@ -130,6 +130,9 @@ class Settings(msgspec.Struct, kw_only=True):
     clock_file: Path | None = None
     #: ``postgresql://…``: the event log in PostgreSQL; None: SQLite in the data dir
     database_url: str | None = None
+    #: this server's name among replicas on one database (default: host name and a random
+    #: suffix, new at each start)
+    replica_id: str | None = None
     #: events per catch-up frame
     catchup_batch: int = 2000
     providers: list[ProviderConfig] = msgspec.field(default_factory=list)

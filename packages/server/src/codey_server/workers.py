@@ -136,9 +136,17 @@ class LogLine(msgspec.Struct, kw_only=True, frozen=True):
 
 
 class WorkerRegistry:
-    def __init__(self, engine: Engine, keys: KeyStore) -> None:
+    def __init__(self, engine: Engine, keys: KeyStore, *, replica: str = "") -> None:
         self.engine = engine
         self.keys = keys
+        #: this server's name among replicas ("" alone): put on its connect/disconnect events
+        self.replica = replica
+        #: called with the worker id when a worker connects here (the cluster picks up its
+        #: routed actions)
+        self.on_attach: list[Callable[[str], None]] = []
+        #: brings ``keys`` up to date (among replicas, a worker may have paired through
+        #: another one a moment ago); awaited once before refusing an unknown credential
+        self.keys_missing: Callable[[], Awaitable[None]] | None = None
         self.log_lines: dict[str, deque[LogLine]] = {}
         #: gets the web terminal's frames from workers (set by the TerminalService)
         self.on_terminal: Callable[[str, wk.TerminalOutput | wk.TerminalEnded],
@@ -153,10 +161,21 @@ class WorkerRegistry:
         """Call once, after the engine started: no worker socket survives a restart, so the
         workers the state still shows as connected get ``worker_disconnected``; they come back
         through ``Hello``."""
-        stale = [w for w in self.engine.state.workers.values() if w.connected]
+        # among replicas, only this one's own sockets (another replica's are alive or are
+        # swept by the cluster's janitor)
+        stale = [w for w in self.engine.state.workers.values()
+                 if w.connected and w.replica == self.replica]
         if stale:
             await self.engine.append([(None, ev.WorkerDisconnected(
-                worker_id=w.worker_id, reason="server restarted")) for w in stale])
+                worker_id=w.worker_id, reason="server restarted", replica=self.replica))
+                for w in stale])
+
+    def connected(self, worker_id: str) -> bool:
+        """Whether the worker's socket is on this server."""
+        return worker_id in self._conns
+
+    def connected_workers(self) -> list[str]:
+        return list(self._conns)
 
     # queries --------------------------------------------------------------------------------
 
@@ -301,6 +320,8 @@ class WorkerRegistry:
             if flight.worker_id == conn.worker_id and not flight.done:
                 flight.sent = False  # the old connection's delivery counts for nothing now
                 await self._deliver(flight)
+        for hook in self.on_attach:
+            hook(conn.worker_id)
         return True
 
     def detach(self, conn: _Conn) -> bool:
@@ -390,6 +411,9 @@ async def serve_worker(ws: WebSocket[Any, Any, Any], registry: WorkerRegistry, *
     try:
         await ws.send_data(codec.encode(hs.challenge(time.time())), mode="text")
         auth = await next_frame()
+        if isinstance(auth, wk.AuthResponse) and registry.keys_missing is not None and \
+                registry.keys.check(auth.worker_id, auth.credential) is None:
+            await registry.keys_missing()
         info = engine.state.workers.get(auth.worker_id) if isinstance(
             auth, wk.AuthResponse) else None
         welcome = hs.receive_auth(
@@ -417,7 +441,8 @@ async def serve_worker(ws: WebSocket[Any, Any, Any], registry: WorkerRegistry, *
         return
     await engine.append([(None, ev.WorkerConnected(
         worker_id=conn.worker_id, hostname=hello.hostname, os=hello.os,
-        worker_version=hello.worker_version, capabilities=hello.capabilities))])
+        worker_version=hello.worker_version, capabilities=hello.capabilities,
+        replica=registry.replica))])
     reason = "connection lost"
     try:
         while True:
@@ -455,5 +480,5 @@ async def serve_worker(ws: WebSocket[Any, Any, Any], registry: WorkerRegistry, *
     finally:
         if registry.detach(conn):
             with contextlib.suppress(Exception):
-                await engine.append([(None, ev.WorkerDisconnected(worker_id=conn.worker_id,
-                                                                  reason=reason[:200]))])
+                await engine.append([(None, ev.WorkerDisconnected(
+                    worker_id=conn.worker_id, reason=reason[:200], replica=registry.replica))])

@@ -1,7 +1,7 @@
 """The event log on a real PostgreSQL (Debian's binaries, a throwaway cluster): the whole
 contract suite, then what only this backend must show — concurrent writers in several
-processes stay gapless, one server per database, and a real server keeps its state across a
-restart on it."""
+processes stay gapless, replicas publish each other's events, and a real server keeps its
+state across a restart on it."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ import pytest
 
 from codey_protocol.codec import decode_envelope
 from codey_protocol.events import SessionTitleChanged
-from codey_server.errors import ServerError
 from codey_server.eventlog import EventLog
 from codey_server.eventlog_pg import PostgresEventLog
 from codey_server.testing.eventlog_contract import EventLogContract
@@ -60,11 +59,9 @@ class TestPostgresEventLog(EventLogContract):
 _WRITER = """
 import asyncio, sys
 from codey_protocol.events import SessionTitleChanged
-from codey_server.eventlog_pg import PostgresEventLog, LOCK_KEY
-import codey_server.eventlog_pg as pg
+from codey_server.eventlog_pg import PostgresEventLog
 
 async def main():
-    pg.LOCK_KEY = int(sys.argv[2])  # each writer its own lock: several writers at once
     log = PostgresEventLog(sys.argv[1])
     await log.open()
     async def one(t):
@@ -100,20 +97,41 @@ def test_writers_in_several_processes_keep_the_seq_gapless_and_each_group_togeth
         i += size
 
 
-def test_a_second_server_on_the_same_database_is_refused(cluster: PostgresCluster) -> None:
-    dsn = cluster.create_database("locked")
+def test_replicas_each_publish_every_event_of_all_of_them_in_seq_order(
+        cluster: PostgresCluster) -> None:
+    """Three logs on one database, as three replicas: each one's subscriber sees every event
+    any of them committed, once, in seq order, and the engine's hook gets exactly the others'."""
+    dsn = cluster.create_database("replicas")
 
     async def main() -> None:
-        first = PostgresEventLog(dsn)
-        await first.open()
-        try:
-            with pytest.raises(ServerError, match="another codey-server"):
-                await PostgresEventLog(dsn).open()
-        finally:
-            await first.close()
-        again = PostgresEventLog(dsn)  # released with the first one's close
-        await again.open()
-        await again.close()
+        logs = [PostgresEventLog(dsn) for _ in range(3)]
+        for one in logs:
+            await one.open()
+        foreign: list[list[int]] = [[], [], []]
+        for n, one in enumerate(logs):
+            one.follow(0, lambda envs, n=n: foreign[n].extend(e.seq for e in envs))
+        subs = [one.subscribe(maxsize=100_000) for one in logs]
+        mine: list[list[int]] = [[], [], []]
+
+        async def write(n: int) -> None:
+            for k in range(40):
+                envs = await logs[n].append([(f"s{n}", SessionTitleChanged(title=str(k)))]
+                                            * (1 + k % 2))
+                mine[n].extend(e.seq for e in envs)
+
+        await asyncio.gather(*(write(n) for n in range(3)))
+        total = 3 * sum(1 + k % 2 for k in range(40))
+        seen: list[list[int]] = [[], [], []]
+        for n, sub in enumerate(subs):
+            while len(seen[n]) < total:
+                batch = await asyncio.wait_for(sub.get(), 10)
+                seen[n].extend(e.seq for e in batch)
+        for n in range(3):
+            assert seen[n] == list(range(1, total + 1))
+            assert sorted(foreign[n]) == sorted(set(range(1, total + 1)) - set(mine[n]))
+            assert logs[n].last_seq == total
+        for one in logs:
+            await one.close()
 
     asyncio.run(main())
 

@@ -10,8 +10,10 @@ each, closed at :meth:`stop`) and each session's encoded history.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from codey_protocol import events as ev
 from codey_protocol import worker as wk
@@ -21,18 +23,26 @@ from codey_server.agent.acp import AcpRunner
 from codey_server.agent.conversation import needs_turn
 from codey_server.agent.history import History
 from codey_server.agent.models import ModelProvider, build_provider, discover_ollama_models
-from codey_server.agent.ports import Limits, TurnDeps
+from codey_server.agent.ports import Actions, Limits, TurnDeps
 from codey_server.agent.runner import TurnRunner
 from codey_server.agent.wire import Loader, wire_for
 from codey_server.engine import Engine
 from codey_server.settings import Settings
 from codey_server.workers import WorkerRegistry
 
+if TYPE_CHECKING:
+    from codey_server.cluster import Leases
+
 log = logging.getLogger("codey.agent")
 
 __all__ = ["AgentService"]
 
 _RESUME = ("running", "waiting_approval", "waiting_worker")
+#: how often a replica looks for sessions whose turn nobody runs (a dead replica's)
+SWEEP_S = 1.0
+#: a prompt another replica committed is claimed after this head start: the replica that took
+#: the browser's command runs the turn, unless it does not
+FOREIGN_CLAIM_DELAY_S = 0.5
 #: files whose change on disk reloads a session's context before its next model call
 _CONTEXT_FILES = frozenset({"AGENTS.md", "SKILL.md"})
 
@@ -73,8 +83,18 @@ class _EngineStore:
 class AgentService:
     def __init__(self, engine: Engine, workers: WorkerRegistry, settings: Settings,
                  token_for: TokenFor, refresh_for: RefreshFor | None = None,
-                 load_blob: Loader | None = None) -> None:
+                 load_blob: Loader | None = None, *, actions: Actions | None = None,
+                 leases: Leases | None = None,
+                 last_committed: Callable[[], Awaitable[int]] | None = None) -> None:
         self.engine = engine
+        #: among replicas: a session's turn runs where its lease is held (None: one server)
+        self.leases = leases
+        self._last_committed = last_committed
+        self._claiming: set[str] = set()
+        self._lost: set[str] = set()  # sessions whose lease went elsewhere while running here
+        self._sweeper: asyncio.Task[None] | None = None
+        if leases is not None:
+            leases.on_lost.append(self._lease_lost)
         self.load_blob = load_blob
         self.workers = workers
         self.settings = settings
@@ -89,7 +109,8 @@ class AgentService:
         self.stopping = False
         self._background: set[asyncio.Task[None]] = set()
         self.deps = TurnDeps(
-            store=_EngineStore(engine), actions=workers, models=self, approvals=self,
+            store=_EngineStore(engine), actions=actions or workers, models=self,
+            approvals=self,
             limits=Limits(turn_iteration_cap=settings.turn_iteration_cap,
                           action_timeout_s=settings.action_timeout_s,
                           approval_timeout_s=settings.approval_timeout_s),
@@ -122,23 +143,28 @@ class AgentService:
                 provider.models = found or provider.models
                 if found and not self.engine.context.default_models.get(provider.name):
                     self.engine.context.default_models[provider.name] = found[0]
+        if self.leases is not None:
+            # among replicas, the sweep takes the sessions whose lease nobody holds
+            self._sweeper = asyncio.get_running_loop().create_task(self._sweep(),
+                                                                   name="agent-sweep")
+            return
         for session in self.engine.state.sessions.values():
-            asking = session.status == "waiting_user" and any(
-                q.status == "pending" for q in session.questions.values())
-            if session.status in _RESUME or asking:
+            work = _work_for(session)
+            if work == "resume":
                 log.info("resuming session %s (%s)", session.session_id, session.status)
-                self.start_turn(session.session_id, resume=True)
-            elif session.compaction_requested:
-                self.start_turn(session.session_id, compact_only=True)
-            elif session.status == "idle" and needs_turn(session):
+            elif work == "turn":
                 # its prompt was committed, the server died before the turn began (a browser's
                 # new session, a schedule's run): begin it now rather than wait for another
                 log.info("starting the waiting turn of session %s", session.session_id)
-                self.start_turn(session.session_id)
+            if work is not None:
+                self.start_turn(session.session_id, resume=work == "resume",
+                                compact_only=work == "compact")
 
     async def stop(self) -> None:
         # Runners stop without touching the sessions: they resume at the next start.
         self.stopping = True
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         tasks = list(self.tasks.values())
         for task in tasks:
             task.cancel()
@@ -158,15 +184,24 @@ class AgentService:
             if not compact_only:  # a running turn compacts before its next model call
                 self._rerun.add(session_id)
             return
+        if self.leases is not None and _lease(session_id) not in self.leases.held:
+            delay = FOREIGN_CLAIM_DELAY_S if self.engine.applying_foreign else 0.0
+            want = "compact" if compact_only else "resume" if resume else "turn"
+            self._spawn(self._claim(session_id, delay, want), f"claim-{session_id}")
+            return
         session = self.engine.state.sessions.get(session_id)
+        deps = self.deps
+        if self.leases is not None:  # a lost lease stops this runner as a shutdown would
+            self._lost.discard(session_id)
+            deps = dataclasses.replace(
+                deps, stopping=lambda: self.stopping or session_id in self._lost)
         runner: TurnRunner | AcpRunner
         if session is not None and session.agent:
             if compact_only:
                 return  # an external agent keeps its own context
-            runner = AcpRunner(self.deps, session_id, resume=resume)
+            runner = AcpRunner(deps, session_id, resume=resume)
         else:
-            runner = TurnRunner(self.deps, session_id, resume=resume,
-                                compact_only=compact_only)
+            runner = TurnRunner(deps, session_id, resume=resume, compact_only=compact_only)
         task = asyncio.get_running_loop().create_task(runner.run(), name=f"turn-{session_id}")
         self.tasks[session_id] = task
         task.add_done_callback(lambda t: self._done(session_id, t))
@@ -180,6 +215,84 @@ class AgentService:
             session = self.engine.state.sessions.get(session_id)
             if session is not None and not self.stopping and needs_turn(session):
                 self.start_turn(session_id)
+        if self.leases is not None and not self.stopping and not self.running(session_id) \
+                and session_id not in self._lost:
+            # the turn is over: the next prompt may start it on any replica
+            self._spawn(self.leases.release(_lease(session_id)), f"release-{session_id}")
+
+    # among replicas -------------------------------------------------------------------------
+
+    async def _claim(self, session_id: str, delay: float = 0.0,
+                     want: str | None = None) -> None:
+        """Take the session's lease, fold everything committed before it was free, and start
+        what the session needs, if anything still (its last owner may have finished it)."""
+        assert self.leases is not None
+        if session_id in self._claiming or self.stopping:
+            return
+        self._claiming.add(session_id)
+        try:
+            if delay:
+                await asyncio.sleep(delay)
+            if not await self.leases.acquire(_lease(session_id)):
+                return  # another replica runs it
+            if self._last_committed is not None:
+                await self.engine.caught_up(await self._last_committed())
+            session = self.engine.state.sessions.get(session_id)
+            work = _work_for(session) if session is not None else None
+            if work is None and session is not None and want == "turn" and needs_turn(session):
+                work = "turn"  # a prompt to an interrupted or failed session
+            if work is None or self.stopping:
+                if not self.running(session_id):
+                    await self.leases.release(_lease(session_id))
+                return
+            if work == "resume":
+                log.info("taking over session %s (%s)", session_id,
+                         session.status if session else "")
+            self.start_turn(session_id, resume=work == "resume",
+                            compact_only=work == "compact")
+        except Exception as err:  # the next sweep tries again
+            log.warning("could not claim session %s (%s)", session_id, err)
+        finally:
+            self._claiming.discard(session_id)
+
+    async def _sweep(self) -> None:
+        assert self.leases is not None
+        while not self.stopping:
+            try:
+                wanting = [sid for sid, s in self.engine.state.sessions.items()
+                           if _work_for(s) is not None and not self.running(sid)
+                           and sid not in self._claiming]
+                free = await self.leases.free([_lease(sid) for sid in wanting])
+                for sid in wanting:
+                    if _lease(sid) in free:
+                        self._spawn(self._claim(sid), f"claim-{sid}")
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:
+                log.warning("session sweep failed (%s)", err)
+            await asyncio.sleep(SWEEP_S)
+
+    def _lease_lost(self, name: str) -> None:
+        if not name.startswith("session:"):
+            return
+        session_id = name.removeprefix("session:")
+        task = self.tasks.get(session_id)
+        if task is not None and not task.done():
+            log.warning("session %s: its lease went to another replica; stopping here",
+                        session_id)
+            self._lost.add(session_id)
+            task.cancel()
+
+    def _spawn(self, work: Awaitable[None], name: str) -> None:
+        async def run() -> None:
+            try:
+                await work
+            except Exception as err:
+                log.warning("%s failed (%s)", name, err)
+
+        task = asyncio.get_running_loop().create_task(run(), name=name)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     # ports.Children -------------------------------------------------------------------------
 
@@ -248,10 +361,28 @@ class AgentService:
 
         async def detach() -> None:
             try:
-                await self.workers.run(session.worker_id, action, timeout=30)
+                await self.deps.actions.run(session.worker_id, action, timeout=30)
             except Exception as err:  # the session is closed either way
                 log.info("session %s: detach failed (%s)", session_id, err)
 
         task = asyncio.get_running_loop().create_task(detach(), name=f"detach-{session_id}")
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+
+
+def _lease(session_id: str) -> str:
+    return f"session:{session_id}"
+
+
+def _work_for(session: SessionInfo) -> str | None:
+    """What a session left without a runner needs: ``resume`` its turn, a ``turn`` for a
+    prompt that was committed before anyone began it, ``compact``, or nothing (None)."""
+    asking = session.status == "waiting_user" and any(
+        q.status == "pending" for q in session.questions.values())
+    if session.status in _RESUME or asking:
+        return "resume"
+    if session.compaction_requested:
+        return "compact"
+    if session.status == "idle" and needs_turn(session):
+        return "turn"
+    return None

@@ -23,6 +23,8 @@ import logging
 import os
 import secrets
 import time
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -146,6 +148,13 @@ class AuthService:
         self._status: dict[str, ev.AuthStatusUpdated] = {}
         self._refresher: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
+        #: among replicas: held around a refresh (a lock in the database that also brings this
+        #: replica's auth.json up to date), so one replica refreshes and the others use its token
+        self.refresh_guard: Callable[[str], AbstractAsyncContextManager[None]] | None = None
+
+    def reload(self) -> None:
+        """``auth.json`` was replaced (by another replica): read it again when next used."""
+        self._store = None
 
     # lifecycle ------------------------------------------------------------------------------
 
@@ -349,11 +358,20 @@ class AuthService:
         cred = self.store.get(provider_name)
         if cred is None or not cred.refresh_token:
             return False
-        await self._refresh(provider_name, force=True)
+        await self._refresh(provider_name, force=True, rejected=cred.access_token)
         new = self.store.get(provider_name)
-        return new is not None and new is not cred and bool(new.access_token)
+        return new is not None and bool(new.access_token) and \
+            new.access_token != cred.access_token
 
-    async def _refresh(self, name: str, *, force: bool = False) -> None:
+    async def _refresh(self, name: str, *, force: bool = False,
+                       rejected: str | None = None) -> None:
+        guard = self.refresh_guard(name) if self.refresh_guard is not None \
+            else contextlib.nullcontext()
+        async with guard:
+            await self._refresh_now(name, force=force, rejected=rejected)
+
+    async def _refresh_now(self, name: str, *, force: bool,
+                           rejected: str | None) -> None:
         """Refresh ``name``'s access token if it is due and no failed try is backing off.
 
         The network call runs without holding the store still: a logout, a new API key or a
@@ -365,6 +383,8 @@ class AuthService:
             cred = self.store.get(name)
             if cred is None or not cred.refresh_token:
                 return  # nothing to refresh with
+            if force and rejected is not None and cred.access_token != rejected:
+                return  # another replica refreshed it already
             if not force and (cred.expires_at is None
                               or cred.expires_at - time.time() >= _margin(cred)):
                 return  # someone else refreshed while we waited, or nothing is due

@@ -1,0 +1,95 @@
+"""Three replicas on one PostgreSQL, through the UI: a page on the first replica starts a
+session on a worker connected to the second; a page on the third watches it. The first is
+killed with -9 mid-command: the watching page sees the session finish on its own, every item
+once, and the command ran once."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+from playwright.sync_api import Browser, Page, expect
+
+from codey_testkit.postgres import PostgresCluster, pg_bin
+from codey_testkit.scenarios import provider_config
+from codey_testkit.stack import ServerProcess, WorkerProcess
+
+if TYPE_CHECKING:  # the suite imports test modules with importlib
+    from conftest import Stack
+
+pytestmark = pytest.mark.skipif(pg_bin() is None, reason="PostgreSQL is not installed")
+
+
+@pytest.fixture
+def pg() -> Iterator[PostgresCluster]:
+    with PostgresCluster() as cluster:
+        yield cluster
+
+
+def _login(page: Page, server: ServerProcess, hash_: str = "#/") -> Page:
+    if server.token is not None:
+        page.goto(f"{server.url}/?token={server.token}")
+    page.goto(f"{server.url}/{hash_}")
+    expect(page.get_by_test_id("conn-state")).to_have_text("live")
+    return page
+
+
+def test_a_replica_killed_mid_command_the_session_finishes_on_another(
+        stack: Stack, page: Page, browser: Browser, pg: PostgresCluster,
+        tmp_path: Path) -> None:
+    model = stack.model({"model": "scripted-1", "steps": [
+        {"match": {"user": "count once"},
+         "reply": {"text": "Counting.", "calls": [stack.shell(
+             "bash", "-c", "echo ran >> counter.txt; echo count-start; for i in $(seq 600); "
+             "do [ -f go ] && break; sleep 0.1; done; echo count-end")]}},
+        {"match": {"tool": "shell", "tool_output": "count-end"},
+         "reply": {"text": "Counted once."}},
+        {"match": {"any": True}, "reply": {"text": "unexpected"}},
+    ]})
+    dsn = pg.create_database("e2e")
+    replicas = [ServerProcess(tmp_path / f"r{n}", config=provider_config(model),
+                              log_dir=tmp_path / "logs",
+                              extra_args=["--database-url", dsn, "--replica-id", f"r{n}"])
+                for n in range(3)]
+    first, worker_side, watching = replicas
+    try:
+        for replica in replicas:
+            replica.start()
+        worker = WorkerProcess(worker_side, tmp_path / "worker").start()
+        wd = Path(worker.workdir("proj"))
+        wd.mkdir(parents=True)
+
+        starter = _login(page, first)
+        watcher = _login(browser.new_context(viewport={"width": 1280, "height": 800})
+                         .new_page(), watching)
+        sid = stack.new_session(starter, worker, str(wd), "count once")
+        stack.open_session(watcher, sid)
+        out = stack.items(watcher, "tool_call").get_by_test_id("tool-output")
+        expect(out).to_have_text("count-start")
+
+        first.kill9()
+        expect(starter.get_by_test_id("conn-state")).to_have_text("reconnecting")
+        stack.release(wd)  # the command ends while the session has no replica
+
+        expect(stack.items(watcher, "assistant_message").last).to_have_text("Counted once.",
+                                                                            timeout=40_000)
+        expect(stack.status(watcher)).to_have_attribute("data-status", "idle")
+        expect(watcher.get_by_test_id("conn-state")).to_have_text("live")
+        ids = stack.dom_item_ids(watcher)
+        twice = [i for i, n in Counter(ids).items() if n > 1]
+        assert not twice, f"items shown twice: {twice}"
+        served = watching.http.get(f"/api/sessions/{sid}").json()
+        assert ids == [i["id"] for i in served["items"]]
+        assert (wd / "counter.txt").read_text() == "ran\n"
+        # the page's own fold is the replica's state
+        state = stack.browser_state(watcher)
+        assert state["sessions"][sid]["status"] == "idle"
+        assert state["seq"] == watching.http.get("/api/state/bootstrap").json()["seq"]
+        watcher.screenshot(path=str(tmp_path / "replicas.png"))
+        worker.stop()
+    finally:
+        for replica in replicas:
+            replica.stop()
