@@ -106,6 +106,7 @@ def test_killing_the_replica_that_runs_a_session_loses_and_repeats_nothing(
                 break
             time.sleep(0.1)
         took_over_in = time.monotonic() - killed_at
+        print(f"session taken over by {taken_by} {took_over_in:.1f} s after the kill")
         assert taken_by in ("r1", "r2"), "nobody took the session over"
         assert took_over_in <= 10, f"the take-over took {took_over_in:.1f} s"
 
