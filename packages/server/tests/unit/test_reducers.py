@@ -112,6 +112,19 @@ def test_worker_connected_and_disconnected(state: State, log: Log) -> None:
     assert state.workers[W].last_seen == 4.0
 
 
+def test_a_disconnect_from_another_replica_than_the_current_one_changes_nothing(
+        state: State, log: Log) -> None:
+    apply(state, log.env(ev.WorkerConnected(worker_id=W, hostname="box", os="linux",
+                                            worker_version="0.2", replica="r1"), None))
+    apply(state, log.env(ev.WorkerConnected(worker_id=W, hostname="box", os="linux",
+                                            worker_version="0.2", replica="r2"), None))
+    # r1 notices its old socket's end after the worker came back through r2
+    apply(state, log.env(ev.WorkerDisconnected(worker_id=W, replica="r1"), None))
+    assert state.workers[W].connected and state.workers[W].replica == "r2"
+    apply(state, log.env(ev.WorkerDisconnected(worker_id=W, replica="r2"), None))
+    assert not state.workers[W].connected
+
+
 def test_worker_revoked_disconnects(state: State, log: Log) -> None:
     apply(state, log.env(ev.WorkerConnected(worker_id=W, hostname="b", os="l",
                                             worker_version="1"), None))

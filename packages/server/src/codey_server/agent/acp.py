@@ -31,6 +31,7 @@ import msgspec
 from codey_protocol import events as ev
 from codey_protocol import worker as wk
 from codey_protocol.state import SessionInfo
+from codey_server.agent.conversation import interrupt_events
 from codey_server.agent.ports import TurnDeps
 from codey_server.errors import ServerError
 from codey_server.workers import ActionFailed
@@ -330,21 +331,9 @@ class AcpRunner:
             return
         try:
             s = self.session
-            events: list[ev.Event] = []
             for action_id, pending in list(s.pending_actions.items()):
                 await self.deps.actions.cancel(pending.worker_id, action_id, self.session_id)
-                events.append(ev.ActionFinished(action_id=action_id, outcome="cancelled"))
-            for approval in s.approvals.values():
-                if approval.status == "pending":
-                    events.append(ev.ApprovalResolved(approval_id=approval.approval_id,
-                                                      decision="cancelled"))
-            for item in s.items:
-                if isinstance(item, ev.ToolCall) and item.result is None:
-                    events.append(ev.SessionItemUpdated(
-                        item_id=item.id, status="cancelled", result="interrupted by the user"))
-                elif isinstance(item, (ev.AssistantMessage, ev.Reasoning)) and item.streaming:
-                    events.append(ev.SessionItemUpdated(item_id=item.id, streaming=False,
-                                                        partial=True))
+            events = interrupt_events(self.session)
             if events:
                 await self._emit(*events)
             if self.session.status not in ("interrupted", "closed"):

@@ -236,3 +236,22 @@ def needs_turn(session: SessionInfo) -> bool:
     """True when a prompt is waiting for a turn: queued, or unanswered at the end."""
     queued = any(isinstance(i, ev.UserMessage) and i.queued for i in session.items)
     return queued or model_call_needed(session)
+
+
+def interrupt_events(session: SessionInfo) -> list[ev.Event]:
+    """What an interrupt closes in a session: its pending actions (the caller asks the worker
+    to stop them), approvals and questions, tool calls without a result, streams left open."""
+    events: list[ev.Event] = [ev.ActionFinished(action_id=action_id, outcome="cancelled")
+                              for action_id in session.pending_actions]
+    events += [ev.ApprovalResolved(approval_id=a.approval_id, decision="cancelled")
+               for a in session.approvals.values() if a.status == "pending"]
+    events += [ev.QuestionAnswered(question_id=q.question_id, cancelled=True)
+               for q in session.questions.values() if q.status == "pending"]
+    for item in session.items:
+        if isinstance(item, ev.ToolCall) and item.result is None:
+            events.append(ev.SessionItemUpdated(
+                item_id=item.id, status="cancelled", result="interrupted by the user"))
+        elif isinstance(item, (ev.AssistantMessage, ev.Reasoning)) and item.streaming:
+            events.append(ev.SessionItemUpdated(item_id=item.id, streaming=False,
+                                                partial=True))
+    return events

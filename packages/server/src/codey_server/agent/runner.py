@@ -44,6 +44,7 @@ from codey_server.agent.conversation import (
     IMAGE_MIMES,
     attachment_path,
     base_of,
+    interrupt_events,
     model_call_needed,
 )
 from codey_server.agent.errors import RETRYABLE_BY_FALLBACK, ModelError
@@ -863,25 +864,9 @@ class TurnRunner:
             return  # deleted: nothing left to tidy
         try:
             s = self.session
-            events: list[ev.Event] = []
             for action_id, pending in list(s.pending_actions.items()):
                 await self.deps.actions.cancel(pending.worker_id, action_id, self.session_id)
-                events.append(ev.ActionFinished(action_id=action_id, outcome="cancelled"))
-            for approval in s.approvals.values():
-                if approval.status == "pending":
-                    events.append(ev.ApprovalResolved(approval_id=approval.approval_id,
-                                                      decision="cancelled"))
-            for q in s.questions.values():
-                if q.status == "pending":
-                    events.append(ev.QuestionAnswered(question_id=q.question_id,
-                                                      cancelled=True))
-            for item in s.items:
-                if isinstance(item, ev.ToolCall) and item.result is None:
-                    events.append(ev.SessionItemUpdated(
-                        item_id=item.id, status="cancelled", result="interrupted by the user"))
-                elif isinstance(item, (ev.AssistantMessage, ev.Reasoning)) and item.streaming:
-                    events.append(ev.SessionItemUpdated(item_id=item.id, streaming=False,
-                                                        partial=True))
+            events = interrupt_events(self.session)
             if events:
                 await self._emit(*events)
             if self.session.status not in ("interrupted", "closed"):
