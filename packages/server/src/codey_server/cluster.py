@@ -39,8 +39,10 @@ from codey_protocol import ProtocolError, codec
 from codey_protocol import events as ev
 from codey_protocol import worker as wk
 from codey_protocol.events import Envelope
+from codey_server.background import Background
 from codey_server.engine import Engine
 from codey_server.errors import ServerError
+from codey_server.eventlog_pg import listen
 from codey_server.secretfile import read_secret_file, write_secret_file
 from codey_server.workers import ActionFailed, WorkerRegistry
 
@@ -89,8 +91,7 @@ class Cluster:
         self.pool: Any = None
         #: called with each NOTIFY payload on :data:`CHANNEL` (sync; schedule work)
         self.on_notify: list[Callable[[str], None]] = []
-        self._tasks: list[asyncio.Task[None]] = []
-        self._closed = False
+        self._listener: asyncio.Task[None] | None = None
 
     async def open(self) -> None:
         import psycopg
@@ -106,17 +107,12 @@ class Cluster:
         self.pool = AsyncConnectionPool(self.url, min_size=1, max_size=4, open=False,
                                         kwargs={"autocommit": True})
         await self.pool.open(wait=True)
-        self._tasks.append(asyncio.get_running_loop().create_task(self._listen(),
-                                                                  name="cluster-listen"))
+        self._listener = asyncio.get_running_loop().create_task(
+            listen(self.url, CHANNEL, self._notified), name="cluster-listen")
         log.info("replica %s joined the cluster", self.replica_id)
 
     async def close(self) -> None:
-        self._closed = True
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await _cancelled(self._listener)
         if self.pool is not None:
             await self.pool.close()
 
@@ -139,26 +135,12 @@ class Cluster:
     async def notify(self, payload: str) -> None:
         await self.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
 
-    async def _listen(self) -> None:
-        import psycopg
-
-        while not self._closed:
+    def _notified(self, payload: str) -> None:
+        for hook in self.on_notify:
             try:
-                async with await psycopg.AsyncConnection.connect(self.url,
-                                                                 autocommit=True) as conn:
-                    await conn.execute(f"LISTEN {CHANNEL}")
-                    async for note in conn.notifies():
-                        for hook in self.on_notify:
-                            try:
-                                hook(note.payload)
-                            except Exception:
-                                log.exception("cluster notification hook failed")
-            except asyncio.CancelledError:
-                raise
-            except Exception as err:  # the polls cover the gap
-                log.warning("cluster listener lost its connection (%s); reconnecting", err)
-                await asyncio.sleep(POLL_S)
-
+                hook(payload)
+            except Exception:
+                log.exception("cluster notification hook failed")
 
 class Leases:
     """Named leases this replica holds, renewed every :data:`RENEW_S` with its heartbeat."""
@@ -179,10 +161,7 @@ class Leases:
                                                             name="cluster-leases")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+        await _cancelled(self._task)
         # hand everything over at once instead of after the TTL
         with contextlib.suppress(Exception):
             await self.cluster.execute("DELETE FROM codey_leases WHERE owner = %s", (self.me,))
@@ -218,12 +197,6 @@ class Leases:
             "SELECT name FROM codey_leases WHERE name = ANY(%s) AND expires >= now()",
             (names,))
         return set(names) - {r[0] for r in rows}
-
-    async def dead_replicas(self) -> set[str]:
-        rows = await self.cluster.execute(
-            "SELECT replica FROM codey_replicas WHERE seen < now() - make_interval(secs => %s)",
-            (LEASE_TTL_S,))
-        return {r[0] for r in rows}
 
     async def live_replicas(self) -> set[str]:
         rows = await self.cluster.execute(
@@ -268,7 +241,7 @@ class _Waiting:
         self.future: asyncio.Future[wk.ActionOutcome] = \
             asyncio.get_running_loop().create_future()
         self.progress_after = 0
-        self.reading = False
+        self.reading = asyncio.Lock()  # one reader at a time keeps the chunks in order
 
 
 def _encode_outcome(action_id: str, outcome: wk.ActionOutcome | ActionFailed) -> bytes:
@@ -301,7 +274,7 @@ class ClusterActions:
         self._attached: dict[str, set[str]] = {}
         self._presence: dict[str, asyncio.Event] = {}
         self._absence: dict[str, asyncio.Event] = {}
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._background = Background(log)
         self._poll: asyncio.Task[None] | None = None
         self._kick = asyncio.Event()
         cluster.on_notify.append(self._on_notify)
@@ -317,12 +290,13 @@ class ClusterActions:
                                                             name="cluster-actions")
 
     async def stop(self) -> None:
-        tasks: list[asyncio.Task[Any]] = [*self._running.values(), *self._tasks]
+        tasks: list[asyncio.Task[None]] = list(self._running.values())
         if self._poll is not None:
             tasks.append(self._poll)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await self._background.cancel()
 
     # the session's side ---------------------------------------------------------------------
 
@@ -410,15 +384,15 @@ class ClusterActions:
                         "revoked", "the worker was revoked; it will not run anything"))
                     del self._waiting[action_id]
             self.registry.fail_all(e.worker_id, "revoked", "the worker was revoked")
-            self._background(self.registry.close_worker(e.worker_id, 4403,
+            self._background.spawn(self.registry.close_worker(e.worker_id, 4403,
                                                         "this worker was revoked"))
 
     def _on_notify(self, payload: str) -> None:
         kind, _, key = payload.partition(":")
         if kind == "o" and key in self._waiting:
-            self._background(self._read_outcomes([key]))
+            self._background.spawn(self._read_outcomes([key]))
         elif kind == "p" and key in self._waiting:
-            self._background(self._read_progress(key))
+            self._background.spawn(self._read_progress(key))
         elif kind in ("a", "c") and self.registry.connected(key):
             self._kick.set()
 
@@ -515,10 +489,9 @@ class ClusterActions:
 
     async def _read_progress(self, action_id: str) -> None:
         waiting = self._waiting.get(action_id)
-        if waiting is None or waiting.on_progress is None or waiting.reading:
+        if waiting is None or waiting.on_progress is None:
             return
-        waiting.reading = True  # one reader at a time keeps the chunks in order
-        try:
+        async with waiting.reading:
             rows = await self.cluster.execute(
                 "SELECT id, data FROM codey_action_progress WHERE action_id = %s AND id > %s "
                 "ORDER BY id", (action_id, waiting.progress_after))
@@ -527,19 +500,6 @@ class ClusterActions:
                 msg = codec.decode_worker_to_server(bytes(data))
                 if isinstance(msg, wk.ActionProgress):
                     await waiting.on_progress(msg)
-        finally:
-            waiting.reading = False
-
-    def _background(self, work: Awaitable[Any]) -> None:
-        async def run() -> None:
-            try:
-                await work
-            except Exception as err:
-                log.warning("cluster background work failed (%s)", err)
-
-        task = asyncio.get_running_loop().create_task(run())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
 
 class Janitor:
@@ -558,10 +518,7 @@ class Janitor:
         self._task = asyncio.get_running_loop().create_task(self._loop(), name="janitor")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+        await _cancelled(self._task)
 
     async def _loop(self) -> None:
         while True:
@@ -633,10 +590,7 @@ class SharedFiles:
         self._task = asyncio.get_running_loop().create_task(self._loop(), name="shared-files")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+        await _cancelled(self._task)
         with contextlib.suppress(Exception):
             await self.sync()  # a change made just before the stop
 
@@ -705,3 +659,11 @@ def _union(local: bytes, remote: bytes) -> bytes:
     if not isinstance(mine, dict) or not isinstance(theirs, dict):
         return local
     return json.dumps({**theirs, **mine}).encode()
+
+
+async def _cancelled(task: asyncio.Task[None] | None) -> None:
+    """Cancel ``task`` (if any) and wait until it has ended."""
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task

@@ -34,7 +34,7 @@ from codey_protocol.events import Envelope, Event
 from codey_server.errors import LogClosed, ServerError
 from codey_server.eventlog import SNAPSHOTS_KEPT, EventLog, _decode_many, _tag
 
-__all__ = ["CHANNEL", "PostgresEventLog"]
+__all__ = ["CHANNEL", "PostgresEventLog", "listen"]
 
 log = logging.getLogger("codey.eventlog")
 
@@ -214,7 +214,8 @@ class PostgresEventLog(EventLog):
         self._on_foreign = on_foreign
         self._following = True
         loop = asyncio.get_running_loop()
-        self._listener = loop.create_task(self._listen(), name="eventlog-listen")
+        self._listener = loop.create_task(listen(self.url, CHANNEL, self._notified),
+                                          name="eventlog-listen")
         self._follower = loop.create_task(self._follow(), name="eventlog-follow")
 
     def _publish_own(self, envs: list[Envelope]) -> None:
@@ -235,23 +236,10 @@ class PostgresEventLog(EventLog):
                 return
             self._publish(envs)
 
-    async def _listen(self) -> None:
-        import psycopg
-
-        while not self._closed:
-            try:
-                async with await psycopg.AsyncConnection.connect(
-                        self.url, autocommit=True) as conn:
-                    await conn.execute(f"LISTEN {CHANNEL}")
-                    self._wake.set()  # what was committed while not listening
-                    async for note in conn.notifies():
-                        if int(note.payload or 0) > self._last_seq:
-                            self._wake.set()
-            except asyncio.CancelledError:
-                raise
-            except Exception as err:  # the poll covers the gap; reconnect after a pause
-                log.warning("event-log listener lost its connection (%s); reconnecting", err)
-                await asyncio.sleep(POLL_S)
+    def _notified(self, payload: str) -> None:
+        # "" after a (re)connection: what was committed while not listening
+        if not payload or int(payload) > self._last_seq:
+            self._wake.set()
 
     async def _follow(self) -> None:
         while not self._closed:
@@ -371,3 +359,26 @@ class PostgresEventLog(EventLog):
                     "WHERE key = 'trimmed_through'", (through_seq,))
             await conn.execute("DELETE FROM codey_snapshots WHERE seq < %s", (through_seq,))
         return int(gone)
+
+
+async def listen(url: str, channel: str, on_payload: Callable[[str], None]) -> None:
+    """LISTEN on ``channel`` until cancelled, calling ``on_payload`` with each notification's
+    payload, and with "" after each (re)connection. A lost connection is tried again after
+    :data:`POLL_S`; what was notified meanwhile is for the caller's own poll to find."""
+    import psycopg
+
+    while True:
+        try:
+            async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+                await conn.execute(f"LISTEN {channel}")
+                on_payload("")
+                async for note in conn.notifies():
+                    try:
+                        on_payload(note.payload)
+                    except Exception:  # a bad payload or a hook's bug: the next one counts
+                        log.exception("handling a notification on %s failed", channel)
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:
+            log.warning("listener on %s lost its connection (%s); reconnecting", channel, err)
+            await asyncio.sleep(POLL_S)

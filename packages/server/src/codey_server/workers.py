@@ -21,7 +21,7 @@ import logging
 import secrets
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +34,7 @@ from codey_protocol import close_codes as cc
 from codey_protocol import events as ev
 from codey_protocol import worker as wk
 from codey_protocol.handshake import Refuse, ServerHandshake
+from codey_server.background import Background
 from codey_server.clients import receive_frame
 from codey_server.engine import Engine
 from codey_server.errors import ServerError
@@ -154,7 +155,7 @@ class WorkerRegistry:
         self._conns: dict[str, _Conn] = {}
         self._inflight: dict[str, _InFlight] = {}
         self._presence: dict[str, asyncio.Event] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._background = Background(log)
         self._absence: dict[str, asyncio.Event] = {}
 
     async def start(self) -> None:
@@ -255,7 +256,7 @@ class WorkerRegistry:
                     del self._inflight[action.action_id]
             elif not flight.sent and not flight.sending:
                 # this caller was stopped while sending; the others still wait for an answer
-                self._background(self._deliver(flight))
+                self._background.spawn(self._deliver(flight), f"deliver-{action.action_id}")
 
     async def _deliver(self, flight: _InFlight) -> None:
         """Send the action on the worker's current connection, once (joiners do not repeat
@@ -274,11 +275,6 @@ class WorkerRegistry:
                 flight.sent = True
                 return
             # the worker reconnected while this was sent on the old connection: send again
-
-    def _background(self, work: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.get_running_loop().create_task(work)
-        self._tasks.add(task)  # keep a reference until it ends
-        task.add_done_callback(self._tasks.discard)
 
     async def cancel(self, worker_id: str, target_action_id: str, session_id: str) -> None:
         """Ask the worker to stop an action; the action's own outcome says how it ended."""

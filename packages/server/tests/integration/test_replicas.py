@@ -17,7 +17,7 @@ import pytest
 
 from codey_protocol import codec
 from codey_protocol.state import State
-from codey_server.reducers import apply
+from codey_server.testing.folding import fold_frames
 from codey_testkit.model_handle import ModelServerHandle, start_model_server
 from codey_testkit.postgres import PostgresCluster, pg_bin
 from codey_testkit.scenarios import provider_config, tools, wait_for
@@ -60,11 +60,7 @@ def _lease_owner(dsn: str, session_id: str) -> str | None:
 
 def _fold(client: BrowserSocket) -> State:
     assert client.snapshot is not None
-    state = codec.decode_state(msgspec.json.encode(client.snapshot["state"]))
-    for env in client.envelopes:
-        if env["seq"] > state.seq:
-            apply(state, codec.decode_envelope(msgspec.json.encode(env)))
-    return state
+    return fold_frames(client.snapshot["state"], client.envelopes)
 
 
 def test_killing_the_replica_that_runs_a_session_loses_and_repeats_nothing(

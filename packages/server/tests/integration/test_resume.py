@@ -18,7 +18,7 @@ import pytest
 from codey_protocol import codec
 from codey_protocol.events import Envelope
 from codey_protocol.state import State
-from codey_server.reducers import apply
+from codey_server.testing.folding import fold_frames
 from codey_testkit.stack import ServerProcess
 from codey_testkit.wsclient import BrowserSocket
 
@@ -125,11 +125,7 @@ def test_commands_over_the_socket_are_acked(server: ServerProcess) -> None:
 
 def _fold(client: BrowserSocket) -> State:
     assert client.snapshot is not None
-    state = codec.decode_state(msgspec.json.encode(client.snapshot["state"]))
-    for env in client.envelopes:
-        if env["seq"] > state.seq:
-            apply(state, codec.decode_envelope(msgspec.json.encode(env)))
-    return state
+    return fold_frames(client.snapshot["state"], client.envelopes)
 
 
 def test_kill9_mid_stream_then_restart_resumes_without_gap_or_duplicate(

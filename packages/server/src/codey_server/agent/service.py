@@ -26,6 +26,7 @@ from codey_server.agent.models import ModelProvider, build_provider, discover_ol
 from codey_server.agent.ports import Actions, Limits, TurnDeps
 from codey_server.agent.runner import TurnRunner
 from codey_server.agent.wire import Loader, wire_for
+from codey_server.background import Background
 from codey_server.engine import Engine
 from codey_server.settings import Settings
 from codey_server.workers import WorkerRegistry
@@ -107,7 +108,7 @@ class AgentService:
         self._rerun: set[str] = set()  # prompted while the old task was still finishing
         self._waiters: dict[str, list[asyncio.Future[None]]] = {}
         self.stopping = False
-        self._background: set[asyncio.Task[None]] = set()
+        self._background = Background(log)
         self.deps = TurnDeps(
             store=_EngineStore(engine), actions=actions or workers, models=self,
             approvals=self,
@@ -169,6 +170,7 @@ class AgentService:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await self._background.cancel()
         for provider in self.providers.values():
             await provider.aclose()
 
@@ -187,7 +189,7 @@ class AgentService:
         if self.leases is not None and _lease(session_id) not in self.leases.held:
             delay = FOREIGN_CLAIM_DELAY_S if self.engine.applying_foreign else 0.0
             want = "compact" if compact_only else "resume" if resume else "turn"
-            self._spawn(self._claim(session_id, delay, want), f"claim-{session_id}")
+            self._background.spawn(self._claim(session_id, delay, want), f"claim-{session_id}")
             return
         session = self.engine.state.sessions.get(session_id)
         deps = self.deps
@@ -218,7 +220,7 @@ class AgentService:
         if self.leases is not None and not self.stopping and not self.running(session_id) \
                 and session_id not in self._lost:
             # the turn is over: the next prompt may start it on any replica
-            self._spawn(self.leases.release(_lease(session_id)), f"release-{session_id}")
+            self._background.spawn(self.leases.release(_lease(session_id)), f"release-{session_id}")
 
     # among replicas -------------------------------------------------------------------------
 
@@ -265,7 +267,7 @@ class AgentService:
                 free = await self.leases.free([_lease(sid) for sid in wanting])
                 for sid in wanting:
                     if _lease(sid) in free:
-                        self._spawn(self._claim(sid), f"claim-{sid}")
+                        self._background.spawn(self._claim(sid), f"claim-{sid}")
             except asyncio.CancelledError:
                 raise
             except Exception as err:
@@ -282,17 +284,6 @@ class AgentService:
                         session_id)
             self._lost.add(session_id)
             task.cancel()
-
-    def _spawn(self, work: Awaitable[None], name: str) -> None:
-        async def run() -> None:
-            try:
-                await work
-            except Exception as err:
-                log.warning("%s failed (%s)", name, err)
-
-        task = asyncio.get_running_loop().create_task(run(), name=name)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
 
     # ports.Children -------------------------------------------------------------------------
 
@@ -359,15 +350,9 @@ class AgentService:
         action = wk.DetachSession(action_id=self.engine.context.new_id("act"),
                                   session_id=session_id)
 
-        async def detach() -> None:
-            try:
-                await self.deps.actions.run(session.worker_id, action, timeout=30)
-            except Exception as err:  # the session is closed either way
-                log.info("session %s: detach failed (%s)", session_id, err)
-
-        task = asyncio.get_running_loop().create_task(detach(), name=f"detach-{session_id}")
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        # the session is closed either way: a failure is only logged
+        self._background.spawn(self.deps.actions.run(session.worker_id, action, timeout=30),
+                               f"detach-{session_id}")
 
 
 def _lease(session_id: str) -> str:
