@@ -43,6 +43,7 @@ from codey_server.background import Background
 from codey_server.engine import Engine
 from codey_server.errors import ServerError
 from codey_server.eventlog_pg import listen
+from codey_server.pairing import Pairing
 from codey_server.secretfile import read_secret_file, write_secret_file
 from codey_server.workers import ActionFailed, WorkerRegistry
 
@@ -504,12 +505,14 @@ class ClusterActions:
 
 class Janitor:
     """Cleans up after dead replicas, on one replica at a time (the ``janitor`` lease): their
-    workers are marked disconnected (the workers reconnect elsewhere and come back), and old
-    routing rows go."""
+    workers are marked disconnected (the workers reconnect elsewhere and come back), their
+    pairing requests expired, and old routing rows go."""
 
-    def __init__(self, leases: Leases, engine: Engine, *, every_s: float = 2.0) -> None:
+    def __init__(self, leases: Leases, engine: Engine, pairing: Pairing, *,
+                 every_s: float = 2.0) -> None:
         self.leases = leases
         self.engine = engine
+        self.pairing = pairing
         self.every_s = every_s
         self._task: asyncio.Task[None] | None = None
         self._last_cleanup = 0.0
@@ -541,6 +544,9 @@ class Janitor:
             await self.engine.append([(None, ev.WorkerDisconnected(
                 worker_id=w.worker_id, reason="its server stopped", replica=w.replica))
                 for w in orphans])
+        # a pairing request taken by a replica that died is never answered: after its expiry
+        # (and a minute, in which the live replica that took it does this itself) it goes
+        await self.pairing.expire_lapsed(grace_s=60.0)
         now = asyncio.get_running_loop().time()
         if now - self._last_cleanup > 600:
             self._last_cleanup = now

@@ -205,12 +205,27 @@ class Pairing:
         self.ttl_s = ttl_s
         self._pending: dict[str, _Pending] = {}
 
-    async def start(self) -> None:
-        # Requests from before a restart have lost their secrets: the worker asks again.
+    async def start(self, *, shared: bool = False) -> None:
+        """Requests from before a restart have lost their secrets: the worker asks again. On a
+        log ``shared`` with other replicas, the pending ones may be theirs: only those past
+        their expiry go (:meth:`expire_lapsed`)."""
+        if shared:
+            await self.expire_lapsed()
+            return
         stale = list(self.engine.state.pair_requests)
         if stale:
             await self.engine.append([(None, ev.WorkerPairResolved(request_id=r, outcome="expired"))
                                       for r in stale])
+
+    async def expire_lapsed(self, grace_s: float = 0.0) -> None:
+        """Mark expired the requests of the log past their expiry by ``grace_s``, whoever took
+        them (among replicas, a dead one's would stay listed)."""
+        now = time.time()
+        lapsed = [r for r, info in self.engine.state.pair_requests.items()
+                  if info.expires_at + grace_s <= now]
+        if lapsed:
+            await self.engine.append([(None, ev.WorkerPairResolved(request_id=r, outcome="expired"))
+                                      for r in lapsed])
 
     # worker side ----------------------------------------------------------------------------
 

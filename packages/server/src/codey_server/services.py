@@ -89,7 +89,7 @@ class Services:
 
             self.cluster = Cluster(settings.database_url, settings.replica_id)
             self.leases = Leases(self.cluster)
-            self.janitor = Janitor(self.leases, self.engine)
+            self.janitor = Janitor(self.leases, self.engine, self.pairing)
             self.shared = SharedFiles(self.cluster, settings.data_dir)
             replica = self.cluster.replica_id
         self.workers = WorkerRegistry(self.engine, self.keys, replica=replica)
@@ -174,7 +174,7 @@ class Services:
             self.actions.start()
         if self.janitor is not None:
             self.janitor.start()
-        await self.pairing.start()
+        await self.pairing.start(shared=self.cluster is not None)
         await self.auth.start()
         await self.agent.start()
         self.retention.start()
