@@ -384,9 +384,6 @@ class ClusterActions:
                     waiting.future.set_exception(ActionFailed(
                         "revoked", "the worker was revoked; it will not run anything"))
                     del self._waiting[action_id]
-            self.registry.fail_all(e.worker_id, "revoked", "the worker was revoked")
-            self._background.spawn(self.registry.close_worker(e.worker_id, 4403,
-                                                        "this worker was revoked"))
 
     def _on_notify(self, payload: str) -> None:
         kind, _, key = payload.partition(":")

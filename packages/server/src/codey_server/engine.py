@@ -137,9 +137,10 @@ class Engine:
         async with self._command_lock:
             return await self.append(decision(self.state, self.context))
 
-    async def caught_up(self, seq: int) -> None:
-        """Return once the state has folded every event up to ``seq`` (one committed by
-        another replica arrives through the log's follower)."""
+    async def catch_up(self) -> None:
+        """Return once the state has folded every event committed so far, by any replica (the
+        others' arrive through the log's follower): a decision taken next sees them all."""
+        seq = await self.log.committed_seq()
         if self.state.seq < seq:
             async with self._applied:
                 await self._applied.wait_for(lambda: self.state.seq >= seq)

@@ -280,6 +280,11 @@ class EventLog(abc.ABC):
         share (PostgreSQL) has any; the others ignore this."""
         del after_seq, on_foreign
 
+    async def committed_seq(self) -> int:
+        """The last seq any process committed. Where this process is the only writer, that is
+        :attr:`last_seq`; a shared store asks the database."""
+        return self._last_seq
+
     def subscribe(self, maxsize: int = 1024) -> Subscription:
         """Attach a live subscription; it receives groups committed after this call."""
         if self._closed:

@@ -205,6 +205,10 @@ class PostgresEventLog(EventLog):
             await conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, str(seq)))
         return out
 
+    async def committed_seq(self) -> int:
+        rows = await self._rows("SELECT value FROM codey_meta WHERE key = 'last_seq'", ())
+        return int(rows[0][0])
+
     # -- following the other replicas -------------------------------------------------------------
 
     def follow(self, after_seq: int, on_foreign: Callable[[list[Envelope]], None]) -> None:

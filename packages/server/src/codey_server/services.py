@@ -104,8 +104,7 @@ class Services:
         # token the provider rejects is refreshed once
         self.agent = AgentService(self.engine, self.workers, settings, self.auth.token_for,
                                   self.auth.refresh_rejected, self.blobs.get,
-                                  actions=self.actions, leases=self.leases,
-                                  last_committed=self._last_committed)
+                                  actions=self.actions, leases=self.leases)
         self.retention = Retention(self.engine, settings.retention,
                                    gate=self._gate("retention"))
         self.terminals = TerminalService(self.engine, self.workers)
@@ -148,18 +147,10 @@ class Services:
         async def gate() -> bool:
             if not await leases.acquire(lease):
                 return False
-            await self.engine.caught_up(await self._last_committed())
+            await self.engine.catch_up()
             return True
 
         return gate
-
-    async def _last_committed(self) -> int:
-        """The last seq committed by any replica (this one's, alone)."""
-        if self.cluster is None:
-            return self.engine.state.seq
-        rows = await self.cluster.execute(
-            "SELECT value FROM codey_meta WHERE key = 'last_seq'")
-        return int(rows[0][0])
 
     async def start(self) -> None:
         await self.engine.start()

@@ -156,6 +156,7 @@ class WorkerRegistry:
         self._inflight: dict[str, _InFlight] = {}
         self._presence: dict[str, asyncio.Event] = {}
         self._background = Background(log)
+        engine.listeners.append(self._on_event)
         self._absence: dict[str, asyncio.Event] = {}
 
     async def start(self) -> None:
@@ -327,6 +328,15 @@ class WorkerRegistry:
             self.absence(conn.worker_id).set()
             return True
         return False
+
+    def _on_event(self, env: ev.Envelope) -> None:
+        if isinstance(env.event, ev.WorkerRevoked):
+            # it will not answer, and must not stay connected (on whichever server holds it)
+            worker_id = env.event.worker_id
+            self.fail_all(worker_id, "revoked", "the worker was revoked; it will not answer")
+            self._background.spawn(self.close_worker(worker_id, CLOSE_REVOKED,
+                                                     "this worker was revoked"),
+                                   f"close-{worker_id}")
 
     def fail_all(self, worker_id: str, code: str, message: str) -> None:
         """End every action waiting on this worker (it was revoked: it will not answer)."""

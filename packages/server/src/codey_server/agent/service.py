@@ -85,12 +85,10 @@ class AgentService:
     def __init__(self, engine: Engine, workers: WorkerRegistry, settings: Settings,
                  token_for: TokenFor, refresh_for: RefreshFor | None = None,
                  load_blob: Loader | None = None, *, actions: Actions | None = None,
-                 leases: Leases | None = None,
-                 last_committed: Callable[[], Awaitable[int]] | None = None) -> None:
+                 leases: Leases | None = None) -> None:
         self.engine = engine
         #: among replicas: a session's turn runs where its lease is held (None: one server)
         self.leases = leases
-        self._last_committed = last_committed
         self._claiming: set[str] = set()
         self._lost: set[str] = set()  # sessions whose lease went elsewhere while running here
         self._sweeper: asyncio.Task[None] | None = None
@@ -237,8 +235,7 @@ class AgentService:
                 await asyncio.sleep(delay)
             if not await self.leases.acquire(_lease(session_id)):
                 return  # another replica runs it
-            if self._last_committed is not None:
-                await self.engine.caught_up(await self._last_committed())
+            await self.engine.catch_up()
             session = self.engine.state.sessions.get(session_id)
             work = _work_for(session) if session is not None else None
             if work is None and session is not None and want == "turn" and needs_turn(session):

@@ -19,7 +19,7 @@ from codey_protocol import worker as wk
 from codey_server.decide import CommandRejected
 from codey_server.http.errors import errors
 from codey_server.http.resource import Resource, ServicesDep
-from codey_server.workers import CLOSE_REVOKED, ActionFailed, LogLine
+from codey_server.workers import ActionFailed, LogLine
 
 log = logging.getLogger("codey.http")
 
@@ -85,10 +85,8 @@ class WorkersController(Resource):
             raise NotFoundException(f"no worker {worker_id!r}")
         if not info.revoked:
             services.keys.remove(worker_id)
+            # every server's registry, on folding it, closes the socket and fails the waits
             await services.engine.append([(None, ev.WorkerRevoked(worker_id=worker_id))])
-        await services.workers.close_worker(worker_id, CLOSE_REVOKED, "this worker was revoked")
-        services.workers.fail_all(worker_id, "revoked",
-                                  "the worker was revoked; it will not answer")
         return Revoked(revoked=worker_id)
 
     @get("/log", sync_to_thread=False, responses=errors(404))
