@@ -449,11 +449,11 @@ class TaskRunStarted(EventBase, kw_only=True):
 # schedules ----------------------------------------------------------------------------------
 
 
-class ScheduleSpec(msgspec.Struct, kw_only=True):
+class ScheduleFields(msgspec.Struct, kw_only=True):
     """A prompt run on a worker at set times: ``cron`` (five fields, in ``timezone``) or once
-    ``at`` (unix time). Each run starts a new session, or prompts ``target_session``."""
+    ``at`` (unix time). Each run starts a new session, or prompts ``target_session``. (The
+    fields a schedule's event, its command and its REST body share.)"""
 
-    schedule_id: str
     name: str
     cron: str | None = None
     at: float | None = None
@@ -464,6 +464,12 @@ class ScheduleSpec(msgspec.Struct, kw_only=True):
     policy: ApprovalPolicy = "suggest"
     target_session: str | None = None
     enabled: bool = True
+
+
+class ScheduleSpec(ScheduleFields, kw_only=True):
+    """A schedule as stored: its fields and its id."""
+
+    schedule_id: str
 
 
 class ScheduleSaved(EventBase, kw_only=True):

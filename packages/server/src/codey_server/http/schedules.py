@@ -8,7 +8,7 @@ from litestar import delete, get, post
 from litestar.params import FromPath, JSONBody
 
 from codey_protocol import client as cl
-from codey_protocol.events import ApprovalPolicy
+from codey_protocol.events import ScheduleFields
 from codey_protocol.state import ScheduleInfo
 from codey_server.http.errors import errors
 from codey_server.http.resource import Resource, ServicesDep
@@ -16,19 +16,9 @@ from codey_server.http.resource import Resource, ServicesDep
 __all__ = ["ScheduleBody", "SchedulesController"]
 
 
-class ScheduleBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """A schedule: ``cron`` (five fields, in ``timezone``) or a one-time ``at``."""
-
-    name: str
-    cron: str | None = None
-    at: float | None = None
-    timezone: str = "UTC"
-    worker_id: str
-    workdir: str
-    prompt: str
-    policy: ApprovalPolicy = "suggest"
-    target_session: str | None = None  # None: a new session per run
-    enabled: bool = True
+class ScheduleBody(ScheduleFields, kw_only=True, forbid_unknown_fields=True):
+    """A schedule: ``cron`` (five fields, in ``timezone``) or a one-time ``at``;
+    ``target_session`` None starts a new session per run."""
 
 
 class Saved(msgspec.Struct, kw_only=True):
