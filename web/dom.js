@@ -74,3 +74,14 @@ export function label(status) {
 export function safeUrl(url) {
   return typeof url === "string" && /^https?:\/\//i.test(url) ? url : null;
 }
+
+// Run `fn`; a failure's message shows in `errorEl` (hidden again before the next try).
+export async function showingErrors(errorEl, fn) {
+  errorEl.hidden = true;
+  try {
+    await fn();
+  } catch (err) {
+    errorEl.textContent = err.message;
+    errorEl.hidden = false;
+  }
+}

@@ -5,7 +5,7 @@
 // Everything is folded from `task_*` events (the store): every tab shows the same board live.
 
 import { api } from "../api.js";
-import { h, replaceChildren } from "../dom.js";
+import { h, replaceChildren, showingErrors } from "../dom.js";
 import { SESSION_WORDS } from "./common.js";
 
 const COLUMNS = [
@@ -57,14 +57,8 @@ export class BoardPage {
     this.render();
   }
 
-  async _do(fn) {
-    this._error.hidden = true;
-    try {
-      await fn();
-    } catch (err) {
-      this._error.textContent = err.message;
-      this._error.hidden = false;
-    }
+  _do(fn) {
+    return showingErrors(this._error, fn);
   }
 
   _move(id, status, before) {

@@ -4,7 +4,7 @@
 // server shows up here live, with a link to its session; changes go through /api/schedules.
 
 import { api } from "../api.js";
-import { fmtTime, h, replaceChildren } from "../dom.js";
+import { fmtTime, h, replaceChildren, showingErrors } from "../dom.js";
 
 const OUTCOME = { started: "ran", failed: "failed", skipped: "skipped" };
 
@@ -52,14 +52,8 @@ export class SchedulesPage {
       "data-testid": "sch-save" }, "Add schedule")));
   }
 
-  async _do(fn) {
-    this._error.hidden = true;
-    try {
-      await fn();
-    } catch (err) {
-      this._error.textContent = err.message;
-      this._error.hidden = false;
-    }
+  _do(fn) {
+    return showingErrors(this._error, fn);
   }
 
   _save() {
