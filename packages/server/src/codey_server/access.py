@@ -56,7 +56,7 @@ from litestar.connection import ASGIConnection
 from litestar.datastructures import Cookie
 from litestar.middleware import DefineMiddleware
 
-from codey_server.clients import CLOSE_UNAUTHORIZED
+from codey_protocol import close_codes as cc
 from codey_server.secretfile import read_secret_file, write_secret_file
 from codey_server.settings import Settings
 
@@ -423,7 +423,7 @@ class AccessMiddleware:
         if access.settings.auth_required:
             session = self._session(headers)
             if session is None and not access.check_bearer(headers.get("authorization", "")):
-                await _accept_and_close(receive, send, CLOSE_UNAUTHORIZED, "log in first")
+                await _accept_and_close(receive, send, cc.UNAUTHORIZED, "log in first")
                 return
             if session is not None:
                 scope[SCOPE_SESSION_KEY] = session

@@ -6,10 +6,10 @@ server attaches a live subscription to the log FIRST, then sends what is stored 
 then live events, dropping any live event whose seq was already sent. No gap, no duplicate.
 
 A browser that falls behind overflows its bounded queue and is closed with
-:data:`CLOSE_LAGGING`; it resumes with ``after_seq`` — the log is the buffer, nothing is lost.
+``LAGGING``; it resumes with ``after_seq`` — the log is the buffer, nothing is lost.
 A browser that reads nothing at all blocks the send itself (its TCP window is full), so the
 queue's overflow would never be seen: each send has ``send_timeout`` seconds, after which the
-socket is closed with :data:`CLOSE_LAGGING` too, instead of lingering until the ping timeout
+socket is closed with ``LAGGING`` too, instead of lingering until the ping timeout
 (1011, 40 s).
 """
 
@@ -32,12 +32,6 @@ from codey_server.errors import LogClosed, ServerError, SubscriberOverflow
 
 log = logging.getLogger("codey.clients")
 
-CLOSE_GOING_AWAY = cc.GOING_AWAY
-CLOSE_TOO_LARGE = cc.TOO_LARGE
-CLOSE_LAGGING = cc.LAGGING
-CLOSE_BAD_SUBSCRIBE = cc.BAD_FIRST_FRAME
-CLOSE_UNAUTHORIZED = cc.UNAUTHORIZED
-CLOSE_FORBIDDEN = cc.FORBIDDEN
 
 __all__ = ["ClientHub", "receive_frame", "serve_client"]
 
@@ -58,7 +52,7 @@ class ClientHub:
     def __len__(self) -> int:
         return len(self._sockets)
 
-    async def close_session(self, session_key: str, code: int = CLOSE_UNAUTHORIZED) -> None:
+    async def close_session(self, session_key: str, code: int = cc.UNAUTHORIZED) -> None:
         """Close every socket opened with this browser session (logout)."""
         for ws, key in list(self._sockets.values()):
             if key == session_key:
@@ -80,13 +74,13 @@ async def serve_client(ws: WebSocket[Any, Any, Any], engine: Engine, hub: Client
             msg = codec.decode_client_to_server(first)
         except ProtocolError as err:
             await _send(ws, cl.Error(code=err.code, message=err.message))
-            await ws.close(code=CLOSE_TOO_LARGE if err.code == "too_large" else
-                           CLOSE_BAD_SUBSCRIBE, reason="expected subscribe")
+            await ws.close(code=cc.TOO_LARGE if err.code == "too_large" else
+                           cc.BAD_FIRST_FRAME, reason="expected subscribe")
             return
         if not isinstance(msg, cl.Subscribe):
             await _send(ws, cl.Error(code="bad_frame", message="the first frame must be subscribe",
                                      request_id=msg.request_id))
-            await ws.close(code=CLOSE_BAD_SUBSCRIBE, reason="expected subscribe")
+            await ws.close(code=cc.BAD_FIRST_FRAME, reason="expected subscribe")
             return
         sub = engine.log.subscribe(maxsize=queue_max)
         try:
@@ -141,9 +135,9 @@ async def _send_events(ws: WebSocket[Any, Any, Any], engine: Engine, sub: Any, a
         await _stream_events(ws, engine, sub, after_seq, batch, hub, send_timeout)
     except _NotReading:
         log.info("a browser read nothing for %.0f s: closed with %d", send_timeout,
-                 CLOSE_LAGGING)
+                 cc.LAGGING)
         with contextlib.suppress(Exception):
-            await ws.close(code=CLOSE_LAGGING, reason="not reading; resume with after_seq")
+            await ws.close(code=cc.LAGGING, reason="not reading; resume with after_seq")
 
 
 async def _stream_events(ws: WebSocket[Any, Any, Any], engine: Engine, sub: Any,
@@ -160,7 +154,7 @@ async def _stream_events(ws: WebSocket[Any, Any, Any], engine: Engine, sub: Any,
     if after_seq > engine.log.last_seq:
         # the browser has seen events this log never had (the data dir was replaced)
         await _send(ws, cl.Resync(reason="unknown seq"))
-        await ws.close(code=CLOSE_LAGGING, reason="resync")
+        await ws.close(code=cc.LAGGING, reason="resync")
         return
     if after_seq == 0 or after_seq < first_seq - 1:
         state = engine.state
@@ -192,16 +186,16 @@ async def _stream_events(ws: WebSocket[Any, Any, Any], engine: Engine, sub: Any,
                 if get.done() and not get.cancelled():
                     get.exception()  # retrieved: the log may have closed at the same moment
                 await _send(ws, cl.Shutdown())
-                await ws.close(code=CLOSE_GOING_AWAY, reason="server shutting down")
+                await ws.close(code=cc.GOING_AWAY, reason="server shutting down")
                 return
             try:
                 envs = get.result()
             except SubscriberOverflow:
-                await ws.close(code=CLOSE_LAGGING, reason="too far behind; resume with after_seq")
+                await ws.close(code=cc.LAGGING, reason="too far behind; resume with after_seq")
                 return
             except LogClosed:
                 await _send(ws, cl.Shutdown())
-                await ws.close(code=CLOSE_GOING_AWAY, reason="server shutting down")
+                await ws.close(code=cc.GOING_AWAY, reason="server shutting down")
                 return
             fresh = [e for e in envs if e.seq > last_sent]
             if fresh:
@@ -221,7 +215,7 @@ async def _receive_commands(ws: WebSocket[Any, Any, Any], engine: Engine) -> Non
         except ProtocolError as err:
             await _send(ws, cl.Error(code=err.code, message=err.message))
             if err.code == "too_large":
-                await ws.close(code=CLOSE_TOO_LARGE, reason="frame too large")
+                await ws.close(code=cc.TOO_LARGE, reason="frame too large")
                 return
             continue
         if isinstance(msg, cl.Subscribe):

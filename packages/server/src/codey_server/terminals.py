@@ -36,12 +36,10 @@ from codey_server.decide import CommandRejected
 from codey_server.engine import Engine
 from codey_server.workers import WorkerRegistry
 
-__all__ = ["CLOSE_MACHINE_OFFLINE", "CLOSE_NO_TERMINAL", "TerminalService", "viewer_name"]
+__all__ = ["TerminalService", "viewer_name"]
 
 log = logging.getLogger("codey.terminals")
 
-CLOSE_NO_TERMINAL = cc.NO_TERMINAL
-CLOSE_MACHINE_OFFLINE = cc.MACHINE_OFFLINE
 
 #: output queued for one view before it counts as stuck (the worker's window is 256 KiB)
 _MAX_QUEUED = 1024 * 1024
@@ -115,7 +113,7 @@ class TerminalService:
                     by: str) -> None:
         t = self.engine.state.terminals.get(terminal_id)
         if t is None or t.closed:
-            await ws.close(code=CLOSE_NO_TERMINAL, reason="no such terminal")
+            await ws.close(code=cc.NO_TERMINAL, reason="no such terminal")
             return
         client_id = f"tc_{secrets.token_hex(8)}"
         view = _View(ws, t.worker_id, terminal_id)
@@ -125,7 +123,7 @@ class TerminalService:
             rows=rows))
         if not opened:
             self._views.pop(client_id, None)
-            await ws.close(code=CLOSE_MACHINE_OFFLINE, reason="the machine is offline")
+            await ws.close(code=cc.MACHINE_OFFLINE, reason="the machine is offline")
             return
         await self.engine.append([(t.session_id, ev.TerminalAttached(terminal_id=terminal_id,
                                                                      by=by))])
@@ -154,7 +152,7 @@ class TerminalService:
                 await ws.send_data(msgspec.json.encode({
                     "type": "ended", "code": ended.code, "message": ended.message,
                     "shell_alive": ended.shell_alive}).decode(), mode="text")
-            await ws.close(code=1000 if ended is not None else CLOSE_MACHINE_OFFLINE,
+            await ws.close(code=1000 if ended is not None else cc.MACHINE_OFFLINE,
                            reason=reason[:100])
         events: list[tuple[str | None, ev.Event]] = [
             (t.session_id, ev.TerminalDetached(terminal_id=terminal_id, by=by))]

@@ -42,13 +42,6 @@ from codey_server.pairing import KeyStore, verify_signature
 
 log = logging.getLogger("codey.workers")
 
-CLOSE_UNAUTHORIZED = cc.UNAUTHORIZED
-CLOSE_REVOKED = cc.REVOKED
-CLOSE_SILENT = cc.SILENT
-CLOSE_REPLACED = cc.REPLACED
-CLOSE_BAD_FRAME = cc.BAD_FIRST_FRAME
-CLOSE_UPGRADE_REQUIRED = cc.UPGRADE_REQUIRED
-CLOSE_TOO_LARGE = cc.TOO_LARGE
 AUTH_TIMEOUT_S = 10.0
 
 __all__ = ["ActionFailed", "WorkerRegistry", "serve_worker"]
@@ -311,7 +304,7 @@ class WorkerRegistry:
         self.absence(conn.worker_id).clear()
         if old is not None:
             with contextlib.suppress(Exception):
-                await old.ws.close(code=CLOSE_REPLACED, reason="replaced by a newer connection")
+                await old.ws.close(code=cc.REPLACED, reason="replaced by a newer connection")
         # re-send everything this worker has not answered yet, with the same ids
         for flight in list(self._inflight.values()):
             if flight.worker_id == conn.worker_id and not flight.done:
@@ -334,7 +327,7 @@ class WorkerRegistry:
             # it will not answer, and must not stay connected (on whichever server holds it)
             worker_id = env.event.worker_id
             self.fail_all(worker_id, "revoked", "the worker was revoked; it will not answer")
-            self._background.spawn(self.close_worker(worker_id, CLOSE_REVOKED,
+            self._background.spawn(self.close_worker(worker_id, cc.REVOKED,
                                                      "this worker was revoked"),
                                    f"close-{worker_id}")
 
@@ -400,7 +393,7 @@ async def serve_worker(ws: WebSocket[Any, Any, Any], registry: WorkerRegistry, *
 
     A worker beats every ``silence_s / 3`` (5 s); one that sends nothing for ``silence_s`` is
     frozen or cut off (SIGSTOP, a suspended laptop, a dead NAT entry) although its TCP
-    connection may look alive for a while yet: it is closed with :data:`CLOSE_SILENT`, so it
+    connection may look alive for a while yet: it is closed with ``SILENT``, so it
     shows as disconnected and its sessions as waiting for it, instead of "connected" until the
     pings fail (about 40 s). It comes back through a new handshake like any reconnect."""
     engine = registry.engine
@@ -443,7 +436,7 @@ async def serve_worker(ws: WebSocket[Any, Any, Any], registry: WorkerRegistry, *
     except WebSocketDisconnect:
         return
     if not await registry.attach(conn, credential):
-        await ws.close(code=CLOSE_REVOKED, reason="this worker was revoked")
+        await ws.close(code=cc.REVOKED, reason="this worker was revoked")
         return
     await engine.append([(None, ev.WorkerConnected(
         worker_id=conn.worker_id, hostname=hello.hostname, os=hello.os,
@@ -459,13 +452,13 @@ async def serve_worker(ws: WebSocket[Any, Any, Any], registry: WorkerRegistry, *
                 log.warning("worker %s: %s", conn.worker_id, reason)
                 with contextlib.suppress(Exception):
                     # the peer may be frozen: do not wait long for its side of the close
-                    await asyncio.wait_for(ws.close(code=CLOSE_SILENT, reason="no heartbeat"), 2)
+                    await asyncio.wait_for(ws.close(code=cc.SILENT, reason="no heartbeat"), 2)
                 break
             try:
                 frame = codec.decode_worker_to_server(data)
             except ProtocolError as err:
                 if err.code == "too_large":
-                    await ws.close(code=CLOSE_TOO_LARGE, reason="frame too large")
+                    await ws.close(code=cc.TOO_LARGE, reason="frame too large")
                     break
                 log.warning("worker %s sent a bad frame: %s", conn.worker_id, err.message)
                 # told once a second at most: a worker in a loop of bad frames (or a fuzzer that

@@ -89,10 +89,6 @@ log = logging.getLogger(__name__)
 EXIT_OK = 0
 EXIT_UNLINKED = 3
 EXIT_INCOMPATIBLE = 4
-CLOSE_UNAUTHORIZED = cc.UNAUTHORIZED
-CLOSE_REVOKED = cc.REVOKED
-CLOSE_REPLACED = cc.REPLACED
-CLOSE_UPGRADE_REQUIRED = cc.UPGRADE_REQUIRED
 HANDSHAKE_TIMEOUT_S = 15.0
 HEALTHY_AFTER_S = 10.0  # a connection up this long resets the backoff
 MCP_LIST_TIMEOUT_S = 20.0
@@ -244,13 +240,13 @@ class Worker:
                     await self._serve(ws)
             except ConnectionClosed as exc:
                 code = exc.rcvd.code if exc.rcvd is not None else None
-                if code in (CLOSE_UNAUTHORIZED, CLOSE_REVOKED):
+                if code in (cc.UNAUTHORIZED, cc.REVOKED):
                     self.console.unlinked()
                     return EXIT_UNLINKED
-                if code == CLOSE_REPLACED:
+                if code == cc.REPLACED:
                     self.console.replaced()
                     return EXIT_OK
-                if code == CLOSE_UPGRADE_REQUIRED:
+                if code == cc.UPGRADE_REQUIRED:
                     self.console.error(exc.rcvd.reason if exc.rcvd else "protocol mismatch")
                     return EXIT_INCOMPATIBLE
             except IncompatibleServer as exc:
@@ -293,7 +289,7 @@ class Worker:
                 await asyncio.wait_for(ws.recv(), HANDSHAKE_TIMEOUT_S))
             answer = hs.receive(frame, time.time())
             if isinstance(answer, Refuse):
-                if answer.code == CLOSE_UPGRADE_REQUIRED:
+                if answer.code == cc.UPGRADE_REQUIRED:
                     raise IncompatibleServer(answer.reason)
                 raise ProtocolError("bad_frame", answer.reason)
             if isinstance(answer, Welcome):
