@@ -41,6 +41,7 @@ from _common import figure, info, median, percentile
 from codey_protocol import codec
 from codey_protocol import events as ev
 from codey_testkit.model_handle import start_model_server
+from codey_testkit.postgres import PostgresCluster
 from codey_testkit.scenarios import provider_config
 from codey_testkit.stack import ServerProcess, WorkerProcess
 
@@ -85,15 +86,24 @@ def spawn_baseline(n: int = 200) -> list[float]:
     return asyncio.run(run())
 
 
-def round_trips(db: Path, after_seq: int) -> list[float]:
-    """Seconds from each action's ``action_requested`` to its ``action_finished``."""
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        rows = conn.execute(
-            "SELECT envelope FROM events WHERE seq > ? AND type IN "
-            "('action_requested', 'action_finished') ORDER BY seq", (after_seq,)).fetchall()
-    finally:
-        conn.close()
+def round_trips(db: Path, after_seq: int, dsn: str | None = None) -> list[float]:
+    """Seconds from each action's ``action_requested`` to its ``action_finished``, read from
+    the SQLite file ``db`` or, with ``dsn``, from PostgreSQL."""
+    if dsn:
+        import psycopg
+
+        with psycopg.connect(dsn) as pg:
+            rows = pg.execute(
+                "SELECT envelope FROM codey_events WHERE seq > %s AND type IN "
+                "('action_requested', 'action_finished') ORDER BY seq", (after_seq,)).fetchall()
+    else:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        try:
+            rows = conn.execute(
+                "SELECT envelope FROM events WHERE seq > ? AND type IN "
+                "('action_requested', 'action_finished') ORDER BY seq", (after_seq,)).fetchall()
+        finally:
+            conn.close()
     started: dict[str, float] = {}
     out = []
     for (raw,) in rows:
@@ -107,7 +117,7 @@ def round_trips(db: Path, after_seq: int) -> list[float]:
 
 
 def phase(server: ServerProcess, workers: list[WorkerProcess], sessions: int, calls: int,
-          root: Path, profile: Path | None) -> None:
+          dsn: str | None, root: Path, profile: Path | None) -> None:
     print(f"S={sessions} sessions × N={calls} calls on W={len(workers)} workers", flush=True)
     assert server.proc is not None
     pid = server.proc.pid
@@ -157,7 +167,7 @@ def phase(server: ServerProcess, workers: list[WorkerProcess], sessions: int, ca
     for sid in list(sids)[:50]:  # the full items of a sample (the list has only counts)
         items = server.http.get(f"/api/sessions/{sid}").json()["items"]
         exact += sum(1 for i in items if i["kind"] == "tool_call") == calls
-    trips = round_trips(server.data_dir / "events.db", seq0)
+    trips = round_trips(server.data_dir / "events.db", seq0, dsn)
     base = spawn_baseline()
     figure("sessions finished", len(complete), f"/{sessions}", "all", len(complete) == sessions)
     info("sample with exactly N calls", f"{exact}/{min(50, sessions)}")
@@ -184,16 +194,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sessions", type=int, nargs="+", default=[100, 500])
     parser.add_argument("--calls", type=int, default=10)
     parser.add_argument("--quick", action="store_true", help="W=5, S=20, N=5")
+    parser.add_argument("--postgres", action="store_true",
+                        help="the log in a throwaway PostgreSQL (a single server on it is a "
+                             "one-replica cluster: every action goes through the database)")
     parser.add_argument("--profile", type=Path, default=None,
                         help="write a py-spy profile of the server per phase here")
     args = parser.parse_args(argv)
     if args.quick:
         args.workers, args.sessions, args.calls = 5, [20], 5
-    with tempfile.TemporaryDirectory(prefix="codey-scale-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="codey-scale-") as tmp, \
+            contextlib.ExitStack() as stack:
         root = Path(tmp)
+        dsn = stack.enter_context(PostgresCluster()).create_database("scale") \
+            if args.postgres else None
+        extra = ["--database-url", dsn] if dsn else []
         with start_model_server(script(args.calls), root / "model") as model:
             config = {**provider_config(model), "turn_iteration_cap": args.calls + 5}
-            with ServerProcess(root / "server", config=config) as server:
+            with ServerProcess(root / "server", config=config, extra_args=extra) as server:
                 workers: list[WorkerProcess] = []
                 try:
                     t0 = time.perf_counter()
@@ -209,9 +226,9 @@ def main(argv: list[str] | None = None) -> int:
                     # a warm-up session: the server's first model call imports the SDK (about
                     # a second of CPU) and each worker's first attach starts its watcher
                     with contextlib.redirect_stdout(io.StringIO()):
-                        phase(server, workers, len(workers), args.calls, root, None)
+                        phase(server, workers, len(workers), args.calls, dsn, root, None)
                     for sessions in args.sessions:
-                        phase(server, workers, sessions, args.calls, root, args.profile)
+                        phase(server, workers, sessions, args.calls, dsn, root, args.profile)
                 finally:
                     for w in workers:
                         w.stop()

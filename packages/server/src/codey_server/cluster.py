@@ -329,7 +329,11 @@ class ClusterActions:
             if rows and rows[0][0] is not None:  # carried out before (a take-over)
                 outcome = _decode_outcome(rows[0][0])
             else:
-                await self.cluster.notify(f"a:{worker_id}")
+                if self.registry.connected(worker_id):
+                    # the worker is here: no need to wake anyone, nor to read back its output
+                    self._carry(worker_id, action)
+                else:
+                    await self.cluster.notify(f"a:{worker_id}")
                 async with asyncio.timeout(timeout):
                     return await asyncio.shield(waiting.future)
         finally:
@@ -422,11 +426,7 @@ class ClusterActions:
                 "WHERE outcome IS NULL AND worker_id = ANY(%s) ORDER BY created", (workers,))
             for action_id, worker_id, session_id, data, cancel in rows:
                 if action_id not in self._running:
-                    action = codec.decode_server_to_worker(bytes(data))
-                    task = asyncio.get_running_loop().create_task(
-                        self._carry_out(worker_id, action), name=f"routed-{action_id}")
-                    self._running[action_id] = task
-                    task.add_done_callback(functools.partial(self._ran, action_id))
+                    self._carry(worker_id, codec.decode_server_to_worker(bytes(data)))
                 if cancel and action_id not in self._cancel_sent:
                     self._cancel_sent.add(action_id)
                     await self.registry.cancel(worker_id, action_id, session_id)
@@ -443,8 +443,23 @@ class ClusterActions:
         if self._running.get(action_id) is task:
             del self._running[action_id]
 
+    def _carry(self, worker_id: str, action: Any) -> None:
+        """Run ``action`` on the worker connected here, once (a second call is ignored)."""
+        if action.action_id in self._running:
+            return
+        task = asyncio.get_running_loop().create_task(
+            self._carry_out(worker_id, action), name=f"routed-{action.action_id}")
+        self._running[action.action_id] = task
+        task.add_done_callback(functools.partial(self._ran, action.action_id))
+
     async def _carry_out(self, worker_id: str, action: Any) -> None:
         async def forward(p: wk.ActionProgress) -> None:
+            local = self._waiting.get(p.action_id)
+            if local is not None:  # the session runs here too: straight to it
+                if local.on_progress is not None:
+                    async with local.reading:
+                        await local.on_progress(p)
+                return
             await self.cluster.execute(
                 "INSERT INTO codey_action_progress (action_id, data) VALUES (%s, %s)",
                 (p.action_id, codec.encode(p)))
@@ -463,10 +478,16 @@ class ClusterActions:
         rows = await self.cluster.execute(
             "UPDATE codey_actions SET outcome = %s WHERE action_id = %s AND outcome IS NULL "
             "RETURNING action_id", (_encode_outcome(action_id, outcome), action_id))
-        if rows:
-            await self.cluster.notify(f"o:{action_id}")
-            if action_id in self._waiting:
-                await self._read_outcomes([action_id])
+        if not rows:
+            return
+        waiting = self._waiting.get(action_id)
+        if waiting is None:
+            await self.cluster.notify(f"o:{action_id}")  # for the replica the session is on
+        elif not waiting.future.done():
+            if isinstance(outcome, ActionFailed):
+                waiting.future.set_exception(outcome)
+            else:
+                waiting.future.set_result(outcome)
 
     async def _read_outcomes(self, action_ids: list[str]) -> None:
         rows = await self.cluster.execute(
