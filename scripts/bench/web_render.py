@@ -26,7 +26,7 @@ from playwright.sync_api import sync_playwright
 from codey_protocol import encode
 from codey_protocol import events as ev
 from codey_protocol.state import State
-from codey_server.reducers import apply
+from codey_server.features import apply
 
 WEB = Path(__file__).resolve().parents[2] / "web"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

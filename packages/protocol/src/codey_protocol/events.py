@@ -54,6 +54,10 @@ class ItemBase(msgspec.Struct, tag_field="kind", tag=snake, kw_only=True):
     ts: float
 
 
+#: attachments of these types go to the model as images; others are written into the workdir
+IMAGE_MIMES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
+
+
 class Attachment(msgspec.Struct, kw_only=True):
     """A file sent with a prompt, stored once on the server by content hash (``/api/blobs``).
     Images go to the model as images; other files are written into the workdir first."""

@@ -11,7 +11,7 @@
 The signature is Ed25519 over :func:`signed_message` (``f"{nonce}:{worker_id}:{ts!r}"``, the
 ``repr`` of the float sent), base64url without padding. Each end feeds the frames it received
 into its machine and sends, or closes with, what the machine answers; the sockets, the clock,
-the key store and the crypto stay with the callers (``codey_server.workers``,
+the key store and the crypto stay with the callers (``codey_server.workers.sockets``,
 ``codey_worker.connection``), which pass in what the machine needs to decide.
 
 Protocol versions: one integer, the major version. Two ends with different versions refuse

@@ -13,7 +13,7 @@ Appends are applied before replacements, so an update carrying both ``output_del
 ``output`` ends with ``output``. An update for a field the item does not have is ignored (the
 fold never raises on a well-formed event).
 
-The server's fold (``codey_server.reducers``) reads :data:`APPEND_FIELDS` and
+The server's fold (``codey_server.core.fold``) reads :data:`APPEND_FIELDS` and
 :data:`REPLACE_FIELDS`. The browser's fold (``web/store.js``) imports ``web/item_fields.js``,
 which :mod:`codey_protocol.schema` generates from the JSON Schema of ``SessionItemUpdated``
 with :func:`split_fields`: the same two lists, and ``applyUpdate(item, e)``, this rule

@@ -1,24 +1,63 @@
-"""``create_app(settings)``: the Litestar application.
+"""``create_app(settings)``: the Litestar application — the one place that wires the features.
 
-The routes are in :mod:`codey_server.http` (one module per resource), the long-lived parts in
-:class:`~codey_server.services.Services`: started and stopped in the lifespan, handed to
-handlers by dependency injection — no module-level mutable state.
+Each feature keeps its routes in its own package (``board/routes.py``, ``workers/routes.py``,
+…); they are listed here. The long-lived parts are in :class:`~codey_server.services.Services`:
+started and stopped in the lifespan, and handed to handlers by name (``engine:
+NamedDependency[Engine]``) — no module-level mutable state.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 from litestar import Litestar
 from litestar.di import Provide
+from litestar.types import ControllerRouterHandler
 
 from codey_server import http
-from codey_server.access import access_middleware
+from codey_server.agent.routes import ConfigController
+from codey_server.blobs.routes import BlobsController, qr_svg
+from codey_server.board.routes import TasksController
+from codey_server.browsers.routes import client_socket, logout
+from codey_server.channels.routes import TelegramController
+from codey_server.http.access import access_middleware
+from codey_server.http.sessions import SessionsController
+from codey_server.http.state import StateController
+from codey_server.http.web import web_routes
+from codey_server.mcp.routes import McpTokensController, mcp_endpoint
+from codey_server.metrics.routes import metrics
+from codey_server.providers.routes import AuthController
+from codey_server.schedules.routes import SchedulesController
 from codey_server.services import Services
 from codey_server.settings import Settings
+from codey_server.terminals.routes import TerminalsController, terminal_socket
+from codey_server.workers.downloads import downloads_router
+from codey_server.workers.pairing_routes import PairingController
+from codey_server.workers.routes import WorkersController, worker_socket
 
-__all__ = ["create_app"]
+__all__ = ["create_app", "route_handlers"]
+
+#: the parts of :class:`Services` handlers may ask for, each under its own name
+PARTS = ("engine", "settings", "clients", "access", "auth", "blobs", "mcp", "mcp_tokens",
+         "metrics", "pairing", "agent", "keys", "workers", "telegram", "terminals")
+
+
+def route_handlers(settings: Settings) -> list[ControllerRouterHandler]:
+    """Every route of the server, the static client last (it answers every other path)."""
+    return [StateController, ConfigController, SessionsController, PairingController,
+            WorkersController, AuthController, TelegramController, logout, client_socket,
+            worker_socket, TerminalsController, terminal_socket, BlobsController, qr_svg,
+            downloads_router, McpTokensController, mcp_endpoint, metrics, SchedulesController,
+            TasksController, *web_routes(settings)]
+
+
+def _provider(services: Services, part: str) -> Callable[[], Any]:
+    def provide() -> Any:
+        return getattr(services, part)
+
+    return provide
 
 
 def create_app(settings: Settings) -> Litestar:
@@ -34,12 +73,10 @@ def create_app(settings: Settings) -> Litestar:
         finally:
             await services.stop()
 
-    def provide_services() -> Services:
-        return services
-
     return Litestar(
-        route_handlers=http.route_handlers(settings),
-        dependencies={"services": Provide(provide_services, sync_to_thread=False)},
+        route_handlers=route_handlers(settings),
+        dependencies={part: Provide(_provider(services, part), sync_to_thread=False)
+                      for part in PARTS},
         middleware=[access_middleware(services.access)],
         exception_handlers=http.exception_handlers,
         request_class=http.JSONRequest,

@@ -26,9 +26,9 @@ import msgspec
 import uvicorn
 
 from codey_protocol import MAX_FRAME_BYTES
-from codey_server.access import load_or_create_token
 from codey_server.app import create_app
 from codey_server.errors import ConfigError
+from codey_server.http.access import load_or_create_token
 from codey_server.logsetup import configure_logging, install_redaction
 from codey_server.settings import Settings, load_config_file
 

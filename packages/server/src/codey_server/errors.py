@@ -14,9 +14,15 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 
 class ServerError(Exception):
     """Root of every exception raised by codey_server on purpose."""
+
+    #: a ``code`` this error carries that the HTTP layer does not know comes from an upstream
+    #: service (an identity provider's ``invalid_grant``): answered 502, not 400
+    upstream_codes: ClassVar[bool] = False
 
 
 class SubscriberOverflow(ServerError):

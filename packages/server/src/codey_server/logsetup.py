@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import Literal, TextIO
 
-from codey_server.access import RedactSecrets
-
-__all__ = ["JsonFormatter", "configure_logging", "install_redaction"]
+__all__ = ["JsonFormatter", "RedactSecrets", "configure_logging", "install_redaction"]
 
 _FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -67,3 +66,29 @@ def install_redaction() -> None:
         for handler in logger.handlers:
             if not any(isinstance(f, RedactSecrets) for f in handler.filters):
                 handler.addFilter(RedactSecrets())
+
+
+class RedactSecrets(logging.Filter):
+    """Masks access tokens, bearer values and OAuth fields in log records, as a last line.
+
+    The code never logs secrets on purpose; this catches what a library might (a URL with
+    ``?token=``, an ``Authorization`` header, a token endpoint's JSON).
+    """
+
+    _PATTERN = re.compile(
+        r"(?i)(token=|[?&]code=|bearer\s+|basic\s+|\"?(?:access_token|refresh_token|id_token|"
+        r"api_key|device_code|code_verifier|client_secret)\"?\s*[:=]\s*\"?)([^\s&\"',;]+)")
+
+    #: a Telegram bot token in a Bot API URL (``…/bot123456:ABC…/getUpdates``)
+    _BOT_URL = re.compile(r"(/bot)(\d+:[A-Za-z0-9_-]+)")
+    #: the password in a database URL (postgresql://user:password@host/db)
+    _DB_PASSWORD = re.compile(r"(postgres(?:ql)?://[^:/@\s]+:)([^@\s]+)(?=@)")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        redacted = self._PATTERN.sub(lambda m: m.group(1) + "[redacted]", message)
+        redacted = self._BOT_URL.sub(lambda m: m.group(1) + "[redacted]", redacted)
+        redacted = self._DB_PASSWORD.sub(lambda m: m.group(1) + "[redacted]", redacted)
+        if redacted != message:
+            record.msg, record.args = redacted, None
+        return True

@@ -16,27 +16,28 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from codey_server.access import SESSIONS_FILE, BrowserAccess
 from codey_server.agent.service import AgentService
-from codey_server.auth import AuthService
-from codey_server.blobs import BlobStore
+from codey_server.blobs.store import BlobStore
+from codey_server.browsers.sockets import ClientHub
 from codey_server.channels.telegram import TelegramChannel
-from codey_server.clients import ClientHub
-from codey_server.decide import Context
-from codey_server.engine import Engine
+from codey_server.core.engine import Engine
+from codey_server.core.retention import Retention
+from codey_server.core.rules import Context
 from codey_server.eventlog import EventLog, SqliteEventLog
-from codey_server.mcp_server import CodeyMcp, McpTokens
-from codey_server.metrics import ServerMetrics
-from codey_server.pairing import KeyStore, Pairing
-from codey_server.retention import Retention
-from codey_server.scheduler import Scheduler, file_clock
+from codey_server.features import RULES
+from codey_server.http.access import SESSIONS_FILE, BrowserAccess
+from codey_server.mcp.server import CodeyMcp, McpTokens
+from codey_server.metrics.collector import ServerMetrics
+from codey_server.providers.service import AuthService
+from codey_server.schedules.scheduler import Scheduler, file_clock
 from codey_server.secretfile import ensure_private_dir
 from codey_server.settings import Settings
-from codey_server.terminals import TerminalService
-from codey_server.workers import WorkerRegistry
+from codey_server.terminals.service import TerminalService
+from codey_server.workers.pairing import KeyStore, Pairing
+from codey_server.workers.sockets import WorkerRegistry
 
 if TYPE_CHECKING:
-    from codey_server.cluster import Cluster, ClusterActions, Janitor, Leases, SharedFiles
+    from codey_server.cluster.replicas import Cluster, ClusterActions, Janitor, Leases, SharedFiles
 
 __all__ = ["Services"]
 
@@ -44,7 +45,7 @@ __all__ = ["Services"]
 def event_log_for(settings: Settings) -> EventLog:
     """PostgreSQL when ``database_url`` is set, else SQLite in the data dir."""
     if settings.database_url:
-        from codey_server.eventlog_pg import PostgresEventLog  # psycopg only when used
+        from codey_server.eventlog.postgres import PostgresEventLog  # psycopg only when used
 
         return PostgresEventLog(settings.database_url)
     return SqliteEventLog(settings.db_path)
@@ -72,7 +73,7 @@ class Services:
         ensure_private_dir(settings.data_dir)
         # files sent with prompts, once each by content hash
         self.blobs = BlobStore(settings.data_dir / "blobs")
-        self.engine = Engine(event_log_for(settings),
+        self.engine = Engine(event_log_for(settings), RULES,
                              snapshot_every=settings.snapshot_every,
                              context=_context(settings, self.blobs))
         self.clients = ClientHub()
@@ -85,17 +86,18 @@ class Services:
         self.shared: SharedFiles | None = None
         replica = ""
         if settings.database_url:
-            from codey_server.cluster import Cluster, Janitor, Leases, SharedFiles
+            from codey_server.cluster.replicas import Cluster, Janitor, Leases, SharedFiles
 
             self.cluster = Cluster(settings.database_url, settings.replica_id)
             self.leases = Leases(self.cluster)
-            self.janitor = Janitor(self.leases, self.engine, self.pairing)
+            self.janitor = Janitor(self.leases, self.engine,
+                                  lambda grace: self.pairing.expire_lapsed(grace_s=grace))
             self.shared = SharedFiles(self.cluster, settings.data_dir)
             replica = self.cluster.replica_id
         self.workers = WorkerRegistry(self.engine, self.keys, replica=replica)
         self.actions: ClusterActions | None = None
         if self.cluster is not None:
-            from codey_server.cluster import ClusterActions
+            from codey_server.cluster.replicas import ClusterActions
 
             self.actions = ClusterActions(self.cluster, self.engine, self.workers)
         self.access = BrowserAccess(settings)
@@ -115,7 +117,9 @@ class Services:
             self.engine, grace_s=settings.schedule_grace_s,
             clock=file_clock(settings.clock_file) if settings.clock_file else time.time,
             gate=self._gate("scheduler"))
-        self.metrics = ServerMetrics(self)  # last: it hooks into the parts above
+        # last: it hooks into the parts above
+        self.metrics = ServerMetrics(self.engine, lambda: len(self.clients),
+                                     self.agent.providers.values())
         self.telegram = TelegramChannel(settings, self.engine)
         if self.shared is not None:
             self.shared.share("workers.json", self.keys.reload, merge=True)

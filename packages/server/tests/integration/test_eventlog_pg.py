@@ -18,8 +18,8 @@ import pytest
 from codey_protocol.codec import decode_envelope
 from codey_protocol.events import SessionTitleChanged
 from codey_server.eventlog import EventLog
-from codey_server.eventlog_pg import PostgresEventLog
-from codey_server.testing.eventlog_contract import EventLogContract
+from codey_server.eventlog.contract import EventLogContract
+from codey_server.eventlog.postgres import PostgresEventLog
 from codey_testkit.postgres import PostgresCluster, pg_bin
 from codey_testkit.stack import ServerProcess
 
@@ -59,7 +59,7 @@ class TestPostgresEventLog(EventLogContract):
 _WRITER = """
 import asyncio, sys
 from codey_protocol.events import SessionTitleChanged
-from codey_server.eventlog_pg import PostgresEventLog
+from codey_server.eventlog.postgres import PostgresEventLog
 
 async def main():
     log = PostgresEventLog(sys.argv[1])

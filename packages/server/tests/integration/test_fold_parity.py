@@ -1,4 +1,4 @@
-"""The web client's fold (``web/store.js``) equals the server's (``codey_server.reducers``).
+"""The web client's fold (``web/store.js``) equals the server's (``codey_server.core.fold``).
 
 A varied recorded log (every event type, several sessions, deltas, a second approval decision
 that must be ignored, pairing, revocation, auth) is folded in Python and, in Chromium, by the
@@ -38,7 +38,7 @@ from codey_protocol.worker import (
     RunCommand,
     SkillInfo,
 )
-from codey_server.reducers import apply
+from codey_server.features import apply
 from codey_testkit.compare import differences
 from codey_testkit.samples import sample, sample_struct
 

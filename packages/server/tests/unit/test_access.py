@@ -6,7 +6,8 @@ import logging
 import stat
 from pathlib import Path
 
-from codey_server.access import BrowserAccess, RedactSecrets, load_or_create_token
+from codey_server.http.access import BrowserAccess, load_or_create_token
+from codey_server.logsetup import RedactSecrets
 from codey_server.settings import Settings
 
 

@@ -8,11 +8,12 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from codey_server.auth.oauth import OAuthFailed, TokenSet
-from codey_server.auth.service import REFRESH_BACKOFF_MAX_S, AuthService
-from codey_server.auth.store import Credential
-from codey_server.engine import Engine
+from codey_server.core.engine import Engine
 from codey_server.eventlog import MemoryEventLog
+from codey_server.features import RULES
+from codey_server.providers.oauth import OAuthFailed, TokenSet
+from codey_server.providers.service import REFRESH_BACKOFF_MAX_S, AuthService
+from codey_server.providers.store import Credential
 from codey_server.settings import ProviderConfig, Settings
 
 
@@ -41,7 +42,7 @@ class FakeProvider:
 
 
 async def _service(tmp_path: Path) -> tuple[AuthService, FakeProvider]:
-    engine = Engine(MemoryEventLog())
+    engine = Engine(MemoryEventLog(), RULES)
     await engine.start()
     config = ProviderConfig(name="p", base_url="http://127.0.0.1:1", auth="oauth",
                             issuer="http://127.0.0.1:1", client_id="c")

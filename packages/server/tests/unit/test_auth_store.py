@@ -11,10 +11,10 @@ from typing import Any
 import httpx
 import pytest
 
-from codey_server.auth import device
-from codey_server.auth.device import DeviceGrant, poll_device
-from codey_server.auth.oauth import OAuthFailed, OAuthProvider
-from codey_server.auth.store import Credential, CredentialStore
+from codey_server.providers import device
+from codey_server.providers.device import DeviceGrant, poll_device
+from codey_server.providers.oauth import OAuthFailed, OAuthProvider
+from codey_server.providers.store import Credential, CredentialStore
 from codey_server.settings import ProviderConfig
 
 SECRET = "at-" + "s3cr3t" * 5

@@ -11,8 +11,8 @@ import pytest
 from codey_protocol import client as cl
 from codey_protocol import events as ev
 from codey_protocol.state import SessionInfo, State, WorkerInfo
-from codey_server.decide import CommandRejected, Context, decide
-from codey_server.reducers import apply
+from codey_server.core.rules import CommandRejected, Context
+from codey_server.features import apply, decide
 
 _N = itertools.count()
 CTX = Context(new_id=lambda prefix: f"{prefix}_{next(_N)}", now=lambda: 10.0,

@@ -1,4 +1,4 @@
-"""``codey_server.decide.decide``: commands become events, or ``CommandRejected`` and nothing."""
+"""``decide``: commands become events, or ``CommandRejected`` and nothing."""
 
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ from codey_protocol import client as cl
 from codey_protocol import events as ev
 from codey_protocol import worker as wk
 from codey_protocol.state import State
-from codey_server.decide import TITLE_MAX, CommandRejected, Context, decide, title_from_prompt
+from codey_server.core.decide import TITLE_MAX, title_from_prompt
+from codey_server.core.rules import CommandRejected, Context
 from codey_server.errors import ServerError
-from codey_server.reducers import apply_all
+from codey_server.features import apply_all, decide
 
 W, S, NOW = "wrk_1", "ses_main", 1234.5
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from codey_server.downloads import WheelsUnavailable, WorkerWheels, source_key
+from codey_server.workers.downloads import WheelsUnavailable, WorkerWheels, source_key
 
 PACKAGES = Path(__file__).resolve().parents[3].parent / "packages"
 

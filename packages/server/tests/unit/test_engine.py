@@ -8,8 +8,9 @@ from pathlib import Path
 import msgspec
 
 from codey_protocol import events as ev
-from codey_server.engine import Engine
+from codey_server.core.engine import Engine
 from codey_server.eventlog import SqliteEventLog
+from codey_server.features import RULES
 from codey_testkit.waiting import until
 
 
@@ -27,7 +28,7 @@ def _events(n: int) -> list[tuple[str | None, ev.Event]]:
 def test_restart_replays_only_the_tail_after_the_latest_snapshot(tmp_path: Path) -> None:
     async def run() -> None:
         path = tmp_path / "events.db"
-        first = Engine(SqliteEventLog(path), snapshot_every=50)
+        first = Engine(SqliteEventLog(path), RULES, snapshot_every=50)
         await first.start()
         for chunk in range(0, 230, 10):
             await first.append(_events(230)[chunk:chunk + 10])
@@ -36,14 +37,14 @@ def test_restart_replays_only_the_tail_after_the_latest_snapshot(tmp_path: Path)
         before = msgspec.to_builtins(first.state)
         await first.stop()  # writes a final snapshot
 
-        second = Engine(SqliteEventLog(path), snapshot_every=50)
+        second = Engine(SqliteEventLog(path), RULES, snapshot_every=50)
         await second.start()
         assert second.replayed == 0, "a stop leaves a snapshot at the last seq"
         assert msgspec.to_builtins(second.state) == before
         await second.append(_events(5)[2:])
         await second.log.close()  # a crash: no final snapshot
 
-        third = Engine(SqliteEventLog(path), snapshot_every=50)
+        third = Engine(SqliteEventLog(path), RULES, snapshot_every=50)
         await third.start()
         assert third.replayed == 5, "only the events after the last snapshot"
         assert third.state.seq == second.state.seq
@@ -55,7 +56,7 @@ def test_restart_replays_only_the_tail_after_the_latest_snapshot(tmp_path: Path)
 
 def test_append_returns_after_the_fold_and_listeners_see_each_event(tmp_path: Path) -> None:
     async def run() -> None:
-        engine = Engine(SqliteEventLog(tmp_path / "events.db"))
+        engine = Engine(SqliteEventLog(tmp_path / "events.db"), RULES)
         await engine.start()
         seen: list[int] = []
         engine.listeners.append(lambda env: seen.append(env.seq))

@@ -1,4 +1,4 @@
-"""The EventLog contract (``codey_server.testing.eventlog_contract``) on the in-memory and
+"""The EventLog contract (``codey_server.eventlog.contract``) on the in-memory and
 SQLite logs, and what only the SQLite log promises (reopening, kill -9, group commit)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 
 from codey_protocol.codec import decode_envelope
 from codey_server.eventlog import EventLog, LogClosed, MemoryEventLog, SqliteEventLog
-from codey_server.testing.eventlog_contract import EventLogContract, seqs, title
+from codey_server.eventlog.contract import EventLogContract, seqs, title
 
 _CRASH_CHILD = """
 import asyncio, sys

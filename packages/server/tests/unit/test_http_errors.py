@@ -10,8 +10,7 @@ from litestar import Litestar, get, post
 from litestar.params import JSONBody
 from litestar.testing import TestClient
 
-from codey_server.auth import AuthError, OAuthFailed
-from codey_server.decide import CommandRejected
+from codey_server.core.rules import CommandRejected
 from codey_server.errors import ConfigError, LogClosed, ServerError, SubscriberOverflow
 from codey_server.http.errors import (
     STATUS_OF_CODE,
@@ -20,7 +19,9 @@ from codey_server.http.errors import (
     exception_handlers,
     status_of,
 )
-from codey_server.pairing import PairingError
+from codey_server.providers.oauth import OAuthFailed
+from codey_server.providers.service import AuthError
+from codey_server.workers.pairing import PairingError
 
 
 @pytest.mark.parametrize(("err", "status"), [

@@ -15,12 +15,15 @@ from codey_protocol import client as cl
 from codey_protocol import events as ev
 from codey_protocol import worker as wk
 from codey_server.app import create_app
-from codey_server.auth import AuthService, ProviderStatus
-from codey_server.engine import Engine
+from codey_server.board import routes as tasks
+from codey_server.core.engine import Engine
 from codey_server.eventlog import MemoryEventLog
-from codey_server.http import schedules, sessions, tasks
-from codey_server.http.workers import _REQUESTS
+from codey_server.features import RULES
+from codey_server.http import sessions
+from codey_server.providers.service import AuthService, ProviderStatus
+from codey_server.schedules import routes as schedules
 from codey_server.settings import ProviderConfig, Settings
+from codey_server.workers.routes import _REQUESTS
 
 
 def _fields(struct: type[msgspec.Struct], *, without: set[str]) -> dict[str, Any]:
@@ -65,7 +68,7 @@ def test_the_api_key_env_variable_is_the_bearer_until_a_key_is_stored(
     monkeypatch.setenv("CODEY_TEST_KEY", "sk-from-env")
 
     async def main() -> None:
-        engine = Engine(MemoryEventLog())
+        engine = Engine(MemoryEventLog(), RULES)
         await engine.start()
         providers = [ProviderConfig(name="keyed", base_url="http://127.0.0.1:1",
                                     auth="api_key", api_key_env="CODEY_TEST_KEY"),

@@ -10,10 +10,11 @@ import pytest
 from codey_protocol import codec
 from codey_protocol import events as ev
 from codey_protocol import worker as wk
-from codey_server.engine import Engine
+from codey_server.core.engine import Engine
 from codey_server.eventlog import MemoryEventLog
-from codey_server.pairing import KeyStore
-from codey_server.workers import ActionFailed, WorkerRegistry, _Conn, _InFlight
+from codey_server.features import RULES
+from codey_server.workers.pairing import KeyStore
+from codey_server.workers.sockets import ActionFailed, WorkerRegistry, _Conn, _InFlight
 from codey_testkit.waiting import until
 
 READ = wk.ReadFile(action_id="a1", session_id="s", workdir="/w", path="f")
@@ -80,7 +81,7 @@ class SlowSocket:
 
 
 async def _registry(tmp_path: Path, ws: SlowSocket) -> tuple[WorkerRegistry, _Conn]:
-    engine = Engine(MemoryEventLog())
+    engine = Engine(MemoryEventLog(), RULES)
     await engine.start()
     await engine.append([(None, ev.WorkerPaired(
         worker_id="w1", request_id="r", hostname="h", os="Linux", python_version="3.11",

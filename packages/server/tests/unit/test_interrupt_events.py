@@ -6,7 +6,7 @@ from codey_protocol import events as ev
 from codey_protocol import worker as wk
 from codey_protocol.state import State
 from codey_server.agent.conversation import interrupt_events
-from codey_server.reducers import apply_all
+from codey_server.features import apply_all
 
 W, S = "wrk_1", "ses_1"
 

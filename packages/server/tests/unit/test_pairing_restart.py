@@ -9,9 +9,10 @@ import time
 from pathlib import Path
 
 from codey_protocol import events as ev
-from codey_server.engine import Engine
+from codey_server.core.engine import Engine
 from codey_server.eventlog import MemoryEventLog
-from codey_server.pairing import KeyStore, Pairing
+from codey_server.features import RULES
+from codey_server.workers.pairing import KeyStore, Pairing
 
 
 def _requested(request_id: str, expires_at: float) -> ev.WorkerPairRequested:
@@ -21,7 +22,7 @@ def _requested(request_id: str, expires_at: float) -> ev.WorkerPairRequested:
 
 
 async def _pending_after_start(tmp_path: Path, *, shared: bool) -> set[str]:
-    engine = Engine(MemoryEventLog())
+    engine = Engine(MemoryEventLog(), RULES)
     await engine.start()
     now = time.time()
     await engine.append([(None, _requested("req_old", now - 5)),

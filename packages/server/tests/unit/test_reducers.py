@@ -1,4 +1,4 @@
-"""The fold ``codey_server.reducers.apply``: one test per event type, then properties."""
+"""The fold ``codey_server.core.fold.apply``: one test per event type, then properties."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from codey_protocol import codec
 from codey_protocol import events as ev
 from codey_protocol import worker as wk
 from codey_protocol.state import State
-from codey_server.reducers import MAX_CHANGED_PATHS, apply, apply_all, copy_state, find_item
+from codey_server.core.fold import MAX_CHANGED_PATHS, copy_state, find_item
+from codey_server.features import apply, apply_all
 
 W, S = "wrk_1", "ses_1"
 

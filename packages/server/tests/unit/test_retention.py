@@ -10,10 +10,11 @@ import pytest
 
 from codey_protocol import events as ev
 from codey_protocol.state import SessionInfo, SessionStatus, State
-from codey_server.engine import Engine
+from codey_server.core.engine import Engine
+from codey_server.core.retention import DAY_S, Retention, sessions_to_keep
 from codey_server.errors import ConfigError
 from codey_server.eventlog import SqliteEventLog
-from codey_server.retention import DAY_S, Retention, sessions_to_keep
+from codey_server.features import RULES
 from codey_server.settings import RetentionConfig, Settings
 
 NOW = 1_800_000_000.0
@@ -57,7 +58,7 @@ def test_negative_limits_are_refused(tmp_path: Path, bad: dict[str, float]) -> N
 def test_a_trimmed_log_restarts_to_the_same_state_and_keeps_handing_out_new_seqs(
         tmp_path: Path) -> None:
     async def main() -> None:
-        engine = Engine(SqliteEventLog(tmp_path / "events.db"))
+        engine = Engine(SqliteEventLog(tmp_path / "events.db"), RULES)
         await engine.start()
         for sid in ("a", "b"):
             await engine.append([(sid, ev.SessionCreated(
@@ -72,7 +73,7 @@ def test_a_trimmed_log_restarts_to_the_same_state_and_keeps_handing_out_new_seqs
         last = engine.state.seq
         await engine.stop()
 
-        engine = Engine(SqliteEventLog(tmp_path / "events.db"))
+        engine = Engine(SqliteEventLog(tmp_path / "events.db"), RULES)
         await engine.start()
         try:
             # b is still listed, closed, with its items: they are in the snapshot

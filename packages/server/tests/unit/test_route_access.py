@@ -10,14 +10,14 @@ from litestar import Litestar, get, post
 from litestar.routes import ASGIRoute, HTTPRoute, WebSocketRoute
 from litestar.testing import TestClient
 
-from codey_server.access import (
+from codey_server.app import create_app
+from codey_server.http.access import (
     PUBLIC,
     UNPAIRED_WORKER,
     BrowserAccess,
     access_middleware,
     route_access,
 )
-from codey_server.app import create_app
 from codey_server.settings import Settings
 
 ORIGIN = "http://127.0.0.1:8765"
@@ -107,7 +107,7 @@ def test_the_servers_routes_that_need_no_login_are_exactly_these(tmp_path: Path)
                           "POST /api/telegram/webhook"}
     # the rest that is public: the static client, its icon, the OpenAPI document and the
     # worker's wheels for the install line
-    # /mcp checks its own tokens (codey_server.mcp_server), not the browser's login
+    # /mcp checks its own tokens (codey_server.mcp.server), not the browser's login
     assert "WS /mcp" in marks["public"]
     rest = {m.split(" ", 1)[1] for m in marks["public"] - public_api - {"WS /mcp"}}
     assert {"/", "/{file_path:path}", "/favicon.ico", "/schema/openapi.json",

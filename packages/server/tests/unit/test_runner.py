@@ -32,9 +32,10 @@ from codey_server.agent.stream import (
     Usage,
 )
 from codey_server.agent.wire import wire_for
-from codey_server.decide import Context
-from codey_server.engine import Engine
+from codey_server.core.engine import Engine
+from codey_server.core.rules import Context
 from codey_server.eventlog import MemoryEventLog
+from codey_server.features import RULES
 from codey_server.settings import FallbackConfig, ProviderConfig
 
 S = "ses_1"
@@ -171,7 +172,7 @@ def run(answers: list[Answer], check: Callable[[Harness], Awaitable[None]], *,
         approval_timeout_s: float | None = None, executors: list[str] | None = None,
         plan_mode: bool = False, **config: Any) -> None:
     async def main() -> None:
-        engine = Engine(MemoryEventLog(), context=Context())
+        engine = Engine(MemoryEventLog(), RULES, context=Context())
         await engine.start()
         provider = ScriptedProvider("p", answers, **config)
         harness = Harness(engine, {"p": provider, **(others or {})}, approval_timeout_s)
@@ -469,7 +470,7 @@ def test_plan_mode_proposes_then_waits_for_approval() -> None:
 
     def decide_approve(h: Harness) -> Any:
         from codey_protocol import client as cl
-        from codey_server.decide import decide
+        from codey_server.features import decide
         return decide(h.engine.state, cl.ApprovePlan(session_id=S, steps=["Read", "Fix it well"]),
                       h.engine.context)
 

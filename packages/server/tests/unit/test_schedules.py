@@ -11,9 +11,9 @@ import pytest
 from codey_protocol import client as cl
 from codey_protocol import events as ev
 from codey_protocol.state import ScheduleInfo, State, WorkerInfo
-from codey_server.decide import CommandRejected, Context, decide
-from codey_server.reducers import apply
-from codey_server.schedules import check_spec, due_times, fire, plan
+from codey_server.core.rules import CommandRejected, Context
+from codey_server.features import apply, decide
+from codey_server.schedules.rules import check_spec, due_times, fire, plan
 
 UTC = dt.UTC
 

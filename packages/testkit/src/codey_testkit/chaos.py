@@ -126,7 +126,7 @@ def _check_log(follower: _Follower, server: ServerProcess, result: ChaosResult) 
     result.events = len(seqs)
     state = State() if follower.snapshot is None else codec.decode_state(
         json.dumps(follower.snapshot["state"]))
-    from codey_server.reducers import apply
+    from codey_server.features import apply
 
     for env in follower.envelopes:
         apply(state, msgspec.convert(env, Envelope))

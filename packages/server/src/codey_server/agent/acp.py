@@ -33,8 +33,8 @@ from codey_protocol import worker as wk
 from codey_protocol.state import SessionInfo
 from codey_server.agent.conversation import interrupt_events
 from codey_server.agent.ports import TurnDeps
+from codey_server.core.actions import ActionFailed
 from codey_server.errors import ServerError
-from codey_server.workers import ActionFailed
 
 log = logging.getLogger("codey.agent.acp")
 

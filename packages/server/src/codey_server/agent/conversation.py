@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from codey_protocol import events as ev
+from codey_protocol.events import IMAGE_MIMES
 from codey_protocol.state import SessionInfo
 
 __all__ = [
@@ -47,7 +48,6 @@ SUMMARY_PREFIX = ("Earlier parts of this conversation were compacted into this s
 
 
 #: images the model is given as images (other attachments are written into the workdir)
-IMAGE_MIMES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 #: where a prompt's other files go, inside the workdir
 ATTACHMENTS_DIR = ".codey/attachments"
 

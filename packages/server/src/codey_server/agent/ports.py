@@ -8,15 +8,15 @@ and it does not import the service that starts it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from codey_protocol import events as ev
-from codey_protocol import worker as wk
 from codey_protocol.state import SessionInfo, State
 from codey_server.agent.history import History
 from codey_server.agent.models import ModelProvider
+from codey_server.core.actions import Actions
 from codey_server.settings import RoleConfig
 
 __all__ = ["Actions", "Approvals", "Children", "Limits", "Models", "Store", "TurnDeps"]
@@ -32,24 +32,6 @@ class Store(Protocol):
         """Append, commit and fold; returns once ``state`` shows the events."""
 
     def new_id(self, prefix: str) -> str: ...
-
-
-class Actions(Protocol):
-    """Actions on workers (the worker registry)."""
-
-    async def ensure_attached(self, worker_id: str, session_id: str, workdir: str, *,
-                              timeout: float) -> None: ...
-
-    async def run(self, worker_id: str, action: wk.ActionMessage, *,
-                  on_progress: Callable[[wk.ActionProgress], Awaitable[None]] | None = None,
-                  timeout: float | None = None) -> wk.ActionOutcome:
-        """The action's outcome; raises the registry's ActionFailed or TimeoutError."""
-
-    async def cancel(self, worker_id: str, target_action_id: str, session_id: str) -> None: ...
-
-    def presence(self, worker_id: str) -> asyncio.Event: ...
-
-    def absence(self, worker_id: str) -> asyncio.Event: ...
 
 
 class Models(Protocol):

@@ -29,6 +29,7 @@ import msgspec
 
 from codey_protocol import events as ev
 from codey_protocol import worker as wk
+from codey_protocol.events import IMAGE_MIMES
 from codey_protocol.ratelimits import rate_limit_event
 from codey_protocol.state import SessionContext, SessionInfo
 from codey_server.agent.approvals import is_known_safe, mcp_tool_of, needs_approval
@@ -41,7 +42,6 @@ from codey_server.agent.compaction import (
 )
 from codey_server.agent.context import estimate_tokens
 from codey_server.agent.conversation import (
-    IMAGE_MIMES,
     attachment_path,
     base_of,
     interrupt_events,
@@ -65,8 +65,8 @@ from codey_server.agent.stream import (
     Usage,
 )
 from codey_server.agent.tools import BadToolCall, ParsedCall, parse_call, tools_for
-from codey_server.decide import MEMORY_MAX
-from codey_server.workers import ActionFailed
+from codey_server.core.actions import ActionFailed
+from codey_server.core.decide import MEMORY_MAX
 
 log = logging.getLogger("codey.agent")
 

@@ -41,8 +41,8 @@ from codey_protocol import events as ev
 from codey_protocol.events import Envelope
 from codey_protocol.state import SessionInfo, TelegramChat
 from codey_server.channels import chat
-from codey_server.decide import CommandRejected
-from codey_server.engine import Engine
+from codey_server.core.engine import Engine
+from codey_server.core.rules import CommandRejected
 from codey_server.errors import ServerError
 from codey_server.secretfile import read_secret_file, write_secret_file
 from codey_server.settings import Settings

@@ -26,7 +26,6 @@ from litestar.exceptions import SerializationException, ValidationException
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.types import ExceptionHandlersMap
 
-from codey_server.auth import AuthError, OAuthFailed
 from codey_server.errors import LogClosed, ServerError
 
 log = logging.getLogger("codey.http")
@@ -52,10 +51,6 @@ STATUS_OF_CODE: Mapping[str, int] = {
     "too_many": 429,
 }
 
-#: errors whose unlisted codes come from an identity provider (``invalid_grant``, ...)
-_PROVIDER_ERRORS = (AuthError, OAuthFailed)
-
-
 class ErrorBody(msgspec.Struct, kw_only=True, omit_defaults=True):
     """Every 4xx/5xx body: Litestar's own shape, which the access layer answers with too."""
 
@@ -72,7 +67,8 @@ def status_of(err: ServerError) -> int:
         status = STATUS_OF_CODE.get(code)
         if status is not None:
             return status
-        return 502 if isinstance(err, _PROVIDER_ERRORS) else 400
+        # an identity provider's own refusal (``invalid_grant``, ...): a bad gateway
+        return 502 if err.upstream_codes else 400
     if isinstance(err, LogClosed):
         return 503
     return 500

@@ -15,7 +15,7 @@ from litestar._openapi.schema_generation.plugins.struct import StructSchemaPlugi
 from litestar.openapi import OpenAPIConfig
 from litestar.router import Router
 
-from codey_server.access import PUBLIC
+from codey_server.http.access import PUBLIC
 
 if TYPE_CHECKING:
     from litestar._openapi.schema_generation import SchemaCreator

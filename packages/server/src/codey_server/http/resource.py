@@ -1,5 +1,9 @@
-"""``Resource``, the base of every controller here, and ``ServicesDep``, how handlers ask for
-:class:`~codey_server.services.Services` (``services: ServicesDep``).
+"""``Resource``, the base of every controller.
+
+Handlers ask for the server's parts by name, typed with Litestar's ``NamedDependency``
+(``engine: NamedDependency[Engine]``): ``create_app`` provides each of
+:class:`~codey_server.services.Services`' parts under its attribute name, so a feature's routes
+import only the types they use, never the services that hold every feature.
 
 A ``Resource`` is a Litestar ``Controller`` whose paths answer ``OPTIONS`` with all their
 methods: Litestar 2 builds a path's ``OPTIONS`` answer when the path's first handler is registered
@@ -10,19 +14,10 @@ each path once all its handlers are known, which gives it a correct answer.
 
 from __future__ import annotations
 
-from typing import TypeAlias
-
 from litestar import Controller, Router
-from litestar.di import NamedDependency
 from litestar.routes import ASGIRoute, HTTPRoute, WebSocketRoute
 
-from codey_server.services import Services
-
-__all__ = ["Resource", "ServicesDep"]
-
-#: the app's one :class:`Services`, injected by name (``create_app`` provides ``services``)
-ServicesDep: TypeAlias = NamedDependency[Services]
-
+__all__ = ["Resource"]
 
 Route = HTTPRoute | ASGIRoute | WebSocketRoute
 

@@ -13,6 +13,7 @@ from typing import Literal
 
 import msgspec
 from litestar import get, post
+from litestar.di import NamedDependency
 from litestar.exceptions import NotFoundException
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import FromPath, JSONBody
@@ -22,8 +23,9 @@ from codey_protocol import client as cl
 from codey_protocol import codec
 from codey_protocol.events import ApprovalPolicy, Attachment, Envelope, SessionStatus
 from codey_protocol.state import SessionInfo
+from codey_server.core.engine import Engine
 from codey_server.http.errors import errors
-from codey_server.http.resource import Resource, ServicesDep
+from codey_server.http.resource import Resource
 
 __all__ = ["ApprovalChoice", "Created", "NewSession", "PolicyChoice", "Prompt", "Seq",
            "SessionSummary", "SessionsController"]
@@ -100,75 +102,79 @@ class SessionsController(Resource):
     tags = ["sessions"]
 
     @get(sync_to_thread=False, responses=errors())
-    def list_sessions(self, services: ServicesDep) -> list[SessionSummary]:
+    def list_sessions(self, engine: NamedDependency[Engine]) -> list[SessionSummary]:
         """Every session, without its items."""
         return [
             SessionSummary(session_id=s.session_id, title=s.title, worker_id=s.worker_id,
                            workdir=s.workdir, provider=s.provider, model=s.model, policy=s.policy,
                            status=s.status, created_at=s.created_at, updated_at=s.updated_at,
                            items=len(s.items))
-            for s in services.engine.state.sessions.values()
+            for s in engine.state.sessions.values()
         ]
 
     @post(status_code=201, responses=errors(400, 403, 404))
-    async def create_session(self, data: JSONBody[NewSession], services: ServicesDep) -> Created:
+    async def create_session(self, data: JSONBody[NewSession],
+                             engine: NamedDependency[Engine]) -> Created:
         """Create a session on a worker; a non-empty ``prompt`` starts its first turn."""
-        envs = await services.engine.execute(cl.CreateSession(**msgspec.structs.asdict(data)))
+        envs = await engine.execute(cl.CreateSession(**msgspec.structs.asdict(data)))
         return Created(session_id=envs[0].session_id or "", seq=envs[-1].seq)
 
     @get("/{session_id:str}", sync_to_thread=False, responses=errors(404))
-    def get_session(self, session_id: FromPath[str], services: ServicesDep) -> SessionInfo:
+    def get_session(self, session_id: FromPath[str],
+                    engine: NamedDependency[Engine]) -> SessionInfo:
         """One session with its items, plan, approvals and usage."""
-        session = services.engine.state.sessions.get(session_id)
+        session = engine.state.sessions.get(session_id)
         if session is None:
             raise NotFoundException(f"no session {session_id!r}")
         return session
 
     @post("/{session_id:str}/prompt", status_code=202, responses=errors(400, 404, 409))
     async def send_prompt(self, session_id: FromPath[str], data: JSONBody[Prompt],
-                          services: ServicesDep) -> Seq:
+                          engine: NamedDependency[Engine]) -> Seq:
         """Send a prompt: it starts a turn, or is queued for the running one."""
-        envs = await services.engine.execute(cl.SendPrompt(
+        envs = await engine.execute(cl.SendPrompt(
             session_id=session_id, **msgspec.structs.asdict(data)))
         return Seq(seq=envs[-1].seq)
 
     @post("/{session_id:str}/approvals/{approval_id:str}", status_code=200,
           responses=errors(400, 404, 409))
     async def decide_approval(self, session_id: FromPath[str], approval_id: FromPath[str],
-                              data: JSONBody[ApprovalChoice], services: ServicesDep) -> Seq:
+                              data: JSONBody[ApprovalChoice],
+                                  engine: NamedDependency[Engine]) -> Seq:
         """Approve or reject a pending approval; the first decision wins."""
-        envs = await services.engine.execute(cl.DecideApproval(
+        envs = await engine.execute(cl.DecideApproval(
             session_id=session_id, approval_id=approval_id, decision=data.decision,
             message=data.message))
         return Seq(seq=envs[-1].seq)
 
     @post("/{session_id:str}/policy", status_code=200, responses=errors(400, 404))
     async def set_policy(self, session_id: FromPath[str], data: JSONBody[PolicyChoice],
-                         services: ServicesDep) -> Seq:
+                         engine: NamedDependency[Engine]) -> Seq:
         """Change the session's approval policy."""
-        envs = await services.engine.execute(cl.SetApprovalPolicy(session_id=session_id,
+        envs = await engine.execute(cl.SetApprovalPolicy(session_id=session_id,
                                                                   policy=data.policy))
-        return Seq(seq=envs[-1].seq if envs else services.engine.state.seq)
+        return Seq(seq=envs[-1].seq if envs else engine.state.seq)
 
     @post("/{session_id:str}/interrupt", status_code=200, responses=errors(404))
-    async def interrupt(self, session_id: FromPath[str], services: ServicesDep) -> Seq:
+    async def interrupt(self, session_id: FromPath[str], engine: NamedDependency[Engine]) -> Seq:
         """Stop the running turn (its command is killed, open tool calls are cancelled)."""
-        envs = await services.engine.execute(cl.Interrupt(session_id=session_id))
-        return Seq(seq=envs[-1].seq if envs else services.engine.state.seq)
+        envs = await engine.execute(cl.Interrupt(session_id=session_id))
+        return Seq(seq=envs[-1].seq if envs else engine.state.seq)
 
     @post("/{session_id:str}/compact", status_code=200, responses=errors(400, 404, 409))
-    async def compact(self, session_id: FromPath[str], services: ServicesDep) -> Seq:
+    async def compact(self, session_id: FromPath[str], engine: NamedDependency[Engine]) -> Seq:
         """Summarize the session's older conversation into one summary item now."""
-        envs = await services.engine.execute(cl.CompactSession(session_id=session_id))
-        return Seq(seq=envs[-1].seq if envs else services.engine.state.seq)
+        envs = await engine.execute(cl.CompactSession(session_id=session_id))
+        return Seq(seq=envs[-1].seq if envs else engine.state.seq)
 
     # no media_type here: Litestar would give it to the 404's JSON too; the doc says NDJSON
     @get("/{session_id:str}/log", responses={200: _LOG, **errors(404)})
-    async def session_log(self, session_id: FromPath[str], services: ServicesDep) -> Stream:
+    async def session_log(self, session_id: FromPath[str],
+                          engine: NamedDependency[Engine]) -> Stream:
         """Download the session's events as NDJSON."""
-        if session_id not in services.engine.state.sessions:
+        if session_id not in engine.state.sessions:
             raise NotFoundException(f"no session {session_id!r}")
-        envs = await services.engine.log.read_session(session_id)
+        envs = await engine.log.read_session(session_id)
 
         async def lines() -> AsyncIterator[bytes]:
             for env in envs:

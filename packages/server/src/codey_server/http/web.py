@@ -10,7 +10,7 @@ from litestar.response import File
 from litestar.static_files import create_static_files_router
 from litestar.types import ControllerRouterHandler
 
-from codey_server.access import PUBLIC
+from codey_server.http.access import PUBLIC
 from codey_server.settings import Settings
 
 __all__ = ["web_dir", "web_routes"]

@@ -8,7 +8,7 @@ import msgspec
 
 from codey_protocol import codec
 from codey_protocol.state import State
-from codey_server.reducers import apply
+from codey_server.features import apply
 
 __all__ = ["fold_frames"]
 

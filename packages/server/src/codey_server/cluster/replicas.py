@@ -1,0 +1,694 @@
+"""Several servers (replicas) on one PostgreSQL database: leases, and actions routed to the
+replica that holds the worker.
+
+Only built when ``--database-url`` is set; one server on SQLite never imports this.
+
+- **Replicas** write a heartbeat row (``codey_replicas``) every :data:`RENEW_S`; one not seen
+  for :data:`LEASE_TTL_S` is dead, and its workers are marked disconnected by whichever replica
+  holds the ``janitor`` lease.
+- **Leases** (``codey_leases``): a named lease is held by one replica until it expires. Taking
+  and renewing are one statement each, judged by the database's clock, so replicas' clocks may
+  disagree. Each session's turn runs only on the replica that holds ``session:<id>``; the
+  scheduler, retention and the Telegram poller each hold one too. A replica that fails to
+  renew (paused, cut off) is told, and stops what the lease guarded.
+- **Routed actions** (``codey_actions``): in a cluster every action the agent sends goes
+  through the table. The session's replica inserts it and NOTIFYs ``codey_cluster``; the
+  replica holding the worker's socket runs it through its own
+  worker link (``WorkerRegistry``, exactly once per ``action_id``: the worker
+  answers a repeat from its record) and writes the outcome; its output streams back through
+  ``codey_action_progress``. A replica that takes a session over re-sends the same action id
+  and gets the recorded outcome, or the worker's answer, never a second run.
+- Every wait also polls every :data:`POLL_S`, so a lost NOTIFY costs latency, not progress.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import hashlib
+import json
+import logging
+import secrets
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from codey_protocol import ProtocolError, codec
+from codey_protocol import events as ev
+from codey_protocol import worker as wk
+from codey_protocol.events import Envelope
+from codey_server.core.actions import ActionFailed, WorkerLink
+from codey_server.core.background import Background
+from codey_server.core.engine import Engine
+from codey_server.errors import ServerError
+from codey_server.eventlog.postgres import listen
+from codey_server.secretfile import read_secret_file, write_secret_file
+
+log = logging.getLogger("codey.cluster")
+
+__all__ = ["Cluster", "ClusterActions", "Janitor", "Leases", "SharedFiles"]
+
+#: a lease not renewed for this long is free; a replica not seen for this long is dead
+LEASE_TTL_S = 6.0
+#: how often leases and the heartbeat are renewed
+RENEW_S = 1.5
+#: how often waits look at the tables without a notification
+POLL_S = 1.0
+CHANNEL = "codey_cluster"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS codey_replicas (
+    replica text PRIMARY KEY, seen timestamptz NOT NULL);
+CREATE TABLE IF NOT EXISTS codey_leases (
+    name text PRIMARY KEY, owner text NOT NULL, expires timestamptz NOT NULL);
+CREATE TABLE IF NOT EXISTS codey_actions (
+    action_id text PRIMARY KEY, worker_id text NOT NULL, session_id text NOT NULL,
+    action bytea NOT NULL, created timestamptz NOT NULL DEFAULT now(),
+    outcome bytea, cancel boolean NOT NULL DEFAULT false);
+CREATE INDEX IF NOT EXISTS codey_actions_open ON codey_actions (worker_id)
+    WHERE outcome IS NULL;
+CREATE TABLE IF NOT EXISTS codey_action_progress (
+    id bigserial PRIMARY KEY, action_id text NOT NULL, data bytea NOT NULL);
+CREATE INDEX IF NOT EXISTS codey_action_progress_action ON codey_action_progress (action_id);
+CREATE TABLE IF NOT EXISTS codey_files (
+    name text PRIMARY KEY, data bytea NOT NULL, version bigint NOT NULL);
+"""
+_SCHEMA_LOCK = 0x636F646572  # "coder": its own key, apart from the event log's
+
+
+def new_replica_id() -> str:
+    return f"{socket.gethostname()[:40]}-{secrets.token_hex(3)}"
+
+
+class Cluster:
+    """The database connection this replica's cluster parts share, and its notifications."""
+
+    def __init__(self, url: str, replica_id: str | None = None) -> None:
+        self.url = url
+        self.replica_id = replica_id or new_replica_id()
+        self.pool: Any = None
+        #: called with each NOTIFY payload on :data:`CHANNEL` (sync; schedule work)
+        self.on_notify: list[Callable[[str], None]] = []
+        self._listener: asyncio.Task[None] | None = None
+
+    async def open(self) -> None:
+        import psycopg
+        from psycopg_pool import AsyncConnectionPool
+
+        try:
+            async with await psycopg.AsyncConnection.connect(self.url, autocommit=True) as conn, \
+                    conn.transaction():
+                await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+                await conn.execute(_SCHEMA)
+        except psycopg.OperationalError as err:
+            raise ServerError(f"cannot reach the database: {err}") from None
+        self.pool = AsyncConnectionPool(self.url, min_size=1, max_size=4, open=False,
+                                        kwargs={"autocommit": True})
+        await self.pool.open(wait=True)
+        self._listener = asyncio.get_running_loop().create_task(
+            listen(self.url, CHANNEL, self._notified), name="cluster-listen")
+        log.info("replica %s joined the cluster", self.replica_id)
+
+    async def close(self) -> None:
+        await _cancelled(self._listener)
+        if self.pool is not None:
+            await self.pool.close()
+
+    async def execute(self, query: str, params: Any = ()) -> list[Any]:
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(query, params)
+            return list(await cur.fetchall()) if cur.description else []
+
+    @contextlib.asynccontextmanager
+    async def locked(self, name: str) -> AsyncIterator[None]:
+        """Hold a database lock named ``name`` (across replicas) for the block."""
+        key = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
+        async with self.pool.connection() as conn:
+            await conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+            try:
+                yield
+            finally:
+                await conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+
+    async def notify(self, payload: str) -> None:
+        await self.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
+
+    def _notified(self, payload: str) -> None:
+        for hook in self.on_notify:
+            try:
+                hook(payload)
+            except Exception:
+                log.exception("cluster notification hook failed")
+
+class Leases:
+    """Named leases this replica holds, renewed every :data:`RENEW_S` with its heartbeat."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.held: set[str] = set()
+        #: called with the name of a lease this replica lost (it failed to renew in time)
+        self.on_lost: list[Callable[[str], None]] = []
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def me(self) -> str:
+        return self.cluster.replica_id
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._renew_loop(),
+                                                            name="cluster-leases")
+
+    async def stop(self) -> None:
+        await _cancelled(self._task)
+        # hand everything over at once instead of after the TTL
+        with contextlib.suppress(Exception):
+            await self.cluster.execute("DELETE FROM codey_leases WHERE owner = %s", (self.me,))
+            await self.cluster.execute("DELETE FROM codey_replicas WHERE replica = %s",
+                                       (self.me,))
+        self.held.clear()
+
+    async def acquire(self, name: str) -> bool:
+        """Take the lease if it is free or expired (or already ours); True when held."""
+        rows = await self.cluster.execute(
+            "INSERT INTO codey_leases (name, owner, expires) "
+            "VALUES (%s, %s, now() + make_interval(secs => %s)) "
+            "ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, "
+            "expires = excluded.expires "
+            "WHERE codey_leases.owner = excluded.owner OR codey_leases.expires < now() "
+            "RETURNING owner", (name, self.me, LEASE_TTL_S))
+        if rows:
+            self.held.add(name)
+            return True
+        self.held.discard(name)
+        return False
+
+    async def release(self, name: str) -> None:
+        self.held.discard(name)
+        await self.cluster.execute("DELETE FROM codey_leases WHERE name = %s AND owner = %s",
+                                   (name, self.me))
+
+    async def free(self, names: list[str]) -> set[str]:
+        """Of ``names``, those nobody holds (no row, or expired)."""
+        if not names:
+            return set()
+        rows = await self.cluster.execute(
+            "SELECT name FROM codey_leases WHERE name = ANY(%s) AND expires >= now()",
+            (names,))
+        return set(names) - {r[0] for r in rows}
+
+    async def live_replicas(self) -> set[str]:
+        rows = await self.cluster.execute(
+            "SELECT replica FROM codey_replicas WHERE seen >= now() - make_interval(secs => %s)",
+            (LEASE_TTL_S,))
+        return {r[0] for r in rows}
+
+    async def beat(self) -> None:
+        await self.cluster.execute(
+            "INSERT INTO codey_replicas (replica, seen) VALUES (%s, now()) "
+            "ON CONFLICT (replica) DO UPDATE SET seen = now()", (self.me,))
+
+    async def _renew_loop(self) -> None:
+        while True:
+            try:
+                await self.beat()
+                held = sorted(self.held)
+                if held:
+                    rows = await self.cluster.execute(
+                        "UPDATE codey_leases SET expires = now() + make_interval(secs => %s) "
+                        "WHERE owner = %s AND name = ANY(%s) RETURNING name",
+                        (LEASE_TTL_S, self.me, held))
+                    kept = {r[0] for r in rows}
+                    for name in held:
+                        if name not in kept and name in self.held:
+                            self.held.discard(name)
+                            log.warning("lost the lease %s", name)
+                            for hook in self.on_lost:
+                                hook(name)
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:
+                log.warning("could not renew leases (%s)", err)
+            await asyncio.sleep(RENEW_S)
+
+
+class _Waiting:
+    def __init__(self, worker_id: str,
+                 on_progress: Callable[[wk.ActionProgress], Awaitable[None]] | None) -> None:
+        self.worker_id = worker_id
+        self.on_progress = on_progress
+        self.future: asyncio.Future[wk.ActionOutcome] = \
+            asyncio.get_running_loop().create_future()
+        self.progress_after = 0
+        self.reading = asyncio.Lock()  # one reader at a time keeps the chunks in order
+
+
+def _encode_outcome(action_id: str, outcome: wk.ActionOutcome | ActionFailed) -> bytes:
+    if isinstance(outcome, ActionFailed):
+        return codec.encode(wk.ActionErrored(action_id=action_id, code=outcome.code,
+                                             message=outcome.message))
+    return codec.encode(wk.ActionResult(action_id=action_id, result=outcome))
+
+
+def _decode_outcome(data: bytes) -> wk.ActionOutcome | ActionFailed:
+    msg = codec.decode_worker_to_server(bytes(data))
+    if isinstance(msg, wk.ActionResult):
+        return msg.result
+    if isinstance(msg, wk.ActionErrored):
+        return ActionFailed(msg.code, msg.message)
+    raise ProtocolError("bad_outcome", f"unexpected {type(msg).__name__} in codey_actions")
+
+
+class ClusterActions:
+    """The agent's :class:`~codey_server.agent.ports.Actions` in a cluster: every action goes
+    through ``codey_actions`` to whichever replica holds its worker."""
+
+    def __init__(self, cluster: Cluster, engine: Engine, registry: WorkerLink) -> None:
+        self.cluster = cluster
+        self.engine = engine
+        self.registry = registry
+        self._waiting: dict[str, _Waiting] = {}
+        self._running: dict[str, asyncio.Task[None]] = {}  # actions this replica carries out
+        self._cancel_sent: set[str] = set()
+        self._attached: dict[str, set[str]] = {}
+        self._presence: dict[str, asyncio.Event] = {}
+        self._absence: dict[str, asyncio.Event] = {}
+        self._background = Background(log)
+        self._poll: asyncio.Task[None] | None = None
+        self._kick = asyncio.Event()
+        cluster.on_notify.append(self._on_notify)
+        engine.listeners.append(self._on_event)
+        registry.on_attach.append(self._worker_attached)
+
+    def _worker_attached(self, worker_id: str) -> None:
+        self._kick.set()  # its open actions are picked up here now
+
+    def start(self) -> None:
+        self._kick = asyncio.Event()
+        self._poll = asyncio.get_running_loop().create_task(self._poll_loop(),
+                                                            name="cluster-actions")
+
+    async def stop(self) -> None:
+        tasks: list[asyncio.Task[None]] = list(self._running.values())
+        if self._poll is not None:
+            tasks.append(self._poll)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._background.cancel()
+
+    # the session's side ---------------------------------------------------------------------
+
+    async def ensure_attached(self, worker_id: str, session_id: str, workdir: str, *,
+                              timeout: float | None = None) -> None:
+        if session_id in self._attached.get(worker_id, set()):
+            return
+        attach = wk.AttachSession(action_id=f"act_{secrets.token_hex(8)}",
+                                  session_id=session_id, workdir=workdir)
+        await self.run(worker_id, attach, timeout=timeout)
+        self._attached.setdefault(worker_id, set()).add(session_id)
+
+    async def run(self, worker_id: str, action: wk.ActionMessage, *,
+                  on_progress: Callable[[wk.ActionProgress], Awaitable[None]] | None = None,
+                  timeout: float | None = None) -> wk.ActionOutcome:
+        info = self.engine.state.workers.get(worker_id)
+        if info is None or info.revoked:
+            raise ActionFailed("revoked", "the worker was revoked; it will not run anything")
+        waiting = self._waiting.get(action.action_id)
+        if waiting is None:
+            waiting = self._waiting[action.action_id] = _Waiting(worker_id, on_progress)
+        try:
+            rows = await self.cluster.execute(
+                "INSERT INTO codey_actions (action_id, worker_id, session_id, action) "
+                "VALUES (%s, %s, %s, %s) ON CONFLICT (action_id) DO UPDATE "
+                "SET worker_id = codey_actions.worker_id RETURNING outcome",
+                (action.action_id, worker_id, getattr(action, "session_id", "") or "",
+                 codec.encode(action)))
+            if rows and rows[0][0] is not None:  # carried out before (a take-over)
+                outcome = _decode_outcome(rows[0][0])
+            else:
+                if self.registry.connected(worker_id):
+                    # the worker is here: no need to wake anyone, nor to read back its output
+                    self._carry(worker_id, action)
+                else:
+                    await self.cluster.notify(f"a:{worker_id}")
+                async with asyncio.timeout(timeout):
+                    return await asyncio.shield(waiting.future)
+        finally:
+            if self._waiting.get(action.action_id) is waiting:
+                del self._waiting[action.action_id]
+        if isinstance(outcome, ActionFailed):
+            raise outcome
+        return outcome
+
+    async def cancel(self, worker_id: str, target_action_id: str, session_id: str) -> None:
+        info = self.engine.state.workers.get(worker_id)
+        if info is None or not info.connected:
+            # nobody can stop it on the worker now: end the wait, never send it again
+            await self._settle_row(target_action_id, ActionFailed(
+                "cancelled", "cancelled while the worker was away"))
+            return
+        await self.cluster.execute("UPDATE codey_actions SET cancel = true WHERE action_id = %s",
+                                   (target_action_id,))
+        await self.cluster.notify(f"c:{worker_id}")
+
+    def presence(self, worker_id: str) -> asyncio.Event:
+        event = self._presence.get(worker_id)
+        if event is None:
+            event = self._presence[worker_id] = asyncio.Event()
+            self._absence[worker_id] = asyncio.Event()
+            self._set_presence(worker_id)
+        return event
+
+    def absence(self, worker_id: str) -> asyncio.Event:
+        self.presence(worker_id)
+        return self._absence[worker_id]
+
+    def _set_presence(self, worker_id: str) -> None:
+        info = self.engine.state.workers.get(worker_id)
+        if info is not None and info.connected:
+            self._presence[worker_id].set()
+            self._absence[worker_id].clear()
+        else:
+            self._presence[worker_id].clear()
+            self._absence[worker_id].set()
+
+    def _on_event(self, env: Envelope) -> None:
+        e = env.event
+        if isinstance(e, (ev.WorkerConnected, ev.WorkerDisconnected)):
+            self._attached.pop(e.worker_id, None)  # a new connection attaches afresh
+            if e.worker_id in self._presence:
+                self._set_presence(e.worker_id)
+            self._kick.set()
+        elif isinstance(e, ev.WorkerRevoked):
+            for action_id, waiting in list(self._waiting.items()):
+                if waiting.worker_id == e.worker_id and not waiting.future.done():
+                    waiting.future.set_exception(ActionFailed(
+                        "revoked", "the worker was revoked; it will not run anything"))
+                    del self._waiting[action_id]
+
+    def _on_notify(self, payload: str) -> None:
+        kind, _, key = payload.partition(":")
+        if kind == "o" and key in self._waiting:
+            self._background.spawn(self._read_outcomes([key]))
+        elif kind == "p" and key in self._waiting:
+            self._background.spawn(self._read_progress(key))
+        elif kind in ("a", "c") and self.registry.connected(key):
+            self._kick.set()
+
+    # the worker's side ----------------------------------------------------------------------
+
+    async def _poll_loop(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._kick.wait(), POLL_S)
+            self._kick.clear()
+            try:
+                await self._pick_up()
+                if self._waiting:
+                    await self._read_outcomes(list(self._waiting))
+                    for action_id in list(self._waiting):
+                        await self._read_progress(action_id)
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:
+                log.warning("routing actions failed (%s); retrying", err)
+
+    async def _pick_up(self) -> None:
+        """Run the open actions of the workers connected here; pass on cancels; drop what
+        another replica finished."""
+        workers = self.registry.connected_workers()
+        if workers:
+            rows = await self.cluster.execute(
+                "SELECT action_id, worker_id, session_id, action, cancel FROM codey_actions "
+                "WHERE outcome IS NULL AND worker_id = ANY(%s) ORDER BY created", (workers,))
+            for action_id, worker_id, session_id, data, cancel in rows:
+                if action_id not in self._running:
+                    self._carry(worker_id, codec.decode_server_to_worker(bytes(data)))
+                if cancel and action_id not in self._cancel_sent:
+                    self._cancel_sent.add(action_id)
+                    await self.registry.cancel(worker_id, action_id, session_id)
+        if self._running:
+            done = await self.cluster.execute(
+                "SELECT action_id FROM codey_actions WHERE action_id = ANY(%s) "
+                "AND outcome IS NOT NULL", (list(self._running),))
+            for (action_id,) in done:  # the worker answered on another replica
+                running = self._running.get(action_id)
+                if running is not None:
+                    running.cancel()
+
+    def _ran(self, action_id: str, task: asyncio.Task[None]) -> None:
+        if self._running.get(action_id) is task:
+            del self._running[action_id]
+
+    def _carry(self, worker_id: str, action: Any) -> None:
+        """Run ``action`` on the worker connected here, once (a second call is ignored)."""
+        if action.action_id in self._running:
+            return
+        task = asyncio.get_running_loop().create_task(
+            self._carry_out(worker_id, action), name=f"routed-{action.action_id}")
+        self._running[action.action_id] = task
+        task.add_done_callback(functools.partial(self._ran, action.action_id))
+
+    async def _carry_out(self, worker_id: str, action: Any) -> None:
+        async def forward(p: wk.ActionProgress) -> None:
+            local = self._waiting.get(p.action_id)
+            if local is not None:  # the session runs here too: straight to it
+                if local.on_progress is not None:
+                    async with local.reading:
+                        await local.on_progress(p)
+                return
+            await self.cluster.execute(
+                "INSERT INTO codey_action_progress (action_id, data) VALUES (%s, %s)",
+                (p.action_id, codec.encode(p)))
+            await self.cluster.notify(f"p:{p.action_id}")
+
+        try:
+            outcome: wk.ActionOutcome | ActionFailed = await self.registry.run(
+                worker_id, action, on_progress=forward)
+        except ActionFailed as err:
+            outcome = err
+        await self._settle_row(action.action_id, outcome)
+        self._cancel_sent.discard(action.action_id)
+
+    async def _settle_row(self, action_id: str, outcome: wk.ActionOutcome | ActionFailed,
+                          ) -> None:
+        rows = await self.cluster.execute(
+            "UPDATE codey_actions SET outcome = %s WHERE action_id = %s AND outcome IS NULL "
+            "RETURNING action_id", (_encode_outcome(action_id, outcome), action_id))
+        if not rows:
+            return
+        waiting = self._waiting.get(action_id)
+        if waiting is None:
+            await self.cluster.notify(f"o:{action_id}")  # for the replica the session is on
+        elif not waiting.future.done():
+            if isinstance(outcome, ActionFailed):
+                waiting.future.set_exception(outcome)
+            else:
+                waiting.future.set_result(outcome)
+
+    async def _read_outcomes(self, action_ids: list[str]) -> None:
+        rows = await self.cluster.execute(
+            "SELECT action_id, outcome FROM codey_actions WHERE action_id = ANY(%s) "
+            "AND outcome IS NOT NULL", (action_ids,))
+        for action_id, data in rows:
+            waiting = self._waiting.get(action_id)
+            if waiting is None or waiting.future.done():
+                continue
+            await self._read_progress(action_id)  # all output before the result
+            outcome = _decode_outcome(data)
+            if waiting.future.done():
+                continue
+            if isinstance(outcome, ActionFailed):
+                waiting.future.set_exception(outcome)
+            else:
+                waiting.future.set_result(outcome)
+
+    async def _read_progress(self, action_id: str) -> None:
+        waiting = self._waiting.get(action_id)
+        if waiting is None or waiting.on_progress is None:
+            return
+        async with waiting.reading:
+            rows = await self.cluster.execute(
+                "SELECT id, data FROM codey_action_progress WHERE action_id = %s AND id > %s "
+                "ORDER BY id", (action_id, waiting.progress_after))
+            for row_id, data in rows:
+                waiting.progress_after = int(row_id)
+                msg = codec.decode_worker_to_server(bytes(data))
+                if isinstance(msg, wk.ActionProgress):
+                    await waiting.on_progress(msg)
+
+
+class Janitor:
+    """Cleans up after dead replicas, on one replica at a time (the ``janitor`` lease): their
+    workers are marked disconnected (the workers reconnect elsewhere and come back), their
+    pairing requests expired, and old routing rows go."""
+
+    def __init__(self, leases: Leases, engine: Engine,
+                 expire_pair_requests: Callable[[float], Awaitable[object]], *,
+                 every_s: float = 2.0) -> None:
+        self.leases = leases
+        self.engine = engine
+        #: expires pairing requests that lapsed more than this many seconds ago
+        self.expire_pair_requests = expire_pair_requests
+        self.every_s = every_s
+        self._task: asyncio.Task[None] | None = None
+        self._last_cleanup = 0.0
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._loop(), name="janitor")
+
+    async def stop(self) -> None:
+        await _cancelled(self._task)
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.every_s)
+            try:
+                if await self.leases.acquire("janitor"):
+                    await self.sweep()
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:
+                log.warning("janitor failed (%s)", err)
+
+    async def sweep(self) -> None:
+        live = await self.leases.live_replicas()
+        live.add(self.leases.me)
+        orphans = [w for w in self.engine.state.workers.values()
+                   if w.connected and w.replica and w.replica not in live]
+        if orphans:
+            log.info("marking %d workers of stopped replicas disconnected", len(orphans))
+            await self.engine.append([(None, ev.WorkerDisconnected(
+                worker_id=w.worker_id, reason="its server stopped", replica=w.replica))
+                for w in orphans])
+        # a pairing request taken by a replica that died is never answered: after its expiry
+        # (and a minute, in which the live replica that took it does this itself) it goes
+        await self.expire_pair_requests(60.0)
+        now = asyncio.get_running_loop().time()
+        if now - self._last_cleanup > 600:
+            self._last_cleanup = now
+            await self.leases.cluster.execute(
+                "DELETE FROM codey_action_progress WHERE action_id IN (SELECT action_id FROM "
+                "codey_actions WHERE created < now() - interval '1 day')")
+            await self.leases.cluster.execute(
+                "DELETE FROM codey_actions WHERE created < now() - interval '1 day'")
+            await self.leases.cluster.execute(
+                "DELETE FROM codey_replicas WHERE seen < now() - interval '1 day'")
+
+
+class SharedFiles:
+    """The data dir's small secret files, the same on every replica: worker keys
+    (``workers.json``), browser sessions, model-provider logins (``auth.json``), MCP tokens.
+
+    Each replica keeps its files where the single server keeps them, and this copies them
+    through ``codey_files``: a file changed here is pushed (its content differs from what was
+    last synced), one changed elsewhere is written here and its owner told to read it again.
+    At start, what the database holds wins; a file only this data dir has is pushed. When
+    two replicas changed one file within a poll, a file shared with ``merge=True`` (a JSON
+    object of independent entries: worker keys, browser sessions) becomes the union of both;
+    any other file is the later one's (see docs/deploy.md).
+    """
+
+    def __init__(self, cluster: Cluster, data_dir: Path, *, every_s: float = 1.0) -> None:
+        self.cluster = cluster
+        self.data_dir = data_dir
+        self.every_s = every_s
+        self._reload: dict[str, Callable[[], None]] = {}
+        self._merge: set[str] = set()
+        self._synced: dict[str, tuple[int, bytes]] = {}  # name → (version, sha256)
+        self._task: asyncio.Task[None] | None = None
+        self._kick = asyncio.Event()
+        cluster.on_notify.append(self._on_notify)
+
+    def share(self, name: str, reload: Callable[[], None], *, merge: bool = False) -> None:
+        """Keep ``data_dir/name`` the same on every replica; ``reload`` is called after it
+        was replaced by another replica's copy."""
+        self._reload[name] = reload
+        if merge:
+            self._merge.add(name)
+
+    async def start(self) -> None:
+        await self.sync()
+        self._kick = asyncio.Event()
+        self._task = asyncio.get_running_loop().create_task(self._loop(), name="shared-files")
+
+    async def stop(self) -> None:
+        await _cancelled(self._task)
+        with contextlib.suppress(Exception):
+            await self.sync()  # a change made just before the stop
+
+    def _on_notify(self, payload: str) -> None:
+        if payload.startswith("f:"):
+            self._kick.set()
+
+    async def _loop(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._kick.wait(), self.every_s)
+            self._kick.clear()
+            try:
+                await self.sync()
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:
+                log.warning("syncing shared files failed (%s)", err)
+
+    async def sync(self) -> None:
+        names = sorted(self._reload)
+        rows = {r[0]: (int(r[1]), bytes(r[2])) for r in await self.cluster.execute(
+            "SELECT name, version, data FROM codey_files WHERE name = ANY(%s)", (names,))}
+        for name in names:
+            path = self.data_dir / name
+            local = read_secret_file(path)
+            remote = rows.get(name)
+            digest = hashlib.sha256(local).digest() if local is not None else b""
+            if remote is not None and local == remote[1]:
+                self._synced[name] = (remote[0], digest)
+                continue
+            known = self._synced.get(name)
+            changed_here = local is not None and (known is None or known[1] != digest)
+            newer_there = remote is not None and (known is None or remote[0] > known[0])
+            if newer_there and changed_here and name in self._merge and local is not None \
+                    and remote is not None:
+                # changed here and elsewhere: keep the entries of both, and push that
+                local = _union(local, remote[1])
+                write_secret_file(path, local)
+                self._reload[name]()
+                await self._push(name, local, remote[0])
+            elif newer_there and remote is not None and (not changed_here or known is None):
+                # newer elsewhere (at start, the database's copy wins)
+                write_secret_file(path, remote[1])
+                self._reload[name]()
+                self._synced[name] = (remote[0], hashlib.sha256(remote[1]).digest())
+            elif changed_here and local is not None:
+                await self._push(name, local, remote[0] if remote else 0)
+
+    async def _push(self, name: str, data: bytes, seen_version: int) -> None:
+        rows = await self.cluster.execute(
+            "INSERT INTO codey_files (name, data, version) VALUES (%s, %s, %s) "
+            "ON CONFLICT (name) DO UPDATE SET data = excluded.data, "
+            "version = GREATEST(codey_files.version + 1, excluded.version) RETURNING version",
+            (name, data, seen_version + 1))
+        self._synced[name] = (int(rows[0][0]), hashlib.sha256(data).digest())
+        await self.cluster.notify(f"f:{name}")
+
+
+def _union(local: bytes, remote: bytes) -> bytes:
+    """Two JSON objects as one: every key of both, this replica's value where both have it."""
+    try:
+        mine, theirs = json.loads(local), json.loads(remote)
+    except ValueError:
+        return local
+    if not isinstance(mine, dict) or not isinstance(theirs, dict):
+        return local
+    return json.dumps({**theirs, **mine}).encode()
+
+
+async def _cancelled(task: asyncio.Task[None] | None) -> None:
+    """Cancel ``task`` (if any) and wait until it has ended."""
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task

@@ -1,0 +1,335 @@
+"""The core's browser commands: sessions, prompts, approvals, questions, memory.
+
+Each is a pure decision ``(state, command, ctx) -> [(session_id, event)]``: ids and the clock
+come in through :class:`~codey_server.core.rules.Context`, so a test can decide with fixed
+ids. A command that cannot be carried out raises
+:class:`~codey_server.core.rules.CommandRejected` and produces nothing. :data:`COMMANDS` is the
+core's table; each feature declares its own (``board/decide.py``, ``schedules/decide.py``),
+and :class:`~codey_server.core.rules.Rules` puts them together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from codey_protocol import client as cl
+from codey_protocol import events as ev
+from codey_protocol.state import SessionInfo, State
+from codey_server.core.rules import CommandRejected, Context, Decided, Decider
+
+__all__ = ["ATTACHMENTS_MAX", "COMMANDS", "MEMORY_MAX", "TITLE_MAX", "CommandRejected",
+           "Context", "Decided", "create_session", "existing", "title_from_prompt"]
+
+TITLE_MAX = 60
+
+
+def title_from_prompt(prompt: str) -> str:
+    """The first line of the prompt, shortened on a word boundary."""
+    line = next((ln.strip() for ln in prompt.splitlines() if ln.strip()), "")
+    if not line:
+        return "New session"
+    if len(line) <= TITLE_MAX:
+        return line
+    cut = line[:TITLE_MAX].rsplit(" ", 1)[0] or line[:TITLE_MAX]
+    return cut.rstrip(" ,.;:") + "…"
+
+
+def _compact(state: State, c: cl.CompactSession) -> Decided:
+    s = existing(state, c.session_id)
+    if s.status == "closed":
+        raise CommandRejected("conflict", "the session is closed")
+    if s.agent:
+        raise CommandRejected("bad_request", "an external agent keeps its own context")
+    if s.compaction_requested:
+        return []
+    if not any(isinstance(i, (ev.UserMessage, ev.AssistantMessage, ev.ToolCall))
+               for i in s.items):
+        raise CommandRejected("bad_request", "there is nothing to compact yet")
+    return [(s.session_id, ev.CompactionRequested())]
+
+
+def existing(state: State, session_id: str):  # type: ignore[no-untyped-def]
+    s = state.sessions.get(session_id)
+    if s is None:
+        raise CommandRejected("not_found", f"no session {session_id!r}")
+    return s
+
+
+def create_session(state: State, c: cl.CreateSession, ctx: Context) -> Decided:
+    worker = state.workers.get(c.worker_id)
+    if worker is None:
+        raise CommandRejected("not_found", f"no worker {c.worker_id!r}")
+    if worker.revoked:
+        raise CommandRejected("forbidden", f"worker {c.worker_id!r} was revoked")
+    if not c.workdir.strip():
+        raise CommandRejected("bad_request", "workdir must not be empty")
+    provider = c.provider or ctx.default_provider
+    model = c.model or ctx.default_models.get(provider, "")
+    if c.agent is not None:
+        if c.agent not in worker.capabilities.acp_agents:
+            raise CommandRejected("bad_request", f"worker {c.worker_id!r} has no ACP agent "
+                                                 f"{c.agent!r} (see its acp_agents config)")
+        if c.plan_mode:
+            raise CommandRejected("bad_request", "plan mode is Codey's own; an ACP agent "
+                                                 "plans in its own way")
+        provider, model = "acp", c.agent
+    session_id = ctx.new_id("ses")
+    out: Decided = [(session_id, ev.SessionCreated(
+        title=c.title or title_from_prompt(c.prompt), worker_id=c.worker_id,
+        workdir=c.workdir.strip(), provider=provider, model=model, policy=c.policy,
+        plan_mode=c.plan_mode, agent=c.agent,
+    ))]
+    _check_attachments(c.attachments, ctx)
+    if c.prompt.strip() or c.attachments:
+        out.append((session_id, ev.SessionItemAppended(
+            item=ev.UserMessage(id=ctx.new_id("itm"), ts=ctx.now(), text=c.prompt,
+                                attachments=list(c.attachments)))))
+    return out
+
+
+_BUSY = ("running", "waiting_approval", "waiting_worker")
+
+#: a project memory holds at most this many characters
+MEMORY_MAX = 8 * 1024
+#: files one prompt may carry, and their total size
+ATTACHMENTS_MAX = 10
+ATTACHMENTS_MAX_BYTES = 25 * 1024 * 1024
+
+
+def _check_attachments(attachments: list[ev.Attachment], ctx: Context) -> None:
+    if len(attachments) > ATTACHMENTS_MAX:
+        raise CommandRejected("bad_request", f"at most {ATTACHMENTS_MAX} files per message")
+    if sum(a.size for a in attachments) > ATTACHMENTS_MAX_BYTES:
+        raise CommandRejected("bad_request", "the files of one message may have at most "
+                                             f"{ATTACHMENTS_MAX_BYTES // (1024 * 1024)} MiB")
+    for a in attachments:
+        if not ctx.blob_exists(a.hash):
+            raise CommandRejected("bad_request", f"{a.name}: upload it first (POST /api/blobs)")
+
+
+def _interruptible(state: State, s: SessionInfo) -> list[SessionInfo]:
+    """``s`` and its sub-agents (and theirs) that have a turn to stop."""
+    out: list[SessionInfo] = []
+    if s.status in _BUSY or (s.status == "waiting_user" and _asking(s)):
+        out.append(s)
+    for child in state.sessions.values():
+        if child.parent_id == s.session_id:
+            out += _interruptible(state, child)
+    return out
+
+
+def _asking(s: SessionInfo) -> bool:
+    """The model asked the user something and waits for the answer."""
+    return any(q.status == "pending" for q in s.questions.values())
+
+
+def _send_prompt(state: State, c: cl.SendPrompt, ctx: Context) -> Decided:
+    s = existing(state, c.session_id)
+    if not c.text.strip() and not c.attachments:
+        raise CommandRejected("bad_request", "the prompt is empty")
+    _check_attachments(c.attachments, ctx)
+    if s.status == "closed":
+        raise CommandRejected("conflict", "the session is closed")
+    out: Decided = []
+    untitled = s.title == title_from_prompt("")
+    if untitled and not any(isinstance(i, ev.UserMessage) for i in s.items):
+        out.append((s.session_id, ev.SessionTitleChanged(title=title_from_prompt(c.text))))
+    # A prompt during a turn is queued and injected before the next model call (steer).
+    busy = s.status in _BUSY or _asking(s)
+    out.append((s.session_id, ev.SessionItemAppended(item=ev.UserMessage(
+        id=ctx.new_id("itm"), ts=ctx.now(), text=c.text, queued=busy,
+        attachments=list(c.attachments)))))
+    return out
+
+
+def _decide_approval(state: State, c: cl.DecideApproval, ctx: Context) -> Decided:
+    s = existing(state, c.session_id)
+    a = s.approvals.get(c.approval_id)
+    if a is None:
+        raise CommandRejected("not_found", f"no approval {c.approval_id!r} in this session")
+    if a.status != "pending":
+        raise CommandRejected("conflict", f"approval already {a.status}")
+    decision: ev.ApprovalDecision = "rejected" if c.decision == "reject" else "approved"
+    return [(s.session_id, ev.ApprovalResolved(
+        approval_id=a.approval_id, decision=decision, message=c.message,
+        for_session=c.decision == "approve_for_session"))]
+
+
+# session operations ---------------------------------------------------------------------------
+
+
+def _answer(state: State, c: cl.AnswerQuestion, ctx: Context) -> Decided:
+    s = existing(state, c.session_id)
+    q = s.questions.get(c.question_id)
+    if q is None:
+        raise CommandRejected("not_found", f"no question {c.question_id!r} in this session")
+    if q.status != "pending":
+        raise CommandRejected("conflict", f"the question was already {q.status}")
+    if not c.answer.strip():
+        raise CommandRejected("bad_request", "the answer is empty")
+    return [(s.session_id, ev.QuestionAnswered(question_id=q.question_id, answer=c.answer))]
+
+
+def _rename(state: State, c: cl.RenameSession, ctx: Context) -> Decided:
+    s = existing(state, c.session_id)
+    title = " ".join(c.title.split())
+    if not title:
+        raise CommandRejected("bad_request", "the title is empty")
+    if len(title) > 200:
+        raise CommandRejected("bad_request", "the title is longer than 200 characters")
+    return [] if title == s.title else [(s.session_id, ev.SessionTitleChanged(title=title))]
+
+
+def _archive(state: State, c: cl.ArchiveSession, ctx: Context) -> Decided:
+    s = existing(state, c.session_id)
+    if s.archived == c.archived:
+        return []
+    if c.archived and s.status in _BUSY:
+        raise CommandRejected("conflict", "the session is working: interrupt or close it first")
+    return [(s.session_id, ev.SessionArchived(archived=c.archived))]
+
+
+def _stop_waiting(s: SessionInfo, reason: str) -> list[ev.Event]:
+    """What a close or delete resolves: pending approvals and questions."""
+    out: list[ev.Event] = [ev.ApprovalResolved(approval_id=a.approval_id, decision="cancelled",
+                                               message=reason)
+                           for a in s.approvals.values() if a.status == "pending"]
+    out += [ev.QuestionAnswered(question_id=q.question_id, cancelled=True)
+            for q in s.questions.values() if q.status == "pending"]
+    return out
+
+
+def _close(state: State, c: cl.CloseSession, ctx: Context) -> Decided:
+    s = existing(state, c.session_id)
+    if s.status == "closed":
+        return []
+    reason = c.reason.strip() or "closed by the user"
+    events = _stop_waiting(s, reason)
+    events.append(ev.SessionStatusChanged(status="closed", reason=reason))
+    return [(s.session_id, e) for e in events]
+
+
+def _delete(state: State, c: cl.DeleteSession, ctx: Context) -> Decided:
+    s = existing(state, c.session_id)
+    events = _stop_waiting(s, "the session was deleted")
+    if s.status != "closed":
+        events.append(ev.SessionStatusChanged(status="closed", reason="deleted"))
+    events.append(ev.SessionDeleted(reason="deleted by the user"))
+    return [(s.session_id, e) for e in events]
+
+
+def _fork(state: State, c: cl.ForkSession, ctx: Context) -> Decided:
+    s = existing(state, c.session_id)
+    if not s.items:
+        raise CommandRejected("bad_request", "the session has nothing to fork yet")
+    until = c.item_id or s.items[-1].id
+    if not any(i.id == until for i in s.items):
+        raise CommandRejected("not_found", f"no item {until!r} in this session")
+    new_id = ctx.new_id("ses")
+    title = " ".join((c.title or "").split()) or f"{s.title} (fork)"
+    out: Decided = [(new_id, ev.SessionForked(from_session=s.session_id, until_item=until,
+                                              title=title[:200]))]
+    if c.prompt.strip():
+        out.append((new_id, ev.SessionItemAppended(item=ev.UserMessage(
+            id=ctx.new_id("itm"), ts=ctx.now(), text=c.prompt))))
+    return out
+
+
+def _move(state: State, c: cl.MoveSession, ctx: Context) -> Decided:
+    s = existing(state, c.session_id)
+    worker = state.workers.get(c.worker_id)
+    if worker is None:
+        raise CommandRejected("not_found", f"no worker {c.worker_id!r}")
+    if worker.revoked:
+        raise CommandRejected("forbidden", f"worker {c.worker_id!r} was revoked")
+    if c.worker_id == s.worker_id:
+        return []
+    if s.status in _BUSY or _asking(s) or s.pending_actions:
+        raise CommandRejected("conflict", "the session is working: interrupt it first")
+    if s.status == "closed":
+        raise CommandRejected("conflict", "the session is closed")
+    return [(s.session_id, ev.SessionMoved(worker_id=c.worker_id, from_worker=s.worker_id))]
+
+
+def _set_memory(state: State, c: cl.SetMemory, ctx: Context) -> Decided:
+    if c.worker_id not in state.workers:
+        raise CommandRejected("not_found", f"no worker {c.worker_id!r}")
+    if not c.workdir.strip():
+        raise CommandRejected("bad_request", "workdir must not be empty")
+    if len(c.text) > MEMORY_MAX:
+        raise CommandRejected("bad_request", f"the memory holds at most {MEMORY_MAX} "
+                                             f"characters; this is {len(c.text)}")
+    return [(None, ev.MemoryUpdated(worker_id=c.worker_id, workdir=c.workdir.strip(),
+                                    text=c.text))]
+
+
+def _approve_plan(state: State, c: cl.ApprovePlan, ctx: Context) -> Decided:
+    s = existing(state, c.session_id)
+    if s.plan_status != "proposed":
+        raise CommandRejected("conflict", "there is no proposed plan to approve")
+    out: list[ev.Event] = []
+    text = "The plan is approved: carry it out now."
+    if c.steps is not None:
+        steps = [ev.PlanStep(step=" ".join(st.split())) for st in c.steps if st.strip()]
+        if not steps:
+            raise CommandRejected("bad_request", "an edited plan needs at least one step")
+        out.append(ev.PlanUpdated(steps=steps, explanation=s.plan_explanation))
+        text = "The plan is approved as I edited it:\n" + "\n".join(
+            f"{n}. {st.step}" for n, st in enumerate(steps, start=1)) + "\nCarry it out now."
+    if c.note.strip():
+        text += f"\n\n{c.note.strip()}"
+    out.append(ev.PlanApproved(note=c.note.strip()))
+    out.append(ev.SessionItemAppended(item=ev.UserMessage(id=ctx.new_id("itm"), ts=ctx.now(),
+                                                          text=text)))
+    return [(s.session_id, e) for e in out]
+
+
+def _retry(state: State, c: cl.RetryTurn, ctx: Context) -> Decided:
+    s = existing(state, c.session_id)
+    if s.status not in ("error", "interrupted"):
+        raise CommandRejected("conflict", f"nothing to retry: the session is {s.status}")
+    return [(s.session_id, ev.TurnRequested())]
+
+
+_SESSION_OPS: dict[type, Callable[[State, Any, Context], Decided]] = {
+    cl.RetryTurn: _retry,
+    cl.ApprovePlan: _approve_plan,
+    cl.AnswerQuestion: _answer,
+    cl.RenameSession: _rename,
+    cl.ArchiveSession: _archive,
+    cl.CloseSession: _close,
+    cl.DeleteSession: _delete,
+    cl.ForkSession: _fork,
+    cl.MoveSession: _move,
+    cl.SetMemory: _set_memory,
+}
+
+
+def _set_policy(state: State, c: cl.SetApprovalPolicy, ctx: Context) -> Decided:
+    s = existing(state, c.session_id)
+    if s.policy == c.policy:
+        return []
+    return [(s.session_id, ev.SessionPolicyChanged(policy=c.policy))]
+
+
+def _interrupt(state: State, c: cl.Interrupt, ctx: Context) -> Decided:
+    s = existing(state, c.session_id)
+    stopped = _interruptible(state, s)
+    return [(x.session_id, ev.SessionStatusChanged(status="interrupted",
+                                                   reason="interrupted by the user"))
+            for x in stopped]
+
+
+#: the browser commands the core decides
+COMMANDS: Mapping[type[Any], Decider] = {
+    cl.CreateSession: create_session,
+    cl.SendPrompt: _send_prompt,
+    cl.DecideApproval: _decide_approval,
+    cl.SetApprovalPolicy: _set_policy,
+    cl.Interrupt: _interrupt,
+    cl.CompactSession: lambda state, c, ctx: _compact(state, c),
+    **_SESSION_OPS,
+}
+
+

@@ -1,0 +1,221 @@
+"""The engine: the event log, the folded state, and the one way to change it.
+
+Order of calls: ``await Engine.start()`` (opens the log, loads the latest snapshot, replays
+the tail) → any number of ``append`` / ``execute`` → ``await stop()`` (finishes in-flight
+appends, writes a final snapshot, closes the log).
+
+Every change goes ``decide`` (commands only) → ``log.append`` → ``apply`` (here, in seq order)
+→ fan-out (the log publishes committed events to subscribers). ``append`` returns only once its
+events are folded into :attr:`state`, so a caller always reads its own writes.
+
+:attr:`state` is one object, set by ``start`` (from the latest snapshot) and from then on
+changed in place by every fold (:mod:`codey_server.core.fold` mutates; it does not return a
+new state). So anything read out of it — ``engine.state.sessions[sid]``, an item, a worker —
+is live: after an ``await`` it already shows the events folded meanwhile. The agent loop
+relies on this (see the reducers' docstring); code that needs a value as of one moment reads
+it before its next ``await`` or copies it. Listeners run right after their envelope is folded,
+on the loop, so they see the state at exactly that seq.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Collection, Sequence
+from typing import TypeVar
+
+from codey_protocol import client as cl
+from codey_protocol import codec
+from codey_protocol.events import Envelope, Event
+from codey_protocol.state import State
+from codey_server.core.rules import Context, Decided, Rules
+from codey_server.eventlog import EventLog
+
+log = logging.getLogger("codey.engine")
+
+__all__ = ["Engine"]
+
+In = TypeVar("In")
+
+
+class Engine:
+    def __init__(self, eventlog: EventLog, rules: Rules, *, snapshot_every: int = 5000,
+                 context: Context | None = None) -> None:
+        self.log = eventlog
+        #: every feature's decisions and folds (``codey_server.features.RULES``)
+        self.rules = rules
+        self.state = State()
+        self.context = context or Context()
+        self.snapshot_every = snapshot_every
+        self._pending: dict[int, Envelope] = {}  # committed, waiting for an earlier seq
+        self._applied = asyncio.Condition()
+        self._command_lock = asyncio.Lock()
+        self._snapshot_seq = 0
+        self._snapshot_task: asyncio.Task[None] | None = None
+        self.started_at = 0.0
+        self.replayed = 0
+        #: called with each envelope right after it is folded (sync; schedule work, don't block)
+        self.listeners: list[Callable[[Envelope], None]] = []
+        #: True while listeners are told of an event another replica appended
+        self.applying_foreign = False
+        self._foreign: set[int] = set()
+        #: told how long each append took, call to commit and fold (/metrics)
+        self.append_timers: list[Callable[[float], None]] = []
+
+    # lifecycle ----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        t0 = time.perf_counter()
+        await self.log.open()
+        snap = await self.log.latest_snapshot()
+        if snap is not None:
+            self._snapshot_seq, data = snap
+            self.state = codec.decode_state(data)
+        after = self.state.seq
+        while True:
+            batch = await self.log.read(after, limit=20000)
+            if not batch:
+                break
+            for env in batch:
+                self.rules.apply(self.state, env)
+            self.replayed += len(batch)
+            after = batch[-1].seq
+        self.started_at = time.time()
+        # other replicas' appends (PostgreSQL): folded in seq order among this one's
+        self.log.follow(self.state.seq, self._fold_foreign)
+        log.info("state at seq %d (snapshot %d, replayed %d events) in %.3f s",
+                 self.state.seq, self._snapshot_seq, self.replayed, time.perf_counter() - t0)
+        if self.state.seq - self._snapshot_seq >= self.snapshot_every:
+            await self.snapshot()
+
+    async def stop(self) -> None:
+        """Snapshot (start-up stays fast), then close the log, finishing in-flight appends.
+
+        Anything committed after the snapshot is in the log and replayed at the next start.
+        """
+        if self._snapshot_task is not None:
+            await asyncio.gather(self._snapshot_task, return_exceptions=True)
+        if self.state.seq > self._snapshot_seq:
+            try:
+                await self.snapshot()
+            except Exception:  # a snapshot is an optimisation; never fail shutdown on it
+                log.exception("final snapshot failed")
+        await self.log.close()
+
+    # writes -------------------------------------------------------------------------------
+
+    async def append(self, events: Sequence[tuple[str | None, Event]]) -> list[Envelope]:
+        """Append events atomically; returns once they are committed and folded."""
+        if not events:
+            return []
+        started = time.perf_counter()
+        # The fold must not depend on this caller: a task cancelled while its events commit
+        # would otherwise leave them unfolded, and every later append would wait forever.
+        appended = asyncio.ensure_future(self.log.append(events))
+        appended.add_done_callback(self._fold_when_done)
+        envs = await asyncio.shield(appended)
+        last = envs[-1].seq
+        if self.state.seq < last:
+            async with self._applied:
+                await self._applied.wait_for(lambda: self.state.seq >= last)
+        for timer in self.append_timers:
+            timer(time.perf_counter() - started)
+        return envs
+
+    async def execute(self, command: cl.ClientToServer) -> list[Envelope]:
+        """Decide a browser command against the current state and append its events.
+
+        Raises :class:`~codey_server.core.decide.CommandRejected` (nothing appended) when the
+        command cannot be carried out. Commands are decided one at a time so that each sees
+        the effects of the one before (the first decision on an approval wins).
+        """
+        async with self._command_lock:
+            return await self.append(self.rules.decide(self.state, command, self.context))
+
+    async def submit(self, decision: Callable[[State, In, Context], Decided], input: In, *,
+                     exclusive: bool = True) -> list[Envelope]:
+        """The write path for everything that is not a browser command: run the pure
+        ``decision(state, input, ctx)`` against the current state and append its events
+        (nothing when it decides nothing); returns once they are committed and folded.
+
+        ``exclusive`` (the default) decides under the same lock as :meth:`execute`, so the
+        decision sees the effects of every command and decision before it (a pairing code's
+        first use wins, a schedule fires once). A session's own turn, the only writer of its
+        steps, passes ``exclusive=False``: its appends then group-commit with everyone else's.
+        A decision may raise :class:`~codey_server.core.rules.CommandRejected`; nothing is
+        appended then.
+        """
+        if not exclusive:
+            return await self.append(decision(self.state, input, self.context))
+        async with self._command_lock:
+            return await self.append(decision(self.state, input, self.context))
+
+    async def catch_up(self) -> None:
+        """Return once the state has folded every event committed so far, by any replica (the
+        others' arrive through the log's follower): a decision taken next sees them all."""
+        seq = await self.log.committed_seq()
+        if self.state.seq < seq:
+            async with self._applied:
+                await self._applied.wait_for(lambda: self.state.seq >= seq)
+
+    def _fold_when_done(self, appended: asyncio.Future[list[Envelope]]) -> None:
+        if not appended.cancelled() and appended.exception() is None:
+            self._fold(appended.result())
+
+    def _fold_foreign(self, envs: list[Envelope]) -> None:
+        self._foreign.update(env.seq for env in envs if env.seq > self.state.seq)
+        self._fold(envs)
+
+    def _fold(self, envs: list[Envelope]) -> None:
+        for env in envs:
+            if env.seq > self.state.seq:
+                self._pending[env.seq] = env
+        advanced = False
+        nxt = self.state.seq + 1
+        while nxt in self._pending:
+            env = self._pending.pop(nxt)
+            self.rules.apply(self.state, env)
+            if self._foreign:
+                self.applying_foreign = nxt in self._foreign
+                self._foreign.discard(nxt)
+            for listener in self.listeners:
+                try:
+                    listener(env)
+                except Exception:  # a listener's bug must not stop the fold
+                    log.exception("listener failed on seq %d", env.seq)
+            nxt += 1
+            advanced = True
+        self.applying_foreign = False
+        if advanced:
+            asyncio.get_running_loop().create_task(self._notify())
+            self._maybe_snapshot()
+
+    async def _notify(self) -> None:
+        async with self._applied:
+            self._applied.notify_all()
+
+    # snapshots ----------------------------------------------------------------------------
+
+    def _maybe_snapshot(self) -> None:
+        if self.state.seq - self._snapshot_seq < self.snapshot_every:
+            return
+        if self._snapshot_task is not None and not self._snapshot_task.done():
+            return
+        self._snapshot_task = asyncio.get_running_loop().create_task(self.snapshot())
+
+    async def snapshot(self) -> None:
+        # Encoding runs on the loop thread, so it sees one consistent state at one seq.
+        seq = self.state.seq
+        data = codec.encode(self.state)
+        await self.log.save_snapshot(seq, data)
+        self._snapshot_seq = seq
+        log.debug("snapshot at seq %d (%d bytes)", seq, len(data))
+
+    async def trim(self, keep: Collection[str]) -> int:
+        """Delete the stored events of every session not in ``keep`` (retention), up to a
+        snapshot taken now, so a restart rebuilds the same state from that snapshot."""
+        if self._snapshot_task is not None:
+            await asyncio.gather(self._snapshot_task, return_exceptions=True)
+        await self.snapshot()
+        return await self.log.trim(keep, self._snapshot_seq)

@@ -1,0 +1,282 @@
+"""The event log: every state change, in one gapless sequence (design §3).
+
+Each event is stored as an :class:`~codey_protocol.events.Envelope` with a global ``seq``
+(1, 2, 3, … with no gaps), ``ts`` (unix time of its commit), ``session_id`` (``None`` for global
+events) and the event itself, tagged by ``type``.
+
+Order of calls::
+
+    log = SqliteEventLog(path)        # or MemoryEventLog()
+    await log.open()
+    sub = log.subscribe()             # attach live first …
+    missed = await log.read(after_seq)   # … then catch up; drop live duplicates by seq
+    envs = await log.append([(session_id, event), ...])
+    async for batch in sub: ...
+    await log.close()                 # finishes in-flight appends, then ends subscriptions
+
+Guarantees every implementation gives (checked by ``codey_server.eventlog.contract``,
+which each backend's tests subclass):
+
+- one :meth:`EventLog.append` call is one atomic group: its events get consecutive seqs and are
+  committed together, or not at all (then the caller gets the exception and no seq is used);
+- subscribers receive exactly the committed events, in seq order, and only after their commit,
+  so an event a subscriber sees is already readable;
+- a subscriber that falls ``maxsize`` batches behind is dropped with :class:`SubscriberOverflow`
+  and resumes from the log with ``after_seq`` — the log is the buffer.
+
+Retention (:meth:`EventLog.trim`, driven by :mod:`~codey_server.core.retention`) deletes the
+of finished sessions up to a snapshot. The seqs stay gapless as numbers handed out, but the
+stored log then has holes below :meth:`EventLog.first_seq`; a reader resuming from before it
+gets a snapshot instead (``clients.py``).
+
+:class:`SqliteEventLog` group-commits: concurrent appends that queue up while a transaction is
+being written go into the next transaction together, so throughput does not fall to one fsync
+per append.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
+
+import msgspec
+
+from codey_protocol.errors import ProtocolError
+from codey_protocol.events import Envelope, Event
+from codey_server.errors import LogClosed, SubscriberOverflow
+
+__all__ = ["SNAPSHOTS_KEPT", "EventLog", "LogClosed", "SubscriberOverflow", "Subscription"]
+
+#: How many snapshots :meth:`EventLog.save_snapshot` keeps (the newest ones).
+SNAPSHOTS_KEPT = 3
+
+# Decoding a whole page as one JSON array is several times faster than one decode per row.
+_envelope_list = msgspec.json.Decoder(list[Envelope])
+
+
+def _decode_many(blobs: list[bytes]) -> list[Envelope]:
+    if not blobs:
+        return []
+    try:
+        return _envelope_list.decode(b"[" + b",".join(blobs) + b"]")
+    except (msgspec.DecodeError, msgspec.ValidationError) as err:
+        raise ProtocolError("bad_frame", f"stored envelope does not decode: {err}") from None
+
+
+_tags: dict[type, str] = {}
+
+
+def _tag(event: Event) -> str:
+    """The ``type`` tag of an event, cached per class (it is read once per stored event)."""
+    cls = type(event)
+    try:
+        return _tags[cls]
+    except KeyError:
+        config = getattr(cls, "__struct_config__", None)
+        tag = getattr(config, "tag", None)
+        if not isinstance(tag, str):
+            raise TypeError(f"{cls.__name__} is not a tagged protocol event") from None
+        _tags[cls] = tag
+        return tag
+
+
+class Subscription:
+    """Live batches of committed envelopes, from :meth:`EventLog.subscribe`.
+
+    Each batch is a ``list[Envelope]`` in seq order (one committed group); batches arrive in seq
+    order. Batch lists are shared between subscribers: do not mutate them.
+
+    The queue holds at most ``maxsize`` batches. When one more arrives, the subscription is
+    marked :attr:`overflowed`, detached from the log, its buffer dropped, and :meth:`get` raises
+    :class:`SubscriberOverflow`: resume with ``log.read(last_seen_seq)``.
+
+    When the log closes, :meth:`get` returns what is still buffered, then raises
+    :class:`LogClosed`; ``async for`` simply ends. After :meth:`close`, :meth:`get` raises
+    :class:`LogClosed` at once.
+    """
+
+    def __init__(self, log: EventLog, maxsize: int) -> None:
+        if maxsize < 1:
+            raise ValueError("maxsize must be at least 1")
+        self._log: EventLog | None = log
+        self._maxsize = maxsize
+        self._buf: deque[list[Envelope]] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self._ended = False
+        self.overflowed = False
+
+    # called by the log, on the event loop thread ----------------------------------------
+
+    def _push(self, batch: list[Envelope]) -> None:
+        if len(self._buf) >= self._maxsize:
+            self.overflowed = True
+            self._buf.clear()
+            self._detach()
+        else:
+            self._buf.append(batch)
+        self._wake()
+
+    def _end(self) -> None:
+        """The log closed: keep the buffer so the consumer can finish it."""
+        self._ended = True
+        self._log = None
+        self._wake()
+
+    # public -------------------------------------------------------------------------------
+
+    async def get(self) -> list[Envelope]:
+        """The next batch; waits for one. Raises SubscriberOverflow or LogClosed."""
+        while True:
+            if self.overflowed:
+                raise SubscriberOverflow("subscriber fell too far behind; resume with after_seq")
+            if self._buf:
+                return self._buf.popleft()
+            if self._ended:
+                raise LogClosed("subscription ended")
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiter = waiter
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+
+    def close(self) -> None:
+        """Detach from the log and drop buffered batches. Idempotent."""
+        self._buf.clear()
+        self._ended = True
+        self._detach()
+        self._wake()
+
+    def __aiter__(self) -> AsyncIterator[list[Envelope]]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[list[Envelope]]:
+        while True:
+            try:
+                batch = await self.get()
+            except LogClosed:
+                return
+            yield batch
+
+    # private ------------------------------------------------------------------------------
+
+    def _detach(self) -> None:
+        if self._log is not None:
+            self._log._subscribers.discard(self)
+            self._log = None
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+
+class EventLog(abc.ABC):
+    """The append-only log of events. See the module docstring for the order of calls.
+
+    All methods must be called from the event loop that called :meth:`open`.
+    """
+
+    def __init__(self) -> None:
+        self._subscribers: set[Subscription] = set()
+        self._last_seq = 0
+        self._closed = False
+
+    @property
+    def last_seq(self) -> int:
+        """The seq of the last committed and published event (0 when the log is empty)."""
+        return self._last_seq
+
+    @abc.abstractmethod
+    async def open(self) -> None:
+        """Open (creating if needed) the store; ``last_seq`` continues from what it holds."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Finish in-flight appends, then end every subscription and release the store.
+
+        Appends started after ``close()`` raise :class:`LogClosed`.
+        """
+
+    @abc.abstractmethod
+    async def append(self, events: Sequence[tuple[str | None, Event]]) -> list[Envelope]:
+        """Append ``(session_id, event)`` pairs as one atomic group; return their envelopes.
+
+        The events get consecutive seqs and are committed together. Returns after the commit;
+        subscribers get the group as one batch after the commit. If the commit fails, the
+        exception is raised here, nothing is published and no seq is used up.
+
+        Cancelling the awaiting task does not withdraw the events: they may still be committed.
+        """
+
+    @abc.abstractmethod
+    async def read(self, after_seq: int, limit: int | None = None) -> list[Envelope]:
+        """Stored envelopes with ``seq > after_seq``, in seq order, at most ``limit``.
+
+        May include events committed but not yet published to subscribers (dedupe by seq).
+        """
+
+    @abc.abstractmethod
+    async def read_session(self, session_id: str) -> list[Envelope]:
+        """Every stored envelope of one session, in seq order."""
+
+    @abc.abstractmethod
+    async def read_raw(self, after_seq: int, limit: int) -> list[bytes]:
+        """Like :meth:`read`, but each item is the stored Envelope JSON (no decode).
+
+        A negative ``limit`` means no limit.
+        """
+
+    @abc.abstractmethod
+    async def save_snapshot(self, seq: int, data: bytes) -> None:
+        """Store a state snapshot taken at ``seq``; only the newest few are kept."""
+
+    @abc.abstractmethod
+    async def latest_snapshot(self) -> tuple[int, bytes] | None:
+        """The snapshot with the highest seq as ``(seq, data)``, or ``None``."""
+
+    @abc.abstractmethod
+    async def first_seq(self) -> int:
+        """The seq from which the log is complete: 1 if never trimmed, 0 if the log is empty;
+        after a trim, one past the newest trimmed event. A reader resuming from before it
+        may have missed trimmed events, so it needs a snapshot."""
+
+    @abc.abstractmethod
+    async def trim(self, keep: Collection[str], through_seq: int) -> int:
+        """Delete the events of every session not in ``keep`` with ``seq <= through_seq``
+        (events of no session stay), and the snapshots older than ``through_seq``; return how
+        many events went. ``through_seq`` must be at or below a stored snapshot, so the state
+        is still rebuilt from that snapshot. Seqs are never reused after a trim."""
+
+    def follow(self, after_seq: int, on_foreign: Callable[[list[Envelope]], None]) -> None:
+        """From now on, also publish the events other processes commit after ``after_seq``,
+        and hand them to ``on_foreign`` before publishing them. Only a store several servers
+        share (PostgreSQL) has any; the others ignore this."""
+        del after_seq, on_foreign
+
+    async def committed_seq(self) -> int:
+        """The last seq any process committed. Where this process is the only writer, that is
+        :attr:`last_seq`; a shared store asks the database."""
+        return self._last_seq
+
+    def subscribe(self, maxsize: int = 1024) -> Subscription:
+        """Attach a live subscription; it receives groups committed after this call."""
+        if self._closed:
+            raise LogClosed("the event log is closed")
+        sub = Subscription(self, maxsize)
+        self._subscribers.add(sub)
+        return sub
+
+    def _publish(self, batch: list[Envelope]) -> None:
+        self._last_seq = batch[-1].seq
+        if self._subscribers:
+            # _push may detach an overflowing subscriber: iterate over a copy.
+            for sub in tuple(self._subscribers):
+                sub._push(batch)
+
+    def _end_subscribers(self) -> None:
+        for sub in tuple(self._subscribers):
+            sub._end()
+        self._subscribers.clear()

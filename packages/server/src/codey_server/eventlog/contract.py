@@ -1,0 +1,359 @@
+"""The EventLog contract, importable: every backend's tests subclass :class:`EventLogContract`.
+
+The way eventsourcing ships its persistence tests: a new backend (PostgreSQL) gets the whole
+suite by one subclass giving :meth:`~EventLogContract.make_log`, ``assert_readable`` and
+``snapshot_count``::
+
+    class TestPostgresEventLog(EventLogContract):
+        def make_log(self, tmp_path): return PostgresEventLog(DSN)
+        ...
+
+It is test code (it needs pytest), kept in the package so that a backend outside this
+repository can run it too.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from codey_protocol.codec import decode_envelope
+from codey_protocol.events import (
+    Envelope,
+    Event,
+    SessionStatusChanged,
+    SessionTitleChanged,
+    WorkerDisconnected,
+)
+from codey_server.errors import LogClosed, ServerError, SubscriberOverflow
+from codey_server.eventlog.base import SNAPSHOTS_KEPT, EventLog
+
+__all__ = ["Body", "EventLogContract", "seqs", "title"]
+
+Body = Callable[[EventLog], Awaitable[None]]
+
+
+def title(n: int) -> SessionTitleChanged:
+    return SessionTitleChanged(title=f"title {n}")
+
+
+def seqs(envs: list[Envelope]) -> list[int]:
+    return [env.seq for env in envs]
+
+
+class EventLogContract(abc.ABC):
+    """Tests every EventLog must pass. Subclasses provide :meth:`make_log`."""
+
+    @abc.abstractmethod
+    def make_log(self, tmp_path: Path) -> EventLog:
+        """A fresh, unopened log of the backend under test."""
+
+    @abc.abstractmethod
+    def assert_readable(self, log: EventLog, tmp_path: Path, seq: int) -> None:
+        """Assert, synchronously, that ``seq`` is durably stored (overridden per backend)."""
+
+    def run(self, tmp_path: Path, body: Body) -> None:
+        async def main() -> None:
+            log = self.make_log(tmp_path)
+            await log.open()
+            try:
+                await body(log)
+            finally:
+                await log.close()
+
+        asyncio.run(main())
+
+    # seq ----------------------------------------------------------------------------------
+
+    def test_empty_log(self, tmp_path: Path) -> None:
+        async def body(log: EventLog) -> None:
+            assert log.last_seq == 0
+            assert await log.first_seq() == 0
+            assert await log.read(0) == []
+            assert await log.read_raw(0, 10) == []
+            assert await log.latest_snapshot() is None
+            assert await log.append([]) == []
+            assert log.last_seq == 0
+
+        self.run(tmp_path, body)
+
+    def test_append_returns_committed_envelopes(self, tmp_path: Path) -> None:
+        async def body(log: EventLog) -> None:
+            events: list[tuple[str | None, Event]] = [
+                ("s1", title(1)),
+                (None, WorkerDisconnected(worker_id="w1", reason="bye")),
+                ("s1", SessionStatusChanged(status="running")),
+            ]
+            envs = await log.append(events)
+            assert seqs(envs) == [1, 2, 3]
+            assert [(env.session_id, env.event) for env in envs] == events
+            assert all(isinstance(env.ts, float) and env.ts > 1e9 for env in envs)
+            assert log.last_seq == 3
+            assert await log.first_seq() == 1
+            assert await log.read(0) == envs
+
+        self.run(tmp_path, body)
+
+    def test_concurrent_appends_are_gapless_and_each_append_is_consecutive(
+        self, tmp_path: Path
+    ) -> None:
+        tasks, per_task = 50, 20
+
+        async def body(log: EventLog) -> None:
+            async def appender(t: int) -> list[list[Envelope]]:
+                groups = []
+                for i in range(per_task):
+                    size = 1 + (t + i) % 3  # groups of 1, 2 and 3 events
+                    group = [(f"s{t}", title(i * 10 + k)) for k in range(size)]
+                    groups.append(await log.append(group))
+                return groups
+
+            results = await asyncio.gather(*(appender(t) for t in range(tasks)))
+            groups = [group for task_groups in results for group in task_groups]
+            for group in groups:
+                first = group[0].seq
+                assert seqs(group) == list(range(first, first + len(group)))
+            total = sum(len(group) for group in groups)
+            assert sorted(env.seq for group in groups for env in group) == list(range(1, total + 1))
+            stored = await log.read(0)
+            assert seqs(stored) == list(range(1, total + 1))
+            by_seq = {env.seq: env for group in groups for env in group}
+            assert stored == [by_seq[seq] for seq in range(1, total + 1)]
+            assert log.last_seq == total
+            # Within one task, appends are ordered.
+            for task_groups in results:
+                firsts = [group[0].seq for group in task_groups]
+                assert firsts == sorted(firsts)
+
+        self.run(tmp_path, body)
+
+    def test_unencodable_event_is_refused_without_using_a_seq(self, tmp_path: Path) -> None:
+        async def body(log: EventLog) -> None:
+            bad: Any = object()
+            results = await asyncio.gather(
+                log.append([("s", title(1))]),
+                log.append([("s", title(2)), ("s", bad)]),
+                log.append([("s", title(3))]),
+                return_exceptions=True,
+            )
+            assert isinstance(results[1], Exception)
+            good = [r for r in results if isinstance(r, list)]
+            assert sorted(seq for envs in good for seq in seqs(envs)) == [1, 2]
+            assert seqs(await log.append([("s", title(4))])) == [3]
+            assert [env.event for env in await log.read(0)] == [title(1), title(3), title(4)]
+
+        self.run(tmp_path, body)
+
+    # reads --------------------------------------------------------------------------------
+
+    def test_read_after_seq_and_limit(self, tmp_path: Path) -> None:
+        async def body(log: EventLog) -> None:
+            appended = await log.append([("s", title(n)) for n in range(10)])
+            assert await log.read(3) == appended[3:]
+            assert await log.read(3, limit=2) == appended[3:5]
+            assert await log.read(0, limit=0) == []
+            assert await log.read(9) == appended[9:]
+            assert await log.read(10) == []
+            assert await log.read(500) == []
+
+        self.run(tmp_path, body)
+
+    def test_read_session(self, tmp_path: Path) -> None:
+        async def body(log: EventLog) -> None:
+            await log.append([("a", title(1)), ("b", title(2)), (None, title(3))])
+            await log.append([("b", title(4)), ("a", title(5))])
+            a = await log.read_session("a")
+            assert [(env.seq, env.event) for env in a] == [(1, title(1)), (5, title(5))]
+            assert seqs(await log.read_session("b")) == [2, 4]
+            assert await log.read_session("nobody") == []
+
+        self.run(tmp_path, body)
+
+    def test_read_raw_bytes_decode_to_the_same_envelopes(self, tmp_path: Path) -> None:
+        async def body(log: EventLog) -> None:
+            await log.append([("s", title(n)) for n in range(7)])
+            await log.append([(None, WorkerDisconnected(worker_id="w"))])
+            raw = await log.read_raw(2, 100)
+            assert all(isinstance(item, bytes) for item in raw)
+            assert [decode_envelope(item) for item in raw] == await log.read(2)
+            assert len(await log.read_raw(0, 3)) == 3
+            assert await log.read_raw(8, 10) == []
+
+        self.run(tmp_path, body)
+
+    # subscriptions ------------------------------------------------------------------------
+
+    def test_subscribers_receive_exactly_the_committed_events_in_order(
+        self, tmp_path: Path
+    ) -> None:
+        async def body(log: EventLog) -> None:
+            await log.append([("s", title(0))])  # before subscribing: not delivered
+            subs = [log.subscribe(), log.subscribe()]
+
+            async def appender(t: int) -> list[list[Envelope]]:
+                return [await log.append([("s", title(i)), ("s", title(-i))]) for i in range(10)]
+
+            results = await asyncio.gather(*(appender(t) for t in range(10)))
+            groups = [group for task_groups in results for group in task_groups]
+            for sub in subs:
+                batches: list[list[Envelope]] = []
+                while sum(map(len, batches)) < 200:
+                    batches.append(await asyncio.wait_for(sub.get(), 5))
+                received = [env for batch in batches for env in batch]
+                assert seqs(received) == list(range(2, 202))
+                assert received == await log.read(1)
+                # An append's events are never split across batches.
+                batch_of = {env.seq: i for i, batch in enumerate(batches) for env in batch}
+                for group in groups:
+                    assert len({batch_of[env.seq] for env in group}) == 1
+
+        self.run(tmp_path, body)
+
+    def test_subscriber_sees_an_event_only_once_it_is_stored(self, tmp_path: Path) -> None:
+        async def body(log: EventLog) -> None:
+            sub = log.subscribe()
+            checked = 0
+
+            async def consumer() -> None:
+                nonlocal checked
+                while checked < 60:
+                    batch = await sub.get()
+                    # Synchronously, before anything else can run on the loop.
+                    self.assert_readable(log, tmp_path, batch[-1].seq)
+                    checked += len(batch)
+
+            task = asyncio.create_task(consumer())
+            await asyncio.gather(*(log.append([(None, title(n))]) for n in range(60)))
+            await asyncio.wait_for(task, 5)
+            assert checked == 60
+
+        self.run(tmp_path, body)
+
+    def test_overflow_marks_raises_and_detaches(self, tmp_path: Path) -> None:
+        async def body(log: EventLog) -> None:
+            slow = log.subscribe(maxsize=2)
+            fast = log.subscribe(maxsize=2)
+            for n in range(2):
+                await log.append([("s", title(n))])
+                await fast.get()
+            assert not slow.overflowed
+            await log.append([("s", title(2))])
+            assert slow.overflowed
+            assert not fast.overflowed
+            with pytest.raises(SubscriberOverflow):
+                await slow.get()
+            with pytest.raises(SubscriberOverflow):
+                async for _ in slow:
+                    pass
+            assert issubclass(SubscriberOverflow, ServerError)
+            # Detached: further appends still work and reach the others only.
+            await log.append([("s", title(3))])
+            assert seqs(await fast.get()) == [3]
+            assert seqs(await fast.get()) == [4]
+            slow.close()  # still idempotent after an overflow
+
+        self.run(tmp_path, body)
+
+    def test_closed_subscription_gets_nothing_more(self, tmp_path: Path) -> None:
+        async def body(log: EventLog) -> None:
+            sub = log.subscribe()
+            other = log.subscribe()
+            await log.append([("s", title(1))])
+            sub.close()
+            sub.close()
+            await log.append([("s", title(2))])
+            with pytest.raises(LogClosed):
+                await sub.get()
+            assert [b async for b in sub] == []
+            assert seqs(await other.get()) == [1]
+            assert seqs(await other.get()) == [2]
+
+        self.run(tmp_path, body)
+
+    def test_waiting_subscriber_wakes_on_append(self, tmp_path: Path) -> None:
+        async def body(log: EventLog) -> None:
+            sub = log.subscribe()
+            waiting = asyncio.create_task(sub.get())
+            await asyncio.sleep(0.01)
+            assert not waiting.done()
+            envs = await log.append([("s", title(1))])
+            assert await asyncio.wait_for(waiting, 5) == envs
+
+        self.run(tmp_path, body)
+
+    def test_close_finishes_in_flight_appends_and_ends_subscriptions(self, tmp_path: Path) -> None:
+        async def main() -> None:
+            log = self.make_log(tmp_path)
+            await log.open()
+            sub = log.subscribe()
+            tasks = [asyncio.create_task(log.append([("s", title(n))])) for n in range(40)]
+            await asyncio.sleep(0)  # every task is now inside append(), awaiting its commit
+            await log.close()
+            assert all(task.done() for task in tasks)
+            results = [task.result() for task in tasks]
+            assert sorted(seq for envs in results for seq in seqs(envs)) == list(range(1, 41))
+            delivered = [env async for batch in sub for env in batch]  # drains, then ends
+            assert seqs(delivered) == list(range(1, 41))
+            with pytest.raises(LogClosed):
+                await log.append([("s", title(99))])
+            with pytest.raises(LogClosed):
+                log.subscribe()
+            await log.close()  # idempotent
+
+        asyncio.run(main())
+
+    # snapshots ----------------------------------------------------------------------------
+
+    def test_snapshots_keep_the_latest_few(self, tmp_path: Path) -> None:
+        async def body(log: EventLog) -> None:
+            await log.save_snapshot(5, b"five")
+            assert await log.latest_snapshot() == (5, b"five")
+            await log.save_snapshot(10, b"ten")
+            await log.save_snapshot(7, b"seven")  # older than the latest: not the latest
+            assert await log.latest_snapshot() == (10, b"ten")
+            await log.save_snapshot(10, b"ten again")
+            assert await log.latest_snapshot() == (10, b"ten again")
+            for seq in range(20, 20 + SNAPSHOTS_KEPT + 3):
+                await log.save_snapshot(seq, str(seq).encode())
+            last = 20 + SNAPSHOTS_KEPT + 2
+            assert await log.latest_snapshot() == (last, str(last).encode())
+            assert await self.snapshot_count(log, tmp_path) == SNAPSHOTS_KEPT
+
+        self.run(tmp_path, body)
+
+    @abc.abstractmethod
+    async def snapshot_count(self, log: EventLog, tmp_path: Path) -> int:
+        """How many snapshots the backend holds."""
+
+    # retention ----------------------------------------------------------------------------
+
+    def test_trim_deletes_unkept_sessions_through_the_seq_and_never_reuses_a_seq(
+            self, tmp_path: Path) -> None:
+        async def body(log: EventLog) -> None:
+            await log.append([("old", title(1)), (None, title(2)), ("kept", title(3))])
+            await log.append([("old", title(4)), ("gone", title(5))])
+            await log.save_snapshot(3, b"three")
+            await log.save_snapshot(5, b"five")
+            assert await log.first_seq() == 1
+            # "old" after seq 4 would stay; events of no session always stay
+            assert await log.trim({"kept"}, 4) == 2
+            assert seqs(await log.read(0)) == [2, 3, 5]
+            assert [e.session_id for e in await log.read(0)] == [None, "kept", "gone"]
+            assert await log.read_session("old") == []
+            assert await log.read(2, 1) == (await log.read(0))[1:2]
+            assert len(await log.read_raw(0, -1)) == 3
+            # a reader from before seq 4 may have missed trimmed events
+            assert await log.first_seq() == 5
+            assert await log.latest_snapshot() == (5, b"five")
+            assert await self.snapshot_count(log, tmp_path) == 1  # older ones no longer apply
+            assert await log.trim({"kept"}, 5) == 1  # the newest event goes too
+            assert log.last_seq == 5
+            assert seqs(await log.append([("kept", title(6))])) == [6]
+            assert await log.trim({"kept"}, 6) == 0
+
+        self.run(tmp_path, body)

@@ -1,0 +1,388 @@
+"""The event log in PostgreSQL (``--database-url postgresql://…``), psycopg 3 async with a pool.
+
+The same contract as the SQLite log (``codey_server.eventlog.contract``):
+
+- **Gapless seq in commit order.** The seq comes from one counter row (``codey_meta``,
+  ``last_seq``) locked with ``SELECT … FOR UPDATE`` inside the appending transaction, never
+  from a sequence: a sequence hands out numbers that a rolled-back transaction loses (gaps)
+  and that commit out of order. A failed commit rolls the counter back with the rows.
+- **Group commit.** One writer task per process takes every append queued while the last
+  transaction ran and commits them together: throughput does not fall to one round trip per
+  append. Each ``append`` call still gets consecutive seqs of its own.
+- **Several servers (replicas) on one database.** Each process publishes to its subscribers
+  every committed event, its own and the other replicas', in seq order and without gaps: a
+  commit NOTIFYs ``codey_events`` inside its transaction (the wake-up), and a follower reads the
+  rows after the last seq it published (the data). It also polls every
+  :data:`POLL_S` seconds, so a lost notification or a dropped listener costs latency, never an
+  event. Its own groups are published at once when nothing is missing before them; otherwise
+  they wait for the follower to read the rows in between. The engine gets the other
+  replicas' events through :meth:`follow` and folds them like its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from collections.abc import Callable, Collection, Sequence
+from typing import Any
+
+from codey_protocol.codec import decode_envelope, encode
+from codey_protocol.events import Envelope, Event
+from codey_server.errors import LogClosed, ServerError
+from codey_server.eventlog.base import SNAPSHOTS_KEPT, EventLog, _decode_many, _tag
+
+__all__ = ["CHANNEL", "PostgresEventLog", "listen"]
+
+log = logging.getLogger("codey.eventlog")
+
+#: the advisory lock taken while a process creates the schema ("codey" in ASCII)
+SCHEMA_LOCK = 0x636F646579
+#: the channel a commit notifies with its last seq
+CHANNEL = "codey_events"
+#: the follower reads the table at least this often (a missed NOTIFY costs at most this)
+POLL_S = 1.0
+#: rows the follower reads at once
+FOLLOW_BATCH = 2000
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS codey_events (
+    seq bigint PRIMARY KEY, ts double precision NOT NULL, session_id text, type text NOT NULL,
+    envelope bytea NOT NULL);
+CREATE INDEX IF NOT EXISTS codey_events_session ON codey_events (session_id);
+-- the process that appended the row: a follower knows its own commits by it
+ALTER TABLE codey_events ADD COLUMN IF NOT EXISTS origin text;
+CREATE TABLE IF NOT EXISTS codey_snapshots (seq bigint PRIMARY KEY, data bytea NOT NULL);
+CREATE TABLE IF NOT EXISTS codey_meta (key text PRIMARY KEY, value bigint NOT NULL);
+INSERT INTO codey_meta (key, value) VALUES ('last_seq', 0), ('trimmed_through', 0)
+    ON CONFLICT (key) DO NOTHING;
+"""
+
+_Request = tuple[list[tuple[str | None, Event]], "asyncio.Future[list[Envelope]]"]
+
+
+class PostgresEventLog(EventLog):
+    def __init__(self, url: str, *, pool_size: int = 4) -> None:
+        super().__init__()
+        self.url = url
+        self.pool_size = pool_size
+        self._pool: Any = None
+        self._queue: asyncio.Queue[_Request | None] = asyncio.Queue()
+        self._writer: asyncio.Task[None] | None = None
+        self._follower: asyncio.Task[None] | None = None
+        self._listener: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        self._own: dict[int, list[Envelope]] = {}  # committed here, waiting for earlier seqs
+        self._on_foreign: Callable[[list[Envelope]], None] | None = None
+        self._following = False
+        self._origin = secrets.token_hex(8)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        import psycopg
+        from psycopg_pool import AsyncConnectionPool
+
+        try:
+            conn = await psycopg.AsyncConnection.connect(self.url, autocommit=True)
+        except psycopg.OperationalError as err:
+            raise ServerError(f"cannot reach the database: {err}") from None
+        async with conn:
+            async with conn.transaction():
+                # replicas starting together: one creates the tables, the others wait
+                await conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
+                await conn.execute(_SCHEMA)
+            last = await (await conn.execute(
+                "SELECT value FROM codey_meta WHERE key = 'last_seq'")).fetchone()
+        self._last_seq = int(last[0]) if last else 0
+        self._own = {}
+        self._wake = asyncio.Event()
+        self._pool = AsyncConnectionPool(self.url, min_size=1, max_size=self.pool_size,
+                                         open=False, kwargs={"autocommit": True})
+        await self._pool.open(wait=True)
+        self._closed = False
+        self._queue = asyncio.Queue()
+        self._writer = asyncio.get_running_loop().create_task(self._write_loop())
+
+    async def close(self) -> None:
+        if self._closed:
+            if self._writer is not None:
+                await asyncio.shield(self._writer)
+            return
+        self._closed = True
+        if self._writer is not None:
+            self._queue.put_nowait(None)  # after what is queued: in-flight appends finish
+            await asyncio.shield(self._writer)
+        for task in (self._follower, self._listener):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        self._follower = self._listener = None
+        self._end_subscribers()
+        if self._pool is not None:
+            await self._pool.close()
+
+    # -- appends ----------------------------------------------------------------------------------
+
+    async def append(self, events: Sequence[tuple[str | None, Event]]) -> list[Envelope]:
+        if self._closed:
+            raise LogClosed("the event log is closed")
+        if not events:
+            return []
+        for _, event in events:
+            _tag(event)  # refuse what cannot be stored before it takes a seq
+        future: asyncio.Future[list[Envelope]] = asyncio.get_running_loop().create_future()
+        self._queue.put_nowait((list(events), future))
+        return await future
+
+    async def _write_loop(self) -> None:
+        stopping = False
+        while not stopping:
+            first = await self._queue.get()
+            if first is None:
+                break
+            group = [first]
+            while not self._queue.empty():
+                more = self._queue.get_nowait()
+                if more is None:
+                    stopping = True
+                    break
+                group.append(more)
+            await self._commit(group)
+
+    async def _commit(self, group: list[_Request]) -> None:
+        ready: list[tuple[list[tuple[str | None, Event]], asyncio.Future[list[Envelope]]]] = []
+        for events, future in group:
+            try:
+                for _, event in events:
+                    encode(event)
+            except Exception as err:  # this append only: the others go on
+                future.set_exception(err)
+                continue
+            ready.append((events, future))
+        if not ready:
+            return
+        try:
+            done = await self._insert(ready)
+        except Exception as err:
+            log.exception("event-log commit failed")
+            for _, future in ready:
+                if not future.done():
+                    future.set_exception(err)
+            return
+        for (_, future), envs in zip(ready, done, strict=True):
+            self._publish_own(envs)
+            if not future.done():
+                future.set_result(envs)
+
+    async def _insert(self, ready: list[tuple[list[tuple[str | None, Event]], Any]],
+                      ) -> list[list[Envelope]]:
+        async with self._pool.connection() as conn, conn.transaction():
+            row = await (await conn.execute(
+                "SELECT value FROM codey_meta WHERE key = 'last_seq' FOR UPDATE")).fetchone()
+            seq = int(row[0])
+            ts = time.time()
+            out: list[list[Envelope]] = []
+            rows: list[tuple[int, float, str | None, str, bytes, str]] = []
+            for events, _ in ready:
+                envs = []
+                for session_id, event in events:
+                    seq += 1
+                    env = Envelope(seq=seq, ts=ts, session_id=session_id, event=event)
+                    rows.append((seq, ts, session_id, _tag(event), encode(env), self._origin))
+                    envs.append(env)
+                out.append(envs)
+            async with conn.cursor() as cur:
+                await cur.executemany(
+                    "INSERT INTO codey_events (seq, ts, session_id, type, envelope, origin) "
+                    "VALUES (%s, %s, %s, %s, %s, %s)", rows)
+            await conn.execute("UPDATE codey_meta SET value = %s WHERE key = 'last_seq'",
+                               (seq,))
+            # delivered at commit, to the other replicas' followers
+            await conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, str(seq)))
+        return out
+
+    async def committed_seq(self) -> int:
+        rows = await self._rows("SELECT value FROM codey_meta WHERE key = 'last_seq'", ())
+        return int(rows[0][0])
+
+    # -- following the other replicas -------------------------------------------------------------
+
+    def follow(self, after_seq: int, on_foreign: Callable[[list[Envelope]], None]) -> None:
+        """Publish every event committed after ``after_seq`` by any process, in seq order, and
+        hand those of other processes to ``on_foreign`` (the engine's fold) first."""
+        self._last_seq = max(self._last_seq, after_seq)
+        self._on_foreign = on_foreign
+        self._following = True
+        loop = asyncio.get_running_loop()
+        self._listener = loop.create_task(listen(self.url, CHANNEL, self._notified),
+                                          name="eventlog-listen")
+        self._follower = loop.create_task(self._follow(), name="eventlog-follow")
+
+    def _publish_own(self, envs: list[Envelope]) -> None:
+        if envs[0].seq <= self._last_seq:
+            return  # cannot happen: the follower waits for its own rows' commits to return
+        if not self._following or envs[0].seq == self._last_seq + 1:
+            self._publish(envs)
+            self._drain_own()
+            return
+        # another replica committed the seqs before these: publish once they are read
+        self._own[envs[0].seq] = envs
+        self._wake.set()
+
+    def _drain_own(self) -> None:
+        while self._own:
+            envs = self._own.pop(self._last_seq + 1, None)
+            if envs is None:
+                return
+            self._publish(envs)
+
+    def _notified(self, payload: str) -> None:
+        # "" after a (re)connection: what was committed while not listening
+        if not payload or int(payload) > self._last_seq:
+            self._wake.set()
+
+    async def _follow(self) -> None:
+        while not self._closed:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), POLL_S)
+            self._wake.clear()
+            try:
+                while await self._catch_up():
+                    pass
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:  # the next poll tries again
+                if not self._closed:
+                    log.warning("event-log follower failed (%s); retrying", err)
+
+    async def _catch_up(self) -> bool:
+        """Read and publish what was committed after the last published seq; True when a full
+        batch came (read again)."""
+        after = self._last_seq
+        rows = await self._rows(
+            "SELECT seq, origin, envelope FROM codey_events WHERE seq > %s ORDER BY seq "
+            "LIMIT %s", (after, FOLLOW_BATCH))
+        run: list[Envelope] = []
+        foreign: list[Envelope] = []
+        for seq, origin, blob in rows:
+            seq = int(seq)
+            if seq <= self._last_seq:
+                continue  # published while this read ran
+            if seq != self._last_seq + 1:
+                break  # trimmed or not yet visible: the next poll reads it
+            if origin == self._origin:  # one of ours: publish it as its own group
+                own = self._own.pop(seq, None)
+                if own is None:
+                    break  # its commit has not returned yet: it publishes itself then
+                if run:
+                    self._hand_over(run, foreign)
+                    run, foreign = [], []
+                self._publish(own)
+                continue
+            env = decode_envelope(bytes(blob))
+            run.append(env)
+            foreign.append(env)
+            self._last_seq = seq  # the next row must follow this one
+        if run:
+            self._hand_over(run, foreign)
+        self._drain_own()
+        return len(rows) == FOLLOW_BATCH
+
+    def _hand_over(self, run: list[Envelope], foreign: list[Envelope]) -> None:
+        if self._on_foreign is not None:
+            try:
+                self._on_foreign(foreign)
+            except Exception:  # the fold's own errors are logged there; publishing goes on
+                log.exception("folding other replicas' events failed")
+        self._publish(run)
+
+    # -- reads ------------------------------------------------------------------------------------
+
+    async def _rows(self, query: str, params: Sequence[Any]) -> list[Any]:
+        if self._closed or self._pool is None:
+            raise LogClosed("the event log is closed")
+        async with self._pool.connection() as conn:
+            return list(await (await conn.execute(query, params)).fetchall())
+
+    async def read(self, after_seq: int, limit: int | None = None) -> list[Envelope]:
+        return _decode_many(await self.read_raw(after_seq, -1 if limit is None else limit))
+
+    async def read_raw(self, after_seq: int, limit: int) -> list[bytes]:
+        rows = await self._rows(
+            "SELECT envelope FROM codey_events WHERE seq > %s ORDER BY seq LIMIT %s",
+            (after_seq, None if limit < 0 else limit))
+        return [bytes(r[0]) for r in rows]
+
+    async def read_session(self, session_id: str) -> list[Envelope]:
+        rows = await self._rows(
+            "SELECT envelope FROM codey_events WHERE session_id = %s ORDER BY seq",
+            (session_id,))
+        return _decode_many([bytes(r[0]) for r in rows])
+
+    async def save_snapshot(self, seq: int, data: bytes) -> None:
+        if self._closed or self._pool is None:
+            raise LogClosed("the event log is closed")
+        async with self._pool.connection() as conn, conn.transaction():
+            await conn.execute(
+                "INSERT INTO codey_snapshots (seq, data) VALUES (%s, %s) "
+                "ON CONFLICT (seq) DO UPDATE SET data = excluded.data", (seq, bytes(data)))
+            await conn.execute(
+                "DELETE FROM codey_snapshots WHERE seq NOT IN "
+                "(SELECT seq FROM codey_snapshots ORDER BY seq DESC LIMIT %s)",
+                (SNAPSHOTS_KEPT,))
+
+    async def latest_snapshot(self) -> tuple[int, bytes] | None:
+        rows = await self._rows(
+            "SELECT seq, data FROM codey_snapshots ORDER BY seq DESC LIMIT 1", ())
+        return (int(rows[0][0]), bytes(rows[0][1])) if rows else None
+
+    async def first_seq(self) -> int:
+        rows = await self._rows(
+            "SELECT (SELECT value FROM codey_meta WHERE key = 'trimmed_through'), "
+            "(SELECT min(seq) FROM codey_events)", ())
+        trimmed, low = rows[0]
+        if trimmed:
+            return int(trimmed) + 1
+        return int(low or 0)
+
+    async def trim(self, keep: Collection[str], through_seq: int) -> int:
+        if self._closed or self._pool is None:
+            raise LogClosed("the event log is closed")
+        async with self._pool.connection() as conn, conn.transaction():
+            cur = await conn.execute(
+                "DELETE FROM codey_events WHERE seq <= %s AND session_id IS NOT NULL "
+                "AND NOT (session_id = ANY(%s))", (through_seq, sorted(keep)))
+            gone = cur.rowcount
+            if gone:
+                await conn.execute(
+                    "UPDATE codey_meta SET value = GREATEST(value, %s) "
+                    "WHERE key = 'trimmed_through'", (through_seq,))
+            await conn.execute("DELETE FROM codey_snapshots WHERE seq < %s", (through_seq,))
+        return int(gone)
+
+
+async def listen(url: str, channel: str, on_payload: Callable[[str], None]) -> None:
+    """LISTEN on ``channel`` until cancelled, calling ``on_payload`` with each notification's
+    payload, and with "" after each (re)connection. A lost connection is tried again after
+    :data:`POLL_S`; what was notified meanwhile is for the caller's own poll to find."""
+    import psycopg
+
+    while True:
+        try:
+            async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+                await conn.execute(f"LISTEN {channel}")
+                on_payload("")
+                async for note in conn.notifies():
+                    try:
+                        on_payload(note.payload)
+                    except Exception:  # a bad payload or a hook's bug: the next one counts
+                        log.exception("handling a notification on %s failed", channel)
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:
+            log.warning("listener on %s lost its connection (%s); reconnecting", channel, err)
+            await asyncio.sleep(POLL_S)

@@ -1,0 +1,75 @@
+"""``/mcp``: Codey as an MCP server (its own bearer tokens, checked by
+:class:`~codey_server.mcp.server.CodeyMcp`); ``/api/mcp/tokens``: the browser creates, lists
+and revokes those tokens."""
+
+from __future__ import annotations
+
+import msgspec
+from litestar import Request, asgi, delete, get, post
+from litestar.di import NamedDependency
+from litestar.exceptions import NotFoundException
+from litestar.params import FromPath, JSONBody
+from litestar.types import Receive, Scope, Send
+
+from codey_server.http.access import PUBLIC
+from codey_server.http.errors import errors
+from codey_server.http.resource import Resource
+from codey_server.mcp.server import McpToken, McpTokens
+
+__all__ = ["McpTokensController", "NewMcpToken", "mcp_endpoint"]
+
+
+class NewMcpToken(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    name: str  # who will use it, e.g. "claude on laptop"
+
+
+class McpTokenCreated(msgspec.Struct, kw_only=True):
+    token_id: str
+    name: str
+    token: str  # shown once: only its hash is kept
+
+
+class McpTokenInfo(msgspec.Struct, kw_only=True):
+    token_id: str
+    name: str
+    created_at: float
+    last_used_at: float | None
+
+
+def _info(t: McpToken) -> McpTokenInfo:
+    return McpTokenInfo(token_id=t.token_id, name=t.name, created_at=t.created_at,
+                        last_used_at=t.last_used_at)
+
+
+class McpTokensController(Resource):
+    path = "/api/mcp/tokens"
+    tags = ["mcp"]
+
+    @get(sync_to_thread=False, responses=errors())
+    def list_tokens(self, mcp_tokens: NamedDependency[McpTokens]) -> list[McpTokenInfo]:
+        """The MCP tokens (never the tokens themselves)."""
+        return [_info(t) for t in mcp_tokens.list()]
+
+    @post(status_code=201, sync_to_thread=False, responses=errors(400))
+    def create_token(self, data: JSONBody[NewMcpToken],
+                     mcp_tokens: NamedDependency[McpTokens]) -> McpTokenCreated:
+        """A new token for an MCP client; the answer is the only time it is shown."""
+        record, token = mcp_tokens.create(data.name)
+        return McpTokenCreated(token_id=record.token_id, name=record.name, token=token)
+
+    @delete("/{token_id:str}", status_code=200, sync_to_thread=False, responses=errors(404))
+    def revoke_token(self, token_id: FromPath[str],
+                     mcp_tokens: NamedDependency[McpTokens]) -> McpTokenInfo:
+        """Revoke a token: its next call gets 401."""
+        record = next((t for t in mcp_tokens.list() if t.token_id == token_id), None)
+        if record is None or not mcp_tokens.revoke(token_id):
+            raise NotFoundException(f"no MCP token {token_id!r}")
+        return _info(record)
+
+
+# PUBLIC for the access layer: the browser's cookie and the access token do not open /mcp;
+# CodeyMcp checks the MCP token itself (the Host check still applies)
+@asgi("/mcp", is_mount=True, opt=PUBLIC, copy_scope=True)
+async def mcp_endpoint(scope: Scope, receive: Receive, send: Send) -> None:
+    services = Request(scope).app.state.services  # set in the lifespan (app.py)
+    await services.mcp.handle(scope, receive, send)

@@ -1,0 +1,271 @@
+"""Codey as an MCP server: ``/mcp`` (streamable HTTP), for agents inside and outside Codey.
+
+Its tools drive this server the way a browser does, through ``Engine.execute`` (so ``decide``
+checks every call): ``list_sessions``, ``get_session``, ``list_workers``, ``start_session``,
+``send_prompt``, and the task board's ``list_tasks``, ``create_task``, ``update_task``. It
+is authenticated with tokens the user creates and
+revokes in the UI (:class:`McpTokens`; ``Authorization: Bearer cmcp_...``), never with the
+browser's cookie or the access token: an agent gets exactly this and can be cut off alone.
+
+The MCP SDK is imported on the first authenticated request, in a thread: it costs seconds of
+CPU, which the server's start and its event loop should not pay when nobody uses ``/mcp``.
+The SDK's session manager runs in a task of its own (it holds an anyio task group) until the
+server stops. Requests are stateless (each POST is answered on its own, JSON, no session id),
+so nothing is lost when the server restarts between two calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import json
+import logging
+import secrets
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from codey_protocol import client as cl
+from codey_server.core.engine import Engine
+from codey_server.core.rules import CommandRejected
+from codey_server.secretfile import write_secret_file
+
+if TYPE_CHECKING:
+    from litestar.types import HTTPResponseStartEvent, Receive, Scope, Send
+
+__all__ = ["TOKEN_PREFIX", "CodeyMcp", "McpToken", "McpTokens"]
+
+log = logging.getLogger("codey.mcp")
+
+TOKEN_PREFIX = "cmcp_"
+
+
+class McpToken(msgspec.Struct, kw_only=True):
+    token_id: str
+    name: str
+    created_at: float
+    sha256: str = ""  # of the token; the token itself is shown once and never kept
+    last_used_at: float | None = None
+
+
+class McpTokens:
+    """``DATA_DIR/mcp_tokens.json`` (0600): the tokens' hashes, names and dates."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._tokens: dict[str, McpToken] = {}
+        self.reload()
+
+    def reload(self) -> None:
+        """Read the file (again, when another replica replaced it)."""
+        self._tokens = {}
+        if self.path.exists():
+            for t in msgspec.json.decode(self.path.read_bytes(), type=list[McpToken]):
+                self._tokens[t.token_id] = t
+
+    def _save(self) -> None:
+        write_secret_file(self.path, msgspec.json.encode(list(self._tokens.values())))
+
+    def create(self, name: str) -> tuple[McpToken, str]:
+        """A new token: its record (without the secret) and the token, to show once."""
+        token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        record = McpToken(token_id=f"mt_{secrets.token_hex(6)}", name=name.strip()[:80] or "agent",
+                          created_at=time.time(),
+                          sha256=hashlib.sha256(token.encode()).hexdigest())
+        self._tokens[record.token_id] = record
+        self._save()
+        return record, token
+
+    def list(self) -> list[McpToken]:
+        return sorted(self._tokens.values(), key=lambda t: t.created_at)
+
+    def revoke(self, token_id: str) -> bool:
+        if self._tokens.pop(token_id, None) is None:
+            return False
+        self._save()
+        return True
+
+    def check(self, token: str) -> McpToken | None:
+        if not token.startswith(TOKEN_PREFIX):
+            return None
+        digest = hashlib.sha256(token.encode()).hexdigest()
+        for record in self._tokens.values():
+            if hmac.compare_digest(record.sha256, digest):
+                record.last_used_at = time.time()
+                return record
+        return None
+
+
+def _public(session: Any) -> dict[str, Any]:
+    items = [msgspec.to_builtins(i) for i in session.items]
+    return {"session_id": session.session_id, "title": session.title,
+            "status": session.status, "worker_id": session.worker_id,
+            "workdir": session.workdir, "items": items[-50:]}
+
+
+class CodeyMcp:
+    """The ``/mcp`` endpoint: checks the token, then hands the request to the SDK."""
+
+    def __init__(self, engine: Engine, tokens: McpTokens) -> None:
+        self.engine = engine
+        self.tokens = tokens
+        self._manager: Any = None
+        self._ready: asyncio.Future[Any] | None = None
+        self._stop = asyncio.Event()
+        self._holder: asyncio.Task[None] | None = None
+        #: more tools (the task board adds its own): name → (function, description)
+        self.extra_tools: list[Any] = []
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1")
+                   for k, v in scope.get("headers", [])}
+        auth = headers.get("authorization", "")
+        token = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
+        if not token or self.tokens.check(token) is None:
+            await _reply(send, 401, {"error": "an MCP token is needed: create one in Codey's "
+                                              "MCP dialog; send it as Authorization: Bearer"})
+            return
+        manager = await self._started()
+        await manager.handle_request(scope, receive, send)
+
+    async def _started(self) -> Any:
+        if self._ready is None:
+            self._ready = asyncio.get_running_loop().create_future()
+            self._holder = asyncio.create_task(self._hold(self._ready))
+        return await asyncio.shield(self._ready)
+
+    async def _hold(self, ready: asyncio.Future[Any]) -> None:
+        try:
+            server_module = await asyncio.to_thread(_import_sdk)
+            manager = self._build(server_module)
+            async with manager.run():
+                ready.set_result(manager)
+                await self._stop.wait()
+        except Exception as err:  # no MCP for anyone, but the server goes on
+            log.exception("the MCP endpoint could not start")
+            if not ready.done():
+                ready.set_exception(err)
+
+    async def stop(self) -> None:
+        self._stop.set()
+        if self._holder is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._holder, 5)
+
+    def _build(self, sdk: Any) -> Any:
+        mcp_server_cls, security_cls = sdk
+        server = mcp_server_cls(name="codey", instructions=(
+            "Codey runs coding-agent sessions on the user's machines. Start a session on a "
+            "worker and a folder, send it prompts, read what it did."))
+        engine = self.engine
+
+        def list_sessions() -> str:
+            """Every session: id, title, status, machine and folder."""
+            return json.dumps([
+                {"session_id": s.session_id, "title": s.title, "status": s.status,
+                 "worker_id": s.worker_id, "workdir": s.workdir}
+                for s in engine.state.sessions.values() if not s.archived])
+
+        def get_session(session_id: str) -> str:
+            """One session with its latest 50 items."""
+            session = engine.state.sessions.get(session_id)
+            if session is None:
+                raise ValueError(f"no session {session_id!r}")
+            return json.dumps(_public(session))
+
+        def list_workers() -> str:
+            """The machines (workers) sessions can run on."""
+            return json.dumps([
+                {"worker_id": w.worker_id, "hostname": w.hostname, "connected": w.connected,
+                 "roots": w.roots} for w in engine.state.workers.values() if not w.revoked])
+
+        async def start_session(worker_id: str, workdir: str, prompt: str,
+                                policy: str = "suggest") -> str:
+            """Start a session on a worker in a folder with a first prompt. policy: suggest
+            (asks before changes), auto-edit or full-auto."""
+            if policy not in ("suggest", "auto-edit", "full-auto"):
+                raise ValueError("policy must be suggest, auto-edit or full-auto")
+            try:
+                envs = await engine.execute(cl.CreateSession(
+                    worker_id=worker_id, workdir=workdir, prompt=prompt,
+                    policy=policy))  # type: ignore[arg-type]
+            except CommandRejected as err:
+                raise ValueError(err.message) from None
+            return json.dumps({"session_id": envs[0].session_id})
+
+        async def send_prompt(session_id: str, text: str) -> str:
+            """Send a prompt to a session (queued if it is working)."""
+            try:
+                await engine.execute(cl.SendPrompt(session_id=session_id, text=text))
+            except CommandRejected as err:
+                raise ValueError(err.message) from None
+            return json.dumps({"ok": True})
+
+        def list_tasks() -> str:
+            """The task board: every task with its status (todo, in_progress, review, done),
+            dependencies and sessions."""
+            return json.dumps([msgspec.to_builtins(t) for t in sorted(
+                engine.state.tasks.values(), key=lambda t: (t.status, t.order))])
+
+        async def create_task(title: str, description: str = "",
+                              depends_on: list[str] | None = None) -> str:
+            """Add a task to the board's todo column; depends_on: ids of tasks to finish
+            first."""
+            try:
+                envs = await engine.execute(cl.CreateTask(
+                    title=title, description=description, depends_on=depends_on or []))
+            except CommandRejected as err:
+                raise ValueError(err.message) from None
+            return json.dumps({"task_id": envs[0].event.task_id})  # type: ignore[union-attr]
+
+        async def update_task(task_id: str, title: str | None = None,
+                              description: str | None = None,
+                              status: str | None = None) -> str:
+            """Change a task's title or text, or move it (status: todo, in_progress, review,
+            done)."""
+            task = engine.state.tasks.get(task_id)
+            if task is None:
+                raise ValueError(f"no task {task_id!r}")
+            try:
+                if title is not None or description is not None:
+                    await engine.execute(cl.UpdateTask(
+                        task_id=task_id, title=title if title is not None else task.title,
+                        description=description if description is not None
+                        else task.description, depends_on=list(task.depends_on)))
+                if status is not None:
+                    if status not in ("todo", "in_progress", "review", "done"):
+                        raise ValueError("status: todo, in_progress, review or done")
+                    await engine.execute(cl.MoveTask(task_id=task_id,
+                                                     status=status))  # type: ignore[arg-type]
+            except CommandRejected as err:
+                raise ValueError(err.message) from None
+            return json.dumps({"ok": True})
+
+        for tool in (list_sessions, get_session, list_workers, start_session, send_prompt,
+                     list_tasks, create_task, update_task, *self.extra_tools):
+            server.add_tool(tool, description=" ".join((tool.__doc__ or "").split()))
+        server.streamable_http_app(stateless_http=True, json_response=True,
+                                   transport_security=security_cls(
+                                       enable_dns_rebinding_protection=False))
+        return server.session_manager
+
+
+def _import_sdk() -> tuple[Any, Any]:
+    from mcp.server.mcpserver import MCPServer
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    return MCPServer, TransportSecuritySettings
+
+
+async def _reply(send: Send, status: int, body: dict[str, Any]) -> None:
+    data = json.dumps(body).encode()
+    start: HTTPResponseStartEvent = {
+        "type": "http.response.start", "status": status, "headers": [
+            (b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()),
+            (b"www-authenticate", b'Bearer realm="codey-mcp"')]}
+    await send(start)
+    await send({"type": "http.response.body", "body": data, "more_body": False})

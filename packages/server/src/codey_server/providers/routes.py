@@ -1,0 +1,131 @@
+"""``/api/auth/*``: model-provider login (OAuth with PKCE, device code, API keys).
+
+The callback is ``PUBLIC``: the provider's cross-site redirect carries no SameSite=Strict
+cookie, so it checks the login's own binding cookie instead (see its docstring). A refused
+login step (``AuthError``) is answered by :mod:`codey_server.http.errors`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+from urllib.parse import quote
+
+import msgspec
+from litestar import Request, Response, get, post
+from litestar.datastructures import Cookie
+from litestar.di import NamedDependency
+from litestar.params import JSONBody
+from litestar.response import Redirect
+
+from codey_server.http.access import PUBLIC, BrowserAccess, browser_session
+from codey_server.http.errors import errors
+from codey_server.http.resource import Resource
+from codey_server.providers.service import (
+    LOGIN_TTL_S,
+    AuthError,
+    AuthService,
+    DeviceLogin,
+    ProviderStatus,
+)
+
+__all__ = ["CALLBACK_PATH", "ApiKey", "AuthController", "LoginLinkAnswer",
+           "ProviderChoice", "redirect_uri"]
+
+CALLBACK_PATH = "/api/auth/callback"
+
+NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
+
+
+class ProviderChoice(msgspec.Struct, kw_only=True):
+    provider: NonEmpty
+
+
+class ApiKey(msgspec.Struct, kw_only=True):
+    provider: NonEmpty
+    api_key: NonEmpty
+
+
+class LoginLinkAnswer(msgspec.Struct, kw_only=True):
+    url: str  # open it in this browser to log in
+    state: str
+
+
+def redirect_uri(request: Request[Any, Any, Any], access: BrowserAccess) -> str:
+    """``{server origin}/api/auth/callback``: the public URL when configured, else the origin
+    this browser reached us at (its Host header was already checked)."""
+    settings = access.settings
+    if settings.public_url:
+        return settings.public_url.rstrip("/") + CALLBACK_PATH
+    scheme = "https" if settings.tls else request.url.scheme
+    return f"{scheme}://{request.headers.get('host', '')}{CALLBACK_PATH}"
+
+
+def _binder_cookie(access: BrowserAccess, value: str, max_age: int) -> Cookie:
+    # Lax, not Strict: it must come back on the provider's cross-site redirect to us.
+    return Cookie(key=f"{access.cookie_name}_login", value=value, path=CALLBACK_PATH,
+                  httponly=True, samesite="lax", secure=access.settings.tls, max_age=max_age)
+
+
+class AuthController(Resource):
+    path = "/api/auth"
+    tags = ["auth"]
+
+    @get("/status", sync_to_thread=False, responses=errors())
+    def status(self, auth: NamedDependency[AuthService]) -> list[ProviderStatus]:
+        """Each configured provider's login state. Never a credential."""
+        return auth.status()
+
+    @post("/login-link", status_code=200, responses=errors(400, 404, 502))
+    async def login_link(self, request: Request[Any, Any, Any], data: JSONBody[ProviderChoice],
+                         auth: NamedDependency[AuthService],
+                             access: NamedDependency[BrowserAccess]) -> Response[LoginLinkAnswer]:
+        """Start an OAuth login: open ``url`` in this browser."""
+        link = await auth.login_link(
+            data.provider, session_id=browser_session(request),
+            redirect_uri=redirect_uri(request, access))
+        return Response(LoginLinkAnswer(url=link.url, state=link.state),
+                        cookies=[_binder_cookie(access, link.binder, int(LOGIN_TTL_S))],
+                        headers={"cache-control": "no-store"})
+
+    @get("/callback", status_code=303, opt=PUBLIC, responses=errors(login=False))
+    async def callback(self, request: Request[Any, Any, Any],
+                       access: NamedDependency[BrowserAccess],
+                           auth: NamedDependency[AuthService]) -> Redirect:
+        """The provider's redirect. Needs no session cookie (a SameSite=Strict cookie is not
+        sent on a cross-site redirect); the state must be one this browser started — proven
+        by its session cookie or by the login's own Lax cookie. Always redirects to the UI:
+        ``/#/`` on success, ``/#/?login_error=...`` otherwise."""
+        access = access
+        q = request.query_params
+        session = request.cookies.get(access.cookie_name)
+        try:
+            await auth.callback(
+                state=q.get("state"), code=q.get("code"), error=q.get("error"),
+                error_description=q.get("error_description"),
+                session_id=session if session and access.check_session(session) else None,
+                binder=request.cookies.get(f"{access.cookie_name}_login"))
+            target = "/#/"
+        except AuthError as err:
+            target = f"/#/?login_error={quote(err.code + ': ' + err.message, safe='')}"
+        return Redirect(target, status_code=303,
+                        cookies=[_binder_cookie(access, "", 0)],
+                        headers={"cache-control": "no-store", "referrer-policy": "no-referrer"})
+
+    @post("/device", status_code=200, responses=errors(400, 404, 502))
+    async def device_login(self, data: JSONBody[ProviderChoice],
+                           auth: NamedDependency[AuthService]) -> DeviceLogin:
+        """Start a device-code login; the server polls and reports by
+        ``auth_status_updated``."""
+        return await auth.start_device(data.provider)
+
+    @post("/api-key", status_code=200, responses=errors(400, 404))
+    async def api_key(self, data: JSONBody[ApiKey],
+                      auth: NamedDependency[AuthService]) -> ProviderStatus:
+        """Store a pasted API key (it is never echoed)."""
+        return await auth.set_api_key(data.provider, data.api_key)
+
+    @post("/logout", status_code=200, responses=errors(404))
+    async def provider_logout(self, data: JSONBody[ProviderChoice],
+                              auth: NamedDependency[AuthService]) -> ProviderStatus:
+        """Forget that provider's credentials (the browser stays logged in)."""
+        return await auth.logout(data.provider)

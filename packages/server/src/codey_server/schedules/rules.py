@@ -1,0 +1,144 @@
+"""Schedules, pure: when one is due, and the events of one firing (no clock, no I/O).
+
+Times are unix seconds; a cron expression is read in the schedule's time zone by croniter
+(daylight-saving days included), never by a parser of ours.
+
+Exactly once, across restarts: :func:`fire` refuses a due time at or before the schedule's
+``last_due`` (folded from ``schedule_fired``), and the firing and the events that start its
+run go into one append (``Engine.execute_decision``), so a crash leaves either both or
+neither. Missed due times (the server was down): :func:`plan` fires only the latest one, and
+only if it is within the grace period; the older ones, and a latest one past the grace, are
+recorded once as ``skipped``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from codey_protocol import client as cl
+from codey_protocol import events as ev
+from codey_protocol.state import ScheduleInfo, State
+
+__all__ = ["Plan", "check_spec", "due_times", "fire", "plan", "skip", "spec_of"]
+
+#: the most due times one plan looks back over (a cron every minute, down for a week, is
+#: still a handful of work)
+_LOOKBACK = 10_000
+
+
+def check_spec(spec: ev.ScheduleSpec) -> str | None:
+    """What is wrong with a schedule's times, in words; None when nothing is."""
+    if (spec.cron is None) == (spec.at is None):
+        return "give either a cron expression or a one-time `at`, not both"
+    try:
+        ZoneInfo(spec.timezone)
+    except (ZoneInfoNotFoundError, ValueError):
+        return f"unknown time zone {spec.timezone!r}"
+    from croniter import croniter  # loaded when schedules are used
+
+    if spec.cron is not None and not croniter.is_valid(spec.cron):
+        return f"not a cron expression: {spec.cron!r} (five fields: minute hour day month " \
+               "weekday)"
+    if not spec.prompt.strip():
+        return "the prompt is empty"
+    return None
+
+
+def due_times(spec: ev.ScheduleSpec, after: float, until: float) -> list[float]:
+    """The due times in ``(after, until]``, oldest first (at most :data:`_LOOKBACK`)."""
+    if spec.at is not None:
+        return [spec.at] if after < spec.at <= until else []
+    assert spec.cron is not None
+    zone = ZoneInfo(spec.timezone)
+    from croniter import croniter
+
+    it = croniter(spec.cron, dt.datetime.fromtimestamp(after, zone))
+    out: list[float] = []
+    while len(out) < _LOOKBACK:
+        due = float(it.get_next(float))
+        if due > until:
+            break
+        out.append(due)
+    return out
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to record now: fire ``due`` (None: only skip), after ``skipped`` missed ones."""
+
+    due: float | None
+    skipped: int
+    skipped_until: float  # the latest skipped due time (the firing's due when none)
+
+
+def plan(info: ScheduleInfo, now: float, grace_s: float) -> Plan | None:
+    """What is due for ``info`` at ``now``; None when nothing is."""
+    spec = info.spec
+    if not spec.enabled:
+        return None
+    after = max(info.last_due, info.created_at) if spec.at is None else info.last_due
+    due = due_times(spec, after, now)
+    if not due:
+        return None
+    latest = due[-1]
+    if now - latest <= grace_s:
+        return Plan(due=latest, skipped=len(due) - 1, skipped_until=due[-2] if len(due) > 1
+                    else latest)
+    return Plan(due=None, skipped=len(due), skipped_until=latest)
+
+
+def fire(state: State, schedule_id: str, due: float, *, session_id: str, item_id: str,
+         now: float, provider: str, model: str,
+         skipped: int = 0) -> list[tuple[str | None, ev.Event]]:
+    """The events of one run of ``schedule_id`` for ``due``: ``schedule_fired`` and the
+    session's start (or its prompt), in one list to append as one group.
+
+    Raises ValueError for a due time already dealt with (exactly once)."""
+    info = state.schedules.get(schedule_id)
+    if info is None:
+        raise ValueError(f"no schedule {schedule_id!r}")
+    if due <= info.last_due:
+        raise ValueError(f"schedule {schedule_id!r} already ran for {due}")
+    spec = info.spec
+    out: list[tuple[str | None, ev.Event]] = []
+    worker = state.workers.get(spec.worker_id)
+    error = ""
+    if worker is None or worker.revoked:
+        error = f"worker {spec.worker_id!r} is gone (revoked or unknown)"
+    elif spec.target_session is not None:
+        target = state.sessions.get(spec.target_session)
+        if target is None or target.status == "closed":
+            error = f"session {spec.target_session!r} is gone or closed"
+    if error:
+        return [(None, ev.ScheduleFired(schedule_id=schedule_id, due_at=due, outcome="failed",
+                                        error=error, skipped=skipped))]
+    prompt = ev.UserMessage(id=item_id, ts=now, text=spec.prompt)
+    if spec.target_session is not None:
+        out.append((None, ev.ScheduleFired(schedule_id=schedule_id, due_at=due,
+                                           outcome="started", session_id=spec.target_session,
+                                           skipped=skipped)))
+        out.append((spec.target_session, ev.SessionItemAppended(item=prompt)))
+        return out
+    out.append((None, ev.ScheduleFired(schedule_id=schedule_id, due_at=due, outcome="started",
+                                       session_id=session_id, skipped=skipped)))
+    out.append((session_id, ev.SessionCreated(
+        title=f"{spec.name} · {dt.datetime.fromtimestamp(due, ZoneInfo(spec.timezone)):%H:%M}",
+        worker_id=spec.worker_id, workdir=spec.workdir, provider=provider, model=model,
+        policy=spec.policy)))
+    out.append((session_id, ev.SessionItemAppended(item=prompt)))
+    return out
+
+
+def skip(schedule_id: str, p: Plan) -> list[tuple[str | None, ev.Event]]:
+    """Record missed due times that will not run (past the grace period)."""
+    return [(None, ev.ScheduleFired(schedule_id=schedule_id, due_at=p.skipped_until,
+                                    outcome="skipped", skipped=p.skipped))]
+
+
+def spec_of(c: cl.SaveSchedule, schedule_id: str) -> ev.ScheduleSpec:
+    return ev.ScheduleSpec(
+        schedule_id=schedule_id, name=c.name.strip()[:80] or "schedule", cron=c.cron, at=c.at,
+        timezone=c.timezone, worker_id=c.worker_id, workdir=c.workdir.strip(),
+        prompt=c.prompt, policy=c.policy, target_session=c.target_session, enabled=c.enabled)

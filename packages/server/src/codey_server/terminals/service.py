@@ -1,0 +1,219 @@
+"""Web terminals: browsers' sockets on one side, the worker's tmux clients on the other.
+
+A terminal is created (``terminal_created``) on a worker whose owner enabled it, then each
+browser that opens it (``WS /ws/terminal/{id}``) is one *view*: a tmux client on the worker
+(``codey_worker.terminal``), attached (``terminal_attached``) until the browser leaves
+(``terminal_detached``, the shell goes on) or the shell ends (``terminal_closed``). The log
+says who opened which shell where and when; what was typed and printed never enters it.
+
+Bytes: the browser sends ``{"type": "input", "data"}`` and ``{"type": "resize", "cols",
+"rows"}`` as text frames; the server sends the terminal's output as binary frames and, when the
+view ends, ``{"type": "ended", "code", "message", "shell_alive"}`` before closing.
+
+Flow control: output is acknowledged to the worker only once the browser's socket took it
+(``terminal_ack``); the worker stops reading a view's pty past a window of unacknowledged
+bytes, so a slow browser holds at most that window here, never more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import hashlib
+import logging
+import secrets
+from typing import Any
+
+import msgspec
+from litestar import WebSocket
+from litestar.exceptions import WebSocketDisconnect
+
+from codey_protocol import close_codes as cc
+from codey_protocol import events as ev
+from codey_protocol import worker as wk
+from codey_server.core.actions import WorkerLink
+from codey_server.core.engine import Engine
+from codey_server.core.rules import CommandRejected
+
+__all__ = ["TerminalService", "viewer_name"]
+
+log = logging.getLogger("codey.terminals")
+
+
+#: output queued for one view before it counts as stuck (the worker's window is 256 KiB)
+_MAX_QUEUED = 1024 * 1024
+
+
+class _BrowserFrame(msgspec.Struct, kw_only=True):
+    type: str
+    data: str = ""
+    cols: int = 80
+    rows: int = 24
+
+
+def viewer_name(session_key: str | None) -> str:
+    """Who, in the log: a short hash of the browser's login, never the login itself."""
+    if not session_key:
+        return "script"
+    return "browser " + hashlib.sha256(session_key.encode()).hexdigest()[:8]
+
+
+class _View:
+    def __init__(self, ws: WebSocket[Any, Any, Any], worker_id: str, terminal_id: str) -> None:
+        self.ws = ws
+        self.worker_id = worker_id
+        self.terminal_id = terminal_id
+        self.queue: asyncio.Queue[bytes | wk.TerminalEnded] = asyncio.Queue()
+        self.queued = 0
+
+
+class TerminalService:
+    def __init__(self, engine: Engine, workers: WorkerLink) -> None:
+        self.engine = engine
+        self.workers = workers
+        self._views: dict[str, _View] = {}  # by client id
+        workers.on_terminal = self._from_worker
+
+    # -- create and close ---------------------------------------------------------------------
+
+    async def create(self, worker_id: str, workdir: str, session_id: str | None,
+                     by: str) -> str:
+        worker = self.engine.state.workers.get(worker_id)
+        if worker is None or worker.revoked:
+            raise CommandRejected("not_found", f"no worker {worker_id!r}")
+        if not worker.capabilities.terminal:
+            raise CommandRejected("forbidden", f"the web terminal is off on {worker.hostname}: "
+                                  "its owner enables it with \"terminal\": true in "
+                                  "worker-config.json")
+        if not workdir.startswith("/"):
+            raise CommandRejected("bad_request", "workdir must be an absolute path")
+        if session_id is not None and session_id not in self.engine.state.sessions:
+            raise CommandRejected("not_found", f"no session {session_id!r}")
+        terminal_id = f"term_{secrets.token_hex(8)}"
+        await self.engine.append([(session_id, ev.TerminalCreated(
+            terminal_id=terminal_id, worker_id=worker_id, workdir=workdir, by=by))])
+        return terminal_id
+
+    async def close(self, terminal_id: str, by: str) -> int:
+        t = self.engine.state.terminals.get(terminal_id)
+        if t is None:
+            raise CommandRejected("not_found", f"no terminal {terminal_id!r}")
+        if t.closed:
+            return self.engine.state.seq
+        with contextlib.suppress(Exception):
+            await self.workers.send_to(t.worker_id, wk.TerminalKill(terminal_id=terminal_id))
+        envs = await self.engine.append([(t.session_id, ev.TerminalClosed(
+            terminal_id=terminal_id, reason="closed", by=by))])
+        return envs[-1].seq
+
+    # -- one browser's view ---------------------------------------------------------------------
+
+    async def serve(self, ws: WebSocket[Any, Any, Any], terminal_id: str, cols: int, rows: int,
+                    by: str) -> None:
+        t = self.engine.state.terminals.get(terminal_id)
+        if t is None or t.closed:
+            await ws.close(code=cc.NO_TERMINAL, reason="no such terminal")
+            return
+        client_id = f"tc_{secrets.token_hex(8)}"
+        view = _View(ws, t.worker_id, terminal_id)
+        self._views[client_id] = view
+        opened = await self.workers.send_to(t.worker_id, wk.TerminalOpen(
+            terminal_id=terminal_id, client_id=client_id, workdir=t.workdir, cols=cols,
+            rows=rows))
+        if not opened:
+            self._views.pop(client_id, None)
+            await ws.close(code=cc.MACHINE_OFFLINE, reason="the machine is offline")
+            return
+        await self.engine.append([(t.session_id, ev.TerminalAttached(terminal_id=terminal_id,
+                                                                     by=by))])
+        ended: wk.TerminalEnded | None = None
+        writer = asyncio.create_task(self._write_browser(view, client_id))
+        tasks: list[asyncio.Task[Any]] = [
+            asyncio.create_task(self._read_browser(view, client_id)), writer,
+            asyncio.create_task(self.workers.absence(t.worker_id).wait())]
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            if writer in done and not writer.cancelled() and writer.exception() is None:
+                ended = writer.result()
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            self._views.pop(client_id, None)
+        if ended is None:
+            # the browser left, or the machine went away: the shell goes on in tmux
+            with contextlib.suppress(Exception):
+                await self.workers.send_to(t.worker_id, wk.TerminalDetach(client_id=client_id))
+        reason = (ended.code if ended is not None else
+                  "machine offline" if self.workers.absence(t.worker_id).is_set() else "left")
+        with contextlib.suppress(Exception):
+            if ended is not None:
+                await ws.send_data(msgspec.json.encode({
+                    "type": "ended", "code": ended.code, "message": ended.message,
+                    "shell_alive": ended.shell_alive}).decode(), mode="text")
+            await ws.close(code=1000 if ended is not None else cc.MACHINE_OFFLINE,
+                           reason=reason[:100])
+        events: list[tuple[str | None, ev.Event]] = [
+            (t.session_id, ev.TerminalDetached(terminal_id=terminal_id, by=by))]
+        current = self.engine.state.terminals.get(terminal_id)
+        if ended is not None and not ended.shell_alive and current is not None \
+                and not current.closed:
+            events.append((t.session_id, ev.TerminalClosed(
+                terminal_id=terminal_id, reason=ended.code,
+                by=ended.message[:200] if ended.code not in ("exited", "closed") else "")))
+        await self.engine.append(events)
+
+    async def _read_browser(self, view: _View, client_id: str) -> None:
+        decoder = msgspec.json.Decoder(_BrowserFrame)
+        while True:
+            msg = await view.ws.receive()
+            if msg["type"] == "websocket.disconnect":
+                raise WebSocketDisconnect(detail="left", code=msg.get("code") or 1000)
+            raw = msg.get("text") or msg.get("bytes") or b""
+            if not isinstance(raw, (str, bytes)):
+                continue
+            try:
+                frame = decoder.decode(raw)
+            except msgspec.DecodeError:
+                continue  # a malformed frame from the page: nothing to do with it
+            if frame.type == "input" and frame.data:
+                await self.workers.send_to(view.worker_id, wk.TerminalInput(
+                    client_id=client_id, data=frame.data[:65536]))
+            elif frame.type == "resize":
+                await self.workers.send_to(view.worker_id, wk.TerminalResize(
+                    client_id=client_id, cols=frame.cols, rows=frame.rows))
+
+    async def _write_browser(self, view: _View, client_id: str) -> wk.TerminalEnded:
+        while True:
+            item = await view.queue.get()
+            if isinstance(item, wk.TerminalEnded):
+                return item
+            view.queued -= len(item)
+            await view.ws.send_data(item, mode="binary")
+            await self.workers.send_to(view.worker_id, wk.TerminalAck(client_id=client_id,
+                                                                      nbytes=len(item)))
+
+    # -- frames from workers --------------------------------------------------------------------
+
+    async def _from_worker(self, worker_id: str,
+                           msg: wk.TerminalOutput | wk.TerminalEnded) -> None:
+        view = self._views.get(msg.client_id)
+        if view is None or view.worker_id != worker_id:
+            return  # a view that is gone, or another worker's: nothing to deliver
+        if isinstance(msg, wk.TerminalEnded):
+            view.queue.put_nowait(msg)
+            return
+        try:
+            data = base64.b64decode(msg.data, validate=True)
+        except ValueError:
+            return
+        if view.queued + len(data) > _MAX_QUEUED:
+            # the worker ignores its window: end this view rather than hold more
+            log.warning("terminal view %s: output beyond the window, ended", msg.client_id)
+            view.queue.put_nowait(wk.TerminalEnded(client_id=msg.client_id,
+                                                   terminal_id=view.terminal_id,
+                                                   code="overflow", shell_alive=True))
+            return
+        view.queued += len(data)
+        view.queue.put_nowait(data)

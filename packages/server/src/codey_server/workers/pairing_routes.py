@@ -1,0 +1,89 @@
+"""``/api/pairing``: an unpaired worker asks for a code; the browser approves or denies it.
+
+The worker's two calls (the request and its long poll) need no login: they are marked
+``UNPAIRED_WORKER`` (see :mod:`codey_server.http.access`). A refused step (``PairingError``) is
+answered by :mod:`codey_server.http.errors` (``wrong_code`` 400, ``not_found`` 404,
+``expired`` 410, ``locked`` 423, ``too_many`` 429).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from litestar import Request, get, post
+from litestar.di import NamedDependency
+from litestar.params import FromPath, FromQuery, JSONBody
+
+from codey_protocol.worker import PairRequest, PairStatus, PairTicket
+from codey_server.http.access import UNPAIRED_WORKER
+from codey_server.http.errors import errors
+from codey_server.http.resource import Resource
+from codey_server.workers.pairing import Pairing, PendingPairRequest
+
+__all__ = ["PAIR_REQUEST_MAX_BYTES", "Approved", "Denied", "PairApproval", "PairingController"]
+
+#: a pair request is unauthenticated: refuse a body beyond what its largest allowed fields
+#: (32 roots of 4096 characters, see pairing.py) need, before reading it
+PAIR_REQUEST_MAX_BYTES = 256 * 1024
+
+
+class PairApproval(msgspec.Struct, kw_only=True):
+    """``POST /api/pairing/requests/{id}/approve``: the code the user compared."""
+
+    code: str
+
+
+class Approved(msgspec.Struct, kw_only=True):
+    worker_id: str
+
+
+class Denied(msgspec.Struct, kw_only=True):
+    denied: str  # the request id
+
+
+class PairingController(Resource):
+    path = "/api/pairing"
+    tags = ["pairing"]
+
+    @post("/requests", status_code=201, opt=UNPAIRED_WORKER,
+          request_max_body_size=PAIR_REQUEST_MAX_BYTES,
+          responses=errors(400, 403, 413, 429, login=False))
+    async def request_pairing(self, request: Request[Any, Any, Any], data: JSONBody[PairRequest],
+                              pairing: NamedDependency[Pairing]) -> PairTicket:
+        """Called by an unpaired worker (it has no credential yet): show ``code`` to the user
+        and long-poll ``wait`` with ``poll_secret``."""
+        source = request.client.host if request.client else ""
+        return await pairing.request(data, source)
+
+    @get("/requests/{request_id:str}/wait", opt=UNPAIRED_WORKER,
+         responses=errors(400, 403, 404, login=False))
+    async def wait(self, request_id: FromPath[str], secret: FromQuery[str],
+                   pairing: NamedDependency[Pairing],
+                   timeout: FromQuery[float] = 25.0) -> PairStatus:
+        """The worker's long poll (at most 60 s): ``pending`` until the user decides; the
+        credential of an ``approved`` request is delivered once."""
+        return await pairing.wait(request_id, secret, min(max(timeout, 0.0), 60.0))
+
+    @get("/requests", sync_to_thread=False, responses=errors())
+    def pending(self, pairing: NamedDependency[Pairing]) -> list[PendingPairRequest]:
+        """The pending requests, for the browser to show."""
+        return pairing.pending()
+
+    @get("/code/{code:str}", sync_to_thread=False, responses=errors(404))
+    def by_code(self, code: FromPath[str], pairing: NamedDependency[Pairing]) -> PendingPairRequest:
+        """The pending request with this code (dash and case ignored)."""
+        return pairing.by_code(code)
+
+    @post("/requests/{request_id:str}/approve", status_code=200,
+          responses=errors(400, 404, 410, 423))
+    async def approve(self, request_id: FromPath[str], data: JSONBody[PairApproval],
+                      pairing: NamedDependency[Pairing]) -> Approved:
+        """Pair the worker, if ``code`` is the request's code (the 5th wrong one locks it)."""
+        return Approved(worker_id=await pairing.approve(request_id, data.code))
+
+    @post("/requests/{request_id:str}/deny", status_code=200, responses=errors(404, 410, 423))
+    async def deny(self, request_id: FromPath[str], pairing: NamedDependency[Pairing]) -> Denied:
+        """Refuse the request; the waiting worker is told."""
+        await pairing.deny(request_id)
+        return Denied(denied=request_id)
