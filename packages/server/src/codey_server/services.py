@@ -33,6 +33,7 @@ from codey_server.schedules.scheduler import Scheduler, file_clock
 from codey_server.secretfile import ensure_private_dir
 from codey_server.settings import Settings
 from codey_server.terminals.service import TerminalService
+from codey_server.workers import decide as workers_decide
 from codey_server.workers.pairing import KeyStore, Pairing
 from codey_server.workers.sockets import WorkerRegistry
 
@@ -90,8 +91,11 @@ class Services:
 
             self.cluster = Cluster(settings.database_url, settings.replica_id)
             self.leases = Leases(self.cluster)
-            self.janitor = Janitor(self.leases, self.engine,
-                                  lambda grace: self.pairing.expire_lapsed(grace_s=grace))
+            self.janitor = Janitor(
+                self.leases, self.engine,
+                expire_pair_requests=lambda grace: self.pairing.expire_lapsed(grace_s=grace),
+                disconnect_orphans=lambda live: self.engine.submit(
+                    workers_decide.orphans_disconnected, live))
             self.shared = SharedFiles(self.cluster, settings.data_dir)
             replica = self.cluster.replica_id
         self.workers = WorkerRegistry(self.engine, self.keys, replica=replica)

@@ -40,7 +40,7 @@ from codey_protocol import client as cl
 from codey_protocol import events as ev
 from codey_protocol.events import Envelope
 from codey_protocol.state import SessionInfo, TelegramChat
-from codey_server.channels import chat
+from codey_server.channels import chat, decide
 from codey_server.core.engine import Engine
 from codey_server.core.rules import CommandRejected
 from codey_server.errors import ServerError
@@ -176,10 +176,7 @@ class TelegramChannel:
 
     async def remove_chat(self, chat_id: str) -> None:
         """``chat_id`` as the state's key (group chats' ids are negative)."""
-        paired = self.engine.state.telegram_chats.get(chat_id)
-        if paired is None:
-            raise TelegramError("not_found", f"chat {chat_id} is not paired")
-        await self.engine.append([(None, ev.TelegramChatRemoved(chat_id=paired.chat_id))])
+        await self.engine.submit(decide.chat_removed, chat_id)
 
     # lifecycle -----------------------------------------------------------------------------
 
@@ -331,8 +328,8 @@ class TelegramChannel:
                     await self._message(bot, update.message)
             except Exception:  # one bad update must not stop the channel
                 log.exception("telegram: update %d failed", update.update_id)
-            await self.engine.append([(None, ev.TelegramUpdateHandled(
-                update_id=update.update_id, bot_id=bot.id))])
+            await self.engine.submit(decide.update_handled,
+                                     decide.Handled(update.update_id, bot.id))
 
     async def _message(self, bot: Any, message: Any) -> None:
         chat_id: int = message.chat.id
@@ -344,8 +341,7 @@ class TelegramChannel:
                 c = message.chat
                 title = c.title or " ".join(x for x in (c.first_name, c.last_name) if x) \
                     or c.username or str(chat_id)
-                await self.engine.append([(None, ev.TelegramChatPaired(chat_id=chat_id,
-                                                                       title=title))])
+                await self.engine.submit(decide.chat_paired, decide.ChatPaired(chat_id, title))
                 log.info("telegram: chat %d paired", chat_id)
                 await bot.send_message(chat_id, "Paired with Codey.\n\n" + chat.HELP)
             return  # not on the allow list: no answer at all
@@ -398,8 +394,7 @@ class TelegramChannel:
         return f"Started {session_id} on {workers[0].hostname}:{workdir}"
 
     async def _choose(self, chat_id: int, session_id: str) -> None:
-        await self.engine.append([(None, ev.TelegramSessionChosen(chat_id=chat_id,
-                                                                  session_id=session_id))])
+        await self.engine.submit(decide.session_chosen, decide.Chosen(chat_id, session_id))
 
     async def _prompt(self, s: SessionInfo, text: str) -> str:
         pending = [q for q in s.questions.values() if q.status == "pending"]
@@ -526,8 +521,8 @@ class TelegramChannel:
         await self._record(paired, key, sent.message_id)
 
     async def _record(self, paired: TelegramChat, key: str, message_id: int) -> None:
-        await self.engine.append([(None, ev.TelegramMessageSent(
-            chat_id=paired.chat_id, key=key, message_id=message_id))])
+        await self.engine.submit(decide.message_sent,
+                                 decide.Sent(paired.chat_id, key, message_id))
 
     def _link(self, session_id: str | None) -> str:
         base = self.settings.public_url or f"http://{self.settings.host}:{self.settings.port}"

@@ -526,12 +526,15 @@ class Janitor:
     pairing requests expired, and old routing rows go."""
 
     def __init__(self, leases: Leases, engine: Engine,
-                 expire_pair_requests: Callable[[float], Awaitable[object]], *,
+                 expire_pair_requests: Callable[[float], Awaitable[object]],
+                 disconnect_orphans: Callable[[set[str]], Awaitable[object]], *,
                  every_s: float = 2.0) -> None:
         self.leases = leases
         self.engine = engine
         #: expires pairing requests that lapsed more than this many seconds ago
         self.expire_pair_requests = expire_pair_requests
+        #: marks disconnected the workers whose socket was on a replica not in the live set
+        self.disconnect_orphans = disconnect_orphans
         self.every_s = every_s
         self._task: asyncio.Task[None] | None = None
         self._last_cleanup = 0.0
@@ -556,13 +559,7 @@ class Janitor:
     async def sweep(self) -> None:
         live = await self.leases.live_replicas()
         live.add(self.leases.me)
-        orphans = [w for w in self.engine.state.workers.values()
-                   if w.connected and w.replica and w.replica not in live]
-        if orphans:
-            log.info("marking %d workers of stopped replicas disconnected", len(orphans))
-            await self.engine.append([(None, ev.WorkerDisconnected(
-                worker_id=w.worker_id, reason="its server stopped", replica=w.replica))
-                for w in orphans])
+        await self.disconnect_orphans(live)
         # a pairing request taken by a replica that died is never answered: after its expiry
         # (and a minute, in which the live replica that took it does this itself) it goes
         await self.expire_pair_requests(60.0)

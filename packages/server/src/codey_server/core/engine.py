@@ -29,6 +29,7 @@ from codey_protocol import client as cl
 from codey_protocol import codec
 from codey_protocol.events import Envelope, Event
 from codey_protocol.state import State
+from codey_server.core import status
 from codey_server.core.rules import Context, Decided, Rules
 from codey_server.eventlog import EventLog
 
@@ -109,6 +110,7 @@ class Engine:
         """Append events atomically; returns once they are committed and folded."""
         if not events:
             return []
+        status.check(self.state, list(events))
         started = time.perf_counter()
         # The fold must not depend on this caller: a task cancelled while its events commit
         # would otherwise leave them unfolded, and every later append would wait forever.

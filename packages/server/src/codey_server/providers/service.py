@@ -34,6 +34,7 @@ import msgspec
 from codey_protocol import events as ev
 from codey_server.core.engine import Engine
 from codey_server.errors import ServerError
+from codey_server.providers import decide
 from codey_server.providers.device import DeviceGrant, poll_device, start_device
 from codey_server.providers.oauth import OAuthFailed, OAuthProvider, TokenSet, account_of
 from codey_server.providers.store import Credential, CredentialStore
@@ -122,13 +123,6 @@ def _margin(cred: Credential) -> float:
     if cred.expires_at is None:
         return REFRESH_MARGIN_S
     return min(REFRESH_MARGIN_S, max(0.5, (cred.expires_at - cred.obtained_at) / 2))
-
-
-def _same(info: Any, status: ev.AuthStatusUpdated) -> bool:
-    return info is not None and all(
-        getattr(info, f) == getattr(status, f)
-        for f in ("state", "method", "account", "expires_at", "error", "verification_uri",
-                  "user_code"))
 
 
 class AuthService:
@@ -523,6 +517,5 @@ class AuthService:
 
     async def _publish(self, status: ev.AuthStatusUpdated) -> ProviderStatus:
         self._status[status.provider] = status
-        if not _same(self.engine.state.auth.get(status.provider), status):
-            await self.engine.append([(None, status)])
+        await self.engine.submit(decide.status_changed, status)
         return _public(status)

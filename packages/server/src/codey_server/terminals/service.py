@@ -35,6 +35,7 @@ from codey_protocol import worker as wk
 from codey_server.core.actions import WorkerLink
 from codey_server.core.engine import Engine
 from codey_server.core.rules import CommandRejected
+from codey_server.terminals import decide
 
 __all__ = ["TerminalService", "viewer_name"]
 
@@ -79,21 +80,11 @@ class TerminalService:
 
     async def create(self, worker_id: str, workdir: str, session_id: str | None,
                      by: str) -> str:
-        worker = self.engine.state.workers.get(worker_id)
-        if worker is None or worker.revoked:
-            raise CommandRejected("not_found", f"no worker {worker_id!r}")
-        if not worker.capabilities.terminal:
-            raise CommandRejected("forbidden", f"the web terminal is off on {worker.hostname}: "
-                                  "its owner enables it with \"terminal\": true in "
-                                  "worker-config.json")
-        if not workdir.startswith("/"):
-            raise CommandRejected("bad_request", "workdir must be an absolute path")
-        if session_id is not None and session_id not in self.engine.state.sessions:
-            raise CommandRejected("not_found", f"no session {session_id!r}")
-        terminal_id = f"term_{secrets.token_hex(8)}"
-        await self.engine.append([(session_id, ev.TerminalCreated(
-            terminal_id=terminal_id, worker_id=worker_id, workdir=workdir, by=by))])
-        return terminal_id
+        envs = await self.engine.submit(decide.opened,
+                                        decide.Open(worker_id, workdir, session_id, by))
+        created = envs[0].event
+        assert isinstance(created, ev.TerminalCreated)
+        return created.terminal_id
 
     async def close(self, terminal_id: str, by: str) -> int:
         t = self.engine.state.terminals.get(terminal_id)
@@ -103,9 +94,8 @@ class TerminalService:
             return self.engine.state.seq
         with contextlib.suppress(Exception):
             await self.workers.send_to(t.worker_id, wk.TerminalKill(terminal_id=terminal_id))
-        envs = await self.engine.append([(t.session_id, ev.TerminalClosed(
-            terminal_id=terminal_id, reason="closed", by=by))])
-        return envs[-1].seq
+        envs = await self.engine.submit(decide.closed, decide.Close(terminal_id, by))
+        return envs[-1].seq if envs else self.engine.state.seq
 
     # -- one browser's view ---------------------------------------------------------------------
 
@@ -125,8 +115,7 @@ class TerminalService:
             self._views.pop(client_id, None)
             await ws.close(code=cc.MACHINE_OFFLINE, reason="the machine is offline")
             return
-        await self.engine.append([(t.session_id, ev.TerminalAttached(terminal_id=terminal_id,
-                                                                     by=by))])
+        await self.engine.submit(decide.attached, decide.Attach(terminal_id, by))
         ended: wk.TerminalEnded | None = None
         writer = asyncio.create_task(self._write_browser(view, client_id))
         tasks: list[asyncio.Task[Any]] = [
@@ -154,15 +143,7 @@ class TerminalService:
                     "shell_alive": ended.shell_alive}).decode(), mode="text")
             await ws.close(code=1000 if ended is not None else cc.MACHINE_OFFLINE,
                            reason=reason[:100])
-        events: list[tuple[str | None, ev.Event]] = [
-            (t.session_id, ev.TerminalDetached(terminal_id=terminal_id, by=by))]
-        current = self.engine.state.terminals.get(terminal_id)
-        if ended is not None and not ended.shell_alive and current is not None \
-                and not current.closed:
-            events.append((t.session_id, ev.TerminalClosed(
-                terminal_id=terminal_id, reason=ended.code,
-                by=ended.message[:200] if ended.code not in ("exited", "closed") else "")))
-        await self.engine.append(events)
+        await self.engine.submit(decide.detached, decide.Detach(terminal_id, by, ended))
 
     async def _read_browser(self, view: _View, client_id: str) -> None:
         decoder = msgspec.json.Decoder(_BrowserFrame)

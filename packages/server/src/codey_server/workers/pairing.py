@@ -32,6 +32,7 @@ from codey_protocol import events as ev
 from codey_protocol.worker import PairRequest, PairStatus, PairTicket
 from codey_server.core.engine import Engine
 from codey_server.errors import ServerError
+from codey_server.workers import decide
 
 __all__ = [
     "CODE_ALPHABET",
@@ -212,10 +213,7 @@ class Pairing:
         if shared:
             await self.expire_lapsed()
             return
-        stale = list(self.engine.state.pair_requests)
-        if stale:
-            await self.engine.append([(None, ev.WorkerPairResolved(request_id=r, outcome="expired"))
-                                      for r in stale])
+        await self.engine.submit(decide.pair_expired, list(self.engine.state.pair_requests))
 
     async def expire_lapsed(self, grace_s: float = 0.0) -> None:
         """Mark expired the requests of the log past their expiry by ``grace_s``, whoever took
@@ -224,8 +222,7 @@ class Pairing:
         lapsed = [r for r, info in self.engine.state.pair_requests.items()
                   if info.expires_at + grace_s <= now]
         if lapsed:
-            await self.engine.append([(None, ev.WorkerPairResolved(request_id=r, outcome="expired"))
-                                      for r in lapsed])
+            await self.engine.submit(decide.pair_expired, lapsed)
 
     # worker side ----------------------------------------------------------------------------
 
@@ -241,11 +238,11 @@ class Pairing:
                                    code=_new_code(), poll_secret=secrets.token_urlsafe(24),
                                    expires_at=time.time() + self.ttl_s, source=source)
         self._pending[pending_request.request_id] = pending_request
-        await self.engine.append([(None, ev.WorkerPairRequested(
+        await self.engine.submit(decide.pair_requested, ev.WorkerPairRequested(
             request_id=pending_request.request_id, hostname=req.hostname, os=req.os,
             python_version=req.python_version, worker_version=req.worker_version,
             roots=list(req.roots), fingerprint=fingerprint(req.public_key),
-            expires_at=pending_request.expires_at))])
+            expires_at=pending_request.expires_at))
         return PairTicket(request_id=pending_request.request_id, code=pending_request.code,
                           expires_at=pending_request.expires_at,
                           poll_secret=pending_request.poll_secret)
@@ -301,10 +298,10 @@ class Pairing:
         p.approving = True
         self.keys.add(worker_id, p.request.public_key, credential)
         r = p.request
-        await self.engine.append([(None, ev.WorkerPaired(
+        await self.engine.submit(decide.paired, ev.WorkerPaired(
             worker_id=worker_id, request_id=p.request_id, hostname=r.hostname, os=r.os,
             python_version=r.python_version, worker_version=r.worker_version,
-            roots=list(r.roots), public_key=r.public_key))])
+            roots=list(r.roots), public_key=r.public_key))
         p.worker_id = worker_id
         p.credential = credential
         p.status = "approved"
@@ -340,8 +337,7 @@ class Pairing:
     async def _resolve(self, p: _Pending, outcome: Literal["denied", "expired", "locked"]) -> None:
         p.status = outcome
         p.changed.set()
-        await self.engine.append([(None, ev.WorkerPairResolved(request_id=p.request_id,
-                                                               outcome=outcome))])
+        await self.engine.submit(decide.pair_resolved, decide.PairAnswer(p.request_id, outcome))
 
     def _public(self, p: _Pending) -> PendingPairRequest:
         r = p.request

@@ -16,7 +16,6 @@ from litestar.exceptions import NotFoundException
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import FromPath, FromQuery, JSONBody
 
-from codey_protocol import events as ev
 from codey_protocol import worker as wk
 from codey_server.core.actions import ActionFailed
 from codey_server.core.engine import Engine
@@ -25,6 +24,7 @@ from codey_server.http.access import UNPAIRED_WORKER
 from codey_server.http.errors import errors
 from codey_server.http.resource import Resource
 from codey_server.settings import Settings
+from codey_server.workers import decide
 from codey_server.workers.pairing import KeyStore
 from codey_server.workers.sockets import LogLine, WorkerRegistry, serve_worker
 
@@ -94,7 +94,7 @@ class WorkersController(Resource):
         if not info.revoked:
             keys.remove(worker_id)
             # every server's registry, on folding it, closes the socket and fails the waits
-            await engine.append([(None, ev.WorkerRevoked(worker_id=worker_id))])
+            await engine.submit(decide.revoked, worker_id)
         return Revoked(revoked=worker_id)
 
     @get("/log", sync_to_thread=False, responses=errors(404))

@@ -38,6 +38,7 @@ from codey_server.core.actions import ActionFailed, ProgressCallback, TerminalFr
 from codey_server.core.background import Background
 from codey_server.core.engine import Engine
 from codey_server.http.frames import receive_frame
+from codey_server.workers import decide
 from codey_server.workers.pairing import KeyStore, verify_signature
 
 log = logging.getLogger("codey.workers")
@@ -146,12 +147,7 @@ class WorkerRegistry:
         through ``Hello``."""
         # among replicas, only this one's own sockets (another replica's are alive or are
         # swept by the cluster's janitor)
-        stale = [w for w in self.engine.state.workers.values()
-                 if w.connected and w.replica == self.replica]
-        if stale:
-            await self.engine.append([(None, ev.WorkerDisconnected(
-                worker_id=w.worker_id, reason="server restarted", replica=self.replica))
-                for w in stale])
+        await self.engine.submit(decide.restarted, self.replica)
 
     def connected(self, worker_id: str) -> bool:
         """Whether the worker's socket is on this server."""
@@ -356,10 +352,9 @@ class WorkerRegistry:
         elif isinstance(msg, wk.WorkspaceChanged):
             # only for a session that runs on this worker: one worker must not write into
             # another's sessions
-            session = self.engine.state.sessions.get(msg.session_id)
-            if session is not None and session.worker_id == conn.worker_id and msg.paths:
-                await self.engine.append([(msg.session_id,
-                                           ev.SessionWorkspaceChanged(paths=msg.paths[:500]))])
+            await self.engine.submit(decide.workspace_changed,
+                                     decide.WorkspaceReport(conn.worker_id, msg),
+                                     exclusive=False)
         elif isinstance(msg, (wk.TerminalOutput, wk.TerminalEnded)):
             if self.on_terminal is not None:
                 await self.on_terminal(conn.worker_id, msg)
@@ -426,10 +421,7 @@ async def serve_worker(ws: WebSocket[Any, Any, Any], registry: WorkerRegistry, *
     if not await registry.attach(conn, credential):
         await ws.close(code=cc.REVOKED, reason="this worker was revoked")
         return
-    await engine.append([(None, ev.WorkerConnected(
-        worker_id=conn.worker_id, hostname=hello.hostname, os=hello.os,
-        worker_version=hello.worker_version, capabilities=hello.capabilities,
-        replica=registry.replica))])
+    await engine.submit(decide.connected, decide.Hello(conn.worker_id, hello, registry.replica))
     reason = "connection lost"
     try:
         while True:
@@ -467,5 +459,5 @@ async def serve_worker(ws: WebSocket[Any, Any, Any], registry: WorkerRegistry, *
     finally:
         if registry.detach(conn):
             with contextlib.suppress(Exception):
-                await engine.append([(None, ev.WorkerDisconnected(
-                    worker_id=conn.worker_id, reason=reason[:200], replica=registry.replica))])
+                await engine.submit(decide.disconnected, decide.Disconnected(
+                    conn.worker_id, reason, registry.replica))
