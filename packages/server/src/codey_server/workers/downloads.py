@@ -52,8 +52,8 @@ __all__ = ["WheelBundle", "WheelsUnavailable", "WorkerWheels", "downloads_router
 #: the packages a worker needs, as (distribution name in wheel file names, checkout folder)
 PACKAGES = (("codey_protocol", "protocol"), ("codey_worker", "worker"))
 BUILD_TIMEOUT_S = 180.0
-_PACKAGED = Path(__file__).parent / "dl"
-_CHECKOUT_PACKAGES = Path(__file__).resolve().parents[3]  # packages/ in a checkout
+_PACKAGED = Path(__file__).resolve().parents[1] / "dl"  # codey_server/dl in a wheel
+_CHECKOUT_PACKAGES = Path(__file__).resolve().parents[4]  # packages/ in a checkout
 
 
 class WheelsUnavailable(ServerError):
