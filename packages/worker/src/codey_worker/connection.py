@@ -249,10 +249,10 @@ class Worker:
                 if code == cc.UPGRADE_REQUIRED:
                     self.console.error(exc.rcvd.reason if exc.rcvd else "protocol mismatch")
                     return EXIT_INCOMPATIBLE
+                reason = f"closed with code {code}" if code else "connection lost"
             except IncompatibleServer as exc:
                 self.console.error(str(exc))
                 return EXIT_INCOMPATIBLE
-                reason = f"closed with code {code}" if code else "connection lost"
             except (OSError, InvalidHandshake, TimeoutError) as exc:
                 reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             except ProtocolError as exc:

@@ -9,7 +9,7 @@ Only built when ``--database-url`` is set; one server on SQLite never imports th
 - **Leases** (``codey_leases``): a named lease is held by one replica until it expires. Taking
   and renewing are one statement each, judged by the database's clock, so replicas' clocks may
   disagree. Each session's turn runs only on the replica that holds ``session:<id>``; the
-  scheduler, retention and the Telegram poller each hold one too. A replica that fails to
+  scheduler, retention and the janitor each hold one too. A replica that fails to
   renew (paused, cut off) is told, and stops what the lease guarded.
 - **Routed actions** (``codey_actions``): in a cluster every action the agent sends goes
   through the table. The session's replica inserts it and NOTIFYs ``codey_cluster``; the

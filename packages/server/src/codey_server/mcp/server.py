@@ -118,7 +118,6 @@ class CodeyMcp:
         self._stop = asyncio.Event()
         self._holder: asyncio.Task[None] | None = None
         #: more tools (the task board adds its own): name → (function, description)
-        self.extra_tools: list[Any] = []
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1")
@@ -246,7 +245,7 @@ class CodeyMcp:
             return json.dumps({"ok": True})
 
         for tool in (list_sessions, get_session, list_workers, start_session, send_prompt,
-                     list_tasks, create_task, update_task, *self.extra_tools):
+                     list_tasks, create_task, update_task):
             server.add_tool(tool, description=" ".join((tool.__doc__ or "").split()))
         server.streamable_http_app(stateless_http=True, json_response=True,
                                    transport_security=security_cls(
