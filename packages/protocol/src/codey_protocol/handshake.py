@@ -25,6 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+import msgspec
+
 from codey_protocol import close_codes
 from codey_protocol.worker import (
     PROTOCOL_VERSION,
@@ -36,7 +38,8 @@ from codey_protocol.worker import (
     WorkerToServer,
 )
 
-__all__ = ["CLOCK_SKEW_S", "Refuse", "ServerHandshake", "WorkerHandshake", "signed_message",
+__all__ = ["CLOCK_SKEW_S", "HELLO_LIMITS", "Refuse", "ServerHandshake", "WorkerHandshake",
+           "hello_problem", "signed_message",
            "version_refusal"]
 
 #: how far the worker's clock may be from the server's (its ``ts`` is signed)
@@ -56,6 +59,53 @@ def version_refusal(ours: int, theirs: int, *, we: str, they: str) -> str | None
     older = they if ours > theirs else we
     return (f"the {they} speaks protocol {theirs} and the {we} protocol {ours}: upgrade the "
             f"{older} to the {newer}'s version")
+
+
+#: what one hello may carry: its fields go into a ``worker_connected`` event at every connect,
+#: so a paired but hostile worker must not be able to fill the log (a 900 kB hostname, five
+#: times, wrote 4.8 MB); the frame cap alone is far larger
+HELLO_LIMITS = {
+    "hostname": 255, "os": 255, "version": 64, "known_sessions": 10_000, "id": 128,
+    "executors": 64, "name": 128, "acp_agents": 64, "mcp_servers": 64, "tools": 512,
+    "description": 8192, "error": 2000, "input_schema_bytes": 64 * 1024,
+    "capabilities_bytes": 1024 * 1024,
+}
+
+
+def hello_problem(msg: Hello) -> str | None:
+    """What in ``msg`` is past :data:`HELLO_LIMITS`, or None."""
+    lim = HELLO_LIMITS
+
+    def long(value: str, limit: int) -> bool:
+        return len(value) > limit
+
+    for field, limit in (("hostname", lim["hostname"]), ("os", lim["os"]),
+                         ("worker_version", lim["version"]),
+                         ("python_version", lim["version"])):
+        if long(getattr(msg, field), limit):
+            return f"{field} is longer than {limit} characters"
+    if len(msg.known_sessions) > lim["known_sessions"] or any(
+            long(s, lim["id"]) for s in msg.known_sessions):
+        return "known_sessions is too long"
+    caps = msg.capabilities
+    if len(caps.executors) > lim["executors"] or any(long(e, lim["name"]) for e in caps.executors):
+        return "capabilities.executors is too long"
+    if len(caps.acp_agents) > lim["acp_agents"] or any(
+            long(a, lim["name"]) for a in caps.acp_agents):
+        return "capabilities.acp_agents is too long"
+    if len(caps.mcp_servers) > lim["mcp_servers"]:
+        return "capabilities.mcp_servers is too long"
+    for server in caps.mcp_servers:
+        if long(server.name, lim["name"]) or long(server.error or "", lim["error"]) \
+                or len(server.tools) > lim["tools"]:
+            return f"the MCP server {server.name[:40]!r} is described at too great a length"
+        for tool in server.tools:
+            if long(tool.name, lim["name"]) or long(tool.description, lim["description"]) or \
+                    len(msgspec.json.encode(tool.input_schema)) > lim["input_schema_bytes"]:
+                return f"the MCP tool {tool.name[:40]!r} is described at too great a length"
+    if len(msgspec.json.encode(caps)) > lim["capabilities_bytes"]:
+        return "capabilities are larger than 1 MiB"
+    return None
 
 
 @dataclass(frozen=True)
@@ -121,6 +171,9 @@ class ServerHandshake:
                               they="worker")
         if why is not None:
             return self._refuse(close_codes.UPGRADE_REQUIRED, why)
+        too_big = hello_problem(msg)
+        if too_big is not None:
+            return self._refuse(close_codes.BAD_FIRST_FRAME, f"hello refused: {too_big}")
         self.state = "done"
         return msg
 

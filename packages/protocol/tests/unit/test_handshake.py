@@ -9,9 +9,11 @@ from codey_protocol import close_codes
 from codey_protocol import worker as wk
 from codey_protocol.handshake import (
     CLOCK_SKEW_S,
+    HELLO_LIMITS,
     Refuse,
     ServerHandshake,
     WorkerHandshake,
+    hello_problem,
     signed_message,
     version_refusal,
 )
@@ -121,3 +123,46 @@ def test_version_refusal_names_the_side_to_upgrade() -> None:
     assert version_refusal(3, 2, we="server", they="worker") == (
         "the worker speaks protocol 2 and the server protocol 3: upgrade the worker to the "
         "server's version")
+
+
+def _hello(**kw: object) -> wk.Hello:
+    fields: dict[str, object] = {"worker_version": "0.1.0", "hostname": "h", "os": "Linux"}
+    fields.update(kw)
+    return wk.Hello(**fields)  # type: ignore[arg-type]
+
+
+def _tool(**kw: object) -> wk.McpTool:
+    return wk.McpTool(**{"name": "t", **kw})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("hello", "said"), [
+    (_hello(hostname="h" * 256), "hostname"),
+    (_hello(os="o" * 900_000), "os"),
+    (_hello(worker_version="1" * 65), "worker_version"),
+    (_hello(known_sessions=["s"] * 10_001), "known_sessions"),
+    (_hello(capabilities=wk.Capabilities(executors=["x" * 129])), "executors"),
+    (_hello(capabilities=wk.Capabilities(acp_agents=["a"] * 65)), "acp_agents"),
+    (_hello(capabilities=wk.Capabilities(mcp_servers=[
+        wk.McpServerInfo(name="git", tools=[_tool(description="d" * 8193)])])), "MCP tool"),
+    (_hello(capabilities=wk.Capabilities(mcp_servers=[
+        wk.McpServerInfo(name="git", tools=[_tool(input_schema={"x": "y" * 70_000})])])),
+     "MCP tool"),
+    (_hello(capabilities=wk.Capabilities(mcp_servers=[
+        wk.McpServerInfo(name="git", tools=[_tool()] * 513)])), "MCP server"),
+])
+def test_a_hello_past_its_bounds_is_refused_before_it_reaches_the_log(
+        hello: wk.Hello, said: str) -> None:
+    """A paired worker sending a 900 kB hostname five times wrote 4.8 MB of events."""
+    assert said in (hello_problem(hello) or "")
+    server = ServerHandshake("nonce")
+    server.state = "welcomed"
+    refused = server.receive_hello(hello)
+    assert isinstance(refused, Refuse) and refused.code == close_codes.BAD_FIRST_FRAME
+    assert said in refused.reason
+
+
+def test_a_hello_at_its_bounds_is_accepted() -> None:
+    hello = _hello(hostname="h" * HELLO_LIMITS["hostname"], known_sessions=["s"] * 100,
+                   capabilities=wk.Capabilities(mcp_servers=[wk.McpServerInfo(
+                       name="git", tools=[_tool(description="d" * 8192)] * 10)]))
+    assert hello_problem(hello) is None

@@ -14,7 +14,8 @@ import logging
 import re
 from typing import Literal, TextIO
 
-__all__ = ["JsonFormatter", "RedactSecrets", "configure_logging", "install_redaction"]
+__all__ = ["JsonFormatter", "RedactSecrets", "configure_logging", "install_redaction",
+           "printable"]
 
 _FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -76,19 +77,45 @@ class RedactSecrets(logging.Filter):
     """
 
     _PATTERN = re.compile(
-        r"(?i)(token=|[?&]code=|bearer\s+|basic\s+|\"?(?:access_token|refresh_token|id_token|"
-        r"api_key|device_code|code_verifier|client_secret)\"?\s*[:=]\s*\"?)([^\s&\"',;]+)")
+        r"(?i)(token=|secret=|[?&]code=|bearer\s+|basic\s+|\"?(?:access_token|refresh_token|"
+        r"id_token|api_key|device_code|code_verifier|client_secret|poll_secret|credential)"
+        r"\"?\s*[:=]\s*\"?)([^\s&\"',;]+)")
 
     #: a Telegram bot token in a Bot API URL (``…/bot123456:ABC…/getUpdates``)
     _BOT_URL = re.compile(r"(/bot)(\d+:[A-Za-z0-9_-]+)")
     #: the password in a database URL (postgresql://user:password@host/db)
     _DB_PASSWORD = re.compile(r"(postgres(?:ql)?://[^:/@\s]+:)([^@\s]+)(?=@)")
 
+    def redact(self, text: str) -> str:
+        text = self._PATTERN.sub(lambda m: m.group(1) + "[redacted]", text)
+        text = self._BOT_URL.sub(lambda m: m.group(1) + "[redacted]", text)
+        return self._DB_PASSWORD.sub(lambda m: m.group(1) + "[redacted]", text)
+
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        redacted = self._PATTERN.sub(lambda m: m.group(1) + "[redacted]", message)
-        redacted = self._BOT_URL.sub(lambda m: m.group(1) + "[redacted]", redacted)
-        redacted = self._DB_PASSWORD.sub(lambda m: m.group(1) + "[redacted]", redacted)
+        redacted = self.redact(message)
         if redacted != message:
             record.msg, record.args = redacted, None
+        # a traceback quotes the values in its lines and its exception's message (a URL with
+        # its secret, a token in a library's error): format it here, masked, so the handler's
+        # formatter uses this text instead of formatting the exception itself
+        if record.exc_info and record.exc_info[0] is not None and not record.exc_text:
+            record.exc_text = _FORMATTER.formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = self.redact(record.exc_text)
+        if record.stack_info:
+            record.stack_info = self.redact(record.stack_info)
         return True
+
+
+_FORMATTER = logging.Formatter()
+
+#: control characters (newlines, escape sequences) as visible escapes
+_UNPRINTABLE = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F)}
+
+
+def printable(text: str) -> str:
+    """``text`` on one line, with control characters shown as escapes: a line a worker (or any
+    peer) sends cannot start a new, forged line of the server's log, nor move the terminal's
+    cursor."""
+    return text.translate(_UNPRINTABLE)

@@ -114,6 +114,8 @@ class Services:
         self.retention = Retention(self.engine, settings.retention,
                                    gate=self._gate("retention"))
         self.terminals = TerminalService(self.engine, self.workers)
+        # a logout closes every socket that browser login opened
+        self.access.on_logout += [self.clients.close_session, self.terminals.close_views_of]
         # Codey as an MCP server, with tokens of its own (shown once, kept as hashes)
         self.mcp_tokens = McpTokens(settings.data_dir / "mcp_tokens.json")
         self.mcp = CodeyMcp(self.engine, self.mcp_tokens)

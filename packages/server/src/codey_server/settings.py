@@ -11,6 +11,7 @@ import ipaddress
 import re
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 import msgspec
 
@@ -108,6 +109,17 @@ def default_roles() -> dict[str, RoleConfig]:
     }
 
 
+def _loopback_url(url: str) -> bool:
+    """Whether ``url``'s host is this machine's loopback (``localhost``, 127.0.0.0/8, ::1)."""
+    host = (urlsplit(url).hostname or "").strip("[]").lower()
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 class Settings(msgspec.Struct, kw_only=True):
     host: str = "127.0.0.1"
     port: int = 8765
@@ -180,6 +192,12 @@ class Settings(msgspec.Struct, kw_only=True):
                 warnings.append(
                     f"serving on {self.host} without TLS: the access token crosses the network "
                     "in clear; put a TLS reverse proxy in front (see docs/security.md)")
+        if not self.auth_required and self.public_url and not _loopback_url(self.public_url):
+            # a public URL means browsers (and the MCP endpoint, and Telegram's webhook) come
+            # from elsewhere: without auth anyone there could make MCP tokens and pairing codes
+            raise ConfigError(
+                f"refusing --no-auth with the public URL {self.public_url}: anyone who reaches "
+                "it could drive your workers; --no-auth is for a loopback-only server")
         if self.schedule_grace_s < 30:
             # a live server's own tick is a second or two late: less would skip its own runs
             raise ConfigError("schedule_grace_s must be at least 30")

@@ -29,6 +29,7 @@ from codey_protocol import client as cl
 from codey_protocol import worker as wk
 from codey_protocol.handshake import signed_message
 from codey_protocol.worker import PROTOCOL_VERSION
+from codey_testkit.procs import ProcessExitedError
 from codey_testkit.stack import ServerProcess
 from codey_testkit.wsclient import BrowserSocket
 
@@ -463,7 +464,8 @@ class _PairedWorker:
         self.worker_id: str = status["worker_id"]
         self.credential: str = status["credential"]
 
-    def connect(self, protocol_version: int = PROTOCOL_VERSION) -> ClientConnection:
+    def connect(self, protocol_version: int = PROTOCOL_VERSION,
+                hostname: str = "fuzz-host") -> ClientConnection:
         ws = _ws(self.server.worker_ws_url)
         challenge = json.loads(ws.recv(timeout=5))
         ts = time.time()
@@ -473,7 +475,7 @@ class _PairedWorker:
                                      "credential": self.credential}).decode())
         assert json.loads(ws.recv(timeout=5))["type"] == "welcome"
         ws.send(json.dumps({"type": "hello", "worker_version": "0.1.0",
-                            "hostname": "fuzz-host", "os": "Linux",
+                            "hostname": hostname, "os": "Linux",
                             "protocol_version": protocol_version}))
         return ws
 
@@ -497,3 +499,117 @@ def test_direct_actions_are_refused_unless_the_server_was_started_for_them(
     assert r.status_code == 403, r.text
     body = r.json()
     assert body["extra"] == {"code": "forbidden"} and "--direct-actions" in body["detail"]
+
+
+# --- the audit of issue 22: each confirmed finding, kept as a test -----------------------------
+
+
+def test_no_page_of_another_origin_can_frame_the_ui_and_no_third_party_script_runs(
+        server: ServerProcess) -> None:
+    """A page on another loopback port iframed the logged-in UI (the cookie is same-site), so
+    approve buttons and the terminal could be clickjacked."""
+    for path in ("/", "/app.js", "/api/sessions", "/api/health", "/nope"):
+        r = server.http.get(path)
+        csp = r.headers.get("content-security-policy", "")
+        assert "frame-ancestors 'none'" in csp, (path, csp)
+        assert "script-src 'self';" in csp, (path, csp)
+        assert r.headers.get("x-frame-options") == "DENY", path
+    with _anonymous(server) as anonymous:  # the refusals carry them too
+        r = anonymous.get("/api/sessions")
+        assert r.status_code == 401 and r.headers.get("x-frame-options") == "DENY"
+
+
+def test_the_api_document_is_served_without_viewers_that_load_scripts_from_cdns(
+        server: ServerProcess) -> None:
+    with _anonymous(server) as anonymous:
+        document = anonymous.get("/schema/openapi.json")
+        assert document.status_code == 200 and document.json()["openapi"].startswith("3.")
+        for viewer in ("/schema/swagger", "/schema/redoc", "/schema/elements",
+                       "/schema/rapidoc", "/schema/scalar"):
+            r = anonymous.get(viewer)
+            assert r.status_code == 404 or "<script" not in r.text, viewer
+            assert "cdn." not in r.text and "unpkg" not in r.text, viewer
+
+
+def test_a_paired_worker_cannot_fill_the_log_with_a_huge_hello(server: ServerProcess) -> None:
+    """A worker sending a 900 kB hostname five times wrote 4.8 MB of worker_connected
+    events."""
+    worker = _PairedWorker(server)
+    for _ in range(3):
+        ws = worker.connect(hostname="h" * 900_000)
+        assert _close_code(ws, 10) == 4400
+    state = server.http.get("/api/state/bootstrap").json()["state"]
+    info = state["workers"][worker.worker_id]
+    assert not info["connected"] and len(info["hostname"]) <= 255
+    log = server.http.get("/api/sessions")  # the server still answers
+    assert log.status_code == 200
+    ok = worker.connect(hostname="h" * 255)  # at the bound: accepted
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        state = server.http.get("/api/state/bootstrap").json()["state"]
+        if state["workers"][worker.worker_id]["connected"]:
+            break
+        time.sleep(0.05)
+    assert state["workers"][worker.worker_id]["hostname"] == "h" * 255
+    ok.close()
+
+
+def test_a_worker_log_frame_cannot_forge_a_line_of_the_servers_log(
+        server: ServerProcess) -> None:
+    worker = _PairedWorker(server)
+    ws = worker.connect()
+    forged = "2026-01-01 00:00:00 INFO codey.access a browser logged in as admin"
+    ws.send(json.dumps({"type": "log", "level": "warning",
+                        "message": f"innocent\n{forged}\r\x1b[2Kalso forged"}))
+    deadline = time.monotonic() + 10
+    while "innocent" not in server.log_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    text = server.log_text()
+    assert "innocent\\x0a" + forged in text, text[-2000:]
+    assert not any(line.startswith(forged) for line in text.splitlines())
+    assert "\x1b" not in text
+    ws.close()
+
+
+def test_a_pairing_poll_secret_never_reaches_the_log_even_at_debug_level(
+        tmp_path: Path) -> None:
+    with ServerProcess(tmp_path / "server", extra_args=["--log-level", "debug"]) as server:
+        ticket = server.http.post("/api/pairing/requests", json=_Keys().body()).json()
+        secret = ticket["poll_secret"]
+        r = server.http.get(f"/api/pairing/requests/{ticket['request_id']}/wait",
+                            params={"secret": secret, "timeout": 0})
+        assert r.status_code == 200
+        deadline = time.monotonic() + 5
+        while "/wait?secret=[redacted]" not in server.log_text() and \
+                time.monotonic() < deadline:
+            time.sleep(0.05)
+        text = server.log_text()
+    assert "/wait?secret=[redacted]" in text, text[-3000:]
+    assert secret not in text
+
+
+def test_no_auth_refuses_a_public_url_that_is_not_loopback(tmp_path: Path) -> None:
+    """With --public-url it started, and then anyone could make MCP tokens and Telegram
+    pairing codes."""
+    server = ServerProcess(tmp_path / "server",
+                           extra_args=["--no-auth", "--public-url", "https://codey.example"])
+    with pytest.raises(ProcessExitedError):
+        server.start()
+    text = server.log_text()
+    server.stop()
+    assert "refusing --no-auth with the public URL https://codey.example" in text, text
+    with ServerProcess(tmp_path / "local",
+                       extra_args=["--no-auth", "--public-url", "http://127.0.0.1:9"]) as ok:
+        assert ok.http.get("/api/health").status_code == 200
+
+
+def test_a_file_of_the_documented_10_mib_is_accepted_and_one_byte_more_is_not(
+        server: ServerProcess) -> None:
+    """/api/blobs answered 413 from 10,000,000 bytes, Litestar's default body limit."""
+    ten_mib = 10 * 1024 * 1024
+    r = server.http.post("/api/blobs", params={"name": "big.bin"}, content=b"x" * ten_mib)
+    assert r.status_code == 201, r.text
+    assert r.json()["size"] == ten_mib
+    r = server.http.post("/api/blobs", params={"name": "big.bin"},
+                         content=b"x" * (ten_mib + 1))
+    assert r.status_code == 413, r.text

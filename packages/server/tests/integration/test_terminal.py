@@ -156,3 +156,21 @@ def test_a_terminal_outside_the_allowed_roots_is_refused_by_the_worker(
         assert time.monotonic() < deadline
         time.sleep(0.1)
     assert _terminal(server)["closed_reason"] == "outside_allowed_roots"
+
+
+def test_logging_out_closes_the_browsers_terminal_views_too(
+        stack: tuple[ServerProcess, WorkerProcess, WorkerProcess]) -> None:
+    """The audit logged a browser out: its own socket closed, but its terminal socket stayed
+    open and the shell kept answering it."""
+    server, on, _ = stack
+    created = server.http.post("/api/terminals", json={"worker_id": on.worker_id,
+                                                        "workdir": str(on.root)})
+    terminal_id = created.json()["terminal_id"]
+    view = _View(server, terminal_id)
+    view.type("echo before-$((6*7))\r")
+    view.until(b"before-42")
+    assert server.http.post("/api/logout").status_code == 200
+    assert view.close_code() == 4401
+    with pytest.raises(ConnectionClosed):  # nothing typed reaches the shell any more
+        view.type("echo after\r")
+        view.until(b"after", timeout=2)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from codey_protocol import events as ev
 from codey_protocol.events import IMAGE_MIMES
 from codey_protocol.state import SessionInfo
+from codey_server.core.decide import clean_file_name
 
 __all__ = [
     "ATTACHMENTS_DIR",
@@ -54,7 +55,8 @@ ATTACHMENTS_DIR = ".codey/attachments"
 
 def attachment_path(attachment: ev.Attachment) -> str:
     """The attachment's path in the workdir (the hash keeps same-named files apart)."""
-    return f"{ATTACHMENTS_DIR}/{attachment.hash[:8]}-{attachment.name}"
+    # cleaned again: a name stored before names were cleaned on the way in
+    return f"{ATTACHMENTS_DIR}/{attachment.hash[:8]}-{clean_file_name(attachment.name)}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,7 +43,9 @@ class BlobsController(Resource):
     path = "/api/blobs"
     tags = ["files"]
 
-    @post(status_code=201, sync_to_thread=False, responses=errors(400, 413))
+    # the documented 10 MiB, not Litestar's default limit of 10,000,000 bytes
+    @post(status_code=201, sync_to_thread=False, responses=errors(400, 413),
+          request_max_body_size=MAX_BLOB_BYTES + 1)
     def upload(self, body: bytes, blobs: NamedDependency[BlobStore], name: FromQuery[str] = "file",
                mime: FromQuery[str] = "application/octet-stream") -> Attachment:
         """Store a file to send with a prompt (at most 10 MiB); the body is the file."""

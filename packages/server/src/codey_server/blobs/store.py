@@ -13,6 +13,7 @@ import secrets
 from pathlib import Path
 
 from codey_protocol.events import IMAGE_MIMES
+from codey_server.core.decide import clean_file_name
 
 __all__ = ["IMAGE_MIMES", "MAX_BLOB_BYTES", "MIME", "BlobStore", "clean_name"]
 
@@ -54,7 +55,4 @@ class BlobStore:
             return False
 
 
-def clean_name(name: str) -> str:
-    """A file name safe to write anywhere: no directories, no hidden dot, printable."""
-    base = re.sub(r"[^\w.\- ]+", "_", os.path.basename(name.replace("\\", "/"))).strip(" .")
-    return (base or "file")[:120]
+clean_name = clean_file_name

@@ -35,12 +35,12 @@ async def client_socket(socket: WebSocket[Any, Any, Any], engine: NamedDependenc
 
 
 @post("/api/logout", status_code=200, tags=["auth"], responses=errors())
-async def logout(request: Request[Any, Any, Any], access: NamedDependency[BrowserAccess],
-                 clients: NamedDependency[ClientHub]) -> Response[LoggedOut]:
-    """End this browser's session: the cookie stops working and its sockets close (4401)."""
+async def logout(request: Request[Any, Any, Any],
+                 access: NamedDependency[BrowserAccess]) -> Response[LoggedOut]:
+    """End this browser's session: the cookie stops working and every socket it opened (the
+    browser's, its terminals') closes with 4401."""
     session = browser_session(request)
     if session is not None:
-        access.end_session(session)
-        await clients.close_session(session)
+        await access.log_out(session)
     return Response(LoggedOut(logged_out=True), cookies=[access.cleared_cookie()],
                     headers={"cache-control": "no-store"})

@@ -10,8 +10,12 @@ and :class:`~codey_server.core.rules.Rules` puts them together.
 
 from __future__ import annotations
 
+import posixpath
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
+
+import msgspec
 
 from codey_protocol import client as cl
 from codey_protocol import events as ev
@@ -19,7 +23,8 @@ from codey_protocol.state import SessionInfo, State
 from codey_server.core.rules import CommandRejected, Context, Decided, Decider
 
 __all__ = ["ATTACHMENTS_MAX", "COMMANDS", "MEMORY_MAX", "TITLE_MAX", "CommandRejected",
-           "Context", "Decided", "create_session", "existing", "title_from_prompt"]
+           "Context", "Decided", "clean_file_name", "create_session", "existing",
+           "title_from_prompt"]
 
 TITLE_MAX = 60
 
@@ -80,11 +85,11 @@ def create_session(state: State, c: cl.CreateSession, ctx: Context) -> Decided:
         workdir=c.workdir.strip(), provider=provider, model=model, policy=c.policy,
         plan_mode=c.plan_mode, agent=c.agent,
     ))]
-    _check_attachments(c.attachments, ctx)
-    if c.prompt.strip() or c.attachments:
+    attachments = _check_attachments(c.attachments, ctx)
+    if c.prompt.strip() or attachments:
         out.append((session_id, ev.SessionItemAppended(
             item=ev.UserMessage(id=ctx.new_id("itm"), ts=ctx.now(), text=c.prompt,
-                                attachments=list(c.attachments)))))
+                                attachments=attachments))))
     return out
 
 
@@ -97,7 +102,16 @@ ATTACHMENTS_MAX = 10
 ATTACHMENTS_MAX_BYTES = 25 * 1024 * 1024
 
 
-def _check_attachments(attachments: list[ev.Attachment], ctx: Context) -> None:
+def clean_file_name(name: str) -> str:
+    """A file name safe to write anywhere: no directories, no hidden dot, printable. An
+    attachment's name comes from a browser (or any API caller): ``x/../../../PLANTED.sh``
+    becomes ``PLANTED.sh``, written under the attachments folder like any other."""
+    base = re.sub(r"[^\w.\- ]+", "_", posixpath.basename(name.replace("\\", "/"))).strip(" .")
+    return (base or "file")[:120]
+
+
+def _check_attachments(attachments: list[ev.Attachment], ctx: Context) -> list[ev.Attachment]:
+    """The attachments, checked, with clean names."""
     if len(attachments) > ATTACHMENTS_MAX:
         raise CommandRejected("bad_request", f"at most {ATTACHMENTS_MAX} files per message")
     if sum(a.size for a in attachments) > ATTACHMENTS_MAX_BYTES:
@@ -106,6 +120,7 @@ def _check_attachments(attachments: list[ev.Attachment], ctx: Context) -> None:
     for a in attachments:
         if not ctx.blob_exists(a.hash):
             raise CommandRejected("bad_request", f"{a.name}: upload it first (POST /api/blobs)")
+    return [msgspec.structs.replace(a, name=clean_file_name(a.name)) for a in attachments]
 
 
 def _interruptible(state: State, s: SessionInfo) -> list[SessionInfo]:
@@ -128,7 +143,7 @@ def _send_prompt(state: State, c: cl.SendPrompt, ctx: Context) -> Decided:
     s = existing(state, c.session_id)
     if not c.text.strip() and not c.attachments:
         raise CommandRejected("bad_request", "the prompt is empty")
-    _check_attachments(c.attachments, ctx)
+    attachments = _check_attachments(c.attachments, ctx)
     if s.status == "closed":
         raise CommandRejected("conflict", "the session is closed")
     out: Decided = []
@@ -139,7 +154,7 @@ def _send_prompt(state: State, c: cl.SendPrompt, ctx: Context) -> Decided:
     busy = s.status in _BUSY or _asking(s)
     out.append((s.session_id, ev.SessionItemAppended(item=ev.UserMessage(
         id=ctx.new_id("itm"), ts=ctx.now(), text=c.text, queued=busy,
-        attachments=list(c.attachments)))))
+        attachments=attachments))))
     return out
 
 

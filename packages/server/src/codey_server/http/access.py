@@ -157,6 +157,8 @@ class BrowserAccess:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        #: called with a browser login's id when it logs out: close what it opened
+        self.on_logout: list[Callable[[str], Awaitable[None]]] = []
         self._token: str | None = None
         self._sessions: dict[str, float] | None = None  # sha256(session id) -> created at
         hosts = set(_LOOPBACK_NAMES) | {h.lower() for h in settings.allowed_hosts}
@@ -227,6 +229,16 @@ class BrowserAccess:
         if self._store().pop(_digest(session_id), None) is not None:
             self._save()
 
+    async def log_out(self, session_id: str) -> None:
+        """End a browser login and close everything it opened (each part that keeps sockets
+        of a login registers in :attr:`on_logout`: the browser sockets, the terminals)."""
+        self.end_session(session_id)
+        for close in self.on_logout:
+            try:
+                await close(session_id)
+            except Exception:  # one part failing must not keep the others' sockets open
+                log.exception("closing a logged-out browser's sockets failed")
+
     def check_bearer(self, value: str) -> bool:
         scheme, _, token = value.partition(" ")
         return scheme.lower() == "bearer" and bool(token) and secrets.compare_digest(
@@ -279,6 +291,31 @@ async def _reply(send: Send, status: int, detail: str,
                             (b"content-length", str(len(body)).encode()),
                             (b"cache-control", b"no-store"), *headers]})
     await send({"type": "http.response.body", "body": body})
+
+
+#: on every answer: no page of another origin may frame this one (approve buttons and the
+#: terminal could be clickjacked), and the page runs only its own scripts — none from a CDN,
+#: none inline (styles may be: xterm.js writes its own)
+SECURITY_HEADERS: list[tuple[bytes, bytes]] = [
+    (b"content-security-policy",
+     b"default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+     b"img-src 'self' data: blob:; connect-src 'self'; object-src 'none'; base-uri 'none'; "
+     b"form-action 'self'; frame-ancestors 'none'"),
+    (b"x-frame-options", b"DENY"),
+    (b"x-content-type-options", b"nosniff"),
+]
+_SECURITY_NAMES = {name for name, _ in SECURITY_HEADERS}
+
+
+def _with_security_headers(send: Send) -> Send:
+    async def wrapped(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            kept = [(k, v) for k, v in message.get("headers", []) if k.lower() not in
+                    _SECURITY_NAMES]
+            message = {**message, "headers": kept + SECURITY_HEADERS}
+        await send(message)
+
+    return wrapped
 
 
 def _with_status(send: Send, status: int) -> Send:
@@ -336,6 +373,7 @@ class AccessMiddleware:
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         access = self.access
         headers = _headers(scope)
+        send = _with_security_headers(send)
         if not access.host_allowed(headers.get("host")):
             await _reply(send, 403, "this server does not answer to that host name "
                                     "(add it to allowed_hosts; see docs/security.md)")

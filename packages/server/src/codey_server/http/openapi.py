@@ -1,4 +1,8 @@
-"""The OpenAPI document at ``/schema/openapi.json`` (and its viewers under ``/schema``).
+"""The OpenAPI document at ``/schema/openapi.json`` (also at ``/schema``).
+
+No HTML viewer is served: Litestar's viewers (Swagger UI, ReDoc, Scalar, …) load their scripts
+from CDNs — one unpinned, none with subresource integrity — on a public, unauthenticated page
+of a server that holds credentials. Open the document in a viewer of your own.
 
 It is generated from the routes' types, so it stays true as long as bodies and answers are
 msgspec structs and each route lists its error statuses (:func:`~.errors.errors`).
@@ -13,6 +17,7 @@ from typing import TYPE_CHECKING
 # Litestar's own struct schemas, which it exports from no public module
 from litestar._openapi.schema_generation.plugins.struct import StructSchemaPlugin
 from litestar.openapi import OpenAPIConfig
+from litestar.openapi.plugins import JsonRenderPlugin
 from litestar.router import Router
 
 from codey_server.http.access import PUBLIC
@@ -54,4 +59,6 @@ def openapi_config() -> OpenAPIConfig:
         description="The REST API of codey-server. Its sockets (`/ws/client`, `/ws/worker`) "
                     "are described in docs/protocol.md.",
         openapi_router=Router("/schema", route_handlers=[], opt=PUBLIC,
-                              include_in_schema=False))
+                              include_in_schema=False),
+        # the document only (at /schema and /schema/openapi.json): see the module docstring
+        render_plugins=[JsonRenderPlugin()])

@@ -36,11 +36,17 @@ def check_spec(spec: ev.ScheduleSpec) -> str | None:
         ZoneInfo(spec.timezone)
     except (ZoneInfoNotFoundError, ValueError):
         return f"unknown time zone {spec.timezone!r}"
-    from croniter import croniter  # loaded when schedules are used
+    from croniter import CroniterBadDateError, croniter  # loaded when schedules are used
 
     if spec.cron is not None and not croniter.is_valid(spec.cron):
         return f"not a cron expression: {spec.cron!r} (five fields: minute hour day month " \
                "weekday)"
+    if spec.cron is not None:
+        # valid, yet never due (February 30th): its first tick would fail, for ever
+        try:
+            croniter(spec.cron, dt.datetime.now(ZoneInfo(spec.timezone))).get_next(float)
+        except (CroniterBadDateError, ValueError, OverflowError):
+            return f"the cron expression {spec.cron!r} never comes due"
     if not spec.prompt.strip():
         return "the prompt is empty"
     return None

@@ -54,6 +54,7 @@ class Scheduler:
         self.grace_s = grace_s
         self.tick_s = tick_s
         self._task: asyncio.Task[None] | None = None
+        self._failing: set[str] = set()  # schedules whose tick failed (said once each)
 
     def start(self) -> None:
         if self._task is None:
@@ -76,10 +77,17 @@ class Scheduler:
             info = self.engine.state.schedules.get(schedule_id)
             if info is None:
                 continue
-            due = schedules.plan(info, now, self.grace_s)
-            if due is None:
+            try:
+                due = schedules.plan(info, now, self.grace_s)
+                if due is None:
+                    continue
+                await self.engine.submit(fire_due, Due(schedule_id, due, now))
+            except Exception:  # one broken schedule must not keep the others from firing
+                if schedule_id not in self._failing:  # said once, not at every tick
+                    self._failing.add(schedule_id)
+                    log.exception("schedule %s: its tick failed", schedule_id)
                 continue
-            await self.engine.submit(fire_due, Due(schedule_id, due, now))
+            self._failing.discard(schedule_id)
             done += 1
         return done
 

@@ -62,5 +62,5 @@ async def terminal_socket(socket: WebSocket[Any, Any, Any], terminal_id: FromPat
                           rows: FromQuery[int] = 24) -> None:
     """A logged-in browser's view of a terminal: input and resizes up, output down."""
     await socket.accept()
-    await terminals.serve(socket, terminal_id, cols, rows,
-                                   viewer_name(browser_session(socket)))
+    session_key = browser_session(socket)
+    await terminals.serve(socket, terminal_id, cols, rows, viewer_name(session_key), session_key)

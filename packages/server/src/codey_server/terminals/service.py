@@ -61,8 +61,11 @@ def viewer_name(session_key: str | None) -> str:
 
 
 class _View:
-    def __init__(self, ws: WebSocket[Any, Any, Any], worker_id: str, terminal_id: str) -> None:
+    def __init__(self, ws: WebSocket[Any, Any, Any], worker_id: str, terminal_id: str,
+                 session_key: str | None = None) -> None:
         self.ws = ws
+        #: the browser login it was opened with: a logout closes it
+        self.session_key = session_key
         self.worker_id = worker_id
         self.terminal_id = terminal_id
         self.queue: asyncio.Queue[bytes | wk.TerminalEnded] = asyncio.Queue()
@@ -100,13 +103,13 @@ class TerminalService:
     # -- one browser's view ---------------------------------------------------------------------
 
     async def serve(self, ws: WebSocket[Any, Any, Any], terminal_id: str, cols: int, rows: int,
-                    by: str) -> None:
+                    by: str, session_key: str | None = None) -> None:
         t = self.engine.state.terminals.get(terminal_id)
         if t is None or t.closed:
             await ws.close(code=cc.NO_TERMINAL, reason="no such terminal")
             return
         client_id = f"tc_{secrets.token_hex(8)}"
-        view = _View(ws, t.worker_id, terminal_id)
+        view = _View(ws, t.worker_id, terminal_id, session_key)
         self._views[client_id] = view
         opened = await self.workers.send_to(t.worker_id, wk.TerminalOpen(
             terminal_id=terminal_id, client_id=client_id, workdir=t.workdir, cols=cols,
@@ -144,6 +147,14 @@ class TerminalService:
             await ws.close(code=1000 if ended is not None else cc.MACHINE_OFFLINE,
                            reason=reason[:100])
         await self.engine.submit(decide.detached, decide.Detach(terminal_id, by, ended))
+
+    async def close_views_of(self, session_key: str) -> None:
+        """A logout: close every terminal view that browser login opened (its shells go on in
+        tmux, as when a browser leaves)."""
+        for view in list(self._views.values()):
+            if view.session_key == session_key:
+                with contextlib.suppress(Exception):
+                    await view.ws.close(code=cc.UNAUTHORIZED, reason="logged out")
 
     async def _read_browser(self, view: _View, client_id: str) -> None:
         decoder = msgspec.json.Decoder(_BrowserFrame)

@@ -38,6 +38,7 @@ from codey_server.core.actions import ActionFailed, ProgressCallback, TerminalFr
 from codey_server.core.background import Background
 from codey_server.core.engine import Engine
 from codey_server.http.frames import receive_frame
+from codey_server.logsetup import printable
 from codey_server.workers import decide
 from codey_server.workers.pairing import KeyStore, verify_signature
 
@@ -364,7 +365,7 @@ class WorkerRegistry:
             lines.append(LogLine(ts=time.time(), level=msg.level, message=msg.message[:500]))
             # the worker's routine lines (one per action) only at debug in the server's log
             log.log(level if level >= 30 else 10, "worker %s: %s", conn.worker_id,
-                    msg.message[:2000])
+                    printable(msg.message[:2000]))
 
 
 _LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
