@@ -85,3 +85,17 @@ export async function showingErrors(errorEl, fn) {
     errorEl.hidden = false;
   }
 }
+
+/** Copy `text`; the Clipboard API needs a secure context, so plain http falls back. */
+export async function copyText(text) {
+  if (navigator.clipboard && window.isSecureContext) {
+    await navigator.clipboard.writeText(text);
+    return;
+  }
+  const area = h("textarea", { class: "offscreen", readonly: true }, text);
+  document.body.append(area);
+  area.select();
+  const ok = document.execCommand("copy");
+  area.remove();
+  if (!ok) throw new Error("the browser refused to copy; select the line instead");
+}

@@ -4,7 +4,18 @@
 // config snippet to paste into the agent; each can be revoked, and is refused from then on.
 
 import { api } from "../api.js";
-import { fmtAgo, h, replaceChildren } from "../dom.js";
+import { copyText, fmtAgo, h, replaceChildren } from "../dom.js";
+
+const SCOPES = [
+  ["read", "read: list and read sessions, machines, tasks"],
+  ["sessions", "sessions: also start sessions and send prompts"],
+  ["admin", "admin: also change the task board"],
+];
+const POLICIES = [
+  ["suggest", "suggest: asks before every change"],
+  ["auto-edit", "auto-edit: edits go ahead, commands ask"],
+  ["full-auto", "full-auto: nothing asks"],
+];
 
 export class McpDialog {
   constructor(ctx) {
@@ -47,24 +58,40 @@ export class McpDialog {
     const url = `${location.origin}/mcp`;
     const name = h("input", { id: "mcp-name", class: "input", "data-testid": "mcp-name",
       placeholder: "who uses it, e.g. claude on my laptop", maxlength: 80 });
-    const form = h("form", { class: "row gap", onsubmit: (ev) => {
+    const choice = (id, label, options, value) => {
+      const select = h("select", { id, class: "input", "data-testid": id },
+        options.map(([v, text]) => h("option", { value: v, selected: v === value }, text)));
+      return [h("label", { for: id, class: "offscreen" }, label), select];
+    };
+    const [scopeLabel, scope] = choice("mcp-scope", "What it may do", SCOPES, "sessions");
+    const [policyLabel, policy] = choice("mcp-policy", "The most its sessions may do", POLICIES,
+      "suggest");
+    const form = h("form", { class: "col gap", onsubmit: (ev) => {
       ev.preventDefault();
       this._do(async () => {
-        const made = await api.createMcpToken(name.value.trim() || "agent");
+        const made = await api.createMcpToken(name.value.trim() || "agent", scope.value,
+          policy.value);
         this.fresh = made;
       });
     } },
-    h("label", { for: "mcp-name", class: "offscreen" }, "Token name"), name,
-    h("button", { class: "btn", type: "submit", "data-testid": "mcp-create" }, "New token"));
+    h("div", { class: "row gap" },
+      h("label", { for: "mcp-name", class: "offscreen" }, "Token name"), name,
+      h("button", { class: "btn", type: "submit", "data-testid": "mcp-create" }, "New token")),
+    h("div", { class: "row gap wrap" }, scopeLabel, scope, policyLabel, policy));
     const fresh = this.fresh ? h("div", { class: "notice", "data-testid": "mcp-fresh" },
       h("p", {}, `Token for ${this.fresh.name} — copy it now, it is not shown again:`),
-      h("pre", { class: "install mono", "data-testid": "mcp-token" }, this.fresh.token),
+      h("div", { class: "row gap" },
+        h("pre", { class: "install mono", "data-testid": "mcp-token" }, this.fresh.token),
+        copyButton(this.fresh.token, this.ctx)),
       h("p", { class: "muted small" }, "In the agent's MCP settings:"),
       h("pre", { class: "install mono small" }, JSON.stringify({ codey: { type: "http", url,
         headers: { Authorization: `Bearer ${this.fresh.token}` } } }, null, 2))) : null;
     const list = this.tokens.length ? h("ul", { class: "plain", "data-testid": "mcp-tokens" },
       this.tokens.map((t) => h("li", { class: "row gap", "data-testid": "mcp-token-row" },
         h("span", {}, t.name),
+        h("span", { class: "badge", "data-testid": "mcp-token-scope",
+          title: "what it may do; the most its sessions may do" },
+        `${t.scope} · up to ${t.max_policy}`),
         h("span", { class: "muted small" }, t.last_used_at ? `used ${fmtAgo(t.last_used_at)}`
           : "never used"),
         h("button", { class: "btn subtle danger", type: "button", "data-testid": "mcp-revoke",
@@ -84,4 +111,19 @@ export class McpDialog {
       h("div", { class: "row gap end" }, h("button", { class: "btn", type: "button",
         "data-testid": "mcp-close", onclick: () => this.el.close() }, "Close"))));
   }
+}
+
+function copyButton(text, ctx) {
+  const button = h("button", { class: "btn small", type: "button", "data-testid": "mcp-copy",
+    "aria-label": "Copy the token" }, "Copy");
+  button.addEventListener("click", async () => {
+    try {
+      await copyText(text);
+      button.textContent = "Copied";
+      setTimeout(() => { button.textContent = "Copy"; }, 1500);
+    } catch (err) {
+      ctx.toast(`Could not copy: ${err.message}`, "bad");
+    }
+  });
+  return button;
 }

@@ -5,7 +5,7 @@
 // compare; the state's `pair_requests` (events) tells us when to fetch again.
 
 import { api } from "../api.js";
-import { fmtTime, h, replaceChildren } from "../dom.js";
+import { copyText, fmtTime, h, replaceChildren } from "../dom.js";
 
 /** A card for one pair request with approve / deny; `onDone(outcome)` after a decision. */
 export function pairRequestCard(req, ctx, onDone) {
@@ -91,20 +91,6 @@ export function installLines(origin, wheels) {
     pip: `python3 -m venv ${venv} && ${venv}/bin/pip install ${protocol} ${worker}` +
       ` && ${venv}/bin/codey-worker --server ${origin}`,
   };
-}
-
-/** Copy `text`; the Clipboard API needs a secure context, so plain http falls back. */
-async function copyText(text) {
-  if (navigator.clipboard && window.isSecureContext) {
-    await navigator.clipboard.writeText(text);
-    return;
-  }
-  const area = h("textarea", { class: "offscreen", readonly: true }, text);
-  document.body.append(area);
-  area.select();
-  const ok = document.execCommand("copy");
-  area.remove();
-  if (!ok) throw new Error("the browser refused to copy; select the line instead");
 }
 
 function commandLine(label, text, testid, ctx) {

@@ -74,6 +74,8 @@ class UserMessage(ItemBase, kw_only=True):
     attachments: list[Attachment] = msgspec.field(default_factory=list)
     #: the non-image attachments are in the workdir (``.codey/attachments/``)
     attachments_written: bool = False
+    #: who sent it, when not a browser (as ``SessionCreated.origin``)
+    origin: str = ""
 
 
 class AssistantMessage(ItemBase, kw_only=True):
@@ -244,6 +246,9 @@ class SessionCreated(EventBase, kw_only=True):
     turn_cap: int | None = None
     #: an external ACP agent on the worker runs the session instead of Codey's loop
     agent: str | None = None
+    #: who started it, when not a browser: ``mcp:<token id>`` (an MCP client's token),
+    #: ``telegram:<chat id>``, ``schedule:<id>``
+    origin: str = ""
 
 
 class SessionStatusChanged(EventBase, kw_only=True):

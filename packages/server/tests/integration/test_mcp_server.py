@@ -71,7 +71,8 @@ def test_an_mcp_client_starts_a_session_with_its_token(
     assert server.http.post("/mcp", json={}).status_code == 401
     assert httpx.post(url, json={}, headers={"Authorization": f"Bearer {server.token}"},
                       timeout=10).status_code == 401
-    made = server.http.post("/api/mcp/tokens", json={"name": "an agent"})
+    made = server.http.post("/api/mcp/tokens", json={"name": "an agent", "scope": "admin",
+                                                     "max_policy": "full-auto"})
     assert made.status_code == 201, made.text
     token = made.json()["token"]
     assert token.startswith("cmcp_")
@@ -96,7 +97,8 @@ def test_an_agent_in_a_codey_session_uses_codey_through_mcp(
         server: ServerProcess, tmp_path: Path) -> None:
     """The worker's MCP config takes an HTTP server: the session's model files a task on the
     board through Codey's own /mcp."""
-    token = server.http.post("/api/mcp/tokens", json={"name": "sessions"}).json()["token"]
+    token = server.http.post("/api/mcp/tokens", json={"name": "sessions",
+                                                      "scope": "admin"}).json()["token"]
     config = {"mcp_servers": {"codey": {"url": f"{server.url}/mcp",
                                         "headers": {"Authorization": f"Bearer {token}"}}}}
     with WorkerProcess(server, tmp_path / "w2", config=config) as worker:
@@ -110,3 +112,72 @@ def test_an_agent_in_a_codey_session_uses_codey_through_mcp(
         assert s["items"][-1]["text"] == "Filed.", s["items"][-2:]
         tasks = server.http.get("/api/tasks").json()
         assert [t["title"] for t in tasks] == ["filed from a session"]
+
+
+async def _calls(url: str, token: str, calls: list[tuple[str, dict[str, Any]]]) -> list[Any]:
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    async with http, Client(streamable_http_client(url, http_client=http)) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        out: list[Any] = [tools]
+        for name, arguments in calls:
+            out.append(await client.call_tool(name, arguments))
+        return out
+
+
+def _refusal(result: Any) -> str:
+    assert result.is_error, result
+    return str(result.content[0].text)
+
+
+def test_a_token_acts_only_within_its_scope_and_policy_and_is_named_on_what_it_does(
+        server: ServerProcess, worker: WorkerProcess) -> None:
+    """The audit: a token started a full-auto session, though the docs say tools act under
+    each session's approval policy; the log did not say which token started a session, and
+    last_used_at was never saved."""
+    url = f"{server.url}/mcp"
+    workdir = Path(worker.workdir("scoped"))
+    workdir.mkdir(parents=True)
+    start = {"worker_id": worker.worker_id, "workdir": str(workdir), "prompt": "from an agent"}
+
+    reader = server.http.post("/api/mcp/tokens", json={"name": "reader", "scope": "read"})
+    assert reader.json()["scope"] == "read" and reader.json()["max_policy"] == "suggest"
+    tools, listed, refused = asyncio.run(_calls(url, reader.json()["token"], [
+        ("list_sessions", {}), ("start_session", start)]))
+    assert _text(listed) == []
+    assert "needs 'sessions'" in _refusal(refused)
+    # the reading tools say so: an agent under `suggest` need not ask before calling them
+    assert {n for n, t in tools.items() if t.annotations and t.annotations.read_only_hint} == {
+        "list_sessions", "get_session", "list_workers", "list_tasks"}
+
+    plain = server.http.post("/api/mcp/tokens", json={"name": "plain"}).json()  # the defaults
+    assert (plain["scope"], plain["max_policy"]) == ("sessions", "suggest")
+    _, too_much, task, missing, started = asyncio.run(_calls(url, plain["token"], [
+        ("start_session", {**start, "policy": "full-auto"}),
+        ("create_task", {"title": "not mine to file"}),
+        ("get_session", {"session_id": "ses_nope"}),
+        ("start_session", start)]))
+    assert "up to 'suggest', not 'full-auto'" in _refusal(too_much)
+    assert "needs 'admin'" in _refusal(task)
+    assert "no session 'ses_nope'" in _refusal(missing)  # the reason, not only "Error…"
+    session_id = _text(started)["session_id"]
+    wait_for(server, session_id, idle, timeout=30, what="the agent's session")
+
+    # a session the user made full-auto is not a plain token's to drive
+    wild = server.http.post("/api/sessions", json={"worker_id": worker.worker_id,
+                                                   "workdir": str(workdir),
+                                                   "policy": "full-auto"}).json()["session_id"]
+    _, prompt = asyncio.run(_calls(url, plain["token"], [
+        ("send_prompt", {"session_id": wild, "text": "do everything"})]))
+    assert "runs under 'full-auto'" in _refusal(prompt)
+
+    log = server.http.get(f"/api/sessions/{session_id}/log").text
+    events = [json.loads(line)["event"] for line in log.splitlines()]
+    created = next(e for e in events if e["type"] == "session_created")
+    assert created["origin"] == f"mcp:{plain['token_id']}"
+    prompts = [e["item"] for e in events if e["type"] == "session_item_appended"
+               and e["item"]["kind"] == "user_message"]
+    assert prompts and all(p["origin"] == f"mcp:{plain['token_id']}" for p in prompts)
+
+    server.restart()  # last_used_at was kept only in memory
+    used = {t["name"]: t["last_used_at"] for t in server.http.get("/api/mcp/tokens").json()}
+    assert used["plain"] is not None and used["reader"] is not None

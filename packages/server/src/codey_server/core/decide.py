@@ -83,13 +83,13 @@ def create_session(state: State, c: cl.CreateSession, ctx: Context) -> Decided:
     out: Decided = [(session_id, ev.SessionCreated(
         title=c.title or title_from_prompt(c.prompt), worker_id=c.worker_id,
         workdir=c.workdir.strip(), provider=provider, model=model, policy=c.policy,
-        plan_mode=c.plan_mode, agent=c.agent,
+        plan_mode=c.plan_mode, agent=c.agent, origin=ctx.origin,
     ))]
     attachments = _check_attachments(c.attachments, ctx)
     if c.prompt.strip() or attachments:
         out.append((session_id, ev.SessionItemAppended(
             item=ev.UserMessage(id=ctx.new_id("itm"), ts=ctx.now(), text=c.prompt,
-                                attachments=attachments))))
+                                attachments=attachments, origin=ctx.origin))))
     return out
 
 
@@ -154,7 +154,7 @@ def _send_prompt(state: State, c: cl.SendPrompt, ctx: Context) -> Decided:
     busy = s.status in _BUSY or _asking(s)
     out.append((s.session_id, ev.SessionItemAppended(item=ev.UserMessage(
         id=ctx.new_id("itm"), ts=ctx.now(), text=c.text, queued=busy,
-        attachments=attachments))))
+        attachments=attachments, origin=ctx.origin))))
     return out
 
 

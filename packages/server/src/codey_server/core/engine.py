@@ -20,6 +20,7 @@ on the loop, so they see the state at exactly that seq.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -125,15 +126,17 @@ class Engine:
             timer(time.perf_counter() - started)
         return envs
 
-    async def execute(self, command: cl.ClientToServer) -> list[Envelope]:
+    async def execute(self, command: cl.ClientToServer, *, origin: str = "") -> list[Envelope]:
         """Decide a browser command against the current state and append its events.
 
         Raises :class:`~codey_server.core.decide.CommandRejected` (nothing appended) when the
         command cannot be carried out. Commands are decided one at a time so that each sees
-        the effects of the one before (the first decision on an approval wins).
+        the effects of the one before (the first decision on an approval wins). ``origin``
+        says who sent it when not a browser (``mcp:<token id>``); the decision records it.
         """
+        ctx = dataclasses.replace(self.context, origin=origin) if origin else self.context
         async with self._command_lock:
-            return await self.append(self.rules.decide(self.state, command, self.context))
+            return await self.append(self.rules.decide(self.state, command, ctx))
 
     async def submit(self, decision: Callable[[State, In, Context], Decided], input: In, *,
                      exclusive: bool = True) -> list[Envelope]:

@@ -58,6 +58,9 @@ class Context:
     default_models: dict[str, str] = field(default_factory=dict)
     #: whether a file sent with a prompt is stored (``/api/blobs``)
     blob_exists: Callable[[str], bool] = lambda digest: False
+    #: who sends the command being decided, when not a browser (``mcp:<token id>``): recorded
+    #: on the sessions and prompts it makes
+    origin: str = ""
 
 
 @dataclass(frozen=True)

@@ -11,22 +11,36 @@ from litestar.exceptions import NotFoundException
 from litestar.params import FromPath, JSONBody
 from litestar.types import Receive, Scope, Send
 
+from codey_protocol.events import ApprovalPolicy
 from codey_server.http.access import PUBLIC
 from codey_server.http.errors import errors
 from codey_server.http.resource import Resource
-from codey_server.mcp.server import McpToken, McpTokens
+from codey_server.mcp.server import (
+    DEFAULT_MAX_POLICY,
+    DEFAULT_SCOPE,
+    McpScope,
+    McpToken,
+    McpTokens,
+)
 
 __all__ = ["McpTokensController", "NewMcpToken", "mcp_endpoint"]
 
 
 class NewMcpToken(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     name: str  # who will use it, e.g. "claude on laptop"
+    #: read (list and read), sessions (also start and prompt sessions), admin (also change
+    #: the task board)
+    scope: McpScope = DEFAULT_SCOPE
+    #: the most a session it starts or prompts may do without asking
+    max_policy: ApprovalPolicy = DEFAULT_MAX_POLICY
 
 
 class McpTokenCreated(msgspec.Struct, kw_only=True):
     token_id: str
     name: str
     token: str  # shown once: only its hash is kept
+    scope: McpScope
+    max_policy: ApprovalPolicy
 
 
 class McpTokenInfo(msgspec.Struct, kw_only=True):
@@ -34,11 +48,13 @@ class McpTokenInfo(msgspec.Struct, kw_only=True):
     name: str
     created_at: float
     last_used_at: float | None
+    scope: McpScope
+    max_policy: ApprovalPolicy
 
 
 def _info(t: McpToken) -> McpTokenInfo:
     return McpTokenInfo(token_id=t.token_id, name=t.name, created_at=t.created_at,
-                        last_used_at=t.last_used_at)
+                        last_used_at=t.last_used_at, scope=t.scope, max_policy=t.max_policy)
 
 
 class McpTokensController(Resource):
@@ -54,8 +70,9 @@ class McpTokensController(Resource):
     def create_token(self, data: JSONBody[NewMcpToken],
                      mcp_tokens: NamedDependency[McpTokens]) -> McpTokenCreated:
         """A new token for an MCP client; the answer is the only time it is shown."""
-        record, token = mcp_tokens.create(data.name)
-        return McpTokenCreated(token_id=record.token_id, name=record.name, token=token)
+        record, token = mcp_tokens.create(data.name, data.scope, data.max_policy)
+        return McpTokenCreated(token_id=record.token_id, name=record.name, token=token,
+                               scope=record.scope, max_policy=record.max_policy)
 
     @delete("/{token_id:str}", status_code=200, sync_to_thread=False, responses=errors(404))
     def revoke_token(self, token_id: FromPath[str],

@@ -24,12 +24,14 @@ import json
 import logging
 import secrets
 import time
+from contextvars import ContextVar
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
 from codey_protocol import client as cl
+from codey_protocol.events import ApprovalPolicy
 from codey_server.core.engine import Engine
 from codey_server.core.rules import CommandRejected
 from codey_server.secretfile import write_secret_file
@@ -44,12 +46,35 @@ log = logging.getLogger("codey.mcp")
 TOKEN_PREFIX = "cmcp_"
 
 
+McpScope = Literal["read", "sessions", "admin"]
+#: each scope includes the ones before it: read ⊂ sessions ⊂ admin
+SCOPES: tuple[McpScope, ...] = ("read", "sessions", "admin")
+POLICIES: tuple[ApprovalPolicy, ...] = ("suggest", "auto-edit", "full-auto")
+#: what a token gets when nothing is said (and what tokens made before scopes have)
+DEFAULT_SCOPE: McpScope = "sessions"
+DEFAULT_MAX_POLICY: ApprovalPolicy = "suggest"
+#: ``last_used_at`` is written to the file at most this often per token
+_USED_SAVE_S = 60.0
+
+
 class McpToken(msgspec.Struct, kw_only=True):
     token_id: str
     name: str
     created_at: float
     sha256: str = ""  # of the token; the token itself is shown once and never kept
     last_used_at: float | None = None
+    #: what it may do: ``read`` (list and read sessions, workers, tasks), ``sessions`` (also
+    #: start sessions and send prompts), ``admin`` (also change the task board)
+    scope: McpScope = DEFAULT_SCOPE
+    #: the most a session it starts or prompts may do without asking
+    max_policy: ApprovalPolicy = DEFAULT_MAX_POLICY
+
+    def allows(self, scope: McpScope) -> bool:
+        return SCOPES.index(self.scope) >= SCOPES.index(scope)
+
+    def allows_policy(self, policy: str) -> bool:
+        ranks = {p: n for n, p in enumerate(POLICIES)}
+        return policy in ranks and ranks[policy] <= ranks[self.max_policy]
 
 
 class McpTokens:
@@ -70,12 +95,14 @@ class McpTokens:
     def _save(self) -> None:
         write_secret_file(self.path, msgspec.json.encode(list(self._tokens.values())))
 
-    def create(self, name: str) -> tuple[McpToken, str]:
+    def create(self, name: str, scope: McpScope = DEFAULT_SCOPE,
+               max_policy: ApprovalPolicy = DEFAULT_MAX_POLICY) -> tuple[McpToken, str]:
         """A new token: its record (without the secret) and the token, to show once."""
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
         record = McpToken(token_id=f"mt_{secrets.token_hex(6)}", name=name.strip()[:80] or "agent",
                           created_at=time.time(),
-                          sha256=hashlib.sha256(token.encode()).hexdigest())
+                          sha256=hashlib.sha256(token.encode()).hexdigest(), scope=scope,
+                          max_policy=max_policy)
         self._tokens[record.token_id] = record
         self._save()
         return record, token
@@ -95,9 +122,17 @@ class McpTokens:
         digest = hashlib.sha256(token.encode()).hexdigest()
         for record in self._tokens.values():
             if hmac.compare_digest(record.sha256, digest):
-                record.last_used_at = time.time()
+                now = time.time()
+                saved = record.last_used_at
+                record.last_used_at = now
+                if saved is None or now - saved >= _USED_SAVE_S:
+                    self._save()  # kept across restarts, written at most once a minute
                 return record
         return None
+
+
+#: the token of the request being handled
+_CALLER: ContextVar[McpToken | None] = ContextVar("codey_mcp_caller", default=None)
 
 
 def _public(session: Any) -> dict[str, Any]:
@@ -124,11 +159,14 @@ class CodeyMcp:
                    for k, v in scope.get("headers", [])}
         auth = headers.get("authorization", "")
         token = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
-        if not token or self.tokens.check(token) is None:
+        caller = self.tokens.check(token) if token else None
+        if caller is None:
             await _reply(send, 401, {"error": "an MCP token is needed: create one in Codey's "
                                               "MCP dialog; send it as Authorization: Bearer"})
             return
         manager = await self._started()
+        # the tools see who calls (the SDK runs them in a task started from this one)
+        _CALLER.set(caller)
         await manager.handle_request(scope, receive, send)
 
     async def _started(self) -> Any:
@@ -156,14 +194,32 @@ class CodeyMcp:
                 await asyncio.wait_for(self._holder, 5)
 
     def _build(self, sdk: Any) -> Any:
-        mcp_server_cls, security_cls = sdk
+        mcp_server_cls, security_cls, tool_error, annotations_cls = sdk
         server = mcp_server_cls(name="codey", instructions=(
             "Codey runs coding-agent sessions on the user's machines. Start a session on a "
             "worker and a folder, send it prompts, read what it did."))
         engine = self.engine
 
+        def caller(scope: McpScope) -> McpToken:
+            """The calling token, if it may act in ``scope`` (else the client is told why)."""
+            token = _CALLER.get()
+            if token is None:  # not through handle(): nobody to act for
+                raise tool_error("no MCP token")
+            if not token.allows(scope):
+                raise tool_error(f"this token ({token.name}) has the scope {token.scope!r}; "
+                                 f"this tool needs {scope!r}: make a token with it in Codey's "
+                                 "MCP dialog")
+            return token
+
+        async def execute(token: McpToken, command: cl.ClientToServer) -> list[Any]:
+            try:
+                return await engine.execute(command, origin=f"mcp:{token.token_id}")
+            except CommandRejected as err:
+                raise tool_error(err.message) from None
+
         def list_sessions() -> str:
             """Every session: id, title, status, machine and folder."""
+            caller("read")
             return json.dumps([
                 {"session_id": s.session_id, "title": s.title, "status": s.status,
                  "worker_id": s.worker_id, "workdir": s.workdir}
@@ -171,13 +227,15 @@ class CodeyMcp:
 
         def get_session(session_id: str) -> str:
             """One session with its latest 50 items."""
+            caller("read")
             session = engine.state.sessions.get(session_id)
             if session is None:
-                raise ValueError(f"no session {session_id!r}")
+                raise tool_error(f"no session {session_id!r}")
             return json.dumps(_public(session))
 
         def list_workers() -> str:
             """The machines (workers) sessions can run on."""
+            caller("read")
             return json.dumps([
                 {"worker_id": w.worker_id, "hostname": w.hostname, "connected": w.connected,
                  "roots": w.roots} for w in engine.state.workers.values() if not w.revoked])
@@ -185,28 +243,33 @@ class CodeyMcp:
         async def start_session(worker_id: str, workdir: str, prompt: str,
                                 policy: str = "suggest") -> str:
             """Start a session on a worker in a folder with a first prompt. policy: suggest
-            (asks before changes), auto-edit or full-auto."""
-            if policy not in ("suggest", "auto-edit", "full-auto"):
-                raise ValueError("policy must be suggest, auto-edit or full-auto")
-            try:
-                envs = await engine.execute(cl.CreateSession(
-                    worker_id=worker_id, workdir=workdir, prompt=prompt,
-                    policy=policy))  # type: ignore[arg-type]
-            except CommandRejected as err:
-                raise ValueError(err.message) from None
+            (asks before changes), auto-edit or full-auto — at most the token's own."""
+            token = caller("sessions")
+            if policy not in POLICIES:
+                raise tool_error("policy must be suggest, auto-edit or full-auto")
+            if not token.allows_policy(policy):
+                raise tool_error(f"this token may start sessions up to {token.max_policy!r}, "
+                                 f"not {policy!r}")
+            envs = await execute(token, cl.CreateSession(
+                worker_id=worker_id, workdir=workdir, prompt=prompt,
+                policy=policy))
             return json.dumps({"session_id": envs[0].session_id})
 
         async def send_prompt(session_id: str, text: str) -> str:
             """Send a prompt to a session (queued if it is working)."""
-            try:
-                await engine.execute(cl.SendPrompt(session_id=session_id, text=text))
-            except CommandRejected as err:
-                raise ValueError(err.message) from None
+            token = caller("sessions")
+            session = engine.state.sessions.get(session_id)
+            if session is not None and not token.allows_policy(session.policy):
+                # a prompt makes the session act under its own policy
+                raise tool_error(f"the session runs under {session.policy!r}; this token may "
+                                 f"drive sessions up to {token.max_policy!r}")
+            await execute(token, cl.SendPrompt(session_id=session_id, text=text))
             return json.dumps({"ok": True})
 
         def list_tasks() -> str:
             """The task board: every task with its status (todo, in_progress, review, done),
             dependencies and sessions."""
+            caller("read")
             return json.dumps([msgspec.to_builtins(t) for t in sorted(
                 engine.state.tasks.values(), key=lambda t: (t.status, t.order))])
 
@@ -214,50 +277,55 @@ class CodeyMcp:
                               depends_on: list[str] | None = None) -> str:
             """Add a task to the board's todo column; depends_on: ids of tasks to finish
             first."""
-            try:
-                envs = await engine.execute(cl.CreateTask(
-                    title=title, description=description, depends_on=depends_on or []))
-            except CommandRejected as err:
-                raise ValueError(err.message) from None
-            return json.dumps({"task_id": envs[0].event.task_id})  # type: ignore[union-attr]
+            token = caller("admin")
+            envs = await execute(token, cl.CreateTask(
+                title=title, description=description, depends_on=depends_on or []))
+            return json.dumps({"task_id": envs[0].event.task_id})
 
         async def update_task(task_id: str, title: str | None = None,
                               description: str | None = None,
                               status: str | None = None) -> str:
             """Change a task's title or text, or move it (status: todo, in_progress, review,
             done)."""
+            token = caller("admin")
             task = engine.state.tasks.get(task_id)
             if task is None:
-                raise ValueError(f"no task {task_id!r}")
-            try:
-                if title is not None or description is not None:
-                    await engine.execute(cl.UpdateTask(
-                        task_id=task_id, title=title if title is not None else task.title,
-                        description=description if description is not None
-                        else task.description, depends_on=list(task.depends_on)))
-                if status is not None:
-                    if status not in ("todo", "in_progress", "review", "done"):
-                        raise ValueError("status: todo, in_progress, review or done")
-                    await engine.execute(cl.MoveTask(task_id=task_id,
-                                                     status=status))  # type: ignore[arg-type]
-            except CommandRejected as err:
-                raise ValueError(err.message) from None
+                raise tool_error(f"no task {task_id!r}")
+            if status is not None and status not in ("todo", "in_progress", "review", "done"):
+                raise tool_error("status: todo, in_progress, review or done")
+            if title is not None or description is not None:
+                await execute(token, cl.UpdateTask(
+                    task_id=task_id, title=title if title is not None else task.title,
+                    description=description if description is not None
+                    else task.description, depends_on=list(task.depends_on)))
+            if status is not None:
+                await execute(token, cl.MoveTask(task_id=task_id,
+                                                 status=status))  # type: ignore[arg-type]
             return json.dumps({"ok": True})
 
-        for tool in (list_sessions, get_session, list_workers, start_session, send_prompt,
-                     list_tasks, create_task, update_task):
-            server.add_tool(tool, description=" ".join((tool.__doc__ or "").split()))
+        read_only = annotations_cls(readOnlyHint=True, destructiveHint=False,
+                                    openWorldHint=False)
+        changes = annotations_cls(readOnlyHint=False, destructiveHint=False,
+                                  openWorldHint=False)
+        for tool, hints in ((list_sessions, read_only), (get_session, read_only),
+                            (list_workers, read_only), (list_tasks, read_only),
+                            (start_session, changes), (send_prompt, changes),
+                            (create_task, changes), (update_task, changes)):
+            server.add_tool(tool, description=" ".join((tool.__doc__ or "").split()),
+                            annotations=hints)
         server.streamable_http_app(stateless_http=True, json_response=True,
                                    transport_security=security_cls(
                                        enable_dns_rebinding_protection=False))
         return server.session_manager
 
 
-def _import_sdk() -> tuple[Any, Any]:
+def _import_sdk() -> tuple[Any, Any, Any, Any]:
     from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
     from mcp.server.transport_security import TransportSecuritySettings
+    from mcp.types import ToolAnnotations
 
-    return MCPServer, TransportSecuritySettings
+    return MCPServer, TransportSecuritySettings, ToolError, ToolAnnotations
 
 
 async def _reply(send: Send, status: int, body: dict[str, Any]) -> None:
