@@ -100,6 +100,7 @@ class _Conn:
     send_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     attached: set[str] = field(default_factory=set)  # sessions attached on this connection
     last_rejection: float = -1e9  # monotonic time of the last frame_rejected sent
+    rejected: int = 0  # bad frames since the last one said
 
     async def send(self, msg: Any) -> None:
         async with self.send_lock:
@@ -441,12 +442,18 @@ async def serve_worker(ws: WebSocket[Any, Any, Any], registry: WorkerRegistry, *
                 if err.code == "too_large":
                     await ws.close(code=cc.TOO_LARGE, reason="frame too large")
                     break
-                log.warning("worker %s sent a bad frame: %s", conn.worker_id, err.message)
-                # told once a second at most: a worker in a loop of bad frames (or a fuzzer that
-                # reads nothing) must not make this loop wait on its socket
+                # said and told once a second at most: a worker in a loop of bad frames (or a
+                # fuzzer that reads nothing) must neither flood the server's log nor make this
+                # loop wait on its socket
+                conn.rejected += 1
                 now = time.monotonic()
                 if now - conn.last_rejection >= 1.0:
                     conn.last_rejection = now
+                    log.warning("worker %s sent a bad frame: %s%s", conn.worker_id,
+                                printable(err.message[:500]),
+                                f" ({conn.rejected - 1} more since the last said)"
+                                if conn.rejected > 1 else "")
+                    conn.rejected = 0
                     with contextlib.suppress(Exception):
                         await conn.send(wk.FrameRejected(code=err.code,
                                                          message=err.message[:500]))
