@@ -40,6 +40,10 @@ import msgspec
 
 from codey_protocol import events as ev
 from codey_protocol.state import (
+    COMPACTION_ENDED,
+    MAX_CHANGED_PATHS,
+    SCHEDULE_RUNS_KEPT,
+    WORKING_STATUSES,
     Approval,
     AuthInfo,
     PairRequestInfo,
@@ -61,12 +65,6 @@ from codey_protocol.state import (
 from codey_protocol.updates import APPEND_FIELDS, REPLACE_FIELDS
 
 __all__ = ["apply", "apply_all", "copy_state", "find_item"]
-
-#: notices that end a requested compaction without a summary
-COMPACTION_ENDED = ("compaction_skipped", "compaction_failed")
-
-#: ``changed_paths`` keeps the most recent paths only.
-MAX_CHANGED_PATHS = 200
 
 # Which fields of ``SessionItemUpdated`` append and which replace: derived from the struct by
 # codey_protocol.updates; web/store.js gets the same rule generated into web/item_fields.js.
@@ -205,7 +203,7 @@ def _status(state: State, env: ev.Envelope) -> None:
 
 
 #: session statuses in which its task counts as in progress
-_WORKING = frozenset({"running", "waiting_approval", "waiting_worker", "waiting_user"})
+_WORKING = frozenset(WORKING_STATUSES)
 
 
 def _task_follows(state: State, task_id: str, session_id: str, status: str, ts: float) -> None:
@@ -528,10 +526,6 @@ def _schedule_deleted(state: State, env: ev.Envelope) -> None:
     e = env.event
     assert isinstance(e, ev.ScheduleDeleted)
     state.schedules.pop(e.schedule_id, None)
-
-
-#: runs kept per schedule in the state (the log keeps them all)
-SCHEDULE_RUNS_KEPT = 20
 
 
 def _schedule_fired(state: State, env: ev.Envelope) -> None:
