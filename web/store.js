@@ -9,17 +9,17 @@
 // and "has attribute X" in Python is `X in item` here.
 
 import { APPEND_FIELDS, REPLACE_FIELDS, applyUpdate } from "./item_fields.js";
+// The constants shared with the Python fold, generated from codey_protocol.state.
+import {
+  COMPACTION_ENDED, MAX_CHANGED_PATHS, SCHEDULE_RUNS_KEPT, WORKING_STATUSES,
+} from "./fold_constants.js";
 
-/** Keep only the most recent changed paths (reducers.MAX_CHANGED_PATHS). */
-export const MAX_CHANGED_PATHS = 200;
+export { MAX_CHANGED_PATHS };
 
 // Which update fields append and which replace, and the rule that applies them
 // (`applyUpdate`), are generated from SessionItemUpdated's schema into item_fields.js; the
 // rule and the Python side are in codey_protocol/updates.py.
 const DELTA_NAMES = Object.keys(APPEND_FIELDS);
-
-/** Notices that end a requested compaction without a summary (reducers.COMPACTION_ENDED). */
-const COMPACTION_ENDED = ["compaction_skipped", "compaction_failed"];
 
 /** A fresh `State()`. */
 export function emptyState() {
@@ -165,7 +165,7 @@ function statusChanged(state, env, e) {
 }
 
 /** reducers._task_follows: a task follows its latest session. */
-const WORKING = new Set(["running", "waiting_approval", "waiting_worker", "waiting_user"]);
+const WORKING = new Set(WORKING_STATUSES);
 function taskFollows(state, taskId, sessionId, status, ts) {
   const task = state.tasks[taskId];
   if (!task || !task.session_ids.length || task.session_ids.at(-1) !== sessionId) return;
@@ -332,7 +332,9 @@ function scheduleFired(state, env, e) {
   info.last_due = Math.max(info.last_due, e.due_at);
   info.runs.push({ due_at: e.due_at, fired_at: env.ts, outcome: e.outcome,
     session_id: dflt(e.session_id, null), error: dflt(e.error, ""), skipped: dflt(e.skipped, 0) });
-  if (info.runs.length > 20) info.runs.splice(0, info.runs.length - 20); // SCHEDULE_RUNS_KEPT
+  if (info.runs.length > SCHEDULE_RUNS_KEPT) {
+    info.runs.splice(0, info.runs.length - SCHEDULE_RUNS_KEPT);
+  }
 }
 
 function terminalClosed(state, env, e) {
