@@ -125,7 +125,7 @@ function statusChanged(state, env, e) {
   if (s) {
     s.status = e.status;
     s.status_reason = e.reason;
-    if (s.task_id) taskFollows(state, s.task_id, s.session_id, e.status, env.ts);
+    if (s.task_id != null) taskFollows(state, s.task_id, s.session_id, e.status, env.ts);
   }
 }
 
