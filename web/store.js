@@ -1,33 +1,34 @@
 // The browser's state: the same fold as `codey_server.reducers.apply`, in JavaScript.
 //
 // `apply(state, envelope)` mutates `state` in place and returns it, exactly like the Python
-// fold; a parity test replays one log through both and compares the JSON. Every object created
-// here has the same keys and defaults as its Python struct (codey_protocol.state), because the
-// server's snapshots contain every field and the two must compare equal.
+// fold; parity tests fold logs through both and compare the JSON. Every object created here
+// has the same keys and defaults as its Python struct (codey_protocol.state), because the
+// server's snapshots contain every field and the two must compare equal: the `fillX`
+// functions of fold_constants.js, generated from the structs, fill in the defaults.
 //
-// Items inside events arrive complete (every field), so an appended item is stored as received
-// and "has attribute X" in Python is `X in item` here.
+// The server sends events as they were stored, and one stored by an older version lacks the
+// fields added since; `apply` first fills in their defaults (`withDefaults`, at every level,
+// as msgspec does when Python decodes it). So every event a handler sees is complete, an
+// appended item is stored as received, and "has attribute X" in Python is `X in item` here.
 
 import { APPEND_FIELDS, REPLACE_FIELDS, applyUpdate } from "./item_fields.js";
+import {
+  COMPACTION_ENDED, MAX_CHANGED_PATHS, SCHEDULE_RUNS_KEPT, WORKING_STATUSES, fillApproval,
+  fillAuthInfo, fillProjectMemory, fillQuestion, fillRateLimit, fillScheduleInfo,
+  fillScheduleRun, fillSessionContext, fillSessionInfo, fillState, fillTaskInfo,
+  fillTelegramChat, fillTerminalInfo, fillWorkerInfo, withDefaults,
+} from "./fold_constants.js";
 
-/** Keep only the most recent changed paths (reducers.MAX_CHANGED_PATHS). */
-export const MAX_CHANGED_PATHS = 200;
+export { MAX_CHANGED_PATHS };
 
 // Which update fields append and which replace, and the rule that applies them
 // (`applyUpdate`), are generated from SessionItemUpdated's schema into item_fields.js; the
 // rule and the Python side are in codey_protocol/updates.py.
 const DELTA_NAMES = Object.keys(APPEND_FIELDS);
 
-/** Notices that end a requested compaction without a summary (reducers.COMPACTION_ENDED). */
-const COMPACTION_ENDED = ["compaction_skipped", "compaction_failed"];
-
 /** A fresh `State()`. */
 export function emptyState() {
-  return {
-    seq: 0, workers: {}, pair_requests: {}, sessions: {}, auth: {}, rate_limits: {},
-    memories: {}, terminals: {}, telegram_chats: {}, telegram_offset: 0, telegram_bot_id: 0,
-    schedules: {}, tasks: {},
-  };
+  return fillState({});
 }
 
 /** The item with `itemId`, searched from the end where updates nearly always land. */
@@ -38,8 +39,6 @@ export function findItem(session, itemId) {
   }
   return null;
 }
-
-const dflt = (value, fallback) => (value === undefined ? fallback : value);
 
 function sameList(a, b) {
   if (a.length !== b.length) return false;
@@ -64,13 +63,10 @@ function pairResolved(state, env, e) {
 
 function paired(state, env, e) {
   delete state.pair_requests[e.request_id];
-  state.workers[e.worker_id] = {
-    worker_id: e.worker_id, hostname: e.hostname, os: e.os,
-    python_version: dflt(e.python_version, ""), worker_version: dflt(e.worker_version, ""),
-    roots: [...e.roots], connected: false, revoked: false, paired_at: env.ts,
-    last_seen: null, capabilities: { executors: [], mcp_servers: [], acp_agents: [] },
-    replica: "",
-  };
+  state.workers[e.worker_id] = fillWorkerInfo({
+    worker_id: e.worker_id, hostname: e.hostname, os: e.os, python_version: e.python_version,
+    worker_version: e.worker_version, roots: [...e.roots], paired_at: env.ts,
+  });
 }
 
 function revoked(state, env, e) {
@@ -89,9 +85,8 @@ function connected(state, env, e) {
   w.hostname = e.hostname;
   w.os = e.os;
   w.worker_version = e.worker_version;
-  w.capabilities = dflt(e.capabilities,
-    { executors: [], mcp_servers: [], terminal: false, acp_agents: [] });
-  w.replica = dflt(e.replica, "");
+  w.capabilities = e.capabilities;
+  w.replica = e.replica;
   w.last_seen = env.ts;
 }
 
@@ -114,44 +109,14 @@ function session(state, env) {
   return s || null;
 }
 
-/** A fresh `SessionInfo` (codey_protocol.state) with `fields` over the defaults. */
-function newSession(fields) {
-  return {
-    session_id: "", title: "", worker_id: "", workdir: "", provider: "", model: "",
-    policy: "suggest", status: "idle", status_reason: "", created_at: 0, updated_at: 0,
-    items: [], plan: [], plan_explanation: "", approvals: {}, approved_prefixes: [],
-    pending_actions: {}, changed_paths: [],
-    usage: {
-      input_tokens: 0, output_tokens: 0, reasoning_tokens: 0, total_tokens: 0,
-      cached_tokens: 0, turns: 0, context_tokens: 0, context_window: null,
-    },
-    compaction_requested: false,
-    context: null,
-    questions: {},
-    parent_id: null,
-    parent_item: null,
-    role: null,
-    read_only: false,
-    turn_cap: null,
-    plan_mode: false,
-    plan_status: "none",
-    archived: false,
-    forked_from: null,
-    agent: null,
-    task_id: null,
-    ...fields,
-  };
-}
-
 function sessionCreated(state, env, e) {
   if (env.session_id == null) return;
-  state.sessions[env.session_id] = newSession({
+  state.sessions[env.session_id] = fillSessionInfo({
     session_id: env.session_id, title: e.title, worker_id: e.worker_id, workdir: e.workdir,
-    provider: e.provider, model: e.model, policy: dflt(e.policy, "suggest"),
-    created_at: env.ts, updated_at: env.ts, plan_mode: dflt(e.plan_mode, false),
-    parent_id: dflt(e.parent_id, null), parent_item: dflt(e.parent_item, null),
-    role: dflt(e.role, null), read_only: dflt(e.read_only, false),
-    turn_cap: dflt(e.turn_cap, null), agent: dflt(e.agent, null),
+    provider: e.provider, model: e.model, policy: e.policy, created_at: env.ts,
+    updated_at: env.ts, plan_mode: e.plan_mode, parent_id: e.parent_id,
+    parent_item: e.parent_item, role: e.role, read_only: e.read_only, turn_cap: e.turn_cap,
+    agent: e.agent,
   });
 }
 
@@ -159,13 +124,13 @@ function statusChanged(state, env, e) {
   const s = session(state, env);
   if (s) {
     s.status = e.status;
-    s.status_reason = dflt(e.reason, "");
-    if (s.task_id) taskFollows(state, s.task_id, s.session_id, e.status, env.ts);
+    s.status_reason = e.reason;
+    if (s.task_id != null) taskFollows(state, s.task_id, s.session_id, e.status, env.ts);
   }
 }
 
 /** reducers._task_follows: a task follows its latest session. */
-const WORKING = new Set(["running", "waiting_approval", "waiting_worker", "waiting_user"]);
+const WORKING = new Set(WORKING_STATUSES);
 function taskFollows(state, taskId, sessionId, status, ts) {
   const task = state.tasks[taskId];
   if (!task || !task.session_ids.length || task.session_ids.at(-1) !== sessionId) return;
@@ -179,10 +144,10 @@ function taskFollows(state, taskId, sessionId, status, ts) {
 }
 
 function taskCreated(state, env, e) {
-  state.tasks[e.task_id] = { task_id: e.task_id, title: e.title,
-    description: dflt(e.description, ""), status: dflt(e.status, "todo"),
-    order: dflt(e.order, 0), depends_on: [...dflt(e.depends_on, [])], session_ids: [],
-    created_at: env.ts, updated_at: env.ts };
+  state.tasks[e.task_id] = fillTaskInfo({
+    task_id: e.task_id, title: e.title, description: e.description, status: e.status,
+    order: e.order, depends_on: [...e.depends_on], created_at: env.ts, updated_at: env.ts,
+  });
 }
 
 function taskChanged(state, env, e) {
@@ -192,7 +157,7 @@ function taskChanged(state, env, e) {
   if (e.type === "task_updated") {
     task.title = e.title;
     task.description = e.description;
-    task.depends_on = [...dflt(e.depends_on, [])];
+    task.depends_on = [...e.depends_on];
   } else if (e.type === "task_moved") {
     task.status = e.status;
     task.order = e.order;
@@ -233,16 +198,16 @@ function itemAppended(state, env, e) {
 function contextUpdated(state, env, e) {
   const s = session(state, env);
   if (s) {
-    s.context = {
-      instructions: [...dflt(e.instructions, [])], skills: [...dflt(e.skills, [])],
-      environment: e.environment, warnings: [...dflt(e.warnings, [])], loaded_at: env.ts,
-    };
+    s.context = fillSessionContext({
+      instructions: [...e.instructions], skills: [...e.skills], environment: e.environment,
+      warnings: [...e.warnings], loaded_at: env.ts,
+    });
   }
 }
 
 function archived(state, env, e) {
   const s = session(state, env);
-  if (s) s.archived = dflt(e.archived, true);
+  if (s) s.archived = e.archived;
 }
 
 function deleted(state, env) {
@@ -265,11 +230,11 @@ function forked(state, env, e) {
     if (keptByFork(item)) items.push(structuredClone(item));
     if (item.id === e.until_item) break;
   }
-  state.sessions[env.session_id] = newSession({
+  state.sessions[env.session_id] = fillSessionInfo({
     session_id: env.session_id, title: e.title, worker_id: src.worker_id, workdir: src.workdir,
     provider: src.provider, model: src.model, policy: src.policy, created_at: env.ts,
-    updated_at: env.ts, items, context: src.context ? structuredClone(src.context) : null,
-    forked_from: e.from_session,
+    updated_at: env.ts, items, forked_from: e.from_session,
+    context: src.context ? structuredClone(src.context) : null,
   });
 }
 
@@ -281,11 +246,10 @@ function moved(state, env, e) {
 function questionAsked(state, env, e) {
   const s = session(state, env);
   if (s) {
-    s.questions[e.question_id] = {
+    s.questions[e.question_id] = fillQuestion({
       question_id: e.question_id, item_id: e.item_id, question: e.question,
-      choices: [...dflt(e.choices, [])], status: "pending", answer: "", asked_at: env.ts,
-      answered_at: null,
-    };
+      choices: [...e.choices], asked_at: env.ts,
+    });
   }
 }
 
@@ -294,22 +258,21 @@ function questionAnswered(state, env, e) {
   const q = s && s.questions[e.question_id];
   if (!q || q.status !== "pending") return; // the first answer wins
   q.status = e.cancelled ? "cancelled" : "answered";
-  q.answer = dflt(e.answer, "");
+  q.answer = e.answer;
   q.answered_at = env.ts;
 }
 
 function memoryUpdated(state, env, e) {
-  state.memories[`${e.worker_id}:${e.workdir}`] = {
+  state.memories[`${e.worker_id}:${e.workdir}`] = fillProjectMemory({
     worker_id: e.worker_id, workdir: e.workdir, text: e.text, updated_at: env.ts,
-  };
+  });
 }
 
 function terminalCreated(state, env, e) {
-  state.terminals[e.terminal_id] = {
+  state.terminals[e.terminal_id] = fillTerminalInfo({
     terminal_id: e.terminal_id, worker_id: e.worker_id, workdir: e.workdir,
-    session_id: env.session_id, created_at: env.ts, created_by: e.by, viewers: 0,
-    closed: false, closed_reason: "", updated_at: env.ts,
-  };
+    session_id: env.session_id, created_at: env.ts, created_by: e.by, updated_at: env.ts,
+  });
 }
 
 function terminalViewers(state, env, e) {
@@ -322,17 +285,18 @@ function terminalViewers(state, env, e) {
 function scheduleSaved(state, env, e) {
   const info = state.schedules[e.spec.schedule_id];
   if (info) info.spec = e.spec;
-  else state.schedules[e.spec.schedule_id] = { spec: e.spec, last_due: 0, runs: [],
-    created_at: env.ts };
+  else state.schedules[e.spec.schedule_id] = fillScheduleInfo({ spec: e.spec, created_at: env.ts });
 }
 
 function scheduleFired(state, env, e) {
   const info = state.schedules[e.schedule_id];
   if (!info) return;
   info.last_due = Math.max(info.last_due, e.due_at);
-  info.runs.push({ due_at: e.due_at, fired_at: env.ts, outcome: e.outcome,
-    session_id: dflt(e.session_id, null), error: dflt(e.error, ""), skipped: dflt(e.skipped, 0) });
-  if (info.runs.length > 20) info.runs.splice(0, info.runs.length - 20); // SCHEDULE_RUNS_KEPT
+  info.runs.push(fillScheduleRun({ due_at: e.due_at, fired_at: env.ts, outcome: e.outcome,
+    session_id: e.session_id, error: e.error, skipped: e.skipped }));
+  if (info.runs.length > SCHEDULE_RUNS_KEPT) {
+    info.runs.splice(0, info.runs.length - SCHEDULE_RUNS_KEPT);
+  }
 }
 
 function terminalClosed(state, env, e) {
@@ -374,7 +338,7 @@ function planUpdated(state, env, e) {
   const s = session(state, env);
   if (s) {
     s.plan = [...e.steps];
-    s.plan_explanation = dflt(e.explanation, "");
+    s.plan_explanation = e.explanation;
     if (s.plan_mode) s.plan_status = "proposed";
   }
 }
@@ -390,11 +354,10 @@ function planApproved(state, env) {
 function approvalRequested(state, env, e) {
   const s = session(state, env);
   if (s) {
-    s.approvals[e.approval_id] = {
-      approval_id: e.approval_id, item_id: e.item_id, kind: e.kind, status: "pending",
-      command: dflt(e.command, null), patch: dflt(e.patch, null), path: dflt(e.path, null),
-      reason: dflt(e.reason, ""), message: "", requested_at: env.ts, decided_at: null,
-    };
+    s.approvals[e.approval_id] = fillApproval({
+      approval_id: e.approval_id, item_id: e.item_id, kind: e.kind, command: e.command,
+      patch: e.patch, path: e.path, reason: e.reason, requested_at: env.ts,
+    });
   }
 }
 
@@ -404,7 +367,7 @@ function approvalResolved(state, env, e) {
   const a = s.approvals[e.approval_id];
   if (!a || a.status !== "pending") return; // the first decision wins
   a.status = e.decision;
-  a.message = dflt(e.message, "");
+  a.message = e.message;
   a.decided_at = env.ts;
   if (e.for_session && e.decision === "approved" && a.command && a.command.length) {
     if (!s.approved_prefixes.some((p) => sameList(p, a.command))) {
@@ -440,47 +403,41 @@ function usageRecorded(state, env, e) {
   const s = session(state, env);
   if (s) {
     const u = s.usage;
-    u.input_tokens += e.input_tokens || 0;
-    u.output_tokens += e.output_tokens || 0;
-    u.reasoning_tokens += e.reasoning_tokens || 0;
-    u.total_tokens += e.total_tokens || 0;
-    u.cached_tokens += e.cached_tokens || 0;
+    u.input_tokens += e.input_tokens;
+    u.output_tokens += e.output_tokens;
+    u.reasoning_tokens += e.reasoning_tokens;
+    u.total_tokens += e.total_tokens;
+    u.cached_tokens += e.cached_tokens;
     u.turns += 1;
-    u.context_tokens = (e.input_tokens || 0) + (e.output_tokens || 0);
+    u.context_tokens = e.input_tokens + e.output_tokens;
     if (e.context_window != null) u.context_window = e.context_window;
   }
 }
 
 function rateLimit(state, env, e) {
-  state.rate_limits[e.provider] = {
-    limit_requests: dflt(e.limit_requests, null),
-    remaining_requests: dflt(e.remaining_requests, null),
-    reset_requests: dflt(e.reset_requests, null),
-    limit_tokens: dflt(e.limit_tokens, null),
-    remaining_tokens: dflt(e.remaining_tokens, null),
-    reset_tokens: dflt(e.reset_tokens, null),
-    updated_at: env.ts,
-  };
+  state.rate_limits[e.provider] = fillRateLimit({
+    limit_requests: e.limit_requests, remaining_requests: e.remaining_requests,
+    reset_requests: e.reset_requests, limit_tokens: e.limit_tokens,
+    remaining_tokens: e.remaining_tokens, reset_tokens: e.reset_tokens, updated_at: env.ts,
+  });
 }
 
 function authUpdated(state, env, e) {
-  state.auth[e.provider] = {
-    provider: e.provider, state: e.state, method: dflt(e.method, "none"),
-    account: dflt(e.account, null), expires_at: dflt(e.expires_at, null),
-    error: dflt(e.error, null), verification_uri: dflt(e.verification_uri, null),
-    user_code: dflt(e.user_code, null),
-  };
+  state.auth[e.provider] = fillAuthInfo({
+    provider: e.provider, state: e.state, method: e.method, account: e.account,
+    expires_at: e.expires_at, error: e.error, verification_uri: e.verification_uri,
+    user_code: e.user_code,
+  });
 }
 
 function telegramPaired(state, env, e) {
   const chat = state.telegram_chats[String(e.chat_id)];
   if (chat) {
-    chat.title = dflt(e.title, "");
+    chat.title = e.title;
   } else {
-    state.telegram_chats[String(e.chat_id)] = {
-      chat_id: e.chat_id, title: dflt(e.title, ""), paired_at: env.ts, session_id: null,
-      sent: {},
-    };
+    state.telegram_chats[String(e.chat_id)] = fillTelegramChat({
+      chat_id: e.chat_id, title: e.title, paired_at: env.ts,
+    });
   }
 }
 
@@ -491,7 +448,7 @@ function telegramSessionChosen(state, env, e) {
 
 function telegramSent(state, env, e) {
   const chat = state.telegram_chats[String(e.chat_id)];
-  if (chat) chat.sent[e.key] = dflt(e.message_id, 0);
+  if (chat) chat.sent[e.key] = e.message_id;
 }
 
 const HANDLERS = {
@@ -544,9 +501,8 @@ const HANDLERS = {
   telegram_session_chosen: telegramSessionChosen,
   telegram_message_sent: telegramSent,
   telegram_update_handled: (state, env, e) => {
-    const bot = dflt(e.bot_id, 0);
-    if (bot !== state.telegram_bot_id) {
-      state.telegram_bot_id = bot;
+    if (e.bot_id !== state.telegram_bot_id) {
+      state.telegram_bot_id = e.bot_id;
       state.telegram_offset = e.update_id + 1;
     } else {
       state.telegram_offset = Math.max(state.telegram_offset, e.update_id + 1);
@@ -554,10 +510,13 @@ const HANDLERS = {
   },
 };
 
-/** Fold one envelope `{seq, ts, session_id, event: {type, ...}}` into `state` (in place). */
+/**
+ * Fold one envelope `{seq, ts, session_id, event: {type, ...}}` into `state` (in place). The
+ * event's missing fields are filled in with their defaults first, in place too.
+ */
 export function apply(state, env) {
   const handler = HANDLERS[env.event.type];
-  if (handler !== undefined) handler(state, env, env.event);
+  if (handler !== undefined) handler(state, env, withDefaults(env.event));
   state.seq = env.seq;
   return state;
 }

@@ -1,9 +1,11 @@
 """JSON Schema of the browser-facing unions, written to ``web/protocol.schema.json``.
 
-``python -m codey_protocol.schema OUT`` regenerates the file and, next to it, ``item_fields.js``:
-the fields of ``SessionItemUpdated`` that append and that replace (see
-:mod:`codey_protocol.updates`), read from the schema, for the browser's fold to import. A test
-regenerates both and diffs, so the JS client and the Python structs cannot drift apart.
+``python -m codey_protocol.schema OUT`` regenerates the file and, next to it, the two modules
+the browser's fold imports: ``item_fields.js``, the fields of ``SessionItemUpdated`` that append
+and that replace (see :mod:`codey_protocol.updates`), read from the schema; and
+``fold_constants.js``, the fold's constants and the structs' defaults (see
+:mod:`codey_protocol.foldjs`). Tests regenerate all three and diff, so the JS client and the
+Python structs cannot drift apart.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 import msgspec
 
+from codey_protocol import foldjs
 from codey_protocol.client import ClientToServer, ServerToClient
 from codey_protocol.events import Envelope, Event
 from codey_protocol.state import State
@@ -102,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args[0])
     out.write_text(render(), encoding="utf-8")
     out.with_name(ITEM_FIELDS_JS).write_text(render_item_fields(), encoding="utf-8")
+    out.with_name(foldjs.FOLD_CONSTANTS_JS).write_text(foldjs.render(), encoding="utf-8")
     return 0
 
 

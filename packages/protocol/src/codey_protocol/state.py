@@ -1,7 +1,9 @@
 """The state every fold produces — the server's ``apply`` and the web client's store alike.
 
 It crosses the boundary as :class:`~codey_protocol.client.Snapshot` and as
-``GET /api/state/bootstrap``; that is why it lives in the protocol package.
+``GET /api/state/bootstrap``; that is why it lives in the protocol package. So do the few
+constants both folds use (caps, lists of codes): the browser's copy of them is generated into
+``web/fold_constants.js`` (see :mod:`codey_protocol.foldjs`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,16 @@ from codey_protocol.worker import (
     InstructionFile,
     SkillInfo,
 )
+
+#: ``SessionInfo.changed_paths`` keeps the most recent paths only.
+MAX_CHANGED_PATHS = 200
+#: runs kept per schedule in ``ScheduleInfo.runs`` (the log keeps them all)
+SCHEDULE_RUNS_KEPT = 20
+#: notice codes that end a requested compaction without a summary
+COMPACTION_ENDED: tuple[str, ...] = ("compaction_skipped", "compaction_failed")
+#: session statuses in which the board task it works on counts as in progress
+WORKING_STATUSES: tuple[SessionStatus, ...] = (
+    "running", "waiting_approval", "waiting_worker", "waiting_user")
 
 
 class WorkerInfo(msgspec.Struct, kw_only=True):
@@ -147,7 +159,7 @@ class ScheduleInfo(msgspec.Struct, kw_only=True):
     spec: ScheduleSpec
     #: the latest due time dealt with: a due time at or before it never fires again
     last_due: float = 0.0
-    #: the latest runs, newest last (at most 20)
+    #: the latest runs, newest last (at most :data:`SCHEDULE_RUNS_KEPT`)
     runs: list[ScheduleRun] = msgspec.field(default_factory=list)
     created_at: float = 0.0
 

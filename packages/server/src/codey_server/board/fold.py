@@ -7,14 +7,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from codey_protocol import events as ev
-from codey_protocol.state import State, TaskInfo
+from codey_protocol.state import WORKING_STATUSES, State, TaskInfo
 from codey_server.core.rules import FoldHandler
 
 __all__ = ["FOLD"]
 
 
 #: session statuses in which its task counts as in progress
-_WORKING = frozenset({"running", "waiting_approval", "waiting_worker", "waiting_user"})
+_WORKING = frozenset(WORKING_STATUSES)
 
 
 def _task_follows(state: State, task_id: str, session_id: str, status: str, ts: float) -> None:

@@ -8,7 +8,7 @@ and the events it makes.
   renumbered (a few more events, rarely).
 - Running a task is one decision: the session's start (``decide``'s own create_session), then
   ``task_run_started``, then the prompt built from the task. From then on the fold moves the
-  task with its session (``reducers._task_follows``): nothing to repair after a crash.
+  task with its session (``board.fold._task_follows``): nothing to repair after a crash.
 """
 
 from __future__ import annotations

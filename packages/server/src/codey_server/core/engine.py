@@ -12,7 +12,7 @@ events are folded into :attr:`state`, so a caller always reads its own writes.
 changed in place by every fold (:mod:`codey_server.core.fold` mutates; it does not return a
 new state). So anything read out of it — ``engine.state.sessions[sid]``, an item, a worker —
 is live: after an ``await`` it already shows the events folded meanwhile. The agent loop
-relies on this (see the reducers' docstring); code that needs a value as of one moment reads
+relies on this (see :mod:`codey_server.core.fold`); code that needs a value as of one moment reads
 it before its next ``await`` or copies it. Listeners run right after their envelope is folded,
 on the loop, so they see the state at exactly that seq.
 """

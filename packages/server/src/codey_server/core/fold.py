@@ -44,6 +44,8 @@ import msgspec
 
 from codey_protocol import events as ev
 from codey_protocol.state import (
+    COMPACTION_ENDED,
+    MAX_CHANGED_PATHS,
     Approval,
     PendingAction,
     ProjectMemory,
@@ -58,12 +60,6 @@ from codey_protocol.updates import APPEND_FIELDS, REPLACE_FIELDS
 from codey_server.core.rules import FoldHandler
 
 __all__ = ["FOLD", "MAX_CHANGED_PATHS", "copy_state", "find_item"]
-
-#: notices that end a requested compaction without a summary
-COMPACTION_ENDED = ("compaction_skipped", "compaction_failed")
-
-#: ``changed_paths`` keeps the most recent paths only.
-MAX_CHANGED_PATHS = 200
 
 # Which fields of ``SessionItemUpdated`` append and which replace: derived from the struct by
 # codey_protocol.updates; web/store.js gets the same rule generated into web/item_fields.js.

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from codey_protocol import events as ev
-from codey_protocol.state import ScheduleInfo, ScheduleRun, State
+from codey_protocol.state import SCHEDULE_RUNS_KEPT, ScheduleInfo, ScheduleRun, State
 from codey_server.core.rules import FoldHandler
 
 __all__ = ["FOLD"]
@@ -27,10 +27,6 @@ def _schedule_deleted(state: State, env: ev.Envelope) -> None:
     e = env.event
     assert isinstance(e, ev.ScheduleDeleted)
     state.schedules.pop(e.schedule_id, None)
-
-
-#: runs kept per schedule in the state (the log keeps them all)
-SCHEDULE_RUNS_KEPT = 20
 
 
 def _schedule_fired(state: State, env: ev.Envelope) -> None:
