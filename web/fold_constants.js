@@ -184,6 +184,7 @@ export function fillSessionCreated(v) {
   if (v.read_only === undefined) v.read_only = false;
   if (v.turn_cap === undefined) v.turn_cap = null;
   if (v.agent === undefined) v.agent = null;
+  if (v.origin === undefined) v.origin = "";
   return v;
 }
 
@@ -204,6 +205,7 @@ export function fillUserMessage(v) {
   if (v.queued === undefined) v.queued = false;
   if (v.attachments === undefined) v.attachments = [];
   if (v.attachments_written === undefined) v.attachments_written = false;
+  if (v.origin === undefined) v.origin = "";
   return v;
 }
 
