@@ -18,7 +18,7 @@ from pathlib import Path
 OPTIONAL = (
     "telegram",  # channels/telegram.py: a bot token configured
     "mcp",  # mcp/server.py: the first request to /mcp
-    "acp",  # agent/acp.py: an external agent's session
+    "acp",  # never in the server: the worker runs ACP agents (agent/acp.py reads their updates)
     "psycopg", "psycopg_pool",  # eventlog/postgres.py, cluster/: database_url
     "authlib", "joserfc",  # providers/oauth.py: an OAuth login or refresh
     "httpx",  # providers/, agent/models.py (Ollama's model list): a login, an Ollama provider
