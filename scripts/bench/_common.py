@@ -157,7 +157,8 @@ async def fill_log(db: Path, n: int, batch: int = 10_000) -> None:
 def fill_log_fast(db: Path, n: int, batch: int = 20_000) -> None:
     """Write ``n`` realistic events straight into the log's table (same schema and blobs as
     :class:`SqliteEventLog`, which creates the schema first), without fsyncs."""
-    from codey_server.eventlog import SqliteEventLog, _tag
+    from codey_server.eventlog import SqliteEventLog
+    from codey_server.eventlog.base import _tag
 
     async def create() -> None:
         log = SqliteEventLog(db)

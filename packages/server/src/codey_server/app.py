@@ -14,6 +14,8 @@ from typing import Any
 
 from litestar import Litestar
 from litestar.di import Provide
+from litestar.plugins import PluginProtocol
+from litestar.plugins.core import MsgspecDIPlugin
 from litestar.types import ControllerRouterHandler
 
 from codey_server import http
@@ -53,6 +55,17 @@ def route_handlers(settings: Settings) -> list[ControllerRouterHandler]:
             TasksController, *web_routes(settings)]
 
 
+class _App(Litestar):
+    """Litestar without the pydantic and attrs plugins it adds whenever those libraries are
+    installed (the mcp and openai SDKs bring pydantic): every type the routes take or give is
+    a msgspec struct, and importing the two plugins was most of ``create_app``'s time."""
+
+    @staticmethod
+    def _get_default_plugins(plugins: list[PluginProtocol]) -> list[PluginProtocol]:
+        plugins.append(MsgspecDIPlugin())
+        return plugins
+
+
 def _provider(services: Services, part: str) -> Callable[[], Any]:
     def provide() -> Any:
         return getattr(services, part)
@@ -73,7 +86,7 @@ def create_app(settings: Settings) -> Litestar:
         finally:
             await services.stop()
 
-    return Litestar(
+    return _App(
         route_handlers=route_handlers(settings),
         dependencies={part: Provide(_provider(services, part), sync_to_thread=False)
                       for part in PARTS},

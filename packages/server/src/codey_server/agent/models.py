@@ -28,8 +28,6 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-import httpx
-
 from codey_protocol.ratelimits import RATE_LIMIT_HEADERS
 from codey_server.agent.context import window_for
 from codey_server.agent.errors import ModelError
@@ -308,6 +306,8 @@ async def discover_ollama_models(base_url: str) -> list[str]:
     root = base_url.rstrip("/")
     if root.endswith("/v1"):
         root = root[:-3]
+    import httpx  # only when an Ollama provider is configured
+
     try:
         async with httpx.AsyncClient(timeout=5.0) as http:
             r = await http.get(f"{root}/api/tags")

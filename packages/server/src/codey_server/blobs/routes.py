@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import io
 
-import segno
 from litestar import Response, get, post
 from litestar.di import NamedDependency
 from litestar.exceptions import NotFoundException
@@ -78,6 +77,8 @@ def qr_svg(text: FromQuery[str]) -> Response[bytes]:
     """``text`` (at most 1024 characters) as a QR code, for the pairing link."""
     if not text or len(text) > MAX_QR_TEXT:
         raise CommandRejected("bad_request", f"text must have 1 to {MAX_QR_TEXT} characters")
+    import segno  # on the first QR code, not with the server
+
     out = io.BytesIO()
     segno.make(text, error="m").save(out, kind="svg", scale=4, border=2, dark="#111",
                                      light="#fff", xmldecl=False, svgns=True)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import logging
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -73,7 +74,13 @@ class Engine:
         snap = await self.log.latest_snapshot()
         if snap is not None:
             self._snapshot_seq, data = snap
-            self.state = codec.decode_state(data)
+            # the snapshot is millions of new objects, none of them in a cycle: without the
+            # collector walking them again and again as they are made, decoding takes ~1/3 less
+            gc.disable()
+            try:
+                self.state = codec.decode_state(data)
+            finally:
+                gc.enable()
         after = self.state.seq
         while True:
             batch = await self.log.read(after, limit=20000)

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import msgspec
-import sqlite_utils
 
 from codey_protocol.codec import encode
 from codey_protocol.events import Envelope, Event
@@ -34,6 +33,27 @@ def _trimmed_through(conn: sqlite3.Connection) -> int:
     row = conn.execute("SELECT value FROM meta WHERE key = 'trimmed_through'").fetchone()
     return int(row[0]) if row else 0
 
+
+#: the tables as sqlite-utils created them before (the same SQL, so old and new files match)
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS "events" (
+   "seq" INTEGER PRIMARY KEY,
+   "ts" REAL,
+   "session_id" TEXT,
+   "type" TEXT,
+   "envelope" BLOB
+);
+CREATE INDEX IF NOT EXISTS "idx_events_session_id"
+    ON "events" ("session_id");
+CREATE TABLE IF NOT EXISTS "snapshots" (
+   "seq" INTEGER PRIMARY KEY,
+   "data" BLOB
+);
+CREATE TABLE IF NOT EXISTS "meta" (
+   "key" TEXT PRIMARY KEY,
+   "value" INTEGER
+);
+"""
 
 _INSERT = "INSERT INTO events (seq, ts, session_id, type, envelope) VALUES (?, ?, ?, ?, ?)"
 
@@ -236,15 +256,7 @@ class SqliteEventLog(EventLog):
             if str(mode).lower() != "wal":
                 raise ServerError(f"cannot put {self.path} in WAL mode (got {mode!r})")
             conn.execute("PRAGMA synchronous=FULL")
-            db = sqlite_utils.Database(conn)
-            db.table("events").create(
-                {"seq": int, "ts": float, "session_id": str, "type": str, "envelope": bytes},
-                pk="seq",
-                if_not_exists=True,
-            )
-            db.table("events").create_index(["session_id"], if_not_exists=True)
-            db.table("snapshots").create({"seq": int, "data": bytes}, pk="seq", if_not_exists=True)
-            db.table("meta").create({"key": str, "value": int}, pk="key", if_not_exists=True)
+            conn.executescript(_SCHEMA)
             last = conn.execute("SELECT max(seq) FROM events").fetchone()[0]
             trimmed = _trimmed_through(conn)
         except BaseException:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import TYPE_CHECKING
 
-import httpx
 import msgspec
 
 from codey_server.providers.oauth import (
@@ -20,6 +20,9 @@ from codey_server.providers.oauth import (
     provider_error,
     token_set,
 )
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = ["DEVICE_GRANT", "DeviceGrant", "poll_device", "start_device"]
 
@@ -42,6 +45,8 @@ class DeviceGrant(msgspec.Struct, kw_only=True):
 async def start_device(provider: OAuthProvider, http: httpx.AsyncClient) -> DeviceGrant:
     """Ask for a device code. Raises OAuthFailed — ``unsupported`` when the provider's
     discovery document names no device authorization endpoint."""
+    import httpx
+
     meta = await provider.discovery()
     if not meta.device_authorization_endpoint:
         raise OAuthFailed("unsupported",
@@ -70,6 +75,8 @@ async def start_device(provider: OAuthProvider, http: httpx.AsyncClient) -> Devi
 async def poll_device(provider: OAuthProvider, http: httpx.AsyncClient,
                       grant: DeviceGrant) -> TokenSet:
     """Poll the token endpoint until the user decides; raises OAuthFailed on denial/expiry."""
+    import httpx
+
     meta = await provider.discovery()
     interval = max(float(grant.interval), 1.0)
     deadline = time.monotonic() + grant.expires_in

@@ -19,30 +19,20 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote
 
-import httpx
 import msgspec
-from authlib.integrations.base_client.errors import OAuthError
-from authlib.integrations.httpx_client import AsyncOAuth2Client
-from joserfc import jwt
-from joserfc.errors import JoseError
-from joserfc.jwk import KeySet
 
 from codey_server.errors import ServerError
 from codey_server.settings import ProviderConfig
 
-# authlib's httpx client runs on httpx2 when that is installed (the mcp SDK brings it in a
-# shared environment), else on httpx: its transport and status errors may come from either
-try:
-    import httpx2
-except ImportError:  # pragma: no cover - depends on the environment
-    _HTTP_ERRORS: tuple[type[Exception], ...] = (httpx.HTTPError,)
-    _STATUS_ERRORS: tuple[type[Exception], ...] = (httpx.HTTPStatusError,)
-else:
-    _HTTP_ERRORS = (httpx.HTTPError, httpx2.HTTPError)
-    _STATUS_ERRORS = (httpx.HTTPStatusError, httpx2.HTTPStatusError)
+# httpx, authlib and joserfc load when a login is first used (inside the methods below), not
+# with the server: most servers never run one
+if TYPE_CHECKING:
+    import httpx
+    from authlib.integrations.httpx_client import AsyncOAuth2Client
+    from joserfc.jwk import KeySet
 
 __all__ = ["ClientAuth", "Discovery", "OAuthFailed", "OAuthProvider", "TokenSet",
            "provider_error"]
@@ -96,6 +86,8 @@ class ClientAuth(msgspec.Struct, kw_only=True):
     @property
     def auth(self) -> httpx.Auth:
         """The request's ``auth=``: HTTP Basic, or httpx's no-op base ``Auth``."""
+        import httpx
+
         return httpx.BasicAuth(*self.basic) if self.basic else httpx.Auth()
 
 
@@ -151,13 +143,29 @@ def provider_error(r: Any) -> OAuthFailed:
                        + (f": {text}" if text else ""))
 
 
+def _transport_errors() -> tuple[tuple[type[Exception], ...], tuple[type[Exception], ...]]:
+    """(transport errors, status errors) of authlib's httpx client: it runs on httpx2 when
+    that is installed (the mcp SDK brings it in a shared environment), else on httpx, so they
+    may come from either."""
+    import httpx
+
+    try:
+        import httpx2
+    except ImportError:  # pragma: no cover - depends on the environment
+        return (httpx.HTTPError,), (httpx.HTTPStatusError,)
+    return (httpx.HTTPError, httpx2.HTTPError), (httpx.HTTPStatusError, httpx2.HTTPStatusError)
+
+
 def _oauth_failed(err: Exception) -> OAuthFailed:
+    from authlib.integrations.base_client.errors import OAuthError
+
+    http_errors, status_errors = _transport_errors()
     if isinstance(err, OAuthError):
         return OAuthFailed(err.error or "oauth_error",
                            err.description or "the provider refused the request")
-    if isinstance(err, _STATUS_ERRORS):  # authlib raises it for a 5xx or a non-JSON body
+    if isinstance(err, status_errors):  # authlib raises it for a 5xx or a non-JSON body
         return provider_error(err.response)  # type: ignore[attr-defined]
-    if isinstance(err, _HTTP_ERRORS):
+    if isinstance(err, http_errors):
         return OAuthFailed("unreachable", f"cannot reach the provider: {type(err).__name__}")
     return OAuthFailed("oauth_error", type(err).__name__)
 
@@ -178,6 +186,8 @@ class OAuthProvider:
 
     async def discovery(self) -> Discovery:
         if self._discovery is None:
+            import httpx
+
             url = f"{self.issuer}/.well-known/openid-configuration"
             try:
                 r = await self._http.get(url)
@@ -227,6 +237,8 @@ class OAuthProvider:
                           f"(it offers {', '.join(supported)})")
 
     async def _client(self, redirect_uri: str | None = None) -> AsyncOAuth2Client:
+        from authlib.integrations.httpx_client import AsyncOAuth2Client
+
         auth = await self.client_auth()
         secret = auth.data.get("client_secret") or (
             self._secret() if auth.method == "client_secret_basic" else None)
@@ -240,6 +252,8 @@ class OAuthProvider:
 
     async def authorization_url(self, *, redirect_uri: str, state: str, nonce: str,
                                 code_verifier: str) -> str:
+        from authlib.integrations.httpx_client import AsyncOAuth2Client
+
         meta = await self.discovery()
         # no secret is needed to build a link: a public client's settings do
         async with AsyncOAuth2Client(client_id=self.client_id, scope=" ".join(self.config.scopes),
@@ -275,6 +289,10 @@ class OAuthProvider:
         return token_set(dict(raw), previous_refresh=refresh_token)
 
     async def _keyset(self, refetch: bool = False) -> KeySet:
+        import httpx
+        from joserfc.errors import JoseError
+        from joserfc.jwk import KeySet
+
         if self._jwks is None or refetch:
             meta = await self.discovery()
             if not meta.jwks_uri:
@@ -292,6 +310,9 @@ class OAuthProvider:
     async def validate_id_token(self, id_token: str, nonce: str) -> dict[str, Any]:
         """Check signature, ``iss``, ``aud`` (our client id), ``exp`` and ``nonce``; return
         the claims."""
+        from joserfc import jwt
+        from joserfc.errors import JoseError
+
         for attempt in (0, 1):  # a key rotation: refetch the JWKS once
             try:
                 token = jwt.decode(id_token, await self._keyset(refetch=attempt == 1),
@@ -322,6 +343,8 @@ class OAuthProvider:
 
     async def userinfo_account(self, access_token: str) -> str | None:
         """The email (else subject) from the userinfo endpoint; None if it cannot tell."""
+        import httpx
+
         meta = await self.discovery()
         if not meta.userinfo_endpoint:
             return None

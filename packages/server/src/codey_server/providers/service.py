@@ -26,9 +26,8 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import httpx
 import msgspec
 
 from codey_protocol import events as ev
@@ -39,6 +38,9 @@ from codey_server.providers.device import DeviceGrant, poll_device, start_device
 from codey_server.providers.oauth import OAuthFailed, OAuthProvider, TokenSet, account_of
 from codey_server.providers.store import Credential, CredentialStore
 from codey_server.settings import ProviderConfig, Settings
+
+if TYPE_CHECKING:
+    import httpx  # loaded by the first login or refresh (the ``http`` property)
 
 log = logging.getLogger("codey.auth")
 
@@ -163,6 +165,8 @@ class AuthService:
     @property
     def http(self) -> httpx.AsyncClient:
         if self._http is None:
+            import httpx
+
             self._http = httpx.AsyncClient(timeout=30.0)
         return self._http
 
@@ -338,6 +342,8 @@ class AuthService:
 
     async def _revoke(self, name: str, token: str) -> None:
         """Best effort (RFC 7009): a provider without a revocation endpoint just forgets."""
+        import httpx
+
         with contextlib.suppress(OAuthFailed, httpx.HTTPError):
             provider = self._provider(name)
             meta = await provider.discovery()

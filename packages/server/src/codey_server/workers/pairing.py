@@ -25,8 +25,6 @@ from pathlib import Path
 from typing import Literal
 
 import msgspec
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from codey_protocol import events as ev
 from codey_protocol.worker import PairRequest, PairStatus, PairTicket
@@ -96,6 +94,10 @@ def _new_code() -> str:
 
 
 def verify_signature(public_key_b64: str, message: bytes, signature_b64: str) -> bool:
+    # cryptography loads with the first worker, not with the server
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
     try:
         key = Ed25519PublicKey.from_public_bytes(_b64d(public_key_b64))
         key.verify(_b64d(signature_b64), message)
@@ -119,6 +121,8 @@ def _check_bounds(req: PairRequest) -> None:
     # junk around a real key would otherwise decode to 32 bytes and be kept in workers.json
     if len(req.public_key) not in _PUBLIC_KEY_CHARS:
         raise PairingError("bad_request", "public_key must be a raw Ed25519 key, base64url")
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
     try:
         raw = _b64d(req.public_key)
         if len(raw) != 32:

@@ -1,0 +1,81 @@
+"""The Prometheus text format of :class:`~codey_server.metrics.collector.ServerMetrics`, through
+prometheus_client (imported with this module, by the first scrape)."""
+
+from __future__ import annotations
+
+from collections import Counter as Tally
+from collections.abc import Callable, Iterator
+from itertools import accumulate
+from typing import TYPE_CHECKING
+
+from prometheus_client import generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
+
+if TYPE_CHECKING:
+    from codey_server.metrics.collector import Counter, Histogram, ServerMetrics
+
+__all__ = ["render"]
+
+#: a bucket's ``le`` as prometheus_client writes it ("0.005", "1.0", "+Inf"); untyped there
+_le: Callable[[float], str] = floatToGoString
+
+
+def render(metrics: ServerMetrics) -> bytes:
+    return generate_latest(_Figures(metrics))
+
+
+class _Figures(Collector):
+    def __init__(self, metrics: ServerMetrics) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        m = self.metrics
+        yield from _state(m)
+        yield _counter(m.actions)
+        yield _histogram(m.action_seconds)
+        yield _histogram(m.model_seconds)
+        yield _counter(m.model_errors)
+        yield _histogram(m.append_seconds)
+
+
+def _state(m: ServerMetrics) -> Iterator[Metric]:
+    state = m.engine.state
+    workers = GaugeMetricFamily("codey_workers_connected", "Workers connected now.")
+    workers.add_metric([], sum(1 for w in state.workers.values()
+                               if w.connected and not w.revoked))
+    yield workers
+    sessions = GaugeMetricFamily("codey_sessions", "Sessions by status.", labels=["status"])
+    for status, n in sorted(Tally(s.status for s in state.sessions.values()).items()):
+        sessions.add_metric([status], n)
+    yield sessions
+    browsers = GaugeMetricFamily("codey_browsers_connected", "Browser sockets open now.")
+    browsers.add_metric([], m.browsers())
+    yield browsers
+    seq = GaugeMetricFamily("codey_event_log_seq", "The last event's seq.")
+    seq.add_metric([], state.seq)
+    yield seq
+
+
+def _counter(counter: Counter) -> Metric:
+    family = CounterMetricFamily(counter.name, counter.documentation, labels=counter.labels)
+    for values, (count, created) in counter.series.items():
+        family.add_metric(values, count, created=created)
+    return family
+
+
+def _histogram(histogram: Histogram) -> Metric:
+    family = HistogramMetricFamily(histogram.name, histogram.documentation,
+                                   labels=histogram.labels)
+    bounds = [_le(b) for b in histogram.bounds]
+    for values, (counts, (total, created)) in histogram.series.items():
+        family.add_metric(values, list(zip(bounds, accumulate(counts), strict=True)), total)
+        labels = dict(zip(histogram.labels, values, strict=True))
+        family.add_sample(f"{histogram.name}_created", labels, created)
+    return family
