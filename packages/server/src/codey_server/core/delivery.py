@@ -159,7 +159,9 @@ class Delivery:
 
     async def received(self, worker_id: str, link: Link, frame: Answer) -> None:
         """An ``action_accepted`` / ``_progress`` / ``_result`` / ``_errored`` frame."""
-        await self._do(self.router.received(worker_id, link, frame))
+        effects = self.router.received(worker_id, link, frame)
+        if effects and not self._now(effects):
+            await self._do(effects)
 
     # the database (among replicas) -----------------------------------------------------------
 
@@ -173,6 +175,19 @@ class Delivery:
         await self._do(self.router.progressed(action_id, progress))
 
     # effects ---------------------------------------------------------------------------------
+
+    def _now(self, effects: list[Effect]) -> bool:
+        """Carry ``effects`` out here when none needs an await (an answer settling its
+        waiters, the common case: no coroutine more on the worker's read loop); False,
+        having done nothing, when one does."""
+        for effect in effects:
+            if type(effect) is not Settle:
+                return False
+        for effect in effects:
+            assert isinstance(effect, Settle)
+            for waiter in effect.waiters:
+                _give(waiter, effect.outcome)
+        return True
 
     async def _do(self, effects: list[Effect], doing: _Doing | None = None) -> None:
         for effect in effects:

@@ -26,7 +26,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 from litestar import WebSocket
@@ -41,6 +41,7 @@ from codey_server.core.actions import TerminalFrame
 from codey_server.core.background import Background
 from codey_server.core.delivery import Delivery
 from codey_server.core.engine import Engine
+from codey_server.core.router import Answer
 from codey_server.http.frames import receive_frame
 from codey_server.workers import decide
 from codey_server.workers.pairing import KeyStore, verify_signature
@@ -51,8 +52,8 @@ AUTH_TIMEOUT_S = 10.0
 
 __all__ = ["LogLine", "WorkerRegistry", "serve_worker"]
 
-#: frames about an action, for the router
-_ANSWERS = (wk.ActionAccepted, wk.ActionProgress, wk.ActionResult, wk.ActionErrored)
+#: frames about an action, for the router (by exact type: the hot path of every action)
+_ANSWERS = frozenset({wk.ActionAccepted, wk.ActionProgress, wk.ActionResult, wk.ActionErrored})
 
 
 @dataclass(eq=False)
@@ -166,8 +167,8 @@ class WorkerRegistry:
                 await conn.ws.close(code=code, reason=reason)
 
     async def handle(self, conn: _Conn, msg: wk.WorkerToServer) -> None:
-        if isinstance(msg, _ANSWERS):
-            await self.delivery.received(conn.worker_id, conn, msg)
+        if type(msg) in _ANSWERS:
+            await self.delivery.received(conn.worker_id, conn, cast(Answer, msg))
         elif isinstance(msg, wk.Heartbeat):
             pass  # it arrived: that is all a beat says (serve_worker's silence limit)
         elif isinstance(msg, wk.WorkspaceChanged):
