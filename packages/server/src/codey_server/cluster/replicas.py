@@ -320,20 +320,20 @@ class ClusterRoutes:
     async def record(self, action_id: str, outcome: Outcome) -> None:
         self._recording.add(action_id)
         try:
-            rows = await self.cluster.execute(
+            # the notification (for the replica the session is on) in the same statement: one
+            # round trip, and only when this was the first outcome
+            await self.cluster.execute(
                 "UPDATE codey_actions SET outcome = %s WHERE action_id = %s "
-                "AND outcome IS NULL RETURNING action_id",
-                (_encode_outcome(action_id, outcome), action_id))
+                "AND outcome IS NULL RETURNING pg_notify(%s, 'o:' || action_id)",
+                (_encode_outcome(action_id, outcome), action_id, CHANNEL))
         finally:
             self._recording.discard(action_id)
-        if rows:
-            await self.cluster.notify(f"o:{action_id}")  # for the replica the session is on
 
     async def record_progress(self, progress: wk.ActionProgress) -> None:
         await self.cluster.execute(
-            "INSERT INTO codey_action_progress (action_id, data) VALUES (%s, %s)",
-            (progress.action_id, codec.encode(progress)))
-        await self.cluster.notify(f"p:{progress.action_id}")
+            "INSERT INTO codey_action_progress (action_id, data) VALUES (%s, %s) "
+            "RETURNING pg_notify(%s, 'p:' || action_id)",
+            (progress.action_id, codec.encode(progress), CHANNEL))
 
     async def cancel_elsewhere(self, worker_id: str, target_action_id: str,
                                session_id: str) -> None:
