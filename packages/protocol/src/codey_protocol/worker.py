@@ -469,6 +469,10 @@ class AuthResponse(WorkerToServerMessage, kw_only=True):
 
 
 class Hello(WorkerToServerMessage, kw_only=True):
+    """After ``Welcome``. ``known_sessions``: sessions attached in this worker process (not
+    attached again); ``running_actions``: actions it still runs from an earlier connection —
+    the server does not send those again, their answers come on this one."""
+
     protocol_version: int = PROTOCOL_VERSION
     worker_version: str
     hostname: str
@@ -480,6 +484,9 @@ class Hello(WorkerToServerMessage, kw_only=True):
 
 
 class ActionAccepted(WorkerToServerMessage, kw_only=True):
+    """The worker has the action (delivered): the server does not send it again on this
+    connection; its answer follows."""
+
     action_id: str
     replayed: bool = False  # answered from the worker's record, not executed again
 
@@ -505,7 +512,10 @@ class ActionErrored(WorkerToServerMessage, kw_only=True):
 
 
 class Heartbeat(WorkerToServerMessage, kw_only=True):
+    """A beat ("still here"), every ``Welcome.heartbeat_s``."""
+
     ts: float
+    #: ignored, and no longer sent: older workers filled it in (the server reads the hello's)
     running_actions: list[str] = msgspec.field(default_factory=list)
 
 

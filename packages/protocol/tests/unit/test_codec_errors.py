@@ -343,3 +343,15 @@ def test_fuzz_arbitrary_json(decoder: Callable[[Any], Any], value: Any) -> None:
 @given(value=JSON | MESSAGE_LIKE)
 def test_fuzz_every_decoder(decoder: Callable[[Any], Any], value: Any) -> None:
     _only_protocol_errors(decoder, json.dumps(value))
+
+
+def test_an_older_workers_frames_still_decode() -> None:
+    """Heartbeat.running_actions is no longer sent nor read, but an older worker's beat keeps
+    its shape; ActionAccepted and Hello.running_actions are read by the server's router."""
+    beat = decode_worker_to_server(b'{"type":"heartbeat","ts":1.0,"running_actions":["a1"]}')
+    assert beat == wk.Heartbeat(ts=1.0, running_actions=["a1"])
+    hello = decode_worker_to_server(b'{"type":"hello","worker_version":"0.1.0","hostname":"h",'
+                                    b'"os":"Linux","running_actions":["a1"]}')
+    assert isinstance(hello, wk.Hello) and hello.running_actions == ["a1"]
+    accepted = decode_worker_to_server(b'{"type":"action_accepted","action_id":"a1"}')
+    assert accepted == wk.ActionAccepted(action_id="a1", replayed=False)

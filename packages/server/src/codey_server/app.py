@@ -43,7 +43,7 @@ __all__ = ["create_app", "route_handlers"]
 
 #: the parts of :class:`Services` handlers may ask for, each under its own name
 PARTS = ("engine", "settings", "clients", "access", "auth", "blobs", "mcp", "mcp_tokens",
-         "metrics", "pairing", "agent", "keys", "workers", "telegram", "terminals")
+         "metrics", "pairing", "agent", "keys", "workers", "actions", "telegram", "terminals")
 
 
 def route_handlers(settings: Settings) -> list[ControllerRouterHandler]:

@@ -20,7 +20,9 @@ from codey_server.agent.service import AgentService
 from codey_server.blobs.store import BlobStore
 from codey_server.browsers.sockets import ClientHub
 from codey_server.channels.telegram import TelegramChannel
+from codey_server.core.delivery import Delivery
 from codey_server.core.engine import Engine
+from codey_server.core.presence import Presence
 from codey_server.core.retention import Retention
 from codey_server.core.rules import Context
 from codey_server.eventlog import EventLog, SqliteEventLog
@@ -38,7 +40,7 @@ from codey_server.workers.pairing import KeyStore, Pairing
 from codey_server.workers.sockets import WorkerRegistry
 
 if TYPE_CHECKING:
-    from codey_server.cluster.replicas import Cluster, ClusterActions, Janitor, Leases, SharedFiles
+    from codey_server.cluster.replicas import Cluster, ClusterRoutes, Janitor, Leases, SharedFiles
 
 __all__ = ["Services"]
 
@@ -98,22 +100,27 @@ class Services:
                     workers_decide.orphans_disconnected, live))
             self.shared = SharedFiles(self.cluster, settings.data_dir)
             replica = self.cluster.replica_id
-        self.workers = WorkerRegistry(self.engine, self.keys, replica=replica)
-        self.actions: ClusterActions | None = None
+        # is a worker connected: the fold's answer, for runners, routes and terminals
+        self.presence = Presence(self.engine, replica)
+        # actions on workers, exactly once (core/router.py); among replicas routed through
+        # the database
+        self.actions = Delivery(self.engine, self.presence, routed=self.cluster is not None)
+        self.workers = WorkerRegistry(self.engine, self.keys, self.actions, replica=replica)
+        self.routes: ClusterRoutes | None = None
         if self.cluster is not None:
-            from codey_server.cluster.replicas import ClusterActions
+            from codey_server.cluster.replicas import ClusterRoutes
 
-            self.actions = ClusterActions(self.cluster, self.engine, self.workers)
+            self.routes = ClusterRoutes(self.cluster, self.actions)
         self.access = BrowserAccess(settings)
         self.auth = AuthService(settings, self.engine)
         # the model's bearer: a stored login or API key, else the provider's api_key_env; a
         # token the provider rejects is refreshed once
-        self.agent = AgentService(self.engine, self.workers, settings, self.auth.token_for,
+        self.agent = AgentService(self.engine, self.actions, settings, self.auth.token_for,
                                   self.auth.refresh_rejected, self.blobs.get,
-                                  actions=self.actions, leases=self.leases)
+                                  leases=self.leases)
         self.retention = Retention(self.engine, settings.retention,
                                    gate=self._gate("retention"))
-        self.terminals = TerminalService(self.engine, self.workers)
+        self.terminals = TerminalService(self.engine, self.workers, self.presence)
         # a logout closes every socket that browser login opened
         self.access.on_logout += [self.clients.close_session, self.terminals.close_views_of]
         # Codey as an MCP server, with tokens of its own (shown once, kept as hashes)
@@ -171,8 +178,8 @@ class Services:
             if self.shared is not None:
                 await self.shared.start()
         await self.workers.start()
-        if self.actions is not None:
-            self.actions.start()
+        if self.routes is not None:
+            self.routes.start()
         if self.janitor is not None:
             self.janitor.start()
         await self.pairing.start(shared=self.cluster is not None)
@@ -193,8 +200,9 @@ class Services:
             await self.janitor.stop()
         if self.leases is not None:
             await self.leases.stop()  # another replica takes the sessions over at once
-        if self.actions is not None:
-            await self.actions.stop()
+        if self.routes is not None:
+            await self.routes.stop()
+        await self.actions.stop()
         if self.shared is not None:
             await self.shared.stop()
         if self.cluster is not None:

@@ -7,10 +7,12 @@ Order on each connection (``WS {server}/ws/worker``)::
             signature = Ed25519 over f"{nonce}:{worker_id}:{ts!r}" (base64url, no padding)
     server: Welcome{worker_id, heartbeat_s}   or closes 4401 / 4403 / 4426
     worker: Hello{..., known_sessions, running_actions, capabilities}
+            (running_actions: what still runs from before; the server does not send those
+            again, their answers come on this connection)
 
 (the steps are :class:`codey_protocol.handshake.WorkerHandshake`; this module does the I/O)
     then:   actions down → :class:`~codey_worker.actions.ActionDispatcher`; events up;
-            Heartbeat every ``heartbeat_s``.
+            Heartbeat{ts} every ``heartbeat_s``.
 
 Endings (:meth:`Worker.run` returns the process exit code):
 
@@ -360,8 +362,9 @@ class Worker:
     async def _heartbeat(self) -> None:
         while True:
             await asyncio.sleep(self._heartbeat_s)
-            await self.send(codec.encode(Heartbeat(ts=time.time(),
-                                                   running_actions=self.dispatcher.running())))
+            # only "still here": the actions it runs are said once, in the hello, where the
+            # server uses them (a beat's list told it nothing its answers had not)
+            await self.send(codec.encode(Heartbeat(ts=time.time())))
 
     async def _log(self, level: Literal["debug", "info", "warning", "error"],
                    message: str) -> None:

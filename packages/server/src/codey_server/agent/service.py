@@ -26,7 +26,6 @@ from codey_server.agent.models import ModelProvider, build_provider, discover_ol
 from codey_server.agent.ports import Actions, Limits, TurnDeps
 from codey_server.agent.runner import TurnRunner
 from codey_server.agent.wire import Loader, wire_for
-from codey_server.core.actions import WorkerLink
 from codey_server.core.background import Background
 from codey_server.core.engine import Engine
 from codey_server.settings import Settings
@@ -82,7 +81,7 @@ class _EngineStore:
 
 
 class AgentService:
-    def __init__(self, engine: Engine, workers: WorkerLink, settings: Settings,
+    def __init__(self, engine: Engine, workers: Actions, settings: Settings,
                  token_for: TokenFor, refresh_for: RefreshFor | None = None,
                  load_blob: Loader | None = None, *, actions: Actions | None = None,
                  leases: Leases | None = None) -> None:

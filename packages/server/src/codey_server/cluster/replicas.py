@@ -12,12 +12,15 @@ Only built when ``--database-url`` is set; one server on SQLite never imports th
   scheduler, retention and the janitor each hold one too. A replica that fails to
   renew (paused, cut off) is told, and stops what the lease guarded.
 - **Routed actions** (``codey_actions``): in a cluster every action the agent sends goes
-  through the table. The session's replica inserts it and NOTIFYs ``codey_cluster``; the
-  replica holding the worker's socket runs it through its own
-  worker link (``WorkerRegistry``, exactly once per ``action_id``: the worker
-  answers a repeat from its record) and writes the outcome; its output streams back through
-  ``codey_action_progress``. A replica that takes a session over re-sends the same action id
-  and gets the recorded outcome, or the worker's answer, never a second run.
+  through the table (:class:`ClusterRoutes`, the router's transport between replicas; the
+  exactly-once rules are :class:`~codey_server.core.router.Router`'s). The session's replica
+  inserts it and NOTIFYs ``codey_cluster``; the replica holding the worker's socket carries
+  it out through its own router (the worker answers a repeat from its record) and writes the
+  outcome; its output streams back through ``codey_action_progress``. When the worker is on
+  the session's own replica the action goes straight to its socket, and its output and
+  outcome straight to the turn (the outcome is still written, for a take-over). A replica
+  that takes a session over re-sends the same action id and gets the recorded outcome, or the
+  worker's answer, never a second run.
 - Every wait also polls every :data:`POLL_S`, so a lost NOTIFY costs latency, not progress.
 """
 
@@ -25,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import hashlib
 import json
 import logging
@@ -36,19 +38,18 @@ from pathlib import Path
 from typing import Any
 
 from codey_protocol import ProtocolError, codec
-from codey_protocol import events as ev
 from codey_protocol import worker as wk
-from codey_protocol.events import Envelope
-from codey_server.core.actions import ActionFailed, WorkerLink
-from codey_server.core.background import Background
+from codey_server.core.actions import ActionFailed
+from codey_server.core.delivery import Delivery
 from codey_server.core.engine import Engine
+from codey_server.core.router import Outcome
 from codey_server.errors import ServerError
 from codey_server.eventlog.postgres import listen
 from codey_server.secretfile import read_secret_file, write_secret_file
 
 log = logging.getLogger("codey.cluster")
 
-__all__ = ["Cluster", "ClusterActions", "Janitor", "Leases", "SharedFiles"]
+__all__ = ["Cluster", "ClusterRoutes", "Janitor", "Leases", "SharedFiles"]
 
 #: a lease not renewed for this long is free; a replica not seen for this long is dead
 LEASE_TTL_S = 6.0
@@ -233,25 +234,14 @@ class Leases:
             await asyncio.sleep(RENEW_S)
 
 
-class _Waiting:
-    def __init__(self, worker_id: str,
-                 on_progress: Callable[[wk.ActionProgress], Awaitable[None]] | None) -> None:
-        self.worker_id = worker_id
-        self.on_progress = on_progress
-        self.future: asyncio.Future[wk.ActionOutcome] = \
-            asyncio.get_running_loop().create_future()
-        self.progress_after = 0
-        self.reading = asyncio.Lock()  # one reader at a time keeps the chunks in order
-
-
-def _encode_outcome(action_id: str, outcome: wk.ActionOutcome | ActionFailed) -> bytes:
+def _encode_outcome(action_id: str, outcome: Outcome) -> bytes:
     if isinstance(outcome, ActionFailed):
         return codec.encode(wk.ActionErrored(action_id=action_id, code=outcome.code,
                                              message=outcome.message))
     return codec.encode(wk.ActionResult(action_id=action_id, result=outcome))
 
 
-def _decode_outcome(data: bytes) -> wk.ActionOutcome | ActionFailed:
+def _decode_outcome(data: bytes) -> Outcome:
     msg = codec.decode_worker_to_server(bytes(data))
     if isinstance(msg, wk.ActionResult):
         return msg.result
@@ -260,264 +250,153 @@ def _decode_outcome(data: bytes) -> wk.ActionOutcome | ActionFailed:
     raise ProtocolError("bad_outcome", f"unexpected {type(msg).__name__} in codey_actions")
 
 
-class ClusterActions:
-    """The agent's :class:`~codey_server.agent.ports.Actions` in a cluster: every action goes
-    through ``codey_actions`` to whichever replica holds its worker."""
+class ClusterRoutes:
+    """The database between replicas, as the router's :class:`~codey_server.core.actions.Routes`:
+    it moves actions, output and outcomes through ``codey_actions`` and
+    ``codey_action_progress``, and feeds what it reads to the
+    :class:`~codey_server.core.delivery.Delivery` (whose router keeps every exactly-once rule).
 
-    def __init__(self, cluster: Cluster, engine: Engine, registry: WorkerLink) -> None:
+    Two loops, each woken by its notifications and by a poll every :data:`POLL_S`:
+
+    - **pick-up** (the worker's side): the rows without an outcome of the workers linked here
+      are carried out (:meth:`Delivery.carry`; the router sends each once), and a row's cancel
+      flag becomes a cancel on the worker's socket;
+    - **read-back** (the session's side): the outcomes, and before them the output, of the
+      actions in flight here whose worker is linked elsewhere. An action whose worker is
+      linked here needs neither: its output and outcome come from the socket.
+    """
+
+    def __init__(self, cluster: Cluster, delivery: Delivery) -> None:
         self.cluster = cluster
-        self.engine = engine
-        self.registry = registry
-        self._waiting: dict[str, _Waiting] = {}
-        self._running: dict[str, asyncio.Task[None]] = {}  # actions this replica carries out
-        self._cancel_sent: set[str] = set()
-        self._attached: dict[str, set[str]] = {}
-        self._presence: dict[str, asyncio.Event] = {}
-        self._absence: dict[str, asyncio.Event] = {}
-        self._background = Background(log)
-        self._poll: asyncio.Task[None] | None = None
-        self._kick = asyncio.Event()
+        self.delivery = delivery
+        delivery.routes = self
+        self._progress_after: dict[str, int] = {}  # read-back: the last output row read
+        self._recording: set[str] = set()  # outcomes being written: not picked up meanwhile
+        self._tasks: list[asyncio.Task[None]] = []
+        self._pick = asyncio.Event()
+        self._read = asyncio.Event()
         cluster.on_notify.append(self._on_notify)
-        engine.listeners.append(self._on_event)
-        registry.on_attach.append(self._worker_attached)
-
-    def _worker_attached(self, worker_id: str) -> None:
-        self._kick.set()  # its open actions are picked up here now
+        delivery.on_linked.append(self._worker_linked)
 
     def start(self) -> None:
-        self._kick = asyncio.Event()
-        self._poll = asyncio.get_running_loop().create_task(self._poll_loop(),
-                                                            name="cluster-actions")
+        self._pick, self._read = asyncio.Event(), asyncio.Event()
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._loop(self._pick, self._pick_up),
+                                        name="cluster-pick-up"),
+                       loop.create_task(self._loop(self._read, self._read_back),
+                                        name="cluster-read-back")]
 
     async def stop(self) -> None:
-        tasks: list[asyncio.Task[None]] = list(self._running.values())
-        if self._poll is not None:
-            tasks.append(self._poll)
-        for task in tasks:
+        for task in self._tasks:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await self._background.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    # the session's side ---------------------------------------------------------------------
+    def _worker_linked(self, worker_id: str) -> None:
+        self._pick.set()  # the actions written for it are carried out here now
 
-    async def ensure_attached(self, worker_id: str, session_id: str, workdir: str, *,
-                              timeout: float | None = None) -> None:
-        if session_id in self._attached.get(worker_id, set()):
-            return
-        attach = wk.AttachSession(action_id=f"act_{secrets.token_hex(8)}",
-                                  session_id=session_id, workdir=workdir)
-        await self.run(worker_id, attach, timeout=timeout)
-        self._attached.setdefault(worker_id, set()).add(session_id)
+    def _on_notify(self, payload: str) -> None:
+        kind, _, key = payload.partition(":")
+        if kind in ("o", "p"):
+            self._read.set()
+        elif kind in ("a", "c") and self.delivery.link(key) is not None:
+            self._pick.set()
 
-    async def run(self, worker_id: str, action: wk.ActionMessage, *,
-                  on_progress: Callable[[wk.ActionProgress], Awaitable[None]] | None = None,
-                  timeout: float | None = None) -> wk.ActionOutcome:
-        info = self.engine.state.workers.get(worker_id)
-        if info is None or info.revoked:
-            raise ActionFailed("revoked", "the worker was revoked; it will not run anything")
-        waiting = self._waiting.get(action.action_id)
-        if waiting is None:
-            waiting = self._waiting[action.action_id] = _Waiting(worker_id, on_progress)
+    # Routes ----------------------------------------------------------------------------------
+
+    async def route(self, worker_id: str, action: wk.ActionMessage, *,
+                    here: bool) -> Outcome | None:
+        rows = await self.cluster.execute(
+            "INSERT INTO codey_actions (action_id, worker_id, session_id, action) "
+            "VALUES (%s, %s, %s, %s) ON CONFLICT (action_id) DO UPDATE "
+            "SET worker_id = codey_actions.worker_id RETURNING outcome",
+            (action.action_id, worker_id, getattr(action, "session_id", "") or "",
+             codec.encode(action)))
+        if rows and rows[0][0] is not None:  # carried out before (a take-over)
+            return _decode_outcome(rows[0][0])
+        if not here:
+            await self.cluster.notify(f"a:{worker_id}")
+        return None
+
+    async def record(self, action_id: str, outcome: Outcome) -> None:
+        self._recording.add(action_id)
         try:
-            rows = await self.cluster.execute(
-                "INSERT INTO codey_actions (action_id, worker_id, session_id, action) "
-                "VALUES (%s, %s, %s, %s) ON CONFLICT (action_id) DO UPDATE "
-                "SET worker_id = codey_actions.worker_id RETURNING outcome",
-                (action.action_id, worker_id, getattr(action, "session_id", "") or "",
-                 codec.encode(action)))
-            if rows and rows[0][0] is not None:  # carried out before (a take-over)
-                outcome = _decode_outcome(rows[0][0])
-            else:
-                if self.registry.connected(worker_id):
-                    # the worker is here: no need to wake anyone, nor to read back its output
-                    self._carry(worker_id, action)
-                else:
-                    await self.cluster.notify(f"a:{worker_id}")
-                async with asyncio.timeout(timeout):
-                    return await asyncio.shield(waiting.future)
+            # the notification (for the replica the session is on) in the same statement: one
+            # round trip, and only when this was the first outcome
+            await self.cluster.execute(
+                "UPDATE codey_actions SET outcome = %s WHERE action_id = %s "
+                "AND outcome IS NULL RETURNING pg_notify(%s, 'o:' || action_id)",
+                (_encode_outcome(action_id, outcome), action_id, CHANNEL))
         finally:
-            if self._waiting.get(action.action_id) is waiting:
-                del self._waiting[action.action_id]
-        if isinstance(outcome, ActionFailed):
-            raise outcome
-        return outcome
+            self._recording.discard(action_id)
 
-    async def cancel(self, worker_id: str, target_action_id: str, session_id: str) -> None:
-        info = self.engine.state.workers.get(worker_id)
-        if info is None or not info.connected:
-            # nobody can stop it on the worker now: end the wait, never send it again
-            await self._settle_row(target_action_id, ActionFailed(
-                "cancelled", "cancelled while the worker was away"))
-            return
+    async def record_progress(self, progress: wk.ActionProgress) -> None:
+        await self.cluster.execute(
+            "INSERT INTO codey_action_progress (action_id, data) VALUES (%s, %s) "
+            "RETURNING pg_notify(%s, 'p:' || action_id)",
+            (progress.action_id, codec.encode(progress), CHANNEL))
+
+    async def cancel_elsewhere(self, worker_id: str, target_action_id: str,
+                               session_id: str) -> None:
         await self.cluster.execute("UPDATE codey_actions SET cancel = true WHERE action_id = %s",
                                    (target_action_id,))
         await self.cluster.notify(f"c:{worker_id}")
 
-    def presence(self, worker_id: str) -> asyncio.Event:
-        event = self._presence.get(worker_id)
-        if event is None:
-            event = self._presence[worker_id] = asyncio.Event()
-            self._absence[worker_id] = asyncio.Event()
-            self._set_presence(worker_id)
-        return event
+    # the loops -------------------------------------------------------------------------------
 
-    def absence(self, worker_id: str) -> asyncio.Event:
-        self.presence(worker_id)
-        return self._absence[worker_id]
-
-    def _set_presence(self, worker_id: str) -> None:
-        info = self.engine.state.workers.get(worker_id)
-        if info is not None and info.connected:
-            self._presence[worker_id].set()
-            self._absence[worker_id].clear()
-        else:
-            self._presence[worker_id].clear()
-            self._absence[worker_id].set()
-
-    def _on_event(self, env: Envelope) -> None:
-        e = env.event
-        if isinstance(e, (ev.WorkerConnected, ev.WorkerDisconnected)):
-            self._attached.pop(e.worker_id, None)  # a new connection attaches afresh
-            if e.worker_id in self._presence:
-                self._set_presence(e.worker_id)
-            self._kick.set()
-        elif isinstance(e, ev.WorkerRevoked):
-            for action_id, waiting in list(self._waiting.items()):
-                if waiting.worker_id == e.worker_id and not waiting.future.done():
-                    waiting.future.set_exception(ActionFailed(
-                        "revoked", "the worker was revoked; it will not run anything"))
-                    del self._waiting[action_id]
-
-    def _on_notify(self, payload: str) -> None:
-        kind, _, key = payload.partition(":")
-        if kind == "o" and key in self._waiting:
-            self._background.spawn(self._read_outcomes([key]))
-        elif kind == "p" and key in self._waiting:
-            self._background.spawn(self._read_progress(key))
-        elif kind in ("a", "c") and self.registry.connected(key):
-            self._kick.set()
-
-    # the worker's side ----------------------------------------------------------------------
-
-    async def _poll_loop(self) -> None:
+    async def _loop(self, kick: asyncio.Event, work: Callable[[], Awaitable[None]]) -> None:
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._kick.wait(), POLL_S)
-            self._kick.clear()
+                await asyncio.wait_for(kick.wait(), POLL_S)
+            kick.clear()
             try:
-                await self._pick_up()
-                if self._waiting:
-                    await self._read_outcomes(list(self._waiting))
-                    for action_id in list(self._waiting):
-                        await self._read_progress(action_id)
+                await work()
             except asyncio.CancelledError:
                 raise
             except Exception as err:
                 log.warning("routing actions failed (%s); retrying", err)
 
     async def _pick_up(self) -> None:
-        """Run the open actions of the workers connected here; pass on cancels; drop what
-        another replica finished."""
-        workers = self.registry.connected_workers()
-        if workers:
-            rows = await self.cluster.execute(
-                "SELECT action_id, worker_id, session_id, action, cancel FROM codey_actions "
-                "WHERE outcome IS NULL AND worker_id = ANY(%s) ORDER BY created", (workers,))
-            for action_id, worker_id, session_id, data, cancel in rows:
-                if action_id not in self._running:
-                    self._carry(worker_id, codec.decode_server_to_worker(bytes(data)))
-                if cancel and action_id not in self._cancel_sent:
-                    self._cancel_sent.add(action_id)
-                    await self.registry.cancel(worker_id, action_id, session_id)
-        if self._running:
-            done = await self.cluster.execute(
-                "SELECT action_id FROM codey_actions WHERE action_id = ANY(%s) "
-                "AND outcome IS NOT NULL", (list(self._running),))
-            for (action_id,) in done:  # the worker answered on another replica
-                running = self._running.get(action_id)
-                if running is not None:
-                    running.cancel()
-
-    def _ran(self, action_id: str, task: asyncio.Task[None]) -> None:
-        if self._running.get(action_id) is task:
-            del self._running[action_id]
-
-    def _carry(self, worker_id: str, action: Any) -> None:
-        """Run ``action`` on the worker connected here, once (a second call is ignored)."""
-        if action.action_id in self._running:
+        """Carry out the open actions of the workers linked here; pass their cancels on."""
+        workers = self.delivery.linked_workers()
+        if not workers:
             return
-        task = asyncio.get_running_loop().create_task(
-            self._carry_out(worker_id, action), name=f"routed-{action.action_id}")
-        self._running[action.action_id] = task
-        task.add_done_callback(functools.partial(self._ran, action.action_id))
-
-    async def _carry_out(self, worker_id: str, action: Any) -> None:
-        async def forward(p: wk.ActionProgress) -> None:
-            local = self._waiting.get(p.action_id)
-            if local is not None:  # the session runs here too: straight to it
-                if local.on_progress is not None:
-                    async with local.reading:
-                        await local.on_progress(p)
-                return
-            await self.cluster.execute(
-                "INSERT INTO codey_action_progress (action_id, data) VALUES (%s, %s)",
-                (p.action_id, codec.encode(p)))
-            await self.cluster.notify(f"p:{p.action_id}")
-
-        try:
-            outcome: wk.ActionOutcome | ActionFailed = await self.registry.run(
-                worker_id, action, on_progress=forward)
-        except ActionFailed as err:
-            outcome = err
-        await self._settle_row(action.action_id, outcome)
-        self._cancel_sent.discard(action.action_id)
-
-    async def _settle_row(self, action_id: str, outcome: wk.ActionOutcome | ActionFailed,
-                          ) -> None:
         rows = await self.cluster.execute(
-            "UPDATE codey_actions SET outcome = %s WHERE action_id = %s AND outcome IS NULL "
-            "RETURNING action_id", (_encode_outcome(action_id, outcome), action_id))
-        if not rows:
+            "SELECT action_id, worker_id, session_id, action, cancel FROM codey_actions "
+            "WHERE outcome IS NULL AND worker_id = ANY(%s) ORDER BY created", (workers,))
+        for action_id, worker_id, session_id, data, cancel in rows:
+            if action_id in self._recording:
+                continue  # answered here a moment ago
+            await self.delivery.carry(worker_id, codec.decode_action(bytes(data)))
+            if cancel:  # the router sends it once per link
+                await self.delivery.cancel(worker_id, action_id, session_id)
+
+    async def _read_back(self) -> None:
+        """The output, then the outcome, of the actions whose worker is elsewhere (an
+        outcome is written after all its output: read in this order, none is missed)."""
+        open_ids = self.delivery.router.awaiting_elsewhere()
+        for gone in set(self._progress_after) - set(open_ids):
+            del self._progress_after[gone]
+        if not open_ids:
             return
-        waiting = self._waiting.get(action_id)
-        if waiting is None:
-            await self.cluster.notify(f"o:{action_id}")  # for the replica the session is on
-        elif not waiting.future.done():
-            if isinstance(outcome, ActionFailed):
-                waiting.future.set_exception(outcome)
-            else:
-                waiting.future.set_result(outcome)
-
-    async def _read_outcomes(self, action_ids: list[str]) -> None:
-        rows = await self.cluster.execute(
+        outcomes = await self.cluster.execute(
             "SELECT action_id, outcome FROM codey_actions WHERE action_id = ANY(%s) "
-            "AND outcome IS NOT NULL", (action_ids,))
-        for action_id, data in rows:
-            waiting = self._waiting.get(action_id)
-            if waiting is None or waiting.future.done():
-                continue
-            await self._read_progress(action_id)  # all output before the result
-            outcome = _decode_outcome(data)
-            if waiting.future.done():
-                continue
-            if isinstance(outcome, ActionFailed):
-                waiting.future.set_exception(outcome)
-            else:
-                waiting.future.set_result(outcome)
-
-    async def _read_progress(self, action_id: str) -> None:
-        waiting = self._waiting.get(action_id)
-        if waiting is None or waiting.on_progress is None:
-            return
-        async with waiting.reading:
+            "AND outcome IS NOT NULL", (open_ids,))
+        listening = [a for a in open_ids if self.delivery.router.wants_progress(a)]
+        if listening:
+            after = {a: self._progress_after.get(a, 0) for a in listening}
             rows = await self.cluster.execute(
-                "SELECT id, data FROM codey_action_progress WHERE action_id = %s AND id > %s "
-                "ORDER BY id", (action_id, waiting.progress_after))
-            for row_id, data in rows:
-                waiting.progress_after = int(row_id)
+                "SELECT id, action_id, data FROM codey_action_progress "
+                "WHERE action_id = ANY(%s) AND id > %s ORDER BY id",
+                (listening, min(after.values())))
+            for row_id, action_id, data in rows:
+                if int(row_id) <= after.get(action_id, 0):
+                    continue
+                self._progress_after[action_id] = int(row_id)
                 msg = codec.decode_worker_to_server(bytes(data))
                 if isinstance(msg, wk.ActionProgress):
-                    await waiting.on_progress(msg)
+                    await self.delivery.progressed(action_id, msg)
+        for action_id, data in outcomes:
+            await self.delivery.answered(action_id, _decode_outcome(data))
 
 
 class Janitor:

@@ -1,9 +1,12 @@
 """Actions on workers, as the rest of the server sees them: the ports, and how one fails.
 
-The worker sockets (:mod:`codey_server.workers`) implement :class:`WorkerLink` on one server;
-among replicas the cluster routes the agent's :class:`Actions` through the database to the
-replica that holds the worker's socket. The agent, the terminals and the cluster depend on
-these interfaces, never on each other.
+:class:`~codey_server.core.delivery.Delivery` implements :class:`Actions` (the agent's port)
+over :class:`~codey_server.core.router.Router`. Its two transports plug in here: the worker
+sockets (:mod:`codey_server.workers`) give it a :class:`Link` per connected worker, and among
+replicas the cluster gives it :class:`Routes` through the database. The sockets also
+implement :class:`WorkerLink`, for frames that are not actions (the web terminal). The
+agent, the terminals, the workers and the cluster depend on these interfaces, never on each
+other.
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ from typing import Protocol
 from codey_protocol import worker as wk
 from codey_server.errors import ServerError
 
-__all__ = ["ActionFailed", "Actions", "ProgressCallback", "TerminalFrame", "WorkerLink"]
+__all__ = ["ActionFailed", "Actions", "Link", "ProgressCallback", "Routes", "TerminalFrame",
+           "WorkerLink"]
 
 ProgressCallback = Callable[[wk.ActionProgress], Awaitable[None]]
 TerminalFrame = wk.TerminalOutput | wk.TerminalEnded
@@ -42,24 +46,49 @@ class Actions(Protocol):
                   timeout: float | None = None) -> wk.ActionOutcome:
         """The action's outcome; raises :class:`ActionFailed` or ``TimeoutError``."""
 
-    async def cancel(self, worker_id: str, target_action_id: str, session_id: str) -> None: ...
+    async def cancel(self, worker_id: str, target_action_id: str, session_id: str) -> None:
+        """Stop an action; its own outcome says how it ended ("cancelled while the worker
+        was away" when nothing could reach it)."""
 
-    def presence(self, worker_id: str) -> asyncio.Event: ...
+    def presence(self, worker_id: str) -> asyncio.Event:
+        """Set while the worker is connected (to any replica), as folded."""
 
-    def absence(self, worker_id: str) -> asyncio.Event: ...
+    def absence(self, worker_id: str) -> asyncio.Event:
+        """Set while it is not."""
 
 
-class WorkerLink(Actions, Protocol):
-    """The workers whose sockets are on this server: actions, and frames that are not."""
+class Link(Protocol):
+    """One worker's connection to this server, as the router sends on it."""
 
-    #: called with the worker id when a worker connects here
-    on_attach: list[Callable[[str], None]]
+    async def send(self, msg: wk.ServerToWorker) -> None:
+        """Send one frame; raises when the connection is broken (its end re-sends)."""
+
+
+class Routes(Protocol):
+    """Among replicas: the database that carries actions to the replica holding the worker,
+    and their output and outcomes back (:mod:`codey_server.cluster`)."""
+
+    async def route(self, worker_id: str, action: wk.ActionMessage, *,
+                    here: bool) -> wk.ActionOutcome | ActionFailed | None:
+        """Write the action for the replicas (once per id); the outcome already recorded
+        for it, if any. ``here``: its worker is linked to this server (wake nobody)."""
+
+    async def record(self, action_id: str, outcome: wk.ActionOutcome | ActionFailed) -> None:
+        """Write the action's outcome, unless one is there already."""
+
+    async def record_progress(self, progress: wk.ActionProgress) -> None:
+        """Write output of an action carried out here for another replica."""
+
+    async def cancel_elsewhere(self, worker_id: str, target_action_id: str,
+                               session_id: str) -> None:
+        """Ask the replica holding the worker to cancel the target."""
+
+
+class WorkerLink(Protocol):
+    """The worker sockets of this server, for frames that are not actions."""
+
     #: gets the web terminal's frames from workers
     on_terminal: Callable[[str, TerminalFrame], Awaitable[None]] | None
-
-    def connected(self, worker_id: str) -> bool: ...
-
-    def connected_workers(self) -> list[str]: ...
 
     async def send_to(self, worker_id: str, msg: wk.ServerToWorker) -> bool:
         """Send a frame that is not an action; False while the worker is not here."""

@@ -34,6 +34,7 @@ from codey_protocol import events as ev
 from codey_protocol import worker as wk
 from codey_server.core.actions import WorkerLink
 from codey_server.core.engine import Engine
+from codey_server.core.presence import Presence
 from codey_server.core.rules import CommandRejected
 from codey_server.terminals import decide
 
@@ -73,9 +74,11 @@ class _View:
 
 
 class TerminalService:
-    def __init__(self, engine: Engine, workers: WorkerLink) -> None:
+    def __init__(self, engine: Engine, workers: WorkerLink, presence: Presence) -> None:
         self.engine = engine
         self.workers = workers
+        #: the view ends when the worker is no longer connected to this server
+        self.presence = presence
         self._views: dict[str, _View] = {}  # by client id
         workers.on_terminal = self._from_worker
 
@@ -123,7 +126,7 @@ class TerminalService:
         writer = asyncio.create_task(self._write_browser(view, client_id))
         tasks: list[asyncio.Task[Any]] = [
             asyncio.create_task(self._read_browser(view, client_id)), writer,
-            asyncio.create_task(self.workers.absence(t.worker_id).wait())]
+            asyncio.create_task(self.presence.absence(t.worker_id, here=True).wait())]
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             if writer in done and not writer.cancelled() and writer.exception() is None:
@@ -138,7 +141,8 @@ class TerminalService:
             with contextlib.suppress(Exception):
                 await self.workers.send_to(t.worker_id, wk.TerminalDetach(client_id=client_id))
         reason = (ended.code if ended is not None else
-                  "machine offline" if self.workers.absence(t.worker_id).is_set() else "left")
+                  "machine offline" if self.presence.absence(t.worker_id, here=True).is_set()
+                  else "left")
         with contextlib.suppress(Exception):
             if ended is not None:
                 await ws.send_data(msgspec.json.encode({

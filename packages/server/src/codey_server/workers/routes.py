@@ -18,6 +18,7 @@ from litestar.params import FromPath, FromQuery, JSONBody
 
 from codey_protocol import worker as wk
 from codey_server.core.actions import ActionFailed
+from codey_server.core.delivery import Delivery
 from codey_server.core.engine import Engine
 from codey_server.core.rules import CommandRejected
 from codey_server.http.access import UNPAIRED_WORKER
@@ -109,8 +110,8 @@ class WorkersController(Resource):
     @post("/actions", status_code=200, responses={504: _TIMEOUT, **errors(400, 404)})
     async def run_action(self, worker_id: FromPath[str], data: JSONBody[ActionRequest],
                          settings: NamedDependency[Settings], engine: NamedDependency[Engine],
-                             workers: NamedDependency[WorkerRegistry],
-                                 timeout: FromQuery[float] = 60.0,
+                         actions: NamedDependency[Delivery],
+                         timeout: FromQuery[float] = 60.0,
                          ) -> Response[ActionDone | ActionNotDone]:
         """Run one action on the worker directly: the owner's own call, without the approval
         gate (the worker's local policy still applies). A refusal by the worker is
@@ -147,8 +148,8 @@ class WorkersController(Resource):
 
         started = time.perf_counter()
         try:
-            outcome = await workers.run(worker_id, action, on_progress=on_progress,
-                                                 timeout=timeout)
+            outcome = await actions.run(worker_id, action, on_progress=on_progress,
+                                        timeout=timeout)
         except ActionFailed as err:
             return Response(ActionNotDone(ok=False, action_id=action.action_id, code=err.code,
                                           message=err.message))

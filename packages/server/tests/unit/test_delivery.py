@@ -1,0 +1,194 @@
+"""``Delivery`` carrying out the router's effects, and ``Presence`` read from the fold."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from codey_protocol import events as ev
+from codey_protocol import worker as wk
+from codey_server.core.actions import ActionFailed
+from codey_server.core.delivery import Delivery
+from codey_server.core.engine import Engine
+from codey_server.core.presence import Presence
+from codey_server.eventlog import MemoryEventLog
+from codey_server.features import RULES
+from codey_testkit.waiting import until
+
+READ = wk.ReadFile(action_id="a1", session_id="s", workdir="/w", path="f")
+CONTENT = wk.FileContent(path="f", content="hi\n", size=3, total_lines=1)
+
+
+class Link:
+    def __init__(self) -> None:
+        self.frames: list[Any] = []
+
+    async def send(self, msg: Any) -> None:
+        self.frames.append(msg)
+
+
+class Rows:
+    """The database between replicas, in memory: what was written and read."""
+
+    def __init__(self, outcome: Any = None) -> None:
+        self.outcome = outcome
+        self.routed: list[tuple[str, bool]] = []
+        self.recorded: list[tuple[str, Any]] = []
+        self.progress: list[wk.ActionProgress] = []
+        self.cancels: list[str] = []
+
+    async def route(self, worker_id: str, action: wk.ActionMessage, *, here: bool) -> Any:
+        self.routed.append((action.action_id, here))
+        return self.outcome
+
+    async def record(self, action_id: str, outcome: Any) -> None:
+        self.recorded.append((action_id, outcome))
+
+    async def record_progress(self, progress: wk.ActionProgress) -> None:
+        self.progress.append(progress)
+
+    async def cancel_elsewhere(self, worker_id: str, target: str, session_id: str) -> None:
+        self.cancels.append(target)
+
+
+async def _engine() -> Engine:
+    engine = Engine(MemoryEventLog(), RULES)
+    await engine.start()
+    await engine.append([(None, ev.WorkerPaired(
+        worker_id="w1", request_id="r", hostname="h", os="Linux", python_version="3.11",
+        worker_version="0", roots=["/"], public_key="k"))])
+    return engine
+
+
+async def _connected(engine: Engine, replica: str = "") -> None:
+    await engine.append([(None, ev.WorkerConnected(worker_id="w1", hostname="h", os="Linux",
+                                                   worker_version="0", replica=replica))])
+
+
+def test_presence_follows_the_fold_not_the_socket() -> None:
+    async def main() -> None:
+        engine = await _engine()
+        presence = Presence(engine, replica="r1")
+        present, absent = presence.presence("w1"), presence.absence("w1")
+        gone_here = presence.absence("w1", here=True)
+        assert not present.is_set() and absent.is_set() and gone_here.is_set()
+        await _connected(engine, replica="r2")  # on another replica
+        assert present.is_set() and not absent.is_set() and gone_here.is_set()
+        await _connected(engine, replica="r1")
+        assert not gone_here.is_set() and presence.here("w1")
+        # a stale disconnect from the replica it left changes nothing
+        await engine.append([(None, ev.WorkerDisconnected(worker_id="w1", replica="r2"))])
+        assert present.is_set()
+        await engine.append([(None, ev.WorkerRevoked(worker_id="w1"))])
+        assert not present.is_set() and absent.is_set() and not presence.connected("w1")
+
+    asyncio.run(main())
+
+
+def test_revocation_fails_the_waiting_caller() -> None:
+    async def main() -> None:
+        engine = await _engine()
+        delivery = Delivery(engine, Presence(engine))
+        link = Link()
+        await delivery.linked("w1", link)
+        waiting = asyncio.create_task(delivery.run("w1", READ, timeout=5))
+        await until(lambda: link.frames, what="the send")
+        await engine.append([(None, ev.WorkerRevoked(worker_id="w1"))])
+        with pytest.raises(ActionFailed) as info:
+            await waiting
+        assert info.value.code == "revoked"
+        with pytest.raises(ActionFailed):
+            await delivery.run("w1", READ, timeout=5)  # and nothing more is taken
+
+    asyncio.run(main())
+
+
+def test_attach_once_per_connection() -> None:
+    async def main() -> None:
+        engine = await _engine()
+        delivery = Delivery(engine, Presence(engine))
+        link = Link()
+        await delivery.linked("w1", link, known_sessions=["s_known"])
+        await delivery.ensure_attached("w1", "s_known", "/w")
+        assert link.frames == []  # the worker's hello said so
+        attaching = asyncio.create_task(delivery.ensure_attached("w1", "s_new", "/w"))
+        await until(lambda: link.frames, what="the attach")
+        [attach] = link.frames
+        assert isinstance(attach, wk.AttachSession)
+        await delivery.received("w1", link, wk.ActionResult(
+            action_id=attach.action_id, result=wk.Attached(workdir="/w")))
+        await attaching
+        await delivery.ensure_attached("w1", "s_new", "/w")
+        assert len(link.frames) == 1
+        delivery.unlinked("w1", link)
+        again = Link()
+        await delivery.linked("w1", again)
+        attaching = asyncio.create_task(delivery.ensure_attached("w1", "s_new", "/w"))
+        await until(lambda: again.frames, what="the attach on the new connection")
+        attaching.cancel()
+
+    asyncio.run(main())
+
+
+def test_routed_with_the_worker_here_nothing_is_read_back() -> None:
+    async def main() -> None:
+        engine = await _engine()
+        delivery = Delivery(engine, Presence(engine), routed=True)
+        rows = Rows()
+        delivery.routes = rows
+        link = Link()
+        await delivery.linked("w1", link)
+        output: list[str] = []
+
+        async def on_progress(p: wk.ActionProgress) -> None:
+            output.append(p.data)
+
+        waiting = asyncio.create_task(delivery.run("w1", READ, on_progress=on_progress,
+                                                   timeout=5))
+        await until(lambda: link.frames, what="the send")
+        assert rows.routed == [("a1", True)]  # written first, nobody woken
+        assert delivery.router.awaiting_elsewhere() == []
+        await delivery.received("w1", link, wk.ActionProgress(action_id="a1", stream="stdout",
+                                                              data="out"))
+        await delivery.received("w1", link, wk.ActionResult(action_id="a1", result=CONTENT))
+        assert await waiting == CONTENT and output == ["out"]
+        assert rows.progress == []  # straight to the turn
+        await until(lambda: rows.recorded == [("a1", CONTENT)], what="the outcome written")
+
+    asyncio.run(main())
+
+
+def test_routed_with_the_worker_elsewhere_the_rows_answer() -> None:
+    async def main() -> None:
+        engine = await _engine()
+        await _connected(engine, replica="r2")
+        delivery = Delivery(engine, Presence(engine, replica="r1"), routed=True)
+        rows = Rows()
+        delivery.routes = rows
+        waiting = asyncio.create_task(delivery.run("w1", READ, timeout=5))
+        await until(lambda: delivery.router.awaiting_elsewhere() == ["a1"],
+                    what="the action written")
+        assert rows.routed == [("a1", False)]
+        await delivery.cancel("w1", "a1", "s")
+        assert rows.cancels == ["a1"]  # the worker's replica sends it
+        await delivery.answered("a1", ActionFailed("cancelled", "the action was cancelled"))
+        with pytest.raises(ActionFailed):
+            await waiting
+        assert rows.recorded == []  # it came from there
+
+    asyncio.run(main())
+
+
+def test_routed_an_outcome_from_before_a_take_over_answers_at_once() -> None:
+    async def main() -> None:
+        engine = await _engine()
+        delivery = Delivery(engine, Presence(engine), routed=True)
+        delivery.routes = Rows(outcome=CONTENT)
+        link = Link()
+        await delivery.linked("w1", link)
+        assert await delivery.run("w1", READ, timeout=5) == CONTENT
+        assert link.frames == []  # not sent again
+
+    asyncio.run(main())
