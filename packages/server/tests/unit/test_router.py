@@ -185,6 +185,17 @@ def test_progress_goes_to_the_latest_listener() -> None:
     assert r.received("w1", "L1", progress()) == []  # after the outcome
 
 
+def test_a_listener_leaves_with_its_caller() -> None:
+    r = Router()
+    r.linked("w1", "L1")
+    r.submit("w1", read(), "first", listener="p1")
+    r.submit("w1", read(), "second", listener="p2")
+    r.leave("a1", "second")  # its turn stopped: its callback must not get more output
+    assert r.received("w1", "L1", progress()) == [Deliver("p1", progress())]
+    r.leave("a1", "first")
+    assert r.received("w1", "L1", progress()) == []
+
+
 def test_cancel_with_the_worker_here_is_a_cancel_frame_once_per_link() -> None:
     r = Router()
     r.linked("w1", "L1")
@@ -308,6 +319,21 @@ def test_routed_the_same_replicas_action_is_carried_on_when_its_caller_leaves() 
     r.route_done("a1", None)
     r.leave("a1", "caller")  # interrupted: the worker's answer is still recorded
     assert r.state("a1") == "sent"
+    assert r.received("w1", "L1", result()) == [Record("a1", content())]
+
+
+def test_routed_output_after_its_caller_left_is_written_for_whoever_takes_over() -> None:
+    # the session was here, on the worker's replica, and went to another replica: the output
+    # that follows is written for that one, not given to the callback of the turn that stopped
+    r = Router(routed=True)
+    r.linked("w1", "L1")
+    r.carry("w1", read())  # written by the replica the session was on first
+    r.submit("w1", read(), "caller", listener="on_progress")  # then taken over here
+    assert r.received("w1", "L1", progress()) == [Deliver("on_progress", progress())]
+    r.leave("a1", "caller")  # the lease went elsewhere
+    assert not r.wants_progress("a1")
+    later = progress(data="later")
+    assert r.received("w1", "L1", later) == [RecordProgress(later)]
     assert r.received("w1", "L1", result()) == [Record("a1", content())]
 
 

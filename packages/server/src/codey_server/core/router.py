@@ -36,9 +36,10 @@ The rules:
   answer comes on that link.
 * **One outcome.** The first answer settles the action; every waiter gets it, one joining later
   gets it at once, later answers are ignored. Answers count only from the action's own worker.
-* **Waiters leave alone.** A waiter that leaves (timed out, cancelled) takes only itself. When
-  nobody waits any more the action is forgotten: never sent again, a late answer ignored —
-  unless this server carries it out for another replica (below).
+* **Waiters leave alone.** A waiter that leaves (timed out, cancelled) takes only itself and
+  its listener: the output goes to the listener of the one before it, if any. When nobody
+  waits any more the action is forgotten: never sent again, a late answer ignored — unless
+  this server carries it out for another replica (below; its output is written for them).
 * **Cancel.** With the worker linked here: a ``cancel`` frame (once per link), the worker
   answers the target itself. Routed, with the worker connected to another replica: that
   replica is asked. Otherwise nothing can stop it on the worker: it settles "cancelled while
@@ -164,7 +165,10 @@ class _Flight:
     worker_id: str
     action: wk.ActionMessage
     waiters: list[Hashable] = field(default_factory=list)
-    listener: Any = None
+    listener: Any = None  # the latest of ``listeners``: who gets the output
+    #: (waiter, listener) for each waiter that gave one, oldest first: a listener leaves with
+    #: its waiter, and the one before it gets the output again
+    listeners: list[tuple[Hashable, Any]] | None = None
     #: routing: being written for the replicas; pending: waits for a link; sent: on ``link``;
     #: accepted: the worker holds it on ``link``
     state: Literal["routing", "pending", "sent", "accepted"] = "pending"
@@ -233,11 +237,12 @@ class Router:
                listener: Any = None) -> list[Effect]:
         """``waiter`` waits for ``action``'s outcome, ``listener`` (if given) gets its output.
         A second submit of an ``action_id`` joins the first; its listener replaces the
-        earlier one."""
+        earlier one until it leaves."""
         flight = self._flights.get(action.action_id)
         if flight is None:
-            flight = self._flights[action.action_id] = _Flight(worker_id, action, [waiter],
-                                                                listener)
+            flight = self._flights[action.action_id] = _Flight(
+                worker_id, action, [waiter], listener,
+                None if listener is None else [(waiter, listener)])
             if self.routed:
                 flight.state = "routing"
                 return [Route(worker_id, action, here=worker_id in self._links)]
@@ -245,6 +250,9 @@ class Router:
         flight.waiters.append(waiter)
         if listener is not None:
             flight.listener = listener
+            if flight.listeners is None:
+                flight.listeners = []
+            flight.listeners.append((waiter, listener))
         if flight.outcome is not None:
             return [Settle(flight.action_id, flight.outcome, (waiter,))]
         return []
@@ -262,6 +270,11 @@ class Router:
             return []
         if waiter in flight.waiters:
             flight.waiters.remove(waiter)
+        if flight.listeners:
+            # its output must not go on to a caller that stopped (a turn whose session went
+            # to another replica): to the one before it, or (routed) written for the next
+            flight.listeners = [(w, lr) for w, lr in flight.listeners if w != waiter]
+            flight.listener = flight.listeners[-1][1] if flight.listeners else None
         if not flight.waiters and (flight.outcome is not None or not flight.carried):
             del self._flights[action_id]  # nobody waits: never sent again, answers ignored
             return []
