@@ -487,14 +487,38 @@ class _Box:
         """Wait until the sandbox's PID 1 has exited (so has everything in its namespace);
         SIGKILL it if ``timeout`` passes first."""
         child = self.child_pid()
-        if child is None:
+        if child is None or not _pid_alive(child):
             return
-        deadline = time.monotonic() + timeout
-        while _pid_alive(child):
-            if time.monotonic() >= deadline:
+        try:
+            # a pidfd turns readable when the process has exited: no polling, no sleep
+            pidfd = os.pidfd_open(child)
+        except (AttributeError, OSError):
+            pidfd = None
+        if pidfd is None:
+            deadline = time.monotonic() + timeout
+            while _pid_alive(child) and time.monotonic() < deadline:
+                await asyncio.sleep(0.001)
+            if _pid_alive(child):
                 self.kill()
-                deadline = time.monotonic() + timeout
-            await asyncio.sleep(0.005)
+            return
+        loop = asyncio.get_running_loop()
+        gone: asyncio.Future[None] = loop.create_future()
+
+        def readable() -> None:
+            if not gone.done():
+                gone.set_result(None)
+
+        loop.add_reader(pidfd, readable)
+        try:
+            try:
+                await asyncio.wait_for(asyncio.shield(gone), timeout)
+            except TimeoutError:
+                self.kill()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(gone, timeout)
+        finally:
+            loop.remove_reader(pidfd)
+            os.close(pidfd)
 
     def close(self) -> None:
         if self.status_r is not None:

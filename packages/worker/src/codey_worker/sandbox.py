@@ -47,6 +47,7 @@ import hashlib
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 from collections.abc import Iterable, Sequence
@@ -159,11 +160,7 @@ class SandboxSpec:
         return roots
 
     def hidden_paths(self) -> list[Path]:
-        seen: list[Path] = []
-        for path in (self.home, *self.hidden):
-            if path not in seen:
-                seen.append(path)
-        return seen
+        return list(dict.fromkeys((self.home, *self.hidden)))
 
 
 def _expand(path: str) -> Path | None:
@@ -179,7 +176,9 @@ def _expand_all(paths: Iterable[str]) -> list[Path]:
 
 
 def _under(path: Path, root: Path) -> bool:
-    return path == root or root in path.parents
+    """``path`` is ``root`` or inside it (both absolute and normalised)."""
+    p, r = str(path), str(root)
+    return p == r or p.startswith(r if r.endswith("/") else r + "/")
 
 
 def _gitdir_of(dotgit: Path) -> Path | None:
@@ -273,9 +272,13 @@ def bwrap_args(spec: SandboxSpec, support: SandboxSupport,
         if visible(sub):
             args += ["--ro-bind", str(sub), str(sub)]
     for path in spec.hidden_paths():
-        if not os.path.lexists(path) or not visible(path):
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError:
+            continue  # nothing there, nothing to hide
+        if not visible(path):
             continue
-        if path.is_dir():
+        if stat.S_ISDIR(mode):
             args += ["--tmpfs", str(path), "--remount-ro", str(path)]
         else:
             args += ["--ro-bind", "/dev/null", str(path)]
@@ -540,12 +543,19 @@ class Sandbox:
         """Delete the session's private temp dir (the session was detached)."""
         shutil.rmtree(self.tmp_root() / _dir_name(session_id), ignore_errors=True)
 
+    @functools.cached_property
+    def _paths(self) -> tuple[Path, tuple[Path, ...], tuple[Path, ...]]:
+        # expanded once (a dozen realpath calls cost half a millisecond per command)
+        return (Path(os.path.realpath(self.home)), tuple(self.settings.hidden()),
+                tuple(self.settings.writable()))
+
     def spec(self, *, mode: SandboxMode, network: bool, workdir: Path, cwd: Path,
              tmp: Path | None) -> SandboxSpec:
+        """The spec of one run; the settings' paths are expanded on first use (``~`` and
+        ``$VAR`` as the worker saw them then) and kept."""
+        home, hidden, writable = self._paths
         return SandboxSpec(mode=mode, network=network, workdir=workdir, cwd=cwd, tmp=tmp,
-                           home=Path(os.path.realpath(self.home)),
-                           hidden=tuple(self.settings.hidden()),
-                           writable=tuple(self.settings.writable()))
+                           home=home, hidden=hidden, writable=writable)
 
     def wrap(self, argv: Sequence[str], spec: SandboxSpec,
              status_fd: int | None = None) -> list[str]:
