@@ -208,6 +208,8 @@ class Worker:
     async def run(self) -> int:
         """Connect and serve until told to stop or unlinked; returns the exit code."""
         self.console.sandbox(self.sandbox.support.describe(), self.sandbox.support.available)
+        # private /tmp dirs of sessions that were never detached (a week untouched)
+        await asyncio.to_thread(self.sandbox.prune)
         loop = asyncio.get_running_loop()
         installed: list[signal.Signals] = []
         if self._handle_signals:

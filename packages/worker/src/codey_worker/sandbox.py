@@ -50,6 +50,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -515,7 +516,7 @@ class Sandbox:
                 "commands only for sessions with full access")
 
     def tmp_root(self) -> Path:
-        return self.home / "sandbox" / "tmp"
+        return Path(os.path.realpath(self.home)) / "sandbox" / "tmp"
 
     def session_tmp(self, session_id: str) -> Path:
         """The session's private temp dir (made, mode 0700, when missing)."""
@@ -542,6 +543,25 @@ class Sandbox:
     def drop_session(self, session_id: str) -> None:
         """Delete the session's private temp dir (the session was detached)."""
         shutil.rmtree(self.tmp_root() / _dir_name(session_id), ignore_errors=True)
+
+    def prune(self, max_age_s: float = 7 * 24 * 3600) -> int:
+        """Delete the private temp dirs untouched for ``max_age_s`` (sessions never detached:
+        the worker was stopped, or the session forgotten); returns how many."""
+        root, dropped = self.tmp_root(), 0
+        try:
+            entries = list(os.scandir(root))
+        except OSError:
+            return 0
+        now = time.time()
+        for entry in entries:
+            try:
+                old = now - entry.stat(follow_symlinks=False).st_mtime > max_age_s
+            except OSError:
+                continue
+            if old and entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+                dropped += 1
+        return dropped
 
     @functools.cached_property
     def _paths(self) -> tuple[Path, tuple[Path, ...], tuple[Path, ...]]:

@@ -332,6 +332,17 @@ def test_session_tmp_dirs(tmp_path: Path) -> None:
     assert box.env({"PATH": "/bin"}, spec)["TMPDIR"] == "/tmp"
 
 
+def test_prune_drops_only_old_private_tmp_dirs(tmp_path: Path) -> None:
+    box = Sandbox(BWRAP, tmp_path / "codey")
+    assert box.prune() == 0  # nothing made yet
+    old, new = box.session_tmp("old"), box.session_tmp("new")
+    (old / "f").write_text("x")
+    week = 7 * 24 * 3600
+    os.utime(old, (old.stat().st_atime - week - 60, old.stat().st_mtime - week - 60))
+    assert box.prune() == 1
+    assert not old.exists() and new.is_dir()
+
+
 def test_settings_expand_home_and_variables(tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HOME", str(tmp_path))
