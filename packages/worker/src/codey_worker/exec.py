@@ -449,10 +449,11 @@ _CHILD_PID = re.compile(rb'"child-pid":\s*(\d+)')
 
 @dataclass
 class _Box:
-    """A sandboxed run: its spec, and the pipe on which bwrap tells the host pid of the
-    sandbox's PID 1 (``--json-status-fd``)."""
+    """A sandboxed run: its spec, and (bwrap) the pipe on which bwrap tells the host pid of
+    the sandbox's PID 1 (``--json-status-fd``)."""
 
     spec: SandboxSpec
+    bwrap: bool = False
     status_r: int | None = None
     _status: bytearray = field(default_factory=bytearray)
     _child: int | None = None
@@ -590,7 +591,7 @@ async def run_command(
             return missing
         spec = sandbox.spec(mode=action.sandbox, network=action.network, workdir=workdir,
                             cwd=cwd, tmp=sandbox.tmp_for(action.sandbox, action.session_id))
-        box = _Box(spec)
+        box = _Box(spec, bwrap=sandbox.support.kind == "bwrap")
         env = sandbox.env(env, spec)
 
     cancel_event = registry._register(action.action_id) if registry else asyncio.Event()
@@ -601,7 +602,7 @@ async def run_command(
         assert sandbox is not None
         try:
             fds: tuple[int, ...] = ()
-            if sandbox.support.kind == "bwrap":
+            if box.bwrap:
                 box.status_r, status_w = os.pipe()
                 os.set_blocking(box.status_r, False)
                 fds = (status_w,)  # _run closes it once bwrap has its copy
@@ -768,7 +769,7 @@ async def _run(
     stdout, cut_out = captures[0].render(shares[0])
     stderr, cut_err = captures[1].render(shares[1])
     rc = proc.returncode
-    if box is not None and rc is not None and 128 < rc <= 128 + 64:
+    if box is not None and box.bwrap and rc is not None and 128 < rc <= 128 + 64:
         rc = 128 - rc  # bwrap's 128+N for "killed by signal N"
     return CommandResult(
         exit_code=rc if rc is not None and rc >= 0 else None,

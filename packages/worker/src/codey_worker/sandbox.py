@@ -200,26 +200,34 @@ def _gitdir_of(dotgit: Path) -> Path | None:
 def protected_subpaths(root: Path) -> list[Path]:
     """What stays read-only inside the writable ``root``: its ``.git`` and ``.codey`` when
     they exist; for a ``.git`` file (a worktree), also the gitdir it names and that
-    repository's common dir (``commondir``: the main ``.git``, its config and hooks)."""
+    repository's common dir (``commondir``: the main ``.git``, its config and hooks). Paths
+    are resolved: a symlinked ``.git`` gives its target (the link itself, a plain entry of
+    the workdir, could still be replaced)."""
     found: list[Path] = []
     for name in PROTECTED_NAMES:
         path = root / name
-        if not os.path.lexists(path):
+        if not os.path.exists(path):  # a dangling link protects nothing
             continue
-        found.append(path)
-        if name == ".git" and path.is_file() and not path.is_symlink():
+        found.append(Path(os.path.realpath(path)))
+        if name == ".git" and path.is_file():
             gitdir = _gitdir_of(path)
             if gitdir is not None and gitdir.is_dir():
                 found.append(gitdir)
-                common = gitdir / "commondir"
-                if common.is_file():
-                    target = Path(common.read_text(encoding="utf-8").strip())
-                    if not target.is_absolute():
-                        target = gitdir / target
-                    target = Path(os.path.realpath(target))
-                    if target.is_dir():
-                        found.append(target)
+                common = _commondir_of(gitdir)
+                if common is not None:
+                    found.append(common)
     return found
+
+
+def _commondir_of(gitdir: Path) -> Path | None:
+    """The repository's common dir a worktree's gitdir names (``commondir``), if any."""
+    try:
+        text = (gitdir / "commondir").read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+    target = Path(text) if os.path.isabs(text) else gitdir / text
+    resolved = Path(os.path.realpath(target))
+    return resolved if resolved.is_dir() else None
 
 
 def _protected(spec: SandboxSpec) -> list[Path]:

@@ -187,6 +187,14 @@ def test_git_dir_outside_the_writable_roots_needs_no_bind(tmp_path: Path) -> Non
 
 def test_no_protected_paths_when_none_exist(tmp_path: Path) -> None:
     assert protected_subpaths(tmp_path) == []
+    (tmp_path / ".git").symlink_to(tmp_path / "gone")  # dangling: nothing to bind
+    assert protected_subpaths(tmp_path) == []
+
+
+def test_a_symlinked_git_dir_protects_its_target(tmp_path: Path) -> None:
+    (tmp_path / "real-git").mkdir()
+    (tmp_path / ".git").symlink_to(tmp_path / "real-git")
+    assert protected_subpaths(tmp_path) == [(tmp_path / "real-git").resolve()]
 
 
 # --------------------------------------------------------------------------- Seatbelt
