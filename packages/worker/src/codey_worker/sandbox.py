@@ -580,10 +580,17 @@ class Sandbox:
     def spec(self, *, mode: SandboxMode, network: bool, workdir: Path, cwd: Path,
              tmp: Path | None) -> SandboxSpec:
         """The spec of one run; the settings' paths are expanded on first use (``~`` and
-        ``$VAR`` as the worker saw them then) and kept."""
+        ``$VAR`` as the worker saw them then) and kept. Raises ``protected_path`` for a
+        ``cwd`` inside a hidden path (the command could not even start there)."""
         home, hidden, writable = self._paths
-        return SandboxSpec(mode=mode, network=network, workdir=workdir, cwd=cwd, tmp=tmp,
+        spec = SandboxSpec(mode=mode, network=network, workdir=workdir, cwd=cwd, tmp=tmp,
                            home=home, hidden=hidden, writable=writable)
+        for path in spec.hidden_paths():
+            if _under(cwd, path) and os.path.lexists(path):
+                raise ActionRefused("protected_path",
+                                    f"{cwd} is hidden from sandboxed commands ({path} is in "
+                                    "the sandbox's hidden paths)")
+        return spec
 
     def wrap(self, argv: Sequence[str], spec: SandboxSpec,
              status_fd: int | None = None) -> list[str]:

@@ -340,6 +340,20 @@ def test_session_tmp_dirs(tmp_path: Path) -> None:
     assert box.env({"PATH": "/bin"}, spec)["TMPDIR"] == "/tmp"
 
 
+def test_a_cwd_inside_a_hidden_path_is_refused(layout: dict[str, Path],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(layout["home"]))
+    box = Sandbox(BWRAP, layout["codey"])
+    ssh = layout["home"] / ".ssh"
+    with pytest.raises(ActionRefused) as info:
+        box.spec(mode="workspace-write", network=False, workdir=layout["home"], cwd=ssh,
+                 tmp=None)
+    assert info.value.code == "protected_path" and str(ssh) in info.value.message
+    spec = box.spec(mode="workspace-write", network=False, workdir=layout["home"],
+                    cwd=layout["home"], tmp=None)
+    assert spec.cwd == layout["home"] and ssh in spec.hidden_paths()
+
+
 def test_prune_drops_only_old_private_tmp_dirs(tmp_path: Path) -> None:
     box = Sandbox(BWRAP, tmp_path / "codey")
     assert box.prune() == 0  # nothing made yet
