@@ -354,11 +354,18 @@ def bench_sandbox(server: ServerProcess, worker_id: str, workdir: Path, home: Pa
     for name in names:
         values = series[name]
         info(name, f"p50 {_ms(values, 50):7.2f} ms   p99 {_ms(values, 99):7.2f} ms")
-    spawn, _, bare, boxed, read_only = (_ms(series[n], 50) for n in names)
+    spawn, alone, bare, boxed, read_only = (_ms(series[n], 50) for n in names)
     overhead = boxed - bare
     figure("p50 sandbox overhead (workspace-write - full)", overhead, "ms",
            f"<= {SANDBOX_GOAL_MS:g}", overhead <= SANDBOX_GOAL_MS)
     figure("(info) p50 read-only - full", read_only - bare, "ms", "", None)
+    # how much of it is bwrap (the kernel's namespaces and mounts) and how much the worker's
+    # own doing (building the argv, the status pipe, waiting for the namespace to be gone)
+    figure("(info) p50 of it, bwrap alone - bare spawn", alone - spawn, "ms", "", None)
+    figure("(info) p50 of it, the run path's own", (boxed - alone) - (bare - spawn), "ms",
+           "", None)
+    figure("(info) best case: min sandboxed - min full",
+           min(series[names[3]]) * 1000 - min(series[names[2]]) * 1000, "ms", "", None)
     figure("(info) p50 workspace-write / full-access", boxed / bare, "x", "", None)
     figure("(info) p50 workspace-write / bare spawn", boxed / spawn, "x", "", None)
 
