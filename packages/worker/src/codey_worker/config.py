@@ -166,6 +166,9 @@ class McpServerConfig:
     #: the owner says ``"sandbox": false``; with the network unless ``"network": false``
     sandbox: bool = True
     network: bool = True
+    #: what this server may also write in the sandbox (say ``~/.cache/uv`` for a ``uvx``
+    #: server), as written; commands do not get these
+    writable_paths: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -228,17 +231,21 @@ def _sandbox_settings(raw: Any, source: str) -> SandboxSettings:
     lists: dict[str, tuple[str, ...]] = {}
     for key in ("hidden_paths", "writable_paths"):
         value = raw.get(key)
-        if value is None:
-            continue
-        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-            raise ConfigError(f"{source}: sandbox.{key} must be a list of paths")
-        for path in value:
-            expanded = os.path.expanduser(path)
-            if not (os.path.isabs(expanded) or expanded.startswith("$")):
-                raise ConfigError(f"{source}: sandbox.{key}: {path!r} is not an absolute "
-                                  "path (~ and $VARIABLE are allowed)")
-        lists[key] = tuple(value)
+        if value is not None:
+            lists[key] = _path_list(value, f"{source}: sandbox.{key}")
     return SandboxSettings(**lists)
+
+
+def _path_list(value: Any, where: str) -> tuple[str, ...]:
+    """A list of absolute paths as written (``~`` and ``$VARIABLE`` allowed)."""
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ConfigError(f"{where} must be a list of paths")
+    for path in value:
+        expanded = os.path.expanduser(path)
+        if not (os.path.isabs(expanded) or expanded.startswith("$")):
+            raise ConfigError(f"{where}: {path!r} is not an absolute path "
+                              "(~ and $VARIABLE are allowed)")
+    return tuple(value)
 
 
 def _mcp_servers(raw: Any, source: str,
@@ -278,15 +285,17 @@ def _mcp_servers(raw: Any, source: str,
             isinstance(k, str) and isinstance(v, str) for k, v in env.items()
         ):
             raise ConfigError(f"{where}.env must be an object of string -> string")
-        allowed = {"command", "args", "env"} | ({"sandbox", "network"}
+        allowed = {"command", "args", "env"} | ({"sandbox", "network", "writable_paths"}
                                                  if key == "mcp_servers" else set())
         extra = sorted(set(spec) - allowed)
         if extra:
             raise ConfigError(f"{where}: unknown field(s) {', '.join(extra)}")
         if not isinstance(boxed, bool) or not isinstance(network, bool):
             raise ConfigError(f"{where}: sandbox and network must be true or false")
+        writable = _path_list(spec.get("writable_paths", []), f"{where}.writable_paths")
         servers[name] = McpServerConfig(name=name, command=command, args=list(args),
-                                        env=dict(env), sandbox=boxed, network=network)
+                                        env=dict(env), sandbox=boxed, network=network,
+                                        writable_paths=writable)
     return servers
 
 

@@ -11,9 +11,10 @@ Confinement — what the worker does, and where it stops:
 * A stdio server runs **in the OS sandbox** (:mod:`codey_worker.sandbox`) in the mode the call
   names (``McpCall.sandbox``, default ``workspace-write``: its workdir writable, the rest
   read-only, ``$CODEY_HOME`` and credential folders hidden, a throwaway ``/tmp``), with the
-  network unless its config says ``"network": false``; ``"sandbox": false`` in its config runs
-  it bare. One process per (server, workdir, mode). Without a working sandbox a sandboxed
-  server does not start (``mcp_unavailable``).
+  network unless its config says ``"network": false``, and its own ``writable_paths`` (a
+  ``uvx`` server's cache) writable too; ``"sandbox": false`` in its config runs it bare.
+  One process per (server, workdir, mode). Without a working sandbox a sandboxed server does
+  not start (``sandbox_unavailable``).
 * Tool lists are taken from a process started in an empty scratch directory with no roots,
   stopped once it has answered, and cached per server.
 * Tools the owner's policy denies (``denied_mcp_tools``) are left out of those lists.
@@ -41,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import shutil
@@ -55,7 +57,7 @@ from codey_worker.config import McpServerConfig
 from codey_worker.confine import ActionRefused
 from codey_worker.exec import build_env
 from codey_worker.policy import LocalPolicy
-from codey_worker.sandbox import Sandbox
+from codey_worker.sandbox import Sandbox, SandboxSettings
 
 if TYPE_CHECKING:
     # The MCP SDK is imported where a server is started or called, never at the worker's
@@ -169,6 +171,8 @@ class _Server:
             spec = self._sandbox.spec(mode=self._mode, network=self.config.network,
                                       workdir=cwd, cwd=cwd,
                                       tmp=self._sandbox.tmp_for(self._mode, None))
+            own = SandboxSettings(writable_paths=self.config.writable_paths).writable()
+            spec = dataclasses.replace(spec, writable=(*spec.writable, *own))
             # raises sandbox_unavailable: the server does not start bare for lack of one
             command, *args = self._sandbox.wrap([command, *args], spec)
             env = self._sandbox.env(env, spec)

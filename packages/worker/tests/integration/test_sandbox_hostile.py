@@ -407,8 +407,12 @@ def test_a_sandboxed_mcp_server_is_confined_too(machine: Machine,
         "online": McpServerConfig(name="online", command=sys.executable, args=[str(PROBE)]),
         "bare": McpServerConfig(name="bare", command=sys.executable, args=[str(PROBE)],
                                 sandbox=False),
+        "cached": McpServerConfig(name="cached", command=sys.executable, args=[str(PROBE)],
+                                  writable_paths=("~/cache",)),
     }
     outside = machine.home / "outside.txt"
+    cache = machine.home / "cache"
+    cache.mkdir()
 
     async def main() -> dict[str, Any]:
         manager = McpManager(servers, sandbox=machine.sandbox)
@@ -423,6 +427,10 @@ def test_a_sandboxed_mcp_server_is_confined_too(machine: Machine,
             seen["key"] = await call("probe", "read", {"path": str(machine.codey /
                                                                    "worker.json")}, workdir=w)
             seen["offline"] = await call("probe", "connect", {"port": port}, workdir=w)
+            seen["no_cache"] = await call("probe", "write", {"path": str(cache / "a"),
+                                                             "text": "x"}, workdir=w)
+            seen["cache"] = await call("cached", "write", {"path": str(cache / "b"),
+                                                           "text": "x"}, workdir=w)
             seen["online"] = await call("online", "connect", {"port": port}, workdir=w)
             seen["bare_key"] = await call("bare", "read", {"path": str(machine.codey /
                                                                        "worker.json")},
@@ -440,6 +448,9 @@ def test_a_sandboxed_mcp_server_is_confined_too(machine: Machine,
     assert outside.read_text() == "original\n"
     assert "No such file" in seen["key"].text and CREDENTIAL not in seen["key"].text
     assert "Connection refused" in seen["offline"].text
+    # a server's own writable_paths are its alone
+    assert "Read-only file system" in seen["no_cache"].text and not (cache / "a").exists()
+    assert seen["cache"].text == "written" and (cache / "b").read_text() == "x"
     assert seen["online"].text == "connected"
     listener.accept()[0].close()
     # the owner's "sandbox": false, and a full-access session, run it bare

@@ -378,7 +378,8 @@ def test_settings_expand_home_and_variables(tmp_path: Path,
 def test_config_sandbox_section(tmp_path: Path) -> None:
     (tmp_path / "worker-config.json").write_text(json.dumps({
         "sandbox": {"hidden_paths": ["~/.secret"], "writable_paths": ["~/.cache/uv"]},
-        "mcp_servers": {"fetch": {"command": "x", "network": True},
+        "mcp_servers": {"fetch": {"command": "x", "network": True,
+                                  "writable_paths": ["~/.cache/uv"]},
                         "files": {"command": "y", "network": False, "sandbox": False}},
     }))
     config = load_config(tmp_path)
@@ -388,6 +389,8 @@ def test_config_sandbox_section(tmp_path: Path) -> None:
         True, True)
     assert (config.mcp_servers["files"].network, config.mcp_servers["files"].sandbox) == (
         False, False)
+    assert config.mcp_servers["fetch"].writable_paths == ("~/.cache/uv",)
+    assert config.mcp_servers["files"].writable_paths == ()
     (tmp_path / "worker-config.json").write_text("{}")
     assert load_config(tmp_path).sandbox.hidden_paths == DEFAULT_HIDDEN_PATHS
 
@@ -398,6 +401,8 @@ def test_config_sandbox_section(tmp_path: Path) -> None:
     ({"sandbox": {"hidden_paths": "~/.ssh"}}, "sandbox.hidden_paths must be a list"),
     ({"sandbox": {"writable_paths": ["relative/dir"]}}, "is not an absolute path"),
     ({"mcp_servers": {"t": {"command": "x", "network": "yes"}}}, "must be true or false"),
+    ({"mcp_servers": {"t": {"command": "x", "writable_paths": ["cache"]}}},
+     "mcp_servers.t.writable_paths: 'cache' is not an absolute path"),
     ({"acp_agents": {"a": {"command": "x", "network": True}}}, "unknown field(s) network"),
 ])
 def test_bad_sandbox_config(tmp_path: Path, data: object, expected: str) -> None:
