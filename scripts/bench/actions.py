@@ -1,7 +1,9 @@
-"""Benchmark worker actions: read_file round trip, and streaming a command's big output.
+"""Benchmark worker actions: read_file round trip, streaming a command's big output, and the
+sandbox's overhead per command.
 
     uv run python scripts/bench/actions.py             # 300 calls, 100 MB of output
     uv run python scripts/bench/actions.py --quick     # 30 calls, 10 MB: a smoke run
+    uv run python scripts/bench/actions.py --only c    # the sandbox's overhead alone
 
 Starts a real ``codey-server`` (port 0) and a real ``codey-worker`` (temp ``CODEY_HOME``),
 pairs them through the HTTP API, then runs actions with ``POST /api/workers/{id}/actions``.
@@ -29,7 +31,16 @@ b. ``bash -c "head -c N /dev/zero | tr '\\0' a"`` with ``output_cap`` = N (100 M
    (``/proc/PID/status`` VmRSS every 50 ms; goal <= 64 MB), which includes whatever
    run_action keeps of the progress for its reply (the worker's RSS is printed too). If the
    server closes the worker socket with 1009 (the result frame over its size cap) the run
-   stops there and the throughput up to that close is printed as a lower bound.
+   stops there and the throughput up to that close is printed as a lower bound. (The command
+   runs in the sandbox, ``workspace-write``, the default.)
+
+c. The sandbox's overhead per command: ``true`` through the worker's run path
+   (``codey_worker.exec.run_command``, in this process, on uvloop like the worker), with
+   ``full-access`` (no sandbox) and with ``workspace-write`` and ``read-only`` (bwrap), in
+   blocks, interleaved, next to the bare spawn of ``true`` (``asyncio`` subprocess, the floor
+   of any command) and to ``bwrap … true`` alone (the floor of the sandbox). Then the same two
+   modes through the server and the real worker process (``run_command`` actions over HTTP),
+   for information. Goal: p50 overhead (sandboxed minus full access) <= 5 ms.
 """
 
 from __future__ import annotations
@@ -53,12 +64,17 @@ from _common import (
 )
 from websockets.asyncio.client import connect
 
+from codey_protocol.worker import RunCommand
 from codey_testkit.procs import ManagedProcess
 from codey_testkit.stack import ServerProcess
+from codey_worker.exec import run_command
+from codey_worker.policy import LocalPolicy
+from codey_worker.sandbox import Sandbox, detect
 
 RT_GOAL_X = 3.0
 THROUGHPUT_GOAL_MBS = 100.0
 RSS_GOAL_MB = 64.0
+SANDBOX_GOAL_MS = 5.0
 KIB = b"x" * 1023 + b"\n"
 
 
@@ -252,6 +268,136 @@ def bench_big_output(server: ServerProcess, worker: ManagedProcess, worker_id: s
          f"{worker_rss.peak_kib / 1024:.0f} MiB")
 
 
+class _RunPath:
+    """``true`` through ``run_command`` in one event loop (uvloop when installed, as in the
+    worker), kept across blocks; each run is timed inside the loop."""
+
+    def __init__(self, workdir: Path, home: Path) -> None:
+        try:
+            import uvloop
+
+            self._runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
+        except ImportError:
+            self._runner = asyncio.Runner()
+        self._workdir = workdir
+        self._policy = LocalPolicy(allowed_roots=[workdir])
+        self._sandbox = Sandbox(detect(), home)
+        spec = self._sandbox.spec(mode="workspace-write", network=False, workdir=workdir,
+                                  cwd=workdir, tmp=self._sandbox.session_tmp("bench"))
+        self.bwrap_true = self._sandbox.wrap(["true"], spec)
+        self._n = 0
+
+    async def _block(self, mode: Any, calls: int) -> list[float]:
+        async def ignore(stream: str, text: str) -> None:
+            pass
+
+        times = []
+        for _ in range(calls):
+            self._n += 1
+            action = RunCommand(action_id=f"b{self._n}", session_id="bench", argv=["true"],
+                                workdir=str(self._workdir), sandbox=mode)
+            t0 = time.perf_counter()
+            result = await run_command(action, ignore, self._policy, sandbox=self._sandbox)
+            times.append(time.perf_counter() - t0)
+            if result.exit_code != 0:
+                raise RuntimeError(f"true failed under {mode}: {result}")
+        return times
+
+    async def _spawn(self, argv: list[str], calls: int) -> list[float]:
+        times = []
+        for _ in range(calls):
+            t0 = time.perf_counter()
+            proc = await asyncio.create_subprocess_exec(*argv)
+            if await proc.wait() != 0:
+                raise RuntimeError(f"{argv[0]} failed")
+            times.append(time.perf_counter() - t0)
+        return times
+
+    def block(self, mode: Any, calls: int) -> list[float]:
+        return self._runner.run(self._block(mode, calls))
+
+    def spawn(self, argv: list[str], calls: int) -> list[float]:
+        return self._runner.run(self._spawn(argv, calls))
+
+    def close(self) -> None:
+        self._runner.close()
+
+
+def bench_sandbox(server: ServerProcess, worker_id: str, workdir: Path, home: Path,
+                  calls: int) -> None:
+    support = detect()
+    print(f"c. the sandbox's overhead per command: `true`, {calls} runs per series "
+          f"(sandbox: {support.describe()})")
+    if not support.available:
+        info("skipped", "no working sandbox on this machine")
+        return
+    path = _RunPath(workdir, home)
+    names = ["bare spawn of true (asyncio)", "bwrap ... true (the sandbox alone)",
+             "run path, full-access", "run path, workspace-write", "run path, read-only"]
+    runs: list[tuple[str, Any]] = [
+        (names[0], lambda n: path.spawn(["true"], n)),
+        (names[1], lambda n: path.spawn(path.bwrap_true, n)),
+        (names[2], lambda n: path.block("full-access", n)),
+        (names[3], lambda n: path.block("workspace-write", n)),
+        (names[4], lambda n: path.block("read-only", n)),
+    ]
+    series: dict[str, list[float]] = {name: [] for name in names}
+    block = max(10, calls // 20)
+    try:
+        for _, run in runs:  # warm-up
+            run(block)
+        for i in range(0, calls, block):
+            for name, run in runs:
+                series[name] += run(min(block, calls - i))
+    finally:
+        path.close()
+    for name in names:
+        values = series[name]
+        info(name, f"p50 {_ms(values, 50):7.2f} ms   p99 {_ms(values, 99):7.2f} ms")
+    spawn, alone, bare, boxed, read_only = (_ms(series[n], 50) for n in names)
+    overhead = boxed - bare
+    figure("p50 sandbox overhead (workspace-write - full)", overhead, "ms",
+           f"<= {SANDBOX_GOAL_MS:g}", overhead <= SANDBOX_GOAL_MS)
+    figure("(info) p50 read-only - full", read_only - bare, "ms", "", None)
+    # how much of it is bwrap (the kernel's namespaces and mounts) and how much the worker's
+    # own doing (building the argv, the status pipe, waiting for the namespace to be gone)
+    figure("(info) p50 of it, bwrap alone - bare spawn", alone - spawn, "ms", "", None)
+    figure("(info) p50 of it, the run path's own", (boxed - alone) - (bare - spawn), "ms",
+           "", None)
+    figure("(info) best case: min sandboxed - min full",
+           min(series[names[3]]) * 1000 - min(series[names[2]]) * 1000, "ms", "", None)
+    figure("(info) p50 workspace-write / full-access", boxed / bare, "x", "", None)
+    figure("(info) p50 workspace-write / bare spawn", boxed / spawn, "x", "", None)
+
+    # the same through the server and the worker process (uvloop, a real session's path)
+    url = f"/api/workers/{worker_id}/actions"
+
+    def over_http(mode: str) -> Any:
+        body = {"type": "run_command", "session_id": "bench", "workdir": str(workdir),
+                "argv": ["true"], "sandbox": mode}
+
+        def once() -> None:
+            reply = server.http.post(url, json=body).json()
+            if not reply.get("ok") or reply["result"]["exit_code"] != 0:
+                raise RuntimeError(f"run_command {mode} failed: {str(reply)[:300]}")
+        return once
+
+    http_names = ["server->worker->server, full-access",
+                  "server->worker->server, workspace-write"]
+    http: dict[str, list[float]] = {name: [] for name in http_names}
+    pairs = [(http_names[0], over_http("full-access")),
+             (http_names[1], over_http("workspace-write"))]
+    for _, once in pairs:
+        _timed(once, block)
+    for i in range(0, calls, block):
+        for name, once in pairs:
+            http[name] += _timed(once, min(block, calls - i))
+    for name in http_names:
+        info(name, f"p50 {_ms(http[name], 50):7.2f} ms   p99 {_ms(http[name], 99):7.2f} ms")
+    figure("(info) p50 overhead through the worker process",
+           _ms(http[http_names[1]], 50) - _ms(http[http_names[0]], 50), "ms", "", None)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=300, help="read_file calls (default 300)")
@@ -259,12 +405,12 @@ def main() -> None:
                         help="output of the big command (default 100000000)")
     parser.add_argument("--quick", action="store_true", help="10x smaller, for a smoke run")
     parser.add_argument("--timeout", type=float, default=120.0, help="for the big command")
-    parser.add_argument("--only", choices=["a", "b"], action="append",
+    parser.add_argument("--only", choices=["a", "b", "c"], action="append",
                         help="run only these parts (repeatable)")
     args = parser.parse_args()
     calls = args.calls // 10 if args.quick else args.calls
     size = args.bytes // 10 if args.quick else args.bytes
-    parts = args.only or ["a", "b"]
+    parts = args.only or ["a", "b", "c"]
     with tempfile.TemporaryDirectory(prefix="codey-bench-") as tmp:
         root = Path(tmp)
         with start_server_and_worker(root) as (server, worker, worker_id, work):
@@ -274,6 +420,8 @@ def main() -> None:
                 bench_round_trip(server, worker_id, workdir, root / "logs", calls)
             if "b" in parts:
                 bench_big_output(server, worker, worker_id, workdir, size, args.timeout)
+            if "c" in parts:
+                bench_sandbox(server, worker_id, workdir, root / "bench-codey-home", calls)
 
 
 if __name__ == "__main__":

@@ -55,12 +55,30 @@ class McpServerInfo(msgspec.Struct, kw_only=True):
     error: str | None = None
 
 
+#: How a command is confined (``RunCommand.sandbox``): ``read-only`` writes nowhere but a
+#: throwaway ``/tmp``; ``workspace-write`` (the default) may write the workdir and the
+#: session's private ``/tmp``; ``full-access`` runs without the OS sandbox.
+SandboxMode = Literal["read-only", "workspace-write", "full-access"]
+
+
+class SandboxInfo(msgspec.Struct, kw_only=True):
+    """The OS sandbox this worker can enforce: ``bwrap`` (bubblewrap, Linux), ``seatbelt``
+    (``sandbox-exec``, macOS) or ``none`` — then ``reason`` says why (bwrap missing, user
+    namespaces off, ...), and commands other than ``full-access`` are refused."""
+
+    kind: Literal["bwrap", "seatbelt", "none"] = "none"
+    version: str = ""
+    reason: str = ""
+
+
 class Capabilities(msgspec.Struct, kw_only=True):
     executors: list[str] = msgspec.field(default_factory=list)
     mcp_servers: list[McpServerInfo] = msgspec.field(default_factory=list)
     terminal: bool = False  # the owner enabled the web terminal (``"terminal": true``)
     #: external agents this worker can run over ACP (``acp_agents`` in its config), by name
     acp_agents: list[str] = msgspec.field(default_factory=list)
+    #: what a command's ``sandbox`` mode can rely on here (an older worker: none)
+    sandbox: SandboxInfo = msgspec.field(default_factory=SandboxInfo)
 
 
 class DirEntry(msgspec.Struct, kw_only=True):
@@ -158,6 +176,11 @@ class RunCommand(Action, kw_only=True):
     timeout_s: float = 600.0
     env: dict[str, str] = msgspec.field(default_factory=dict)
     output_cap: int = 1024 * 1024
+    #: the OS sandbox around the command; a worker without one refuses anything but
+    #: ``full-access`` (``sandbox_unavailable``) rather than run it bare
+    sandbox: SandboxMode = "workspace-write"
+    #: network access inside the sandbox (ignored under ``full-access``, which has it)
+    network: bool = False
 
 
 class ApplyPatch(Action, kw_only=True):
@@ -200,6 +223,10 @@ class McpCall(Action, kw_only=True):
     tool: str
     arguments: dict[str, Any] = msgspec.field(default_factory=dict)
     workdir: str = ""
+    #: the sandbox the server's process runs in (one process per mode and workdir); its
+    #: network is the worker owner's choice per server (``network`` in its config), not the
+    #: action's
+    sandbox: SandboxMode = "workspace-write"
 
 
 class Cancel(Action, kw_only=True):
@@ -333,6 +360,11 @@ class CommandResult(ResultBase, kw_only=True):
     cancelled: bool = False
     signal: int | None = None
     duration_ms: int = 0
+    #: the command failed and its output looks like the sandbox stopped it (a read-only file
+    #: system, a permission denied outside the writable roots, no network): the server may
+    #: offer to run it again with more access. ``sandbox_hint`` says what was seen.
+    sandbox_denied: bool = False
+    sandbox_hint: str = ""
 
 
 class PatchResult(ResultBase, kw_only=True):
@@ -632,6 +664,8 @@ __all__ = [
     "ProjectContext",
     "ReadFile",
     "RunCommand",
+    "SandboxInfo",
+    "SandboxMode",
     "ServerToWorker",
     "ServerToWorkerMessage",
     "SkillInfo",

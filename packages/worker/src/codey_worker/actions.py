@@ -83,6 +83,7 @@ from codey_worker.mcp import McpManager
 from codey_worker.patch import PatchError, apply_patch
 from codey_worker.policy import LocalPolicy
 from codey_worker.records import ActionRecords
+from codey_worker.sandbox import Sandbox
 from codey_worker.watch import WorkspaceWatcher
 
 __all__ = ["EXECUTORS", "ActionDispatcher", "Send"]
@@ -120,6 +121,7 @@ class ActionDispatcher:
 
     ``mcp`` and ``watcher`` are optional so tests can leave them out: without them, MCP
     actions are refused (``mcp_unavailable``) and attached workdirs are not watched.
+    ``sandbox`` wraps commands (default: this machine's, with ``home``'s temp dirs).
     """
 
     def __init__(
@@ -135,6 +137,7 @@ class ActionDispatcher:
         kill_grace_s: float | None = None,
         home: Path | None = None,
         acp: AcpAgents | None = None,
+        sandbox: Sandbox | None = None,
     ) -> None:
         self._send = send
         self.records = records
@@ -153,6 +156,7 @@ class ActionDispatcher:
         self._attached: dict[str, Path] = {}
         #: $CODEY_HOME: where the user's own AGENTS.md and skills are
         self.home = home if home is not None else codey_home()
+        self.sandbox = sandbox if sandbox is not None else Sandbox.detected(self.home)
 
     # -- what the connection asks ----------------------------------------------------------
 
@@ -339,6 +343,8 @@ class ActionDispatcher:
                 was = self._attached.pop(action.session_id, None) is not None
                 if self.watcher is not None:
                     was = self.watcher.unwatch(action.session_id) or was
+                # the session's private /tmp goes with it
+                await asyncio.to_thread(self.sandbox.drop_session, action.session_id)
                 return Detached(was_attached=was)
             case LoadContext():
                 workdir = self._check_workdir(action.workdir)
@@ -349,7 +355,8 @@ class ActionDispatcher:
             case McpCall():
                 self.policy.check_mcp_tool(action.server, action.tool)
                 return await self._mcp().call(action.server, action.tool, action.arguments,
-                                              workdir=self._mcp_workdir(action))
+                                              workdir=self._mcp_workdir(action),
+                                              sandbox=action.sandbox)
             case Cancel():
                 return self._cancel(action)
             case AcpPrompt():
@@ -407,9 +414,10 @@ class ActionDispatcher:
         if self.console is not None:
             self.console.running(action.session_id, action.argv)
         if self._kill_grace_s is None:
-            return await run_command(action, on_output, self.policy, registry=self.registry)
+            return await run_command(action, on_output, self.policy, registry=self.registry,
+                                     sandbox=self.sandbox)
         return await run_command(action, on_output, self.policy, registry=self.registry,
-                                 grace_s=self._kill_grace_s)
+                                 grace_s=self._kill_grace_s, sandbox=self.sandbox)
 
     async def _apply_patch(self, action: ApplyPatch) -> ActionOutcome:
         root = self._check_workdir(action.workdir)

@@ -83,6 +83,11 @@ class WorkerConsole:
     def attached(self, session_id: str, workdir: str) -> None:
         self._session_line(session_id, "attached", workdir, "cyan")
 
+    def sandbox(self, description: str, available: bool) -> None:
+        """``sandbox: bubblewrap 0.8.0`` at start (yellow when there is none)."""
+        self._print(Text.assemble(("sandbox: ", "green" if available else "yellow"),
+                                  description), "info" if available else "warning")
+
     def error(self, message: str, session_id: str | None = None) -> None:
         """``[session] error: …``, or ``error: …`` when no session is concerned."""
         first = message.strip().splitlines()[0] if message.strip() else "unknown error"
