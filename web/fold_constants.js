@@ -122,6 +122,7 @@ export function fillWorkerConnected(v) {
       "mcp_servers": [],
       "terminal": false,
       "acp_agents": [],
+      "sandbox": {"kind": "none", "version": "", "reason": ""},
     };
   } else {
     fillCapabilities(v.capabilities);
@@ -142,6 +143,11 @@ export function fillCapabilities(v) {
   }
   if (v.terminal === undefined) v.terminal = false;
   if (v.acp_agents === undefined) v.acp_agents = [];
+  if (v.sandbox === undefined) {
+    v.sandbox = {"kind": "none", "version": "", "reason": ""};
+  } else {
+    fillSandboxInfo(v.sandbox);
+  }
   return v;
 }
 
@@ -164,6 +170,14 @@ export function fillMcpTool(v) {
   if (v.input_schema === undefined) v.input_schema = {};
   if (v.read_only_hint === undefined) v.read_only_hint = null;
   if (v.destructive_hint === undefined) v.destructive_hint = null;
+  return v;
+}
+
+/** `SandboxInfo` (worker.py): its defaults filled in. */
+export function fillSandboxInfo(v) {
+  if (v.kind === undefined) v.kind = "none";
+  if (v.version === undefined) v.version = "";
+  if (v.reason === undefined) v.reason = "";
   return v;
 }
 
@@ -364,6 +378,8 @@ export function fillRunCommand(v) {
   if (v.timeout_s === undefined) v.timeout_s = 600.0;
   if (v.env === undefined) v.env = {};
   if (v.output_cap === undefined) v.output_cap = 1048576;
+  if (v.sandbox === undefined) v.sandbox = "workspace-write";
+  if (v.network === undefined) v.network = false;
   return v;
 }
 
@@ -392,6 +408,7 @@ export function fillListDir(v) {
 export function fillMcpCall(v) {
   if (v.arguments === undefined) v.arguments = {};
   if (v.workdir === undefined) v.workdir = "";
+  if (v.sandbox === undefined) v.sandbox = "workspace-write";
   return v;
 }
 
@@ -690,6 +707,7 @@ export function fillWorkerInfo(v) {
       "mcp_servers": [],
       "terminal": false,
       "acp_agents": [],
+      "sandbox": {"kind": "none", "version": "", "reason": ""},
     };
   } else {
     fillCapabilities(v.capabilities);

@@ -347,11 +347,12 @@ def _detect_seatbelt() -> SandboxSupport:
 def detect() -> SandboxSupport:
     """The sandbox this machine offers, checked by running it once; cached for the process
     (``detect.cache_clear()`` to look again)."""
-    if sys.platform.startswith("linux"):
+    platform: str = sys.platform  # (a plain str: mypy would call the other OSes unreachable)
+    if platform.startswith("linux"):
         return _detect_bwrap()
-    if sys.platform == "darwin":
+    if platform == "darwin":
         return _detect_seatbelt()
-    return SandboxSupport(kind="none", reason=f"no sandbox for {sys.platform}")
+    return SandboxSupport(kind="none", reason=f"no sandbox for {platform}")
 
 
 # ---------------------------------------------------------------------------------------------
