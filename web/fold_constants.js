@@ -199,6 +199,8 @@ export function fillSessionCreated(v) {
   if (v.turn_cap === undefined) v.turn_cap = null;
   if (v.agent === undefined) v.agent = null;
   if (v.origin === undefined) v.origin = "";
+  if (v.sandbox === undefined) v.sandbox = "workspace-write";
+  if (v.network === undefined) v.network = false;
   return v;
 }
 
@@ -792,6 +794,8 @@ export function fillSessionInfo(v) {
   if (v.forked_from === undefined) v.forked_from = null;
   if (v.agent === undefined) v.agent = null;
   if (v.task_id === undefined) v.task_id = null;
+  if (v.sandbox === undefined) v.sandbox = "workspace-write";
+  if (v.network === undefined) v.network = false;
   return v;
 }
 

@@ -26,6 +26,7 @@ from codey_protocol.worker import (
     Capabilities,
     Environment,
     InstructionFile,
+    SandboxMode,
     SkillInfo,
 )
 
@@ -230,6 +231,9 @@ class SessionInfo(msgspec.Struct, kw_only=True):
     agent: str | None = None
     #: the board task this session works on (its status follows this session)
     task_id: str | None = None
+    #: the OS sandbox its commands run in, and whether they may use the network
+    sandbox: SandboxMode = "workspace-write"
+    network: bool = False
 
 
 class AuthInfo(msgspec.Struct, kw_only=True):

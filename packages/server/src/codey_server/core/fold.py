@@ -103,7 +103,7 @@ def _session_created(state: State, env: ev.Envelope) -> None:
         provider=e.provider, model=e.model, policy=e.policy, created_at=env.ts,
         updated_at=env.ts, plan_mode=e.plan_mode, parent_id=e.parent_id,
         parent_item=e.parent_item, role=e.role, read_only=e.read_only, turn_cap=e.turn_cap,
-        agent=e.agent,
+        agent=e.agent, sandbox=e.sandbox, network=e.network,
     )
 
 
@@ -130,6 +130,14 @@ def _policy(state: State, env: ev.Envelope) -> None:
     s = _session(state, env)
     if s is not None:
         s.policy = e.policy
+
+
+def _sandbox(state: State, env: ev.Envelope) -> None:
+    e = env.event
+    assert isinstance(e, ev.SessionSandboxChanged)
+    s = _session(state, env)
+    if s is not None:
+        s.sandbox, s.network = e.sandbox, e.network
 
 
 def _item_appended(state: State, env: ev.Envelope) -> None:
@@ -315,7 +323,7 @@ def _forked(state: State, env: ev.Envelope) -> None:
         session_id=env.session_id, title=e.title, worker_id=src.worker_id,
         workdir=src.workdir, provider=src.provider, model=src.model, policy=src.policy,
         created_at=env.ts, updated_at=env.ts, items=items, forked_from=e.from_session,
-        context=src.context)
+        context=src.context, sandbox=src.sandbox, network=src.network)
 
 
 def _moved(state: State, env: ev.Envelope) -> None:
@@ -378,6 +386,7 @@ FOLD: Mapping[type[Any], FoldHandler] = {
     ev.SessionStatusChanged: _status,
     ev.SessionTitleChanged: _title,
     ev.SessionPolicyChanged: _policy,
+    ev.SessionSandboxChanged: _sandbox,
     ev.SessionItemAppended: _item_appended,
     ev.SessionItemUpdated: _item_updated,
     ev.PlanUpdated: _plan,
