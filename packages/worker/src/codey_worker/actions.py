@@ -59,6 +59,7 @@ from codey_protocol.worker import (
     Cancelled,
     Detached,
     DetachSession,
+    Edit,
     FileChange,
     ListDir,
     LoadContext,
@@ -69,6 +70,7 @@ from codey_protocol.worker import (
     PatchResult,
     ReadFile,
     RunCommand,
+    ViewImage,
     WriteFile,
 )
 from codey_worker import fs
@@ -77,8 +79,10 @@ from codey_worker.config import codey_home
 from codey_worker.confine import ActionRefused
 from codey_worker.console import WorkerConsole
 from codey_worker.context import load_context
+from codey_worker.edit import edit_file
 from codey_worker.exec import CommandRegistry, run_command
 from codey_worker.frames import encode_fitted
+from codey_worker.images import view_image
 from codey_worker.mcp import McpManager
 from codey_worker.patch import PatchError, apply_patch
 from codey_worker.policy import LocalPolicy
@@ -96,14 +100,14 @@ Send = Callable[[bytes], Awaitable[None]]
 EXECUTORS = [
     "run_command", "read_file", "write_file", "list_dir", "apply_patch",
     "mcp_list", "mcp_call", "attach_session", "detach_session", "load_context", "cancel",
-    "acp_prompt", "acp_permission",
+    "acp_prompt", "acp_permission", "edit", "view_image",
 ]  # fmt: skip
 
 
 #: actions that change nothing: running one again is harmless, so their answers are kept in
 #: memory only (the last READ_RESULTS_KEPT of them, READ_RESULTS_BYTES in all at most), not in
 #: the record store
-_READ_ONLY = (ReadFile, ListDir, McpList, LoadContext)
+_READ_ONLY = (ReadFile, ListDir, McpList, LoadContext, ViewImage)
 READ_RESULTS_KEPT = 500
 READ_RESULTS_BYTES = 32 * 1024 * 1024
 #: how long attach_session waits for MCP servers to list their tools before answering with
@@ -114,7 +118,7 @@ INLINE_READ_BYTES = 64 * 1024
 
 
 #: actions that run in a thread: a cancel cannot stop them halfway
-_THREADED = (ReadFile, WriteFile, ListDir, ApplyPatch)
+_THREADED = (ReadFile, WriteFile, ListDir, ApplyPatch, Edit, ViewImage)
 
 class ActionDispatcher:
     """Runs actions exactly once and reports them through ``send``. See the module docstring.
@@ -337,6 +341,10 @@ class ActionDispatcher:
                 return await asyncio.to_thread(fs.write_file, action, self.policy)
             case ListDir():
                 return await asyncio.to_thread(fs.list_dir, action, self.policy)
+            case Edit():
+                return await asyncio.to_thread(edit_file, action, self.policy)
+            case ViewImage():
+                return await asyncio.to_thread(view_image, action, self.policy)
             case AttachSession():
                 return await self._attach(action)
             case DetachSession():
