@@ -61,6 +61,8 @@ from codey_protocol.worker import (
     DetachSession,
     Edit,
     FileChange,
+    Glob,
+    Grep,
     ListDir,
     LoadContext,
     McpCall,
@@ -88,6 +90,7 @@ from codey_worker.patch import PatchError, apply_patch
 from codey_worker.policy import LocalPolicy
 from codey_worker.records import ActionRecords
 from codey_worker.sandbox import Sandbox
+from codey_worker.search import glob, grep
 from codey_worker.watch import WorkspaceWatcher
 
 __all__ = ["EXECUTORS", "ActionDispatcher", "Send"]
@@ -100,14 +103,14 @@ Send = Callable[[bytes], Awaitable[None]]
 EXECUTORS = [
     "run_command", "read_file", "write_file", "list_dir", "apply_patch",
     "mcp_list", "mcp_call", "attach_session", "detach_session", "load_context", "cancel",
-    "acp_prompt", "acp_permission", "edit", "view_image",
+    "acp_prompt", "acp_permission", "edit", "view_image", "grep", "glob",
 ]  # fmt: skip
 
 
 #: actions that change nothing: running one again is harmless, so their answers are kept in
 #: memory only (the last READ_RESULTS_KEPT of them, READ_RESULTS_BYTES in all at most), not in
 #: the record store
-_READ_ONLY = (ReadFile, ListDir, McpList, LoadContext, ViewImage)
+_READ_ONLY = (ReadFile, ListDir, McpList, LoadContext, ViewImage, Grep, Glob)
 READ_RESULTS_KEPT = 500
 READ_RESULTS_BYTES = 32 * 1024 * 1024
 #: how long attach_session waits for MCP servers to list their tools before answering with
@@ -345,6 +348,10 @@ class ActionDispatcher:
                 return await asyncio.to_thread(edit_file, action, self.policy)
             case ViewImage():
                 return await asyncio.to_thread(view_image, action, self.policy)
+            case Grep():
+                return await grep(action, self.policy)
+            case Glob():
+                return await glob(action, self.policy)
             case AttachSession():
                 return await self._attach(action)
             case DetachSession():
