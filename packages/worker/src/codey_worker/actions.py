@@ -60,6 +60,10 @@ from codey_protocol.worker import (
     Detached,
     DetachSession,
     Edit,
+    ExecKill,
+    ExecList,
+    ExecStart,
+    ExecWrite,
     FileChange,
     Glob,
     Grep,
@@ -88,6 +92,7 @@ from codey_worker.images import view_image
 from codey_worker.mcp import McpManager
 from codey_worker.patch import PatchError, apply_patch
 from codey_worker.policy import LocalPolicy
+from codey_worker.processes import ProcessTable
 from codey_worker.records import ActionRecords
 from codey_worker.sandbox import Sandbox
 from codey_worker.search import glob, grep
@@ -104,6 +109,7 @@ EXECUTORS = [
     "run_command", "read_file", "write_file", "list_dir", "apply_patch",
     "mcp_list", "mcp_call", "attach_session", "detach_session", "load_context", "cancel",
     "acp_prompt", "acp_permission", "edit", "view_image", "grep", "glob",
+    "exec_start", "exec_write", "exec_kill", "exec_list",
 ]  # fmt: skip
 
 
@@ -111,6 +117,10 @@ EXECUTORS = [
 #: memory only (the last READ_RESULTS_KEPT of them, READ_RESULTS_BYTES in all at most), not in
 #: the record store
 _READ_ONLY = (ReadFile, ListDir, McpList, LoadContext, ViewImage, Grep, Glob)
+#: not recorded on disk either, though they change something: they act on a process of
+#: this worker, and after a restart there is none (a re-sent one is answered process_gone,
+#: never carried out twice); a repeat within this process is answered from memory
+_UNRECORDED = (*_READ_ONLY, ExecWrite, ExecKill, ExecList)
 READ_RESULTS_KEPT = 500
 READ_RESULTS_BYTES = 32 * 1024 * 1024
 #: how long attach_session waits for MCP servers to list their tools before answering with
@@ -164,6 +174,10 @@ class ActionDispatcher:
         #: $CODEY_HOME: where the user's own AGENTS.md and skills are
         self.home = home if home is not None else codey_home()
         self.sandbox = sandbox if sandbox is not None else Sandbox.detected(self.home)
+        #: the sessions' long-lived processes (exec_start & co.)
+        self.processes = ProcessTable(
+            policy, self.sandbox, registry=self.registry,
+            **({} if kill_grace_s is None else {"grace_s": kill_grace_s}))
 
     # -- what the connection asks ----------------------------------------------------------
 
@@ -181,7 +195,7 @@ class ActionDispatcher:
         ``raw`` is the frame as received, kept in the record; encoded again when omitted.
         """
         action_id = action.action_id
-        if isinstance(action, _READ_ONLY):
+        if isinstance(action, _UNRECORDED):
             await self._handle_read(action)
             return
         existing = self.records.mark_started(action_id, raw or codec.encode(action))
@@ -214,12 +228,15 @@ class ActionDispatcher:
         """Stop every running action: commands get SIGTERM (then SIGKILL), other actions are
         cancelled. Waits up to ``grace_s`` for commands to record their results."""
         self.registry.cancel_all()
+        # the sessions' processes: SIGTERM now, SIGKILL after their grace
+        closing = asyncio.ensure_future(self.processes.close())
         tasks = list(self._tasks.values())
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=grace_s)
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
+        await closing
         if self.watcher is not None:
             await self.watcher.close()
         if self.mcp is not None:
@@ -311,7 +328,7 @@ class ActionDispatcher:
         action_id = action.action_id
         self._cancel_requested.discard(action_id)
         frame = encode_fitted(response)
-        if isinstance(action, _READ_ONLY):
+        if isinstance(action, _UNRECORDED):
             old = self._reads.pop(action_id, None)
             self._reads_bytes -= len(old) if old is not None else 0
             self._reads[action_id] = frame
@@ -348,6 +365,16 @@ class ActionDispatcher:
                 return await asyncio.to_thread(edit_file, action, self.policy)
             case ViewImage():
                 return await asyncio.to_thread(view_image, action, self.policy)
+            case ExecStart():
+                if self.console is not None:
+                    self.console.running(action.session_id, action.argv)
+                return await self.processes.start(action)
+            case ExecWrite():
+                return await self.processes.write(action)
+            case ExecKill():
+                return await self.processes.kill(action)
+            case ExecList():
+                return self.processes.listing(action.session_id)
             case Grep():
                 return await grep(action, self.policy)
             case Glob():
@@ -358,7 +385,8 @@ class ActionDispatcher:
                 was = self._attached.pop(action.session_id, None) is not None
                 if self.watcher is not None:
                     was = self.watcher.unwatch(action.session_id) or was
-                # the session's private /tmp goes with it
+                # its processes and its private /tmp go with it
+                await self.processes.stop_session(action.session_id)
                 await asyncio.to_thread(self.sandbox.drop_session, action.session_id)
                 return Detached(was_attached=was)
             case LoadContext():

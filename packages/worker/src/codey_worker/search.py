@@ -462,7 +462,7 @@ async def _grep_rg(rg: str, action: Grep, scope: _Scope,
         *args, cwd=scope.workdir, stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, limit=16 * 1024 * 1024)
     assert proc.stdout is not None and proc.stderr is not None
-    errors = asyncio.ensure_future(proc.stderr.read(64 * 1024))
+    errors = asyncio.ensure_future(proc.stderr.read())  # to its end: rg writes it in pieces
     stopped = True  # until rg's output has been read to its end
     try:
         async with asyncio.timeout(RG_TIMEOUT_S):
@@ -476,9 +476,9 @@ async def _grep_rg(rg: str, action: Grep, scope: _Scope,
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
         rc = await proc.wait()
-        stderr = (await errors).decode("utf-8", errors="replace").strip()
+        stderr = (await errors)[:64 * 1024].decode("utf-8", errors="replace").strip()
     if not stopped and rc == 2 and not collector.files:
-        message = stderr.splitlines()[-1] if stderr else "rg failed"
+        message = stderr.splitlines()[-1] if stderr else f"rg failed (exit code {rc})"
         if "regex" in stderr or "error parsing" in stderr or "glob" in stderr:
             raise ActionRefused("bad_request", f"bad pattern: {stderr[:2000]}")
         raise ActionRefused("io_error", message[:2000])
