@@ -36,10 +36,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import sys
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from codey_protocol import codec
 from codey_protocol.worker import (
@@ -84,19 +85,20 @@ from codey_worker.acp import AcpAgents
 from codey_worker.config import codey_home
 from codey_worker.confine import ActionRefused
 from codey_worker.console import WorkerConsole
-from codey_worker.context import load_context
-from codey_worker.edit import edit_file
 from codey_worker.exec import CommandRegistry, run_command
 from codey_worker.frames import encode_fitted
-from codey_worker.images import view_image
 from codey_worker.mcp import McpManager
-from codey_worker.patch import PatchError, apply_patch
 from codey_worker.policy import LocalPolicy
-from codey_worker.processes import ProcessTable
 from codey_worker.records import ActionRecords
 from codey_worker.sandbox import Sandbox
-from codey_worker.search import glob, grep
 from codey_worker.watch import WorkspaceWatcher
+
+if TYPE_CHECKING:
+    from codey_worker.processes import ProcessTable
+
+# The executors below load with their first action, not with the worker (an idle worker's
+# memory is mostly the code it imported): codey_worker.context, .edit, .images, .patch,
+# .processes and .search (test_lazy_imports.py holds them to it).
 
 __all__ = ["EXECUTORS", "ActionDispatcher", "Send"]
 
@@ -174,10 +176,18 @@ class ActionDispatcher:
         #: $CODEY_HOME: where the user's own AGENTS.md and skills are
         self.home = home if home is not None else codey_home()
         self.sandbox = sandbox if sandbox is not None else Sandbox.detected(self.home)
-        #: the sessions' long-lived processes (exec_start & co.)
-        self.processes = ProcessTable(
-            policy, self.sandbox, registry=self.registry,
-            **({} if kill_grace_s is None else {"grace_s": kill_grace_s}))
+        self._processes: ProcessTable | None = None
+
+    @property
+    def processes(self) -> ProcessTable:
+        """The sessions' long-lived processes (exec_start & co.), made with the first."""
+        if self._processes is None:
+            from codey_worker.processes import ProcessTable
+
+            grace = {} if self._kill_grace_s is None else {"grace_s": self._kill_grace_s}
+            self._processes = ProcessTable(self.policy, self.sandbox, registry=self.registry,
+                                           **grace)
+        return self._processes
 
     # -- what the connection asks ----------------------------------------------------------
 
@@ -229,7 +239,8 @@ class ActionDispatcher:
         cancelled. Waits up to ``grace_s`` for commands to record their results."""
         self.registry.cancel_all()
         # the sessions' processes: SIGTERM now, SIGKILL after their grace
-        closing = asyncio.ensure_future(self.processes.close())
+        closing = asyncio.ensure_future(
+            self._processes.close() if self._processes is not None else asyncio.sleep(0))
         tasks = list(self._tasks.values())
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=grace_s)
@@ -298,7 +309,8 @@ class ActionDispatcher:
         ``internal`` (the worker never crashes on an action)."""
         if isinstance(exc, ActionRefused):
             return ActionErrored(action_id=action_id, code=exc.code, message=exc.message)
-        if isinstance(exc, PatchError):
+        patch = sys.modules.get("codey_worker.patch")  # (not loaded: no patch ran)
+        if patch is not None and isinstance(exc, patch.PatchError):
             return ActionErrored(action_id=action_id, code="patch_failed", message=exc.message)
         log.error("action %s failed", action_id, exc_info=exc)
         return ActionErrored(action_id=action_id, code="internal",
@@ -362,8 +374,12 @@ class ActionDispatcher:
             case ListDir():
                 return await asyncio.to_thread(fs.list_dir, action, self.policy)
             case Edit():
+                from codey_worker.edit import edit_file
+
                 return await asyncio.to_thread(edit_file, action, self.policy)
             case ViewImage():
+                from codey_worker.images import view_image
+
                 return await asyncio.to_thread(view_image, action, self.policy)
             case ExecStart():
                 if self.console is not None:
@@ -376,8 +392,12 @@ class ActionDispatcher:
             case ExecList():
                 return self.processes.listing(action.session_id)
             case Grep():
+                from codey_worker.search import grep
+
                 return await grep(action, self.policy)
             case Glob():
+                from codey_worker.search import glob
+
                 return await glob(action, self.policy)
             case AttachSession():
                 return await self._attach(action)
@@ -386,12 +406,15 @@ class ActionDispatcher:
                 if self.watcher is not None:
                     was = self.watcher.unwatch(action.session_id) or was
                 # its processes and its private /tmp go with it
-                await self.processes.stop_session(action.session_id)
+                if self._processes is not None:
+                    await self._processes.stop_session(action.session_id)
                 await asyncio.to_thread(self.sandbox.drop_session, action.session_id)
                 return Detached(was_attached=was)
             case LoadContext():
                 workdir = self._check_workdir(action.workdir)
                 roots = [Path(os.path.realpath(r)) for r in self.policy.allowed_roots]
+                from codey_worker.context import load_context
+
                 return await load_context(workdir, roots, self.home)
             case McpList():
                 return McpTools(servers=await self._mcp().list_all())
@@ -464,6 +487,8 @@ class ActionDispatcher:
 
     async def _apply_patch(self, action: ApplyPatch) -> ActionOutcome:
         root = self._check_workdir(action.workdir)
+        from codey_worker.patch import apply_patch
+
         outcome = await asyncio.to_thread(apply_patch, action.patch, root)
         if self.console is not None:
             self.console.patch(action.session_id, len(outcome.files))
