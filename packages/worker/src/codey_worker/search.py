@@ -65,7 +65,7 @@ MAX_CONTEXT = 50
 MAX_RESULTS = 10_000
 RG_TIMEOUT_S = 60.0
 _BINARY_SNIFF = 8 * 1024
-_MAX_FILE_BYTES = 50 * 1024 * 1024  # larger files are not searched (both engines)
+_MAX_FILE_BYTES = 50 * 1024 * 1024  # larger files are not searched by the fallback
 _UNSET = object()
 
 
@@ -127,9 +127,11 @@ def _rg_filters(scope: _Scope, include: list[str], exclude: list[str],
     applied to rg's answers afterwards (``_Globs``). Excludes are ``--glob !…``: an override
     can only take more out.
     """
-    args = ["--no-config", "--no-require-git", "--glob", "!.git"]
+    args = ["--no-config", "--no-require-git"]
     if hidden:
-        args.append("--hidden")
+        # (without --hidden rg skips .git as a hidden folder; an override glob costs every
+        # path a match, so it is added only when needed)
+        args += ["--hidden", "--glob", "!.git"]
     by_path = [p for p in include if "/" in p.rstrip("/")]
     by_name = [p for p in include if p not in by_path]
     if by_name and not by_path:
@@ -439,7 +441,7 @@ async def _grep_rg(rg: str, action: Grep, scope: _Scope,
     max_matches, max_bytes, before, after = limits
     hidden = action.hidden or any(map(_names_hidden, action.include))
     filters, post = _rg_filters(scope, action.include, action.exclude, hidden)
-    args = [rg, *filters, "--max-filesize", str(_MAX_FILE_BYTES)]
+    args = [rg, *filters]
     if action.ignore_case:
         args.append("--ignore-case")
     if action.literal:
