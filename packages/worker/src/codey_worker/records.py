@@ -108,6 +108,7 @@ class ActionRecords:
         # group commit: ``_written`` counts commits, ``_synced`` how many are on the disk
         self._sync_cond = threading.Condition()
         self._written = self._synced = 0
+        self._armed = False  # the syncer has been woken for the commits since its last flush
         self._closing = False
         self.flushes = 0  # fdatasync calls made (for tests and benchmarks)
         self._syncer = threading.Thread(target=self._sync_loop, name="records-sync",
@@ -163,11 +164,12 @@ class ActionRecords:
                         self._sync_cond.wait()
                     if self._synced == self._written:  # closing, nothing left
                         return
-                    if not self._closing and self.flush_delay_s > 0:
-                        # let the commits that follow (the action's answer, other actions')
-                        # join this flush; close() cuts the wait short
-                        self._sync_cond.wait(self.flush_delay_s)
+                    # let the commits that follow (the action's answer, other actions') join
+                    # this flush: they do not wake this thread again (``_armed``); close()
+                    # cuts the wait short
+                    self._sync_cond.wait_for(lambda: self._closing, self.flush_delay_s)
                     target = self._written
+                    self._armed = False
                 if wal_fd is None:
                     # the WAL stays the same file while this connection is open (SQLite
                     # resets it after a checkpoint, never deletes it then)
@@ -184,7 +186,9 @@ class ActionRecords:
     def _wrote(self) -> None:
         with self._sync_cond:
             self._written += 1
-            self._sync_cond.notify_all()
+            if not self._armed:  # one wake-up per flush, not one per commit
+                self._armed = True
+                self._sync_cond.notify_all()
 
     def get(self, action_id: str) -> Record | None:
         """The record of ``action_id``, or None if this worker never saw it (or pruned it)."""
