@@ -23,12 +23,14 @@ from typing import Any
 
 import pytest
 
-from codey_protocol.worker import CommandResult, RunCommand
+from codey_protocol.worker import CommandResult, ExecOutput, ExecStart, ExecWrite, RunCommand
 from codey_testkit.waiting import wait_until
 from codey_worker.config import McpServerConfig
+from codey_worker.confine import ActionRefused
 from codey_worker.exec import run_command
 from codey_worker.mcp import McpManager
 from codey_worker.policy import LocalPolicy
+from codey_worker.processes import ProcessTable
 from codey_worker.sandbox import Sandbox, SandboxSettings, detect
 
 pytestmark = [
@@ -229,6 +231,7 @@ import asyncio, json, os, sys
 from codey_protocol.worker import RunCommand
 from codey_worker.exec import run_command
 from codey_worker.policy import LocalPolicy
+from codey_worker.processes import ProcessTable
 
 me = os.getpid()
 script = (f"cat /proc/{me}/environ; cat /proc/1/environ; cat /proc/$PPID/environ; "
@@ -320,6 +323,71 @@ def test_a_background_process_does_not_outlive_the_action(machine: Machine) -> N
     finally:
         for pid in processes_with(tag):
             os.kill(pid, signal.SIGKILL)
+
+
+# --------------------------------------------------------------------------- long-lived processes
+
+
+def _table(machine: Machine) -> ProcessTable:
+    return ProcessTable(machine.policy, machine.sandbox, grace_s=1.0)
+
+
+def _start(machine: Machine, argv: list[str], **kw: Any) -> ExecStart:
+    kw.setdefault("yield_ms", 30_000)
+    return ExecStart(action_id=f"x{random.randrange(10**9)}", session_id="ses_hostile",
+                     argv=argv, workdir=str(machine.work), **kw)
+
+
+def test_an_exec_process_cannot_write_outside_the_workdir(machine: Machine) -> None:
+    outside, new = machine.home / "outside.txt", machine.home / "new-by-exec.txt"
+    attack = ["sh", "-c", f"echo mine > inside.txt; echo hook > .git/hooks/pre-commit; "
+                          f"echo pwned > {outside}; echo pwned > {new}"]
+
+    async def main(mode: Any) -> ExecOutput:
+        table = _table(machine)
+        try:
+            return await table.start(_start(machine, attack, sandbox=mode))
+        finally:
+            await table.close()
+
+    boxed = asyncio.run(main("workspace-write"))
+    assert not boxed.running and boxed.exit_code != 0
+    assert "Read-only file system" in boxed.output and boxed.sandbox_denied
+    assert outside.read_text() == "original\n" and not new.exists()
+    assert not (machine.work / ".git" / "hooks" / "pre-commit").exists()
+    assert (machine.work / "inside.txt").read_text() == "mine\n"  # the workdir it may write
+
+    bare = asyncio.run(main("full-access"))
+    assert bare.exit_code == 0, bare.output
+    assert outside.read_text() == "pwned\n" and new.exists()
+
+
+def test_an_exec_processs_background_children_die_with_its_session(machine: Machine) -> None:
+    t = f"{500 + random.random():.6f}"
+    # every way out it could try: &, nohup with its output elsewhere, setsid, a double fork
+    script = (f"sleep {t} & nohup sleep {t} >/dev/null 2>&1 </dev/null & "
+              f"setsid sleep {t} >/dev/null 2>&1 & (sleep {t} &) ; echo up; sleep {t}")
+
+    async def main() -> None:
+        table = _table(machine)
+        try:
+            started = await table.start(_start(machine, ["sh", "-c", script], yield_ms=0))
+            await asyncio.to_thread(wait_until, lambda: len(processes_with(t)) >= 5,
+                                    what="the sleeps")
+            # the action that started it has long answered: only the session holds it now
+            assert started.running
+            assert await table.stop_session("ses_hostile") == 1
+            assert processes_with(t) == []
+            with pytest.raises(ActionRefused) as gone:
+                await table.write(ExecWrite(action_id="w", session_id="ses_hostile",
+                                            process_id=started.process_id))
+            assert gone.value.code == "process_gone"
+        finally:
+            await table.close()
+            for pid in processes_with(t):
+                os.kill(pid, signal.SIGKILL)
+
+    asyncio.run(main())
 
 
 # --------------------------------------------------------------------------- ordinary work

@@ -44,6 +44,10 @@ def render(call: Callable[[WorkerConsole], None], *, terminal: bool = False) -> 
 )
 def test_lines(call: Callable[[WorkerConsole], None], expected: str) -> None:
     assert render(call) == expected
+    # without rich (not a terminal): the very same text
+    plain = io.StringIO()
+    call(WorkerConsole(out=plain))
+    assert plain.getvalue() == expected
 
 
 def test_pair_line_is_one_line_even_when_longer_than_the_terminal() -> None:
