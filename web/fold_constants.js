@@ -52,6 +52,11 @@ const ACTION = {
   list_dir: fillListDir,
   mcp_call: fillMcpCall,
   acp_permission: fillAcpPermission,
+  exec_start: fillExecStart,
+  exec_write: fillExecWrite,
+  grep: fillGrep,
+  glob: fillGlob,
+  edit: fillEdit,
 };
 
 /**
@@ -417,6 +422,59 @@ export function fillMcpCall(v) {
 /** `AcpPermission` (worker.py): its defaults filled in. */
 export function fillAcpPermission(v) {
   if (v.option_id === undefined) v.option_id = null;
+  return v;
+}
+
+/** `ExecStart` (worker.py): its defaults filled in. */
+export function fillExecStart(v) {
+  if (v.cwd === undefined) v.cwd = null;
+  if (v.env === undefined) v.env = {};
+  if (v.tty === undefined) v.tty = false;
+  if (v.cols === undefined) v.cols = 80;
+  if (v.rows === undefined) v.rows = 24;
+  if (v.yield_ms === undefined) v.yield_ms = 1000;
+  if (v.output_cap === undefined) v.output_cap = 1048576;
+  if (v.timeout_s === undefined) v.timeout_s = null;
+  if (v.sandbox === undefined) v.sandbox = "workspace-write";
+  if (v.network === undefined) v.network = false;
+  return v;
+}
+
+/** `ExecWrite` (worker.py): its defaults filled in. */
+export function fillExecWrite(v) {
+  if (v.input === undefined) v.input = "";
+  if (v.yield_ms === undefined) v.yield_ms = 1000;
+  if (v.close_stdin === undefined) v.close_stdin = false;
+  return v;
+}
+
+/** `Grep` (worker.py): its defaults filled in. */
+export function fillGrep(v) {
+  if (v.path === undefined) v.path = ".";
+  if (v.include === undefined) v.include = [];
+  if (v.exclude === undefined) v.exclude = [];
+  if (v.ignore_case === undefined) v.ignore_case = false;
+  if (v.literal === undefined) v.literal = false;
+  if (v.before === undefined) v.before = 0;
+  if (v.after === undefined) v.after = 0;
+  if (v.hidden === undefined) v.hidden = false;
+  if (v.mode === undefined) v.mode = "content";
+  if (v.max_matches === undefined) v.max_matches = 200;
+  if (v.max_bytes === undefined) v.max_bytes = 65536;
+  return v;
+}
+
+/** `Glob` (worker.py): its defaults filled in. */
+export function fillGlob(v) {
+  if (v.path === undefined) v.path = ".";
+  if (v.hidden === undefined) v.hidden = false;
+  if (v.max_results === undefined) v.max_results = 500;
+  return v;
+}
+
+/** `Edit` (worker.py): its defaults filled in. */
+export function fillEdit(v) {
+  if (v.replace_all === undefined) v.replace_all = false;
   return v;
 }
 
