@@ -32,7 +32,6 @@ from codey_protocol import worker as wk
 from codey_protocol.events import IMAGE_MIMES
 from codey_protocol.ratelimits import rate_limit_event
 from codey_protocol.state import SessionContext, SessionInfo
-from codey_server.agent.approvals import is_known_safe, mcp_tool_of, needs_approval
 from codey_server.agent.compaction import (
     COMPACT_INSTRUCTIONS,
     INPUT_SHARE,
@@ -51,7 +50,6 @@ from codey_server.agent.errors import RETRYABLE_BY_FALLBACK, ModelError
 from codey_server.agent.history import History
 from codey_server.agent.instructions import INSTRUCTIONS, build_instructions
 from codey_server.agent.models import ModelProvider, backoff
-from codey_server.agent.outcome import ITEM_OUTPUT_CAP, settle_fields
 from codey_server.agent.ports import TurnDeps
 from codey_server.agent.stream import (
     Finished,
@@ -64,9 +62,22 @@ from codey_server.agent.stream import (
     ToolCallRequested,
     Usage,
 )
-from codey_server.agent.tools import BadToolCall, ParsedCall, parse_call, tools_for
+from codey_server.agent.tools import (
+    Ask,
+    BadToolCall,
+    Finish,
+    ForAnswer,
+    Gate,
+    ParsedCall,
+    ServerCall,
+    ServerTool,
+    WorkerTool,
+    parse_call,
+    tool_named,
+    tools_for,
+)
+from codey_server.agent.tools.shell import ITEM_OUTPUT_CAP
 from codey_server.core.actions import ActionFailed
-from codey_server.core.decide import MEMORY_MAX
 
 log = logging.getLogger("codey.agent")
 
@@ -486,33 +497,30 @@ class TurnRunner:
             await self._status("running")
 
     def _tool_call_item(self, call: ToolCallRequested,
-                        response_id: str) -> tuple[ev.ToolCall, ParsedCall | None]:
+                        response_id: str) -> tuple[ev.ToolCall, ParsedCall[Any] | None]:
         worker = self.store.state.workers.get(self.session.worker_id)
-        item = ev.ToolCall(id=self._new_id("itm"), ts=time.time(), call_id=call.call_id,
-                           name=call.name, arguments=call.arguments, response_id=response_id)
+        fields: dict[str, Any] = {}
+        parsed: ParsedCall[Any] | None = None
         try:
             parsed = parse_call(call.name, call.arguments, worker.capabilities if worker else None)
+            fields = parsed.tool.shows(parsed.args)
         except BadToolCall:
-            return item, None  # reported when the call is settled
-        item.command = parsed.command
-        item.patch = parsed.patch
-        item.path = parsed.path
-        item.mcp_server = parsed.mcp_server
-        item.mcp_tool = parsed.mcp_tool
+            pass  # reported when the call is settled
+        item = ev.ToolCall(id=self._new_id("itm"), ts=time.time(), call_id=call.call_id,
+                           name=call.name, arguments=call.arguments, response_id=response_id,
+                           **fields)
         return item, parsed
 
-    def _needs_approval(self, parsed: ParsedCall) -> bool:
+    def _gate(self, parsed: ParsedCall[Any]) -> Ask | None:
         s = self.session
         worker = self.store.state.workers.get(s.worker_id)
-        return needs_approval(s.policy, parsed.tool, command=parsed.command,
-                              patch=parsed.patch, path=parsed.path,
-                              approved_prefixes=s.approved_prefixes,
-                              mcp=mcp_tool_of(worker.capabilities if worker else None,
-                                              parsed.mcp_server, parsed.mcp_tool))
+        return parsed.tool.ask(parsed.args, Gate(s.policy, s.approved_prefixes,
+                                                 worker.capabilities if worker else None))
 
-    def _request_now(self, item: ev.ToolCall, parsed: ParsedCall) -> list[ev.Event]:
+    def _request_now(self, item: ev.ToolCall, parsed: ParsedCall[Any]) -> list[ev.Event]:
         """Mark ``item`` running and record its action, when it goes to the worker unasked."""
-        if parsed.tool in _NOT_ON_WORKER or self._needs_approval(parsed) \
+        tool = parsed.tool
+        if not isinstance(tool, WorkerTool) or self._gate(parsed) is not None \
                 or self.session.plan_mode or self.session.read_only:
             return []  # (plan mode checks the call when it is settled)
         s = self.session
@@ -520,7 +528,8 @@ class TurnRunner:
         item.status = "running"
         item.action_id = action_id
         return [ev.ActionRequested(action_id=action_id, item_id=item.id, worker_id=s.worker_id,
-                                   action=parsed.action(action_id, s.session_id, s.workdir))]
+                                   action=tool.action(parsed.args, action_id, s.session_id,
+                                                      s.workdir))]
 
     # compaction ------------------------------------------------------------------------------
 
@@ -605,11 +614,11 @@ class TurnRunner:
         open_calls = [i for i in self.session.items
                       if isinstance(i, ev.ToolCall) and i.result is None]
         # sub-agents work in parallel; the rest is settled in order, one at a time
-        delegated = [i for i in open_calls if i.name == "delegate"]
-        if delegated:
-            await asyncio.gather(*(self._delegate(i) for i in delegated))
+        parallel = {i.id for i in open_calls if (t := tool_named(i.name)) and t.parallel}
+        if parallel:
+            await asyncio.gather(*(self._settle(i) for i in open_calls if i.id in parallel))
         for item in open_calls:
-            if item.name != "delegate":
+            if item.id not in parallel:
                 await self._settle(item)
 
     async def _finish(self, item: ev.ToolCall, status: ev.ToolStatus, result: str,
@@ -625,19 +634,12 @@ class TurnRunner:
         except BadToolCall as err:
             await self._finish(item, "failed", f"error: {err}", error=str(err))
             return
-        if parsed.tool == "update_plan":
-            await self._finish(item, "done", "plan updated",
-                               ev.PlanUpdated(steps=parsed.plan or [],
-                                              explanation=parsed.explanation))
+        tool, args = parsed.tool, parsed.args
+        if isinstance(tool, ServerTool):
+            await self._on_server(item, tool, args)
             return
-        if parsed.tool == "remember":
-            await self._remember(item, parsed.note)
-            return
-        if parsed.tool == "ask_user":
-            await self._ask(item, parsed.question, parsed.choices or [])
-            return
-        if (s.plan_mode or s.read_only) and not (parsed.tool in ("read_file", "list_dir") or (
-                parsed.tool == "shell" and is_known_safe(parsed.command or []))):
+        assert isinstance(tool, WorkerTool)
+        if (s.plan_mode or s.read_only) and not tool.looks_only(args):
             why = ("refused in plan mode: nothing changes before the user approves your plan "
                    "(propose it with update_plan)") if s.plan_mode else (
                 "refused: this session only reads (read_file, list_dir, read-only commands)")
@@ -645,14 +647,14 @@ class TurnRunner:
             return
 
         # the approval gate (an action already requested went through it)
-        if item.approval_id is None and item.action_id is None \
-                and self._needs_approval(parsed):
+        ask = self._gate(parsed) if item.approval_id is None and item.action_id is None \
+            else None
+        if ask is not None:
             approval_id = self._new_id("apr")
-            kind = _APPROVAL_KIND.get(parsed.tool, "mcp")
             await self._emit(
-                ev.ApprovalRequested(approval_id=approval_id, item_id=item.id, kind=kind,
-                                     command=parsed.command, patch=parsed.patch,
-                                     path=parsed.path, reason=f"{item.name} wants to run"),
+                ev.ApprovalRequested(approval_id=approval_id, item_id=item.id, kind=ask.kind,
+                                     command=ask.command, patch=ask.patch,
+                                     path=ask.path, reason=f"{item.name} wants to run"),
                 ev.SessionItemUpdated(item_id=item.id, status="waiting_approval",
                                       approval_id=approval_id),
             )
@@ -668,7 +670,7 @@ class TurnRunner:
         action_id = item.action_id or self._new_id("act")
         pending = s.pending_actions.get(action_id)
         if pending is None:
-            action = parsed.action(action_id, s.session_id, s.workdir)
+            action = tool.action(args, action_id, s.session_id, s.workdir)
             await self._emit(
                 ev.ActionRequested(action_id=action_id, item_id=item.id, worker_id=s.worker_id,
                                    action=action),
@@ -676,7 +678,7 @@ class TurnRunner:
             )
         else:
             action = pending.action
-        await self._run_action(self._item(item.id), action)
+        await self._run_action(self._item(item.id), action, tool)
 
     def _item(self, item_id: str) -> ev.ToolCall:
         for item in reversed(self.session.items):
@@ -709,93 +711,35 @@ class TurnRunner:
             await self._status("running")
         return approval.status, approval.message
 
-    async def _delegate(self, item: ev.ToolCall) -> None:
-        """Run a sub-agent: a child session with the task as its prompt, whose turn's final
-        answer becomes this call's result. After a restart the child is found again by the
-        call it answers (``parent_item``)."""
+    def _server_call(self, item: ev.ToolCall) -> ServerCall:
         s = self.session
-        try:
-            parsed = parse_call(item.name, item.arguments, None)
-        except BadToolCall as err:
-            await self._finish(item, "failed", f"error: {err}", error=str(err))
-            return
-        children = self.deps.children
-        role = self.deps.roles.get(parsed.role)
-        child = next((c for c in self.store.state.sessions.values()
-                      if c.parent_id == s.session_id and c.parent_item == item.id), None)
-        if child is None:
-            problem = None
-            if children is None or s.parent_id is not None:
-                problem = "a sub-agent cannot delegate further"
-            elif role is None:
-                problem = f"no role {parsed.role!r}; the roles are: " + ", ".join(
-                    self.deps.roles)
-            elif not parsed.task:
-                problem = "`task` must say what to do"
-            worker_id = parsed.worker_id or s.worker_id
-            worker = self.store.state.workers.get(worker_id)
-            if problem is None and (worker is None or worker.revoked):
-                problem = f"no usable worker {worker_id!r}"
-            if problem is not None:
-                await self._finish(item, "failed", f"error: {problem}", error=problem)
-                return
-            assert role is not None
-            child_id = self._new_id("ses")
-            policy = s.policy if role.policy == "parent" else role.policy
-            await self.store.append([
-                (child_id, ev.SessionCreated(
-                    title=f"{parsed.role}: {' '.join(parsed.task.split())[:60]}",
-                    worker_id=worker_id, workdir=parsed.workdir or s.workdir,
-                    provider=s.provider, model=s.model, policy=policy,
-                    parent_id=s.session_id, parent_item=item.id, role=parsed.role,
-                    read_only=role.read_only, turn_cap=role.turn_cap)),
-                (child_id, ev.SessionItemAppended(item=ev.UserMessage(
-                    id=self._new_id("itm"), ts=time.time(), text=parsed.task))),
-                (s.session_id, ev.SessionItemUpdated(item_id=item.id, status="running")),
-            ])
-        else:
-            child_id = child.session_id
-        assert children is not None
-        await children.wait_done(child_id)
-        await self._finish(item, *_child_result(self.store.state.sessions.get(child_id),
-                                                parsed.role))
+        return ServerCall(self.store.state, s, item, self._new_id, time.time(),
+                          roles=self.deps.roles,
+                          can_delegate=self.deps.children is not None and s.parent_id is None)
 
-    async def _remember(self, item: ev.ToolCall, note: str) -> None:
-        s = self.session
-        memory = self.deps.memory_of(s)
-        text = (memory.rstrip("\n") + "\n" if memory.strip() else "") + f"- {note}"
-        if len(text) > MEMORY_MAX:
-            await self._finish(item, "failed", f"error: the project memory is full "
-                                               f"({MEMORY_MAX // 1024} KiB); ask the user to "
-                                               "tidy it in the session's Memory panel",
-                               error="the project memory is full")
-            return
-        await self._finish(item, "done", "noted in the project memory",
-                           ev.MemoryUpdated(worker_id=s.worker_id, workdir=s.workdir, text=text))
+    async def _on_server(self, item: ev.ToolCall, tool: ServerTool[Any], args: Any) -> None:
+        """A call the server carries out: at once, or after a question or a sub-agent."""
+        step = tool.start(args, self._server_call(item))
+        if not isinstance(step, Finish):
+            if step.events:
+                await self.store.append(step.events)
+            if isinstance(step.on, ForAnswer):
+                question_id = step.on.question_id
+                waiter = self.deps.approvals.approval_waiter(question_id)
+                if self.session.questions[question_id].status == "pending":
+                    await self._status("waiting_user", "a question for you")
+                    if self.session.questions[question_id].status == "pending":
+                        await waiter
+                await self._status("running")
+            else:
+                assert self.deps.children is not None
+                await self.deps.children.wait_done(step.on.session_id)
+            step = tool.resume(args, self._server_call(item))
+        await self.store.append([*step.events, (self.session_id, ev.SessionItemUpdated(
+            item_id=item.id, status=step.status, result=step.result, **step.fields))])
 
-    async def _ask(self, item: ev.ToolCall, question: str, choices: list[str]) -> None:
-        """Ask the user (the session waits in ``waiting_user``); the answer is the result."""
-        question_id = next((q.question_id for q in self.session.questions.values()
-                            if q.item_id == item.id), None)
-        if question_id is None:
-            question_id = self._new_id("qst")
-            await self._emit(
-                ev.QuestionAsked(question_id=question_id, item_id=item.id, question=question,
-                                 choices=choices),
-                ev.SessionItemUpdated(item_id=item.id, status="waiting_user"))
-        waiter = self.deps.approvals.approval_waiter(question_id)
-        if self.session.questions[question_id].status == "pending":
-            await self._status("waiting_user", "a question for you")
-            if self.session.questions[question_id].status == "pending":
-                await waiter
-        q = self.session.questions[question_id]
-        await self._status("running")
-        if q.status == "cancelled":
-            await self._finish(item, "cancelled", "the user did not answer (cancelled)")
-        else:
-            await self._finish(item, "done", f"the user answered: {q.answer}")
-
-    async def _run_action(self, item: ev.ToolCall, action: wk.ActionMessage) -> None:
+    async def _run_action(self, item: ev.ToolCall, action: wk.ActionMessage,
+                          tool: WorkerTool[Any]) -> None:
         s = self.session
         actions = self.deps.actions
         limits = self.deps.limits
@@ -841,7 +785,7 @@ class TurnRunner:
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
         await output.close()
-        status, result, fields = settle_fields(outcome, truncated)
+        status, result, fields = tool.settle(outcome, truncated)
         if self.session.status == "waiting_worker":
             await self._status("running")
         await self._finish(item, status, result,
@@ -875,33 +819,6 @@ class TurnRunner:
             log.exception("cleanup after interrupt failed for %s", self.session_id)
 
 
-#: tools the server carries out itself
-_NOT_ON_WORKER = frozenset({"update_plan", "remember", "ask_user", "delegate"})
-#: a sub-agent's answer given back to the delegating model, at most
-DELEGATE_RESULT_CAP = 24_000
-
-
-def _child_result(child: SessionInfo | None, role: str) -> tuple[ev.ToolStatus, str]:
-    """The delegate call's status and result from its sub-agent's session."""
-    if child is None:
-        return "failed", f"error: the {role} session is gone"
-    answer = next((i.text for i in reversed(child.items)
-                   if isinstance(i, ev.AssistantMessage) and i.text and not i.partial), "")
-    if len(answer) > DELEGATE_RESULT_CAP:
-        answer = answer[:DELEGATE_RESULT_CAP] + "\n… (cut)"
-    if child.status == "error":
-        error = next((i.message for i in reversed(child.items)
-                      if isinstance(i, ev.ErrorItem)), child.status_reason)
-        return "failed", f"the {role} failed: {error}"
-    if child.status in ("interrupted", "closed"):
-        return "cancelled", f"the {role} was stopped ({child.status_reason or child.status})" \
-            + (f"; its last answer:\n{answer}" if answer else "")
-    if child.status == "waiting_user":
-        return "done", f"the {role} stopped before finishing ({child.status_reason}); its " \
-                       f"last answer:\n{answer}"
-    return "done", f"the {role} finished:\n{answer or '(no answer)'}"
-
-
 def _duration(seconds: float) -> str:
     if seconds < 120:
         return f"{seconds:.0f} s"
@@ -923,6 +840,3 @@ def _same_context(old: SessionContext | None, new: ev.SessionContextUpdated) -> 
     return same_env and (old.instructions, old.skills, old.warnings) == (
         new.instructions, new.skills, new.warnings)
 
-
-_APPROVAL_KIND: dict[str, Literal["command", "patch", "write", "mcp"]] = {
-    "shell": "command", "apply_patch": "patch", "write_file": "write"}
