@@ -7,7 +7,7 @@ from typing import Any
 
 from codey_protocol import events as ev
 from codey_protocol import worker as wk
-from codey_protocol.state import memory_key
+from codey_server.agent.instructions import memory_of
 from codey_server.agent.tools.base import (
     BadToolCall,
     Finish,
@@ -43,8 +43,7 @@ class Remember(ServerTool[NoteArgs]):
 
     def start(self, args: NoteArgs, call: ServerCall) -> Finish:
         s = call.session
-        memory = call.state.memories.get(memory_key(s.worker_id, s.workdir))
-        text = memory.text if memory is not None else ""
+        text = memory_of(call.state, s)
         text = (text.rstrip("\n") + "\n" if text.strip() else "") + f"- {args.note}"
         if len(text) > MEMORY_MAX:
             return Finish("failed", f"error: the project memory is full ({MEMORY_MAX // 1024} "
