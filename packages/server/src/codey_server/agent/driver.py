@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
@@ -49,7 +50,7 @@ from codey_server.agent.machine import (
     LoadBlob,
     ModelDone,
     ModelFailed,
-    ModelPart,
+    ModelParts,
     Proceed,
     RunAction,
     SetTimer,
@@ -64,6 +65,7 @@ from codey_server.agent.machine import (
     WorkerBack,
 )
 from codey_server.agent.ports import TurnDeps
+from codey_server.agent.stream import ModelEvent
 from codey_server.core.actions import ActionFailed
 from codey_server.core.rules import Context, Decided
 
@@ -79,12 +81,48 @@ class _Failure(Input):
     error: Exception
 
 
+class _Inbox:
+    """The inputs waiting for the machine, in order (an unbounded queue for one reader)."""
+
+    __slots__ = ("_items", "_waiter")
+
+    def __init__(self) -> None:
+        self._items: deque[Input] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def put(self, item: Input) -> None:
+        self._items.append(item)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def put_part(self, part: ModelEvent, now: float) -> None:
+        """A part of the model's stream: added to the parts not yet taken, if any."""
+        items = self._items
+        if items and isinstance(last := items[-1], ModelParts):
+            last.parts.append(part)
+        else:
+            self.put(ModelParts([part], now=now))
+
+    async def get(self) -> Input:
+        while not self._items:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self._items.popleft()
+
+
 class TurnDriver:
     def __init__(self, machine: TurnMachine, deps: TurnDeps) -> None:
         self.machine = machine
         self.deps = deps
         self.session_id = machine.session_id
-        self._inbox: asyncio.Queue[Input] = asyncio.Queue()
+        self._inbox = _Inbox()
         self._tasks: set[asyncio.Task[None]] = set()
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._step = Step()
@@ -96,7 +134,7 @@ class TurnDriver:
 
     def tell(self, input: Input) -> None:
         """Feed an input from outside the turn (``ContextChanged``); safe at any time."""
-        self._inbox.put_nowait(input)
+        self._inbox.put(input)
 
     # the task ------------------------------------------------------------------------------
 
@@ -104,7 +142,7 @@ class TurnDriver:
         try:
             await self._feed(Start(now=time.time()))
             while not self.machine.done:
-                if self._inbox.empty() and not self._tasks and not self._timers:
+                if not self._inbox and not self._tasks and not self._timers:
                     raise RuntimeError("the turn waits, but for nothing")
                 await self._feed(await self._inbox.get())
         except asyncio.CancelledError:
@@ -143,7 +181,6 @@ class TurnDriver:
 
     async def _submit(self, input: Input) -> Step:
         """One step of the machine, as a decision on the write path; returns the step."""
-        self._step = Step()
         await self.deps.store.submit(self._decide, input, exclusive=False)
         return self._step
 
@@ -159,17 +196,14 @@ class TurnDriver:
         self._timers.clear()
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.get_running_loop().create_task(self._guarded(work))
+        task = asyncio.get_running_loop().create_task(work)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._effect_done)
 
-    async def _guarded(self, work: Awaitable[None]) -> None:
-        try:
-            await work
-        except asyncio.CancelledError:
-            raise
-        except Exception as err:
-            self.tell(_Failure(err))
+    def _effect_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and (err := task.exception()) is not None:
+            self.tell(_Failure(err if isinstance(err, Exception) else RuntimeError(err)))
 
     # effects -------------------------------------------------------------------------------
 
@@ -177,11 +211,11 @@ class TurnDriver:
         self._spawn(self._stream(e))
 
     async def _stream(self, e: CallModel) -> None:
-        put = self._inbox.put_nowait
+        put = self._inbox.put
         now = time.time
         try:
             async for part in e.provider.stream(model=e.model, body=e.body):
-                put(ModelPart(part, now=now()))
+                self._inbox.put_part(part, now())
         except ModelError as err:
             put(ModelFailed(err, now=now()))
             return
@@ -193,7 +227,7 @@ class TurnDriver:
     async def _action(self, e: RunAction) -> None:
         actions = self.deps.actions
         action_id = e.action.action_id
-        put = self._inbox.put_nowait
+        put = self._inbox.put
         if e.if_present and not actions.presence(e.worker_id).is_set():
             put(ActionErrored(action_id, "away", "the worker is not connected", now=time.time()))
             return
@@ -228,7 +262,7 @@ class TurnDriver:
     async def _watch(self, worker_id: str, action_id: str) -> None:
         presence = self.deps.actions.presence(worker_id)
         absence = self.deps.actions.absence(worker_id)
-        put = self._inbox.put_nowait
+        put = self._inbox.put
         while True:
             if not presence.is_set():
                 put(WorkerAway(action_id, now=time.time()))

@@ -24,7 +24,7 @@ Inputs and what sends them:
 input                         sent by the driver when …
 ============================  ===============================================================
 Start, Proceed                the turn begins; a step asked to go on
-ModelPart / Done / Failed     a part of the model's stream arrived; the stream ended; failed
+ModelParts / Done / Failed    parts of the model's stream arrived; the stream ended; failed
 ActionProgressed              an action streamed output (or an ACP update)
 ActionDone / Errored /        an action's outcome arrived; the worker refused or failed it;
 ActionTimedOut                it did not finish in time
@@ -80,7 +80,7 @@ __all__ = [
     "LoadBlob",
     "ModelDone",
     "ModelFailed",
-    "ModelPart",
+    "ModelParts",
     "Proceed",
     "RunAction",
     "SetTimer",
@@ -121,8 +121,11 @@ class Proceed(Input):
 
 
 @dataclass(frozen=True, slots=True)
-class ModelPart(Input):
-    part: ModelEvent
+class ModelParts(Input):
+    """What the model's stream gave since the last step, in order (the driver gathers parts
+    that arrive while the machine is busy into one input)."""
+
+    parts: list[ModelEvent]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -222,7 +225,7 @@ ActionOutcomeInput = ActionDone | ActionErrored | ActionTimedOut
 
 @dataclass(frozen=True, slots=True)
 class CallModel:
-    """Stream ``body`` to the provider: ``ModelPart``s, then ``ModelDone`` or ``ModelFailed``."""
+    """Stream ``body`` to the provider: ``ModelParts``, then ``ModelDone`` or ``ModelFailed``."""
 
     provider: ModelProvider
     model: str
@@ -391,7 +394,7 @@ class TurnMachine:
     def emit(self, *events: ev.Event) -> None:
         """Append ``events`` to this session (at the end of the step)."""
         sid = self.session_id
-        self._step.events.extend((sid, e) for e in events)
+        self._step.events += [(sid, e) for e in events]
 
     def emit_all(self, events: Decided) -> None:
         self._step.events.extend(events)
@@ -551,7 +554,7 @@ def _snake(name: str) -> str:
 #: each input's handler method: ``_on_<input in snake case>``
 _HANDLERS: dict[type[Input], str] = {
     cls: f"_on_{_snake(cls.__name__)}"
-    for cls in (Start, Proceed, ModelPart, ModelDone, ModelFailed, ActionProgressed,
+    for cls in (Start, Proceed, ModelParts, ModelDone, ModelFailed, ActionProgressed,
                 ActionDone, ActionErrored, ActionTimedOut, WorkerAway, WorkerBack,
                 ApprovalDecided, ApprovalExpired, Answered, ChildDone, BlobLoaded, TimerFired,
                 ContextChanged, Interrupted, Crashed)}

@@ -36,7 +36,7 @@ import msgspec
 
 from codey_protocol import events as ev
 from codey_protocol import worker as wk
-from codey_protocol.events import IMAGE_MIMES
+from codey_protocol.events import IMAGE_MIMES, ActionRequested
 from codey_protocol.ratelimits import rate_limit_event
 from codey_protocol.state import SessionContext
 from codey_server.agent.compaction import (
@@ -67,7 +67,7 @@ from codey_server.agent.machine import (
     LoadBlob,
     ModelDone,
     ModelFailed,
-    ModelPart,
+    ModelParts,
     RunAction,
     SetTimer,
     Start,
@@ -82,6 +82,7 @@ from codey_server.agent.models import ModelProvider, backoff
 from codey_server.agent.ports import Limits, Models
 from codey_server.agent.stream import (
     Finished,
+    ModelEvent,
     RateLimits,
     ReasoningDelta,
     ReasoningDone,
@@ -206,6 +207,7 @@ class CodeyTurn(TurnMachine):
         self._asking: tuple[str, str] | None = None  # (question id, item id)
         self._children: dict[str, str] = {}  # sub-agent session id → the call's item id
         self._approving: str | None = None  # the item whose approval is waited for
+        self._encoded_tools: tuple[Any, wk.Capabilities | None, bytes] | None = None
 
     # the loop ------------------------------------------------------------------------------
 
@@ -407,7 +409,7 @@ class CodeyTurn(TurnMachine):
         return True
 
     def _requested(self, item_id: str, parsed: ParsedCall[Any],
-                   action_id: str) -> list[ev.Event]:
+                   action_id: str) -> list[ev.ActionRequested]:
         s = self.session
         tool = parsed.tool
         assert isinstance(tool, WorkerTool)
@@ -664,16 +666,27 @@ class CodeyTurn(TurnMachine):
         s = self.session
         provider = call.provider
         worker = self.state.workers.get(s.worker_id)
-        roles = {name: role.description for name, role in self.roles.items()} \
-            if s.parent_id is None else None
-        tools = provider.wire.encode_tools(tools_for(
-            worker.capabilities if worker else None, plan_mode=s.plan_mode,
-            read_only=s.read_only, roles=roles))
+        tools = self._tools(provider, worker.capabilities if worker else None)
         messages = self._history(provider).messages(s.items)
         instructions = build_instructions(s, memory_of(self.state, s))
         return provider.wire.body(model=call.model, instructions=instructions,
                                   messages=messages, tools=tools, session_id=s.session_id,
                                   options=provider.config)
+
+    def _tools(self, provider: ModelProvider, capabilities: wk.Capabilities | None) -> bytes:
+        """The tools this call offers, encoded for the provider's wire (kept while neither
+        the session's mode nor its worker's capabilities change)."""
+        s = self.session
+        key = (provider.wire.name, s.plan_mode, s.read_only, s.parent_id is None)
+        cached = self._encoded_tools
+        if cached is not None and cached[0] == key and cached[1] is capabilities:
+            return cached[2]
+        roles = {name: role.description for name, role in self.roles.items()} \
+            if s.parent_id is None else None
+        tools = provider.wire.encode_tools(tools_for(capabilities, plan_mode=s.plan_mode,
+                                                     read_only=s.read_only, roles=roles))
+        self._encoded_tools = (key, capabilities, tools)
+        return tools
 
     def _near_window(self, body: bytes) -> bool:
         call = self._call
@@ -714,15 +727,19 @@ class CodeyTurn(TurnMachine):
             reasoning=item(lambda i, ts, t: ev.Reasoning(id=i, ts=ts, text=t, streaming=True)))
         self.effect(CallModel(call.provider, call.model, body))
 
-    def _on_model_part(self, i: ModelPart) -> None:
+    def _on_model_parts(self, i: ModelParts) -> None:
         if self._compaction is not None:
-            self._summary_part(i)
+            for part in i.parts:
+                self._summary_part(part)
             return
+        for part in i.parts:
+            self._answer_part(part)
+
+    def _answer_part(self, part: ModelEvent) -> None:
         a = self._answer
         call = self._call
         if a is None or call is None:
             return
-        part = i.part
         if isinstance(part, TextDelta):
             self.stream(a.text, part.text)
         elif isinstance(part, ReasoningDelta):
@@ -773,23 +790,30 @@ class CodeyTurn(TurnMachine):
                 text="The model gave an empty answer, so the turn ended here. Send a "
                      "message to go on.")))
         response_id = self.new_id("rsp")
-        for n, requested in enumerate(a.calls):
-            item = self._call_item(requested, response_id)
-            events.append(ev.SessionItemAppended(item=item))
-            parsed = self._parse(item)
-            if n == 0 and not isinstance(parsed, BadToolCall) \
-                    and isinstance(parsed.tool, WorkerTool) and self._route_call(parsed) is None:
-                # the first call goes to its worker in the same append when nothing asks:
-                # one commit less per step (later calls still show "pending" until their
-                # turn, so the view never says two run at once)
-                action_id = self.new_id("act")
-                item.status = "running"
-                item.action_id = action_id
-                events += self._requested(item.id, parsed, action_id)
+        items = [self._call_item(requested, response_id) for requested in a.calls]
+        events += [ev.SessionItemAppended(item=item) for item in items]
+        first = self._parse(items[0]) if items else None
+        run: ActionRequested | None = None
+        if first is not None and not isinstance(first, BadToolCall) \
+                and isinstance(first.tool, WorkerTool) and self._route_call(first) is None:
+            # the first call goes to its worker in the same append when nothing asks: one
+            # commit less per step (later calls still show "pending" until their turn, so
+            # the view never says two run at once)
+            item = items[0]
+            item.status = "running"
+            item.action_id = self.new_id("act")
+            [run] = self._requested(item.id, first, item.action_id)
+            events.append(run)
         self.emit(*events)
         if self.status_reason.startswith(_BUSY_REASONS):
             self.status("running")
-        self.next(self._settle)
+        if run is not None and not any(getattr(tool_named(i.name), "parallel", False)
+                                       for i in items):
+            # it runs at once (its record is folded before the driver starts it)
+            assert isinstance(first, ParsedCall) and isinstance(first.tool, WorkerTool)
+            self._run(items[0], first.tool, run.action)
+        else:
+            self.next(self._settle)
 
     def _call_item(self, call: ToolCallRequested, response_id: str) -> ev.ToolCall:
         item = ev.ToolCall(id=self.new_id("itm"), ts=self.now, call_id=call.call_id,
@@ -891,10 +915,9 @@ class CodeyTurn(TurnMachine):
         c.tail.clear()
         self.effect(CallModel(call.provider, call.model, body))
 
-    def _summary_part(self, i: ModelPart) -> None:
+    def _summary_part(self, part: ModelEvent) -> None:
         c, call = self._compaction, self._call
         assert c is not None and call is not None
-        part = i.part
         if isinstance(part, TextDelta):
             c.parts.append(part.text)
         elif isinstance(part, Usage):
