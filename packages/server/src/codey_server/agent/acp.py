@@ -42,7 +42,6 @@ from codey_server.agent.machine import (
     ActionErrored,
     ActionOutcomeInput,
     ActionProgressed,
-    ActionTimedOut,
     RunAction,
     Start,
     Streamed,
@@ -176,16 +175,7 @@ class AcpTurn(TurnMachine):
         self.effect(RunAction(s.worker_id, action, timeout, workdir=s.workdir,
                               attach_timeout=timeout, progress=True))
 
-    def _on_action_done(self, i: ActionDone) -> None:
-        self._prompt_over(i)
-
-    def _on_action_errored(self, i: ActionErrored) -> None:
-        self._prompt_over(i)
-
-    def _on_action_timed_out(self, i: ActionTimedOut) -> None:
-        self._prompt_over(i)
-
-    def _prompt_over(self, i: ActionOutcomeInput) -> None:
+    def action_over(self, i: ActionOutcomeInput) -> None:
         if self._prompt is None or self._prompt.action_id != i.action_id:
             return
         self._prompt = None

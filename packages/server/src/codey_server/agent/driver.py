@@ -61,8 +61,7 @@ from codey_server.agent.machine import (
     WaitAnswer,
     WaitApproval,
     WaitChild,
-    WorkerAway,
-    WorkerBack,
+    WorkerPresence,
 )
 from codey_server.agent.ports import TurnDeps
 from codey_server.agent.stream import ModelEvent
@@ -252,7 +251,7 @@ class TurnDriver:
             result = ActionDone(action_id, outcome, now=time.time())
         finally:
             if watcher is not None:
-                watcher.cancel()  # before the outcome is queued: no WorkerAway after it
+                watcher.cancel()  # before the outcome is queued: no presence news after it
         if e.report:
             put(result)
         elif not isinstance(result, ActionDone):
@@ -265,9 +264,9 @@ class TurnDriver:
         put = self._inbox.put
         while True:
             if not presence.is_set():
-                put(WorkerAway(action_id, now=time.time()))
+                put(WorkerPresence(action_id, False, now=time.time()))
                 await presence.wait()
-                put(WorkerBack(action_id, now=time.time()))
+                put(WorkerPresence(action_id, True, now=time.time()))
             await absence.wait()
 
     def _cancel(self, e: CancelAction) -> None:

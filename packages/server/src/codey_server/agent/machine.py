@@ -28,7 +28,7 @@ ModelParts / Done / Failed    parts of the model's stream arrived; the stream en
 ActionProgressed              an action streamed output (or an ACP update)
 ActionDone / Errored /        an action's outcome arrived; the worker refused or failed it;
 ActionTimedOut                it did not finish in time
-WorkerAway / WorkerBack       the worker of a running action went away / came back
+WorkerPresence                the worker of a running action went away, or came back
 ApprovalDecided / Expired     an approval was resolved (by anyone); its deadline passed
 Answered, ChildDone           a question was answered; a sub-agent's turn ended
 BlobLoaded                    a stored file was read
@@ -91,8 +91,7 @@ __all__ = [
     "WaitAnswer",
     "WaitApproval",
     "WaitChild",
-    "WorkerAway",
-    "WorkerBack",
+    "WorkerPresence",
 ]
 
 #: streamed text/output is appended as one event per this many seconds (or STREAM_CHUNK chars)
@@ -163,13 +162,11 @@ class ActionTimedOut(Input):
 
 
 @dataclass(frozen=True, slots=True)
-class WorkerAway(Input):
-    action_id: str
+class WorkerPresence(Input):
+    """The worker of a running action went away (``present`` False) or came back."""
 
-
-@dataclass(frozen=True, slots=True)
-class WorkerBack(Input):
     action_id: str
+    present: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,7 +241,7 @@ class RunAction:
     attach_timeout: float | None = None
     #: feed its output as ``ActionProgressed``
     progress: bool = False
-    #: feed ``WorkerAway`` / ``WorkerBack`` while it runs
+    #: feed ``WorkerPresence`` while it runs
     watch: bool = False
     #: not even tried while the worker is away (``ActionErrored``, code ``away``)
     if_present: bool = False
@@ -490,6 +487,21 @@ class TurnMachine:
     def on_timer(self, key: str) -> None:
         """A timer of the subclass's own fired."""
 
+    # actions -------------------------------------------------------------------------------
+
+    def _on_action_done(self, i: ActionDone) -> None:
+        self.action_over(i)
+
+    def _on_action_errored(self, i: ActionErrored) -> None:
+        self.action_over(i)
+
+    def _on_action_timed_out(self, i: ActionTimedOut) -> None:
+        self.action_over(i)
+
+    def action_over(self, i: ActionOutcomeInput) -> None:
+        """An action this turn ran has its outcome, or failed, or timed out (by action id;
+        an action sent with ``report=False`` never comes back)."""
+
     # approvals -----------------------------------------------------------------------------
 
     def await_approval(self, approval_id: str, requested_at: float) -> None:
@@ -555,6 +567,6 @@ def _snake(name: str) -> str:
 _HANDLERS: dict[type[Input], str] = {
     cls: f"_on_{_snake(cls.__name__)}"
     for cls in (Start, Proceed, ModelParts, ModelDone, ModelFailed, ActionProgressed,
-                ActionDone, ActionErrored, ActionTimedOut, WorkerAway, WorkerBack,
+                ActionDone, ActionErrored, ActionTimedOut, WorkerPresence,
                 ApprovalDecided, ApprovalExpired, Answered, ChildDone, BlobLoaded, TimerFired,
                 ContextChanged, Interrupted, Crashed)}

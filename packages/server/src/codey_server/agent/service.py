@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from codey_protocol import events as ev
 from codey_protocol import worker as wk
 from codey_protocol.events import Envelope
-from codey_protocol.state import SessionInfo
+from codey_protocol.state import Approval, Question, SessionInfo
 from codey_server.agent.acp import AcpTurn
 from codey_server.agent.conversation import needs_turn
 from codey_server.agent.driver import TurnDriver
@@ -307,20 +307,22 @@ class AgentService:
     # ports.Waits ----------------------------------------------------------------------------
 
     async def approval(self, session_id: str, approval_id: str) -> None:
-        def over() -> bool:
-            session = self.engine.state.sessions.get(session_id)
-            approval = session.approvals.get(approval_id) if session else None
-            return approval is None or approval.status != "pending"
-
-        await self._approvals.until(approval_id, over)
+        await self._approvals.until(approval_id, self._decided(
+            session_id, lambda s: s.approvals.get(approval_id)))
 
     async def answer(self, session_id: str, question_id: str) -> None:
-        def over() -> bool:
-            session = self.engine.state.sessions.get(session_id)
-            question = session.questions.get(question_id) if session else None
-            return question is None or question.status != "pending"
+        await self._answers.until(question_id, self._decided(
+            session_id, lambda s: s.questions.get(question_id)))
 
-        await self._answers.until(question_id, over)
+    def _decided(self, session_id: str,
+                 find: Callable[[SessionInfo], Approval | Question | None]) -> Callable[[], bool]:
+        """A condition: the approval or question ``find`` picks is no longer pending."""
+        def decided() -> bool:
+            session = self.engine.state.sessions.get(session_id)
+            record = find(session) if session is not None else None
+            return record is None or record.status != "pending"
+
+        return decided
 
     async def turn_over(self, session_id: str) -> None:
         def over() -> bool:

@@ -56,7 +56,6 @@ from codey_server.agent.machine import (
     ActionErrored,
     ActionOutcomeInput,
     ActionProgressed,
-    ActionTimedOut,
     Answered,
     BlobLoaded,
     CallModel,
@@ -75,8 +74,7 @@ from codey_server.agent.machine import (
     TurnMachine,
     WaitAnswer,
     WaitChild,
-    WorkerAway,
-    WorkerBack,
+    WorkerPresence,
 )
 from codey_server.agent.models import ModelProvider, backoff
 from codey_server.agent.ports import Limits, Models
@@ -512,24 +510,14 @@ class CodeyTurn(TurnMachine):
         r.streamed += len(chunk)
         self.add_delta(r.output, chunk)
 
-    def _on_worker_away(self, i: WorkerAway) -> None:
+    def _on_worker_presence(self, i: WorkerPresence) -> None:
         if self._running is not None and self._running.action_id == i.action_id:
-            self.status("waiting_worker", "the worker is disconnected")
+            if i.present:
+                self.status("running")
+            else:
+                self.status("waiting_worker", "the worker is disconnected")
 
-    def _on_worker_back(self, i: WorkerBack) -> None:
-        if self._running is not None and self._running.action_id == i.action_id:
-            self.status("running")
-
-    def _on_action_done(self, i: ActionDone) -> None:
-        self._action_over(i)
-
-    def _on_action_errored(self, i: ActionErrored) -> None:
-        self._action_over(i)
-
-    def _on_action_timed_out(self, i: ActionTimedOut) -> None:
-        self._action_over(i)
-
-    def _action_over(self, i: ActionOutcomeInput) -> None:
+    def action_over(self, i: ActionOutcomeInput) -> None:
         if self._context_action is not None and self._context_action[0] == i.action_id:
             self._context_loaded(i)
         elif self._attaching is not None and self._attaching.action_id == i.action_id:
