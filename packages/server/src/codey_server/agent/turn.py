@@ -320,6 +320,8 @@ class CodeyTurn(TurnMachine):
     def _settle(self) -> None:
         """Settle the open tool calls: the parallel ones started together, then the others in
         order, one at a time; then go on with the loop."""
+        if self._running is not None or self._approving is not None or self._asking:
+            return  # a call is under way: its end settles the next
         open_calls = [i for i in self.session.items
                       if isinstance(i, ev.ToolCall) and i.result is None]
         waiting = set(self._children.values())
