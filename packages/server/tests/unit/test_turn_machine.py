@@ -275,7 +275,11 @@ def test_an_interrupt_cancels_the_action_and_closes_what_is_open() -> None:
     pilot.feed(ModelParts([_shell("sleep", "9")]))
     [run] = pilot.feed(ModelDone()).effects
     assert isinstance(run, RunAction)
+    pilot.feed(ActionProgressed(run.action.action_id, wk.ActionProgress(
+        action_id=run.action.action_id, stream="stdout", data="zz")))
     step = pilot.feed(Interrupted())
+    assert _events(step)[0] == ev.SessionItemUpdated(item_id=pilot.session.items[-1].id,
+                                                     output_delta="zz")  # kept
     assert step.effects == [CancelAction(W, run.action.action_id, S)]
     assert ev.ActionFinished(action_id=run.action.action_id, outcome="cancelled") \
         in _events(step)

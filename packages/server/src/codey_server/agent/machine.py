@@ -537,6 +537,9 @@ class TurnMachine:
         s = self.session
         for action_id, pending in s.pending_actions.items():
             self.effect(CancelAction(pending.worker_id, action_id, self.session_id))
+        flushing, self._flushing = self._flushing, []
+        for buffer in flushing:  # what was said before the interrupt is kept
+            self.flush(buffer)
         self.emit(*interrupt_events(s))
         if self.current_status not in ("interrupted", "closed"):
             self.status("interrupted", "interrupted by the user")
