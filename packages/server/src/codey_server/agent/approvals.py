@@ -1,4 +1,8 @@
-"""The approval gate: which tool calls must wait for the user, under which policy.
+"""The approval policies: which calls must wait for the user, under which policy.
+
+Each tool's approval rule (:meth:`~codey_server.agent.tools.base.Tool.ask`) is built from
+these: :func:`asks_for_command` (``shell``), :func:`asks_for_edit` (``apply_patch``,
+``write_file``), :func:`asks_for_mcp` (MCP tools); reads and the server's own tools never ask.
 
 ``suggest``: every command and every write asks, except known-safe read-only commands.
 ``auto-edit``: patches and writes inside the workdir go ahead; commands ask (safe ones don't).
@@ -30,8 +34,8 @@ from typing import Literal
 
 from codey_protocol import worker as wk
 
-__all__ = ["McpDanger", "is_known_safe", "mcp_danger", "mcp_tool_of", "needs_approval",
-           "path_inside"]
+__all__ = ["McpDanger", "asks_for_command", "asks_for_edit", "asks_for_mcp", "is_known_safe",
+           "mcp_danger", "mcp_tool_of", "patch_paths", "path_inside"]
 
 McpDanger = Literal["read_only", "additive", "destructive"]
 
@@ -79,7 +83,8 @@ def path_inside(path: str) -> bool:
     return ".." not in parts and not any(p.lower() == ".git" for p in parts)
 
 
-def _patch_paths(patch: str) -> list[str]:
+def patch_paths(patch: str) -> list[str]:
+    """The paths a patch adds, deletes, updates or moves to."""
     paths = []
     for line in patch.splitlines():
         stripped = line.strip()
@@ -115,33 +120,30 @@ def mcp_danger(tool: wk.McpTool | None) -> McpDanger:
     return "destructive"
 
 
-def needs_approval(policy: str, tool: str, *, command: Sequence[str] | None = None,
-                   patch: str | None = None, path: str | None = None,
-                   approved_prefixes: Sequence[Sequence[str]] = (),
-                   mcp: wk.McpTool | None = None) -> bool:
-    """Whether this tool call must wait for the user under ``policy``.
+def asks_for_command(policy: str, argv: Sequence[str],
+                     approved_prefixes: Sequence[Sequence[str]] = ()) -> bool:
+    """Whether a command waits for the user: not under ``full-auto``, not when it is
+    known-safe, not when it starts with a prefix approved for the session."""
+    if policy == "full-auto" or is_known_safe(argv):
+        return False
+    argv = list(argv)
+    return not any(len(p) <= len(argv) and argv[:len(p)] == list(p)
+                   for p in approved_prefixes if p)
 
-    ``mcp`` is the MCP tool being called (``tool == "mcp"``), as its worker listed it.
-    """
+
+def asks_for_edit(policy: str, paths: Sequence[str]) -> bool:
+    """Whether a change to the files at ``paths`` waits for the user: always under
+    ``suggest``; under ``auto-edit`` unless every path stays inside the workdir."""
     if policy == "full-auto":
         return False
-    if tool in ("read_file", "list_dir", "update_plan", "ask_user", "remember", "delegate"):
-        return False  # reads, and the server's own records: nothing on the machine changes
-    if tool == "shell":
-        argv = list(command or [])
-        if is_known_safe(argv):
-            return False
-        return not any(len(p) <= len(argv) and argv[:len(p)] == list(p)
-                       for p in approved_prefixes if p)
-    if tool == "apply_patch":
-        if policy == "auto-edit":
-            paths = _patch_paths(patch or "")
-            return not paths or not all(path_inside(p) for p in paths)
-        return True
-    if tool == "write_file":
-        return not (policy == "auto-edit" and path_inside(path or ""))
-    if tool == "mcp":
-        danger = mcp_danger(mcp)
-        return danger == "destructive" or (danger == "additive" and policy != "auto-edit")
-    # anything else can do anything: ask unless full-auto
+    if policy == "auto-edit":
+        return not paths or not all(path_inside(p) for p in paths)
     return True
+
+
+def asks_for_mcp(policy: str, tool: wk.McpTool | None) -> bool:
+    """Whether a call of this MCP tool (as its worker listed it) waits for the user."""
+    if policy == "full-auto":
+        return False
+    danger = mcp_danger(tool)
+    return danger == "destructive" or (danger == "additive" and policy != "auto-edit")

@@ -18,11 +18,10 @@ callers must know:
   changed in place by later events, never swapped (a session or worker object is created once,
   by its creation or pairing event). So a reference to one taken before an ``await`` shows,
   after it, everything folded meanwhile. (``plan``, ``changed_paths`` and the ``auth`` and
-  ``rate_limits`` entries are replaced whole: read those through their owner.) Code
-  relies on this: ``TurnRunner._settle`` reads ``s.pending_actions`` through a session taken
-  before it awaited an approval, and ``_cleanup_after_interrupt`` reads ``s.items`` after
-  awaiting worker cancels. A fold that returned new objects would leave them reading stale
-  state; change that code before changing this.
+  ``rate_limits`` entries are replaced whole: read those through their owner.) Code that
+  keeps such a reference across an ``await`` relies on this (the agent's turns do not: a turn
+  machine is handed the state at each step). A fold that returned new objects would leave
+  such code reading stale state; change that code before changing this.
 * Code that needs a value as of one moment reads it before its next ``await``, or keeps a
   copy (:func:`copy_state`; encoding the state is a copy too, and the loop thread sees one
   consistent state between awaits).
