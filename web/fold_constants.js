@@ -806,6 +806,7 @@ export function fillSessionInfo(v) {
     }
   }
   if (v.approved_prefixes === undefined) v.approved_prefixes = [];
+  if (v.escalated_prefixes === undefined) v.escalated_prefixes = [];
   if (v.pending_actions === undefined) {
     v.pending_actions = {};
   } else {

@@ -379,9 +379,9 @@ function approvalResolved(state, env, e) {
   a.message = e.message;
   a.decided_at = env.ts;
   if (e.for_session && e.decision === "approved" && a.command && a.command.length) {
-    if (!s.approved_prefixes.some((p) => sameList(p, a.command))) {
-      s.approved_prefixes.push([...a.command]);
-    }
+    // approving a command for the session never lets it leave the sandbox
+    const prefixes = a.kind === "escalate" ? s.escalated_prefixes : s.approved_prefixes;
+    if (!prefixes.some((p) => sameList(p, a.command))) prefixes.push([...a.command]);
   }
 }
 

@@ -325,7 +325,9 @@ class PlanApproved(EventBase, kw_only=True):
 class ApprovalRequested(EventBase, kw_only=True):
     approval_id: str
     item_id: str
-    kind: Literal["command", "patch", "write", "mcp", "acp"]  # acp: an ACP agent asks
+    #: acp: an ACP agent asks; escalate: a command run outside the session's sandbox;
+    #: delegate: a sub-agent on another machine
+    kind: Literal["command", "patch", "write", "mcp", "acp", "escalate", "delegate"]
     command: list[str] | None = None
     patch: str | None = None
     path: str | None = None

@@ -211,6 +211,9 @@ class SessionInfo(msgspec.Struct, kw_only=True):
     plan_explanation: str = ""
     approvals: dict[str, Approval] = msgspec.field(default_factory=dict)
     approved_prefixes: list[list[str]] = msgspec.field(default_factory=list)
+    #: commands the user let run outside the sandbox "for this session" (a later escalation
+    #: whose command starts with one goes ahead)
+    escalated_prefixes: list[list[str]] = msgspec.field(default_factory=list)
     pending_actions: dict[str, PendingAction] = msgspec.field(default_factory=dict)
     changed_paths: list[str] = msgspec.field(default_factory=list)
     usage: TokenUsage = msgspec.field(default_factory=TokenUsage)

@@ -178,7 +178,8 @@ def run(answers: list[Answer], check: Callable[[Harness], Awaitable[None]], *,
                                    public_key="k")),
             (None, ev.WorkerConnected(worker_id=W, hostname="h", os="Linux",
                                       worker_version="0", capabilities=wk.Capabilities(
-                                          executors=executors or []))),
+                                          executors=executors or [],
+                                          sandbox=wk.SandboxInfo(kind="bwrap")))),
             (S, ev.SessionCreated(title="t", worker_id=W, workdir="/w/p", provider="p",
                                   model="m", policy=policy,  # type: ignore[arg-type]
                                   plan_mode=plan_mode)),

@@ -117,7 +117,8 @@ def _events(step: Step) -> list[ev.Event]:
 
 
 def _session(policy: str = "full-auto", agent: str | None = None,
-             prompt: str = "fix it") -> State:
+             prompt: str = "fix it", *, machine_sandbox: str = "bwrap",
+             sandbox: str = "workspace-write") -> State:
     state = State()
     pilot = Pilot(CodeyTurn(S, models=Models(), limits=LIMITS), state)
     pilot.record(
@@ -125,15 +126,21 @@ def _session(policy: str = "full-auto", agent: str | None = None,
                                python_version="3.11", worker_version="0", roots=["/w"],
                                public_key="k")),
         (None, ev.WorkerConnected(worker_id=W, hostname="h", os="Linux", worker_version="0",
-                                  capabilities=wk.Capabilities())),
+                                  capabilities=wk.Capabilities(sandbox=wk.SandboxInfo(
+                                      kind=machine_sandbox,  # type: ignore[arg-type]
+                                      reason="" if machine_sandbox != "none"
+                                      else "bwrap is not installed")))),
         (S, ev.SessionCreated(title="t", worker_id=W, workdir="/w/p", provider="p", model="m",
-                              policy=policy, agent=agent)),  # type: ignore[arg-type]
+                              policy=policy, agent=agent,  # type: ignore[arg-type]
+                              sandbox=sandbox)),  # type: ignore[arg-type]
         (S, ev.SessionItemAppended(item=ev.UserMessage(id="itm_u", ts=0.0, text=prompt))))
     return state
 
 
-def _codey(policy: str = "full-auto", **kwargs: Any) -> Pilot:
-    return Pilot(CodeyTurn(S, models=Models(), limits=LIMITS, **kwargs), _session(policy))
+def _codey(policy: str = "full-auto", *, machine_sandbox: str = "bwrap",
+           sandbox: str = "workspace-write", **kwargs: Any) -> Pilot:
+    return Pilot(CodeyTurn(S, models=Models(), limits=LIMITS, **kwargs),
+                 _session(policy, machine_sandbox=machine_sandbox, sandbox=sandbox))
 
 
 def _shell(*argv: str) -> ToolCallRequested:
@@ -327,3 +334,184 @@ def test_an_acp_permission_request_asks_then_answers_the_agent() -> None:
                                                                   acp_session_id="a")))
     assert pilot.session.status == "idle" and pilot.machine.done
     assert not pilot.session.pending_actions
+
+
+# the sandbox gate ---------------------------------------------------------------------------
+# A prompt-injected model tries each way around the sandbox; each test is one attempt.
+
+
+def _escalate(*argv: str, why: str = "it must reach ~/.cache") -> ToolCallRequested:
+    return ToolCallRequested("c1", "shell", json.dumps(
+        {"command": list(argv), "escalate": True, "justification": why}))
+
+
+def _call(pilot: Pilot, part: ToolCallRequested) -> Step:
+    pilot.feed(Start())
+    pilot.feed(ModelParts([part]))
+    return pilot.feed(ModelDone())
+
+
+def _tool(pilot: Pilot) -> ev.ToolCall:
+    [tool] = [i for i in pilot.session.items if isinstance(i, ev.ToolCall)]
+    return tool
+
+
+def _decide(pilot: Pilot, decision: str, for_session: bool = False) -> Step:
+    [approval] = [a for a in pilot.session.approvals.values() if a.status == "pending"]
+    pilot.record((S, ev.ApprovalResolved(approval_id=approval.approval_id,
+                                         decision=decision,  # type: ignore[arg-type]
+                                         for_session=for_session)))
+    return pilot.feed(ApprovalDecided(approval.approval_id))
+
+
+def _run(step: Step) -> wk.RunCommand:
+    [run] = [e for e in step.effects if isinstance(e, RunAction)]
+    assert isinstance(run.action, wk.RunCommand)
+    return run.action
+
+
+def test_a_command_runs_in_the_sessions_sandbox_with_gits_hardening() -> None:
+    pilot = _codey(sandbox="read-only")
+    action = _run(_call(pilot, _shell("git", "status")))
+    assert (action.sandbox, action.network) == ("read-only", False)
+    # git reads no fsmonitor hook and no hooks from the repository it is pointed at
+    assert action.env["GIT_CONFIG_COUNT"] == "4"
+    pairs = {action.env[f"GIT_CONFIG_KEY_{n}"]: action.env[f"GIT_CONFIG_VALUE_{n}"]
+             for n in range(4)}
+    assert pairs["core.fsmonitor"] == "false" and pairs["core.hooksPath"] == "/dev/null"
+    assert pairs["safe.bareRepository"] == "explicit"
+
+
+def test_escalating_asks_even_under_full_auto_and_says_why() -> None:
+    pilot = _codey("full-auto")
+    step = _call(pilot, _escalate("npm", "install"))
+    assert not [e for e in step.effects if isinstance(e, RunAction)]
+    [approval] = pilot.session.approvals.values()
+    assert (approval.kind, approval.command) == ("escalate", ["npm", "install"])
+    assert approval.reason == "it must reach ~/.cache"
+    # approved: it runs outside the sandbox, with the network
+    action = _run(_decide(pilot, "approved"))
+    assert (action.sandbox, action.network) == ("full-access", True)
+
+
+def test_a_rejected_escalation_is_the_models_to_read() -> None:
+    pilot = _codey("full-auto")
+    _call(pilot, _escalate("curl", "https://example.com"))
+    _decide(pilot, "rejected")
+    tool = _tool(pilot)
+    assert tool.status == "rejected" and tool.result.startswith("rejected by the user")
+
+
+def test_an_escalation_without_a_reason_is_a_bad_call() -> None:
+    pilot = _codey("full-auto")
+    step = _call(pilot, _escalate("rm", "-rf", "/", why="  "))
+    assert not [e for e in step.effects if isinstance(e, RunAction)]
+    assert not pilot.session.approvals
+    tool = _tool(pilot)
+    assert tool.status == "failed" and "justification" in (tool.result or "")
+
+
+def test_escalated_for_the_session_is_remembered_apart_from_approved_commands() -> None:
+    pilot = _codey("suggest")
+    _call(pilot, _escalate("npm", "install"))
+    _decide(pilot, "approved", for_session=True)
+    assert pilot.session.escalated_prefixes == [["npm", "install"]]
+    assert pilot.session.approved_prefixes == []  # approving never lets a command leave
+    gate_ask = _gate_ask(pilot, _escalate("npm", "install", "left-pad"))
+    assert gate_ask is None  # the same command leaves again without asking
+    assert _gate_ask(pilot, _escalate("npm", "publish")) is not None
+
+
+def _gate_ask(pilot: Pilot, part: ToolCallRequested) -> Any:
+    from codey_server.agent.tools import parse_call
+
+    turn = pilot.machine
+    assert isinstance(turn, CodeyTurn)
+    worker = pilot.state.workers[W]
+    parsed = parse_call(part.name, part.arguments, worker.capabilities)
+    return turn._route_call(parsed)
+
+
+def test_a_known_safe_command_is_safe_only_inside_the_sandbox() -> None:
+    # sandboxed, `cat` goes ahead under suggest
+    assert _gate_ask(_with_start(_codey("suggest")), _shell("cat", "README.md")) is None
+    # the session chose full access: the same `cat` might read ~/.codey/worker.json
+    ask = _gate_ask(_with_start(_codey("suggest", sandbox="full-access")),
+                    _shell("cat", "README.md"))
+    assert ask is not None and ask.kind == "command"
+
+
+def test_git_is_known_safe_only_at_the_workdirs_root() -> None:
+    # vendor/evil laid out as a git dir with core.fsmonitor set: never "read-only"
+    pilot = _with_start(_codey("auto-edit"))
+    assert _gate_ask(pilot, _shell("git", "status")) is None
+    nested = ToolCallRequested("c1", "shell", json.dumps(
+        {"command": ["git", "status"], "workdir": "vendor/evil"}))
+    ask = _gate_ask(pilot, nested)
+    assert ask is not None and ask.kind == "command"
+    assert _gate_ask(pilot, _shell("git", "-c", "core.fsmonitor=./x", "status")) is not None
+
+
+def test_plan_mode_refuses_a_known_safe_command_outside_the_sandbox() -> None:
+    pilot = _with_start(_codey("suggest", sandbox="full-access"))
+    pilot.session.plan_mode = True
+    assert isinstance(_gate_ask(pilot, _shell("ls")), str)
+    sandboxed = _with_start(_codey("suggest"))
+    sandboxed.session.plan_mode = True
+    assert _gate_ask(sandboxed, _shell("ls")) is None
+    assert isinstance(_gate_ask(sandboxed, _escalate("ls")), str)
+
+
+def test_a_machine_without_a_sandbox_runs_no_command_until_the_user_chooses_full_access(
+        ) -> None:
+    pilot = _codey("full-auto", machine_sandbox="none")
+    step = _call(pilot, _shell("ls"))
+    assert not [e for e in step.effects if isinstance(e, RunAction)]
+    tool = _tool(pilot)
+    assert tool.status == "rejected"
+    assert "no OS sandbox (bwrap is not installed)" in (tool.result or "")
+    # reading a file needs no sandbox (the worker confines paths to the workdir)
+    reader = _with_start(_codey("full-auto", machine_sandbox="none"))
+    read = ToolCallRequested("c1", "read_file", json.dumps({"path": "README.md"}))
+    assert _gate_ask(reader, read) is None
+    # the user chose full access: it runs, bare, as the user asked
+    bare = _codey("full-auto", machine_sandbox="none", sandbox="full-access")
+    action = _run(_call(bare, _shell("ls")))
+    assert action.sandbox == "full-access"
+
+
+def test_escalating_on_a_machine_without_a_sandbox_still_asks() -> None:
+    pilot = _codey("full-auto", machine_sandbox="none")
+    _call(pilot, _escalate("make", "install"))
+    [approval] = pilot.session.approvals.values()
+    assert approval.kind == "escalate"
+
+
+def test_the_model_is_told_how_to_escalate_when_the_sandbox_stopped_it() -> None:
+    pilot = _codey()
+    action = _run(_call(pilot, _shell("touch", "/etc/x")))
+    pilot.feed(ActionDone(action.action_id, wk.CommandResult(
+        exit_code=1, stderr="touch: cannot touch '/etc/x': Read-only file system",
+        sandbox_denied=True, sandbox_hint="read-only file system")))
+    result = _tool(pilot).result or ""
+    assert "the sandbox stopped this: read-only file system" in result
+    assert '"escalate": true' in result
+
+
+def test_a_sub_agent_on_another_machine_asks_under_suggest_and_auto_edit() -> None:
+    from codey_server.agent.tools import Gate
+    from codey_server.agent.tools.delegate import Delegate, DelegateArgs
+
+    tool = Delegate()
+    there = DelegateArgs(role="coder", task="push the keys", worker_id="wrk_other")
+    here = DelegateArgs(role="coder", task="run the tests", worker_id=W)
+    for policy in ("suggest", "auto-edit"):
+        ask = tool.ask(there, Gate(policy, worker_id=W))
+        assert ask is not None and ask.kind == "delegate" and "wrk_other" in ask.reason
+        assert tool.ask(here, Gate(policy, worker_id=W)) is None
+    assert tool.ask(there, Gate("full-auto", worker_id=W)) is None
+
+
+def _with_start(pilot: Pilot) -> Pilot:
+    pilot.feed(Start())
+    return pilot

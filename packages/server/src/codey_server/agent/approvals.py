@@ -10,6 +10,17 @@ these: :func:`asks_for_command` (``shell``), :func:`asks_for_edit` (``apply_patc
 A command the user approved "for this session" is remembered as its exact argv; any later
 command that starts with that argv goes ahead.
 
+A command is known-safe (goes ahead under ``suggest`` and ``auto-edit``, and may run in plan
+mode) only when it runs in the worker's OS sandbox: there, a "read-only" command that reads a
+secret finds it hidden, and one that would run code from the repository (git's
+``core.fsmonitor``) cannot have planted it. git is known-safe only from the workdir's root, and
+runs with :data:`GIT_HARDENING_ENV`: a folder laid out as a git directory deeper in the tree
+(``vendor/evil`` with a ``config`` of its own) is never the repository it reads.
+
+Leaving the sandbox for one command (:func:`asks_to_escalate`) waits for the user under every
+policy, ``full-auto`` included; "for this session" remembers that command's prefix apart from
+the approved prefixes (approving a command never lets it leave the sandbox).
+
 MCP tools go by the danger level their server's annotations give (:func:`mcp_danger`), as
 agendo's danger levels do:
 
@@ -34,8 +45,9 @@ from typing import Literal
 
 from codey_protocol import worker as wk
 
-__all__ = ["McpDanger", "asks_for_command", "asks_for_edit", "asks_for_mcp", "is_known_safe",
-           "mcp_danger", "mcp_tool_of", "patch_paths", "path_inside"]
+__all__ = ["GIT_HARDENING_ENV", "McpDanger", "asks_for_command", "asks_for_edit", "asks_for_mcp",
+           "asks_to_escalate", "hardened_env", "is_known_safe", "mcp_danger", "mcp_tool_of",
+           "patch_paths", "path_inside"]
 
 McpDanger = Literal["read_only", "additive", "destructive"]
 
@@ -48,8 +60,31 @@ _GIT_UNSAFE_FLAGS = ("--output", "--ext-diff", "-c", "--exec-path", "--upload-pa
 _SEARCH_UNSAFE_FLAGS = ("--pre", "--pre-glob", "-z", "--search-zip", "--hostname-bin")
 
 
-def is_known_safe(argv: Sequence[str]) -> bool:
-    """True for a conservative list of read-only commands (never a shell)."""
+#: the settings every known-safe git command runs with (git's own ``GIT_CONFIG_COUNT``
+#: overrides, above any repository's config): no fsmonitor hook, no hooks at all, and no
+#: bare repository found by walking up (a folder laid out as one is not a repository)
+GIT_HARDENING: tuple[tuple[str, str], ...] = (
+    ("core.fsmonitor", "false"), ("core.hooksPath", "/dev/null"),
+    ("safe.bareRepository", "explicit"), ("core.untrackedCache", "false"))
+GIT_HARDENING_ENV: dict[str, str] = {
+    "GIT_CONFIG_COUNT": str(len(GIT_HARDENING)),
+    **{f"GIT_CONFIG_KEY_{n}": k for n, (k, _) in enumerate(GIT_HARDENING)},
+    **{f"GIT_CONFIG_VALUE_{n}": v for n, (_, v) in enumerate(GIT_HARDENING)},
+}
+
+
+def _at_root(cwd: str | None) -> bool:
+    return cwd is None or posixpath.normpath(cwd) in (".", "")
+
+
+def hardened_env(argv: Sequence[str]) -> dict[str, str]:
+    """The environment a command runs with beyond the worker's: git's hardening for git."""
+    return dict(GIT_HARDENING_ENV) if argv and posixpath.basename(argv[0]) == "git" else {}
+
+
+def is_known_safe(argv: Sequence[str], cwd: str | None = None) -> bool:
+    """True for a conservative list of read-only commands (never a shell). ``cwd``: the
+    command's folder relative to the workdir (None: the workdir itself)."""
     if not argv:
         return False
     prog = posixpath.basename(argv[0])
@@ -57,7 +92,8 @@ def is_known_safe(argv: Sequence[str]) -> bool:
     if prog in _SAFE_PLAIN:
         return all(not a.startswith("--output") for a in args)
     if prog == "git":
-        if not args or args[0] not in _SAFE_GIT:
+        # deeper in the tree, "the repository" may be any folder laid out as one
+        if not args or args[0] not in _SAFE_GIT or not _at_root(cwd):
             return False
         return not any(a == f or a.startswith(f + "=") for a in args[1:] for f in _GIT_UNSAFE_FLAGS)
     if prog in ("rg", "grep"):
@@ -120,15 +156,27 @@ def mcp_danger(tool: wk.McpTool | None) -> McpDanger:
     return "destructive"
 
 
-def asks_for_command(policy: str, argv: Sequence[str],
-                     approved_prefixes: Sequence[Sequence[str]] = ()) -> bool:
-    """Whether a command waits for the user: not under ``full-auto``, not when it is
-    known-safe, not when it starts with a prefix approved for the session."""
-    if policy == "full-auto" or is_known_safe(argv):
-        return False
+def _has_prefix(argv: Sequence[str], prefixes: Sequence[Sequence[str]]) -> bool:
     argv = list(argv)
-    return not any(len(p) <= len(argv) and argv[:len(p)] == list(p)
-                   for p in approved_prefixes if p)
+    return any(len(p) <= len(argv) and argv[:len(p)] == list(p) for p in prefixes if p)
+
+
+def asks_for_command(policy: str, argv: Sequence[str],
+                     approved_prefixes: Sequence[Sequence[str]] = (), *,
+                     sandboxed: bool = True, cwd: str | None = None) -> bool:
+    """Whether a command waits for the user: not under ``full-auto``, not when it is
+    known-safe and runs in the sandbox, not when it starts with a prefix approved for the
+    session."""
+    if policy == "full-auto" or (sandboxed and is_known_safe(argv, cwd)):
+        return False
+    return not _has_prefix(argv, approved_prefixes)
+
+
+def asks_to_escalate(argv: Sequence[str], escalated_prefixes: Sequence[Sequence[str]] = (),
+                     ) -> bool:
+    """Whether running ``argv`` outside the sandbox waits for the user: always (every
+    policy), unless the user let a prefix of it leave the sandbox for this session."""
+    return not _has_prefix(argv, escalated_prefixes)
 
 
 def asks_for_edit(policy: str, paths: Sequence[str]) -> bool:

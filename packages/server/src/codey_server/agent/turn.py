@@ -97,6 +97,7 @@ from codey_server.agent.tools import (
     ForAnswer,
     Gate,
     ParsedCall,
+    Sandboxing,
     ServerCall,
     ServerTool,
     Waiting,
@@ -333,6 +334,8 @@ class CodeyTurn(TurnMachine):
                 serial.append(item)
             elif item.id not in waiting:
                 settled = self._settle_call(item) or settled
+                if self._approval_pending():
+                    return  # one approval at a time: its end settles the rest
         if self._children:
             return  # the rest waits for the sub-agents
         if settled:
@@ -343,18 +346,39 @@ class CodeyTurn(TurnMachine):
         else:
             self._after_settle()
 
+    def _approval_pending(self) -> bool:
+        # a method, not the attribute: a call settled just now may have asked for one
+        return self._approving is not None
+
     def _route_call(self, parsed: ParsedCall[Any]) -> str | Ask | None:
-        """What a worker call needs before it runs: a refusal (its reason: plan mode, a
-        read-only session), the user's approval, or nothing. The one place that decides."""
+        """What a call needs before it runs: a refusal (its reason: plan mode, a read-only
+        session, a machine without the sandbox the session runs in), the user's approval, or
+        nothing. The one place that decides."""
         s = self.session
         tool, args = parsed.tool, parsed.args
-        if (s.plan_mode or s.read_only) and not tool.looks_only(args):
-            return ("refused in plan mode: nothing changes before the user approves your plan "
-                    "(propose it with update_plan)") if s.plan_mode else (
-                "refused: this session only reads (read_file, list_dir, read-only commands)")
         worker = self.state.workers.get(s.worker_id)
-        return tool.ask(args, Gate(s.policy, s.approved_prefixes,
-                                   worker.capabilities if worker else None))
+        caps = worker.capabilities if worker else None
+        can_sandbox = caps is not None and caps.sandbox.kind != "none"
+        sandboxed = s.sandbox != "full-access" and can_sandbox
+        if isinstance(tool, WorkerTool):
+            # a "read-only" command is read-only only inside the sandbox
+            looks_only = tool.looks_only(args) and (sandboxed or not tool.runs_commands)
+            if (s.plan_mode or s.read_only) and not looks_only:
+                return ("refused in plan mode: nothing changes before the user approves your "
+                        "plan (propose it with update_plan)") if s.plan_mode else (
+                    "refused: this session only reads (read_file, list_dir, read-only "
+                    "commands)")
+            if tool.runs_commands and s.sandbox != "full-access" and not can_sandbox \
+                    and not getattr(args, "escalate", False):
+                why = caps.sandbox.reason if caps is not None else "it is not connected"
+                host = worker.hostname if worker else s.worker_id
+                return (f"refused: {host} has no OS sandbox ({why or 'none reported'}), and "
+                        f"this session's commands run in one ({s.sandbox}): no command runs "
+                        "there until the user chooses full access for this session")
+        return tool.ask(args, Gate(s.policy, s.approved_prefixes, caps, sandboxed=sandboxed,
+                                   sandbox_mode=s.sandbox,
+                                   escalated_prefixes=s.escalated_prefixes,
+                                   worker_id=s.worker_id))
 
     def _settle_call(self, item: ev.ToolCall) -> bool:
         """Settle one open call as far as it goes now. True: it finished, or its action was
@@ -364,15 +388,12 @@ class CodeyTurn(TurnMachine):
             self.finish(item.id, "failed", f"error: {parsed}", error=str(parsed))
             return True
         tool = parsed.tool
-        if isinstance(tool, ServerTool):
-            return self._on_server(item, tool.start(parsed.args, self._server_call(item)))
-        assert isinstance(tool, WorkerTool)
         s = self.session
         fate = self._route_call(parsed)
         if isinstance(fate, str):
             self.finish(item.id, "rejected", fate)
             return True
-        if item.action_id is not None:
+        if isinstance(tool, WorkerTool) and item.action_id is not None:
             pending = s.pending_actions.get(item.action_id)
             if pending is None:
                 return self._request(item, parsed, item.action_id)
@@ -394,12 +415,19 @@ class CodeyTurn(TurnMachine):
             self.emit(ev.ApprovalRequested(approval_id=approval_id, item_id=item.id,
                                            kind=fate.kind, command=fate.command,
                                            patch=fate.patch, path=fate.path,
-                                           reason=f"{item.name} wants to run"),
+                                           reason=fate.reason or f"{item.name} wants to run"),
                       ev.SessionItemUpdated(item_id=item.id, status="waiting_approval",
                                             approval_id=approval_id))
             self._approving = item.id
             self.await_approval(approval_id, self.now)
             return False
+        return self._go(item, parsed)
+
+    def _go(self, item: ev.ToolCall, parsed: ParsedCall[Any]) -> bool:
+        """Carry out a call that needs nothing more: its action, or the server's own work."""
+        if isinstance(parsed.tool, ServerTool):
+            return self._on_server(item, parsed.tool.start(parsed.args,
+                                                           self._server_call(item)))
         return self._request(item, parsed, self.new_id("act"))
 
     def _request(self, item: ev.ToolCall, parsed: ParsedCall[Any], action_id: str) -> bool:
@@ -415,7 +443,8 @@ class CodeyTurn(TurnMachine):
         assert isinstance(tool, WorkerTool)
         return [ev.ActionRequested(action_id=action_id, item_id=item_id, worker_id=s.worker_id,
                                    action=tool.action(parsed.args, action_id, s.session_id,
-                                                      s.workdir))]
+                                                      s.workdir,
+                                                      sandbox=Sandboxing(s.sandbox, s.network)))]
 
     def approval_over(self, approval_id: str) -> None:
         item_id, self._approving = self._approving, None
@@ -430,7 +459,7 @@ class CodeyTurn(TurnMachine):
         if decision == "approved":
             parsed = self._parse(item)
             assert not isinstance(parsed, BadToolCall)
-            return self._request(item, parsed, self.new_id("act"))
+            return self._go(item, parsed)
         self.finish(item.id, "rejected",
                     "rejected by the user" + (f": {message}" if message else ""))
         return True

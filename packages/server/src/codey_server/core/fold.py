@@ -221,8 +221,11 @@ def _approval_resolved(state: State, env: ev.Envelope) -> None:
     a.message = e.message
     a.decided_at = env.ts
     remember = e.for_session and e.decision == "approved" and a.command
-    if remember and a.command not in s.approved_prefixes:
-        s.approved_prefixes.append(list(a.command or []))
+    # a command approved to run outside the sandbox is remembered apart: approving a command
+    # for the session never lets it leave the sandbox
+    prefixes = s.escalated_prefixes if a.kind == "escalate" else s.approved_prefixes
+    if remember and a.command not in prefixes:
+        prefixes.append(list(a.command or []))
 
 
 def _action_requested(state: State, env: ev.Envelope) -> None:

@@ -7,7 +7,16 @@ from typing import Any
 
 from codey_protocol import worker as wk
 from codey_server.agent.approvals import asks_for_edit, patch_paths
-from codey_server.agent.tools.base import Ask, Gate, Settled, WorkerTool, obj, string
+from codey_server.agent.tools.base import (
+    SANDBOXED,
+    Ask,
+    Gate,
+    Sandboxing,
+    Settled,
+    WorkerTool,
+    obj,
+    string,
+)
 
 __all__ = ["APPLY_PATCH", "PatchArgs"]
 
@@ -42,7 +51,7 @@ class ApplyPatch(WorkerTool[PatchArgs]):
         return {"patch": args.patch}
 
     def action(self, args: PatchArgs, action_id: str, session_id: str,
-               workdir: str) -> wk.ActionMessage:
+               workdir: str, *, sandbox: Sandboxing = SANDBOXED) -> wk.ActionMessage:
         return wk.ApplyPatch(action_id=action_id, session_id=session_id, workdir=workdir,
                              patch=args.patch)
 

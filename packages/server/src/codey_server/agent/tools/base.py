@@ -39,6 +39,7 @@ from codey_server.settings import RoleConfig
 
 __all__ = [
     "RESULT_CAP",
+    "SANDBOXED",
     "ApprovalKind",
     "Ask",
     "BadToolCall",
@@ -46,6 +47,7 @@ __all__ = [
     "ForAnswer",
     "ForChild",
     "Gate",
+    "Sandboxing",
     "ServerCall",
     "ServerTool",
     "Settled",
@@ -62,7 +64,7 @@ RESULT_CAP = 24_000
 
 A = TypeVar("A")
 
-ApprovalKind = Literal["command", "patch", "write", "mcp"]
+ApprovalKind = Literal["command", "patch", "write", "mcp", "escalate", "delegate"]
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,15 @@ class Gate:
     approved_prefixes: Sequence[Sequence[str]] = ()
     #: the session's worker's capabilities (None: the worker is not known)
     capabilities: wk.Capabilities | None = None
+    #: the session's commands run in the worker's OS sandbox (its mode is not full-access and
+    #: the machine has one): only then is a "known-safe" command safe
+    sandboxed: bool = True
+    #: the session's sandbox mode (``full-access``: it chose none, so nothing escalates)
+    sandbox_mode: str = "workspace-write"
+    #: commands the user let run outside the sandbox "for this session"
+    escalated_prefixes: Sequence[Sequence[str]] = ()
+    #: the session's own worker (a call that reaches another machine asks)
+    worker_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +109,20 @@ class Ask:
     command: list[str] | None = None
     patch: str | None = None
     path: str | None = None
+    #: why, in the model's words (an escalation's justification) or the tool's
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Sandboxing:
+    """Where a worker action runs: the session's sandbox mode and network toggle."""
+
+    mode: wk.SandboxMode = "workspace-write"
+    network: bool = False
+
+
+#: the session's defaults: the workdir writable, the network off
+SANDBOXED = Sandboxing()
 
 
 #: how a worker tool's outcome settles its call: status, the model's text, item fields
@@ -169,6 +194,9 @@ class Tool(Generic[A]):
     #: calls of this tool in one answer are started together, before the answer's other
     #: calls, and run in parallel (``delegate``)
     parallel: bool = False
+    #: it runs programs on the worker (``shell``): refused on a machine without a sandbox
+    #: unless the session chose full access, and "known-safe" only inside the sandbox
+    runs_commands: bool = False
 
     def spec(self) -> ToolSpec:
         return ToolSpec(self.name, self.description, self.parameters)
@@ -196,8 +224,9 @@ class Tool(Generic[A]):
 class WorkerTool(Tool[A]):
     """A tool carried out by one action on the session's worker."""
 
-    def action(self, args: A, action_id: str, session_id: str,
-               workdir: str) -> wk.ActionMessage:
+    def action(self, args: A, action_id: str, session_id: str, workdir: str, *,
+               sandbox: Sandboxing = SANDBOXED) -> wk.ActionMessage:
+        """The action for this call; ``sandbox``: the session's sandbox mode and network."""
         raise NotImplementedError
 
     def reads(self, outcome: wk.ActionOutcome) -> str:

@@ -6,6 +6,10 @@ service starts the child's turn like any other. Every delegate call of one answe
 before any is waited for (:attr:`~Delegate.parallel`), so sub-agents work in parallel. After
 a restart the call finds its child again by ``parent_item``. Offered only where roles are
 configured, and never to a sub-agent.
+
+A sub-agent works in its parent's sandbox mode and network toggle. One on another machine
+than its parent's waits for the user's approval under ``suggest`` and ``auto-edit``: it reaches
+a machine the session was not given.
 """
 
 from __future__ import annotations
@@ -18,8 +22,10 @@ from codey_protocol import events as ev
 from codey_protocol import worker as wk
 from codey_protocol.state import SessionInfo
 from codey_server.agent.tools.base import (
+    Ask,
     Finish,
     ForChild,
+    Gate,
     ServerCall,
     ServerTool,
     ToolSpec,
@@ -71,6 +77,14 @@ class Delegate(ServerTool[DelegateArgs]):
                             worker_id=string(args, "worker_id", required=False),
                             workdir=string(args, "workdir", required=False))
 
+    def ask(self, args: DelegateArgs, gate: Gate) -> Ask | None:
+        other = args.worker_id is not None and args.worker_id != gate.worker_id
+        if other and gate.policy in ("suggest", "auto-edit"):
+            return Ask("delegate", reason=f"a {args.role} sub-agent on another machine "
+                                          f"({args.worker_id}): {' '.join(args.task.split())}"
+                                          [:500])
+        return None
+
     def start(self, args: DelegateArgs, call: ServerCall) -> Finish | Waiting:
         s, item = call.session, call.item
         child = _child_of(call)
@@ -99,7 +113,8 @@ class Delegate(ServerTool[DelegateArgs]):
                 worker_id=worker_id, workdir=args.workdir or s.workdir,
                 provider=s.provider, model=s.model, policy=policy,
                 parent_id=s.session_id, parent_item=item.id, role=args.role,
-                read_only=role.read_only, turn_cap=role.turn_cap)),
+                read_only=role.read_only, turn_cap=role.turn_cap, sandbox=s.sandbox,
+                network=s.network)),
             (child_id, ev.SessionItemAppended(item=ev.UserMessage(
                 id=call.new_id("itm"), ts=call.now, text=args.task))),
             (s.session_id, ev.SessionItemUpdated(item_id=item.id, status="running")),

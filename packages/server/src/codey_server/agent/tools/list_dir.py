@@ -6,7 +6,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from codey_protocol import worker as wk
-from codey_server.agent.tools.base import WorkerTool, cap, integer, obj, string
+from codey_server.agent.tools.base import (
+    SANDBOXED,
+    Sandboxing,
+    WorkerTool,
+    cap,
+    integer,
+    obj,
+    string,
+)
 
 __all__ = ["LIST_DIR", "ListArgs"]
 
@@ -35,7 +43,7 @@ class ListDir(WorkerTool[ListArgs]):
         return {"path": args.path}
 
     def action(self, args: ListArgs, action_id: str, session_id: str,
-               workdir: str) -> wk.ActionMessage:
+               workdir: str, *, sandbox: Sandboxing = SANDBOXED) -> wk.ActionMessage:
         return wk.ListDir(action_id=action_id, session_id=session_id, workdir=workdir,
                           path=args.path, depth=args.depth)
 

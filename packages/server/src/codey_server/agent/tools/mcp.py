@@ -16,9 +16,11 @@ from codey_protocol import worker as wk
 from codey_server.agent.approvals import asks_for_mcp
 from codey_server.agent.tools.base import (
     RESULT_CAP,
+    SANDBOXED,
     Ask,
     BadToolCall,
     Gate,
+    Sandboxing,
     Settled,
     ToolSpec,
     WorkerTool,
@@ -73,9 +75,11 @@ class Mcp(WorkerTool[McpArgs]):
         return {"mcp_server": args.server, "mcp_tool": args.tool}
 
     def action(self, args: McpArgs, action_id: str, session_id: str,
-               workdir: str) -> wk.ActionMessage:
+               workdir: str, *, sandbox: Sandboxing = SANDBOXED) -> wk.ActionMessage:
+        # a stdio server starts in the session's sandbox (its network is its own config's)
         return wk.McpCall(action_id=action_id, session_id=session_id, server=args.server,
-                          tool=args.tool, arguments=args.arguments, workdir=workdir)
+                          tool=args.tool, arguments=args.arguments, workdir=workdir,
+                          sandbox=sandbox.mode)
 
     def reads(self, outcome: wk.ActionOutcome) -> str:
         if not isinstance(outcome, wk.McpCallResult):

@@ -6,7 +6,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from codey_protocol import worker as wk
-from codey_server.agent.tools.base import WorkerTool, cap, integer, obj, string
+from codey_server.agent.tools.base import (
+    SANDBOXED,
+    Sandboxing,
+    WorkerTool,
+    cap,
+    integer,
+    obj,
+    string,
+)
 
 __all__ = ["READ_FILE", "ReadArgs"]
 
@@ -36,7 +44,7 @@ class ReadFile(WorkerTool[ReadArgs]):
         return {"path": args.path}
 
     def action(self, args: ReadArgs, action_id: str, session_id: str,
-               workdir: str) -> wk.ActionMessage:
+               workdir: str, *, sandbox: Sandboxing = SANDBOXED) -> wk.ActionMessage:
         return wk.ReadFile(action_id=action_id, session_id=session_id, workdir=workdir,
                            path=args.path, offset=args.offset, limit=args.limit)
 

@@ -7,7 +7,16 @@ from typing import Any
 
 from codey_protocol import worker as wk
 from codey_server.agent.approvals import asks_for_edit
-from codey_server.agent.tools.base import Ask, BadToolCall, Gate, WorkerTool, obj, string
+from codey_server.agent.tools.base import (
+    SANDBOXED,
+    Ask,
+    BadToolCall,
+    Gate,
+    Sandboxing,
+    WorkerTool,
+    obj,
+    string,
+)
 
 __all__ = ["WRITE_FILE", "WriteArgs"]
 
@@ -40,7 +49,7 @@ class WriteFile(WorkerTool[WriteArgs]):
         return {"path": args.path}
 
     def action(self, args: WriteArgs, action_id: str, session_id: str,
-               workdir: str) -> wk.ActionMessage:
+               workdir: str, *, sandbox: Sandboxing = SANDBOXED) -> wk.ActionMessage:
         return wk.WriteFile(action_id=action_id, session_id=session_id, workdir=workdir,
                             path=args.path, content=args.content)
 
