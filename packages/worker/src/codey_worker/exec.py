@@ -71,7 +71,7 @@ from typing import Any
 from codey_protocol.worker import CommandResult, RunCommand
 from codey_worker.confine import ActionRefused, resolve_inside
 from codey_worker.frames import FRAME_BUDGET
-from codey_worker.policy import LocalPolicy
+from codey_worker.policy import LocalPolicy, check_protected_args
 from codey_worker.sandbox import Sandbox, SandboxSpec, sandbox_denial
 
 __all__ = [
@@ -578,13 +578,14 @@ async def run_command(
         raise ActionRefused("not_found", f"cwd {action.cwd!r} does not exist")
     if not cwd.is_dir():
         raise ActionRefused("not_a_directory", f"cwd {action.cwd!r} is not a directory")
+    if sandbox is None:
+        from codey_worker.config import codey_home  # (config imports this module)
+
+        sandbox = Sandbox.detected(codey_home())
+    check_protected_args(argv, cwd, sandbox.home)
     env = build_env(action.env, cwd=str(cwd))
     box: _Box | None = None
     if action.sandbox != "full-access":
-        if sandbox is None:
-            from codey_worker.config import codey_home  # (config imports this module)
-
-            sandbox = Sandbox.detected(codey_home())
         sandbox.require()
         missing = _program_problem(argv[0], cwd, env)
         if missing is not None:

@@ -86,7 +86,7 @@ from codey_worker.exec import (
     truncation_marker,
 )
 from codey_worker.frames import FRAME_BUDGET
-from codey_worker.policy import LocalPolicy
+from codey_worker.policy import LocalPolicy, check_protected_args
 from codey_worker.sandbox import Sandbox, sandbox_denial
 
 __all__ = ["MAX_PROCESSES", "MAX_YIELD_MS", "ProcessTable"]
@@ -247,6 +247,7 @@ class ProcessTable:
             raise ActionRefused("not_found", f"cwd {action.cwd!r} does not exist")
         if not cwd.is_dir():
             raise ActionRefused("not_a_directory", f"cwd {action.cwd!r} is not a directory")
+        check_protected_args(argv, cwd, self.sandbox.home)
         running = [p for p in self._procs.values()
                    if p.session_id == action.session_id and p.running]
         if len(running) >= MAX_PROCESSES:

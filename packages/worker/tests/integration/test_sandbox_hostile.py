@@ -195,8 +195,10 @@ def test_a_worktree_cannot_reach_its_repository_through_the_git_file(
 
 
 def test_codey_home_and_credentials_are_invisible(machine: Machine) -> None:
-    attack = ["sh", "-c", f"ls -a {machine.codey} ~/.ssh; "
-                          f"cat {machine.codey}/worker.json ~/.ssh/id_ed25519 ~/.netrc"]
+    # the path is built in the script: a command naming $CODEY_HOME is refused before it runs
+    # (test_naming_a_protected_path_is_refused_outside_the_sandbox)
+    attack = ["sh", "-c", f"d={str(machine.codey)[:-2]}; ls -a ${{d}}ey ~/.ssh; "
+                          "cat ${d}ey/worker.json ~/.ssh/id_ed25519 ~/.netrc"]
     result = machine.run(attack)
     for secret in (KEY, CREDENTIAL, NETRC):
         assert secret not in output(result)
@@ -210,9 +212,9 @@ def test_codey_home_and_credentials_are_invisible(machine: Machine) -> None:
 
 def test_credentials_stay_hidden_when_the_workdir_contains_them(machine: Machine) -> None:
     """The workdir is the home directory: bound writable, then the hidden paths covered."""
-    attack = ["sh", "-c", "cat .codey/worker.json .ssh/id_ed25519 .netrc; "
+    attack = ["sh", "-c", "cat .cod''ey/worker.json .ssh/id_ed25519 .netrc; "
                           "echo ssh-ed25519 AAAA attacker >> .ssh/authorized_keys; "
-                          "echo x > .codey/worker-config.json"]
+                          "echo x > .cod''ey/worker-config.json"]
     result = machine.run(attack, workdir=machine.home)
     for secret in (KEY, CREDENTIAL, NETRC):
         assert secret not in output(result)
@@ -223,7 +225,8 @@ def test_credentials_stay_hidden_when_the_workdir_contains_them(machine: Machine
     assert (machine.home / "notes.txt").read_text() == "ok\n"
 
     bare = machine.run(attack, workdir=machine.home, mode="full-access")
-    assert KEY in bare.stdout and (machine.home / ".ssh" / "authorized_keys").exists()
+    assert KEY in bare.stdout and CREDENTIAL in bare.stdout
+    assert (machine.home / ".ssh" / "authorized_keys").exists()
 
 
 WORKER = """
@@ -234,8 +237,10 @@ from codey_worker.policy import LocalPolicy
 from codey_worker.processes import ProcessTable
 
 me = os.getpid()
-script = (f"cat /proc/{me}/environ; cat /proc/1/environ; cat /proc/$PPID/environ; "
-          "cat /proc/self/environ; for f in /proc/[0-9]*/environ; do cat $f; done; "
+# the words are built in the script: outside the sandbox the worker refuses a command that
+# names /proc/<pid>/environ (test_naming_a_protected_path_is_refused_outside_the_sandbox)
+script = (f"e=env''iron; cat /pr''oc/{me}/$e; cat /pr''oc/1/$e; cat /pr''oc/$PPID/$e; "
+          "cat /pr''oc/self/$e; for f in /pr''oc/[0-9]*/$e; do cat $f; done; "
           "echo; ls /proc")
 action = RunCommand(action_id="a", session_id="s", argv=["sh", "-c", script],
                     workdir=sys.argv[2], sandbox=sys.argv[1])
@@ -269,6 +274,32 @@ def test_the_workers_environ_is_out_of_reach(machine: Machine) -> None:
 
     bare = worker("full-access")
     assert token in bare["stdout"] and other in bare["stdout"]
+
+
+@pytest.mark.parametrize("argv", [
+    ["cat", "/proc/1/environ"],
+    ["sh", "-c", "tr '\\0' '\\n' < /proc/$PPID/environ"],
+    ["python3", "-c", "print(open('/proc/self/../1/environ').read())"],
+    ["cat", "$CODEY_HOME/worker.json"],
+    ["sh", "-c", "cat ${CODEY_HOME}/worker.json"],
+    ["cat", "~/.codey/worker.json"],
+    ["cat", "../../.codey/worker.json"],
+    ["cp", "-r", "../../.codey", "stolen"],
+])
+def test_naming_a_protected_path_is_refused_outside_the_sandbox(machine: Machine,
+                                                                argv: list[str]) -> None:
+    for mode in ("full-access", "workspace-write"):
+        with pytest.raises(ActionRefused) as refused:
+            machine.run(argv, mode=mode)
+        assert refused.value.code == "protected_path"
+    assert not (machine.work / "stolen").exists()
+
+
+def test_ordinary_paths_are_not_protected(machine: Machine) -> None:
+    (machine.work / "codey_home_notes.txt").write_text("notes\n")
+    result = machine.run(["sh", "-c", "cat codey_home_notes.txt; ls ~/src; cat /proc/loadavg"],
+                         mode="full-access")
+    assert result.exit_code == 0 and "notes" in result.stdout and "proj" in result.stdout
 
 
 # --------------------------------------------------------------------------- network
