@@ -179,7 +179,8 @@ function toolBody(item, ctx, session) {
     return [h("p", { class: "memory-note" }, parsedArguments(item).note || ""),
       item.error ? h("p", { class: "tool-error", role: "alert" }, item.error) : null];
   }
-  if (item.name === "shell") {
+  // an ACP agent's command (its argv in the call's raw input) shows as Codey's own does
+  if (item.name === "shell" || (item.command && item.command.length)) {
     const argv = item.command || argvFromArguments(item);
     if (argv) parts.push(h("pre", { class: "command", "data-testid": "tool-command" },
       h("span", { class: "prompt-sign", "aria-hidden": "true" }, "$ "), shellJoin(argv)));
@@ -222,7 +223,6 @@ function toolBody(item, ctx, session) {
   return parts;
 }
 
-/** The approval card for a tool call (pending: buttons; decided: one line). */
 /** What an approval asks, by kind (others: "Approve this <kind>?"). */
 const APPROVAL_HEADS = {
   acp: "The agent asks:",
@@ -238,6 +238,7 @@ const APPROVAL_WARNINGS = {
   delegate: "The sub-agent works on that machine, in the same sandbox mode as this session.",
 };
 
+/** The approval card for a tool call (pending: buttons; decided: one line). */
 export function approvalNode(approval, ctx, sessionId, standalone = false) {
   if (approval.status !== "pending") {
     return h("div", { class: `approval-done status-${approval.status}`,

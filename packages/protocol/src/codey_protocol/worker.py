@@ -668,8 +668,10 @@ class AcpUpdate(msgspec.Struct, kw_only=True):
 
     ``kind``: ``text`` / ``thought`` (a chunk of its answer or reasoning, in ``text``);
     ``tool`` (a tool call started or changed: ``tool_call_id``, ``title``, ``status``,
-    ``tool_kind``, ``text`` = its content so far); ``plan`` (``entries``); ``permission``
-    (``request_id``, ``tool_call_id``, ``title``, ``options``: answer with AcpPermission).
+    ``tool_kind``, ``text`` = its content so far, or its raw output when it has no content,
+    ``command`` = the argv it runs when its raw input names one); ``plan`` (``entries``);
+    ``permission`` (``request_id``, ``tool_call_id``, ``title``, ``options``, ``command``,
+    ``reason``: why the agent asks; answer with AcpPermission).
     """
 
     kind: Literal["text", "thought", "tool", "plan", "permission"]
@@ -681,6 +683,8 @@ class AcpUpdate(msgspec.Struct, kw_only=True):
     request_id: str | None = None
     options: list[AcpOption] = msgspec.field(default_factory=list)
     entries: list[tuple[str, str]] = msgspec.field(default_factory=list)  # (text, status)
+    command: list[str] | None = None  # the argv of an ``execute`` call (its raw input)
+    reason: str = ""  # a permission's why (its raw input's ``reason``, or its content)
 
 
 ActionOutcome = (

@@ -336,6 +336,54 @@ def test_an_acp_permission_request_asks_then_answers_the_agent() -> None:
     assert not pilot.session.pending_actions
 
 
+def test_an_acp_turn_interrupted_while_a_permission_waits_stays_interrupted() -> None:
+    pilot = Pilot(AcpTurn(S, limits=LIMITS), _session("suggest", agent="scripted"))
+    step = pilot.feed(Start())
+    [requested] = [e for e in _events(step) if isinstance(e, ev.ActionRequested)]
+    prompt_id = requested.action_id
+    pilot.feed(ActionProgressed(prompt_id, wk.ActionProgress(
+        action_id=prompt_id, stream="acp",
+        data=msgspec.json.encode(_PERMISSION).decode())))
+    [approval] = pilot.session.approvals.values()
+    pilot.feed(Interrupted())
+    assert pilot.session.status == "interrupted"
+    assert pilot.session.approvals[approval.approval_id].status == "cancelled"
+    # the approval's waiter wakes on the cancellation: nothing more happens
+    step = pilot.feed(ApprovalDecided(approval.approval_id))
+    assert step.events == [] and step.effects == []
+    assert pilot.session.status == "interrupted"
+    assert pilot.feed(ApprovalExpired(approval.approval_id)).events == []
+
+
+def test_a_rejected_acp_call_stays_rejected_to_the_end_of_the_turn() -> None:
+    pilot = Pilot(AcpTurn(S, limits=LIMITS), _session("suggest", agent="scripted"))
+    step = pilot.feed(Start())
+    [requested] = [e for e in _events(step) if isinstance(e, ev.ActionRequested)]
+    prompt_id = requested.action_id
+
+    def progress(update: wk.AcpUpdate) -> ActionProgressed:
+        return ActionProgressed(prompt_id, wk.ActionProgress(
+            action_id=prompt_id, stream="acp", data=msgspec.json.encode(update).decode()))
+
+    pilot.feed(progress(wk.AcpUpdate(kind="permission", tool_call_id="t1", title="rm -rf build",
+                                     tool_kind="delete", request_id="req_1",
+                                     command=["rm", "-rf", "build"], reason="clean it",
+                                     options=_PERMISSION.options)))
+    [approval] = pilot.session.approvals.values()
+    assert approval.reason == "rm -rf build — clean it"
+    pilot.record((S, ev.ApprovalResolved(approval_id=approval.approval_id,
+                                         decision="rejected")))
+    [answer] = pilot.feed(ApprovalDecided(approval.approval_id)).effects
+    assert isinstance(answer, RunAction) and isinstance(answer.action, wk.AcpPermission)
+    assert answer.action.option_id == "no"
+    pilot.feed(progress(wk.AcpUpdate(kind="tool", tool_call_id="t1", status="failed")))
+    pilot.feed(ActionDone(prompt_id, wk.AcpTurnEnded(stop_reason="end_turn",
+                                                     acp_session_id="a")))
+    [tool] = [i for i in pilot.session.items if isinstance(i, ev.ToolCall)]
+    assert tool.status == "rejected" and tool.result == "rejected by the user"
+    assert tool.command == ["rm", "-rf", "build"]
+
+
 # the sandbox gate ---------------------------------------------------------------------------
 # A prompt-injected model tries each way around the sandbox; each test is one attempt.
 

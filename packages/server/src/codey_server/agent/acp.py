@@ -63,12 +63,14 @@ _PLAN_STATUS: dict[str, ev.PlanStatus] = {
     "pending": "pending", "in_progress": "in_progress", "completed": "done"}
 
 
-def pick_option(options: list[wk.AcpOption], decision: str, for_session: bool) -> str | None:
+def pick_option(options: list[wk.AcpOption], decision: str) -> str | None:
     """The agent's option for a Codey decision; None (the request is refused) when the agent
-    offered none that fits."""
+    offered none that fits. An approval is always ``allow_once`` when the agent offers it,
+    "for session" too: an agent's ``allow_always`` outlives the session (codex-acp writes it
+    as a permanent rule in the user's ``~/.codex``), so Codey remembers the session's
+    approvals itself (``approved_prefixes``) and answers each request once."""
     if decision == "approved":
-        wanted = ["allow_always", "allow_once"] if for_session else ["allow_once",
-                                                                     "allow_always"]
+        wanted = ["allow_once", "allow_always"]
     else:
         wanted = ["reject_once", "reject_always"]
     for kind in wanted:
@@ -241,13 +243,21 @@ class AcpTurn(TurnMachine):
         status = _TOOL_STATUS.get(update.status or "")
         if item_id is None:
             item_id = self._tools[call_id] = self.new_id("itm")
+            arguments: dict[str, Any] = {"kind": update.tool_kind, "title": update.title}
+            if update.command:
+                arguments["command"] = update.command
             self.emit(ev.SessionItemAppended(item=ev.ToolCall(
                 id=item_id, ts=self.now, call_id=call_id,
                 name=update.title or update.tool_kind or "tool",
-                arguments=json.dumps({"kind": update.tool_kind, "title": update.title}),
+                arguments=json.dumps(arguments), command=update.command,
                 status=status or "pending", output=update.text)))
             return item_id
         fields: dict[str, Any] = {}
+        item = self._item(item_id)
+        if item is not None and item.status == "rejected":
+            # the user said no: the agent's later "failed" or "completed" for the call (or
+            # the end of its turn) does not make it look run
+            status = None
         if status is not None and update.kind == "tool":
             fields["status"] = status
             if status in ("done", "failed"):
@@ -263,12 +273,18 @@ class AcpTurn(TurnMachine):
         open (an agent may not report each one's end)."""
         self._close_message()
         for item_id in self._tools.values():
-            item = next((i for i in reversed(self.session.items) if i.id == item_id), None)
-            if isinstance(item, ev.ToolCall) and item.result is None:
+            item = self._item(item_id)
+            if item is not None and item.result is None:
+                kept = item.status in ("failed", "rejected")
                 self.emit(ev.SessionItemUpdated(
-                    item_id=item_id, status=status if item.status != "failed" else "failed",
-                    result=item.output))
+                    item_id=item_id, status=item.status if kept else status,
+                    result=item.output or ("rejected by the user"
+                                           if item.status == "rejected" else "")))
         self._tools.clear()
+
+    def _item(self, item_id: str) -> ev.ToolCall | None:
+        item = next((i for i in reversed(self.session.items) if i.id == item_id), None)
+        return item if isinstance(item, ev.ToolCall) else None
 
     # permission requests -------------------------------------------------------------------
 
@@ -281,12 +297,13 @@ class AcpTurn(TurnMachine):
         s = self.session
         remembered = what in s.approved_prefixes
         if s.policy == "full-auto" or remembered:
-            self._answer(prompt, update, pick_option(update.options, "approved", remembered))
+            self._answer(prompt, update, pick_option(update.options, "approved"))
             return
         approval_id = self.new_id("apr")
+        reason = " — ".join(p for p in (update.title, update.reason) if p)
         self.emit(ev.ApprovalRequested(approval_id=approval_id, item_id=item_id, kind="acp",
                                        command=what,
-                                       reason=update.title or "the agent asks for permission"),
+                                       reason=reason or "the agent asks for permission"),
                   ev.SessionItemUpdated(item_id=item_id, status="waiting_approval",
                                         approval_id=approval_id))
         self._asks[approval_id] = _Ask(prompt, update, item_id)
@@ -297,9 +314,10 @@ class AcpTurn(TurnMachine):
         approval = self.session.approvals.get(approval_id)
         if ask is None or approval is None:
             return
+        if approval.status == "cancelled":
+            return  # the turn was interrupted: the worker refuses the agent's request itself
         self.status("running")
-        option = pick_option(ask.update.options, approval.status,
-                             approval.command in self.session.approved_prefixes)
+        option = pick_option(ask.update.options, approval.status)
         self.emit(ev.SessionItemUpdated(
             item_id=ask.item_id,
             status="running" if approval.status == "approved" else "rejected"))

@@ -515,9 +515,14 @@ class TurnMachine:
                                  None if limit is None else requested_at + limit))
 
     def _on_approval_decided(self, i: ApprovalDecided) -> None:
-        self.approval_over(i.approval_id)
+        # after an interrupt the waiter still wakes (its approval was cancelled): the turn is
+        # over, and nothing may set the session running again
+        if not self.done:
+            self.approval_over(i.approval_id)
 
     def _on_approval_expired(self, i: ApprovalExpired) -> None:
+        if self.done:
+            return
         approval = self.session.approvals.get(i.approval_id)
         if approval is None or approval.status != "pending":
             self.approval_over(i.approval_id)
