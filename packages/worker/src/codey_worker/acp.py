@@ -88,12 +88,15 @@ class _Client:
         self.owner.permissions[request_id] = waiter
         try:
             raw = getattr(tool_call, "raw_input", None)
-            reason = raw.get("reason") if isinstance(raw, dict) else None
+            # the why: the raw input's reason where there is a raw input (codex-acp's content
+            # then lists its own decisions and amendments, which mean nothing here), else the
+            # request's content
+            reason = raw.get("reason") if isinstance(raw, dict) else _tool_text(
+                getattr(tool_call, "content", None))
             await emit(AcpUpdate(
                 kind="permission", request_id=request_id, tool_call_id=tool_call.tool_call_id,
                 title=tool_call.title, tool_kind=tool_call.kind, command=_command(raw),
-                reason=reason if isinstance(reason, str) and reason
-                else _tool_text(getattr(tool_call, "content", None))[:2000],
+                reason=reason[:2000] if isinstance(reason, str) else "",
                 options=[AcpOption(option_id=o.option_id, name=o.name, kind=o.kind)
                          for o in options]))
             chosen = await waiter
