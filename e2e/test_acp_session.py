@@ -17,6 +17,14 @@ if TYPE_CHECKING:  # the suite imports test modules with importlib
 def test_acp_session_in_the_browser(stack: Stack, page: Page, tmp_path: Path) -> None:
     script = tmp_path / "turns.json"
     script.write_text(json.dumps({"turns": [[
+        {"tool": {"id": "c1", "title": "ls", "kind": "execute",
+                  "raw_input": {"command": ["ls", "-la"]}}},
+        {"permission": {"id": "c1", "title": "ls", "kind": "execute",
+                        "raw_input": {"command": ["ls", "-la"],
+                                      "reason": "see what is in the folder"}}},
+        {"update": {"id": "c1", "status": "completed",
+                    "raw_output": {"stdout": "x\n", "formatted_output": "total 0\nnotes\n",
+                                   "exit_code": 0}}},
         {"say": "I will write notes.txt."},
         {"tool": {"id": "t1", "title": "Write notes.txt", "kind": "edit"}},
         {"permission": {"id": "t1", "title": "Write notes.txt"}},
@@ -38,6 +46,14 @@ def test_acp_session_in_the_browser(stack: Stack, page: Page, tmp_path: Path) ->
     dialog.get_by_test_id("ns-agent").select_option("scripted")
     dialog.get_by_test_id("ns-prompt").fill("take a note")
     dialog.get_by_test_id("ns-submit").click()
+    # codex-acp's shapes: the command and why on the card, the output from the raw output
+    card = page.get_by_test_id("approval")
+    expect(card).to_contain_text("see what is in the folder")
+    command = stack.items(page, "tool_call").first
+    expect(command.get_by_test_id("tool-command")).to_have_text("$ ls -la")
+    card.get_by_role("button", name="Approve", exact=True).click()
+    expect(command.get_by_test_id("tool-output")).to_have_text("total 0\nnotes")
+    expect(command.get_by_test_id("tool-status")).to_have_attribute("data-status", "done")
     card = page.get_by_test_id("approval")
     expect(card).to_contain_text("Write notes.txt")
     page.screenshot(path="e2e/test-results/acp-approval.png")

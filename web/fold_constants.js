@@ -52,6 +52,11 @@ const ACTION = {
   list_dir: fillListDir,
   mcp_call: fillMcpCall,
   acp_permission: fillAcpPermission,
+  exec_start: fillExecStart,
+  exec_write: fillExecWrite,
+  grep: fillGrep,
+  glob: fillGlob,
+  edit: fillEdit,
 };
 
 /**
@@ -122,6 +127,7 @@ export function fillWorkerConnected(v) {
       "mcp_servers": [],
       "terminal": false,
       "acp_agents": [],
+      "sandbox": {"kind": "none", "version": "", "reason": ""},
     };
   } else {
     fillCapabilities(v.capabilities);
@@ -142,6 +148,11 @@ export function fillCapabilities(v) {
   }
   if (v.terminal === undefined) v.terminal = false;
   if (v.acp_agents === undefined) v.acp_agents = [];
+  if (v.sandbox === undefined) {
+    v.sandbox = {"kind": "none", "version": "", "reason": ""};
+  } else {
+    fillSandboxInfo(v.sandbox);
+  }
   return v;
 }
 
@@ -167,6 +178,14 @@ export function fillMcpTool(v) {
   return v;
 }
 
+/** `SandboxInfo` (worker.py): its defaults filled in. */
+export function fillSandboxInfo(v) {
+  if (v.kind === undefined) v.kind = "none";
+  if (v.version === undefined) v.version = "";
+  if (v.reason === undefined) v.reason = "";
+  return v;
+}
+
 /** `WorkerDisconnected` (events.py): its defaults filled in. */
 export function fillWorkerDisconnected(v) {
   if (v.reason === undefined) v.reason = "";
@@ -185,6 +204,8 @@ export function fillSessionCreated(v) {
   if (v.turn_cap === undefined) v.turn_cap = null;
   if (v.agent === undefined) v.agent = null;
   if (v.origin === undefined) v.origin = "";
+  if (v.sandbox === undefined) v.sandbox = "workspace-write";
+  if (v.network === undefined) v.network = false;
   return v;
 }
 
@@ -364,6 +385,8 @@ export function fillRunCommand(v) {
   if (v.timeout_s === undefined) v.timeout_s = 600.0;
   if (v.env === undefined) v.env = {};
   if (v.output_cap === undefined) v.output_cap = 1048576;
+  if (v.sandbox === undefined) v.sandbox = "workspace-write";
+  if (v.network === undefined) v.network = false;
   return v;
 }
 
@@ -392,12 +415,66 @@ export function fillListDir(v) {
 export function fillMcpCall(v) {
   if (v.arguments === undefined) v.arguments = {};
   if (v.workdir === undefined) v.workdir = "";
+  if (v.sandbox === undefined) v.sandbox = "workspace-write";
   return v;
 }
 
 /** `AcpPermission` (worker.py): its defaults filled in. */
 export function fillAcpPermission(v) {
   if (v.option_id === undefined) v.option_id = null;
+  return v;
+}
+
+/** `ExecStart` (worker.py): its defaults filled in. */
+export function fillExecStart(v) {
+  if (v.cwd === undefined) v.cwd = null;
+  if (v.env === undefined) v.env = {};
+  if (v.tty === undefined) v.tty = false;
+  if (v.cols === undefined) v.cols = 80;
+  if (v.rows === undefined) v.rows = 24;
+  if (v.yield_ms === undefined) v.yield_ms = 1000;
+  if (v.output_cap === undefined) v.output_cap = 1048576;
+  if (v.timeout_s === undefined) v.timeout_s = null;
+  if (v.sandbox === undefined) v.sandbox = "workspace-write";
+  if (v.network === undefined) v.network = false;
+  return v;
+}
+
+/** `ExecWrite` (worker.py): its defaults filled in. */
+export function fillExecWrite(v) {
+  if (v.input === undefined) v.input = "";
+  if (v.yield_ms === undefined) v.yield_ms = 1000;
+  if (v.close_stdin === undefined) v.close_stdin = false;
+  return v;
+}
+
+/** `Grep` (worker.py): its defaults filled in. */
+export function fillGrep(v) {
+  if (v.path === undefined) v.path = ".";
+  if (v.include === undefined) v.include = [];
+  if (v.exclude === undefined) v.exclude = [];
+  if (v.ignore_case === undefined) v.ignore_case = false;
+  if (v.literal === undefined) v.literal = false;
+  if (v.before === undefined) v.before = 0;
+  if (v.after === undefined) v.after = 0;
+  if (v.hidden === undefined) v.hidden = false;
+  if (v.mode === undefined) v.mode = "content";
+  if (v.max_matches === undefined) v.max_matches = 200;
+  if (v.max_bytes === undefined) v.max_bytes = 65536;
+  return v;
+}
+
+/** `Glob` (worker.py): its defaults filled in. */
+export function fillGlob(v) {
+  if (v.path === undefined) v.path = ".";
+  if (v.hidden === undefined) v.hidden = false;
+  if (v.max_results === undefined) v.max_results = 500;
+  return v;
+}
+
+/** `Edit` (worker.py): its defaults filled in. */
+export function fillEdit(v) {
+  if (v.replace_all === undefined) v.replace_all = false;
   return v;
 }
 
@@ -690,6 +767,7 @@ export function fillWorkerInfo(v) {
       "mcp_servers": [],
       "terminal": false,
       "acp_agents": [],
+      "sandbox": {"kind": "none", "version": "", "reason": ""},
     };
   } else {
     fillCapabilities(v.capabilities);
@@ -728,6 +806,7 @@ export function fillSessionInfo(v) {
     }
   }
   if (v.approved_prefixes === undefined) v.approved_prefixes = [];
+  if (v.escalated_prefixes === undefined) v.escalated_prefixes = [];
   if (v.pending_actions === undefined) {
     v.pending_actions = {};
   } else {
@@ -774,6 +853,8 @@ export function fillSessionInfo(v) {
   if (v.forked_from === undefined) v.forked_from = null;
   if (v.agent === undefined) v.agent = null;
   if (v.task_id === undefined) v.task_id = null;
+  if (v.sandbox === undefined) v.sandbox = "workspace-write";
+  if (v.network === undefined) v.network = false;
   return v;
 }
 

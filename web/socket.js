@@ -255,6 +255,11 @@ export class Socket {
     return this.command("set_approval_policy", { session_id, policy });
   }
 
+  /** The OS sandbox the session's commands run in, and whether they may use the network. */
+  setSandbox(session_id, sandbox, network) {
+    return this.command("set_sandbox", { session_id, sandbox, network });
+  }
+
   interrupt(session_id) {
     return this.command("interrupt", { session_id });
   }

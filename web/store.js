@@ -116,7 +116,7 @@ function sessionCreated(state, env, e) {
     provider: e.provider, model: e.model, policy: e.policy, created_at: env.ts,
     updated_at: env.ts, plan_mode: e.plan_mode, parent_id: e.parent_id,
     parent_item: e.parent_item, role: e.role, read_only: e.read_only, turn_cap: e.turn_cap,
-    agent: e.agent,
+    agent: e.agent, sandbox: e.sandbox, network: e.network,
   });
 }
 
@@ -181,6 +181,14 @@ function policyChanged(state, env, e) {
   if (s) s.policy = e.policy;
 }
 
+function sandboxChanged(state, env, e) {
+  const s = session(state, env);
+  if (s) {
+    s.sandbox = e.sandbox;
+    s.network = e.network;
+  }
+}
+
 function itemAppended(state, env, e) {
   const s = session(state, env);
   if (!s) return;
@@ -235,6 +243,7 @@ function forked(state, env, e) {
     provider: src.provider, model: src.model, policy: src.policy, created_at: env.ts,
     updated_at: env.ts, items, forked_from: e.from_session,
     context: src.context ? structuredClone(src.context) : null,
+    sandbox: src.sandbox, network: src.network,
   });
 }
 
@@ -370,9 +379,9 @@ function approvalResolved(state, env, e) {
   a.message = e.message;
   a.decided_at = env.ts;
   if (e.for_session && e.decision === "approved" && a.command && a.command.length) {
-    if (!s.approved_prefixes.some((p) => sameList(p, a.command))) {
-      s.approved_prefixes.push([...a.command]);
-    }
+    // approving a command for the session never lets it leave the sandbox
+    const prefixes = a.kind === "escalate" ? s.escalated_prefixes : s.approved_prefixes;
+    if (!prefixes.some((p) => sameList(p, a.command))) prefixes.push([...a.command]);
   }
 }
 
@@ -462,6 +471,7 @@ const HANDLERS = {
   session_status_changed: statusChanged,
   session_title_changed: titleChanged,
   session_policy_changed: policyChanged,
+  session_sandbox_changed: sandboxChanged,
   session_item_appended: itemAppended,
   session_item_updated: itemUpdated,
   plan_updated: planUpdated,

@@ -232,7 +232,8 @@ export class Dashboard {
       h("dt", {}, "Version"), h("dd", {}, w.worker_version || "—"),
       h("dt", {}, "Last seen"), h("dd", { "data-testid": "worker-last-seen" },
         w.connected ? "now" : fmtAgo(w.last_seen)),
-      h("dt", {}, "Roots"), h("dd", { class: "mono" }, (w.roots || []).join(", ") || "—")),
+      h("dt", {}, "Roots"), h("dd", { class: "mono" }, (w.roots || []).join(", ") || "—"),
+      h("dt", {}, "Sandbox"), sandboxFact(w)),
     w.revoked ? null : this._logView(w),
     sessions.length
       ? h("ul", { class: "mini-list", "aria-label": `Sessions on ${w.hostname}` },
@@ -345,4 +346,18 @@ function cardFacts(s) {
     }
   }
   return { preview: preview.slice(0, 200), took, files: paths.size, added, removed };
+}
+
+/** The machine's sandbox, or a warning that it has none (its sandboxed sessions' commands
+ * are refused until the user chooses no sandbox for them). */
+function sandboxFact(w) {
+  const info = w.capabilities && w.capabilities.sandbox;
+  if (info && info.kind && info.kind !== "none") {
+    const name = { bwrap: "bubblewrap", seatbelt: "Seatbelt" }[info.kind] || info.kind;
+    return h("dd", { "data-testid": "worker-sandbox" },
+      `${name}${info.version ? ` ${info.version}` : ""}`);
+  }
+  return h("dd", { class: "bad", "data-testid": "worker-sandbox",
+    title: "Commands of sandboxed sessions are refused on this machine" },
+  `none — ${(info && info.reason) || "not reported (an older worker?)"}`);
 }

@@ -179,7 +179,8 @@ function toolBody(item, ctx, session) {
     return [h("p", { class: "memory-note" }, parsedArguments(item).note || ""),
       item.error ? h("p", { class: "tool-error", role: "alert" }, item.error) : null];
   }
-  if (item.name === "shell") {
+  // an ACP agent's command (its argv in the call's raw input) shows as Codey's own does
+  if (item.name === "shell" || (item.command && item.command.length)) {
     const argv = item.command || argvFromArguments(item);
     if (argv) parts.push(h("pre", { class: "command", "data-testid": "tool-command" },
       h("span", { class: "prompt-sign", "aria-hidden": "true" }, "$ "), shellJoin(argv)));
@@ -222,6 +223,21 @@ function toolBody(item, ctx, session) {
   return parts;
 }
 
+/** What an approval asks, by kind (others: "Approve this <kind>?"). */
+const APPROVAL_HEADS = {
+  acp: "The agent asks:",
+  escalate: "Run without the sandbox?",
+  delegate: "Start a sub-agent on another machine?",
+};
+
+/** What approving lets through, where it is more than the call itself. */
+const APPROVAL_WARNINGS = {
+  escalate: "Outside the sandbox this command can write anywhere you can, read your "
+    + "credentials and reach the network. Approve for session lets commands starting "
+    + "with the same words leave the sandbox too.",
+  delegate: "The sub-agent works on that machine, in the same sandbox mode as this session.",
+};
+
 /** The approval card for a tool call (pending: buttons; decided: one line). */
 export function approvalNode(approval, ctx, sessionId, standalone = false) {
   if (approval.status !== "pending") {
@@ -254,7 +270,7 @@ export function approvalNode(approval, ctx, sessionId, standalone = false) {
     buttons.push(b);
     return b;
   };
-  const what = approval.kind === "command" && approval.command
+  const what = (approval.kind === "command" || approval.kind === "escalate") && approval.command
     ? h("pre", { class: "command" }, h("span", { class: "prompt-sign" }, "$ "),
       shellJoin(approval.command))
     : approval.path ? h("div", { class: "mono path" }, approval.path) : null;
@@ -268,9 +284,11 @@ export function approvalNode(approval, ctx, sessionId, standalone = false) {
   return h("div", { class: "approval", "data-testid": "approval", role: "group",
     "aria-label": "Approval needed", "data-approval-id": approval.approval_id },
   h("div", { class: "approval-head" },
-    h("strong", {}, approval.kind === "acp" ? "The agent asks:"
-      : `Approve this ${approval.kind}?`),
+    h("strong", {}, APPROVAL_HEADS[approval.kind] ?? `Approve this ${approval.kind}?`),
     approval.reason ? h("span", { class: "muted" }, ` ${approval.reason}`) : null),
+  APPROVAL_WARNINGS[approval.kind]
+    ? h("p", { class: "warn small", "data-testid": "approval-warning" },
+      APPROVAL_WARNINGS[approval.kind]) : null,
   standalone ? what : null,
   standalone && approval.patch ? renderDiff(approval.patch) : null,
   h("div", { class: "approval-actions" },

@@ -1,4 +1,5 @@
-// The "New session" dialog: connected worker, workdir, provider/model, policy, first prompt.
+// The "New session" dialog: connected worker, workdir, provider/model, policy, sandbox and
+// network, first prompt.
 
 import { h, replaceChildren } from "../dom.js";
 
@@ -7,6 +8,19 @@ const POLICIES = [
   ["auto-edit", "Auto-edit — edits in the workdir are automatic"],
   ["full-auto", "Full auto — nothing asks"],
 ];
+
+export const SANDBOXES = [
+  ["workspace-write", "Workspace — commands write only in the working directory"],
+  ["read-only", "Read-only — commands write nowhere"],
+  ["full-access", "Full access — no sandbox (commands can do anything you can)"],
+];
+
+/** What the machine's sandbox is, in words; null when it has one. */
+export function noSandbox(worker) {
+  const info = worker && worker.capabilities && worker.capabilities.sandbox;
+  if (info && info.kind && info.kind !== "none") return null;
+  return (info && info.reason) || "it does not report one (an older worker?)";
+}
 
 export class NewSessionDialog {
   constructor(ctx) {
@@ -46,6 +60,21 @@ export class NewSessionDialog {
     replaceChildren(this._agent, h("option", { value: "" }, "Codey"),
       ...names.map((n) => h("option", { value: n }, `${n} (ACP agent on this machine)`)));
     this._agentField.hidden = names.length === 0;
+    this._warnSandbox();
+  }
+
+  /** A machine without a sandbox runs no command of a sandboxed session: say so now. */
+  _warnSandbox() {
+    const w = this.ctx.store.state.workers[this._worker.value];
+    const why = w ? noSandbox(w) : null;
+    const bare = this._sandbox.value === "full-access";
+    this._sandboxNote.hidden = !(why || bare);
+    this._sandboxNote.className = why && !bare ? "bad small" : "warn small";
+    this._sandboxNote.textContent = why && !bare
+      ? `This machine has no sandbox (${why}): its commands will be refused unless you ` +
+        "choose Full access."
+      : "Full access: the agent's commands run with all your rights, outside any sandbox.";
+    this._network.disabled = bare;
   }
 
   _render() {
@@ -76,6 +105,13 @@ export class NewSessionDialog {
     this._agentField.hidden = true;
     this._policy = h("select", { id: "ns-policy", "data-testid": "ns-policy", class: "input" },
       POLICIES.map(([v, text]) => h("option", { value: v }, text)));
+    this._sandbox = h("select", { id: "ns-sandbox", "data-testid": "ns-sandbox", class: "input",
+      onchange: () => this._warnSandbox() },
+    SANDBOXES.map(([v, text]) => h("option", { value: v }, text)));
+    this._network = h("input", { type: "checkbox", id: "ns-network",
+      "data-testid": "ns-network" });
+    this._sandboxNote = h("p", { "data-testid": "ns-sandbox-note", role: "status",
+      hidden: true });
     this._planMode = h("input", { type: "checkbox", id: "ns-plan-mode",
       "data-testid": "ns-plan-mode" });
     this._prompt = h("textarea", { id: "ns-prompt", "data-testid": "ns-prompt", class: "input",
@@ -98,6 +134,10 @@ export class NewSessionDialog {
     this._agentField,
     field("ns-model", "Model", this._model),
     field("ns-policy", "Approval policy", this._policy),
+    field("ns-sandbox", "Sandbox", this._sandbox),
+    h("label", { for: "ns-network", class: "check" }, this._network,
+      " Network: sandboxed commands may reach the network"),
+    this._sandboxNote,
     h("label", { for: "ns-plan-mode", class: "check" }, this._planMode,
       " Plan first: the agent proposes a plan and changes nothing until you approve it"),
     field("ns-prompt", "First prompt", this._prompt),
@@ -129,7 +169,8 @@ export class NewSessionDialog {
       const ack = await this.ctx.socket.createSession({
         worker_id: workerId, workdir, prompt: this._prompt.value, provider, model,
         policy: this._policy.value, plan_mode: this._planMode.checked,
-        agent: this._agent.value || null,
+        agent: this._agent.value || null, sandbox: this._sandbox.value,
+        network: this._network.checked && this._sandbox.value !== "full-access",
       });
       this.el.close();
       if (ack.session_id) this.ctx.navigate(`#/session/${ack.session_id}`);

@@ -17,10 +17,13 @@ import { appendOutput, approvalNode, planSteps, renderItem } from "./items.js";
 export const WINDOW = 200;
 
 const POLICIES = ["suggest", "auto-edit", "full-auto"];
+const SANDBOXES = [["workspace-write", "sandbox: workspace"], ["read-only", "sandbox: read-only"],
+  ["full-access", "no sandbox"]];
 
 // Events that change the header / side panel rather than one item.
 const HEADER_EVENTS = new Set([
   "session_status_changed", "session_title_changed", "session_policy_changed", "plan_updated",
+  "session_sandbox_changed",
   "session_workspace_changed", "token_usage_recorded", "worker_connected", "worker_disconnected",
   "worker_revoked", "worker_paired", "approval_requested", "approval_resolved",
   "session_context_updated", "memory_updated", "session_archived", "session_moved",
@@ -54,6 +57,13 @@ export class SessionView {
     this._policy = h("select", { id: "policy-select", class: "input compact",
       "data-testid": "policy-select", onchange: () => this._setPolicy() },
     POLICIES.map((p) => h("option", { value: p }, p)));
+    this._sandbox = h("select", { id: "sandbox-select", class: "input compact",
+      "data-testid": "sandbox-select", title: "The OS sandbox this session's commands run in",
+      onchange: () => this._setSandbox() },
+    SANDBOXES.map(([v, text]) => h("option", { value: v }, text)));
+    this._network = h("input", { type: "checkbox", id: "network-toggle",
+      "data-testid": "network-toggle", onchange: () => this._setSandbox() });
+    this._sandboxBadge = h("span", {});
     this._interrupt = h("button", { class: "btn danger", type: "button",
       "data-testid": "interrupt", onclick: () => this._doInterrupt() }, "Interrupt");
     this._download = h("a", { class: "btn subtle", "data-testid": "download-log",
@@ -146,7 +156,11 @@ export class SessionView {
       h("div", { class: "s-controls" },
         this._status, this._gone,
         h("label", { for: "policy-select", class: "sr-only" }, "Approval policy"),
-        this._policy, this._interrupt, this._terminal, this._download, this._menu)),
+        this._policy,
+        h("label", { for: "sandbox-select", class: "sr-only" }, "Sandbox"), this._sandbox,
+        h("label", { for: "network-toggle", class: "check small",
+          title: "Sandboxed commands may use the network" }, this._network, " network"),
+        this._sandboxBadge, this._interrupt, this._terminal, this._download, this._menu)),
     this._missing,
     h("div", { class: "s-body" }, h("div", { class: "s-main" }, this._scroller, this._jump,
       h("div", { class: "activity-row" }, this._activity, this._retry)), this._side),
@@ -368,6 +382,10 @@ export class SessionView {
       class: "chip gone", "data-testid": "worker-gone" }, "machine offline"));
     this._terminal.hidden = !(w && w.capabilities && w.capabilities.terminal && !w.revoked);
     if (this._policy.value !== s.policy) this._policy.value = s.policy;
+    if (this._sandbox.value !== s.sandbox) this._sandbox.value = s.sandbox;
+    this._network.checked = Boolean(s.network);
+    this._network.disabled = s.sandbox === "full-access";
+    this._sandboxBadge.replaceChildren(sandboxBadge(s, w));
     const proposed = s.plan_status === "proposed";
     const busy = isBusy(s.status) && !proposed;
     this._interrupt.disabled = !busy;
@@ -735,6 +753,21 @@ export class SessionView {
     }
   }
 
+  async _setSandbox() {
+    const s = this.session;
+    if (!s) return;
+    const sandbox = this._sandbox.value;
+    const network = this._network.checked && sandbox !== "full-access";
+    if (sandbox === s.sandbox && network === Boolean(s.network)) return;
+    try {
+      await this.ctx.socket.setSandbox(this.sessionId, sandbox, network);
+    } catch (err) {
+      this.ctx.toast(`Sandbox not changed: ${err.message}`, "error");
+      this._sandbox.value = s.sandbox;
+      this._network.checked = Boolean(s.network);
+    }
+  }
+
   async _setPolicy() {
     const s = this.session;
     const policy = this._policy.value;
@@ -823,4 +856,21 @@ function rateLimits(rl) {
     [part(rl.remaining_requests, rl.limit_requests, rl.reset_requests, "requests"),
       part(rl.remaining_tokens, rl.limit_tokens, rl.reset_tokens, "tokens")]
       .filter(Boolean).map((t) => h("div", {}, t)));
+}
+
+/** A warning chip when the session's commands run bare, or cannot run at all. */
+function sandboxBadge(s, worker) {
+  if (s.sandbox === "full-access") {
+    return h("span", { class: "chip bad", "data-testid": "sandbox-badge",
+      title: "This session's commands run outside any sandbox, with all your rights" },
+    "⚠ no sandbox");
+  }
+  const info = worker && worker.capabilities && worker.capabilities.sandbox;
+  if (worker && (!info || info.kind === "none")) {
+    return h("span", { class: "chip bad", "data-testid": "sandbox-badge",
+      title: `The machine has no sandbox (${(info && info.reason) || "not reported"}): ` +
+        "its commands are refused unless you choose no sandbox" },
+    "⚠ machine has no sandbox");
+  }
+  return "";
 }

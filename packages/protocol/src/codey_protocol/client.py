@@ -19,6 +19,7 @@ import msgspec
 from codey_protocol._tags import snake
 from codey_protocol.events import ApprovalPolicy, Attachment, Envelope, TaskStatus
 from codey_protocol.state import State
+from codey_protocol.worker import SandboxMode
 
 
 class ClientToServerMessage(
@@ -46,6 +47,10 @@ class CreateSession(ClientToServerMessage, kw_only=True):
     attachments: list[Attachment] = msgspec.field(default_factory=list)
     #: run the session with this external ACP agent of the worker instead of Codey's loop
     agent: str | None = None
+    #: the OS sandbox its commands run in (``full-access``: none, a choice shown as a warning)
+    sandbox: SandboxMode = "workspace-write"
+    #: whether its sandboxed commands may use the network
+    network: bool = False
 
 
 class SendPrompt(ClientToServerMessage, kw_only=True):
@@ -64,6 +69,14 @@ class DecideApproval(ClientToServerMessage, kw_only=True):
 class SetApprovalPolicy(ClientToServerMessage, kw_only=True):
     session_id: str
     policy: ApprovalPolicy
+
+
+class SetSandbox(ClientToServerMessage, kw_only=True):
+    """Change a session's sandbox mode and network toggle (from its next command on)."""
+
+    session_id: str
+    sandbox: SandboxMode
+    network: bool = False
 
 
 class Interrupt(ClientToServerMessage, kw_only=True):
@@ -206,7 +219,8 @@ class RunSchedule(ClientToServerMessage, kw_only=True):
 
 
 ClientToServer = (
-    Subscribe | CreateSession | SendPrompt | DecideApproval | SetApprovalPolicy | Interrupt
+    Subscribe | CreateSession | SendPrompt | DecideApproval | SetApprovalPolicy | SetSandbox
+    | Interrupt
     | CompactSession | AnswerQuestion | RenameSession | ArchiveSession | CloseSession
     | DeleteSession | ForkSession | MoveSession | SetMemory | ApprovePlan | RetryTurn
     | SaveSchedule | DeleteSchedule | RunSchedule

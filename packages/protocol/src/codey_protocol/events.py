@@ -23,6 +23,7 @@ from codey_protocol.worker import (
     Environment,
     FileChange,
     InstructionFile,
+    SandboxMode,
     SkillInfo,
 )
 
@@ -249,6 +250,12 @@ class SessionCreated(EventBase, kw_only=True):
     #: who started it, when not a browser: ``mcp:<token id>`` (an MCP client's token),
     #: ``telegram:<chat id>``, ``schedule:<id>``
     origin: str = ""
+    #: the OS sandbox its commands run in on the worker: read-only, workspace-write (writes
+    #: only in the workdir and a private temp dir; .git and .codey read-only) or full-access
+    #: (no sandbox: the user chose it)
+    sandbox: SandboxMode = "workspace-write"
+    #: whether its sandboxed commands may use the network
+    network: bool = False
 
 
 class SessionStatusChanged(EventBase, kw_only=True):
@@ -262,6 +269,13 @@ class SessionTitleChanged(EventBase, kw_only=True):
 
 class SessionPolicyChanged(EventBase, kw_only=True):
     policy: ApprovalPolicy
+
+
+class SessionSandboxChanged(EventBase, kw_only=True):
+    """The user changed the session's sandbox mode or its network toggle."""
+
+    sandbox: SandboxMode
+    network: bool
 
 
 class SessionItemAppended(EventBase, kw_only=True):
@@ -311,7 +325,9 @@ class PlanApproved(EventBase, kw_only=True):
 class ApprovalRequested(EventBase, kw_only=True):
     approval_id: str
     item_id: str
-    kind: Literal["command", "patch", "write", "mcp", "acp"]  # acp: an ACP agent asks
+    #: acp: an ACP agent asks; escalate: a command run outside the session's sandbox;
+    #: delegate: a sub-agent on another machine
+    kind: Literal["command", "patch", "write", "mcp", "acp", "escalate", "delegate"]
     command: list[str] | None = None
     patch: str | None = None
     path: str | None = None
@@ -636,6 +652,7 @@ Event = (
     | SessionStatusChanged
     | SessionTitleChanged
     | SessionPolicyChanged
+    | SessionSandboxChanged
     | SessionItemAppended
     | SessionItemUpdated
     | PlanUpdated

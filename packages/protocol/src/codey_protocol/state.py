@@ -26,6 +26,7 @@ from codey_protocol.worker import (
     Capabilities,
     Environment,
     InstructionFile,
+    SandboxMode,
     SkillInfo,
 )
 
@@ -210,6 +211,9 @@ class SessionInfo(msgspec.Struct, kw_only=True):
     plan_explanation: str = ""
     approvals: dict[str, Approval] = msgspec.field(default_factory=dict)
     approved_prefixes: list[list[str]] = msgspec.field(default_factory=list)
+    #: commands the user let run outside the sandbox "for this session" (a later escalation
+    #: whose command starts with one goes ahead)
+    escalated_prefixes: list[list[str]] = msgspec.field(default_factory=list)
     pending_actions: dict[str, PendingAction] = msgspec.field(default_factory=dict)
     changed_paths: list[str] = msgspec.field(default_factory=list)
     usage: TokenUsage = msgspec.field(default_factory=TokenUsage)
@@ -230,6 +234,9 @@ class SessionInfo(msgspec.Struct, kw_only=True):
     agent: str | None = None
     #: the board task this session works on (its status follows this session)
     task_id: str | None = None
+    #: the OS sandbox its commands run in, and whether they may use the network
+    sandbox: SandboxMode = "workspace-write"
+    network: bool = False
 
 
 class AuthInfo(msgspec.Struct, kw_only=True):

@@ -55,12 +55,30 @@ class McpServerInfo(msgspec.Struct, kw_only=True):
     error: str | None = None
 
 
+#: How a command is confined (``RunCommand.sandbox``): ``read-only`` writes nowhere but a
+#: throwaway ``/tmp``; ``workspace-write`` (the default) may write the workdir and the
+#: session's private ``/tmp``; ``full-access`` runs without the OS sandbox.
+SandboxMode = Literal["read-only", "workspace-write", "full-access"]
+
+
+class SandboxInfo(msgspec.Struct, kw_only=True):
+    """The OS sandbox this worker can enforce: ``bwrap`` (bubblewrap, Linux), ``seatbelt``
+    (``sandbox-exec``, macOS) or ``none`` — then ``reason`` says why (bwrap missing, user
+    namespaces off, ...), and commands other than ``full-access`` are refused."""
+
+    kind: Literal["bwrap", "seatbelt", "none"] = "none"
+    version: str = ""
+    reason: str = ""
+
+
 class Capabilities(msgspec.Struct, kw_only=True):
     executors: list[str] = msgspec.field(default_factory=list)
     mcp_servers: list[McpServerInfo] = msgspec.field(default_factory=list)
     terminal: bool = False  # the owner enabled the web terminal (``"terminal": true``)
     #: external agents this worker can run over ACP (``acp_agents`` in its config), by name
     acp_agents: list[str] = msgspec.field(default_factory=list)
+    #: what a command's ``sandbox`` mode can rely on here (an older worker: none)
+    sandbox: SandboxInfo = msgspec.field(default_factory=SandboxInfo)
 
 
 class DirEntry(msgspec.Struct, kw_only=True):
@@ -158,6 +176,11 @@ class RunCommand(Action, kw_only=True):
     timeout_s: float = 600.0
     env: dict[str, str] = msgspec.field(default_factory=dict)
     output_cap: int = 1024 * 1024
+    #: the OS sandbox around the command; a worker without one refuses anything but
+    #: ``full-access`` (``sandbox_unavailable``) rather than run it bare
+    sandbox: SandboxMode = "workspace-write"
+    #: network access inside the sandbox (ignored under ``full-access``, which has it)
+    network: bool = False
 
 
 class ApplyPatch(Action, kw_only=True):
@@ -200,6 +223,10 @@ class McpCall(Action, kw_only=True):
     tool: str
     arguments: dict[str, Any] = msgspec.field(default_factory=dict)
     workdir: str = ""
+    #: the sandbox the server's process runs in (one process per mode and workdir); its
+    #: network is the worker owner's choice per server (``network`` in its config), not the
+    #: action's
+    sandbox: SandboxMode = "workspace-write"
 
 
 class Cancel(Action, kw_only=True):
@@ -284,6 +311,121 @@ class AcpPermission(Action, kw_only=True):
     option_id: str | None = None
 
 
+# -- processes that outlive an action (issue 27): started by ``exec_start``, read and written
+# by ``exec_write``, stopped by ``exec_kill``, listed by ``exec_list``. A process belongs to its
+# session: detaching the session, or the worker stopping, stops it. A ``process_id`` the worker
+# does not know (it restarted, the session was detached) is answered ``action_errored{code:
+# "process_gone"}``.
+
+
+class ExecStart(Action, kw_only=True):
+    """Start ``argv`` as a process of the session that outlives this action, and answer after
+    ``yield_ms`` (or sooner, when it exits) with its output so far (:class:`ExecOutput`).
+
+    ``cwd``, ``env``, ``sandbox`` and ``network`` are as for :class:`RunCommand`. ``tty``: in
+    a pseudo-terminal of ``cols`` × ``rows`` (a REPL, a program that wants a terminal; stdout
+    and stderr are one stream either way). ``output_cap``: how much output not yet read is
+    kept (its head and tail). ``timeout_s``: stop it after this long (None: when killed, the
+    session detached or the worker stops)."""
+
+    argv: list[str]
+    workdir: str
+    cwd: str | None = None
+    env: dict[str, str] = msgspec.field(default_factory=dict)
+    tty: bool = False
+    cols: int = 80
+    rows: int = 24
+    yield_ms: int = 1000
+    output_cap: int = 1024 * 1024
+    timeout_s: float | None = None
+    sandbox: SandboxMode = "workspace-write"
+    network: bool = False
+
+
+class ExecWrite(Action, kw_only=True):
+    """Write ``input`` to process ``process_id`` (to its terminal when it has one: ``"\\x03"``
+    is Ctrl-C there), then wait up to ``yield_ms`` for more output (sooner if it exits) and
+    answer with what it wrote since the last read. Empty ``input``: only a poll.
+    ``close_stdin``: then close its input (end of file; not for a terminal)."""
+
+    process_id: str
+    input: str = ""
+    yield_ms: int = 1000
+    close_stdin: bool = False
+
+
+class ExecKill(Action, kw_only=True):
+    """Stop process ``process_id`` (SIGTERM, a grace period, SIGKILL on its process group or
+    sandbox) and answer with its last output."""
+
+    process_id: str
+
+
+class ExecList(Action, kw_only=True):
+    """The session's processes (running, and recently ended): :class:`ExecProcesses`."""
+
+
+# -- searching and editing the workdir (read-only but ``edit``)
+
+
+class Grep(Action, kw_only=True):
+    """Search files under ``path`` (a folder or a file of the workdir) for the regular
+    expression ``pattern`` (Rust ``regex`` syntax, as ripgrep; ``literal``: a plain string).
+
+    ``include``/``exclude``: glob patterns a file's path must / must not match (``*.py``,
+    ``src/**/*.ts``; a pattern without ``/`` matches the file name). ``.gitignore`` files are
+    respected and hidden files skipped unless ``hidden``. ``before``/``after``: context lines.
+    ``mode``: ``content`` (matching lines), ``files`` (the files with a match), ``count``
+    (matches per file). At most ``max_matches`` lines and ``max_bytes`` of text come back
+    (``truncated`` says when there were more)."""
+
+    workdir: str
+    pattern: str
+    path: str = "."
+    include: list[str] = msgspec.field(default_factory=list)
+    exclude: list[str] = msgspec.field(default_factory=list)
+    ignore_case: bool = False
+    literal: bool = False
+    before: int = 0
+    after: int = 0
+    hidden: bool = False
+    mode: Literal["content", "files", "count"] = "content"
+    max_matches: int = 200
+    max_bytes: int = 64 * 1024
+
+
+class Glob(Action, kw_only=True):
+    """Paths under ``path`` matching the glob ``pattern`` (``**/*.py``, ``src/*.ts``;
+    relative to ``path``), newest first, at most ``max_results``. ``.gitignore`` is respected
+    and hidden files are skipped unless ``hidden``."""
+
+    workdir: str
+    pattern: str
+    path: str = "."
+    hidden: bool = False
+    max_results: int = 500
+
+
+class Edit(Action, kw_only=True):
+    """Replace ``old_string`` by ``new_string`` in the file ``path``: ``old_string`` must
+    occur exactly once (``edit_not_unique`` otherwise), or any number of times with
+    ``replace_all``; absent, ``edit_no_match``. Written atomically, like ``write_file``."""
+
+    workdir: str
+    path: str
+    old_string: str
+    new_string: str
+    replace_all: bool = False
+
+
+class ViewImage(Action, kw_only=True):
+    """Read the image file ``path`` (PNG, JPEG, GIF or WebP, recognised by its first bytes)
+    for the model to look at: :class:`ImageContent`."""
+
+    workdir: str
+    path: str
+
+
 
 ServerToWorker = (
     AuthChallenge
@@ -308,11 +450,20 @@ ServerToWorker = (
     | TerminalKill
     | AcpPrompt
     | AcpPermission
+    | ExecStart
+    | ExecWrite
+    | ExecKill
+    | ExecList
+    | Grep
+    | Glob
+    | Edit
+    | ViewImage
 )
 
 ActionMessage = (
     AttachSession | DetachSession | LoadContext | RunCommand | ApplyPatch | ReadFile
     | WriteFile | ListDir | McpList | McpCall | Cancel | AcpPrompt | AcpPermission
+    | ExecStart | ExecWrite | ExecKill | ExecList | Grep | Glob | Edit | ViewImage
 )
 
 
@@ -333,6 +484,11 @@ class CommandResult(ResultBase, kw_only=True):
     cancelled: bool = False
     signal: int | None = None
     duration_ms: int = 0
+    #: the command failed and its output looks like the sandbox stopped it (a read-only file
+    #: system, a permission denied outside the writable roots, no network): the server may
+    #: offer to run it again with more access. ``sandbox_hint`` says what was seen.
+    sandbox_denied: bool = False
+    sandbox_hint: str = ""
 
 
 class PatchResult(ResultBase, kw_only=True):
@@ -411,6 +567,95 @@ class PermissionAnswered(ResultBase, kw_only=True):
     delivered: bool
 
 
+#: who stopped a process (``""``: it exited by itself, or still runs)
+StoppedBy = Literal["", "exec_kill", "cancel", "timeout", "detach", "worker_exit"]
+
+
+class ExecOutput(ResultBase, kw_only=True):
+    """A process of the session after ``exec_start``, ``exec_write`` or ``exec_kill``:
+    ``output`` is what it wrote since the last read (stdout and stderr together), its middle
+    cut out (``truncated``) when more than its ``output_cap`` piled up unread. ``exit_code``
+    and ``signal`` are set once it has ended (``running`` false)."""
+
+    process_id: str
+    output: str = ""
+    running: bool = False
+    exit_code: int | None = None
+    signal: int | None = None
+    truncated: bool = False
+    total_bytes: int = 0  # everything it has written since it started
+    duration_ms: int = 0  # since it started
+    stopped_by: StoppedBy = ""
+    #: it ended with a failure that looks like the sandbox's doing (as in CommandResult)
+    sandbox_denied: bool = False
+    sandbox_hint: str = ""
+
+
+class ProcessInfo(msgspec.Struct, kw_only=True):
+    """One process of a session, for ``exec_list``."""
+
+    process_id: str
+    argv: list[str]
+    cwd: str  # relative to the workdir
+    tty: bool = False
+    sandbox: SandboxMode = "workspace-write"
+    running: bool = False
+    exit_code: int | None = None
+    signal: int | None = None
+    started_at: float = 0.0  # Unix time
+    ended_at: float | None = None
+    unread_bytes: int = 0  # output not yet read by exec_write
+    stopped_by: StoppedBy = ""
+
+
+class ExecProcesses(ResultBase, kw_only=True):
+    processes: list[ProcessInfo] = msgspec.field(default_factory=list)
+
+
+class GrepLine(msgspec.Struct, kw_only=True):
+    line: int  # 1-based
+    text: str  # without its newline, cut when very long
+    match: bool = True  # False: a context line
+
+
+class GrepFile(msgspec.Struct, kw_only=True):
+    path: str  # relative to the workdir
+    count: int = 0  # matching lines in this file (mode "count" and "content")
+    lines: list[GrepLine] = msgspec.field(default_factory=list)  # mode "content"
+
+
+class GrepResult(ResultBase, kw_only=True):
+    files: list[GrepFile] = msgspec.field(default_factory=list)
+    matches: int = 0  # matching lines returned
+    truncated: bool = False  # more matches (or bytes) than the caps let through
+    engine: Literal["rg", "python"] = "rg"
+
+
+class GlobResult(ResultBase, kw_only=True):
+    paths: list[str] = msgspec.field(default_factory=list)  # relative, newest first
+    truncated: bool = False
+
+
+class EditResult(ResultBase, kw_only=True):
+    path: str
+    replacements: int
+    diff: str = ""  # unified diff of the change
+    added: int = 0
+    removed: int = 0
+
+
+class ImageContent(ResultBase, kw_only=True):
+    """An image for the model: ``data`` is base64 of the file's bytes; ``width`` and
+    ``height`` when its header says them."""
+
+    path: str
+    mime: Literal["image/png", "image/jpeg", "image/gif", "image/webp"]
+    data: str
+    size: int
+    width: int | None = None
+    height: int | None = None
+
+
 class AcpOption(msgspec.Struct, kw_only=True):
     option_id: str
     name: str
@@ -423,8 +668,10 @@ class AcpUpdate(msgspec.Struct, kw_only=True):
 
     ``kind``: ``text`` / ``thought`` (a chunk of its answer or reasoning, in ``text``);
     ``tool`` (a tool call started or changed: ``tool_call_id``, ``title``, ``status``,
-    ``tool_kind``, ``text`` = its content so far); ``plan`` (``entries``); ``permission``
-    (``request_id``, ``tool_call_id``, ``title``, ``options``: answer with AcpPermission).
+    ``tool_kind``, ``text`` = its content so far, or its raw output when it has no content,
+    ``command`` = the argv it runs when its raw input names one); ``plan`` (``entries``);
+    ``permission`` (``request_id``, ``tool_call_id``, ``title``, ``options``, ``command``,
+    ``reason``: why the agent asks; answer with AcpPermission).
     """
 
     kind: Literal["text", "thought", "tool", "plan", "permission"]
@@ -436,6 +683,8 @@ class AcpUpdate(msgspec.Struct, kw_only=True):
     request_id: str | None = None
     options: list[AcpOption] = msgspec.field(default_factory=list)
     entries: list[tuple[str, str]] = msgspec.field(default_factory=list)  # (text, status)
+    command: list[str] | None = None  # the argv of an ``execute`` call (its raw input)
+    reason: str = ""  # a permission's why (its raw input's ``reason``, or its content)
 
 
 ActionOutcome = (
@@ -452,6 +701,12 @@ ActionOutcome = (
     | Cancelled
     | AcpTurnEnded
     | PermissionAnswered
+    | ExecOutput
+    | ExecProcesses
+    | GrepResult
+    | GlobResult
+    | EditResult
+    | ImageContent
 )
 
 
@@ -620,12 +875,27 @@ __all__ = [
     "DirEntry",
     "DirListing",
     "Disconnect",
+    "Edit",
+    "EditResult",
     "Environment",
+    "ExecKill",
+    "ExecList",
+    "ExecOutput",
+    "ExecProcesses",
+    "ExecStart",
+    "ExecWrite",
     "FileChange",
     "FileContent",
     "FrameRejected",
+    "Glob",
+    "GlobResult",
+    "Grep",
+    "GrepFile",
+    "GrepLine",
+    "GrepResult",
     "Heartbeat",
     "Hello",
+    "ImageContent",
     "InstructionFile",
     "ListDir",
     "LoadContext",
@@ -639,12 +909,16 @@ __all__ = [
     "PairRequest",
     "PairStatus",
     "PairTicket",
+    "ProcessInfo",
     "ProjectContext",
     "ReadFile",
     "RunCommand",
+    "SandboxInfo",
+    "SandboxMode",
     "ServerToWorker",
     "ServerToWorkerMessage",
     "SkillInfo",
+    "StoppedBy",
     "TerminalAck",
     "TerminalDetach",
     "TerminalEnded",
@@ -653,6 +927,7 @@ __all__ = [
     "TerminalOpen",
     "TerminalOutput",
     "TerminalResize",
+    "ViewImage",
     "Welcome",
     "WorkerToServer",
     "WorkerToServerMessage",

@@ -5,6 +5,7 @@ folds agree, is tested by folding generated logs in both:
 
 from __future__ import annotations
 
+import json
 import re
 import typing
 from pathlib import Path
@@ -89,10 +90,10 @@ def test_the_defaults_are_msgspec_s() -> None:
     assert 'if (v.status === undefined) v.status = "idle";' in body
     assert "if (v.items === undefined) {\n    v.items = [];" in body
     for key, value in msgspec.to_builtins(state.TokenUsage()).items():
-        assert f'    "{key}": {msgspec.json.encode(value).decode()},' in body
+        assert f'    "{key}": {json.dumps(value, ensure_ascii=False)},' in body
     body = _function(foldjs.render(), "fillWorkerInfo")
     for key, value in msgspec.to_builtins(worker.Capabilities()).items():
-        assert f'    "{key}": {msgspec.json.encode(value).decode()},' in body
+        assert f'    "{key}": {json.dumps(value, ensure_ascii=False)},' in body
 
 
 def test_with_defaults_dispatches_on_the_event_type() -> None:

@@ -86,8 +86,9 @@ def test_an_acp_session_with_a_permission_request(tmp_path: Path) -> None:
         assert s["pending_actions"] == {}
 
         # the next prompt goes to the same agent session (its second turn). Approved for the
-        # session: the agent's option "allow_always"; its write outside the workdir is
-        # refused by the worker all the same
+        # session: still the agent's "allow_once" (its "allow_always" would outlive the
+        # session), Codey remembers; its write outside the workdir is refused by the worker
+        # all the same
         server.http.post(f"/api/sessions/{sid}/prompt", json={"text": "now escape"})
         s = wait_for(server, sid, lambda s: s["status"] == "waiting_approval", timeout=60,
                      what="the second permission request")
@@ -98,7 +99,7 @@ def test_an_acp_session_with_a_permission_request(tmp_path: Path) -> None:
         s = wait_for(server, sid, lambda s: s["status"] == "idle", timeout=60,
                      what="the end of the second turn")
         said = [i["text"] for i in s["items"] if i["kind"] == "assistant_message"]
-        assert said[-1].startswith("[permission: allow_always][write failed:"), said
+        assert said[-1].startswith("[permission: allow_once][write failed:"), said
         assert not (workdir.parent / "outside.txt").exists()
 
         # the third turn's request of the same kind is answered from that decision
@@ -107,7 +108,7 @@ def test_an_acp_session_with_a_permission_request(tmp_path: Path) -> None:
                      timeout=60, what="the third turn")
         assert len(s["approvals"]) == 2  # no new approval
         assert (workdir / "again.txt").read_text() == "again"
-        assert s["items"][-1]["text"] == "[permission: allow_always]"
+        assert s["items"][-1]["text"] == "[permission: allow_once]"
         assert session(server, sid)["title"] == "write a greeting"
 
 
@@ -184,3 +185,109 @@ def test_a_server_restart_in_the_middle_of_the_agents_turn(tmp_path: Path) -> No
         assert (workdir / "after.txt").read_text() == "after"
         assert s["pending_actions"] == {}
         assert [i["kind"] for i in s["items"]].count("user_message") == 1  # not prompted again
+
+
+#: the shapes codex-acp (Zed's ACP adapter for Codex) sends: a command's argv and the reason
+#: in the permission's raw input, its output only in the raw output, a declined call ends
+#: "failed"; then a turn interrupted while a permission waits
+CODEX_SHAPES = {"turns": [
+    [
+        {"tool": {"id": "c1", "title": "ls -la", "kind": "execute",
+                  "raw_input": {"command": ["ls", "-la"], "cwd": "."}}},
+        {"permission": {"id": "c1", "title": "ls -la", "kind": "execute",
+                        "raw_input": {"call_id": "c1", "command": ["ls", "-la"], "cwd": ".",
+                                      "reason": "list the files to find the tests"},
+                        "text": "list the files to find the tests\nAvailable Decisions: "
+                                "approved"}},
+        {"update": {"id": "c1", "status": "completed", "raw_output": {
+            "stdout": "a.txt\n", "stderr": "", "aggregated_output": "a.txt\n",
+            "formatted_output": "a.txt\nb.txt\n", "exit_code": 0}}, "if_allowed": True},
+        {"tool": {"id": "c2", "title": "rm -rf build", "kind": "execute",
+                  "raw_input": {"command": ["rm", "-rf", "build"]}}},
+        {"permission": {"id": "c2", "title": "rm -rf build", "kind": "delete",
+                        "raw_input": {"command": ["rm", "-rf", "build"],
+                                      "reason": "clean the build"}}},
+        {"update": {"id": "c2", "status": "failed", "raw_output": {
+            "stdout": "", "stderr": "", "formatted_output": "", "exit_code": -1}},
+         "if_rejected": True},
+        {"say": "done"},
+    ],
+    [
+        {"tool": {"id": "c3", "title": "make", "kind": "execute",
+                  "raw_input": {"command": ["make"]}}},
+        {"permission": {"id": "c3", "title": "make", "kind": "execute",
+                        "raw_input": {"command": ["make"], "reason": "build it"}}},
+        {"say": "never said"},
+    ],
+    [{"say": "after the interrupt"}],
+]}
+
+
+def test_the_shapes_codex_acp_sends(tmp_path: Path) -> None:
+    script = tmp_path / "codex-shapes.json"
+    script.write_text(json.dumps(CODEX_SHAPES))
+    config = {"acp_agents": {"codex": {
+        "command": sys.executable,
+        "args": ["-m", "codey_testkit.acp_agent", "--script", str(script)]}}}
+    with ServerProcess(tmp_path / "server") as server, \
+            WorkerProcess(server, tmp_path / "worker", config=config) as worker:
+        r = server.http.post("/api/sessions", json={
+            "worker_id": worker.worker_id, "workdir": worker.workdir("c"), "agent": "codex",
+            "prompt": "tidy up", "policy": "suggest"})
+        sid = r.json()["session_id"]
+
+        # the permission's reason and argv reach the card
+        s = wait_for(server, sid, lambda s: s["status"] == "waiting_approval", timeout=60,
+                     what="the first permission request")
+        (approval,) = s["approvals"].values()
+        assert approval["reason"] == "ls -la — list the files to find the tests"
+        (call,) = tools(s)
+        assert call["command"] == ["ls", "-la"]
+        assert json.loads(call["arguments"])["command"] == ["ls", "-la"]
+        server.http.post(f"/api/sessions/{sid}/approvals/{approval['approval_id']}",
+                         json={"decision": "approve"})
+
+        # the output sent only as raw output is shown
+        s = wait_for(server, sid, lambda s: len(tools(s)) == 2
+                     and s["status"] == "waiting_approval", timeout=60,
+                     what="the second permission request")
+        first = tools(s)[0]
+        assert (first["status"], first["output"], first["result"]) == (
+            "done", "a.txt\nb.txt\n", "a.txt\nb.txt\n")
+
+        # a rejected call stays rejected, through the agent's "failed" and the turn's end
+        pending = [a for a in s["approvals"].values() if a["status"] == "pending"]
+        assert pending[0]["reason"] == "rm -rf build — clean the build"
+        server.http.post(f"/api/sessions/{sid}/approvals/{pending[0]['approval_id']}",
+                         json={"decision": "reject"})
+        s = wait_for(server, sid, lambda s: s["status"] == "idle", timeout=60,
+                     what="the end of the first turn")
+        second = tools(s)[1]
+        assert second["status"] == "rejected", second
+        said = [i["text"] for i in s["items"] if i["kind"] == "assistant_message"]
+        assert said == ["[permission: allow_once]", "[permission: reject_once]", "done"], said
+
+        # interrupted while a permission waits: the session ends interrupted, not running,
+        # and the next prompt starts the agent's next turn
+        server.http.post(f"/api/sessions/{sid}/prompt", json={"text": "build"})
+        wait_for(server, sid, lambda s: s["status"] == "waiting_approval", timeout=60,
+                 what="the third permission request")
+        assert server.http.post(f"/api/sessions/{sid}/interrupt").status_code == 200
+        s = wait_for(server, sid, lambda s: s["status"] == "interrupted"
+                     and not s["pending_actions"], timeout=60, what="the interrupt")
+        server.http.post(f"/api/sessions/{sid}/prompt", json={"text": "go on"})
+        s = wait_for(server, sid, lambda s: s["status"] == "idle"
+                     and s["items"][-1].get("text") == "after the interrupt", timeout=60,
+                     what="the turn after the interrupt")
+        assert all(a["status"] != "pending" for a in s["approvals"].values())
+        assert "never said" not in json.dumps(s)
+        # nothing set the session's status between the interrupt and the next prompt (the
+        # permission's waiter, cancelled by the interrupt, used to set it running for good)
+        log = [json.loads(line)["event"] for line in server.http.get(
+            f"/api/sessions/{sid}/log").text.splitlines()]
+        stopped = next(n for n, e in enumerate(log) if e.get("status") == "interrupted")
+        prompted = next(n for n, e in enumerate(log) if e["type"] == "session_item_appended"
+                        and e["item"].get("text") == "go on")
+        between = [e for e in log[stopped + 1:prompted]
+                   if e["type"] == "session_status_changed"]
+        assert between == [], between

@@ -209,6 +209,7 @@ def build_log() -> list[ev.Envelope]:
     log.update("s1", "s1-t1", output="replaced output\n", truncated=True)
     log.add("s1", ev.SessionTitleChanged(title="Fix the flaky tests"))
     log.add("s1", ev.SessionPolicyChanged(policy="auto-edit"))
+    log.add("s1", ev.SessionSandboxChanged(sandbox="read-only", network=True))
     log.add("s1", ev.SessionWorkspaceChanged(paths=["a.py", "b.py", "a.py"]))
     log.add("s1", ev.SessionWorkspaceChanged(paths=["c.py", "a.py"]))
     log.add("s2", ev.SessionWorkspaceChanged(paths=[f"f{i}.txt" for i in range(150)]))

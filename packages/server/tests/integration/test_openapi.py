@@ -139,6 +139,10 @@ def _exercise(api: _Contract, server: ServerProcess, worker: WorkerProcess) -> N
               json={"policy": "auto-edit"})
     api.check("POST", "/api/sessions/{session_id}/policy", 404,
               path={"session_id": "ses_none"}, json={"policy": "auto-edit"})
+    api.check("POST", "/api/sessions/{session_id}/sandbox", 200, path={"session_id": sid},
+              json={"sandbox": "read-only", "network": False})
+    api.check("POST", "/api/sessions/{session_id}/sandbox", 404,
+              path={"session_id": "ses_none"}, json={"sandbox": "read-only"})
     api.check("POST", "/api/sessions/{session_id}/interrupt", 200, path={"session_id": sid})
     api.check("POST", "/api/sessions/{session_id}/interrupt", 404,
               path={"session_id": "ses_none"})

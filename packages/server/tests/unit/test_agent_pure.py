@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
 from codey_protocol import events as ev
 from codey_protocol import worker as wk
 from codey_protocol.state import SessionInfo
-from codey_server.agent.approvals import is_known_safe, needs_approval, path_inside
+from codey_server.agent.approvals import is_known_safe, path_inside
 from codey_server.agent.conversation import (
     AssistantText,
     Entry,
@@ -19,8 +20,29 @@ from codey_server.agent.conversation import (
     conversation_of,
 )
 from codey_server.agent.models import retry_after
-from codey_server.agent.tools import BadToolCall, format_outcome, mcp_tool_name, parse_call
+from codey_server.agent.tools import BadToolCall, Gate, mcp_tool_name, parse_call, tool_named
+from codey_server.agent.tools.apply_patch import PatchArgs
+from codey_server.agent.tools.mcp import MCP, McpArgs
+from codey_server.agent.tools.read_file import READ_FILE
+from codey_server.agent.tools.shell import SHELL, ShellArgs
+from codey_server.agent.tools.write_file import WriteArgs
 from codey_server.agent.wire.chat import WIRE as CHAT
+
+# each tool's typed arguments, from the keywords the approval tests use
+_ARGS: dict[str, Any] = {
+    "shell": lambda c: ShellArgs(list(c.get("command") or [])),
+    "apply_patch": lambda c: PatchArgs(c.get("patch") or ""),
+    "write_file": lambda c: WriteArgs(c.get("path") or "", ""),
+    "mcp": lambda c: McpArgs("s", "t", {}, c.get("mcp")),
+}
+
+
+def needs_approval(policy: str, tool: str, *, approved_prefixes: Any = (), **call: Any) -> bool:
+    """Whether ``tool``'s approval rule asks for a call with these arguments."""
+    rule = MCP if tool == "mcp" else tool_named(tool)
+    assert rule is not None
+    args = _ARGS[tool](call) if tool in _ARGS else None
+    return rule.ask(args, Gate(policy, approved_prefixes)) is not None
 
 
 @pytest.mark.parametrize("argv", [
@@ -83,7 +105,7 @@ def test_path_inside() -> None:
 
 
 def test_parse_call_checks_arguments() -> None:
-    shell = parse_call("shell", json.dumps({"command": ["ls"], "timeout_ms": 1500}), None)
+    shell = parse_call("shell", json.dumps({"command": ["ls"], "timeout_ms": 1500}), None).args
     assert shell.command == ["ls"] and shell.timeout_s == 1.5
     with pytest.raises(BadToolCall, match="argv list"):
         parse_call("shell", json.dumps({"command": "ls -la"}), None)
@@ -94,23 +116,24 @@ def test_parse_call_checks_arguments() -> None:
     with pytest.raises(BadToolCall, match="plan entry"):
         parse_call("update_plan", json.dumps({"plan": [{"step": "x", "status": "maybe"}]}), None)
     plan = parse_call("update_plan", json.dumps({"plan": [{"step": "x", "status": "done"}]}),
-                      None)
+                      None).args
     assert plan.plan == [ev.PlanStep(step="x", status="done")]
     caps = wk.Capabilities(mcp_servers=[wk.McpServerInfo(
         name="time", tools=[wk.McpTool(name="get_current_time")])])
     call = parse_call(mcp_tool_name("time", "get_current_time"), '{"timezone": "UTC"}', caps)
-    assert (call.mcp_server, call.mcp_tool, call.mcp_arguments) == (
+    assert (call.args.server, call.args.tool, call.args.arguments) == (
         "time", "get_current_time", {"timezone": "UTC"})
-    action = call.action("act_1", "ses_1", "/w")
+    action = call.tool.action(call.args, "act_1", "ses_1", "/w")
     assert isinstance(action, wk.McpCall) and action.action_id == "act_1"
 
 
 def test_format_outcome_for_the_model() -> None:
+    format_outcome = SHELL.reads  # each tool reads its own outcome
     text = format_outcome(wk.CommandResult(exit_code=1, stdout="out", stderr="err",
                                            truncated=True))
     assert text == "exit code: 1 (output truncated)\nout\nerr"
     assert "timed out" in format_outcome(wk.CommandResult(exit_code=None, timed_out=True))
-    big = format_outcome(wk.FileContent(path="a", content="x" * 100_000))
+    big = READ_FILE.reads(wk.FileContent(path="a", content="x" * 100_000))
     assert len(big) < 30_000 and "characters cut" in big
 
 

@@ -1,11 +1,24 @@
-"""MCP danger levels in the approval gate (agent/approvals.py)."""
+"""MCP danger levels in the approval gate (agent/approvals.py, the MCP tool's rule)."""
 
 from __future__ import annotations
 
 import pytest
 
 from codey_protocol import worker as wk
-from codey_server.agent.approvals import mcp_danger, mcp_tool_of, needs_approval
+from codey_server.agent.approvals import mcp_danger, mcp_tool_of
+from codey_server.agent.tools import Gate
+from codey_server.agent.tools.mcp import MCP, McpArgs
+from codey_server.agent.tools.shell import SHELL, ShellArgs
+
+
+def needs_approval(policy: str, tool: str, *, mcp: wk.McpTool | None = None,
+                   command: list[str] | None = None) -> bool:
+    """Whether the tool's approval rule asks: ``shell`` with ``command``, or an MCP tool
+    listed as ``mcp`` (None: the worker does not list it)."""
+    gate = Gate(policy)
+    if tool == "shell":
+        return SHELL.ask(ShellArgs(command or []), gate) is not None
+    return MCP.ask(McpArgs("kit", "t", {}, mcp), gate) is not None  # type: ignore[arg-type]
 
 
 def _tool(read_only: bool | None = None, destructive: bool | None = None) -> wk.McpTool:

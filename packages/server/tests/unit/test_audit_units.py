@@ -22,6 +22,7 @@ from codey_server.logsetup import RedactSecrets, printable
 from codey_server.schedules.rules import check_spec
 from codey_server.schedules.scheduler import Scheduler
 from codey_server.settings import Settings
+from codey_server.testing.writes import record
 
 # --- attachment names -----------------------------------------------------------------------
 
@@ -73,7 +74,7 @@ def test_one_broken_schedule_does_not_keep_the_others_from_firing(
     async def main() -> None:
         engine = Engine(MemoryEventLog(), RULES)
         await engine.start()
-        await engine.append([(None, ev.WorkerPaired(worker_id="w1", request_id="r",
+        await record(engine, [(None, ev.WorkerPaired(worker_id="w1", request_id="r",
                                                     hostname="h", os="Linux", roots=["/w"],
                                                     python_version="3.11", worker_version="1",
                                                     public_key="k"))])

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from codey_protocol import client as cl
 from codey_protocol import events as ev
 from codey_protocol import worker as wk
-from codey_protocol.state import State
+from codey_protocol.state import State, WorkerInfo
 from codey_server.core.decide import TITLE_MAX, title_from_prompt
 from codey_server.core.rules import CommandRejected, Context
 from codey_server.errors import ServerError
@@ -483,3 +483,26 @@ def test_interrupting_a_parent_interrupts_its_busy_sub_agents() -> None:
     out = decide(state, cl.Interrupt(session_id=S), context())
     assert [sid for sid, _ in out] == [S, "ses_c1", "ses_c3"]
     assert state.sessions["ses_c1"].parent_id == S and state.sessions["ses_c1"].read_only
+
+
+def test_a_session_keeps_the_sandbox_it_was_created_with_and_changes_it_on_request() -> None:
+    state = State()
+    state.workers["w1"] = WorkerInfo(worker_id="w1", hostname="h", os="Linux", roots=["/w"])
+    made = decide(state, cl.CreateSession(worker_id="w1", workdir="/w", prompt="go",
+                                          sandbox="read-only", network=True), Context())
+    created = made[0][1]
+    assert isinstance(created, ev.SessionCreated)
+    assert (created.sandbox, created.network) == ("read-only", True)
+    default = decide(state, cl.CreateSession(worker_id="w1", workdir="/w"), Context())[0][1]
+    assert isinstance(default, ev.SessionCreated)
+    assert (default.sandbox, default.network) == ("workspace-write", False)  # the default
+    state = apply_all(state, [ev.Envelope(seq=n + 1, ts=0.0, session_id=sid, event=e)
+                              for n, (sid, e) in enumerate(made)])
+    sid = made[0][0]
+    assert sid is not None
+    assert decide(state, cl.SetSandbox(session_id=sid, sandbox="read-only", network=True),
+                  Context()) == []  # nothing changes
+    (changed,) = decide(state, cl.SetSandbox(session_id=sid, sandbox="full-access"), Context())
+    assert changed == (sid, ev.SessionSandboxChanged(sandbox="full-access", network=False))
+    with pytest.raises(CommandRejected):
+        decide(state, cl.SetSandbox(session_id="ses_nope", sandbox="read-only"), Context())

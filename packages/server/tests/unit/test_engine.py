@@ -11,6 +11,7 @@ from codey_protocol import events as ev
 from codey_server.core.engine import Engine
 from codey_server.eventlog import SqliteEventLog
 from codey_server.features import RULES
+from codey_server.testing.writes import record
 from codey_testkit.waiting import until
 
 
@@ -31,7 +32,7 @@ def test_restart_replays_only_the_tail_after_the_latest_snapshot(tmp_path: Path)
         first = Engine(SqliteEventLog(path), RULES, snapshot_every=50)
         await first.start()
         for chunk in range(0, 230, 10):
-            await first.append(_events(230)[chunk:chunk + 10])
+            await record(first, _events(230)[chunk:chunk + 10])
         await until(lambda: first._snapshot_task is not None and first._snapshot_task.done(),
                     what="the background snapshot")
         before = msgspec.to_builtins(first.state)
@@ -41,7 +42,7 @@ def test_restart_replays_only_the_tail_after_the_latest_snapshot(tmp_path: Path)
         await second.start()
         assert second.replayed == 0, "a stop leaves a snapshot at the last seq"
         assert msgspec.to_builtins(second.state) == before
-        await second.append(_events(5)[2:])
+        await record(second, _events(5)[2:])
         await second.log.close()  # a crash: no final snapshot
 
         third = Engine(SqliteEventLog(path), RULES, snapshot_every=50)
@@ -60,7 +61,7 @@ def test_append_returns_after_the_fold_and_listeners_see_each_event(tmp_path: Pa
         await engine.start()
         seen: list[int] = []
         engine.listeners.append(lambda env: seen.append(env.seq))
-        results = await asyncio.gather(*[engine.append(_events(3)[i:i + 1]) for i in range(5)])
+        results = await asyncio.gather(*[record(engine, _events(3)[i:i + 1]) for i in range(5)])
         assert sorted(e.seq for r in results for e in r) == [1, 2, 3, 4, 5]
         assert seen == [1, 2, 3, 4, 5]
         assert engine.state.seq == 5

@@ -17,6 +17,7 @@ from codey_server.core.presence import Presence
 from codey_server.core.router import Effect, Router, Settle
 from codey_server.eventlog import MemoryEventLog
 from codey_server.features import RULES
+from codey_server.testing.writes import record
 from codey_server.workers.pairing import KeyStore
 from codey_server.workers.sockets import WorkerRegistry, _Conn
 from codey_testkit.waiting import until
@@ -119,7 +120,7 @@ class SlowSocket:
 async def _registry(tmp_path: Path, ws: SlowSocket) -> tuple[WorkerRegistry, _Conn]:
     engine = Engine(MemoryEventLog(), RULES)
     await engine.start()
-    await engine.append([(None, ev.WorkerPaired(
+    await record(engine, [(None, ev.WorkerPaired(
         worker_id="w1", request_id="r", hostname="h", os="Linux", python_version="3.11",
         worker_version="0", roots=["/"], public_key="k"))])
     keys = KeyStore(tmp_path / "workers.json")
@@ -173,7 +174,7 @@ def test_workspace_changed_is_taken_only_for_the_workers_own_sessions(tmp_path: 
         registry, conn = await _registry(tmp_path, SlowSocket())
         engine = registry.engine
         for session_id, worker_id in (("s_mine", "w1"), ("s_other", "w2")):
-            await engine.append([(session_id, ev.SessionCreated(
+            await record(engine, [(session_id, ev.SessionCreated(
                 title="t", worker_id=worker_id, workdir="/w", provider="p", model="m"))])
         await registry.handle(conn, wk.WorkspaceChanged(session_id="s_other", paths=["evil"]))
         await registry.handle(conn, wk.WorkspaceChanged(session_id="s_gone", paths=["x"]))

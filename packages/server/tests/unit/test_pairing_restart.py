@@ -12,6 +12,7 @@ from codey_protocol import events as ev
 from codey_server.core.engine import Engine
 from codey_server.eventlog import MemoryEventLog
 from codey_server.features import RULES
+from codey_server.testing.writes import record
 from codey_server.workers.pairing import KeyStore, Pairing
 
 
@@ -25,7 +26,7 @@ async def _pending_after_start(tmp_path: Path, *, shared: bool) -> set[str]:
     engine = Engine(MemoryEventLog(), RULES)
     await engine.start()
     now = time.time()
-    await engine.append([(None, _requested("req_old", now - 5)),
+    await record(engine, [(None, _requested("req_old", now - 5)),
                          (None, _requested("req_live", now + 600))])
     await Pairing(engine, KeyStore(tmp_path / "workers.json")).start(shared=shared)
     return set(engine.state.pair_requests)

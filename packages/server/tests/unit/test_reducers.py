@@ -181,6 +181,12 @@ def test_session_policy_changed(state: State, log: Log) -> None:
     assert state.sessions[S].policy == "full-auto"
 
 
+def test_session_sandbox_changed(state: State, log: Log) -> None:
+    assert (state.sessions[S].sandbox, state.sessions[S].network) == ("workspace-write", False)
+    apply(state, log.env(ev.SessionSandboxChanged(sandbox="full-access", network=True)))
+    assert (state.sessions[S].sandbox, state.sessions[S].network) == ("full-access", True)
+
+
 def test_session_item_appended_keeps_order(state: State, log: Log) -> None:
     first = ev.UserMessage(id="itm_1", ts=3.0, text="hi")
     second = ev.AssistantMessage(id="itm_2", ts=4.0, streaming=True)
@@ -501,6 +507,7 @@ SESSION_EVENTS: list[ev.Event] = [
     ev.SessionStatusChanged(status="running"),
     ev.SessionTitleChanged(title="t"),
     ev.SessionPolicyChanged(policy="full-auto"),
+    ev.SessionSandboxChanged(sandbox="read-only", network=True),
     ev.SessionItemAppended(item=ev.UserMessage(id="i", ts=0.0, text="x")),
     ev.SessionItemUpdated(item_id="i", text_delta="x"),
     ev.PlanUpdated(steps=[ev.PlanStep(step="s")]),

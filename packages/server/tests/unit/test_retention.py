@@ -16,6 +16,7 @@ from codey_server.errors import ConfigError
 from codey_server.eventlog import SqliteEventLog
 from codey_server.features import RULES
 from codey_server.settings import RetentionConfig, Settings
+from codey_server.testing.writes import record
 
 NOW = 1_800_000_000.0
 
@@ -61,11 +62,11 @@ def test_a_trimmed_log_restarts_to_the_same_state_and_keeps_handing_out_new_seqs
         engine = Engine(SqliteEventLog(tmp_path / "events.db"), RULES)
         await engine.start()
         for sid in ("a", "b"):
-            await engine.append([(sid, ev.SessionCreated(
+            await record(engine, [(sid, ev.SessionCreated(
                 title=sid, worker_id="w", workdir="/w", provider="p", model="m"))])
-            await engine.append([(sid, ev.SessionItemAppended(
+            await record(engine, [(sid, ev.SessionItemAppended(
                 item=ev.UserMessage(id=f"{sid}-u", ts=NOW, text="hi")))])
-        await engine.append([("b", ev.SessionStatusChanged(status="closed", reason="done"))])
+        await record(engine, [("b", ev.SessionStatusChanged(status="closed", reason="done"))])
         before = engine.state.sessions["b"]
         gone = await Retention(engine, RetentionConfig(days=0.0)).run_once(NOW + DAY_S)
         assert gone == 3  # b's three events
@@ -81,7 +82,7 @@ def test_a_trimmed_log_restarts_to_the_same_state_and_keeps_handing_out_new_seqs
             assert engine.state.sessions["b"] == before
             assert len(engine.state.sessions["a"].items) == 1
             assert await engine.log.first_seq() == last + 1
-            envs = await engine.append([("a", ev.SessionTitleChanged(title="again"))])
+            envs = await record(engine, [("a", ev.SessionTitleChanged(title="again"))])
             assert envs[0].seq == last + 1
         finally:
             await engine.stop()

@@ -1,11 +1,12 @@
-"""The turn loop without processes: the engine on the in-memory log, a provider that replays
-model events, and a stand-in for the worker registry (the runner's ports)."""
+"""The turn loop without processes: the real agent service and engine (on the in-memory log),
+a provider that replays model events, and a stand-in for the worker registry (the turn's
+``Actions`` port). Turns start as they do in the server: from the events the tests append."""
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -17,10 +18,8 @@ from codey_protocol import worker as wk
 from codey_server.agent.compaction import COMPACT_INSTRUCTIONS
 from codey_server.agent.conversation import SUMMARY_PREFIX
 from codey_server.agent.errors import ModelError
-from codey_server.agent.history import History
 from codey_server.agent.models import ModelProvider
-from codey_server.agent.ports import Limits, TurnDeps
-from codey_server.agent.runner import TurnRunner
+from codey_server.agent.service import AgentService
 from codey_server.agent.stream import (
     Finished,
     ModelEvent,
@@ -31,12 +30,11 @@ from codey_server.agent.stream import (
     ToolCallRequested,
     Usage,
 )
-from codey_server.agent.wire import wire_for
 from codey_server.core.engine import Engine
 from codey_server.core.rules import Context
 from codey_server.eventlog import MemoryEventLog
 from codey_server.features import RULES
-from codey_server.settings import FallbackConfig, ProviderConfig
+from codey_server.settings import FallbackConfig, ProviderConfig, Settings
 
 S = "ses_1"
 W = "wrk_1"
@@ -107,50 +105,34 @@ class Worker:
         return self._absent
 
 
+async def _no_token(provider: str) -> str | None:
+    return None
+
+
+def _events(state: Any, events: list[tuple[str | None, ev.Event]], ctx: Any) -> Any:
+    return events  # what a browser, a worker or the scheduler decided
+
+
+#: how long a test waits for a turn, or for a session to reach a status
+DEADLINE_S = 10.0
+
+
 class Harness:
     def __init__(self, engine: Engine, providers: dict[str, ScriptedProvider],
                  approval_timeout_s: float | None = None) -> None:
         self.engine = engine
         self.providers = providers
         self.worker = Worker()
-        self.histories: dict[tuple[str, str], History] = {}
-        self._waiters: dict[str, list[asyncio.Future[None]]] = {}
-        engine.listeners.append(self._on_event)
-        ids = itertools.count(1)
-        self.new_id = lambda prefix: f"{prefix}_{next(ids)}"
-        self.deps = TurnDeps(store=self, actions=self.worker, models=self, approvals=self,
-                             limits=Limits(turn_iteration_cap=20, action_timeout_s=5,
-                                           approval_timeout_s=approval_timeout_s),
-                             stopping=lambda: False, memory_of=self.memory_of)
+        settings = Settings(turn_iteration_cap=20, action_timeout_s=5,
+                            approval_timeout_s=approval_timeout_s, roles={})
+        self.service = AgentService(engine, self.worker, settings, _no_token,  # type: ignore[arg-type]
+                                    actions=self.worker)
+        self.service.providers = dict(providers)
+        self._ids = 0
 
-    @property
-    def state(self):  # type: ignore[no-untyped-def]
-        return self.engine.state
-
-    async def append(self, events: Any) -> list[ev.Envelope]:
-        return await self.engine.append(events)
-
-    def provider(self, name: str) -> ModelProvider | None:
-        return self.providers.get(name)
-
-    def history(self, session_id: str, wire_name: str) -> History:
-        return self.histories.setdefault((session_id, wire_name), History(wire_for(wire_name)))
-
-    def approval_waiter(self, approval_id: str) -> asyncio.Future[None]:
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.setdefault(approval_id, []).append(future)
-        return future
-
-    def memory_of(self, session: Any) -> str:
-        memory = self.engine.state.memories.get(f"{session.worker_id}:{session.workdir}")
-        return memory.text if memory is not None else ""
-
-    def _on_event(self, env: ev.Envelope) -> None:
-        key = getattr(env.event, "approval_id", None) if isinstance(
-            env.event, ev.ApprovalResolved) else getattr(env.event, "question_id", None) \
-            if isinstance(env.event, ev.QuestionAnswered) else None
-        for future in self._waiters.pop(key or "", []):
-            future.set_result(None)
+    def new_id(self, prefix: str) -> str:
+        self._ids += 1
+        return f"{prefix}_{self._ids}"
 
     @property
     def session(self):  # type: ignore[no-untyped-def]
@@ -159,12 +141,26 @@ class Harness:
     def items(self, kind: type[Any]) -> list[Any]:
         return [i for i in self.session.items if isinstance(i, kind)]
 
+    async def record(self, events: list[tuple[str | None, ev.Event]]) -> None:
+        await self.engine.submit(_events, events)
+
     async def prompt(self, text: str) -> None:
-        await self.engine.append([(S, ev.SessionItemAppended(item=ev.UserMessage(
+        await self.record([(S, ev.SessionItemAppended(item=ev.UserMessage(
             id=self.new_id("itm"), ts=0.0, text=text)))])
 
-    async def turn(self, **kwargs: Any) -> None:
-        await asyncio.wait_for(TurnRunner(self.deps, S, **kwargs).run(), 10)
+    async def turn(self) -> None:
+        """Wait until the session's turn (started by the service) is over."""
+        deadline = time.monotonic() + DEADLINE_S
+        while (task := self.service.tasks.get(S)) is not None and not task.done():
+            await asyncio.wait_for(asyncio.shield(task), deadline - time.monotonic())
+
+    async def until(self, ready: Callable[[Any], bool]) -> Any:
+        """Wait until ``ready(session)``, for at most :data:`DEADLINE_S`."""
+        deadline = time.monotonic() + DEADLINE_S
+        while not ready(self.session):
+            assert time.monotonic() < deadline, f"still {self.session.status}"
+            await asyncio.sleep(0.01)
+        return self.session
 
 
 def run(answers: list[Answer], check: Callable[[Harness], Awaitable[None]], *,
@@ -176,19 +172,21 @@ def run(answers: list[Answer], check: Callable[[Harness], Awaitable[None]], *,
         await engine.start()
         provider = ScriptedProvider("p", answers, **config)
         harness = Harness(engine, {"p": provider, **(others or {})}, approval_timeout_s)
-        await engine.append([
+        await harness.record([
             (None, ev.WorkerPaired(worker_id=W, request_id="r", hostname="h", os="Linux",
                                    python_version="3.11", worker_version="0", roots=["/w"],
                                    public_key="k")),
             (None, ev.WorkerConnected(worker_id=W, hostname="h", os="Linux",
                                       worker_version="0", capabilities=wk.Capabilities(
-                                          executors=executors or []))),
+                                          executors=executors or [],
+                                          sandbox=wk.SandboxInfo(kind="bwrap")))),
             (S, ev.SessionCreated(title="t", worker_id=W, workdir="/w/p", provider="p",
                                   model="m", policy=policy,  # type: ignore[arg-type]
                                   plan_mode=plan_mode)),
         ])
         await harness.prompt("fix the tests")
         await check(harness)
+        await harness.service.stop()
         await engine.stop()
 
     asyncio.run(main())
@@ -341,8 +339,8 @@ def test_an_auth_error_is_an_error_item_not_a_retry() -> None:
 def test_manual_compaction_while_idle() -> None:
     async def check(h: Harness) -> None:
         await h.turn()
-        await h.engine.append([(S, ev.CompactionRequested())])
-        await h.turn(compact_only=True)
+        await h.record([(S, ev.CompactionRequested())])
+        await h.turn()  # a compaction alone
         [summary] = h.items(ev.Summary)
         assert summary.reason == "manual" and summary.text == "- said hi"
         assert h.session.status == "idle" and not h.session.compaction_requested
@@ -353,14 +351,12 @@ def test_manual_compaction_while_idle() -> None:
 @pytest.mark.parametrize("decision", ["approve", "reject"])
 def test_the_approval_gate(decision: str) -> None:
     async def check(h: Harness) -> None:
-        turn = asyncio.ensure_future(h.turn())
-        while h.session.status != "waiting_approval":
-            await asyncio.sleep(0.01)
+        await h.until(lambda s: s.status == "waiting_approval")
         [approval] = h.session.approvals.values()
-        await h.engine.append([(S, ev.ApprovalResolved(
+        await h.record([(S, ev.ApprovalResolved(
             approval_id=approval.approval_id,
             decision="approved" if decision == "approve" else "rejected", message="no"))])
-        await turn
+        await h.turn()
         [tool] = h.items(ev.ToolCall)
         if decision == "approve":
             assert tool.status == "done" and len(h.worker.actions) == 1
@@ -374,15 +370,13 @@ def test_the_approval_gate(decision: str) -> None:
 
 def test_ask_user_waits_for_the_answer() -> None:
     async def check(h: Harness) -> None:
-        turn = asyncio.ensure_future(h.turn())
-        while h.session.status != "waiting_user":
-            await asyncio.sleep(0.01)
+        await h.until(lambda s: s.status == "waiting_user")
         [q] = h.session.questions.values()
         assert (q.question, q.choices) == ("Which database?", ["sqlite", "postgres"])
         assert h.items(ev.ToolCall)[0].status == "waiting_user"
-        await h.engine.append([(S, ev.QuestionAnswered(question_id=q.question_id,
-                                                       answer="sqlite"))])
-        await turn
+        await h.record([(S, ev.QuestionAnswered(question_id=q.question_id,
+                                                answer="sqlite"))])
+        await h.turn()
         [tool] = h.items(ev.ToolCall)
         assert (tool.status, tool.result) == ("done", "the user answered: sqlite")
         assert h.session.status == "idle" and not h.worker.actions
@@ -460,7 +454,7 @@ def test_plan_mode_proposes_then_waits_for_approval() -> None:
         assert refused.status == "rejected" and "plan mode" in (refused.result or "")
         assert [type(a) for a in h.worker.actions] == [wk.RunCommand]  # only `ls` ran
         envs = decide_approve(h)
-        await h.engine.append(envs)
+        await h.record(envs)
         await h.turn()
         assert (h.session.plan_mode, h.session.plan_status) == (False, "approved")
         assert [p.step for p in h.session.plan] == ["Read", "Fix it well"]

@@ -12,6 +12,7 @@ from codey_server.core.engine import Engine
 from codey_server.core.status import BUSY, TRANSITIONS, IllegalTransition, check
 from codey_server.eventlog import MemoryEventLog
 from codey_server.features import RULES
+from codey_server.testing.writes import record
 
 
 def _state(status: ev.SessionStatus) -> State:
@@ -62,10 +63,10 @@ def test_the_engine_refuses_an_illegal_change_and_appends_nothing() -> None:
         await engine.start()
         created = ev.SessionCreated(title="t", worker_id="w", workdir="/w", provider="p",
                                     model="m", policy="suggest")
-        await engine.append([("s", created), ("s", ev.SessionStatusChanged(status="closed"))])
+        await record(engine, [("s", created), ("s", ev.SessionStatusChanged(status="closed"))])
         seq = engine.state.seq
         with pytest.raises(IllegalTransition):
-            await engine.append([("s", ev.SessionStatusChanged(status="running"))])
+            await record(engine, [("s", ev.SessionStatusChanged(status="running"))])
         assert engine.state.seq == seq
         assert engine.state.sessions["s"].status == "closed"
         await engine.stop()

@@ -1,4 +1,4 @@
-"""What the model is told about the built-in tools (agent/tools.py BUILTIN_TOOLS)."""
+"""What the model is told about the built-in tools (agent/tools/ BUILTIN_TOOLS)."""
 
 from __future__ import annotations
 

@@ -7,11 +7,15 @@ The script is ``{"turns": [[step, ...], ...]}``: the n-th prompt of a session pl
 (the last turn again when there are fewer). Steps:
 
 * ``{"say": text}`` / ``{"think": text}`` — a chunk of the answer / of its reasoning;
-* ``{"tool": {"id", "title", "kind"?}}`` — a tool call starts (status pending);
-* ``{"update": {"id", "status"?, "text"?}}`` — a tool call changes (content text);
-* ``{"permission": {"id", "title"?}}`` — ask the client; the outcome (``allow_once``,
-  ``allow_always``, ``reject_once``, or ``cancelled``) is said back as text ``[permission: X]``,
-  and steps with ``"if_allowed": true`` run only when it was an allow;
+* ``{"tool": {"id", "title", "kind"?, "raw_input"?}}`` — a tool call starts (status pending);
+* ``{"update": {"id", "status"?, "text"?, "raw_output"?}}`` — a tool call changes (content
+  text; or, as codex-acp sends a command's end, only ``raw_output``: ``{"stdout", "stderr",
+  "aggregated_output", "formatted_output", "exit_code"}``);
+* ``{"permission": {"id", "title"?, "kind"?, "raw_input"?, "text"?}}`` — ask the client (as
+  codex-acp asks before a command: ``raw_input`` ``{"command": [...], "reason": ...}``,
+  content ``text``); the outcome (``allow_once``, ``allow_always``, ``reject_once``, or
+  ``cancelled``) is said back as text ``[permission: X]``, and steps with ``"if_allowed":
+  true`` run only when it was an allow, those with ``"if_rejected": true`` only when not;
 * ``{"write": {"path", "content"}}`` / ``{"read": {"path"}}`` — through the client's file
   system (a read's content is said back as ``[read: ...]``, a refused write as
   ``[write failed: ...]``);
@@ -94,7 +98,8 @@ class ScriptedAgent:
         self.cancelled[session_id] = asyncio.Event()
         allowed = True
         for step in turn:
-            if step.get("if_allowed") and not allowed:
+            if (step.get("if_allowed") and not allowed) or (step.get("if_rejected")
+                                                            and allowed):
                 continue
             if "wait_file" in step:  # a turn exactly as long as the test wants
                 cwd = Path(data["cwd"])
@@ -113,15 +118,21 @@ class ScriptedAgent:
         return PromptResponse(stop_reason="end_turn")
 
     async def _ask(self, session_id: str, spec: dict[str, Any]) -> bool:
+        from acp import text_block, tool_content
         from acp.schema import PermissionOption, ToolCallUpdate
 
+        # codex-acp's order: "always" before "once"
         options = [
-            PermissionOption(option_id="allow_once", name="Allow", kind="allow_once"),
             PermissionOption(option_id="allow_always", name="Always allow", kind="allow_always"),
+            PermissionOption(option_id="allow_once", name="Allow", kind="allow_once"),
             PermissionOption(option_id="reject_once", name="Reject", kind="reject_once")]
+        content: list[Any] | None = (
+            [tool_content(text_block(spec["text"]))] if "text" in spec else None)
         answer = await self.conn.request_permission(
             session_id=session_id, options=options,
-            tool_call=ToolCallUpdate(tool_call_id=spec["id"], title=spec.get("title")))
+            tool_call=ToolCallUpdate(tool_call_id=spec["id"], title=spec.get("title"),
+                                     kind=spec.get("kind"), raw_input=spec.get("raw_input"),
+                                     content=content))
         outcome = answer.outcome
         chosen = getattr(outcome, "option_id", None) or "cancelled"
         await self._say(session_id, f"[permission: {chosen}]")
@@ -144,12 +155,14 @@ class ScriptedAgent:
         elif "tool" in step:
             t = step["tool"]
             await self.conn.session_update(session_id=session_id, update=start_tool_call(
-                t["id"], t["title"], kind=t.get("kind", "other"), status="pending"))
+                t["id"], t["title"], kind=t.get("kind", "other"), status="pending",
+                raw_input=t.get("raw_input")))
         elif "update" in step:
             u = step["update"]
             content = [tool_content(text_block(u["text"]))] if "text" in u else None
             await self.conn.session_update(session_id=session_id, update=update_tool_call(
-                u["id"], status=u.get("status"), content=content))
+                u["id"], status=u.get("status"), content=content,
+                raw_output=u.get("raw_output")))
         elif "plan" in step:
             await self.conn.session_update(session_id=session_id, update=update_plan(
                 [plan_entry(text, status=status) for text, status in step["plan"]]))

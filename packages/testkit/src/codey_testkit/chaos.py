@@ -187,7 +187,9 @@ def worker_kills(root: Path, rounds: int, *, seed: int = 2) -> ChaosResult:
         # "run marker-1." is not inside "run marker-10.": each prompt matches its own step
         steps.append({"match": {"user": f"run {marker}."}, "reply": {"calls": [{
             "name": "shell", "arguments": {"command": [
-                "bash", "-c", f"echo {marker} >> ../runs.txt; sleep 2; echo finished"]}}]}})
+                # (in the workdir: the command runs in the worker's sandbox, which writes
+                # nowhere else)
+                "bash", "-c", f"echo {marker} >> runs.txt; sleep 2; echo finished"]}}]}})
     steps.append({"match": {"tool": "shell"}, "reply": {"text": "done"}})
     result = ChaosResult()
     with start_model_server({"model": "scripted-1", "steps": steps}, root / "model") as model, \
@@ -195,7 +197,7 @@ def worker_kills(root: Path, rounds: int, *, seed: int = 2) -> ChaosResult:
             WorkerProcess(server, root / "worker") as worker:
         project = Path(worker.workdir("chaos"))
         project.mkdir(parents=True, exist_ok=True)
-        runs = project.parent / "runs.txt"
+        runs = project / "runs.txt"
         sids = []
         for n in range(rounds):
             marker = f"marker-{n}"

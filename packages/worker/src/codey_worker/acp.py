@@ -87,9 +87,16 @@ class _Client:
         waiter: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
         self.owner.permissions[request_id] = waiter
         try:
+            raw = getattr(tool_call, "raw_input", None)
+            # the why: the raw input's reason where there is a raw input (codex-acp's content
+            # then lists its own decisions and amendments, which mean nothing here), else the
+            # request's content
+            reason = raw.get("reason") if isinstance(raw, dict) else _tool_text(
+                getattr(tool_call, "content", None))
             await emit(AcpUpdate(
                 kind="permission", request_id=request_id, tool_call_id=tool_call.tool_call_id,
-                title=tool_call.title, tool_kind=tool_call.kind,
+                title=tool_call.title, tool_kind=tool_call.kind, command=_command(raw),
+                reason=reason[:2000] if isinstance(reason, str) else "",
                 options=[AcpOption(option_id=o.option_id, name=o.name, kind=o.kind)
                          for o in options]))
             chosen = await waiter
@@ -280,6 +287,43 @@ def _tool_text(contents: Any) -> str:
     return "\n".join(p for p in parts if p)
 
 
+#: where agents put a command's output when they send it only as raw output (codex-acp's
+#: exec end: ``formatted_output``, ``aggregated_output``, ``stdout``/``stderr``), in order
+_RAW_OUTPUT_KEYS = ("formatted_output", "aggregated_output", "output", "result", "content")
+_RAW_CAP = 64_000
+
+
+def _raw_text(raw: Any) -> str:
+    """The text of a tool call's raw output, when it has no content blocks."""
+    if raw is None:
+        return ""
+    if isinstance(raw, str):
+        return raw[:_RAW_CAP]
+    if isinstance(raw, dict):
+        for key in _RAW_OUTPUT_KEYS:
+            value = raw.get(key)
+            if isinstance(value, str) and value:
+                return value[:_RAW_CAP]
+        streams = [raw.get(k) for k in ("stdout", "stderr")]
+        text = "".join(s for s in streams if isinstance(s, str))
+        if text:
+            return text[:_RAW_CAP]
+    # another shape: shown as it came, so nothing the agent saw is hidden
+    return json.dumps(raw, ensure_ascii=False, default=str)[:_RAW_CAP]
+
+
+def _command(raw: Any) -> list[str] | None:
+    """The argv named by a tool call's raw input (``command``: a list, or one string)."""
+    if not isinstance(raw, dict):
+        return None
+    command = raw.get("command", raw.get("argv"))
+    if isinstance(command, list) and command and all(isinstance(a, str) for a in command):
+        return command[:256]
+    if isinstance(command, str) and command:
+        return [command]
+    return None
+
+
 def _convert(update: Any) -> AcpUpdate | None:
     """An ACP session update as Codey passes it on; None for what Codey does not show
     (available commands, modes, usage)."""
@@ -289,9 +333,10 @@ def _convert(update: Any) -> AcpUpdate | None:
     if kind == "agent_thought_chunk":
         return AcpUpdate(kind="thought", text=_text(update.content))
     if kind in ("tool_call", "tool_call_update"):
+        text = _tool_text(update.content) or _raw_text(getattr(update, "raw_output", None))
         return AcpUpdate(kind="tool", tool_call_id=update.tool_call_id, title=update.title,
-                         status=update.status, tool_kind=update.kind,
-                         text=_tool_text(update.content))
+                         status=update.status, tool_kind=update.kind, text=text,
+                         command=_command(getattr(update, "raw_input", None)))
     if kind == "plan":
         return AcpUpdate(kind="plan", entries=[(e.content, e.status) for e in update.entries])
     return None

@@ -36,10 +36,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import sys
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from codey_protocol import codec
 from codey_protocol.worker import (
@@ -59,7 +60,14 @@ from codey_protocol.worker import (
     Cancelled,
     Detached,
     DetachSession,
+    Edit,
+    ExecKill,
+    ExecList,
+    ExecStart,
+    ExecWrite,
     FileChange,
+    Glob,
+    Grep,
     ListDir,
     LoadContext,
     McpCall,
@@ -69,6 +77,7 @@ from codey_protocol.worker import (
     PatchResult,
     ReadFile,
     RunCommand,
+    ViewImage,
     WriteFile,
 )
 from codey_worker import fs
@@ -76,14 +85,20 @@ from codey_worker.acp import AcpAgents
 from codey_worker.config import codey_home
 from codey_worker.confine import ActionRefused
 from codey_worker.console import WorkerConsole
-from codey_worker.context import load_context
 from codey_worker.exec import CommandRegistry, run_command
 from codey_worker.frames import encode_fitted
 from codey_worker.mcp import McpManager
-from codey_worker.patch import PatchError, apply_patch
 from codey_worker.policy import LocalPolicy
 from codey_worker.records import ActionRecords
+from codey_worker.sandbox import Sandbox
 from codey_worker.watch import WorkspaceWatcher
+
+if TYPE_CHECKING:
+    from codey_worker.processes import ProcessTable
+
+# The executors below load with their first action, not with the worker (an idle worker's
+# memory is mostly the code it imported): codey_worker.context, .edit, .images, .patch,
+# .processes and .search (test_lazy_imports.py holds them to it).
 
 __all__ = ["EXECUTORS", "ActionDispatcher", "Send"]
 
@@ -95,14 +110,19 @@ Send = Callable[[bytes], Awaitable[None]]
 EXECUTORS = [
     "run_command", "read_file", "write_file", "list_dir", "apply_patch",
     "mcp_list", "mcp_call", "attach_session", "detach_session", "load_context", "cancel",
-    "acp_prompt", "acp_permission",
+    "acp_prompt", "acp_permission", "edit", "view_image", "grep", "glob",
+    "exec_start", "exec_write", "exec_kill", "exec_list",
 ]  # fmt: skip
 
 
 #: actions that change nothing: running one again is harmless, so their answers are kept in
 #: memory only (the last READ_RESULTS_KEPT of them, READ_RESULTS_BYTES in all at most), not in
 #: the record store
-_READ_ONLY = (ReadFile, ListDir, McpList, LoadContext)
+_READ_ONLY = (ReadFile, ListDir, McpList, LoadContext, ViewImage, Grep, Glob)
+#: not recorded on disk either, though they change something: they act on a process of
+#: this worker, and after a restart there is none (a re-sent one is answered process_gone,
+#: never carried out twice); a repeat within this process is answered from memory
+_UNRECORDED = (*_READ_ONLY, ExecWrite, ExecKill, ExecList)
 READ_RESULTS_KEPT = 500
 READ_RESULTS_BYTES = 32 * 1024 * 1024
 #: how long attach_session waits for MCP servers to list their tools before answering with
@@ -113,13 +133,14 @@ INLINE_READ_BYTES = 64 * 1024
 
 
 #: actions that run in a thread: a cancel cannot stop them halfway
-_THREADED = (ReadFile, WriteFile, ListDir, ApplyPatch)
+_THREADED = (ReadFile, WriteFile, ListDir, ApplyPatch, Edit, ViewImage)
 
 class ActionDispatcher:
     """Runs actions exactly once and reports them through ``send``. See the module docstring.
 
     ``mcp`` and ``watcher`` are optional so tests can leave them out: without them, MCP
     actions are refused (``mcp_unavailable``) and attached workdirs are not watched.
+    ``sandbox`` wraps commands (default: this machine's, with ``home``'s temp dirs).
     """
 
     def __init__(
@@ -135,6 +156,7 @@ class ActionDispatcher:
         kill_grace_s: float | None = None,
         home: Path | None = None,
         acp: AcpAgents | None = None,
+        sandbox: Sandbox | None = None,
     ) -> None:
         self._send = send
         self.records = records
@@ -153,6 +175,19 @@ class ActionDispatcher:
         self._attached: dict[str, Path] = {}
         #: $CODEY_HOME: where the user's own AGENTS.md and skills are
         self.home = home if home is not None else codey_home()
+        self.sandbox = sandbox if sandbox is not None else Sandbox.detected(self.home)
+        self._processes: ProcessTable | None = None
+
+    @property
+    def processes(self) -> ProcessTable:
+        """The sessions' long-lived processes (exec_start & co.), made with the first."""
+        if self._processes is None:
+            from codey_worker.processes import ProcessTable
+
+            grace = {} if self._kill_grace_s is None else {"grace_s": self._kill_grace_s}
+            self._processes = ProcessTable(self.policy, self.sandbox, registry=self.registry,
+                                           **grace)
+        return self._processes
 
     # -- what the connection asks ----------------------------------------------------------
 
@@ -170,7 +205,7 @@ class ActionDispatcher:
         ``raw`` is the frame as received, kept in the record; encoded again when omitted.
         """
         action_id = action.action_id
-        if isinstance(action, _READ_ONLY):
+        if isinstance(action, _UNRECORDED):
             await self._handle_read(action)
             return
         existing = self.records.mark_started(action_id, raw or codec.encode(action))
@@ -203,12 +238,16 @@ class ActionDispatcher:
         """Stop every running action: commands get SIGTERM (then SIGKILL), other actions are
         cancelled. Waits up to ``grace_s`` for commands to record their results."""
         self.registry.cancel_all()
+        # the sessions' processes: SIGTERM now, SIGKILL after their grace
+        closing = asyncio.ensure_future(
+            self._processes.close() if self._processes is not None else asyncio.sleep(0))
         tasks = list(self._tasks.values())
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=grace_s)
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
+        await closing
         if self.watcher is not None:
             await self.watcher.close()
         if self.mcp is not None:
@@ -270,7 +309,8 @@ class ActionDispatcher:
         ``internal`` (the worker never crashes on an action)."""
         if isinstance(exc, ActionRefused):
             return ActionErrored(action_id=action_id, code=exc.code, message=exc.message)
-        if isinstance(exc, PatchError):
+        patch = sys.modules.get("codey_worker.patch")  # (not loaded: no patch ran)
+        if patch is not None and isinstance(exc, patch.PatchError):
             return ActionErrored(action_id=action_id, code="patch_failed", message=exc.message)
         log.error("action %s failed", action_id, exc_info=exc)
         return ActionErrored(action_id=action_id, code="internal",
@@ -300,7 +340,7 @@ class ActionDispatcher:
         action_id = action.action_id
         self._cancel_requested.discard(action_id)
         frame = encode_fitted(response)
-        if isinstance(action, _READ_ONLY):
+        if isinstance(action, _UNRECORDED):
             old = self._reads.pop(action_id, None)
             self._reads_bytes -= len(old) if old is not None else 0
             self._reads[action_id] = frame
@@ -333,23 +373,56 @@ class ActionDispatcher:
                 return await asyncio.to_thread(fs.write_file, action, self.policy)
             case ListDir():
                 return await asyncio.to_thread(fs.list_dir, action, self.policy)
+            case Edit():
+                from codey_worker.edit import edit_file
+
+                return await asyncio.to_thread(edit_file, action, self.policy)
+            case ViewImage():
+                from codey_worker.images import view_image
+
+                return await asyncio.to_thread(view_image, action, self.policy)
+            case ExecStart():
+                if self.console is not None:
+                    self.console.running(action.session_id, action.argv)
+                return await self.processes.start(action)
+            case ExecWrite():
+                return await self.processes.write(action)
+            case ExecKill():
+                return await self.processes.kill(action)
+            case ExecList():
+                return self.processes.listing(action.session_id)
+            case Grep():
+                from codey_worker.search import grep
+
+                return await grep(action, self.policy)
+            case Glob():
+                from codey_worker.search import glob
+
+                return await glob(action, self.policy)
             case AttachSession():
                 return await self._attach(action)
             case DetachSession():
                 was = self._attached.pop(action.session_id, None) is not None
                 if self.watcher is not None:
                     was = self.watcher.unwatch(action.session_id) or was
+                # its processes and its private /tmp go with it
+                if self._processes is not None:
+                    await self._processes.stop_session(action.session_id)
+                await asyncio.to_thread(self.sandbox.drop_session, action.session_id)
                 return Detached(was_attached=was)
             case LoadContext():
                 workdir = self._check_workdir(action.workdir)
                 roots = [Path(os.path.realpath(r)) for r in self.policy.allowed_roots]
+                from codey_worker.context import load_context
+
                 return await load_context(workdir, roots, self.home)
             case McpList():
                 return McpTools(servers=await self._mcp().list_all())
             case McpCall():
                 self.policy.check_mcp_tool(action.server, action.tool)
                 return await self._mcp().call(action.server, action.tool, action.arguments,
-                                              workdir=self._mcp_workdir(action))
+                                              workdir=self._mcp_workdir(action),
+                                              sandbox=action.sandbox)
             case Cancel():
                 return self._cancel(action)
             case AcpPrompt():
@@ -407,12 +480,15 @@ class ActionDispatcher:
         if self.console is not None:
             self.console.running(action.session_id, action.argv)
         if self._kill_grace_s is None:
-            return await run_command(action, on_output, self.policy, registry=self.registry)
+            return await run_command(action, on_output, self.policy, registry=self.registry,
+                                     sandbox=self.sandbox)
         return await run_command(action, on_output, self.policy, registry=self.registry,
-                                 grace_s=self._kill_grace_s)
+                                 grace_s=self._kill_grace_s, sandbox=self.sandbox)
 
     async def _apply_patch(self, action: ApplyPatch) -> ActionOutcome:
         root = self._check_workdir(action.workdir)
+        from codey_worker.patch import apply_patch
+
         outcome = await asyncio.to_thread(apply_patch, action.patch, root)
         if self.console is not None:
             self.console.patch(action.session_id, len(outcome.files))

@@ -3,7 +3,7 @@
 Commands (each has ``--help`` with an example)::
 
     codey-worker [--server URL]          pair if needed, then connect and serve
-    codey-worker status                  paired? worker id, server, roots, MCP servers
+    codey-worker status                  paired? worker id, server, roots, MCP servers, sandbox
     codey-worker unpair                  forget this machine's identity (worker.json)
     codey-worker apply-patch PATCH       apply a Codex-format patch in the current directory
 
@@ -54,8 +54,8 @@ example:
 """
 
 _STATUS_HELP = """\
-Show whether this machine is paired, its worker id, the server, the allowed roots and the
-configured MCP servers. Exits 0 when paired, 1 when not.
+Show whether this machine is paired, its worker id, the server, the allowed roots, the
+configured MCP servers and the sandbox commands run in. Exits 0 when paired, 1 when not.
 
 example:
   codey-worker status
@@ -155,6 +155,9 @@ def _status(home: Path, server_flag: str | None, console: WorkerConsole) -> int:
             console.info(f"mcp server {name}: {' '.join([spec.command, *spec.args])}")
     else:
         console.info("mcp servers: (none)")
+    from codey_worker.sandbox import detect
+
+    console.info(f"sandbox: {detect().describe()}")
     return 0 if identity is not None else EXIT_NOT_PAIRED
 
 

@@ -4,8 +4,8 @@
   Ed25519 private key, credential). Written once pairing succeeds, deleted by ``unpair``.
 * ``worker-config.json`` — what the machine's owner allows: :class:`WorkerConfig`
   (``allowed_roots``, ``denied_commands``, ``denied_mcp_tools``, ``mcp_servers``,
-  ``acp_agents``). Missing
-  file → defaults (roots = the home directory, nothing denied, no MCP servers).
+  ``acp_agents``, ``terminal``, ``sandbox``). Missing file → defaults (roots = the home
+  directory, nothing denied, no MCP servers, the sandbox's default hidden paths).
 * ``actions/`` — the exactly-once record store (:mod:`codey_worker.records`).
 
 Loading raises :class:`ConfigError` with a message that names the file and the bad field.
@@ -24,6 +24,7 @@ from typing import Any
 from codey_worker.acp import AcpAgentConfig
 from codey_worker.errors import WorkerError
 from codey_worker.policy import LocalPolicy
+from codey_worker.sandbox import SandboxSettings
 
 __all__ = [
     "CONFIG_FILE",
@@ -161,6 +162,13 @@ class McpServerConfig:
     env: dict[str, str] = field(default_factory=dict)
     url: str | None = None
     headers: dict[str, str] = field(default_factory=dict)
+    #: a stdio server runs in the OS sandbox (``sandbox.py``; the workdir writable) unless
+    #: the owner says ``"sandbox": false``; with the network unless ``"network": false``
+    sandbox: bool = True
+    network: bool = True
+    #: what this server may also write in the sandbox (say ``~/.cache/uv`` for a ``uvx``
+    #: server), as written; commands do not get these
+    writable_paths: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -173,6 +181,9 @@ class WorkerConfig:
     terminal: bool = False
     #: external coding agents spoken to over ACP (``acp.py``), by name
     acp_agents: dict[str, AcpAgentConfig] = field(default_factory=dict)
+    #: what sandboxed commands may not see (``hidden_paths``) and may also write
+    #: (``writable_paths``)
+    sandbox: SandboxSettings = field(default_factory=SandboxSettings)
 
     @property
     def allowed_roots(self) -> list[Path]:
@@ -184,7 +195,7 @@ class WorkerConfig:
         if not isinstance(data, dict):
             raise ConfigError(f"{source}: expected a JSON object")
         known = {"allowed_roots", "denied_commands", "denied_mcp_tools", "mcp_servers",
-                 "terminal", "acp_agents"}
+                 "terminal", "acp_agents", "sandbox"}
         unknown = sorted(set(data) - known)
         if unknown:
             raise ConfigError(f"{source}: unknown field(s) {', '.join(unknown)}; "
@@ -201,7 +212,40 @@ class WorkerConfig:
                   for name, spec in _mcp_servers(data.get("acp_agents"), source,
                                                  "acp_agents").items()}
         return cls(policy=policy, mcp_servers=_mcp_servers(data.get("mcp_servers"), source),
-                   terminal=terminal, acp_agents=agents)
+                   terminal=terminal, acp_agents=agents,
+                   sandbox=_sandbox_settings(data.get("sandbox"), source))
+
+
+def _sandbox_settings(raw: Any, source: str) -> SandboxSettings:
+    """``sandbox``: ``hidden_paths`` (replaces the defaults when given) and
+    ``writable_paths``, each a list of paths (``~`` and ``$VAR`` expanded when used)."""
+    if raw is None:
+        return SandboxSettings()
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: sandbox must be an object with hidden_paths and/or "
+                          "writable_paths")
+    extra = sorted(set(raw) - {"hidden_paths", "writable_paths"})
+    if extra:
+        raise ConfigError(f"{source}: sandbox: unknown field(s) {', '.join(extra)}; "
+                          "expected hidden_paths, writable_paths")
+    lists: dict[str, tuple[str, ...]] = {}
+    for key in ("hidden_paths", "writable_paths"):
+        value = raw.get(key)
+        if value is not None:
+            lists[key] = _path_list(value, f"{source}: sandbox.{key}")
+    return SandboxSettings(**lists)
+
+
+def _path_list(value: Any, where: str) -> tuple[str, ...]:
+    """A list of absolute paths as written (``~`` and ``$VARIABLE`` allowed)."""
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ConfigError(f"{where} must be a list of paths")
+    for path in value:
+        expanded = os.path.expanduser(path)
+        if not (os.path.isabs(expanded) or expanded.startswith("$")):
+            raise ConfigError(f"{where}: {path!r} is not an absolute path "
+                              "(~ and $VARIABLE are allowed)")
+    return tuple(value)
 
 
 def _mcp_servers(raw: Any, source: str,
@@ -220,6 +264,7 @@ def _mcp_servers(raw: Any, source: str,
         args = spec.get("args", [])
         env = spec.get("env", {})
         url, headers = spec.get("url"), spec.get("headers", {})
+        boxed, network = spec.get("sandbox", True), spec.get("network", True)
         if url is not None and key == "mcp_servers":
             if command is not None or not isinstance(url, str) or \
                     not url.startswith(("http://", "https://")):
@@ -240,10 +285,17 @@ def _mcp_servers(raw: Any, source: str,
             isinstance(k, str) and isinstance(v, str) for k, v in env.items()
         ):
             raise ConfigError(f"{where}.env must be an object of string -> string")
-        extra = sorted(set(spec) - {"command", "args", "env"})
+        allowed = {"command", "args", "env"} | ({"sandbox", "network", "writable_paths"}
+                                                 if key == "mcp_servers" else set())
+        extra = sorted(set(spec) - allowed)
         if extra:
             raise ConfigError(f"{where}: unknown field(s) {', '.join(extra)}")
-        servers[name] = McpServerConfig(name=name, command=command, args=list(args), env=dict(env))
+        if not isinstance(boxed, bool) or not isinstance(network, bool):
+            raise ConfigError(f"{where}: sandbox and network must be true or false")
+        writable = _path_list(spec.get("writable_paths", []), f"{where}.writable_paths")
+        servers[name] = McpServerConfig(name=name, command=command, args=list(args),
+                                        env=dict(env), sandbox=boxed, network=network,
+                                        writable_paths=writable)
     return servers
 
 

@@ -69,6 +69,7 @@ from codey_worker.exec import CommandRegistry
 from codey_worker.mcp import McpManager
 from codey_worker.pairing import machine_info, sign
 from codey_worker.records import ActionRecords
+from codey_worker.sandbox import Sandbox
 from codey_worker.terminal import Terminals
 from codey_worker.watch import WorkspaceWatcher
 
@@ -164,7 +165,10 @@ class Worker:
         self._ws: ClientConnection | None = None
         self._heartbeat_s = 5.0
         self.records = ActionRecords(records_path(home))
-        self.mcp = McpManager(config.mcp_servers, log_dir=home / "logs", policy=config.policy)
+        #: the OS sandbox around commands and MCP servers (detected once: one bwrap run)
+        self.sandbox = Sandbox.detected(home, config.sandbox)
+        self.mcp = McpManager(config.mcp_servers, log_dir=home / "logs", policy=config.policy,
+                              sandbox=self.sandbox)
         self.watcher = WorkspaceWatcher(self.send)
         # the console's lines also go to the server (the worker panel shows the last ones)
         console.forward = self._forward_line
@@ -173,7 +177,8 @@ class Worker:
         self.acp = AcpAgents(config.acp_agents, config.policy, home / "acp_sessions.json")
         self.dispatcher = ActionDispatcher(
             self.send, self.records, config.policy, registry=CommandRegistry(), mcp=self.mcp,
-            watcher=self.watcher, console=console, acp=self.acp)
+            watcher=self.watcher, console=console, acp=self.acp, home=home,
+            sandbox=self.sandbox)
 
     # -- sending ----------------------------------------------------------------------------
 
@@ -204,6 +209,9 @@ class Worker:
 
     async def run(self) -> int:
         """Connect and serve until told to stop or unlinked; returns the exit code."""
+        self.console.sandbox(self.sandbox.support.describe(), self.sandbox.support.available)
+        # private /tmp dirs of sessions that were never detached (a week untouched)
+        await asyncio.to_thread(self.sandbox.prune)
         loop = asyncio.get_running_loop()
         installed: list[signal.Signals] = []
         if self._handle_signals:
@@ -310,7 +318,8 @@ class Worker:
             running_actions=self.dispatcher.running(),
             capabilities=Capabilities(executors=list(EXECUTORS), mcp_servers=self.mcp.cached(),
                                       terminal=self.terminals.enabled,
-                                      acp_agents=self.acp.names()),
+                                      acp_agents=self.acp.names(),
+                                      sandbox=self.sandbox.info()),
         )
         await ws.send(codec.encode(hello).decode())
 

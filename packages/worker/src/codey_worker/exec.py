@@ -3,6 +3,9 @@
 Order of a run (:func:`run_command`)::
 
     checks (argv, local policy, workdir in allowed roots, cwd inside workdir)   -> ActionRefused
+    sandbox: unless ``action.sandbox`` is "full-access", argv is wrapped by the OS sandbox
+           (:mod:`codey_worker.sandbox`: bwrap on Linux, sandbox-exec on macOS); a worker
+           without one refuses (``sandbox_unavailable``) rather than run it bare
     spawn: argv as is (never a shell string), own session/process group,
            stdin /dev/null, env from an allowlist with *KEY*/*TOKEN*/*SECRET* removed
     stream: stdout/stderr read in chunks, passed to ``on_output(stream, text)`` coalesced
@@ -31,6 +34,22 @@ Choices a caller must know:
   could carry back. Streaming goes on up to ``output_cap`` all the same.
 * An exception raised by ``on_output`` is logged and stops further streaming for that command;
   the command itself keeps running and still returns its result.
+
+Inside the bwrap sandbox (Linux):
+
+* SIGTERM goes to the sandbox's own session (the command and what it started), not to bwrap,
+  whose death would SIGKILL everything at once; after the grace, SIGKILL reaches bwrap and
+  the sandbox's PID 1, and the kernel kills the rest of its PID namespace.
+* When the command exits, so does bwrap, and everything it left behind is killed with the
+  namespace — even processes that redirected their output: ``run_command`` returns once the
+  sandbox is gone.
+* A command killed by signal N is reported with ``signal=N`` (bwrap exits 128+N, as a shell
+  does; an ``exit 137`` inside looks the same).
+* A program that is missing (or not executable) is found before the sandbox starts, so it
+  still gives 127 (126).
+* A failure whose output looks like a sandbox denial (read-only file system, permission
+  denied outside the writable roots, no network) sets ``sandbox_denied`` and
+  ``sandbox_hint`` (:func:`codey_worker.sandbox.sandbox_denial`).
 """
 
 from __future__ import annotations
@@ -40,15 +59,20 @@ import codecs
 import contextlib
 import logging
 import os
+import re
+import shutil
 import signal
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from codey_protocol.worker import CommandResult, RunCommand
 from codey_worker.confine import ActionRefused, resolve_inside
 from codey_worker.frames import FRAME_BUDGET
-from codey_worker.policy import LocalPolicy
+from codey_worker.policy import LocalPolicy, check_protected_args
+from codey_worker.sandbox import Sandbox, SandboxSpec, sandbox_denial
 
 __all__ = [
     "CHUNK_MAX",
@@ -379,16 +403,129 @@ def _close_transport(proc: asyncio.subprocess.Process) -> None:
         transport.close()
 
 
-async def _terminate_group(pgid: int, grace_s: float) -> None:
-    """SIGTERM the group, wait up to ``grace_s`` for it to be gone, then SIGKILL it."""
-    _killpg(pgid, signal.SIGTERM)
-    _killpg(pgid, signal.SIGCONT)  # a stopped process cannot act on TERM
+async def _terminate_group(pgid: int, grace_s: float, box: _Box | None = None) -> None:
+    """SIGTERM the group, wait up to ``grace_s`` for it to be gone, then SIGKILL it.
+
+    Sandboxed (``box``), SIGTERM goes to the sandbox's session instead (bwrap itself would
+    die of it and take everything down with SIGKILL, no grace); SIGKILL to both.
+    """
+    inner = box.child_pid() if box is not None else None
+    target = inner if inner is not None and _pid_alive(inner) else None
+    if target is None or not _try_killpg(target, signal.SIGTERM):
+        target = pgid  # not started yet (or gone): bwrap's death stops it all
+        _killpg(target, signal.SIGTERM)
+    _killpg(target, signal.SIGCONT)  # a stopped process cannot act on TERM
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
         if not _group_alive(pgid):
             return
         await asyncio.sleep(_POLL_S)
     _killpg(pgid, signal.SIGKILL)
+    if box is not None:
+        box.kill()
+
+
+def _try_killpg(pgid: int, sig: int) -> bool:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def _pid_alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie has finished running)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    return bool(fields) and fields[0] not in (b"Z", b"X")
+
+
+_CHILD_PID = re.compile(rb'"child-pid":\s*(\d+)')
+
+
+@dataclass
+class _Box:
+    """A sandboxed run: its spec, and (bwrap) the pipe on which bwrap tells the host pid of
+    the sandbox's PID 1 (``--json-status-fd``)."""
+
+    spec: SandboxSpec
+    bwrap: bool = False
+    status_r: int | None = None
+    _status: bytearray = field(default_factory=bytearray)
+    _child: int | None = None
+
+    def child_pid(self) -> int | None:
+        """The sandbox's PID 1 as the host sees it; None before bwrap has made it."""
+        if self._child is None and self.status_r is not None:
+            while True:
+                try:
+                    data = os.read(self.status_r, 4096)
+                except (BlockingIOError, InterruptedError):
+                    break
+                except OSError:
+                    data = b""
+                if not data:
+                    self.close()
+                    break
+                self._status += data
+            match = _CHILD_PID.search(self._status)
+            if match:
+                self._child = int(match.group(1))
+        return self._child
+
+    def kill(self) -> None:
+        """SIGKILL the sandbox's PID 1: the kernel then kills its whole PID namespace."""
+        child = self.child_pid()
+        if child is not None and _pid_alive(child):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(child, signal.SIGKILL)
+
+    async def wait_gone(self, timeout: float) -> None:
+        """Wait until the sandbox's PID 1 has exited (so has everything in its namespace);
+        SIGKILL it if ``timeout`` passes first."""
+        child = self.child_pid()
+        if child is None or not _pid_alive(child):
+            return
+        try:
+            # a pidfd turns readable when the process has exited: no polling, no sleep
+            pidfd = os.pidfd_open(child)
+        except (AttributeError, OSError):
+            pidfd = None
+        if pidfd is None:
+            deadline = time.monotonic() + timeout
+            while _pid_alive(child) and time.monotonic() < deadline:
+                await asyncio.sleep(0.001)
+            if _pid_alive(child):
+                self.kill()
+            return
+        loop = asyncio.get_running_loop()
+        gone: asyncio.Future[None] = loop.create_future()
+
+        def readable() -> None:
+            if not gone.done():
+                gone.set_result(None)
+
+        loop.add_reader(pidfd, readable)
+        try:
+            try:
+                await asyncio.wait_for(asyncio.shield(gone), timeout)
+            except TimeoutError:
+                self.kill()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(gone, timeout)
+        finally:
+            loop.remove_reader(pidfd)
+            os.close(pidfd)
+
+    def close(self) -> None:
+        if self.status_r is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.status_r)
+            self.status_r = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -414,14 +551,19 @@ async def run_command(
     registry: CommandRegistry | None = None,
     grace_s: float = KILL_GRACE_S,
     drain_s: float = DRAIN_S,
+    sandbox: Sandbox | None = None,
 ) -> CommandResult:
     """Run ``action.argv`` in ``action.cwd`` (inside ``action.workdir``); see the module doc.
+
+    ``sandbox``: the worker's; None — this machine's (detected once), with the default
+    settings and ``$CODEY_HOME``. Unused for ``full-access``.
 
     Raises :class:`ActionRefused` before anything runs: ``bad_request`` (empty argv, NUL byte,
     non-positive timeout), ``denied_command`` (also for an ``env`` that could get round
     the denied commands: :meth:`LocalPolicy.check_env`), ``outside_allowed_roots``,
     ``path_outside_workdir``, ``protected_path``, ``not_found`` (workdir or cwd missing),
-    ``not_a_directory``.
+    ``not_a_directory``, ``sandbox_unavailable`` (no working sandbox on this machine, and the
+    action is not ``full-access``).
     Everything after the spawn — non-zero exit, timeout, cancel, signal — is in the result.
     """
     _check_action(action)
@@ -436,14 +578,87 @@ async def run_command(
         raise ActionRefused("not_found", f"cwd {action.cwd!r} does not exist")
     if not cwd.is_dir():
         raise ActionRefused("not_a_directory", f"cwd {action.cwd!r} is not a directory")
+    if sandbox is None:
+        from codey_worker.config import codey_home  # (config imports this module)
+
+        sandbox = Sandbox.detected(codey_home())
+    check_protected_args(argv, cwd, sandbox.home)
     env = build_env(action.env, cwd=str(cwd))
+    box: _Box | None = None
+    if action.sandbox != "full-access":
+        sandbox.require()
+        missing = _program_problem(argv[0], cwd, env)
+        if missing is not None:
+            return missing
+        spec = sandbox.spec(mode=action.sandbox, network=action.network, workdir=workdir,
+                            cwd=cwd, tmp=sandbox.tmp_for(action.sandbox, action.session_id))
+        box = _Box(spec, bwrap=sandbox.support.kind == "bwrap")
+        env = sandbox.env(env, spec)
 
     cancel_event = registry._register(action.action_id) if registry else asyncio.Event()
     try:
-        return await _run(argv, str(cwd), env, action, on_output, cancel_event, grace_s, drain_s)
+        if box is None:
+            return await _run(argv, str(cwd), env, action, on_output, cancel_event, grace_s,
+                              drain_s)
+        assert sandbox is not None
+        try:
+            fds: tuple[int, ...] = ()
+            if box.bwrap:
+                box.status_r, status_w = os.pipe()
+                os.set_blocking(box.status_r, False)
+                fds = (status_w,)  # _run closes it once bwrap has its copy
+                argv = sandbox.wrap(argv, box.spec, status_fd=status_w)
+            else:
+                argv = sandbox.wrap(argv, box.spec)
+            result = await _run(argv, str(cwd), env, action, on_output, cancel_event, grace_s,
+                                drain_s, box, fds)
+        finally:
+            box.close()
+        return _mark_denial(result, box.spec, sandbox)
     finally:
         if registry is not None:
             registry._unregister(action.action_id)
+
+
+def _program_problem(program: str, cwd: Path, env: Mapping[str, str]) -> CommandResult | None:
+    """A result for a program that cannot be run (127 missing, 126 not executable), found
+    before a sandbox is started for it; None when it looks runnable."""
+    if "/" in program:
+        path: str | None = str(cwd / program)
+    else:
+        path = shutil.which(program, path=env.get("PATH", os.defpath))
+        if path is None:
+            # shutil.which skips what is not executable; a shell says 126 for it, not 127
+            for folder in env.get("PATH", os.defpath).split(os.pathsep):
+                candidate = os.path.join(cwd, folder or ".", program)
+                if os.path.isfile(candidate):
+                    path = candidate
+                    break
+    if path is None or not os.path.exists(path):
+        return CommandResult(exit_code=127,
+                             stderr=f"codey-worker: command not found: {program}\n")
+    if os.path.isdir(path) or not os.access(path, os.X_OK):
+        reason = "Is a directory" if os.path.isdir(path) else "Permission denied"
+        return CommandResult(exit_code=126,
+                             stderr=f"codey-worker: cannot execute {program}: {reason}\n")
+    return None
+
+
+def _mark_denial(result: CommandResult, spec: SandboxSpec, sandbox: Sandbox) -> CommandResult:
+    """``result`` with ``sandbox_denied``/``sandbox_hint`` set when its failure looks like
+    the sandbox's doing."""
+    if result.exit_code == 0 or result.timed_out or result.cancelled:
+        return result
+    writable = [*spec.writable_roots(), Path("/tmp")]
+    if sandbox.support.kind == "seatbelt" and spec.tmp is not None:
+        writable.append(spec.tmp)
+    hint = sandbox_denial(result.stderr + "\n" + result.stdout, network=spec.network,
+                          writable=writable, hidden=spec.hidden_paths())
+    if hint is None:
+        return result
+    result.sandbox_denied = True
+    result.sandbox_hint = hint
+    return result
 
 
 async def _run(
@@ -455,6 +670,8 @@ async def _run(
     cancel_event: asyncio.Event,
     grace_s: float,
     drain_s: float,
+    box: _Box | None = None,
+    pass_fds: tuple[int, ...] = (),
 ) -> CommandResult:
     started = time.monotonic()
 
@@ -470,6 +687,7 @@ async def _run(
             cwd=cwd,
             env=env,
             start_new_session=True,  # own process group: signals reach the whole tree
+            pass_fds=pass_fds,
         )
     except FileNotFoundError:
         return CommandResult(
@@ -483,6 +701,9 @@ async def _run(
             stderr=f"codey-worker: cannot execute {argv[0]}: {exc.strerror or exc}\n",
             duration_ms=elapsed_ms(),
         )
+    finally:
+        for fd in pass_fds:  # the child has its copy (bwrap's status pipe)
+            os.close(fd)
 
     pgid = proc.pid
     assert proc.stdout is not None and proc.stderr is not None
@@ -514,20 +735,28 @@ async def _run(
         if exited not in done:
             cancelled = cancel_wait in done
             timed_out = not cancelled
-            await _terminate_group(pgid, grace_s)
+            await _terminate_group(pgid, grace_s, box)
         await exited
         _, pending = await asyncio.wait(pumps, timeout=drain_s)
         if pending:
             # Leftovers of the finished command still hold its stdout/stderr open.
             _killpg(pgid, signal.SIGKILL)
+            if box is not None:
+                box.kill()
             _, pending = await asyncio.wait(pumps, timeout=drain_s)
             for task in pending:  # a process that left the group; stop reading it
                 task.cancel()
+        if box is not None:
+            # bwrap has exited and its PID 1 is being killed; what ran beside the command
+            # dies with it. Return once that is done, not a moment before.
+            await box.wait_gone(drain_s)
         finished = True
     finally:
         if not finished:
             # Cancelled task or unexpected error: never leave the process tree behind.
             _killpg(pgid, signal.SIGKILL)
+            if box is not None:
+                box.kill()
         helpers: list[asyncio.Task[Any]] = [*pumps, flusher, cancel_wait, exited]
         for helper in helpers:
             helper.cancel()
@@ -541,6 +770,8 @@ async def _run(
     stdout, cut_out = captures[0].render(shares[0])
     stderr, cut_err = captures[1].render(shares[1])
     rc = proc.returncode
+    if box is not None and box.bwrap and rc is not None and 128 < rc <= 128 + 64:
+        rc = 128 - rc  # bwrap's 128+N for "killed by signal N"
     return CommandResult(
         exit_code=rc if rc is not None and rc >= 0 else None,
         signal=-rc if rc is not None and rc < 0 else None,

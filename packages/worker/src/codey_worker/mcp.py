@@ -8,13 +8,19 @@ Confinement — what the worker does, and where it stops:
   **environment commands get** (:func:`codey_worker.exec.build_env`: an allowlist, no
   ``*KEY*``/``*TOKEN*``/``*SECRET*`` names) plus the ``env`` its config entry sets. At most
   :data:`MAX_INSTANCES` per server run at once; the least recently used idle one is stopped.
+* A stdio server runs **in the OS sandbox** (:mod:`codey_worker.sandbox`) in the mode the call
+  names (``McpCall.sandbox``, default ``workspace-write``: its workdir writable, the rest
+  read-only, ``$CODEY_HOME`` and credential folders hidden, a throwaway ``/tmp``), with the
+  network unless its config says ``"network": false``, and its own ``writable_paths`` (a
+  ``uvx`` server's cache) writable too; ``"sandbox": false`` in its config runs it bare.
+  One process per (server, workdir, mode). Without a working sandbox a sandboxed server does
+  not start (``sandbox_unavailable``).
 * Tool lists are taken from a process started in an empty scratch directory with no roots,
   stopped once it has answered, and cached per server.
 * Tools the owner's policy denies (``denied_mcp_tools``) are left out of those lists.
 * A third-party server is a program running with the user's rights: roots are advice it may
-  ignore, and nothing stops its own code from reading or writing elsewhere. The worker confines
-  what it controls (where the server starts, what it is told, what it inherits, which tools may
-  be called), not what the server's code does.
+  ignore. Inside the sandbox its writes stop at its workdir and it cannot read the hidden
+  paths; with the network on (the default for servers) it can still send what it reads.
 
 One long-lived asyncio task per process enters ``stdio_client`` and ``ClientSession`` (anyio
 needs a context manager to be left by the task that entered it) and waits; calls are made on
@@ -36,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import shutil
@@ -45,11 +52,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from codey_protocol.worker import McpCallResult, McpServerInfo, McpTool
+from codey_protocol.worker import McpCallResult, McpServerInfo, McpTool, SandboxMode
 from codey_worker.config import McpServerConfig
 from codey_worker.confine import ActionRefused
 from codey_worker.exec import build_env
 from codey_worker.policy import LocalPolicy
+from codey_worker.sandbox import Sandbox, SandboxSettings
 
 if TYPE_CHECKING:
     # The MCP SDK is imported where a server is started or called, never at the worker's
@@ -90,13 +98,17 @@ def server_env(config: McpServerConfig, cwd: Path) -> dict[str, str]:
 
 class _Server:
     """One process of a configured server, for one workdir (``None``: for listing tools, in
-    ``scratch``, with no roots), and once started, the task holding its session."""
+    ``scratch``, with no roots) and sandbox mode, and once started, the task holding its
+    session."""
 
     def __init__(self, config: McpServerConfig, log_dir: Path | None, workdir: Path | None,
-                 scratch: Path) -> None:
+                 scratch: Path, sandbox: Sandbox | None = None,
+                 mode: SandboxMode = "workspace-write") -> None:
         self.config = config
         self.workdir = workdir
         self.cwd = workdir if workdir is not None else scratch
+        self._sandbox = sandbox
+        self._mode = mode
         self._log_dir = log_dir
         self._task: asyncio.Task[None] | None = None
         self._ready: asyncio.Future[ClientSession] | None = None
@@ -152,8 +164,19 @@ class _Server:
             return _http_streams(self.config.url, self.config.headers)
         from mcp import StdioServerParameters, stdio_client
 
-        params = StdioServerParameters(command=self.config.command, args=self.config.args,
-                                       env=server_env(self.config, self.cwd), cwd=self.cwd)
+        command, args = self.config.command, list(self.config.args)
+        env = server_env(self.config, self.cwd)
+        if self.config.sandbox and self._mode != "full-access" and self._sandbox is not None:
+            cwd = Path(os.path.realpath(self.cwd))
+            spec = self._sandbox.spec(mode=self._mode, network=self.config.network,
+                                      workdir=cwd, cwd=cwd,
+                                      tmp=self._sandbox.tmp_for(self._mode, None))
+            own = SandboxSettings(writable_paths=self.config.writable_paths).writable()
+            spec = dataclasses.replace(spec, writable=(*spec.writable, *own))
+            # raises sandbox_unavailable: the server does not start bare for lack of one
+            command, *args = self._sandbox.wrap([command, *args], spec)
+            env = self._sandbox.env(env, spec)
+        params = StdioServerParameters(command=command, args=args, env=env, cwd=self.cwd)
         return stdio_client(params, errlog=errlog)
 
     async def _hold(self, ready: asyncio.Future[ClientSession], stop: asyncio.Event) -> None:
@@ -217,17 +240,24 @@ class McpManager:
     """Every configured MCP server, by name. Use from one event loop; :meth:`close` at exit.
 
     ``policy`` (the owner's) hides and refuses the tools it denies; without one nothing is.
+    ``sandbox``: the worker's (default: this machine's, with ``$CODEY_HOME`` hidden).
     """
 
     def __init__(self, servers: dict[str, McpServerConfig], log_dir: Path | None = None,
                  *, call_timeout_s: float = CALL_TIMEOUT_S, policy: LocalPolicy | None = None,
-                 max_instances: int = MAX_INSTANCES) -> None:
+                 max_instances: int = MAX_INSTANCES, sandbox: Sandbox | None = None) -> None:
         self._configs = dict(servers)
         self._log_dir = log_dir
         self._call_timeout_s = call_timeout_s
         self._policy = policy
         self._max_instances = max(1, max_instances)
-        self._instances: OrderedDict[tuple[str, Path | None], _Server] = OrderedDict()
+        if sandbox is None:
+            from codey_worker.config import codey_home
+
+            sandbox = Sandbox.detected(codey_home())
+        self._sandbox = sandbox
+        self._instances: OrderedDict[tuple[str, Path | None, SandboxMode], _Server] = \
+            OrderedDict()
         self._tools: dict[str, list[McpTool]] = {}
         self._errors: dict[str, str] = {}
         self._scratch: Path | None = None
@@ -250,13 +280,15 @@ class McpManager:
             self._scratch = Path(tempfile.mkdtemp(prefix="codey-mcp-"))
         return self._scratch
 
-    async def _instance(self, name: str, workdir: Path | None) -> _Server:
-        """The process for ``name`` in ``workdir`` (made if needed; the oldest idle one of
-        that server is stopped when more than ``max_instances`` would run)."""
-        key = (name, workdir)
+    async def _instance(self, name: str, workdir: Path | None,
+                        mode: SandboxMode = "workspace-write") -> _Server:
+        """The process for ``name`` in ``workdir`` under ``mode`` (made if needed; the oldest
+        idle one of that server is stopped when more than ``max_instances`` would run)."""
+        key = (name, workdir, mode)
         server = self._instances.get(key)
         if server is None:
-            server = _Server(self._config(name), self._log_dir, workdir, self._scratch_dir())
+            server = _Server(self._config(name), self._log_dir, workdir, self._scratch_dir(),
+                             self._sandbox, mode)
             self._instances[key] = server
             same = [k for k in self._instances if k[0] == name and k != key]
             for old in same[: max(0, len(same) + 1 - self._max_instances)]:
@@ -265,8 +297,9 @@ class McpManager:
         self._instances.move_to_end(key)
         return server
 
-    async def _drop(self, name: str, workdir: Path | None) -> None:
-        server = self._instances.pop((name, workdir), None)
+    async def _drop(self, name: str, workdir: Path | None,
+                    mode: SandboxMode = "workspace-write") -> None:
+        server = self._instances.pop((name, workdir, mode), None)
         if server is not None:
             await server.stop()
 
@@ -334,8 +367,9 @@ class McpManager:
         return list(await asyncio.gather(*(one(name) for name in self._configs)))
 
     async def call(self, name: str, tool: str, arguments: dict[str, Any], *,
-                   workdir: Path) -> McpCallResult:
-        """Call ``tool`` on server ``name``'s process for ``workdir`` (a checked real path).
+                   workdir: Path, sandbox: SandboxMode = "workspace-write") -> McpCallResult:
+        """Call ``tool`` on server ``name``'s process for ``workdir`` (a checked real path),
+        running in the ``sandbox`` mode.
 
         A tool error is a result with ``is_error=True``.
         """
@@ -344,7 +378,7 @@ class McpManager:
             self._policy.check_mcp_tool(name, tool)
         from mcp.shared.exceptions import MCPError
 
-        server = await self._instance(name, workdir)
+        server = await self._instance(name, workdir, sandbox)
         server.busy += 1
         try:
             session = await server.session()
@@ -352,13 +386,13 @@ class McpManager:
                                             self._call_timeout_s)
         except MCPError as exc:
             if exc.code == _CONNECTION_CLOSED:
-                await self._drop(name, workdir)
+                await self._drop(name, workdir, sandbox)
                 raise ActionRefused("mcp_unavailable",
                                     f"MCP server {name!r} exited; it will be restarted on the "
                                     "next call") from None
             raise ActionRefused("mcp_error", f"{name}.{tool}: {exc.message}") from None
         except TimeoutError:
-            await self._drop(name, workdir)
+            await self._drop(name, workdir, sandbox)
             raise ActionRefused("mcp_unavailable",
                                 f"{name}.{tool} did not answer within "
                                 f"{self._call_timeout_s:.0f} s; the server was stopped") from None

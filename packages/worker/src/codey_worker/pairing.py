@@ -14,13 +14,12 @@ Order (:func:`pair`)::
 
 The worker never reads the terminal: the user confirms the code in the browser.
 
-Also here: the key helpers the connection uses to answer the server's challenge
-(:func:`sign`, :func:`public_key_b64`).
+The key helpers (:func:`generate_key`, :func:`sign`, :func:`public_key_b64`) live in
+:mod:`codey_worker.keys` and are re-exported here.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import platform
 import random
@@ -32,14 +31,12 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
 from codey_protocol import codec
 from codey_protocol.worker import PairRequest, PairStatus, PairTicket
 from codey_worker.config import Identity
 from codey_worker.console import WorkerConsole
 from codey_worker.errors import WorkerError
+from codey_worker.keys import b64url, b64url_decode, generate_key, public_key_b64, sign
 
 __all__ = [
     "PairingError",
@@ -69,43 +66,6 @@ class PairingRefused(PairingError):
     def __init__(self, status: str) -> None:
         super().__init__(f"pairing {status}")
         self.status = status
-
-
-# ---------------------------------------------------------------------------------------------
-# keys
-
-
-def b64url(data: bytes) -> str:
-    """base64url without padding."""
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
-
-
-def b64url_decode(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-
-
-def generate_key() -> str:
-    """A new Ed25519 private key as base64url of its raw 32 bytes."""
-    raw = Ed25519PrivateKey.generate().private_bytes(
-        serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
-        serialization.NoEncryption())
-    return b64url(raw)
-
-
-def _private(private_key: str) -> Ed25519PrivateKey:
-    return Ed25519PrivateKey.from_private_bytes(b64url_decode(private_key))
-
-
-def public_key_b64(private_key: str) -> str:
-    """The raw public key (base64url, no padding) of a stored private key."""
-    raw = _private(private_key).public_key().public_bytes(
-        serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    return b64url(raw)
-
-
-def sign(private_key: str, message: bytes) -> str:
-    """The Ed25519 signature of ``message``, base64url without padding."""
-    return b64url(_private(private_key).sign(message))
 
 
 # ---------------------------------------------------------------------------------------------

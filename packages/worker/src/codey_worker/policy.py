@@ -22,6 +22,13 @@ tool is left out of the tools reported to the server and refused if called anywa
 
 It is a guard against the ordinary commands a model sends, not a sandbox: a program that is
 allowed (``python -c``, a script file) can still run anything its user may run.
+
+Whatever the policy, a command whose arguments name a protected path is refused
+(:func:`check_protected_args`): ``$CODEY_HOME`` (the worker's key and records) and any
+process's ``/proc/<pid>/environ`` (the worker's own holds its provider keys). Inside the OS
+sandbox those are not there to read anyway; outside it (``full-access``, an escalated command)
+this is the one check that stands, and like the rest of this module it reads words, so a
+program that builds the path itself gets past it: that is what the sandbox is for.
 """
 
 from __future__ import annotations
@@ -60,6 +67,38 @@ _CODE_ENV_PREFIXES = ("BASH_FUNC_", "LD_", "DYLD_")
 _CODE_ENV_NAMES = frozenset(
     {"BASH_ENV", "ENV", "PS4", "SHELLOPTS", "BASHOPTS", "PROMPT_COMMAND"}
 )
+
+
+_PROC_ENVIRON = re.compile(r"/proc/[^\s]*environ")
+#: what splits a shell script's words (a path is what is left between them)
+_PATH_SPLIT = re.compile(r"[\s;&|()<>`'\"={}\\!,:]+")
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def check_protected_args(argv: Sequence[str], cwd: Path, home: Path) -> None:
+    """Refuse (``protected_path``) an argv one of whose words names ``home`` (``$CODEY_HOME``,
+    as written, as ``~``-relative or relative to ``cwd``, or ``$CODEY_HOME`` itself) or a
+    ``/proc/.../environ``: a "read-only" ``cat`` would hand the worker's key to the model.
+    (No workdir lies inside ``home``: :func:`~codey_worker.confine.check_protected`.)"""
+    real_home = os.path.realpath(home)
+    for arg in argv:
+        if _PROC_ENVIRON.search(arg):
+            raise ActionRefused("protected_path", "a process's environment (/proc/<pid>/environ) "
+                                "is not for commands to read: the worker's holds its keys")
+        if "CODEY_HOME" in arg:
+            raise ActionRefused("protected_path", "$CODEY_HOME is the worker's own folder "
+                                "(its key and records): commands do not reach it")
+        for word in _PATH_SPLIT.split(arg):
+            if not word or not ("/" in word or word.startswith((".", "~"))):
+                continue
+            path = os.path.realpath(os.path.join(cwd, os.path.expanduser(word)))
+            if _under(path, real_home):
+                raise ActionRefused("protected_path", f"{word} is inside $CODEY_HOME, the "
+                                    "worker's own folder (its key and records): commands do "
+                                    "not reach it")
 
 
 @dataclass(frozen=True)

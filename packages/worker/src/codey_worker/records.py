@@ -15,11 +15,26 @@ The connection layer uses the store like this::
         -> "started" by a previous worker process that died mid-action: answer
            ActionErrored(code="interrupted") and finish() it with that frame. Never run it again.
 
-Storage: one SQLite file (WAL, ``synchronous=FULL``, so a returned ``mark_started``/``finish``
-has been fsynced and survives a crash), mode 0600. The ``keep`` most recently started or
+Storage: one SQLite file in WAL mode, mode 0600. The ``keep`` most recently started or
 finished records are kept (a long command's answer is as fresh as its finish); older ones are
 pruned after every write, except actions still running in this process. Methods are
 synchronous and thread-safe (one lock), quick enough to call from the event loop.
+
+Durability, with group commit:
+
+* a returned ``mark_started``/``finish`` has been committed to the WAL file (written, not yet
+  flushed to the disk): it survives the worker process dying any way it can — ``kill -9``, a
+  crash, the OOM killer — which is what "never run twice" rests on;
+* a syncer thread then flushes the WAL with one ``fdatasync`` for every batch of commits: those
+  made within ``flush_delay_s`` (5 ms) of the first, and while the previous flush ran
+  (``synchronous=NORMAL`` leaves the flushing to it). Concurrent actions share a flush, and so
+  do an action's start and answer when it is quick; no action waits for the disk before it
+  runs or before its answer goes out. :meth:`ActionRecords.sync` waits for it (``close``
+  does).
+* what a power cut (or a kernel crash) can lose is the last few milliseconds of records not
+  flushed yet (the delay and one flush): an action started in that window could be run
+  again after the machine comes back. A disk flush before every action would close the
+  window at the cost of a flush (4 ms on the machine this was measured on) on every step.
 """
 
 from __future__ import annotations
@@ -28,6 +43,7 @@ import contextlib
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +64,10 @@ CREATE TABLE IF NOT EXISTS records (
 
 _NEXT_TOUCH = "(SELECT coalesce(max(touched), 0) + 1 FROM records)"
 
+#: how long the syncer lets commits gather before it flushes them (a commit delay: an
+#: action's start and finish, or a burst of actions, share one fdatasync)
+FLUSH_DELAY_S = 0.005
+
 
 @dataclass(frozen=True)
 class Record:
@@ -67,11 +87,12 @@ class Record:
 class ActionRecords:
     """Recent actions by id, on disk. See the module docstring for the order of calls."""
 
-    def __init__(self, path: Path, keep: int = 500) -> None:
+    def __init__(self, path: Path, keep: int = 500, flush_delay_s: float = FLUSH_DELAY_S) -> None:
         if keep < 1:
             raise ValueError("keep must be at least 1")
         self.path = Path(path)
         self.keep = keep
+        self.flush_delay_s = flush_delay_s
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         # Create the file ourselves so it (and SQLite's -wal/-shm, which copy its mode) is 0600.
         os.close(os.open(self.path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600))
@@ -79,19 +100,95 @@ class ActionRecords:
         self._live: set[str] = set()
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
+        # commits are written, not flushed: the syncer thread flushes them in batches
+        self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute(_SCHEMA)
         self._db.execute("CREATE INDEX IF NOT EXISTS records_touched ON records (touched)")
+        self._flush_all()
+        # group commit: ``_written`` counts commits, ``_synced`` how many are on the disk
+        self._sync_cond = threading.Condition()
+        self._written = self._synced = 0
+        self._armed = False  # the syncer has been woken for the commits since its last flush
+        self._closing = False
+        self.flushes = 0  # fdatasync calls made (for tests and benchmarks)
+        self._syncer = threading.Thread(target=self._sync_loop, name="records-sync",
+                                        daemon=True)
+        self._syncer.start()
 
     def close(self) -> None:
+        """Flush what was written, stop the syncer, close the database."""
+        with self._sync_cond:
+            self._closing = True
+            self._sync_cond.notify_all()
+        self._syncer.join()
         with self._lock:
             self._db.close()
+
+    def sync(self, timeout: float | None = None) -> bool:
+        """Wait until every record written so far is on the disk; False on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._sync_cond:
+            target = self._written
+            while self._synced < target:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._sync_cond.wait(left)
+        return True
 
     def __enter__(self) -> ActionRecords:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def _flush_all(self) -> None:
+        """fdatasync the WAL (and the database file): everything committed is on the disk."""
+        for suffix in ("-wal", ""):
+            try:
+                fd = os.open(f"{self.path}{suffix}", os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                continue
+            try:
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
+
+    def _sync_loop(self) -> None:
+        """The syncer: one fdatasync of the WAL per batch of commits (group commit)."""
+        wal_fd: int | None = None
+        try:
+            while True:
+                with self._sync_cond:
+                    while self._synced == self._written and not self._closing:
+                        self._sync_cond.wait()
+                    if self._synced == self._written:  # closing, nothing left
+                        return
+                    # let the commits that follow (the action's answer, other actions') join
+                    # this flush: they do not wake this thread again (``_armed``); close()
+                    # cuts the wait short
+                    self._sync_cond.wait_for(lambda: self._closing, self.flush_delay_s)
+                    target = self._written
+                    self._armed = False
+                if wal_fd is None:
+                    # the WAL stays the same file while this connection is open (SQLite
+                    # resets it after a checkpoint, never deletes it then)
+                    wal_fd = os.open(f"{self.path}-wal", os.O_RDONLY | os.O_CLOEXEC)
+                os.fdatasync(wal_fd)
+                with self._sync_cond:
+                    self.flushes += 1
+                    self._synced = max(self._synced, target)
+                    self._sync_cond.notify_all()
+        finally:
+            if wal_fd is not None:
+                os.close(wal_fd)
+
+    def _wrote(self) -> None:
+        with self._sync_cond:
+            self._written += 1
+            if not self._armed:  # one wake-up per flush, not one per commit
+                self._armed = True
+                self._sync_cond.notify_all()
 
     def get(self, action_id: str) -> Record | None:
         """The record of ``action_id``, or None if this worker never saw it (or pruned it)."""
@@ -113,6 +210,7 @@ class ActionRecords:
                 )
                 self._live.add(action_id)
                 self._prune()
+            self._wrote()
             return None
 
     def finish(self, action_id: str, response_bytes: bytes) -> None:
@@ -132,6 +230,7 @@ class ActionRecords:
             )
             self._live.discard(action_id)
             self._prune()
+        self._wrote()
 
     def interrupted(self) -> list[str]:
         """Action ids started by an earlier process and never finished (it died mid-action)."""
@@ -148,7 +247,7 @@ class ActionRecords:
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[None]:
-        """One write transaction: a single fsync for the change and its pruning."""
+        """One write transaction: the change and its pruning, committed to the WAL."""
         self._db.execute("BEGIN IMMEDIATE")
         try:
             yield

@@ -4,10 +4,13 @@ reconnects, unlinking and signals."""
 from __future__ import annotations
 
 import json
+import re
+import shutil
 import signal
 import sqlite3
 import stat
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -19,6 +22,7 @@ import pytest
 
 from codey_testkit.procs import ManagedProcess, free_port
 from codey_testkit.stack import ServerProcess
+from codey_worker.sandbox import detect
 
 pytestmark = pytest.mark.integration
 
@@ -93,6 +97,11 @@ def test_pairs_connects_and_runs_actions(stack: Stack) -> None:
         wait_until(lambda: stack.worker_state(worker_id)["connected"])
         caps = stack.worker_state(worker_id)["capabilities"]
         assert "run_command" in caps["executors"] and "cancel" in caps["executors"]
+        # the sandbox it found, on its terminal and in its hello
+        sandbox = detect()
+        worker.wait_for_line(rf"^sandbox: {re.escape(sandbox.describe())}$")
+        assert (caps["sandbox"]["kind"], caps["sandbox"]["reason"]) == (
+            sandbox.kind, sandbox.reason)
 
         proj = stack.work / "proj"
         attached = stack.action(worker_id, {"type": "attach_session", "session_id": "ses_1",
@@ -108,6 +117,24 @@ def test_pairs_connects_and_runs_actions(stack: Stack) -> None:
             3, "out\n", "err\n")
         assert {"stream": "stdout", "data": "out\n"} in ran["progress"]
         worker.wait_for_line(r"^\[ses_1\] running: sh -c 'echo out; echo err >&2; exit 3'$")
+        if sandbox.available:
+            # a command runs in the sandbox unless the action says otherwise (the target is
+            # outside /tmp: the sandbox's /tmp is its own, the host's is not there at all)
+            outside = Path(tempfile.mkdtemp(prefix="codey-test-", dir="/var/tmp"))
+            try:
+                escape = ["sh", "-c", f"echo x > {outside}/escaped"]
+                boxed = stack.action(worker_id, {"type": "run_command", "session_id": "ses_1",
+                                                 "workdir": str(proj), "argv": escape})
+                assert boxed["ok"] and boxed["result"]["exit_code"] != 0, boxed
+                assert boxed["result"]["sandbox_denied"] is True
+                assert not (outside / "escaped").exists()
+                bare = stack.action(worker_id, {"type": "run_command", "session_id": "ses_1",
+                                                "workdir": str(proj), "argv": escape,
+                                                "sandbox": "full-access"})
+                assert bare["ok"] and bare["result"]["exit_code"] == 0, bare
+                assert (outside / "escaped").exists()
+            finally:
+                shutil.rmtree(outside)
 
         patch = "*** Begin Patch\n*** Add File: a.txt\n+hello\n*** End Patch"
         patched = stack.action(worker_id, {"type": "apply_patch", "session_id": "ses_1",

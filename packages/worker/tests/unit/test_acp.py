@@ -34,6 +34,33 @@ def test_updates_become_acp_updates() -> None:
     assert _convert(update_current_mode("code")) is None  # not shown
 
 
+@pytest.mark.parametrize(("raw", "text"), [
+    # codex-acp's exec end: the output only in raw_output, formatted first
+    ({"stdout": "a\n", "stderr": "", "aggregated_output": "a\n", "formatted_output": "a\nb\n",
+      "exit_code": 0}, "a\nb\n"),
+    ({"stdout": "out\n", "stderr": "err\n", "exit_code": 1}, "out\nerr\n"),
+    ({"aggregated_output": "both\n"}, "both\n"),
+    ("plain text", "plain text"),
+    ({"exit_code": 3}, '{"exit_code": 3}'),  # another shape: shown as it came
+])
+def test_a_calls_output_sent_only_as_raw_output_is_kept(raw: object, text: str) -> None:
+    ended = _convert(update_tool_call("t1", status="completed", raw_output=raw))
+    assert ended is not None and ended.text == text
+
+
+def test_content_wins_over_raw_output_and_raw_input_names_the_command() -> None:
+    ended = _convert(update_tool_call("t1", status="completed", raw_output={"stdout": "raw"},
+                                      content=[tool_content(text_block("shown"))]))
+    assert ended is not None and ended.text == "shown"
+    started = _convert(start_tool_call("t2", "ls", kind="execute",
+                                       raw_input={"command": ["ls", "-la"], "cwd": "."}))
+    assert started is not None and started.command == ["ls", "-la"]
+    one = _convert(start_tool_call("t3", "make", kind="execute", raw_input={"command": "make"}))
+    assert one is not None and one.command == ["make"]
+    odd = _convert(start_tool_call("t4", "x", raw_input={"command": [1, 2]}))
+    assert odd is not None and odd.command is None
+
+
 def test_agents_are_configured_like_mcp_servers() -> None:
     config = WorkerConfig.from_dict({"acp_agents": {
         "claude": {"command": "claude-code-acp", "env": {"ANTHROPIC_API_KEY": "k"}},

@@ -10,6 +10,7 @@ import pytest
 
 from codey_worker.cli import build_parser, main, run_loop
 from codey_worker.config import Identity, save_identity
+from codey_worker.sandbox import detect
 
 COMMANDS = [[], ["status"], ["unpair"], ["apply-patch"]]
 
@@ -57,6 +58,7 @@ def test_status_paired_then_unpair(home: Path, capsys: pytest.CaptureFixture[str
         "server: http://127.0.0.1:9",
         "allowed roots: /srv",
         "mcp server time: t -x",
+        f"sandbox: {detect().describe()}",
     ]
     assert main(["unpair"]) == 0
     assert not (home / "worker.json").exists()

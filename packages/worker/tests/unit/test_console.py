@@ -33,12 +33,21 @@ def render(call: Callable[[WorkerConsole], None], *, terminal: bool = False) -> 
         (lambda c: c.patch("s1", 1), "[s1] patch: 1 file\n"),
         (lambda c: c.error("denied_command: no\nmore", "s1"), "[s1] error: denied_command: no\n"),
         (lambda c: c.error("no server"), "error: no server\n"),
+        (lambda c: c.sandbox("bubblewrap 0.8.0", True), "sandbox: bubblewrap 0.8.0\n"),
+        (lambda c: c.sandbox("none (bwrap (bubblewrap) is not installed); commands are "
+                             "refused unless a session runs them with full access", False),
+         "sandbox: none (bwrap (bubblewrap) is not installed); commands are refused unless a "
+         "session runs them with full access\n"),
         (lambda c: c.unlinked(),
          "this machine was unlinked; run codey-worker unpair and pair again\n"),
     ],
 )
 def test_lines(call: Callable[[WorkerConsole], None], expected: str) -> None:
     assert render(call) == expected
+    # without rich (not a terminal): the very same text
+    plain = io.StringIO()
+    call(WorkerConsole(out=plain))
+    assert plain.getvalue() == expected
 
 
 def test_pair_line_is_one_line_even_when_longer_than_the_terminal() -> None:

@@ -1,4 +1,5 @@
-"""run_command with real processes: every safety rule has its own test."""
+"""run_command with real processes, outside the sandbox (``full-access``): every safety rule
+has its own test."""
 
 from __future__ import annotations
 
@@ -63,6 +64,9 @@ def policy(tmp_path: Path) -> LocalPolicy:
 
 
 def action(ws: Path, argv: list[str], **kw: Any) -> RunCommand:
+    # the bare run path (as under full access); test_exec_sandboxed.py runs the same
+    # machinery inside bwrap
+    kw.setdefault("sandbox", "full-access")
     return RunCommand(action_id=kw.pop("action_id", "a1"), session_id="s1", argv=argv,
                       workdir=str(ws), **kw)  # fmt: skip
 

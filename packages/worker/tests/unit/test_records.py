@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import stat
+import subprocess
+import sys
+import threading
 from pathlib import Path
 
 import pytest
 
+from codey_testkit.waiting import wait_until
 from codey_worker.records import ActionRecords, Record
 
 
@@ -99,3 +105,56 @@ def test_file_is_private(db: Path) -> None:
 def test_keep_must_be_positive(db: Path) -> None:
     with pytest.raises(ValueError):
         ActionRecords(db, keep=0)
+
+
+def test_concurrent_writes_share_one_flush(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Group commit: the writes made while a flush runs are flushed together by the next."""
+    with ActionRecords(db) as records:
+        calls: list[int] = []
+        gate = threading.Event()
+        real = os.fdatasync
+
+        def held(fd: int) -> None:
+            calls.append(fd)
+            if len(calls) == 1:
+                gate.wait(10)
+            real(fd)
+
+        monkeypatch.setattr(os, "fdatasync", held)
+        records.mark_started("a0", b"x")
+        wait_until(lambda: len(calls) == 1, what="the first flush to start")
+        for i in range(1, 10):  # ten actions at once, say: started and finished
+            records.mark_started(f"a{i}", b"x")
+            records.finish(f"a{i}", b"r")
+        gate.set()
+        assert records.sync(timeout=10)
+        assert len(calls) == 2 and records.flushes == 2
+
+
+def test_a_write_survives_kill_9_before_any_flush(db: Path) -> None:
+    """What never-run-twice rests on: a returned mark_started is in the WAL, so a worker
+    killed before the syncer flushed anything still finds it (the disk flush protects
+    against a power cut, not against the process dying)."""
+    child = (
+        "import os, signal, sys, threading\n"
+        "from codey_worker.records import ActionRecords\n"
+        "r = ActionRecords(sys.argv[1])\n"
+        "os.fdatasync = lambda fd: threading.Event().wait()  # the syncer never flushes\n"
+        "r.mark_started('running', b'a')\n"
+        "r.mark_started('done', b'b'); r.finish('done', b'answer')\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n")
+    done = subprocess.run([sys.executable, "-c", child, str(db)], timeout=60)
+    assert done.returncode == -signal.SIGKILL
+    with ActionRecords(db) as reopened:
+        assert reopened.get("done") == Record("done", "finished", b"b", b"answer")
+        assert reopened.interrupted() == ["running"]
+
+
+def test_sync_and_close_flush_everything(db: Path) -> None:
+    records = ActionRecords(db)
+    records.mark_started("a", b"x")
+    assert records.sync(timeout=10) and records.flushes >= 1
+    records.finish("a", b"r")
+    records.close()  # flushes, then stops the syncer
+    with ActionRecords(db) as reopened:
+        assert reopened.get("a") == Record("a", "finished", b"x", b"r")

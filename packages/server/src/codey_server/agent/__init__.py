@@ -1,1 +1,14 @@
-"""The agent loop: model providers, tools, the approval gate, and one runner per session."""
+"""The agent loop: a session's turn, its tools, the model providers.
+
+- :mod:`.service`: starts, stops and resumes turns; the waits for approvals, answers and
+  sub-agents; providers and histories.
+- :mod:`.machine`: a turn as a state machine without I/O — its inputs, its effects, and what
+  both turns share; :mod:`.turn`: Codey's own turn; :mod:`.acp`: a turn an external ACP agent
+  runs. :mod:`.driver`: the one async driver both run on (effects carried out, results fed
+  back, every step appended through ``Engine.submit``). :mod:`.ports`: what they need.
+- :mod:`.tools`: one module per tool and their registry; :mod:`.approvals`: the policies the
+  tools' approval rules are built from.
+- The model path: :mod:`.models` (providers), :mod:`.wire` (request and stream formats),
+  :mod:`.stream`, :mod:`.errors`; the conversation from items (:mod:`.conversation`,
+  :mod:`.history`), the instructions, context windows and compaction.
+"""

@@ -1,10 +1,25 @@
-"""The approval gate: which tool calls must wait for the user, under which policy.
+"""The approval policies: which calls must wait for the user, under which policy.
+
+Each tool's approval rule (:meth:`~codey_server.agent.tools.base.Tool.ask`) is built from
+these: :func:`asks_for_command` (``shell``), :func:`asks_for_edit` (``apply_patch``,
+``write_file``), :func:`asks_for_mcp` (MCP tools); reads and the server's own tools never ask.
 
 ``suggest``: every command and every write asks, except known-safe read-only commands.
 ``auto-edit``: patches and writes inside the workdir go ahead; commands ask (safe ones don't).
 ``full-auto``: nothing asks (the worker's local policy still applies).
 A command the user approved "for this session" is remembered as its exact argv; any later
 command that starts with that argv goes ahead.
+
+A command is known-safe (goes ahead under ``suggest`` and ``auto-edit``, and may run in plan
+mode) only when it runs in the worker's OS sandbox: there, a "read-only" command that reads a
+secret finds it hidden, and one that would run code from the repository (git's
+``core.fsmonitor``) cannot have planted it. git is known-safe only from the workdir's root, and
+runs with :data:`GIT_HARDENING_ENV`: a folder laid out as a git directory deeper in the tree
+(``vendor/evil`` with a ``config`` of its own) is never the repository it reads.
+
+Leaving the sandbox for one command (:func:`asks_to_escalate`) waits for the user under every
+policy, ``full-auto`` included; "for this session" remembers that command's prefix apart from
+the approved prefixes (approving a command never lets it leave the sandbox).
 
 MCP tools go by the danger level their server's annotations give (:func:`mcp_danger`), as
 agendo's danger levels do:
@@ -30,8 +45,9 @@ from typing import Literal
 
 from codey_protocol import worker as wk
 
-__all__ = ["McpDanger", "is_known_safe", "mcp_danger", "mcp_tool_of", "needs_approval",
-           "path_inside"]
+__all__ = ["GIT_HARDENING_ENV", "McpDanger", "asks_for_command", "asks_for_edit", "asks_for_mcp",
+           "asks_to_escalate", "hardened_env", "is_known_safe", "mcp_danger", "mcp_tool_of",
+           "patch_paths", "path_inside"]
 
 McpDanger = Literal["read_only", "additive", "destructive"]
 
@@ -44,8 +60,31 @@ _GIT_UNSAFE_FLAGS = ("--output", "--ext-diff", "-c", "--exec-path", "--upload-pa
 _SEARCH_UNSAFE_FLAGS = ("--pre", "--pre-glob", "-z", "--search-zip", "--hostname-bin")
 
 
-def is_known_safe(argv: Sequence[str]) -> bool:
-    """True for a conservative list of read-only commands (never a shell)."""
+#: the settings every known-safe git command runs with (git's own ``GIT_CONFIG_COUNT``
+#: overrides, above any repository's config): no fsmonitor hook, no hooks at all, and no
+#: bare repository found by walking up (a folder laid out as one is not a repository)
+GIT_HARDENING: tuple[tuple[str, str], ...] = (
+    ("core.fsmonitor", "false"), ("core.hooksPath", "/dev/null"),
+    ("safe.bareRepository", "explicit"), ("core.untrackedCache", "false"))
+GIT_HARDENING_ENV: dict[str, str] = {
+    "GIT_CONFIG_COUNT": str(len(GIT_HARDENING)),
+    **{f"GIT_CONFIG_KEY_{n}": k for n, (k, _) in enumerate(GIT_HARDENING)},
+    **{f"GIT_CONFIG_VALUE_{n}": v for n, (_, v) in enumerate(GIT_HARDENING)},
+}
+
+
+def _at_root(cwd: str | None) -> bool:
+    return cwd is None or posixpath.normpath(cwd) in (".", "")
+
+
+def hardened_env(argv: Sequence[str]) -> dict[str, str]:
+    """The environment a command runs with beyond the worker's: git's hardening for git."""
+    return dict(GIT_HARDENING_ENV) if argv and posixpath.basename(argv[0]) == "git" else {}
+
+
+def is_known_safe(argv: Sequence[str], cwd: str | None = None) -> bool:
+    """True for a conservative list of read-only commands (never a shell). ``cwd``: the
+    command's folder relative to the workdir (None: the workdir itself)."""
     if not argv:
         return False
     prog = posixpath.basename(argv[0])
@@ -53,7 +92,8 @@ def is_known_safe(argv: Sequence[str]) -> bool:
     if prog in _SAFE_PLAIN:
         return all(not a.startswith("--output") for a in args)
     if prog == "git":
-        if not args or args[0] not in _SAFE_GIT:
+        # deeper in the tree, "the repository" may be any folder laid out as one
+        if not args or args[0] not in _SAFE_GIT or not _at_root(cwd):
             return False
         return not any(a == f or a.startswith(f + "=") for a in args[1:] for f in _GIT_UNSAFE_FLAGS)
     if prog in ("rg", "grep"):
@@ -79,7 +119,8 @@ def path_inside(path: str) -> bool:
     return ".." not in parts and not any(p.lower() == ".git" for p in parts)
 
 
-def _patch_paths(patch: str) -> list[str]:
+def patch_paths(patch: str) -> list[str]:
+    """The paths a patch adds, deletes, updates or moves to."""
     paths = []
     for line in patch.splitlines():
         stripped = line.strip()
@@ -115,33 +156,42 @@ def mcp_danger(tool: wk.McpTool | None) -> McpDanger:
     return "destructive"
 
 
-def needs_approval(policy: str, tool: str, *, command: Sequence[str] | None = None,
-                   patch: str | None = None, path: str | None = None,
-                   approved_prefixes: Sequence[Sequence[str]] = (),
-                   mcp: wk.McpTool | None = None) -> bool:
-    """Whether this tool call must wait for the user under ``policy``.
+def _has_prefix(argv: Sequence[str], prefixes: Sequence[Sequence[str]]) -> bool:
+    argv = list(argv)
+    return any(len(p) <= len(argv) and argv[:len(p)] == list(p) for p in prefixes if p)
 
-    ``mcp`` is the MCP tool being called (``tool == "mcp"``), as its worker listed it.
-    """
+
+def asks_for_command(policy: str, argv: Sequence[str],
+                     approved_prefixes: Sequence[Sequence[str]] = (), *,
+                     sandboxed: bool = True, cwd: str | None = None) -> bool:
+    """Whether a command waits for the user: not under ``full-auto``, not when it is
+    known-safe and runs in the sandbox, not when it starts with a prefix approved for the
+    session."""
+    if policy == "full-auto" or (sandboxed and is_known_safe(argv, cwd)):
+        return False
+    return not _has_prefix(argv, approved_prefixes)
+
+
+def asks_to_escalate(argv: Sequence[str], escalated_prefixes: Sequence[Sequence[str]] = (),
+                     ) -> bool:
+    """Whether running ``argv`` outside the sandbox waits for the user: always (every
+    policy), unless the user let a prefix of it leave the sandbox for this session."""
+    return not _has_prefix(argv, escalated_prefixes)
+
+
+def asks_for_edit(policy: str, paths: Sequence[str]) -> bool:
+    """Whether a change to the files at ``paths`` waits for the user: always under
+    ``suggest``; under ``auto-edit`` unless every path stays inside the workdir."""
     if policy == "full-auto":
         return False
-    if tool in ("read_file", "list_dir", "update_plan", "ask_user", "remember", "delegate"):
-        return False  # reads, and the server's own records: nothing on the machine changes
-    if tool == "shell":
-        argv = list(command or [])
-        if is_known_safe(argv):
-            return False
-        return not any(len(p) <= len(argv) and argv[:len(p)] == list(p)
-                       for p in approved_prefixes if p)
-    if tool == "apply_patch":
-        if policy == "auto-edit":
-            paths = _patch_paths(patch or "")
-            return not paths or not all(path_inside(p) for p in paths)
-        return True
-    if tool == "write_file":
-        return not (policy == "auto-edit" and path_inside(path or ""))
-    if tool == "mcp":
-        danger = mcp_danger(mcp)
-        return danger == "destructive" or (danger == "additive" and policy != "auto-edit")
-    # anything else can do anything: ask unless full-auto
+    if policy == "auto-edit":
+        return not paths or not all(path_inside(p) for p in paths)
     return True
+
+
+def asks_for_mcp(policy: str, tool: wk.McpTool | None) -> bool:
+    """Whether a call of this MCP tool (as its worker listed it) waits for the user."""
+    if policy == "full-auto":
+        return False
+    danger = mcp_danger(tool)
+    return danger == "destructive" or (danger == "additive" and policy != "auto-edit")

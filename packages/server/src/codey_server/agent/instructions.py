@@ -4,9 +4,9 @@ memory. Rebuilt for each call from the folded state, like the conversation."""
 
 from __future__ import annotations
 
-from codey_protocol.state import SessionInfo
+from codey_protocol.state import SessionInfo, State, memory_key
 
-__all__ = ["INSTRUCTIONS", "build_instructions"]
+__all__ = ["INSTRUCTIONS", "build_instructions", "memory_of"]
 
 INSTRUCTIONS = """You are Codey, a coding agent working in a developer's project on their machine.
 Use the tools to inspect and change the project: `shell` runs an argv list in the session's
@@ -39,6 +39,12 @@ Do not change anything yet. Look at the project with the read-only tools (`read_
 `list_dir`, and `shell` for read-only commands such as `ls`, `cat`, `git status`, `rg`), then
 propose a plan with `update_plan` and stop. The user reviews the plan, may edit it, and
 approves it; you carry it out after that."""
+
+
+def memory_of(state: State, session: SessionInfo) -> str:
+    """The project memory of the session's worker and workdir."""
+    memory = state.memories.get(memory_key(session.worker_id, session.workdir))
+    return memory.text if memory is not None else ""
 
 
 def build_instructions(session: SessionInfo, memory: str = "") -> str:

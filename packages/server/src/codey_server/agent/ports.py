@@ -1,37 +1,44 @@
-"""What the turn loop needs from the rest of the server, as narrow interfaces.
+"""What a turn needs from the rest of the server, as narrow interfaces.
 
-:class:`~codey_server.agent.runner.TurnRunner` depends on these and nothing else, so it can be
-driven in unit tests on the in-memory log with a scripted model stream and a stand-in worker,
-and it does not import the service that starts it.
+The turn machines (:mod:`~codey_server.agent.turn`, :mod:`~codey_server.agent.acp`) read the
+folded state and the :class:`Models`; the driver (:mod:`~codey_server.agent.driver`) uses the
+rest: the write path (:class:`Store`, the engine), the workers' :class:`Actions`, and the
+:class:`Waits` of the agent service. Tests drive a turn through the real engine (on the
+in-memory log) and the real service, with a scripted model and a stand-in worker.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from codey_protocol import events as ev
-from codey_protocol.state import SessionInfo, State
+from codey_protocol.state import State
 from codey_server.agent.history import History
 from codey_server.agent.models import ModelProvider
 from codey_server.core.actions import Actions
+from codey_server.core.rules import Context, Decided
 from codey_server.settings import RoleConfig
 
-__all__ = ["Actions", "Approvals", "Children", "Limits", "Models", "Store", "TurnDeps"]
+__all__ = ["Actions", "Limits", "Models", "Store", "TurnDeps", "Waits"]
+
+In = TypeVar("In")
 
 
 class Store(Protocol):
-    """The folded state and the only way to change it (the engine)."""
+    """The folded state and the one write path (the engine)."""
 
     @property
     def state(self) -> State: ...
 
-    async def append(self, events: Sequence[tuple[str | None, ev.Event]]) -> list[ev.Envelope]:
-        """Append, commit and fold; returns once ``state`` shows the events."""
+    @property
+    def context(self) -> Context: ...
 
-    def new_id(self, prefix: str) -> str: ...
+    async def submit(self, decision: Callable[[State, In, Context], Decided], input: In, *,
+                     exclusive: bool = True) -> list[ev.Envelope]:
+        """Run the pure ``decision`` against the state and append what it decides; returns
+        once ``state`` shows the events."""
 
 
 class Models(Protocol):
@@ -42,18 +49,18 @@ class Models(Protocol):
     def history(self, session_id: str, wire_name: str) -> History: ...
 
 
-class Children(Protocol):
-    """Sub-agent sessions (``delegate``)."""
+class Waits(Protocol):
+    """Waiting for what someone else decides. Each returns at once when it is already so."""
 
-    async def wait_done(self, session_id: str) -> None:
+    async def approval(self, session_id: str, approval_id: str) -> None:
+        """Return once the approval is no longer pending (or is gone)."""
+
+    async def answer(self, session_id: str, question_id: str) -> None:
+        """Return once the question is no longer pending (or is gone)."""
+
+    async def turn_over(self, session_id: str) -> None:
         """Return once the session's turn is over (it is not running and not busy), or the
-        session is gone."""
-
-
-class Approvals(Protocol):
-    def approval_waiter(self, approval_id: str) -> asyncio.Future[None]:
-        """A future set when the approval (or question) with this id is resolved (answered);
-        register before checking its status."""
+        session is gone: a sub-agent's, for the ``delegate`` call that started it."""
 
 
 @dataclass(frozen=True)
@@ -69,16 +76,11 @@ class TurnDeps:
     store: Store
     actions: Actions
     models: Models
-    approvals: Approvals
+    waits: Waits
     limits: Limits
-    #: True while the server shuts down: runners stop without touching their sessions
+    #: True while the server shuts down: turns stop without touching their sessions
     stopping: Callable[[], bool]
-    #: the project memory for a session (its worker and workdir)
-    memory_of: Callable[[SessionInfo], str] = lambda session: ""
-    #: sessions whose AGENTS.md or skills changed on disk: reloaded before the next call
-    stale_context: set[str] = field(default_factory=set)
-    #: roles the model can delegate to, and the sub-agent sessions it waits for
+    #: roles the model can delegate to
     roles: dict[str, RoleConfig] = field(default_factory=dict)
-    children: Children | None = None
     #: files sent with prompts, by content hash
     load_blob: Callable[[str], bytes | None] | None = None

@@ -1,6 +1,10 @@
-"""The agent service: starts a turn runner when a session gets a prompt, stops it on
-interrupt, wakes runners waiting for approvals, compacts on request, and resumes running
-sessions after a restart.
+"""The agent service: starts a turn when a session gets a prompt, stops it on interrupt,
+wakes turns waiting for approvals, answers and sub-agents, compacts on request, and resumes
+running sessions after a restart.
+
+A turn is a machine (:class:`~codey_server.agent.turn.CodeyTurn`, or
+:class:`~codey_server.agent.acp.AcpTurn` for a session an ACP agent runs) on a
+:class:`~codey_server.agent.driver.TurnDriver`, whose ``run`` is the session's task.
 
 It reacts to folded events (an engine listener), so a command from any path — the browser
 socket, the REST API — has the same effect. It owns the model providers (one pooled client
@@ -18,13 +22,15 @@ from typing import TYPE_CHECKING
 from codey_protocol import events as ev
 from codey_protocol import worker as wk
 from codey_protocol.events import Envelope
-from codey_protocol.state import SessionInfo, memory_key
-from codey_server.agent.acp import AcpRunner
+from codey_protocol.state import Approval, Question, SessionInfo
+from codey_server.agent.acp import AcpTurn
 from codey_server.agent.conversation import needs_turn
+from codey_server.agent.driver import TurnDriver
 from codey_server.agent.history import History
+from codey_server.agent.machine import ContextChanged, TurnMachine
 from codey_server.agent.models import ModelProvider, build_provider, discover_ollama_models
 from codey_server.agent.ports import Actions, Limits, TurnDeps
-from codey_server.agent.runner import TurnRunner
+from codey_server.agent.turn import CodeyTurn
 from codey_server.agent.wire import Loader, wire_for
 from codey_server.core.background import Background
 from codey_server.core.engine import Engine
@@ -65,19 +71,34 @@ class _Credentials:
         return await self._refresh_for(self.name) if self._refresh_for is not None else False
 
 
-class _EngineStore:
-    """The engine as the runner's :class:`~codey_server.agent.ports.Store`."""
+class _Waiters:
+    """Turns waiting for something about one key, each until a condition on the state
+    holds; :meth:`wake` makes them look again. One per kind of wait (approvals by id,
+    questions by id, sessions' turns by session id)."""
 
-    def __init__(self, engine: Engine) -> None:
-        self._engine = engine
-        self.append = engine.append
+    def __init__(self) -> None:
+        self._futures: dict[str, list[asyncio.Future[None]]] = {}
 
-    @property
-    def state(self):  # type: ignore[no-untyped-def]
-        return self._engine.state
+    async def until(self, key: str, over: Callable[[], bool]) -> None:
+        """Return once ``over()`` is true: at once, or after a :meth:`wake` of ``key`` (the
+        condition is checked and the waiter registered with no await between, so a wake
+        cannot be missed)."""
+        while not over():
+            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            waiting = self._futures.setdefault(key, [])
+            waiting.append(future)
+            try:
+                await future
+            finally:
+                if future in waiting:
+                    waiting.remove(future)
+                    if not waiting:
+                        self._futures.pop(key, None)
 
-    def new_id(self, prefix: str) -> str:
-        return self._engine.context.new_id(prefix)
+    def wake(self, key: str) -> None:
+        for future in self._futures.pop(key, []):
+            if not future.done():
+                future.set_result(None)
 
 
 class AgentService:
@@ -102,18 +123,20 @@ class AgentService:
             for config in settings.providers}
         self.histories: dict[tuple[str, str], History] = {}
         self.tasks: dict[str, asyncio.Task[None]] = {}
+        self.drivers: dict[str, TurnDriver] = {}
         self._rerun: set[str] = set()  # prompted while the old task was still finishing
-        self._waiters: dict[str, list[asyncio.Future[None]]] = {}
+        #: the waits (ports.Waits): approvals and questions by id, sessions' turns by id
+        self._approvals = _Waiters()
+        self._answers = _Waiters()
+        self._turns = _Waiters()
         self.stopping = False
         self._background = Background(log)
         self.deps = TurnDeps(
-            store=_EngineStore(engine), actions=actions or workers, models=self,
-            approvals=self,
+            store=engine, actions=actions or workers, models=self, waits=self,
             limits=Limits(turn_iteration_cap=settings.turn_iteration_cap,
                           action_timeout_s=settings.action_timeout_s,
                           approval_timeout_s=settings.approval_timeout_s),
-            stopping=lambda: self.stopping, memory_of=self.memory_of,
-            roles=dict(settings.roles), children=self, load_blob=load_blob)
+            stopping=lambda: self.stopping, roles=dict(settings.roles), load_blob=load_blob)
         engine.listeners.append(self._on_event)
 
     # ports.Models ---------------------------------------------------------------------------
@@ -127,10 +150,6 @@ class AgentService:
         if history is None:
             history = self.histories[key] = History(wire_for(wire_name), self.load_blob)
         return history
-
-    def memory_of(self, session: SessionInfo) -> str:
-        memory = self.engine.state.memories.get(memory_key(session.worker_id, session.workdir))
-        return memory.text if memory is not None else ""
 
     # lifecycle ------------------------------------------------------------------------------
 
@@ -194,21 +213,24 @@ class AgentService:
             self._lost.discard(session_id)
             deps = dataclasses.replace(
                 deps, stopping=lambda: self.stopping or session_id in self._lost)
-        runner: TurnRunner | AcpRunner
+        machine: TurnMachine
         if session is not None and session.agent:
             if compact_only:
                 return  # an external agent keeps its own context
-            runner = AcpRunner(deps, session_id, resume=resume)
+            machine = AcpTurn(session_id, limits=deps.limits, resume=resume)
         else:
-            runner = TurnRunner(deps, session_id, resume=resume, compact_only=compact_only)
-        task = asyncio.get_running_loop().create_task(runner.run(), name=f"turn-{session_id}")
+            machine = CodeyTurn(session_id, models=self, limits=deps.limits, roles=deps.roles,
+                                resume=resume, compact_only=compact_only)
+        driver = self.drivers[session_id] = TurnDriver(machine, deps)
+        task = asyncio.get_running_loop().create_task(driver.run(), name=f"turn-{session_id}")
         self.tasks[session_id] = task
         task.add_done_callback(lambda t: self._done(session_id, t))
 
     def _done(self, session_id: str, task: asyncio.Task[None]) -> None:
         if self.tasks.get(session_id) is task:
             del self.tasks[session_id]
-        self._wake(f"turn:{session_id}")
+            self.drivers.pop(session_id, None)
+        self._turns.wake(session_id)  # a parent may be waiting for this sub-agent
         if session_id in self._rerun:
             self._rerun.discard(session_id)
             session = self.engine.state.sessions.get(session_id)
@@ -281,45 +303,57 @@ class AgentService:
             self._lost.add(session_id)
             task.cancel()
 
-    # ports.Children -------------------------------------------------------------------------
+    # ports.Waits ----------------------------------------------------------------------------
 
-    async def wait_done(self, session_id: str) -> None:
-        while True:
+    async def approval(self, session_id: str, approval_id: str) -> None:
+        await self._approvals.until(approval_id, self._decided(
+            session_id, lambda s: s.approvals.get(approval_id)))
+
+    async def answer(self, session_id: str, question_id: str) -> None:
+        await self._answers.until(question_id, self._decided(
+            session_id, lambda s: s.questions.get(question_id)))
+
+    def _decided(self, session_id: str,
+                 find: Callable[[SessionInfo], Approval | Question | None]) -> Callable[[], bool]:
+        """A condition: the approval or question ``find`` picks is no longer pending."""
+        def decided() -> bool:
             session = self.engine.state.sessions.get(session_id)
-            if session is None:
-                return
-            if not self.running(session_id) and session.status not in _RESUME:
-                return
-            # woken when its turn task ends (and on each of its status changes)
-            await self.approval_waiter(f"turn:{session_id}")
+            record = find(session) if session is not None else None
+            return record is None or record.status != "pending"
 
-    # ports.Approvals ------------------------------------------------------------------------
+        return decided
 
-    def approval_waiter(self, approval_id: str) -> asyncio.Future[None]:
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.setdefault(approval_id, []).append(future)
-        return future
+    async def turn_over(self, session_id: str) -> None:
+        def over() -> bool:
+            session = self.engine.state.sessions.get(session_id)
+            return session is None or (not self.running(session_id)
+                                       and session.status not in _RESUME)
+
+        # woken when its turn task ends, and on each of its status changes
+        await self._turns.until(session_id, over)
 
     def _on_event(self, env: Envelope) -> None:
         e = env.event
         sid = env.session_id
         if isinstance(e, ev.ApprovalResolved):
-            self._wake(e.approval_id)
+            self._approvals.wake(e.approval_id)
         elif isinstance(e, ev.QuestionAnswered):
-            self._wake(e.question_id)
+            self._answers.wake(e.question_id)
         if sid is None:
             return
         if isinstance(e, ev.SessionItemAppended) and isinstance(e.item, ev.UserMessage):
             self.start_turn(sid)
         elif isinstance(e, ev.SessionWorkspaceChanged):
-            if any(p.rsplit("/", 1)[-1] in _CONTEXT_FILES for p in e.paths):
-                self.deps.stale_context.add(sid)
+            driver = self.drivers.get(sid)
+            if driver is not None and any(p.rsplit("/", 1)[-1] in _CONTEXT_FILES
+                                          for p in e.paths):
+                driver.tell(ContextChanged(now=env.ts))  # (a new turn loads it anyway)
         elif isinstance(e, ev.CompactionRequested):
             self.start_turn(sid, compact_only=True)
         elif isinstance(e, ev.TurnRequested):
             self.start_turn(sid)
         elif isinstance(e, ev.SessionStatusChanged):
-            self._wake(f"turn:{sid}")  # a parent may be waiting for this sub-agent
+            self._turns.wake(sid)  # a parent may be waiting for this sub-agent
             if e.status in ("interrupted", "closed"):
                 task = self.tasks.get(sid)
                 if task is not None and not task.done():
@@ -329,11 +363,6 @@ class AgentService:
         elif isinstance(e, ev.SessionDeleted):
             for key in [k for k in self.histories if k[0] == sid]:
                 del self.histories[key]
-
-    def _wake(self, key: str) -> None:
-        for future in self._waiters.pop(key, []):
-            if not future.done():
-                future.set_result(None)
 
     def _detach(self, session_id: str) -> None:
         """A closed session's worker stops watching its workdir (best effort: a worker that

@@ -83,7 +83,8 @@ def create_session(state: State, c: cl.CreateSession, ctx: Context) -> Decided:
     out: Decided = [(session_id, ev.SessionCreated(
         title=c.title or title_from_prompt(c.prompt), worker_id=c.worker_id,
         workdir=c.workdir.strip(), provider=provider, model=model, policy=c.policy,
-        plan_mode=c.plan_mode, agent=c.agent, origin=ctx.origin,
+        plan_mode=c.plan_mode, agent=c.agent, origin=ctx.origin, sandbox=c.sandbox,
+        network=c.network,
     ))]
     attachments = _check_attachments(c.attachments, ctx)
     if c.prompt.strip() or attachments:
@@ -321,6 +322,15 @@ _SESSION_OPS: dict[type, Callable[[State, Any, Context], Decided]] = {
 }
 
 
+def _set_sandbox(state: State, c: cl.SetSandbox, ctx: Context) -> Decided:
+    s = existing(state, c.session_id)
+    if s.status == "closed":
+        raise CommandRejected("conflict", "the session is closed")
+    if (s.sandbox, s.network) == (c.sandbox, c.network):
+        return []
+    return [(s.session_id, ev.SessionSandboxChanged(sandbox=c.sandbox, network=c.network))]
+
+
 def _set_policy(state: State, c: cl.SetApprovalPolicy, ctx: Context) -> Decided:
     s = existing(state, c.session_id)
     if s.policy == c.policy:
@@ -342,6 +352,7 @@ COMMANDS: Mapping[type[Any], Decider] = {
     cl.SendPrompt: _send_prompt,
     cl.DecideApproval: _decide_approval,
     cl.SetApprovalPolicy: _set_policy,
+    cl.SetSandbox: _set_sandbox,
     cl.Interrupt: _interrupt,
     cl.CompactSession: lambda state, c, ctx: _compact(state, c),
     **_SESSION_OPS,

@@ -1,19 +1,22 @@
 """The engine: the event log, the folded state, and the one way to change it.
 
 Order of calls: ``await Engine.start()`` (opens the log, loads the latest snapshot, replays
-the tail) → any number of ``append`` / ``execute`` → ``await stop()`` (finishes in-flight
+the tail) → any number of ``execute`` / ``submit`` → ``await stop()`` (finishes in-flight
 appends, writes a final snapshot, closes the log).
 
-Every change goes ``decide`` (commands only) → ``log.append`` → ``apply`` (here, in seq order)
-→ fan-out (the log publishes committed events to subscribers). ``append`` returns only once its
-events are folded into :attr:`state`, so a caller always reads its own writes.
+Every change goes a pure decision (``execute``: a browser command through the features'
+rules; ``submit``: any other decision) → ``log.append`` → ``apply`` (here, in seq order) →
+fan-out (the log publishes committed events to subscribers). These two are the only write
+path: nothing else appends (``tests/unit/test_write_path.py`` checks every module). A write
+returns only once its events are folded into :attr:`state`, so a caller always reads its own
+writes.
 
 :attr:`state` is one object, set by ``start`` (from the latest snapshot) and from then on
 changed in place by every fold (:mod:`codey_server.core.fold` mutates; it does not return a
 new state). So anything read out of it — ``engine.state.sessions[sid]``, an item, a worker —
-is live: after an ``await`` it already shows the events folded meanwhile. The agent loop
-relies on this (see :mod:`codey_server.core.fold`); code that needs a value as of one moment reads
-it before its next ``await`` or copies it. Listeners run right after their envelope is folded,
+is live: after an ``await`` it already shows the events folded meanwhile (see
+:mod:`codey_server.core.fold`); code that needs a value as of one moment reads it before its
+next ``await`` or copies it. Listeners run right after their envelope is folded,
 on the loop, so they see the state at exactly that seq.
 """
 
@@ -114,8 +117,9 @@ class Engine:
 
     # writes -------------------------------------------------------------------------------
 
-    async def append(self, events: Sequence[tuple[str | None, Event]]) -> list[Envelope]:
-        """Append events atomically; returns once they are committed and folded."""
+    async def _append(self, events: Sequence[tuple[str | None, Event]]) -> list[Envelope]:
+        """Append events atomically; returns once they are committed and folded. Private:
+        every writer goes through :meth:`execute` or :meth:`submit`, which decide first."""
         if not events:
             return []
         status.check(self.state, list(events))
@@ -143,7 +147,7 @@ class Engine:
         """
         ctx = dataclasses.replace(self.context, origin=origin) if origin else self.context
         async with self._command_lock:
-            return await self.append(self.rules.decide(self.state, command, ctx))
+            return await self._append(self.rules.decide(self.state, command, ctx))
 
     async def submit(self, decision: Callable[[State, In, Context], Decided], input: In, *,
                      exclusive: bool = True) -> list[Envelope]:
@@ -159,9 +163,9 @@ class Engine:
         appended then.
         """
         if not exclusive:
-            return await self.append(decision(self.state, input, self.context))
+            return await self._append(decision(self.state, input, self.context))
         async with self._command_lock:
-            return await self.append(decision(self.state, input, self.context))
+            return await self._append(decision(self.state, input, self.context))
 
     async def catch_up(self) -> None:
         """Return once the state has folded every event committed so far, by any replica (the

@@ -18,11 +18,10 @@ callers must know:
   changed in place by later events, never swapped (a session or worker object is created once,
   by its creation or pairing event). So a reference to one taken before an ``await`` shows,
   after it, everything folded meanwhile. (``plan``, ``changed_paths`` and the ``auth`` and
-  ``rate_limits`` entries are replaced whole: read those through their owner.) Code
-  relies on this: ``TurnRunner._settle`` reads ``s.pending_actions`` through a session taken
-  before it awaited an approval, and ``_cleanup_after_interrupt`` reads ``s.items`` after
-  awaiting worker cancels. A fold that returned new objects would leave them reading stale
-  state; change that code before changing this.
+  ``rate_limits`` entries are replaced whole: read those through their owner.) Code that
+  keeps such a reference across an ``await`` relies on this (the agent's turns do not: a turn
+  machine is handed the state at each step). A fold that returned new objects would leave
+  such code reading stale state; change that code before changing this.
 * Code that needs a value as of one moment reads it before its next ``await``, or keeps a
   copy (:func:`copy_state`; encoding the state is a copy too, and the loop thread sees one
   consistent state between awaits).
@@ -103,7 +102,7 @@ def _session_created(state: State, env: ev.Envelope) -> None:
         provider=e.provider, model=e.model, policy=e.policy, created_at=env.ts,
         updated_at=env.ts, plan_mode=e.plan_mode, parent_id=e.parent_id,
         parent_item=e.parent_item, role=e.role, read_only=e.read_only, turn_cap=e.turn_cap,
-        agent=e.agent,
+        agent=e.agent, sandbox=e.sandbox, network=e.network,
     )
 
 
@@ -130,6 +129,14 @@ def _policy(state: State, env: ev.Envelope) -> None:
     s = _session(state, env)
     if s is not None:
         s.policy = e.policy
+
+
+def _sandbox(state: State, env: ev.Envelope) -> None:
+    e = env.event
+    assert isinstance(e, ev.SessionSandboxChanged)
+    s = _session(state, env)
+    if s is not None:
+        s.sandbox, s.network = e.sandbox, e.network
 
 
 def _item_appended(state: State, env: ev.Envelope) -> None:
@@ -214,8 +221,11 @@ def _approval_resolved(state: State, env: ev.Envelope) -> None:
     a.message = e.message
     a.decided_at = env.ts
     remember = e.for_session and e.decision == "approved" and a.command
-    if remember and a.command not in s.approved_prefixes:
-        s.approved_prefixes.append(list(a.command or []))
+    # a command approved to run outside the sandbox is remembered apart: approving a command
+    # for the session never lets it leave the sandbox
+    prefixes = s.escalated_prefixes if a.kind == "escalate" else s.approved_prefixes
+    if remember and a.command not in prefixes:
+        prefixes.append(list(a.command or []))
 
 
 def _action_requested(state: State, env: ev.Envelope) -> None:
@@ -315,7 +325,7 @@ def _forked(state: State, env: ev.Envelope) -> None:
         session_id=env.session_id, title=e.title, worker_id=src.worker_id,
         workdir=src.workdir, provider=src.provider, model=src.model, policy=src.policy,
         created_at=env.ts, updated_at=env.ts, items=items, forked_from=e.from_session,
-        context=src.context)
+        context=src.context, sandbox=src.sandbox, network=src.network)
 
 
 def _moved(state: State, env: ev.Envelope) -> None:
@@ -378,6 +388,7 @@ FOLD: Mapping[type[Any], FoldHandler] = {
     ev.SessionStatusChanged: _status,
     ev.SessionTitleChanged: _title,
     ev.SessionPolicyChanged: _policy,
+    ev.SessionSandboxChanged: _sandbox,
     ev.SessionItemAppended: _item_appended,
     ev.SessionItemUpdated: _item_updated,
     ev.PlanUpdated: _plan,

@@ -23,11 +23,13 @@ from codey_protocol import client as cl
 from codey_protocol import codec
 from codey_protocol.events import ApprovalPolicy, Attachment, Envelope, SessionStatus
 from codey_protocol.state import SessionInfo
+from codey_protocol.worker import SandboxMode
 from codey_server.core.engine import Engine
 from codey_server.http.errors import errors
 from codey_server.http.resource import Resource
 
-__all__ = ["ApprovalChoice", "Created", "NewSession", "PolicyChoice", "Prompt", "Seq",
+__all__ = ["ApprovalChoice", "Created", "NewSession", "PolicyChoice", "Prompt", "SandboxChoice",
+           "Seq",
            "SessionSummary", "SessionsController"]
 
 NDJSON = "application/x-ndjson"
@@ -47,6 +49,9 @@ class NewSession(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     #: an external ACP agent of the worker runs the session (its ``acp_agents``)
     agent: str | None = None
     attachments: list[Attachment] = msgspec.field(default_factory=list)  # from POST /api/blobs
+    #: the OS sandbox its commands run in; full-access: none (shown as a warning)
+    sandbox: SandboxMode = "workspace-write"
+    network: bool = False  # whether its sandboxed commands may use the network
 
 
 class Prompt(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -69,6 +74,13 @@ class PolicyChoice(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     policy: ApprovalPolicy
 
 
+class SandboxChoice(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``POST /api/sessions/{id}/sandbox``: a ``set_sandbox`` command."""
+
+    sandbox: SandboxMode
+    network: bool = False
+
+
 class SessionSummary(msgspec.Struct, kw_only=True):
     session_id: str
     title: str
@@ -77,6 +89,8 @@ class SessionSummary(msgspec.Struct, kw_only=True):
     provider: str
     model: str
     policy: ApprovalPolicy
+    sandbox: SandboxMode
+    network: bool
     status: SessionStatus
     created_at: float
     updated_at: float
@@ -107,7 +121,8 @@ class SessionsController(Resource):
         return [
             SessionSummary(session_id=s.session_id, title=s.title, worker_id=s.worker_id,
                            workdir=s.workdir, provider=s.provider, model=s.model, policy=s.policy,
-                           status=s.status, created_at=s.created_at, updated_at=s.updated_at,
+                           sandbox=s.sandbox, network=s.network, status=s.status,
+                           created_at=s.created_at, updated_at=s.updated_at,
                            items=len(s.items))
             for s in engine.state.sessions.values()
         ]
@@ -153,6 +168,14 @@ class SessionsController(Resource):
         """Change the session's approval policy."""
         envs = await engine.execute(cl.SetApprovalPolicy(session_id=session_id,
                                                                   policy=data.policy))
+        return Seq(seq=envs[-1].seq if envs else engine.state.seq)
+
+    @post("/{session_id:str}/sandbox", status_code=200, responses=errors(400, 404, 409))
+    async def set_sandbox(self, session_id: FromPath[str], data: JSONBody[SandboxChoice],
+                          engine: NamedDependency[Engine]) -> Seq:
+        """Change the session's sandbox mode and network toggle (from its next command on)."""
+        envs = await engine.execute(cl.SetSandbox(session_id=session_id, sandbox=data.sandbox,
+                                                  network=data.network))
         return Seq(seq=envs[-1].seq if envs else engine.state.seq)
 
     @post("/{session_id:str}/interrupt", status_code=200, responses=errors(404))

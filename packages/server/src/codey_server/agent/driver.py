@@ -1,0 +1,314 @@
+"""The thin async driver of a turn: it carries out a turn machine's effects and feeds their
+results back as inputs. Both turns — Codey's (:class:`~codey_server.agent.turn.CodeyTurn`) and
+an ACP agent's (:class:`~codey_server.agent.acp.AcpTurn`) — run on it.
+
+:meth:`TurnDriver.run` is the turn's asyncio task (started by the agent service). It feeds
+``Start``, then one input at a time from its inbox. Each input goes through the engine's write
+path: ``Engine.submit(machine.step, input, exclusive=False)`` — the turn is the only writer of
+its session's steps, so its appends group-commit with everyone else's — and only once the
+step's events are folded are its effects started (so an effect never runs ahead of the record
+that explains it) and, when the step asks, ``Proceed`` fed.
+
+Effects run as tasks (a model stream, an action, a wait) or timers; what they learn comes back
+through the inbox, so the machine sees one input at a time, in order.
+
+Cancelling the task is how a turn stops. On an interrupt the driver cancels its effects and
+feeds ``Interrupted`` (shielded, so a second cancel cannot cut the clean-up short); during a
+server shutdown (``deps.stopping()``) it only cancels them: the session resumes at the next
+start. A bug in the machine, or an effect that fails unexpectedly, becomes ``Crashed``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from codey_protocol import worker as wk
+from codey_protocol.state import State
+from codey_server.agent.errors import ModelError
+from codey_server.agent.machine import (
+    ActionDone,
+    ActionErrored,
+    ActionProgressed,
+    ActionTimedOut,
+    Answered,
+    ApprovalDecided,
+    ApprovalExpired,
+    BlobLoaded,
+    CallModel,
+    CancelAction,
+    ChildDone,
+    Crashed,
+    Input,
+    Interrupted,
+    LoadBlob,
+    ModelDone,
+    ModelFailed,
+    ModelParts,
+    Proceed,
+    RunAction,
+    SetTimer,
+    Start,
+    Step,
+    TimerFired,
+    TurnMachine,
+    WaitAnswer,
+    WaitApproval,
+    WaitChild,
+    WorkerPresence,
+)
+from codey_server.agent.ports import TurnDeps
+from codey_server.agent.stream import ModelEvent
+from codey_server.core.actions import ActionFailed
+from codey_server.core.rules import Context, Decided
+
+log = logging.getLogger("codey.agent")
+
+__all__ = ["TurnDriver"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Failure(Input):
+    """An effect failed in a way no input describes (a bug): the turn crashes."""
+
+    error: Exception
+
+
+class _Inbox:
+    """The inputs waiting for the machine, in order (an unbounded queue for one reader)."""
+
+    __slots__ = ("_items", "_waiter")
+
+    def __init__(self) -> None:
+        self._items: deque[Input] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def put(self, item: Input) -> None:
+        self._items.append(item)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def put_part(self, part: ModelEvent, now: float) -> None:
+        """A part of the model's stream: added to the parts not yet taken, if any."""
+        items = self._items
+        if items and isinstance(last := items[-1], ModelParts):
+            last.parts.append(part)
+        else:
+            self.put(ModelParts([part], now=now))
+
+    async def get(self) -> Input:
+        while not self._items:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self._items.popleft()
+
+
+class TurnDriver:
+    def __init__(self, machine: TurnMachine, deps: TurnDeps) -> None:
+        self.machine = machine
+        self.deps = deps
+        self.session_id = machine.session_id
+        self._inbox = _Inbox()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._step = Step()
+        self._start: dict[type[Any], Callable[[Any], None]] = {
+            CallModel: self._call_model, RunAction: self._run_action,
+            CancelAction: self._cancel, WaitApproval: self._wait_approval,
+            WaitAnswer: self._wait_answer, WaitChild: self._wait_child,
+            LoadBlob: self._load_blob, SetTimer: self._set_timer}
+
+    def tell(self, input: Input) -> None:
+        """Feed an input from outside the turn (``ContextChanged``); safe at any time."""
+        self._inbox.put(input)
+
+    # the task ------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        try:
+            await self._feed(Start(now=time.time()))
+            while not self.machine.done:
+                if not self._inbox and not self._tasks and not self._timers:
+                    raise RuntimeError("the turn waits, but for nothing")
+                await self._feed(await self._inbox.get())
+        except asyncio.CancelledError:
+            self._stop()
+            if not self.deps.stopping():
+                await asyncio.shield(self._interrupted())
+            raise
+        except Exception as err:  # a bug here must not take the server down
+            log.exception("session %s failed", self.session_id)
+            self._stop()
+            with contextlib.suppress(Exception):
+                await self._submit(Crashed(str(err), now=time.time()))
+        finally:
+            self._stop()
+
+    async def _interrupted(self) -> None:
+        """Close what the turn left open, and stop its actions on the worker."""
+        try:
+            step = await self._submit(Interrupted(now=time.time()))
+            await asyncio.gather(*(self.deps.actions.cancel(e.worker_id, e.action_id,
+                                                            e.session_id)
+                                   for e in step.effects if isinstance(e, CancelAction)))
+        except Exception:
+            log.exception("cleanup after interrupt failed for %s", self.session_id)
+
+    async def _feed(self, input: Input) -> None:
+        if isinstance(input, _Failure):
+            raise input.error
+        step = await self._submit(input)
+        while True:
+            for effect in step.effects:
+                self._start[type(effect)](effect)
+            if not step.proceed:
+                return
+            step = await self._submit(Proceed(now=time.time()))
+
+    async def _submit(self, input: Input) -> Step:
+        """One step of the machine, as a decision on the write path; returns the step."""
+        await self.deps.store.submit(self._decide, input, exclusive=False)
+        return self._step
+
+    def _decide(self, state: State, input: Input, ctx: Context) -> Decided:
+        self._step = self.machine.step(state, input, ctx)
+        return self._step.events
+
+    def _stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._effect_done)
+
+    def _effect_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and (err := task.exception()) is not None:
+            self.tell(_Failure(err if isinstance(err, Exception) else RuntimeError(err)))
+
+    # effects -------------------------------------------------------------------------------
+
+    def _call_model(self, e: CallModel) -> None:
+        self._spawn(self._stream(e))
+
+    async def _stream(self, e: CallModel) -> None:
+        put = self._inbox.put
+        now = time.time
+        try:
+            async for part in e.provider.stream(model=e.model, body=e.body):
+                self._inbox.put_part(part, now())
+        except ModelError as err:
+            put(ModelFailed(err, now=now()))
+            return
+        put(ModelDone(now=now()))
+
+    def _run_action(self, e: RunAction) -> None:
+        self._spawn(self._action(e))
+
+    async def _action(self, e: RunAction) -> None:
+        actions = self.deps.actions
+        action_id = e.action.action_id
+        put = self._inbox.put
+        if e.if_present and not actions.presence(e.worker_id).is_set():
+            put(ActionErrored(action_id, "away", "the worker is not connected", now=time.time()))
+            return
+
+        async def progressed(p: wk.ActionProgress) -> None:
+            put(ActionProgressed(action_id, p, now=time.time()))
+
+        watcher = asyncio.get_running_loop().create_task(self._watch(e.worker_id, action_id)) \
+            if e.watch else None
+        try:
+            if e.attach_timeout is not None:
+                await actions.ensure_attached(e.worker_id, e.action.session_id, e.workdir,
+                                              timeout=e.attach_timeout)
+            outcome = await actions.run(e.worker_id, e.action,
+                                        on_progress=progressed if e.progress else None,
+                                        timeout=e.timeout)
+        except TimeoutError:
+            result: Input = ActionTimedOut(action_id, now=time.time())
+        except ActionFailed as err:
+            result = ActionErrored(action_id, err.code, err.message, now=time.time())
+        else:
+            result = ActionDone(action_id, outcome, now=time.time())
+        finally:
+            if watcher is not None:
+                watcher.cancel()  # before the outcome is queued: no presence news after it
+        if e.report:
+            put(result)
+        elif not isinstance(result, ActionDone):
+            log.warning("session %s: %s did not arrive (%s)", self.session_id,
+                        type(e.action).__name__, getattr(result, "message", "timed out"))
+
+    async def _watch(self, worker_id: str, action_id: str) -> None:
+        presence = self.deps.actions.presence(worker_id)
+        absence = self.deps.actions.absence(worker_id)
+        put = self._inbox.put
+        while True:
+            if not presence.is_set():
+                put(WorkerPresence(action_id, False, now=time.time()))
+                await presence.wait()
+                put(WorkerPresence(action_id, True, now=time.time()))
+            await absence.wait()
+
+    def _cancel(self, e: CancelAction) -> None:
+        self._spawn(self.deps.actions.cancel(e.worker_id, e.action_id, e.session_id))
+
+    def _wait_approval(self, e: WaitApproval) -> None:
+        self._spawn(self._approval(e))
+
+    async def _approval(self, e: WaitApproval) -> None:
+        waiting = self.deps.waits.approval(e.session_id, e.approval_id)
+        if e.deadline is not None:
+            try:
+                await asyncio.wait_for(waiting, max(0.0, e.deadline - time.time()))
+            except TimeoutError:
+                self.tell(ApprovalExpired(e.approval_id, now=time.time()))
+                return
+        else:
+            await waiting
+        self.tell(ApprovalDecided(e.approval_id, now=time.time()))
+
+    def _wait_answer(self, e: WaitAnswer) -> None:
+        self._spawn(self._then(self.deps.waits.answer(e.session_id, e.question_id),
+                               lambda: Answered(e.question_id, now=time.time())))
+
+    def _wait_child(self, e: WaitChild) -> None:
+        self._spawn(self._then(self.deps.waits.turn_over(e.session_id),
+                               lambda: ChildDone(e.session_id, now=time.time())))
+
+    async def _then(self, waiting: Awaitable[None], done: Callable[[], Input]) -> None:
+        await waiting
+        self.tell(done())
+
+    def _load_blob(self, e: LoadBlob) -> None:
+        load = self.deps.load_blob
+        self.tell(BlobLoaded(e.digest, load(e.digest) if load else None, now=time.time()))
+
+    def _set_timer(self, e: SetTimer) -> None:
+        old = self._timers.pop(e.key, None)
+        if old is not None:
+            old.cancel()
+        self._timers[e.key] = asyncio.get_running_loop().call_later(e.delay, self._fire, e.key)
+
+    def _fire(self, key: str) -> None:
+        self._timers.pop(key, None)
+        self.tell(TimerFired(key, now=time.time()))

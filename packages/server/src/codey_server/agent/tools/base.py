@@ -1,0 +1,295 @@
+"""What a tool is: one object holds everything the agent loop needs to know about it.
+
+A :class:`Tool` has
+
+- its **schema** (:attr:`~Tool.name`, :attr:`~Tool.description`, :attr:`~Tool.parameters`):
+  what the model is told;
+- its **typed arguments**: :meth:`~Tool.parse` turns the model's JSON object into the tool's
+  own dataclass, or raises :class:`BadToolCall`, whose message goes back to the model as the
+  call's result;
+- its **properties**: whether a call only looks (:meth:`~Tool.looks_only`: the only calls a
+  plan-mode or read-only session may make), and where it is offered (:attr:`~Tool.in_plan_mode`,
+  :attr:`~Tool.for_readers`, the read-only sub-agents);
+- its **approval rule**: :meth:`~Tool.ask` says, under the session's policy and approved
+  prefixes, whether the call waits for the user, and with which kind of approval;
+- **what it does**: a :class:`WorkerTool` sends one action to the session's worker
+  (:meth:`~WorkerTool.action`) and reads its outcome (:meth:`~WorkerTool.settle`: the call's
+  status, the text the model gets, the item's fields); a :class:`ServerTool` is carried out by
+  the server itself (:meth:`~ServerTool.start`, then :meth:`~ServerTool.resume` after what it
+  waited for);
+- how the call **shows** on its item (:meth:`~Tool.shows`: the command, patch, path, …).
+
+The turn (:mod:`codey_server.agent.turn`) reads these and never a tool's name. Every tool is
+registered once in :mod:`codey_server.agent.tools.registry`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, Literal, TypeVar
+
+from codey_protocol import events as ev
+from codey_protocol import worker as wk
+from codey_protocol.state import SessionInfo, State
+from codey_server.core.rules import Decided
+from codey_server.errors import ServerError
+from codey_server.settings import RoleConfig
+
+__all__ = [
+    "RESULT_CAP",
+    "SANDBOXED",
+    "ApprovalKind",
+    "Ask",
+    "BadToolCall",
+    "Finish",
+    "ForAnswer",
+    "ForChild",
+    "Gate",
+    "Sandboxing",
+    "ServerCall",
+    "ServerTool",
+    "Settled",
+    "Tool",
+    "ToolSpec",
+    "Waiting",
+    "WorkerTool",
+    "cap",
+    "obj",
+]
+
+#: characters of a tool result given back to the model (head and tail kept)
+RESULT_CAP = 24_000
+
+A = TypeVar("A")
+
+ApprovalKind = Literal["command", "patch", "write", "mcp", "escalate", "delegate"]
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """What the model is told about a tool."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+class BadToolCall(ServerError):
+    """The model's call cannot be carried out; the message goes back to it as the result."""
+
+
+@dataclass(frozen=True, slots=True)
+class Gate:
+    """What an approval rule may look at besides the call's arguments."""
+
+    #: the session's approval policy: suggest | auto-edit | full-auto
+    policy: str
+    #: commands the user approved "for this session" (a later command starting with one goes)
+    approved_prefixes: Sequence[Sequence[str]] = ()
+    #: the session's worker's capabilities (None: the worker is not known)
+    capabilities: wk.Capabilities | None = None
+    #: the session's commands run in the worker's OS sandbox (its mode is not full-access and
+    #: the machine has one): only then is a "known-safe" command safe
+    sandboxed: bool = True
+    #: the session's sandbox mode (``full-access``: it chose none, so nothing escalates)
+    sandbox_mode: str = "workspace-write"
+    #: commands the user let run outside the sandbox "for this session"
+    escalated_prefixes: Sequence[Sequence[str]] = ()
+    #: the session's own worker (a call that reaches another machine asks)
+    worker_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """The call waits for the user: the approval's kind and what it shows them."""
+
+    kind: ApprovalKind
+    command: list[str] | None = None
+    patch: str | None = None
+    path: str | None = None
+    #: why, in the model's words (an escalation's justification) or the tool's
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Sandboxing:
+    """Where a worker action runs: the session's sandbox mode and network toggle."""
+
+    mode: wk.SandboxMode = "workspace-write"
+    network: bool = False
+
+
+#: the session's defaults: the workdir writable, the network off
+SANDBOXED = Sandboxing()
+
+
+#: how a worker tool's outcome settles its call: status, the model's text, item fields
+Settled = tuple[ev.ToolStatus, str, dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class ServerCall:
+    """What a tool the server carries out may read: the folded state (as of this step), its
+    call's item, fresh ids and the time, the sub-agent roles."""
+
+    state: State
+    session: SessionInfo
+    item: ev.ToolCall
+    new_id: Callable[[str], str]
+    now: float
+    roles: Mapping[str, RoleConfig] = field(default_factory=dict)
+    #: False in a sub-agent, and where the server has no sub-agents
+    can_delegate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """A server-side call is over: its status and result, with the events that go before the
+    item's update (``events``: any session's) and the item's extra fields."""
+
+    status: ev.ToolStatus
+    result: str
+    events: Decided = field(default_factory=list)
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ForAnswer:
+    """Wait for the user's answer to this question (the session waits in ``waiting_user``)."""
+
+    question_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ForChild:
+    """Wait for this sub-agent session's turn to end."""
+
+    session_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """A server-side call waits (``on``) after appending ``events``; then
+    :meth:`ServerTool.resume` finishes it."""
+
+    on: ForAnswer | ForChild
+    events: Decided = field(default_factory=list)
+
+
+class Tool(Generic[A]):
+    """One tool: see the module's docstring. Subclass :class:`WorkerTool` or
+    :class:`ServerTool`, set the class attributes, and register an instance."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    #: every call only looks (``shell`` decides per call: :meth:`looks_only`)
+    read_only: bool = False
+    #: offered in plan mode (looking, planning, asking)
+    in_plan_mode: bool = False
+    #: offered to read-only sub-agents (the explorer)
+    for_readers: bool = False
+    #: calls of this tool in one answer are started together, before the answer's other
+    #: calls, and run in parallel (``delegate``)
+    parallel: bool = False
+    #: it runs programs on the worker (``shell``): refused on a machine without a sandbox
+    #: unless the session chose full access, and "known-safe" only inside the sandbox
+    runs_commands: bool = False
+
+    def spec(self) -> ToolSpec:
+        return ToolSpec(self.name, self.description, self.parameters)
+
+    def parse(self, args: dict[str, Any], *, name: str,
+              capabilities: wk.Capabilities | None) -> A:
+        """The call's typed arguments; raises :class:`BadToolCall` with a clear reason.
+        ``name`` is the name the model called (one tool may answer to several: MCP)."""
+        raise NotImplementedError
+
+    def looks_only(self, args: A) -> bool:
+        """True when this call changes nothing: plan mode and read-only sessions allow only
+        these (and the server's own tools)."""
+        return self.read_only
+
+    def ask(self, args: A, gate: Gate) -> Ask | None:
+        """The approval this call waits for, or None when it goes ahead."""
+        return None
+
+    def shows(self, args: A) -> dict[str, Any]:
+        """Fields of the tool-call item that show the call (``command``, ``patch``, …)."""
+        return {}
+
+
+class WorkerTool(Tool[A]):
+    """A tool carried out by one action on the session's worker."""
+
+    def action(self, args: A, action_id: str, session_id: str, workdir: str, *,
+               sandbox: Sandboxing = SANDBOXED) -> wk.ActionMessage:
+        """The action for this call; ``sandbox``: the session's sandbox mode and network."""
+        raise NotImplementedError
+
+    def reads(self, outcome: wk.ActionOutcome) -> str:
+        """The text the model gets back for the action's outcome."""
+        return reads_any(outcome)
+
+    def settle(self, outcome: wk.ActionOutcome, stream_truncated: bool) -> Settled:
+        """``(status, result, fields)`` of the item update that finishes the call.
+        ``stream_truncated``: the item's streamed output reached its cap."""
+        return "done", self.reads(outcome), {}
+
+
+class ServerTool(Tool[A]):
+    """A tool the server carries out itself (no action on a worker)."""
+
+    def start(self, args: A, call: ServerCall) -> Finish | Waiting:
+        """Carry the call out, or say what it waits for (also after a restart: look for what
+        an earlier start left in the state)."""
+        raise NotImplementedError
+
+    def resume(self, args: A, call: ServerCall) -> Finish:
+        """Finish the call once what :meth:`start` waited for is over."""
+        raise NotImplementedError
+
+
+# helpers for the tools' modules ------------------------------------------------------------
+
+def obj(props: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    """A JSON-schema object of ``props`` that takes no other properties."""
+    return {"type": "object", "properties": props, "required": required,
+            "additionalProperties": False}
+
+
+def string(args: dict[str, Any], key: str, required: bool = True) -> str | None:
+    value = args.get(key)
+    if value is None and not required:
+        return None
+    if not isinstance(value, str) or (required and not value):
+        raise BadToolCall(f"`{key}` must be a non-empty string")
+    return value
+
+
+def integer(args: dict[str, Any], key: str, default: int | None, low: int) -> int | None:
+    value = args.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise BadToolCall(f"`{key}` must be an integer ≥ {low}")
+    return value
+
+
+def cap(text: str, limit: int = RESULT_CAP) -> str:
+    """``text`` cut to ``limit`` characters, keeping its head and tail."""
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n… [{len(text) - limit} characters cut] …\n{text[-half:]}"
+
+
+def reads_any(outcome: wk.ActionOutcome) -> str:
+    """The text of an outcome no tool reads its own way."""
+    if isinstance(outcome, wk.Attached):
+        return f"attached {outcome.workdir}"
+    if isinstance(outcome, wk.Cancelled):
+        return "cancelled"
+    return cap(json.dumps(outcome, default=str))

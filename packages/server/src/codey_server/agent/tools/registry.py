@@ -1,0 +1,98 @@
+"""Every tool the model can call, registered once: :data:`BUILTIN` (in the order the model
+sees them), ``delegate`` where roles are configured, and the worker's MCP tools.
+
+Adding a built-in tool: a module in this package with its :class:`~.base.Tool`, and one line
+in :data:`BUILTIN`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from codey_protocol import worker as wk
+from codey_server.agent.tools.apply_patch import APPLY_PATCH
+from codey_server.agent.tools.ask_user import ASK_USER
+from codey_server.agent.tools.base import BadToolCall, Tool, ToolSpec
+from codey_server.agent.tools.delegate import DELEGATE
+from codey_server.agent.tools.list_dir import LIST_DIR
+from codey_server.agent.tools.mcp import MCP, PREFIX
+from codey_server.agent.tools.read_file import READ_FILE
+from codey_server.agent.tools.remember import REMEMBER
+from codey_server.agent.tools.shell import SHELL
+from codey_server.agent.tools.update_plan import UPDATE_PLAN
+from codey_server.agent.tools.write_file import WRITE_FILE
+
+__all__ = ["BUILTIN", "BUILTIN_TOOLS", "ParsedCall", "parse_call", "tool_named", "tools_for"]
+
+A = TypeVar("A")
+
+#: the built-in tools, in the order they are offered
+BUILTIN: tuple[Tool[Any], ...] = (
+    SHELL,
+    APPLY_PATCH,
+    READ_FILE,
+    LIST_DIR,
+    WRITE_FILE,
+    UPDATE_PLAN,
+    ASK_USER,
+    REMEMBER,
+)
+
+#: what the model is told about the built-in tools
+BUILTIN_TOOLS: list[ToolSpec] = [tool.spec() for tool in BUILTIN]
+
+_BY_NAME: dict[str, Tool[Any]] = {tool.name: tool for tool in (*BUILTIN, DELEGATE)}
+
+
+def tool_named(name: str) -> Tool[Any] | None:
+    """The tool a call of ``name`` goes to (every ``mcp__…`` name goes to :data:`MCP`)."""
+    tool = _BY_NAME.get(name)
+    if tool is None and name.startswith(PREFIX):
+        return MCP
+    return tool
+
+
+def tools_for(capabilities: wk.Capabilities | None, *, plan_mode: bool = False,
+              read_only: bool = False,
+              roles: Mapping[str, str] | None = None) -> list[ToolSpec]:
+    """The tools a session offers: those for read-only sub-agents (``read_only``), those of
+    plan mode, or all of them — with ``delegate`` when ``roles`` are given (never to
+    sub-agents) and the worker's MCP tools."""
+    if read_only:
+        return [spec for tool, spec in zip(BUILTIN, BUILTIN_TOOLS, strict=True)
+                if tool.for_readers]
+    if plan_mode:
+        return [spec for tool, spec in zip(BUILTIN, BUILTIN_TOOLS, strict=True)
+                if tool.in_plan_mode]
+    tools = list(BUILTIN_TOOLS)
+    if roles:
+        tools.append(DELEGATE.spec_for(roles))
+    tools += MCP.specs(capabilities)
+    return tools
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedCall(Generic[A]):
+    """A tool call, checked: the tool and its typed arguments."""
+
+    tool: Tool[A]
+    args: A
+
+
+def parse_call(name: str, arguments: str,
+               capabilities: wk.Capabilities | None) -> ParsedCall[Any]:
+    """Check a call of ``name`` against its tool's schema; raises :class:`BadToolCall` with a
+    reason the model can act on."""
+    try:
+        args = json.loads(arguments or "{}")
+    except json.JSONDecodeError as err:
+        raise BadToolCall(f"the arguments are not valid JSON: {err}") from None
+    if not isinstance(args, dict):
+        raise BadToolCall("the arguments must be a JSON object")
+    tool = tool_named(name)
+    if tool is None:
+        raise BadToolCall(f"unknown tool {name!r}")
+    return ParsedCall(tool, tool.parse(args, name=name, capabilities=capabilities))

@@ -1,0 +1,565 @@
+"""The turn machines on their inputs alone: no engine, no tasks, no clock. A pilot folds each
+step's events into the state (as the engine would) and checks what the machine asks for."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import msgspec
+
+from codey_protocol import events as ev
+from codey_protocol import worker as wk
+from codey_protocol.state import State
+from codey_server.agent.acp import AcpTurn
+from codey_server.agent.errors import ModelError
+from codey_server.agent.history import History
+from codey_server.agent.machine import (
+    STREAM_CHUNK,
+    ActionDone,
+    ActionProgressed,
+    ApprovalDecided,
+    ApprovalExpired,
+    CallModel,
+    CancelAction,
+    Input,
+    Interrupted,
+    ModelDone,
+    ModelFailed,
+    ModelParts,
+    Proceed,
+    RunAction,
+    SetTimer,
+    Start,
+    Step,
+    TimerFired,
+    TurnMachine,
+    WaitApproval,
+    WorkerPresence,
+)
+from codey_server.agent.models import ModelProvider
+from codey_server.agent.ports import Limits
+from codey_server.agent.stream import Finished, TextDelta, ToolCallRequested, Usage
+from codey_server.agent.turn import CodeyTurn
+from codey_server.agent.wire import wire_for
+from codey_server.core.rules import Context
+from codey_server.features import apply
+from codey_server.settings import ProviderConfig
+
+S, W = "ses_1", "wrk_1"
+LIMITS = Limits(turn_iteration_cap=5, action_timeout_s=30, approval_timeout_s=600)
+
+
+class _NoCredentials:
+    async def token(self) -> str | None:
+        return None
+
+    async def refresh(self) -> bool:
+        return False
+
+
+class Models:
+    """One provider (never called: the pilot answers for it) and the sessions' histories."""
+
+    def __init__(self) -> None:
+        self.p = ModelProvider(ProviderConfig(name="p", base_url="http://127.0.0.1:9/v1",
+                                              max_retries=2), _NoCredentials())
+        self.histories: dict[str, History] = {}
+
+    def provider(self, name: str) -> ModelProvider | None:
+        return self.p if name == "p" else None
+
+    def history(self, session_id: str, wire_name: str) -> History:
+        return self.histories.setdefault(session_id, History(wire_for(wire_name)))
+
+
+class Pilot:
+    """Feeds a machine and folds its events, as the driver and the engine do; ``Proceed`` is
+    fed at once when a step asks for it (its steps are kept in :attr:`steps`)."""
+
+    def __init__(self, machine: TurnMachine, state: State) -> None:
+        self.machine = machine
+        self.state = state
+        self.now = 1000.0
+        self._ids = 0
+        self.ctx = Context(new_id=self._new_id)
+
+    def _new_id(self, prefix: str) -> str:
+        self._ids += 1
+        return f"{prefix}_{self._ids}"
+
+    def record(self, *events: tuple[str | None, ev.Event]) -> None:
+        for session_id, event in events:
+            apply(self.state, ev.Envelope(seq=self.state.seq + 1, ts=self.now,
+                                          session_id=session_id, event=event))
+
+    def feed(self, input: Input) -> Step:
+        """The step of ``input`` and of any ``Proceed`` after it, as one; events are folded
+        at the input's time (or a second after the last)."""
+        self.now = input.now or self.now + 1.0
+        out = Step()
+        step = self.machine.step(self.state, input, self.ctx)
+        while True:
+            self.record(*step.events)
+            out.events += step.events
+            out.effects += step.effects
+            if not step.proceed:
+                return out
+            step = self.machine.step(self.state, Proceed(now=self.now), self.ctx)
+
+    @property
+    def session(self) -> Any:
+        return self.state.sessions[S]
+
+
+def _events(step: Step) -> list[ev.Event]:
+    return [e for _, e in step.events]
+
+
+def _session(policy: str = "full-auto", agent: str | None = None,
+             prompt: str = "fix it", *, machine_sandbox: str = "bwrap",
+             sandbox: str = "workspace-write") -> State:
+    state = State()
+    pilot = Pilot(CodeyTurn(S, models=Models(), limits=LIMITS), state)
+    pilot.record(
+        (None, ev.WorkerPaired(worker_id=W, request_id="r", hostname="h", os="Linux",
+                               python_version="3.11", worker_version="0", roots=["/w"],
+                               public_key="k")),
+        (None, ev.WorkerConnected(worker_id=W, hostname="h", os="Linux", worker_version="0",
+                                  capabilities=wk.Capabilities(sandbox=wk.SandboxInfo(
+                                      kind=machine_sandbox,  # type: ignore[arg-type]
+                                      reason="" if machine_sandbox != "none"
+                                      else "bwrap is not installed")))),
+        (S, ev.SessionCreated(title="t", worker_id=W, workdir="/w/p", provider="p", model="m",
+                              policy=policy, agent=agent,  # type: ignore[arg-type]
+                              sandbox=sandbox)),  # type: ignore[arg-type]
+        (S, ev.SessionItemAppended(item=ev.UserMessage(id="itm_u", ts=0.0, text=prompt))))
+    return state
+
+
+def _codey(policy: str = "full-auto", *, machine_sandbox: str = "bwrap",
+           sandbox: str = "workspace-write", **kwargs: Any) -> Pilot:
+    return Pilot(CodeyTurn(S, models=Models(), limits=LIMITS, **kwargs),
+                 _session(policy, machine_sandbox=machine_sandbox, sandbox=sandbox))
+
+
+def _shell(*argv: str) -> ToolCallRequested:
+    return ToolCallRequested("c1", "shell", json.dumps({"command": list(argv)}))
+
+
+def test_a_turn_starts_running_and_calls_the_model() -> None:
+    pilot = _codey()
+    step = pilot.feed(Start(now=1.0))
+    assert _events(step) == [ev.SessionStatusChanged(status="running")]
+    [call] = step.effects
+    assert isinstance(call, CallModel) and call.model == "m"
+    assert json.loads(call.body)["messages"][-1] == {"role": "user", "content": "fix it"}
+
+
+def test_the_first_call_is_requested_with_the_answer_and_runs_at_once() -> None:
+    pilot = _codey()
+    pilot.feed(Start())
+    pilot.feed(ModelParts([_shell("ls"), Usage(10, 2)]))
+    step = pilot.feed(ModelDone(now=2000.0))
+    usage, appended, requested = _events(step)
+    assert isinstance(usage, ev.TokenUsageRecorded)
+    assert isinstance(appended, ev.SessionItemAppended) and appended.item.ts == 2000.0
+    assert isinstance(requested, ev.ActionRequested)
+    assert isinstance(requested.action, wk.RunCommand) and requested.action.argv == ["ls"]
+    [run] = step.effects
+    assert isinstance(run, RunAction) and run.action is requested.action
+    assert run.watch and run.progress
+
+    # its output streams into the item; the outcome settles it; the model is called again
+    step = pilot.feed(ActionProgressed(requested.action_id, wk.ActionProgress(
+        action_id=requested.action_id, stream="stdout", data="a\n")))
+    assert step.events == [] and step.effects == [SetTimer("flush", 0.05)]
+    step = pilot.feed(ActionDone(requested.action_id, wk.CommandResult(exit_code=0,
+                                                                       stdout="a\n")))
+    delta, finished, settled = _events(step)[:3]
+    assert delta == ev.SessionItemUpdated(item_id=appended.item.id, output_delta="a\n")
+    assert finished == ev.ActionFinished(action_id=requested.action_id, outcome="result")
+    assert isinstance(settled, ev.SessionItemUpdated) and settled.status == "done"
+    [again] = step.effects
+    assert isinstance(again, CallModel)
+
+
+def test_deltas_are_coalesced_by_the_timer_or_by_size() -> None:
+    pilot = _codey()
+    pilot.feed(Start())
+    [appended] = _events(pilot.feed(ModelParts([TextDelta("He")])))
+    assert isinstance(appended, ev.SessionItemAppended)
+    item_id = appended.item.id
+    step = pilot.feed(ModelParts([TextDelta("l"), TextDelta("lo")]))
+    assert step.events == [] and step.effects == [SetTimer("flush", 0.05)]
+    assert pilot.feed(ModelParts([TextDelta(",")])).effects == []  # the timer is set
+    step = pilot.feed(TimerFired("flush"))
+    assert _events(step) == [ev.SessionItemUpdated(item_id=item_id, text_delta="llo,")]
+    big = "x" * STREAM_CHUNK
+    assert _events(pilot.feed(ModelParts([TextDelta(big)]))) == [
+        ev.SessionItemUpdated(item_id=item_id, text_delta=big)]
+    step = pilot.feed(ModelParts([TextDelta("!"), Finished()]))
+    step = pilot.feed(ModelDone())
+    assert _events(step)[:2] == [ev.SessionItemUpdated(item_id=item_id, text_delta="!"),
+                                 ev.SessionItemUpdated(item_id=item_id, streaming=False)]
+    assert pilot.session.items[-1].text == "He" + "llo," + big + "!"
+    assert pilot.session.status == "idle" and pilot.machine.done
+
+
+def test_an_approval_waits_until_its_deadline_from_the_request() -> None:
+    pilot = _codey("suggest")
+    pilot.feed(Start())
+    pilot.feed(ModelParts([_shell("make")]))
+    step = pilot.feed(ModelDone(now=5000.0))
+    kinds = [type(e).__name__ for e in _events(step)]
+    assert kinds == ["SessionItemAppended", "ApprovalRequested", "SessionItemUpdated",
+                     "SessionStatusChanged"]
+    [wait] = step.effects
+    [approval] = pilot.session.approvals.values()
+    assert wait == WaitApproval(S, approval.approval_id, 5000.0 + 600)
+    assert pilot.session.status == "waiting_approval"
+
+    # a turn resumed later waits until the same moment, not 600 s from now
+    resumed = Pilot(CodeyTurn(S, models=Models(), limits=LIMITS, resume=True), pilot.state)
+    resumed.now = 5300.0
+    waits = [e for e in resumed.feed(Start()).effects if isinstance(e, WaitApproval)]
+    assert waits == [WaitApproval(S, approval.approval_id, approval.requested_at + 600)]
+
+    step = resumed.feed(ApprovalExpired(approval.approval_id))
+    expired = _events(step)[0]
+    assert isinstance(expired, ev.ApprovalResolved) and expired.decision == "expired"
+    [tool] = [i for i in resumed.session.items if isinstance(i, ev.ToolCall)]
+    assert tool.status == "rejected" and tool.result == "rejected by the user: no decision " \
+                                                        "within 10 min"
+
+
+def test_an_approved_call_is_requested_then_run() -> None:
+    pilot = _codey("suggest")
+    pilot.feed(Start())
+    pilot.feed(ModelParts([_shell("make")]))
+    pilot.feed(ModelDone())
+    [approval] = pilot.session.approvals.values()
+    pilot.record((S, ev.ApprovalResolved(approval_id=approval.approval_id,
+                                         decision="approved")))
+    step = pilot.feed(ApprovalDecided(approval.approval_id))
+    assert [type(e).__name__ for e in _events(step)] == [
+        "SessionStatusChanged", "ActionRequested", "SessionItemUpdated"]
+    [run] = step.effects
+    assert isinstance(run, RunAction) and isinstance(run.action, wk.RunCommand)
+
+
+def test_the_worker_going_away_shows_while_the_action_waits() -> None:
+    pilot = _codey()
+    pilot.feed(Start())
+    pilot.feed(ModelParts([_shell("ls")]))
+    [run] = pilot.feed(ModelDone()).effects
+    assert isinstance(run, RunAction)
+    action_id = run.action.action_id
+    pilot.feed(WorkerPresence(action_id, False))
+    assert pilot.session.status == "waiting_worker"
+    pilot.feed(WorkerPresence(action_id, True))
+    assert (pilot.session.status, pilot.session.status_reason) == ("running", "")
+
+
+def test_a_cut_stream_is_retried_after_a_timer_with_the_same_body() -> None:
+    pilot = _codey()
+    [first] = pilot.feed(Start()).effects
+    pilot.feed(ModelParts([TextDelta("Hel")]))
+    step = pilot.feed(ModelFailed(ModelError("cut", code="stream_cut")))
+    assert _events(step)[0] == ev.SessionItemUpdated(item_id=pilot.session.items[-1].id,
+                                                     streaming=False, partial=True)
+    [timer] = step.effects
+    assert isinstance(timer, SetTimer) and timer.key == "retry"
+    assert pilot.session.status_reason.startswith("the answer was cut off")
+    [again] = pilot.feed(TimerFired("retry")).effects
+    assert isinstance(first, CallModel) and isinstance(again, CallModel)
+    assert again.body == first.body
+
+
+def test_an_interrupt_cancels_the_action_and_closes_what_is_open() -> None:
+    pilot = _codey()
+    pilot.feed(Start())
+    pilot.feed(ModelParts([_shell("sleep", "9")]))
+    [run] = pilot.feed(ModelDone()).effects
+    assert isinstance(run, RunAction)
+    pilot.feed(ActionProgressed(run.action.action_id, wk.ActionProgress(
+        action_id=run.action.action_id, stream="stdout", data="zz")))
+    step = pilot.feed(Interrupted())
+    assert _events(step)[0] == ev.SessionItemUpdated(item_id=pilot.session.items[-1].id,
+                                                     output_delta="zz")  # kept
+    assert step.effects == [CancelAction(W, run.action.action_id, S)]
+    assert ev.ActionFinished(action_id=run.action.action_id, outcome="cancelled") \
+        in _events(step)
+    assert pilot.session.status == "interrupted" and pilot.machine.done
+    [tool] = [i for i in pilot.session.items if isinstance(i, ev.ToolCall)]
+    assert tool.status == "cancelled"
+
+
+_PERMISSION = wk.AcpUpdate(kind="permission", tool_call_id="t1", title="Write a.txt",
+                           tool_kind="edit", request_id="req_1", options=[
+                               wk.AcpOption(option_id="yes", name="Allow", kind="allow_once"),
+                               wk.AcpOption(option_id="no", name="No", kind="reject_once")])
+
+
+def test_an_acp_permission_request_asks_then_answers_the_agent() -> None:
+    pilot = Pilot(AcpTurn(S, limits=LIMITS), _session("suggest", agent="scripted"))
+    step = pilot.feed(Start())
+    [requested] = [e for e in _events(step) if isinstance(e, ev.ActionRequested)]
+    [run] = step.effects
+    assert isinstance(run, RunAction) and isinstance(run.action, wk.AcpPrompt)
+    assert run.action.prompt == "fix it"
+    prompt_id = requested.action_id
+
+    def progress(update: wk.AcpUpdate) -> ActionProgressed:
+        return ActionProgressed(prompt_id, wk.ActionProgress(
+            action_id=prompt_id, stream="acp", data=msgspec.json.encode(update).decode()))
+
+    step = pilot.feed(progress(_PERMISSION))
+    [wait] = step.effects
+    assert isinstance(wait, WaitApproval)
+    [approval] = pilot.session.approvals.values()
+    assert (approval.kind, approval.command) == ("acp", ["acp", "edit"])
+    assert pilot.session.status == "waiting_approval"
+
+    pilot.record((S, ev.ApprovalResolved(approval_id=approval.approval_id,
+                                         decision="approved")))
+    step = pilot.feed(ApprovalDecided(approval.approval_id))
+    [answer] = step.effects
+    assert isinstance(answer, RunAction) and not answer.report
+    assert isinstance(answer.action, wk.AcpPermission)
+    assert (answer.action.target_action_id, answer.action.option_id) == (prompt_id, "yes")
+    assert pilot.session.status == "running"
+
+    step = pilot.feed(ActionDone(prompt_id, wk.AcpTurnEnded(stop_reason="end_turn",
+                                                                  acp_session_id="a")))
+    assert pilot.session.status == "idle" and pilot.machine.done
+    assert not pilot.session.pending_actions
+
+
+def test_an_acp_turn_interrupted_while_a_permission_waits_stays_interrupted() -> None:
+    pilot = Pilot(AcpTurn(S, limits=LIMITS), _session("suggest", agent="scripted"))
+    step = pilot.feed(Start())
+    [requested] = [e for e in _events(step) if isinstance(e, ev.ActionRequested)]
+    prompt_id = requested.action_id
+    pilot.feed(ActionProgressed(prompt_id, wk.ActionProgress(
+        action_id=prompt_id, stream="acp",
+        data=msgspec.json.encode(_PERMISSION).decode())))
+    [approval] = pilot.session.approvals.values()
+    pilot.feed(Interrupted())
+    assert pilot.session.status == "interrupted"
+    assert pilot.session.approvals[approval.approval_id].status == "cancelled"
+    # the approval's waiter wakes on the cancellation: nothing more happens
+    step = pilot.feed(ApprovalDecided(approval.approval_id))
+    assert step.events == [] and step.effects == []
+    assert pilot.session.status == "interrupted"
+    assert pilot.feed(ApprovalExpired(approval.approval_id)).events == []
+
+
+def test_a_rejected_acp_call_stays_rejected_to_the_end_of_the_turn() -> None:
+    pilot = Pilot(AcpTurn(S, limits=LIMITS), _session("suggest", agent="scripted"))
+    step = pilot.feed(Start())
+    [requested] = [e for e in _events(step) if isinstance(e, ev.ActionRequested)]
+    prompt_id = requested.action_id
+
+    def progress(update: wk.AcpUpdate) -> ActionProgressed:
+        return ActionProgressed(prompt_id, wk.ActionProgress(
+            action_id=prompt_id, stream="acp", data=msgspec.json.encode(update).decode()))
+
+    pilot.feed(progress(wk.AcpUpdate(kind="permission", tool_call_id="t1", title="rm -rf build",
+                                     tool_kind="delete", request_id="req_1",
+                                     command=["rm", "-rf", "build"], reason="clean it",
+                                     options=_PERMISSION.options)))
+    [approval] = pilot.session.approvals.values()
+    assert approval.reason == "rm -rf build — clean it"
+    pilot.record((S, ev.ApprovalResolved(approval_id=approval.approval_id,
+                                         decision="rejected")))
+    [answer] = pilot.feed(ApprovalDecided(approval.approval_id)).effects
+    assert isinstance(answer, RunAction) and isinstance(answer.action, wk.AcpPermission)
+    assert answer.action.option_id == "no"
+    pilot.feed(progress(wk.AcpUpdate(kind="tool", tool_call_id="t1", status="failed")))
+    pilot.feed(ActionDone(prompt_id, wk.AcpTurnEnded(stop_reason="end_turn",
+                                                     acp_session_id="a")))
+    [tool] = [i for i in pilot.session.items if isinstance(i, ev.ToolCall)]
+    assert tool.status == "rejected" and tool.result == "rejected by the user"
+    assert tool.command == ["rm", "-rf", "build"]
+
+
+# the sandbox gate ---------------------------------------------------------------------------
+# A prompt-injected model tries each way around the sandbox; each test is one attempt.
+
+
+def _escalate(*argv: str, why: str = "it must reach ~/.cache") -> ToolCallRequested:
+    return ToolCallRequested("c1", "shell", json.dumps(
+        {"command": list(argv), "escalate": True, "justification": why}))
+
+
+def _call(pilot: Pilot, part: ToolCallRequested) -> Step:
+    pilot.feed(Start())
+    pilot.feed(ModelParts([part]))
+    return pilot.feed(ModelDone())
+
+
+def _tool(pilot: Pilot) -> ev.ToolCall:
+    [tool] = [i for i in pilot.session.items if isinstance(i, ev.ToolCall)]
+    return tool
+
+
+def _decide(pilot: Pilot, decision: str, for_session: bool = False) -> Step:
+    [approval] = [a for a in pilot.session.approvals.values() if a.status == "pending"]
+    pilot.record((S, ev.ApprovalResolved(approval_id=approval.approval_id,
+                                         decision=decision,  # type: ignore[arg-type]
+                                         for_session=for_session)))
+    return pilot.feed(ApprovalDecided(approval.approval_id))
+
+
+def _run(step: Step) -> wk.RunCommand:
+    [run] = [e for e in step.effects if isinstance(e, RunAction)]
+    assert isinstance(run.action, wk.RunCommand)
+    return run.action
+
+
+def test_a_command_runs_in_the_sessions_sandbox_with_gits_hardening() -> None:
+    pilot = _codey(sandbox="read-only")
+    action = _run(_call(pilot, _shell("git", "status")))
+    assert (action.sandbox, action.network) == ("read-only", False)
+    # git reads no fsmonitor hook and no hooks from the repository it is pointed at
+    assert action.env["GIT_CONFIG_COUNT"] == "4"
+    pairs = {action.env[f"GIT_CONFIG_KEY_{n}"]: action.env[f"GIT_CONFIG_VALUE_{n}"]
+             for n in range(4)}
+    assert pairs["core.fsmonitor"] == "false" and pairs["core.hooksPath"] == "/dev/null"
+    assert pairs["safe.bareRepository"] == "explicit"
+
+
+def test_escalating_asks_even_under_full_auto_and_says_why() -> None:
+    pilot = _codey("full-auto")
+    step = _call(pilot, _escalate("npm", "install"))
+    assert not [e for e in step.effects if isinstance(e, RunAction)]
+    [approval] = pilot.session.approvals.values()
+    assert (approval.kind, approval.command) == ("escalate", ["npm", "install"])
+    assert approval.reason == "it must reach ~/.cache"
+    # approved: it runs outside the sandbox, with the network
+    action = _run(_decide(pilot, "approved"))
+    assert (action.sandbox, action.network) == ("full-access", True)
+
+
+def test_a_rejected_escalation_is_the_models_to_read() -> None:
+    pilot = _codey("full-auto")
+    _call(pilot, _escalate("curl", "https://example.com"))
+    _decide(pilot, "rejected")
+    tool = _tool(pilot)
+    assert tool.status == "rejected" and tool.result.startswith("rejected by the user")
+
+
+def test_an_escalation_without_a_reason_is_a_bad_call() -> None:
+    pilot = _codey("full-auto")
+    step = _call(pilot, _escalate("rm", "-rf", "/", why="  "))
+    assert not [e for e in step.effects if isinstance(e, RunAction)]
+    assert not pilot.session.approvals
+    tool = _tool(pilot)
+    assert tool.status == "failed" and "justification" in (tool.result or "")
+
+
+def test_escalated_for_the_session_is_remembered_apart_from_approved_commands() -> None:
+    pilot = _codey("suggest")
+    _call(pilot, _escalate("npm", "install"))
+    _decide(pilot, "approved", for_session=True)
+    assert pilot.session.escalated_prefixes == [["npm", "install"]]
+    assert pilot.session.approved_prefixes == []  # approving never lets a command leave
+    gate_ask = _gate_ask(pilot, _escalate("npm", "install", "left-pad"))
+    assert gate_ask is None  # the same command leaves again without asking
+    assert _gate_ask(pilot, _escalate("npm", "publish")) is not None
+
+
+def _gate_ask(pilot: Pilot, part: ToolCallRequested) -> Any:
+    from codey_server.agent.tools import parse_call
+
+    turn = pilot.machine
+    assert isinstance(turn, CodeyTurn)
+    worker = pilot.state.workers[W]
+    parsed = parse_call(part.name, part.arguments, worker.capabilities)
+    return turn._route_call(parsed)
+
+
+def test_a_known_safe_command_is_safe_only_inside_the_sandbox() -> None:
+    # sandboxed, `cat` goes ahead under suggest
+    assert _gate_ask(_with_start(_codey("suggest")), _shell("cat", "README.md")) is None
+    # the session chose full access: the same `cat` might read ~/.codey/worker.json
+    ask = _gate_ask(_with_start(_codey("suggest", sandbox="full-access")),
+                    _shell("cat", "README.md"))
+    assert ask is not None and ask.kind == "command"
+
+
+def test_git_is_known_safe_only_at_the_workdirs_root() -> None:
+    # vendor/evil laid out as a git dir with core.fsmonitor set: never "read-only"
+    pilot = _with_start(_codey("auto-edit"))
+    assert _gate_ask(pilot, _shell("git", "status")) is None
+    nested = ToolCallRequested("c1", "shell", json.dumps(
+        {"command": ["git", "status"], "workdir": "vendor/evil"}))
+    ask = _gate_ask(pilot, nested)
+    assert ask is not None and ask.kind == "command"
+    assert _gate_ask(pilot, _shell("git", "-c", "core.fsmonitor=./x", "status")) is not None
+
+
+def test_plan_mode_refuses_a_known_safe_command_outside_the_sandbox() -> None:
+    pilot = _with_start(_codey("suggest", sandbox="full-access"))
+    pilot.session.plan_mode = True
+    assert isinstance(_gate_ask(pilot, _shell("ls")), str)
+    sandboxed = _with_start(_codey("suggest"))
+    sandboxed.session.plan_mode = True
+    assert _gate_ask(sandboxed, _shell("ls")) is None
+    assert isinstance(_gate_ask(sandboxed, _escalate("ls")), str)
+
+
+def test_a_machine_without_a_sandbox_runs_no_command_until_the_user_chooses_full_access(
+        ) -> None:
+    pilot = _codey("full-auto", machine_sandbox="none")
+    step = _call(pilot, _shell("ls"))
+    assert not [e for e in step.effects if isinstance(e, RunAction)]
+    tool = _tool(pilot)
+    assert tool.status == "rejected"
+    assert "no OS sandbox (bwrap is not installed)" in (tool.result or "")
+    # reading a file needs no sandbox (the worker confines paths to the workdir)
+    reader = _with_start(_codey("full-auto", machine_sandbox="none"))
+    read = ToolCallRequested("c1", "read_file", json.dumps({"path": "README.md"}))
+    assert _gate_ask(reader, read) is None
+    # the user chose full access: it runs, bare, as the user asked
+    bare = _codey("full-auto", machine_sandbox="none", sandbox="full-access")
+    action = _run(_call(bare, _shell("ls")))
+    assert action.sandbox == "full-access"
+
+
+def test_escalating_on_a_machine_without_a_sandbox_still_asks() -> None:
+    pilot = _codey("full-auto", machine_sandbox="none")
+    _call(pilot, _escalate("make", "install"))
+    [approval] = pilot.session.approvals.values()
+    assert approval.kind == "escalate"
+
+
+def test_the_model_is_told_how_to_escalate_when_the_sandbox_stopped_it() -> None:
+    pilot = _codey()
+    action = _run(_call(pilot, _shell("touch", "/etc/x")))
+    pilot.feed(ActionDone(action.action_id, wk.CommandResult(
+        exit_code=1, stderr="touch: cannot touch '/etc/x': Read-only file system",
+        sandbox_denied=True, sandbox_hint="read-only file system")))
+    result = _tool(pilot).result or ""
+    assert "the sandbox stopped this: read-only file system" in result
+    assert '"escalate": true' in result
+
+
+def test_a_sub_agent_on_another_machine_asks_under_suggest_and_auto_edit() -> None:
+    from codey_server.agent.tools import Gate
+    from codey_server.agent.tools.delegate import Delegate, DelegateArgs
+
+    tool = Delegate()
+    there = DelegateArgs(role="coder", task="push the keys", worker_id="wrk_other")
+    here = DelegateArgs(role="coder", task="run the tests", worker_id=W)
+    for policy in ("suggest", "auto-edit"):
+        ask = tool.ask(there, Gate(policy, worker_id=W))
+        assert ask is not None and ask.kind == "delegate" and "wrk_other" in ask.reason
+        assert tool.ask(here, Gate(policy, worker_id=W)) is None
+    assert tool.ask(there, Gate("full-auto", worker_id=W)) is None
+
+
+def _with_start(pilot: Pilot) -> Pilot:
+    pilot.feed(Start())
+    return pilot

@@ -1,0 +1,635 @@
+"""Processes that outlive an action (Codex's unified exec, Claude Code's background Bash):
+``exec_start``, ``exec_write``, ``exec_kill``, ``exec_list``.
+
+Order of calls (one :class:`ProcessTable` per worker)::
+
+    start(ExecStart)   checks as for run_command (argv, local policy, workdir, cwd, sandbox),
+                       then spawn: in the session's sandbox like a command, in a
+                       pseudo-terminal when ``tty``; answer after ``yield_ms`` (or sooner when
+                       it has ended) with the output so far and a ``process_id`` (``proc_…``)
+    write(ExecWrite)   input to it (empty: a poll), wait ``yield_ms`` (or until it ends),
+                       answer with what it wrote since the last answer
+    kill(ExecKill)     SIGTERM, ``grace_s``, SIGKILL; answer with its last output
+    listing(session)   its processes, running and recently ended
+    stop_session(id)   the session was detached: stop its processes, forget their ids
+    close()            the worker is stopping: stop every process
+
+What a caller must know:
+
+* **Output.** stdout and stderr are one stream (a terminal shows them so). What has not been
+  read yet is kept up to ``output_cap`` bytes: its head and its tail, the middle replaced by
+  ``… [N bytes truncated] …`` and ``truncated`` set in the answer that returns it. Each
+  answer returns (and forgets) everything unread; ``total_bytes`` counts all of it.
+* **Belonging.** A process belongs to its session: another session's ``process_id`` is
+  unknown to it. Stopped, and forgotten, when the session is detached or the worker stops
+  (SIGTERM/SIGINT to the worker). If the worker is killed (``kill -9``), sandboxed processes
+  die with it (bwrap's ``--die-with-parent``); a ``full-access`` one, like a full-access
+  command's detached children, is beyond its reach then.
+* **Gone.** A ``process_id`` this table does not know — the worker restarted, the session
+  was detached, it ended long ago — raises ``ActionRefused("process_gone")``; never a silent
+  empty answer.
+* **Cancel.** The wait of a ``start`` or ``write`` is registered in the
+  :class:`~codey_worker.exec.CommandRegistry` under the action's id: cancelling that action
+  (an interrupt of the turn that waits on it) stops the process, and the answer says
+  ``stopped_by: "cancel"``. A process nobody is waiting on is not affected by an interrupt.
+* **Terminal.** With ``tty`` the program runs in a pseudo-terminal that is its controlling
+  terminal (a tiny Python helper makes it so before exec'ing the program), so ``"\\x03"``
+  is Ctrl-C and ``"\\x04"`` at the start of a line is end of input. ``TERM`` is ``dumb``
+  unless the action's ``env`` says otherwise: fewer escape sequences for the model to read.
+  Output newlines stay ``\\n`` (no ``\\r\\n``); what is typed is echoed, as in a terminal.
+* **Stopping.** SIGTERM goes to the process's group (its session, under ``tty``); inside the
+  sandbox to every process of the sandbox's PID namespace but its PID 1, whatever group or
+  session they made. After ``grace_s`` SIGKILL goes to the group, to bwrap and to the
+  sandbox's PID 1, which takes the whole namespace with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import contextlib
+import fcntl
+import os
+import secrets
+import signal
+import struct
+import sys
+import termios
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from codey_protocol.worker import (
+    ExecKill,
+    ExecOutput,
+    ExecProcesses,
+    ExecStart,
+    ExecWrite,
+    ProcessInfo,
+    StoppedBy,
+)
+from codey_worker.confine import ActionRefused, relative_display, resolve_inside
+from codey_worker.exec import (
+    DRAIN_S,
+    KILL_GRACE_S,
+    CommandRegistry,
+    _Box,
+    _close_transport,
+    _cut_incomplete_end,
+    _cut_incomplete_start,
+    _killpg,
+    _pid_alive,
+    _program_problem,
+    build_env,
+    truncation_marker,
+)
+from codey_worker.frames import FRAME_BUDGET
+from codey_worker.policy import LocalPolicy, check_protected_args
+from codey_worker.sandbox import Sandbox, sandbox_denial
+
+__all__ = ["MAX_PROCESSES", "MAX_YIELD_MS", "ProcessTable"]
+
+MAX_YIELD_MS = 30_000  # the longest one answer waits
+MAX_PROCESSES = 16  # running at once per session
+MAX_ENDED = 32  # ended processes remembered per session (for exec_write and exec_list)
+INPUT_TIMEOUT_S = 10.0  # a process that does not read its input for this long: io_error
+_READ_SIZE = 64 * 1024
+
+#: made the pseudo-terminal the program's controlling terminal, then became the program
+#: (runs inside the sandbox too: only the Python already there, no site, no user files)
+_TTY_HELPER = """\
+import fcntl, os, sys, termios
+try:
+    os.setsid()
+except OSError:
+    pass
+fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+try:
+    os.execvp(sys.argv[1], sys.argv[1:])
+except OSError as e:
+    sys.stderr.write(f"codey-worker: cannot run {sys.argv[1]}: {e.strerror}\\n")
+    os._exit(127 if isinstance(e, FileNotFoundError) else 126)
+"""
+
+
+class _Unread:
+    """Output not read yet: a head and a rolling tail of at most ``cap`` bytes in all."""
+
+    def __init__(self, cap: int) -> None:
+        self.head_cap = cap // 2
+        self.tail_cap = cap - cap // 2
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.dropped = 0
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def __len__(self) -> int:
+        return len(self.head) + len(self.tail) + self.dropped
+
+    def add(self, data: bytes) -> None:
+        room = self.head_cap - len(self.head)
+        if room > 0 and not self.tail and not self.dropped:
+            self.head += data[:room]
+            data = data[room:]
+        if not data:
+            return
+        self.tail += data
+        excess = len(self.tail) - self.tail_cap
+        if excess > 0:
+            del self.tail[:excess]
+            self.dropped += excess
+
+    def take(self, final: bool) -> tuple[str, bool]:
+        """Everything unread as text (and whether its middle was cut); then empty."""
+        head, tail, dropped = bytes(self.head), bytes(self.tail), self.dropped
+        self.head, self.tail, self.dropped = bytearray(), bytearray(), 0
+        if not dropped:
+            return self._decoder.decode(head + tail, final=final), False
+        # the cut breaks the text: decode the two sides on their own
+        text_head = self._decoder.decode(_cut_incomplete_end(head), final=True)
+        self._decoder.reset()
+        clean_tail = _cut_incomplete_start(tail)
+        dropped += len(head) - len(_cut_incomplete_end(head)) + len(tail) - len(clean_tail)
+        text = text_head + truncation_marker(dropped) + self._decoder.decode(clean_tail,
+                                                                             final=final)
+        return text, True
+
+
+@dataclass(eq=False)
+class _Proc:
+    """One process of a session, and everything the table knows of it."""
+
+    process_id: str
+    session_id: str
+    argv: list[str]
+    cwd: str  # relative to the workdir
+    tty: bool
+    mode: Literal["read-only", "workspace-write", "full-access"]
+    network: bool
+    writable: list[Path]
+    hidden: list[Path]
+    proc: asyncio.subprocess.Process
+    out_fd: int
+    in_fd: int | None
+    box: _Box | None
+    unread: _Unread
+    started_at: float = field(default_factory=time.time)
+    started_mono: float = field(default_factory=time.monotonic)
+    total: int = 0
+    eof: bool = False
+    returncode: int | None = None
+    ended_at: float | None = None
+    stopped_by: StoppedBy = ""
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    done: asyncio.Event = field(default_factory=asyncio.Event)  # exited, output drained
+    tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    timer: asyncio.TimerHandle | None = None
+
+    @property
+    def pgid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def running(self) -> bool:
+        return self.returncode is None
+
+    def exit_code_and_signal(self) -> tuple[int | None, int | None]:
+        rc = self.returncode
+        if rc is None:
+            return None, None
+        if self.box is not None and self.box.bwrap and 128 < rc <= 128 + 64:
+            rc = 128 - rc  # bwrap's 128+N for "killed by signal N"
+        return (rc, None) if rc >= 0 else (None, -rc)
+
+
+class ProcessTable:
+    """The worker's long-lived processes, by session. See the module docstring.
+
+    ``sandbox``: the worker's (None: this machine's, with ``$CODEY_HOME``'s temp dirs).
+    ``registry``: where the waits of ``start`` and ``write`` are registered for ``cancel``.
+    """
+
+    def __init__(self, policy: LocalPolicy, sandbox: Sandbox | None = None, *,
+                 registry: CommandRegistry | None = None,
+                 grace_s: float = KILL_GRACE_S, drain_s: float = DRAIN_S) -> None:
+        self.policy = policy
+        self._sandbox = sandbox
+        self.registry = registry or CommandRegistry()
+        self.grace_s = grace_s
+        self.drain_s = drain_s
+        self._procs: dict[str, _Proc] = {}
+        self._stopping: set[asyncio.Task[None]] = set()
+
+    @property
+    def sandbox(self) -> Sandbox:
+        if self._sandbox is None:
+            from codey_worker.config import codey_home  # (config imports exec)
+
+            self._sandbox = Sandbox.detected(codey_home())
+        return self._sandbox
+
+    # -- the actions -------------------------------------------------------------------------
+
+    async def start(self, action: ExecStart) -> ExecOutput:
+        """``exec_start``. Raises ActionRefused before anything runs (the codes of
+        ``run_command``, and ``too_many_processes``)."""
+        self._check_start(action)
+        argv = list(action.argv)
+        self.policy.check_command(argv)
+        self.policy.check_env(action.env)
+        workdir = self.policy.check_workdir(action.workdir)
+        if not workdir.is_dir():
+            raise ActionRefused("not_found", f"workdir {workdir} does not exist")
+        cwd = resolve_inside(workdir, action.cwd or ".", real=True)
+        if not cwd.exists():
+            raise ActionRefused("not_found", f"cwd {action.cwd!r} does not exist")
+        if not cwd.is_dir():
+            raise ActionRefused("not_a_directory", f"cwd {action.cwd!r} is not a directory")
+        check_protected_args(argv, cwd, self.sandbox.home)
+        running = [p for p in self._procs.values()
+                   if p.session_id == action.session_id and p.running]
+        if len(running) >= MAX_PROCESSES:
+            raise ActionRefused(
+                "too_many_processes",
+                f"this session already runs {len(running)} processes (at most "
+                f"{MAX_PROCESSES}): stop one with exec_kill first")
+        env = build_env(action.env, cwd=str(cwd))
+        if action.tty and "TERM" not in action.env:
+            env["TERM"] = "dumb"
+        process_id = "proc_" + secrets.token_hex(8)
+        box: _Box | None = None
+        writable: list[Path] = []
+        hidden: list[Path] = []
+        start_new_session = True
+        fds: tuple[int, ...] = ()
+        if action.tty:
+            # the helper makes the terminal its controlling one (setsid in it, not here)
+            argv = [sys.executable, "-I", "-S", "-c", _TTY_HELPER, *argv]
+        if action.sandbox != "full-access":
+            self.sandbox.require()
+            missing = _program_problem(action.argv[0], cwd, env)
+            if missing is not None:
+                return ExecOutput(process_id=process_id, exit_code=missing.exit_code,
+                                  output=missing.stderr)
+            spec = self.sandbox.spec(mode=action.sandbox, network=action.network,
+                                     workdir=workdir, cwd=cwd,
+                                     tmp=self.sandbox.tmp_for(action.sandbox,
+                                                              action.session_id))
+            box = _Box(spec, bwrap=self.sandbox.support.kind == "bwrap")
+            env = self.sandbox.env(env, spec)
+            writable = [*spec.writable_roots(), Path("/tmp")]
+            hidden = spec.hidden_paths()
+            if box.bwrap:
+                box.status_r, status_w = os.pipe()
+                os.set_blocking(box.status_r, False)
+                fds = (status_w,)
+                argv = self.sandbox.wrap(argv, spec, status_fd=status_w)
+            else:
+                argv = self.sandbox.wrap(argv, spec)
+        elif action.tty:
+            start_new_session = False  # the helper calls setsid itself
+        child_in, our_in, child_out, our_out = _open_pipes(action)
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv, stdin=child_in, stdout=child_out, stderr=child_out, cwd=str(cwd),
+                env=env, start_new_session=start_new_session, pass_fds=fds)
+        except OSError as exc:
+            for fd in (our_in, our_out):
+                if fd is not None:
+                    os.close(fd)
+            if box is not None:
+                box.close()
+            code = 127 if isinstance(exc, FileNotFoundError) else 126
+            return ExecOutput(process_id=process_id, exit_code=code,
+                              output=f"codey-worker: cannot run {action.argv[0]}: "
+                                     f"{exc.strerror or exc}\n")
+        finally:
+            for fd in {child_in, child_out, *fds}:
+                os.close(fd)
+        p = _Proc(process_id=process_id, session_id=action.session_id, argv=list(action.argv),
+                  cwd=relative_display(workdir, cwd), tty=action.tty, mode=action.sandbox,
+                  network=action.network, writable=writable, hidden=hidden, proc=proc,
+                  out_fd=our_out, in_fd=our_in, box=box,
+                  unread=_Unread(min(max(action.output_cap, 0), FRAME_BUDGET // 2)))
+        self._procs[process_id] = p
+        asyncio.get_running_loop().add_reader(p.out_fd, self._readable, p)
+        self._spawn(p, self._watch(p))
+        if action.timeout_s is not None:
+            p.timer = asyncio.get_running_loop().call_later(
+                action.timeout_s, lambda: self._stop_soon(p, "timeout"))
+        self._forget_ended(action.session_id)
+        await self._wait(p, action.action_id, action.yield_ms)
+        return self._answer(p)
+
+    async def write(self, action: ExecWrite) -> ExecOutput:
+        """``exec_write``: raises ``process_gone`` for a process it does not know,
+        ``process_ended`` for input to one that has ended (a poll still reads its output)."""
+        p = self._get(action.session_id, action.process_id)
+        if action.yield_ms < 0:
+            raise ActionRefused("bad_request", "yield_ms must not be negative")
+        data = action.input.encode("utf-8")
+        if action.close_stdin and p.tty:
+            data += b"\x04"  # a terminal's end of input
+        if data or action.close_stdin:
+            if not p.running or p.in_fd is None:
+                code, sig = p.exit_code_and_signal()
+                how = (f"exit code {code}" if code is not None else f"signal {sig}"
+                       ) if not p.running else "its input was closed"
+                raise ActionRefused("process_ended", f"{p.process_id} cannot take input "
+                                    f"({how}); an empty exec_write reads what it wrote")
+            if data:
+                await self._send_input(p, data)
+            if action.close_stdin and not p.tty:
+                os.close(p.in_fd)
+                p.in_fd = None
+        await self._wait(p, action.action_id, action.yield_ms)
+        return self._answer(p)
+
+    async def kill(self, action: ExecKill) -> ExecOutput:
+        """``exec_kill``: stop it and answer with what it wrote last."""
+        p = self._get(action.session_id, action.process_id)
+        await self._terminate(p, "exec_kill")
+        return self._answer(p)
+
+    def listing(self, session_id: str) -> ExecProcesses:
+        """``exec_list``: the session's processes, oldest first."""
+        out = []
+        for p in self._procs.values():
+            if p.session_id != session_id:
+                continue
+            code, sig = p.exit_code_and_signal()
+            out.append(ProcessInfo(process_id=p.process_id, argv=p.argv, cwd=p.cwd, tty=p.tty,
+                                   sandbox=p.mode, running=p.running, exit_code=code,
+                                   signal=sig, started_at=p.started_at, ended_at=p.ended_at,
+                                   unread_bytes=len(p.unread), stopped_by=p.stopped_by))
+        return ExecProcesses(processes=out)
+
+    async def stop_session(self, session_id: str, stopped_by: StoppedBy = "detach") -> int:
+        """Stop every process of the session and forget them; returns how many ran."""
+        procs = [p for p in self._procs.values() if p.session_id == session_id]
+        ran = sum(p.running for p in procs)
+        await asyncio.gather(*(self._terminate(p, stopped_by) for p in procs))
+        for p in procs:
+            self._procs.pop(p.process_id, None)
+        return ran
+
+    async def close(self) -> None:
+        """Stop every process (the worker is stopping)."""
+        procs = list(self._procs.values())
+        await asyncio.gather(*(self._terminate(p, "worker_exit") for p in procs),
+                             return_exceptions=True)
+        self._procs.clear()
+
+    def running(self) -> list[str]:
+        """Ids of the processes running now (all sessions)."""
+        return [p.process_id for p in self._procs.values() if p.running]
+
+    # -- inside ------------------------------------------------------------------------------
+
+    @staticmethod
+    def _check_start(action: ExecStart) -> None:
+        if not action.argv or not action.argv[0]:
+            raise ActionRefused("bad_request", "argv is empty")
+        if any("\x00" in arg for arg in action.argv):
+            raise ActionRefused("bad_request", "argv contains a NUL byte")
+        if action.timeout_s is not None and not action.timeout_s > 0:
+            raise ActionRefused("bad_request", f"timeout_s must be positive, got "
+                                               f"{action.timeout_s}")
+        if action.yield_ms < 0 or action.output_cap < 0:
+            raise ActionRefused("bad_request", "yield_ms and output_cap must not be negative")
+        if action.tty and not (0 < action.cols < 10_000 and 0 < action.rows < 10_000):
+            raise ActionRefused("bad_request", "cols and rows must be positive")
+
+    def _get(self, session_id: str, process_id: str) -> _Proc:
+        p = self._procs.get(process_id)
+        if p is None or p.session_id != session_id:
+            raise ActionRefused(
+                "process_gone",
+                f"no process {process_id} in this session: it was stopped (the session was "
+                "detached, or the worker restarted) or forgotten after it ended; start it "
+                "again with exec_start")
+        return p
+
+    def _spawn(self, p: _Proc, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        p.tasks.add(task)
+        task.add_done_callback(p.tasks.discard)
+
+    def _stop_soon(self, p: _Proc, stopped_by: StoppedBy) -> None:
+        task = asyncio.get_running_loop().create_task(self._terminate(p, stopped_by))
+        self._stopping.add(task)
+        task.add_done_callback(self._stopping.discard)
+
+    def _readable(self, p: _Proc) -> None:
+        try:
+            data = os.read(p.out_fd, _READ_SIZE)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:  # EIO: every other end of the terminal was closed
+            data = b""
+        if data:
+            p.unread.add(data)
+            p.total += len(data)
+        else:
+            self._close_output(p)
+        p.changed.set()
+
+    def _close_output(self, p: _Proc) -> None:
+        if p.eof:
+            return
+        p.eof = True
+        with contextlib.suppress(Exception):
+            asyncio.get_running_loop().remove_reader(p.out_fd)
+        with contextlib.suppress(OSError):
+            os.close(p.out_fd)
+
+    async def _watch(self, p: _Proc) -> None:
+        """Wait for the process to exit (and its sandbox to be gone, its output drained)."""
+        try:
+            rc = await p.proc.wait()
+            if p.box is not None:
+                await p.box.wait_gone(self.drain_s)
+            if not p.eof:
+                await _wait_event(p.changed, lambda: p.eof, self.drain_s)
+            if not p.eof:
+                # leftovers of a full-access process still hold its output open
+                _killpg(p.pgid, signal.SIGKILL)
+                await _wait_event(p.changed, lambda: p.eof, self.drain_s)
+                self._close_output(p)
+            p.returncode = rc
+            p.ended_at = time.time()
+        finally:
+            if p.timer is not None:
+                p.timer.cancel()
+            if p.in_fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(p.in_fd)
+                p.in_fd = None
+            if p.box is not None:
+                p.box.close()
+            _close_transport(p.proc)
+            if p.returncode is None:  # cancelled: the worker is going away
+                self._close_output(p)
+                p.returncode = p.proc.returncode if p.proc.returncode is not None else -9
+                p.ended_at = time.time()
+            p.done.set()
+            p.changed.set()
+
+    async def _wait(self, p: _Proc, action_id: str, yield_ms: int) -> None:
+        """Until ``yield_ms`` has passed, the process has ended, or the action is cancelled
+        (then the process is stopped)."""
+        deadline = time.monotonic() + min(yield_ms, MAX_YIELD_MS) / 1000
+        cancel = self.registry._register(action_id)
+        try:
+            while not p.done.is_set():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                if cancel.is_set():
+                    await self._terminate(p, "cancel")
+                    return
+                waits = [asyncio.ensure_future(p.done.wait()),
+                         asyncio.ensure_future(cancel.wait())]
+                try:
+                    await asyncio.wait(waits, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    for w in waits:
+                        w.cancel()
+        except asyncio.CancelledError:
+            # the task waiting was cancelled (the worker is stopping): take the process along
+            self._stop_soon(p, "worker_exit")
+            raise
+        finally:
+            self.registry._unregister(action_id)
+
+    async def _terminate(self, p: _Proc, stopped_by: StoppedBy) -> None:
+        """SIGTERM, up to ``grace_s``, SIGKILL; returns once it has ended."""
+        if not p.done.is_set() and p.running:
+            if not p.stopped_by:
+                p.stopped_by = stopped_by
+            if p.box is not None and p.box.bwrap:
+                _signal_sandbox(p.box, signal.SIGTERM)
+                _signal_sandbox(p.box, signal.SIGCONT)
+            else:
+                _killpg(p.pgid, signal.SIGTERM)
+                _killpg(p.pgid, signal.SIGCONT)
+            try:
+                await asyncio.wait_for(asyncio.shield(p.done.wait()), self.grace_s)
+            except TimeoutError:
+                _killpg(p.pgid, signal.SIGKILL)
+                if p.box is not None:
+                    p.box.kill()
+        await p.done.wait()
+
+    async def _send_input(self, p: _Proc, data: bytes) -> None:
+        assert p.in_fd is not None
+        fd = p.in_fd
+        loop = asyncio.get_running_loop()
+        deadline = time.monotonic() + INPUT_TIMEOUT_S
+        view = memoryview(data)
+        while view:
+            try:
+                sent = os.write(fd, view)
+                view = view[sent:]
+                continue
+            except BlockingIOError:
+                pass
+            except OSError as exc:  # EPIPE: it closed its input, or ended
+                raise ActionRefused("process_ended", f"{p.process_id} does not read its "
+                                    f"input any more ({exc.strerror or exc})") from None
+            ready: asyncio.Future[None] = loop.create_future()
+            loop.add_writer(fd, _set_ready, ready)
+            try:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError
+                await asyncio.wait_for(ready, left)
+            except TimeoutError:
+                raise ActionRefused("io_error", f"{p.process_id} did not read its input "
+                                    f"within {INPUT_TIMEOUT_S:g} s") from None
+            finally:
+                loop.remove_writer(fd)
+
+    def _answer(self, p: _Proc) -> ExecOutput:
+        ended = p.done.is_set()
+        text, cut = p.unread.take(final=ended)
+        code, sig = p.exit_code_and_signal()
+        out = ExecOutput(process_id=p.process_id, output=text, running=not ended,
+                         exit_code=code if ended else None, signal=sig if ended else None,
+                         truncated=cut, total_bytes=p.total,
+                         duration_ms=int((time.monotonic() - p.started_mono) * 1000),
+                         stopped_by=p.stopped_by)
+        if ended and p.box is not None and code not in (0, None) and not p.stopped_by:
+            hint = sandbox_denial(text, network=p.network, writable=p.writable,
+                                  hidden=p.hidden)
+            if hint is not None:
+                out.sandbox_denied, out.sandbox_hint = True, hint
+        return out
+
+    def _forget_ended(self, session_id: str) -> None:
+        ended = [p for p in self._procs.values()
+                 if p.session_id == session_id and p.done.is_set()]
+        for p in ended[:max(0, len(ended) - MAX_ENDED)]:
+            self._procs.pop(p.process_id, None)
+
+
+def _open_pipes(action: ExecStart) -> tuple[int, int | None, int, int]:
+    """(child's stdin, our end of it, child's stdout+stderr, our end of it). A terminal:
+    both ends are its master side (ours) and slave side (the child's)."""
+    if action.tty:
+        master, slave = os.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ,
+                    struct.pack("HHHH", action.rows, action.cols, 0, 0))
+        attrs = termios.tcgetattr(slave)
+        attrs[1] &= ~termios.ONLCR  # "\n" stays "\n" in the output
+        termios.tcsetattr(slave, termios.TCSANOW, attrs)
+        os.set_blocking(master, False)
+        os.set_inheritable(master, False)
+        our_in = os.dup(master)
+        os.set_inheritable(our_in, False)
+        return slave, our_in, os.dup(slave), master
+    in_r, in_w = os.pipe()
+    out_r, out_w = os.pipe()
+    os.set_blocking(in_w, False)
+    os.set_blocking(out_r, False)
+    return in_r, in_w, out_w, out_r
+
+
+def _set_ready(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+async def _wait_event(event: asyncio.Event, done: Callable[[], bool], timeout: float) -> None:
+    """Wait up to ``timeout`` for ``done()`` to hold, re-checked each time ``event`` is set."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        event.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), left)
+
+
+def _signal_sandbox(box: _Box, sig: int) -> None:
+    """``sig`` to every process in the sandbox's PID namespace but its PID 1 (bwrap's
+    reaper): the program and whatever it started, in whatever group or session."""
+    leader = box.child_pid()
+    if leader is None or not _pid_alive(leader):
+        return
+    try:
+        namespace = os.readlink(f"/proc/{leader}/ns/pid")
+    except OSError:
+        return
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == leader:
+            continue
+        try:
+            if os.readlink(f"/proc/{entry}/ns/pid") != namespace:
+                continue
+            os.kill(int(entry), sig)
+        except OSError:
+            continue
