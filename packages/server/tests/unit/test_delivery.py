@@ -15,6 +15,7 @@ from codey_server.core.engine import Engine
 from codey_server.core.presence import Presence
 from codey_server.eventlog import MemoryEventLog
 from codey_server.features import RULES
+from codey_server.testing.writes import record
 from codey_testkit.waiting import until
 
 READ = wk.ReadFile(action_id="a1", session_id="s", workdir="/w", path="f")
@@ -56,14 +57,14 @@ class Rows:
 async def _engine() -> Engine:
     engine = Engine(MemoryEventLog(), RULES)
     await engine.start()
-    await engine.append([(None, ev.WorkerPaired(
+    await record(engine, [(None, ev.WorkerPaired(
         worker_id="w1", request_id="r", hostname="h", os="Linux", python_version="3.11",
         worker_version="0", roots=["/"], public_key="k"))])
     return engine
 
 
 async def _connected(engine: Engine, replica: str = "") -> None:
-    await engine.append([(None, ev.WorkerConnected(worker_id="w1", hostname="h", os="Linux",
+    await record(engine, [(None, ev.WorkerConnected(worker_id="w1", hostname="h", os="Linux",
                                                    worker_version="0", replica=replica))])
 
 
@@ -79,9 +80,9 @@ def test_presence_follows_the_fold_not_the_socket() -> None:
         await _connected(engine, replica="r1")
         assert not gone_here.is_set() and presence.here("w1")
         # a stale disconnect from the replica it left changes nothing
-        await engine.append([(None, ev.WorkerDisconnected(worker_id="w1", replica="r2"))])
+        await record(engine, [(None, ev.WorkerDisconnected(worker_id="w1", replica="r2"))])
         assert present.is_set()
-        await engine.append([(None, ev.WorkerRevoked(worker_id="w1"))])
+        await record(engine, [(None, ev.WorkerRevoked(worker_id="w1"))])
         assert not present.is_set() and absent.is_set() and not presence.connected("w1")
 
     asyncio.run(main())
@@ -95,7 +96,7 @@ def test_revocation_fails_the_waiting_caller() -> None:
         await delivery.linked("w1", link)
         waiting = asyncio.create_task(delivery.run("w1", READ, timeout=5))
         await until(lambda: link.frames, what="the send")
-        await engine.append([(None, ev.WorkerRevoked(worker_id="w1"))])
+        await record(engine, [(None, ev.WorkerRevoked(worker_id="w1"))])
         with pytest.raises(ActionFailed) as info:
             await waiting
         assert info.value.code == "revoked"
