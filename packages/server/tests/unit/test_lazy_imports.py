@@ -116,3 +116,66 @@ def test_a_configured_telegram_bot_loads_the_telegram_library() -> None:
     result = _probe("telegram")
     assert result["statuses"] == {"health": 200}
     assert "telegram" in result["loaded"]  # (and httpx, its transport)
+
+
+_SDK_PROBE = r"""
+import asyncio, json, sys, threading
+
+from codey_server.agent.models import ModelProvider
+from codey_server.settings import ProviderConfig
+
+importers = []
+
+
+class Watch:  # asked first where to find each module: says on which thread openai is loaded
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name == "openai":
+            importers.append(threading.current_thread() is threading.main_thread())
+        return None
+
+
+sys.meta_path.insert(0, Watch)
+
+
+class Key:
+    async def token(self):
+        return "key"
+
+    async def refresh(self):
+        return False
+
+
+provider = ModelProvider(ProviderConfig(name="p", base_url="http://127.0.0.1:9/v1",
+                                        models=["m"], max_retries=0), Key())
+
+
+async def main():
+    async def call():
+        async for _ in provider.stream(model="m", body=b"{}"):
+            pass
+
+    task = asyncio.create_task(call())
+    for _ in range(3000):  # the call fails to connect once the SDK is loaded
+        if task.done() or ("openai" in sys.modules and hasattr(sys.modules["openai"],
+                                                               "AsyncOpenAI")):
+            break
+        await asyncio.sleep(0.01)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+asyncio.run(main())
+print(json.dumps(importers))
+"""
+
+
+def test_the_first_model_call_loads_the_sdk_off_the_event_loop() -> None:
+    # importing openai (pydantic, aiohttp, its types) is about a second of CPU, several on a
+    # busy machine: on the loop it would stall every socket and heartbeat of the server, and
+    # among replicas the lease renewals (6 s leases, renewed every 1.5 s)
+    out = subprocess.run([sys.executable, "-c", _SDK_PROBE], capture_output=True, text=True,
+                         timeout=120, cwd=Path(__file__).parent)
+    assert out.returncode == 0, out.stderr
+    on_main_thread: list[bool] = json.loads(out.stdout.strip().splitlines()[-1])
+    assert on_main_thread == [False]

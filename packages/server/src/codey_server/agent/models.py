@@ -20,10 +20,13 @@ once and tries again. Anything else raises :class:`~codey_server.agent.errors.Mo
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import email.utils
+import importlib
 import json
 import logging
 import random
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
@@ -145,7 +148,7 @@ class ModelProvider:
                              "UI or set its API key", status=401, code="not_logged_in")
         current = self._current
         if current is None or current.token != token:
-            # imported on first use: ~0.8 s
+            await _load_sdk()
             from openai import AsyncOpenAI, DefaultAioHttpClient, Timeout
 
             if current is not None:
@@ -208,6 +211,7 @@ class ModelProvider:
                 self.observe(self.name, time.perf_counter() - started, error)
 
     async def _stream(self, *, model: str, body: bytes) -> AsyncIterator[ModelEvent]:
+        await _load_sdk()
         import openai
 
         attempt = 0
@@ -275,6 +279,33 @@ class ModelProvider:
                 raise
             finally:
                 await self._release(entry)
+
+
+#: the openai SDK's import, started by the first model call (one for every provider and loop)
+_SDK: concurrent.futures.Future[object] | None = None
+
+
+async def _load_sdk() -> None:
+    """Import the openai SDK, the first time in a thread of its own: it brings pydantic,
+    aiohttp and hundreds of type modules, about a second of CPU (several on a busy machine),
+    which on the loop would stall every socket and heartbeat of the server — and among
+    replicas its lease renewals, handing its sessions to another replica. Every caller
+    meanwhile waits for the same import."""
+    global _SDK
+    if _SDK is None:
+        loading: concurrent.futures.Future[object] = concurrent.futures.Future()
+
+        def run() -> None:
+            try:
+                loading.set_result(importlib.import_module("openai"))
+            except BaseException as err:  # given to every caller waiting for it
+                loading.set_exception(err)
+
+        threading.Thread(target=run, name="import-openai", daemon=True).start()
+        _SDK = loading
+    if not _SDK.done():
+        await asyncio.wrap_future(_SDK)
+    _SDK.result()
 
 
 _RAW_EVENTS: type | None = None

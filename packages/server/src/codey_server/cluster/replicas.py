@@ -76,6 +76,8 @@ CREATE INDEX IF NOT EXISTS codey_action_progress_action ON codey_action_progress
 CREATE TABLE IF NOT EXISTS codey_files (
     name text PRIMARY KEY, data bytea NOT NULL, version bigint NOT NULL);
 """
+#: passes of one SharedFiles.sync while other replicas' pushes keep overtaking this one's
+_SYNC_TRIES = 5
 _SCHEMA_LOCK = 0x636F646572  # "coder": its own key, apart from the event log's
 
 
@@ -512,6 +514,16 @@ class SharedFiles:
                 log.warning("syncing shared files failed (%s)", err)
 
     async def sync(self) -> None:
+        """Bring every shared file up to date both ways (see the class docstring)."""
+        for _ in range(_SYNC_TRIES):
+            if await self._sync_once():
+                return
+        # still outpaced by other replicas' pushes: the next poll goes on
+
+    async def _sync_once(self) -> bool:
+        """One pass over the files; False when a push lost to another replica's (the file
+        changed in the database after it was read here: merged with that one next pass)."""
+        done = True
         names = sorted(self._reload)
         rows = {r[0]: (int(r[1]), bytes(r[2])) for r in await self.cluster.execute(
             "SELECT name, version, data FROM codey_files WHERE name = ANY(%s)", (names,))}
@@ -532,23 +544,35 @@ class SharedFiles:
                 local = _union(local, remote[1])
                 write_secret_file(path, local)
                 self._reload[name]()
-                await self._push(name, local, remote[0])
+                done &= await self._push(name, local, remote[0])
             elif newer_there and remote is not None and (not changed_here or known is None):
                 # newer elsewhere (at start, the database's copy wins)
                 write_secret_file(path, remote[1])
                 self._reload[name]()
                 self._synced[name] = (remote[0], hashlib.sha256(remote[1]).digest())
             elif changed_here and local is not None:
-                await self._push(name, local, remote[0] if remote else 0)
+                done &= await self._push(name, local, remote[0] if remote else 0)
+        return done
 
-    async def _push(self, name: str, data: bytes, seen_version: int) -> None:
-        rows = await self.cluster.execute(
-            "INSERT INTO codey_files (name, data, version) VALUES (%s, %s, %s) "
-            "ON CONFLICT (name) DO UPDATE SET data = excluded.data, "
-            "version = GREATEST(codey_files.version + 1, excluded.version) RETURNING version",
-            (name, data, seen_version + 1))
+    async def _push(self, name: str, data: bytes, seen_version: int) -> bool:
+        """Write ``data`` as the version after ``seen_version``, the one this replica read;
+        False, writing nothing, when another replica wrote the file since (two replicas that
+        merged the same version must not both win: the second would drop the first's
+        entries, e.g. a browser just logged in there)."""
+        if seen_version == 0:
+            rows = await self.cluster.execute(
+                "INSERT INTO codey_files (name, data, version) VALUES (%s, %s, 1) "
+                "ON CONFLICT (name) DO NOTHING RETURNING version", (name, data))
+        else:
+            rows = await self.cluster.execute(
+                "UPDATE codey_files SET data = %s, version = version + 1 "
+                "WHERE name = %s AND version = %s RETURNING version",
+                (data, name, seen_version))
+        if not rows:
+            return False
         self._synced[name] = (int(rows[0][0]), hashlib.sha256(data).digest())
         await self.cluster.notify(f"f:{name}")
+        return True
 
 
 def _union(local: bytes, remote: bytes) -> bytes:
