@@ -7,6 +7,7 @@ from typing import Any
 import msgspec
 import pytest
 from litestar import Litestar, get, post
+from litestar.di import NamedDependency, Provide
 from litestar.params import JSONBody
 from litestar.testing import TestClient
 
@@ -56,6 +57,11 @@ class Body(msgspec.Struct, forbid_unknown_fields=True):
     text: str
 
 
+class Named(msgspec.Struct, forbid_unknown_fields=True):
+    #: named like a dependency of the app, as ``NewSession.agent`` is like the agent service
+    agent: str | None = None
+
+
 def _app() -> Litestar:
     @get("/rejected", sync_to_thread=False)
     def rejected() -> None:
@@ -73,12 +79,21 @@ def _app() -> Litestar:
     def bug() -> None:
         raise ServerError("an invariant broke")
 
+    @get("/crash", sync_to_thread=False)
+    def crash() -> None:
+        raise KeyError("a handler's bug")
+
     @post("/body", sync_to_thread=False)
     def body(data: JSONBody[Body]) -> dict[str, str]:
         return {"text": data.text}
 
-    return Litestar([rejected, pairing, provider, bug, body], debug=False,
+    @post("/named", sync_to_thread=False)
+    def named(data: JSONBody[Named], agent: NamedDependency[str]) -> dict[str, str | None]:
+        return {"agent": data.agent}
+
+    return Litestar([rejected, pairing, provider, bug, crash, body, named], debug=False,
                     exception_handlers=exception_handlers, request_class=JSONRequest,
+                    dependencies={"agent": Provide(lambda: "the service", sync_to_thread=False)},
                     logging_config=None)
 
 
@@ -102,6 +117,26 @@ def test_a_coded_error_answers_with_its_status_message_and_code() -> None:
 def test_an_uncoded_server_error_is_a_500() -> None:
     status, body = _get("/bug")
     assert status == 500 and body["status_code"] == 500 and "extra" not in body
+
+
+def test_any_other_exception_is_a_500_logged_with_its_traceback(
+        caplog: pytest.LogCaptureFixture) -> None:
+    status, body = _get("/crash")
+    assert (status, body) == (500, {"status_code": 500, "detail": "Internal Server Error"})
+    failed = [r for r in caplog.records if r.name == "codey.http"]
+    assert [r.getMessage() for r in failed] == ["GET /crash failed"]
+    assert failed[0].exc_info and failed[0].exc_info[0] is KeyError
+
+
+def test_a_body_field_named_like_a_dependency_is_still_the_clients_fault() -> None:
+    # Litestar answers this with a 500, taking the field for the ``agent`` dependency
+    with TestClient(_app()) as client:
+        assert client.post("/named", json={"agent": "codex"}).json() == {"agent": "codex"}
+        r = client.post("/named", json={"agent": {}})
+    assert r.status_code == 400, r.text
+    assert r.json()["detail"] == "Expected `str | null`, got `object` - at `agent`"
+    assert r.json()["extra"] == [{"message": "Expected `str | null`, got `object`",
+                                  "key": "agent", "source": "body"}]
 
 
 @pytest.mark.parametrize(("raw", "detail"), [

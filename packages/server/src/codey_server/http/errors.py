@@ -9,6 +9,10 @@ Every error a handler lets escape is answered here (:data:`exception_handlers`):
   stopping) is 503; any other ``ServerError`` is a bug of ours, 500.
 - Litestar's ``ValidationException`` (a body or parameter that does not fit its type) is 400
   with msgspec's own words in ``detail``.
+- Anything else is a 500, logged with its traceback (Litestar logs nothing: the CLI owns
+  logging). One exception: Litestar calls a body field that does not fit its type a failed
+  dependency (a 500) when the field has the name of one of the server's parts (``agent`` of
+  ``POST /api/sessions``, the ``agent`` service): that is answered as the 400 it is.
 
 The body is always :class:`ErrorBody`: ``{"status_code", "detail", "extra"}``, where ``extra``
 is ``{"code": ...}`` for a coded error. Handlers document theirs with :func:`errors`.
@@ -22,7 +26,11 @@ from typing import Any
 
 import msgspec
 from litestar import Request, Response
-from litestar.exceptions import SerializationException, ValidationException
+from litestar.exceptions import (
+    InternalServerException,
+    SerializationException,
+    ValidationException,
+)
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.types import ExceptionHandlersMap
 
@@ -109,10 +117,34 @@ def _invalid(request: Request[Any, Any, Any], exc: ValidationException) -> Respo
                     status_code=400)
 
 
+def _body_field(err: BaseException | None) -> str | None:
+    """The body field msgspec's error names, when it is about the request's body (``data``)."""
+    if not isinstance(err, msgspec.ValidationError):
+        return None
+    message, _, where = str(err).rpartition(" - at `$.data.")
+    return where.split("`", 1)[0] if message and where.endswith("`") else None
+
+
+def _unexpected(request: Request[Any, Any, Any], exc: Exception) -> Response[ErrorBody]:
+    """Every 500 no other handler took: Litestar's own, and any exception of a handler."""
+    if isinstance(exc, InternalServerException) and (key := _body_field(exc.__cause__)):
+        # Litestar's signature model took a body field named like a dependency for the
+        # dependency (its key loses the ``data.`` prefix before the check): the client's fault
+        problem = {"message": str(exc.__cause__).rpartition(" - at ")[0], "key": key,
+                   "source": "body"}
+        return Response(ErrorBody(status_code=400, detail=_said(problem), extra=[problem]),
+                        status_code=400)
+    log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+    return Response(ErrorBody(status_code=500, detail="Internal Server Error"),
+                    status_code=500)
+
+
 #: the one map from the error hierarchy to HTTP answers, for ``Litestar(exception_handlers=)``
 exception_handlers: ExceptionHandlersMap = {
     ServerError: _server_error,
     ValidationException: _invalid,
+    # Litestar's 500s, and any exception no class above takes (its fallback for a 500 key)
+    500: _unexpected,
 }
 
 
