@@ -20,6 +20,7 @@ from codey_server.http.errors import (
     exception_handlers,
     status_of,
 )
+from codey_server.http.fields import NonBlank
 from codey_server.providers.oauth import OAuthFailed
 from codey_server.providers.service import AuthError
 from codey_server.workers.pairing import PairingError
@@ -57,6 +58,10 @@ class Body(msgspec.Struct, forbid_unknown_fields=True):
     text: str
 
 
+class Titled(msgspec.Struct, forbid_unknown_fields=True):
+    title: NonBlank
+
+
 class Named(msgspec.Struct, forbid_unknown_fields=True):
     #: named like a dependency of the app, as ``NewSession.agent`` is like the agent service
     agent: str | None = None
@@ -87,11 +92,15 @@ def _app() -> Litestar:
     def body(data: JSONBody[Body]) -> dict[str, str]:
         return {"text": data.text}
 
+    @post("/titled", sync_to_thread=False)
+    def titled(data: JSONBody[Titled]) -> dict[str, str]:
+        return {"title": data.title}
+
     @post("/named", sync_to_thread=False)
     def named(data: JSONBody[Named], agent: NamedDependency[str]) -> dict[str, str | None]:
         return {"agent": data.agent}
 
-    return Litestar([rejected, pairing, provider, bug, crash, body, named], debug=False,
+    return Litestar([rejected, pairing, provider, bug, crash, body, titled, named], debug=False,
                     exception_handlers=exception_handlers, request_class=JSONRequest,
                     dependencies={"agent": Provide(lambda: "the service", sync_to_thread=False)},
                     logging_config=None)
@@ -126,6 +135,14 @@ def test_any_other_exception_is_a_500_logged_with_its_traceback(
     failed = [r for r in caplog.records if r.name == "codey.http"]
     assert [r.getMessage() for r in failed] == ["GET /crash failed"]
     assert failed[0].exc_info and failed[0].exc_info[0] is KeyError
+
+
+def test_a_pattern_that_fails_is_answered_with_its_words() -> None:
+    with TestClient(_app()) as client:
+        assert client.post("/titled", json={"title": " x "}).status_code == 201
+        r = client.post("/titled", json={"title": " \n"})
+    assert r.status_code == 400
+    assert r.json()["detail"] == "must not be empty - at `title`"  # not the regex
 
 
 def test_a_body_field_named_like_a_dependency_is_still_the_clients_fault() -> None:

@@ -3,6 +3,7 @@
     access.py    who may call what: the access token, browser sessions, Host/Origin checks,
                  the route marks (``opt=PUBLIC``, ``opt=UNPAIRED_WORKER``)
     errors.py    the error hierarchy → HTTP statuses, the error body, documented 4xx
+    fields.py    request fields with their rules in their types (pattern, length)
     openapi.py   the OpenAPI document at /schema
     resource.py  the controllers' base: OPTIONS lists every method of a path
     web.py       the static client at / and /favicon.ico
@@ -25,6 +26,6 @@ add a real request for it to ``tests/integration/test_openapi.py``.
 """
 
 from codey_server.http.errors import JSONRequest, exception_handlers
-from codey_server.http.openapi import ClosedStructs, openapi_config
+from codey_server.http.openapi import StructSchemas, openapi_config
 
-__all__ = ["ClosedStructs", "JSONRequest", "exception_handlers", "openapi_config"]
+__all__ = ["JSONRequest", "StructSchemas", "exception_handlers", "openapi_config"]

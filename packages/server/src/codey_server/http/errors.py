@@ -8,7 +8,8 @@ Every error a handler lets escape is answered here (:data:`exception_handlers`):
   the login errors (502) and a bad request for the others (400). ``LogClosed`` (the server is
   stopping) is 503; any other ``ServerError`` is a bug of ours, 500.
 - Litestar's ``ValidationException`` (a body or parameter that does not fit its type) is 400
-  with msgspec's own words in ``detail``.
+  with msgspec's own words in ``detail``, or those of the pattern that failed
+  (:mod:`.fields`).
 - Anything else is a 500, logged with its traceback (Litestar logs nothing: the CLI owns
   logging). One exception: Litestar calls a body field that does not fit its type a failed
   dependency (a 500) when the field has the name of one of the server's parts (``agent`` of
@@ -35,6 +36,7 @@ from litestar.openapi.datastructures import ResponseSpec
 from litestar.types import ExceptionHandlersMap
 
 from codey_server.errors import LogClosed, ServerError
+from codey_server.http.fields import words_for
 
 log = logging.getLogger("codey.http")
 
@@ -101,6 +103,8 @@ def _problem(entry: Any) -> dict[str, Any]:
     problem = dict(entry) if isinstance(entry, Mapping) else {"message": str(entry)}
     if problem.get("key") == "data" and problem.get("message") == repr("data"):
         problem["message"] = _NO_BODY  # Litestar's way of saying there was no body at all
+    elif isinstance(problem.get("message"), str):
+        problem["message"] = words_for(problem["message"])  # a pattern's own words
     return problem
 
 
@@ -130,8 +134,8 @@ def _unexpected(request: Request[Any, Any, Any], exc: Exception) -> Response[Err
     if isinstance(exc, InternalServerException) and (key := _body_field(exc.__cause__)):
         # Litestar's signature model took a body field named like a dependency for the
         # dependency (its key loses the ``data.`` prefix before the check): the client's fault
-        problem = {"message": str(exc.__cause__).rpartition(" - at ")[0], "key": key,
-                   "source": "body"}
+        problem = _problem({"message": str(exc.__cause__).rpartition(" - at ")[0],
+                            "key": key, "source": "body"})
         return Response(ErrorBody(status_code=400, detail=_said(problem), extra=[problem]),
                         status_code=400)
     log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
