@@ -216,12 +216,14 @@ def test_one_address_cannot_fill_the_pairing_queue(server) -> None:  # type: ign
 
 
 _OUT_OF_BOUNDS: list[tuple[str, Any, str]] = [
-    ("roots", ["/r"] * 33, "at most 32 roots"),
-    ("roots", ["/" + "x" * 4096], "each root must be 1-4096 characters"),
-    ("roots", [""], "each root must be 1-4096 characters"),
-    ("python_version", "3" * 65, "python_version must be at most 64 characters"),
-    ("worker_version", "0" * 65, "worker_version must be at most 64 characters"),
-    ("hostname", "h" * 256, "hostname must be 1-255 characters"),
+    # the bounds are in the body's schema, so msgspec says them
+    ("roots", ["/r"] * 33, "Expected `array` of length <= 32 - at `roots`"),
+    ("roots", ["/" + "x" * 4096], "Expected `str` of length <= 4096 - at `roots[0]`"),
+    ("roots", [""], "Expected `str` of length >= 1 - at `roots[0]`"),
+    ("python_version", "3" * 65, "Expected `str` of length <= 64 - at `python_version`"),
+    ("worker_version", "0" * 65, "Expected `str` of length <= 64 - at `worker_version`"),
+    ("hostname", "h" * 256, "Expected `str` of length <= 255 - at `hostname`"),
+    ("hostname", " ", "must not be empty - at `hostname`"),
 ]
 
 

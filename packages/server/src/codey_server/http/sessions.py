@@ -9,7 +9,7 @@ without ``type``, ``request_id`` and the ids the path carries (a unit test keeps
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import msgspec
 from litestar import get, post
@@ -23,8 +23,10 @@ from codey_protocol import client as cl
 from codey_protocol import codec
 from codey_protocol.events import ApprovalPolicy, Attachment, Envelope, SessionStatus
 from codey_protocol.state import SessionInfo
+from codey_server.core.decide import ATTACHMENTS_MAX
 from codey_server.core.engine import Engine
 from codey_server.http.errors import errors
+from codey_server.http.fields import NOT_BLANK, NonBlank
 from codey_server.http.resource import Resource
 
 __all__ = ["ApprovalChoice", "Created", "NewSession", "PolicyChoice", "Prompt", "Seq",
@@ -33,11 +35,21 @@ __all__ = ["ApprovalChoice", "Created", "NewSession", "PolicyChoice", "Prompt", 
 NDJSON = "application/x-ndjson"
 
 
+#: the files of one message, uploaded first (``POST /api/blobs``)
+Attachments = Annotated[list[Attachment], msgspec.Meta(max_length=ATTACHMENTS_MAX)]
+
+
 class NewSession(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """``POST /api/sessions``: a ``create_session`` command."""
 
+    #: plan mode is Codey's own: not with an ACP agent (``create_session`` refuses it too)
+    __schema_rules__: ClassVar[dict[str, Any]] = {"anyOf": [
+        {"properties": {"agent": {"type": "null"}}},
+        {"properties": {"plan_mode": {"const": False}}},
+    ]}
+
     worker_id: str
-    workdir: str
+    workdir: NonBlank
     prompt: str = ""
     provider: str | None = None  # None: the server's default provider
     model: str | None = None  # None: the provider's default model
@@ -46,14 +58,20 @@ class NewSession(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     plan_mode: bool = False  # the model proposes a plan and waits for its approval
     #: an external ACP agent of the worker runs the session (its ``acp_agents``)
     agent: str | None = None
-    attachments: list[Attachment] = msgspec.field(default_factory=list)  # from POST /api/blobs
+    attachments: Attachments = msgspec.field(default_factory=list)
 
 
 class Prompt(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """``POST /api/sessions/{id}/prompt``: a ``send_prompt`` command."""
 
+    #: some text or some files (``send_prompt`` refuses an empty prompt too)
+    __schema_rules__: ClassVar[dict[str, Any]] = {"anyOf": [
+        {"properties": {"text": {"pattern": NOT_BLANK}}},
+        {"properties": {"attachments": {"minItems": 1}}, "required": ["attachments"]},
+    ]}
+
     text: str
-    attachments: list[Attachment] = msgspec.field(default_factory=list)  # from POST /api/blobs
+    attachments: Attachments = msgspec.field(default_factory=list)
 
 
 class ApprovalChoice(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -19,9 +19,11 @@ from litestar.response import Redirect
 
 from codey_server.http.access import PUBLIC, BrowserAccess, browser_session
 from codey_server.http.errors import errors
+from codey_server.http.fields import SPACE, pattern
 from codey_server.http.resource import Resource
 from codey_server.providers.service import (
     LOGIN_TTL_S,
+    MAX_API_KEY_CHARS,
     AuthError,
     AuthService,
     DeviceLogin,
@@ -42,7 +44,10 @@ class ProviderChoice(msgspec.Struct, kw_only=True):
 
 class ApiKey(msgspec.Struct, kw_only=True):
     provider: NonEmpty
-    api_key: NonEmpty
+    #: one word (``set_api_key`` strips the white space around it)
+    api_key: Annotated[str, msgspec.Meta(pattern=pattern(
+        f"^[{SPACE}]*[^{SPACE}]{{1,{MAX_API_KEY_CHARS}}}[{SPACE}]*$",
+        "that does not look like an API key"))]
 
 
 class LoginLinkAnswer(msgspec.Struct, kw_only=True):
@@ -124,7 +129,7 @@ class AuthController(Resource):
         """Store a pasted API key (it is never echoed)."""
         return await auth.set_api_key(data.provider, data.api_key)
 
-    @post("/logout", status_code=200, responses=errors(404))
+    @post("/logout", status_code=200, responses=errors(400, 404))
     async def provider_logout(self, data: JSONBody[ProviderChoice],
                               auth: NamedDependency[AuthService]) -> ProviderStatus:
         """Forget that provider's credentials (the browser stays logged in)."""
