@@ -110,7 +110,7 @@ def test_sixth_wrong_code_finds_the_request_locked(server) -> None:  # type: ign
     ticket = _request(server, FakeWorkerKeys())
     url = f"/api/pairing/requests/{ticket['request_id']}/approve"
     codes = [server.http.post(url, json={"code": "BBBB-BBBB"}).status_code for _ in range(5)]
-    assert codes == [400, 400, 400, 400, 423]
+    assert codes == [403, 403, 403, 403, 423]  # a wrong code is a failed proof
     # the right code no longer works: the request is locked
     assert server.http.post(url, json={"code": ticket["code"]}).status_code == 423
     status = server.http.get(f"/api/pairing/requests/{ticket['request_id']}/wait",
@@ -272,7 +272,7 @@ def test_non_ascii_poll_secret_and_code_get_4xx_not_500(server) -> None:  # type
     assert r.status_code == 404, r.text
     r = server.http.post(f"/api/pairing/requests/{ticket['request_id']}/approve",
                          json={"code": "ÉÉÉÉ-ÉÉÉÉ"})
-    assert r.status_code == 400 and r.json()["extra"]["code"] == "wrong_code", r.text
+    assert r.status_code == 403 and r.json()["extra"]["code"] == "wrong_code", r.text
     # the request still works with its real secret and code
     r = server.http.post(f"/api/pairing/requests/{ticket['request_id']}/approve",
                          json={"code": ticket["code"]})

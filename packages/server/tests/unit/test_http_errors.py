@@ -31,7 +31,7 @@ from codey_server.workers.pairing import PairingError
     (CommandRejected("conflict", "approval already approved"), 409),
     (CommandRejected("forbidden", "revoked"), 403),
     (CommandRejected("bad_request", "the prompt is empty"), 400),
-    (PairingError("wrong_code", "wrong code"), 400),
+    (PairingError("wrong_code", "wrong code"), 403),  # the proof failed
     (PairingError("expired", "this code expired"), 410),
     (PairingError("locked", "too many wrong codes"), 423),
     (PairingError("too_many", "too many pending"), 429),

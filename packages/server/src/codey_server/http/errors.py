@@ -46,12 +46,14 @@ __all__ = ["STATUS_OF_CODE", "ErrorBody", "JSONRequest", "errors", "exception_ha
 #: the HTTP status of every error code a ServerError carries (decide.py, pairing.py, auth/)
 STATUS_OF_CODE: Mapping[str, int] = {
     "bad_request": 400,
-    # the provider lacks what was asked (no device flow, no usable client auth method), or
-    # this server's config does (no client secret in the environment)
-    "unsupported": 400,
-    "not_configured": 400,
-    "wrong_code": 400,
     "bad_state": 400,
+    # a well-formed request refused by what the server holds: the provider lacks what was
+    # asked (no device flow, no usable client auth method), or this server's config does (no
+    # client secret in the environment)
+    "unsupported": 409,
+    "not_configured": 409,
+    # a pairing code that is not the request's: the proof failed
+    "wrong_code": 403,
     "forbidden": 403,
     "not_found": 404,
     "conflict": 409,
@@ -167,11 +169,11 @@ _DESCRIPTIONS = {
          "(`extra.code` says why).",
     401: "Not logged in: no session cookie and no `Authorization: Bearer <access token>`.",
     403: "A foreign `Host` or `Origin`, a cookie-authenticated change without same-origin "
-         "proof, or a forbidden request.",
+         "proof, a wrong pairing code, or a forbidden request.",
     404: "No such resource.",
     409: "The request conflicts with the current state.",
     410: "Expired.",
-    413: "The body is too large.",
+    413: "The body is too large, or the files it sends with a prompt are.",
     423: "Locked after too many wrong tries.",
     429: "Too many pending requests.",
     502: "The identity provider refused or failed.",

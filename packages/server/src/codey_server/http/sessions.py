@@ -130,7 +130,7 @@ class SessionsController(Resource):
             for s in engine.state.sessions.values()
         ]
 
-    @post(status_code=201, responses=errors(400, 403, 404))
+    @post(status_code=201, responses=errors(400, 403, 404, 413))
     async def create_session(self, data: JSONBody[NewSession],
                              engine: NamedDependency[Engine]) -> Created:
         """Create a session on a worker; a non-empty ``prompt`` starts its first turn."""
@@ -146,7 +146,7 @@ class SessionsController(Resource):
             raise NotFoundException(f"no session {session_id!r}")
         return session
 
-    @post("/{session_id:str}/prompt", status_code=202, responses=errors(400, 404, 409))
+    @post("/{session_id:str}/prompt", status_code=202, responses=errors(400, 404, 409, 413))
     async def send_prompt(self, session_id: FromPath[str], data: JSONBody[Prompt],
                           engine: NamedDependency[Engine]) -> Seq:
         """Send a prompt: it starts a turn, or is queued for the running one."""
@@ -179,7 +179,7 @@ class SessionsController(Resource):
         envs = await engine.execute(cl.Interrupt(session_id=session_id))
         return Seq(seq=envs[-1].seq if envs else engine.state.seq)
 
-    @post("/{session_id:str}/compact", status_code=200, responses=errors(400, 404, 409))
+    @post("/{session_id:str}/compact", status_code=200, responses=errors(404, 409))
     async def compact(self, session_id: FromPath[str], engine: NamedDependency[Engine]) -> Seq:
         """Summarize the session's older conversation into one summary item now."""
         envs = await engine.execute(cl.CompactSession(session_id=session_id))

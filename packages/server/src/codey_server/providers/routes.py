@@ -80,7 +80,7 @@ class AuthController(Resource):
         """Each configured provider's login state. Never a credential."""
         return auth.status()
 
-    @post("/login-link", status_code=200, responses=errors(400, 404, 502))
+    @post("/login-link", status_code=200, responses=errors(400, 404, 409, 502))
     async def login_link(self, request: Request[Any, Any, Any], data: JSONBody[ProviderChoice],
                          auth: NamedDependency[AuthService],
                              access: NamedDependency[BrowserAccess]) -> Response[LoginLinkAnswer]:
@@ -116,14 +116,14 @@ class AuthController(Resource):
                         cookies=[_binder_cookie(access, "", 0)],
                         headers={"cache-control": "no-store", "referrer-policy": "no-referrer"})
 
-    @post("/device", status_code=200, responses=errors(400, 404, 502))
+    @post("/device", status_code=200, responses=errors(400, 404, 409, 502))
     async def device_login(self, data: JSONBody[ProviderChoice],
                            auth: NamedDependency[AuthService]) -> DeviceLogin:
         """Start a device-code login; the server polls and reports by
         ``auth_status_updated``."""
         return await auth.start_device(data.provider)
 
-    @post("/api-key", status_code=200, responses=errors(400, 404))
+    @post("/api-key", status_code=200, responses=errors(400, 404, 409))
     async def api_key(self, data: JSONBody[ApiKey],
                       auth: NamedDependency[AuthService]) -> ProviderStatus:
         """Store a pasted API key (it is never echoed)."""

@@ -2,7 +2,7 @@
 
 The worker's two calls (the request and its long poll) need no login: they are marked
 ``UNPAIRED_WORKER`` (see :mod:`codey_server.http.access`). A refused step (``PairingError``) is
-answered by :mod:`codey_server.http.errors` (``wrong_code`` 400, ``not_found`` 404,
+answered by :mod:`codey_server.http.errors` (``wrong_code`` 403, ``not_found`` 404,
 ``expired`` 410, ``locked`` 423, ``too_many`` 429).
 """
 
