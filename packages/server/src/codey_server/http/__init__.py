@@ -20,9 +20,10 @@ they use by name (``engine: NamedDependency[Engine]``). Bodies and answers are m
 structs, so the OpenAPI document at ``/schema`` describes every one of them.
 
 To add a route: put it in its feature's controller (or a new module with its own
-``Resource`` controller, listed in ``create_app``), type its body and answer as structs, mark
-it if it is not for a logged-in browser, list its error statuses with ``errors(...)``, and
-add a real request for it to ``tests/integration/test_openapi.py``.
+``Resource`` controller, listed in ``create_app``), type its body and answer as structs, with
+the body's rules in its types (``fields.py``), mark it if it is not for a logged-in browser,
+list its error statuses with ``errors(...)``, and add a real request for it to
+``tests/integration/test_openapi.py`` (``test_schemathesis.py`` then tries many).
 """
 
 from codey_server.http.errors import JSONRequest, exception_handlers
