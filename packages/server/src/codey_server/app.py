@@ -94,7 +94,7 @@ def create_app(settings: Settings) -> Litestar:
         exception_handlers=http.exception_handlers,
         request_class=http.JSONRequest,
         openapi_config=http.openapi_config(),
-        plugins=[http.ClosedStructs()],
+        plugins=[http.StructSchemas()],
         lifespan=[lifespan],
         debug=False,
         # Litestar's default config would replace the root handlers (and their secret-masking

@@ -118,7 +118,7 @@ def test_an_agent_the_worker_does_not_have_is_refused(tmp_path: Path) -> None:
         r = server.http.post("/api/sessions", json={
             "worker_id": worker.worker_id, "workdir": worker.workdir("x"), "agent": "claude",
             "prompt": "hi"})
-        assert r.status_code == 400 and "no ACP agent 'claude'" in r.text
+        assert r.status_code == 404 and "no ACP agent 'claude'" in r.text
 
 
 def test_interrupt_cancels_the_agents_turn_and_a_restarted_worker_loads_its_session(

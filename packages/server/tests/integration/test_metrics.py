@@ -45,7 +45,9 @@ def test_metrics_count_a_real_turn_and_need_the_login(tmp_path: Path, model: Any
         wait_for(server, sid, lambda s: idle(s) and tools(s), what="the turn")
         r = httpx.get(f"{server.url}/metrics", timeout=10,
                       headers={"Authorization": f"Bearer {server.token}"})
-        assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+        assert r.status_code == 200
+        # the Prometheus text format's type, its charset once
+        assert r.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
         text = r.text
         assert _value(text, "codey_workers_connected") == 1
         assert _value(text, "codey_sessions", '{status="idle"}') == 1

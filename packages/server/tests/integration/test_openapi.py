@@ -171,7 +171,7 @@ def _exercise(api: _Contract, server: ServerProcess, worker: WorkerProcess) -> N
         api.check("GET", "/api/pairing/code/{code}", 200, path={"code": ticket["code"]})
         api.check("GET", "/api/pairing/code/{code}", 404, path={"code": "BBBB-BBBB"})
         approve = "/api/pairing/requests/{request_id}/approve"
-        api.check("POST", approve, 400, path=rid, json={"code": "BBBB-BBBB"})
+        api.check("POST", approve, 403, path=rid, json={"code": "BBBB-BBBB"})
         api.check("POST", approve, 200, path=rid, json={"code": ticket["code"]})
         api.check("POST", approve, 404, path=rid, json={"code": ticket["code"]})
         paired = api.check("GET", wait, 200, path=rid, client=anonymous,
@@ -277,8 +277,9 @@ def _exercise(api: _Contract, server: ServerProcess, worker: WorkerProcess) -> N
     api.check("POST", "/api/auth/api-key", 404, json={"provider": "nope", "api_key": "sk-x1"})
     api.check("POST", "/api/auth/logout", 200, json={"provider": "keyed"})
     api.check("POST", "/api/auth/logout", 404, json={"provider": "nope"})
-    api.check("POST", "/api/auth/login-link", 400, json={"provider": "keyed"})
-    api.check("POST", "/api/auth/device", 400, json={"provider": "keyed"})
+    api.check("POST", "/api/auth/api-key", 409, json={"provider": "scripted", "api_key": "k"})
+    api.check("POST", "/api/auth/login-link", 409, json={"provider": "keyed"})
+    api.check("POST", "/api/auth/device", 409, json={"provider": "keyed"})
     api.check("POST", "/api/auth/device", 404, json={"provider": "nope"})
     api.check("GET", "/api/auth/callback", 303, params={"state": "nope", "code": "x"})
 

@@ -72,8 +72,12 @@ def test_dependencies_exist_make_no_cycle_and_hold_a_task_in_todo() -> None:
         decide(state, cl.CreateTask(title="x", depends_on=["tsk_nope"]), CTX)
     fold(state, decide(state, cl.CreateTask(title="build", depends_on=[design]), CTX))
     build = by_title(state, "build")
-    with pytest.raises(CommandRejected, match="cycle"):
+    with pytest.raises(CommandRejected, match="cycle") as cycle:
         decide(state, cl.UpdateTask(task_id=design, title="design", depends_on=[build]), CTX)
+    # the shortest cycle is a conflict too (409): the path's task, not the body, is at fault
+    with pytest.raises(CommandRejected, match="itself") as itself:
+        decide(state, cl.UpdateTask(task_id=design, title="design", depends_on=[design]), CTX)
+    assert cycle.value.code == itself.value.code == "conflict"
     with pytest.raises(CommandRejected, match="waits for 'design'"):
         decide(state, cl.MoveTask(task_id=build, status="in_progress"), CTX)
     with pytest.raises(CommandRejected, match="depend on it"):

@@ -140,7 +140,7 @@ def test_create_session_with_an_acp_agent_the_worker_offers() -> None:
     assert isinstance(event, ev.SessionCreated)
     assert (event.agent, event.provider, event.model) == ("claude", "acp", "claude")
     err = rejected(with_agent, cl.CreateSession(worker_id=W, workdir="/src", agent="gemini"))
-    assert err.code == "bad_request" and "no ACP agent 'gemini'" in err.message
+    assert err.code == "not_found" and "no ACP agent 'gemini'" in err.message
     err = rejected(with_agent, cl.CreateSession(worker_id=W, workdir="/src", agent="claude",
                                                 plan_mode=True))
     assert err.code == "bad_request"
@@ -150,7 +150,7 @@ def test_create_session_with_an_acp_agent_the_worker_offers() -> None:
                                                 session_id=s_id, event=e)
                                     for n, (s_id, e) in enumerate(out)])
     err = rejected(folded, cl.CompactSession(session_id=sid))
-    assert err.code == "bad_request"
+    assert err.code == "conflict"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -225,6 +225,28 @@ def test_send_prompt_unknown_session_is_not_found() -> None:
 def test_send_prompt_closed_session_is_conflict() -> None:
     err = rejected(make_state(status="closed"), cl.SendPrompt(session_id=S, text="hi"))
     assert err.code == "conflict"
+
+
+def test_attachments_too_many_unknown_or_too_large() -> None:
+    """Too many is the request's fault (400, the REST body's schema says it); an unknown file
+    is a 404 and files over 25 MiB a 413: what they refer to, which no schema can say."""
+    def prompt(*sizes: int) -> cl.SendPrompt:
+        return cl.SendPrompt(session_id=S, text="see", attachments=[
+            ev.Attachment(hash=f"{n:064x}", name=f"f{n}", mime="text/plain", size=size)
+            for n, size in enumerate(sizes)])
+
+    def refused(command: cl.SendPrompt, *, stored: bool) -> str:
+        ctx = Context(blob_exists=lambda digest: stored)
+        with pytest.raises(CommandRejected) as info:
+            decide(make_state(), command, ctx)
+        return info.value.code
+
+    assert refused(prompt(*[1] * 11), stored=True) == "bad_request"
+    assert refused(prompt(1, 2), stored=False) == "not_found"
+    assert refused(prompt(20 << 20, 10 << 20), stored=False) == "not_found"  # unknown first
+    assert refused(prompt(20 << 20, 10 << 20), stored=True) == "too_large"
+    out = decide(make_state(), prompt(20 << 20, 5 << 20), Context(blob_exists=lambda d: True))
+    assert isinstance(out[-1][1], ev.SessionItemAppended)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ from typing import Any
 import msgspec
 import pytest
 from litestar import Litestar, get, post
+from litestar.di import NamedDependency, Provide
 from litestar.params import JSONBody
 from litestar.testing import TestClient
 
@@ -19,6 +20,7 @@ from codey_server.http.errors import (
     exception_handlers,
     status_of,
 )
+from codey_server.http.fields import NonBlank
 from codey_server.providers.oauth import OAuthFailed
 from codey_server.providers.service import AuthError
 from codey_server.workers.pairing import PairingError
@@ -29,7 +31,7 @@ from codey_server.workers.pairing import PairingError
     (CommandRejected("conflict", "approval already approved"), 409),
     (CommandRejected("forbidden", "revoked"), 403),
     (CommandRejected("bad_request", "the prompt is empty"), 400),
-    (PairingError("wrong_code", "wrong code"), 400),
+    (PairingError("wrong_code", "wrong code"), 403),  # the proof failed
     (PairingError("expired", "this code expired"), 410),
     (PairingError("locked", "too many wrong codes"), 423),
     (PairingError("too_many", "too many pending"), 429),
@@ -56,6 +58,15 @@ class Body(msgspec.Struct, forbid_unknown_fields=True):
     text: str
 
 
+class Titled(msgspec.Struct, forbid_unknown_fields=True):
+    title: NonBlank
+
+
+class Named(msgspec.Struct, forbid_unknown_fields=True):
+    #: named like a dependency of the app, as ``NewSession.agent`` is like the agent service
+    agent: str | None = None
+
+
 def _app() -> Litestar:
     @get("/rejected", sync_to_thread=False)
     def rejected() -> None:
@@ -73,12 +84,25 @@ def _app() -> Litestar:
     def bug() -> None:
         raise ServerError("an invariant broke")
 
+    @get("/crash", sync_to_thread=False)
+    def crash() -> None:
+        raise KeyError("a handler's bug")
+
     @post("/body", sync_to_thread=False)
     def body(data: JSONBody[Body]) -> dict[str, str]:
         return {"text": data.text}
 
-    return Litestar([rejected, pairing, provider, bug, body], debug=False,
+    @post("/titled", sync_to_thread=False)
+    def titled(data: JSONBody[Titled]) -> dict[str, str]:
+        return {"title": data.title}
+
+    @post("/named", sync_to_thread=False)
+    def named(data: JSONBody[Named], agent: NamedDependency[str]) -> dict[str, str | None]:
+        return {"agent": data.agent}
+
+    return Litestar([rejected, pairing, provider, bug, crash, body, titled, named], debug=False,
                     exception_handlers=exception_handlers, request_class=JSONRequest,
+                    dependencies={"agent": Provide(lambda: "the service", sync_to_thread=False)},
                     logging_config=None)
 
 
@@ -102,6 +126,34 @@ def test_a_coded_error_answers_with_its_status_message_and_code() -> None:
 def test_an_uncoded_server_error_is_a_500() -> None:
     status, body = _get("/bug")
     assert status == 500 and body["status_code"] == 500 and "extra" not in body
+
+
+def test_any_other_exception_is_a_500_logged_with_its_traceback(
+        caplog: pytest.LogCaptureFixture) -> None:
+    status, body = _get("/crash")
+    assert (status, body) == (500, {"status_code": 500, "detail": "Internal Server Error"})
+    failed = [r for r in caplog.records if r.name == "codey.http"]
+    assert [r.getMessage() for r in failed] == ["GET /crash failed"]
+    assert failed[0].exc_info and failed[0].exc_info[0] is KeyError
+
+
+def test_a_pattern_that_fails_is_answered_with_its_words() -> None:
+    with TestClient(_app()) as client:
+        assert client.post("/titled", json={"title": " x "}).status_code == 201
+        r = client.post("/titled", json={"title": " \n"})
+    assert r.status_code == 400
+    assert r.json()["detail"] == "must not be empty - at `title`"  # not the regex
+
+
+def test_a_body_field_named_like_a_dependency_is_still_the_clients_fault() -> None:
+    # Litestar answers this with a 500, taking the field for the ``agent`` dependency
+    with TestClient(_app()) as client:
+        assert client.post("/named", json={"agent": "codex"}).json() == {"agent": "codex"}
+        r = client.post("/named", json={"agent": {}})
+    assert r.status_code == 400, r.text
+    assert r.json()["detail"] == "Expected `str | null`, got `object` - at `agent`"
+    assert r.json()["extra"] == [{"message": "Expected `str | null`, got `object`",
+                                  "key": "agent", "source": "body"}]
 
 
 @pytest.mark.parametrize(("raw", "detail"), [

@@ -4,9 +4,10 @@ OpenAPI document built from them says what the server does."""
 from __future__ import annotations
 
 import asyncio
+import types
 import typing
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 import pytest
@@ -20,6 +21,7 @@ from codey_server.core.engine import Engine
 from codey_server.eventlog import MemoryEventLog
 from codey_server.features import RULES
 from codey_server.http import sessions
+from codey_server.http.fields import NOT_BLANK, SPACE
 from codey_server.providers.service import AuthService, ProviderStatus
 from codey_server.schedules import routes as schedules
 from codey_server.settings import ProviderConfig, Settings
@@ -31,20 +33,44 @@ def _fields(struct: type[msgspec.Struct], *, without: set[str]) -> dict[str, Any
             if f.name not in without}
 
 
-@pytest.mark.parametrize(("body", "command", "from_path"), [
-    (sessions.NewSession, cl.CreateSession, set()),
-    (sessions.Prompt, cl.SendPrompt, {"session_id"}),
-    (sessions.ApprovalChoice, cl.DecideApproval, {"session_id", "approval_id"}),
-    (sessions.PolicyChoice, cl.SetApprovalPolicy, {"session_id"}),
-    (schedules.ScheduleBody, cl.SaveSchedule, {"schedule_id"}),
-    (tasks.TaskBody, cl.CreateTask, set()),
-    (tasks.TaskBody, cl.UpdateTask, {"task_id"}),
-    (tasks.TaskRun, cl.RunTask, {"task_id"}),
+def _plain(t: Any) -> Any:
+    """A type without its constraints (``Annotated[str, Meta(...)]`` is ``str``), at any
+    depth."""
+    if typing.get_origin(t) is Annotated:
+        return _plain(typing.get_args(t)[0])
+    args = typing.get_args(t)
+    if isinstance(t, types.UnionType) or typing.get_origin(t) is typing.Union:
+        return typing.Union[tuple(_plain(a) for a in args)]  # noqa: UP007
+    if typing.get_origin(t) is list:
+        return list[_plain(args[0])]  # type: ignore[misc]
+    return t
+
+
+def _narrowed(t: Any) -> Any:
+    """A set of names (the body's time zones) is a ``str`` in the command."""
+    is_names = typing.get_origin(t) is Literal and all(isinstance(a, str)
+                                                       for a in typing.get_args(t))
+    return str if is_names else t
+
+
+@pytest.mark.parametrize(("body", "command", "from_path", "narrowed"), [
+    (sessions.NewSession, cl.CreateSession, set(), set()),
+    (sessions.Prompt, cl.SendPrompt, {"session_id"}, set()),
+    (sessions.ApprovalChoice, cl.DecideApproval, {"session_id", "approval_id"}, set()),
+    (sessions.PolicyChoice, cl.SetApprovalPolicy, {"session_id"}, set()),
+    (schedules.ScheduleBody, cl.SaveSchedule, {"schedule_id"}, {"timezone"}),
+    (tasks.TaskBody, cl.CreateTask, set(), set()),
+    (tasks.TaskBody, cl.UpdateTask, {"task_id"}, set()),
+    (tasks.TaskRun, cl.RunTask, {"task_id"}, set()),
 ])
 def test_each_rest_body_carries_every_field_of_its_command(
-        body: type[msgspec.Struct], command: type[msgspec.Struct], from_path: set[str]) -> None:
-    """A field added to a command must be added to its REST body too (or to the path)."""
-    assert _fields(body, without=set()) == _fields(command, without={"request_id", *from_path})
+        body: type[msgspec.Struct], command: type[msgspec.Struct], from_path: set[str],
+        narrowed: set[str]) -> None:
+    """A field added to a command must be added to its REST body too (or to the path), with
+    its type; the body may constrain it (a pattern, a length, a set of values)."""
+    fields = {name: (_narrowed(t) if name in narrowed else _plain(t), default)
+              for name, (t, default) in _fields(body, without=set()).items()}
+    assert fields == _fields(command, without={"request_id", *from_path})
     assert body.__struct_config__.forbid_unknown_fields  # as the socket's commands
 
 
@@ -103,8 +129,34 @@ def test_bodies_are_required_and_closed_where_the_server_refuses_unknown_fields(
     assert create["required"] is True
     ref = create["content"]["application/json"]["schema"]["$ref"]
     assert schemas[ref.rsplit("/", 1)[1]]["additionalProperties"] is False
-    assert schemas["PairRequest"]["additionalProperties"] is False
+    assert schemas["PairRequestBody"]["additionalProperties"] is False
     assert "additionalProperties" not in schemas["ProviderChoice"]  # unknown fields ignored
+
+
+def test_the_rules_the_server_checks_are_in_the_bodies_schemas(
+        document: dict[str, Any]) -> None:
+    """What schemathesis found refused though the document allowed it (issue 24): each rule
+    is now in the document (test_schemathesis.py sends what the document allows)."""
+    schemas = document["components"]["schemas"]
+    task = schemas["TaskBody"]["properties"]
+    assert task["title"]["pattern"] == NOT_BLANK  # not empty
+    schedule = schemas["ScheduleBody"]
+    assert [rule["required"] for rule in schedule["oneOf"]] == [["cron"], ["at"]]
+    assert schedule["properties"]["cron"]["pattern"].startswith("^")
+    assert "Europe/Paris" in schedule["properties"]["timezone"]["enum"]
+    pair = schemas["PairRequestBody"]["properties"]
+    assert pair["public_key"]["pattern"] == "^[A-Za-z0-9_-]{43}=?$"
+    # a list's items keep their constraints (Litestar dropped them)
+    assert pair["roots"]["items"] == {"type": "string", "minLength": 1, "maxLength": 4096}
+    assert pair["roots"]["maxItems"] == 32
+    assert schemas["Prompt"]["anyOf"][1]["required"] == ["attachments"]
+    assert schemas["TelegramToken"]["properties"]["token"]["pattern"].startswith("^")
+    api_key = schemas["ApiKey"]["properties"]["api_key"]["pattern"]
+    assert api_key == f"^[{SPACE}]*[^{SPACE}]{{1,4096}}[{SPACE}]*$"
+    assert schemas["NewTerminal"]["properties"]["workdir"]["pattern"] == "^/"
+    upload = document["paths"]["/api/blobs"]["post"]["requestBody"]
+    assert upload["required"] is True
+    assert upload["content"]["application/octet-stream"]["schema"]["minLength"] == 1
 
 
 def test_every_answer_of_every_route_is_described(document: dict[str, Any]) -> None:

@@ -4,16 +4,20 @@ due after a gap, and one firing's events: exactly once, failed when its worker i
 from __future__ import annotations
 
 import datetime as dt
+import re
 from zoneinfo import ZoneInfo
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from codey_protocol import client as cl
 from codey_protocol import events as ev
 from codey_protocol.state import ScheduleInfo, State, WorkerInfo
 from codey_server.core.rules import CommandRejected, Context
 from codey_server.features import apply, decide
-from codey_server.schedules.rules import check_spec, due_times, fire, plan
+from codey_server.schedules.routes import TIME_ZONES
+from codey_server.schedules.rules import CRON, check_spec, due_times, fire, plan
 
 UTC = dt.UTC
 
@@ -36,6 +40,40 @@ def test_bad_specs_are_said_in_words() -> None:
     assert "cron" in (check_spec(spec(cron="61 * * * *")) or "")
     assert "time zone" in (check_spec(spec(timezone="Mars/Olympus")) or "")
     assert "empty" in (check_spec(spec(prompt="  ")) or "")
+
+
+# generating from the long pattern takes most of the time (about 60 ms an example)
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cron=st.from_regex(CRON), zone=st.sampled_from(["UTC", "Europe/Paris",
+                                                        "Pacific/Kiritimati"]))
+def test_every_cron_the_rest_body_takes_is_one_that_comes_due(cron: str, zone: str) -> None:
+    """The REST body's pattern (in the OpenAPI document) promises this: a schema-valid cron
+    is never refused for not being one, or for never coming due."""
+    assert check_spec(spec(cron=cron, timezone=zone)) is None, cron
+
+
+@pytest.mark.parametrize(("cron", "taken"), [
+    ("0 3 * * *", True), ("*/15 9-17 * * mon-fri", True), ("0 9 * * MON-FRI", True),
+    ("0 0 1,15 jan-jun *", True), ("0 0 31 * *", True), ("0 0 29 2 *", True),
+    ("@daily", True), (" 5 4 * * 0 ", True), ("05 09 * * 7", True),
+    # valid, yet never due: refused by the schema as by check_spec
+    ("0 0 30 2 *", False), ("0 0 31 4,6 *", False),
+    # the last day, the n-th weekday of the month
+    ("0 0 L * *", True), ("0 0 l 2 *", True), ("0 0 * * mon#1", True), ("0 0 * 2 7#4", True),
+    # valid for croniter, but not in the subset the schema can say
+    ("0 0 31 */2 *", True), ("0 0 31 1 *", False), ("0 0 * 2 1#5", False),
+    ("0 0 L * 1#1", False), ("0 0 1 * * *", False),
+    # not cron at all
+    ("nope", False), ("61 * * * *", False), ("* * * *", False), ("*/0 * * * *", False),
+])
+def test_the_rest_bodys_cron_pattern(cron: str, taken: bool) -> None:
+    assert bool(re.search(CRON, cron)) is taken
+
+
+def test_every_time_zone_the_rest_body_offers_is_one_the_server_reads() -> None:
+    assert "UTC" in TIME_ZONES and "Europe/Paris" in TIME_ZONES
+    for zone in TIME_ZONES:
+        assert check_spec(spec(timezone=zone)) is None, zone
 
 
 def test_cron_times_follow_the_time_zone_across_daylight_saving() -> None:

@@ -14,12 +14,17 @@ third-party JS.
 from __future__ import annotations
 
 import io
+from dataclasses import dataclass
+from typing import Annotated
 
 from litestar import Response, get, post
 from litestar.di import NamedDependency
 from litestar.exceptions import NotFoundException
 from litestar.openapi.datastructures import ResponseSpec
-from litestar.params import FromPath, FromQuery
+from litestar.openapi.spec import OpenAPIFormat, OpenAPIMediaType, OpenAPIType, Operation
+from litestar.openapi.spec import RequestBody as OpenAPIRequestBody
+from litestar.openapi.spec import Schema as OpenAPISchema
+from litestar.params import FromPath, FromQuery, Parameter
 
 from codey_protocol.events import Attachment
 from codey_server.blobs.store import IMAGE_MIMES, MAX_BLOB_BYTES, MIME, BlobStore, clean_name
@@ -38,13 +43,25 @@ _SVG = ResponseSpec(str, media_type="image/svg+xml", generate_examples=False,
                     description="The QR code as SVG.")
 
 
+@dataclass
+class _FileBody(Operation):
+    """The upload's body in the document: Litestar documents none for a raw ``body: bytes``."""
+
+    def __post_init__(self) -> None:
+        self.request_body = OpenAPIRequestBody(
+            required=True, description="The file: 1 byte to 10 MiB.",
+            content={"application/octet-stream": OpenAPIMediaType(schema=OpenAPISchema(
+                type=OpenAPIType.STRING, format=OpenAPIFormat.BINARY, min_length=1,
+                max_length=MAX_BLOB_BYTES))})
+
+
 class BlobsController(Resource):
     path = "/api/blobs"
     tags = ["files"]
 
     # the documented 10 MiB, not Litestar's default limit of 10,000,000 bytes
     @post(status_code=201, sync_to_thread=False, responses=errors(400, 413),
-          request_max_body_size=MAX_BLOB_BYTES + 1)
+          request_max_body_size=MAX_BLOB_BYTES + 1, operation_class=_FileBody)
     def upload(self, body: bytes, blobs: NamedDependency[BlobStore], name: FromQuery[str] = "file",
                mime: FromQuery[str] = "application/octet-stream") -> Attachment:
         """Store a file to send with a prompt (at most 10 MiB); the body is the file."""
@@ -73,10 +90,9 @@ class BlobsController(Resource):
 
 
 @get("/api/qr.svg", sync_to_thread=False, tags=["pairing"], responses={200: _SVG, **errors(400)})
-def qr_svg(text: FromQuery[str]) -> Response[bytes]:
+def qr_svg(text: Annotated[str, Parameter(min_length=1, max_length=MAX_QR_TEXT)]
+           ) -> Response[bytes]:
     """``text`` (at most 1024 characters) as a QR code, for the pairing link."""
-    if not text or len(text) > MAX_QR_TEXT:
-        raise CommandRejected("bad_request", f"text must have 1 to {MAX_QR_TEXT} characters")
     import segno  # on the first QR code, not with the server
 
     out = io.BytesIO()

@@ -14,13 +14,14 @@ from codey_protocol.events import ApprovalPolicy, TaskStatus
 from codey_protocol.state import TaskInfo
 from codey_server.core.engine import Engine
 from codey_server.http.errors import errors
+from codey_server.http.fields import NonBlank
 from codey_server.http.resource import Resource
 
 __all__ = ["TaskBody", "TasksController"]
 
 
 class TaskBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    title: str
+    title: NonBlank
     description: str = ""
     depends_on: list[str] = msgspec.field(default_factory=list)
 
@@ -32,7 +33,7 @@ class TaskMove(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 class TaskRun(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     worker_id: str
-    workdir: str
+    workdir: NonBlank
     policy: ApprovalPolicy = "suggest"
 
 

@@ -32,8 +32,8 @@ def check_dependencies(state: State, task_id: str | None, depends_on: list[str])
     for dep in depends_on:
         if dep not in state.tasks:
             raise CommandRejected("not_found", f"no task {dep!r} to depend on")
-        if dep == task_id:
-            raise CommandRejected("bad_request", "a task cannot depend on itself")
+        if dep == task_id:  # the shortest cycle
+            raise CommandRejected("conflict", "a task cannot depend on itself")
     if task_id is None:
         return
     # a cycle: some dependency (transitively) depends on this task

@@ -8,16 +8,22 @@ with the secret token it was given in ``setWebhook`` (checked in constant time b
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 from litestar import Request, delete, get, post, put
 from litestar.di import NamedDependency
 from litestar.params import FromPath, JSONBody
 
-from codey_server.channels.telegram import PairingCode, TelegramChannel, TelegramStatus
+from codey_server.channels.telegram import (
+    TOKEN_PATTERN,
+    PairingCode,
+    TelegramChannel,
+    TelegramStatus,
+)
 from codey_server.http.access import PUBLIC
 from codey_server.http.errors import errors
+from codey_server.http.fields import pattern
 from codey_server.http.resource import Resource
 
 __all__ = ["WEBHOOK_MAX_BYTES", "TelegramController", "TelegramToken"]
@@ -29,7 +35,8 @@ WEBHOOK_MAX_BYTES = 256 * 1024
 class TelegramToken(msgspec.Struct, kw_only=True):
     """``PUT /api/telegram/token``: a bot token from @BotFather."""
 
-    token: str
+    token: Annotated[str, msgspec.Meta(pattern=pattern(
+        TOKEN_PATTERN, "that is not a bot token (123456:ABC…, from @BotFather)"))]
 
 
 class Ok(msgspec.Struct, kw_only=True):

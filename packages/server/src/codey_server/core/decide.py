@@ -44,13 +44,14 @@ def _compact(state: State, c: cl.CompactSession) -> Decided:
     s = existing(state, c.session_id)
     if s.status == "closed":
         raise CommandRejected("conflict", "the session is closed")
+    # the session's state refuses these, not the request: 409
     if s.agent:
-        raise CommandRejected("bad_request", "an external agent keeps its own context")
+        raise CommandRejected("conflict", "an external agent keeps its own context")
     if s.compaction_requested:
         return []
     if not any(isinstance(i, (ev.UserMessage, ev.AssistantMessage, ev.ToolCall))
                for i in s.items):
-        raise CommandRejected("bad_request", "there is nothing to compact yet")
+        raise CommandRejected("conflict", "there is nothing to compact yet")
     return [(s.session_id, ev.CompactionRequested())]
 
 
@@ -73,7 +74,7 @@ def create_session(state: State, c: cl.CreateSession, ctx: Context) -> Decided:
     model = c.model or ctx.default_models.get(provider, "")
     if c.agent is not None:
         if c.agent not in worker.capabilities.acp_agents:
-            raise CommandRejected("bad_request", f"worker {c.worker_id!r} has no ACP agent "
+            raise CommandRejected("not_found", f"worker {c.worker_id!r} has no ACP agent "
                                                  f"{c.agent!r} (see its acp_agents config)")
         if c.plan_mode:
             raise CommandRejected("bad_request", "plan mode is Codey's own; an ACP agent "
@@ -115,12 +116,14 @@ def _check_attachments(attachments: list[ev.Attachment], ctx: Context) -> list[e
     """The attachments, checked, with clean names."""
     if len(attachments) > ATTACHMENTS_MAX:
         raise CommandRejected("bad_request", f"at most {ATTACHMENTS_MAX} files per message")
-    if sum(a.size for a in attachments) > ATTACHMENTS_MAX_BYTES:
-        raise CommandRejected("bad_request", "the files of one message may have at most "
-                                             f"{ATTACHMENTS_MAX_BYTES // (1024 * 1024)} MiB")
+    # what the request refers to, not how it is written: an unknown file is a 404, too many
+    # bytes a 413 (the REST bodies' schemas can say neither)
     for a in attachments:
         if not ctx.blob_exists(a.hash):
-            raise CommandRejected("bad_request", f"{a.name}: upload it first (POST /api/blobs)")
+            raise CommandRejected("not_found", f"{a.name}: upload it first (POST /api/blobs)")
+    if sum(a.size for a in attachments) > ATTACHMENTS_MAX_BYTES:
+        raise CommandRejected("too_large", "the files of one message may have at most "
+                                           f"{ATTACHMENTS_MAX_BYTES // (1024 * 1024)} MiB")
     return [msgspec.structs.replace(a, name=clean_file_name(a.name)) for a in attachments]
 
 

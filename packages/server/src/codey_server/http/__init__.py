@@ -3,6 +3,7 @@
     access.py    who may call what: the access token, browser sessions, Host/Origin checks,
                  the route marks (``opt=PUBLIC``, ``opt=UNPAIRED_WORKER``)
     errors.py    the error hierarchy → HTTP statuses, the error body, documented 4xx
+    fields.py    request fields with their rules in their types (pattern, length)
     openapi.py   the OpenAPI document at /schema
     resource.py  the controllers' base: OPTIONS lists every method of a path
     web.py       the static client at / and /favicon.ico
@@ -19,12 +20,13 @@ they use by name (``engine: NamedDependency[Engine]``). Bodies and answers are m
 structs, so the OpenAPI document at ``/schema`` describes every one of them.
 
 To add a route: put it in its feature's controller (or a new module with its own
-``Resource`` controller, listed in ``create_app``), type its body and answer as structs, mark
-it if it is not for a logged-in browser, list its error statuses with ``errors(...)``, and
-add a real request for it to ``tests/integration/test_openapi.py``.
+``Resource`` controller, listed in ``create_app``), type its body and answer as structs, with
+the body's rules in its types (``fields.py``), mark it if it is not for a logged-in browser,
+list its error statuses with ``errors(...)``, and add a real request for it to
+``tests/integration/test_openapi.py`` (``test_schemathesis.py`` then tries many).
 """
 
 from codey_server.http.errors import JSONRequest, exception_handlers
-from codey_server.http.openapi import ClosedStructs, openapi_config
+from codey_server.http.openapi import StructSchemas, openapi_config
 
-__all__ = ["ClosedStructs", "JSONRequest", "exception_handlers", "openapi_config"]
+__all__ = ["JSONRequest", "StructSchemas", "exception_handlers", "openapi_config"]

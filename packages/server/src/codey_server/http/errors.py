@@ -8,7 +8,12 @@ Every error a handler lets escape is answered here (:data:`exception_handlers`):
   the login errors (502) and a bad request for the others (400). ``LogClosed`` (the server is
   stopping) is 503; any other ``ServerError`` is a bug of ours, 500.
 - Litestar's ``ValidationException`` (a body or parameter that does not fit its type) is 400
-  with msgspec's own words in ``detail``.
+  with msgspec's own words in ``detail``, or those of the pattern that failed
+  (:mod:`.fields`).
+- Anything else is a 500, logged with its traceback (Litestar logs nothing: the CLI owns
+  logging). One exception: Litestar calls a body field that does not fit its type a failed
+  dependency (a 500) when the field has the name of one of the server's parts (``agent`` of
+  ``POST /api/sessions``, the ``agent`` service): that is answered as the 400 it is.
 
 The body is always :class:`ErrorBody`: ``{"status_code", "detail", "extra"}``, where ``extra``
 is ``{"code": ...}`` for a coded error. Handlers document theirs with :func:`errors`.
@@ -22,11 +27,16 @@ from typing import Any
 
 import msgspec
 from litestar import Request, Response
-from litestar.exceptions import SerializationException, ValidationException
+from litestar.exceptions import (
+    InternalServerException,
+    SerializationException,
+    ValidationException,
+)
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.types import ExceptionHandlersMap
 
 from codey_server.errors import LogClosed, ServerError
+from codey_server.http.fields import words_for
 
 log = logging.getLogger("codey.http")
 
@@ -36,12 +46,14 @@ __all__ = ["STATUS_OF_CODE", "ErrorBody", "JSONRequest", "errors", "exception_ha
 #: the HTTP status of every error code a ServerError carries (decide.py, pairing.py, auth/)
 STATUS_OF_CODE: Mapping[str, int] = {
     "bad_request": 400,
-    # the provider lacks what was asked (no device flow, no usable client auth method), or
-    # this server's config does (no client secret in the environment)
-    "unsupported": 400,
-    "not_configured": 400,
-    "wrong_code": 400,
     "bad_state": 400,
+    # a well-formed request refused by what the server holds: the provider lacks what was
+    # asked (no device flow, no usable client auth method), or this server's config does (no
+    # client secret in the environment)
+    "unsupported": 409,
+    "not_configured": 409,
+    # a pairing code that is not the request's: the proof failed
+    "wrong_code": 403,
     "forbidden": 403,
     "not_found": 404,
     "conflict": 409,
@@ -93,6 +105,8 @@ def _problem(entry: Any) -> dict[str, Any]:
     problem = dict(entry) if isinstance(entry, Mapping) else {"message": str(entry)}
     if problem.get("key") == "data" and problem.get("message") == repr("data"):
         problem["message"] = _NO_BODY  # Litestar's way of saying there was no body at all
+    elif isinstance(problem.get("message"), str):
+        problem["message"] = words_for(problem["message"])  # a pattern's own words
     return problem
 
 
@@ -109,10 +123,34 @@ def _invalid(request: Request[Any, Any, Any], exc: ValidationException) -> Respo
                     status_code=400)
 
 
+def _body_field(err: BaseException | None) -> str | None:
+    """The body field msgspec's error names, when it is about the request's body (``data``)."""
+    if not isinstance(err, msgspec.ValidationError):
+        return None
+    message, _, where = str(err).rpartition(" - at `$.data.")
+    return where.split("`", 1)[0] if message and where.endswith("`") else None
+
+
+def _unexpected(request: Request[Any, Any, Any], exc: Exception) -> Response[ErrorBody]:
+    """Every 500 no other handler took: Litestar's own, and any exception of a handler."""
+    if isinstance(exc, InternalServerException) and (key := _body_field(exc.__cause__)):
+        # Litestar's signature model took a body field named like a dependency for the
+        # dependency (its key loses the ``data.`` prefix before the check): the client's fault
+        problem = _problem({"message": str(exc.__cause__).rpartition(" - at ")[0],
+                            "key": key, "source": "body"})
+        return Response(ErrorBody(status_code=400, detail=_said(problem), extra=[problem]),
+                        status_code=400)
+    log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+    return Response(ErrorBody(status_code=500, detail="Internal Server Error"),
+                    status_code=500)
+
+
 #: the one map from the error hierarchy to HTTP answers, for ``Litestar(exception_handlers=)``
 exception_handlers: ExceptionHandlersMap = {
     ServerError: _server_error,
     ValidationException: _invalid,
+    # Litestar's 500s, and any exception no class above takes (its fallback for a 500 key)
+    500: _unexpected,
 }
 
 
@@ -131,11 +169,11 @@ _DESCRIPTIONS = {
          "(`extra.code` says why).",
     401: "Not logged in: no session cookie and no `Authorization: Bearer <access token>`.",
     403: "A foreign `Host` or `Origin`, a cookie-authenticated change without same-origin "
-         "proof, or a forbidden request.",
+         "proof, a wrong pairing code, or a forbidden request.",
     404: "No such resource.",
     409: "The request conflicts with the current state.",
     410: "Expired.",
-    413: "The body is too large.",
+    413: "The body is too large, or the files it sends with a prompt are.",
     423: "Locked after too many wrong tries.",
     429: "Too many pending requests.",
     502: "The identity provider refused or failed.",

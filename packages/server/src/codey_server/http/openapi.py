@@ -5,44 +5,88 @@ from CDNs — one unpinned, none with subresource integrity — on a public, una
 of a server that holds credentials. Open the document in a viewer of your own.
 
 It is generated from the routes' types, so it stays true as long as bodies and answers are
-msgspec structs and each route lists its error statuses (:func:`~.errors.errors`).
-``tests/integration/test_openapi.py`` checks it against a real server.
+msgspec structs, their rules are in their fields' types (:mod:`.fields`) and each route lists
+its error statuses (:func:`~.errors.errors`). ``tests/integration/test_openapi.py`` checks
+every route's answers against it, and ``test_schemathesis.py`` that the requests it allows
+are taken.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from importlib.metadata import PackageNotFoundError, version
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 # Litestar's own struct schemas, which it exports from no public module
 from litestar._openapi.schema_generation.plugins.struct import StructSchemaPlugin
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import JsonRenderPlugin
+from litestar.openapi.spec import Schema
 from litestar.router import Router
 
 from codey_server.http.access import PUBLIC
 
 if TYPE_CHECKING:
     from litestar._openapi.schema_generation import SchemaCreator
-    from litestar.openapi.spec import Schema
     from litestar.typing import FieldDefinition
 
-__all__ = ["ClosedStructs", "openapi_config"]
+__all__ = ["StructSchemas", "openapi_config"]
 
 
-class ClosedStructs(StructSchemaPlugin):
-    """A struct that forbids unknown fields is ``"additionalProperties": false`` in the
-    document (Litestar leaves it open, yet msgspec answers an unknown field with a 400)."""
+class StructSchemas(StructSchemaPlugin):
+    """Litestar's struct schemas, made as strict as msgspec's decoding of the struct:
 
-    def is_plugin_supported_field(self, field_definition: FieldDefinition) -> bool:
-        return super().is_plugin_supported_field(field_definition) and bool(
-            field_definition.type_.__struct_config__.forbid_unknown_fields)
+    - a struct that forbids unknown fields is ``"additionalProperties": false`` (Litestar
+      leaves it open, yet msgspec answers an unknown field with a 400);
+    - the items of a list keep their constraints (Litestar drops the ``Meta`` of
+      ``list[Annotated[str, Meta(...)]]``; msgspec checks it);
+    - a struct's ``__schema_rules__`` (JSON Schema joining its fields, see :mod:`.fields`)
+      are added to its schema as they are.
+    """
 
     def to_openapi_schema(self, field_definition: FieldDefinition,
                           schema_creator: SchemaCreator) -> Schema:
         schema = super().to_openapi_schema(field_definition, schema_creator)
-        schema.additional_properties = False
+        struct = field_definition.type_
+        if struct.__struct_config__.forbid_unknown_fields:
+            schema.additional_properties = False
+        info = msgspec.inspect.type_info(struct)
+        assert isinstance(info, msgspec.inspect.StructType)
+        for field in info.fields:
+            prop = (schema.properties or {}).get(field.encode_name)
+            items = _item_constraints(field.type)
+            if items and isinstance(prop, Schema) and \
+                    isinstance(prop.items, Schema):
+                for name, value in items.items():
+                    setattr(prop.items, name, value)
+        for keyword, rule in getattr(struct, "__schema_rules__", {}).items():
+            # JSON Schema as written (Litestar serialises a dict as it is)
+            setattr(schema, _SCHEMA_FIELDS[keyword], rule)
         return schema
+
+
+#: Litestar's name of each JSON Schema keyword (``anyOf`` is ``any_of``)
+_SCHEMA_FIELDS = {f.metadata.get("alias", f.name): f.name for f in dataclasses.fields(Schema)}
+
+
+def _item_constraints(t: msgspec.inspect.Type) -> dict[str, Any]:
+    """The string constraints of a list's items (``t`` the field's type, maybe optional)."""
+    if isinstance(t, msgspec.inspect.UnionType):
+        t = next((u for u in t.types if not isinstance(u, msgspec.inspect.NoneType)), t)
+    if isinstance(t, msgspec.inspect.Metadata):
+        t = t.type
+    if not isinstance(t, msgspec.inspect.ListType):
+        return {}
+    item = t.item_type
+    if isinstance(item, msgspec.inspect.Metadata):
+        item = item.type
+    if not isinstance(item, msgspec.inspect.StrType):
+        return {}
+    found = {"pattern": item.pattern, "min_length": item.min_length,
+             "max_length": item.max_length}
+    return {name: value for name, value in found.items() if value is not None}
 
 
 def _version() -> str:

@@ -9,7 +9,7 @@ without ``type``, ``request_id`` and the ids the path carries (a unit test keeps
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import msgspec
 from litestar import get, post
@@ -24,8 +24,10 @@ from codey_protocol import codec
 from codey_protocol.events import ApprovalPolicy, Attachment, Envelope, SessionStatus
 from codey_protocol.state import SessionInfo
 from codey_protocol.worker import SandboxMode
+from codey_server.core.decide import ATTACHMENTS_MAX
 from codey_server.core.engine import Engine
 from codey_server.http.errors import errors
+from codey_server.http.fields import NOT_BLANK, NonBlank
 from codey_server.http.resource import Resource
 
 __all__ = ["ApprovalChoice", "Created", "NewSession", "PolicyChoice", "Prompt", "SandboxChoice",
@@ -35,11 +37,21 @@ __all__ = ["ApprovalChoice", "Created", "NewSession", "PolicyChoice", "Prompt", 
 NDJSON = "application/x-ndjson"
 
 
+#: the files of one message, uploaded first (``POST /api/blobs``)
+Attachments = Annotated[list[Attachment], msgspec.Meta(max_length=ATTACHMENTS_MAX)]
+
+
 class NewSession(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """``POST /api/sessions``: a ``create_session`` command."""
 
+    #: plan mode is Codey's own: not with an ACP agent (``create_session`` refuses it too)
+    __schema_rules__: ClassVar[dict[str, Any]] = {"anyOf": [
+        {"properties": {"agent": {"type": "null"}}},
+        {"properties": {"plan_mode": {"const": False}}},
+    ]}
+
     worker_id: str
-    workdir: str
+    workdir: NonBlank
     prompt: str = ""
     provider: str | None = None  # None: the server's default provider
     model: str | None = None  # None: the provider's default model
@@ -48,7 +60,7 @@ class NewSession(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     plan_mode: bool = False  # the model proposes a plan and waits for its approval
     #: an external ACP agent of the worker runs the session (its ``acp_agents``)
     agent: str | None = None
-    attachments: list[Attachment] = msgspec.field(default_factory=list)  # from POST /api/blobs
+    attachments: Attachments = msgspec.field(default_factory=list)
     #: the OS sandbox its commands run in; full-access: none (shown as a warning)
     sandbox: SandboxMode = "workspace-write"
     network: bool = False  # whether its sandboxed commands may use the network
@@ -57,8 +69,14 @@ class NewSession(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 class Prompt(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """``POST /api/sessions/{id}/prompt``: a ``send_prompt`` command."""
 
+    #: some text or some files (``send_prompt`` refuses an empty prompt too)
+    __schema_rules__: ClassVar[dict[str, Any]] = {"anyOf": [
+        {"properties": {"text": {"pattern": NOT_BLANK}}},
+        {"properties": {"attachments": {"minItems": 1}}, "required": ["attachments"]},
+    ]}
+
     text: str
-    attachments: list[Attachment] = msgspec.field(default_factory=list)  # from POST /api/blobs
+    attachments: Attachments = msgspec.field(default_factory=list)
 
 
 class ApprovalChoice(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -127,7 +145,7 @@ class SessionsController(Resource):
             for s in engine.state.sessions.values()
         ]
 
-    @post(status_code=201, responses=errors(400, 403, 404))
+    @post(status_code=201, responses=errors(400, 403, 404, 413))
     async def create_session(self, data: JSONBody[NewSession],
                              engine: NamedDependency[Engine]) -> Created:
         """Create a session on a worker; a non-empty ``prompt`` starts its first turn."""
@@ -143,7 +161,7 @@ class SessionsController(Resource):
             raise NotFoundException(f"no session {session_id!r}")
         return session
 
-    @post("/{session_id:str}/prompt", status_code=202, responses=errors(400, 404, 409))
+    @post("/{session_id:str}/prompt", status_code=202, responses=errors(400, 404, 409, 413))
     async def send_prompt(self, session_id: FromPath[str], data: JSONBody[Prompt],
                           engine: NamedDependency[Engine]) -> Seq:
         """Send a prompt: it starts a turn, or is queued for the running one."""
@@ -184,7 +202,7 @@ class SessionsController(Resource):
         envs = await engine.execute(cl.Interrupt(session_id=session_id))
         return Seq(seq=envs[-1].seq if envs else engine.state.seq)
 
-    @post("/{session_id:str}/compact", status_code=200, responses=errors(400, 404, 409))
+    @post("/{session_id:str}/compact", status_code=200, responses=errors(404, 409))
     async def compact(self, session_id: FromPath[str], engine: NamedDependency[Engine]) -> Seq:
         """Summarize the session's older conversation into one summary item now."""
         envs = await engine.execute(cl.CompactSession(session_id=session_id))

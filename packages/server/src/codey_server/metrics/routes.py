@@ -20,4 +20,7 @@ _TEXT = ResponseSpec(str, media_type=CONTENT_TYPE, generate_examples=False,
 def metrics(metrics: NamedDependency[ServerMetrics]) -> Response[bytes]:
     """Workers and browsers connected, sessions by status, actions and their round trips,
     model calls and errors by provider, event-log append latency."""
-    return Response(metrics.render(), media_type=CONTENT_TYPE)
+    # the header set whole: from media_type alone Litestar appends its own "; charset=utf-8"
+    # to a text/ type, and CONTENT_TYPE has one already
+    return Response(metrics.render(), media_type=CONTENT_TYPE,
+                    headers={"content-type": CONTENT_TYPE})

@@ -19,9 +19,11 @@ from litestar.response import Redirect
 
 from codey_server.http.access import PUBLIC, BrowserAccess, browser_session
 from codey_server.http.errors import errors
+from codey_server.http.fields import SPACE, pattern
 from codey_server.http.resource import Resource
 from codey_server.providers.service import (
     LOGIN_TTL_S,
+    MAX_API_KEY_CHARS,
     AuthError,
     AuthService,
     DeviceLogin,
@@ -42,7 +44,10 @@ class ProviderChoice(msgspec.Struct, kw_only=True):
 
 class ApiKey(msgspec.Struct, kw_only=True):
     provider: NonEmpty
-    api_key: NonEmpty
+    #: one word (``set_api_key`` strips the white space around it)
+    api_key: Annotated[str, msgspec.Meta(pattern=pattern(
+        f"^[{SPACE}]*[^{SPACE}]{{1,{MAX_API_KEY_CHARS}}}[{SPACE}]*$",
+        "that does not look like an API key"))]
 
 
 class LoginLinkAnswer(msgspec.Struct, kw_only=True):
@@ -75,7 +80,7 @@ class AuthController(Resource):
         """Each configured provider's login state. Never a credential."""
         return auth.status()
 
-    @post("/login-link", status_code=200, responses=errors(400, 404, 502))
+    @post("/login-link", status_code=200, responses=errors(400, 404, 409, 502))
     async def login_link(self, request: Request[Any, Any, Any], data: JSONBody[ProviderChoice],
                          auth: NamedDependency[AuthService],
                              access: NamedDependency[BrowserAccess]) -> Response[LoginLinkAnswer]:
@@ -111,20 +116,20 @@ class AuthController(Resource):
                         cookies=[_binder_cookie(access, "", 0)],
                         headers={"cache-control": "no-store", "referrer-policy": "no-referrer"})
 
-    @post("/device", status_code=200, responses=errors(400, 404, 502))
+    @post("/device", status_code=200, responses=errors(400, 404, 409, 502))
     async def device_login(self, data: JSONBody[ProviderChoice],
                            auth: NamedDependency[AuthService]) -> DeviceLogin:
         """Start a device-code login; the server polls and reports by
         ``auth_status_updated``."""
         return await auth.start_device(data.provider)
 
-    @post("/api-key", status_code=200, responses=errors(400, 404))
+    @post("/api-key", status_code=200, responses=errors(400, 404, 409))
     async def api_key(self, data: JSONBody[ApiKey],
                       auth: NamedDependency[AuthService]) -> ProviderStatus:
         """Store a pasted API key (it is never echoed)."""
         return await auth.set_api_key(data.provider, data.api_key)
 
-    @post("/logout", status_code=200, responses=errors(404))
+    @post("/logout", status_code=200, responses=errors(400, 404))
     async def provider_logout(self, data: JSONBody[ProviderChoice],
                               auth: NamedDependency[AuthService]) -> ProviderStatus:
         """Forget that provider's credentials (the browser stays logged in)."""

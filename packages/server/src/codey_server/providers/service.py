@@ -219,7 +219,7 @@ class AuthService:
     async def set_api_key(self, provider_name: str, api_key: str) -> ProviderStatus:
         config = self._config(provider_name)
         if config.auth == "none":
-            raise AuthError("bad_request", f"provider {provider_name!r} needs no credentials")
+            raise AuthError("conflict", f"provider {provider_name!r} needs no credentials")
         key = api_key.strip()
         if not key or len(key) > MAX_API_KEY_CHARS or any(c.isspace() for c in key):
             raise AuthError("bad_request", "that does not look like an API key")
@@ -462,7 +462,7 @@ class AuthService:
     def _provider(self, name: str) -> OAuthProvider:
         config = self._config(name)
         if config.auth != "oauth":
-            raise AuthError("bad_request", f"provider {name!r} does not log in with OAuth")
+            raise AuthError("conflict", f"provider {name!r} does not log in with OAuth")
         provider = self._oauth.get(name)
         if provider is None:
             try:

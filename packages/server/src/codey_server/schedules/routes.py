@@ -3,6 +3,9 @@ browser's socket, through ``Engine.execute``); they are in the state (``schedule
 
 from __future__ import annotations
 
+import zoneinfo
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeAlias
+
 import msgspec
 from litestar import delete, get, post
 from litestar.di import NamedDependency
@@ -13,14 +16,48 @@ from codey_protocol.events import ScheduleFields
 from codey_protocol.state import ScheduleInfo
 from codey_server.core.engine import Engine
 from codey_server.http.errors import errors
+from codey_server.http.fields import NonBlank, pattern
 from codey_server.http.resource import Resource
+from codey_server.schedules.rules import CRON
 
-__all__ = ["ScheduleBody", "SchedulesController"]
+__all__ = ["TIME_ZONES", "ScheduleBody", "SchedulesController"]
+
+#: the time zones this machine knows (the system's and the ``tzdata`` package's)
+TIME_ZONES = tuple(sorted(zoneinfo.available_timezones()))
+if TYPE_CHECKING:
+    TimeZone: TypeAlias = str
+else:
+    TimeZone = Literal[TIME_ZONES]
+
+Cron = Annotated[str, msgspec.Meta(
+    pattern=pattern(CRON, "not a cron expression (five fields: minute hour day month "
+                          "weekday, e.g. 0 9 * * mon-fri) that ever comes due"),
+    description="Five fields (minute hour day month weekday: numbers, names, ranges, lists "
+                "and steps) or a macro such as `@daily`; a day past the 29th only with every "
+                "month.")]
 
 
 class ScheduleBody(ScheduleFields, kw_only=True, forbid_unknown_fields=True):
     """A schedule: ``cron`` (five fields, in ``timezone``) or a one-time ``at``;
     ``target_session`` None starts a new session per run."""
+
+    #: exactly one of them (``check_spec`` refuses both or neither)
+    __schema_rules__: ClassVar[dict[str, Any]] = {"oneOf": [
+        {"properties": {"cron": {"type": "string"}, "at": {"type": "null"}},
+         "required": ["cron"]},
+        {"properties": {"at": {"type": "number"}, "cron": {"type": "null"}},
+         "required": ["at"]},
+    ]}
+
+    # the shared fields, with the rules their decision checks (the socket's command has them
+    # as plain strings)
+    name: str
+    cron: Cron | None = None
+    at: float | None = None
+    timezone: TimeZone = "UTC"
+    worker_id: str
+    workdir: NonBlank
+    prompt: NonBlank
 
 
 class Saved(msgspec.Struct, kw_only=True):

@@ -21,7 +21,48 @@ from codey_protocol import client as cl
 from codey_protocol import events as ev
 from codey_protocol.state import ScheduleInfo, State
 
-__all__ = ["Plan", "check_spec", "due_times", "fire", "plan", "skip", "spec_of"]
+__all__ = ["CRON", "Plan", "check_spec", "due_times", "fire", "plan", "skip", "spec_of"]
+
+
+def _list(value: str) -> str:
+    """A cron field: a list of ``*`` or ``value`` or ``value-value``, each with a ``/step``."""
+    element = rf"(?:\*|(?:{value})(?:-(?:{value}))?)(?:/[1-9][0-9]{{0,2}})?"
+    return rf"{element}(?:,{element})*"
+
+
+def _names(*names: str) -> str:
+    return "|".join("".join(f"[{c.upper()}{c}]" for c in name) for name in names)
+
+
+_MINUTE = "[0-5]?[0-9]"
+_HOUR = "[01]?[0-9]|2[0-3]"
+_DAY = "0?[1-9]|[12][0-9]|3[01]"
+_DAY_OF_ANY_MONTH = "0?[1-9]|[12][0-9]"  # the 29th: February has it, in leap years
+_MONTH = "0?[1-9]|1[0-2]|" + _names("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug",
+                                     "sep", "oct", "nov", "dec")
+_WEEKDAY = "[0-7]|" + _names("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+
+_ANY_MONTH = "\\*(?:/[1-9][0-9]{0,2})?"  # every month, or every n-th from January
+
+#: The cron expressions a schedule's REST body takes, as a regular expression: five fields
+#: (minute hour day month weekday) of numbers, names, ranges, lists and steps, or a macro
+#: (``@daily``). Each one is valid for croniter *and comes due*: a day past the 29th only
+#: with every month (February 30th never comes), the last day (``L``) and the n-th weekday
+#: of the month (``mon#2``, n at most 4) with any month. A subset of what croniter reads
+#: (its seconds field, and ``L`` or ``#`` mixed with other days, are left out), so the
+#: OpenAPI document can say it and a unit test can prove it (``test_schedules.py``); the
+#: browser socket's command is checked by :func:`check_spec` alone.
+CRON = (
+    # a macro alone: croniter takes no space around it ("(?!\n)": Python's $ also matches
+    # before a last newline)
+    "^(?:@(?:yearly|annually|monthly|weekly|daily|midnight|hourly)(?!\\n)$"
+    f"| *{_list(_MINUTE)} +{_list(_HOUR)} +(?:"
+    f"{_list(_DAY)} +{_ANY_MONTH} +{_list(_WEEKDAY)}"
+    f"|{_list(_DAY_OF_ANY_MONTH)} +{_list(_MONTH)} +{_list(_WEEKDAY)}"
+    f"|[Ll] +{_list(_MONTH)} +\\*"
+    f"|\\* +{_list(_MONTH)} +(?:{_WEEKDAY})#[1-4]"
+    ") *$)"
+)
 
 #: the most due times one plan looks back over (a cron every minute, down for a week, is
 #: still a handful of work)

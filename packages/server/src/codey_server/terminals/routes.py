@@ -15,6 +15,7 @@ from litestar.params import FromPath, FromQuery, JSONBody
 
 from codey_server.http.access import browser_session
 from codey_server.http.errors import errors
+from codey_server.http.fields import AbsolutePath
 from codey_server.http.resource import Resource
 from codey_server.terminals.service import TerminalService, viewer_name
 
@@ -23,7 +24,7 @@ __all__ = ["NewTerminal", "TerminalCreated", "TerminalsController", "terminal_so
 
 class NewTerminal(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     worker_id: str
-    workdir: str  # absolute, inside the worker's allowed roots
+    workdir: AbsolutePath  # inside the worker's allowed roots
     session_id: str | None = None  # the session whose view opened it, if any
 
 

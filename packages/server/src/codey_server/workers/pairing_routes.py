@@ -2,13 +2,13 @@
 
 The worker's two calls (the request and its long poll) need no login: they are marked
 ``UNPAIRED_WORKER`` (see :mod:`codey_server.http.access`). A refused step (``PairingError``) is
-answered by :mod:`codey_server.http.errors` (``wrong_code`` 400, ``not_found`` 404,
+answered by :mod:`codey_server.http.errors` (``wrong_code`` 403, ``not_found`` 404,
 ``expired`` 410, ``locked`` 423, ``too_many`` 429).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 from litestar import Request, get, post
@@ -18,14 +18,43 @@ from litestar.params import FromPath, FromQuery, JSONBody
 from codey_protocol.worker import PairRequest, PairStatus, PairTicket
 from codey_server.http.access import UNPAIRED_WORKER
 from codey_server.http.errors import errors
+from codey_server.http.fields import NOT_BLANK, pattern
 from codey_server.http.resource import Resource
-from codey_server.workers.pairing import Pairing, PendingPairRequest
+from codey_server.workers.pairing import (
+    MAX_NAME_CHARS,
+    MAX_ROOT_CHARS,
+    MAX_ROOTS,
+    MAX_VERSION_CHARS,
+    Pairing,
+    PendingPairRequest,
+)
 
-__all__ = ["PAIR_REQUEST_MAX_BYTES", "Approved", "Denied", "PairApproval", "PairingController"]
+__all__ = ["PAIR_REQUEST_MAX_BYTES", "Approved", "Denied", "PairApproval", "PairRequestBody",
+           "PairingController"]
 
 #: a pair request is unauthenticated: refuse a body beyond what its largest allowed fields
 #: (32 roots of 4096 characters, see pairing.py) need, before reading it
 PAIR_REQUEST_MAX_BYTES = 256 * 1024
+
+
+_Name = Annotated[str, msgspec.Meta(pattern=NOT_BLANK, max_length=MAX_NAME_CHARS)]
+_Version = Annotated[str, msgspec.Meta(max_length=MAX_VERSION_CHARS)]
+_Root = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ROOT_CHARS)]
+
+
+class PairRequestBody(PairRequest, kw_only=True, forbid_unknown_fields=True):
+    """The protocol's :class:`PairRequest` with its bounds in its types, so the document says
+    them (``pairing.py`` checks them again, with the key itself)."""
+
+    public_key: Annotated[str, msgspec.Meta(
+        pattern=pattern("^[A-Za-z0-9_-]{43}=?$",
+                        "public_key must be a raw Ed25519 key, base64url"),
+        description="A raw Ed25519 public key (32 bytes), base64url.")]
+    hostname: _Name
+    os: _Name
+    python_version: _Version
+    worker_version: _Version
+    roots: Annotated[list[_Root], msgspec.Meta(max_length=MAX_ROOTS)]
 
 
 class PairApproval(msgspec.Struct, kw_only=True):
@@ -49,7 +78,8 @@ class PairingController(Resource):
     @post("/requests", status_code=201, opt=UNPAIRED_WORKER,
           request_max_body_size=PAIR_REQUEST_MAX_BYTES,
           responses=errors(400, 403, 413, 429, login=False))
-    async def request_pairing(self, request: Request[Any, Any, Any], data: JSONBody[PairRequest],
+    async def request_pairing(self, request: Request[Any, Any, Any],
+                              data: JSONBody[PairRequestBody],
                               pairing: NamedDependency[Pairing]) -> PairTicket:
         """Called by an unpaired worker (it has no credential yet): show ``code`` to the user
         and long-poll ``wait`` with ``poll_secret``."""
