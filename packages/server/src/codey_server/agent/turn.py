@@ -106,6 +106,7 @@ from codey_server.agent.tools import (
     tool_named,
     tools_for,
 )
+from codey_server.agent.tools.base import cap
 from codey_server.agent.tools.shell import ITEM_OUTPUT_CAP
 from codey_server.settings import RoleConfig
 
@@ -207,6 +208,12 @@ class CodeyTurn(TurnMachine):
         self._children: dict[str, str] = {}  # sub-agent session id → the call's item id
         self._approving: str | None = None  # the item whose approval is waited for
         self._encoded_tools: tuple[Any, wk.Capabilities | None, bytes] | None = None
+
+    def finish(self, item_id: str, status: ev.ToolStatus, result: str, *before: ev.Event,
+               **fields: Any) -> None:
+        # every result the model reads is capped here, whichever tool made it (head and
+        # tail kept, the cut said in the middle)
+        super().finish(item_id, status, cap(result), *before, **fields)
 
     # the loop ------------------------------------------------------------------------------
 
