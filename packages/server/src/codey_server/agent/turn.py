@@ -373,8 +373,8 @@ class CodeyTurn(TurnMachine):
             if (s.plan_mode or s.read_only) and not looks_only:
                 return ("refused in plan mode: nothing changes before the user approves your "
                         "plan (propose it with update_plan)") if s.plan_mode else (
-                    "refused: this session only reads (read_file, list_dir, read-only "
-                    "commands)")
+                    "refused: this session only reads (read_file, grep, glob, list_dir, "
+                    "read-only commands)")
             if tool.runs_commands and s.sandbox != "full-access" and not can_sandbox \
                     and not getattr(args, "escalate", False):
                 why = caps.sandbox.reason if caps is not None else "it is not connected"
@@ -703,14 +703,16 @@ class CodeyTurn(TurnMachine):
         """The tools this call offers, encoded for the provider's wire (kept while neither
         the session's mode nor its worker's capabilities change)."""
         s = self.session
-        key = (provider.wire.name, s.plan_mode, s.read_only, s.parent_id is None)
+        edit_tools = provider.config.edit_tools
+        key = (provider.wire.name, s.plan_mode, s.read_only, s.parent_id is None, edit_tools)
         cached = self._encoded_tools
         if cached is not None and cached[0] == key and cached[1] is capabilities:
             return cached[2]
         roles = {name: role.description for name, role in self.roles.items()} \
             if s.parent_id is None else None
         tools = provider.wire.encode_tools(tools_for(capabilities, plan_mode=s.plan_mode,
-                                                     read_only=s.read_only, roles=roles))
+                                                     read_only=s.read_only, roles=roles,
+                                                     edit_tools=edit_tools))
         self._encoded_tools = (key, capabilities, tools)
         return tools
 

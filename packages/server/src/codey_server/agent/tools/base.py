@@ -197,6 +197,9 @@ class Tool(Generic[A]):
     #: it runs programs on the worker (``shell``): refused on a machine without a sandbox
     #: unless the session chose full access, and "known-safe" only inside the sandbox
     runs_commands: bool = False
+    #: one of the ways to change a file that a provider may choose between
+    #: (``ProviderConfig.edit_tools``): ``apply_patch`` or ``edit``
+    editor: str | None = None
 
     def spec(self) -> ToolSpec:
         return ToolSpec(self.name, self.description, self.parameters)

@@ -17,6 +17,9 @@ from codey_server.agent.tools.apply_patch import APPLY_PATCH
 from codey_server.agent.tools.ask_user import ASK_USER
 from codey_server.agent.tools.base import BadToolCall, Tool, ToolSpec
 from codey_server.agent.tools.delegate import DELEGATE
+from codey_server.agent.tools.edit import EDIT
+from codey_server.agent.tools.glob import GLOB
+from codey_server.agent.tools.grep import GREP
 from codey_server.agent.tools.list_dir import LIST_DIR
 from codey_server.agent.tools.mcp import MCP, PREFIX
 from codey_server.agent.tools.read_file import READ_FILE
@@ -33,7 +36,10 @@ A = TypeVar("A")
 BUILTIN: tuple[Tool[Any], ...] = (
     SHELL,
     APPLY_PATCH,
+    EDIT,
     READ_FILE,
+    GREP,
+    GLOB,
     LIST_DIR,
     WRITE_FILE,
     UPDATE_PLAN,
@@ -56,18 +62,20 @@ def tool_named(name: str) -> Tool[Any] | None:
 
 
 def tools_for(capabilities: wk.Capabilities | None, *, plan_mode: bool = False,
-              read_only: bool = False,
-              roles: Mapping[str, str] | None = None) -> list[ToolSpec]:
+              read_only: bool = False, roles: Mapping[str, str] | None = None,
+              edit_tools: str = "both") -> list[ToolSpec]:
     """The tools a session offers: those for read-only sub-agents (``read_only``), those of
     plan mode, or all of them — with ``delegate`` when ``roles`` are given (never to
-    sub-agents) and the worker's MCP tools."""
+    sub-agents) and the worker's MCP tools. ``edit_tools`` (the provider's setting): which
+    of the two ways to change a file is offered, ``apply_patch``, ``edit`` or ``both``."""
     if read_only:
         return [spec for tool, spec in zip(BUILTIN, BUILTIN_TOOLS, strict=True)
                 if tool.for_readers]
     if plan_mode:
         return [spec for tool, spec in zip(BUILTIN, BUILTIN_TOOLS, strict=True)
                 if tool.in_plan_mode]
-    tools = list(BUILTIN_TOOLS)
+    tools = [spec for tool, spec in zip(BUILTIN, BUILTIN_TOOLS, strict=True)
+             if edit_tools == "both" or tool.editor in (None, edit_tools)]
     if roles:
         tools.append(DELEGATE.spec_for(roles))
     tools += MCP.specs(capabilities)
