@@ -273,6 +273,7 @@ export function fillToolCall(v) {
   if (v.action_id === undefined) v.action_id = null;
   if (v.approval_id === undefined) v.approval_id = null;
   if (v.response_id === undefined) v.response_id = null;
+  if (v.image === undefined) v.image = null;
   return v;
 }
 
@@ -339,6 +340,7 @@ export function fillSessionItemUpdated(v) {
   if (v.partial === undefined) v.partial = null;
   if (v.reasoning_id === undefined) v.reasoning_id = null;
   if (v.encrypted_content === undefined) v.encrypted_content = null;
+  if (v.image === undefined) v.image = null;
   return v;
 }
 

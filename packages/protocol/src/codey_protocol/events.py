@@ -125,6 +125,9 @@ class ToolCall(ItemBase, kw_only=True):
     approval_id: str | None = None
     #: the model answer this call came in; calls of one answer go back to the model together
     response_id: str | None = None
+    #: an image the call gave the model to look at (``view_image``), kept in the server's
+    #: blob store: shown in the transcript and sent with the call's result
+    image: Attachment | None = None
 
 
 class ErrorItem(ItemBase, kw_only=True):
@@ -308,6 +311,7 @@ class SessionItemUpdated(EventBase, kw_only=True):
     partial: bool | None = None
     reasoning_id: str | None = None
     encrypted_content: str | None = None
+    image: Attachment | None = None
 
 
 class PlanUpdated(EventBase, kw_only=True):

@@ -106,7 +106,8 @@ class AgentService:
     def __init__(self, engine: Engine, workers: WorkerLink, settings: Settings,
                  token_for: TokenFor, refresh_for: RefreshFor | None = None,
                  load_blob: Loader | None = None, *, actions: Actions | None = None,
-                 leases: Leases | None = None) -> None:
+                 leases: Leases | None = None,
+                 store_blob: Callable[[bytes], str] | None = None) -> None:
         self.engine = engine
         #: among replicas: a session's turn runs where its lease is held (None: one server)
         self.leases = leases
@@ -137,7 +138,8 @@ class AgentService:
             limits=Limits(turn_iteration_cap=settings.turn_iteration_cap,
                           action_timeout_s=settings.action_timeout_s,
                           approval_timeout_s=settings.approval_timeout_s),
-            stopping=lambda: self.stopping, roles=dict(settings.roles), load_blob=load_blob)
+            stopping=lambda: self.stopping, roles=dict(settings.roles), load_blob=load_blob,
+            store_blob=store_blob)
         engine.listeners.append(self._on_event)
 
     # ports.Models ---------------------------------------------------------------------------

@@ -58,6 +58,7 @@ from codey_server.agent.machine import (
     ActionProgressed,
     Answered,
     BlobLoaded,
+    BlobStored,
     CallModel,
     CancelAction,
     ChildDone,
@@ -70,6 +71,7 @@ from codey_server.agent.machine import (
     RunAction,
     SetTimer,
     Start,
+    StoreBlob,
     Streamed,
     TurnMachine,
     WaitAnswer,
@@ -203,6 +205,8 @@ class CodeyTurn(TurnMachine):
         self._answer: _Answer | None = None
         self._compaction: _Compaction | None = None
         self._running: _Running | None = None
+        #: a call whose outcome's bytes are being kept in the blob store before it settles
+        self._storing: tuple[_Running, wk.ActionOutcome] | None = None
         self._attaching: _Attaching | None = None
         self._asking: tuple[str, str] | None = None  # (question id, item id)
         self._children: dict[str, str] = {}  # sub-agent session id → the call's item id
@@ -328,7 +332,8 @@ class CodeyTurn(TurnMachine):
     def _settle(self) -> None:
         """Settle the open tool calls: the parallel ones started together, then the others in
         order, one at a time; then go on with the loop."""
-        if self._running is not None or self._approving is not None or self._asking:
+        if self._running is not None or self._storing is not None \
+                or self._approving is not None or self._asking:
             return  # a call is under way: its end settles the next
         open_calls = [i for i in self.session.items
                       if isinstance(i, ev.ToolCall) and i.result is None]
@@ -571,6 +576,11 @@ class CodeyTurn(TurnMachine):
         if self.current_status == "waiting_worker":
             self.status("running")
         if isinstance(i, ActionDone):
+            data = r.tool.stores(i.outcome)
+            if data is not None:  # kept before the call settles (an image): BlobStored
+                self._storing = (r, i.outcome)
+                self.effect(StoreBlob(data))
+                return
             status, result, fields = r.tool.settle(i.outcome, r.truncated)
             self.finish(r.item_id, status, result,
                         ev.ActionFinished(action_id=r.action_id, outcome="result"), **fields)
@@ -584,6 +594,19 @@ class CodeyTurn(TurnMachine):
                                              f"{self.limits.action_timeout_s:.0f} s",
                         ev.ActionFinished(action_id=r.action_id, outcome="lost"),
                         error="worker timeout")
+        self.next(self._settle)
+
+    def _on_blob_stored(self, i: BlobStored) -> None:
+        if self._storing is None:
+            return
+        (r, outcome), self._storing = self._storing, None
+        done = ev.ActionFinished(action_id=r.action_id, outcome="result")
+        if i.stored:
+            status, result, fields = r.tool.settle(outcome, r.truncated)
+            self.finish(r.item_id, status, result, done, **fields)
+        else:
+            why = "the server could not keep it (see its log)"
+            self.finish(r.item_id, "failed", f"error: {why}", done, error=why)
         self.next(self._settle)
 
     # attachments ---------------------------------------------------------------------------
@@ -722,9 +745,9 @@ class CodeyTurn(TurnMachine):
         used = self.session.usage.context_tokens
         last = self._history(call.provider).last_body_len
         if used and last:
-            projected = used + estimate_tokens(max(0, len(body) - last))
+            projected = used + estimate_tokens(max(0, text_size(body) - last))
         else:
-            projected = estimate_tokens(len(body))
+            projected = estimate_tokens(text_size(body))
         window = call.provider.context_window(call.model)
         return bool(projected >= call.provider.config.compact_at * window)
 
@@ -742,7 +765,7 @@ class CodeyTurn(TurnMachine):
         call = self._call
         assert call is not None
         call.body = body
-        self._history(call.provider).last_body_len = len(body)
+        self._history(call.provider).last_body_len = text_size(body)
 
         def item(make: Callable[[str, float, str], ev.Item]) -> Streamed:
             return Streamed(make)
@@ -986,6 +1009,27 @@ class CodeyTurn(TurnMachine):
         self._compaction = None
         err.message = f"compacting the conversation failed: {err.message}"
         self._fail(err)
+
+
+#: what an image in a request counts as, in bytes of text, for the context estimate (a model
+#: reads an image as a fixed-ish number of tokens, not as its base64)
+IMAGE_AS_TEXT = 4 * 1500
+_DATA_URL = b'"data:image/'
+
+
+def text_size(body: bytes) -> int:
+    """The size of a request body for the context estimate: each image's data URL counted as
+    :data:`IMAGE_AS_TEXT` bytes instead of its length (a 500 KiB screenshot is not 130k
+    tokens)."""
+    size = len(body)
+    at = body.find(_DATA_URL)
+    while at >= 0:
+        end = body.find(b'"', at + 1)
+        if end < 0:
+            break
+        size -= end + 1 - at - IMAGE_AS_TEXT
+        at = body.find(_DATA_URL, end + 1)
+    return size
 
 
 def _usage(part: Usage, call: _Call, total: int) -> ev.TokenUsageRecorded:

@@ -236,6 +236,11 @@ class WorkerTool(Tool[A]):
         """The text the model gets back for the action's outcome."""
         return reads_any(outcome)
 
+    def stores(self, outcome: wk.ActionOutcome) -> bytes | None:
+        """Bytes of the outcome the server keeps in its blob store (by their sha256) before
+        the call settles — an image the model is shown — or None."""
+        return None
+
     def settle(self, outcome: wk.ActionOutcome, stream_truncated: bool) -> Settled:
         """``(status, result, fields)`` of the item update that finishes the call.
         ``stream_truncated``: the item's streamed output reached its cap."""

@@ -26,6 +26,7 @@ from codey_server.agent.tools.read_file import READ_FILE
 from codey_server.agent.tools.remember import REMEMBER
 from codey_server.agent.tools.shell import SHELL
 from codey_server.agent.tools.update_plan import UPDATE_PLAN
+from codey_server.agent.tools.view_image import VIEW_IMAGE
 from codey_server.agent.tools.write_file import WRITE_FILE
 
 __all__ = ["BUILTIN", "BUILTIN_TOOLS", "ParsedCall", "parse_call", "tool_named", "tools_for"]
@@ -41,6 +42,7 @@ BUILTIN: tuple[Tool[Any], ...] = (
     GREP,
     GLOB,
     LIST_DIR,
+    VIEW_IMAGE,
     WRITE_FILE,
     UPDATE_PLAN,
     ASK_USER,
