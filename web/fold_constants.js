@@ -16,6 +16,12 @@ export const WORKING_STATUSES = Object.freeze([
   "running", "waiting_approval", "waiting_worker", "waiting_user",
 ]);
 
+/** Characters (code points) of a process's output a session keeps. */
+export const PROCESS_OUTPUT_KEPT = 65536;
+
+/** Ended processes a session keeps listed. */
+export const PROCESSES_ENDED_KEPT = 20;
+
 /**
  * Fill in, in place, the fields an event stored by an older version lacks, with their
  * defaults, at every level: what msgspec does when the server decodes it. Returns the
@@ -82,6 +88,9 @@ const EVENT_BASE = {
   approval_requested: fillApprovalRequested,
   approval_resolved: fillApprovalResolved,
   action_requested: fillActionRequested,
+  process_started: fillProcessStarted,
+  process_stop_requested: fillProcessStopRequested,
+  process_ended: fillProcessEnded,
   token_usage_recorded: fillTokenUsageRecorded,
   compaction_requested: fillCompactionRequested,
   turn_requested: fillTurnRequested,
@@ -480,6 +489,29 @@ export function fillEdit(v) {
   return v;
 }
 
+/** `ProcessStarted` (events.py): its defaults filled in. */
+export function fillProcessStarted(v) {
+  if (v.cwd === undefined) v.cwd = null;
+  if (v.tty === undefined) v.tty = false;
+  if (v.output === undefined) v.output = "";
+  return v;
+}
+
+/** `ProcessStopRequested` (events.py): its defaults filled in. */
+export function fillProcessStopRequested(v) {
+  if (v.by === undefined) v.by = "user";
+  return v;
+}
+
+/** `ProcessEnded` (events.py): its defaults filled in. */
+export function fillProcessEnded(v) {
+  if (v.exit_code === undefined) v.exit_code = null;
+  if (v.signal === undefined) v.signal = null;
+  if (v.stopped_by === undefined) v.stopped_by = "";
+  if (v.output_delta === undefined) v.output_delta = "";
+  return v;
+}
+
 /** `TokenUsageRecorded` (events.py): its defaults filled in. */
 export function fillTokenUsageRecorded(v) {
   if (v.input_tokens === undefined) v.input_tokens = 0;
@@ -857,6 +889,13 @@ export function fillSessionInfo(v) {
   if (v.task_id === undefined) v.task_id = null;
   if (v.sandbox === undefined) v.sandbox = "workspace-write";
   if (v.network === undefined) v.network = false;
+  if (v.processes === undefined) {
+    v.processes = [];
+  } else {
+    for (const x of v.processes) {
+      fillSessionProcess(x);
+    }
+  }
   return v;
 }
 
@@ -934,6 +973,22 @@ export function fillQuestion(v) {
   if (v.answer === undefined) v.answer = "";
   if (v.asked_at === undefined) v.asked_at = 0.0;
   if (v.answered_at === undefined) v.answered_at = null;
+  return v;
+}
+
+/** `SessionProcess` (state.py): its defaults filled in. */
+export function fillSessionProcess(v) {
+  if (v.cwd === undefined) v.cwd = null;
+  if (v.tty === undefined) v.tty = false;
+  if (v.status === undefined) v.status = "running";
+  if (v.stop_by === undefined) v.stop_by = "";
+  if (v.exit_code === undefined) v.exit_code = null;
+  if (v.signal === undefined) v.signal = null;
+  if (v.stopped_by === undefined) v.stopped_by = "";
+  if (v.output === undefined) v.output = "";
+  if (v.output_cut === undefined) v.output_cut = false;
+  if (v.started_at === undefined) v.started_at = 0.0;
+  if (v.ended_at === undefined) v.ended_at = null;
   return v;
 }
 

@@ -359,6 +359,58 @@ class ActionFinished(EventBase, kw_only=True):
     outcome: Literal["result", "errored", "cancelled", "lost"]
 
 
+# a session's processes ----------------------------------------------------------------------
+# Processes the model started with ``exec`` that outlive the call (the worker's
+# ``exec_start``). They belong to the session; their output is what was read from them (by the
+# model's calls, or by a stop), never a second stream.
+
+#: who stopped a process: ``""`` it ended by itself; ``exec_kill`` the model's ``kill``;
+#: ``user`` the Stop button; ``interrupt`` / ``close`` the session was interrupted / closed;
+#: ``timeout``, ``cancel``, ``detach``, ``worker_exit`` as the worker says (``StoppedBy``);
+#: ``gone`` the worker no longer knows it (it restarted)
+ProcessStopper = Literal["", "exec_kill", "user", "interrupt", "close", "timeout", "cancel",
+                         "detach", "worker_exit", "gone"]
+
+
+class ProcessStarted(EventBase, kw_only=True):
+    """The model's ``exec`` call ``item_id`` started ``process_id`` on ``worker_id``;
+    ``output`` is what it wrote before the call answered."""
+
+    process_id: str
+    item_id: str
+    worker_id: str
+    argv: list[str]
+    cwd: str | None = None
+    tty: bool = False
+    output: str = ""
+
+
+class ProcessOutput(EventBase, kw_only=True):
+    """More of a process's output, as a call (``write_stdin``, ``kill``) or a stop read it."""
+
+    process_id: str
+    output_delta: str
+
+
+class ProcessStopRequested(EventBase, kw_only=True):
+    """Someone asked the process to stop (``by``: ``user``, ``interrupt``, ``close``): the
+    server sends the worker ``exec_kill``, again after a reconnect until it has ended."""
+
+    process_id: str
+    by: ProcessStopper = "user"
+
+
+class ProcessEnded(EventBase, kw_only=True):
+    """The process has ended (or is ``gone``: the worker no longer knows it), with its last
+    output."""
+
+    process_id: str
+    exit_code: int | None = None
+    signal: int | None = None
+    stopped_by: ProcessStopper = ""
+    output_delta: str = ""
+
+
 class SessionWorkspaceChanged(EventBase, kw_only=True):
     paths: list[str]
 
@@ -665,6 +717,10 @@ Event = (
     | ApprovalResolved
     | ActionRequested
     | ActionFinished
+    | ProcessStarted
+    | ProcessOutput
+    | ProcessStopRequested
+    | ProcessEnded
     | SessionWorkspaceChanged
     | TokenUsageRecorded
     | CompactionRequested

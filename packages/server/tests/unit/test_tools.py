@@ -128,3 +128,145 @@ def test_a_provider_chooses_apply_patch_edit_or_both() -> None:
     assert "apply_patch" not in names("edit") and "edit" in names("edit")
     # plan mode offers neither
     assert not {"apply_patch", "edit"} & {t.name for t in tools_for(None, plan_mode=True)}
+
+
+# exec, write_stdin, kill ----------------------------------------------------------------------
+
+def _session_with(*processes: Any) -> Any:
+    from codey_protocol.state import SessionInfo
+
+    return SessionInfo(session_id="ses_1", title="t", worker_id="wrk_1", workdir="/w",
+                       provider="p", model="m", processes=list(processes))
+
+
+def _process(pid: str = "proc_1", status: str = "running", stop_by: str = "") -> Any:
+    from codey_protocol.state import SessionProcess
+
+    return SessionProcess(process_id=pid, item_id="itm_1", worker_id="wrk_1", argv=["x"],
+                          status=status, stop_by=stop_by)  # type: ignore[arg-type]
+
+
+def test_exec_starts_a_process_in_the_sessions_sandbox_as_shell_would() -> None:
+    from codey_server.agent.tools import Sandboxing
+
+    call = _parse("exec", command=["python3", "-m", "http.server", "0"], workdir="site",
+                  tty=True, yield_ms=99_999, timeout_ms=5000)
+    action = call.tool.action(call.args, "act_1", "ses_1", "/w",
+                              sandbox=Sandboxing("workspace-write", True))
+    assert isinstance(action, wk.ExecStart)
+    assert (action.argv, action.cwd, action.tty, action.yield_ms, action.timeout_s) == (
+        ["python3", "-m", "http.server", "0"], "site", True, 30_000, 5.0)
+    assert (action.sandbox, action.network) == ("workspace-write", True)
+    git = _parse("exec", command=["git", "log"])
+    git_action = git.tool.action(git.args, "a", "s", "/w")
+    assert isinstance(git_action, wk.ExecStart)
+    assert git_action.env["GIT_CONFIG_COUNT"] == "4"  # git's hardening, as for shell
+    assert call.tool.runs_commands and not call.tool.looks_only(call.args)
+    assert "argv list" in _bad("exec", command="npm run dev")
+    assert "justification" in _bad("exec", command=["npm", "i"], escalate=True)
+
+
+def test_exec_asks_as_shell_does_and_escalates_as_shell_does() -> None:
+    from codey_server.agent.tools import Sandboxing
+
+    make = _parse("exec", command=["make", "serve"])
+    assert make.tool.ask(make.args, Gate("suggest")).kind == "command"
+    assert make.tool.ask(make.args, Gate("auto-edit")).kind == "command"
+    assert make.tool.ask(make.args, Gate("full-auto")) is None
+    assert make.tool.ask(make.args, Gate("suggest", approved_prefixes=[["make"]])) is None
+    # known-safe only inside the sandbox
+    ls = _parse("exec", command=["ls"])
+    assert ls.tool.ask(ls.args, Gate("suggest")) is None
+    assert ls.tool.ask(ls.args, Gate("suggest", sandboxed=False)) is not None
+    out = _parse("exec", command=["npm", "run", "dev"], escalate=True,
+                 justification="it must bind a privileged port")
+    ask = out.tool.ask(out.args, Gate("full-auto"))
+    assert ask is not None and ask.kind == "escalate" and "privileged" in ask.reason
+    action = out.tool.action(out.args, "a", "s", "/w", sandbox=Sandboxing())
+    assert isinstance(action, wk.ExecStart)
+    assert (action.sandbox, action.network) == ("full-access", True)
+
+
+def test_exec_reads_its_process_and_makes_it_the_sessions() -> None:
+    from codey_protocol import events as ev
+    from codey_server.agent.tools.exec import EXEC
+
+    running = wk.ExecOutput(process_id="proc_1", output="Serving on 8000\n", running=True)
+    status, text, fields = EXEC.settle(running, False)
+    assert status == "done" and fields == {"output": "Serving on 8000\n", "truncated": False}
+    assert text.splitlines() == ["process proc_1 is running", "output so far:",
+                                 "Serving on 8000",
+                                 "[poll or send input with write_stdin(process_id=\"proc_1\"), "
+                                 "stop it with kill]"]
+    item = ev.ToolCall(id="itm_1", ts=0, call_id="c", name="exec", arguments="{}")
+    args = _parse("exec", command=["serve"], tty=True).args
+    [started] = EXEC.events(args, running, item, _session_with())
+    assert started == ev.ProcessStarted(process_id="proc_1", item_id="itm_1", worker_id="wrk_1",
+                                        argv=["serve"], tty=True, output="Serving on 8000\n")
+    failed = wk.ExecOutput(process_id="proc_2", output="boom\n", exit_code=2)
+    status, text, fields = EXEC.settle(failed, False)
+    assert status == "failed" and fields["exit_code"] == 2
+    assert text.startswith("process proc_2 exited with code 2\noutput so far:\nboom")
+    kinds = [type(e).__name__ for e in EXEC.events(args, failed, item, _session_with())]
+    assert kinds == ["ProcessStarted", "ProcessEnded"]
+    # no process: nothing to list
+    assert EXEC.events(args, wk.ExecOutput(process_id="", exit_code=127), item,
+                       _session_with()) == []
+
+
+def test_write_stdin_and_kill_act_only_on_the_sessions_processes() -> None:
+    gate = Gate("suggest", processes={"proc_1": "running", "proc_9": "gone"})
+    for name in ("write_stdin", "kill"):
+        mine = _parse(name, process_id="proc_1")
+        # it was approved when it started: no new approval, under any policy
+        assert mine.tool.refuses(mine.args, gate) is None
+        assert mine.tool.ask(mine.args, gate) is None
+        other = _parse(name, process_id="proc_of_another_session")
+        assert "not a process of this session" in (other.tool.refuses(other.args, gate) or "")
+        gone = _parse(name, process_id="proc_9")
+        assert "is gone" in (gone.tool.refuses(gone.args, gate) or "")
+        assert not mine.tool.looks_only(mine.args)
+    poll = _parse("write_stdin", process_id="proc_1")
+    action = poll.tool.action(poll.args, "a", "ses_1", "/w")
+    assert isinstance(action, wk.ExecWrite)
+    assert (action.process_id, action.input, action.yield_ms) == ("proc_1", "", 250)
+    typed = _parse("write_stdin", process_id="proc_1", input="1+1\n", yield_ms=2000,
+                   close_stdin=True).args
+    assert (typed.input, typed.yield_ms, typed.close_stdin) == ("1+1\n", 2000, True)
+    kill = _parse("kill", process_id="proc_1")
+    assert isinstance(kill.tool.action(kill.args, "a", "ses_1", "/w"), wk.ExecKill)
+
+
+def test_write_stdin_and_kill_record_what_they_read_and_a_process_gone() -> None:
+    from codey_protocol import events as ev
+    from codey_server.agent.tools.kill import KILL
+    from codey_server.agent.tools.write_stdin import WRITE_STDIN
+
+    item = ev.ToolCall(id="itm_2", ts=0, call_id="c", name="write_stdin", arguments="{}")
+    session = _session_with(_process())
+    args = _parse("write_stdin", process_id="proc_1").args
+    more = wk.ExecOutput(process_id="proc_1", output=">>> 2\n", running=True)
+    assert WRITE_STDIN.events(args, more, item, session) == [
+        ev.ProcessOutput(process_id="proc_1", output_delta=">>> 2\n")]
+    assert WRITE_STDIN.reads(more) == "process proc_1 is running\nnew output:\n>>> 2"
+    assert WRITE_STDIN.reads(wk.ExecOutput(process_id="proc_1", running=True)) == \
+        "process proc_1 is running\n(no new output)"
+    killed = wk.ExecOutput(process_id="proc_1", output="bye\n", signal=15,
+                           stopped_by="exec_kill")
+    [end] = KILL.events(_parse("kill", process_id="proc_1").args, killed, item, session)
+    assert end == ev.ProcessEnded(process_id="proc_1", signal=15, stopped_by="exec_kill",
+                                  output_delta="bye\n")
+    assert KILL.reads(killed).startswith("process proc_1 was killed by signal 15 (stopped: "
+                                         "exec kill)")
+    assert WRITE_STDIN.error_events(args, "process_gone", item, session) == [
+        ev.ProcessEnded(process_id="proc_1", stopped_by="gone")]
+    assert WRITE_STDIN.error_events(args, "io_error", item, session) == []
+    # an ended process: nothing more to record
+    ended = _session_with(_process(status="ended"))
+    assert WRITE_STDIN.events(args, more, item, ended) == []
+
+
+def test_process_tools_are_not_offered_in_plan_mode_or_to_readers() -> None:
+    for mode in ({"plan_mode": True}, {"read_only": True}):
+        assert not {"exec", "write_stdin", "kill"} & {t.name for t in tools_for(None, **mode)}
+    assert {"exec", "write_stdin", "kill"} <= {t.name for t in tools_for(None)}

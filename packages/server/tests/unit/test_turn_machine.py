@@ -581,3 +581,70 @@ def test_a_result_too_long_for_the_model_is_cut_with_a_marker() -> None:
     result = _tool(pilot).result or ""
     assert len(result) < 25_000 and "characters cut] …" in result
     assert result.startswith("dir/file_00000.txt") and result.endswith("dir/file_04999.txt")
+
+
+# processes (exec, write_stdin, kill) --------------------------------------------------------
+
+def _exec_started(pilot: Pilot, pid: str = "proc_1") -> None:
+    step = _call(pilot, ToolCallRequested("c1", "exec", json.dumps(
+        {"command": ["python3", "-m", "http.server"]})))
+    [run] = [e for e in step.effects if isinstance(e, RunAction)]
+    assert isinstance(run.action, wk.ExecStart)
+    pilot.feed(ActionDone(run.action.action_id, wk.ExecOutput(
+        process_id=pid, output="Serving HTTP\n", running=True)))
+
+
+def test_exec_lists_its_process_in_the_session_when_its_call_settles() -> None:
+    pilot = _codey()
+    _exec_started(pilot)
+    [p] = pilot.session.processes
+    tool = _tool(pilot)
+    assert (p.process_id, p.item_id, p.argv, p.status, p.output) == (
+        "proc_1", tool.id, ["python3", "-m", "http.server"], "running", "Serving HTTP\n")
+    assert tool.status == "done" and tool.output == "Serving HTTP\n"
+    assert "process proc_1 is running" in (tool.result or "")
+
+
+def _second_call(pilot: Pilot, name: str, **args: Any) -> Step:
+    pilot.feed(ModelParts([ToolCallRequested("c2", name, json.dumps(args))]))
+    return pilot.feed(ModelDone())
+
+
+def test_a_process_of_another_session_is_refused_without_asking() -> None:
+    pilot = _codey("suggest")
+    pilot.feed(Start())
+    step = _second_call(pilot, "write_stdin", process_id="proc_of_someone_else", input="x")
+    assert not [e for e in step.effects if isinstance(e, (RunAction, WaitApproval))]
+    tool = _tool(pilot)
+    assert tool.status == "rejected" and "not a process of this session" in (tool.result or "")
+
+
+def test_writing_to_the_sessions_process_needs_no_new_approval_and_reads_its_output() -> None:
+    pilot = _codey("full-auto")
+    _exec_started(pilot)
+    pilot.session.policy = "suggest"  # even under suggest: it was approved when it started
+    step = _second_call(pilot, "write_stdin", process_id="proc_1", input="")
+    [run] = [e for e in step.effects if isinstance(e, RunAction)]
+    assert isinstance(run.action, wk.ExecWrite) and not pilot.session.approvals
+    pilot.feed(ActionDone(run.action.action_id, wk.ExecOutput(
+        process_id="proc_1", output="GET / 200\n", running=True)))
+    [p] = pilot.session.processes
+    assert p.output == "Serving HTTP\nGET / 200\n"
+
+
+def test_a_process_the_worker_no_longer_knows_is_gone() -> None:
+    from codey_server.agent.machine import ActionErrored
+
+    pilot = _codey()
+    _exec_started(pilot)
+    step = _second_call(pilot, "kill", process_id="proc_1")
+    [run] = [e for e in step.effects if isinstance(e, RunAction)]
+    pilot.feed(ActionErrored(run.action.action_id, "process_gone",
+                             "no process proc_1 in this session: start it again"))
+    [p] = pilot.session.processes
+    assert p.status == "gone"
+    [_, kill] = [i for i in pilot.session.items if isinstance(i, ev.ToolCall)]
+    assert kill.status == "failed" and "process_gone" in (kill.result or "")
+    # from now on a call on it is refused before it reaches the worker
+    step = _second_call(pilot, "write_stdin", process_id="proc_1")
+    assert not [e for e in step.effects if isinstance(e, RunAction)]

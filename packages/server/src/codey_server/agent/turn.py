@@ -387,10 +387,11 @@ class CodeyTurn(TurnMachine):
                 return (f"refused: {host} has no OS sandbox ({why or 'none reported'}), and "
                         f"this session's commands run in one ({s.sandbox}): no command runs "
                         "there until the user chooses full access for this session")
-        return tool.ask(args, Gate(s.policy, s.approved_prefixes, caps, sandboxed=sandboxed,
-                                   sandbox_mode=s.sandbox,
-                                   escalated_prefixes=s.escalated_prefixes,
-                                   worker_id=s.worker_id))
+        gate = Gate(s.policy, s.approved_prefixes, caps, sandboxed=sandboxed,
+                    sandbox_mode=s.sandbox, escalated_prefixes=s.escalated_prefixes,
+                    worker_id=s.worker_id,
+                    processes={p.process_id: p.status for p in s.processes})
+        return tool.refuses(args, gate) or tool.ask(args, gate)
 
     def _settle_call(self, item: ev.ToolCall) -> bool:
         """Settle one open call as far as it goes now. True: it finished, or its action was
@@ -583,11 +584,12 @@ class CodeyTurn(TurnMachine):
                 return
             status, result, fields = r.tool.settle(i.outcome, r.truncated)
             self.finish(r.item_id, status, result,
-                        ev.ActionFinished(action_id=r.action_id, outcome="result"), **fields)
+                        ev.ActionFinished(action_id=r.action_id, outcome="result"),
+                        *self._tool_events(r, i.outcome), **fields)
         elif isinstance(i, ActionErrored):  # refused or failed on the worker
             self.finish(r.item_id, "failed", f"error ({i.code}): {i.message}",
                         ev.ActionFinished(action_id=r.action_id, outcome="errored"),
-                        error=i.message)
+                        *self._tool_events(r, i.code), error=i.message)
         else:
             self.effect(CancelAction(self.session.worker_id, r.action_id, self.session_id))
             self.finish(r.item_id, "failed", f"error: the worker did not finish within "
@@ -596,6 +598,17 @@ class CodeyTurn(TurnMachine):
                         error="worker timeout")
         self.next(self._settle)
 
+    def _tool_events(self, r: _Running, outcome: wk.ActionOutcome | str) -> list[ev.Event]:
+        """What the call's end means besides its item (a process it started, read or found
+        gone): the tool's :meth:`~WorkerTool.events`, or its ``error_events`` for a code."""
+        item = self._item(r.item_id)
+        parsed = self._parse(item) if item is not None else None
+        if item is None or not isinstance(parsed, ParsedCall):
+            return []
+        if isinstance(outcome, str):
+            return r.tool.error_events(parsed.args, outcome, item, self.session)
+        return r.tool.events(parsed.args, outcome, item, self.session)
+
     def _on_blob_stored(self, i: BlobStored) -> None:
         if self._storing is None:
             return
@@ -603,7 +616,8 @@ class CodeyTurn(TurnMachine):
         done = ev.ActionFinished(action_id=r.action_id, outcome="result")
         if i.stored:
             status, result, fields = r.tool.settle(outcome, r.truncated)
-            self.finish(r.item_id, status, result, done, **fields)
+            self.finish(r.item_id, status, result, done, *self._tool_events(r, outcome),
+                        **fields)
         else:
             why = "the server could not keep it (see its log)"
             self.finish(r.item_id, "failed", f"error: {why}", done, error=why)

@@ -99,6 +99,8 @@ class Gate:
     escalated_prefixes: Sequence[Sequence[str]] = ()
     #: the session's own worker (a call that reaches another machine asks)
     worker_id: str = ""
+    #: the session's processes (``exec``): id → status (running, stopping, ended, gone)
+    processes: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +221,11 @@ class Tool(Generic[A]):
         """The approval this call waits for, or None when it goes ahead."""
         return None
 
+    def refuses(self, args: A, gate: Gate) -> str | None:
+        """Why this call is refused whatever the user would say (a process of another
+        session, say), or None."""
+        return None
+
     def shows(self, args: A) -> dict[str, Any]:
         """Fields of the tool-call item that show the call (``command``, ``patch``, …)."""
         return {}
@@ -245,6 +252,17 @@ class WorkerTool(Tool[A]):
         """``(status, result, fields)`` of the item update that finishes the call.
         ``stream_truncated``: the item's streamed output reached its cap."""
         return "done", self.reads(outcome), {}
+
+    def events(self, args: A, outcome: wk.ActionOutcome, item: ev.ToolCall,
+               session: SessionInfo) -> list[ev.Event]:
+        """Events that go with the call's end, before its item's update (a process it
+        started, read or stopped)."""
+        return []
+
+    def error_events(self, args: A, code: str, item: ev.ToolCall,
+                     session: SessionInfo) -> list[ev.Event]:
+        """Events that go with the worker refusing the call with ``code``."""
+        return []
 
 
 class ServerTool(Tool[A]):

@@ -18,8 +18,10 @@ from codey_server.agent.tools.ask_user import ASK_USER
 from codey_server.agent.tools.base import BadToolCall, Tool, ToolSpec
 from codey_server.agent.tools.delegate import DELEGATE
 from codey_server.agent.tools.edit import EDIT
+from codey_server.agent.tools.exec import EXEC
 from codey_server.agent.tools.glob import GLOB
 from codey_server.agent.tools.grep import GREP
+from codey_server.agent.tools.kill import KILL
 from codey_server.agent.tools.list_dir import LIST_DIR
 from codey_server.agent.tools.mcp import MCP, PREFIX
 from codey_server.agent.tools.read_file import READ_FILE
@@ -28,6 +30,7 @@ from codey_server.agent.tools.shell import SHELL
 from codey_server.agent.tools.update_plan import UPDATE_PLAN
 from codey_server.agent.tools.view_image import VIEW_IMAGE
 from codey_server.agent.tools.write_file import WRITE_FILE
+from codey_server.agent.tools.write_stdin import WRITE_STDIN
 
 __all__ = ["BUILTIN", "BUILTIN_TOOLS", "ParsedCall", "parse_call", "tool_named", "tools_for"]
 
@@ -36,6 +39,9 @@ A = TypeVar("A")
 #: the built-in tools, in the order they are offered
 BUILTIN: tuple[Tool[Any], ...] = (
     SHELL,
+    EXEC,
+    WRITE_STDIN,
+    KILL,
     APPLY_PATCH,
     EDIT,
     READ_FILE,
