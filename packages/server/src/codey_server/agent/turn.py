@@ -102,6 +102,7 @@ from codey_server.agent.tools import (
     Sandboxing,
     ServerCall,
     ServerTool,
+    ToolSpec,
     Waiting,
     WorkerTool,
     parse_call,
@@ -211,7 +212,8 @@ class CodeyTurn(TurnMachine):
         self._asking: tuple[str, str] | None = None  # (question id, item id)
         self._children: dict[str, str] = {}  # sub-agent session id → the call's item id
         self._approving: str | None = None  # the item whose approval is waited for
-        self._encoded_tools: tuple[Any, wk.Capabilities | None, bytes] | None = None
+        self._encoded_tools: tuple[Any, wk.Capabilities | None, list[ToolSpec], bytes] \
+            | None = None
 
     def finish(self, item_id: str, status: ev.ToolStatus, result: str, *before: ev.Event,
                **fields: Any) -> None:
@@ -729,29 +731,33 @@ class CodeyTurn(TurnMachine):
         s = self.session
         provider = call.provider
         worker = self.state.workers.get(s.worker_id)
-        tools = self._tools(provider, worker.capabilities if worker else None)
+        caps = worker.capabilities if worker else None
+        specs, tools = self._tools(provider, caps)
         messages = self._history(provider).messages(s.items)
-        instructions = build_instructions(s, memory_of(self.state, s))
+        instructions = build_instructions(
+            s, memory_of(self.state, s), tools=specs, kind=provider.config.kind,
+            can_sandbox=caps is None or caps.sandbox.kind != "none")
         return provider.wire.body(model=call.model, instructions=instructions,
                                   messages=messages, tools=tools, session_id=s.session_id,
                                   options=provider.config)
 
-    def _tools(self, provider: ModelProvider, capabilities: wk.Capabilities | None) -> bytes:
-        """The tools this call offers, encoded for the provider's wire (kept while neither
-        the session's mode nor its worker's capabilities change)."""
+    def _tools(self, provider: ModelProvider,
+               capabilities: wk.Capabilities | None) -> tuple[list[ToolSpec], bytes]:
+        """The tools this call offers, and their encoding for the provider's wire (kept while
+        neither the session's mode nor its worker's capabilities change)."""
         s = self.session
         edit_tools = provider.config.edit_tools
         key = (provider.wire.name, s.plan_mode, s.read_only, s.parent_id is None, edit_tools)
         cached = self._encoded_tools
         if cached is not None and cached[0] == key and cached[1] is capabilities:
-            return cached[2]
+            return cached[2], cached[3]
         roles = {name: role.description for name, role in self.roles.items()} \
             if s.parent_id is None else None
-        tools = provider.wire.encode_tools(tools_for(capabilities, plan_mode=s.plan_mode,
-                                                     read_only=s.read_only, roles=roles,
-                                                     edit_tools=edit_tools))
-        self._encoded_tools = (key, capabilities, tools)
-        return tools
+        specs = tools_for(capabilities, plan_mode=s.plan_mode, read_only=s.read_only,
+                          roles=roles, edit_tools=edit_tools)
+        tools = provider.wire.encode_tools(specs)
+        self._encoded_tools = (key, capabilities, specs, tools)
+        return specs, tools
 
     def _near_window(self, body: bytes) -> bool:
         call = self._call
