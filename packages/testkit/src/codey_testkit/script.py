@@ -24,6 +24,9 @@ answers, ``tool_output`` a substring of its output; both must hold for the same 
 result of the run may match). Keys in one ``match`` are ANDed; ``any: true`` matches anything.
 The first step, in order, that matches and has uses left wins. Matching is case-sensitive.
 Unknown keys anywhere are an error, so typos fail loudly.
+
+``$PROCESS_ID`` in a call's arguments is replaced by the newest process id (``proc_…``) in the
+request, so a script can poll, write to or kill what an earlier ``exec`` call started.
 """
 
 from __future__ import annotations

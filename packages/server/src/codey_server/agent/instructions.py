@@ -110,8 +110,7 @@ TOOL_GUIDE: dict[str, str] = {
     "exec": "`exec` starts something that keeps running (a dev server, a watcher, a REPL, a "
             "long test run you want to check on) and returns after a short wait with its "
             "process id: read or type into it with `write_stdin`, and stop it with `kill` "
-            "once you no longer need it. A server it starts is reachable from your other "
-            "commands.",
+            "once you no longer need it.",
     "apply_patch": "`apply_patch` changes files with a patch: several edits or files at "
                    "once, new files, moves and deletions; all of it applies or none does.",
     "edit": "`edit` replaces one exact piece of text in a file (or every copy of it with "
@@ -188,9 +187,10 @@ def permissions(session: SessionInfo, *, can_sandbox: bool = True) -> str:
              f"- Approval policy: {_POLICIES.get(session.policy, session.policy)}",
              f"- Sandbox mode: {_SANDBOXES.get(session.sandbox, session.sandbox)}"]
     if session.sandbox != "full-access":
-        net = ("on: sandboxed commands may use the network" if session.network else
-               "off: sandboxed commands cannot reach the network (a server you start is "
-               "still reachable from your other commands on this machine)")
+        net = ("on: sandboxed commands may use the network, and a server one of them "
+               "starts is reachable from the others" if session.network else
+               "off: each sandboxed command has a network of its own, with nothing outside "
+               "it; a server it starts is reachable only from inside that command")
         lines.append(f"- The network is {net}.")
         if not can_sandbox:
             lines.append("- This machine has no sandbox, so your commands are refused until "

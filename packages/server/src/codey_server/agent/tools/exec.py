@@ -75,18 +75,17 @@ def escalation(args: dict[str, Any]) -> tuple[bool, str]:
 class Exec(WorkerTool[ExecArgs]):
     name = "exec"
     description = (
-        "Start a command that keeps running after this call returns: a dev server, a file "
-        "watcher, a REPL, a long build or test run you want to check on. `command` is an "
-        "argv list, as for shell. The call waits `yield_ms` (default 1000, at most 30000) or "
-        "until the process ends, then returns its output so far, whether it still runs (or "
-        "its exit code) and its process id. Then: write_stdin with that id sends input or, "
-        "with empty input, polls for new output; kill stops it. Set `tty` for programs that "
-        "want a terminal (a REPL, an interactive prompt). Prefer shell for commands that "
-        "finish on their own. The process runs in the session's sandbox (the network is off "
-        "unless the session allows it: a server it starts is reachable from other commands "
-        "of the session), asks for approval as shell does, and stops when you kill it or the "
-        "user interrupts or closes the session. Output not read is kept up to 1 MiB (head "
-        "and tail).")
+        "Start a command that keeps running after this call returns (a dev server, a "
+        "watcher, a REPL, a long test run to check on). `command` is an argv list, as for "
+        "shell. Waits `yield_ms` (default 1000, at most 30000) or until it ends, then "
+        "returns its output so far, whether it still runs (or its exit code) and its "
+        "process id: write_stdin sends input or, empty, polls for new output; kill stops "
+        "it. `tty` for programs that want a terminal (a REPL). Prefer shell for commands "
+        "that finish on their own. Runs in the session's sandbox and asks for approval as "
+        "shell does. With the session's network off each command has a network of its own: "
+        "a server started here is reachable only from inside its own command, so ask the "
+        "user to turn the network on to test against it. It stops when you kill it or the "
+        "session is interrupted or closed. Unread output is kept up to 1 MiB.")
     parameters = obj({
         "command": {"type": "array", "items": {"type": "string"}, "minItems": 1},
         "workdir": {"type": "string", "description": "relative to the session workdir"},
