@@ -230,11 +230,12 @@ function processBody(item, session) {
 /** grep and glob: what was searched for, where, and the answer. */
 function searchBody(item) {
   const args = parsedArguments(item);
-  const where = [args.path && args.path !== "." ? args.path : "the workdir"];
-  if (args.include) where.push(`in ${[].concat(args.include).join(", ")}`);
+  const where = [`in ${args.path && args.path !== "." ? args.path : "the workdir"}`];
+  if (args.include) where.push([].concat(args.include).join(", "));
+  if (args.exclude) where.push(`not ${[].concat(args.exclude).join(", ")}`);
   return [
     h("p", { class: "small" }, h("code", { class: "mono", "data-testid": "search-pattern" },
-      args.pattern || ""), h("span", { class: "muted" }, ` · ${where.join(" ")}`)),
+      args.pattern || ""), h("span", { class: "muted" }, ` · ${where.join(" · ")}`)),
     item.result !== null && item.result !== undefined
       ? collapsible(item.name === "grep" ? "Matches" : "Files",
         h("pre", { class: "code", "data-testid": "search-result" }, item.result)) : null,
@@ -276,7 +277,7 @@ function toolBody(item, ctx, session) {
         : "s"})` : "Output"), output));
     if (item.truncated) parts.push(h("p", { class: "muted small" }, "Output truncated."));
   } else if (item.name === "apply_patch" || item.diff || item.patch) {
-    if (item.name === "edit" && item.path) {
+    if (item.name === "edit" && item.path && !(item.files && item.files.length)) {
       parts.push(h("div", { class: "mono path" }, item.path));
     }
     if (item.files && item.files.length) {
