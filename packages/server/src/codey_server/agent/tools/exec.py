@@ -81,8 +81,8 @@ class Exec(WorkerTool[ExecArgs]):
         "returns its output so far, whether it still runs (or its exit code) and its "
         "process id: write_stdin sends input or, empty, polls for new output; kill stops "
         "it. `tty` for programs that want a terminal (a REPL). Prefer shell for commands "
-        "that finish on their own. Runs in the session's sandbox and asks for approval as "
-        "shell does. With the session's network off each command has a network of its own: "
+        "that finish on their own. Runs in the session's sandbox; asks for approval as shell "
+        "does, but no command counts as read-only here. With the session's network off each command has a network of its own: "
         "a server started here is reachable only from inside its own command, so ask the "
         "user to turn the network on to test against it. It stops when you kill it or the "
         "session is interrupted or closed. Unread output is kept up to 1 MiB.")
@@ -122,14 +122,16 @@ class Exec(WorkerTool[ExecArgs]):
 
     def ask(self, args: ExecArgs, gate: Gate) -> Ask | None:
         # shell's rule: leaving the sandbox asks under every policy (unless the session chose
-        # full access); otherwise the command's own approval, known-safe ones inside the
-        # sandbox going ahead
+        # full access), a command approved for the session goes ahead, full-auto asks
+        # nothing. But no process is "known-safe": it lives on and reads what write_stdin
+        # sends without asking again (`git log` in a terminal opens a pager, and a pager
+        # runs `!command`), so starting one asks under suggest and auto-edit.
         if args.escalate and gate.sandbox_mode != "full-access":
             if asks_to_escalate(args.command, gate.escalated_prefixes):
                 return Ask("escalate", command=args.command, reason=args.justification)
             return None
         if asks_for_command(gate.policy, args.command, gate.approved_prefixes,
-                            sandboxed=gate.sandboxed, cwd=args.cwd):
+                            sandboxed=False):
             return Ask("command", command=args.command)
         return None
 
