@@ -52,11 +52,19 @@ class _Models:
         return History(wire_for(wire_name))
 
 
-def _first_call(*, policy: str = "suggest", sandbox: str = "workspace-write",
+def _first_call(kind: str = "chat", **setup: Any) -> tuple[str, list[str]]:
+    """(the instructions, the names of the tools) of the session's first model call."""
+    body = _first_body(kind=kind, **setup)
+    if kind == "responses":
+        return body["instructions"], [t["name"] for t in body["tools"]]
+    return body["messages"][0]["content"], [t["function"]["name"] for t in body["tools"]]
+
+
+def _first_body(*, policy: str = "suggest", sandbox: str = "workspace-write",
                 network: bool = False, kind: str = "chat", edit_tools: str = "both",
                 plan_mode: bool = False, read_only: bool = False, machine: str = "bwrap",
-                roles: bool = False, mcp: bool = False) -> tuple[str, list[str]]:
-    """(the instructions, the names of the tools) of the session's first model call."""
+                roles: bool = False, mcp: bool = False) -> dict[str, Any]:
+    """The request body of the session's first model call."""
     caps = wk.Capabilities(sandbox=wk.SandboxInfo(kind=machine),  # type: ignore[arg-type]
                            mcp_servers=[wk.McpServerInfo(name="time", tools=[
                                wk.McpTool(name="now")])] if mcp else [])
@@ -83,12 +91,7 @@ def _first_call(*, policy: str = "suggest", sandbox: str = "workspace-write",
         step = turn.step(state, Proceed(now=10.0), ctx)
     [call] = [e for e in step.effects if isinstance(e, CallModel)]
     body: dict[str, Any] = json.loads(call.body)
-    if kind == "responses":
-        instructions, names = body["instructions"], [t["name"] for t in body["tools"]]
-    else:
-        instructions = body["messages"][0]["content"]
-        names = [t["function"]["name"] for t in body["tools"]]
-    return instructions, names
+    return body
 
 
 _POLICIES = ["suggest", "auto-edit", "full-auto"]
@@ -168,8 +171,9 @@ def test_the_model_kind_gets_its_own_lines() -> None:
     ollama, _ = _first_call(kind="ollama")
     assert "## This model" in responses and "reasoning is kept" in responses
     assert "valid JSON" in chat and "reasoning is kept" not in chat
-    # a small window's model gets the briefing in short, with the same topics
-    assert len(ollama) < len(chat) - 2000
+    # a small window's model gets the briefing in short, with the same topics, and the
+    # tools only named (their definitions in short)
+    assert len(ollama) < len(chat) / 2
     for words in ("Keep going until the task is done", "`update_plan`", "`grep`",
                   "narrowest first", "`path:line`"):
         assert words in ollama
@@ -188,3 +192,13 @@ def _context() -> Any:
     return SessionContext(instructions=[
         wk.InstructionFile(path="/w/AGENTS.md", text="Use tabs."),
         wk.InstructionFile(path="/w/p/AGENTS.md", text="Use spaces here.")])
+
+
+def test_a_small_windows_model_gets_the_tools_in_short() -> None:
+    full = [t["function"] for t in _first_body(kind="chat")["tools"]]
+    short = [t["function"] for t in _first_body(kind="ollama")["tools"]]
+    assert [t["name"] for t in short] == [t["name"] for t in full]
+    shell = next(t for t in short if t["name"] == "shell")
+    assert shell["description"] == "Run a command in the session's workdir."
+    assert "description" not in json.dumps(shell["parameters"])
+    assert len(json.dumps(short)) < len(json.dumps(full)) * 0.7

@@ -6,7 +6,8 @@ folded state (like the conversation, never stored apart):
    (:data:`TOOL_GUIDE`), then what this session's approval policy and sandbox mode mean for
    the model and when to ask to leave the sandbox (:func:`permissions`), plus a few lines for
    the provider's kind of model (:data:`BY_KIND`; Ollama's models, usually served with a
-   small window, get the same briefing in short, :data:`BRIEF`);
+   small window, get the same briefing in short, :data:`BRIEF`, the tools only named, and
+   the tools' definitions in short: ``ToolSpec.brief``);
 2. plan mode or a read-only session, when it is one;
 3. the workdir: the environment, the ``AGENTS.md`` files (outermost first), the skills;
 4. the project's memory.
@@ -207,8 +208,16 @@ def permissions(session: SessionInfo, *, can_sandbox: bool = True) -> str:
     return "\n".join(lines)
 
 
-def _tools(tools: Sequence[ToolSpec]) -> str:
+def _tools(tools: Sequence[ToolSpec], *, brief: bool = False) -> str:
     names = [t.name for t in tools]
+    if brief:  # each tool's own definition says what it is for
+        return ("## Your tools\nPaths are relative to the workdir. "
+                + ", ".join(f"`{n}`" for n in names if not n.startswith("mcp__"))
+                + (", and MCP tools named `mcp__<server>__<tool>`" if any(
+                    n.startswith("mcp__") for n in names) else "")
+                + ": each is described in its definition."
+                + (" `exec` starts a process that keeps running; `write_stdin` and `kill` "
+                   "act on it." if "exec" in names else ""))
     lines = [TOOL_GUIDE[n] for n in names if n in TOOL_GUIDE]
     if "edit" in names and "apply_patch" in names:
         lines.append(_BOTH_EDITORS)
@@ -266,7 +275,7 @@ def build_instructions(session: SessionInfo, memory: str = "", *,
     provider's kind, ``can_sandbox`` whether the session's worker has an OS sandbox."""
     parts = [BRIEF if kind == "ollama" else INSTRUCTIONS]
     if tools:
-        parts.append(_tools(tools))
+        parts.append(_tools(tools, brief=kind == "ollama"))
     parts.append(permissions(session, can_sandbox=can_sandbox))
     if kind in BY_KIND:
         parts.append("## This model\n" + BY_KIND[kind])

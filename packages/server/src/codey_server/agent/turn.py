@@ -747,7 +747,10 @@ class CodeyTurn(TurnMachine):
         neither the session's mode nor its worker's capabilities change)."""
         s = self.session
         edit_tools = provider.config.edit_tools
-        key = (provider.wire.name, s.plan_mode, s.read_only, s.parent_id is None, edit_tools)
+        # Ollama's models are usually served with a small window: its tools are told in short
+        brief = provider.config.kind == "ollama"
+        key = (provider.wire.name, s.plan_mode, s.read_only, s.parent_id is None, edit_tools,
+               brief)
         cached = self._encoded_tools
         if cached is not None and cached[0] == key and cached[1] is capabilities:
             return cached[2], cached[3]
@@ -755,7 +758,7 @@ class CodeyTurn(TurnMachine):
             if s.parent_id is None else None
         specs = tools_for(capabilities, plan_mode=s.plan_mode, read_only=s.read_only,
                           roles=roles, edit_tools=edit_tools)
-        tools = provider.wire.encode_tools(specs)
+        tools = provider.wire.encode_tools([t.brief() for t in specs] if brief else specs)
         self._encoded_tools = (key, capabilities, specs, tools)
         return specs, tools
 

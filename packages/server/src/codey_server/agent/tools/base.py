@@ -75,6 +75,20 @@ class ToolSpec:
     description: str
     parameters: dict[str, Any]
 
+    def brief(self) -> ToolSpec:
+        """The same tool told in short, for a model with a small window: the description's
+        first sentence, the parameters without their descriptions."""
+        first = self.description.split(". ", 1)[0].rstrip(".") + "."
+        return ToolSpec(self.name, first, _without_descriptions(self.parameters))
+
+
+def _without_descriptions(schema: Any) -> Any:
+    if isinstance(schema, dict):
+        return {k: _without_descriptions(v) for k, v in schema.items() if k != "description"}
+    if isinstance(schema, list):
+        return [_without_descriptions(v) for v in schema]
+    return schema
+
 
 class BadToolCall(ServerError):
     """The model's call cannot be carried out; the message goes back to it as the result."""

@@ -81,11 +81,12 @@ class Exec(WorkerTool[ExecArgs]):
         "returns its output so far, whether it still runs (or its exit code) and its "
         "process id: write_stdin sends input or, empty, polls for new output; kill stops "
         "it. `tty` for programs that want a terminal (a REPL). Prefer shell for commands "
-        "that finish on their own. Runs in the session's sandbox; asks for approval as shell "
-        "does, but no command counts as read-only here. With the session's network off each command has a network of its own: "
-        "a server started here is reachable only from inside its own command, so ask the "
-        "user to turn the network on to test against it. It stops when you kill it or the "
-        "session is interrupted or closed. Unread output is kept up to 1 MiB.")
+        "that finish on their own. Runs in the session's sandbox; asks for approval as "
+        "shell does, but no command counts as read-only here. With the session's network "
+        "off each command has a network of its own: a server started here is reachable "
+        "only from inside its own command, so ask the user to turn the network on to test "
+        "against it. It stops when you kill it or the session is interrupted or closed. "
+        "Unread output is kept up to 1 MiB.")
     parameters = obj({
         "command": {"type": "array", "items": {"type": "string"}, "minItems": 1},
         "workdir": {"type": "string", "description": "relative to the session workdir"},
