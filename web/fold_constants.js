@@ -16,6 +16,12 @@ export const WORKING_STATUSES = Object.freeze([
   "running", "waiting_approval", "waiting_worker", "waiting_user",
 ]);
 
+/** Characters (code points) of a process's output a session keeps. */
+export const PROCESS_OUTPUT_KEPT = 65536;
+
+/** Ended processes a session keeps listed. */
+export const PROCESSES_ENDED_KEPT = 20;
+
 /**
  * Fill in, in place, the fields an event stored by an older version lacks, with their
  * defaults, at every level: what msgspec does when the server decodes it. Returns the
@@ -82,6 +88,9 @@ const EVENT_BASE = {
   approval_requested: fillApprovalRequested,
   approval_resolved: fillApprovalResolved,
   action_requested: fillActionRequested,
+  process_started: fillProcessStarted,
+  process_stop_requested: fillProcessStopRequested,
+  process_ended: fillProcessEnded,
   token_usage_recorded: fillTokenUsageRecorded,
   compaction_requested: fillCompactionRequested,
   turn_requested: fillTurnRequested,
@@ -273,6 +282,7 @@ export function fillToolCall(v) {
   if (v.action_id === undefined) v.action_id = null;
   if (v.approval_id === undefined) v.approval_id = null;
   if (v.response_id === undefined) v.response_id = null;
+  if (v.image === undefined) v.image = null;
   return v;
 }
 
@@ -339,6 +349,7 @@ export function fillSessionItemUpdated(v) {
   if (v.partial === undefined) v.partial = null;
   if (v.reasoning_id === undefined) v.reasoning_id = null;
   if (v.encrypted_content === undefined) v.encrypted_content = null;
+  if (v.image === undefined) v.image = null;
   return v;
 }
 
@@ -475,6 +486,29 @@ export function fillGlob(v) {
 /** `Edit` (worker.py): its defaults filled in. */
 export function fillEdit(v) {
   if (v.replace_all === undefined) v.replace_all = false;
+  return v;
+}
+
+/** `ProcessStarted` (events.py): its defaults filled in. */
+export function fillProcessStarted(v) {
+  if (v.cwd === undefined) v.cwd = null;
+  if (v.tty === undefined) v.tty = false;
+  if (v.output === undefined) v.output = "";
+  return v;
+}
+
+/** `ProcessStopRequested` (events.py): its defaults filled in. */
+export function fillProcessStopRequested(v) {
+  if (v.by === undefined) v.by = "user";
+  return v;
+}
+
+/** `ProcessEnded` (events.py): its defaults filled in. */
+export function fillProcessEnded(v) {
+  if (v.exit_code === undefined) v.exit_code = null;
+  if (v.signal === undefined) v.signal = null;
+  if (v.stopped_by === undefined) v.stopped_by = "";
+  if (v.output_delta === undefined) v.output_delta = "";
   return v;
 }
 
@@ -855,6 +889,13 @@ export function fillSessionInfo(v) {
   if (v.task_id === undefined) v.task_id = null;
   if (v.sandbox === undefined) v.sandbox = "workspace-write";
   if (v.network === undefined) v.network = false;
+  if (v.processes === undefined) {
+    v.processes = [];
+  } else {
+    for (const x of v.processes) {
+      fillSessionProcess(x);
+    }
+  }
   return v;
 }
 
@@ -932,6 +973,22 @@ export function fillQuestion(v) {
   if (v.answer === undefined) v.answer = "";
   if (v.asked_at === undefined) v.asked_at = 0.0;
   if (v.answered_at === undefined) v.answered_at = null;
+  return v;
+}
+
+/** `SessionProcess` (state.py): its defaults filled in. */
+export function fillSessionProcess(v) {
+  if (v.cwd === undefined) v.cwd = null;
+  if (v.tty === undefined) v.tty = false;
+  if (v.status === undefined) v.status = "running";
+  if (v.stop_by === undefined) v.stop_by = "";
+  if (v.exit_code === undefined) v.exit_code = null;
+  if (v.signal === undefined) v.signal = null;
+  if (v.stopped_by === undefined) v.stopped_by = "";
+  if (v.output === undefined) v.output = "";
+  if (v.output_cut === undefined) v.output_cut = false;
+  if (v.started_at === undefined) v.started_at = 0.0;
+  if (v.ended_at === undefined) v.ended_at = null;
   return v;
 }
 

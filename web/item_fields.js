@@ -9,7 +9,7 @@ export const APPEND_FIELDS = Object.freeze({"text_delta": "text", "output_delta"
 export const REPLACE_FIELDS = Object.freeze([
   "status", "streaming", "queued", "attachments_written", "exit_code", "truncated", "diff", "files",
   "error", "result", "action_id", "approval_id", "output", "partial", "reasoning_id",
-  "encrypted_content",
+  "encrypted_content", "image",
 ]);
 
 /** Fold one `session_item_updated` event `e` into `item` (appends, then replaces). */
@@ -63,5 +63,8 @@ export function applyUpdate(item, e) {
   }
   if (e.encrypted_content != null && "encrypted_content" in item) {
     item.encrypted_content = e.encrypted_content;
+  }
+  if (e.image != null && "image" in item) {
+    item.image = e.image;
   }
 }

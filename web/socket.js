@@ -264,6 +264,11 @@ export class Socket {
     return this.command("interrupt", { session_id });
   }
 
+  /** Stop a process the agent started (`exec`): the worker kills it. */
+  stopProcess(session_id, process_id) {
+    return this.command("stop_process", { session_id, process_id });
+  }
+
   /** Summarize the session's older conversation into one summary item. */
   compact(session_id) {
     return this.command("compact_session", { session_id });

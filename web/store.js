@@ -13,10 +13,11 @@
 
 import { APPEND_FIELDS, REPLACE_FIELDS, applyUpdate } from "./item_fields.js";
 import {
-  COMPACTION_ENDED, MAX_CHANGED_PATHS, SCHEDULE_RUNS_KEPT, WORKING_STATUSES, fillApproval,
-  fillAuthInfo, fillProjectMemory, fillQuestion, fillRateLimit, fillScheduleInfo,
-  fillScheduleRun, fillSessionContext, fillSessionInfo, fillState, fillTaskInfo,
-  fillTelegramChat, fillTerminalInfo, fillWorkerInfo, withDefaults,
+  COMPACTION_ENDED, MAX_CHANGED_PATHS, PROCESS_OUTPUT_KEPT, PROCESSES_ENDED_KEPT,
+  SCHEDULE_RUNS_KEPT, WORKING_STATUSES, fillApproval, fillAuthInfo, fillProjectMemory,
+  fillQuestion, fillRateLimit, fillScheduleInfo, fillScheduleRun, fillSessionContext,
+  fillSessionInfo, fillSessionProcess, fillState, fillTaskInfo, fillTelegramChat,
+  fillTerminalInfo, fillWorkerInfo, withDefaults,
 } from "./fold_constants.js";
 
 export { MAX_CHANGED_PATHS };
@@ -399,6 +400,70 @@ function actionFinished(state, env, e) {
   if (s) delete s.pending_actions[e.action_id];
 }
 
+// --- a session's processes ------------------------------------------------------------------
+
+/** The session's process `processId`, or null. */
+export function findProcess(session, processId) {
+  for (const p of session.processes) if (p.process_id === processId) return p;
+  return null;
+}
+
+/** Output read from a process: its newest PROCESS_OUTPUT_KEPT characters are kept, counted in
+ * code points as Python counts them (a string of that many UTF-16 units has no more). */
+function readOutput(p, delta) {
+  if (!delta) return;
+  let out = p.output + delta;
+  if (out.length > PROCESS_OUTPUT_KEPT) {
+    const points = Array.from(out);
+    if (points.length > PROCESS_OUTPUT_KEPT) {
+      out = points.slice(-PROCESS_OUTPUT_KEPT).join("");
+      p.output_cut = true;
+    }
+  }
+  p.output = out;
+}
+
+function processStarted(state, env, e) {
+  const s = session(state, env);
+  if (!s || findProcess(s, e.process_id)) return;
+  const p = fillSessionProcess({
+    process_id: e.process_id, item_id: e.item_id, worker_id: e.worker_id, argv: [...e.argv],
+    cwd: e.cwd, tty: e.tty, started_at: env.ts,
+  });
+  readOutput(p, e.output);
+  s.processes.push(p);
+}
+
+function processOutput(state, env, e) {
+  const s = session(state, env);
+  const p = s && findProcess(s, e.process_id);
+  if (p) readOutput(p, e.output_delta);
+}
+
+function processStopRequested(state, env, e) {
+  const s = session(state, env);
+  const p = s && findProcess(s, e.process_id);
+  if (p && p.status === "running") {
+    p.status = "stopping";
+    p.stop_by = e.by;
+  }
+}
+
+function processEnded(state, env, e) {
+  const s = session(state, env);
+  const p = s && findProcess(s, e.process_id);
+  if (!p || p.status === "ended" || p.status === "gone") return; // the first end wins
+  readOutput(p, e.output_delta);
+  p.status = e.stopped_by === "gone" ? "gone" : "ended";
+  p.exit_code = e.exit_code;
+  p.signal = e.signal;
+  p.stopped_by = e.stopped_by;
+  p.ended_at = env.ts;
+  const ended = [];
+  s.processes.forEach((x, i) => { if (x.status === "ended" || x.status === "gone") ended.push(i); });
+  if (ended.length > PROCESSES_ENDED_KEPT) s.processes.splice(ended[0], 1);
+}
+
 function workspaceChanged(state, env, e) {
   const s = session(state, env);
   if (!s) return;
@@ -481,6 +546,10 @@ const HANDLERS = {
   approval_resolved: approvalResolved,
   action_requested: actionRequested,
   action_finished: actionFinished,
+  process_started: processStarted,
+  process_output: processOutput,
+  process_stop_requested: processStopRequested,
+  process_ended: processEnded,
   session_workspace_changed: workspaceChanged,
   token_usage_recorded: usageRecorded,
   compaction_requested: compactionRequested,

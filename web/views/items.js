@@ -67,7 +67,14 @@ function toolTitle(item) {
   }
   switch (item.name) {
     case "shell": return ["shell", "Command"];
+    case "exec": return ["process", "Process"];
+    case "write_stdin": return ["process", "Input to process"];
+    case "kill": return ["process", "Stop process"];
     case "apply_patch": return ["patch", "Edit files"];
+    case "edit": return ["patch", "Edit file"];
+    case "grep": return ["search", "Search"];
+    case "glob": return ["search", "Find files"];
+    case "view_image": return ["image", "View image"];
     case "read_file": return ["file", "Read file"];
     case "write_file": return ["file", "Write file"];
     case "list_dir": return ["file", "List folder"];
@@ -170,11 +177,89 @@ function delegateBody(item, ctx, session) {
   ];
 }
 
+const STOPPED_WORDS = {
+  user: "stopped by you", exec_kill: "stopped by the agent", interrupt: "stopped: interrupted",
+  close: "stopped: session closed", timeout: "stopped: timed out", cancel: "stopped: cancelled",
+  detach: "stopped: session closed", worker_exit: "stopped: its worker exited",
+};
+
+/** What a process's state is, in words: running, stopping, exit 0, stopped by you, gone. */
+export function processWords(p) {
+  if (p.status === "running") return "running";
+  if (p.status === "stopping") return "stopping…";
+  if (p.status === "gone") return "gone (its worker restarted)";
+  if (STOPPED_WORDS[p.stopped_by]) return STOPPED_WORDS[p.stopped_by];
+  return p.exit_code !== null && p.exit_code !== undefined ? `exit ${p.exit_code}`
+    : `killed by signal ${p.signal}`;
+}
+
+export function processChip(p) {
+  const failed = p.status === "ended" && !p.stopped_by && p.exit_code !== 0;
+  const cls = p.status === "running" ? "good" : p.status === "stopping" || p.status === "gone"
+    ? "gone" : failed ? "bad" : "";
+  return h("span", { class: `chip ${cls}`, "data-testid": "process-status",
+    "data-status": p.status, title: p.process_id }, processWords(p));
+}
+
+/** exec, write_stdin, kill: the command or the input, the process's state, what was read. */
+function processBody(item, session) {
+  const args = parsedArguments(item);
+  const parts = [];
+  const pid = item.name === "exec"
+    ? (session.processes.find((p) => p.item_id === item.id) || {}).process_id
+    : args.process_id;
+  const p = pid && session.processes.find((x) => x.process_id === pid);
+  if (item.name === "exec") {
+    const argv = item.command || argvFromArguments(item);
+    if (argv) parts.push(h("pre", { class: "command", "data-testid": "tool-command" },
+      h("span", { class: "prompt-sign", "aria-hidden": "true" }, "$ "), shellJoin(argv)));
+  } else if (item.name === "write_stdin") {
+    parts.push(h("p", { class: "small" }, args.input
+      ? h("code", { class: "mono", "data-testid": "process-input" }, JSON.stringify(args.input))
+      : h("span", { class: "muted" }, "read its new output")));
+  }
+  if (pid) {
+    parts.push(h("p", { class: "small process-line" },
+      h("span", { class: "mono muted" }, pid), " ", p ? processChip(p) : null));
+  }
+  if (item.output) parts.push(foldedOutput(item.output));
+  if (item.truncated) parts.push(h("p", { class: "muted small" }, "Output truncated."));
+  return parts;
+}
+
+/** grep and glob: what was searched for, where, and the answer. */
+function searchBody(item) {
+  const args = parsedArguments(item);
+  const where = [`in ${args.path && args.path !== "." ? args.path : "the workdir"}`];
+  if (args.include) where.push([].concat(args.include).join(", "));
+  if (args.exclude) where.push(`not ${[].concat(args.exclude).join(", ")}`);
+  return [
+    h("p", { class: "small" }, h("code", { class: "mono", "data-testid": "search-pattern" },
+      args.pattern || ""), h("span", { class: "muted" }, ` · ${where.join(" · ")}`)),
+    item.result !== null && item.result !== undefined
+      ? collapsible(item.name === "grep" ? "Matches" : "Files",
+        h("pre", { class: "code", "data-testid": "search-result" }, item.result)) : null,
+  ];
+}
+
 function toolBody(item, ctx, session) {
   const parts = [];
   const [kind] = toolTitle(item);
   if (item.name === "ask_user") return questionBody(item, ctx, session);
   if (item.name === "delegate") return delegateBody(item, ctx, session);
+  if (kind === "process") {
+    return [...processBody(item, session),
+      item.error ? h("p", { class: "tool-error", role: "alert" }, item.error) : null];
+  }
+  if (kind === "search") return searchBody(item);
+  if (item.name === "view_image") {
+    const image = item.image;
+    return [h("div", { class: "mono path" }, item.path || parsedArguments(item).path || ""),
+      image ? h("a", { href: api.blobUrl(image), target: "_blank", rel: "noopener" },
+        h("img", { src: api.blobUrl(image), alt: image.name, class: "thumb",
+          "data-testid": "tool-image" })) : null,
+      item.error ? h("p", { class: "tool-error", role: "alert" }, item.error) : null];
+  }
   if (item.name === "remember") {
     return [h("p", { class: "memory-note" }, parsedArguments(item).note || ""),
       item.error ? h("p", { class: "tool-error", role: "alert" }, item.error) : null];
@@ -193,6 +278,9 @@ function toolBody(item, ctx, session) {
         : "s"})` : "Output"), output));
     if (item.truncated) parts.push(h("p", { class: "muted small" }, "Output truncated."));
   } else if (item.name === "apply_patch" || item.diff || item.patch) {
+    if (item.name === "edit" && item.path && !(item.files && item.files.length)) {
+      parts.push(h("div", { class: "mono path" }, item.path));
+    }
     if (item.files && item.files.length) {
       parts.push(h("ul", { class: "file-list" }, item.files.map((f) => h("li", {},
         h("span", { class: `op op-${f.op}` }, f.op), " ",

@@ -7,11 +7,13 @@
 
 import { api } from "../api.js";
 import { h, replaceChildren } from "../dom.js";
-import { findItem, updateFields } from "../store.js";
+import { findItem, findProcess, updateFields } from "../store.js";
 import {
   FrameBatch, activity, fmtDuration, isBusy, needsAttention, sessionWords, statusChip, workerUp,
 } from "./common.js";
-import { appendOutput, approvalNode, planSteps, renderItem } from "./items.js";
+import {
+  appendOutput, approvalNode, planSteps, processChip, renderItem,
+} from "./items.js";
 
 /** Items built when a session opens, and per "Show earlier" click. */
 export const WINDOW = 200;
@@ -28,8 +30,12 @@ const HEADER_EVENTS = new Set([
   "worker_revoked", "worker_paired", "approval_requested", "approval_resolved",
   "session_context_updated", "memory_updated", "session_archived", "session_moved",
   "question_asked", "question_answered", "compaction_requested", "session_deleted",
-  "plan_approved",
+  "plan_approved", "process_started", "process_output", "process_stop_requested",
+  "process_ended",
 ]);
+
+const PROCESS_EVENTS = new Set(["process_started", "process_output", "process_stop_requested",
+  "process_ended"]);
 
 export class SessionView {
   constructor(ctx, sessionId) {
@@ -301,6 +307,11 @@ export class SessionView {
         this._renderAll();
         return;
       default:
+        if (PROCESS_EVENTS.has(e.type) && s) {
+          // the exec call's card shows its process's state
+          const p = findProcess(s, e.process_id);
+          if (p) this._dirty.add(p.item_id);
+        }
         if (HEADER_EVENTS.has(e.type)) this._headerDirty = true;
     }
     this._batch.schedule();
@@ -388,7 +399,10 @@ export class SessionView {
     this._sandboxBadge.replaceChildren(sandboxBadge(s, w));
     const proposed = s.plan_status === "proposed";
     const busy = isBusy(s.status) && !proposed;
-    this._interrupt.disabled = !busy;
+    const running = s.processes.some((p) => p.status === "running");
+    // an interrupt also stops the processes the agent left running
+    this._interrupt.disabled = !busy && !running;
+    this._interrupt.title = running ? "Stop the agent and the processes it started" : "";
     this._input.placeholder = proposed ? "Feedback on the plan (the agent revises it)…"
       : busy ? "Steer the agent — sent before its next step…" : "Ask Codey…";
     this._renderSide(s);
@@ -396,6 +410,7 @@ export class SessionView {
 
   _renderSide(s) {
     const parts = [];
+    if (s.processes.length) parts.push(this._processesBox(s));
     parts.push(this._planBox(s));
     if (s.changed_paths.length) {
       parts.push(h("section", { class: "side-box", "aria-label": "Changed files" },
@@ -422,6 +437,48 @@ export class SessionView {
         onclick: () => this._compact() },
       s.compaction_requested ? "Compacting…" : "Compact")));
     replaceChildren(this._side, parts);
+  }
+
+  /** The processes the agent started (`exec`), newest first: each with what was read from
+   * it, and a Stop button while it runs. */
+  _processesBox(s) {
+    // open while it lives, unless the user folded it; what the user chose stays
+    this._processOpen = this._processOpen || new Map();
+    const rows = [...s.processes].reverse().map((p) => {
+      const stop = p.status === "running" ? h("button", { class: "btn small danger",
+        type: "button", "data-testid": "process-stop",
+        "aria-label": `Stop ${p.argv.join(" ")}`, onclick: async (ev) => {
+          ev.currentTarget.disabled = true;
+          try {
+            await this.ctx.socket.stopProcess(s.session_id, p.process_id);
+          } catch (err) {
+            this.ctx.toast(`Not stopped: ${err.message}`, "error");
+          }
+        } }, "Stop") : null;
+      const out = h("pre", { class: "output", "data-testid": "process-output", tabindex: "0",
+        "aria-label": "Process output" }, p.output || "");
+      if (!p.output) out.classList.add("empty");
+      const live = p.status === "running" || p.status === "stopping";
+      // shown open while it lives, and after it ended too (until the user folds it)
+      if (live && !this._processOpen.has(p.process_id)) this._processOpen.set(p.process_id, true);
+      const chosen = this._processOpen.get(p.process_id);
+      const details = h("details", { class: "fold", open: chosen ?? live },
+        h("summary", { class: "muted small", onclick: () => {
+          // the user's choice (a click toggles it after this handler)
+          this._processOpen.set(p.process_id, !details.open);
+        } }, p.output_cut ? "Output (its newest part)" : "Output"), out);
+      return h("div", { class: "process", "data-testid": "process",
+        "data-process-id": p.process_id, "data-status": p.status },
+      h("div", { class: "process-head" },
+        h("span", { class: "mono", title: p.process_id }, p.argv.join(" ")),
+        processChip(p), stop), details);
+    });
+    const box = h("section", { class: "side-box", "data-testid": "processes",
+      "aria-label": "Processes" }, h("h3", {}, "Processes"), rows);
+    requestAnimationFrame(() => {
+      for (const pre of box.querySelectorAll("pre.output")) pre.scrollTop = pre.scrollHeight;
+    });
+    return box;
   }
 
   /** The plan; in plan mode, the proposed plan's approval (as it is, or edited). */

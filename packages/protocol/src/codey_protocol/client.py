@@ -83,6 +83,13 @@ class Interrupt(ClientToServerMessage, kw_only=True):
     session_id: str
 
 
+class StopProcess(ClientToServerMessage, kw_only=True):
+    """Stop a process of the session (the Stop button of its processes panel)."""
+
+    session_id: str
+    process_id: str
+
+
 class CompactSession(ClientToServerMessage, kw_only=True):
     """Summarize the session's older conversation into one summary item."""
 
@@ -220,7 +227,7 @@ class RunSchedule(ClientToServerMessage, kw_only=True):
 
 ClientToServer = (
     Subscribe | CreateSession | SendPrompt | DecideApproval | SetApprovalPolicy | SetSandbox
-    | Interrupt
+    | Interrupt | StopProcess
     | CompactSession | AnswerQuestion | RenameSession | ArchiveSession | CloseSession
     | DeleteSession | ForkSession | MoveSession | SetMemory | ApprovePlan | RetryTurn
     | SaveSchedule | DeleteSchedule | RunSchedule

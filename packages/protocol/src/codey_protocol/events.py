@@ -125,6 +125,9 @@ class ToolCall(ItemBase, kw_only=True):
     approval_id: str | None = None
     #: the model answer this call came in; calls of one answer go back to the model together
     response_id: str | None = None
+    #: an image the call gave the model to look at (``view_image``), kept in the server's
+    #: blob store: shown in the transcript and sent with the call's result
+    image: Attachment | None = None
 
 
 class ErrorItem(ItemBase, kw_only=True):
@@ -308,6 +311,7 @@ class SessionItemUpdated(EventBase, kw_only=True):
     partial: bool | None = None
     reasoning_id: str | None = None
     encrypted_content: str | None = None
+    image: Attachment | None = None
 
 
 class PlanUpdated(EventBase, kw_only=True):
@@ -353,6 +357,58 @@ class ActionRequested(EventBase, kw_only=True):
 class ActionFinished(EventBase, kw_only=True):
     action_id: str
     outcome: Literal["result", "errored", "cancelled", "lost"]
+
+
+# a session's processes ----------------------------------------------------------------------
+# Processes the model started with ``exec`` that outlive the call (the worker's
+# ``exec_start``). They belong to the session; their output is what was read from them (by the
+# model's calls, or by a stop), never a second stream.
+
+#: who stopped a process: ``""`` it ended by itself; ``exec_kill`` the model's ``kill``;
+#: ``user`` the Stop button; ``interrupt`` / ``close`` the session was interrupted / closed;
+#: ``timeout``, ``cancel``, ``detach``, ``worker_exit`` as the worker says (``StoppedBy``);
+#: ``gone`` the worker no longer knows it (it restarted)
+ProcessStopper = Literal["", "exec_kill", "user", "interrupt", "close", "timeout", "cancel",
+                         "detach", "worker_exit", "gone"]
+
+
+class ProcessStarted(EventBase, kw_only=True):
+    """The model's ``exec`` call ``item_id`` started ``process_id`` on ``worker_id``;
+    ``output`` is what it wrote before the call answered."""
+
+    process_id: str
+    item_id: str
+    worker_id: str
+    argv: list[str]
+    cwd: str | None = None
+    tty: bool = False
+    output: str = ""
+
+
+class ProcessOutput(EventBase, kw_only=True):
+    """More of a process's output, as a call (``write_stdin``, ``kill``) or a stop read it."""
+
+    process_id: str
+    output_delta: str
+
+
+class ProcessStopRequested(EventBase, kw_only=True):
+    """Someone asked the process to stop (``by``: ``user``, ``interrupt``, ``close``): the
+    server sends the worker ``exec_kill``, again after a reconnect until it has ended."""
+
+    process_id: str
+    by: ProcessStopper = "user"
+
+
+class ProcessEnded(EventBase, kw_only=True):
+    """The process has ended (or is ``gone``: the worker no longer knows it), with its last
+    output."""
+
+    process_id: str
+    exit_code: int | None = None
+    signal: int | None = None
+    stopped_by: ProcessStopper = ""
+    output_delta: str = ""
 
 
 class SessionWorkspaceChanged(EventBase, kw_only=True):
@@ -661,6 +717,10 @@ Event = (
     | ApprovalResolved
     | ActionRequested
     | ActionFinished
+    | ProcessStarted
+    | ProcessOutput
+    | ProcessStopRequested
+    | ProcessEnded
     | SessionWorkspaceChanged
     | TokenUsageRecorded
     | CompactionRequested

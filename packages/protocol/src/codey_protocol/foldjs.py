@@ -51,6 +51,10 @@ CONSTANTS: dict[str, tuple[Any, str]] = {
                          "Notice codes that end a requested compaction without a summary."),
     "WORKING_STATUSES": (state.WORKING_STATUSES,
                          "Session statuses in which its board task counts as in progress."),
+    "PROCESS_OUTPUT_KEPT": (state.PROCESS_OUTPUT_KEPT,
+                            "Characters (code points) of a process's output a session keeps."),
+    "PROCESSES_ENDED_KEPT": (state.PROCESSES_ENDED_KEPT,
+                             "Ended processes a session keeps listed."),
 }
 
 # (expression naming a value that is neither undefined nor null) -> statements that fill it

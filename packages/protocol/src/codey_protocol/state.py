@@ -17,6 +17,7 @@ from codey_protocol.events import (
     AuthState,
     Item,
     PlanStep,
+    ProcessStopper,
     ScheduleSpec,
     SessionStatus,
     TaskStatus,
@@ -36,6 +37,11 @@ MAX_CHANGED_PATHS = 200
 SCHEDULE_RUNS_KEPT = 20
 #: notice codes that end a requested compaction without a summary
 COMPACTION_ENDED: tuple[str, ...] = ("compaction_skipped", "compaction_failed")
+#: characters of a process's output a session keeps (the newest; both folds count code
+#: points)
+PROCESS_OUTPUT_KEPT = 64 * 1024
+#: ended processes a session keeps listed (the oldest ended ones leave first)
+PROCESSES_ENDED_KEPT = 20
 #: session statuses in which the board task it works on counts as in progress
 WORKING_STATUSES: tuple[SessionStatus, ...] = (
     "running", "waiting_approval", "waiting_worker", "waiting_user")
@@ -88,6 +94,29 @@ class PendingAction(msgspec.Struct, kw_only=True):
     item_id: str
     worker_id: str
     action: ActionMessage
+
+
+class SessionProcess(msgspec.Struct, kw_only=True):
+    """A process of the session (``exec``): ``running``; ``stopping`` (a stop was asked for,
+    ``stop_by`` who); ``ended`` (``exit_code`` / ``signal``, ``stopped_by``); ``gone`` (the
+    worker no longer knows it). ``output`` is the newest :data:`PROCESS_OUTPUT_KEPT`
+    characters read from it (``output_cut``: older ones were dropped)."""
+
+    process_id: str
+    item_id: str
+    worker_id: str
+    argv: list[str]
+    cwd: str | None = None
+    tty: bool = False
+    status: Literal["running", "stopping", "ended", "gone"] = "running"
+    stop_by: ProcessStopper = ""
+    exit_code: int | None = None
+    signal: int | None = None
+    stopped_by: ProcessStopper = ""
+    output: str = ""
+    output_cut: bool = False
+    started_at: float = 0.0
+    ended_at: float | None = None
 
 
 class TokenUsage(msgspec.Struct, kw_only=True):
@@ -237,6 +266,9 @@ class SessionInfo(msgspec.Struct, kw_only=True):
     #: the OS sandbox its commands run in, and whether they may use the network
     sandbox: SandboxMode = "workspace-write"
     network: bool = False
+    #: the processes the model started (``exec``), running and recently ended, oldest first
+    #: (a list, so both folds drop the same oldest ended one)
+    processes: list[SessionProcess] = msgspec.field(default_factory=list)
 
 
 class AuthInfo(msgspec.Struct, kw_only=True):

@@ -503,6 +503,8 @@ class FileContent(ResultBase, kw_only=True):
     size: int = 0
     total_lines: int = 0
     truncated: bool = False
+    #: the 0-based number of the first line of ``content`` (the action's ``offset``)
+    offset: int = 0
 
 
 class WriteResult(ResultBase, kw_only=True):

@@ -117,7 +117,7 @@ class Services:
         # token the provider rejects is refreshed once
         self.agent = AgentService(self.engine, self.actions, settings, self.auth.token_for,
                                   self.auth.refresh_rejected, self.blobs.get,
-                                  leases=self.leases)
+                                  leases=self.leases, store_blob=self.blobs.put)
         self.retention = Retention(self.engine, settings.retention,
                                    gate=self._gate("retention"))
         self.terminals = TerminalService(self.engine, self.workers, self.presence)

@@ -51,6 +51,10 @@ class ProviderConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     #: compact the session when a call's context reaches this share of the window
     compact_at: float = 0.85
     fallback: FallbackConfig | None = None
+    #: how the model changes files: ``apply_patch`` (Codex's patch format, which OpenAI's
+    #: coding models are trained on), ``edit`` (exact string replacement, as Claude Code's
+    #: Edit) or ``both`` (the default: each model picks what it does best)
+    edit_tools: Literal["both", "apply_patch", "edit"] = "both"
 
 
 class RoleConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -180,6 +180,20 @@ def build_log() -> list[ev.Envelope]:
                       FileChange(path="b.py", op="move", moved_to="c.py")])
     log.add("s1", ev.ActionFinished(action_id="s1-pa", outcome="errored"))
     log.add("s1", ev.ActionFinished(action_id="never-requested", outcome="lost"))
+    # a session's processes: started (an emoji counts as one character on both sides),
+    # read, asked to stop, ended (twice: the first end stays), gone
+    log.add("s1", ev.ProcessStarted(process_id="p1", item_id="s1-patch", worker_id="w1",
+                                    argv=["npm", "run", "dev"], cwd="web", tty=True,
+                                    output="ready 🙂\n"))
+    log.add("s1", ev.ProcessOutput(process_id="p1", output_delta="GET / 200\n"))
+    log.add("s1", ev.ProcessStopRequested(process_id="p1", by="user"))
+    log.add("s1", ev.ProcessEnded(process_id="p1", signal=15, stopped_by="user",
+                                  output_delta="bye\n"))
+    log.add("s1", ev.ProcessEnded(process_id="p1", stopped_by="gone"))
+    log.add("s1", ev.ProcessStarted(process_id="p2", item_id="s1-patch", worker_id="w1",
+                                    argv=["sleep", "9"]))
+    log.add("s1", ev.ProcessEnded(process_id="p2", stopped_by="gone"))
+    log.add("s1", ev.ProcessOutput(process_id="unknown", output_delta="x"))
     log.add("s1", ev.SessionItemAppended(item=ev.ToolCall(
         id="s1-mcp", ts=log.ts, call_id="c-m", name="mcp__time__now", arguments='{"tz":"UTC"}',
         mcp_server="time", mcp_tool="now")))

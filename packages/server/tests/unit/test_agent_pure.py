@@ -191,3 +191,17 @@ def test_retry_after_forms() -> None:
     assert retry_after({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}) == 0.0
     assert retry_after({"retry-after": "soon"}) is None
     assert retry_after({}) is None
+
+
+def test_read_file_numbers_its_lines_and_says_what_it_left_out() -> None:
+    whole = READ_FILE.reads(wk.FileContent(path="a.py", content="x = 1\ny = 2\n",
+                                           total_lines=2))
+    assert whole == "     1\tx = 1\n     2\ty = 2"
+    # a piece from line 11 on: numbered from 11, and where to read on
+    piece = READ_FILE.reads(wk.FileContent(path="a.py", content="k\nl\n", total_lines=40,
+                                           offset=10))
+    assert piece.splitlines() == ["    11\tk", "    12\tl",
+                                  "… [lines 13–40 not shown: read them with offset=12]"]
+    assert READ_FILE.reads(wk.FileContent(path="e", total_lines=0)) == "(e is empty)"
+    assert "has 3 lines" in READ_FILE.reads(wk.FileContent(path="e", total_lines=3,
+                                                            offset=7))

@@ -528,3 +528,49 @@ def test_a_session_keeps_the_sandbox_it_was_created_with_and_changes_it_on_reque
     assert changed == (sid, ev.SessionSandboxChanged(sandbox="full-access", network=False))
     with pytest.raises(CommandRejected):
         decide(state, cl.SetSandbox(session_id="ses_nope", sandbox="read-only"), Context())
+
+
+# a session's processes --------------------------------------------------------------------
+
+
+def _with_processes(status: ev.SessionStatus = "idle", *running: str,
+                    ended: tuple[str, ...] = ()) -> State:
+    state = make_state(status=status)
+    events: list[ev.Event] = [ev.ProcessStarted(process_id=p, item_id="itm_x", worker_id=W,
+                                                argv=["serve"]) for p in (*running, *ended)]
+    events += [ev.ProcessEnded(process_id=p, exit_code=0) for p in ended]
+    return apply_all(state, [ev.Envelope(seq=state.seq + n, ts=9.0, session_id=S, event=e)
+                             for n, e in enumerate(events, start=1)])
+
+
+def test_stop_process_asks_a_running_process_to_stop_once() -> None:
+    state = _with_processes("idle", "proc_1", ended=("proc_2",))
+    out = decide(state, cl.StopProcess(session_id=S, process_id="proc_1"), context())
+    assert out == [(S, ev.ProcessStopRequested(process_id="proc_1", by="user"))]
+    state = apply_all(state, [ev.Envelope(seq=state.seq + 1, ts=10.0, session_id=S,
+                                          event=out[0][1])])
+    assert decide(state, cl.StopProcess(session_id=S, process_id="proc_1"), context()) == []
+    assert rejected(state, cl.StopProcess(session_id=S, process_id="proc_2")).code == \
+        "conflict"
+    assert rejected(state, cl.StopProcess(session_id=S, process_id="nope")).code == \
+        "not_found"
+
+
+def test_interrupt_stops_the_sessions_processes_even_when_its_turn_is_over() -> None:
+    idle = _with_processes("idle", "proc_1", "proc_2", ended=("proc_3",))
+    assert decide(idle, cl.Interrupt(session_id=S), context()) == [
+        (S, ev.ProcessStopRequested(process_id="proc_1", by="interrupt")),
+        (S, ev.ProcessStopRequested(process_id="proc_2", by="interrupt"))]
+    running = _with_processes("running", "proc_1")
+    assert decide(running, cl.Interrupt(session_id=S), context()) == [
+        (S, ev.ProcessStopRequested(process_id="proc_1", by="interrupt")),
+        (S, ev.SessionStatusChanged(status="interrupted", reason="interrupted by the user"))]
+
+
+def test_close_and_delete_stop_the_sessions_processes() -> None:
+    state = _with_processes("running", "proc_1")
+    closed = decide(state, cl.CloseSession(session_id=S), context())
+    assert (S, ev.ProcessStopRequested(process_id="proc_1", by="close")) in closed
+    deleted = decide(state, cl.DeleteSession(session_id=S), context())
+    assert [type(e).__name__ for _, e in deleted] == [
+        "ProcessStopRequested", "SessionStatusChanged", "SessionDeleted"]

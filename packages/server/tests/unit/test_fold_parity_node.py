@@ -295,7 +295,7 @@ EVENT_CLASSES = tuple(cls for cls in EVENT_TYPES for _ in range(_WEIGHTS.get(cls
 # Events that repeat in real logs, now and then drawn as a burst: a schedule's runs past the
 # runs kept, streamed deltas, usage per model call, a terminal's viewers.
 _REPEATED = (ev.ScheduleFired, ev.SessionItemUpdated, ev.TokenUsageRecorded,
-             ev.TerminalAttached, ev.TerminalDetached)
+             ev.TerminalAttached, ev.TerminalDetached, ev.ProcessOutput)
 
 # Sequences of events that make a story (a turn of the agent, a question answered twice, a
 # task following its session...): each event is drawn like any other, its references pointing
@@ -327,6 +327,10 @@ EPISODES: tuple[tuple[type[Any], ...], ...] = (
      ev.TerminalDetached, ev.TerminalDetached, ev.TerminalClosed),
     (ev.SessionItemAppended, ev.SessionItemAppended, ev.SessionItemAppended, ev.SessionForked,
      ev.SessionTitleChanged, ev.SessionPolicyChanged, ev.SessionArchived, ev.SessionDeleted),
+    # a session's processes: started, read, asked to stop, ended (twice), more than are kept
+    (ev.ProcessStarted, ev.ProcessOutput, ev.ProcessStarted, ev.ProcessStopRequested,
+     ev.ProcessOutput, ev.ProcessEnded, ev.ProcessEnded, ev.ProcessStarted, ev.ProcessEnded,
+     ev.ProcessStarted, ev.ProcessStopRequested, ev.ProcessEnded),
 )
 
 # The field by which an event creates something (sessions, items and schedules are created
@@ -334,15 +338,16 @@ EPISODES: tuple[tuple[type[Any], ...], ...] = (
 _CREATES = {ev.WorkerPairRequested: "request_id", ev.WorkerPaired: "worker_id",
             ev.ApprovalRequested: "approval_id", ev.ActionRequested: "action_id",
             ev.QuestionAsked: "question_id", ev.TaskCreated: "task_id",
-            ev.TerminalCreated: "terminal_id", ev.TelegramChatPaired: "chat_id"}
+            ev.TerminalCreated: "terminal_id", ev.TelegramChatPaired: "chat_id",
+            ev.ProcessStarted: "process_id"}
 # Fields that refer to something: what they refer to (what a session holds is per session).
 _REFERS = {"worker_id": "worker_id", "request_id": "request_id", "item_id": "item_id",
            "parent_item": "item_id", "until_item": "item_id", "approval_id": "approval_id",
            "action_id": "action_id", "question_id": "question_id", "task_id": "task_id",
            "depends_on": "task_id", "schedule_id": "schedule_id", "terminal_id": "terminal_id",
            "chat_id": "chat_id", "session_id": "session_id", "from_session": "session_id",
-           "parent_id": "session_id"}
-_PER_SESSION = frozenset({"item_id", "approval_id", "action_id", "question_id"})
+           "parent_id": "session_id", "process_id": "process_id"}
+_PER_SESSION = frozenset({"item_id", "approval_id", "action_id", "question_id", "process_id"})
 
 
 class _Made:
@@ -526,6 +531,44 @@ def test_js_fold_equals_python_fold_on_generated_logs(node: Node) -> None:
     assert reached.older_form == with_defaults
     assert reached.changed_paths_cap
     assert reached.schedule_runs_cap
+
+
+def test_a_sessions_processes_are_capped_alike(node: Node) -> None:
+    """Both caps of a session's processes, which generated logs rarely reach: the output kept
+    (counted in code points on both sides: an emoji is two UTF-16 units in JS) and the ended
+    processes kept listed."""
+    from codey_protocol.state import PROCESS_OUTPUT_KEPT, PROCESSES_ENDED_KEPT
+
+    events: list[tuple[str | None, Any]] = [
+        (None, ev.WorkerPaired(worker_id="w1", request_id="r", hostname="h", os="Linux",
+                               python_version="3", worker_version="0", roots=["/"],
+                               public_key="k")),
+        ("s1", ev.SessionCreated(title="t", worker_id="w1", workdir="/w", provider="p",
+                                 model="m"))]
+    for n in range(PROCESSES_ENDED_KEPT + 3):
+        events.append(("s1", ev.ProcessStarted(process_id=f"p{n}", item_id="i", worker_id="w1",
+                                               argv=["x"], output="🙂" * n)))
+    big = "🙂é" * (PROCESS_OUTPUT_KEPT // 3) + "end"
+    events += [("s1", ev.ProcessOutput(process_id="p1", output_delta=big)),
+               ("s1", ev.ProcessOutput(process_id="p1", output_delta=big)),
+               ("s1", ev.ProcessStopRequested(process_id="p2", by="interrupt"))]
+    events += [("s1", ev.ProcessEnded(process_id=f"p{n}", exit_code=n, output_delta="bye"))
+               for n in range(PROCESSES_ENDED_KEPT + 2)]
+    stored = [msgspec.json.encode(ev.Envelope(seq=i, ts=float(i), session_id=sid, event=e))
+              for i, (sid, e) in enumerate(events, start=1)]
+    before_ends = len(events) - PROCESSES_ENDED_KEPT - 2
+    cuts = [before_ends, len(stored)]
+    expected, got = python_fold(stored, cuts), node.fold(stored, cuts)
+    for js, py in zip(got, expected, strict=True):
+        assert differences(js, py) == []
+    kept, py = expected
+    processes = py["sessions"]["s1"]["processes"]
+    assert [p["process_id"] for p in processes][:2] == ["p2", "p3"]  # p0, p1 left the list
+    assert len([p for p in processes if p["status"] == "ended"]) == PROCESSES_ENDED_KEPT
+    assert processes[0]["stop_by"] == "interrupt" and processes[-1]["status"] == "running"
+    p1 = kept["sessions"]["s1"]["processes"][1]
+    assert len(p1["output"]) == PROCESS_OUTPUT_KEPT and p1["output"].endswith("end")
+    assert p1["output_cut"]
 
 
 def _oldest_forms() -> list[Any]:

@@ -515,6 +515,10 @@ SESSION_EVENTS: list[ev.Event] = [
     ev.ApprovalResolved(approval_id="a", decision="approved", for_session=True),
     ev.ActionRequested(action_id="x", item_id="i", worker_id=W, action=run_ls("x")),
     ev.ActionFinished(action_id="x", outcome="result"),
+    ev.ProcessStarted(process_id="p", item_id="x", worker_id=W, argv=["x"]),
+    ev.ProcessOutput(process_id="p", output_delta="x"),
+    ev.ProcessStopRequested(process_id="p"),
+    ev.ProcessEnded(process_id="p"),
     ev.SessionWorkspaceChanged(paths=["p"]),
     ev.TokenUsageRecorded(input_tokens=1),
     ev.CompactionRequested(),
@@ -607,6 +611,71 @@ def test_apply_all_folds_in_order(log: Log) -> None:
             log.env(ev.SessionTitleChanged(title="A")), log.env(ev.SessionTitleChanged(title="B"))]
     st_ = apply_all(State(), envs)
     assert (st_.seq, st_.sessions[S].title, st_.sessions[S].updated_at) == (4, "B", 4.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# a session's processes
+
+
+def _started(log: Log, state: State, pid: str = "proc_1", output: str = "") -> State:
+    return apply(state, log.env(ev.ProcessStarted(
+        process_id=pid, item_id="itm_x", worker_id=W, argv=["npm", "run", "dev"], cwd="web",
+        tty=True, output=output)))
+
+
+def test_process_started_lists_it_running_with_what_it_wrote(state: State, log: Log) -> None:
+    st_ = _started(log, state, output="ready\n")
+    [p] = st_.sessions[S].processes
+    assert (p.process_id, p.item_id, p.worker_id, p.argv, p.cwd, p.tty) == (
+        "proc_1", "itm_x", W, ["npm", "run", "dev"], "web", True)
+    assert (p.status, p.output, p.started_at) == ("running", "ready\n", 3.0)
+    again = _started(log, st_, output="other")  # the same id twice: the first stays
+    assert [x.output for x in again.sessions[S].processes] == ["ready\n"]
+
+
+def test_process_output_appends_and_keeps_the_newest_part(state: State, log: Log) -> None:
+    from codey_protocol.state import PROCESS_OUTPUT_KEPT
+
+    st_ = _started(log, state, output="a")
+    st_ = apply(st_, log.env(ev.ProcessOutput(process_id="proc_1", output_delta="b")))
+    [p] = st_.sessions[S].processes
+    assert (p.output, p.output_cut) == ("ab", False)
+    st_ = apply(st_, log.env(ev.ProcessOutput(process_id="proc_1",
+                                              output_delta="x" * PROCESS_OUTPUT_KEPT)))
+    assert p.output == "x" * PROCESS_OUTPUT_KEPT and p.output_cut
+    apply(st_, log.env(ev.ProcessOutput(process_id="nope", output_delta="z")))  # ignored
+
+
+def test_process_stop_requested_marks_a_running_process_stopping(state: State,
+                                                                 log: Log) -> None:
+    st_ = _started(log, state)
+    st_ = apply(st_, log.env(ev.ProcessStopRequested(process_id="proc_1", by="user")))
+    [p] = st_.sessions[S].processes
+    assert (p.status, p.stop_by) == ("stopping", "user")
+    st_ = apply(st_, log.env(ev.ProcessEnded(process_id="proc_1", signal=15,
+                                             stopped_by="user", output_delta="bye")))
+    assert (p.status, p.signal, p.stopped_by, p.output, p.ended_at) == (
+        "ended", 15, "user", "bye", 5.0)
+    # an ended process is not stopped again, and its first end stays
+    apply(st_, log.env(ev.ProcessStopRequested(process_id="proc_1", by="interrupt")))
+    apply(st_, log.env(ev.ProcessEnded(process_id="proc_1", stopped_by="gone")))
+    assert (p.status, p.stop_by, p.stopped_by) == ("ended", "user", "user")
+
+
+def test_process_ended_gone_and_the_oldest_ended_leave_the_list(state: State,
+                                                                log: Log) -> None:
+    from codey_protocol.state import PROCESSES_ENDED_KEPT
+
+    st_ = _started(log, state, "proc_run")
+    for n in range(PROCESSES_ENDED_KEPT + 1):
+        st_ = _started(log, st_, f"proc_{n}")
+        st_ = apply(st_, log.env(ev.ProcessEnded(process_id=f"proc_{n}",
+                                                 stopped_by="gone" if n == 1 else "",
+                                                 exit_code=None if n == 1 else 0)))
+    ids = [p.process_id for p in st_.sessions[S].processes]
+    assert ids[0] == "proc_run" and "proc_0" not in ids and len(ids) == PROCESSES_ENDED_KEPT + 1
+    statuses = {p.process_id: p.status for p in st_.sessions[S].processes}
+    assert statuses["proc_1"] == "gone" and statuses["proc_run"] == "running"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -76,6 +76,7 @@ class Worker:
     def __init__(self) -> None:
         self.actions: list[wk.ActionMessage] = []
         self.context = wk.ProjectContext()
+        self.processes = wk.ExecProcesses()  # what exec_list answers
         self._present = asyncio.Event()
         self._present.set()
         self._absent = asyncio.Event()
@@ -90,6 +91,11 @@ class Worker:
         self.actions.append(action)
         if isinstance(action, wk.LoadContext):
             return self.context
+        if isinstance(action, wk.ExecKill):
+            return wk.ExecOutput(process_id=action.process_id, output="bye\n", signal=15,
+                                 stopped_by="exec_kill")
+        if isinstance(action, wk.ExecList):
+            return self.processes
         if on_progress is not None:
             await on_progress(wk.ActionProgress(action_id=action.action_id, stream="stdout",
                                                 data="hello\n"))
@@ -292,8 +298,9 @@ def test_compaction_when_the_context_nears_the_window() -> None:
                                                                "function_call_output"]
         assert h.items(ev.AssistantMessage)[-1].text == "Done." and h.session.status == "idle"
 
-    run([[call(), Usage(1700, 50), Finished()], [TextDelta("- ran ls"), Finished()],
-         [TextDelta("Done."), Finished()]], check, context_window=2048)
+    # (the window leaves room for the instructions and the tools' descriptions)
+    run([[call(), Usage(7000, 50), Finished()], [TextDelta("- ran ls"), Finished()],
+         [TextDelta("Done."), Finished()]], check, context_window=8192)
 
 
 def test_context_length_exceeded_compacts_and_tries_again() -> None:
@@ -449,7 +456,8 @@ def test_plan_mode_proposes_then_waits_for_approval() -> None:
         first = provider(h).bodies[0]
         assert "## Plan mode" in first["instructions"]
         assert {t["name"] for t in first["tools"]} == {
-            "shell", "read_file", "list_dir", "update_plan", "ask_user", "remember"}
+            "shell", "read_file", "grep", "glob", "list_dir", "view_image", "update_plan",
+            "ask_user", "remember"}
         refused = h.items(ev.ToolCall)[1]
         assert refused.status == "rejected" and "plan mode" in (refused.result or "")
         assert [type(a) for a in h.worker.actions] == [wk.RunCommand]  # only `ls` ran
@@ -473,3 +481,57 @@ def test_plan_mode_proposes_then_waits_for_approval() -> None:
     write = ToolCallRequested("c2", "write_file", json.dumps({"path": "a", "content": "x"}))
     run([[call("c1", ["ls"]), write, plan, Finished()], [TextDelta("Done."), Finished()]],
         check, plan_mode=True)
+
+
+# a session's processes between turns ---------------------------------------------------------
+
+def _started(h: Harness, *pids: str) -> Awaitable[None]:
+    return h.record([(S, ev.ProcessStarted(process_id=pid, item_id="itm_x", worker_id=W,
+                                           argv=["serve"])) for pid in pids])
+
+
+def test_an_interrupt_stops_the_processes_a_finished_turn_left_running() -> None:
+    from codey_protocol import client as cl
+
+    async def check(h: Harness) -> None:
+        await h.turn()
+        await _started(h, "proc_1")
+        await h.engine.execute(cl.Interrupt(session_id=S))
+        [p] = (await h.until(lambda s: s.processes[0].status == "ended")).processes
+        assert (p.stopped_by, p.signal, p.output) == ("interrupt", 15, "bye\n")
+        kills = [a for a in h.worker.actions if isinstance(a, wk.ExecKill)]
+        assert [(k.session_id, k.process_id) for k in kills] == [(S, "proc_1")]
+
+    run([[TextDelta("Started."), Finished()]], check)
+
+
+def test_the_stop_button_kills_the_process_and_records_its_last_output() -> None:
+    from codey_protocol import client as cl
+
+    async def check(h: Harness) -> None:
+        await h.turn()
+        await _started(h, "proc_1", "proc_2")
+        await h.engine.execute(cl.StopProcess(session_id=S, process_id="proc_2"))
+        s = await h.until(lambda s: s.processes[1].status == "ended")
+        assert [(p.status, p.stopped_by) for p in s.processes] == [
+            ("running", ""), ("ended", "user")]
+
+    run([[TextDelta("Started."), Finished()]], check)
+
+
+def test_after_its_worker_reconnects_a_process_it_no_longer_knows_is_gone() -> None:
+    async def check(h: Harness) -> None:
+        await h.turn()
+        await _started(h, "proc_1", "proc_2", "proc_3")
+        h.worker.processes = wk.ExecProcesses(processes=[
+            wk.ProcessInfo(process_id="proc_2", argv=["serve"], cwd=".", running=True),
+            wk.ProcessInfo(process_id="proc_3", argv=["serve"], cwd=".", exit_code=1)])
+        await h.record([(None, ev.WorkerConnected(worker_id=W, hostname="h", os="Linux",
+                                                  worker_version="0"))])
+        s = await h.until(lambda s: s.processes[0].status != "running")
+        assert [(p.status, p.exit_code) for p in s.processes] == [
+            ("gone", None), ("running", None), ("ended", 1)]
+        [listing] = [a for a in h.worker.actions if isinstance(a, wk.ExecList)]
+        assert listing.session_id == S
+
+    run([[TextDelta("Started."), Finished()]], check)

@@ -13,3 +13,8 @@ def test_apply_patch_description_warns_of_the_three_differences_from_codex() -> 
     assert "add file refuses a path that already exists" in text
     assert "move to refuses a destination that already exists" in text
     assert len(spec.description) <= 1024  # providers cap tool descriptions
+
+
+def test_every_description_fits_a_providers_cap() -> None:
+    for spec in BUILTIN_TOOLS:
+        assert 40 <= len(spec.description) <= 1024, spec.name

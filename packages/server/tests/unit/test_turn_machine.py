@@ -563,3 +563,136 @@ def test_a_sub_agent_on_another_machine_asks_under_suggest_and_auto_edit() -> No
 def _with_start(pilot: Pilot) -> Pilot:
     pilot.feed(Start())
     return pilot
+
+
+# view_image ---------------------------------------------------------------------------------
+
+def test_an_image_is_kept_in_the_blob_store_before_its_call_settles_then_sent_with_it(
+        ) -> None:
+    import base64
+    import hashlib
+
+    from codey_server.agent.machine import BlobStored, StoreBlob
+
+    png = b"\x89PNG\r\n\x1a\n" + b"\0" * 30
+    pilot = _codey()
+    stored: dict[str, bytes] = {}
+    models = pilot.machine.models  # type: ignore[attr-defined]
+    models.histories[S] = History(wire_for("chat"), stored.get)
+    step = _call(pilot, ToolCallRequested("c1", "view_image", json.dumps({"path": "s.png"})))
+    [run] = [e for e in step.effects if isinstance(e, RunAction)]
+    assert isinstance(run.action, wk.ViewImage) and run.action.path == "s.png"
+    step = pilot.feed(ActionDone(run.action.action_id, wk.ImageContent(
+        path="s.png", mime="image/png", data=base64.b64encode(png).decode(), size=len(png),
+        width=2, height=1)))
+    # nothing settles (and the model waits) until the bytes are kept
+    assert step.effects == [StoreBlob(png)]
+    assert _tool(pilot).result is None and run.action.action_id in pilot.session.pending_actions
+    digest = hashlib.sha256(png).hexdigest()
+    stored[digest] = png
+    step = pilot.feed(BlobStored(digest, True))
+    tool = _tool(pilot)
+    assert tool.status == "done" and tool.image == ev.Attachment(
+        hash=digest, name="s.png", mime="image/png", size=len(png))
+    assert tool.result == "the image s.png (image/png, 38 bytes, 2×1 px) is attached to " \
+                          "this result"
+    assert not pilot.session.pending_actions
+    [again] = [e for e in step.effects if isinstance(e, CallModel)]
+    last = json.loads(again.body)["messages"][-1]
+    assert last["role"] == "user"
+    assert last["content"][1]["image_url"]["url"] == \
+        "data:image/png;base64," + base64.b64encode(png).decode()
+
+
+def test_an_image_the_server_cannot_keep_fails_its_call_in_words() -> None:
+    import base64
+
+    from codey_server.agent.machine import BlobStored
+
+    pilot = _codey()
+    step = _call(pilot, ToolCallRequested("c1", "view_image", json.dumps({"path": "s.png"})))
+    [run] = [e for e in step.effects if isinstance(e, RunAction)]
+    pilot.feed(ActionDone(run.action.action_id, wk.ImageContent(
+        path="s.png", mime="image/png", data=base64.b64encode(b"x").decode(), size=1)))
+    pilot.feed(BlobStored("", False))
+    tool = _tool(pilot)
+    assert tool.status == "failed" and tool.image is None
+    assert "could not keep it" in (tool.result or "")
+
+
+def test_a_result_too_long_for_the_model_is_cut_with_a_marker() -> None:
+    pilot = _codey()
+    step = _call(pilot, ToolCallRequested("c1", "glob", json.dumps({"pattern": "**"})))
+    [run] = [e for e in step.effects if isinstance(e, RunAction)]
+    paths = [f"dir/file_{n:05}.txt" for n in range(5000)]
+    pilot.feed(ActionDone(run.action.action_id, wk.GlobResult(paths=paths)))
+    result = _tool(pilot).result or ""
+    assert len(result) < 25_000 and "characters cut] …" in result
+    assert result.startswith("dir/file_00000.txt") and result.endswith("dir/file_04999.txt")
+
+
+# processes (exec, write_stdin, kill) --------------------------------------------------------
+
+def _exec_started(pilot: Pilot, pid: str = "proc_1") -> None:
+    step = _call(pilot, ToolCallRequested("c1", "exec", json.dumps(
+        {"command": ["python3", "-m", "http.server"]})))
+    [run] = [e for e in step.effects if isinstance(e, RunAction)]
+    assert isinstance(run.action, wk.ExecStart)
+    pilot.feed(ActionDone(run.action.action_id, wk.ExecOutput(
+        process_id=pid, output="Serving HTTP\n", running=True)))
+
+
+def test_exec_lists_its_process_in_the_session_when_its_call_settles() -> None:
+    pilot = _codey()
+    _exec_started(pilot)
+    [p] = pilot.session.processes
+    tool = _tool(pilot)
+    assert (p.process_id, p.item_id, p.argv, p.status, p.output) == (
+        "proc_1", tool.id, ["python3", "-m", "http.server"], "running", "Serving HTTP\n")
+    assert tool.status == "done" and tool.output == "Serving HTTP\n"
+    assert "process proc_1 is running" in (tool.result or "")
+
+
+def _second_call(pilot: Pilot, name: str, **args: Any) -> Step:
+    pilot.feed(ModelParts([ToolCallRequested("c2", name, json.dumps(args))]))
+    return pilot.feed(ModelDone())
+
+
+def test_a_process_of_another_session_is_refused_without_asking() -> None:
+    pilot = _codey("suggest")
+    pilot.feed(Start())
+    step = _second_call(pilot, "write_stdin", process_id="proc_of_someone_else", input="x")
+    assert not [e for e in step.effects if isinstance(e, (RunAction, WaitApproval))]
+    tool = _tool(pilot)
+    assert tool.status == "rejected" and "not a process of this session" in (tool.result or "")
+
+
+def test_writing_to_the_sessions_process_needs_no_new_approval_and_reads_its_output() -> None:
+    pilot = _codey("full-auto")
+    _exec_started(pilot)
+    pilot.session.policy = "suggest"  # even under suggest: it was approved when it started
+    step = _second_call(pilot, "write_stdin", process_id="proc_1", input="")
+    [run] = [e for e in step.effects if isinstance(e, RunAction)]
+    assert isinstance(run.action, wk.ExecWrite) and not pilot.session.approvals
+    pilot.feed(ActionDone(run.action.action_id, wk.ExecOutput(
+        process_id="proc_1", output="GET / 200\n", running=True)))
+    [p] = pilot.session.processes
+    assert p.output == "Serving HTTP\nGET / 200\n"
+
+
+def test_a_process_the_worker_no_longer_knows_is_gone() -> None:
+    from codey_server.agent.machine import ActionErrored
+
+    pilot = _codey()
+    _exec_started(pilot)
+    step = _second_call(pilot, "kill", process_id="proc_1")
+    [run] = [e for e in step.effects if isinstance(e, RunAction)]
+    pilot.feed(ActionErrored(run.action.action_id, "process_gone",
+                             "no process proc_1 in this session: start it again"))
+    [p] = pilot.session.processes
+    assert p.status == "gone"
+    [_, kill] = [i for i in pilot.session.items if isinstance(i, ev.ToolCall)]
+    assert kill.status == "failed" and "process_gone" in (kill.result or "")
+    # from now on a call on it is refused before it reaches the worker
+    step = _second_call(pilot, "write_stdin", process_id="proc_1")
+    assert not [e for e in step.effects if isinstance(e, RunAction)]

@@ -253,3 +253,53 @@ def test_chat_body() -> None:
     assert [c["id"] for c in body["messages"][3]["tool_calls"]] == ["c1", "c2"]
     assert body["stream_options"] == {"include_usage": True}
     assert all(t["type"] == "function" for t in body["tools"])
+
+
+# images in tool results (view_image) -----------------------------------------------------------
+
+PNG = b"\x89PNG\r\n\x1a\n" + b"\0" * 8
+IMAGE_TURN = [
+    UserText("look"), ToolCallEntry("c1", "view_image", "{}"),
+    ToolCallEntry("c2", "read_file", "{}"),
+    ToolResultEntry("c1", "the image a.png is attached", images=(("image/png", "h1"),)),
+    ToolResultEntry("c2", "text"), AssistantText("Seen."),
+]
+
+
+def _image_body(api: str, entries: list[Any]) -> dict[str, Any]:
+    wire = WIRES[api]
+    assembler = wire.assembler(lambda digest: PNG if digest == "h1" else None)
+    for entry in entries:
+        assembler.add(entry)
+    raw = wire.body(model="m", instructions="sys", messages=assembler.finish(), tools=b"[]",
+                    session_id=None, options=_Options())
+    body: dict[str, Any] = json.loads(raw)
+    return body
+
+
+def test_responses_carries_a_tool_results_image_in_its_output() -> None:
+    body = _image_body("responses", IMAGE_TURN)
+    outputs = [i for i in body["input"] if i.get("type") == "function_call_output"]
+    assert outputs[1] == {"type": "function_call_output", "call_id": "c2", "output": "text"}
+    text, image = outputs[0]["output"]
+    assert text == {"type": "input_text", "text": "the image a.png is attached"}
+    assert image["type"] == "input_image"
+    assert image["image_url"].startswith("data:image/png;base64,iVBORw0KGgo")
+
+
+def test_chat_follows_the_tool_messages_with_one_user_message_of_their_images() -> None:
+    body = _image_body("chat", IMAGE_TURN)
+    roles = [m["role"] for m in body["messages"]]
+    # a tool message holds text only: the image comes after every result of the answer
+    assert roles == ["system", "user", "assistant", "tool", "tool", "user", "assistant"]
+    follow = body["messages"][5]["content"]
+    assert follow[0] == {"type": "text", "text": "The image from tool call c1:"}
+    assert follow[1]["image_url"]["url"].startswith("data:image/png;base64,")
+    # at the end of the conversation (the request right after the call) too
+    ends = _image_body("chat", IMAGE_TURN[:5])
+    assert [m["role"] for m in ends["messages"]][-3:] == ["tool", "tool", "user"]
+    # an image no longer stored is said, not dropped silently
+    gone = _image_body("chat", [ToolCallEntry("c9", "view_image", "{}"), ToolResultEntry(
+        "c9", "x", images=(("image/png", "gone"),))])
+    assert gone["messages"][-1]["content"][1] == {
+        "type": "text", "text": "[an image that is no longer stored]"}

@@ -8,6 +8,7 @@ stream helpers (sequence numbers, output/content/summary indexes, item ids).
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import time
 from collections.abc import Mapping
@@ -108,23 +109,38 @@ def _estimate(chars: int) -> int:
     return max(1, (chars + 3) // 4)
 
 
+#: in a scripted call's arguments, stands for the newest process id (``proc_…``) the request
+#: carries: a script can poll, write to or kill the process an earlier ``exec`` started
+PROCESS_ID = "$PROCESS_ID"
+_PROCESS = re.compile(r"proc_[0-9a-f]{6,}")
+
+
+def _with_process_id(arguments: str, prompt_text: str) -> str:
+    if PROCESS_ID not in arguments:
+        return arguments
+    found = _PROCESS.findall(prompt_text)
+    return arguments.replace(PROCESS_ID, found[-1] if found else "proc_none")
+
+
 def plan_reply(
     reply: Reply, model: str, request_body: Mapping[str, Any], chunk_size: int
 ) -> PlannedReply:
     """Fix ids and usage for ``reply``. Usage is estimated at ~4 chars a token unless the
-    reply's ``usage`` overrides it."""
+    reply's ``usage`` overrides it. ``$PROCESS_ID`` in a call's arguments becomes the newest
+    process id in the request."""
+    prompt = request_body.get("input", request_body.get("messages", ""))
+    prompt_text = json.dumps(prompt)
     calls = [
         PlannedCall(
             call_id=call.id or _new_id("call"),
             item_id=_new_id("fc"),
             name=call.name,
-            arguments=call.arguments_json(),
+            arguments=_with_process_id(call.arguments_json(), prompt_text),
         )
         for call in reply.calls
     ]
     reasoning = reply.reasoning_parts()
-    prompt = request_body.get("input", request_body.get("messages", ""))
-    input_tokens = _estimate(len(json.dumps(prompt)) + len(str(
+    input_tokens = _estimate(len(prompt_text) + len(str(
         request_body.get("instructions") or "")))
     reasoning_tokens = sum(_estimate(len(p)) for p in reasoning) if reasoning else 0
     generated = len(reply.text or "") + sum(len(c.name) + len(c.arguments) for c in calls)

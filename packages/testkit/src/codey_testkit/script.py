@@ -24,6 +24,9 @@ answers, ``tool_output`` a substring of its output; both must hold for the same 
 result of the run may match). Keys in one ``match`` are ANDed; ``any: true`` matches anything.
 The first step, in order, that matches and has uses left wins. Matching is case-sensitive.
 Unknown keys anywhere are an error, so typos fail loudly.
+
+``$PROCESS_ID`` in a call's arguments is replaced by the newest process id (``proc_…``) in the
+request, so a script can poll, write to or kill what an earlier ``exec`` call started.
 """
 
 from __future__ import annotations
@@ -400,6 +403,17 @@ def responses_latest(body: Mapping[str, Any], known_calls: Mapping[str, str]) ->
     return LatestInput("other")
 
 
+def _images_of_results(msg: Mapping[str, Any]) -> bool:
+    """A user message of tool results' images (Codey's "The image from tool call …")."""
+    content = msg.get("content")
+    if msg.get("role") != "user" or not isinstance(content, list) or not content:
+        return False
+    first = content[0]
+    return (isinstance(first, Mapping) and str(first.get("text", "")).startswith(
+        "The image from tool call ")
+        and any(isinstance(p, Mapping) and p.get("type") == "image_url" for p in content))
+
+
 def chat_latest(body: Mapping[str, Any]) -> LatestInput:
     """The latest input of a Chat Completions request body (its ``messages``)."""
     raw = body.get("messages")
@@ -418,6 +432,10 @@ def chat_latest(body: Mapping[str, Any]) -> LatestInput:
     def is_result(msg: Mapping[str, Any]) -> bool:
         return msg.get("role") == "tool"
 
+    # A tool message carries text only, so Codey sends the images of tool results
+    # (view_image) in one user message right after them: that message belongs to the results.
+    if len(messages) > 1 and is_result(messages[-2]) and _images_of_results(messages[-1]):
+        messages = messages[:-1]
     last = messages[-1]
     if is_result(last):
         results = tuple(

@@ -178,3 +178,11 @@ def test_chat_latest_input_shapes() -> None:
     assert latest.to_json() == {"kind": "tool", "tool_results": [
         {"call_id": "t1", "name": "shell", "output": "exit 0"}]}
     assert chat_latest({}).kind == "empty"
+    # the images of tool results follow them in a user message: still the tool's turn
+    images = {"role": "user", "content": [
+        {"type": "text", "text": "The image from tool call t1:"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}}]}
+    assert chat_latest({"messages": [*messages, images]}) == latest
+    # a prompt after the results (a steer) is the user's
+    steer = {"role": "user", "content": "stop"}
+    assert chat_latest({"messages": [*messages, steer]}) == user("stop")

@@ -101,3 +101,16 @@ def test_text_only_reply_finishes_with_stop() -> None:
     plan = plan_reply(Reply(text=""), "m", {"messages": []}, chunk_size=4)
     chunks = [e.data for e in chat_events(plan, include_usage=False)[:-1]]
     assert isinstance(chunks[-1], dict) and chunks[-1]["choices"][0]["finish_reason"] == "stop"
+
+
+def test_a_calls_process_id_placeholder_is_the_newest_process_in_the_request() -> None:
+    from codey_testkit.script import Call
+
+    body = {"messages": [
+        {"role": "tool", "tool_call_id": "c1", "content": "process proc_0a1b2c3d is running"},
+        {"role": "tool", "tool_call_id": "c2", "content": "process proc_99ffee00 is running"}]}
+    reply = Reply(calls=[Call(name="kill", arguments={"process_id": "$PROCESS_ID"})])
+    [call] = plan_reply(reply, "m", body, 4).calls
+    assert json.loads(call.arguments) == {"process_id": "proc_99ffee00"}
+    [none] = plan_reply(reply, "m", {"messages": []}, 4).calls
+    assert json.loads(none.arguments) == {"process_id": "proc_none"}

@@ -167,6 +167,7 @@ def _read_file(action: ReadFile, policy: LocalPolicy, max_bytes: int,
         size=size,
         total_lines=total_lines,
         truncated=truncated,
+        offset=action.offset,
     )
 
 

@@ -88,6 +88,8 @@ class ToolCallEntry:
 class ToolResultEntry:
     call_id: str
     output: str
+    #: (mime, content hash) of each image the call gave the model (``view_image``)
+    images: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +146,9 @@ class Walker:
         if isinstance(item, ev.ToolCall):
             if item.result is None:
                 return []
-            self.results.append(ToolResultEntry(item.call_id, item.result))
+            image = item.image
+            self.results.append(ToolResultEntry(
+                item.call_id, item.result, ((image.mime, image.hash),) if image else ()))
             return [ToolCallEntry(item.call_id, item.name, item.arguments)]
         if isinstance(item, ev.UserMessage):
             if item.queued:

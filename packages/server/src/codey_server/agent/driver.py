@@ -41,6 +41,7 @@ from codey_server.agent.machine import (
     ApprovalDecided,
     ApprovalExpired,
     BlobLoaded,
+    BlobStored,
     CallModel,
     CancelAction,
     ChildDone,
@@ -56,6 +57,7 @@ from codey_server.agent.machine import (
     SetTimer,
     Start,
     Step,
+    StoreBlob,
     TimerFired,
     TurnMachine,
     WaitAnswer,
@@ -129,7 +131,7 @@ class TurnDriver:
             CallModel: self._call_model, RunAction: self._run_action,
             CancelAction: self._cancel, WaitApproval: self._wait_approval,
             WaitAnswer: self._wait_answer, WaitChild: self._wait_child,
-            LoadBlob: self._load_blob, SetTimer: self._set_timer}
+            LoadBlob: self._load_blob, StoreBlob: self._store_blob, SetTimer: self._set_timer}
 
     def tell(self, input: Input) -> None:
         """Feed an input from outside the turn (``ContextChanged``); safe at any time."""
@@ -302,6 +304,22 @@ class TurnDriver:
     def _load_blob(self, e: LoadBlob) -> None:
         load = self.deps.load_blob
         self.tell(BlobLoaded(e.digest, load(e.digest) if load else None, now=time.time()))
+
+    def _store_blob(self, e: StoreBlob) -> None:
+        self._spawn(self._store(e))
+
+    async def _store(self, e: StoreBlob) -> None:
+        store = self.deps.store_blob
+        try:
+            if store is None:
+                raise OSError("this server has no blob store")
+            digest = await asyncio.to_thread(store, e.data)
+        except OSError as err:
+            log.warning("session %s: could not keep %d bytes (%s)", self.session_id,
+                        len(e.data), err)
+            self.tell(BlobStored("", False, now=time.time()))
+            return
+        self.tell(BlobStored(digest, True, now=time.time()))
 
     def _set_timer(self, e: SetTimer) -> None:
         old = self._timers.pop(e.key, None)

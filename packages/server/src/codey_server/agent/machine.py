@@ -31,7 +31,7 @@ ActionTimedOut                it did not finish in time
 WorkerPresence                the worker of a running action went away, or came back
 ApprovalDecided / Expired     an approval was resolved (by anyone); its deadline passed
 Answered, ChildDone           a question was answered; a sub-agent's turn ended
-BlobLoaded                    a stored file was read
+BlobLoaded, BlobStored        a stored file was read; bytes were kept in the blob store
 TimerFired                    a timer set by the machine fired
 ContextChanged                AGENTS.md or a skill changed in the workdir
 Interrupted, Crashed          the turn was stopped; the machine raised
@@ -39,7 +39,7 @@ Interrupted, Crashed          the turn was stopped; the machine raised
 
 Effects: :class:`CallModel`, :class:`RunAction`, :class:`CancelAction`, :class:`WaitApproval`
 (with a deadline), :class:`WaitAnswer`, :class:`WaitChild`, :class:`LoadBlob`,
-:class:`SetTimer`.
+:class:`StoreBlob`, :class:`SetTimer`.
 """
 
 from __future__ import annotations
@@ -69,6 +69,7 @@ __all__ = [
     "ApprovalDecided",
     "ApprovalExpired",
     "BlobLoaded",
+    "BlobStored",
     "CallModel",
     "CancelAction",
     "ChildDone",
@@ -87,6 +88,7 @@ __all__ = [
     "SetTimer",
     "Start",
     "Step",
+    "StoreBlob",
     "Streamed",
     "TimerFired",
     "TurnMachine",
@@ -198,6 +200,15 @@ class BlobLoaded(Input):
 
 
 @dataclass(frozen=True, slots=True)
+class BlobStored(Input):
+    """Bytes were kept in the blob store under ``digest`` (``stored`` False: they could not
+    be)."""
+
+    digest: str
+    stored: bool
+
+
+@dataclass(frozen=True, slots=True)
 class TimerFired(Input):
     key: str
 
@@ -291,6 +302,13 @@ class LoadBlob:
 
 
 @dataclass(frozen=True, slots=True)
+class StoreBlob:
+    """Keep ``data`` in the blob store (by its sha256): ``BlobStored``."""
+
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class SetTimer:
     """``TimerFired(key)`` after ``delay`` seconds."""
 
@@ -299,7 +317,7 @@ class SetTimer:
 
 
 Effect = (CallModel | RunAction | CancelAction | WaitApproval | WaitAnswer | WaitChild
-          | LoadBlob | SetTimer)
+          | LoadBlob | StoreBlob | SetTimer)
 
 
 @dataclass(slots=True)
@@ -578,5 +596,6 @@ _HANDLERS: dict[type[Input], str] = {
     cls: f"_on_{_snake(cls.__name__)}"
     for cls in (Start, Proceed, ModelParts, ModelDone, ModelFailed, ActionProgressed,
                 ActionDone, ActionErrored, ActionTimedOut, WorkerPresence,
-                ApprovalDecided, ApprovalExpired, Answered, ChildDone, BlobLoaded, TimerFired,
+                ApprovalDecided, ApprovalExpired, Answered, ChildDone, BlobLoaded, BlobStored,
+                TimerFired,
                 ContextChanged, Interrupted, Crashed)}

@@ -84,3 +84,5 @@ class TurnDeps:
     roles: dict[str, RoleConfig] = field(default_factory=dict)
     #: files sent with prompts, by content hash
     load_blob: Callable[[str], bytes | None] | None = None
+    #: keep bytes in the blob store (an image the model was shown); returns their sha256
+    store_blob: Callable[[bytes], str] | None = None

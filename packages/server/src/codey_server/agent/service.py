@@ -30,10 +30,13 @@ from codey_server.agent.history import History
 from codey_server.agent.machine import ContextChanged, TurnMachine
 from codey_server.agent.models import ModelProvider, build_provider, discover_ollama_models
 from codey_server.agent.ports import Actions, Limits, TurnDeps
+from codey_server.agent.processes import Listed, Stopped, listed, live_processes, stopped
 from codey_server.agent.turn import CodeyTurn
 from codey_server.agent.wire import Loader, wire_for
+from codey_server.core.actions import ActionFailed
 from codey_server.core.background import Background
 from codey_server.core.engine import Engine
+from codey_server.core.fold import find_process
 from codey_server.settings import Settings
 
 if TYPE_CHECKING:
@@ -51,6 +54,8 @@ SWEEP_S = 1.0
 FOREIGN_CLAIM_DELAY_S = 0.5
 #: files whose change on disk reloads a session's context before its next model call
 _CONTEXT_FILES = frozenset({"AGENTS.md", "SKILL.md"})
+#: how long a process's stop (or a worker's list of processes) may take to answer
+PROCESS_ACTION_TIMEOUT_S = 60.0
 
 TokenFor = Callable[[str], Awaitable[str | None]]
 RefreshFor = Callable[[str], Awaitable[bool]]
@@ -105,7 +110,8 @@ class AgentService:
     def __init__(self, engine: Engine, workers: Actions, settings: Settings,
                  token_for: TokenFor, refresh_for: RefreshFor | None = None,
                  load_blob: Loader | None = None, *, actions: Actions | None = None,
-                 leases: Leases | None = None) -> None:
+                 leases: Leases | None = None,
+                 store_blob: Callable[[bytes], str] | None = None) -> None:
         self.engine = engine
         #: among replicas: a session's turn runs where its lease is held (None: one server)
         self.leases = leases
@@ -136,7 +142,8 @@ class AgentService:
             limits=Limits(turn_iteration_cap=settings.turn_iteration_cap,
                           action_timeout_s=settings.action_timeout_s,
                           approval_timeout_s=settings.approval_timeout_s),
-            stopping=lambda: self.stopping, roles=dict(settings.roles), load_blob=load_blob)
+            stopping=lambda: self.stopping, roles=dict(settings.roles), load_blob=load_blob,
+            store_blob=store_blob)
         engine.listeners.append(self._on_event)
 
     # ports.Models ---------------------------------------------------------------------------
@@ -339,7 +346,14 @@ class AgentService:
             self._approvals.wake(e.approval_id)
         elif isinstance(e, ev.QuestionAnswered):
             self._answers.wake(e.question_id)
+        elif isinstance(e, ev.WorkerConnected) and not self.engine.applying_foreign:
+            self._reconcile_processes(e.worker_id)
         if sid is None:
+            return
+        if isinstance(e, ev.ProcessStopRequested):
+            if not self.engine.applying_foreign:  # the replica that decided it stops it
+                self._background.spawn(self._stop_process(sid, e.process_id),
+                                       f"stop-{e.process_id}")
             return
         if isinstance(e, ev.SessionItemAppended) and isinstance(e.item, ev.UserMessage):
             self.start_turn(sid)
@@ -363,6 +377,56 @@ class AgentService:
         elif isinstance(e, ev.SessionDeleted):
             for key in [k for k in self.histories if k[0] == sid]:
                 del self.histories[key]
+
+    # a session's processes ----------------------------------------------------------------
+
+    async def _stop_process(self, session_id: str, process_id: str) -> None:
+        """Send ``exec_kill`` for a process asked to stop, and record its end. A worker that
+        is away is not waited for: the reconcile after it reconnects stops it."""
+        session = self.engine.state.sessions.get(session_id)
+        p = find_process(session, process_id) if session is not None else None
+        actions = self.deps.actions
+        if p is None or p.status != "stopping" or not actions.presence(p.worker_id).is_set():
+            return
+        action = wk.ExecKill(action_id=self.engine.context.new_id("act"),
+                             session_id=session_id, process_id=process_id)
+        try:
+            outcome = await actions.run(p.worker_id, action, timeout=PROCESS_ACTION_TIMEOUT_S)
+        except ActionFailed as err:
+            if err.code != "process_gone":
+                log.warning("session %s: %s did not stop (%s)", session_id, process_id, err)
+                return
+            outcome = None
+        except TimeoutError:
+            log.warning("session %s: %s did not stop in time", session_id, process_id)
+            return
+        if outcome is None or isinstance(outcome, wk.ExecOutput):
+            await self.engine.submit(stopped, Stopped(session_id, process_id, outcome))
+
+    def _reconcile_processes(self, worker_id: str) -> None:
+        """A worker (re)connected: ask it which of the live processes it still runs."""
+        for session in self.engine.state.sessions.values():
+            if live_processes(session, worker_id):
+                self._background.spawn(self._reconcile(session.session_id, worker_id),
+                                       f"processes-{session.session_id}")
+
+    async def _reconcile(self, session_id: str, worker_id: str) -> None:
+        action = wk.ExecList(action_id=self.engine.context.new_id("act"),
+                             session_id=session_id)
+        try:
+            listing = await self.deps.actions.run(worker_id, action,
+                                                  timeout=PROCESS_ACTION_TIMEOUT_S)
+        except (ActionFailed, TimeoutError) as err:
+            log.warning("session %s: could not list its processes on %s (%s)", session_id,
+                        worker_id, err or "timed out")
+            return
+        if not isinstance(listing, wk.ExecProcesses):
+            return
+        await self.engine.submit(listed, Listed(session_id, worker_id, listing))
+        session = self.engine.state.sessions.get(session_id)
+        for p in live_processes(session, worker_id) if session is not None else []:
+            if p.status == "stopping":  # asked while the worker was away: stop it now
+                await self._stop_process(session_id, p.process_id)
 
     def _detach(self, session_id: str) -> None:
         """A closed session's worker stops watching its workdir (best effort: a worker that

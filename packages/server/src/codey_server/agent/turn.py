@@ -58,6 +58,7 @@ from codey_server.agent.machine import (
     ActionProgressed,
     Answered,
     BlobLoaded,
+    BlobStored,
     CallModel,
     CancelAction,
     ChildDone,
@@ -70,6 +71,7 @@ from codey_server.agent.machine import (
     RunAction,
     SetTimer,
     Start,
+    StoreBlob,
     Streamed,
     TurnMachine,
     WaitAnswer,
@@ -100,12 +102,14 @@ from codey_server.agent.tools import (
     Sandboxing,
     ServerCall,
     ServerTool,
+    ToolSpec,
     Waiting,
     WorkerTool,
     parse_call,
     tool_named,
     tools_for,
 )
+from codey_server.agent.tools.base import cap
 from codey_server.agent.tools.shell import ITEM_OUTPUT_CAP
 from codey_server.settings import RoleConfig
 
@@ -202,11 +206,20 @@ class CodeyTurn(TurnMachine):
         self._answer: _Answer | None = None
         self._compaction: _Compaction | None = None
         self._running: _Running | None = None
+        #: a call whose outcome's bytes are being kept in the blob store before it settles
+        self._storing: tuple[_Running, wk.ActionOutcome] | None = None
         self._attaching: _Attaching | None = None
         self._asking: tuple[str, str] | None = None  # (question id, item id)
         self._children: dict[str, str] = {}  # sub-agent session id → the call's item id
         self._approving: str | None = None  # the item whose approval is waited for
-        self._encoded_tools: tuple[Any, wk.Capabilities | None, bytes] | None = None
+        self._encoded_tools: tuple[Any, wk.Capabilities | None, list[ToolSpec], bytes] \
+            | None = None
+
+    def finish(self, item_id: str, status: ev.ToolStatus, result: str, *before: ev.Event,
+               **fields: Any) -> None:
+        # every result the model reads is capped here, whichever tool made it (head and
+        # tail kept, the cut said in the middle)
+        super().finish(item_id, status, cap(result), *before, **fields)
 
     # the loop ------------------------------------------------------------------------------
 
@@ -321,7 +334,8 @@ class CodeyTurn(TurnMachine):
     def _settle(self) -> None:
         """Settle the open tool calls: the parallel ones started together, then the others in
         order, one at a time; then go on with the loop."""
-        if self._running is not None or self._approving is not None or self._asking:
+        if self._running is not None or self._storing is not None \
+                or self._approving is not None or self._asking:
             return  # a call is under way: its end settles the next
         open_calls = [i for i in self.session.items
                       if isinstance(i, ev.ToolCall) and i.result is None]
@@ -366,8 +380,8 @@ class CodeyTurn(TurnMachine):
             if (s.plan_mode or s.read_only) and not looks_only:
                 return ("refused in plan mode: nothing changes before the user approves your "
                         "plan (propose it with update_plan)") if s.plan_mode else (
-                    "refused: this session only reads (read_file, list_dir, read-only "
-                    "commands)")
+                    "refused: this session only reads (read_file, grep, glob, list_dir, "
+                    "read-only commands)")
             if tool.runs_commands and s.sandbox != "full-access" and not can_sandbox \
                     and not getattr(args, "escalate", False):
                 why = caps.sandbox.reason if caps is not None else "it is not connected"
@@ -375,10 +389,11 @@ class CodeyTurn(TurnMachine):
                 return (f"refused: {host} has no OS sandbox ({why or 'none reported'}), and "
                         f"this session's commands run in one ({s.sandbox}): no command runs "
                         "there until the user chooses full access for this session")
-        return tool.ask(args, Gate(s.policy, s.approved_prefixes, caps, sandboxed=sandboxed,
-                                   sandbox_mode=s.sandbox,
-                                   escalated_prefixes=s.escalated_prefixes,
-                                   worker_id=s.worker_id))
+        gate = Gate(s.policy, s.approved_prefixes, caps, sandboxed=sandboxed,
+                    sandbox_mode=s.sandbox, escalated_prefixes=s.escalated_prefixes,
+                    worker_id=s.worker_id,
+                    processes={p.process_id: p.status for p in s.processes})
+        return tool.refuses(args, gate) or tool.ask(args, gate)
 
     def _settle_call(self, item: ev.ToolCall) -> bool:
         """Settle one open call as far as it goes now. True: it finished, or its action was
@@ -564,19 +579,50 @@ class CodeyTurn(TurnMachine):
         if self.current_status == "waiting_worker":
             self.status("running")
         if isinstance(i, ActionDone):
+            data = r.tool.stores(i.outcome)
+            if data is not None:  # kept before the call settles (an image): BlobStored
+                self._storing = (r, i.outcome)
+                self.effect(StoreBlob(data))
+                return
             status, result, fields = r.tool.settle(i.outcome, r.truncated)
             self.finish(r.item_id, status, result,
-                        ev.ActionFinished(action_id=r.action_id, outcome="result"), **fields)
+                        ev.ActionFinished(action_id=r.action_id, outcome="result"),
+                        *self._tool_events(r, i.outcome), **fields)
         elif isinstance(i, ActionErrored):  # refused or failed on the worker
             self.finish(r.item_id, "failed", f"error ({i.code}): {i.message}",
                         ev.ActionFinished(action_id=r.action_id, outcome="errored"),
-                        error=i.message)
+                        *self._tool_events(r, i.code), error=i.message)
         else:
             self.effect(CancelAction(self.session.worker_id, r.action_id, self.session_id))
             self.finish(r.item_id, "failed", f"error: the worker did not finish within "
                                              f"{self.limits.action_timeout_s:.0f} s",
                         ev.ActionFinished(action_id=r.action_id, outcome="lost"),
                         error="worker timeout")
+        self.next(self._settle)
+
+    def _tool_events(self, r: _Running, outcome: wk.ActionOutcome | str) -> list[ev.Event]:
+        """What the call's end means besides its item (a process it started, read or found
+        gone): the tool's :meth:`~WorkerTool.events`, or its ``error_events`` for a code."""
+        item = self._item(r.item_id)
+        parsed = self._parse(item) if item is not None else None
+        if item is None or not isinstance(parsed, ParsedCall):
+            return []
+        if isinstance(outcome, str):
+            return r.tool.error_events(parsed.args, outcome, item, self.session)
+        return r.tool.events(parsed.args, outcome, item, self.session)
+
+    def _on_blob_stored(self, i: BlobStored) -> None:
+        if self._storing is None:
+            return
+        (r, outcome), self._storing = self._storing, None
+        done = ev.ActionFinished(action_id=r.action_id, outcome="result")
+        if i.stored:
+            status, result, fields = r.tool.settle(outcome, r.truncated)
+            self.finish(r.item_id, status, result, done, *self._tool_events(r, outcome),
+                        **fields)
+        else:
+            why = "the server could not keep it (see its log)"
+            self.finish(r.item_id, "failed", f"error: {why}", done, error=why)
         self.next(self._settle)
 
     # attachments ---------------------------------------------------------------------------
@@ -685,27 +731,36 @@ class CodeyTurn(TurnMachine):
         s = self.session
         provider = call.provider
         worker = self.state.workers.get(s.worker_id)
-        tools = self._tools(provider, worker.capabilities if worker else None)
+        caps = worker.capabilities if worker else None
+        specs, tools = self._tools(provider, caps)
         messages = self._history(provider).messages(s.items)
-        instructions = build_instructions(s, memory_of(self.state, s))
+        instructions = build_instructions(
+            s, memory_of(self.state, s), tools=specs, kind=provider.config.kind,
+            can_sandbox=caps is None or caps.sandbox.kind != "none")
         return provider.wire.body(model=call.model, instructions=instructions,
                                   messages=messages, tools=tools, session_id=s.session_id,
                                   options=provider.config)
 
-    def _tools(self, provider: ModelProvider, capabilities: wk.Capabilities | None) -> bytes:
-        """The tools this call offers, encoded for the provider's wire (kept while neither
-        the session's mode nor its worker's capabilities change)."""
+    def _tools(self, provider: ModelProvider,
+               capabilities: wk.Capabilities | None) -> tuple[list[ToolSpec], bytes]:
+        """The tools this call offers, and their encoding for the provider's wire (kept while
+        neither the session's mode nor its worker's capabilities change)."""
         s = self.session
-        key = (provider.wire.name, s.plan_mode, s.read_only, s.parent_id is None)
+        edit_tools = provider.config.edit_tools
+        # Ollama's models are usually served with a small window: its tools are told in short
+        brief = provider.config.kind == "ollama"
+        key = (provider.wire.name, s.plan_mode, s.read_only, s.parent_id is None, edit_tools,
+               brief)
         cached = self._encoded_tools
         if cached is not None and cached[0] == key and cached[1] is capabilities:
-            return cached[2]
+            return cached[2], cached[3]
         roles = {name: role.description for name, role in self.roles.items()} \
             if s.parent_id is None else None
-        tools = provider.wire.encode_tools(tools_for(capabilities, plan_mode=s.plan_mode,
-                                                     read_only=s.read_only, roles=roles))
-        self._encoded_tools = (key, capabilities, tools)
-        return tools
+        specs = tools_for(capabilities, plan_mode=s.plan_mode, read_only=s.read_only,
+                          roles=roles, edit_tools=edit_tools)
+        tools = provider.wire.encode_tools([t.brief() for t in specs] if brief else specs)
+        self._encoded_tools = (key, capabilities, specs, tools)
+        return specs, tools
 
     def _near_window(self, body: bytes) -> bool:
         call = self._call
@@ -713,9 +768,9 @@ class CodeyTurn(TurnMachine):
         used = self.session.usage.context_tokens
         last = self._history(call.provider).last_body_len
         if used and last:
-            projected = used + estimate_tokens(max(0, len(body) - last))
+            projected = used + estimate_tokens(max(0, text_size(body) - last))
         else:
-            projected = estimate_tokens(len(body))
+            projected = estimate_tokens(text_size(body))
         window = call.provider.context_window(call.model)
         return bool(projected >= call.provider.config.compact_at * window)
 
@@ -733,7 +788,7 @@ class CodeyTurn(TurnMachine):
         call = self._call
         assert call is not None
         call.body = body
-        self._history(call.provider).last_body_len = len(body)
+        self._history(call.provider).last_body_len = text_size(body)
 
         def item(make: Callable[[str, float, str], ev.Item]) -> Streamed:
             return Streamed(make)
@@ -977,6 +1032,27 @@ class CodeyTurn(TurnMachine):
         self._compaction = None
         err.message = f"compacting the conversation failed: {err.message}"
         self._fail(err)
+
+
+#: what an image in a request counts as, in bytes of text, for the context estimate (a model
+#: reads an image as a fixed-ish number of tokens, not as its base64)
+IMAGE_AS_TEXT = 4 * 1500
+_DATA_URL = b'"data:image/'
+
+
+def text_size(body: bytes) -> int:
+    """The size of a request body for the context estimate: each image's data URL counted as
+    :data:`IMAGE_AS_TEXT` bytes instead of its length (a 500 KiB screenshot is not 130k
+    tokens)."""
+    size = len(body)
+    at = body.find(_DATA_URL)
+    while at >= 0:
+        end = body.find(b'"', at + 1)
+        if end < 0:
+            break
+        size -= end + 1 - at - IMAGE_AS_TEXT
+        at = body.find(_DATA_URL, end + 1)
+    return size
 
 
 def _usage(part: Usage, call: _Call, total: int) -> ev.TokenUsageRecorded:

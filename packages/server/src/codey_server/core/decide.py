@@ -219,19 +219,26 @@ def _stop_waiting(s: SessionInfo, reason: str) -> list[ev.Event]:
     return out
 
 
+def _stop_processes(s: SessionInfo, by: ev.ProcessStopper) -> list[ev.Event]:
+    """Ask every running process of the session to stop (the agent service sends the worker
+    ``exec_kill`` for each, and again after a reconnect until it has ended)."""
+    return [ev.ProcessStopRequested(process_id=p.process_id, by=by)
+            for p in s.processes if p.status == "running"]
+
+
 def _close(state: State, c: cl.CloseSession, ctx: Context) -> Decided:
     s = existing(state, c.session_id)
     if s.status == "closed":
         return []
     reason = c.reason.strip() or "closed by the user"
-    events = _stop_waiting(s, reason)
+    events = _stop_waiting(s, reason) + _stop_processes(s, "close")
     events.append(ev.SessionStatusChanged(status="closed", reason=reason))
     return [(s.session_id, e) for e in events]
 
 
 def _delete(state: State, c: cl.DeleteSession, ctx: Context) -> Decided:
     s = existing(state, c.session_id)
-    events = _stop_waiting(s, "the session was deleted")
+    events = _stop_waiting(s, "the session was deleted") + _stop_processes(s, "close")
     if s.status != "closed":
         events.append(ev.SessionStatusChanged(status="closed", reason="deleted"))
     events.append(ev.SessionDeleted(reason="deleted by the user"))
@@ -342,11 +349,29 @@ def _set_policy(state: State, c: cl.SetApprovalPolicy, ctx: Context) -> Decided:
 
 
 def _interrupt(state: State, c: cl.Interrupt, ctx: Context) -> Decided:
+    """Stop the session's turn and its sub-agents' — and their processes, also those of a
+    session whose turn is over (a dev server it left running)."""
     s = existing(state, c.session_id)
     stopped = _interruptible(state, s)
-    return [(x.session_id, ev.SessionStatusChanged(status="interrupted",
+    alone = [] if any(x is s for x in stopped) else [s]
+    out: Decided = [(x.session_id, e) for x in alone + stopped
+                    for e in _stop_processes(x, "interrupt")]
+    out += [(x.session_id, ev.SessionStatusChanged(status="interrupted",
                                                    reason="interrupted by the user"))
             for x in stopped]
+    return out
+
+
+def _stop_process(state: State, c: cl.StopProcess, ctx: Context) -> Decided:
+    s = existing(state, c.session_id)
+    p = next((p for p in s.processes if p.process_id == c.process_id), None)
+    if p is None:
+        raise CommandRejected("not_found", f"no process {c.process_id!r} in this session")
+    if p.status == "stopping":
+        return []  # asked already: its kill is on its way
+    if p.status != "running":
+        raise CommandRejected("conflict", f"the process has already {p.status}")
+    return [(s.session_id, ev.ProcessStopRequested(process_id=p.process_id, by="user"))]
 
 
 #: the browser commands the core decides
@@ -357,6 +382,7 @@ COMMANDS: Mapping[type[Any], Decider] = {
     cl.SetApprovalPolicy: _set_policy,
     cl.SetSandbox: _set_sandbox,
     cl.Interrupt: _interrupt,
+    cl.StopProcess: _stop_process,
     cl.CompactSession: lambda state, c, ctx: _compact(state, c),
     **_SESSION_OPS,
 }

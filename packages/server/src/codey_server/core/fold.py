@@ -45,6 +45,8 @@ from codey_protocol import events as ev
 from codey_protocol.state import (
     COMPACTION_ENDED,
     MAX_CHANGED_PATHS,
+    PROCESS_OUTPUT_KEPT,
+    PROCESSES_ENDED_KEPT,
     Approval,
     PendingAction,
     ProjectMemory,
@@ -52,13 +54,14 @@ from codey_protocol.state import (
     RateLimit,
     SessionContext,
     SessionInfo,
+    SessionProcess,
     State,
     memory_key,
 )
 from codey_protocol.updates import APPEND_FIELDS, REPLACE_FIELDS
 from codey_server.core.rules import FoldHandler
 
-__all__ = ["FOLD", "MAX_CHANGED_PATHS", "copy_state", "find_item"]
+__all__ = ["FOLD", "MAX_CHANGED_PATHS", "copy_state", "find_item", "find_process"]
 
 # Which fields of ``SessionItemUpdated`` append and which replace: derived from the struct by
 # codey_protocol.updates; web/store.js gets the same rule generated into web/item_fields.js.
@@ -246,6 +249,77 @@ def _action_finished(state: State, env: ev.Envelope) -> None:
         s.pending_actions.pop(e.action_id, None)
 
 
+# ---------------------------------------------------------------------------------------------
+# processes
+
+
+def find_process(session: SessionInfo, process_id: str) -> SessionProcess | None:
+    for p in session.processes:
+        if p.process_id == process_id:
+            return p
+    return None
+
+
+def _process(state: State, env: ev.Envelope, process_id: str) -> SessionProcess | None:
+    s = _session(state, env)
+    return find_process(s, process_id) if s is not None else None
+
+
+def _read(p: SessionProcess, delta: str) -> None:
+    """Output read from a process: its newest PROCESS_OUTPUT_KEPT characters are kept."""
+    if delta:
+        out = p.output + delta
+        if len(out) > PROCESS_OUTPUT_KEPT:
+            out = out[-PROCESS_OUTPUT_KEPT:]
+            p.output_cut = True
+        p.output = out
+
+
+def _process_started(state: State, env: ev.Envelope) -> None:
+    e = env.event
+    assert isinstance(e, ev.ProcessStarted)
+    s = _session(state, env)
+    if s is None or find_process(s, e.process_id) is not None:
+        return
+    p = SessionProcess(process_id=e.process_id, item_id=e.item_id, worker_id=e.worker_id,
+                       argv=list(e.argv), cwd=e.cwd, tty=e.tty, started_at=env.ts)
+    _read(p, e.output)
+    s.processes.append(p)
+
+
+def _process_output(state: State, env: ev.Envelope) -> None:
+    e = env.event
+    assert isinstance(e, ev.ProcessOutput)
+    p = _process(state, env, e.process_id)
+    if p is not None:
+        _read(p, e.output_delta)
+
+
+def _process_stop_requested(state: State, env: ev.Envelope) -> None:
+    e = env.event
+    assert isinstance(e, ev.ProcessStopRequested)
+    p = _process(state, env, e.process_id)
+    if p is not None and p.status == "running":
+        p.status = "stopping"
+        p.stop_by = e.by
+
+
+def _process_ended(state: State, env: ev.Envelope) -> None:
+    e = env.event
+    assert isinstance(e, ev.ProcessEnded)
+    s = _session(state, env)
+    p = find_process(s, e.process_id) if s is not None else None
+    if s is None or p is None or p.status in ("ended", "gone"):
+        return  # the first end wins
+    _read(p, e.output_delta)
+    p.status = "gone" if e.stopped_by == "gone" else "ended"
+    p.exit_code, p.signal, p.stopped_by = e.exit_code, e.signal, e.stopped_by
+    p.ended_at = env.ts
+    ended = [i for i, x in enumerate(s.processes) if x.status in ("ended", "gone")]
+    if len(ended) > PROCESSES_ENDED_KEPT:  # the oldest ended one leaves the list
+        del s.processes[ended[0]]
+
+
 def _workspace_changed(state: State, env: ev.Envelope) -> None:
     e = env.event
     assert isinstance(e, ev.SessionWorkspaceChanged)
@@ -398,6 +472,10 @@ FOLD: Mapping[type[Any], FoldHandler] = {
     ev.ApprovalResolved: _approval_resolved,
     ev.ActionRequested: _action_requested,
     ev.ActionFinished: _action_finished,
+    ev.ProcessStarted: _process_started,
+    ev.ProcessOutput: _process_output,
+    ev.ProcessStopRequested: _process_stop_requested,
+    ev.ProcessEnded: _process_ended,
     ev.SessionWorkspaceChanged: _workspace_changed,
     ev.TokenUsageRecorded: _usage,
     ev.CompactionRequested: _compaction_requested,

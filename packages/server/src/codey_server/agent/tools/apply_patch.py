@@ -37,6 +37,7 @@ class ApplyPatch(WorkerTool[PatchArgs]):
         "path that already exists: use *** Update File, or *** Delete File then *** Add "
         "File in one patch; (3) *** Move to refuses a destination that already exists.")
     parameters = obj({"input": {"type": "string", "description": "the whole patch"}}, ["input"])
+    editor = "apply_patch"
 
     def parse(self, args: dict[str, Any], *, name: str,
               capabilities: wk.Capabilities | None) -> PatchArgs:

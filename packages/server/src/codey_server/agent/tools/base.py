@@ -75,6 +75,20 @@ class ToolSpec:
     description: str
     parameters: dict[str, Any]
 
+    def brief(self) -> ToolSpec:
+        """The same tool told in short, for a model with a small window: the description's
+        first sentence, the parameters without their descriptions."""
+        first = self.description.split(". ", 1)[0].rstrip(".") + "."
+        return ToolSpec(self.name, first, _without_descriptions(self.parameters))
+
+
+def _without_descriptions(schema: Any) -> Any:
+    if isinstance(schema, dict):
+        return {k: _without_descriptions(v) for k, v in schema.items() if k != "description"}
+    if isinstance(schema, list):
+        return [_without_descriptions(v) for v in schema]
+    return schema
+
 
 class BadToolCall(ServerError):
     """The model's call cannot be carried out; the message goes back to it as the result."""
@@ -99,6 +113,8 @@ class Gate:
     escalated_prefixes: Sequence[Sequence[str]] = ()
     #: the session's own worker (a call that reaches another machine asks)
     worker_id: str = ""
+    #: the session's processes (``exec``): id → status (running, stopping, ended, gone)
+    processes: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +213,9 @@ class Tool(Generic[A]):
     #: it runs programs on the worker (``shell``): refused on a machine without a sandbox
     #: unless the session chose full access, and "known-safe" only inside the sandbox
     runs_commands: bool = False
+    #: one of the ways to change a file that a provider may choose between
+    #: (``ProviderConfig.edit_tools``): ``apply_patch`` or ``edit``
+    editor: str | None = None
 
     def spec(self) -> ToolSpec:
         return ToolSpec(self.name, self.description, self.parameters)
@@ -216,6 +235,11 @@ class Tool(Generic[A]):
         """The approval this call waits for, or None when it goes ahead."""
         return None
 
+    def refuses(self, args: A, gate: Gate) -> str | None:
+        """Why this call is refused whatever the user would say (a process of another
+        session, say), or None."""
+        return None
+
     def shows(self, args: A) -> dict[str, Any]:
         """Fields of the tool-call item that show the call (``command``, ``patch``, …)."""
         return {}
@@ -233,10 +257,26 @@ class WorkerTool(Tool[A]):
         """The text the model gets back for the action's outcome."""
         return reads_any(outcome)
 
+    def stores(self, outcome: wk.ActionOutcome) -> bytes | None:
+        """Bytes of the outcome the server keeps in its blob store (by their sha256) before
+        the call settles — an image the model is shown — or None."""
+        return None
+
     def settle(self, outcome: wk.ActionOutcome, stream_truncated: bool) -> Settled:
         """``(status, result, fields)`` of the item update that finishes the call.
         ``stream_truncated``: the item's streamed output reached its cap."""
         return "done", self.reads(outcome), {}
+
+    def events(self, args: A, outcome: wk.ActionOutcome, item: ev.ToolCall,
+               session: SessionInfo) -> list[ev.Event]:
+        """Events that go with the call's end, before its item's update (a process it
+        started, read or stopped)."""
+        return []
+
+    def error_events(self, args: A, code: str, item: ev.ToolCall,
+                     session: SessionInfo) -> list[ev.Event]:
+        """Events that go with the worker refusing the call with ``code``."""
+        return []
 
 
 class ServerTool(Tool[A]):

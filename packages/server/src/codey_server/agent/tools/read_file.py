@@ -28,7 +28,12 @@ class ReadArgs:
 
 class ReadFile(WorkerTool[ReadArgs]):
     name = "read_file"
-    description = "Read a text file of the workdir, optionally a range of lines."
+    description = (
+        "Read a text file of the workdir. Each line comes back numbered (`   12\\tcode`; "
+        "the number and tab are not part of the file: leave them out of edits). `offset` is "
+        "the first line to read (0-based), `limit` how many: read a long file in pieces. Use "
+        "`grep` to find where to look first. Binary files are not shown; images: "
+        "`view_image`.")
     parameters = obj({"path": {"type": "string"}, "offset": {"type": "integer", "minimum": 0},
                       "limit": {"type": "integer", "minimum": 1}}, ["path"])
     read_only = True
@@ -53,8 +58,26 @@ class ReadFile(WorkerTool[ReadArgs]):
             return super().reads(outcome)
         if outcome.binary:
             return f"{outcome.path} is a binary file ({outcome.size} bytes)"
-        note = "\n… (truncated)" if outcome.truncated else ""
-        return cap(outcome.content + note)
+        return cap(numbered(outcome))
+
+
+def numbered(outcome: wk.FileContent) -> str:
+    """The lines with their numbers (as ``cat -n``: right-aligned, a tab), and a last line
+    saying what was left out, so the model knows to read on."""
+    offset = outcome.offset
+    lines = outcome.content.splitlines()
+    if not lines:
+        return (f"({outcome.path} is empty)" if outcome.total_lines == 0 else
+                f"(no lines from line {offset + 1}: {outcome.path} has "
+                f"{outcome.total_lines} lines)")
+    width = max(6, len(str(offset + len(lines))))
+    text = "\n".join(f"{n:>{width}}\t{line}"
+                     for n, line in enumerate(lines, start=offset + 1))
+    last = offset + len(lines)
+    if outcome.truncated or last < outcome.total_lines:
+        text += (f"\n… [lines {last + 1}–{outcome.total_lines} not shown: read them with "
+                 f"offset={last}]")
+    return text
 
 
 READ_FILE = ReadFile()

@@ -17,13 +17,20 @@ from codey_server.agent.tools.apply_patch import APPLY_PATCH
 from codey_server.agent.tools.ask_user import ASK_USER
 from codey_server.agent.tools.base import BadToolCall, Tool, ToolSpec
 from codey_server.agent.tools.delegate import DELEGATE
+from codey_server.agent.tools.edit import EDIT
+from codey_server.agent.tools.exec import EXEC
+from codey_server.agent.tools.glob import GLOB
+from codey_server.agent.tools.grep import GREP
+from codey_server.agent.tools.kill import KILL
 from codey_server.agent.tools.list_dir import LIST_DIR
 from codey_server.agent.tools.mcp import MCP, PREFIX
 from codey_server.agent.tools.read_file import READ_FILE
 from codey_server.agent.tools.remember import REMEMBER
 from codey_server.agent.tools.shell import SHELL
 from codey_server.agent.tools.update_plan import UPDATE_PLAN
+from codey_server.agent.tools.view_image import VIEW_IMAGE
 from codey_server.agent.tools.write_file import WRITE_FILE
+from codey_server.agent.tools.write_stdin import WRITE_STDIN
 
 __all__ = ["BUILTIN", "BUILTIN_TOOLS", "ParsedCall", "parse_call", "tool_named", "tools_for"]
 
@@ -32,9 +39,16 @@ A = TypeVar("A")
 #: the built-in tools, in the order they are offered
 BUILTIN: tuple[Tool[Any], ...] = (
     SHELL,
+    EXEC,
+    WRITE_STDIN,
+    KILL,
     APPLY_PATCH,
+    EDIT,
     READ_FILE,
+    GREP,
+    GLOB,
     LIST_DIR,
+    VIEW_IMAGE,
     WRITE_FILE,
     UPDATE_PLAN,
     ASK_USER,
@@ -56,18 +70,20 @@ def tool_named(name: str) -> Tool[Any] | None:
 
 
 def tools_for(capabilities: wk.Capabilities | None, *, plan_mode: bool = False,
-              read_only: bool = False,
-              roles: Mapping[str, str] | None = None) -> list[ToolSpec]:
+              read_only: bool = False, roles: Mapping[str, str] | None = None,
+              edit_tools: str = "both") -> list[ToolSpec]:
     """The tools a session offers: those for read-only sub-agents (``read_only``), those of
     plan mode, or all of them — with ``delegate`` when ``roles`` are given (never to
-    sub-agents) and the worker's MCP tools."""
+    sub-agents) and the worker's MCP tools. ``edit_tools`` (the provider's setting): which
+    of the two ways to change a file is offered, ``apply_patch``, ``edit`` or ``both``."""
     if read_only:
         return [spec for tool, spec in zip(BUILTIN, BUILTIN_TOOLS, strict=True)
                 if tool.for_readers]
     if plan_mode:
         return [spec for tool, spec in zip(BUILTIN, BUILTIN_TOOLS, strict=True)
                 if tool.in_plan_mode]
-    tools = list(BUILTIN_TOOLS)
+    tools = [spec for tool, spec in zip(BUILTIN, BUILTIN_TOOLS, strict=True)
+             if edit_tools == "both" or tool.editor in (None, edit_tools)]
     if roles:
         tools.append(DELEGATE.spec_for(roles))
     tools += MCP.specs(capabilities)

@@ -1,7 +1,9 @@
 """Chat Completions (any OpenAI-compatible server, and Ollama): bodies and stream collection.
 
 Tool calls of one answer are one assistant message with ``tool_calls`` (its text, if any, as
-``content``), followed by one ``tool`` message per result. Reasoning is not sent back: the
+``content``), followed by one ``tool`` message per result. A tool message holds text only, so
+the images of those results (``view_image``) follow them in one ``user`` message, each
+``image_url`` a data URL named by its call, as Codex does. Reasoning is not sent back: the
 format has no place for it.
 
 The collector accepts the shapes compatible servers send: text, refusals and reasoning
@@ -49,7 +51,7 @@ _encode = msgspec.json.encode
 class ChatAssembler:
     """Entries → messages. An assistant message stays open while its tool calls arrive."""
 
-    __slots__ = ("_calls", "_content", "_load", "_open", "_out")
+    __slots__ = ("_calls", "_content", "_images", "_load", "_open", "_out")
 
     def __init__(self, load: Loader | None = None) -> None:
         self._load = load
@@ -57,6 +59,19 @@ class ChatAssembler:
         self._open = False
         self._content: bytes = b"null"
         self._calls: list[bytes] = []
+        #: images of the tool results just added: (call id, mime, hash)
+        self._images: list[tuple[str, str, str]] = []
+
+    def _flush_images(self) -> None:
+        """The images of the last results, in one user message after their tool messages."""
+        parts: list[dict[str, Any]] = []
+        for call_id, mime, digest in self._images:
+            url = data_url(mime, digest, self._load)
+            parts.append({"type": "text", "text": f"The image from tool call {call_id}:"})
+            parts.append({"type": "image_url", "image_url": {"url": url}} if url else
+                         {"type": "text", "text": "[an image that is no longer stored]"})
+        self._images = []
+        self._out.append(_encode({"role": "user", "content": parts}))
 
     def _close(self) -> None:
         if self._open:
@@ -69,6 +84,8 @@ class ChatAssembler:
             self._calls = []
 
     def add(self, entry: Entry) -> None:
+        if self._images and not isinstance(entry, ToolResultEntry):
+            self._flush_images()
         if isinstance(entry, ToolCallEntry):
             if not self._open:
                 self._open = True
@@ -94,12 +111,13 @@ class ChatAssembler:
         elif isinstance(entry, ToolResultEntry):
             self._out.append(_encode({"role": "tool", "tool_call_id": entry.call_id,
                                       "content": entry.output}))
+            self._images += [(entry.call_id, mime, digest) for mime, digest in entry.images]
         else:
             assert isinstance(entry, SummaryEntry)
             self._out.append(_encode({"role": "user", "content": SUMMARY_PREFIX + entry.text}))
 
     def at_boundary(self) -> bool:
-        return not self._open
+        return not self._open and not self._images
 
     def take(self) -> list[bytes]:
         out, self._out = self._out, []
@@ -107,6 +125,8 @@ class ChatAssembler:
 
     def finish(self) -> list[bytes]:
         self._close()
+        if self._images:
+            self._flush_images()
         return self.take()
 
 

@@ -66,8 +66,18 @@ def encode_entry(entry: Entry, load: Loader | None = None) -> bytes:
         return _encode({"type": "function_call", "call_id": entry.call_id, "name": entry.name,
                         "arguments": entry.arguments})
     if isinstance(entry, ToolResultEntry):
+        if not entry.images:
+            return _encode({"type": "function_call_output", "call_id": entry.call_id,
+                            "output": entry.output})
+        # a result with an image: the output as a list of content parts, the image one of
+        # them (input_image, as a data URL)
+        output: list[dict[str, Any]] = [{"type": "input_text", "text": entry.output}]
+        for mime, digest in entry.images:
+            url = data_url(mime, digest, load)
+            output.append({"type": "input_image", "image_url": url} if url is not None else
+                          {"type": "input_text", "text": "[an image that is no longer stored]"})
         return _encode({"type": "function_call_output", "call_id": entry.call_id,
-                        "output": entry.output})
+                        "output": output})
     if isinstance(entry, ReasoningEntry):
         summary = [{"type": "summary_text", "text": entry.summary}] if entry.summary else []
         return _encode({"type": "reasoning", "summary": summary,
