@@ -6,7 +6,7 @@
 // * streamed command output is appended to the existing <pre> without re-rendering.
 
 import { api } from "../api.js";
-import { h, replaceChildren } from "../dom.js";
+import { fmtBytes, h, replaceChildren, svgIcon } from "../dom.js";
 import { findItem, updateFields } from "../store.js";
 import {
   FrameBatch, activity, fmtDuration, isBusy, needsAttention, sessionWords, statusChip, workerUp,
@@ -708,7 +708,7 @@ export class SessionView {
 
   _chip(a) {
     const chip = h("span", { class: "chip attach-chip", "data-testid": "attach-chip" },
-      `${a.name} (${Math.max(1, Math.round(a.size / 1024))} KiB)`,
+      `${a.name} (${fmtBytes(a.size)})`,
       h("button", { type: "button", class: "chip-x", "aria-label": `Remove ${a.name}`,
         onclick: () => {
           this._attachments = this._attachments.filter((x) => x !== a);

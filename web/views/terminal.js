@@ -1,5 +1,5 @@
-// `#/terminal/<id>`: a shell on a worker, in xterm.js (vendored under web/vendor/xterm/, the
-// client's one third-party script, loaded here on first use).
+// `#/terminal/<id>`: a shell on a worker, in xterm.js (vendored under web/vendor/xterm/,
+// loaded here on first use).
 //
 // The shell runs in tmux on the machine: leaving this page (or closing the tab) ends only this
 // view of it, so coming back finds the same shell; two tabs see the same screen. Bytes go over
