@@ -9,7 +9,8 @@ import { api } from "../api.js";
 import { fmtBytes, h, replaceChildren, svgIcon } from "../dom.js";
 import { findItem, updateFields } from "../store.js";
 import {
-  FrameBatch, activity, fmtDuration, isBusy, needsAttention, sessionWords, statusChip, workerUp,
+  FrameBatch, activity, fmtDuration, isBusy, needsAttention, sessionWords, statusChip, titleNode,
+  workerUp,
 } from "./common.js";
 import { appendOutput, approvalNode, planSteps, renderItem } from "./items.js";
 
@@ -49,6 +50,7 @@ export class SessionView {
   _build() {
     this._title = h("h2", { class: "s-title", "data-testid": "session-title" });
     this._meta = h("div", { class: "s-meta" });
+    this._badges = h("span", { class: "s-badges" }); // beside the title: "archived"
     this._status = h("span", {});
     this._gone = h("span", {});
     this._policy = h("select", { id: "policy-select", class: "input compact",
@@ -134,7 +136,10 @@ export class SessionView {
         this._scrollToEnd();
         this._jump.hidden = true;
       } }, "↓ Jump to latest");
-    this._ticker = setInterval(() => this._renderActivity(), 1000);
+    this._ticker = setInterval(() => {
+      this._renderActivity();
+      tickRateLimits(this._side);
+    }, 1000);
     this._closedNote = h("p", { class: "muted s-closed", "data-testid": "session-closed" },
       "This session is closed: fork it to go on from here.");
     this.el = h("section", { class: "session", "data-testid": "session-view",
@@ -142,7 +147,8 @@ export class SessionView {
     h("header", { class: "s-head" },
       h("div", { class: "s-head-main" },
         h("a", { href: "#/", class: "back", "aria-label": "Back to dashboard" }, "←"),
-        h("div", { class: "s-head-text" }, this._title, this._meta)),
+        h("div", { class: "s-head-text" },
+          h("div", { class: "s-title-row" }, this._title, this._badges), this._meta)),
       h("div", { class: "s-controls" },
         this._status, this._gone,
         h("label", { for: "policy-select", class: "sr-only" }, "Approval policy"),
@@ -158,6 +164,7 @@ export class SessionView {
   /** Build the header and the last WINDOW items from scratch. */
   _renderAll() {
     const s = this.session;
+    this._rendered = Boolean(s);
     this._missing.hidden = Boolean(s);
     this._nodes.clear();
     this._dirty.clear();
@@ -215,7 +222,9 @@ export class SessionView {
 
   /** Store changes: decide what to update; DOM work happens in `_flush` at the next frame. */
   onChange(change) {
-    if (change.kind === "reset") {
+    // the session came (a fork opened before its event arrived, a reconnect): build it all,
+    // the "Waiting for this session…" line goes
+    if (change.kind === "reset" || (!this._rendered && this.session)) {
       this._renderAll();
       return;
     }
@@ -344,18 +353,25 @@ export class SessionView {
     this._seen = true;
     this._send.disabled = false;
     this._policy.disabled = false;
-    if (!this._renaming) this._title.textContent = s.title || "Untitled";
+    if (!this._renaming) this._showTitle(s.title);
     document.title = `${s.title || "Session"} · Codey`;
     const w = state.workers[s.worker_id];
+    const link = (id, testid, words) => {
+      const other = state.sessions[id];
+      return [h("a", { href: `#/session/${encodeURIComponent(id)}`, "data-testid": testid,
+        title: other ? other.title : id }, words, other ? ` “${other.title}”` : ""), " · "];
+    };
+    // where it comes from first (the line is cut at its end when the screen is narrow)
     replaceChildren(this._meta,
+      s.parent_id ? link(s.parent_id, "parent-link", "sub-agent of") : null,
+      s.forked_from ? link(s.forked_from, "forked-from", "forked from") : null,
       h("span", {}, w ? w.hostname : s.worker_id), " · ",
       h("span", { class: "mono", title: s.workdir }, s.workdir), " · ",
-      h("span", {}, `${s.provider} / ${s.model}`),
-      s.archived ? h("span", { class: "chip", "data-testid": "archived" }, " archived") : null,
-      s.forked_from ? h("a", { class: "muted", href: `#/session/${encodeURIComponent(
-        s.forked_from)}`, "data-testid": "forked-from" }, " · forked") : null,
+      h("span", { "data-testid": "session-model" }, `${s.provider} / ${s.model}`),
       s.usage.turns ? h("span", { class: "muted" },
         ` · ${s.usage.total_tokens.toLocaleString()} tokens`) : null);
+    replaceChildren(this._badges, s.archived
+      ? h("span", { class: "chip", "data-testid": "archived" }, "archived") : null);
     const status = statusChip(s.status, "session-status", sessionWords(s));
     if (s.status_reason) status.title = s.status_reason;
     // the words are in the chip; the badge only marks it (no status said twice)
@@ -535,6 +551,11 @@ export class SessionView {
 
   // Session operations ----------------------------------------------------------------------
 
+  _showTitle(title) {
+    this._title.replaceChildren();
+    titleNode(title, this._title);
+  }
+
   _startRename() {
     const s = this.session;
     if (!s || this._renaming) return;
@@ -545,7 +566,7 @@ export class SessionView {
       if (!this._renaming) return;
       this._renaming = false;
       const title = input.value.trim();
-      this._title.replaceChildren(s.title || "Untitled");
+      this._showTitle(s.title);
       if (save && title && title !== s.title) {
         try {
           await this.ctx.socket.renameSession(this.sessionId, title);
@@ -812,15 +833,50 @@ export function descendants(state, sessionId) {
 }
 
 
-/** The provider's rate limits, as its last answer reported them. */
+/**
+ * Seconds in a provider's reset header: OpenAI's "20ms", "35.2s", "6m0s", "1h2m3s", or a
+ * plain number of seconds; null when it is none of these.
+ */
+export function resetSeconds(text) {
+  const t = String(text ?? "").trim();
+  if (/^\d+(\.\d+)?$/.test(t)) return Number(t);
+  const m = /^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m(?!s))?(?:(\d+(?:\.\d+)?)s)?(?:(\d+(?:\.\d+)?)ms)?$/
+    .exec(t);
+  if (!t || !m) return null;
+  const [, hours, minutes, seconds, ms] = m.map((x) => Number(x || 0));
+  return hours * 3600 + minutes * 60 + seconds + ms / 1000;
+}
+
+/** "resets in 35 s" until `at` (epoch seconds), then "reset". */
+function resetWords(at, now = Date.now() / 1000) {
+  const left = at - now;
+  return left >= 1 ? `resets in ${fmtDuration(left)}` : left > 0 ? "resets now" : "reset";
+}
+
+/**
+ * The provider's rate limits, as its last answer reported them. A reset time counts down
+ * (from when the answer came): `tickRateLimits` updates it every second.
+ */
 function rateLimits(rl) {
   if (!rl || (rl.remaining_requests == null && rl.remaining_tokens == null)) return null;
-  const part = (left, limit, reset, what) => left == null ? null
-    : `${left.toLocaleString()}${limit ? ` / ${limit.toLocaleString()}` : ""} ${what}` +
-      (reset ? ` (resets in ${reset})` : "");
+  const part = (left, limit, reset, what) => {
+    if (left == null) return null;
+    const secs = reset ? resetSeconds(reset) : null;
+    const when = secs === null ? (reset ? h("span", {}, `resets in ${reset}`) : null)
+      : h("span", { "data-reset-at": String(rl.updated_at + secs),
+        "data-testid": "rate-limit-reset" }, resetWords(rl.updated_at + secs));
+    return h("div", {}, `${left.toLocaleString()}${limit ? ` / ${limit.toLocaleString()}` : ""} ` +
+      what, when ? [" (", when, ")"] : null);
+  };
   return h("div", { class: "small muted rate-limits", "data-testid": "rate-limits" },
     h("div", {}, "Rate limit left:"),
-    [part(rl.remaining_requests, rl.limit_requests, rl.reset_requests, "requests"),
-      part(rl.remaining_tokens, rl.limit_tokens, rl.reset_tokens, "tokens")]
-      .filter(Boolean).map((t) => h("div", {}, t)));
+    part(rl.remaining_requests, rl.limit_requests, rl.reset_requests, "requests"),
+    part(rl.remaining_tokens, rl.limit_tokens, rl.reset_tokens, "tokens"));
+}
+
+/** Count the rate limits' reset times down (called every second). */
+function tickRateLimits(root) {
+  for (const el of root.querySelectorAll("[data-reset-at]")) {
+    el.textContent = resetWords(Number(el.dataset.resetAt));
+  }
 }
