@@ -17,6 +17,9 @@ import { appendOutput, approvalNode, planSteps, renderItem } from "./items.js";
 /** Items built when a session opens, and per "Show earlier" click. */
 export const WINDOW = 200;
 
+/** The layout of a phone (style.css says the same width). */
+const NARROW = "(max-width: 860px)";
+
 const POLICIES = ["suggest", "auto-edit", "full-auto"];
 
 // Events that change the header / side panel rather than one item.
@@ -58,11 +61,11 @@ export class SessionView {
     POLICIES.map((p) => h("option", { value: p }, p)));
     this._interrupt = h("button", { class: "btn danger", type: "button",
       "data-testid": "interrupt", onclick: () => this._doInterrupt() }, "Interrupt");
-    this._download = h("a", { class: "btn subtle", "data-testid": "download-log",
+    this._download = h("a", { class: "btn subtle wide-only", "data-testid": "download-log",
       href: api.sessionLogUrl(this.sessionId), download: `session-${this.sessionId}.ndjson` },
     "Download log");
     // a shell on the session's machine, in its workdir (when the machine's owner allows it)
-    this._terminal = h("button", { class: "btn subtle", type: "button", hidden: true,
+    this._terminal = h("button", { class: "btn subtle wide-only", type: "button", hidden: true,
       "data-testid": "open-terminal", title: "A shell on this machine, in this workdir",
       onclick: () => this._openTerminal() }, "Terminal");
     this._title.addEventListener("click", () => this._startRename());
@@ -240,6 +243,8 @@ export class SessionView {
     }
     if (env.session_id !== this.sessionId) {
       const other = env.session_id && this.ctx.store.state.sessions[env.session_id];
+      if (e.type === "approval_requested" && other && descendants(this.ctx.store.state,
+        this.sessionId).includes(other)) this._reveal = e.approval_id; // asked here too
       if (other && other.parent_id === this.sessionId && other.parent_item) {
         this._dirty.add(other.parent_item); // a sub-agent's card shows its live status
         this._batch.schedule();
@@ -275,6 +280,7 @@ export class SessionView {
       case "approval_requested":
         this._dirty.add(e.item_id);
         this._headerDirty = true;
+        this._reveal = e.approval_id; // its buttons come into view, above the prompt box
         break;
       case "approval_resolved": {
         const a = s && s.approvals[e.approval_id];
@@ -334,6 +340,17 @@ export class SessionView {
     }
     this._renderOrphans();
     if (this._stick) this._scrollToEnd();
+    if (this._reveal) this._revealApproval();
+  }
+
+  /** Scroll the approval just asked for into view (its buttons first). */
+  _revealApproval() {
+    const id = this._reveal;
+    this._reveal = null;
+    const node = this.el.querySelector(
+      `[data-testid=approval][data-approval-id="${CSS.escape(id)}"]`);
+    if (!node) return;
+    (node.querySelector(".approval-actions") || node).scrollIntoView({ block: "nearest" });
   }
 
   _renderHeader() {
@@ -424,9 +441,20 @@ export class SessionView {
 
   /** The plan; in plan mode, the proposed plan's approval (as it is, or edited). */
   _planBox(s) {
-    const box = h("section", { class: "side-box", "data-testid": "plan", "aria-label": "Plan" },
-      h("h3", {}, s.plan_mode ? "Plan (plan mode)" : "Plan"),
-      s.plan_explanation ? h("p", { class: "muted small" }, s.plan_explanation) : null);
+    // On a phone the plan sits above the transcript: folded to one line unless opened (or
+    // proposed, when it waits for the user); on a wide screen it is open.
+    const proposed = s.plan_status === "proposed";
+    const narrow = matchMedia(NARROW).matches;
+    const done = s.plan.filter((p) => p.status === "done").length;
+    const current = s.plan.find((p) => p.status === "in_progress");
+    const box = h("details", { class: `side-box plan-box${!s.plan.length && !s.plan_mode
+      ? " plan-empty" : ""}`, "data-testid": "plan", "aria-label": "Plan",
+    open: proposed || (this._planOpen ?? !narrow) },
+    h("summary", {}, h("h3", {}, s.plan_mode ? "Plan (plan mode)" : "Plan"),
+      s.plan.length ? h("span", { class: "muted small plan-progress" },
+        `${done}/${s.plan.length} done${current ? ` · ${current.step}` : ""}`) : null),
+    s.plan_explanation ? h("p", { class: "muted small" }, s.plan_explanation) : null);
+    box.addEventListener("toggle", () => { this._planOpen = box.open; });
     if (this._editingPlan && s.plan_status === "proposed") {
       const area = h("textarea", { class: "input", rows: Math.max(4, s.plan.length + 1),
         "data-testid": "plan-input", "aria-label": "Plan steps, one per line" });
@@ -596,15 +624,23 @@ export class SessionView {
           this.ctx.toast(`${label} failed: ${err.message}`, "error");
         }
       } }, label);
-    const others = Object.values(state.workers).filter((w) => !w.revoked &&
-      w.worker_id !== s.worker_id);
+    const others = Object.values(state.workers).filter((o) => !o.revoked &&
+      o.worker_id !== s.worker_id);
+    const w = state.workers[s.worker_id];
+    const terminal = Boolean(w && w.capabilities && w.capabilities.terminal && !w.revoked);
     const items = [
+      // on a phone these two live here rather than in the header (narrow-only)
+      terminal ? act("menu-terminal", "Terminal", () => this._openTerminal(), "narrow-only")
+        : null,
+      h("a", { class: "btn menu-item narrow-only", "data-testid": "menu-download-log",
+        href: api.sessionLogUrl(this.sessionId), download: `session-${this.sessionId}.ndjson`,
+        onclick: () => { this._menu.open = false; } }, "Download log"),
       act("menu-rename", "Rename", () => this._startRename()),
       act("menu-fork", "Fork", () => this._fork(null)),
       act("menu-archive", s.archived ? "Unarchive" : "Archive",
         () => this.ctx.socket.archiveSession(this.sessionId, !s.archived)),
-      ...others.map((w) => act(`menu-move-${w.worker_id}`, `Move to ${w.hostname}`,
-        () => this.ctx.socket.moveSession(this.sessionId, w.worker_id))),
+      ...others.map((o) => act(`menu-move-${o.worker_id}`, `Move to ${o.hostname}`,
+        () => this.ctx.socket.moveSession(this.sessionId, o.worker_id))),
       s.status === "closed" ? null
         : act("menu-close", "Close", () => this.ctx.socket.closeSession(this.sessionId)),
       this._confirmDelete ? act("menu-delete-confirm", "Confirm delete", async () => {
@@ -617,8 +653,8 @@ export class SessionView {
         this._menu.open = true;
       }, "danger"),
     ];
-    const sig = JSON.stringify([s.archived, s.status, this._confirmDelete,
-      others.map((w) => w.worker_id)]);
+    const sig = JSON.stringify([s.archived, s.status, this._confirmDelete, terminal,
+      others.map((o) => o.worker_id)]);
     if (this._menu.dataset.sig === sig) return;
     this._menu.dataset.sig = sig;
     const open = this._menu.open;
