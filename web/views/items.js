@@ -22,13 +22,18 @@ function markdown(text, cls, { streaming = false } = {}) {
   return div;
 }
 
+/** Code in `lang` (null: plain), coloured. */
+function codeView(text, lang, attrs = {}) {
+  const code = h("code", { class: `hljs${lang ? ` language-${lang}` : ""}` });
+  code.innerHTML = highlightCode(text, lang); // escaped by highlight.js, or by us
+  return h("pre", { class: "code", ...attrs }, code);
+}
+
 /** A file's text, coloured by the language its name says (`app.py`: Python). */
 function fileView(text, path) {
   const lang = languageForPath(path);
-  const code = h("code", { class: `hljs${lang ? ` language-${lang}` : ""}` });
-  code.innerHTML = highlightCode(text, lang); // escaped by highlight.js, or by us
-  return h("pre", { class: "code file-view", "data-testid": "file-view",
-    "data-lang": lang || "" }, code);
+  return codeView(text, lang, { class: "code file-view", "data-testid": "file-view",
+    "data-lang": lang || "" });
 }
 
 /** How many lines `text` shows ("a\nb\n" is two). */
@@ -245,7 +250,7 @@ function toolBody(item, ctx, session) {
     if (text) parts.push(renderDiff(text));
     if (item.output) parts.push(outputBlock(item.output));
   } else if (kind === "mcp") {
-    parts.push(collapsible("Arguments", h("pre", { class: "code" }, prettyJson(item.arguments))));
+    parts.push(collapsible("Arguments", codeView(prettyJson(item.arguments), "json")));
     if (item.output) parts.push(outputBlock(item.output));
     if (item.result !== null) {
       parts.push(collapsible("Result", h("pre", { class: "code" }, item.result), true));
@@ -253,7 +258,7 @@ function toolBody(item, ctx, session) {
   } else {
     if (item.path) parts.push(h("div", { class: "mono path" }, item.path));
     else if (item.name !== "update_plan") {
-      parts.push(collapsible("Arguments", h("pre", { class: "code" }, prettyJson(item.arguments))));
+      parts.push(collapsible("Arguments", codeView(prettyJson(item.arguments), "json")));
     }
     if (item.output) parts.push(outputBlock(item.output));
     if (item.result !== null && item.name === "read_file" && !item.error) {
