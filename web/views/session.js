@@ -6,7 +6,7 @@
 // * streamed command output is appended to the existing <pre> without re-rendering.
 
 import { api } from "../api.js";
-import { fmtBytes, h, replaceChildren, svgIcon } from "../dom.js";
+import { fmtBytes, h, replaceChildren } from "../dom.js";
 import { findItem, updateFields } from "../store.js";
 import {
   FrameBatch, activity, fmtDuration, isBusy, needsAttention, sessionWords, statusChip, titleNode,
@@ -869,6 +869,9 @@ export function descendants(state, sessionId) {
 }
 
 
+const NUM = String.raw`(\d+(?:\.\d+)?)`;
+const RESET = new RegExp(`^(?:${NUM}h)?(?:${NUM}m(?!s))?(?:${NUM}s)?(?:${NUM}ms)?$`);
+
 /**
  * Seconds in a provider's reset header: OpenAI's "20ms", "35.2s", "6m0s", "1h2m3s", or a
  * plain number of seconds; null when it is none of these.
@@ -876,8 +879,7 @@ export function descendants(state, sessionId) {
 export function resetSeconds(text) {
   const t = String(text ?? "").trim();
   if (/^\d+(\.\d+)?$/.test(t)) return Number(t);
-  const m = /^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m(?!s))?(?:(\d+(?:\.\d+)?)s)?(?:(\d+(?:\.\d+)?)ms)?$/
-    .exec(t);
+  const m = RESET.exec(t);
   if (!t || !m) return null;
   const [, hours, minutes, seconds, ms] = m.map((x) => Number(x || 0));
   return hours * 3600 + minutes * 60 + seconds + ms / 1000;
