@@ -16,6 +16,9 @@ export const WORKING_STATUSES = Object.freeze([
   "running", "waiting_approval", "waiting_worker", "waiting_user",
 ]);
 
+/** Session statuses whose time counts in `busy_seconds`. */
+export const BUSY_STATUSES = Object.freeze(["running", "waiting_worker"]);
+
 /**
  * Fill in, in place, the fields an event stored by an older version lacks, with their
  * defaults, at every level: what msgspec does when the server decodes it. Returns the
@@ -855,6 +858,8 @@ export function fillSessionInfo(v) {
   if (v.task_id === undefined) v.task_id = null;
   if (v.sandbox === undefined) v.sandbox = "workspace-write";
   if (v.network === undefined) v.network = false;
+  if (v.busy_seconds === undefined) v.busy_seconds = 0.0;
+  if (v.busy_since === undefined) v.busy_since = null;
   return v;
 }
 

@@ -51,6 +51,8 @@ CONSTANTS: dict[str, tuple[Any, str]] = {
                          "Notice codes that end a requested compaction without a summary."),
     "WORKING_STATUSES": (state.WORKING_STATUSES,
                          "Session statuses in which its board task counts as in progress."),
+    "BUSY_STATUSES": (state.BUSY_STATUSES,
+                      "Session statuses whose time counts in `busy_seconds`."),
 }
 
 # (expression naming a value that is neither undefined nor null) -> statements that fill it

@@ -40,6 +40,10 @@ COMPACTION_ENDED: tuple[str, ...] = ("compaction_skipped", "compaction_failed")
 WORKING_STATUSES: tuple[SessionStatus, ...] = (
     "running", "waiting_approval", "waiting_worker", "waiting_user")
 
+#: Session statuses in which the agent itself is at work (a model call, a command, a machine
+#: it waits for), not waiting for the user: the time a session "took" is the time spent in them.
+BUSY_STATUSES: tuple[SessionStatus, ...] = ("running", "waiting_worker")
+
 
 class WorkerInfo(msgspec.Struct, kw_only=True):
     worker_id: str
@@ -237,6 +241,11 @@ class SessionInfo(msgspec.Struct, kw_only=True):
     #: the OS sandbox its commands run in, and whether they may use the network
     sandbox: SandboxMode = "workspace-write"
     network: bool = False
+    #: seconds spent in BUSY_STATUSES over all its turns, the stretch under way not counted
+    #: (what a card says the session "took": its own turns, not its last activity)
+    busy_seconds: float = 0.0
+    #: when the stretch in BUSY_STATUSES under way began (None: not busy now)
+    busy_since: float | None = None
 
 
 class AuthInfo(msgspec.Struct, kw_only=True):
