@@ -224,6 +224,9 @@ function toolBody(item, ctx, session) {
   if (item.name === "delegate") return delegateBody(item, ctx, session);
   if (item.name === "remember") {
     return [h("p", { class: "memory-note" }, parsedArguments(item).note || ""),
+      (item.result || "").startsWith("already in the project memory")
+        ? h("p", { class: "muted small", "data-testid": "memory-already" },
+          "Already in the project memory: not added again.") : null,
       item.error ? h("p", { class: "tool-error", role: "alert" }, item.error) : null];
   }
   // an ACP agent's command (its argv in the call's raw input) shows as Codey's own does
