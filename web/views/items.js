@@ -88,8 +88,8 @@ export function appendOutput(node, delta) {
   return true;
 }
 
-// The first line of a command's result, as agent/tools.py `format_outcome` writes it.
-const RESULT_HEAD = /^(exit code: -?\d+|the command timed out and was killed|the command was cancelled|the command was killed by signal \S+)( \(output truncated\))?(\n|$)/;
+// The first line of a command's result, as agent/tools/shell.py `reads` writes it.
+const RESULT_HEAD = /^(exit code: -?\d+|the command timed out and was killed|the command was cancelled|the command was killed by signal \S+|the command did not finish: the worker stopped \(.*?\) while it ran, and stopped it)( \(output truncated\))?(\n|$)/;
 
 /**
  * The output to show for a finished command: the streamed output, or the output in the
@@ -274,6 +274,9 @@ function toolBody(item, ctx, session) {
   if (item.error) parts.push(h("p", { class: "tool-error", role: "alert" }, item.error));
   return parts;
 }
+
+/** An error item's head, by code (others: "Error (code)"). */
+const ERROR_HEADS = { error: "Error", worker_lost: "Interrupted:" };
 
 /** What an approval asks, by kind (others: "Approve this <kind>?"). */
 const APPROVAL_HEADS = {
@@ -461,7 +464,7 @@ export function renderItem(item, ctx, session) {
       break;
     case "error_item":
       body = [h("div", { class: "error-text", role: "alert" },
-        h("strong", {}, item.code === "error" ? "Error" : `Error (${item.code})`), " ",
+        h("strong", {}, ERROR_HEADS[item.code] ?? `Error (${item.code})`), " ",
         item.message)];
       break;
     case "plan_item":

@@ -17,6 +17,7 @@ from codey_server.agent.history import History
 from codey_server.agent.machine import (
     STREAM_CHUNK,
     ActionDone,
+    ActionErrored,
     ActionProgressed,
     ApprovalDecided,
     ApprovalExpired,
@@ -259,6 +260,84 @@ def test_the_worker_going_away_shows_while_the_action_waits() -> None:
     assert pilot.session.status == "waiting_worker"
     pilot.feed(WorkerPresence(action_id, True))
     assert (pilot.session.status, pilot.session.status_reason) == ("running", "")
+
+
+def _lost_command(outcome: wk.CommandResult | None = None) -> tuple[Pilot, Step]:
+    """A turn whose answer has two commands; the worker goes away during the first, which
+    ends with ``outcome`` once the worker is back (None: it died, and answers
+    ``interrupted``)."""
+    pilot = _codey()
+    pilot.feed(Start())
+    second = ToolCallRequested("c2", "shell", json.dumps({"command": ["make", "install"]}))
+    pilot.feed(ModelParts([_shell("make"), second]))
+    [run] = pilot.feed(ModelDone()).effects
+    assert isinstance(run, RunAction)
+    action_id = run.action.action_id
+    pilot.feed(ActionProgressed(action_id, wk.ActionProgress(
+        action_id=action_id, stream="stdout", data="compiling\n")))
+    pilot.feed(WorkerPresence(action_id, False))
+    assert pilot.session.status == "waiting_worker"
+    pilot.feed(WorkerPresence(action_id, True))
+    if outcome is None:
+        return pilot, pilot.feed(ActionErrored(
+            action_id, "interrupted",
+            "the worker stopped while this action was running; it was not run again"))
+    return pilot, pilot.feed(ActionDone(action_id, outcome))
+
+
+def test_a_command_lost_with_its_dead_worker_fails_saying_so_and_the_turn_stops() -> None:
+    pilot, step = _lost_command()
+    assert step.effects == []  # no model call behind the user's back
+    first, second = [i for i in pilot.session.items if isinstance(i, ev.ToolCall)]
+    assert first.status == "failed"
+    assert first.error == ("the worker restarted while this command ran: it was not run "
+                           "again, and whether it finished is unknown")
+    assert first.result is not None and first.result.startswith(
+        "error: the worker restarted while this command ran. It was not run again, and "
+        "whether it finished is unknown: it may have been cut short, or still be running")
+    assert "cancelled" not in first.result
+    # the answer's next command is not run on its own after that
+    assert (second.status, second.result) == (
+        "cancelled", "not run: the worker went away while an earlier call of this answer ran")
+    assert pilot.session.pending_actions == {}
+    assert (pilot.session.status, pilot.session.status_reason) == (
+        "error", "the worker restarted during a command")
+    error = pilot.session.items[-1]
+    assert isinstance(error, ev.ErrorItem) and error.code == "worker_lost"
+    assert error.message.startswith("The worker restarted while a command ran")
+    assert pilot.machine.done
+
+    # the next prompt goes on: the model reads what happened
+    pilot.record((S, ev.SessionItemAppended(item=ev.UserMessage(id="itm_2", ts=0.0,
+                                                                text="go on"))))
+    again = Pilot(CodeyTurn(S, models=Models(), limits=LIMITS), pilot.state)
+    [call] = again.feed(Start()).effects
+    assert isinstance(call, CallModel)
+    told = [m for m in json.loads(call.body)["messages"] if m["role"] == "tool"]
+    assert told[0]["content"] == first.result
+
+
+def test_a_command_its_stopping_worker_stopped_fails_with_its_output_and_why() -> None:
+    result = wk.CommandResult(exit_code=None, signal=15, cancelled=True, stdout="compiling\n",
+                              worker_stopped="signal SIGTERM")
+    pilot, step = _lost_command(result)
+    assert step.effects == []
+    first, _ = [i for i in pilot.session.items if isinstance(i, ev.ToolCall)]
+    assert first.status == "failed"
+    assert first.error == ("the worker stopped (signal SIGTERM) while this command ran, and "
+                           "stopped the command with it: it did not finish")
+    assert first.result == ("the command did not finish: the worker stopped (signal SIGTERM) "
+                            "while it ran, and stopped it\ncompiling")
+    assert (pilot.session.status, pilot.session.status_reason) == (
+        "error", "the worker stopped during a command")
+
+
+def test_a_command_cancelled_on_request_is_not_lost_with_its_worker() -> None:
+    result = wk.CommandResult(exit_code=None, signal=15, cancelled=True)
+    pilot, _ = _lost_command(result)
+    first, _second = [i for i in pilot.session.items if isinstance(i, ev.ToolCall)]
+    assert (first.status, first.error) == ("failed", None)
+    assert pilot.session.status == "running" and not pilot.machine.done
 
 
 def test_a_cut_stream_is_retried_after_a_timer_with_the_same_body() -> None:

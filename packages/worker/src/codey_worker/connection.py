@@ -225,7 +225,7 @@ class Worker:
         finally:
             for sig in installed:
                 loop.remove_signal_handler(sig)
-            await self.dispatcher.shutdown()
+            await self.dispatcher.shutdown(reason=self._stop_reason)
             self.records.close()
 
     async def _loop(self) -> int:

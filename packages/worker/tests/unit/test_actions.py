@@ -386,6 +386,7 @@ def test_cancel_stops_a_running_command(tmp_path: Path, root: Path) -> None:
     long_result = send.of("long")[-1]
     assert isinstance(long_result, ActionResult) and isinstance(long_result.result, CommandResult)
     assert long_result.result.cancelled
+    assert long_result.result.worker_stopped == ""  # the server asked: not the worker's doing
 
 
 def test_shutdown_stops_commands_without_waiting_for_them(tmp_path: Path, root: Path) -> None:
@@ -400,10 +401,15 @@ def test_shutdown_stops_commands_without_waiting_for_them(tmp_path: Path, root: 
                     what="the command's first output")
         loop = asyncio.get_running_loop()
         start = loop.time()
-        await d.shutdown(grace_s=5)
+        await d.shutdown(grace_s=5, reason="signal SIGTERM")
         assert d.running() == []
         record = d.records.get("long")
         assert record is not None and record.status == "finished"
+        # what the server gets after the restart says the worker stopped it, and why
+        recorded = codec.decode_worker_to_server(record.response)
+        assert isinstance(recorded, ActionResult)
+        assert isinstance(recorded.result, CommandResult) and recorded.result.cancelled
+        assert recorded.result.worker_stopped == "signal SIGTERM"
         return loop.time() - start
 
     assert run(main) < 4

@@ -561,6 +561,10 @@ class CodeyTurn(TurnMachine):
         assert r is not None
         self._running = None
         self.flush(r.output)
+        lost = _lost_with_its_worker(i, r.tool)
+        if lost is not None:
+            self._lost(r, i, lost)
+            return
         if self.current_status == "waiting_worker":
             self.status("running")
         if isinstance(i, ActionDone):
@@ -578,6 +582,27 @@ class CodeyTurn(TurnMachine):
                         ev.ActionFinished(action_id=r.action_id, outcome="lost"),
                         error="worker timeout")
         self.next(self._settle)
+
+    def _lost(self, r: _Running, i: ActionOutcomeInput, lost: _Lost) -> None:
+        """The call's action did not finish because its worker went away (stopped, or died
+        and came back): the call fails with the reason, the answer's other open calls are
+        not run, and the turn ends in ``error`` with the reason. The model is not called
+        behind the user's back: what it would be told is true, but whether to run the command
+        again (it may still be running, or have done half its work) is for the user to say.
+        The next prompt goes on, and the model reads what happened in the call's result."""
+        if isinstance(i, ActionDone):
+            _, result, fields = r.tool.settle(i.outcome, r.truncated)
+            finished = ev.ActionFinished(action_id=r.action_id, outcome="result")
+        else:
+            result, fields = lost.result, {}
+            finished = ev.ActionFinished(action_id=r.action_id, outcome="errored")
+        fields["error"] = lost.card
+        self.finish(r.item_id, "failed", result, finished, **fields)
+        for item in self.session.items:
+            if isinstance(item, ev.ToolCall) and item.result is None and item.id != r.item_id:
+                self.finish(item.id, "cancelled", "not run: the worker went away while an "
+                                                  "earlier call of this answer ran")
+        self.error(lost.session, "worker_lost", lost.reason)
 
     # attachments ---------------------------------------------------------------------------
 
@@ -977,6 +1002,51 @@ class CodeyTurn(TurnMachine):
         self._compaction = None
         err.message = f"compacting the conversation failed: {err.message}"
         self._fail(err)
+
+
+@dataclass(frozen=True, slots=True)
+class _Lost:
+    """How a call lost with its worker reads: on its card, to the model, for the session."""
+
+    card: str
+    result: str
+    session: str
+    reason: str
+
+
+def _lost_with_its_worker(i: ActionOutcomeInput, tool: WorkerTool[Any]) -> _Lost | None:
+    """Why the action did not finish because its worker went away, or None (it finished, or
+    failed for a reason of its own).
+
+    Two ways: the worker was stopped (a signal) and stopped its commands on the way out (the
+    result says ``worker_stopped``); or it died (kill -9, a crash, a reboot) and, started
+    again, answers the re-sent action ``interrupted`` — it never runs an action twice. Then
+    the outcome is unknown: a command runs in its own session and may outlive its worker."""
+    what = "command" if tool.runs_commands else "action"
+    if isinstance(i, ActionDone) and isinstance(i.outcome, wk.CommandResult) \
+            and i.outcome.worker_stopped:
+        why = i.outcome.worker_stopped
+        return _Lost(
+            card=f"the worker stopped ({why}) while this command ran, and stopped the command "
+                 "with it: it did not finish",
+            result="",  # the tool's own reading (it says so, with the output so far)
+            session=f"The worker stopped ({why}) while a command ran, and stopped the command: "
+                    "it did not finish. Send a message to go on: the model will see what "
+                    "happened.",
+            reason="the worker stopped during a command")
+    if isinstance(i, ActionErrored) and i.code == "interrupted":
+        return _Lost(
+            card=f"the worker restarted while this {what} ran: it was not run again, and "
+                 "whether it finished is unknown",
+            result=f"error: the worker restarted while this {what} ran. It was not run again, "
+                   "and whether it finished is unknown: it may have been cut short"
+                   + (", or still be running on the machine" if tool.runs_commands else "")
+                   + ". Check its effects before running it again.",
+            session=f"The worker restarted while a {what} ran: it was not run again, and "
+                    "whether it finished is unknown. Send a message to go on: the model will "
+                    "see what happened.",
+            reason=f"the worker restarted during a {what}")
+    return None
 
 
 def _usage(part: Usage, call: _Call, total: int) -> ev.TokenUsageRecorded:
