@@ -264,6 +264,11 @@ function toolBody(item, ctx, session) {
     else if (item.name !== "update_plan") {
       parts.push(collapsible("Arguments", codeView(prettyJson(item.arguments), "json")));
     }
+    // a write that asked nothing has no diff: what it writes is still on its card
+    const content = item.name === "write_file" ? parsedArguments(item).content : undefined;
+    if (typeof content === "string") {
+      parts.push(collapsible("Content", fileView(content, item.path)));
+    }
     if (item.output) parts.push(outputBlock(item.output));
     if (item.result !== null && item.name === "read_file" && !item.error) {
       parts.push(collapsible("Result", fileView(item.result, item.path)));

@@ -249,6 +249,67 @@ def test_an_approved_call_is_requested_then_run() -> None:
     assert isinstance(run, RunAction) and isinstance(run.action, wk.RunCommand)
 
 
+def _write(path: str, content: str) -> ToolCallRequested:
+    return ToolCallRequested("c1", "write_file", json.dumps({"path": path, "content": content}))
+
+
+def test_a_write_approval_shows_a_diff_against_the_file_the_worker_read_first() -> None:
+    pilot = _codey("suggest")
+    pilot.feed(Start())
+    pilot.feed(ModelParts([_write("notes.txt", "one\n2\nthree\n")]))
+    step = pilot.feed(ModelDone())
+    # first the worker reads the file as it is: nothing is asked yet
+    [read] = step.effects
+    assert isinstance(read, RunAction) and isinstance(read.action, wk.ReadFile)
+    assert (read.action.path, read.action.workdir) == ("notes.txt", "/w/p")
+    assert pilot.session.approvals == {}
+    step = pilot.feed(ActionDone(read.action.action_id, wk.FileContent(
+        path="notes.txt", content="one\ntwo\nthree\n", size=14, total_lines=3)))
+    [approval] = pilot.session.approvals.values()
+    diff = ("--- a/notes.txt\n+++ b/notes.txt\n@@ -1,3 +1,3 @@\n one\n-two\n+2\n three\n")
+    assert (approval.kind, approval.path, approval.patch) == ("write", "notes.txt", diff)
+    assert approval.reason == "changes notes.txt (+1 −1)"
+    [tool] = [i for i in pilot.session.items if isinstance(i, ev.ToolCall)]
+    assert (tool.status, tool.diff) == ("waiting_approval", diff)  # stays on the card
+    assert [type(e) for e in step.effects] == [WaitApproval]
+
+    # approved: the write runs, and the card keeps the diff
+    pilot.record((S, ev.ApprovalResolved(approval_id=approval.approval_id,
+                                         decision="approved")))
+    [run] = pilot.feed(ApprovalDecided(approval.approval_id)).effects
+    assert isinstance(run, RunAction) and isinstance(run.action, wk.WriteFile)
+    pilot.feed(ActionDone(run.action.action_id, wk.WriteResult(path="notes.txt",
+                                                               bytes_written=12)))
+    [tool] = [i for i in pilot.session.items if isinstance(i, ev.ToolCall)]
+    assert (tool.status, tool.diff) == ("done", diff)
+
+
+def test_a_new_file_shows_its_whole_content_and_an_unreadable_one_says_why() -> None:
+    for failure, reason in [
+            (("not_found", "notes.txt: no such file or directory"), "creates notes.txt (2 lines)"),
+            (("is_directory", "notes.txt is a directory; use list_dir"),
+             "writes 2 lines to notes.txt; the file as it is now could not be read (notes.txt "
+             "is a directory; use list_dir), so this is the whole new content")]:
+        pilot = _codey("suggest")
+        pilot.feed(Start())
+        pilot.feed(ModelParts([_write("notes.txt", "a\nb")]))
+        [read] = pilot.feed(ModelDone()).effects
+        assert isinstance(read, RunAction)
+        pilot.feed(ActionErrored(read.action.action_id, *failure))
+        [approval] = pilot.session.approvals.values()
+        assert approval.patch == ("--- /dev/null\n+++ b/notes.txt\n@@ -0,0 +1,2 @@\n+a\n+b\n"
+                                  "\\ No newline at end of file\n")
+        assert approval.reason == reason
+
+
+def test_a_write_that_asks_nothing_reads_nothing_first() -> None:
+    pilot = _codey("auto-edit")
+    pilot.feed(Start())
+    pilot.feed(ModelParts([_write("notes.txt", "a\n")]))
+    [run] = pilot.feed(ModelDone()).effects
+    assert isinstance(run, RunAction) and isinstance(run.action, wk.WriteFile)
+
+
 def test_the_worker_going_away_shows_while_the_action_waits() -> None:
     pilot = _codey()
     pilot.feed(Start())

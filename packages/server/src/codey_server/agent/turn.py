@@ -171,6 +171,17 @@ class _Running:
 
 
 @dataclass
+class _Previewing:
+    """A call whose approval waits for what the worker reads first (the file a write
+    replaces)."""
+
+    item_id: str
+    parsed: ParsedCall[Any]
+    ask: Ask
+    action_id: str
+
+
+@dataclass
 class _Attaching:
     """Files sent with prompts, being written into the workdir: per message, its files."""
 
@@ -206,6 +217,7 @@ class CodeyTurn(TurnMachine):
         self._asking: tuple[str, str] | None = None  # (question id, item id)
         self._children: dict[str, str] = {}  # sub-agent session id → the call's item id
         self._approving: str | None = None  # the item whose approval is waited for
+        self._previewing: _Previewing | None = None  # read before asking
         self._encoded_tools: tuple[Any, wk.Capabilities | None, bytes] | None = None
 
     # the loop ------------------------------------------------------------------------------
@@ -321,7 +333,8 @@ class CodeyTurn(TurnMachine):
     def _settle(self) -> None:
         """Settle the open tool calls: the parallel ones started together, then the others in
         order, one at a time; then go on with the loop."""
-        if self._running is not None or self._approving is not None or self._asking:
+        if self._running is not None or self._approving is not None or self._asking \
+                or self._previewing is not None:
             return  # a call is under way: its end settles the next
         open_calls = [i for i in self.session.items
                       if isinstance(i, ev.ToolCall) and i.result is None]
@@ -348,7 +361,7 @@ class CodeyTurn(TurnMachine):
 
     def _approval_pending(self) -> bool:
         # a method, not the attribute: a call settled just now may have asked for one
-        return self._approving is not None
+        return self._approving is not None or self._previewing is not None
 
     def _route_call(self, parsed: ParsedCall[Any]) -> str | Ask | None:
         """What a call needs before it runs: a refusal (its reason: plan mode, a read-only
@@ -411,17 +424,50 @@ class CodeyTurn(TurnMachine):
             self.await_approval(approval.approval_id, approval.requested_at)
             return False
         if isinstance(fate, Ask):
-            approval_id = self.new_id("apr")
-            self.emit(ev.ApprovalRequested(approval_id=approval_id, item_id=item.id,
-                                           kind=fate.kind, command=fate.command,
-                                           patch=fate.patch, path=fate.path,
-                                           reason=fate.reason or f"{item.name} wants to run"),
-                      ev.SessionItemUpdated(item_id=item.id, status="waiting_approval",
-                                            approval_id=approval_id))
-            self._approving = item.id
-            self.await_approval(approval_id, self.now)
+            if isinstance(tool, WorkerTool):
+                # what the approval shows may need the worker first (a write: the file now)
+                read = tool.preview(parsed.args, self.new_id("act"), s.session_id, s.workdir)
+                if read is not None:
+                    self._previewing = _Previewing(item.id, parsed, fate, read.action_id)
+                    self.effect(RunAction(s.worker_id, read, CONTEXT_TIMEOUT_S,
+                                          workdir=s.workdir, attach_timeout=CONTEXT_TIMEOUT_S))
+                    return False
+            self._ask(item, fate)
             return False
         return self._go(item, parsed)
+
+    def _ask(self, item: ev.ToolCall, fate: Ask, fields: dict[str, Any] | None = None) -> None:
+        """Ask the user about ``item`` (with ``fields`` of the item that show what is asked)
+        and wait for the decision."""
+        approval_id = self.new_id("apr")
+        self.emit(ev.ApprovalRequested(approval_id=approval_id, item_id=item.id,
+                                       kind=fate.kind, command=fate.command,
+                                       patch=fate.patch, path=fate.path,
+                                       reason=fate.reason or f"{item.name} wants to run"),
+                  ev.SessionItemUpdated(item_id=item.id, status="waiting_approval",
+                                        approval_id=approval_id, **(fields or {})))
+        self._approving = item.id
+        self.await_approval(approval_id, self.now)
+
+    def _previewed(self, i: ActionOutcomeInput) -> None:
+        """What the approval shows has been read (or could not be): ask now."""
+        p = self._previewing
+        assert p is not None
+        self._previewing = None
+        item = self._item(p.item_id)
+        if item is None or item.result is not None:
+            self.next(self._settle)
+            return
+        tool = p.parsed.tool
+        assert isinstance(tool, WorkerTool)
+        if isinstance(i, ActionDone):
+            found, failure = i.outcome, ("", "")
+        elif isinstance(i, ActionErrored):
+            found, failure = None, (i.code, i.message)
+        else:
+            found, failure = None, ("timeout", "the worker did not answer in time")
+        ask, fields = tool.previewed(p.parsed.args, p.ask, found, failure)
+        self._ask(item, ask, fields)
 
     def _go(self, item: ev.ToolCall, parsed: ParsedCall[Any]) -> bool:
         """Carry out a call that needs nothing more: its action, or the server's own work."""
@@ -555,6 +601,8 @@ class CodeyTurn(TurnMachine):
             self._attachment_written(i)
         elif self._running is not None and self._running.action_id == i.action_id:
             self._tool_action_over(i)
+        elif self._previewing is not None and self._previewing.action_id == i.action_id:
+            self._previewed(i)
 
     def _tool_action_over(self, i: ActionOutcomeInput) -> None:
         r = self._running
