@@ -1,13 +1,14 @@
 """The session view says what is so: the lines of output it counts are the ones on screen, a
 file's size is the same before and after sending, a rate limit's reset counts down, the
 header keeps the model and "archived" apart, the fork icon is one the page ships, a
-sub-agent links back to its parent, and a fork opened before its event arrived shows up
-without a reload."""
+sub-agent links back to its parent, a fork opened before its event arrived shows up
+without a reload, and the changed files and memory notes are the session's own."""
 
 from __future__ import annotations
 
 import re
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from playwright.sync_api import Page, expect
@@ -150,3 +151,43 @@ def test_a_fork_shows_up_without_a_reload(stack: Stack, page: Page) -> None:
     expect(page.get_by_test_id("forked-from")).to_be_visible()
     expect(stack.status(page)).to_have_text("forked")
     assert page.evaluate("window.__e2eSamePage") is True, "the page was reloaded"
+
+
+def test_changed_files_and_memory_notes_are_the_sessions_own(stack: Stack, page: Page) -> None:
+    """Two sessions in one folder: each lists the files it changed, not the other's nor the
+    user's; the note both remember is in the folder's memory once."""
+    stack.model({"model": "scripted-1", "steps": [
+        {"match": {"user": "task one"}, "reply": {"calls": [
+            {"name": "write_file", "arguments": {"path": "a.txt", "content": "a\n"}},
+            {"name": "remember", "arguments": {"note": "Use tabs"}}]}},
+        {"match": {"user": "task two"}, "reply": {"calls": [
+            stack.shell("bash", "-c", "echo b > b.txt"),
+            {"name": "remember", "arguments": {"note": "use  tabs."}}]}},
+        {"match": {"tool": "remember"}, "reply": {"text": "Done."}},
+    ]})
+    stack.server()
+    worker = stack.worker()
+    stack.open(page)
+    workdir = stack.workdir(worker, "shared")
+    one = stack.new_session(page, worker, workdir, "task one")
+    expect(stack.items(page, "assistant_message").last).to_have_text("Done.")
+    changed = page.get_by_test_id("changed-files")
+    expect(changed.locator("li")).to_have_text(["a.txt"])
+    # the user's own edit between turns (well after the session's last action) is not its
+    time.sleep(3)
+    (Path(workdir) / "mine.txt").write_text("by hand\n")
+    time.sleep(1.5)  # seen by the watcher meanwhile, and left out
+
+    two = stack.new_session(page, worker, workdir, "task two")
+    expect(stack.items(page, "assistant_message").last).to_have_text("Done.")
+    expect(changed.locator("li")).to_have_text(["b.txt"])
+    remembered = stack.items(page, "tool_call").last
+    expect(remembered.get_by_test_id("memory-already")).to_be_visible()
+    expect(page.get_by_test_id("memory-text")).to_have_text("- Use tabs")
+    page.screenshot(path=f"{SHOTS}/changed-files.png")
+
+    stack.open_session(page, one)
+    expect(changed.locator("li")).to_have_text(["a.txt"])
+    state = stack.browser_state(page)
+    assert state["sessions"][one]["changed_paths"] == ["a.txt"]
+    assert state["sessions"][two]["changed_paths"] == ["b.txt"]

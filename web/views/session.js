@@ -431,7 +431,8 @@ export class SessionView {
     const parts = [];
     parts.push(this._planBox(s));
     if (s.changed_paths.length) {
-      parts.push(h("section", { class: "side-box", "aria-label": "Changed files" },
+      parts.push(h("section", { class: "side-box", "aria-label": "Changed files",
+        "data-testid": "changed-files" },
         h("h3", {}, "Changed files"),
         h("ul", { class: "paths" }, s.changed_paths.slice(-30).reverse().map((p) =>
           h("li", { class: "mono ellipsis", title: p }, p)))));

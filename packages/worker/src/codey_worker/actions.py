@@ -124,6 +124,8 @@ _READ_ONLY = (ReadFile, ListDir, McpList, LoadContext, ViewImage, Grep, Glob)
 #: this worker, and after a restart there is none (a re-sent one is answered process_gone,
 #: never carried out twice); a repeat within this process is answered from memory
 _UNRECORDED = (*_READ_ONLY, ExecWrite, ExecKill, ExecList)
+#: actions that change no file of the workdir: what changes meanwhile is not their session's
+_NO_WORKDIR_CHANGE = (*_READ_ONLY, AttachSession, DetachSession, Cancel, ExecList, ExecKill)
 READ_RESULTS_KEPT = 500
 READ_RESULTS_BYTES = 32 * 1024 * 1024
 #: how long attach_session waits for MCP servers to list their tools before answering with
@@ -322,6 +324,17 @@ class ActionDispatcher:
                              message=f"{type(exc).__name__}: {exc}")
 
     async def _run(self, action: ActionMessage) -> None:
+        # what changes in the workdir while it runs is this session's (watch.py)
+        watcher = None if isinstance(action, _NO_WORKDIR_CHANGE) else self.watcher
+        if watcher is not None:
+            watcher.acting(action.session_id)
+        try:
+            await self._run_action(action)
+        finally:
+            if watcher is not None:
+                watcher.acted(action.session_id)
+
+    async def _run_action(self, action: ActionMessage) -> None:
         action_id = action.action_id
         response: ActionResult | ActionErrored
         try:
