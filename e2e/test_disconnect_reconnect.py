@@ -1,4 +1,5 @@
-"""A worker killed mid-command shows as disconnected; started again, the session goes on."""
+"""A worker killed mid-command shows as disconnected; started again, the session says what
+happened, and goes on when the user says so."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ if TYPE_CHECKING:  # the suite imports test modules with importlib
 def test_disconnect_reconnect(stack: Stack, page: Page) -> None:
     stack.model({"model": "scripted-1", "steps": [
         {"match": {"user": "long job"}, "reply": {"calls": [stack.gated("long")]}},
-        # The killed command is never run twice: the restarted worker answers "interrupted".
-        {"match": {"tool": "shell", "tool_output": "interrupted"},
+        # The killed command is never run twice: the restarted worker answers "interrupted",
+        # and the turn stops there; the user's word runs it again.
+        {"match": {"user": "go on"},
          "reply": {"calls": [stack.shell("bash", "-c", "echo second-run")]}},
         {"match": {"tool": "shell", "tool_output": "second-run"},
          "reply": {"text": "finished after the reconnect"}},
@@ -41,9 +43,13 @@ def test_disconnect_reconnect(stack: Stack, page: Page) -> None:
     worker.start()
     expect(card.get_by_test_id("worker-status")).to_have_text("connected")
     expect(session_card.get_by_test_id("worker-gone")).to_have_count(0)
-    expect(session_card.get_by_test_id("session-status")).to_have_attribute("data-status", "idle")
+    expect(session_card.get_by_test_id("session-status")).to_have_attribute("data-status",
+                                                                             "error")
 
     stack.open_session(page, sid)
+    expect(stack.items(page, "error_item").last).to_contain_text("The worker restarted")
+    page.get_by_test_id("prompt-input").fill("go on")
+    page.get_by_test_id("prompt-send").click()
     tools = stack.items(page, "tool_call")
     expect(tools).to_have_count(2)
     expect(tools.nth(1).get_by_test_id("tool-output")).to_have_text("second-run")

@@ -4,6 +4,7 @@ reload), shows every item exactly once, and the turn finishes."""
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from playwright.sync_api import Page, expect
@@ -48,3 +49,52 @@ def test_server_restart(stack: Stack, page: Page) -> None:
     served = server.http.get(f"/api/sessions/{sid}").json()
     assert ids == [i["id"] for i in served["items"]]
     assert len([i for i in served["items"] if i["kind"] == "tool_call"]) == 1
+
+
+# ticks: one line, then (once released) 25 more, then a file that says it ended
+TICKS = ("echo tick-start; for i in $(seq 600); do [ -f go ] && break; sleep 0.1; done; "
+         "for i in $(seq 25); do echo tick $i; done; touch ended")
+
+
+def test_output_printed_while_the_server_was_away_is_shown(stack: Stack, page: Page) -> None:
+    """The command ends while the server is down: the chunks it streamed meanwhile are lost,
+    but its result (what the model got) holds them all, and the card shows that."""
+    stack.model({"model": "scripted-1", "steps": [
+        {"match": {"user": "tick"}, "reply": {"calls": [stack.shell("bash", "-c", TICKS)]}},
+        {"match": {"tool": "shell", "tool_output": "tick 25"},
+         "reply": {"text": "I saw 25 ticks."}},
+        {"match": {"any": True}, "reply": {"text": "unexpected"}},
+    ]})
+    server = stack.server()
+    worker = stack.worker()
+    stack.open(page)
+    wd = stack.workdir(worker, "ticks")
+    sid = stack.new_session(page, worker, wd, "tick")
+    tool = stack.items(page, "tool_call").last
+    expect(tool.get_by_test_id("tool-output")).to_have_text("tick-start")
+
+    server.kill9()
+    expect(page.get_by_test_id("conn-state")).to_have_text("reconnecting")
+    stack.release(wd)
+    stack.wait_until(lambda: (Path(wd) / "ended").exists(), what="the command to end")
+    server.start()
+    expect(page.get_by_test_id("conn-state")).to_have_text("live")
+    worker.wait_connected()  # (its backoff grew while the server was away)
+    expect(stack.items(page, "assistant_message").last).to_have_text("I saw 25 ticks.",
+                                                                       timeout=60_000)
+
+    out = tool.get_by_test_id("tool-output")
+    expect(out).to_contain_text("tick 25")
+    expect(out).to_contain_text("tick 1\n")
+    expect(tool.get_by_test_id("output-summary")).to_have_text("Output (26 lines)")
+    expect(tool.get_by_test_id("exit-code")).to_have_text("exit 0")
+    # (today the streamed output stops at "tick-start": the worker does not send again the
+    # chunks the dead server missed; should it some day, the card is right all the same)
+    served = server.http.get(f"/api/sessions/{sid}").json()
+    [item] = [i for i in served["items"] if i["kind"] == "tool_call"]
+    assert "tick 25" in item["result"]
+    # and the same after a reload
+    page.reload()
+    expect(page.get_by_test_id("conn-state")).to_have_text("live")
+    tool = stack.items(page, "tool_call").last
+    expect(tool.get_by_test_id("output-summary")).to_have_text("Output (26 lines)")

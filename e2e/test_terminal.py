@@ -46,7 +46,17 @@ def test_type_in_the_terminal_close_the_tab_and_find_the_same_shell(stack: Stack
         again.keyboard.type("echo again-$MARK\n")
         expect(again.locator("[data-testid=terminal] .xterm-rows")).to_contain_text("again-42")
 
+        # closing asks first: Cancel keeps the shell, "Close it" ends it
         again.get_by_test_id("terminal-close").click()
+        expect(again.get_by_test_id("terminal-close-ask")).to_be_visible()
+        again.get_by_test_id("terminal-close-cancel").click()
+        expect(again.get_by_test_id("terminal-close-ask")).to_be_hidden()
+        expect(again.get_by_test_id("terminal-state")).to_have_text("live")
+        again.get_by_test_id("terminal").click()
+        again.keyboard.type("echo still-$MARK\n")
+        expect(again.locator("[data-testid=terminal] .xterm-rows")).to_contain_text("still-42")
+        again.get_by_test_id("terminal-close").click()
+        again.get_by_test_id("terminal-close-confirm").click()
         expect(again.get_by_test_id("terminal-state")).to_have_text("ended")
         expect(again.get_by_test_id("terminal-reconnect")).to_be_hidden()
     finally:

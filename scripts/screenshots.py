@@ -9,6 +9,7 @@ photographs them with Playwright and Debian's Chromium (/usr/bin/chromium) at 12
 
     dashboard.png   workers and several sessions (running, waiting for approval, done)
     session.png     a session with a plan, a diff and command output
+    answer.png      the same session's answer: Markdown with highlighted code and a table
     approval.png    a pending approval
     pairing.png     a machine asking to be linked (host details and the code to compare)
     login.png       the login banner of a provider that needs OAuth (the OIDC provider)
@@ -16,6 +17,7 @@ photographs them with Playwright and Debian's Chromium (/usr/bin/chromium) at 12
     dark-dashboard.png  the dashboard in the dark theme, a machine's recent log open
     login-screen.png    what a browser without the login cookie sees
     mobile-dashboard.png, mobile-session.png   the same at 390 px wide (a phone)
+    mobile-approval.png   a pending approval on a phone, above the prompt box
 """
 
 from __future__ import annotations
@@ -144,8 +146,12 @@ SCRIPT: dict[str, Any] = {"model": ["gpt-scripted", "gpt-scripted-mini"],
      "reply": {"calls": [_plan(("Read app.py", "done"), ("Fix add()", "done"),
                                ("Run the tests", "done"))]}},
     {"match": {"tool": "update_plan"},
-     "reply": {"text": "Fixed. `add()` in **app.py** returned `a - b`; it now returns "
-                       "`a + b`.\n\n- `test_add` passes\n- `test_mul` still passes\n\n"
+     "reply": {"text": "Fixed. `add()` in **app.py** returned `a - b`; it now returns:\n\n"
+                       "```python\ndef add(a, b):\n    \"\"\"Return the sum of a and b.\"\"\"\n"
+                       "    return a + b\n```\n\n"
+                       "| test | before | after |\n|---|---|---|\n"
+                       "| `test_add` | failed | **passes** |\n"
+                       "| `test_mul` | passes | passes |\n\n"
                        "No other code calls `add()` with negative numbers, so nothing else "
                        "changes."}},
     # 2. a command waiting for approval (policy auto-edit: the patch goes through)
@@ -275,6 +281,11 @@ class Shots:
             "(el) => { const d = el.querySelector('[data-testid=diff]');"
             " el.scrollTop = d.closest('[data-testid=item]').offsetTop - el.offsetTop - 12; }")
         self.shoot(page, "session.png")
+        answer = page.locator("[data-testid=item][data-kind=assistant_message]").last
+        expect(answer.locator("table")).to_be_visible()
+        page.locator("[data-testid=session-items]").evaluate(
+            "(el) => { el.scrollTop = el.scrollHeight; }")
+        self.shoot(page, "answer.png")
         page.get_by_test_id("theme-toggle").click()
         expect(page.locator("html")).to_have_attribute("data-theme", "dark")
         self.shoot(page, "dark.png")
@@ -324,6 +335,9 @@ class Shots:
         self.open(page, f"#/session/{self.fix}")
         expect(page.get_by_test_id("diff")).to_be_visible()
         self.shoot(page, "mobile-session.png")
+        self.open(page, f"#/session/{self.verbose}")
+        expect(page.get_by_test_id("approve")).to_be_in_viewport()
+        self.shoot(page, "mobile-approval.png")
 
 
 def main(argv: list[str] | None = None) -> int:

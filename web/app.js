@@ -57,6 +57,7 @@ class App {
       () => new McpDialog(ctx).open());
     document.querySelector("[data-testid=telegram-open]").addEventListener("click",
       () => new TelegramDialog(ctx).open());
+    this._setupMenu();
     this._shortcuts = new Shortcuts(this);
     this._setConn("offline");
     this.route();
@@ -164,6 +165,30 @@ class App {
   _setConn(status) {
     this.connEl.textContent = status;
     this.connEl.dataset.state = status;
+  }
+
+  // On a phone the top bar is one row: its pages and dialogs open from "Menu".
+  _setupMenu() {
+    const button = document.querySelector("[data-testid=topbar-menu]");
+    const nav = document.getElementById("topbar-nav");
+    const set = (open) => {
+      nav.classList.toggle("open", open);
+      button.setAttribute("aria-expanded", String(open));
+    };
+    button.addEventListener("click", () => set(!nav.classList.contains("open")));
+    nav.addEventListener("click", (ev) => {
+      if (ev.target.closest("a, button")) set(false);
+    });
+    document.addEventListener("click", (ev) => {
+      if (!nav.contains(ev.target) && ev.target !== button) set(false);
+    });
+    document.addEventListener("keydown", (ev) => {
+      if (ev.key === "Escape" && nav.classList.contains("open")) {
+        set(false);
+        button.focus();
+      }
+    });
+    window.addEventListener("hashchange", () => set(false));
   }
 
   _setupTheme() {

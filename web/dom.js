@@ -99,3 +99,42 @@ export async function copyText(text) {
   area.remove();
   if (!ok) throw new Error("the browser refused to copy; select the line instead");
 }
+
+/** "48 B", "1.5 KiB", "3.2 MiB": a size in bytes, the same wherever it is shown. */
+export function fmtBytes(n) {
+  const size = Math.max(0, Number(n) || 0);
+  if (size < 1024) return `${size} B`;
+  const units = ["KiB", "MiB", "GiB"];
+  let value = size / 1024;
+  let unit = 0;
+  while (value >= 1024 && unit < units.length - 1) {
+    value /= 1024;
+    unit += 1;
+  }
+  return `${value < 10 ? value.toFixed(1) : Math.round(value)} ${units[unit]}`;
+}
+
+const SVG = "http://www.w3.org/2000/svg";
+
+// Icons the page ships (drawn, not a font's glyph: a missing glyph is an empty box).
+const ICONS = {
+  // a branch: two tips joining into one stem
+  fork: [["circle", { cx: 6, cy: 5, r: 2 }], ["circle", { cx: 18, cy: 5, r: 2 }],
+    ["circle", { cx: 12, cy: 19, r: 2 }], ["path", { d: "M6 7v2a4 4 0 0 0 4 4h4a4 4 0 0 0 4-4V7" }],
+    ["path", { d: "M12 13v4" }]],
+};
+
+/** An inline SVG icon (`fork`), decorative: hidden from screen readers, in the text colour. */
+export function svgIcon(name) {
+  const svg = document.createElementNS(SVG, "svg");
+  for (const [k, v] of Object.entries({ viewBox: "0 0 24 24", width: "14", height: "14",
+    fill: "none", stroke: "currentColor", "stroke-width": "2", "stroke-linecap": "round",
+    "stroke-linejoin": "round", "aria-hidden": "true", focusable: "false",
+    class: `icon icon-svg-${name}`, "data-icon": name })) svg.setAttribute(k, v);
+  for (const [tag, attrs] of ICONS[name] || []) {
+    const el = document.createElementNS(SVG, tag);
+    for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, String(v));
+    svg.append(el);
+  }
+  return svg;
+}

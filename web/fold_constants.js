@@ -22,6 +22,9 @@ export const PROCESS_OUTPUT_KEPT = 65536;
 /** Ended processes a session keeps listed. */
 export const PROCESSES_ENDED_KEPT = 20;
 
+/** Session statuses whose time counts in `busy_seconds`. */
+export const BUSY_STATUSES = Object.freeze(["running", "waiting_worker"]);
+
 /**
  * Fill in, in place, the fields an event stored by an older version lacks, with their
  * defaults, at every level: what msgspec does when the server decodes it. Returns the
@@ -896,6 +899,8 @@ export function fillSessionInfo(v) {
       fillSessionProcess(x);
     }
   }
+  if (v.busy_seconds === undefined) v.busy_seconds = 0.0;
+  if (v.busy_since === undefined) v.busy_since = null;
   return v;
 }
 

@@ -1,160 +1,155 @@
-// A small, safe Markdown subset renderer for assistant messages.
+// Markdown for the model's answers, and syntax highlighting for code blocks and file views.
 //
-// Safety by construction: every piece of source text is HTML-escaped FIRST, and the only tags in
-// the output are the ones this file writes (p, br, pre, code, strong, em, ul, ol, li, h3–h6,
-// blockquote, a). Links are kept only for http(s) URLs and get rel="noopener noreferrer".
-// Raw HTML in the source is shown as text, never interpreted.
-//
-// Subset: paragraphs, ``` code fences, `inline code`, **bold**, *italic* / _italic_,
-// - / * / 1. lists, # headings, > quotes, [text](https://…) links and bare https:// URLs.
+// markdown-it parses (CommonMark plus tables and strikethrough) and highlight.js colours code;
+// both are vendored from the npm registry under web/vendor/ (see their README.md). Neither is
+// allowed to make live HTML out of the model's text:
+// * `html: false`: raw HTML in the source is shown as text, never interpreted;
+// * links are kept only for http(s) and mailto URLs (`validateLink`), and open in a new tab
+//   with rel="noopener noreferrer";
+// * images are never loaded (a picture's URL is a way to send data out): an image becomes a
+//   link to it, with its alt text;
+// * markdown-it escapes every text and attribute it writes, and highlight.js escapes the code
+//   it colours (it only adds <span class="hljs-…">).
+// The output is safe to assign to `innerHTML`; e2e/test_markdown.py feeds it hostile input.
+
+import markdownit from "./vendor/markdown-it/markdown-it.min.js";
+import hljs from "./vendor/highlight.js/core.min.js";
+import bash from "./vendor/highlight.js/languages/bash.min.js";
+import c from "./vendor/highlight.js/languages/c.min.js";
+import cpp from "./vendor/highlight.js/languages/cpp.min.js";
+import css from "./vendor/highlight.js/languages/css.min.js";
+import diff from "./vendor/highlight.js/languages/diff.min.js";
+import dockerfile from "./vendor/highlight.js/languages/dockerfile.min.js";
+import go from "./vendor/highlight.js/languages/go.min.js";
+import ini from "./vendor/highlight.js/languages/ini.min.js";
+import java from "./vendor/highlight.js/languages/java.min.js";
+import javascript from "./vendor/highlight.js/languages/javascript.min.js";
+import json from "./vendor/highlight.js/languages/json.min.js";
+import makefile from "./vendor/highlight.js/languages/makefile.min.js";
+import markdown from "./vendor/highlight.js/languages/markdown.min.js";
+import plaintext from "./vendor/highlight.js/languages/plaintext.min.js";
+import python from "./vendor/highlight.js/languages/python.min.js";
+import rust from "./vendor/highlight.js/languages/rust.min.js";
+import shell from "./vendor/highlight.js/languages/shell.min.js";
+import sql from "./vendor/highlight.js/languages/sql.min.js";
+import typescript from "./vendor/highlight.js/languages/typescript.min.js";
+import xml from "./vendor/highlight.js/languages/xml.min.js";
+import yaml from "./vendor/highlight.js/languages/yaml.min.js";
+
+const LANGUAGES = {
+  bash, c, cpp, css, diff, dockerfile, go, ini, java, javascript, json, makefile, markdown,
+  plaintext, python, rust, shell, sql, typescript, xml, yaml,
+};
+for (const [name, grammar] of Object.entries(LANGUAGES)) hljs.registerLanguage(name, grammar);
+// the grammars' own aliases cover js, ts, py, sh, html, yml, toml, console, patch…; these too
+hljs.registerAliases(["jsonc", "json5"], { languageName: "json" });
+hljs.registerAliases(["text", "txt", "log", "output"], { languageName: "plaintext" });
+hljs.registerAliases(["mjs", "cjs", "jsx"], { languageName: "javascript" });
+hljs.registerAliases(["tsx", "mts", "cts"], { languageName: "typescript" });
+hljs.registerAliases(["h", "hpp", "cc", "cxx"], { languageName: "cpp" });
+hljs.registerAliases(["cfg", "conf"], { languageName: "ini" });
+hljs.registerAliases(["svg"], { languageName: "xml" });
 
 const ESCAPES = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
 
 /** Escape text for use in HTML content and in double-quoted attributes. */
 export function escapeHtml(text) {
-  return String(text).replace(/[&<>"']/g, (c) => ESCAPES[c]);
+  return String(text).replace(/[&<>"']/g, (ch) => ESCAPES[ch]);
 }
 
-// Inline transforms run on ALREADY-ESCAPED text, so `<`, `>` and quotes cannot appear in it.
-function inlineEscaped(escaped) {
-  // Split off code spans first so nothing inside them is transformed.
-  const parts = escaped.split(/(`+)([^`]|[^`][\s\S]*?[^`])\1(?!`)/);
-  let out = "";
-  for (let i = 0; i < parts.length; i += 3) {
-    out += emphasis(parts[i]);
-    if (i + 2 < parts.length) out += `<code>${parts[i + 2]}</code>`;
+/** The language highlight.js knows by `name` (a fence's info word, an alias), or null. */
+export function knownLanguage(name) {
+  const key = String(name || "").trim().toLowerCase();
+  return key && hljs.getLanguage(key) ? key : null;
+}
+
+/** Code as HTML: coloured when `lang` is known, plain (escaped) otherwise. */
+export function highlightCode(code, lang) {
+  const known = knownLanguage(lang);
+  if (!known) return escapeHtml(code);
+  try {
+    return hljs.highlight(String(code), { language: known, ignoreIllegals: true }).value;
+  } catch {
+    return escapeHtml(code);
   }
-  return out;
 }
 
-const LINK = /\[([^\]\n]+)\]\((https?:\/\/[^\s)]+)\)/g;
-const BARE_URL = /(^|[\s(])(https?:\/\/[^\s<)]+[^\s<).,;:!?'"])/g;
+const FILE_NAMES = { dockerfile: "dockerfile", makefile: "makefile", gnumakefile: "makefile" };
 
-function anchor(href, label) {
-  // `href` is escaped text (entities decode back to the URL); the scheme was checked by the regex.
-  return `<a href="${href}" target="_blank" rel="noopener noreferrer">${label}</a>`;
+/** The language of a file, from its name (`src/app.py` → python), or null. */
+export function languageForPath(path) {
+  const name = String(path || "").split("/").pop().toLowerCase();
+  if (FILE_NAMES[name]) return FILE_NAMES[name];
+  const dot = name.lastIndexOf(".");
+  return dot > 0 ? knownLanguage(name.slice(dot + 1)) : null;
 }
 
-function emphasis(text) {
-  if (!text) return text;
-  const links = [];
-  // Replace links with placeholders so emphasis markers inside URLs are left alone.
-  let s = text.replace(LINK, (_, label, href) => {
-    links.push(anchor(href, label));
-    return `\u0000${links.length - 1}\u0000`;
+const SAFE_LINK = /^(https?:|mailto:)/i;
+
+function makeRenderer({ highlight }) {
+  const md = markdownit({
+    html: false, // raw HTML is text
+    linkify: true, // bare https:// URLs become links
+    breaks: true, // a line break in a message is a line break on screen
+    typographer: false,
   });
-  s = s.replace(BARE_URL, (_, lead, href) => {
-    links.push(anchor(href, href));
-    return `${lead}\u0000${links.length - 1}\u0000`;
-  });
-  s = s
-    .replace(/\*\*(?=\S)([\s\S]*?\S)\*\*/g, "<strong>$1</strong>")
-    .replace(/__(?=\S)([\s\S]*?\S)__/g, "<strong>$1</strong>")
-    .replace(/(^|[^*\w])\*(?=\S)([^*]*?\S)\*(?![*\w])/g, "$1<em>$2</em>")
-    .replace(/(^|[^_\w])_(?=\S)([^_]*?\S)_(?![_\w])/g, "$1<em>$2</em>");
-  return s.replace(/\u0000(\d+)\u0000/g, (_, i) => links[Number(i)]);
+  md.linkify.set({ fuzzyLink: false, fuzzyEmail: false, fuzzyIP: false });
+  // markdown-it's own check refuses javascript:, vbscript:, file: and most data:; ours keeps
+  // only what a person can follow
+  md.validateLink = (url) => SAFE_LINK.test(url.trim());
+  const rules = md.renderer.rules;
+  const esc = md.utils.escapeHtml;
+
+  rules.link_open = (tokens, idx, options, env, self) => {
+    const token = tokens[idx];
+    token.attrSet("target", "_blank");
+    token.attrSet("rel", "noopener noreferrer");
+    return self.renderToken(tokens, idx, options);
+  };
+  // headings inside a message stay small: # is <h3>, ## is <h4>…
+  rules.heading_open = (tokens, idx) => `<h${Math.min(6, Number(tokens[idx].tag.slice(1)) + 2)}>`;
+  rules.heading_close = (tokens, idx) =>
+    `</h${Math.min(6, Number(tokens[idx].tag.slice(1)) + 2)}>\n`;
+  // an image is never loaded: a link to it, labelled with its alt text
+  rules.image = (tokens, idx) => {
+    const token = tokens[idx];
+    const src = token.attrGet("src") || "";
+    const alt = token.content || "image";
+    return `<a href="${esc(src)}" target="_blank" rel="noopener noreferrer" class="md-image">` +
+      `${esc(`image: ${alt}`)}</a>`;
+  };
+  const code = (text, lang) => {
+    const known = knownLanguage(lang);
+    const attr = lang ? ` data-lang="${esc(lang)}"` : "";
+    const body = highlight && known ? highlightCode(text, known) : esc(text);
+    return `<pre class="code"${attr}><code class="hljs${known ? ` language-${esc(known)}` : ""}">` +
+      `${body}</code></pre>\n`;
+  };
+  rules.fence = (tokens, idx) => {
+    const token = tokens[idx];
+    const lang = (token.info || "").trim().split(/\s+/)[0];
+    return code(token.content.replace(/\n$/, ""), lang);
+  };
+  rules.code_block = (tokens, idx) => code(tokens[idx].content.replace(/\n$/, ""), "");
+  return md;
 }
 
-/** Render inline Markdown (no blocks) of raw text to safe HTML. */
-export function renderInline(text) {
-  // NUL is our placeholder marker; it has no business in text anyway.
-  return inlineEscaped(escapeHtml(String(text).replace(/\u0000/g, "")));
-}
-
-const FENCE = /^\s{0,3}(`{3,}|~{3,})\s*([\w+.#-]*)\s*$/;
-const BULLET = /^\s{0,3}[-*+]\s+(.*)$/;
-const ORDERED = /^\s{0,3}(\d{1,9})[.)]\s+(.*)$/;
-const HEADING = /^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$/;
-const QUOTE = /^\s{0,3}>\s?(.*)$/;
-const INDENTED = /^(\s{2,}|\t)(\S.*)$/;
+const RENDERERS = {
+  highlighted: makeRenderer({ highlight: true }),
+  plain: makeRenderer({ highlight: false }),
+};
 
 /**
- * Render Markdown source to an HTML string that is safe to assign to `innerHTML`.
- * Unfinished constructs (a fence still streaming) render as if closed.
+ * Markdown source as HTML that is safe to assign to `innerHTML`. Unfinished constructs (a
+ * fence still streaming) render as if closed. `highlight: false` skips the colouring (a
+ * message still streaming is rendered again for every chunk).
  */
-export function renderMarkdown(source) {
-  const lines = String(source ?? "").replace(/\r\n?/g, "\n").split("\n");
-  const out = [];
-  let para = [];
-  let list = null; // {tag, items: [string]}
-  let quote = [];
+export function renderMarkdown(source, { highlight = true } = {}) {
+  const md = highlight ? RENDERERS.highlighted : RENDERERS.plain;
+  return md.render(String(source ?? ""));
+}
 
-  const flushPara = () => {
-    if (para.length) out.push(`<p>${para.map(renderInline).join("<br>")}</p>`);
-    para = [];
-  };
-  const flushList = () => {
-    if (list) {
-      const start = list.tag === "ol" && list.start !== 1 ? ` start="${list.start}"` : "";
-      const items = list.items.map((t) => `<li>${t.map(renderInline).join("<br>")}</li>`);
-      out.push(`<${list.tag}${start}>${items.join("")}</${list.tag}>`);
-    }
-    list = null;
-  };
-  const flushQuote = () => {
-    if (quote.length) out.push(`<blockquote>${renderMarkdown(quote.join("\n"))}</blockquote>`);
-    quote = [];
-  };
-  const flushAll = () => {
-    flushPara();
-    flushList();
-    flushQuote();
-  };
-
-  for (let i = 0; i < lines.length; i++) {
-    const line = lines[i];
-    const fence = FENCE.exec(line);
-    if (fence) {
-      flushAll();
-      const marker = fence[1];
-      const body = [];
-      i += 1;
-      while (i < lines.length && !lines[i].trimStart().startsWith(marker)) {
-        body.push(lines[i]);
-        i += 1;
-      }
-      const lang = fence[2] ? ` data-lang="${escapeHtml(fence[2])}"` : "";
-      out.push(`<pre class="code"${lang}><code>${escapeHtml(body.join("\n"))}</code></pre>`);
-      continue;
-    }
-    if (!line.trim()) {
-      flushAll();
-      continue;
-    }
-    const q = QUOTE.exec(line);
-    if (q) {
-      flushPara();
-      flushList();
-      quote.push(q[1]);
-      continue;
-    }
-    flushQuote();
-    const h = HEADING.exec(line);
-    if (h) {
-      flushAll();
-      const level = Math.min(6, h[1].length + 2); // h3..h6: headings inside a message stay small
-      out.push(`<h${level}>${renderInline(h[2])}</h${level}>`);
-      continue;
-    }
-    const b = BULLET.exec(line);
-    const o = b ? null : ORDERED.exec(line);
-    if (b || o) {
-      flushPara();
-      const tag = b ? "ul" : "ol";
-      if (!list || list.tag !== tag) {
-        flushList();
-        list = { tag, start: o ? Number(o[1]) : 1, items: [] };
-      }
-      list.items.push([b ? b[1] : o[2]]);
-      continue;
-    }
-    if (list && INDENTED.test(line)) {
-      list.items[list.items.length - 1].push(line.trim());
-      continue;
-    }
-    flushList();
-    para.push(line);
-  }
-  flushAll();
-  return out.join("");
+/** One line of Markdown (no blocks) as safe HTML: `code`, **bold**, links. */
+export function renderInline(text) {
+  return RENDERERS.plain.renderInline(String(text ?? ""));
 }

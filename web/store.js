@@ -13,7 +13,7 @@
 
 import { APPEND_FIELDS, REPLACE_FIELDS, applyUpdate } from "./item_fields.js";
 import {
-  COMPACTION_ENDED, MAX_CHANGED_PATHS, PROCESS_OUTPUT_KEPT, PROCESSES_ENDED_KEPT,
+  BUSY_STATUSES, COMPACTION_ENDED, MAX_CHANGED_PATHS, PROCESS_OUTPUT_KEPT, PROCESSES_ENDED_KEPT,
   SCHEDULE_RUNS_KEPT, WORKING_STATUSES, fillApproval, fillAuthInfo, fillProjectMemory,
   fillQuestion, fillRateLimit, fillScheduleInfo, fillScheduleRun, fillSessionContext,
   fillSessionInfo, fillSessionProcess, fillState, fillTaskInfo, fillTelegramChat,
@@ -121,11 +121,19 @@ function sessionCreated(state, env, e) {
   });
 }
 
+const BUSY = new Set(BUSY_STATUSES);
 function statusChanged(state, env, e) {
   const s = session(state, env);
   if (s) {
     s.status = e.status;
     s.status_reason = e.reason;
+    // the session's own working time, turn by turn (core/fold.py `_status`)
+    if (BUSY.has(e.status)) {
+      if (s.busy_since == null) s.busy_since = env.ts;
+    } else if (s.busy_since != null) {
+      s.busy_seconds += Math.max(0, env.ts - s.busy_since);
+      s.busy_since = null;
+    }
     if (s.task_id != null) taskFollows(state, s.task_id, s.session_id, e.status, env.ts);
   }
 }

@@ -80,10 +80,39 @@ export const TOOL_WORDS = {
   cancelled: "cancelled",
 };
 
-/** What a session's status means for the user: `idle` with nothing done yet is "new". */
+/**
+ * What a session's status means for the user: `idle` with nothing done yet is "new", and a
+ * fork that has not worked yet is "forked" (whatever its source's outcome was).
+ */
 export function sessionWords(s) {
   if (s.status === "idle" && !s.items.some((i) => i.kind !== "user_message")) return "new";
+  if (s.status === "idle" && s.forked_from && !s.busy_seconds && s.busy_since == null) {
+    return "forked";
+  }
   return SESSION_WORDS[s.status] || s.status;
+}
+
+/** Seconds the session's own turns took so far (the one under way counted to now). */
+export function busySeconds(s, now = Date.now() / 1000) {
+  const since = s.busy_since == null ? 0 : Math.max(0, now - s.busy_since);
+  return (s.busy_seconds || 0) + since;
+}
+
+const FORK_SUFFIX = /(\s\(fork\))+$/;
+
+/**
+ * `el` (a link, a heading) holding `title`, its " (fork)" ending in a part of its own that is
+ * never cut off: the rest may be shortened to fit, the ending stays in view.
+ */
+export function titleNode(title, el) {
+  const text = title || "Untitled";
+  const m = FORK_SUFFIX.exec(text);
+  el.classList.add("title-parts");
+  el.append(h("span", { class: "title-main" }, m ? text.slice(0, m.index) : text));
+  if (m) {
+    el.append(h("span", { class: "title-fork", "data-testid": "title-fork" }, m[0]));
+  }
+  return el;
 }
 
 /**

@@ -5,9 +5,10 @@
 
 import { api } from "../api.js";
 import { fmtAgo, h } from "../dom.js";
+import { renderInline } from "../markdown.js";
 import {
-  FrameBatch, SESSION_WORDS, fmtDuration, keyedList, needsAttention, sessionWords, statusChip,
-  workerUp,
+  FrameBatch, SESSION_WORDS, busySeconds, fmtDuration, keyedList, needsAttention, sessionWords,
+  statusChip, titleNode, workerUp,
 } from "./common.js";
 import { NewSessionDialog } from "./newsession.js";
 import { PairPanel } from "./pair.js";
@@ -19,6 +20,9 @@ const RELEVANT = new Set([
   "session_title_changed", "session_policy_changed", "session_archived", "session_deleted",
   "session_forked", "session_moved",
 ]);
+
+/** The worker card lists this many of its sessions, the newest first. */
+const WORKER_SESSIONS = 5;
 
 const SORTS = { attention: "Needs you first", activity: "Last activity", created: "Newest" };
 
@@ -172,7 +176,7 @@ export class Dashboard {
     this._noWorkers.hidden = workers.length > 0;
     keyedList(this._workers, workers, (w) => w.worker_id,
       (w) => JSON.stringify([w, fmtAgo(w.last_seen),
-        (byWorker.get(w.worker_id) || []).map((s) => [s.session_id, s.title, s.status])]),
+        (byWorker.get(w.worker_id) || []).map((s) => [s.session_id, s.title, sessionWords(s)])]),
       (w) => this._workerCard(w, byWorker.get(w.worker_id) || []));
     this._noSessions.hidden = sessions.length > 0;
     this._noSessions.textContent = all.length ? "No session matches." : "No sessions yet.";
@@ -182,7 +186,7 @@ export class Dashboard {
         const kids = Object.values(state.sessions).filter((x) => x.parent_id === s.session_id);
         return JSON.stringify([s.title, s.status, s.status_reason, s.policy, s.provider, s.model,
           workerUp(state, s.worker_id), w ? w.hostname : null, fmtAgo(s.updated_at),
-          s.items.length,
+          s.items.length, Math.round(busySeconds(s)), sessionWords(s),
           kids.map((k) => [k.session_id, k.title, k.status])]);
       },
       (s) => this._sessionCard(s));
@@ -235,13 +239,22 @@ export class Dashboard {
       h("dt", {}, "Roots"), h("dd", { class: "mono" }, (w.roots || []).join(", ") || "—"),
       h("dt", {}, "Sandbox"), sandboxFact(w)),
     w.revoked ? null : this._logView(w),
-    sessions.length
-      ? h("ul", { class: "mini-list", "aria-label": `Sessions on ${w.hostname}` },
-        sessions.slice(0, 5).map((s) => h("li", {},
-          h("a", { href: `#/session/${encodeURIComponent(s.session_id)}` }, s.title || "Untitled"),
-          " ", h("span", { class: `muted small status-text-${s.status}` }, sessionWords(s)))))
-      : null,
+    sessions.length ? this._workerSessions(w, sessions) : null,
     revoke ? h("div", { class: "card-foot" }, revoke) : null);
+  }
+
+  /** The machine's newest sessions (and how many more there are). */
+  _workerSessions(w, sessions) {
+    const newest = [...sessions].sort((a, b) => b.created_at - a.created_at);
+    const more = newest.length - WORKER_SESSIONS;
+    return h("div", { class: "worker-sessions" },
+      h("ul", { class: "mini-list", "aria-label": `Sessions on ${w.hostname}`,
+        "data-testid": "worker-sessions" },
+      newest.slice(0, WORKER_SESSIONS).map((s) => h("li", { "data-session-id": s.session_id },
+        h("a", { href: `#/session/${encodeURIComponent(s.session_id)}` }, s.title || "Untitled"),
+        " ", h("span", { class: `muted small status-text-${s.status}` }, sessionWords(s))))),
+      more > 0 ? h("p", { class: "muted small", "data-testid": "worker-sessions-more" },
+        `and ${more} older`) : null);
   }
 
   // Revoking is two clicks: "Revoke" then "Confirm revoke" (no modal, keyboard friendly).
@@ -283,13 +296,13 @@ export class Dashboard {
     return h("article", { class: `card session-card outcome-${s.status}`,
       "data-testid": "session-card", "data-session-id": s.session_id },
     h("div", { class: "card-head" },
-      h("h3", { class: "card-title" }, h("a", { href, class: "stretched" }, s.title || "Untitled")),
+      h("h3", { class: "card-title", "data-testid": "card-title", title: s.title },
+        titleNode(s.title, h("a", { href, class: "stretched" }))),
       statusChip(s.status, "session-status", sessionWords(s)),
       needsAttention(s.status)
         ? h("span", { class: "badge attention dot", "data-testid": "attention-badge",
           "aria-label": "needs you", title: "needs you" }) : null),
-    facts.preview ? h("p", { class: "preview", "data-testid": "session-preview" },
-      facts.preview) : null,
+    facts.preview ? previewNode(facts.preview) : null,
     h("p", { class: "card-meta small muted", "data-testid": "session-meta" },
       h("span", { "data-testid": "session-activity" }, `active ${fmtAgo(s.updated_at)}`),
       facts.took ? ` · took ${facts.took}` : "",
@@ -319,21 +332,46 @@ export class Dashboard {
 }
 
 
+/** The last line of `text` worth reading: prose before code, never a fence or a rule. */
+export function lastWords(text) {
+  let inFence = false;
+  let prose = "";
+  let code = "";
+  for (const raw of String(text || "").split("\n")) {
+    const line = raw.trim();
+    if (/^(`{3,}|~{3,})/.test(line)) {
+      inFence = !inFence;
+      continue;
+    }
+    if (!/[\p{L}\p{N}]/u.test(line)) continue; // "}", "---", "|---|"
+    if (inFence || line.startsWith("|")) code = line;
+    else prose = line.replace(/^(#{1,6}\s+|[-*+]\s+|\d{1,9}[.)]\s+|>\s*)+/, "");
+  }
+  return prose || code;
+}
+
+/** A card's preview: one line of Markdown, its inline styles kept, its links plain text. */
+function previewNode(line) {
+  const p = h("p", { class: "preview", "data-testid": "session-preview" });
+  p.innerHTML = renderInline(line); // safe: see markdown.js
+  for (const a of p.querySelectorAll("a")) a.replaceWith(a.textContent);
+  return p;
+}
+
 /** What a card says about a session: its last words, how long it took, what it changed. */
 function cardFacts(s) {
   let preview = "";
   for (let i = s.items.length - 1; i >= 0 && !preview; i--) {
     const it = s.items[i];
-    if (it.kind === "assistant_message" && it.text && !it.partial) preview = it.text;
+    if (it.kind === "assistant_message" && it.text && !it.partial) preview = lastWords(it.text);
   }
   if (!preview) {
     const prompt = s.items.find((i) => i.kind === "user_message");
-    preview = prompt ? prompt.text : "";
+    preview = prompt ? lastWords(prompt.text) : "";
   }
-  preview = preview.split("\n").map((l) => l.trim()).filter(Boolean).slice(-1)[0] || "";
-  const first = s.items.find((i) => i.kind === "user_message");
-  const end = s.status === "running" ? Date.now() / 1000 : s.updated_at;
-  const took = first && end - first.ts >= 1 ? fmtDuration(end - first.ts) : "";
+  // the session's own turns, not the time to its last activity (a rename moves that)
+  const busy = busySeconds(s);
+  const took = busy >= 1 ? fmtDuration(busy) : "";
   const paths = new Set();
   let added = 0;
   let removed = 0;

@@ -7,17 +7,42 @@
 import { AnsiStream } from "../ansi.js";
 import { renderDiff } from "../diff.js";
 import { api } from "../api.js";
-import { h, shellJoin } from "../dom.js";
+import { fmtBytes, h, shellJoin, svgIcon } from "../dom.js";
 import { TOOL_WORDS, sessionWords, statusChip, workerUp } from "./common.js";
-import { renderMarkdown } from "../markdown.js";
+import { highlightCode, languageForPath, renderMarkdown } from "../markdown.js";
 
-const streams = new WeakMap(); // output <pre> -> AnsiStream
+const streams = new WeakMap(); // output <pre> -> {stream: AnsiStream, lines: its line count}
 const IMAGES = new Set(["image/png", "image/jpeg", "image/gif", "image/webp"]);
 
-function markdown(text, cls) {
+// A message still streaming is rendered again for every chunk: coloured once it is complete.
+function markdown(text, cls, { streaming = false } = {}) {
   const div = h("div", { class: `md ${cls || ""}` });
-  div.innerHTML = renderMarkdown(text); // safe: renderMarkdown escapes everything first
+  // safe: raw HTML off, links checked, everything escaped (see markdown.js)
+  div.innerHTML = renderMarkdown(text, { highlight: !streaming });
   return div;
+}
+
+/** Code in `lang` (null: plain), coloured. */
+function codeView(text, lang, attrs = {}) {
+  const code = h("code", { class: `hljs${lang ? ` language-${lang}` : ""}` });
+  code.innerHTML = highlightCode(text, lang); // escaped by highlight.js, or by us
+  return h("pre", { class: "code", ...attrs }, code);
+}
+
+/** A file's text, coloured by the language its name says (`app.py`: Python). */
+function fileView(text, path) {
+  const lang = languageForPath(path);
+  return codeView(text, lang, { class: "code file-view", "data-testid": "file-view",
+    "data-lang": lang || "" });
+}
+
+/** How many lines `text` shows ("a\nb\n" is two). */
+function lineCount(text) {
+  return text ? text.replace(/\n$/, "").split("\n").length : 0;
+}
+
+function outputSummary(lines) {
+  return lines ? `Output (${lines} line${lines === 1 ? "" : "s"})` : "Output";
 }
 
 /** Long finished output is folded to its head and tail; "Show all" unfolds it. */
@@ -41,7 +66,7 @@ function outputBlock(text) {
   const pre = h("pre", { class: "output", "data-testid": "tool-output", tabindex: "0",
     "aria-label": "Command output" });
   const stream = new AnsiStream();
-  streams.set(pre, stream);
+  streams.set(pre, { stream, text: text || "" });
   if (text) pre.append(stream.feed(text));
   else pre.classList.add("empty");
   return pre;
@@ -50,13 +75,35 @@ function outputBlock(text) {
 /** Append streamed output to an item node; false if the node has no output block. */
 export function appendOutput(node, delta) {
   const pre = node.querySelector("pre.output");
-  const stream = pre && streams.get(pre);
-  if (!stream) return false;
+  const out = pre && streams.get(pre);
+  if (!out) return false;
   pre.classList.remove("empty");
   const nearEnd = pre.scrollHeight - pre.scrollTop - pre.clientHeight < 24;
-  pre.append(stream.feed(delta));
+  pre.append(out.stream.feed(delta));
+  out.text += delta;
+  // the summary counts the lines on screen, chunk by chunk
+  const summary = node.querySelector("[data-testid=output-summary]");
+  if (summary) summary.textContent = outputSummary(lineCount(out.text));
   if (nearEnd) pre.scrollTop = pre.scrollHeight;
   return true;
+}
+
+// The first line of a command's result, as agent/tools/shell.py `reads` writes it.
+const RESULT_HEAD = /^(exit code: -?\d+|the command timed out and was killed|the command was cancelled|the command was killed by signal \S+|the command did not finish: the worker stopped \(.*?\) while it ran, and stopped it)( \(output truncated\))?(\n|$)/;
+
+/**
+ * The output to show for a finished command: the streamed output, or the output in the
+ * item's result when that holds more. Chunks streamed while the server was away are lost,
+ * but the result (what the model was given) carries the whole output.
+ */
+function shownOutput(item) {
+  const streamed = item.output || "";
+  if (item.status === "running" || item.status === "pending" || !item.result) return streamed;
+  const m = RESULT_HEAD.exec(item.result);
+  if (!m) return streamed;
+  const full = item.result.slice(m[0].length);
+  const size = (t) => t.replace(/\s+/g, "").length;
+  return size(full) > size(streamed) ? `${full}\n` : streamed;
 }
 
 function toolTitle(item) {
@@ -173,7 +220,7 @@ function delegateBody(item, ctx, session) {
       h("a", { href: `#/session/${encodeURIComponent(child.session_id)}` }, "Open its session"),
       " · ", statusChip(child.status, "child-status", sessionWords(child))) : null,
     item.result !== null && item.result !== undefined
-      ? collapsible("Its answer", h("div", { class: "md" }, item.result)) : null,
+      ? collapsible("Its answer", markdown(item.result)) : null,
   ];
 }
 
@@ -262,6 +309,9 @@ function toolBody(item, ctx, session) {
   }
   if (item.name === "remember") {
     return [h("p", { class: "memory-note" }, parsedArguments(item).note || ""),
+      (item.result || "").startsWith("already in the project memory")
+        ? h("p", { class: "muted small", "data-testid": "memory-already" },
+          "Already in the project memory: not added again.") : null,
       item.error ? h("p", { class: "tool-error", role: "alert" }, item.error) : null];
   }
   // an ACP agent's command (its argv in the call's raw input) shows as Codey's own does
@@ -269,13 +319,13 @@ function toolBody(item, ctx, session) {
     const argv = item.command || argvFromArguments(item);
     if (argv) parts.push(h("pre", { class: "command", "data-testid": "tool-command" },
       h("span", { class: "prompt-sign", "aria-hidden": "true" }, "$ "), shellJoin(argv)));
+    const text = shownOutput(item);
     const output = item.status === "running" || item.status === "pending"
-      ? outputBlock(item.output) : foldedOutput(item.output);
-    const lines = item.output ? item.output.replace(/\n$/, "").split("\n").length : 0;
+      ? outputBlock(text) : foldedOutput(text);
     // collapsible, open by default: the output is what the user came to see
     parts.push(h("details", { class: "fold output-fold", open: true },
-      h("summary", { class: "muted small" }, lines ? `Output (${lines} line${lines === 1 ? ""
-        : "s"})` : "Output"), output));
+      h("summary", { class: "muted small", "data-testid": "output-summary" },
+        outputSummary(lineCount(text))), output));
     if (item.truncated) parts.push(h("p", { class: "muted small" }, "Output truncated."));
   } else if (item.name === "apply_patch" || item.diff || item.patch) {
     if (item.name === "edit" && item.path && !(item.files && item.files.length)) {
@@ -292,7 +342,7 @@ function toolBody(item, ctx, session) {
     if (text) parts.push(renderDiff(text));
     if (item.output) parts.push(outputBlock(item.output));
   } else if (kind === "mcp") {
-    parts.push(collapsible("Arguments", h("pre", { class: "code" }, prettyJson(item.arguments))));
+    parts.push(collapsible("Arguments", codeView(prettyJson(item.arguments), "json")));
     if (item.output) parts.push(outputBlock(item.output));
     if (item.result !== null) {
       parts.push(collapsible("Result", h("pre", { class: "code" }, item.result), true));
@@ -300,16 +350,26 @@ function toolBody(item, ctx, session) {
   } else {
     if (item.path) parts.push(h("div", { class: "mono path" }, item.path));
     else if (item.name !== "update_plan") {
-      parts.push(collapsible("Arguments", h("pre", { class: "code" }, prettyJson(item.arguments))));
+      parts.push(collapsible("Arguments", codeView(prettyJson(item.arguments), "json")));
+    }
+    // a write that asked nothing has no diff: what it writes is still on its card
+    const content = item.name === "write_file" ? parsedArguments(item).content : undefined;
+    if (typeof content === "string") {
+      parts.push(collapsible("Content", fileView(content, item.path)));
     }
     if (item.output) parts.push(outputBlock(item.output));
-    if (item.result !== null && item.name !== "update_plan") {
+    if (item.result !== null && item.name === "read_file" && !item.error) {
+      parts.push(collapsible("Result", fileView(item.result, item.path)));
+    } else if (item.result !== null && item.name !== "update_plan") {
       parts.push(collapsible("Result", h("pre", { class: "code" }, item.result)));
     }
   }
   if (item.error) parts.push(h("p", { class: "tool-error", role: "alert" }, item.error));
   return parts;
 }
+
+/** An error item's head, by code (others: "Error (code)"). */
+const ERROR_HEADS = { error: "Error", worker_lost: "Interrupted:" };
 
 /** What an approval asks, by kind (others: "Approve this <kind>?"). */
 const APPROVAL_HEADS = {
@@ -421,7 +481,8 @@ export { planSteps };
 
 /** "Fork from here": a new session with the conversation up to this item. */
 function forkButton(item, ctx, session) {
-  // no text content (the label is drawn by CSS): an item's text stays exactly its message
+  // no text content (the icon is an inline SVG, the label is drawn by CSS): an item's text
+  // stays exactly its message
   return h("button", { class: "item-action fork", type: "button", "data-testid": "fork-here",
     "aria-label": "Fork from here",
     title: "A new session with the conversation up to here", onclick: async (ev) => {
@@ -434,7 +495,7 @@ function forkButton(item, ctx, session) {
       } catch (err) {
         ctx.toast(`Not forked: ${err.message}`, "error");
       }
-    } });
+    } }, svgIcon("fork"));
 }
 
 /** A fresh node for `item` of `session`. */
@@ -453,7 +514,7 @@ export function renderItem(item, ctx, session) {
             h("img", { src: api.blobUrl(a), alt: a.name, class: "thumb",
               "data-testid": "attachment-image" }))
           : h("a", { class: "chip", href: api.blobUrl(a), download: a.name,
-            "data-testid": "attachment-file" }, `${a.name} (${a.size.toLocaleString()} B)`)))
+            "data-testid": "attachment-file" }, `${a.name} (${fmtBytes(a.size)})`)))
           : null,
         item.queued ? null : forkButton(item, ctx, session)];
       break;
@@ -461,7 +522,7 @@ export function renderItem(item, ctx, session) {
       body = [
         item.refusal ? h("div", { class: "who refusal", "data-testid": "refusal" },
           "The model declined") : null,
-        markdown(item.text, item.streaming ? "streaming" : ""),
+        markdown(item.text, item.streaming ? "streaming" : "", { streaming: item.streaming }),
         item.partial ? h("p", { class: "muted small", "data-testid": "partial" },
           "This answer was cut off before it was complete; the model did not keep it.")
           : null,
@@ -475,7 +536,7 @@ export function renderItem(item, ctx, session) {
       }
       body = [h("details", { class: "fold reasoning-fold" },
         h("summary", {}, item.streaming ? "Thinking…" : "Reasoning"),
-        markdown(item.text, "reasoning-text"))];
+        markdown(item.text, "reasoning-text", { streaming: item.streaming }))];
       break;
     case "notice":
       body = [h("div", { class: `notice notice-${item.code}`, role: "status",
@@ -496,7 +557,7 @@ export function renderItem(item, ctx, session) {
       break;
     case "error_item":
       body = [h("div", { class: "error-text", role: "alert" },
-        h("strong", {}, item.code === "error" ? "Error" : `Error (${item.code})`), " ",
+        h("strong", {}, ERROR_HEADS[item.code] ?? `Error (${item.code})`), " ",
         item.message)];
       break;
     case "plan_item":

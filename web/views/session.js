@@ -6,10 +6,11 @@
 // * streamed command output is appended to the existing <pre> without re-rendering.
 
 import { api } from "../api.js";
-import { h, replaceChildren } from "../dom.js";
+import { fmtBytes, h, replaceChildren } from "../dom.js";
 import { findItem, findProcess, updateFields } from "../store.js";
 import {
-  FrameBatch, activity, fmtDuration, isBusy, needsAttention, sessionWords, statusChip, workerUp,
+  FrameBatch, activity, fmtDuration, isBusy, needsAttention, sessionWords, statusChip, titleNode,
+  workerUp,
 } from "./common.js";
 import {
   appendOutput, approvalNode, planSteps, processChip, renderItem,
@@ -17,6 +18,9 @@ import {
 
 /** Items built when a session opens, and per "Show earlier" click. */
 export const WINDOW = 200;
+
+/** The layout of a phone (style.css says the same width). */
+const NARROW = "(max-width: 860px)";
 
 const POLICIES = ["suggest", "auto-edit", "full-auto"];
 const SANDBOXES = [["workspace-write", "sandbox: workspace"], ["read-only", "sandbox: read-only"],
@@ -58,6 +62,7 @@ export class SessionView {
   _build() {
     this._title = h("h2", { class: "s-title", "data-testid": "session-title" });
     this._meta = h("div", { class: "s-meta" });
+    this._badges = h("span", { class: "s-badges" }); // beside the title: "archived"
     this._status = h("span", {});
     this._gone = h("span", {});
     this._policy = h("select", { id: "policy-select", class: "input compact",
@@ -72,11 +77,11 @@ export class SessionView {
     this._sandboxBadge = h("span", {});
     this._interrupt = h("button", { class: "btn danger", type: "button",
       "data-testid": "interrupt", onclick: () => this._doInterrupt() }, "Interrupt");
-    this._download = h("a", { class: "btn subtle", "data-testid": "download-log",
+    this._download = h("a", { class: "btn subtle wide-only", "data-testid": "download-log",
       href: api.sessionLogUrl(this.sessionId), download: `session-${this.sessionId}.ndjson` },
     "Download log");
     // a shell on the session's machine, in its workdir (when the machine's owner allows it)
-    this._terminal = h("button", { class: "btn subtle", type: "button", hidden: true,
+    this._terminal = h("button", { class: "btn subtle wide-only", type: "button", hidden: true,
       "data-testid": "open-terminal", title: "A shell on this machine, in this workdir",
       onclick: () => this._openTerminal() }, "Terminal");
     this._title.addEventListener("click", () => this._startRename());
@@ -150,7 +155,10 @@ export class SessionView {
         this._scrollToEnd();
         this._jump.hidden = true;
       } }, "↓ Jump to latest");
-    this._ticker = setInterval(() => this._renderActivity(), 1000);
+    this._ticker = setInterval(() => {
+      this._renderActivity();
+      tickRateLimits(this._side);
+    }, 1000);
     this._closedNote = h("p", { class: "muted s-closed", "data-testid": "session-closed" },
       "This session is closed: fork it to go on from here.");
     this.el = h("section", { class: "session", "data-testid": "session-view",
@@ -158,7 +166,8 @@ export class SessionView {
     h("header", { class: "s-head" },
       h("div", { class: "s-head-main" },
         h("a", { href: "#/", class: "back", "aria-label": "Back to dashboard" }, "←"),
-        h("div", { class: "s-head-text" }, this._title, this._meta)),
+        h("div", { class: "s-head-text" },
+          h("div", { class: "s-title-row" }, this._title, this._badges), this._meta)),
       h("div", { class: "s-controls" },
         this._status, this._gone,
         h("label", { for: "policy-select", class: "sr-only" }, "Approval policy"),
@@ -178,6 +187,7 @@ export class SessionView {
   /** Build the header and the last WINDOW items from scratch. */
   _renderAll() {
     const s = this.session;
+    this._rendered = Boolean(s);
     this._missing.hidden = Boolean(s);
     this._nodes.clear();
     this._dirty.clear();
@@ -235,7 +245,9 @@ export class SessionView {
 
   /** Store changes: decide what to update; DOM work happens in `_flush` at the next frame. */
   onChange(change) {
-    if (change.kind === "reset") {
+    // the session came (a fork opened before its event arrived, a reconnect): build it all,
+    // the "Waiting for this session…" line goes
+    if (change.kind === "reset" || (!this._rendered && this.session)) {
       this._renderAll();
       return;
     }
@@ -251,6 +263,8 @@ export class SessionView {
     }
     if (env.session_id !== this.sessionId) {
       const other = env.session_id && this.ctx.store.state.sessions[env.session_id];
+      if (e.type === "approval_requested" && other && descendants(this.ctx.store.state,
+        this.sessionId).includes(other)) this._reveal = e.approval_id; // asked here too
       if (other && other.parent_id === this.sessionId && other.parent_item) {
         this._dirty.add(other.parent_item); // a sub-agent's card shows its live status
         this._batch.schedule();
@@ -286,6 +300,7 @@ export class SessionView {
       case "approval_requested":
         this._dirty.add(e.item_id);
         this._headerDirty = true;
+        this._reveal = e.approval_id; // its buttons come into view, above the prompt box
         break;
       case "approval_resolved": {
         const a = s && s.approvals[e.approval_id];
@@ -350,6 +365,17 @@ export class SessionView {
     }
     this._renderOrphans();
     if (this._stick) this._scrollToEnd();
+    if (this._reveal) this._revealApproval();
+  }
+
+  /** Scroll the approval just asked for into view (its buttons first). */
+  _revealApproval() {
+    const id = this._reveal;
+    this._reveal = null;
+    const node = this.el.querySelector(
+      `[data-testid=approval][data-approval-id="${CSS.escape(id)}"]`);
+    if (!node) return;
+    (node.querySelector(".approval-actions") || node).scrollIntoView({ block: "nearest" });
   }
 
   _renderHeader() {
@@ -369,18 +395,25 @@ export class SessionView {
     this._seen = true;
     this._send.disabled = false;
     this._policy.disabled = false;
-    if (!this._renaming) this._title.textContent = s.title || "Untitled";
+    if (!this._renaming) this._showTitle(s.title);
     document.title = `${s.title || "Session"} · Codey`;
     const w = state.workers[s.worker_id];
+    const link = (id, testid, words) => {
+      const other = state.sessions[id];
+      return [h("a", { href: `#/session/${encodeURIComponent(id)}`, "data-testid": testid,
+        title: other ? other.title : id }, words, other ? ` “${other.title}”` : ""), " · "];
+    };
+    // where it comes from first (the line is cut at its end when the screen is narrow)
     replaceChildren(this._meta,
+      s.parent_id ? link(s.parent_id, "parent-link", "sub-agent of") : null,
+      s.forked_from ? link(s.forked_from, "forked-from", "forked from") : null,
       h("span", {}, w ? w.hostname : s.worker_id), " · ",
       h("span", { class: "mono", title: s.workdir }, s.workdir), " · ",
-      h("span", {}, `${s.provider} / ${s.model}`),
-      s.archived ? h("span", { class: "chip", "data-testid": "archived" }, " archived") : null,
-      s.forked_from ? h("a", { class: "muted", href: `#/session/${encodeURIComponent(
-        s.forked_from)}`, "data-testid": "forked-from" }, " · forked") : null,
+      h("span", { "data-testid": "session-model" }, `${s.provider} / ${s.model}`),
       s.usage.turns ? h("span", { class: "muted" },
         ` · ${s.usage.total_tokens.toLocaleString()} tokens`) : null);
+    replaceChildren(this._badges, s.archived
+      ? h("span", { class: "chip", "data-testid": "archived" }, "archived") : null);
     const status = statusChip(s.status, "session-status", sessionWords(s));
     if (s.status_reason) status.title = s.status_reason;
     // the words are in the chip; the badge only marks it (no status said twice)
@@ -413,7 +446,8 @@ export class SessionView {
     if (s.processes.length) parts.push(this._processesBox(s));
     parts.push(this._planBox(s));
     if (s.changed_paths.length) {
-      parts.push(h("section", { class: "side-box", "aria-label": "Changed files" },
+      parts.push(h("section", { class: "side-box", "aria-label": "Changed files",
+        "data-testid": "changed-files" },
         h("h3", {}, "Changed files"),
         h("ul", { class: "paths" }, s.changed_paths.slice(-30).reverse().map((p) =>
           h("li", { class: "mono ellipsis", title: p }, p)))));
@@ -483,9 +517,20 @@ export class SessionView {
 
   /** The plan; in plan mode, the proposed plan's approval (as it is, or edited). */
   _planBox(s) {
-    const box = h("section", { class: "side-box", "data-testid": "plan", "aria-label": "Plan" },
-      h("h3", {}, s.plan_mode ? "Plan (plan mode)" : "Plan"),
-      s.plan_explanation ? h("p", { class: "muted small" }, s.plan_explanation) : null);
+    // On a phone the plan sits above the transcript: folded to one line unless opened (or
+    // proposed, when it waits for the user); on a wide screen it is open.
+    const proposed = s.plan_status === "proposed";
+    const narrow = matchMedia(NARROW).matches;
+    const done = s.plan.filter((p) => p.status === "done").length;
+    const current = s.plan.find((p) => p.status === "in_progress");
+    const box = h("details", { class: `side-box plan-box${!s.plan.length && !s.plan_mode
+      ? " plan-empty" : ""}`, "data-testid": "plan", "aria-label": "Plan",
+    open: proposed || (this._planOpen ?? !narrow) },
+    h("summary", {}, h("h3", {}, s.plan_mode ? "Plan (plan mode)" : "Plan"),
+      s.plan.length ? h("span", { class: "muted small plan-progress" },
+        `${done}/${s.plan.length} done${current ? ` · ${current.step}` : ""}`) : null),
+    s.plan_explanation ? h("p", { class: "muted small" }, s.plan_explanation) : null);
+    box.addEventListener("toggle", () => { this._planOpen = box.open; });
     if (this._editingPlan && s.plan_status === "proposed") {
       const area = h("textarea", { class: "input", rows: Math.max(4, s.plan.length + 1),
         "data-testid": "plan-input", "aria-label": "Plan steps, one per line" });
@@ -610,6 +655,11 @@ export class SessionView {
 
   // Session operations ----------------------------------------------------------------------
 
+  _showTitle(title) {
+    this._title.replaceChildren();
+    titleNode(title, this._title);
+  }
+
   _startRename() {
     const s = this.session;
     if (!s || this._renaming) return;
@@ -620,7 +670,7 @@ export class SessionView {
       if (!this._renaming) return;
       this._renaming = false;
       const title = input.value.trim();
-      this._title.replaceChildren(s.title || "Untitled");
+      this._showTitle(s.title);
       if (save && title && title !== s.title) {
         try {
           await this.ctx.socket.renameSession(this.sessionId, title);
@@ -650,15 +700,23 @@ export class SessionView {
           this.ctx.toast(`${label} failed: ${err.message}`, "error");
         }
       } }, label);
-    const others = Object.values(state.workers).filter((w) => !w.revoked &&
-      w.worker_id !== s.worker_id);
+    const others = Object.values(state.workers).filter((o) => !o.revoked &&
+      o.worker_id !== s.worker_id);
+    const w = state.workers[s.worker_id];
+    const terminal = Boolean(w && w.capabilities && w.capabilities.terminal && !w.revoked);
     const items = [
+      // on a phone these two live here rather than in the header (narrow-only)
+      terminal ? act("menu-terminal", "Terminal", () => this._openTerminal(), "narrow-only")
+        : null,
+      h("a", { class: "btn menu-item narrow-only", "data-testid": "menu-download-log",
+        href: api.sessionLogUrl(this.sessionId), download: `session-${this.sessionId}.ndjson`,
+        onclick: () => { this._menu.open = false; } }, "Download log"),
       act("menu-rename", "Rename", () => this._startRename()),
       act("menu-fork", "Fork", () => this._fork(null)),
       act("menu-archive", s.archived ? "Unarchive" : "Archive",
         () => this.ctx.socket.archiveSession(this.sessionId, !s.archived)),
-      ...others.map((w) => act(`menu-move-${w.worker_id}`, `Move to ${w.hostname}`,
-        () => this.ctx.socket.moveSession(this.sessionId, w.worker_id))),
+      ...others.map((o) => act(`menu-move-${o.worker_id}`, `Move to ${o.hostname}`,
+        () => this.ctx.socket.moveSession(this.sessionId, o.worker_id))),
       s.status === "closed" ? null
         : act("menu-close", "Close", () => this.ctx.socket.closeSession(this.sessionId)),
       this._confirmDelete ? act("menu-delete-confirm", "Confirm delete", async () => {
@@ -671,8 +729,8 @@ export class SessionView {
         this._menu.open = true;
       }, "danger"),
     ];
-    const sig = JSON.stringify([s.archived, s.status, this._confirmDelete,
-      others.map((w) => w.worker_id)]);
+    const sig = JSON.stringify([s.archived, s.status, this._confirmDelete, terminal,
+      others.map((o) => o.worker_id)]);
     if (this._menu.dataset.sig === sig) return;
     this._menu.dataset.sig = sig;
     const open = this._menu.open;
@@ -783,7 +841,7 @@ export class SessionView {
 
   _chip(a) {
     const chip = h("span", { class: "chip attach-chip", "data-testid": "attach-chip" },
-      `${a.name} (${Math.max(1, Math.round(a.size / 1024))} KiB)`,
+      `${a.name} (${fmtBytes(a.size)})`,
       h("button", { type: "button", class: "chip-x", "aria-label": `Remove ${a.name}`,
         onclick: () => {
           this._attachments = this._attachments.filter((x) => x !== a);
@@ -902,17 +960,54 @@ export function descendants(state, sessionId) {
 }
 
 
-/** The provider's rate limits, as its last answer reported them. */
+const NUM = String.raw`(\d+(?:\.\d+)?)`;
+const RESET = new RegExp(`^(?:${NUM}h)?(?:${NUM}m(?!s))?(?:${NUM}s)?(?:${NUM}ms)?$`);
+
+/**
+ * Seconds in a provider's reset header: OpenAI's "20ms", "35.2s", "6m0s", "1h2m3s", or a
+ * plain number of seconds; null when it is none of these.
+ */
+export function resetSeconds(text) {
+  const t = String(text ?? "").trim();
+  if (/^\d+(\.\d+)?$/.test(t)) return Number(t);
+  const m = RESET.exec(t);
+  if (!t || !m) return null;
+  const [, hours, minutes, seconds, ms] = m.map((x) => Number(x || 0));
+  return hours * 3600 + minutes * 60 + seconds + ms / 1000;
+}
+
+/** "resets in 35 s" until `at` (epoch seconds), then "reset". */
+function resetWords(at, now = Date.now() / 1000) {
+  const left = at - now;
+  return left >= 1 ? `resets in ${fmtDuration(left)}` : left > 0 ? "resets now" : "reset";
+}
+
+/**
+ * The provider's rate limits, as its last answer reported them. A reset time counts down
+ * (from when the answer came): `tickRateLimits` updates it every second.
+ */
 function rateLimits(rl) {
   if (!rl || (rl.remaining_requests == null && rl.remaining_tokens == null)) return null;
-  const part = (left, limit, reset, what) => left == null ? null
-    : `${left.toLocaleString()}${limit ? ` / ${limit.toLocaleString()}` : ""} ${what}` +
-      (reset ? ` (resets in ${reset})` : "");
+  const part = (left, limit, reset, what) => {
+    if (left == null) return null;
+    const secs = reset ? resetSeconds(reset) : null;
+    const when = secs === null ? (reset ? h("span", {}, `resets in ${reset}`) : null)
+      : h("span", { "data-reset-at": String(rl.updated_at + secs),
+        "data-testid": "rate-limit-reset" }, resetWords(rl.updated_at + secs));
+    return h("div", {}, `${left.toLocaleString()}${limit ? ` / ${limit.toLocaleString()}` : ""} ` +
+      what, when ? [" (", when, ")"] : null);
+  };
   return h("div", { class: "small muted rate-limits", "data-testid": "rate-limits" },
     h("div", {}, "Rate limit left:"),
-    [part(rl.remaining_requests, rl.limit_requests, rl.reset_requests, "requests"),
-      part(rl.remaining_tokens, rl.limit_tokens, rl.reset_tokens, "tokens")]
-      .filter(Boolean).map((t) => h("div", {}, t)));
+    part(rl.remaining_requests, rl.limit_requests, rl.reset_requests, "requests"),
+    part(rl.remaining_tokens, rl.limit_tokens, rl.reset_tokens, "tokens"));
+}
+
+/** Count the rate limits' reset times down (called every second). */
+function tickRateLimits(root) {
+  for (const el of root.querySelectorAll("[data-reset-at]")) {
+    el.textContent = resetWords(Number(el.dataset.resetAt));
+  }
 }
 
 /** A warning chip when the session's commands run bare, or cannot run at all. */

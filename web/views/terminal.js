@@ -1,5 +1,5 @@
-// `#/terminal/<id>`: a shell on a worker, in xterm.js (vendored under web/vendor/xterm/, the
-// client's one third-party script, loaded here on first use).
+// `#/terminal/<id>`: a shell on a worker, in xterm.js (vendored under web/vendor/xterm/,
+// loaded here on first use).
 //
 // The shell runs in tmux on the machine: leaving this page (or closing the tab) ends only this
 // view of it, so coming back finds the same shell; two tabs see the same screen. Bytes go over
@@ -45,15 +45,25 @@ export class TerminalView {
     this._back = h("a", { class: "back", href: "#/", "aria-label": "Back" }, "←");
     this._reconnect = h("button", { class: "btn", type: "button", hidden: true,
       "data-testid": "terminal-reconnect", onclick: () => this._connect() }, "Reconnect");
+    // Closing ends the shell and whatever runs in it: two clicks, "Close terminal" then
+    // "Close it" (no modal, keyboard friendly, as revoking a machine)
     this._close = h("button", { class: "btn danger subtle", type: "button",
-      "data-testid": "terminal-close", onclick: () => this._closeTerminal() },
+      "data-testid": "terminal-close", onclick: () => this._askClose(true) },
     "Close terminal");
+    this._confirm = h("span", { class: "row gap confirm", hidden: true,
+      "data-testid": "terminal-close-ask", role: "group", "aria-label": "Close the terminal?" },
+    h("span", { class: "small" }, "End the shell and what runs in it?"),
+    h("button", { class: "btn danger", type: "button", "data-testid": "terminal-close-confirm",
+      onclick: () => this._closeTerminal() }, "Close it"),
+    h("button", { class: "btn", type: "button", "data-testid": "terminal-close-cancel",
+      onclick: () => this._askClose(false) }, "Cancel"));
     this._host = h("div", { class: "term-host", "data-testid": "terminal" });
     this.el = h("section", { class: "terminal-view", "data-testid": "terminal-view" },
       h("header", { class: "s-head" },
         h("div", { class: "s-head-main" }, this._back,
           h("div", { class: "s-head-text" }, this._title, this._meta)),
-        h("div", { class: "s-controls" }, this._state, this._reconnect, this._close)),
+        h("div", { class: "s-controls" }, this._state, this._reconnect, this._close,
+          this._confirm)),
       this._host);
     this._ws = null;
     this._term = null;
@@ -161,13 +171,24 @@ export class TerminalView {
     this._state.dataset.state = text;
   }
 
+  _askClose(ask) {
+    this._close.hidden = ask;
+    this._confirm.hidden = !ask;
+    (ask ? this._confirm.querySelector("[data-testid=terminal-close-cancel]")
+      : this._close).focus();
+  }
+
   async _closeTerminal() {
-    this._close.disabled = true;
+    for (const b of this._confirm.querySelectorAll("button")) b.disabled = true;
     try {
       await api.closeTerminal(this.terminalId);
+      this._confirm.hidden = true;
+      this._close.hidden = false;
+      this._close.disabled = true;
     } catch (err) {
       this.ctx.toast(`Not closed: ${err.message}`, "error");
-      this._close.disabled = false;
+    } finally {
+      for (const b of this._confirm.querySelectorAll("button")) b.disabled = false;
     }
   }
 

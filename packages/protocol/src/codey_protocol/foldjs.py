@@ -55,6 +55,8 @@ CONSTANTS: dict[str, tuple[Any, str]] = {
                             "Characters (code points) of a process's output a session keeps."),
     "PROCESSES_ENDED_KEPT": (state.PROCESSES_ENDED_KEPT,
                              "Ended processes a session keeps listed."),
+    "BUSY_STATUSES": (state.BUSY_STATUSES,
+                      "Session statuses whose time counts in `busy_seconds`."),
 }
 
 # (expression naming a value that is neither undefined nor null) -> statements that fill it

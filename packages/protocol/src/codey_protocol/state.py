@@ -46,6 +46,10 @@ PROCESSES_ENDED_KEPT = 20
 WORKING_STATUSES: tuple[SessionStatus, ...] = (
     "running", "waiting_approval", "waiting_worker", "waiting_user")
 
+#: Session statuses in which the agent itself is at work (a model call, a command, a machine
+#: it waits for), not waiting for the user: the time a session "took" is the time spent in them.
+BUSY_STATUSES: tuple[SessionStatus, ...] = ("running", "waiting_worker")
+
 
 class WorkerInfo(msgspec.Struct, kw_only=True):
     worker_id: str
@@ -269,6 +273,11 @@ class SessionInfo(msgspec.Struct, kw_only=True):
     #: the processes the model started (``exec``), running and recently ended, oldest first
     #: (a list, so both folds drop the same oldest ended one)
     processes: list[SessionProcess] = msgspec.field(default_factory=list)
+    #: seconds spent in BUSY_STATUSES over all its turns, the stretch under way not counted
+    #: (what a card says the session "took": its own turns, not its last activity)
+    busy_seconds: float = 0.0
+    #: when the stretch in BUSY_STATUSES under way began (None: not busy now)
+    busy_since: float | None = None
 
 
 class AuthInfo(msgspec.Struct, kw_only=True):

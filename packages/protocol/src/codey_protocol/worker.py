@@ -489,6 +489,10 @@ class CommandResult(ResultBase, kw_only=True):
     #: offer to run it again with more access. ``sandbox_hint`` says what was seen.
     sandbox_denied: bool = False
     sandbox_hint: str = ""
+    #: the worker stopped the command because it was stopping itself (``cancelled`` is set
+    #: too): why, e.g. "signal SIGTERM". Not a cancel anyone asked for: the command did not
+    #: finish because its worker went away.
+    worker_stopped: str = ""
 
 
 class PatchResult(ResultBase, kw_only=True):

@@ -18,7 +18,7 @@ SCRIPT: dict[str, Any] = {"model": "scripted-1", "steps": [
     {"match": {"user": "count once"},
      "reply": {"calls": [{"name": "shell", "arguments": {"command": [
          "bash", "-c", "echo ran >> counter.txt; echo started; sleep 3; echo finished"]}}]}},
-    {"match": {"tool": "shell", "tool_output": "interrupted"},
+    {"match": {"user": "what happened"},
      "reply": {"text": "The worker restarted during the command; it was not run again."}},
     {"match": {"user": "what time"},
      "reply": {"calls": [{"name": "mcp__time__get_current_time",
@@ -39,8 +39,11 @@ def script() -> dict[str, Any]:
     return SCRIPT
 
 
-def test_worker_kill9_mid_command_then_restart_goes_on_and_ran_once(
+def test_worker_kill9_mid_command_then_restart_stops_the_turn_and_ran_once(
         tmp_path: Path, server: ServerProcess) -> None:
+    """The command's outcome is unknown (it outlives its worker): the call fails saying so,
+    the turn stops for the user's word, and the model reads the truth when the user goes
+    on. Nothing runs the command twice."""
     worker = WorkerProcess(server, tmp_path / "worker").start()
     try:
         wd = Path(worker.workdir("w"))
@@ -52,10 +55,17 @@ def test_worker_kill9_mid_command_then_restart_goes_on_and_ran_once(
         wait_for(server, sid, lambda s: s["status"] == "waiting_worker", timeout=15,
                  what="waiting_worker")
         worker.start()
-        s = wait_for(server, sid, idle, timeout=40, what="the turn to go on")
-        assert s["items"][-1]["text"].startswith("The worker restarted")
+        s = wait_for(server, sid, lambda s: s["status"] == "error", timeout=40,
+                     what="the turn to stop")
+        assert s["status_reason"] == "the worker restarted during a command"
+        assert s["items"][-1]["kind"] == "error_item"
         call = tools(s)[0]
-        assert call["status"] == "failed" and "interrupted" in call["result"]
+        assert call["status"] == "failed"
+        assert call["result"].startswith("error: the worker restarted while this command ran")
+        server.http.post(f"/api/sessions/{sid}/prompt", json={"text": "what happened"})
+        s = wait_for(server, sid, lambda s: s["status"] == "idle", timeout=40,
+                     what="the next turn")
+        assert s["items"][-1]["text"].startswith("The worker restarted")
         time.sleep(3.5)  # the orphaned first run finishes; nothing runs it again
         assert (wd / "counter.txt").read_text() == "ran\n"
     finally:

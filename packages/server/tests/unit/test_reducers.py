@@ -171,6 +171,32 @@ def test_session_status_changed(state: State, log: Log) -> None:
     assert (s.status, s.status_reason) == ("idle", "")
 
 
+def test_busy_seconds_add_up_the_turns_not_the_waits_or_later_activity(state: State,
+                                                                       log: Log) -> None:
+    s = state.sessions[S]
+    assert (s.busy_seconds, s.busy_since) == (0.0, None)
+    apply(state, log.env(ev.SessionStatusChanged(status="running")))  # ts 3
+    assert s.busy_since == 3.0
+    apply(state, log.env(ev.SessionStatusChanged(status="waiting_worker")))  # still busy
+    apply(state, log.env(ev.SessionStatusChanged(status="waiting_approval")))  # ts 5: the user
+    assert (s.busy_seconds, s.busy_since) == (2.0, None)
+    apply(state, log.env(ev.SessionStatusChanged(status="running")))  # ts 6
+    apply(state, log.env(ev.SessionStatusChanged(status="idle")))  # ts 7
+    assert (s.busy_seconds, s.busy_since) == (3.0, None)
+    # later activity (a rename, a memory edit) moves updated_at, not the time it took
+    apply(state, log.env(ev.SessionTitleChanged(title="Renamed")))
+    apply(state, log.env(ev.MemoryUpdated(worker_id=W, workdir="/src/app", text="x"), None))
+    apply(state, log.env(ev.SessionStatusChanged(status="idle")))
+    assert (s.busy_seconds, s.busy_since, s.updated_at) == (3.0, None, 10.0)
+    apply(state, log.env(ev.SessionStatusChanged(status="running")))  # ts 11
+    apply(state, log.env(ev.SessionStatusChanged(status="error", reason="boom")))  # ts 12
+    assert (s.busy_seconds, s.busy_since) == (4.0, None)
+    apply(state, log.env(ev.SessionForked(from_session=S, until_item="", title="B"),
+                         "ses_2"))
+    assert (state.sessions["ses_2"].busy_seconds, state.sessions["ses_2"].busy_since) == (
+        0.0, None), "a fork has done no work of its own yet"
+
+
 def test_session_title_changed(state: State, log: Log) -> None:
     apply(state, log.env(ev.SessionTitleChanged(title="New")))
     assert state.sessions[S].title == "New"

@@ -408,6 +408,31 @@ def test_remember_keeps_a_note_for_later_sessions() -> None:
         check)
 
 
+def test_a_note_the_memory_holds_is_not_added_again() -> None:
+    async def check(h: Harness) -> None:
+        await h.turn()
+        await h.prompt("again")
+        await h.turn()
+        memory = h.engine.state.memories[f"{W}:/w/p"]
+        assert memory.text == "- tests run with `uv run pytest`\n- use tabs"
+        first, second, third = h.items(ev.ToolCall)
+        assert (first.status, first.result) == ("done", "noted in the project memory")
+        assert (second.status, second.result) == ("done", "noted in the project memory")
+        assert (third.status, third.result) == (
+            "done", "already in the project memory: nothing added")
+        events = await h.engine.log.read(0, limit=1000)
+        assert sum(isinstance(e.event, ev.MemoryUpdated) for e in events) == 2
+
+    def note(call_id: str, text: str) -> ToolCallRequested:
+        return ToolCallRequested(call_id, "remember", json.dumps({"note": text}))
+
+    run([[note("c1", "tests run with `uv run pytest`"), note("c2", "use tabs"), Finished()],
+         [TextDelta("noted"), Finished()],
+         # the same note again, spelled a little differently
+         [note("c3", "Tests run  with `uv run pytest`."), Finished()],
+         [TextDelta("noted"), Finished()]], check)
+
+
 def test_an_approval_nobody_decides_expires() -> None:
     async def check(h: Harness) -> None:
         await h.turn()

@@ -17,6 +17,7 @@ from codey_server.agent.history import History
 from codey_server.agent.machine import (
     STREAM_CHUNK,
     ActionDone,
+    ActionErrored,
     ActionProgressed,
     ApprovalDecided,
     ApprovalExpired,
@@ -248,6 +249,67 @@ def test_an_approved_call_is_requested_then_run() -> None:
     assert isinstance(run, RunAction) and isinstance(run.action, wk.RunCommand)
 
 
+def _write(path: str, content: str) -> ToolCallRequested:
+    return ToolCallRequested("c1", "write_file", json.dumps({"path": path, "content": content}))
+
+
+def test_a_write_approval_shows_a_diff_against_the_file_the_worker_read_first() -> None:
+    pilot = _codey("suggest")
+    pilot.feed(Start())
+    pilot.feed(ModelParts([_write("notes.txt", "one\n2\nthree\n")]))
+    step = pilot.feed(ModelDone())
+    # first the worker reads the file as it is: nothing is asked yet
+    [read] = step.effects
+    assert isinstance(read, RunAction) and isinstance(read.action, wk.ReadFile)
+    assert (read.action.path, read.action.workdir) == ("notes.txt", "/w/p")
+    assert pilot.session.approvals == {}
+    step = pilot.feed(ActionDone(read.action.action_id, wk.FileContent(
+        path="notes.txt", content="one\ntwo\nthree\n", size=14, total_lines=3)))
+    [approval] = pilot.session.approvals.values()
+    diff = ("--- a/notes.txt\n+++ b/notes.txt\n@@ -1,3 +1,3 @@\n one\n-two\n+2\n three\n")
+    assert (approval.kind, approval.path, approval.patch) == ("write", "notes.txt", diff)
+    assert approval.reason == "changes notes.txt (+1 −1)"
+    [tool] = [i for i in pilot.session.items if isinstance(i, ev.ToolCall)]
+    assert (tool.status, tool.diff) == ("waiting_approval", diff)  # stays on the card
+    assert [type(e) for e in step.effects] == [WaitApproval]
+
+    # approved: the write runs, and the card keeps the diff
+    pilot.record((S, ev.ApprovalResolved(approval_id=approval.approval_id,
+                                         decision="approved")))
+    [run] = pilot.feed(ApprovalDecided(approval.approval_id)).effects
+    assert isinstance(run, RunAction) and isinstance(run.action, wk.WriteFile)
+    pilot.feed(ActionDone(run.action.action_id, wk.WriteResult(path="notes.txt",
+                                                               bytes_written=12)))
+    [tool] = [i for i in pilot.session.items if isinstance(i, ev.ToolCall)]
+    assert (tool.status, tool.diff) == ("done", diff)
+
+
+def test_a_new_file_shows_its_whole_content_and_an_unreadable_one_says_why() -> None:
+    for failure, reason in [
+            (("not_found", "notes.txt: no such file or directory"), "creates notes.txt (2 lines)"),
+            (("is_directory", "notes.txt is a directory; use list_dir"),
+             "writes 2 lines to notes.txt; the file as it is now could not be read (notes.txt "
+             "is a directory; use list_dir), so this is the whole new content")]:
+        pilot = _codey("suggest")
+        pilot.feed(Start())
+        pilot.feed(ModelParts([_write("notes.txt", "a\nb")]))
+        [read] = pilot.feed(ModelDone()).effects
+        assert isinstance(read, RunAction)
+        pilot.feed(ActionErrored(read.action.action_id, *failure))
+        [approval] = pilot.session.approvals.values()
+        assert approval.patch == ("--- /dev/null\n+++ b/notes.txt\n@@ -0,0 +1,2 @@\n+a\n+b\n"
+                                  "\\ No newline at end of file\n")
+        assert approval.reason == reason
+
+
+def test_a_write_that_asks_nothing_reads_nothing_first() -> None:
+    pilot = _codey("auto-edit")
+    pilot.feed(Start())
+    pilot.feed(ModelParts([_write("notes.txt", "a\n")]))
+    [run] = pilot.feed(ModelDone()).effects
+    assert isinstance(run, RunAction) and isinstance(run.action, wk.WriteFile)
+
+
 def test_the_worker_going_away_shows_while_the_action_waits() -> None:
     pilot = _codey()
     pilot.feed(Start())
@@ -259,6 +321,84 @@ def test_the_worker_going_away_shows_while_the_action_waits() -> None:
     assert pilot.session.status == "waiting_worker"
     pilot.feed(WorkerPresence(action_id, True))
     assert (pilot.session.status, pilot.session.status_reason) == ("running", "")
+
+
+def _lost_command(outcome: wk.CommandResult | None = None) -> tuple[Pilot, Step]:
+    """A turn whose answer has two commands; the worker goes away during the first, which
+    ends with ``outcome`` once the worker is back (None: it died, and answers
+    ``interrupted``)."""
+    pilot = _codey()
+    pilot.feed(Start())
+    second = ToolCallRequested("c2", "shell", json.dumps({"command": ["make", "install"]}))
+    pilot.feed(ModelParts([_shell("make"), second]))
+    [run] = pilot.feed(ModelDone()).effects
+    assert isinstance(run, RunAction)
+    action_id = run.action.action_id
+    pilot.feed(ActionProgressed(action_id, wk.ActionProgress(
+        action_id=action_id, stream="stdout", data="compiling\n")))
+    pilot.feed(WorkerPresence(action_id, False))
+    assert pilot.session.status == "waiting_worker"
+    pilot.feed(WorkerPresence(action_id, True))
+    if outcome is None:
+        return pilot, pilot.feed(ActionErrored(
+            action_id, "interrupted",
+            "the worker stopped while this action was running; it was not run again"))
+    return pilot, pilot.feed(ActionDone(action_id, outcome))
+
+
+def test_a_command_lost_with_its_dead_worker_fails_saying_so_and_the_turn_stops() -> None:
+    pilot, step = _lost_command()
+    assert step.effects == []  # no model call behind the user's back
+    first, second = [i for i in pilot.session.items if isinstance(i, ev.ToolCall)]
+    assert first.status == "failed"
+    assert first.error == ("the worker restarted while this command ran: it was not run "
+                           "again, and whether it finished is unknown")
+    assert first.result is not None and first.result.startswith(
+        "error: the worker restarted while this command ran. It was not run again, and "
+        "whether it finished is unknown: it may have been cut short, or still be running")
+    assert "cancelled" not in first.result
+    # the answer's next command is not run on its own after that
+    assert (second.status, second.result) == (
+        "cancelled", "not run: the worker went away while an earlier call of this answer ran")
+    assert pilot.session.pending_actions == {}
+    assert (pilot.session.status, pilot.session.status_reason) == (
+        "error", "the worker restarted during a command")
+    error = pilot.session.items[-1]
+    assert isinstance(error, ev.ErrorItem) and error.code == "worker_lost"
+    assert error.message.startswith("The worker restarted while a command ran")
+    assert pilot.machine.done
+
+    # the next prompt goes on: the model reads what happened
+    pilot.record((S, ev.SessionItemAppended(item=ev.UserMessage(id="itm_2", ts=0.0,
+                                                                text="go on"))))
+    again = Pilot(CodeyTurn(S, models=Models(), limits=LIMITS), pilot.state)
+    [call] = again.feed(Start()).effects
+    assert isinstance(call, CallModel)
+    told = [m for m in json.loads(call.body)["messages"] if m["role"] == "tool"]
+    assert told[0]["content"] == first.result
+
+
+def test_a_command_its_stopping_worker_stopped_fails_with_its_output_and_why() -> None:
+    result = wk.CommandResult(exit_code=None, signal=15, cancelled=True, stdout="compiling\n",
+                              worker_stopped="signal SIGTERM")
+    pilot, step = _lost_command(result)
+    assert step.effects == []
+    first, _ = [i for i in pilot.session.items if isinstance(i, ev.ToolCall)]
+    assert first.status == "failed"
+    assert first.error == ("the worker stopped (signal SIGTERM) while this command ran, and "
+                           "stopped the command with it: it did not finish")
+    assert first.result == ("the command did not finish: the worker stopped (signal SIGTERM) "
+                            "while it ran, and stopped it\ncompiling")
+    assert (pilot.session.status, pilot.session.status_reason) == (
+        "error", "the worker stopped during a command")
+
+
+def test_a_command_cancelled_on_request_is_not_lost_with_its_worker() -> None:
+    result = wk.CommandResult(exit_code=None, signal=15, cancelled=True)
+    pilot, _ = _lost_command(result)
+    first, _second = [i for i in pilot.session.items if isinstance(i, ev.ToolCall)]
+    assert (first.status, first.error) == ("failed", None)
+    assert pilot.session.status == "running" and not pilot.machine.done
 
 
 def test_a_cut_stream_is_retried_after_a_timer_with_the_same_body() -> None:

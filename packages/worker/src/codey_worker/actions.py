@@ -58,6 +58,7 @@ from codey_protocol.worker import (
     AttachSession,
     Cancel,
     Cancelled,
+    CommandResult,
     Detached,
     DetachSession,
     Edit,
@@ -123,6 +124,8 @@ _READ_ONLY = (ReadFile, ListDir, McpList, LoadContext, ViewImage, Grep, Glob)
 #: this worker, and after a restart there is none (a re-sent one is answered process_gone,
 #: never carried out twice); a repeat within this process is answered from memory
 _UNRECORDED = (*_READ_ONLY, ExecWrite, ExecKill, ExecList)
+#: actions that change no file of the workdir: what changes meanwhile is not their session's
+_NO_WORKDIR_CHANGE = (*_READ_ONLY, AttachSession, DetachSession, Cancel, ExecList, ExecKill)
 READ_RESULTS_KEPT = 500
 READ_RESULTS_BYTES = 32 * 1024 * 1024
 #: how long attach_session waits for MCP servers to list their tools before answering with
@@ -172,6 +175,8 @@ class ActionDispatcher:
         self._reads: OrderedDict[str, bytes] = OrderedDict()  # answers of recent reads
         self._reads_bytes = 0  # their total size
         self._cancel_requested: set[str] = set()
+        #: why the worker is stopping (set by :meth:`shutdown`): the commands it stops say so
+        self._stopping: str | None = None
         self._attached: dict[str, Path] = {}
         #: $CODEY_HOME: where the user's own AGENTS.md and skills are
         self.home = home if home is not None else codey_home()
@@ -234,9 +239,11 @@ class ActionDispatcher:
             await self._emit(codec.encode(ActionAccepted(action_id=action_id, replayed=True)))
             await self._emit(response)
 
-    async def shutdown(self, grace_s: float = 6.0) -> None:
+    async def shutdown(self, grace_s: float = 6.0, reason: str = "stopped") -> None:
         """Stop every running action: commands get SIGTERM (then SIGKILL), other actions are
-        cancelled. Waits up to ``grace_s`` for commands to record their results."""
+        cancelled. Waits up to ``grace_s`` for commands to record their results, each with
+        ``worker_stopped=reason`` (why the worker stops: "signal SIGTERM")."""
+        self._stopping = reason
         self.registry.cancel_all()
         # the sessions' processes: SIGTERM now, SIGKILL after their grace
         closing = asyncio.ensure_future(
@@ -317,10 +324,25 @@ class ActionDispatcher:
                              message=f"{type(exc).__name__}: {exc}")
 
     async def _run(self, action: ActionMessage) -> None:
+        # what changes in the workdir while it runs is this session's (watch.py)
+        watcher = None if isinstance(action, _NO_WORKDIR_CHANGE) else self.watcher
+        if watcher is not None:
+            watcher.acting(action.session_id)
+        try:
+            await self._run_action(action)
+        finally:
+            if watcher is not None:
+                watcher.acted(action.session_id)
+
+    async def _run_action(self, action: ActionMessage) -> None:
         action_id = action.action_id
         response: ActionResult | ActionErrored
         try:
             outcome = await self._execute(action)
+            if isinstance(outcome, CommandResult) and outcome.cancelled \
+                    and self._stopping is not None and action_id not in self._cancel_requested:
+                # nobody asked for this cancel: the worker stopped it on its way out
+                outcome.worker_stopped = self._stopping
             response = ActionResult(action_id=action_id, result=outcome)
         except asyncio.CancelledError:
             if action_id not in self._cancel_requested:

@@ -16,8 +16,9 @@ Order on each connection (``WS {server}/ws/worker``)::
 
 Endings (:meth:`Worker.run` returns the process exit code):
 
-* a dropped connection or a failed connect → reconnect after a backoff (0.5 s doubling to 30 s,
-  full jitter), reset once a connection has stayed up for a while;
+* a dropped connection or a failed connect → reconnect after a backoff (0.5 s doubling to
+  :data:`RECONNECT_CAP_S`, full jitter), reset by every connection the server welcomed: a
+  worker is back within about 2 s of its server, however long the server was away;
 * close 4401 / 4403 → "this machine was unlinked …", exit 3;
 * close 4409 (a newer connection of the same worker replaced this one) → exit 0;
 * another protocol version (the server's challenge says which, or it closes 4426) → the reason,
@@ -93,7 +94,10 @@ EXIT_OK = 0
 EXIT_UNLINKED = 3
 EXIT_INCOMPATIBLE = 4
 HANDSHAKE_TIMEOUT_S = 15.0
-HEALTHY_AFTER_S = 10.0  # a connection up this long resets the backoff
+#: the longest wait between two connection attempts. A worker is one client of one server:
+#: there is no herd to spread, and every second of waiting is a second its sessions sit on
+#: "waiting for machine" after the server is back (at 30 s a worker came back ~20 s late)
+RECONNECT_CAP_S = 2.0
 MCP_LIST_TIMEOUT_S = 20.0
 MAX_FRAME_BYTES = 64 * 1024 * 1024  # patches and file writes can be large
 #: signals that stop the worker cleanly (running commands are stopped too)
@@ -120,7 +124,7 @@ def ws_url(server: str) -> str:
 class Backoff:
     """Delays before reconnecting: full jitter over ``base * 2**n``, capped at ``cap``."""
 
-    def __init__(self, base: float = 0.5, cap: float = 30.0,
+    def __init__(self, base: float = 0.5, cap: float = RECONNECT_CAP_S,
                  rand: random.Random | None = None) -> None:
         self.base = base
         self.cap = cap
@@ -223,7 +227,7 @@ class Worker:
         finally:
             for sig in installed:
                 loop.remove_signal_handler(sig)
-            await self.dispatcher.shutdown()
+            await self.dispatcher.shutdown(reason=self._stop_reason)
             self.records.close()
 
     async def _loop(self) -> int:
@@ -233,7 +237,6 @@ class Worker:
             await self._list_mcp_tools()
             if self._stop.is_set():  # stopped while listing: don't connect just to leave
                 break
-            up_since: float | None = None
             reason = "connection lost"
             try:
                 # compression=None: deflating every streamed output chunk cost more CPU than
@@ -244,7 +247,7 @@ class Worker:
                                    close_timeout=5) as ws:
                     await self._handshake(ws)
                     self._ws = ws
-                    up_since = time.monotonic()
+                    backoff.reset()  # a good connection: the next drop starts small again
                     self.console.connected(self.server)
                     await self._send_hello(ws)
                     await self._serve(ws)
@@ -272,8 +275,6 @@ class Worker:
                 await self.terminals.close_all()  # their shells go on in tmux
             if self._stop.is_set():
                 break
-            if up_since is not None and time.monotonic() - up_since >= HEALTHY_AFTER_S:
-                backoff.reset()
             delay = backoff.next()
             self.console.reconnecting(delay, reason)
             with contextlib.suppress(TimeoutError):

@@ -6,6 +6,14 @@ anything under ``.git``, ``node_modules``, ``__pycache__`` or ``.venv`` is ignor
 worker's own protected directory (:func:`codey_worker.confine.protect`; its records database
 changes with every action, and its file names are not the server's business). Watching is
 best effort: a workdir that cannot be watched is logged and left alone, never an action error.
+
+A session reports only its own changes: those seen while one of its actions runs, or within
+:data:`ATTRIBUTION_SLACK_S` after its last one ended (the dispatcher calls :meth:`acting` and
+:meth:`acted` around each action that may change files). Several sessions often share a
+folder: another session's files, or the user's own edits between turns, are not this one's
+"changed files". Two sessions acting in one folder at the same moment see each other's
+changes (a watcher cannot tell who wrote a file). An AGENTS.md someone else edits mid-turn is
+read at the next turn's start.
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -32,6 +41,9 @@ log = logging.getLogger(__name__)
 IGNORED_DIRS = frozenset({".git", "node_modules", "__pycache__", ".venv"})
 DEBOUNCE_MS = 300
 MAX_PATHS = 500  # paths per event; a huge checkout or build is summarised by its first ones
+#: changes reported this long after a session's last action ended are still its own: a burst
+#: is reported DEBOUNCE_MS after it settles, later on a busy machine
+ATTRIBUTION_SLACK_S = 2.0
 
 #: suffix of the temporary files patch.py and fs.py write before renaming into place
 TEMP_SUFFIX = ".codey-tmp"
@@ -58,10 +70,34 @@ def relevant(workdir: Path, path: str) -> str | None:
 class WorkspaceWatcher:
     """Watches attached workdirs; ``send`` gets encoded ``WorkspaceChanged`` frames."""
 
-    def __init__(self, send: Send, debounce_ms: int = DEBOUNCE_MS) -> None:
+    def __init__(self, send: Send, debounce_ms: int = DEBOUNCE_MS,
+                 slack_s: float = ATTRIBUTION_SLACK_S) -> None:
         self._send = send
         self._debounce_ms = debounce_ms
+        self._slack_s = slack_s
         self._tasks: dict[str, tuple[Path, asyncio.Task[None], asyncio.Event]] = {}
+        self._acting: dict[str, int] = {}  # session id → its actions running now
+        self._acted: dict[str, float] = {}  # session id → when its last action ended
+
+    def acting(self, session_id: str) -> None:
+        """An action of ``session_id`` that may change files starts: what changes is its."""
+        self._acting[session_id] = self._acting.get(session_id, 0) + 1
+
+    def acted(self, session_id: str) -> None:
+        """That action ended (call once per :meth:`acting`)."""
+        left = self._acting.get(session_id, 0) - 1
+        if left > 0:
+            self._acting[session_id] = left
+        else:
+            self._acting.pop(session_id, None)
+        self._acted[session_id] = time.monotonic()
+
+    def _own(self, session_id: str) -> bool:
+        """Changes seen now are the session's own."""
+        if self._acting.get(session_id):
+            return True
+        ended = self._acted.get(session_id)
+        return ended is not None and time.monotonic() - ended <= self._slack_s
 
     @property
     def sessions(self) -> list[str]:
@@ -90,6 +126,8 @@ class WorkspaceWatcher:
         try:
             async for changes in awatch(workdir, watch_filter=keep, debounce=self._debounce_ms,
                                         step=50, stop_event=stop, recursive=True):
+                if not self._own(session_id):
+                    continue  # another session's, or the user's between turns
                 paths = sorted({p for _, path in changes if (p := relevant(workdir, path))})
                 if not paths:
                     continue
@@ -106,6 +144,7 @@ class WorkspaceWatcher:
     def unwatch(self, session_id: str) -> bool:
         """Stop watching for ``session_id``; False if it was not watched."""
         current = self._tasks.pop(session_id, None)
+        self._acted.pop(session_id, None)
         if current is None:
             return False
         current[2].set()

@@ -214,6 +214,32 @@ def test_reconnects_after_the_server_restarts(stack: Stack) -> None:
         assert listed["ok"], listed
 
 
+#: how long the server stays away: long enough for an uncapped backoff to grow past 8 s
+OUTAGE_S = 12.0
+#: a worker is back this soon after its server is (the issue's bound)
+BACK_WITHIN_S = 3.0
+
+
+def test_back_within_seconds_of_a_server_that_was_away_long(stack: Stack) -> None:
+    """However long the server was away, the worker is connected again (its hello folded,
+    the server says so) within 3 s of the server listening again: the backoff is capped."""
+    with stack.start_worker() as worker:
+        worker_id = stack.approve(worker)
+        wait_until(lambda: stack.worker_state(worker_id)["connected"], timeout=30)
+        stack.server.kill9()
+        # deliberate: the outage is what grows the backoff, and its length is the point
+        time.sleep(OUTAGE_S)
+        offset = worker.log_offset()
+        stack.server.start()
+        back = time.monotonic()
+        wait_until(lambda: stack.worker_state(worker_id)["connected"], timeout=60)
+        took = time.monotonic() - back
+        worker.wait_for_line("^connected to", timeout=5, start=offset)
+        print(f"worker connected again {took:.2f} s after the server was back "
+              f"(away {OUTAGE_S:.0f} s)")
+        assert took <= BACK_WITHIN_S, f"back after {took:.1f} s"
+
+
 def test_revoked_worker_exits_3_with_one_line(stack: Stack) -> None:
     with stack.start_worker() as worker:
         worker_id = stack.approve(worker)

@@ -386,6 +386,7 @@ def test_cancel_stops_a_running_command(tmp_path: Path, root: Path) -> None:
     long_result = send.of("long")[-1]
     assert isinstance(long_result, ActionResult) and isinstance(long_result.result, CommandResult)
     assert long_result.result.cancelled
+    assert long_result.result.worker_stopped == ""  # the server asked: not the worker's doing
 
 
 def test_shutdown_stops_commands_without_waiting_for_them(tmp_path: Path, root: Path) -> None:
@@ -400,10 +401,15 @@ def test_shutdown_stops_commands_without_waiting_for_them(tmp_path: Path, root: 
                     what="the command's first output")
         loop = asyncio.get_running_loop()
         start = loop.time()
-        await d.shutdown(grace_s=5)
+        await d.shutdown(grace_s=5, reason="signal SIGTERM")
         assert d.running() == []
         record = d.records.get("long")
         assert record is not None and record.status == "finished"
+        # what the server gets after the restart says the worker stopped it, and why
+        recorded = codec.decode_worker_to_server(record.response)
+        assert isinstance(recorded, ActionResult)
+        assert isinstance(recorded.result, CommandResult) and recorded.result.cancelled
+        assert recorded.result.worker_stopped == "signal SIGTERM"
         return loop.time() - start
 
     assert run(main) < 4
@@ -415,9 +421,12 @@ def test_attached_workdir_changes_are_reported_relative_and_filtered(
     send = FakeSend()
 
     async def main() -> None:
-        d = make(tmp_path, root, send, watcher=WorkspaceWatcher(send, debounce_ms=100))
+        watcher = WorkspaceWatcher(send, debounce_ms=100)
+        d = make(tmp_path, root, send, watcher=watcher)
         await d.handle(AttachSession(action_id="t1", session_id="s1", workdir=str(root)))
         await d.wait_idle()
+        watcher.acting("s1")  # what changes now is s1's, as while one of its actions runs
+
         def reported(path: str) -> bool:
             return any(isinstance(m, WorkspaceChanged) and path in m.paths
                        for m in send.messages())
@@ -448,6 +457,49 @@ def test_attached_workdir_changes_are_reported_relative_and_filtered(
     paths = {p for change in changes for p in change.paths}
     assert "src/app.py" in paths
     assert not any(p.startswith(".git") for p in paths)
+
+
+def test_a_session_reports_only_what_changed_while_it_acted(tmp_path: Path, root: Path) -> None:
+    """Two sessions share a folder: each reports the files changed while its own actions ran
+    (or just after), not the other's, and not the user's edits between turns."""
+    send = FakeSend()
+
+    def reported(session_id: str) -> set[str]:
+        return {p for m in send.messages() if isinstance(m, WorkspaceChanged)
+                and m.session_id == session_id for p in m.paths}
+
+    async def main() -> None:
+        d = make(tmp_path, root, send,
+                 watcher=WorkspaceWatcher(send, debounce_ms=50, slack_s=0.3))
+        for sid in ("s1", "s2"):
+            await d.handle(AttachSession(action_id=f"at-{sid}", session_id=sid,
+                                         workdir=str(root)))
+        await d.wait_idle()
+        # s1 writes (a command) until the watch is live: those files are s1's
+        for n in range(40):
+            await d.handle(RunCommand(action_id=f"w{n}", session_id="s1", workdir=str(root),
+                                      argv=["sh", "-c", f"echo {n} > a{n}.txt"]))
+            await d.wait_idle()
+            with contextlib.suppress(WaitTimedOut):
+                await until(lambda n=n: f"a{n}.txt" in reported("s1"),  # type: ignore[misc]
+                            timeout=1.0)
+            if f"a{n}.txt" in reported("s1"):
+                break
+        # deliberate sleeps: past s1's slack, then long enough for the user's edit to be seen
+        # (and not reported) before s2 acts
+        await asyncio.sleep(0.6)
+        (root / "mine.txt").write_text("the user's")
+        await asyncio.sleep(1.0)
+        await d.handle(WriteFile(action_id="b", session_id="s2", workdir=str(root),
+                                 path="b.txt", content="b"))
+        await d.wait_idle()
+        await until(lambda: "b.txt" in reported("s2"), what="s2's file")
+        await d.shutdown()
+
+    run(main)
+    s1, s2 = reported("s1"), reported("s2")
+    assert s1 and all(p.startswith("a") for p in s1), s1
+    assert s2 == {"b.txt"}, s2
 
 
 def test_kept_read_answers_are_capped_in_total_bytes(

@@ -175,6 +175,17 @@ class _Running:
 
 
 @dataclass
+class _Previewing:
+    """A call whose approval waits for what the worker reads first (the file a write
+    replaces)."""
+
+    item_id: str
+    parsed: ParsedCall[Any]
+    ask: Ask
+    action_id: str
+
+
+@dataclass
 class _Attaching:
     """Files sent with prompts, being written into the workdir: per message, its files."""
 
@@ -212,6 +223,7 @@ class CodeyTurn(TurnMachine):
         self._asking: tuple[str, str] | None = None  # (question id, item id)
         self._children: dict[str, str] = {}  # sub-agent session id → the call's item id
         self._approving: str | None = None  # the item whose approval is waited for
+        self._previewing: _Previewing | None = None  # read before asking
         self._encoded_tools: tuple[Any, wk.Capabilities | None, list[ToolSpec], bytes] \
             | None = None
 
@@ -335,7 +347,7 @@ class CodeyTurn(TurnMachine):
         """Settle the open tool calls: the parallel ones started together, then the others in
         order, one at a time; then go on with the loop."""
         if self._running is not None or self._storing is not None \
-                or self._approving is not None or self._asking:
+                or self._approving is not None or self._asking or self._previewing is not None:
             return  # a call is under way: its end settles the next
         open_calls = [i for i in self.session.items
                       if isinstance(i, ev.ToolCall) and i.result is None]
@@ -362,7 +374,7 @@ class CodeyTurn(TurnMachine):
 
     def _approval_pending(self) -> bool:
         # a method, not the attribute: a call settled just now may have asked for one
-        return self._approving is not None
+        return self._approving is not None or self._previewing is not None
 
     def _route_call(self, parsed: ParsedCall[Any]) -> str | Ask | None:
         """What a call needs before it runs: a refusal (its reason: plan mode, a read-only
@@ -426,17 +438,50 @@ class CodeyTurn(TurnMachine):
             self.await_approval(approval.approval_id, approval.requested_at)
             return False
         if isinstance(fate, Ask):
-            approval_id = self.new_id("apr")
-            self.emit(ev.ApprovalRequested(approval_id=approval_id, item_id=item.id,
-                                           kind=fate.kind, command=fate.command,
-                                           patch=fate.patch, path=fate.path,
-                                           reason=fate.reason or f"{item.name} wants to run"),
-                      ev.SessionItemUpdated(item_id=item.id, status="waiting_approval",
-                                            approval_id=approval_id))
-            self._approving = item.id
-            self.await_approval(approval_id, self.now)
+            if isinstance(tool, WorkerTool):
+                # what the approval shows may need the worker first (a write: the file now)
+                read = tool.preview(parsed.args, self.new_id("act"), s.session_id, s.workdir)
+                if read is not None:
+                    self._previewing = _Previewing(item.id, parsed, fate, read.action_id)
+                    self.effect(RunAction(s.worker_id, read, CONTEXT_TIMEOUT_S,
+                                          workdir=s.workdir, attach_timeout=CONTEXT_TIMEOUT_S))
+                    return False
+            self._ask(item, fate)
             return False
         return self._go(item, parsed)
+
+    def _ask(self, item: ev.ToolCall, fate: Ask, fields: dict[str, Any] | None = None) -> None:
+        """Ask the user about ``item`` (with ``fields`` of the item that show what is asked)
+        and wait for the decision."""
+        approval_id = self.new_id("apr")
+        self.emit(ev.ApprovalRequested(approval_id=approval_id, item_id=item.id,
+                                       kind=fate.kind, command=fate.command,
+                                       patch=fate.patch, path=fate.path,
+                                       reason=fate.reason or f"{item.name} wants to run"),
+                  ev.SessionItemUpdated(item_id=item.id, status="waiting_approval",
+                                        approval_id=approval_id, **(fields or {})))
+        self._approving = item.id
+        self.await_approval(approval_id, self.now)
+
+    def _previewed(self, i: ActionOutcomeInput) -> None:
+        """What the approval shows has been read (or could not be): ask now."""
+        p = self._previewing
+        assert p is not None
+        self._previewing = None
+        item = self._item(p.item_id)
+        if item is None or item.result is not None:
+            self.next(self._settle)
+            return
+        tool = p.parsed.tool
+        assert isinstance(tool, WorkerTool)
+        if isinstance(i, ActionDone):
+            found, failure = i.outcome, ("", "")
+        elif isinstance(i, ActionErrored):
+            found, failure = None, (i.code, i.message)
+        else:
+            found, failure = None, ("timeout", "the worker did not answer in time")
+        ask, fields = tool.previewed(p.parsed.args, p.ask, found, failure)
+        self._ask(item, ask, fields)
 
     def _go(self, item: ev.ToolCall, parsed: ParsedCall[Any]) -> bool:
         """Carry out a call that needs nothing more: its action, or the server's own work."""
@@ -570,12 +615,18 @@ class CodeyTurn(TurnMachine):
             self._attachment_written(i)
         elif self._running is not None and self._running.action_id == i.action_id:
             self._tool_action_over(i)
+        elif self._previewing is not None and self._previewing.action_id == i.action_id:
+            self._previewed(i)
 
     def _tool_action_over(self, i: ActionOutcomeInput) -> None:
         r = self._running
         assert r is not None
         self._running = None
         self.flush(r.output)
+        lost = _lost_with_its_worker(i, r.tool)
+        if lost is not None:
+            self._lost(r, i, lost)
+            return
         if self.current_status == "waiting_worker":
             self.status("running")
         if isinstance(i, ActionDone):
@@ -624,6 +675,27 @@ class CodeyTurn(TurnMachine):
             why = "the server could not keep it (see its log)"
             self.finish(r.item_id, "failed", f"error: {why}", done, error=why)
         self.next(self._settle)
+
+    def _lost(self, r: _Running, i: ActionOutcomeInput, lost: _Lost) -> None:
+        """The call's action did not finish because its worker went away (stopped, or died
+        and came back): the call fails with the reason, the answer's other open calls are
+        not run, and the turn ends in ``error`` with the reason. The model is not called
+        behind the user's back: what it would be told is true, but whether to run the command
+        again (it may still be running, or have done half its work) is for the user to say.
+        The next prompt goes on, and the model reads what happened in the call's result."""
+        if isinstance(i, ActionDone):
+            _, result, fields = r.tool.settle(i.outcome, r.truncated)
+            finished = ev.ActionFinished(action_id=r.action_id, outcome="result")
+        else:
+            result, fields = lost.result, {}
+            finished = ev.ActionFinished(action_id=r.action_id, outcome="errored")
+        fields["error"] = lost.card
+        self.finish(r.item_id, "failed", result, finished, **fields)
+        for item in self.session.items:
+            if isinstance(item, ev.ToolCall) and item.result is None and item.id != r.item_id:
+                self.finish(item.id, "cancelled", "not run: the worker went away while an "
+                                                  "earlier call of this answer ran")
+        self.error(lost.session, "worker_lost", lost.reason)
 
     # attachments ---------------------------------------------------------------------------
 
@@ -1053,6 +1125,50 @@ def text_size(body: bytes) -> int:
         size -= end + 1 - at - IMAGE_AS_TEXT
         at = body.find(_DATA_URL, end + 1)
     return size
+
+@dataclass(frozen=True, slots=True)
+class _Lost:
+    """How a call lost with its worker reads: on its card, to the model, for the session."""
+
+    card: str
+    result: str
+    session: str
+    reason: str
+
+
+def _lost_with_its_worker(i: ActionOutcomeInput, tool: WorkerTool[Any]) -> _Lost | None:
+    """Why the action did not finish because its worker went away, or None (it finished, or
+    failed for a reason of its own).
+
+    Two ways: the worker was stopped (a signal) and stopped its commands on the way out (the
+    result says ``worker_stopped``); or it died (kill -9, a crash, a reboot) and, started
+    again, answers the re-sent action ``interrupted`` — it never runs an action twice. Then
+    the outcome is unknown: a command runs in its own session and may outlive its worker."""
+    what = "command" if tool.runs_commands else "action"
+    if isinstance(i, ActionDone) and isinstance(i.outcome, wk.CommandResult) \
+            and i.outcome.worker_stopped:
+        why = i.outcome.worker_stopped
+        return _Lost(
+            card=f"the worker stopped ({why}) while this command ran, and stopped the command "
+                 "with it: it did not finish",
+            result="",  # the tool's own reading (it says so, with the output so far)
+            session=f"The worker stopped ({why}) while a command ran, and stopped the command: "
+                    "it did not finish. Send a message to go on: the model will see what "
+                    "happened.",
+            reason="the worker stopped during a command")
+    if isinstance(i, ActionErrored) and i.code == "interrupted":
+        return _Lost(
+            card=f"the worker restarted while this {what} ran: it was not run again, and "
+                 "whether it finished is unknown",
+            result=f"error: the worker restarted while this {what} ran. It was not run again, "
+                   "and whether it finished is unknown: it may have been cut short"
+                   + (", or still be running on the machine" if tool.runs_commands else "")
+                   + ". Check its effects before running it again.",
+            session=f"The worker restarted while a {what} ran: it was not run again, and "
+                    "whether it finished is unknown. Send a message to go on: the model will "
+                    "see what happened.",
+            reason=f"the worker restarted during a {what}")
+    return None
 
 
 def _usage(part: Usage, call: _Call, total: int) -> ev.TokenUsageRecorded:

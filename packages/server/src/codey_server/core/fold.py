@@ -43,6 +43,7 @@ import msgspec
 
 from codey_protocol import events as ev
 from codey_protocol.state import (
+    BUSY_STATUSES,
     COMPACTION_ENDED,
     MAX_CHANGED_PATHS,
     PROCESS_OUTPUT_KEPT,
@@ -116,6 +117,14 @@ def _status(state: State, env: ev.Envelope) -> None:
     if s is not None:
         s.status = e.status
         s.status_reason = e.reason
+        # the session's own working time, turn by turn (not its last activity, which a
+        # rename or a memory edit moves)
+        if e.status in BUSY_STATUSES:
+            if s.busy_since is None:
+                s.busy_since = env.ts
+        elif s.busy_since is not None:
+            s.busy_seconds += max(0.0, env.ts - s.busy_since)
+            s.busy_since = None
 
 
 def _title(state: State, env: ev.Envelope) -> None:

@@ -248,6 +248,19 @@ class Tool(Generic[A]):
 class WorkerTool(Tool[A]):
     """A tool carried out by one action on the session's worker."""
 
+    def preview(self, args: A, action_id: str, session_id: str,
+                workdir: str) -> wk.ActionMessage | None:
+        """An action whose outcome the approval shows, run before asking (``write_file``:
+        the file as it is now); None: ask at once. It must change nothing."""
+        return None
+
+    def previewed(self, args: A, ask: Ask, found: wk.ActionOutcome | None,
+                  failure: tuple[str, str]) -> tuple[Ask, dict[str, Any]]:
+        """The approval to ask once the :meth:`preview` action is over, and fields of the
+        call's item that show it (they stay after the decision). ``found``: its outcome, or
+        None when it failed (``failure``: its code and message)."""
+        return ask, {}
+
     def action(self, args: A, action_id: str, session_id: str, workdir: str, *,
                sandbox: Sandboxing = SANDBOXED) -> wk.ActionMessage:
         """The action for this call; ``sandbox``: the session's sandbox mode and network."""

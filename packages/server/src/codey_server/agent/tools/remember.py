@@ -1,4 +1,10 @@
-"""``remember``: add a note to the project's memory (the session's worker and workdir)."""
+"""``remember``: add a note to the project's memory (the session's worker and workdir).
+
+Adding is idempotent: a note the memory already holds (a line of it, compared without case,
+spacing, list marker or final full stop) is not added again. A model that notes the same
+convention in two sessions, or a prompt run twice (a schedule, a fork), used to leave it there
+twice.
+"""
 
 from __future__ import annotations
 
@@ -44,6 +50,8 @@ class Remember(ServerTool[NoteArgs]):
     def start(self, args: NoteArgs, call: ServerCall) -> Finish:
         s = call.session
         text = memory_of(call.state, s)
+        if any(_same_note(line, args.note) for line in text.splitlines()):
+            return Finish("done", "already in the project memory: nothing added")
         text = (text.rstrip("\n") + "\n" if text.strip() else "") + f"- {args.note}"
         if len(text) > MEMORY_MAX:
             return Finish("failed", f"error: the project memory is full ({MEMORY_MAX // 1024} "
@@ -51,6 +59,18 @@ class Remember(ServerTool[NoteArgs]):
                                     "panel", fields={"error": "the project memory is full"})
         return Finish("done", "noted in the project memory", [(s.session_id, ev.MemoryUpdated(
             worker_id=s.worker_id, workdir=s.workdir, text=text))])
+
+
+def _key(note: str) -> str:
+    words = " ".join(note.split()).casefold()
+    if words[:2] in ("- ", "* "):
+        words = words[2:]
+    return words.rstrip(". ")
+
+
+def _same_note(line: str, note: str) -> bool:
+    """``line`` of the memory says ``note`` (as a list item or not)."""
+    return bool(note.strip()) and _key(line) == _key(note)
 
 
 REMEMBER = Remember()

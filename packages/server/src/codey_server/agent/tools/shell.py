@@ -127,6 +127,9 @@ class Shell(WorkerTool[ShellArgs]):
                                    + outcome.stderr if outcome.stderr else "")
         if outcome.timed_out:
             head = "the command timed out and was killed"
+        elif outcome.worker_stopped:
+            head = (f"the command did not finish: the worker stopped "
+                    f"({outcome.worker_stopped}) while it ran, and stopped it")
         elif outcome.cancelled:
             head = "the command was cancelled"
         elif outcome.exit_code is None:
