@@ -65,6 +65,28 @@ def test_approval_on_a_phone(stack: Stack, browser: Browser,
     expect(page.get_by_test_id("plan")).to_contain_text("1/3 done · Build it")
     page.screenshot(path=f"{SHOTS}/phone-session.png")
 
+    # the policy, sandbox and network do not fit beside the status and Interrupt: they are
+    # at the top of the session's menu, whole (not squeezed to their arrows)
+    settings = page.get_by_test_id("session-settings")
+    expect(settings).to_be_hidden()
+    page.get_by_test_id("session-menu-button").tap()
+    expect(settings).to_be_visible()
+    page.screenshot(path=f"{SHOTS}/phone-menu.png")
+    for select in ("policy-select", "sandbox-select"):
+        fits = page.get_by_test_id(select).evaluate(
+            "(el) => el.getBoundingClientRect().width >= 60 && "
+            "el.scrollWidth <= el.clientWidth + 1")
+        assert fits, f"{select} is squeezed"
+    page.get_by_test_id("policy-select").select_option("auto-edit")
+    expect(page.get_by_test_id("policy-select")).to_have_value("auto-edit")
+    stack.wait_until(lambda: server.http.get(f"/api/sessions/{sid}").json()["policy"]
+                     == "auto-edit", what="the policy to change")
+    page.get_by_test_id("policy-select").select_option("suggest")
+    stack.wait_until(lambda: server.http.get(f"/api/sessions/{sid}").json()["policy"]
+                     == "suggest", what="the policy to change back")
+    page.get_by_test_id("session-menu-button").tap()
+    expect(settings).to_be_hidden()
+
     # the user reads back up and starts a draft; then an approval comes
     page.get_by_test_id("session-items").evaluate("(el) => { el.scrollTop = 0; }")
     prompt = page.get_by_test_id("prompt-input")

@@ -75,6 +75,17 @@ export class SessionView {
     this._network = h("input", { type: "checkbox", id: "network-toggle",
       "data-testid": "network-toggle", onchange: () => this._setSandbox() });
     this._sandboxBadge = h("span", {});
+    // the policy, the sandbox and the network: in the header, or (on a phone, where they
+    // do not fit beside the status and Interrupt) at the top of the session's menu
+    this._settings = h("div", { class: "s-settings", "data-testid": "session-settings" },
+      h("label", { for: "policy-select", class: "sr-only" }, "Approval policy"),
+      this._policy,
+      h("label", { for: "sandbox-select", class: "sr-only" }, "Sandbox"), this._sandbox,
+      h("label", { for: "network-toggle", class: "check small",
+        title: "Sandboxed commands may use the network" }, this._network, " network"));
+    this._narrow = window.matchMedia("(max-width: 860px)");
+    this._onNarrow = () => this._placeSettings();
+    this._narrow.addEventListener("change", this._onNarrow);
     this._interrupt = h("button", { class: "btn danger", type: "button",
       "data-testid": "interrupt", onclick: () => this._doInterrupt() }, "Interrupt");
     this._download = h("a", { class: "btn subtle wide-only", "data-testid": "download-log",
@@ -169,13 +180,8 @@ export class SessionView {
         h("div", { class: "s-head-text" },
           h("div", { class: "s-title-row" }, this._title, this._badges), this._meta)),
       h("div", { class: "s-controls" },
-        this._status, this._gone,
-        h("label", { for: "policy-select", class: "sr-only" }, "Approval policy"),
-        this._policy,
-        h("label", { for: "sandbox-select", class: "sr-only" }, "Sandbox"), this._sandbox,
-        h("label", { for: "network-toggle", class: "check small",
-          title: "Sandboxed commands may use the network" }, this._network, " network"),
-        this._sandboxBadge, this._interrupt, this._terminal, this._download, this._menu)),
+        this._status, this._gone, this._settings, this._sandboxBadge, this._interrupt,
+        this._terminal, this._download, this._menu)),
     this._missing,
     h("div", { class: "s-body" }, h("div", { class: "s-main" }, this._scroller, this._jump,
       h("div", { class: "activity-row" }, this._activity, this._retry)), this._side),
@@ -738,6 +744,17 @@ export class SessionView {
       "data-testid": "session-menu-button" }, "⋯"),
     h("div", { class: "menu-list" }, items));
     this._menu.open = open;
+    this._placeSettings();
+  }
+
+  /** The settings where they fit: the header, or the top of the menu on a narrow screen. */
+  _placeSettings() {
+    const list = this._menu.querySelector(".menu-list");
+    if (this._narrow.matches && list) {
+      if (this._settings.parentNode !== list) list.prepend(this._settings);
+    } else if (this._settings.parentNode !== this._sandboxBadge.parentNode) {
+      this._sandboxBadge.before(this._settings);
+    }
   }
 
   async _fork(itemId) {
@@ -908,6 +925,7 @@ export class SessionView {
   destroy() {
     this._batch.cancel();
     clearInterval(this._ticker);
+    this._narrow.removeEventListener("change", this._onNarrow);
   }
 }
 

@@ -128,7 +128,9 @@ class WorkspaceWatcher:
                                         step=50, stop_event=stop, recursive=True):
                 if not self._own(session_id):
                     continue  # another session's, or the user's between turns
-                paths = sorted({p for _, path in changes if (p := relevant(workdir, path))})
+                # files only: a directory made for them is not a "changed file"
+                paths = sorted({p for _, path in changes
+                                if (p := relevant(workdir, path)) and not os.path.isdir(path)})
                 if not paths:
                     continue
                 frame = WorkspaceChanged(session_id=session_id, paths=paths[:MAX_PATHS])
