@@ -3,7 +3,7 @@
     nox -s lint        ruff, and the import rules (import-linter)
     nox -s typecheck   mypy (strict on the protocol and the reducers)
     nox -s tests       unit + integration tests of every package
-    nox -s unit        the unit tests alone (no processes started; under a minute)
+    nox -s unit        the unit tests alone (no Codey process started; two processes)
     nox -s e2e         Playwright over the real three-process stack (Debian's chromium)
 """
 
@@ -49,7 +49,8 @@ def tests(session: nox.Session) -> None:
 def unit(session: nox.Session) -> None:
     # not in the default sessions: ``tests`` runs these too
     args = session.posargs or [f"{p}/tests/unit" for p in PACKAGES]
-    session.run("pytest", "-q", "-p", "no:cacheprovider", *args, external=True)
+    # two processes: the worker's unit tests run real commands, and wait on them
+    session.run("pytest", "-q", "-p", "no:cacheprovider", "-n", "2", *args, external=True)
 
 
 @nox.session
