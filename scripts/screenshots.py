@@ -11,6 +11,7 @@ photographs them with Playwright and Debian's Chromium (/usr/bin/chromium) at 12
     session.png     a session with a plan, a diff and command output
     answer.png      the same session's answer: Markdown with highlighted code and a table
     approval.png    a pending approval
+    write-approval.png  a write waiting for approval: the diff against the file as it is
     pairing.png     a machine asking to be linked (host details and the code to compare)
     login.png       the login banner of a provider that needs OAuth (the OIDC provider)
     dark.png        the session view in the dark theme
@@ -113,6 +114,22 @@ SUITE = ("echo 'collecting ... collected 48 items'; "
          "sleep 0.1; done; for i in $(seq 1200); do [ -f go ] && break; sleep 0.1; done")
 
 
+NOTES_README = """# calc
+
+Small arithmetic helpers.
+
+## Usage
+
+    from app import add, mul
+"""
+
+NOTES_README_AFTER = NOTES_README + """
+## Tests
+
+    python3 -m unittest -v
+"""
+
+
 def _shell(*argv: str) -> dict[str, Any]:
     return {"name": "shell", "arguments": {"command": list(argv)}}
 
@@ -164,7 +181,12 @@ SCRIPT: dict[str, Any] = {"model": ["gpt-scripted", "gpt-scripted-mini"],
     # 3. a long test run, still going
     {"match": {"user": "Run the whole test suite"},
      "reply": {"calls": [_shell("bash", "-c", SUITE)]}},
-    # 4. a finished question
+    # 4. a write waiting for approval (policy suggest): its diff against the file
+    {"match": {"user": "Document how to run the tests"},
+     "reply": {"text": "Adding a Tests section to the README.",
+               "calls": [{"name": "write_file", "arguments": {"path": "README.md",
+                                                              "content": NOTES_README_AFTER}}]}},
+    # 5. a finished question
     {"match": {"user": "Summarise the README"},
      "reply": {"calls": [{"name": "read_file", "arguments": {"path": "README.md"}}]}},
     {"match": {"tool": "read_file", "tool_output": "greet"},
@@ -246,6 +268,10 @@ class Shots:
         self.verbose = self._session(self.a, self._workdir(self.a, "greet", {"cli.py": CLI_PY}),
                                      "Add a --verbose flag to the greet CLI", "auto-edit")
         _wait(lambda: self._status(self.verbose) == "waiting_approval", "the approval")
+        self.write = self._session(self.a, self._workdir(self.a, "calc-docs",
+                                                         {"README.md": NOTES_README}),
+                                   "Document how to run the tests", "suggest")
+        _wait(lambda: self._status(self.write) == "waiting_approval", "the write's approval")
         _wait(lambda: "[ok]" in str(self.server.http.get(f"/api/sessions/{self.suite}").json()),
               "the test suite output")
 
@@ -268,7 +294,7 @@ class Shots:
         if self.server.token:
             page.goto(f"{self.server.url}/?token={self.server.token}")
         self.open(page, "#/")
-        expect(page.locator("[data-testid=session-card]")).to_have_count(4)
+        expect(page.locator("[data-testid=session-card]")).to_have_count(5)
         self.shoot(page, "dashboard.png")
 
         self.open(page, f"#/session/{self.fix}")
@@ -299,6 +325,10 @@ class Shots:
         self.open(page, f"#/session/{self.verbose}")
         expect(page.get_by_test_id("approval")).to_be_visible()
         self.shoot(page, "approval.png")
+        self.open(page, f"#/session/{self.write}")
+        expect(page.get_by_test_id("approval")).to_be_visible()
+        expect(page.get_by_test_id("diff")).to_be_visible()
+        self.shoot(page, "write-approval.png")
 
         newcomer = self._worker("new-laptop", pair=False)
         assert newcomer.pair_url is not None
@@ -330,7 +360,7 @@ class Shots:
         if self.server.token:
             page.goto(f"{self.server.url}/?token={self.server.token}")
         self.open(page, "#/")
-        expect(page.locator("[data-testid=session-card]")).to_have_count(4)
+        expect(page.locator("[data-testid=session-card]")).to_have_count(5)
         self.shoot(page, "mobile-dashboard.png")
         self.open(page, f"#/session/{self.fix}")
         expect(page.get_by_test_id("diff")).to_be_visible()
