@@ -44,7 +44,6 @@ from codey_server.channels import chat, decide
 from codey_server.core.engine import Engine
 from codey_server.core.rules import CommandRejected
 from codey_server.errors import ServerError
-from codey_server.http.fields import SPACE
 from codey_server.secretfile import read_secret_file, write_secret_file
 from codey_server.settings import Settings
 
@@ -56,9 +55,9 @@ log = logging.getLogger("codey.telegram")
 PAIRING_TTL_S = 600.0
 _PAIRING_TRIES = 5
 _CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I
-#: a bot token from @BotFather (``123456:ABC…``), white space around it allowed (it is
-#: stripped); the REST body's schema says the same
-TOKEN_PATTERN = f"^[{SPACE}]*[0-9]{{1,20}}:[A-Za-z0-9_-]{{10,100}}[{SPACE}]*$"
+#: a bot token from @BotFather (``123456:ABC…``); the REST body's schema says the same (a
+#: pasted token is stripped first)
+TOKEN_PATTERN = "^[0-9]{1,20}:[A-Za-z0-9_-]{10,100}$"
 _TOKEN_RE = re.compile(TOKEN_PATTERN)
 #: statuses after which the model's last answer goes to the chat
 _ANSWERED = ("idle", "waiting_user")
