@@ -23,9 +23,10 @@ def write(path: str, content: str) -> dict[str, Any]:
     return {"name": "write_file", "arguments": {"path": path, "content": content}}
 
 
-def lines(diff: Locator, cls: str) -> list[str]:
-    texts: list[str] = diff.locator(f".d-line.{cls}").all_inner_texts()
-    return [t.rstrip("\n") for t in texts]
+def expect_lines(diff: Locator, cls: str, texts: list[str]) -> None:
+    """The diff's lines of class ``cls`` read ``texts``, once the card has drawn them (a
+    read without waiting saw rows not yet filled, on a busy machine)."""
+    expect(diff.locator(f".d-line.{cls}")).to_have_text(texts)
 
 
 def test_write_approvals_show_what_changes(stack: Stack, page: Page) -> None:
@@ -56,8 +57,8 @@ def test_write_approvals_show_what_changes(stack: Stack, page: Page) -> None:
     diff = readme.get_by_test_id("diff")
     expect(diff).to_be_visible()
     expect(diff.locator(".diff-path")).to_have_text("README.md")
-    assert lines(diff, "d-del") == ["-Tests: none yet."]
-    assert lines(diff, "d-add") == ["+Tests: uv run pytest."]
+    expect_lines(diff, "d-del", ["-Tests: none yet."])
+    expect_lines(diff, "d-add", ["+Tests: uv run pytest."])
     assert (wd / "README.md").read_text() == README_BEFORE
     page.screenshot(path=f"{SHOTS}/write-approval-diff.png")
     approval.get_by_test_id("approve").click()
@@ -68,8 +69,8 @@ def test_write_approvals_show_what_changes(stack: Stack, page: Page) -> None:
     expect(approval).to_contain_text("creates LICENSE (3 lines)")
     diff = license_.get_by_test_id("diff")
     expect(diff.locator(".diff-path")).to_have_text("LICENSE")
-    assert lines(diff, "d-add") == ["+MIT License", "+", "+Copyright (c) 2026 Codey"]
-    assert lines(diff, "d-del") == []
+    expect_lines(diff, "d-add", ["+MIT License", "+", "+Copyright (c) 2026 Codey"])
+    expect(diff.locator(".d-line.d-del")).to_have_count(0)
     assert not (wd / "LICENSE").exists()
     page.screenshot(path=f"{SHOTS}/write-approval-new-file.png")
     approval.get_by_test_id("approve").click()
@@ -84,8 +85,9 @@ def test_write_approvals_show_what_changes(stack: Stack, page: Page) -> None:
             page, "tool_call").nth(1)
         expect(readme.get_by_test_id("tool-status")).to_have_attribute("data-status", "done")
         expect(readme.get_by_test_id("approval-decided")).to_contain_text("write approved")
-        assert lines(readme.get_by_test_id("diff"), "d-add") == ["+Tests: uv run pytest."]
-        assert lines(license_.get_by_test_id("diff"), "d-add")[0] == "+MIT License"
+        expect_lines(readme.get_by_test_id("diff"), "d-add", ["+Tests: uv run pytest."])
+        expect(license_.get_by_test_id("diff").locator(".d-line.d-add").first).to_have_text(
+            "+MIT License")
         page.reload()
         expect(page.get_by_test_id("conn-state")).to_have_text("live")
     page.screenshot(path=f"{SHOTS}/write-approved.png")
