@@ -332,20 +332,29 @@ def test_10000_fuzzed_frames_on_client_socket_get_typed_errors_and_no_crash(
 @pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisDeprecationWarning")
 def test_10000_fuzzed_frames_on_worker_socket_no_crash_and_the_socket_stays(
         server: ServerProcess) -> None:
-    worker = _PairedWorker(server)
-    ws = worker.connect()
     tags = [t for t in _tags(wk.WorkerToServer) if t != "disconnect"]
+    batches: list[list[str | bytes]] = []
 
+    # drawn before the socket opens: hypothesis sometimes stops for seconds between examples
+    # (7 s seen on a busy machine), longer than a worker may stay silent (15 s) on a slower one
     @_FUZZ_SETTINGS
     @given(st.lists(_frames(tags, _field_names(wk.WorkerToServer)),
                     min_size=_FUZZ_BATCH, max_size=_FUZZ_BATCH))
-    def batch(frames: list[str | bytes]) -> None:
-        for frame in frames:
-            if isinstance(frame, str) and '"disconnect"' in frame:
-                continue  # a valid goodbye would end the socket on purpose
-            ws.send(frame)
+    def draw(frames: list[str | bytes]) -> None:
+        # a valid goodbye would end the socket on purpose
+        batches.append([f for f in frames if not (isinstance(f, str) and '"disconnect"' in f)])
 
-    batch()
+    draw()
+    assert len(batches) == _FUZZ_BATCHES
+    worker = _PairedWorker(server)
+    ws = worker.connect()
+    for frames in batches:
+        for frame in frames:
+            ws.send(frame)
+        # paced, as the browser's fuzz is by its answers: the pong comes once the server took
+        # every frame before it (unpaced, thousands of frames queued ahead of the keepalive
+        # pings, and a busy server reached them after the ping timeout)
+        assert ws.ping().wait(30), "the server stopped taking frames"
     marker = f"fuzz-done-{time.monotonic_ns()}"
     # (a warning: a worker's routine info lines go to the server's log at debug only)
     ws.send(json.dumps({"type": "log", "level": "warning", "message": marker}))
