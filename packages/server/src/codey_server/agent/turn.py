@@ -395,7 +395,7 @@ class CodeyTurn(TurnMachine):
                     "refused: this session only reads (read_file, grep, glob, list_dir, "
                     "read-only commands)")
             if tool.runs_commands and s.sandbox != "full-access" and not can_sandbox \
-                    and not getattr(args, "escalate", False):
+                    and not tool.escalates(args):
                 why = caps.sandbox.reason if caps is not None else "it is not connected"
                 host = worker.hostname if worker else s.worker_id
                 return (f"refused: {host} has no OS sandbox ({why or 'none reported'}), and "

@@ -226,6 +226,12 @@ class Tool(Generic[A]):
         ``name`` is the name the model called (one tool may answer to several: MCP)."""
         raise NotImplementedError
 
+    def escalates(self, args: A) -> bool:
+        """True when this call asks to run outside the session's sandbox (a command tool's
+        ``escalate``): the user is asked whatever the policy, and a machine without a sandbox
+        does not refuse it."""
+        return False
+
     def looks_only(self, args: A) -> bool:
         """True when this call changes nothing: plan mode and read-only sessions allow only
         these (and the server's own tools)."""

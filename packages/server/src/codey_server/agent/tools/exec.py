@@ -12,12 +12,12 @@ the model, and the process events it makes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from codey_protocol import events as ev
 from codey_protocol import worker as wk
 from codey_protocol.state import SessionInfo
-from codey_server.agent.approvals import asks_for_command, asks_to_escalate, hardened_env
+from codey_server.agent.approvals import hardened_env
 from codey_server.agent.tools.base import (
     SANDBOXED,
     Ask,
@@ -31,11 +31,19 @@ from codey_server.agent.tools.base import (
     obj,
     string,
 )
-from codey_server.agent.tools.shell import DENIED_HINT, ITEM_OUTPUT_CAP
+from codey_server.agent.tools.shell import (
+    ESCALATION_PARAMETERS,
+    ITEM_OUTPUT_CAP,
+    argv_of,
+    command_ask,
+    denied_hint,
+    escalation,
+    runs_in,
+)
 from codey_server.core.fold import find_process
 
-__all__ = ["EXEC", "MAX_YIELD_MS", "ExecArgs", "exec_text", "process_end", "process_read",
-           "stopper"]
+__all__ = ["EXEC", "MAX_YIELD_MS", "ExecArgs", "OnProcess", "exec_text", "foreign_process",
+           "gone_events", "process_end", "process_read", "stopper"]
 
 #: the longest a call waits for output (the worker's own limit)
 MAX_YIELD_MS = 30_000
@@ -56,20 +64,6 @@ class ExecArgs:
 
 def yield_ms(args: dict[str, Any], default: int) -> int:
     return min(integer(args, "yield_ms", default, 0) or 0, MAX_YIELD_MS)
-
-
-def escalation(args: dict[str, Any]) -> tuple[bool, str]:
-    """``escalate`` and its ``justification``, as ``shell`` takes them."""
-    escalate = args.get("escalate", False)
-    if not isinstance(escalate, bool):
-        raise BadToolCall("`escalate` must be true or false")
-    justification = args.get("justification") or ""
-    if not isinstance(justification, str):
-        raise BadToolCall("`justification` must be a string")
-    if escalate and not justification.strip():
-        raise BadToolCall("`escalate` needs a `justification`: say in one sentence why the "
-                          "command must run outside the sandbox")
-    return escalate, " ".join(justification.split())[:500]
 
 
 class Exec(WorkerTool[ExecArgs]):
@@ -95,22 +89,13 @@ class Exec(WorkerTool[ExecArgs]):
                      "description": "how long to wait for output before returning"},
         "timeout_ms": {"type": "integer", "minimum": 1,
                        "description": "stop it after this long (default: never)"},
-        "escalate": {"type": "boolean",
-                     "description": "run outside the sandbox (the user is asked, whatever "
-                                    "the approval policy): only when the sandbox stops it"},
-        "justification": {"type": "string",
-                          "description": "with escalate: why, in one sentence"},
+        **ESCALATION_PARAMETERS,
     }, ["command"])
     runs_commands = True
 
     def parse(self, args: dict[str, Any], *, name: str,
               capabilities: wk.Capabilities | None) -> ExecArgs:
-        cmd = args.get("command")
-        if isinstance(cmd, str):
-            raise BadToolCall("`command` must be an argv list, e.g. [\"npm\", \"run\", \"dev\"], "
-                              "not a string")
-        if not isinstance(cmd, list) or not cmd or not all(isinstance(a, str) for a in cmd):
-            raise BadToolCall("`command` must be a non-empty list of strings")
+        cmd = argv_of(args, '["npm", "run", "dev"]')
         tty = args.get("tty", False)
         if not isinstance(tty, bool):
             raise BadToolCall("`tty` must be true or false")
@@ -121,27 +106,24 @@ class Exec(WorkerTool[ExecArgs]):
                         timeout_s=timeout_ms / 1000 if timeout_ms else None,
                         escalate=escalate, justification=justification)
 
+    def escalates(self, args: ExecArgs) -> bool:
+        return args.escalate
+
     def ask(self, args: ExecArgs, gate: Gate) -> Ask | None:
         # shell's rule: leaving the sandbox asks under every policy (unless the session chose
         # full access), a command approved for the session goes ahead, full-auto asks
         # nothing. But no process is "known-safe": it lives on and reads what write_stdin
         # sends without asking again (`git log` in a terminal opens a pager, and a pager
         # runs `!command`), so starting one asks under suggest and auto-edit.
-        if args.escalate and gate.sandbox_mode != "full-access":
-            if asks_to_escalate(args.command, gate.escalated_prefixes):
-                return Ask("escalate", command=args.command, reason=args.justification)
-            return None
-        if asks_for_command(gate.policy, args.command, gate.approved_prefixes,
-                            sandboxed=False):
-            return Ask("command", command=args.command)
-        return None
+        return command_ask(args.command, args.escalate, args.justification, gate,
+                           sandboxed=False)
 
     def shows(self, args: ExecArgs) -> dict[str, Any]:
         return {"command": args.command}
 
     def action(self, args: ExecArgs, action_id: str, session_id: str, workdir: str, *,
                sandbox: Sandboxing = SANDBOXED) -> wk.ActionMessage:
-        run = Sandboxing("full-access", True) if args.escalate else sandbox
+        run = runs_in(args.escalate, sandbox)
         return wk.ExecStart(action_id=action_id, session_id=session_id, argv=args.command,
                             workdir=workdir, cwd=args.cwd, env=hardened_env(args.command),
                             tty=args.tty, yield_ms=args.yield_ms, timeout_s=args.timeout_s,
@@ -168,6 +150,67 @@ class Exec(WorkerTool[ExecArgs]):
         if not outcome.running:
             started.append(process_end(outcome, None, read=False))
         return started
+
+
+def foreign_process(process_id: str, gate: Gate) -> str | None:
+    """Why a call on ``process_id`` is refused: it is not a process of this session (another
+    session's, or made up), or it is gone. None: it is this session's."""
+    status = gate.processes.get(process_id)
+    if status is None:
+        return (f"refused: {process_id} is not a process of this session; exec starts one "
+                "and returns its id")
+    if status == "gone":
+        return (f"refused: {process_id} is gone (its worker restarted or the session was "
+                "stopped); start it again with exec")
+    return None
+
+
+def gone_events(process_id: str, code: str, session: SessionInfo) -> list[ev.Event]:
+    """The worker does not know the process (``process_gone``): it is gone."""
+    known = find_process(session, process_id)
+    if code != "process_gone" or known is None or known.status in ("ended", "gone"):
+        return []
+    return [ev.ProcessEnded(process_id=process_id,
+                            stopped_by=known.stop_by if known.status == "stopping" else "gone")]
+
+
+class _HasProcess(Protocol):
+    @property
+    def process_id(self) -> str: ...
+
+
+P = TypeVar("P", bound=_HasProcess)
+
+
+class OnProcess(WorkerTool[P]):
+    """A tool on a process the session started (``write_stdin``, ``kill``): refused for
+    another session's process or a gone one, shown by its id, read as the process's state
+    and new output; a ``process_gone`` answer records it gone. No new approval: the process
+    was approved when it started."""
+
+    def refuses(self, args: P, gate: Gate) -> str | None:
+        return foreign_process(args.process_id, gate)
+
+    def shows(self, args: P) -> dict[str, Any]:
+        return {"path": args.process_id}
+
+    def reads(self, outcome: wk.ActionOutcome) -> str:
+        if not isinstance(outcome, wk.ExecOutput):
+            return super().reads(outcome)
+        return exec_text(outcome)
+
+    def settle(self, outcome: wk.ActionOutcome, stream_truncated: bool) -> Settled:
+        if not isinstance(outcome, wk.ExecOutput):
+            return super().settle(outcome, stream_truncated)
+        return "done", self.reads(outcome), output_fields(outcome)
+
+    def events(self, args: P, outcome: wk.ActionOutcome, item: ev.ToolCall,
+               session: SessionInfo) -> list[ev.Event]:
+        return process_read(outcome, session) if isinstance(outcome, wk.ExecOutput) else []
+
+    def error_events(self, args: P, code: str, item: ev.ToolCall,
+                     session: SessionInfo) -> list[ev.Event]:
+        return gone_events(args.process_id, code, session)
 
 
 def output_fields(outcome: wk.ExecOutput) -> dict[str, Any]:
@@ -198,14 +241,7 @@ def exec_text(outcome: wk.ExecOutput, *, started: bool = False) -> str:
     if outcome.running and started:
         text += (f"\n[poll or send input with write_stdin(process_id=\"{pid}\"), stop it "
                  "with kill]")
-    if outcome.sandbox_denied:
-        hint = outcome.sandbox_hint.lower()
-        text += DENIED_HINT.format(
-            hint=outcome.sandbox_hint or "denied",
-            network=" and the network is off" if any(
-                w in hint for w in ("network", "connect", "resolve")) else "").replace(
-            "call shell again", "call exec again")
-    return cap(text)
+    return cap(text) + denied_hint(outcome, "exec")
 
 
 def stopper(stopped_by: str, session_process_stop_by: str = "") -> ev.ProcessStopper:
