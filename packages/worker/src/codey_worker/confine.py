@@ -123,6 +123,11 @@ def _subpath(path: str, root: str) -> str | None:
     return path[len(prefix):] if path.startswith(prefix) else None
 
 
+def within(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> bool:
+    """``path`` is ``root`` or below it: a plain string test, both must be real paths."""
+    return _subpath(os.fspath(path), os.fspath(root)) is not None
+
+
 def _protecting(target: str) -> str | None:
     """The protected path the real ``target`` is at or below, if any."""
     return next((root for root in _protected if _subpath(target, root) is not None), None)
@@ -289,5 +294,5 @@ def relative_display(workdir: Path, target: Path) -> str:
 __all__ = [
     "ActionRefused", "Root", "allow_reading", "check_protected", "check_root", "is_protected",
     "protect", "protected_paths", "readable_outside", "real_workdir", "relative_display",
-    "resolve_inside", "set_protected_paths",
+    "resolve_inside", "set_protected_paths", "within",
 ]  # fmt: skip

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from codey_worker.confine import ActionRefused, Root, check_root
+from codey_worker.confine import ActionRefused, Root, check_root, within
 
 SHELLS = frozenset(
     {
@@ -74,10 +74,6 @@ _PROC_ENVIRON = re.compile(r"/proc/[^\s]*environ")
 _PATH_SPLIT = re.compile(r"[\s;&|()<>`'\"={}\\!,:]+")
 
 
-def _under(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
-
-
 def check_protected_args(argv: Sequence[str], cwd: Path, home: Path) -> None:
     """Refuse (``protected_path``) an argv one of whose words names ``home`` (``$CODEY_HOME``,
     as written, as ``~``-relative or relative to ``cwd``, or ``$CODEY_HOME`` itself) or a
@@ -95,7 +91,7 @@ def check_protected_args(argv: Sequence[str], cwd: Path, home: Path) -> None:
             if not word or not ("/" in word or word.startswith((".", "~"))):
                 continue
             path = os.path.realpath(os.path.join(cwd, os.path.expanduser(word)))
-            if _under(path, real_home):
+            if within(path, real_home):
                 raise ActionRefused("protected_path", f"{word} is inside $CODEY_HOME, the "
                                     "worker's own folder (its key and records): commands do "
                                     "not reach it")

@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Literal
 
 from codey_protocol.worker import SandboxInfo, SandboxMode
-from codey_worker.confine import ActionRefused
+from codey_worker.confine import ActionRefused, within
 
 __all__ = [
     "DEFAULT_HIDDEN_PATHS",
@@ -176,11 +176,6 @@ def _expand_all(paths: Iterable[str]) -> list[Path]:
     return [p for p in map(_expand, paths) if p is not None]
 
 
-def _under(path: Path, root: Path) -> bool:
-    """``path`` is ``root`` or inside it (both absolute and normalised)."""
-    p, r = str(path), str(root)
-    return p == r or p.startswith(r if r.endswith("/") else r + "/")
-
 
 def _gitdir_of(dotgit: Path) -> Path | None:
     """The directory a ``.git`` *file* points to (``gitdir: …``, a worktree or submodule)."""
@@ -236,7 +231,7 @@ def _protected(spec: SandboxSpec) -> list[Path]:
     found: list[Path] = []
     for root in roots:
         for sub in protected_subpaths(root):
-            if sub not in found and any(_under(sub, r) for r in roots):
+            if sub not in found and any(within(sub, r) for r in roots):
                 found.append(sub)
     return found
 
@@ -270,12 +265,12 @@ def bwrap_args(spec: SandboxSpec, support: SandboxSupport,
     shown = list(roots)  # what of the host's /tmp is there (the rest is covered already)
     for root in roots:
         args += ["--bind", str(root), str(root)]
-    if spec.mode != "workspace-write" and _under(spec.workdir, tmp):
+    if spec.mode != "workspace-write" and within(spec.workdir, tmp):
         args += ["--ro-bind", str(spec.workdir), str(spec.workdir)]
         shown.append(spec.workdir)
 
     def visible(path: Path) -> bool:
-        return not _under(path, tmp) or any(_under(path, r) for r in shown)
+        return not within(path, tmp) or any(within(path, r) for r in shown)
 
     for sub in _protected(spec):
         if visible(sub):
@@ -475,10 +470,10 @@ def sandbox_denial(output: str, *, network: bool, writable: Sequence[Path],
             return f"read-only in the sandbox: {_clip(raw)}"
         paths = [Path(os.path.normpath(p)) for p in _PATH.findall(raw)]
         if any(d in line for d in _DENIED) and any(
-                not any(_under(p, root) for root in writable) for p in paths):
+                not any(within(p, root) for root in writable) for p in paths):
             return f"denied outside the writable folders: {_clip(raw)}"
         if any(n in line for n in _NO_ENTRY) and any(
-                _under(p, h) for p in paths for h in hidden):
+                within(p, h) for p in paths for h in hidden):
             return f"hidden by the sandbox: {_clip(raw)}"
         if not network and any(n in line for n in _NETWORK):
             return f"the network is off: {_clip(raw)}"
@@ -587,7 +582,7 @@ class Sandbox:
         spec = SandboxSpec(mode=mode, network=network, workdir=workdir, cwd=cwd, tmp=tmp,
                            home=home, hidden=hidden, writable=writable)
         for path in spec.hidden_paths():
-            if _under(cwd, path) and os.path.lexists(path):
+            if within(cwd, path) and os.path.lexists(path):
                 raise ActionRefused("protected_path",
                                     f"{cwd} is hidden from sandboxed commands ({path} is in "
                                     "the sandbox's hidden paths)")
