@@ -11,13 +11,13 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
 from codey_protocol.worker import CommandResult, RunCommand
+from codey_testkit.outputs import Sink, arun
 from codey_testkit.waiting import until, wait_until
 from codey_worker.exec import CommandRegistry, run_command
 from codey_worker.policy import LocalPolicy
@@ -28,27 +28,6 @@ pytestmark = [
     pytest.mark.skipif(detect().kind != "bwrap",
                        reason=f"needs a working bubblewrap: {detect().reason}"),
 ]
-
-T = TypeVar("T")
-
-
-def arun(coro: Awaitable[T]) -> T:
-    async def main() -> T:
-        return await coro
-
-    return asyncio.run(main())
-
-
-class Sink:
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, str]] = []
-
-    async def __call__(self, stream: str, text: str) -> None:
-        self.calls.append((stream, text))
-
-    def text(self, stream: str = "stdout") -> str:
-        return "".join(t for s, t in self.calls if s == stream)
-
 
 @pytest.fixture
 def ws(tmp_path: Path) -> Path:

@@ -9,13 +9,13 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Awaitable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
 from codey_protocol.worker import CommandResult, RunCommand
+from codey_testkit.outputs import Sink, arun
 from codey_testkit.waiting import until
 from codey_worker.confine import ActionRefused
 from codey_worker.exec import (
@@ -27,28 +27,6 @@ from codey_worker.exec import (
 )
 from codey_worker.frames import FRAME_BUDGET
 from codey_worker.policy import LocalPolicy
-
-T = TypeVar("T")
-
-
-def arun(coro: Awaitable[T]) -> T:
-    async def main() -> T:
-        return await coro
-
-    return asyncio.run(main())
-
-
-class Sink:
-    """Collects on_output calls."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, str]] = []
-
-    async def __call__(self, stream: str, text: str) -> None:
-        self.calls.append((stream, text))
-
-    def text(self, stream: str = "stdout") -> str:
-        return "".join(t for s, t in self.calls if s == stream)
 
 
 @pytest.fixture

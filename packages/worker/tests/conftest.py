@@ -1,4 +1,4 @@
-"""Shared fixtures of the worker's integration tests."""
+"""Fixtures of every worker test, unit and integration."""
 
 from __future__ import annotations
 
