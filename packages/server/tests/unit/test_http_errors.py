@@ -67,6 +67,12 @@ class Named(msgspec.Struct, forbid_unknown_fields=True):
     agent: str | None = None
 
 
+class Toggles(msgspec.Struct, forbid_unknown_fields=True):
+    network: bool = False
+    limit: int = 10
+    ratio: float = 1.0
+
+
 def _app() -> Litestar:
     @get("/rejected", sync_to_thread=False)
     def rejected() -> None:
@@ -100,7 +106,12 @@ def _app() -> Litestar:
     def named(data: JSONBody[Named], agent: NamedDependency[str]) -> dict[str, str | None]:
         return {"agent": data.agent}
 
-    return Litestar([rejected, pairing, provider, bug, crash, body, titled, named], debug=False,
+    @post("/toggles", sync_to_thread=False)
+    def toggles(data: JSONBody[Toggles]) -> Toggles:
+        return data
+
+    return Litestar([rejected, pairing, provider, bug, crash, body, titled, named, toggles],
+                    debug=False,
                     exception_handlers=exception_handlers, request_class=JSONRequest,
                     dependencies={"agent": Provide(lambda: "the service", sync_to_thread=False)},
                     logging_config=None)
@@ -170,6 +181,24 @@ def test_a_malformed_body_is_a_400_that_says_what_is_wrong(raw: bytes, detail: s
         r = client.post("/body", content=raw, headers={"content-type": "application/json"})
     assert r.status_code == 400, r.text
     assert r.json()["status_code"] == 400 and r.json()["detail"].startswith(detail), r.text
+
+
+@pytest.mark.parametrize(("body", "detail"), [
+    # what Litestar's lenient conversion took and the document does not allow
+    ({"network": 0}, "Expected `bool`, got `int` - at `network`"),
+    ({"network": "false"}, "Expected `bool`, got `str` - at `network`"),
+    ({"limit": "5"}, "Expected `int`, got `str` - at `limit`"),
+    ({"limit": 5.0}, "Expected `int`, got `float` - at `limit`"),
+])
+def test_a_body_is_taken_as_strictly_as_its_type_says(body: dict[str, Any], detail: str) -> None:
+    with TestClient(_app()) as client:
+        assert client.post("/toggles", json={"network": True, "limit": 5, "ratio": 2}).json() \
+            == {"network": True, "limit": 5, "ratio": 2.0}  # an int is a number
+        r = client.post("/toggles", json=body)
+    assert r.status_code == 400, r.text
+    assert r.json()["detail"] == detail
+    assert r.json()["extra"] == [{"message": detail.split(" - at ")[0], "source": "body",
+                                  "key": detail.rpartition("`")[0].rpartition("`")[2]}]
 
 
 def test_errors_documents_login_refusals_unless_the_route_is_public() -> None:

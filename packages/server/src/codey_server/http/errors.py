@@ -41,7 +41,7 @@ from codey_server.http.fields import words_for
 log = logging.getLogger("codey.http")
 
 __all__ = ["STATUS_OF_CODE", "ErrorBody", "JSONRequest", "errors", "exception_handlers",
-           "status_of"]
+           "status_of", "strict_body"]
 
 #: the HTTP status of every error code a ServerError carries (decide.py, pairing.py, auth/)
 STATUS_OF_CODE: Mapping[str, int] = {
@@ -155,13 +155,53 @@ exception_handlers: ExceptionHandlersMap = {
 
 
 class JSONRequest(Request[Any, Any, Any]):
-    """Litestar's request, but a body nested too deeply for msgspec is a 400, not a 500."""
+    """Litestar's request, with two mends to how it takes a JSON body:
+
+    - a body nested too deeply for msgspec is a 400, not a 500;
+    - the body is checked against the handler's body type as strictly as the document says
+      (:func:`strict_body`): Litestar converts it leniently (``strict=False``, which its path
+      and query parameters need), so ``{"network": 0}`` or ``{"limit": "5"}`` would be taken
+      for a ``bool`` or an ``int`` the document does not allow.
+    """
 
     async def json(self) -> Any:
         try:
-            return await super().json()
+            value = await super().json()
         except RecursionError:  # msgspec's answer to absurdly deep nesting
             raise SerializationException("JSON is nested too deeply") from None
+        body = _body_type(self.route_handler)
+        if body is not None:
+            strict_body(value, body)
+        return value
+
+
+def strict_body(value: Any, body: Any) -> None:
+    """Raise the 400 Litestar would for ``value`` not fitting ``body`` under msgspec's strict
+    rules (no ``0`` for ``false``, no ``"5"`` for ``5``)."""
+    try:
+        msgspec.convert(value, body, strict=True, str_keys=True)
+    except msgspec.ValidationError as err:
+        message, _, where = str(err).rpartition(" - at `$")
+        problem: dict[str, Any] = {"message": message or str(err), "source": "body"}
+        if where.endswith("`"):
+            problem["key"] = where[:-1].lstrip(".") or "data"
+        raise ValidationException(detail=str(err), extra=[problem]) from None
+
+
+def _body_type(handler: Any) -> Any:
+    """The type of a handler's ``data`` (its JSON body), or None when it takes none."""
+    try:
+        return _BODY_TYPES[handler]
+    except KeyError:
+        pass
+    param = handler.parsed_fn_signature.parameters.get("data")
+    body = param.annotation if param is not None and param.annotation is not Any else None
+    _BODY_TYPES[handler] = body
+    return body
+
+
+#: each route handler's body type, found once (the handlers live as long as the app)
+_BODY_TYPES: dict[Any, Any] = {}
 
 
 _DESCRIPTIONS = {
