@@ -84,6 +84,7 @@ const EVENT_BASE = {
   worker_disconnected: fillWorkerDisconnected,
   session_created: fillSessionCreated,
   session_status_changed: fillSessionStatusChanged,
+  session_model_changed: fillSessionModelChanged,
   session_item_appended: fillSessionItemAppended,
   session_item_updated: fillSessionItemUpdated,
   plan_updated: fillPlanUpdated,
@@ -105,6 +106,7 @@ const EVENT_BASE = {
   question_answered: fillQuestionAnswered,
   rate_limit_updated: fillRateLimitUpdated,
   auth_status_updated: fillAuthStatusUpdated,
+  provider_saved: fillProviderSaved,
   task_created: fillTaskCreated,
   task_updated: fillTaskUpdated,
   schedule_saved: fillScheduleSaved,
@@ -223,6 +225,13 @@ export function fillSessionCreated(v) {
 
 /** `SessionStatusChanged` (events.py): its defaults filled in. */
 export function fillSessionStatusChanged(v) {
+  if (v.reason === undefined) v.reason = "";
+  return v;
+}
+
+/** `SessionModelChanged` (events.py): its defaults filled in. */
+export function fillSessionModelChanged(v) {
+  if (v.effort === undefined) v.effort = null;
   if (v.reason === undefined) v.reason = "";
   return v;
 }
@@ -652,6 +661,24 @@ export function fillAuthStatusUpdated(v) {
   return v;
 }
 
+/** `ProviderSaved` (events.py): its defaults filled in. */
+export function fillProviderSaved(v) {
+  fillProviderEntry(v.provider);
+  return v;
+}
+
+/** `ProviderEntry` (events.py): its defaults filled in. */
+export function fillProviderEntry(v) {
+  if (v.kind === undefined) v.kind = "chat";
+  if (v.models === undefined) v.models = [];
+  if (v.default_model === undefined) v.default_model = null;
+  if (v.auth === undefined) v.auth = "api_key";
+  if (v.issuer === undefined) v.issuer = null;
+  if (v.client_id === undefined) v.client_id = null;
+  if (v.updated_at === undefined) v.updated_at = 0.0;
+  return v;
+}
+
 /** `TaskCreated` (events.py): its defaults filled in. */
 export function fillTaskCreated(v) {
   if (v.description === undefined) v.description = "";
@@ -742,6 +769,13 @@ export function fillState(v) {
       fillAuthInfo(x);
     }
   }
+  if (v.providers === undefined) {
+    v.providers = {};
+  } else {
+    for (const x of Object.values(v.providers)) {
+      fillProviderEntry(x);
+    }
+  }
   if (v.rate_limits === undefined) {
     v.rate_limits = {};
   } else {
@@ -815,6 +849,7 @@ export function fillWorkerInfo(v) {
 
 /** `SessionInfo` (state.py): its defaults filled in. */
 export function fillSessionInfo(v) {
+  if (v.effort === undefined) v.effort = null;
   if (v.policy === undefined) v.policy = "suggest";
   if (v.status === undefined) v.status = "idle";
   if (v.status_reason === undefined) v.status_reason = "";

@@ -249,7 +249,8 @@ function forked(state, env, e) {
   }
   state.sessions[env.session_id] = fillSessionInfo({
     session_id: env.session_id, title: e.title, worker_id: src.worker_id, workdir: src.workdir,
-    provider: src.provider, model: src.model, policy: src.policy, created_at: env.ts,
+    provider: src.provider, model: src.model, effort: src.effort, policy: src.policy,
+    created_at: env.ts,
     updated_at: env.ts, items, forked_from: e.from_session,
     context: src.context ? structuredClone(src.context) : null,
     sandbox: src.sandbox, network: src.network,
@@ -504,6 +505,24 @@ function rateLimit(state, env, e) {
   });
 }
 
+function modelChanged(state, env, e) {
+  const s = session(state, env);
+  if (s) {
+    s.provider = e.provider;
+    s.model = e.model;
+    s.effort = e.effort;
+  }
+}
+
+function providerSaved(state, env, e) {
+  state.providers[e.provider.name] = structuredClone(e.provider);
+}
+
+function providerRemoved(state, env, e) {
+  delete state.providers[e.name];
+  delete state.auth[e.name];  // its credential went with it
+}
+
 function authUpdated(state, env, e) {
   state.auth[e.provider] = fillAuthInfo({
     provider: e.provider, state: e.state, method: e.method, account: e.account,
@@ -545,6 +564,7 @@ const HANDLERS = {
   session_title_changed: titleChanged,
   session_policy_changed: policyChanged,
   session_sandbox_changed: sandboxChanged,
+  session_model_changed: modelChanged,
   session_item_appended: itemAppended,
   session_item_updated: itemUpdated,
   plan_updated: planUpdated,
@@ -571,6 +591,8 @@ const HANDLERS = {
   memory_updated: memoryUpdated,
   rate_limit_updated: rateLimit,
   auth_status_updated: authUpdated,
+  provider_saved: providerSaved,
+  provider_removed: providerRemoved,
   terminal_created: terminalCreated,
   terminal_attached: terminalViewers,
   terminal_detached: terminalViewers,

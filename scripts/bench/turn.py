@@ -42,7 +42,7 @@ from _common import figure, info
 from codey_protocol import events as ev
 from codey_server.agent.history import History
 from codey_server.agent.tools import BUILTIN_TOOLS
-from codey_server.agent.wire import responses
+from codey_server.agent.wire import CallOptions, responses
 from codey_server.eventlog import SqliteEventLog
 from codey_server.settings import ProviderConfig
 from codey_testkit.model_handle import ModelServerHandle, start_model_server
@@ -244,7 +244,8 @@ def bench_body(items: int, rounds: int) -> None:
             result="ok", response_id=f"rn{k}"))
         t0 = time.perf_counter()
         body = wire.body(model="m", instructions="x" * 600, messages=history.messages(
-            history_items), tools=tools, session_id="ses", options=config)
+            history_items), tools=tools, session_id="ses",
+            options=CallOptions(reasoning_summary=config.reasoning_summary))
         step.append(time.perf_counter() - t0)
         plain = json.loads(body)
         t0 = time.perf_counter()

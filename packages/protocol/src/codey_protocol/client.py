@@ -17,7 +17,14 @@ from typing import Literal
 import msgspec
 
 from codey_protocol._tags import snake
-from codey_protocol.events import ApprovalPolicy, Attachment, Envelope, TaskStatus
+from codey_protocol.events import (
+    ApprovalPolicy,
+    Attachment,
+    Envelope,
+    ProviderEntry,
+    ReasoningEffort,
+    TaskStatus,
+)
 from codey_protocol.state import State
 from codey_protocol.worker import SandboxMode
 
@@ -77,6 +84,25 @@ class SetSandbox(ClientToServerMessage, kw_only=True):
     session_id: str
     sandbox: SandboxMode
     network: bool = False
+
+
+class SetSessionModel(ClientToServerMessage, kw_only=True):
+    """Switch a session's provider, model and reasoning effort (from its next turn on)."""
+
+    session_id: str
+    provider: str
+    model: str = ""  # empty: the provider's default model
+    effort: ReasoningEffort | None = None
+
+
+class SaveProvider(ClientToServerMessage, kw_only=True):
+    """Add or change a provider of Settings → Models (its key goes to ``/api/auth/api-key``)."""
+
+    provider: ProviderEntry
+
+
+class RemoveProvider(ClientToServerMessage, kw_only=True):
+    name: str
 
 
 class Interrupt(ClientToServerMessage, kw_only=True):
@@ -227,7 +253,7 @@ class RunSchedule(ClientToServerMessage, kw_only=True):
 
 ClientToServer = (
     Subscribe | CreateSession | SendPrompt | DecideApproval | SetApprovalPolicy | SetSandbox
-    | Interrupt | StopProcess
+    | SetSessionModel | SaveProvider | RemoveProvider | Interrupt | StopProcess
     | CompactSession | AnswerQuestion | RenameSession | ArchiveSession | CloseSession
     | DeleteSession | ForkSession | MoveSession | SetMemory | ApprovePlan | RetryTurn
     | SaveSchedule | DeleteSchedule | RunSchedule

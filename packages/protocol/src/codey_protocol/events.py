@@ -32,6 +32,12 @@ SessionStatus = Literal[
     "error", "closed",
 ]
 ApprovalPolicy = Literal["suggest", "auto-edit", "full-auto"]
+#: the wire API a model provider speaks
+ProviderKind = Literal["responses", "chat", "ollama", "anthropic"]
+#: how a provider's calls are authorised: nothing, a pasted key, or an OAuth login
+ProviderAuth = Literal["none", "api_key", "oauth"]
+#: how hard a reasoning model thinks (None: the model's own default)
+ReasoningEffort = Literal["minimal", "low", "medium", "high"]
 ApprovalDecision = Literal["approved", "rejected", "expired", "cancelled"]
 ToolStatus = Literal[
     "pending", "waiting_approval", "waiting_user", "running", "done", "failed", "rejected",
@@ -227,6 +233,35 @@ class WorkerDisconnected(EventBase, kw_only=True):
     replica: str = ""
 
 
+# model providers defined in the browser ----------------------------------------------------
+
+
+class ProviderEntry(msgspec.Struct, kw_only=True):
+    """A model provider defined in Settings → Models. Never a credential: a pasted key stays
+    in the server's ``auth.json``, as every provider's does."""
+
+    name: str
+    kind: ProviderKind = "chat"
+    base_url: str
+    models: list[str] = msgspec.field(default_factory=list)
+    default_model: str | None = None
+    auth: ProviderAuth = "api_key"
+    #: OAuth (``auth == "oauth"``): the issuer for OIDC discovery and the public client id
+    issuer: str | None = None
+    client_id: str | None = None
+    updated_at: float = 0.0
+
+
+class ProviderSaved(EventBase, kw_only=True):
+    """A provider was added or changed in Settings → Models; it is used at once."""
+
+    provider: ProviderEntry
+
+
+class ProviderRemoved(EventBase, kw_only=True):
+    name: str
+
+
 # sessions ---------------------------------------------------------------------------------
 
 
@@ -279,6 +314,17 @@ class SessionSandboxChanged(EventBase, kw_only=True):
 
     sandbox: SandboxMode
     network: bool
+
+
+class SessionModelChanged(EventBase, kw_only=True):
+    """The session's provider, model or reasoning effort changed (from its next turn on):
+    the user picked another in the session header, or the session's provider was gone and a
+    retry, follow-up or fork took the server's default (``reason`` says so)."""
+
+    provider: str
+    model: str
+    effort: ReasoningEffort | None = None
+    reason: str = ""
 
 
 class SessionItemAppended(EventBase, kw_only=True):
@@ -709,6 +755,7 @@ Event = (
     | SessionTitleChanged
     | SessionPolicyChanged
     | SessionSandboxChanged
+    | SessionModelChanged
     | SessionItemAppended
     | SessionItemUpdated
     | PlanUpdated
@@ -735,6 +782,8 @@ Event = (
     | MemoryUpdated
     | RateLimitUpdated
     | AuthStatusUpdated
+    | ProviderSaved
+    | ProviderRemoved
     | TaskCreated
     | TaskUpdated
     | TaskMoved

@@ -18,6 +18,8 @@ from codey_protocol.events import (
     Item,
     PlanStep,
     ProcessStopper,
+    ProviderEntry,
+    ReasoningEffort,
     ScheduleSpec,
     SessionStatus,
     TaskStatus,
@@ -234,6 +236,8 @@ class SessionInfo(msgspec.Struct, kw_only=True):
     workdir: str
     provider: str
     model: str
+    #: the reasoning effort its calls ask for (None: the model's default)
+    effort: ReasoningEffort | None = None
     policy: ApprovalPolicy = "suggest"
     status: SessionStatus = "idle"
     status_reason: str = ""
@@ -310,6 +314,8 @@ class State(msgspec.Struct, kw_only=True):
     pair_requests: dict[str, PairRequestInfo] = msgspec.field(default_factory=dict)
     sessions: dict[str, SessionInfo] = msgspec.field(default_factory=dict)
     auth: dict[str, AuthInfo] = msgspec.field(default_factory=dict)
+    #: model providers defined in Settings → Models (those of config.json are not here)
+    providers: dict[str, ProviderEntry] = msgspec.field(default_factory=dict)
     rate_limits: dict[str, RateLimit] = msgspec.field(default_factory=dict)
     memories: dict[str, ProjectMemory] = msgspec.field(default_factory=dict)
     terminals: dict[str, TerminalInfo] = msgspec.field(default_factory=dict)

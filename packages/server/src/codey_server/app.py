@@ -30,7 +30,7 @@ from codey_server.http.state import StateController
 from codey_server.http.web import web_routes
 from codey_server.mcp.routes import McpTokensController, mcp_endpoint
 from codey_server.metrics.routes import metrics
-from codey_server.providers.routes import AuthController
+from codey_server.providers.routes import AuthController, ProvidersController
 from codey_server.schedules.routes import SchedulesController
 from codey_server.services import Services
 from codey_server.settings import Settings
@@ -49,10 +49,10 @@ PARTS = ("engine", "settings", "clients", "access", "auth", "blobs", "mcp", "mcp
 def route_handlers(settings: Settings) -> list[ControllerRouterHandler]:
     """Every route of the server, the static client last (it answers every other path)."""
     return [StateController, ConfigController, SessionsController, PairingController,
-            WorkersController, AuthController, TelegramController, logout, client_socket,
-            worker_socket, TerminalsController, terminal_socket, BlobsController, qr_svg,
-            downloads_router, McpTokensController, mcp_endpoint, metrics, SchedulesController,
-            TasksController, *web_routes(settings)]
+            WorkersController, AuthController, ProvidersController, TelegramController, logout,
+            client_socket, worker_socket, TerminalsController, terminal_socket, BlobsController,
+            qr_svg, downloads_router, McpTokensController, mcp_endpoint, metrics,
+            SchedulesController, TasksController, *web_routes(settings)]
 
 
 class _App(Litestar):

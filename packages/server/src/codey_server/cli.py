@@ -17,10 +17,10 @@ import logging
 import os
 import socket
 import sys
-from collections.abc import Coroutine
+from collections.abc import Collection, Coroutine, Iterable
 from pathlib import Path
 from types import FrameType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 import uvicorn
@@ -31,6 +31,9 @@ from codey_server.errors import ConfigError
 from codey_server.http.access import load_or_create_token
 from codey_server.logsetup import configure_logging, install_redaction
 from codey_server.settings import Settings, load_config_file
+
+if TYPE_CHECKING:
+    from codey_server.agent.models import ModelProvider
 
 __all__ = ["main", "run_loop"]
 
@@ -188,6 +191,8 @@ def serve(args: argparse.Namespace) -> int:
             # and a log line from another thread could land in between (stdout and stderr
             # often share one file)
             _line(f"codey-server listening on http://{host}:{port}")
+            _line(providers_line(app.state.services.agent.providers.values(),
+                                 app.state.services.engine.context.file_providers, base))
             _line(f"Open {base}/{query} in your browser")
 
         task = asyncio.create_task(announce())
@@ -196,6 +201,17 @@ def serve(args: argparse.Namespace) -> int:
 
     run_loop(run())
     return 0
+
+
+def providers_line(providers: Iterable[ModelProvider], from_file: Collection[str],
+                   base: str) -> str:
+    """Where the server stands with models: the providers it loaded, or what to do."""
+    said = [f"{p.name} ({p.config.kind}, "
+            f"{len(p.models)} model{'s' if len(p.models) != 1 else ''}"
+            f"{'' if p.name in from_file else ', from Settings'})" for p in providers]
+    if not said:
+        return f"codey-server: no model provider: open Settings → Models ({base}/#/settings)"
+    return "codey-server: model providers: " + ", ".join(said)
 
 
 def _line(text: str) -> None:

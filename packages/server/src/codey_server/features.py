@@ -14,6 +14,7 @@ from codey_server.channels import fold as channels_fold
 from codey_server.core import decide as core_decide
 from codey_server.core import fold as core_fold
 from codey_server.core.rules import Feature, Rules
+from codey_server.providers import decide as providers_decide
 from codey_server.providers import fold as providers_fold
 from codey_server.schedules import decide as schedules_decide
 from codey_server.schedules import fold as schedules_fold
@@ -30,7 +31,7 @@ FEATURES = (
     Feature("schedules", commands=schedules_decide.COMMANDS, fold=schedules_fold.FOLD),
     Feature("terminals", fold=terminals_fold.FOLD),
     Feature("channels", fold=channels_fold.FOLD),
-    Feature("providers", fold=providers_fold.FOLD),
+    Feature("providers", commands=providers_decide.COMMANDS, fold=providers_fold.FOLD),
 )
 
 RULES = Rules(FEATURES)

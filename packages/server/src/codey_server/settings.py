@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from codey_protocol.events import ProviderEntry, ProviderKind
 from codey_server.errors import ConfigError
 
 
@@ -29,7 +30,7 @@ class ProviderConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """A model provider. ``kind`` picks the wire API."""
 
     name: str
-    kind: Literal["responses", "chat", "ollama"] = "chat"
+    kind: ProviderKind = "chat"
     base_url: str
     models: list[str] = msgspec.field(default_factory=list)
     default_model: str | None = None
@@ -55,6 +56,14 @@ class ProviderConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     #: coding models are trained on), ``edit`` (exact string replacement, as Claude Code's
     #: Edit) or ``both`` (the default: each model picks what it does best)
     edit_tools: Literal["both", "apply_patch", "edit"] = "both"
+
+
+def provider_config(entry: ProviderEntry) -> ProviderConfig:
+    """A provider of Settings → Models as the server uses one of config.json (the settings
+    the browser does not offer keep their defaults)."""
+    return ProviderConfig(name=entry.name, kind=entry.kind, base_url=entry.base_url,
+                          models=list(entry.models), default_model=entry.default_model,
+                          auth=entry.auth, issuer=entry.issuer, client_id=entry.client_id)
 
 
 class RoleConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -146,6 +146,13 @@ def _exercise(api: _Contract, server: ServerProcess, worker: WorkerProcess) -> N
     api.check("POST", "/api/sessions/{session_id}/interrupt", 200, path={"session_id": sid})
     api.check("POST", "/api/sessions/{session_id}/interrupt", 404,
               path={"session_id": "ses_none"})
+    model = "/api/sessions/{session_id}/model"
+    api.check("POST", model, 200, path={"session_id": sid},
+              json={"provider": "scripted", "model": "scripted-1", "effort": "low"})
+    api.check("POST", model, 404, path={"session_id": sid}, json={"provider": "nope"})
+    api.check("POST", model, 404, path={"session_id": "ses_none"}, json={"provider": "scripted"})
+    api.check("POST", "/api/sessions/{session_id}/retry", 409, path={"session_id": sid})
+    api.check("POST", "/api/sessions/{session_id}/retry", 404, path={"session_id": "ses_none"})
     compact = "/api/sessions/{session_id}/compact"
     api.check("POST", compact, 200, path={"session_id": sid})
     api.check("POST", compact, 404, path={"session_id": "ses_none"})
@@ -282,6 +289,19 @@ def _exercise(api: _Contract, server: ServerProcess, worker: WorkerProcess) -> N
     api.check("POST", "/api/auth/device", 409, json={"provider": "keyed"})
     api.check("POST", "/api/auth/device", 404, json={"provider": "nope"})
     api.check("GET", "/api/auth/callback", 303, params={"state": "nope", "code": "x"})
+    # providers of Settings → Models (test_models_settings.py has the rest)
+    base_url = server.http.get("/api/config").json()["providers"][0]["base_url"]
+    added = {"name": "added", "base_url": base_url, "models": ["scripted-1"], "auth": "none"}
+    api.check("POST", "/api/providers", 200, json=added)
+    api.check("POST", "/api/providers", 409, json={**added, "name": "scripted"})
+    api.check("POST", "/api/providers", 400, json={**added, "name": "-bad"})
+    api.check("POST", "/api/providers/models", 200, json={"base_url": base_url})
+    api.check("POST", "/api/providers/models", 400, json={"base_url": "ftp://h"})
+    api.check("POST", "/api/providers/{name}/test", 200, path={"name": "added"})
+    api.check("POST", "/api/providers/{name}/test", 404, path={"name": "nope"})
+    api.check("DELETE", "/api/providers/{name}", 200, path={"name": "added"})
+    api.check("DELETE", "/api/providers/{name}", 404, path={"name": "added"})
+    api.check("DELETE", "/api/providers/{name}", 409, path={"name": "scripted"})
 
     # the Telegram channel: no token at first, then a pasted one (nothing listens at its
     # api_base, so the bot keeps trying in the background), then none again

@@ -41,6 +41,10 @@ SEED = 24
 #: directions of the contract
 CHECKS = ["not_a_server_error", "status_code_conformance", "content_type_conformance",
           "response_schema_conformance", "positive_data_acceptance", "negative_data_rejection"]
+#: schemathesis's other checks, turned off
+OTHER_CHECKS = ["allow_header_conformance", "ensure_resource_availability", "ignored_auth",
+                "missing_required_header", "object_level_authorization",
+                "response_headers_conformance", "unsupported_method", "use_after_free"]
 #: statuses a schema-valid request may get: what it refers to, not how it is written
 ACCEPTED = ["2xx", "3xx", "401", "403", "404", "409", "410", "413", "423", "429"]
 
@@ -85,6 +89,10 @@ def _config(server: ServerProcess, ids: dict[str, str], revocable: str) -> str:
             ("path.task_id", "task", 0.5), ("body.depends_on[*]", "task", 0.5),
             ("body.before", "task", 0.5), ("path.schedule_id", "schedule", 0.5)]:
         lines.append(f'"{where}" = {{ dictionary = "{name}", probability = {probability} }}')
+    # the checks are chosen here, not by --checks: an operation's own settings (below) may
+    # then turn one off, which --checks would override
+    for check in OTHER_CHECKS:
+        lines += ["", f"[checks.{check}]", "enabled = false"]
     lines += [
         "", "[checks.positive_data_acceptance]", f"expected-statuses = {json.dumps(ACCEPTED)}",
         # the run may revoke this one, not the worker the sessions are on
@@ -96,6 +104,14 @@ def _config(server: ServerProcess, ids: dict[str, str], revocable: str) -> str:
         "", "[[operations]]", 'include-path-regex = "^/api/schedules"',
         "phases.coverage.enabled = false",
     ]
+    # the run defines OAuth providers in Settings → Models with issuers it makes up; a login
+    # there asks that issuer, which is not there: the documented 502 (a bad gateway), not a
+    # server error of ours
+    for path in ("/api/auth/device", "/api/auth/login-link"):
+        lines += ["", "[[operations]]", f'include-path = "{path}"',
+                  "checks.not_a_server_error.enabled = false",
+                  f"checks.positive_data_acceptance.expected-statuses = "
+                  f"{json.dumps([*ACCEPTED, '502'])}"]
     return "\n".join(lines) + "\n"
 
 
@@ -124,7 +140,7 @@ def test_every_request_the_document_allows_is_taken_and_none_gets_a_5xx(
         run = subprocess.run(
             [sys.executable, "-m", "schemathesis.cli", "--config-file", "schemathesis.toml",
              "run", f"{server.url}/schema/openapi.json", "--max-examples", "5",
-             "--seed", str(SEED), "--workers", "1", "--checks", ",".join(CHECKS),
+             "--seed", str(SEED), "--workers", "1",
              "--report", "json", "--report-dir", str(report), "--no-color"],
             cwd=tmp_path, capture_output=True, text=True, timeout=300)
         said = run.stdout[-12000:] + run.stderr[-4000:]

@@ -26,6 +26,7 @@ from codey_server.agent.tools.mcp import MCP, McpArgs
 from codey_server.agent.tools.read_file import READ_FILE
 from codey_server.agent.tools.shell import SHELL, ShellArgs
 from codey_server.agent.tools.write_file import WriteArgs
+from codey_server.agent.wire import CallOptions
 from codey_server.agent.wire.chat import WIRE as CHAT
 
 # each tool's typed arguments, from the keywords the approval tests use
@@ -142,13 +143,9 @@ def _chat_messages(instructions: str, conversation: list[Entry]) -> list[dict[st
     for entry in conversation:
         assembler.add(entry)
     body = CHAT.body(model="m", instructions=instructions, messages=assembler.finish(),
-                     tools=b"[]", session_id=None, options=_Options())
+                     tools=b"[]", session_id=None, options=CallOptions())
     messages: list[dict[str, object]] = json.loads(body)["messages"]
     return messages
-
-
-class _Options:
-    reasoning_summary = False
 
 
 def _session(items: list[ev.Item]) -> SessionInfo:

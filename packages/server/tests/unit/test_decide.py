@@ -574,3 +574,123 @@ def test_close_and_delete_stop_the_sessions_processes() -> None:
     deleted = decide(state, cl.DeleteSession(session_id=S), context())
     assert [type(e).__name__ for _, e in deleted] == [
         "ProcessStopRequested", "SessionStatusChanged", "SessionDeleted"]
+
+
+# model providers and a session's model ------------------------------------------------------
+
+def _with_session_on(provider: str, *, status: ev.SessionStatus = "error") -> State:
+    state = make_state(status=status, items=[ev.UserMessage(id="itm_u", ts=1.0, text="hi")])
+    state.sessions[S].provider = provider
+    return state
+
+
+def _saved(state: State, entry: ev.ProviderEntry) -> State:
+    return apply_all(state, [ev.Envelope(seq=state.seq + 1, ts=NOW, session_id=None,
+                                         event=ev.ProviderSaved(provider=entry))])
+
+
+LOCAL = ev.ProviderEntry(name="local", base_url="http://h:11434/v1", models=["qwen", "llama"],
+                         auth="none")
+
+
+def test_switching_a_sessions_model_is_an_event_and_the_same_choice_none() -> None:
+    state = make_state()
+    events = decide(state, cl.SetSessionModel(session_id=S, provider="ollama", model="",
+                                              effort="high"), context())
+    assert events == [(S, ev.SessionModelChanged(provider="ollama", model="llama",
+                                                 effort="high"))]
+    assert decide(state, cl.SetSessionModel(session_id=S, provider="openai", model="gpt-x"),
+                  context()) == []
+    state = _saved(state, LOCAL)  # a provider of Settings → Models is one too
+    assert decide(state, cl.SetSessionModel(session_id=S, provider="local", model="llama"),
+                  context()) == [(S, ev.SessionModelChanged(provider="local", model="llama"))]
+
+
+@pytest.mark.parametrize(("command", "code"), [
+    (cl.SetSessionModel(session_id=S, provider="nope"), "not_found"),
+    (cl.SetSessionModel(session_id="ses_x", provider="openai"), "not_found"),
+    (cl.SetSessionModel(session_id=S, provider="openai", model="m" * 201), "bad_request"),
+])
+def test_switching_to_what_is_not_there_is_refused(command: Any, code: str) -> None:
+    assert rejected(make_state(), command).code == code
+
+
+def test_a_closed_or_acp_session_keeps_its_model() -> None:
+    closed = make_state(status="closed")
+    assert rejected(closed, cl.SetSessionModel(session_id=S, provider="ollama")).code == \
+        "conflict"
+    acp = make_state()
+    acp.sessions[S].agent = "codex"
+    assert rejected(acp, cl.SetSessionModel(session_id=S, provider="ollama")).code == "conflict"
+
+
+def test_a_session_whose_provider_is_gone_takes_the_default_on_retry_prompt_and_fork() -> None:
+    state = _with_session_on("default")
+    moved = ev.SessionModelChanged(
+        provider="openai", model="gpt-x",
+        reason="the provider 'default' is not configured on this server; using 'openai'")
+    assert decide(state, cl.RetryTurn(session_id=S), context()) == [
+        (S, moved), (S, ev.TurnRequested())]
+    prompted = decide(_with_session_on("default", status="idle"),
+                      cl.SendPrompt(session_id=S, text="again"), context())
+    assert prompted[0] == (S, moved)
+    forked = decide(state, cl.ForkSession(session_id=S, item_id="itm_u"), context())
+    assert forked[1] == ("ses_1", moved)
+
+
+def test_a_session_on_a_configured_provider_is_not_moved() -> None:
+    assert decide(_with_session_on("ollama"), cl.RetryTurn(session_id=S), context()) == [
+        (S, ev.TurnRequested())]
+
+
+def test_with_no_provider_at_all_a_retry_changes_nothing_but_a_new_one_is_used_at_once() -> None:
+    empty = Context(new_id=lambda prefix: f"{prefix}_1", now=lambda: NOW)
+    state = _with_session_on("default")
+    assert decide(state, cl.RetryTurn(session_id=S), empty) == [(S, ev.TurnRequested())]
+    state = _saved(state, LOCAL)  # added in Settings → Models: no restart
+    assert decide(state, cl.RetryTurn(session_id=S), empty)[0] == (S, ev.SessionModelChanged(
+        provider="local", model="qwen",
+        reason="the provider 'default' is not configured on this server; using 'local'"))
+    created = decide(state, cl.CreateSession(worker_id=W, workdir="/src"), empty)
+    assert isinstance(created[0][1], ev.SessionCreated)
+    assert (created[0][1].provider, created[0][1].model) == ("local", "qwen")
+
+
+def test_saving_a_provider_cleans_it_and_saving_it_again_unchanged_is_nothing() -> None:
+    entry = ev.ProviderEntry(name="local", base_url="http://h:11434/v1/",
+                             models=["qwen", " qwen", "llama"], default_model=" ", auth="none")
+    [(None_, saved)] = decide(State(), cl.SaveProvider(provider=entry), context())
+    assert None_ is None and isinstance(saved, ev.ProviderSaved)
+    assert saved.provider == ev.ProviderEntry(
+        name="local", base_url="http://h:11434/v1", models=["qwen", "llama"],
+        default_model=None, auth="none", updated_at=NOW)
+    state = _saved(State(), saved.provider)
+    assert decide(state, cl.SaveProvider(provider=entry), context()) == []
+
+
+@pytest.mark.parametrize(("entry", "code"), [
+    (ev.ProviderEntry(name="openai", base_url="http://h/v1"), "conflict"),  # config.json's
+    (ev.ProviderEntry(name="acp", base_url="http://h/v1"), "conflict"),
+    (ev.ProviderEntry(name="-x", base_url="http://h/v1"), "bad_request"),
+    (ev.ProviderEntry(name="x", base_url="ftp://h/v1"), "bad_request"),
+    (ev.ProviderEntry(name="x", base_url="http:///v1"), "bad_request"),
+    (ev.ProviderEntry(name="x", base_url="http://h", models=[" "]), "bad_request"),
+    (ev.ProviderEntry(name="x", base_url="http://h", auth="oauth", issuer="https://i"),
+     "bad_request"),
+])
+def test_a_provider_that_cannot_work_is_refused(entry: ev.ProviderEntry, code: str) -> None:
+    ctx = Context(default_models={"openai": "gpt-x"}, file_providers=frozenset({"openai"}))
+    with pytest.raises(CommandRejected) as info:
+        decide(State(), cl.SaveProvider(provider=entry), ctx)
+    assert info.value.code == code
+
+
+def test_removing_a_provider_only_one_of_settings() -> None:
+    ctx = Context(default_models={"openai": "gpt-x"}, file_providers=frozenset({"openai"}))
+    state = _saved(State(), LOCAL)
+    assert decide(state, cl.RemoveProvider(name="local"), ctx) == [
+        (None, ev.ProviderRemoved(name="local"))]
+    for name, code in [("openai", "conflict"), ("nope", "not_found")]:
+        with pytest.raises(CommandRejected) as info:
+            decide(state, cl.RemoveProvider(name=name), ctx)
+        assert info.value.code == code

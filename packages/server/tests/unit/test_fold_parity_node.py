@@ -249,7 +249,7 @@ POOLS: dict[str, Gen] = {
 @functools.cache
 def gen(tp: Any, name: str) -> Gen:
     """Values of ``tp`` for a field called ``name`` (from its pool, if it has one)."""
-    if name in POOLS:
+    if name in POOLS and not (isinstance(tp, type) and issubclass(tp, msgspec.Struct)):
         pool = POOLS[name]
         if type(None) in typing.get_args(tp):  # optional: sometimes None
             return lambda r: None if r.random() < 0.2 else pool(r)

@@ -213,6 +213,33 @@ def test_session_sandbox_changed(state: State, log: Log) -> None:
     assert (state.sessions[S].sandbox, state.sessions[S].network) == ("full-access", True)
 
 
+def test_session_model_changed_and_a_fork_keeps_it(state: State, log: Log) -> None:
+    apply(state, log.env(ev.SessionModelChanged(provider="claude", model="sonnet",
+                                                effort="high")))
+    s = state.sessions[S]
+    assert (s.provider, s.model, s.effort) == ("claude", "sonnet", "high")
+    apply(state, log.env(ev.SessionItemAppended(item=ev.UserMessage(id="i1", ts=1, text="x"))))
+    apply(state, log.env(ev.SessionForked(from_session=S, until_item="i1", title="f"), "ses_f"))
+    f = state.sessions["ses_f"]
+    assert (f.provider, f.model, f.effort) == ("claude", "sonnet", "high")
+
+
+def test_providers_saved_changed_and_removed_with_their_login(log: Log) -> None:
+    entry = ev.ProviderEntry(name="local", kind="ollama", base_url="http://h:11434/v1",
+                             models=["qwen"], auth="none")
+    st_ = apply(State(), log.env(ev.ProviderSaved(provider=entry), None))
+    assert st_.providers == {"local": entry}
+    changed = ev.ProviderEntry(name="local", base_url="http://h2/v1", models=["a", "b"])
+    apply(st_, log.env(ev.ProviderSaved(provider=changed), None))
+    apply(st_, log.env(ev.AuthStatusUpdated(provider="local", state="logged_in",
+                                            method="api_key"), None))
+    assert st_.providers["local"].models == ["a", "b"] and "local" in st_.auth
+    apply(st_, log.env(ev.ProviderRemoved(name="local"), None))
+    assert st_.providers == {} and st_.auth == {}
+    apply(st_, log.env(ev.ProviderRemoved(name="local"), None))  # again: nothing to do
+    assert st_.providers == {}
+
+
 def test_session_item_appended_keeps_order(state: State, log: Log) -> None:
     first = ev.UserMessage(id="itm_1", ts=3.0, text="hi")
     second = ev.AssistantMessage(id="itm_2", ts=4.0, streaming=True)
@@ -534,6 +561,7 @@ SESSION_EVENTS: list[ev.Event] = [
     ev.SessionTitleChanged(title="t"),
     ev.SessionPolicyChanged(policy="full-auto"),
     ev.SessionSandboxChanged(sandbox="read-only", network=True),
+    ev.SessionModelChanged(provider="p", model="m", effort="low"),
     ev.SessionItemAppended(item=ev.UserMessage(id="i", ts=0.0, text="x")),
     ev.SessionItemUpdated(item_id="i", text_delta="x"),
     ev.PlanUpdated(steps=[ev.PlanStep(step="s")]),
@@ -567,6 +595,8 @@ GLOBAL_EVENTS: list[ev.Event] = [
     ev.WorkerDisconnected(worker_id="w9"),
     ev.RateLimitUpdated(provider="p"),
     ev.AuthStatusUpdated(provider="p", state="logged_out"),
+    ev.ProviderSaved(provider=ev.ProviderEntry(name="p2", base_url="http://h/v1")),
+    ev.ProviderRemoved(name="p2"),
     ev.MemoryUpdated(worker_id="w9", workdir="/src", text="- use uv"),
     ev.SessionForked(from_session="ses_gone", until_item="i", title="t"),
     ev.TerminalCreated(terminal_id="term_1", worker_id="w9", workdir="/src", by="b"),

@@ -30,17 +30,13 @@ from codey_server.agent.stream import (
     Usage,
 )
 from codey_server.agent.tools import BUILTIN_TOOLS
-from codey_server.agent.wire import chat, responses
+from codey_server.agent.wire import CallOptions, chat, responses
 from codey_server.agent.wire.errors import error_from_body
 from codey_testkit.model_wire import chat_events, plan_reply, responses_events
 from codey_testkit.script import Reply
 
 WIRES = {"responses": responses.WIRE, "chat": chat.WIRE}
 SHAPES = ["deltas", "final_only", "completed_only"]
-
-
-class _Options:
-    reasoning_summary = False
 
 
 def _events(api: str, reply: dict[str, Any], request: dict[str, Any] | None = None,
@@ -226,7 +222,7 @@ def _body(api: str) -> dict[str, Any]:
         assembler.add(entry)
     raw = wire.body(model="m", instructions="sys", messages=assembler.finish(),
                     tools=wire.encode_tools(BUILTIN_TOOLS), session_id="ses_1",
-                    options=_Options())
+                    options=CallOptions())
     body: dict[str, Any] = json.loads(raw)
     return body
 
@@ -272,7 +268,7 @@ def _image_body(api: str, entries: list[Any]) -> dict[str, Any]:
     for entry in entries:
         assembler.add(entry)
     raw = wire.body(model="m", instructions="sys", messages=assembler.finish(), tools=b"[]",
-                    session_id=None, options=_Options())
+                    session_id=None, options=CallOptions())
     body: dict[str, Any] = json.loads(raw)
     return body
 

@@ -1,33 +1,67 @@
-"""``/api/config``: the model providers sessions can use (never a credential)."""
+"""``/api/config``: the model providers sessions can use (never a credential); and what
+Settings → Models asks of a provider: the models it lists, and a test call."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
-from litestar import get
+from litestar import get, post
 from litestar.di import NamedDependency
+from litestar.exceptions import NotFoundException
+from litestar.params import FromPath, JSONBody
 
+from codey_protocol.events import ProviderAuth, ProviderKind
+from codey_server.agent.errors import ModelError
+from codey_server.agent.probe import CallResult, list_models, try_call
 from codey_server.agent.service import AgentService
+from codey_server.core.decide import default_model, default_provider
 from codey_server.core.engine import Engine
 from codey_server.http.errors import errors
+from codey_server.http.fields import pattern
 from codey_server.http.resource import Resource
-from codey_server.settings import ProviderConfig, Settings
+from codey_server.settings import Settings
 
-__all__ = ["ConfigController", "ProviderInfo", "ServerConfig"]
+__all__ = ["ConfigController", "ModelList", "ProviderInfo", "ServerConfig"]
 
 
 class ProviderInfo(msgspec.Struct, kw_only=True):
     name: str
-    kind: Literal["responses", "chat", "ollama"]
+    kind: ProviderKind
+    base_url: str
     models: list[str]  # for Ollama: the list discovered at start-up
     default_model: str
-    auth: Literal["none", "api_key", "oauth"]
+    auth: ProviderAuth
+    #: where it is defined: ``config.json`` (change it there) or ``settings`` (Settings →
+    #: Models); a name in both is config.json's
+    source: Literal["config.json", "settings"]
 
 
 class ServerConfig(msgspec.Struct, kw_only=True):
+    #: the provider a new session uses when none is picked ("" when there is none yet)
     default_provider: str
     providers: list[ProviderInfo]
+
+
+MAX_KEY_CHARS = 4096
+
+
+class ModelQuery(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Where to ask for a list of models: a provider being defined (its kind and URL, and
+    the key pasted, if any), or one already saved (``provider``: its stored credential)."""
+
+    kind: ProviderKind = "chat"
+    base_url: Annotated[str, msgspec.Meta(max_length=2000, pattern=pattern(
+        "^https?://[^/ ]", "must be an http:// or https:// URL"))]
+    provider: str | None = None
+    api_key: Annotated[str, msgspec.Meta(pattern=pattern(
+        "^[!-~]{1,4096}$", "that does not look like an API key"))] | None = None
+
+
+class ModelList(msgspec.Struct, kw_only=True):
+    models: list[str]
+    #: the provider's own words when it would not list them (``models`` is then empty)
+    error: str | None = None
 
 
 class ConfigController(Resource):
@@ -37,14 +71,40 @@ class ConfigController(Resource):
     @get("/config", sync_to_thread=False, responses=errors())
     def config(self, engine: NamedDependency[Engine], settings: NamedDependency[Settings],
                agent: NamedDependency[AgentService]) -> ServerConfig:
-        """The configured model providers (never a credential)."""
-        context = engine.context
+        """The model providers sessions can use, from config.json and Settings → Models
+        (never a credential)."""
+        state, context = engine.state, engine.context
+        providers = [
+            ProviderInfo(name=p.name, kind=p.config.kind, base_url=p.config.base_url,
+                         models=p.models, default_model=default_model(state, context, p.name),
+                         auth=p.config.auth,
+                         source="config.json" if p.name in context.file_providers
+                         else "settings")
+            for p in agent.providers.values()]
+        default = default_provider(state, context)
+        return ServerConfig(default_provider=default if default in agent.providers else "",
+                            providers=providers)
 
-        def info(p: ProviderConfig) -> ProviderInfo:
-            return ProviderInfo(name=p.name, kind=p.kind,
-                                models=agent.providers[p.name].models,
-                                default_model=context.default_models.get(p.name, ""),
-                                auth=p.auth)
+    @post("/providers/models", status_code=200, responses=errors(400))
+    async def models(self, data: JSONBody[ModelQuery],
+                     agent: NamedDependency[AgentService]) -> ModelList:
+        """The models a provider's API lists (``GET /models``; Ollama's ``/api/tags``)."""
+        token = data.api_key
+        if token is None and data.provider is not None:
+            token = await agent.token_for(data.provider)
+        try:
+            return ModelList(models=await list_models(data.kind, data.base_url, token))
+        except ModelError as err:
+            return ModelList(models=[], error=err.message)
 
-        return ServerConfig(default_provider=context.default_provider,
-                            providers=[info(p) for p in settings.providers])
+    @post("/providers/{name:str}/test", status_code=200, responses=errors(404))
+    async def test(self, name: FromPath[str], engine: NamedDependency[Engine],
+                   agent: NamedDependency[AgentService]) -> CallResult:
+        """A minimal call to the provider's default model: its answer, or its own words."""
+        provider = agent.providers.get(name)
+        if provider is None:
+            raise NotFoundException(f"no provider {name!r}")
+        model = default_model(engine.state, engine.context, name) or provider.default_model
+        if not model:
+            return CallResult(ok=False, model="", error="no model: list or type its models")
+        return await try_call(provider, model)

@@ -37,7 +37,7 @@ from codey_server.core.actions import ActionFailed
 from codey_server.core.background import Background
 from codey_server.core.engine import Engine
 from codey_server.core.fold import find_process
-from codey_server.settings import Settings
+from codey_server.settings import ProviderConfig, Settings, provider_config
 
 if TYPE_CHECKING:
     from codey_server.core.leases import Leases
@@ -123,10 +123,13 @@ class AgentService:
         self.load_blob = load_blob
         self.workers = workers
         self.settings = settings
+        self._token_for = token_for
+        self._refresh_for = refresh_for
+        #: config.json's providers, then those of Settings → Models (defined from the log's
+        #: ``provider_saved`` events at :meth:`start` and as they come; config.json's win)
         self.providers: dict[str, ModelProvider] = {
-            config.name: build_provider(config, _Credentials(config.name, token_for,
-                                                             refresh_for))
-            for config in settings.providers}
+            config.name: self._build(config) for config in settings.providers}
+        self._file_providers = frozenset(self.providers)
         self.histories: dict[tuple[str, str], History] = {}
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self.drivers: dict[str, TurnDriver] = {}
@@ -146,6 +149,39 @@ class AgentService:
             store_blob=store_blob)
         engine.listeners.append(self._on_event)
 
+    # providers of Settings → Models ---------------------------------------------------------
+
+    def _build(self, config: ProviderConfig) -> ModelProvider:
+        return build_provider(config, _Credentials(config.name, self._token_for,
+                                                    self._refresh_for))
+
+    def _define(self, entry: ev.ProviderEntry) -> None:
+        """Use a provider saved in Settings → Models from now on: the next model call of every
+        session on it goes to the new definition (a call under way finishes on the old one)."""
+        if entry.name in self._file_providers:
+            return  # config.json's wins
+        old = self.providers.get(entry.name)
+        provider = self.providers[entry.name] = self._build(provider_config(entry))
+        if old is not None:
+            self._background.spawn(old.aclose(), f"close-{entry.name}")
+        if entry.kind == "ollama" and not entry.models:
+            self._background.spawn(self._discover(provider), f"discover-{entry.name}")
+
+    def _forget(self, name: str) -> None:
+        if name in self._file_providers:
+            return
+        old = self.providers.pop(name, None)
+        if old is not None:
+            self._background.spawn(old.aclose(), f"close-{name}")
+
+    async def token_for(self, name: str) -> str | None:
+        """A provider's current bearer (for Settings → Models' listing of its models)."""
+        return await self._token_for(name)
+
+    async def _discover(self, provider: ModelProvider) -> None:
+        found = await discover_ollama_models(provider.config.base_url)
+        provider.models = found or provider.models
+
     # ports.Models ---------------------------------------------------------------------------
 
     def provider(self, name: str) -> ModelProvider | None:
@@ -161,8 +197,10 @@ class AgentService:
     # lifecycle ------------------------------------------------------------------------------
 
     async def start(self) -> None:
+        for entry in self.engine.state.providers.values():
+            self._define(entry)
         for provider in self.providers.values():
-            if provider.config.kind == "ollama":
+            if provider.config.kind == "ollama" and provider.name in self._file_providers:
                 found = await discover_ollama_models(provider.config.base_url)
                 provider.models = found or provider.models
                 if found and not self.engine.context.default_models.get(provider.name):
@@ -348,6 +386,10 @@ class AgentService:
             self._answers.wake(e.question_id)
         elif isinstance(e, ev.WorkerConnected) and not self.engine.applying_foreign:
             self._reconcile_processes(e.worker_id)
+        elif isinstance(e, ev.ProviderSaved):  # on every replica
+            self._define(e.provider)
+        elif isinstance(e, ev.ProviderRemoved):
+            self._forget(e.name)
         if sid is None:
             return
         if isinstance(e, ev.ProcessStopRequested):

@@ -111,6 +111,7 @@ from codey_server.agent.tools import (
 )
 from codey_server.agent.tools.base import cap
 from codey_server.agent.tools.shell import ITEM_OUTPUT_CAP
+from codey_server.agent.wire import CallOptions
 from codey_server.settings import RoleConfig
 
 __all__ = ["CONTEXT_TIMEOUT_S", "CodeyTurn"]
@@ -774,8 +775,12 @@ class CodeyTurn(TurnMachine):
             s = self.session
             provider = self.models.provider(s.provider)
             if provider is None:
-                self._fail(ModelError(f"the provider {s.provider!r} is not configured on this "
-                                      "server", code="not_configured"))
+                # what to do about it, in the words of the screen the user will open
+                self._fail(ModelError(
+                    f"the provider {s.provider!r} is not configured on this server: add a "
+                    "model provider in Settings → Models, then Retry (the session takes the "
+                    "server's default), or pick another model in the session header",
+                    code="not_configured"))
                 return False
             self._route = (provider, s.model or provider.default_model)
         self._call = _Call(*self._route)
@@ -811,7 +816,11 @@ class CodeyTurn(TurnMachine):
             can_sandbox=caps is None or caps.sandbox.kind != "none")
         return provider.wire.body(model=call.model, instructions=instructions,
                                   messages=messages, tools=tools, session_id=s.session_id,
-                                  options=provider.config)
+                                  options=self._options(provider))
+
+    def _options(self, provider: ModelProvider) -> CallOptions:
+        return CallOptions(reasoning_summary=provider.config.reasoning_summary,
+                           effort=self.session.effort)
 
     def _tools(self, provider: ModelProvider,
                capabilities: wk.Capabilities | None) -> tuple[list[ToolSpec], bytes]:
@@ -1056,7 +1065,8 @@ class CodeyTurn(TurnMachine):
             assembler.add(entry)
         body = call.provider.wire.body(model=call.model, instructions=COMPACT_INSTRUCTIONS,
                                        messages=assembler.finish(), tools=b"[]",
-                                       session_id=s.session_id, options=call.provider.config)
+                                       session_id=s.session_id,
+                                       options=self._options(call.provider))
         c.parts.clear()
         c.tail.clear()
         self.effect(CallModel(call.provider, call.model, body))

@@ -23,7 +23,8 @@ from codey_protocol.state import SessionInfo, State
 from codey_server.core.rules import CommandRejected, Context, Decided, Decider
 
 __all__ = ["ATTACHMENTS_MAX", "COMMANDS", "MEMORY_MAX", "TITLE_MAX", "CommandRejected",
-           "Context", "Decided", "clean_file_name", "create_session", "existing",
+           "Context", "Decided", "clean_file_name", "create_session", "default_model",
+           "default_provider", "existing", "known_providers", "recovered_model",
            "title_from_prompt"]
 
 TITLE_MAX = 60
@@ -62,6 +63,47 @@ def existing(state: State, session_id: str):  # type: ignore[no-untyped-def]
     return s
 
 
+# model providers: config.json's (in the context) and Settings → Models' (in the state) ----
+
+def known_providers(state: State, ctx: Context) -> list[str]:
+    """Every provider a session can use: config.json's first, then those of Settings → Models
+    (a name in both is config.json's)."""
+    return [*ctx.default_models, *(n for n in state.providers if n not in ctx.default_models)]
+
+
+def default_model(state: State, ctx: Context, provider: str) -> str:
+    """The model a session of ``provider`` uses when none was picked."""
+    if provider in ctx.default_models:
+        return ctx.default_models[provider]
+    entry = state.providers.get(provider)
+    if entry is None:
+        return ""
+    return entry.default_model or (entry.models[0] if entry.models else "")
+
+
+def default_provider(state: State, ctx: Context) -> str:
+    """The server's default provider: config.json's choice, else the first one known (so a
+    server started with none takes the first one added in Settings → Models, no restart)."""
+    known = known_providers(state, ctx)
+    if ctx.default_provider in known or not known:
+        return ctx.default_provider
+    return known[0]
+
+
+def recovered_model(state: State, s: SessionInfo, ctx: Context) -> list[ev.Event]:
+    """A session whose provider is gone (never configured, or removed) takes the server's
+    default from its next turn on: the change is recorded, so the header tells the truth.
+    Nothing when its provider is there, when there is no other, or for an ACP agent's."""
+    known = known_providers(state, ctx)
+    if s.agent is not None or s.provider in known or not known:
+        return []
+    provider = default_provider(state, ctx)
+    return [ev.SessionModelChanged(
+        provider=provider, model=default_model(state, ctx, provider),
+        reason=f"the provider {s.provider!r} is not configured on this server; "
+               f"using {provider!r}")]
+
+
 def create_session(state: State, c: cl.CreateSession, ctx: Context) -> Decided:
     worker = state.workers.get(c.worker_id)
     if worker is None:
@@ -70,8 +112,8 @@ def create_session(state: State, c: cl.CreateSession, ctx: Context) -> Decided:
         raise CommandRejected("forbidden", f"worker {c.worker_id!r} was revoked")
     if not c.workdir.strip():
         raise CommandRejected("bad_request", "workdir must not be empty")
-    provider = c.provider or ctx.default_provider
-    model = c.model or ctx.default_models.get(provider, "")
+    provider = c.provider or default_provider(state, ctx)
+    model = c.model or default_model(state, ctx, provider)
     if c.agent is not None:
         if c.agent not in worker.capabilities.acp_agents:
             raise CommandRejected("not_found", f"worker {c.worker_id!r} has no ACP agent "
@@ -150,7 +192,7 @@ def _send_prompt(state: State, c: cl.SendPrompt, ctx: Context) -> Decided:
     attachments = _check_attachments(c.attachments, ctx)
     if s.status == "closed":
         raise CommandRejected("conflict", "the session is closed")
-    out: Decided = []
+    out: Decided = [(s.session_id, e) for e in recovered_model(state, s, ctx)]
     untitled = s.title == title_from_prompt("")
     if untitled and not any(isinstance(i, ev.UserMessage) for i in s.items):
         out.append((s.session_id, ev.SessionTitleChanged(title=title_from_prompt(c.text))))
@@ -256,6 +298,7 @@ def _fork(state: State, c: cl.ForkSession, ctx: Context) -> Decided:
     title = " ".join((c.title or "").split()) or f"{s.title} (fork)"
     out: Decided = [(new_id, ev.SessionForked(from_session=s.session_id, until_item=until,
                                               title=title[:200]))]
+    out += [(new_id, e) for e in recovered_model(state, s, ctx)]
     if c.prompt.strip():
         out.append((new_id, ev.SessionItemAppended(item=ev.UserMessage(
             id=ctx.new_id("itm"), ts=ctx.now(), text=c.prompt))))
@@ -315,7 +358,7 @@ def _retry(state: State, c: cl.RetryTurn, ctx: Context) -> Decided:
     s = existing(state, c.session_id)
     if s.status not in ("error", "interrupted"):
         raise CommandRejected("conflict", f"nothing to retry: the session is {s.status}")
-    return [(s.session_id, ev.TurnRequested())]
+    return [(s.session_id, e) for e in [*recovered_model(state, s, ctx), ev.TurnRequested()]]
 
 
 _SESSION_OPS: dict[type, Callable[[State, Any, Context], Decided]] = {
@@ -339,6 +382,24 @@ def _set_sandbox(state: State, c: cl.SetSandbox, ctx: Context) -> Decided:
     if (s.sandbox, s.network) == (c.sandbox, c.network):
         return []
     return [(s.session_id, ev.SessionSandboxChanged(sandbox=c.sandbox, network=c.network))]
+
+
+def _set_model(state: State, c: cl.SetSessionModel, ctx: Context) -> Decided:
+    s = existing(state, c.session_id)
+    if s.status == "closed":
+        raise CommandRejected("conflict", "the session is closed")
+    if s.agent is not None:
+        raise CommandRejected("conflict", f"the ACP agent {s.agent!r} picks its own model")
+    if c.provider not in known_providers(state, ctx):
+        raise CommandRejected("not_found", f"no provider {c.provider!r}: add it in "
+                                           "Settings → Models")
+    model = c.model.strip() or default_model(state, ctx, c.provider)
+    if len(model) > 200:
+        raise CommandRejected("bad_request", "that model name is too long")
+    if (s.provider, s.model, s.effort) == (c.provider, model, c.effort):
+        return []
+    return [(s.session_id, ev.SessionModelChanged(provider=c.provider, model=model,
+                                                  effort=c.effort))]
 
 
 def _set_policy(state: State, c: cl.SetApprovalPolicy, ctx: Context) -> Decided:
@@ -381,6 +442,7 @@ COMMANDS: Mapping[type[Any], Decider] = {
     cl.DecideApproval: _decide_approval,
     cl.SetApprovalPolicy: _set_policy,
     cl.SetSandbox: _set_sandbox,
+    cl.SetSessionModel: _set_model,
     cl.Interrupt: _interrupt,
     cl.StopProcess: _stop_process,
     cl.CompactSession: lambda state, c, ctx: _compact(state, c),

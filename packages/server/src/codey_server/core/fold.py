@@ -151,6 +151,14 @@ def _sandbox(state: State, env: ev.Envelope) -> None:
         s.sandbox, s.network = e.sandbox, e.network
 
 
+def _model(state: State, env: ev.Envelope) -> None:
+    e = env.event
+    assert isinstance(e, ev.SessionModelChanged)
+    s = _session(state, env)
+    if s is not None:
+        s.provider, s.model, s.effort = e.provider, e.model, e.effort
+
+
 def _item_appended(state: State, env: ev.Envelope) -> None:
     e = env.event
     assert isinstance(e, ev.SessionItemAppended)
@@ -406,9 +414,9 @@ def _forked(state: State, env: ev.Envelope) -> None:
             break
     state.sessions[env.session_id] = SessionInfo(
         session_id=env.session_id, title=e.title, worker_id=src.worker_id,
-        workdir=src.workdir, provider=src.provider, model=src.model, policy=src.policy,
-        created_at=env.ts, updated_at=env.ts, items=items, forked_from=e.from_session,
-        context=src.context, sandbox=src.sandbox, network=src.network)
+        workdir=src.workdir, provider=src.provider, model=src.model, effort=src.effort,
+        policy=src.policy, created_at=env.ts, updated_at=env.ts, items=items,
+        forked_from=e.from_session, context=src.context, sandbox=src.sandbox, network=src.network)
 
 
 def _moved(state: State, env: ev.Envelope) -> None:
@@ -472,6 +480,7 @@ FOLD: Mapping[type[Any], FoldHandler] = {
     ev.SessionTitleChanged: _title,
     ev.SessionPolicyChanged: _policy,
     ev.SessionSandboxChanged: _sandbox,
+    ev.SessionModelChanged: _model,
     ev.SessionItemAppended: _item_appended,
     ev.SessionItemUpdated: _item_updated,
     ev.PlanUpdated: _plan,

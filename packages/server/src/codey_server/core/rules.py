@@ -55,7 +55,11 @@ class Context:
     new_id: Callable[[str], str] = _new_id
     now: Callable[[], float] = time.time
     default_provider: str = "default"
+    #: each provider of config.json → its default model (those of Settings → Models are in the
+    #: state: see :func:`codey_server.core.decide.known_providers`)
     default_models: dict[str, str] = field(default_factory=dict)
+    #: the providers config.json defines: Settings → Models may not define one of theirs
+    file_providers: frozenset[str] = frozenset()
     #: whether a file sent with a prompt is stored (``/api/blobs``)
     blob_exists: Callable[[str], bool] = lambda digest: False
     #: who sends the command being decided, when not a browser (``mcp:<token id>``): recorded

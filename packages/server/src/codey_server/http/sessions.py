@@ -21,7 +21,13 @@ from litestar.response import Stream
 
 from codey_protocol import client as cl
 from codey_protocol import codec
-from codey_protocol.events import ApprovalPolicy, Attachment, Envelope, SessionStatus
+from codey_protocol.events import (
+    ApprovalPolicy,
+    Attachment,
+    Envelope,
+    ReasoningEffort,
+    SessionStatus,
+)
 from codey_protocol.state import SessionInfo
 from codey_protocol.worker import SandboxMode
 from codey_server.core.decide import ATTACHMENTS_MAX
@@ -97,6 +103,14 @@ class SandboxChoice(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
     sandbox: SandboxMode
     network: bool = False
+
+
+class ModelChoice(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``POST /api/sessions/{id}/model``: a ``set_session_model`` command."""
+
+    provider: Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
+    model: Annotated[str, msgspec.Meta(max_length=200)] = ""  # empty: the provider's default
+    effort: ReasoningEffort | None = None
 
 
 class SessionSummary(msgspec.Struct, kw_only=True):
@@ -196,11 +210,27 @@ class SessionsController(Resource):
                                                   network=data.network))
         return Seq(seq=envs[-1].seq if envs else engine.state.seq)
 
+    @post("/{session_id:str}/model", status_code=200, responses=errors(404, 409))
+    async def set_model(self, session_id: FromPath[str], data: JSONBody[ModelChoice],
+                        engine: NamedDependency[Engine]) -> Seq:
+        """Switch the session's provider, model and reasoning effort (from its next turn)."""
+        envs = await engine.execute(cl.SetSessionModel(
+            session_id=session_id, provider=data.provider, model=data.model,
+            effort=data.effort))
+        return Seq(seq=envs[-1].seq if envs else engine.state.seq)
+
     @post("/{session_id:str}/interrupt", status_code=200, responses=errors(404))
     async def interrupt(self, session_id: FromPath[str], engine: NamedDependency[Engine]) -> Seq:
         """Stop the running turn (its command is killed, open tool calls are cancelled)."""
         envs = await engine.execute(cl.Interrupt(session_id=session_id))
         return Seq(seq=envs[-1].seq if envs else engine.state.seq)
+
+    @post("/{session_id:str}/retry", status_code=200, responses=errors(404, 409))
+    async def retry(self, session_id: FromPath[str], engine: NamedDependency[Engine]) -> Seq:
+        """Run the turn that failed or was interrupted again (a session whose provider is
+        gone takes the server's default first)."""
+        envs = await engine.execute(cl.RetryTurn(session_id=session_id))
+        return Seq(seq=envs[-1].seq)
 
     @post("/{session_id:str}/compact", status_code=200, responses=errors(404, 409))
     async def compact(self, session_id: FromPath[str], engine: NamedDependency[Engine]) -> Seq:

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import msgspec
+
 from codey_protocol import events as ev
 from codey_protocol.state import AuthInfo, State
 from codey_server.core.rules import FoldHandler
@@ -23,6 +25,21 @@ def _auth(state: State, env: ev.Envelope) -> None:
     )
 
 
+def _saved(state: State, env: ev.Envelope) -> None:
+    e = env.event
+    assert isinstance(e, ev.ProviderSaved)
+    state.providers[e.provider.name] = msgspec.structs.replace(e.provider)
+
+
+def _removed(state: State, env: ev.Envelope) -> None:
+    e = env.event
+    assert isinstance(e, ev.ProviderRemoved)
+    state.providers.pop(e.name, None)
+    state.auth.pop(e.name, None)  # its credential went with it
+
+
 FOLD: Mapping[type[Any], FoldHandler] = {
     ev.AuthStatusUpdated: _auth,
+    ev.ProviderSaved: _saved,
+    ev.ProviderRemoved: _removed,
 }

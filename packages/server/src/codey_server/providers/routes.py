@@ -1,4 +1,5 @@
-"""``/api/auth/*``: model-provider login (OAuth with PKCE, device code, API keys).
+"""``/api/auth/*``: model-provider login (OAuth with PKCE, device code, API keys); and
+``/api/providers``: the providers defined in Settings → Models (added, changed, removed).
 
 The callback is ``PUBLIC``: the provider's cross-site redirect carries no SameSite=Strict
 cookie, so it checks the login's own binding cookie instead (see its docstring). A refused
@@ -7,20 +8,26 @@ login step (``AuthError``) is answered by :mod:`codey_server.http.errors`.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 from urllib.parse import quote
 
 import msgspec
-from litestar import Request, Response, get, post
+from litestar import Request, Response, delete, get, post
 from litestar.datastructures import Cookie
 from litestar.di import NamedDependency
-from litestar.params import JSONBody
+from litestar.params import FromPath, JSONBody
 from litestar.response import Redirect
 
+from codey_protocol import client as cl
+from codey_protocol import events as ev
+from codey_protocol.events import ProviderAuth, ProviderKind
+from codey_server.core.engine import Engine
 from codey_server.http.access import PUBLIC, BrowserAccess, browser_session
 from codey_server.http.errors import errors
-from codey_server.http.fields import pattern
+from codey_server.http.fields import NOT_BLANK, pattern
 from codey_server.http.resource import Resource
+from codey_server.http.sessions import Seq
+from codey_server.providers.decide import MAX_MODEL_CHARS, MAX_MODELS, MAX_URL_CHARS, URL_START
 from codey_server.providers.service import (
     LOGIN_TTL_S,
     MAX_API_KEY_CHARS,
@@ -30,8 +37,8 @@ from codey_server.providers.service import (
     ProviderStatus,
 )
 
-__all__ = ["CALLBACK_PATH", "ApiKey", "AuthController", "LoginLinkAnswer",
-           "ProviderChoice", "redirect_uri"]
+__all__ = ["CALLBACK_PATH", "ApiKey", "AuthController", "LoginLinkAnswer", "ProviderBody",
+           "ProviderChoice", "ProvidersController", "redirect_uri"]
 
 CALLBACK_PATH = "/api/auth/callback"
 
@@ -134,3 +141,60 @@ class AuthController(Resource):
                               auth: NamedDependency[AuthService]) -> ProviderStatus:
         """Forget that provider's credentials (the browser stays logged in)."""
         return await auth.logout(data.provider)
+
+
+# providers defined in Settings → Models -----------------------------------------------------
+
+#: a provider's name, as :func:`codey_server.providers.decide.check_provider` takes it
+ProviderName = Annotated[str, msgspec.Meta(pattern=pattern(
+    "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
+    "1-64 letters, digits, '.', '_' or '-', starting with a letter or digit"))]
+ModelName = Annotated[str, msgspec.Meta(max_length=MAX_MODEL_CHARS, pattern=NOT_BLANK)]
+
+
+class ProviderBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``POST /api/providers``: add or change a provider of Settings → Models, and store its
+    key when one is pasted (never echoed)."""
+
+    name: ProviderName
+    kind: ProviderKind = "chat"
+    base_url: Annotated[str, msgspec.Meta(max_length=MAX_URL_CHARS, pattern=pattern(
+        URL_START, "must be an http:// or https:// URL"))]
+    models: Annotated[list[ModelName], msgspec.Meta(max_length=MAX_MODELS)] = \
+        msgspec.field(default_factory=list)
+    default_model: Annotated[str, msgspec.Meta(max_length=MAX_MODEL_CHARS)] | None = None
+    auth: ProviderAuth = "api_key"
+    issuer: Annotated[str, msgspec.Meta(max_length=MAX_URL_CHARS, pattern=pattern(
+        URL_START, "must be an http:// or https:// URL"))] | None = None
+    client_id: Annotated[str, msgspec.Meta(min_length=1, max_length=500)] | None = None
+    api_key: Annotated[str, msgspec.Meta(pattern=pattern(
+        f"^[!-~]{{1,{MAX_API_KEY_CHARS}}}$", "that does not look like an API key"))] | None = None
+
+    # an OAuth provider names its issuer and client (check_provider refuses it otherwise)
+    __schema_rules__: ClassVar[dict[str, Any]] = {
+        "if": {"properties": {"auth": {"const": "oauth"}}, "required": ["auth"]},
+        "then": {"required": ["issuer", "client_id"],
+                 "properties": {"issuer": {"type": "string"}, "client_id": {"type": "string"}}},
+    }
+
+
+class ProvidersController(Resource):
+    path = "/api/providers"
+    tags = ["auth"]
+
+    @post("/", status_code=200, responses=errors(400, 409))
+    async def save(self, data: JSONBody[ProviderBody], engine: NamedDependency[Engine],
+                   auth: NamedDependency[AuthService]) -> ProviderStatus:
+        """Add or change a provider; used at once, no restart. Answers its login state."""
+        fields = {f: getattr(data, f) for f in ev.ProviderEntry.__struct_fields__
+                  if f != "updated_at"}
+        await engine.execute(cl.SaveProvider(provider=ev.ProviderEntry(**fields)))
+        if data.api_key is not None:
+            return await auth.set_api_key(data.name, data.api_key)
+        return auth.status_of(data.name)
+
+    @delete("/{name:str}", status_code=200, responses=errors(404, 409))
+    async def remove(self, name: FromPath[str], engine: NamedDependency[Engine]) -> Seq:
+        """Remove a provider of Settings → Models, and its stored key or login."""
+        envs = await engine.execute(cl.RemoveProvider(name=name))
+        return Seq(seq=envs[-1].seq)

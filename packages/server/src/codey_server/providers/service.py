@@ -31,13 +31,14 @@ from typing import TYPE_CHECKING, Any, Literal
 import msgspec
 
 from codey_protocol import events as ev
+from codey_server.core.background import Background
 from codey_server.core.engine import Engine
 from codey_server.errors import ServerError
 from codey_server.providers import decide
 from codey_server.providers.device import DeviceGrant, poll_device, start_device
 from codey_server.providers.oauth import OAuthFailed, OAuthProvider, TokenSet, account_of
 from codey_server.providers.store import Credential, CredentialStore
-from codey_server.settings import ProviderConfig, Settings
+from codey_server.settings import ProviderConfig, Settings, provider_config
 
 if TYPE_CHECKING:
     import httpx  # loaded by the first login or refresh (the ``http`` property)
@@ -134,7 +135,9 @@ class AuthService:
                  http: httpx.AsyncClient | None = None) -> None:
         self.settings = settings
         self.engine = engine
+        #: config.json's providers, then those of Settings → Models (config.json's win)
         self._configs = {p.name: p for p in settings.providers}
+        self._file_providers = frozenset(self._configs)
         self._http = http
         self._store: CredentialStore | None = None
         self._oauth: dict[str, OAuthProvider] = {}
@@ -149,6 +152,7 @@ class AuthService:
         #: among replicas: held around a refresh (a lock in the database that also brings this
         #: replica's auth.json up to date), so one replica refreshes and the others use its token
         self.refresh_guard: Callable[[str], AbstractAsyncContextManager[None]] | None = None
+        self._background = Background(log)
 
     def reload(self) -> None:
         """``auth.json`` was replaced (by another replica): read it again when next used."""
@@ -172,12 +176,16 @@ class AuthService:
 
     async def start(self) -> None:
         """Publish each provider's status where it differs from the log; start refreshing."""
+        for entry in self.engine.state.providers.values():
+            self._define(entry)
+        self.engine.listeners.append(self._on_event)
         for config in self._configs.values():
             await self._publish(self._stored_status(config))
         self._wake = asyncio.Event()
         self._refresher = asyncio.create_task(self._refresh_loop(), name="auth-refresher")
 
     async def stop(self) -> None:
+        await self._background.cancel()
         tasks = [t for t in (self._refresher, *self._devices.values()) if t is not None]
         for task in tasks:
             task.cancel()
@@ -187,12 +195,40 @@ class AuthService:
             await self._http.aclose()
             self._http = None
 
+    # providers of Settings → Models ---------------------------------------------------------
+
+    def _define(self, entry: ev.ProviderEntry) -> bool:
+        if entry.name in self._file_providers:
+            return False
+        self._configs[entry.name] = provider_config(entry)
+        self._oauth.pop(entry.name, None)  # its issuer or client may have changed
+        return True
+
+    def _on_event(self, env: ev.Envelope) -> None:
+        e = env.event
+        if isinstance(e, ev.ProviderSaved):
+            if self._define(e.provider) and not self.engine.applying_foreign:
+                self._background.spawn(self._publish(self._stored_status(
+                    self._configs[e.provider.name])), f"status-{e.provider.name}")
+        elif isinstance(e, ev.ProviderRemoved) and e.name not in self._file_providers:
+            self._configs.pop(e.name, None)
+            self._oauth.pop(e.name, None)
+            self._status.pop(e.name, None)
+            self._cancel_device(e.name)
+            if not self.engine.applying_foreign:
+                # a delete is a delete: its key or tokens go with it
+                self.store.remove(e.name)
+
     # queries --------------------------------------------------------------------------------
 
     def status(self) -> list[ProviderStatus]:
         """One entry per configured provider (no secrets in it)."""
         return [_public(self._status.get(name) or self._stored_status(config))
                 for name, config in self._configs.items()]
+
+    def status_of(self, name: str) -> ProviderStatus:
+        """One provider's login state (no secret in it)."""
+        return _public(self._status.get(name) or self._stored_status(self._config(name)))
 
     async def token_for(self, provider_name: str) -> str | None:
         """The bearer for ``provider_name``: its API key or access token (refreshed when it is

@@ -9,7 +9,7 @@ from typing import Any
 from codey_protocol import client as cl
 from codey_protocol import events as ev
 from codey_protocol.state import State
-from codey_server.core.decide import existing
+from codey_server.core.decide import default_model, default_provider, existing
 from codey_server.core.rules import CommandRejected, Context, Decided, Decider
 from codey_server.schedules import rules as schedules
 
@@ -34,10 +34,10 @@ def fire_due(state: State, due: Due, ctx: Context) -> Decided:
         return []
     if p.due is None:
         return schedules.skip(due.schedule_id, p) if p.skipped_until > info.last_due else []
-    provider = ctx.default_provider
+    provider = default_provider(state, ctx)
     return schedules.fire(state, due.schedule_id, p.due, session_id=ctx.new_id("ses"),
                           item_id=ctx.new_id("itm"), now=due.now, provider=provider,
-                          model=ctx.default_models.get(provider, ""), skipped=p.skipped)
+                          model=default_model(state, ctx, provider), skipped=p.skipped)
 
 
 def _schedule(state: State, c: cl.SaveSchedule | cl.DeleteSchedule | cl.RunSchedule,
@@ -62,11 +62,11 @@ def _schedule(state: State, c: cl.SaveSchedule | cl.DeleteSchedule | cl.RunSched
     if isinstance(c, cl.DeleteSchedule):
         return [(None, ev.ScheduleDeleted(schedule_id=c.schedule_id))]
     info = state.schedules[c.schedule_id]
-    provider = ctx.default_provider
+    provider = default_provider(state, ctx)
     return schedules.fire(state, c.schedule_id, max(ctx.now(), info.last_due + 0.001),
                           session_id=ctx.new_id("ses"), item_id=ctx.new_id("itm"),
                           now=ctx.now(), provider=provider,
-                          model=ctx.default_models.get(provider, ""))
+                          model=default_model(state, ctx, provider))
 
 
 COMMANDS: Mapping[type[Any], Decider] = {

@@ -14,13 +14,15 @@ Everything here is pure: no I/O, no clock.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 from codey_server.agent.conversation import Entry
 from codey_server.agent.stream import ModelEvent
 from codey_server.agent.tools import ToolSpec
 
-__all__ = ["Assembler", "Collector", "Loader", "RequestOptions", "Wire", "data_url", "wire_for"]
+__all__ = ["Assembler", "CallOptions", "Collector", "Loader", "RequestOptions", "Wire", "data_url",
+           "wire_for"]
 
 #: a stored file's bytes by content hash (None: not there)
 Loader = Callable[[str], bytes | None]
@@ -63,9 +65,22 @@ class Collector(Protocol):
 
 
 class RequestOptions(Protocol):
-    """What a body needs besides the conversation (a ProviderConfig satisfies it)."""
+    """What a body needs besides the conversation (see :class:`CallOptions`)."""
 
-    reasoning_summary: bool
+    @property
+    def reasoning_summary(self) -> bool: ...
+
+    @property
+    def effort(self) -> str | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class CallOptions:
+    """One call's options: the provider's (``reasoning_summary``) and the session's (its
+    reasoning ``effort``: None leaves it to the model)."""
+
+    reasoning_summary: bool = False
+    effort: str | None = None
 
 
 class Wire(Protocol):

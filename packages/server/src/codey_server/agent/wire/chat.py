@@ -277,6 +277,8 @@ class ChatWire:
              session_id: str | None, options: RequestOptions) -> bytes:
         rest: dict[str, Any] = {"model": model, "stream": True,
                                 "stream_options": {"include_usage": True}}
+        if options.effort:
+            rest["reasoning_effort"] = options.effort  # OpenAI's and compatible servers' name
         system = _encode({"role": "system", "content": instructions})
         parts = [b'{"messages":[', system]
         if messages:

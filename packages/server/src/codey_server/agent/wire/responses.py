@@ -270,8 +270,13 @@ class ResponsesWire:
         if tools != b"[]":
             rest["tool_choice"] = "auto"
             rest["parallel_tool_calls"] = True
+        reasoning: dict[str, str] = {}
         if options.reasoning_summary:
-            rest["reasoning"] = {"summary": "auto"}
+            reasoning["summary"] = "auto"
+        if options.effort:
+            reasoning["effort"] = options.effort
+        if reasoning:
+            rest["reasoning"] = reasoning
         if session_id:
             rest["prompt_cache_key"] = session_id
         head = _encode(rest)

@@ -1,0 +1,105 @@
+"""What Settings → Models asks of a provider before and after it is saved: the models its API
+lists (:func:`list_models`), and whether a minimal call goes through (:func:`try_call`).
+
+Both answer with the provider's own words when it refuses (a wrong key, a wrong URL, an unknown
+model): that is what the user needs to fix it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import msgspec
+
+from codey_server.agent.conversation import UserText
+from codey_server.agent.errors import ModelError
+from codey_server.agent.models import ModelProvider
+from codey_server.agent.stream import Finished, RefusalDelta, TextDelta
+from codey_server.agent.wire import CallOptions
+from codey_server.agent.wire.errors import error_from_body
+
+__all__ = ["ANTHROPIC_VERSION", "CallResult", "list_models", "try_call"]
+
+#: the Messages API version Codey speaks (the ``anthropic-version`` header)
+ANTHROPIC_VERSION = "2023-06-01"
+#: a listing or a test call that takes longer than this failed
+PROBE_TIMEOUT_S = 20.0
+#: the test call's prompt: the cheapest answer any chat model gives
+TEST_PROMPT = "Reply with the single word OK."
+MAX_LISTED = 500
+
+
+class CallResult(msgspec.Struct, kw_only=True):
+    """How a test call went."""
+
+    ok: bool
+    model: str
+    #: the model's answer (its first 200 characters), when it answered
+    reply: str = ""
+    #: the provider's own words, when it refused or failed
+    error: str | None = None
+    seconds: float = 0.0
+
+
+def _ollama_root(base_url: str) -> str:
+    root = base_url.rstrip("/")
+    return root[:-3] if root.endswith("/v1") else root
+
+
+async def list_models(kind: str, base_url: str, token: str | None) -> list[str]:
+    """The model ids the provider's API lists (``GET /models``; Ollama's ``/api/tags``).
+    Raises :class:`ModelError` with the provider's words when it will not say."""
+    import httpx  # only when someone asks
+
+    headers: dict[str, str] = {}
+    if kind == "anthropic":
+        headers["anthropic-version"] = ANTHROPIC_VERSION
+        if token:
+            headers["x-api-key"] = token
+    elif token:
+        headers["authorization"] = f"Bearer {token}"
+    url = (f"{_ollama_root(base_url)}/api/tags" if kind == "ollama"
+           else f"{base_url.rstrip('/')}/models")
+    try:
+        async with httpx.AsyncClient(timeout=PROBE_TIMEOUT_S) as http:
+            r = await http.get(url, headers=headers)
+    except httpx.HTTPError as err:
+        raise ModelError(f"could not reach {url}: {err or type(err).__name__}",
+                         code="unreachable") from None
+    try:
+        data = r.json()
+    except (json.JSONDecodeError, ValueError):
+        data = None
+    if r.status_code >= 400:
+        raise error_from_body(data, r.status_code, fallback_text=r.text[:300])
+    entries = (data or {}).get("models" if kind == "ollama" else "data") \
+        if isinstance(data, dict) else None
+    if not isinstance(entries, list):
+        raise ModelError(f"{url} did not answer with a list of models", code="failed")
+    key = "name" if kind == "ollama" else "id"
+    names = [e[key] for e in entries if isinstance(e, dict) and isinstance(e.get(key), str)]
+    return sorted(dict.fromkeys(names))[:MAX_LISTED]
+
+
+async def try_call(provider: ModelProvider, model: str) -> CallResult:
+    """One minimal model call, streamed as every call is: the provider's answer or its
+    refusal. Retries are the provider's own (a 429 is waited out, up to its max_retries)."""
+    started = time.perf_counter()
+    assembler = provider.wire.assembler()
+    assembler.add(UserText(TEST_PROMPT))
+    body = provider.wire.body(model=model, instructions="You are a connection test.",
+                              messages=assembler.finish(), tools=b"[]", session_id=None,
+                              options=CallOptions())
+    said: list[str] = []
+    try:
+        async for event in provider.stream(model=model, body=body):
+            if isinstance(event, TextDelta | RefusalDelta):
+                said.append(event.text)
+            elif isinstance(event, Finished):
+                break
+    except ModelError as err:
+        return CallResult(ok=False, model=model, error=err.message,
+                          seconds=round(time.perf_counter() - started, 3))
+    return CallResult(ok=True, model=model, reply="".join(said).strip()[:200],
+                      seconds=round(time.perf_counter() - started, 3))
