@@ -59,6 +59,7 @@ const ACTION = {
   read_file: fillReadFile,
   write_file: fillWriteFile,
   list_dir: fillListDir,
+  mcp_list: fillMcpList,
   mcp_call: fillMcpCall,
   acp_permission: fillAcpPermission,
   exec_start: fillExecStart,
@@ -431,6 +432,12 @@ export function fillWriteFile(v) {
 export function fillListDir(v) {
   if (v.path === undefined) v.path = ".";
   if (v.depth === undefined) v.depth = 1;
+  return v;
+}
+
+/** `McpList` (worker.py): its defaults filled in. */
+export function fillMcpList(v) {
+  if (v.workdir === undefined) v.workdir = "";
   return v;
 }
 

@@ -211,7 +211,13 @@ class ListDir(Action, kw_only=True):
 
 
 class McpList(Action, kw_only=True):
-    pass
+    """List the tools of every configured MCP server, each as its process started in
+    ``workdir`` sees them (the one a session's calls there use, left running for them: a
+    server that confines itself to its cwd starts only in a real workdir). Empty
+    ``workdir``: a process started in an empty scratch directory for the purpose (what
+    ``hello`` reports)."""
+
+    workdir: str = ""
 
 
 class McpCall(Action, kw_only=True):
@@ -536,6 +542,8 @@ class McpCallResult(ResultBase, kw_only=True):
 class Attached(ResultBase, kw_only=True):
     workdir: str  # the realpath the worker will use
     created: bool = False
+    #: the MCP servers' tools as listed in ``workdir`` (an older worker listed them in a
+    #: scratch directory): the session's, which may differ from ``hello``'s
     mcp_servers: list[McpServerInfo] = msgspec.field(default_factory=list)
 
 

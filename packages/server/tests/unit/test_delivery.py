@@ -112,16 +112,20 @@ def test_attach_once_per_connection() -> None:
         delivery = Delivery(engine, Presence(engine))
         link = Link()
         await delivery.linked("w1", link, known_sessions=["s_known"])
-        await delivery.ensure_attached("w1", "s_known", "/w")
-        assert link.frames == []  # the worker's hello said so
+        # the worker's hello said so: nothing is sent, and its MCP list is not known here
+        assert await delivery.ensure_attached("w1", "s_known", "/w") == []
+        assert link.frames == []
         attaching = asyncio.create_task(delivery.ensure_attached("w1", "s_new", "/w"))
         await until(lambda: link.frames, what="the attach")
         [attach] = link.frames
         assert isinstance(attach, wk.AttachSession)
+        listed = [wk.McpServerInfo(name="git", tools=[wk.McpTool(name="git_log")])]
         await delivery.received("w1", link, wk.ActionResult(
-            action_id=attach.action_id, result=wk.Attached(workdir="/w")))
-        await attaching
-        await delivery.ensure_attached("w1", "s_new", "/w")
+            action_id=attach.action_id, result=wk.Attached(workdir="/w", mcp_servers=listed)))
+        servers = await attaching
+        assert servers == listed
+        # later actions get the list the attach kept, the same object (news only once)
+        assert await delivery.ensure_attached("w1", "s_new", "/w") is servers
         assert len(link.frames) == 1
         delivery.unlinked("w1", link)
         again = Link()

@@ -247,11 +247,13 @@ def test_attachments_belong_to_the_workers_connection() -> None:
     r = Router()
     r.linked("w1", "L1", known_sessions=["s1"])
     assert r.is_attached("w1", "s1") and not r.is_attached("w1", "s2")
-    r.attached("w1", "s2")
+    listed = [wk.McpServerInfo(name="git")]
+    r.attached("w1", "s2", listed)
     r.presence_changed("w1")  # the fold catching up with this very link: kept
     assert r.is_attached("w1", "s2")
+    assert r.mcp_servers("w1", "s2") is listed and r.mcp_servers("w1", "s1") == []
     r.unlinked("w1", "L1")
-    assert not r.is_attached("w1", "s1")
+    assert not r.is_attached("w1", "s1") and r.mcp_servers("w1", "s2") == []
     r.attached("w1", "s3")  # attached through another replica's socket
     r.presence_changed("w1")  # it reconnected somewhere: attach afresh
     assert not r.is_attached("w1", "s3")

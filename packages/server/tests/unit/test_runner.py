@@ -82,8 +82,8 @@ class Worker:
         self._absent = asyncio.Event()
 
     async def ensure_attached(self, worker_id: str, session_id: str, workdir: str, *,
-                              timeout: float) -> None:
-        return None
+                              timeout: float) -> list[wk.McpServerInfo]:
+        return []
 
     async def run(self, worker_id: str, action: wk.ActionMessage, *,
                   on_progress: Callable[[wk.ActionProgress], Awaitable[None]] | None = None,

@@ -30,6 +30,7 @@ from codey_server.agent.machine import (
     ModelParts,
     Proceed,
     RunAction,
+    SessionAttached,
     SetTimer,
     Start,
     Step,
@@ -247,6 +248,35 @@ def test_an_approved_call_is_requested_then_run() -> None:
         "SessionStatusChanged", "ActionRequested", "SessionItemUpdated"]
     [run] = step.effects
     assert isinstance(run, RunAction) and isinstance(run.action, wk.RunCommand)
+
+
+def test_the_mcp_servers_listed_in_the_workdir_are_laid_over_the_hellos() -> None:
+    """A server confined to its folder could not start where hello's list was taken; the
+    session's attach listed it in the workdir: its tools are offered from the first model
+    call, and a call is parsed and gated by that list (issue 24)."""
+    pilot = _codey("suggest")
+    hello = wk.Capabilities(executors=["load_context"], mcp_servers=[
+        wk.McpServerInfo(name="confined", error="could not start: no repository here"),
+        wk.McpServerInfo(name="kit", tools=[wk.McpTool(name="where", read_only_hint=True)])])
+    pilot.record((None, ev.WorkerConnected(worker_id=W, hostname="h", os="Linux",
+                                           worker_version="0", capabilities=hello)))
+    [load] = pilot.feed(Start()).effects
+    assert isinstance(load, RunAction) and isinstance(load.action, wk.LoadContext)
+    assert load.attach_timeout is not None
+    # the driver feeds the attach's list before the action's outcome
+    pilot.feed(SessionAttached([wk.McpServerInfo(name="confined", tools=[
+        wk.McpTool(name="log", destructive_hint=True)])]))
+    [call] = pilot.feed(ActionDone(load.action.action_id, wk.ProjectContext())).effects
+    assert isinstance(call, CallModel)
+    offered = {t["function"]["name"] for t in json.loads(call.body)["tools"]}
+    assert {"mcp__confined__log", "mcp__kit__where"} <= offered  # hello's kit is kept
+    pilot.feed(ModelParts([ToolCallRequested("c1", "mcp__confined__log", "{}")]))
+    step = pilot.feed(ModelDone())
+    [approval] = pilot.session.approvals.values()
+    assert approval.kind == "mcp"  # its destructive hint, from the workdir's list, asks
+    [tool] = [i for i in pilot.session.items if isinstance(i, ev.ToolCall)]
+    assert tool.mcp_server == "confined" and tool.mcp_tool == "log"
+    assert any(isinstance(e, WaitApproval) for e in step.effects)
 
 
 def _write(path: str, content: str) -> ToolCallRequested:

@@ -1,6 +1,10 @@
 """A tiny stdio MCP server for tests, written with the ``mcp`` SDK: annotations and roots.
 
-    python -m codey_testkit.mcp_server
+    python -m codey_testkit.mcp_server [--needs FILE]
+
+``--needs FILE``: refuse to start (exit 1, before answering anything) unless the working
+directory has ``FILE``, as a server that confines itself to its folder does
+(``mcp-server-git --repository .`` needs a repository there).
 
 Tools, one per danger level a Codey server tells apart:
 
@@ -16,8 +20,10 @@ session's workdir, so these touch only that workdir.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import sys
 import warnings
 from pathlib import Path
 
@@ -57,7 +63,14 @@ def wipe() -> str:
     return "wiped"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m codey_testkit.mcp_server",
+                                     description="A tiny stdio MCP server for tests.")
+    parser.add_argument("--needs", metavar="FILE",
+                        help="start only in a working directory that has FILE")
+    args = parser.parse_args(argv)
+    if args.needs and not Path(args.needs).exists():
+        sys.exit(f"{Path.cwd()} has no {args.needs}: not starting")
     server.run("stdio")
 
 

@@ -439,7 +439,8 @@ class ActionDispatcher:
 
                 return await load_context(workdir, roots, self.home)
             case McpList():
-                return McpTools(servers=await self._mcp().list_all())
+                where = self._check_workdir(action.workdir) if action.workdir else None
+                return McpTools(servers=await self._mcp().list_all(where))
             case McpCall():
                 self.policy.check_mcp_tool(action.server, action.tool)
                 return await self._mcp().call(action.server, action.tool, action.arguments,
@@ -541,7 +542,11 @@ class ActionDispatcher:
         servers: list[McpServerInfo] = []
         if self.mcp is not None:
             try:
-                servers = await asyncio.wait_for(self.mcp.list_all(), ATTACH_MCP_TIMEOUT_S)
+                # in the workdir, by the process the session's calls there use: a server that
+                # confines itself to its cwd cannot start in the scratch directory hello's
+                # list came from
+                servers = await asyncio.wait_for(self.mcp.list_all(workdir),
+                                                 ATTACH_MCP_TIMEOUT_S)
             except TimeoutError:
                 servers = self.mcp.cached()
         return Attached(workdir=str(workdir), created=created, mcp_servers=servers)

@@ -15,8 +15,13 @@ Confinement — what the worker does, and where it stops:
   ``uvx`` server's cache) writable too; ``"sandbox": false`` in its config runs it bare.
   One process per (server, workdir, mode). Without a working sandbox a sandboxed server does
   not start (``sandbox_unavailable``).
-* Tool lists are taken from a process started in an empty scratch directory with no roots,
-  stopped once it has answered, and cached per server.
+* A session's tool lists are taken in its workdir (``list_all(workdir)``, when the session
+  is attached), by the process its calls there use (the default ``workspace-write`` one),
+  which is left running for them: a server that confines itself to its cwd
+  (``mcp-server-git --repository .``) can start only there. The worker's own list, for
+  ``hello`` before any session, is taken from a process started in an empty scratch
+  directory with no roots and stopped once it has answered. Lists are cached per server and
+  workdir; the last one a server gave anywhere is what ``hello`` reports next.
 * Tools the owner's policy denies (``denied_mcp_tools``) are left out of those lists.
 * A third-party server is a program running with the user's rights: roots are advice it may
   ignore. Inside the sandbox its writes stop at its workdir and it cannot read the hidden
@@ -258,10 +263,11 @@ class McpManager:
         self._sandbox = sandbox
         self._instances: OrderedDict[tuple[str, Path | None, SandboxMode], _Server] = \
             OrderedDict()
-        self._tools: dict[str, list[McpTool]] = {}
+        self._tools: dict[str, list[McpTool]] = {}  # the last list each gave, anywhere
         self._errors: dict[str, str] = {}
+        self._workdir_tools: dict[tuple[str, Path], list[McpTool]] = {}
         self._scratch: Path | None = None
-        self._list_locks: dict[str, asyncio.Lock] = {}
+        self._list_locks: dict[tuple[str, Path | None], asyncio.Lock] = {}
 
     @property
     def names(self) -> list[str]:
@@ -314,33 +320,43 @@ class McpManager:
                               error=self._errors.get(name))
                 for name in self._configs]
 
-    async def list_tools(self, name: str) -> list[McpTool]:
-        """The tools of server ``name`` with their input schemas and hints (cached).
+    async def list_tools(self, name: str, workdir: Path | None = None) -> list[McpTool]:
+        """The tools of server ``name`` with their input schemas and hints (cached per
+        server and workdir).
 
-        Listed by a process started for the purpose in an empty scratch directory, with no
-        roots, and stopped once it has answered.
+        ``workdir`` (a checked real path): listed by the server's process for that workdir
+        (the ``workspace-write`` one, which a session's calls use by default), started there
+        if it is not running and left running for the calls. None: by a process started for
+        the purpose in an empty scratch directory, with no roots, and stopped once it has
+        answered. Either way the list is what :meth:`cached` (``hello``) reports next.
         """
         self._config(name)
-        async with self._list_locks.setdefault(name, asyncio.Lock()):
-            if name not in self._tools:
+        async with self._list_locks.setdefault((name, workdir), asyncio.Lock()):
+            if workdir is not None:
+                tools = self._workdir_tools.get((name, workdir))
+                if tools is None:
+                    tools = self._workdir_tools[name, workdir] = await self._list(name, workdir)
+                self._tools[name] = tools
+            elif name not in self._tools:
                 try:
-                    self._tools[name] = await self._list(name)
+                    self._tools[name] = await self._list(name, None)
                 finally:
                     await self._drop(name, None)
-                self._errors.pop(name, None)
-        return self._visible(name, self._tools[name])
+            tools = self._tools[name]
+            self._errors.pop(name, None)
+        return self._visible(name, tools)
 
-    async def _list(self, name: str) -> list[McpTool]:
+    async def _list(self, name: str, workdir: Path | None) -> list[McpTool]:
         from mcp.shared.exceptions import MCPError
 
         for attempt in range(2):  # listing is harmless to repeat after a crash
-            server = await self._instance(name, None)
+            server = await self._instance(name, workdir)
             session = await server.session()
             try:
                 listed = await asyncio.wait_for(session.list_tools(), self._call_timeout_s)
             except MCPError as exc:
                 if exc.code == _CONNECTION_CLOSED and attempt == 0:
-                    await self._drop(name, None)
+                    await self._drop(name, workdir)
                     continue
                 raise ActionRefused("mcp_error", f"{name}: {exc.message}") from None
             except TimeoutError:
@@ -350,12 +366,13 @@ class McpManager:
             return [_tool(t) for t in listed.tools]
         raise ActionRefused("mcp_unavailable", f"MCP server {name!r} keeps closing")
 
-    async def list_all(self) -> list[McpServerInfo]:
-        """Every server with its tools; a server that fails has ``error`` set instead."""
+    async def list_all(self, workdir: Path | None = None) -> list[McpServerInfo]:
+        """Every server with its tools, as listed in ``workdir`` (see :meth:`list_tools`); a
+        server that fails has ``error`` set instead (and :meth:`cached` reports it)."""
 
         async def one(name: str) -> McpServerInfo:
             try:
-                return McpServerInfo(name=name, tools=await self.list_tools(name))
+                return McpServerInfo(name=name, tools=await self.list_tools(name, workdir))
             except ActionRefused as exc:
                 self._errors[name] = exc.message
                 return McpServerInfo(name=name, error=exc.message)

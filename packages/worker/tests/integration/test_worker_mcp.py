@@ -1,4 +1,4 @@
-"""MCP executors against the real ``mcp-server-time`` over stdio."""
+"""MCP executors against the real ``mcp-server-time`` over stdio, and the test kit's server."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from codey_protocol import codec
 from codey_protocol.worker import (
     ActionErrored,
     ActionResult,
+    Attached,
     AttachSession,
     McpCall,
     McpList,
@@ -275,3 +276,61 @@ def test_mcp_call_runs_in_the_attached_workdir_and_only_inside_the_roots(
     assert json.loads(attached.result.text)["cwd"] == str((root / "ws").resolve())  # type: ignore[union-attr]
     refused = answers["c2"]
     assert isinstance(refused, ActionErrored) and refused.code == "outside_allowed_roots"
+
+
+# a server that starts only in a folder that has its marker, as mcp-server-git --repository .
+# starts only in a repository (issue 24)
+CONFINED = McpServerConfig(name="confined", command=sys.executable,
+                           args=["-m", "codey_testkit.mcp_server", "--needs", ".marker"])
+
+
+def test_a_server_confined_to_its_folder_lists_its_tools_in_the_session_workdir(
+        tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    repo = root / "repo"
+    repo.mkdir(parents=True)
+    (repo / ".marker").write_text("")
+    frames: list[bytes] = []
+
+    async def send(frame: bytes) -> None:
+        frames.append(frame)
+
+    async def main() -> None:
+        manager = McpManager({"confined": CONFINED}, log_dir=tmp_path / "logs")
+        d = ActionDispatcher(send, ActionRecords(tmp_path / "r.sqlite3"),
+                             LocalPolicy(allowed_roots=[root]), mcp=manager)
+        try:
+            # hello's list, from an empty scratch directory: the server does not start there
+            scratch, = await manager.list_all()
+            assert scratch.tools == [] and "could not start" in (scratch.error or ""), scratch
+            assert _kit_servers() == []
+            await d.handle(AttachSession(action_id="a1", session_id="s", workdir=str(repo)))
+            await d.wait_idle()
+            # the listing's process is left running in the workdir, for the session's calls
+            listing = _kit_servers()
+            assert len(listing) == 1
+            await d.handle(McpList(action_id="l1", session_id="s", workdir=str(repo)))
+            await d.handle(McpCall(action_id="c1", session_id="s", server="confined",
+                                   tool="where"))
+            await d.wait_idle()
+            assert _kit_servers() == listing  # the call went to that same process
+            # and the list it gave is what the next hello reports
+            cached, = manager.cached()
+            assert cached.error is None and "where" in {t.name for t in cached.tools}
+        finally:
+            await d.shutdown()
+        assert _kit_servers() == []
+
+    asyncio.run(main())
+    answers = {m.action_id: m for m in map(codec.decode_worker_to_server, frames)
+               if isinstance(m, ActionResult | ActionErrored)}
+    attached = answers["a1"]
+    assert isinstance(attached, ActionResult) and isinstance(attached.result, Attached)
+    server, = attached.result.mcp_servers
+    assert server.error is None and {t.name for t in server.tools} == {"where", "note", "wipe"}
+    listed = answers["l1"]
+    assert isinstance(listed, ActionResult) and isinstance(listed.result, McpTools)
+    assert [t.name for t in listed.result.servers[0].tools] == [t.name for t in server.tools]
+    called = answers["c1"]
+    assert isinstance(called, ActionResult)
+    assert json.loads(called.result.text)["cwd"] == str(repo.resolve())  # type: ignore[union-attr]

@@ -544,7 +544,7 @@ class HangingMcp:
 
     names = ["slow"]
 
-    async def list_all(self) -> list[McpServerInfo]:
+    async def list_all(self, workdir: Path | None = None) -> list[McpServerInfo]:
         await asyncio.Event().wait()
         raise AssertionError("unreachable")
 

@@ -54,6 +54,7 @@ from codey_server.agent.machine import (
     ModelParts,
     Proceed,
     RunAction,
+    SessionAttached,
     SetTimer,
     Start,
     Step,
@@ -127,6 +128,8 @@ class TurnDriver:
         self._tasks: set[asyncio.Task[None]] = set()
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._step = Step()
+        #: the last MCP list fed as SessionAttached
+        self._mcp_servers: list[wk.McpServerInfo] | None = None
         self._start: dict[type[Any], Callable[[Any], None]] = {
             CallModel: self._call_model, RunAction: self._run_action,
             CancelAction: self._cancel, WaitApproval: self._wait_approval,
@@ -240,8 +243,13 @@ class TurnDriver:
             if e.watch else None
         try:
             if e.attach_timeout is not None:
-                await actions.ensure_attached(e.worker_id, e.action.session_id, e.workdir,
-                                              timeout=e.attach_timeout)
+                servers = await actions.ensure_attached(e.worker_id, e.action.session_id,
+                                                        e.workdir, timeout=e.attach_timeout)
+                # an input only when the list is news: the port answers every action with the
+                # list its attach kept, and a step per action would be a step for nothing
+                if servers and servers is not self._mcp_servers:
+                    self._mcp_servers = servers
+                    put(SessionAttached(servers, now=time.time()))
             outcome = await actions.run(e.worker_id, e.action,
                                         on_progress=progressed if e.progress else None,
                                         timeout=e.timeout)

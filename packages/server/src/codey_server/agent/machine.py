@@ -26,6 +26,8 @@ input                         sent by the driver when …
 Start, Proceed                the turn begins; a step asked to go on
 ModelParts / Done / Failed    parts of the model's stream arrived; the stream ended; failed
 ActionProgressed              an action streamed output (or an ACP update)
+SessionAttached               before an action: the session's attach on this connection
+                              listed MCP servers in its workdir (once per list)
 ActionDone / Errored /        an action's outcome arrived; the worker refused or failed it;
 ActionTimedOut                it did not finish in time
 WorkerPresence                the worker of a running action went away, or came back
@@ -85,6 +87,7 @@ __all__ = [
     "ModelParts",
     "Proceed",
     "RunAction",
+    "SessionAttached",
     "SetTimer",
     "Start",
     "Step",
@@ -145,6 +148,16 @@ class ModelFailed(Input):
 class ActionProgressed(Input):
     action_id: str
     progress: wk.ActionProgress
+
+
+@dataclass(frozen=True, slots=True)
+class SessionAttached(Input):
+    """The session is attached on its worker's connection, and the worker listed these MCP
+    servers in its workdir when it attached it (they may differ from its ``hello``'s: a
+    server confined to its cwd starts only there). Comes before the outcome of the action
+    that attached it."""
+
+    mcp_servers: list[wk.McpServerInfo]
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,7 +258,8 @@ class CallModel:
 @dataclass(frozen=True, slots=True)
 class RunAction:
     """Run an action on the worker (attached to the session's workdir first when
-    ``attach_timeout`` is set): ``ActionDone`` / ``ActionErrored`` / ``ActionTimedOut``."""
+    ``attach_timeout`` is set; ``SessionAttached`` when that gave a new list of MCP
+    servers): ``ActionDone`` / ``ActionErrored`` / ``ActionTimedOut``."""
 
     worker_id: str
     action: wk.ActionMessage
@@ -595,7 +609,7 @@ def _snake(name: str) -> str:
 _HANDLERS: dict[type[Input], str] = {
     cls: f"_on_{_snake(cls.__name__)}"
     for cls in (Start, Proceed, ModelParts, ModelDone, ModelFailed, ActionProgressed,
-                ActionDone, ActionErrored, ActionTimedOut, WorkerPresence,
+                SessionAttached, ActionDone, ActionErrored, ActionTimedOut, WorkerPresence,
                 ApprovalDecided, ApprovalExpired, Answered, ChildDone, BlobLoaded, BlobStored,
                 TimerFired,
                 ContextChanged, Interrupted, Crashed)}

@@ -69,6 +69,7 @@ from codey_server.agent.machine import (
     ModelFailed,
     ModelParts,
     RunAction,
+    SessionAttached,
     SetTimer,
     Start,
     StoreBlob,
@@ -227,6 +228,10 @@ class CodeyTurn(TurnMachine):
         self._previewing: _Previewing | None = None  # read before asking
         self._encoded_tools: tuple[Any, wk.Capabilities | None, list[ToolSpec], bytes] \
             | None = None
+        #: the MCP servers as the worker listed them in the session's workdir (its attach)
+        self._mcp_servers: list[wk.McpServerInfo] = []
+        #: (the hello's capabilities, the attach's list, the two laid together)
+        self._laid: tuple[wk.Capabilities, list[wk.McpServerInfo], wk.Capabilities] | None = None
 
     def finish(self, item_id: str, status: ev.ToolStatus, result: str, *before: ev.Event,
                **fields: Any) -> None:
@@ -330,15 +335,39 @@ class CodeyTurn(TurnMachine):
     def _on_context_changed(self, _: ContextChanged) -> None:
         self.context_stale = True
 
+    # the worker's capabilities, as the session sees them ----------------------------------
+
+    def _on_session_attached(self, i: SessionAttached) -> None:
+        self._mcp_servers = i.mcp_servers
+
+    def _capabilities(self) -> wk.Capabilities | None:
+        """The session's worker's capabilities (None: the worker is not known), with the MCP
+        servers as the worker listed them in the session's workdir when it attached it laid
+        over those of its ``hello``, by server name: a server confined to its cwd cannot start
+        in the scratch directory ``hello``'s list came from, and has tools only there. The
+        same object while neither changes (the encoded tools are kept by identity)."""
+        worker = self.state.workers.get(self.session.worker_id)
+        if worker is None:
+            return None
+        caps = worker.capabilities
+        if not self._mcp_servers:
+            return caps
+        laid = self._laid
+        if laid is not None and laid[0] is caps and laid[1] is self._mcp_servers:
+            return laid[2]
+        own = {server.name: server for server in self._mcp_servers}
+        servers = [own.pop(server.name, server) for server in caps.mcp_servers]
+        merged = msgspec.structs.replace(caps, mcp_servers=servers + list(own.values()))
+        self._laid = (caps, self._mcp_servers, merged)
+        return merged
+
     # tool calls ----------------------------------------------------------------------------
 
     def _parse(self, item: ev.ToolCall) -> ParsedCall[Any] | BadToolCall:
         parsed = self._parsed.get(item.id)
         if parsed is None:
-            worker = self.state.workers.get(self.session.worker_id)
             try:
-                parsed = parse_call(item.name, item.arguments,
-                                    worker.capabilities if worker else None)
+                parsed = parse_call(item.name, item.arguments, self._capabilities())
             except BadToolCall as err:
                 parsed = err
             self._parsed[item.id] = parsed
@@ -384,7 +413,7 @@ class CodeyTurn(TurnMachine):
         s = self.session
         tool, args = parsed.tool, parsed.args
         worker = self.state.workers.get(s.worker_id)
-        caps = worker.capabilities if worker else None
+        caps = self._capabilities()
         can_sandbox = caps is not None and caps.sandbox.kind != "none"
         sandboxed = s.sandbox != "full-access" and can_sandbox
         if isinstance(tool, WorkerTool):
@@ -807,8 +836,7 @@ class CodeyTurn(TurnMachine):
         assert call is not None
         s = self.session
         provider = call.provider
-        worker = self.state.workers.get(s.worker_id)
-        caps = worker.capabilities if worker else None
+        caps = self._capabilities()
         specs, tools = self._tools(provider, caps)
         messages = self._history(provider).messages(s.items)
         instructions = build_instructions(

@@ -39,7 +39,12 @@ class Actions(Protocol):
     """Actions on workers, exactly once per ``action_id`` (the agent's port)."""
 
     async def ensure_attached(self, worker_id: str, session_id: str, workdir: str, *,
-                              timeout: float | None = None) -> None: ...
+                              timeout: float | None = None) -> list[wk.McpServerInfo]:
+        """Attach the session on the worker's current connection (once per connection; raises
+        :class:`ActionFailed` when the worker refuses the workdir). Returns its MCP servers'
+        tools as the worker listed them in the session's workdir when it attached it (the
+        same list object while that attachment lasts); ``[]`` when not known here (attached
+        by the worker's process before this connection, or a worker that reports none)."""
 
     async def run(self, worker_id: str, action: wk.ActionMessage, *,
                   on_progress: ProgressCallback | None = None,

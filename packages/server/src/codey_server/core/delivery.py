@@ -115,16 +115,19 @@ class Delivery:
                                           _new_id(), elsewhere=elsewhere))
 
     async def ensure_attached(self, worker_id: str, session_id: str, workdir: str, *,
-                              timeout: float | None = None) -> None:
-        """Attach the session on the worker's current connection (idempotent, cheap).
+                              timeout: float | None = None) -> list[wk.McpServerInfo]:
+        """Attach the session on the worker's current connection (idempotent, cheap); the
+        MCP servers it listed in the workdir (see :class:`~codey_server.core.actions.Actions`).
 
         Raises ActionFailed when the worker refuses the workdir (e.g. outside its roots).
         """
         if self.router.is_attached(worker_id, session_id):
-            return
-        await self.run(worker_id, wk.AttachSession(action_id=_new_id(), session_id=session_id,
-                                                   workdir=workdir), timeout=timeout)
-        self.router.attached(worker_id, session_id)
+            return self.router.mcp_servers(worker_id, session_id)
+        outcome = await self.run(worker_id, wk.AttachSession(
+            action_id=_new_id(), session_id=session_id, workdir=workdir), timeout=timeout)
+        servers = outcome.mcp_servers if isinstance(outcome, wk.Attached) else []
+        self.router.attached(worker_id, session_id, servers)
+        return servers
 
     def presence(self, worker_id: str) -> asyncio.Event:
         """Set while the worker is connected (to any replica): the fold's answer."""

@@ -57,7 +57,8 @@ for another replica is too (``RecordProgress``). An action carried out here stay
 has an outcome, even when nobody here waits for it.
 
 Attachments are tracked here too: the sessions attached on the worker's current connection
-(seeded by its hello, forgotten when the connection changes).
+(seeded by its hello, forgotten when the connection changes), each with the MCP servers the
+worker listed in its workdir when it attached it (none for those its hello named).
 """
 
 from __future__ import annotations
@@ -195,7 +196,9 @@ class Router:
         self.routed = routed
         self._flights: dict[str, _Flight] = {}
         self._links: dict[str, _Link] = {}
-        self._attached: dict[str, set[str]] = {}
+        #: worker → the sessions attached on its connection → the MCP servers their attach
+        #: listed in the workdir
+        self._attached: dict[str, dict[str, list[wk.McpServerInfo]]] = {}
 
     # queries ---------------------------------------------------------------------------------
 
@@ -227,9 +230,15 @@ class Router:
     def is_attached(self, worker_id: str, session_id: str) -> bool:
         return session_id in self._attached.get(worker_id, ())
 
-    def attached(self, worker_id: str, session_id: str) -> None:
-        """The session was attached on the worker (its attach action succeeded)."""
-        self._attached.setdefault(worker_id, set()).add(session_id)
+    def mcp_servers(self, worker_id: str, session_id: str) -> list[wk.McpServerInfo]:
+        """The MCP servers the session's attach listed in its workdir ([]: not known here)."""
+        return self._attached.get(worker_id, {}).get(session_id, [])
+
+    def attached(self, worker_id: str, session_id: str,
+                 mcp_servers: list[wk.McpServerInfo] | None = None) -> None:
+        """The session was attached on the worker (its attach action succeeded), and these
+        are the MCP servers it listed in the workdir."""
+        self._attached.setdefault(worker_id, {})[session_id] = mcp_servers or []
 
     # a caller --------------------------------------------------------------------------------
 
@@ -325,7 +334,7 @@ class Router:
         the actions its hello says it runs; ``known_sessions``: the sessions attached in its
         process."""
         self._links[worker_id] = _Link(link, set(list(running)[:HOLDS_MAX]))
-        self._attached[worker_id] = set(known_sessions)
+        self._attached[worker_id] = {session_id: [] for session_id in known_sessions}
         effects: list[Effect] = []
         for flight in list(self._flights.values()):
             if flight.worker_id == worker_id and flight.outcome is None \
