@@ -1175,7 +1175,7 @@ def _usage(part: Usage, call: _Call, total: int) -> ev.TokenUsageRecorded:
     return ev.TokenUsageRecorded(
         input_tokens=part.input_tokens, output_tokens=part.output_tokens,
         reasoning_tokens=part.reasoning_tokens, total_tokens=total,
-        cached_tokens=part.cached_tokens,
+        cached_tokens=part.cached_tokens, cache_write_tokens=part.cache_write_tokens,
         context_window=call.provider.context_window(call.model), model=call.model)
 
 
