@@ -41,6 +41,8 @@ SHAPES = ["deltas", "final_only", "completed_only"]
 
 class _Options:
     reasoning_summary = False
+    max_output_tokens: int | None = None
+    thinking_budget: int | None = None
 
 
 def _events(api: str, reply: dict[str, Any], request: dict[str, Any] | None = None,

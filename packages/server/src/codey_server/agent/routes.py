@@ -19,7 +19,7 @@ __all__ = ["ConfigController", "ProviderInfo", "ServerConfig"]
 
 class ProviderInfo(msgspec.Struct, kw_only=True):
     name: str
-    kind: Literal["responses", "chat", "ollama"]
+    kind: Literal["responses", "chat", "ollama", "anthropic"]
     models: list[str]  # for Ollama: the list discovered at start-up
     default_model: str
     auth: Literal["none", "api_key", "oauth"]

@@ -1,7 +1,8 @@
 """Wire formats: how a conversation becomes a request body, and a stream becomes events.
 
-One module per format — :mod:`.responses` (the OpenAI Responses API) and :mod:`.chat` (Chat
-Completions: OpenAI-compatible servers and Ollama). Each gives a :class:`Wire`:
+One module per format — :mod:`.responses` (the OpenAI Responses API), :mod:`.chat` (Chat
+Completions: OpenAI-compatible servers and Ollama) and :mod:`.anthropic` (Anthropic's
+Messages API). Each gives a :class:`Wire`:
 
 - ``assembler()``: a fresh :class:`Assembler` that turns entries into encoded messages;
 - ``body(...)``: the whole request body as JSON bytes, built from already encoded messages
@@ -66,6 +67,10 @@ class RequestOptions(Protocol):
     """What a body needs besides the conversation (a ProviderConfig satisfies it)."""
 
     reasoning_summary: bool
+    #: the answer's token limit (None: the model's known maximum); Anthropic needs one
+    max_output_tokens: int | None
+    #: Anthropic's extended thinking: its token budget (None: no thinking)
+    thinking_budget: int | None
 
 
 class Wire(Protocol):
@@ -84,9 +89,12 @@ class Wire(Protocol):
 
 
 def wire_for(kind: str) -> Wire:
-    """The wire of a provider kind: ``responses``, or ``chat`` (also for ``ollama``)."""
-    from codey_server.agent.wire import chat, responses
+    """The wire of a provider kind: ``responses``, ``anthropic``, or ``chat`` (also for
+    ``ollama``)."""
+    from codey_server.agent.wire import anthropic, chat, responses
 
     if kind == "responses":
         return responses.WIRE
+    if kind == "anthropic":
+        return anthropic.WIRE
     return chat.WIRE
