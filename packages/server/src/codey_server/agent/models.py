@@ -249,7 +249,7 @@ class ModelProvider:
                 delay = retry_after(err.response.headers) or backoff(attempt)
                 yield Retrying(attempt, delay, f"HTTP {err.status_code}")
                 await asyncio.sleep(min(delay, 120.0))
-            except (sdk.APIConnectionError, sdk.APITimeoutError) as err:
+            except self._sdk.transport_errors(sdk) as err:
                 if started:
                     raise ModelError(f"{self.name}: the answer stopped mid-stream ({err})",
                                      code="stream_cut") from None
@@ -338,6 +338,16 @@ class _Sdk:
             http_client=sdk.DefaultAioHttpClient(),
             default_headers={"anthropic-version": API_VERSION})
 
+    def transport_errors(self, sdk: ModuleType) -> tuple[type[BaseException], ...]:
+        """What a failed connection raises: the SDK's errors while a call starts, and its
+        transport's own (aiohttp's, httpx's) once the stream is being read, which the
+        anthropic SDK lets through unwrapped."""
+        import aiohttp  # both SDKs' aiohttp transport: loaded with the SDK
+
+        http = importlib.import_module("httpx2" if self.name == "anthropic" else "httpx")
+        return (sdk.APIConnectionError, sdk.APITimeoutError, aiohttp.ClientError,
+                http.TransportError)
+
     def raw_events(self, sdk: ModuleType) -> Any:
         """The SDK's stream class, yielding its decoded server-sent events without parsing
         their JSON: the wire's collector parses only the events it needs (a Responses
@@ -345,7 +355,7 @@ class _Sdk:
         and reads an error event itself."""
         made = _RAW_EVENTS.get(self.name)
         if made is None:
-            class RawEvents(sdk.AsyncStream):  # type: ignore[name-defined,misc]
+            class RawEvents(sdk.AsyncStream[object]):  # type: ignore[name-defined,misc]
                 async def __stream__(self) -> AsyncIterator[Any]:
                     try:
                         async for sse in self._iter_events():
