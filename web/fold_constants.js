@@ -538,6 +538,7 @@ export function fillTokenUsageRecorded(v) {
   if (v.reasoning_tokens === undefined) v.reasoning_tokens = 0;
   if (v.total_tokens === undefined) v.total_tokens = 0;
   if (v.cached_tokens === undefined) v.cached_tokens = 0;
+  if (v.cache_write_tokens === undefined) v.cache_write_tokens = 0;
   if (v.context_window === undefined) v.context_window = null;
   if (v.model === undefined) v.model = null;
   return v;
@@ -901,6 +902,7 @@ export function fillSessionInfo(v) {
       "reasoning_tokens": 0,
       "total_tokens": 0,
       "cached_tokens": 0,
+      "cache_write_tokens": 0,
       "turns": 0,
       "context_tokens": 0,
       "context_window": null,
@@ -972,6 +974,7 @@ export function fillTokenUsage(v) {
   if (v.reasoning_tokens === undefined) v.reasoning_tokens = 0;
   if (v.total_tokens === undefined) v.total_tokens = 0;
   if (v.cached_tokens === undefined) v.cached_tokens = 0;
+  if (v.cache_write_tokens === undefined) v.cache_write_tokens = 0;
   if (v.turns === undefined) v.turns = 0;
   if (v.context_tokens === undefined) v.context_tokens = 0;
   if (v.context_window === undefined) v.context_window = null;

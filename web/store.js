@@ -491,6 +491,7 @@ function usageRecorded(state, env, e) {
     u.reasoning_tokens += e.reasoning_tokens;
     u.total_tokens += e.total_tokens;
     u.cached_tokens += e.cached_tokens;
+    u.cache_write_tokens += e.cache_write_tokens;
     u.turns += 1;
     u.context_tokens = e.input_tokens + e.output_tokens;
     if (e.context_window != null) u.context_window = e.context_window;

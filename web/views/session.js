@@ -468,6 +468,8 @@ export class SessionView {
         h("dt", {}, "Input"), h("dd", {}, u.input_tokens.toLocaleString()),
         h("dt", {}, "Cached"), h("dd", { "data-testid": "cached-tokens" },
           (u.cached_tokens || 0).toLocaleString()),
+        h("dt", {}, "Cache writes"), h("dd", { "data-testid": "cache-write-tokens" },
+          (u.cache_write_tokens || 0).toLocaleString()),
         h("dt", {}, "Output"), h("dd", {}, u.output_tokens.toLocaleString()),
         h("dt", {}, "Reasoning"), h("dd", {}, u.reasoning_tokens.toLocaleString())),
       rateLimits(this.ctx.store.state.rate_limits[s.provider]),

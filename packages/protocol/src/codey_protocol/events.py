@@ -470,6 +470,8 @@ class TokenUsageRecorded(EventBase, kw_only=True):
     reasoning_tokens: int = 0
     total_tokens: int = 0
     cached_tokens: int = 0  # input tokens served from the provider's prompt cache
+    #: input tokens written to the provider's prompt cache (Anthropic bills them apart)
+    cache_write_tokens: int = 0
     context_window: int | None = None
     model: str | None = None
 

@@ -133,6 +133,7 @@ class TokenUsage(msgspec.Struct, kw_only=True):
     reasoning_tokens: int = 0
     total_tokens: int = 0
     cached_tokens: int = 0
+    cache_write_tokens: int = 0
     turns: int = 0  # model calls (named before compaction existed; kept for compatibility)
     #: input + output tokens of the last model call: how full the context is
     context_tokens: int = 0

@@ -45,6 +45,12 @@ class ProviderConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     audience: str | None = None
     max_retries: int = 4
     reasoning_summary: bool = False  # ask the Responses API for reasoning summaries
+    #: the most tokens an answer may take (None: the model's known maximum, for Anthropic,
+    #: which requires a figure; the provider's own default elsewhere)
+    max_output_tokens: int | None = None
+    #: Anthropic's extended thinking: the tokens a call may think with (at least 1024);
+    #: None: no thinking (unless a session asks for a reasoning effort)
+    thinking_budget: int | None = None
     #: tokens the model can take in; None: a known default for the model name, else 128k
     context_window: int | None = None
     #: per-model windows, for providers whose models differ (overrides context_window)
@@ -234,6 +240,9 @@ class Settings(msgspec.Struct, kw_only=True):
                 if p.fallback.provider == p.name and not p.fallback.model:
                     raise ConfigError(f"provider {p.name!r}: a fallback to itself needs "
                                       "another model")
+            if p.thinking_budget is not None and p.thinking_budget < 1024:
+                raise ConfigError(f"provider {p.name!r}: thinking_budget must be at least 1024 "
+                                  "tokens (Anthropic's minimum)")
             if not 0.1 <= p.compact_at <= 1.0:
                 raise ConfigError(f"provider {p.name!r}: compact_at must be between 0.1 and 1")
             windows = [p.context_window or 1024, *p.context_windows.values()]

@@ -51,9 +51,14 @@ def test_read_patch_run_tests_to_completion(server: ServerProcess, worker: Worke
     assert [m["role"] for m in last_messages if m["role"] == "tool"] == ["tool"] * 3
 
 
-@pytest.mark.parametrize("kind", ["responses", "ollama"])
+#: where each provider kind's calls go on the scripted model
+PATHS = {"responses": "/v1/responses", "anthropic": "/v1/messages"}
+
+
+@pytest.mark.parametrize("kind", ["responses", "ollama", "anthropic"])
 def test_other_provider_kinds_run_the_same_turn(tmp_path: Path, kind: str) -> None:
-    """The Responses API (streamed) and Ollama (models read from /api/tags at start-up)."""
+    """The Responses API (streamed), Ollama (models read from /api/tags at start-up) and
+    Anthropic's Messages API."""
     with start_model_server(fix_script(), tmp_path / "model") as model:
         config = provider_config(model, kind=kind)
         if kind == "ollama":
@@ -70,8 +75,7 @@ def test_other_provider_kinds_run_the_same_turn(tmp_path: Path, kind: str) -> No
             assert s["model"] == "scripted-1"
             assert [c["status"] for c in tools(s)] == ["done", "done", "done"]
             assert "return a + b" in (project / "app.py").read_text()
-            path = "/v1/responses" if kind == "responses" else "/v1/chat/completions"
-            assert len(model.requests(path)) == 4
+            assert len(model.requests(PATHS.get(kind, "/v1/chat/completions"))) == 4
 
 
 LOOP_SCRIPT = {"model": "scripted-1", "steps": [
@@ -134,7 +138,7 @@ def _long_session_script(steps: int) -> dict[str, Any]:
     ]}
 
 
-@pytest.mark.parametrize("kind", ["responses", "chat"])
+@pytest.mark.parametrize("kind", ["responses", "chat", "anthropic"])
 def test_a_long_session_compacts_and_finishes(tmp_path: Path, kind: str) -> None:
     """300 tool steps against a model whose window holds about 100: the session compacts
     (more than once) and finishes; the model never sees an input over its window."""
@@ -155,9 +159,16 @@ def test_a_long_session_compacts_and_finishes(tmp_path: Path, kind: str) -> None
             summaries = [i for i in s["items"] if i["kind"] == "summary"]
             assert len(summaries) >= 2 and all(x["reason"] == "threshold" for x in summaries)
             assert not [i for i in s["items"] if i["kind"] == "error_item"]
-            path = "/v1/responses" if kind == "responses" else "/v1/chat/completions"
-            refused = [r for r in model.requests(path) if r["status"] != 200]
+            requests = model.requests(PATHS.get(kind, "/v1/chat/completions"))
+            refused = [r for r in requests if r["status"] != 200]
             assert refused == []
+            if kind == "anthropic":
+                # the summary's call offers no tools: the API would refuse tool blocks there
+                summarizing = [r["body"] for r in requests
+                               if "Summarize the conversation above" in str(r["body"])]
+                assert summarizing and all("tools" not in b for b in summarizing)
+                assert not [blk for b in summarizing for m in b["messages"]
+                            for blk in m["content"] if blk["type"] != "text"]
             assert s["usage"]["context_window"] == 6000
             assert s["usage"]["context_tokens"] < 6000
 

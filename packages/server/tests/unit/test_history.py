@@ -19,9 +19,15 @@ from codey_server.agent.conversation import (
     conversation_of,
 )
 from codey_server.agent.history import History
-from codey_server.agent.wire import Wire, chat, responses
+from codey_server.agent.wire import Wire, anthropic, chat, responses
+from codey_server.agent.wire.common import REDACTED_TAG, THINKING_TAG
 
-WIRES: dict[str, Wire] = {"responses": responses.WIRE, "chat": chat.WIRE}
+WIRES: dict[str, Wire] = {"responses": responses.WIRE, "chat": chat.WIRE,
+                         "anthropic": anthropic.WIRE}
+
+
+#: OpenAI's encrypted reasoning and Anthropic's thinking: each wire sends back only its own
+_REASONING = ["enc", THINKING_TAG + "sig", REDACTED_TAG + "data"]
 
 
 def _fresh(wire: Wire, items: list[ev.Item]) -> list[bytes]:
@@ -65,7 +71,8 @@ class _Session:
                                            queued=queued)
         elif roll < 0.55:
             item = ev.Reasoning(id=self._id(), ts=0, text=f"thought {self.n}", streaming=True,
-                                encrypted_content="enc" if rng.random() < 0.7 else None)
+                                encrypted_content=rng.choice(_REASONING)
+                                if rng.random() < 0.7 else None)
         elif roll < 0.65:
             item = ev.AssistantMessage(id=self._id(), ts=0, text=f"answer {self.n}",
                                        streaming=True)

@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 #: loaded only by the feature that needs it (where, in the comment)
 OPTIONAL = (
     "telegram",  # channels/telegram.py: a bot token configured
@@ -23,6 +25,7 @@ OPTIONAL = (
     "authlib", "joserfc",  # providers/oauth.py: an OAuth login or refresh
     "httpx",  # providers/, agent/models.py (Ollama's model list): a login, an Ollama provider
     "openai", "aiohttp",  # agent/models.py: the first model call
+    "anthropic", "httpx2",  # agent/models.py: the first call to an Anthropic provider
     "prometheus_client",  # metrics/exposition.py: the first scrape of /metrics
     "croniter",  # schedules/rules.py: the first schedule
     "segno",  # blobs/routes.py: the first QR code
@@ -121,6 +124,8 @@ def test_a_configured_telegram_bot_loads_the_telegram_library() -> None:
 _SDK_PROBE = r"""
 import asyncio, json, sys, threading
 
+sdk, kind, client_class = sys.argv[1:4]
+
 from codey_server.agent.models import ModelProvider
 from codey_server.settings import ProviderConfig
 
@@ -130,7 +135,7 @@ importers = []
 class Watch:  # asked first where to find each module: says on which thread openai is loaded
     @staticmethod
     def find_spec(name, path=None, target=None):
-        if name == "openai":
+        if name == sdk:
             importers.append(threading.current_thread() is threading.main_thread())
         return None
 
@@ -146,7 +151,7 @@ class Key:
         return False
 
 
-provider = ModelProvider(ProviderConfig(name="p", base_url="http://127.0.0.1:9/v1",
+provider = ModelProvider(ProviderConfig(name="p", kind=kind, base_url="http://127.0.0.1:9/v1",
                                         models=["m"], max_retries=0), Key())
 
 
@@ -157,8 +162,7 @@ async def main():
 
     task = asyncio.create_task(call())
     for _ in range(3000):  # the call fails to connect once the SDK is loaded
-        if task.done() or ("openai" in sys.modules and hasattr(sys.modules["openai"],
-                                                               "AsyncOpenAI")):
+        if task.done() or (sdk in sys.modules and hasattr(sys.modules[sdk], client_class)):
             break
         await asyncio.sleep(0.01)
     task.cancel()
@@ -170,12 +174,16 @@ print(json.dumps(importers))
 """
 
 
-def test_the_first_model_call_loads_the_sdk_off_the_event_loop() -> None:
-    # importing openai (pydantic, aiohttp, its types) is about a second of CPU, several on a
+@pytest.mark.parametrize(("sdk", "kind", "client_class"), [
+    ("openai", "chat", "AsyncOpenAI"), ("anthropic", "anthropic", "AsyncAnthropic")])
+def test_the_first_model_call_loads_the_sdk_off_the_event_loop(sdk: str, kind: str,
+                                                                client_class: str) -> None:
+    # importing an SDK (pydantic, aiohttp, its types) is about a second of CPU, several on a
     # busy machine: on the loop it would stall every socket and heartbeat of the server, and
     # among replicas the lease renewals (6 s leases, renewed every 1.5 s)
-    out = subprocess.run([sys.executable, "-c", _SDK_PROBE], capture_output=True, text=True,
-                         timeout=120, cwd=Path(__file__).parent)
+    out = subprocess.run([sys.executable, "-c", _SDK_PROBE, sdk, kind, client_class],
+                         capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).parent)
     assert out.returncode == 0, out.stderr
     on_main_thread: list[bool] = json.loads(out.stdout.strip().splitlines()[-1])
     assert on_main_thread == [False]

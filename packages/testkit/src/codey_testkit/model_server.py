@@ -1,4 +1,4 @@
-"""A scripted, OpenAI-compatible model server: a real HTTP process that replays a script.
+"""A scripted model server (OpenAI's APIs, Anthropic's): a real process replaying a script.
 
 Run it as ``codey-model-server --port 0 --script steps.yaml`` (or ``python -m
 codey_testkit.model_server``); once bound it prints exactly one line::
@@ -10,6 +10,11 @@ Endpoints (OpenAI clients take ``http://127.0.0.1:PORT/v1`` as base URL):
 - ``POST /v1/responses`` — Responses API, streamed (SSE, real event names) or not.
 - ``POST /v1/chat/completions`` — Chat Completions, streamed (``data:`` chunks, ``[DONE]``)
   or not; usage chunk when ``stream_options.include_usage``.
+- ``POST /v1/messages`` — Anthropic's Messages API, streamed (SSE: ``message_start``,
+  ``content_block_*``, ``message_delta``, ``message_stop``, ``ping`` between them) or not;
+  the key comes in ``x-api-key`` (or as a bearer), errors in Anthropic's shape (529:
+  overloaded), and usage tells prompt-cache reads from writes (a modelled cache, see
+  :class:`~codey_testkit.model_wire.PromptCache`).
 - ``GET /v1/models``; ``GET /api/tags`` and ``GET /api/version`` (Ollama-style).
 - ``GET /_requests`` (``?path=`` filter) → ``{"requests": [...], "step_uses": [...]}``;
   ``DELETE /_requests``; ``POST /_script`` (JSON script, replaces the current one and resets
@@ -48,7 +53,11 @@ from codey_testkit.errors import ScriptError, TestkitError
 from codey_testkit.model_auth import BearerAuth
 from codey_testkit.model_handle import ModelServerHandle, start_model_server
 from codey_testkit.model_wire import (
+    PromptCache,
     WireEvent,
+    anthropic_body,
+    anthropic_error,
+    anthropic_events,
     chat_body,
     chat_events,
     plan_reply,
@@ -62,6 +71,7 @@ from codey_testkit.script import (
     RateLimit,
     Script,
     ScriptRunner,
+    anthropic_latest,
     chat_latest,
     load_script,
     responses_latest,
@@ -153,6 +163,7 @@ class ModelServer:
         self._rates = _RateWindow()
         # call_id -> tool name for calls we emitted, for requests using previous_response_id
         self.known_calls: OrderedDict[str, str] = OrderedDict()
+        self.prompt_cache = PromptCache()
 
     @property
     def script(self) -> Script:
@@ -162,10 +173,11 @@ class ModelServer:
         self.runner = ScriptRunner(script)
 
     def record(self, request: Request[Any, Any, Any], body: Any, **extra: Any) -> dict[str, Any]:
-        """Append a record of ``request`` (the bearer itself is never stored) and return it,
-        so the caller can fill in ``status`` once known."""
+        """Append a record of ``request`` (the bearer or API key itself is never stored) and
+        return it, so the caller can fill in ``status`` once known."""
         self._seq += 1
-        headers = {k: v for k, v in request.headers.items() if k.lower() != "authorization"}
+        headers = {k: v for k, v in request.headers.items()
+                   if k.lower() not in ("authorization", "x-api-key")}
         auth = request.headers.get("authorization", "")
         record = {
             "seq": self._seq,
@@ -175,6 +187,7 @@ class ModelServer:
             "query": str(request.url.query or ""),
             "headers": headers,
             "bearer": auth.lower().startswith("bearer ") and bool(auth[7:].strip()),
+            "api_key": bool(request.headers.get("x-api-key", "").strip()),
             "body": body,
             **extra,
         }
@@ -190,27 +203,35 @@ class ModelServer:
                 raise ValueError("request body must be a JSON object")
         except ValueError as exc:
             self.record(request, raw.decode("utf-8", "replace"), api=api, step=None, status=400)
-            return _json(_error_body(f"Invalid JSON body: {exc}", "invalid_request_error", None),
-                         400)
-        denied = await self.auth.check(request.headers.get("authorization"))
+            return self._error(api, 400, f"Invalid JSON body: {exc}", "invalid_request_error")
+        key = request.headers.get("x-api-key") if api == "anthropic" else None
+        denied = await self.auth.check(
+            f"Bearer {key}" if key else request.headers.get("authorization"))
         if denied is not None:
             self.record(request, body, api=api, step=None, status=401)
-            return _json(_error_body(denied, "invalid_request_error", "invalid_api_key"), 401)
+            return self._error(api, 401, denied, "invalid_request_error", "invalid_api_key")
 
         window = self.script.options.context_window
         if window is not None:
             size = len(json.dumps(body.get("input", body.get("messages", "")))) + len(
-                str(body.get("instructions") or ""))
+                str(body.get("instructions") or body.get("system") or ""))
             if (size + 3) // 4 > window:
                 self.record(request, body, api=api, step=None, status=400)
+                if api == "anthropic":
+                    return _json(anthropic_error(
+                        400, f"prompt is too long: {(size + 3) // 4} tokens > {window} "
+                             "maximum"), 400)
                 return _json(_error_body(
                     f"This model's maximum context length is {window} tokens. However, your "
                     f"messages resulted in {(size + 3) // 4} tokens. Please reduce the length "
                     "of the messages.", "invalid_request_error", "context_length_exceeded",
                     "messages"), 400)
-        latest = (
-            responses_latest(body, self.known_calls) if api == "responses" else chat_latest(body)
-        )
+        if api == "responses":
+            latest = responses_latest(body, self.known_calls)
+        elif api == "anthropic":
+            latest = anthropic_latest(body)
+        else:
+            latest = chat_latest(body)
         model = body.get("model") if isinstance(body.get("model"), str) else None
         index = self.runner.select(latest, api, model)
         record = self.record(request, body, api=api, latest=latest.to_json(), step=index,
@@ -222,10 +243,12 @@ class ModelServer:
         reply = self.script.steps[index].reply
         if reply.error is not None:
             record["status"] = reply.error.status
-            return self._scripted_error(reply.error)
+            return self._scripted_error(api, reply.error)
 
         plan = plan_reply(reply, model or self.script.models[0], body,
                           reply.chunk_size or options.chunk_size)
+        if api == "anthropic":
+            plan = self.prompt_cache.usage(plan, body)
         for call in plan.calls:
             self.known_calls[call.call_id] = call.name
             if len(self.known_calls) > _MAX_KNOWN_CALLS:
@@ -240,10 +263,15 @@ class ModelServer:
         if not body.get("stream"):
             if initial:
                 await asyncio.sleep(initial)
-            content = responses_body(plan, body) if api == "responses" else chat_body(plan)
+            if api == "anthropic":
+                content = anthropic_body(plan)
+            else:
+                content = responses_body(plan, body) if api == "responses" else chat_body(plan)
             return _json(content, 200, headers)
         if api == "responses":
             events = responses_events(plan, body)
+        elif api == "anthropic":
+            events = anthropic_events(plan)
         else:
             stream_options = body.get("stream_options") or {}
             events = chat_events(plan, bool(stream_options.get("include_usage")))
@@ -259,10 +287,17 @@ class ModelServer:
         detail = json.dumps(latest.to_json())
         message = f"codey-model-server: no script step matched this {api} request; latest={detail}"
         print(message, file=sys.stderr, flush=True)
-        headers = self._rates.headers(self.script.options.rate_limit, 0)
-        return _json(_error_body(message, "server_error", "no_step_matched"), 500, headers)
+        return self._error(api, 500, message, "server_error", "no_step_matched")
 
-    def _scripted_error(self, error: ErrorReply) -> Response[Any]:
+    def _error(self, api: Api, status: int, message: str, type_: str,
+               code: str | None = None) -> Response[Any]:
+        """An error in the API's own shape (Anthropic's type follows the status)."""
+        headers = self._rates.headers(self.script.options.rate_limit, 0)
+        if api == "anthropic":
+            return _json(anthropic_error(status, message), status, headers)
+        return _json(_error_body(message, type_, code), status, headers)
+
+    def _scripted_error(self, api: Api, error: ErrorReply) -> Response[Any]:
         headers = self._rates.headers(self.script.options.rate_limit, 0)
         if error.retry_after is not None:
             seconds = error.retry_after
@@ -271,10 +306,15 @@ class ModelServer:
         default: tuple[str, str, str | None]
         if error.status == 429:
             default = ("Rate limit reached (scripted).", "requests", "rate_limit_exceeded")
+        elif error.status == 529:
+            default = ("Overloaded (scripted).", "overloaded_error", None)
         elif error.status >= 500:
             default = ("The server had an error (scripted).", "server_error", None)
         else:
             default = ("Scripted error.", "invalid_request_error", None)
+        if api == "anthropic":
+            return _json(anthropic_error(error.status, error.message or default[0],
+                                         error.type), error.status, headers)
         body = _error_body(
             error.message or default[0], error.type or default[1], error.code or default[2]
         )
@@ -309,6 +349,11 @@ async def create_chat_completion(
     request: Request[Any, Any, Any], server: ModelServer
 ) -> Response[Any]:
     return await server.answer(request, "chat")
+
+
+@post("/v1/messages", status_code=200)
+async def create_message(request: Request[Any, Any, Any], server: ModelServer) -> Response[Any]:
+    return await server.answer(request, "anthropic")
 
 
 @get("/v1/models")
@@ -383,7 +428,8 @@ def create_app(server: ModelServer) -> Litestar:
 
     return Litestar(
         route_handlers=[
-            create_response, create_chat_completion, list_models, ollama_tags, ollama_version,
+            create_response, create_chat_completion, create_message, list_models, ollama_tags,
+            ollama_version,
             recorded_requests, clear_requests, replace_script, health,
         ],
         dependencies={"server": Provide(provide_server, sync_to_thread=False)},

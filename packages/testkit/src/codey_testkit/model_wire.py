@@ -1,18 +1,23 @@
-"""Turning a scripted :class:`~codey_testkit.script.Reply` into OpenAI wire objects.
+"""Turning a scripted :class:`~codey_testkit.script.Reply` into OpenAI and Anthropic wire
+objects.
 
 Pure functions, no I/O: each API gets an event list (for streaming) and a whole body (for
 non-streaming). Event shapes follow the real API closely enough for the ``openai`` SDK's
-stream helpers (sequence numbers, output/content/summary indexes, item ids).
+stream helpers (sequence numbers, output/content/summary indexes, item ids), and Anthropic's
+event stream as its reference describes it (``ping`` events between blocks included).
+:class:`PromptCache` models Anthropic's prompt cache, so usage tells cache reads from writes.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import secrets
 import time
+from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from codey_testkit.script import ErrorReply, Reply, Shape
@@ -20,8 +25,12 @@ from codey_testkit.script import ErrorReply, Reply, Shape
 __all__ = [
     "PlannedCall",
     "PlannedReply",
+    "PromptCache",
     "TokenCount",
     "WireEvent",
+    "anthropic_body",
+    "anthropic_error",
+    "anthropic_events",
     "chat_body",
     "chat_events",
     "plan_reply",
@@ -53,6 +62,7 @@ class TokenCount:
     output_tokens: int
     reasoning_tokens: int
     cached_tokens: int
+    cache_write_tokens: int = 0
 
     @property
     def total(self) -> int:
@@ -88,6 +98,11 @@ class PlannedReply:
     usage_every_chunk: bool = False
     tool_call_index: bool = True
     stream_error: ErrorReply | None = None
+    thinking_signature: str = ""
+    redacted_reasoning: str | None = None
+    usage_at_end: bool = False
+    #: the script fixed the cached tokens (else Anthropic's come from the cache model)
+    cached_given: bool = False
 
     @property
     def has_reasoning(self) -> bool:
@@ -130,6 +145,7 @@ def plan_reply(
     process id in the request."""
     prompt = request_body.get("input", request_body.get("messages", ""))
     prompt_text = json.dumps(prompt)
+    instructions = request_body.get("instructions") or request_body.get("system") or ""
     calls = [
         PlannedCall(
             call_id=call.id or _new_id("call"),
@@ -140,8 +156,7 @@ def plan_reply(
         for call in reply.calls
     ]
     reasoning = reply.reasoning_parts()
-    input_tokens = _estimate(len(prompt_text) + len(str(
-        request_body.get("instructions") or "")))
+    input_tokens = _estimate(len(prompt_text) + len(str(instructions)))
     reasoning_tokens = sum(_estimate(len(p)) for p in reasoning) if reasoning else 0
     generated = len(reply.text or "") + sum(len(c.name) + len(c.arguments) for c in calls)
     output_tokens = reasoning_tokens + (_estimate(generated) if generated else 0)
@@ -154,7 +169,7 @@ def plan_reply(
             reasoning_tokens=(
                 u.reasoning_tokens if u.reasoning_tokens is not None else usage.reasoning_tokens
             ),
-            cached_tokens=u.cached_tokens,
+            cached_tokens=u.cached_tokens or 0,
         )
     return PlannedReply(
         response_id=_new_id("resp"),
@@ -178,6 +193,11 @@ def plan_reply(
         usage_every_chunk=reply.usage_every_chunk,
         tool_call_index=reply.tool_call_index,
         stream_error=reply.stream_error,
+        thinking_signature=reply.encrypted_reasoning or "sig_" + hashlib.sha256(
+            "".join(reasoning).encode()).hexdigest()[:32],
+        redacted_reasoning=reply.redacted_reasoning,
+        usage_at_end=reply.usage_at_end,
+        cached_given=reply.usage is not None and reply.usage.cached_tokens is not None,
     )
 
 
@@ -501,4 +521,214 @@ def chat_events(plan: PlannedReply, include_usage: bool) -> list[WireEvent]:
             "model": plan.model, "choices": [], "usage": _chat_usage(plan.usage),
         }))
     out.append(WireEvent(None, "[DONE]"))
+    return out
+
+
+# -- Anthropic Messages -------------------------------------------------------------------
+
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error",
+                    403: "permission_error", 404: "not_found_error", 413: "request_too_large",
+                    429: "rate_limit_error", 500: "api_error", 529: "overloaded_error"}
+
+
+def anthropic_error(status: int, message: str, type_: str | None = None) -> dict[str, Any]:
+    """Anthropic's error body; ``type`` follows the status unless given."""
+    kind = type_ or _ANTHROPIC_TYPES.get(status) or (
+        "api_error" if status >= 500 else "invalid_request_error")
+    return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+def _anthropic_usage(usage: TokenCount) -> dict[str, Any]:
+    read = min(usage.cached_tokens, usage.input_tokens)
+    written = min(usage.cache_write_tokens, usage.input_tokens - read)
+    return {"input_tokens": usage.input_tokens - read - written,
+            "cache_creation_input_tokens": written, "cache_read_input_tokens": read,
+            "output_tokens": usage.output_tokens,
+            "output_tokens_details": {"thinking_tokens": usage.reasoning_tokens}}
+
+
+def _stop_reason(plan: PlannedReply) -> str:
+    if plan.incomplete == "max_output_tokens":
+        return "max_tokens"
+    if plan.incomplete or plan.refusal is not None:
+        return "refusal"  # Anthropic's refusal is a stop: what came before it stays
+    return "tool_use" if plan.calls else "end_turn"
+
+
+def _anthropic_blocks(plan: PlannedReply) -> list[dict[str, Any]]:
+    """The answer's content blocks, whole."""
+    blocks: list[dict[str, Any]] = [
+        {"type": "thinking", "thinking": part, "signature": plan.thinking_signature}
+        for part in plan.reasoning]
+    if plan.redacted_reasoning is not None:
+        blocks.append({"type": "redacted_thinking", "data": plan.redacted_reasoning})
+    text = plan.refusal if plan.refusal is not None else plan.text
+    if text is not None or not (plan.calls or blocks):
+        blocks.append({"type": "text", "text": text or ""})  # an empty answer: one empty block
+    blocks += [{"type": "tool_use", "id": _tool_use_id(call), "name": call.name,
+                "input": _object(call.arguments)} for call in plan.calls]
+    return blocks
+
+
+def _tool_use_id(call: PlannedCall) -> str:
+    return call.call_id if call.call_id.startswith("toolu_") else \
+        "toolu_" + call.call_id.removeprefix("call_")
+
+
+def _object(arguments: str) -> Any:
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def anthropic_body(plan: PlannedReply) -> dict[str, Any]:
+    """The non-streaming ``POST /v1/messages`` answer."""
+    return {"id": plan.message_id, "type": "message", "role": "assistant", "model": plan.model,
+            "content": _anthropic_blocks(plan), "stop_reason": _stop_reason(plan),
+            "stop_sequence": None, "usage": _anthropic_usage(plan.usage)}
+
+
+def anthropic_events(plan: PlannedReply) -> list[WireEvent]:
+    """The SSE events of a streamed ``POST /v1/messages`` answer, in order, with a ``ping``
+    after ``message_start`` and between blocks. ``deltas``: text, thinking and tool input in
+    ``chunk_size`` pieces (the input's JSON cut anywhere, inside strings and escapes too);
+    ``final_only``: one delta a block; ``completed_only``: each block whole in its start."""
+    out: list[WireEvent] = []
+
+    def emit(name: str, is_delta: bool = False, /, **fields: Any) -> None:
+        out.append(WireEvent(name, {"type": name, **fields}, is_delta))
+
+    usage = _anthropic_usage(plan.usage)
+    message: dict[str, Any] = {
+        "id": plan.message_id, "type": "message", "role": "assistant", "model": plan.model,
+        "content": [], "stop_reason": None, "stop_sequence": None}
+    if not plan.usage_at_end:
+        message["usage"] = {**usage, "output_tokens": 1}
+    emit("message_start", message=message)
+    emit("ping")
+    size = plan.chunk_size
+    for index, whole in enumerate(_anthropic_blocks(plan)):
+        if index:
+            emit("ping")
+        kind = whole["type"]
+        field, delta_type = {"text": ("text", "text_delta"),
+                             "thinking": ("thinking", "thinking_delta")}.get(kind, ("", ""))
+        if plan.shape == "completed_only" or kind == "redacted_thinking":
+            emit("content_block_start", index=index, content_block=whole)
+        elif kind == "tool_use":
+            emit("content_block_start", index=index, content_block={**whole, "input": {}})
+            arguments = json.dumps(whole["input"], ensure_ascii=False)
+            pieces = _chunks(arguments, size) if plan.shape == "deltas" else [arguments]
+            for piece in pieces:
+                emit("content_block_delta", True, index=index,
+                     delta={"type": "input_json_delta", "partial_json": piece})
+        else:
+            empty = {**whole, field: ""} if kind == "text" else \
+                {**whole, field: "", "signature": ""}
+            emit("content_block_start", index=index, content_block=empty)
+            if whole[field]:
+                pieces = _chunks(whole[field], size) if plan.shape == "deltas" else [whole[field]]
+                for piece in pieces:
+                    emit("content_block_delta", True, index=index,
+                         delta={"type": delta_type, field: piece})
+            if kind == "thinking":
+                emit("content_block_delta", index=index,
+                     delta={"type": "signature_delta", "signature": whole["signature"]})
+        emit("content_block_stop", index=index)
+    if plan.stream_error is not None:
+        error = plan.stream_error
+        emit("error", error={"type": error.type or "overloaded_error",
+                             "message": error.message or "Overloaded (scripted)."})
+        return out
+    emit("message_delta", delta={"stop_reason": _stop_reason(plan), "stop_sequence": None},
+         usage=usage if plan.usage_at_end else {"output_tokens": plan.usage.output_tokens})
+    emit("message_stop")
+    return out
+
+
+class PromptCache:
+    """Anthropic's prompt cache, modelled: a request's prefix up to each ``cache_control``
+    breakpoint is written; a later request reads the longest prefix written before that ends
+    at a block boundary at most 20 blocks before one of its breakpoints (the API looks no
+    further back). Prefixes under 1024 tokens are not cached, as the API's smallest minimum.
+    Sizes are estimated at about four characters a token."""
+
+    LOOKBACK = 20
+    MIN_TOKENS = 1024
+
+    def __init__(self, capacity: int = 100_000) -> None:
+        self._written: OrderedDict[bytes, None] = OrderedDict()
+        self._capacity = capacity
+
+    def use(self, body: Mapping[str, Any]) -> tuple[int, int, int]:
+        """(tokens of the whole input, tokens read from the cache, tokens written to it)
+        for a request, remembering what it wrote."""
+        blocks = _cache_blocks(body)
+        digest = hashlib.sha256()
+        keys: list[bytes] = []
+        sizes: list[int] = []
+        total = 0
+        for block, _marked in blocks:
+            text = json.dumps(block, sort_keys=True)
+            digest.update(text.encode())
+            keys.append(digest.copy().digest())
+            total += len(text)
+            sizes.append(_estimate(total))
+        marks = [i for i, (_, marked) in enumerate(blocks) if marked]
+        read = 0
+        for mark in marks:
+            for i in range(mark, max(-1, mark - self.LOOKBACK), -1):
+                if keys[i] in self._written:
+                    self._written.move_to_end(keys[i])
+                    read = max(read, sizes[i])
+                    break
+        written = 0
+        for mark in marks:
+            if sizes[mark] >= self.MIN_TOKENS:
+                written = max(written, sizes[mark] - read)
+                self._written[keys[mark]] = None
+        while len(self._written) > self._capacity:
+            self._written.popitem(last=False)
+        whole = sizes[-1] if sizes else 0
+        return whole, read, max(0, written)
+
+    def usage(self, plan: PlannedReply, body: Mapping[str, Any]) -> PlannedReply:
+        """``plan`` with its input usage as this cache sees ``body`` (unless the script fixed
+        the cached tokens)."""
+        whole, read, written = self.use(body)
+        if plan.cached_given:
+            return plan
+        return replace(plan, usage=replace(plan.usage, input_tokens=max(
+            whole, plan.usage.input_tokens), cached_tokens=read, cache_write_tokens=written))
+
+
+def _cache_blocks(body: Mapping[str, Any]) -> list[tuple[Any, bool]]:
+    """The request's blocks in the cache's order (tools, system, messages), each without its
+    ``cache_control`` and whether it carried one."""
+    out: list[tuple[Any, bool]] = []
+
+    def add(block: Any, role: str = "") -> None:
+        if isinstance(block, Mapping):
+            marked = "cache_control" in block
+            block = {k: v for k, v in block.items() if k != "cache_control"}
+        else:
+            marked = False
+        out.append(({"role": role, "block": block} if role else block, marked))
+
+    for tool in body.get("tools") or []:
+        add(tool)
+    system = body.get("system")
+    for block in ([{"type": "text", "text": system}] if isinstance(system, str) else
+                  system or []):
+        add(block)
+    for message in body.get("messages") or []:
+        if not isinstance(message, Mapping):
+            continue
+        content = message.get("content")
+        role = str(message.get("role"))
+        for block in ([{"type": "text", "text": content}] if isinstance(content, str) else
+                      content or []):
+            add(block, role)
     return out

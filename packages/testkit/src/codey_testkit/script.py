@@ -55,12 +55,13 @@ __all__ = [
     "Step",
     "ToolResult",
     "Usage",
+    "anthropic_latest",
     "chat_latest",
     "load_script",
     "responses_latest",
 ]
 
-Api = Literal["responses", "chat"]
+Api = Literal["responses", "chat", "anthropic"]
 
 
 class _Strict(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
@@ -97,7 +98,8 @@ class Usage(_Strict):
     input_tokens: int | None = None
     output_tokens: int | None = None
     reasoning_tokens: int | None = None
-    cached_tokens: int = 0
+    #: Anthropic: None lets the server's prompt-cache model say what was read and written
+    cached_tokens: int | None = None
 
 
 Shape = Literal["deltas", "final_only", "completed_only"]
@@ -114,17 +116,24 @@ class Reply(_Strict):
 
     - ``shape``: ``deltas`` (text, reasoning and arguments streamed in ``chunk_size`` pieces),
       ``final_only`` (no delta events: each output item whole in its ``done`` event; Chat:
-      everything in one chunk), ``completed_only`` (Responses: nothing but
-      ``response.created`` and ``response.completed``; Chat: as ``final_only``);
+      everything in one chunk; Anthropic: one delta a block), ``completed_only``
+      (Responses: nothing but ``response.created`` and ``response.completed``; Chat: as
+      ``final_only``; Anthropic: each block whole in its ``content_block_start``);
     - ``refusal``: the model declines with this text (a ``refusal`` content part);
     - ``incomplete``: the answer stops early for this reason (``response.incomplete``; Chat
       ``finish_reason`` ``length`` / ``content_filter``);
     - ``encrypted_reasoning``: a reasoning item carrying this ``encrypted_content`` (Responses,
-      when the request includes ``reasoning.encrypted_content``);
+      when the request includes ``reasoning.encrypted_content``); Anthropic: the thinking
+      blocks' signature (else a made-up one: a thinking block always has one);
+    - ``redacted_reasoning``: Anthropic: a ``redacted_thinking`` block with this data, after
+      the thinking;
+    - ``usage_at_end``: Anthropic: no usage in ``message_start``, all of it in
+      ``message_delta``;
     - ``usage_every_chunk``: Chat: cumulative usage in every chunk, not only the last;
     - ``tool_call_index``: Chat: false sends tool-call deltas without ``index``;
     - ``stream_error``: after the content, the stream reports this error instead of finishing
-      (``response.failed``; Chat: an ``error`` chunk).
+      (``response.failed``; Chat: an ``error`` chunk; Anthropic: an ``error`` event, its
+      ``type`` the reply's ``type`` or ``overloaded_error``).
     - An empty reply (no text, no calls) is a legal answer too.
     """
 
@@ -142,6 +151,8 @@ class Reply(_Strict):
     refusal: str | None = None
     incomplete: Literal["max_output_tokens", "content_filter"] | None = None
     encrypted_reasoning: str | None = None
+    redacted_reasoning: str | None = None
+    usage_at_end: bool = False
     usage_every_chunk: bool = False
     tool_call_index: bool = True
     stream_error: ErrorReply | None = None
@@ -451,3 +462,44 @@ def chat_latest(body: Mapping[str, Any]) -> LatestInput:
     if last.get("role") == "user":
         return LatestInput("user", text=_text_of(last.get("content")))
     return LatestInput("other")
+
+
+def anthropic_latest(body: Mapping[str, Any]) -> LatestInput:
+    """The latest input of an Anthropic Messages request body: the last user message's
+    trailing text (a prompt), else its tool results."""
+    raw = body.get("messages")
+    if not isinstance(raw, list):
+        return LatestInput("empty")
+    messages = [m for m in raw if isinstance(m, Mapping)]
+    if not messages:
+        return LatestInput("empty")
+    names: dict[str, str] = {}
+    results_so_far = 0
+    for msg in messages:
+        for block in _blocks(msg):
+            if block.get("type") == "tool_use" and isinstance(block.get("id"), str):
+                names[block["id"]] = str(block.get("name"))
+            elif block.get("type") == "tool_result":
+                results_so_far += 1
+    last = messages[-1]
+    if last.get("role") != "user":
+        return LatestInput("other")
+    blocks = _blocks(last)
+    if blocks and blocks[-1].get("type") == "tool_result":
+        results = tuple(
+            ToolResult(call_id=str(b.get("tool_use_id")),
+                       name=names.get(str(b.get("tool_use_id"))),
+                       output=_text_of(b.get("content")))
+            for b in blocks if b.get("type") == "tool_result")
+        return LatestInput("tool", tool_results=results, results_so_far=results_so_far)
+    texts = _trailing(blocks, lambda b: b.get("type") != "tool_result")
+    return LatestInput("user", text=_text_of(texts))
+
+
+def _blocks(msg: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    content = msg.get("content")
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    if not isinstance(content, list):
+        return []
+    return [b for b in content if isinstance(b, Mapping)]

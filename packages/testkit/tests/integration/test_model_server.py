@@ -1,4 +1,5 @@
-"""The scripted model server as a real process, driven by the real ``openai`` SDK."""
+"""The scripted model server as a real process, driven by the real ``openai`` and ``anthropic``
+SDKs."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -301,6 +303,61 @@ def test_api_key_required(tmp_path: Path) -> None:
         assert right.responses.create(model="m", input="hi").output_text == "hello"
         assert [r["status"] for r in model.requests()] == [401, 401, 401, 200]
         assert "sk-secret" not in json.dumps(model.requests())
+
+
+ANTHROPIC_SCRIPT: dict[str, Any] = {"model": "scripted-1", "steps": [
+    {"match": {"user": "fix the tests"}, "reply": {
+        "reasoning": ["Look first.", "Then act."], "encrypted_reasoning": "sig==",
+        "redacted_reasoning": "hidden", "text": "Let me look.", "chunk_size": 3,
+        "calls": [{"name": "read_file", "arguments": {"path": 'a "b".py'}, "id": "toolu_1"},
+                  {"name": "list_dir", "arguments": {}, "id": "toolu_2"}]}},
+    {"match": {"user": "busy"}, "reply": {"error": {"status": 529, "retry_after": 2}}},
+]}
+
+
+def test_the_anthropic_sdk_reads_the_messages_stream(model: ModelServerHandle) -> None:
+    """The official SDK's stream accumulator takes every event the server sends: thinking
+    with its signature, redacted thinking, text, two tool calls from input_json_delta."""
+    model.set_script(ANTHROPIC_SCRIPT)
+    model.clear_requests()
+    client = anthropic.Anthropic(api_key="sk-ant-any", base_url=model.url, max_retries=0)
+    with client.messages.stream(model="scripted-1", max_tokens=1024, messages=[
+            {"role": "user", "content": "fix the tests"}]) as stream:
+        message = stream.get_final_message()
+    assert [b.type for b in message.content] == [
+        "thinking", "thinking", "redacted_thinking", "text", "tool_use", "tool_use"]
+    first = message.content[0]
+    assert first.type == "thinking" and (first.thinking, first.signature) == (
+        "Look first.", "sig==")
+    tool = message.content[4]
+    assert tool.type == "tool_use" and tool.input == {"path": 'a "b".py'}
+    assert message.stop_reason == "tool_use" and message.usage.output_tokens > 0
+    [record] = model.requests("/v1/messages")
+    assert record["api"] == "anthropic" and record["latest"] == {
+        "kind": "user", "text": "fix the tests"}
+    assert "sk-ant-any" not in json.dumps(record)
+
+
+def test_anthropic_errors_in_its_shape(tmp_path: Path) -> None:
+    with start_model_server(ANTHROPIC_SCRIPT, tmp_path, api_key="sk-ant-secret") as model:
+        bare = httpx.post(f"{model.url}/v1/messages", json={"messages": []}, timeout=5)
+        assert bare.status_code == 401
+        assert bare.json() == {"type": "error", "error": {
+            "type": "authentication_error", "message": bare.json()["error"]["message"]}}
+        keyed = httpx.post(f"{model.url}/v1/messages", timeout=5,
+                           headers={"x-api-key": "sk-ant-secret"},
+                           json={"messages": [{"role": "user", "content": "busy"}]})
+        assert keyed.status_code == 529 and keyed.headers["retry-after"] == "2"
+        assert keyed.json()["error"]["type"] == "overloaded_error"
+        client = anthropic.Anthropic(api_key="sk-ant-secret", base_url=model.url,
+                                     max_retries=0)
+        with pytest.raises(anthropic.APIStatusError) as err:
+            client.messages.create(model="m", max_tokens=10,
+                                   messages=[{"role": "user", "content": "busy"}])
+        assert err.value.status_code == 529
+        records = model.requests()
+        assert [r["api_key"] for r in records] == [False, True, False]
+        assert "sk-ant-secret" not in json.dumps(records)
 
 
 def test_bad_script_file_fails_fast(tmp_path: Path) -> None:

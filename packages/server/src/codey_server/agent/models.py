@@ -1,20 +1,23 @@
-"""Model providers: one pooled ``openai`` client each, retries, errors, streaming.
+"""Model providers: one pooled SDK client each, retries, errors, streaming.
 
 ``provider.stream(...)`` runs one model call and yields
 :data:`~codey_server.agent.stream.ModelEvent` values. The body comes ready-made from the
 provider's wire (:mod:`codey_server.agent.wire`), built from the session's cached encoded
 history: the SDK is given it as plain JSON through its low-level ``post``, so it neither walks
 nor re-validates the conversation. The SDK still does what it is good at: the connection pool
-(keep-alive, one TLS set-up per client), timeouts, SSE decoding and HTTP errors.
+(keep-alive, one TLS set-up per client), timeouts, SSE decoding and HTTP errors. The SDK is
+``openai`` for the OpenAI wires and ``anthropic`` for Anthropic's: both are made by the same
+generator, so their low-level ``post``, stream class and error classes match (:class:`_Sdk`).
 
 One client per provider and credential: created on first use, shared by every session, rebuilt
 only when the credential changes (a login, a refresh), closed on shutdown. A retired client is
 closed once the calls still using it are done.
 
-Retries: a 429 (not an exhausted quota), a 5xx, or a connection that fails before the answer
-starts is retried with backoff honouring ``Retry-After``, each announced as
-:class:`~codey_server.agent.stream.Retrying`. A 401 on an OAuth provider refreshes the token
-once and tries again. Anything else raises :class:`~codey_server.agent.errors.ModelError`.
+Retries: a 429 (not an exhausted quota), a 5xx (Anthropic's 529 "overloaded" among them), or
+a connection that fails before the answer starts is retried with backoff honouring
+``Retry-After``, each announced as :class:`~codey_server.agent.stream.Retrying`. A 401 on an
+OAuth provider refreshes the token once and tries again. Anything else raises
+:class:`~codey_server.agent.errors.ModelError`.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from codey_server.agent.wire.errors import error_from_body
 from codey_server.settings import ProviderConfig
 
 if TYPE_CHECKING:
-    from openai import AsyncOpenAI
+    from types import ModuleType
 
 log = logging.getLogger("codey.models")
 
@@ -108,7 +111,7 @@ def _rate_headers(headers: Mapping[str, str]) -> dict[str, str]:
 class _Client:
     __slots__ = ("client", "retired", "token", "users")
 
-    def __init__(self, client: AsyncOpenAI, token: str | None) -> None:
+    def __init__(self, client: Any, token: str | None) -> None:
         self.client = client
         self.token = token
         self.users = 0
@@ -124,6 +127,7 @@ class ModelProvider:
         self.credentials = credentials
         self.models: list[str] = list(config.models)
         self.wire: Wire = wire_for(config.kind)
+        self._sdk = _Sdk("anthropic" if config.kind == "anthropic" else "openai")
         self._current: _Client | None = None
         self._retired: list[_Client] = []
         self._closed = False
@@ -148,19 +152,12 @@ class ModelProvider:
                              "UI or set its API key", status=401, code="not_logged_in")
         current = self._current
         if current is None or current.token != token:
-            await _load_sdk()
-            from openai import AsyncOpenAI, DefaultAioHttpClient, Timeout
-
+            sdk = await self._sdk.load()
             if current is not None:
                 current.retired = True
                 self._retired.append(current)
                 await self._close_idle()
-            # aiohttp under the SDK (its own supported alternative): a model call costs the
-            # server a fraction of the CPU httpx's default transport takes
-            current = self._current = _Client(AsyncOpenAI(
-                api_key=token or "none", base_url=self.config.base_url, max_retries=0,
-                timeout=Timeout(600.0, connect=20.0), http_client=DefaultAioHttpClient()),
-                token)
+            current = self._current = _Client(self._sdk.client(sdk, self.config, token), token)
             self.clients_built += 1
         current.users += 1
         return current
@@ -211,9 +208,7 @@ class ModelProvider:
                 self.observe(self.name, time.perf_counter() - started, error)
 
     async def _stream(self, *, model: str, body: bytes) -> AsyncIterator[ModelEvent]:
-        await _load_sdk()
-        import openai
-
+        sdk = await self._sdk.load()
         attempt = 0
         refreshed = False
         while True:
@@ -223,7 +218,7 @@ class ModelProvider:
             try:
                 stream = await entry.client.post(
                     self.wire.path, cast_to=object, content=body, stream=True,
-                    stream_cls=_raw_events(),
+                    stream_cls=self._sdk.raw_events(sdk),
                     options={"headers": {"Content-Type": "application/json"}})
                 headers = _rate_headers(stream.response.headers)
                 now = time.monotonic()
@@ -240,7 +235,7 @@ class ModelProvider:
                 for event in collector.finish():
                     yield event
                 return
-            except openai.APIStatusError as err:
+            except sdk.APIStatusError as err:
                 error = error_from_body(err.body, err.status_code, prefix=self.name,
                                         fallback_text=err.message)
                 if error.code == "auth" and self.config.auth == "oauth" and not refreshed:
@@ -254,7 +249,7 @@ class ModelProvider:
                 delay = retry_after(err.response.headers) or backoff(attempt)
                 yield Retrying(attempt, delay, f"HTTP {err.status_code}")
                 await asyncio.sleep(min(delay, 120.0))
-            except (openai.APIConnectionError, openai.APITimeoutError) as err:
+            except self._sdk.transport_errors(sdk) as err:
                 if started:
                     raise ModelError(f"{self.name}: the answer stopped mid-stream ({err})",
                                      code="stream_cut") from None
@@ -264,7 +259,7 @@ class ModelProvider:
                 delay = backoff(attempt)
                 yield Retrying(attempt, delay, "connection failed")
                 await asyncio.sleep(delay)
-            except openai.APIError as err:  # an error event inside the stream
+            except sdk.APIError as err:  # an error event inside the stream
                 raise error_from_body(err.body, None, prefix=self.name,
                                       fallback_text=err.message) from None
             except ModelError as err:
@@ -281,55 +276,112 @@ class ModelProvider:
                 await self._release(entry)
 
 
-#: the openai SDK's import, started by the first model call (one for every provider and loop)
-_SDK: concurrent.futures.Future[object] | None = None
+#: each SDK's import, started by the first model call that needs it (one for every provider
+#: and loop)
+_IMPORTS: dict[str, concurrent.futures.Future[object]] = {}
+#: each SDK's stream class that yields raw server-sent events
+_RAW_EVENTS: dict[str, type] = {}
+_ANTHROPIC_CLIENT: type | None = None
 
 
-async def _load_sdk() -> None:
-    """Import the openai SDK, the first time in a thread of its own: it brings pydantic,
-    aiohttp and hundreds of type modules, about a second of CPU (several on a busy machine),
-    which on the loop would stall every socket and heartbeat of the server — and among
-    replicas its lease renewals, handing its sessions to another replica. Every caller
-    meanwhile waits for the same import."""
-    global _SDK
-    if _SDK is None:
-        loading: concurrent.futures.Future[object] = concurrent.futures.Future()
+class _Sdk:
+    """What the provider needs of its SDK, ``openai`` or ``anthropic``, loaded off the loop."""
 
-        def run() -> None:
-            try:
-                loading.set_result(importlib.import_module("openai"))
-            except BaseException as err:  # given to every caller waiting for it
-                loading.set_exception(err)
+    __slots__ = ("name",)
 
-        threading.Thread(target=run, name="import-openai", daemon=True).start()
-        _SDK = loading
-    if not _SDK.done():
-        await asyncio.wrap_future(_SDK)
-    _SDK.result()
+    def __init__(self, name: str) -> None:
+        self.name = name
 
+    async def load(self) -> ModuleType:
+        """Import the SDK, the first time in a thread of its own: it brings pydantic,
+        aiohttp and hundreds of type modules, about a second of CPU (several on a busy
+        machine), which on the loop would stall every socket and heartbeat of the server —
+        and among replicas its lease renewals, handing its sessions to another replica.
+        Every caller meanwhile waits for the same import."""
+        loading = _IMPORTS.get(self.name)
+        if loading is None:
+            loading = _IMPORTS[self.name] = concurrent.futures.Future()
+            name, future = self.name, loading
 
-_RAW_EVENTS: type | None = None
-
-
-def _raw_events() -> Any:
-    """The SDK's stream class, yielding its decoded server-sent events without parsing their
-    JSON: the wire's collector parses only the events it needs (a Responses stream repeats
-    the whole request's tools and instructions in events nobody reads)."""
-    global _RAW_EVENTS
-    if _RAW_EVENTS is None:
-        from openai import AsyncStream
-
-        class RawEvents(AsyncStream[object]):
-            async def __stream__(self) -> AsyncIterator[Any]:
+            def run() -> None:
                 try:
-                    async for sse in self._iter_events():
-                        if not sse.data.startswith("[DONE]"):
-                            yield sse
-                finally:
-                    await self.response.aclose()
+                    future.set_result(importlib.import_module(name))
+                except BaseException as err:  # given to every caller waiting for it
+                    future.set_exception(err)
 
-        _RAW_EVENTS = RawEvents
-    return _RAW_EVENTS
+            threading.Thread(target=run, name=f"import-{name}", daemon=True).start()
+        if not loading.done():
+            await asyncio.wrap_future(loading)
+        module: ModuleType = loading.result()  # type: ignore[assignment]
+        return module
+
+    def client(self, sdk: ModuleType, config: ProviderConfig, token: str | None) -> Any:
+        """A client with no retries of its own (ours honour Retry-After and say so), on
+        aiohttp (the SDK's own supported alternative transport: a model call costs the
+        server a fraction of the CPU httpx's default one takes)."""
+        timeout = sdk.Timeout(600.0, connect=20.0)
+        if self.name == "openai":
+            return sdk.AsyncOpenAI(api_key=token or "none", base_url=config.base_url,
+                                   max_retries=0, timeout=timeout,
+                                   http_client=sdk.DefaultAioHttpClient())
+        from codey_server.agent.wire.anthropic import API_VERSION
+
+        base = config.base_url.rstrip("/")
+        # the wire's path holds /v1 already; a base_url given as OpenAI's are ends with it
+        base = base[:-3] if base.endswith("/v1") else base
+        # an explicit credential, always: else the SDK would look for one in this server's
+        # environment and files
+        oauth = config.auth == "oauth"
+        return _anthropic_class(sdk)(
+            api_key=None if oauth else (token or "none"), auth_token=token if oauth else None,
+            base_url=base, max_retries=0, timeout=timeout,
+            http_client=sdk.DefaultAioHttpClient(),
+            default_headers={"anthropic-version": API_VERSION})
+
+    def transport_errors(self, sdk: ModuleType) -> tuple[type[BaseException], ...]:
+        """What a failed connection raises: the SDK's errors while a call starts, and its
+        transport's own (aiohttp's, httpx's) once the stream is being read, which the
+        anthropic SDK lets through unwrapped."""
+        import aiohttp  # both SDKs' aiohttp transport: loaded with the SDK
+
+        http = importlib.import_module("httpx2" if self.name == "anthropic" else "httpx")
+        return (sdk.APIConnectionError, sdk.APITimeoutError, aiohttp.ClientError,
+                http.TransportError)
+
+    def raw_events(self, sdk: ModuleType) -> Any:
+        """The SDK's stream class, yielding its decoded server-sent events without parsing
+        their JSON: the wire's collector parses only the events it needs (a Responses
+        stream repeats the whole request's tools and instructions in events nobody reads),
+        and reads an error event itself."""
+        made = _RAW_EVENTS.get(self.name)
+        if made is None:
+            class RawEvents(sdk.AsyncStream[object]):  # type: ignore[name-defined,misc]
+                async def __stream__(self) -> AsyncIterator[Any]:
+                    try:
+                        async for sse in self._iter_events():
+                            if not sse.data.startswith("[DONE]"):
+                                yield sse
+                    finally:
+                        await self.response.aclose()
+
+            made = _RAW_EVENTS[self.name] = RawEvents
+        return made
+
+
+def _anthropic_class(sdk: ModuleType) -> Any:
+    """``AsyncAnthropic`` sending an API key as ``x-api-key``, the header Anthropic's API
+    documents (the SDK sends it as a bearer now); an OAuth token stays a bearer."""
+    global _ANTHROPIC_CLIENT
+    if _ANTHROPIC_CLIENT is None:
+        class Client(sdk.AsyncAnthropic):  # type: ignore[name-defined,misc]
+            @property
+            def auth_headers(self) -> dict[str, str]:
+                if self.auth_token is not None:
+                    return {"Authorization": f"Bearer {self.auth_token}"}
+                return {"X-Api-Key": self.api_key} if self.api_key is not None else {}
+
+        _ANTHROPIC_CLIENT = Client
+    return _ANTHROPIC_CLIENT
 
 
 async def discover_ollama_models(base_url: str) -> list[str]:

@@ -43,6 +43,7 @@ class CallResult(msgspec.Struct, kw_only=True):
 
 
 def _ollama_root(base_url: str) -> str:
+    """The host's root, without the ``/v1`` of an OpenAI-compatible base URL."""
     root = base_url.rstrip("/")
     return root[:-3] if root.endswith("/v1") else root
 
@@ -59,8 +60,12 @@ async def list_models(kind: str, base_url: str, token: str | None) -> list[str]:
             headers["x-api-key"] = token
     elif token:
         headers["authorization"] = f"Bearer {token}"
-    url = (f"{_ollama_root(base_url)}/api/tags" if kind == "ollama"
-           else f"{base_url.rstrip('/')}/models")
+    if kind == "ollama":
+        url = f"{_ollama_root(base_url)}/api/tags"
+    elif kind == "anthropic":  # its base URL is the host's (the SDK adds /v1/...)
+        url = f"{_ollama_root(base_url)}/v1/models"
+    else:
+        url = f"{base_url.rstrip('/')}/models"
     try:
         async with httpx.AsyncClient(timeout=PROBE_TIMEOUT_S) as http:
             r = await http.get(url, headers=headers)

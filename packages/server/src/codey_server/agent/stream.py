@@ -64,7 +64,9 @@ class Usage:
     output_tokens: int = 0
     reasoning_tokens: int = 0
     total_tokens: int = 0
+    #: of ``input_tokens``: read from the provider's prompt cache, and written to it
     cached_tokens: int = 0
+    cache_write_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -847,8 +847,11 @@ class CodeyTurn(TurnMachine):
                                   options=self._options(provider))
 
     def _options(self, provider: ModelProvider) -> CallOptions:
-        return CallOptions(reasoning_summary=provider.config.reasoning_summary,
-                           effort=self.session.effort)
+        config = provider.config
+        return CallOptions(reasoning_summary=config.reasoning_summary,
+                           effort=self.session.effort,
+                           max_output_tokens=config.max_output_tokens,
+                           thinking_budget=config.thinking_budget)
 
     def _tools(self, provider: ModelProvider,
                capabilities: wk.Capabilities | None) -> tuple[list[ToolSpec], bytes]:
@@ -1213,7 +1216,7 @@ def _usage(part: Usage, call: _Call, total: int) -> ev.TokenUsageRecorded:
     return ev.TokenUsageRecorded(
         input_tokens=part.input_tokens, output_tokens=part.output_tokens,
         reasoning_tokens=part.reasoning_tokens, total_tokens=total,
-        cached_tokens=part.cached_tokens,
+        cached_tokens=part.cached_tokens, cache_write_tokens=part.cache_write_tokens,
         context_window=call.provider.context_window(call.model), model=call.model)
 
 

@@ -1,7 +1,8 @@
 """Wire formats: how a conversation becomes a request body, and a stream becomes events.
 
-One module per format — :mod:`.responses` (the OpenAI Responses API) and :mod:`.chat` (Chat
-Completions: OpenAI-compatible servers and Ollama). Each gives a :class:`Wire`:
+One module per format — :mod:`.responses` (the OpenAI Responses API), :mod:`.chat` (Chat
+Completions: OpenAI-compatible servers and Ollama) and :mod:`.anthropic` (Anthropic's
+Messages API). Each gives a :class:`Wire`:
 
 - ``assembler()``: a fresh :class:`Assembler` that turns entries into encoded messages;
 - ``body(...)``: the whole request body as JSON bytes, built from already encoded messages
@@ -73,14 +74,25 @@ class RequestOptions(Protocol):
     @property
     def effort(self) -> str | None: ...
 
+    #: the answer's token limit (None: the model's known maximum); Anthropic needs one
+    @property
+    def max_output_tokens(self) -> int | None: ...
+
+    #: Anthropic's extended thinking: its token budget (None: no thinking, unless ``effort``)
+    @property
+    def thinking_budget(self) -> int | None: ...
+
 
 @dataclass(frozen=True, slots=True)
 class CallOptions:
-    """One call's options: the provider's (``reasoning_summary``) and the session's (its
-    reasoning ``effort``: None leaves it to the model)."""
+    """One call's options: the provider's (``reasoning_summary``, ``max_output_tokens``,
+    ``thinking_budget``) and the session's (its reasoning ``effort``: None leaves it to the
+    model, or to the provider's thinking budget)."""
 
     reasoning_summary: bool = False
     effort: str | None = None
+    max_output_tokens: int | None = None
+    thinking_budget: int | None = None
 
 
 class Wire(Protocol):
@@ -99,9 +111,12 @@ class Wire(Protocol):
 
 
 def wire_for(kind: str) -> Wire:
-    """The wire of a provider kind: ``responses``, or ``chat`` (also for ``ollama``)."""
-    from codey_server.agent.wire import chat, responses
+    """The wire of a provider kind: ``responses``, ``anthropic``, or ``chat`` (also for
+    ``ollama``)."""
+    from codey_server.agent.wire import anthropic, chat, responses
 
     if kind == "responses":
         return responses.WIRE
+    if kind == "anthropic":
+        return anthropic.WIRE
     return chat.WIRE

@@ -1,4 +1,4 @@
-"""Small pieces both wire formats use when reading a stream."""
+"""Small pieces the wire formats share."""
 
 from __future__ import annotations
 
@@ -8,9 +8,25 @@ import msgspec
 
 from codey_server.agent.errors import ModelError
 
-__all__ = ["decode_event", "int_field"]
+__all__ = ["REDACTED_TAG", "THINKING_TAG", "decode_event", "int_field", "thinking_content"]
 
 _decode = msgspec.json.decode
+
+#: Anthropic's reasoning as a reasoning item keeps it in ``encrypted_content``: a thinking
+#: block's signature, or a redacted_thinking block's data, behind a tag saying which — and
+#: that it is Anthropic's, so the Responses wire never sends it to OpenAI (nor the reverse)
+THINKING_TAG = "anthropic.thinking:"
+REDACTED_TAG = "anthropic.redacted_thinking:"
+
+
+def thinking_content(encrypted: str) -> tuple[str | None, str]:
+    """(``"thinking"`` or ``"redacted_thinking"``, the signature or data) of Anthropic's
+    reasoning; (None, ``encrypted``) for another provider's."""
+    if encrypted.startswith(THINKING_TAG):
+        return "thinking", encrypted[len(THINKING_TAG):]
+    if encrypted.startswith(REDACTED_TAG):
+        return "redacted_thinking", encrypted[len(REDACTED_TAG):]
+    return None, encrypted
 
 
 def int_field(value: object) -> int:

@@ -42,7 +42,7 @@ from codey_server.agent.stream import (
 )
 from codey_server.agent.tools import ToolSpec
 from codey_server.agent.wire import Loader, RequestOptions, data_url
-from codey_server.agent.wire.common import decode_event, int_field
+from codey_server.agent.wire.common import decode_event, int_field, thinking_content
 from codey_server.agent.wire.errors import error_from_body
 
 __all__ = ["WIRE", "ResponsesAssembler", "ResponsesCollector", "ResponsesWire"]
@@ -87,7 +87,8 @@ def encode_entry(entry: Entry, load: Loader | None = None) -> bytes:
 
 
 class ResponsesAssembler:
-    """One message per entry: every point is a boundary."""
+    """One message per entry (none for another provider's reasoning): every point is a
+    boundary."""
 
     __slots__ = ("_load", "_out")
 
@@ -96,6 +97,9 @@ class ResponsesAssembler:
         self._load = load
 
     def add(self, entry: Entry) -> None:
+        if isinstance(entry, ReasoningEntry) and \
+                thinking_content(entry.encrypted_content)[0] is not None:
+            return  # Anthropic's thinking, from before the session changed provider
         self._out.append(encode_entry(entry, self._load))
 
     def at_boundary(self) -> bool:
