@@ -1,6 +1,7 @@
 // The page: one store, one socket, a hash router and the views.
 //
-// Routes: `#/` dashboard, `#/session/<id>`, `#/terminal/<id>`, `#/board`, `#/schedules`, `#/pair/<CODE>`.
+// Routes: `#/` dashboard, `#/session/<id>`, `#/terminal/<id>`, `#/board`, `#/schedules`,
+// `#/settings` (Settings → Models), `#/pair/<CODE>`.
 // For tests: `window.__codey = {store, state(), seq(), socket, app}`.
 
 import { api } from "./api.js";
@@ -17,6 +18,7 @@ import { TerminalView } from "./views/terminal.js";
 import { McpDialog } from "./views/mcp.js";
 import { BoardPage } from "./views/board.js";
 import { SchedulesPage } from "./views/schedules.js";
+import { ModelsPage } from "./views/models.js";
 import { TelegramDialog } from "./views/telegram.js";
 import { Shortcuts } from "./views/shortcuts.js";
 import { Toasts } from "./views/toasts.js";
@@ -99,6 +101,7 @@ class App {
     this.config = config;
     this.ctx.config = config;
     this.banner.update();
+    if (this.view && this.view.onConfig) this.view.onConfig();
   }
 
   navigate(hash) {
@@ -120,6 +123,8 @@ class App {
       this.view = new BoardPage(this.ctx);
     } else if (hash === "#/schedules") {
       this.view = new SchedulesPage(this.ctx);
+    } else if (hash === "#/settings") {
+      this.view = new ModelsPage(this.ctx);
     } else if ((m = /^#\/terminal\/(.+)$/.exec(hash))) {
       this.view = new TerminalView(this.ctx, decodeURIComponent(m[1]));
     } else if ((m = /^#\/pair\/([A-Za-z0-9-]+)$/.exec(hash))) {
@@ -138,6 +143,10 @@ class App {
     if (change.kind === "reset" || change.env.event.type === "auth_status_updated") {
       this.banner.update();
     }
+    // a provider added, changed or removed in Settings → Models (here or in another tab):
+    // the lists of models everywhere follow
+    if (change.kind === "event" && (change.env.event.type === "provider_saved" ||
+        change.env.event.type === "provider_removed")) this.loadConfig();
     if (change.kind === "event") {
       this._notify(change.env);
       this.notifier.maybeNotify(change.env);

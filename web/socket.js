@@ -256,6 +256,10 @@ export class Socket {
   }
 
   /** The OS sandbox the session's commands run in, and whether they may use the network. */
+  setSessionModel(session_id, provider, model, effort) {
+    return this.command("set_session_model", { session_id, provider, model, effort });
+  }
+
   setSandbox(session_id, sandbox, network) {
     return this.command("set_sandbox", { session_id, sandbox, network });
   }

@@ -22,6 +22,12 @@ export function noSandbox(worker) {
   return (info && info.reason) || "it does not report one (an older worker?)";
 }
 
+/** Providers a session can use now: needing no login, or logged in. */
+export function usableProviders(config, auth) {
+  return ((config && config.providers) || []).filter(
+    (p) => p.auth === "none" || ((auth || {})[p.name] || {}).state === "logged_in");
+}
+
 export class NewSessionDialog {
   constructor(ctx) {
     this.ctx = ctx;
@@ -61,6 +67,18 @@ export class NewSessionDialog {
       ...names.map((n) => h("option", { value: n }, `${n} (ACP agent on this machine)`)));
     this._agentField.hidden = names.length === 0;
     this._warnSandbox();
+    this._warnModels();
+  }
+
+  /** No model a session could use (none set up, or none logged in): say so, with the way to
+   * Settings → Models, rather than start a session that can only fail. An ACP agent brings
+   * its own model. */
+  _warnModels() {
+    const config = this.ctx.config; // (not loaded yet: nothing to say)
+    const none = Boolean(config) && !this._agent.value &&
+      !usableProviders(config, this.ctx.store.state.auth).length;
+    this._modelNote.hidden = !none;
+    this._submit.disabled = !this._workers().length || none;
   }
 
   /** A machine without a sandbox runs no command of a sandboxed session: say so now. */
@@ -92,7 +110,8 @@ export class NewSessionDialog {
       } });
     const config = this.ctx.config;
     const modelOptions = [h("option", { value: "" },
-      config ? `Default (${config.default_provider})` : "Server default")];
+      config && config.default_provider ? `Default (${config.default_provider})`
+        : "Server default")];
     for (const p of (config && config.providers) || []) {
       for (const m of p.models || []) {
         modelOptions.push(h("option", { value: JSON.stringify([p.name, m]) }, `${p.name} / ${m}`));
@@ -100,7 +119,13 @@ export class NewSessionDialog {
     }
     this._model = h("select", { id: "ns-model", "data-testid": "ns-model", class: "input" },
       modelOptions);
-    this._agent = h("select", { id: "ns-agent", "data-testid": "ns-agent", class: "input" });
+    this._agent = h("select", { id: "ns-agent", "data-testid": "ns-agent", class: "input",
+      onchange: () => this._warnModels() });
+    this._modelNote = h("p", { class: "bad small", "data-testid": "ns-no-model", role: "status",
+      hidden: true }, "No model provider is set up yet: ",
+    h("a", { href: "#/settings", "data-testid": "ns-settings-link",
+      onclick: () => this.el.close() }, "add one in Settings → Models"),
+    ", then start the session.");
     this._agentField = field("ns-agent", "Agent", this._agent);
     this._agentField.hidden = true;
     this._policy = h("select", { id: "ns-policy", "data-testid": "ns-policy", class: "input" },
@@ -133,6 +158,7 @@ export class NewSessionDialog {
     field("ns-workdir", "Working directory", this._workdir),
     this._agentField,
     field("ns-model", "Model", this._model),
+    this._modelNote,
     field("ns-policy", "Approval policy", this._policy),
     field("ns-sandbox", "Sandbox", this._sandbox),
     h("label", { for: "ns-network", class: "check" }, this._network,
@@ -151,6 +177,7 @@ export class NewSessionDialog {
       }
     });
     if (workers.length) this._fillWorkdir();
+    else this._warnModels();
   }
 
   async _create() {

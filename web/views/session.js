@@ -26,10 +26,14 @@ const POLICIES = ["suggest", "auto-edit", "full-auto"];
 const SANDBOXES = [["workspace-write", "sandbox: workspace"], ["read-only", "sandbox: read-only"],
   ["full-access", "no sandbox"]];
 
+// A session's reasoning effort (`null`: the model's own default).
+const EFFORTS = [["", "effort: default"], ["minimal", "effort: minimal"], ["low", "effort: low"],
+  ["medium", "effort: medium"], ["high", "effort: high"]];
+
 // Events that change the header / side panel rather than one item.
 const HEADER_EVENTS = new Set([
   "session_status_changed", "session_title_changed", "session_policy_changed", "plan_updated",
-  "session_sandbox_changed",
+  "session_sandbox_changed", "session_model_changed",
   "session_workspace_changed", "token_usage_recorded", "worker_connected", "worker_disconnected",
   "worker_revoked", "worker_paired", "approval_requested", "approval_resolved",
   "session_context_updated", "memory_updated", "session_archived", "session_moved",
@@ -74,10 +78,20 @@ export class SessionView {
     SANDBOXES.map(([v, text]) => h("option", { value: v }, text)));
     this._network = h("input", { type: "checkbox", id: "network-toggle",
       "data-testid": "network-toggle", onchange: () => this._setSandbox() });
+    // the provider and model (and effort) of the next turn, as Codex's /model switches them
+    this._model = h("select", { id: "model-select", class: "input compact",
+      "data-testid": "model-select", title: "The model this session's next turn uses",
+      onchange: () => this._setModel() });
+    this._effort = h("select", { id: "effort-select", class: "input compact",
+      "data-testid": "effort-select", title: "How hard a reasoning model thinks",
+      onchange: () => this._setModel() },
+    EFFORTS.map(([v, text]) => h("option", { value: v }, text)));
     this._sandboxBadge = h("span", {});
     // the policy, the sandbox and the network: in the header, or (on a phone, where they
     // do not fit beside the status and Interrupt) at the top of the session's menu
     this._settings = h("div", { class: "s-settings", "data-testid": "session-settings" },
+      h("label", { for: "model-select", class: "sr-only" }, "Model"), this._model,
+      h("label", { for: "effort-select", class: "sr-only" }, "Reasoning effort"), this._effort,
       h("label", { for: "policy-select", class: "sr-only" }, "Approval policy"),
       this._policy,
       h("label", { for: "sandbox-select", class: "sr-only" }, "Sandbox"), this._sandbox,
@@ -415,7 +429,8 @@ export class SessionView {
       s.forked_from ? link(s.forked_from, "forked-from", "forked from") : null,
       h("span", {}, w ? w.hostname : s.worker_id), " · ",
       h("span", { class: "mono", title: s.workdir }, s.workdir), " · ",
-      h("span", { "data-testid": "session-model" }, `${s.provider} / ${s.model}`),
+      h("span", { "data-testid": "session-model" }, `${s.provider} / ${s.model}`,
+        s.effort ? ` · ${s.effort}` : ""),
       s.usage.turns ? h("span", { class: "muted" },
         ` · ${s.usage.total_tokens.toLocaleString()} tokens`) : null);
     replaceChildren(this._badges, s.archived
@@ -431,6 +446,7 @@ export class SessionView {
     this._gone.replaceChildren(workerUp(state, s.worker_id) ? "" : h("span", {
       class: "chip gone", "data-testid": "worker-gone" }, "machine offline"));
     this._terminal.hidden = !(w && w.capabilities && w.capabilities.terminal && !w.revoked);
+    this._renderModel(s);
     if (this._policy.value !== s.policy) this._policy.value = s.policy;
     if (this._sandbox.value !== s.sandbox) this._sandbox.value = s.sandbox;
     this._network.checked = Boolean(s.network);
@@ -887,6 +903,45 @@ export class SessionView {
     }
   }
 
+  /** The model picker: every model of every provider, and the session's own even when its
+   * provider is gone (so the select never shows another than the one in use). */
+  _renderModel(s) {
+    const acp = Boolean(s.agent); // an ACP agent picks its own model
+    this._model.hidden = acp;
+    this._effort.hidden = acp;
+    if (acp) return;
+    const choices = modelChoices(this.ctx.config, s);
+    const sig = JSON.stringify(choices);
+    if (sig !== this._modelSig) {
+      this._modelSig = sig;
+      this._model.replaceChildren(...choices.map(([value, text]) => h("option", { value }, text)));
+    }
+    const current = JSON.stringify([s.provider, s.model]);
+    if (this._model.value !== current) this._model.value = current;
+    if (this._effort.value !== (s.effort || "")) this._effort.value = s.effort || "";
+  }
+
+  /** The server's provider list changed (Settings → Models). */
+  onConfig() {
+    const s = this.session;
+    if (s) this._renderModel(s);
+  }
+
+  async _setModel() {
+    const s = this.session;
+    if (!s) return;
+    const [provider, model] = JSON.parse(this._model.value);
+    const effort = this._effort.value || null;
+    if (provider === s.provider && model === s.model && effort === (s.effort || null)) return;
+    try {
+      await this.ctx.socket.setSessionModel(this.sessionId, provider, model, effort);
+      this.ctx.toast(`Next turn: ${provider} / ${model}${effort ? ` (${effort})` : ""}`, "good");
+    } catch (err) {
+      this.ctx.toast(`Model not changed: ${err.message}`, "error");
+      this._renderModel(s);
+    }
+  }
+
   async _setSandbox() {
     const s = this.session;
     if (!s) return;
@@ -1031,6 +1086,21 @@ function tickRateLimits(root) {
 }
 
 /** A warning chip when the session's commands run bare, or cannot run at all. */
+/** [value, label] of each model a session may switch to: `value` is JSON [provider, model]. */
+export function modelChoices(config, s) {
+  const out = [];
+  for (const p of (config && config.providers) || []) {
+    const models = p.models.length ? p.models : [p.default_model].filter(Boolean);
+    for (const m of models) out.push([JSON.stringify([p.name, m]), `${p.name} / ${m}`]);
+  }
+  const current = JSON.stringify([s.provider, s.model]);
+  if (!out.some(([v]) => v === current)) {
+    const known = ((config && config.providers) || []).some((p) => p.name === s.provider);
+    out.unshift([current, `${s.provider} / ${s.model}${known ? "" : " (not configured)"}`]);
+  }
+  return out;
+}
+
 function sandboxBadge(s, worker) {
   if (s.sandbox === "full-access") {
     return h("span", { class: "chip bad", "data-testid": "sandbox-badge",

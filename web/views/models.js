@@ -1,0 +1,282 @@
+// `#/settings`: Settings → Models. The model providers sessions can use: add one (its kind,
+// base URL, credential and models, listed from its API), test it, change or remove it.
+//
+// The list comes from GET /api/config (reloaded by the app on `provider_saved` and
+// `provider_removed`); login states from the store (`auth_status_updated`). Providers of the
+// server's config.json are shown as such: they change in the file, not here.
+
+import { api } from "../api.js";
+import { h, replaceChildren, showingErrors } from "../dom.js";
+
+export const KINDS = [
+  ["chat", "OpenAI-compatible (Chat Completions)", "https://api.example.com/v1"],
+  ["responses", "OpenAI Responses API", "https://api.openai.com/v1"],
+  ["anthropic", "Anthropic Messages API", "https://api.anthropic.com"],
+  ["ollama", "Ollama", "http://127.0.0.1:11434/v1"],
+];
+
+const AUTHS = [["api_key", "API key"], ["none", "None (a local server)"],
+  ["oauth", "OAuth login (OIDC)"]];
+
+export class ModelsPage {
+  constructor(ctx) {
+    this.ctx = ctx;
+    this._tests = {}; // provider → {running} | the last test's answer
+    this._editing = null; // the provider's name being edited (null: adding one)
+    this._list = h("div", { class: "provider-list", "data-testid": "providers" });
+    this._error = h("p", { class: "bad", role: "alert", hidden: true });
+    this._form = this._buildForm();
+    this.el = h("section", { class: "page", "data-testid": "models-page" },
+      h("header", { class: "panel-head" }, h("h2", {}, "Settings → Models")),
+      h("p", { class: "muted" }, "The model providers sessions can use. One added here is " +
+        "used at once, with no restart; its key is kept by the server and never shown again. " +
+        "Those of the server's config.json are changed in that file."),
+      this._list, this._form, this._error);
+    document.title = "Models · Codey";
+    this.render();
+  }
+
+  onChange(change) {
+    if (change.kind === "reset" || change.env.event.type === "auth_status_updated") {
+      this.render();
+    }
+  }
+
+  onConfig() {
+    this.render();
+  }
+
+  _providers() {
+    return (this.ctx.config && this.ctx.config.providers) || [];
+  }
+
+  render() {
+    const providers = this._providers();
+    const auth = this.ctx.store.state.auth;
+    replaceChildren(this._list, providers.length
+      ? providers.map((p) => this._card(p, auth[p.name] || null))
+      : h("p", { class: "card notice", "data-testid": "no-providers" },
+        "No model provider yet: add one below. A session needs one to answer."));
+  }
+
+  _card(p, login) {
+    const test = this._tests[p.name];
+    const fromFile = p.source === "config.json";
+    const state = p.auth === "none" ? "no login needed"
+      : (login ? login.state.replace(/_/g, " ") : "logged out");
+    return h("article", { class: "card provider", "data-testid": "provider-card",
+      "data-provider": p.name },
+    h("div", { class: "row gap wrap" },
+      h("strong", { class: "provider-name" }, p.name),
+      h("span", { class: "chip" }, kindName(p.kind)),
+      h("span", { class: fromFile ? "chip" : "chip good", "data-testid": "provider-source" },
+        fromFile ? "config.json" : "added here"),
+      h("span", { class: p.auth === "none" || (login && login.state === "logged_in")
+        ? "muted small" : "warn small", "data-testid": "provider-login" }, state),
+      p.name === (this.ctx.config && this.ctx.config.default_provider)
+        ? h("span", { class: "chip", title: "New sessions use it unless you pick another" },
+          "default") : null),
+    h("div", { class: "muted small mono" }, p.base_url),
+    h("div", { class: "small" }, p.models.length
+      ? `${p.models.length} model${p.models.length === 1 ? "" : "s"}: ${p.models.join(", ")}`
+      : "no model listed", p.default_model ? ` · default ${p.default_model}` : ""),
+    test ? testLine(test) : null,
+    h("div", { class: "row gap end" },
+      h("button", { class: "btn", type: "button", "data-testid": "provider-test",
+        disabled: Boolean(test && test.running),
+        onclick: () => this._test(p.name) }, test && test.running ? "Testing…" : "Test"),
+      fromFile ? null : h("button", { class: "btn", type: "button",
+        "data-testid": "provider-edit", onclick: () => this._edit(p) }, "Edit"),
+      fromFile ? null : h("button", { class: "btn danger", type: "button",
+        "data-testid": "provider-remove", onclick: () => this._remove(p.name) }, "Remove")));
+  }
+
+  _buildForm() {
+    const field = (label, input, hint) => h("label", { class: "field" }, h("span", {}, label),
+      input, hint ? h("span", { class: "muted small" }, hint) : null);
+    this._title = h("h3", {}, "Add a provider");
+    this._name = h("input", { class: "input", "data-testid": "pv-name", required: true,
+      placeholder: "openai", pattern: "[A-Za-z0-9][A-Za-z0-9._\\-]{0,63}", autocomplete: "off" });
+    this._kind = h("select", { class: "input", "data-testid": "pv-kind",
+      onchange: () => this._kindChanged() },
+    KINDS.map(([v, text]) => h("option", { value: v }, text)));
+    this._url = h("input", { class: "input mono", "data-testid": "pv-url", required: true,
+      type: "url", placeholder: KINDS[0][2] });
+    this._auth = h("select", { class: "input", "data-testid": "pv-auth",
+      onchange: () => this._authChanged() },
+    AUTHS.map(([v, text]) => h("option", { value: v }, text)));
+    this._key = h("input", { class: "input", "data-testid": "pv-key", type: "password",
+      autocomplete: "off", placeholder: "sk-…" });
+    this._issuer = h("input", { class: "input mono", "data-testid": "pv-issuer", type: "url",
+      placeholder: "https://auth.example.com" });
+    this._client = h("input", { class: "input mono", "data-testid": "pv-client" });
+    this._models = h("textarea", { class: "input mono", rows: 3, "data-testid": "pv-models",
+      placeholder: "one model per line" });
+    this._default = h("input", { class: "input mono", "data-testid": "pv-default",
+      placeholder: "the first one" });
+    this._found = h("p", { class: "muted small", "data-testid": "pv-found", role: "status" });
+    this._keyField = field("API key", this._key, "Sent once; the server keeps it.");
+    this._oauthFields = h("div", { class: "grid2" }, field("Issuer (OIDC)", this._issuer),
+      field("Client id", this._client));
+    this._save = h("button", { class: "btn primary", type: "submit",
+      "data-testid": "pv-save" }, "Add provider");
+    this._cancelEdit = h("button", { class: "btn", type: "button", hidden: true,
+      onclick: () => this._reset() }, "Cancel");
+    const form = h("form", { class: "card provider-form", "data-testid": "pv-form",
+      onsubmit: (ev) => {
+        ev.preventDefault();
+        this._saveProvider();
+      } },
+    this._title,
+    h("div", { class: "grid2" }, field("Name", this._name), field("Kind", this._kind),
+      field("Base URL", this._url), field("Credential", this._auth)),
+    this._keyField, this._oauthFields,
+    h("div", { class: "grid2" },
+      field("Models", this._models),
+      h("div", {}, field("Default model", this._default),
+        h("button", { class: "btn", type: "button", "data-testid": "pv-discover",
+          onclick: (ev) => this._discover(ev.currentTarget) }, "List its models"),
+        this._found)),
+    h("div", { class: "row gap end" }, this._cancelEdit, this._save));
+    this._authChanged();
+    return form;
+  }
+
+  _kindChanged() {
+    const kind = KINDS.find(([v]) => v === this._kind.value);
+    this._url.placeholder = kind ? kind[2] : "";
+    if (this._kind.value === "ollama" && !this._editing) this._auth.value = "none";
+    this._authChanged();
+  }
+
+  _authChanged() {
+    this._keyField.hidden = this._auth.value === "none";
+    this._oauthFields.hidden = this._auth.value !== "oauth";
+  }
+
+  _do(fn) {
+    return showingErrors(this._error, fn);
+  }
+
+  _body() {
+    const models = this._models.value.split(/[\n,]/).map((m) => m.trim()).filter(Boolean);
+    const body = { name: this._name.value.trim(), kind: this._kind.value,
+      base_url: this._url.value.trim(), models, default_model: this._default.value.trim() ||
+        null, auth: this._auth.value };
+    if (body.auth === "oauth") {
+      body.issuer = this._issuer.value.trim();
+      body.client_id = this._client.value.trim();
+    }
+    const key = this._key.value.trim();
+    if (key && body.auth !== "none") body.api_key = key;
+    return body;
+  }
+
+  async _discover(button) {
+    const body = this._body();
+    if (!body.base_url) {
+      this._found.textContent = "Enter the base URL first.";
+      return;
+    }
+    button.disabled = true;
+    this._found.textContent = "Asking the provider…";
+    try {
+      const query = { kind: body.kind, base_url: body.base_url };
+      if (body.api_key) query.api_key = body.api_key;
+      else if (this._editing) query.provider = this._editing;
+      const res = await api.listModels(query);
+      if (res.error) {
+        this._found.textContent = `It would not say: ${res.error}`;
+      } else {
+        this._models.value = res.models.join("\n");
+        this._found.textContent = res.models.length
+          ? `${res.models.length} model${res.models.length === 1 ? "" : "s"} listed: keep the ` +
+            "ones you want."
+          : "It lists no model: type their names.";
+      }
+    } catch (err) {
+      this._found.textContent = `Could not list them: ${err.message}`;
+    } finally {
+      button.disabled = false;
+    }
+  }
+
+  _saveProvider() {
+    this._do(async () => {
+      const body = this._body();
+      const name = body.name;
+      await api.saveProvider(body);
+      this.ctx.toast(`${name}: saved, used from now on`, "good");
+      this._reset();
+      await this._test(name);
+    });
+  }
+
+  async _test(name) {
+    this._tests[name] = { running: true };
+    this.render();
+    try {
+      this._tests[name] = await api.testProvider(name);
+    } catch (err) {
+      this._tests[name] = { ok: false, error: err.message, model: "" };
+    }
+    this.render();
+  }
+
+  _edit(p) {
+    this._editing = p.name;
+    this._title.textContent = `Change ${p.name}`;
+    this._name.value = p.name;
+    this._name.readOnly = true;
+    this._kind.value = p.kind;
+    this._url.value = p.base_url;
+    this._auth.value = p.auth;
+    this._key.value = "";
+    this._key.placeholder = "(kept; paste a new one to change it)";
+    this._models.value = p.models.join("\n");
+    this._default.value = p.default_model || "";
+    this._save.textContent = "Save changes";
+    this._cancelEdit.hidden = false;
+    this._found.textContent = "";
+    this._authChanged();
+    this._name.scrollIntoView({ block: "center" });
+  }
+
+  _reset() {
+    this._editing = null;
+    this._form.reset();
+    this._title.textContent = "Add a provider";
+    this._name.readOnly = false;
+    this._key.placeholder = "sk-…";
+    this._save.textContent = "Add provider";
+    this._cancelEdit.hidden = true;
+    this._found.textContent = "";
+    this._kindChanged();
+  }
+
+  _remove(name) {
+    if (!window.confirm(`Remove ${name} and its stored key? Sessions on it will take the ` +
+      "server's default provider on their next turn.")) return;
+    this._do(async () => {
+      await api.removeProvider(name);
+      delete this._tests[name];
+      this.ctx.toast(`${name}: removed`, "good");
+    });
+  }
+}
+
+function kindName(kind) {
+  const found = KINDS.find(([v]) => v === kind);
+  return found ? found[1] : kind;
+}
+
+/** The last test's answer: the model's reply, or the provider's own words. */
+function testLine(test) {
+  if (test.running) return h("p", { class: "muted small" }, "Testing…");
+  if (test.ok) {
+    return h("p", { class: "good small", "data-testid": "provider-test-result" },
+      `✓ ${test.model} answered “${test.reply || "(nothing)"}” in ${test.seconds.toFixed(1)} s`);
+  }
+  return h("p", { class: "bad small", "data-testid": "provider-test-result" },
+    `✗ ${test.model ? `${test.model}: ` : ""}${test.error}`);
+}
