@@ -55,4 +55,7 @@ def unit(session: nox.Session) -> None:
 
 @nox.session
 def e2e(session: nox.Session) -> None:
-    session.run("pytest", "-q", "-p", "no:cacheprovider", "e2e", *session.posargs, external=True)
+    # two processes: each test builds its own stack (ports 0, its own homes) and most of its
+    # time is spent waiting on it and on Chromium; CI's 25 minutes are the bound
+    session.run("pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "e2e", *session.posargs,
+                external=True)
