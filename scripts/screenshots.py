@@ -350,6 +350,16 @@ class Shots:
         expect(page.get_by_test_id("login-banner")).to_be_visible()
         self.shoot(page, "login.png")
 
+        # Settings → Models: config.json's two, and one added here, tested
+        self.server.http.post("/api/providers", json={
+            "name": "local", "kind": "chat", "base_url": self.model.base_url, "auth": "none",
+            "models": ["gpt-scripted", "gpt-scripted-mini"]}).raise_for_status()
+        self.open(page, "#/settings")
+        local = page.locator("[data-testid=provider-card][data-provider=local]")
+        local.get_by_test_id("provider-test").click()
+        expect(local.get_by_test_id("provider-test-result")).to_contain_text("answered")
+        self.shoot(page, "models.png")
+
 
     def login_screen(self, page: Page) -> None:
         page.goto(f"{self.server.url}/")
