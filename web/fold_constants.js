@@ -67,6 +67,11 @@ const ACTION = {
   grep: fillGrep,
   glob: fillGlob,
   edit: fillEdit,
+  workspace_create: fillWorkspaceCreate,
+  workspace_diff: fillWorkspaceDiff,
+  workspace_remove: fillWorkspaceRemove,
+  workspace_merge: fillWorkspaceMerge,
+  workspace_push: fillWorkspacePush,
 };
 
 /**
@@ -505,6 +510,45 @@ export function fillGlob(v) {
 /** `Edit` (worker.py): its defaults filled in. */
 export function fillEdit(v) {
   if (v.replace_all === undefined) v.replace_all = false;
+  return v;
+}
+
+/** `WorkspaceCreate` (worker.py): its defaults filled in. */
+export function fillWorkspaceCreate(v) {
+  if (v.base === undefined) v.base = "";
+  if (v.setup === undefined) v.setup = true;
+  if (v.sandbox === undefined) v.sandbox = "workspace-write";
+  if (v.timeout_s === undefined) v.timeout_s = 900.0;
+  return v;
+}
+
+/** `WorkspaceDiff` (worker.py): its defaults filled in. */
+export function fillWorkspaceDiff(v) {
+  if (v.diff_cap === undefined) v.diff_cap = 524288;
+  return v;
+}
+
+/** `WorkspaceRemove` (worker.py): its defaults filled in. */
+export function fillWorkspaceRemove(v) {
+  if (v.base === undefined) v.base = "";
+  if (v.force === undefined) v.force = false;
+  if (v.delete_branch === undefined) v.delete_branch = false;
+  return v;
+}
+
+/** `WorkspaceMerge` (worker.py): its defaults filled in. */
+export function fillWorkspaceMerge(v) {
+  if (v.mode === undefined) v.mode = "rebase";
+  return v;
+}
+
+/** `WorkspacePush` (worker.py): its defaults filled in. */
+export function fillWorkspacePush(v) {
+  if (v.remote === undefined) v.remote = "origin";
+  if (v.open_pr === undefined) v.open_pr = false;
+  if (v.base === undefined) v.base = "";
+  if (v.title === undefined) v.title = "";
+  if (v.body === undefined) v.body = "";
   return v;
 }
 

@@ -433,6 +433,77 @@ class ViewImage(Action, kw_only=True):
 
 
 
+# git workspaces: a worktree per session, its whole change, and shipping it (issue 26). These
+# are the worker's own git operations on the user's say-so (never a model's command), so they
+# run outside the sandbox that keeps ``.git`` read-only for the model, confined to the roots.
+
+
+class WorkspaceCreate(Action, kw_only=True):
+    """Make a git worktree for a session: branch ``branch`` from ``base``, in the worker's
+    worktrees folder (``$CODEY_HOME/worktrees``, outside the repository, inside the allowed
+    roots' reach), then run the project's setup script there if it has one (``setup``); the
+    script's output comes as progress (``stdout``/``stderr``)."""
+
+    repo: str  # a folder inside the repository (the folder the user picked)
+    branch: str  # e.g. ``codey/fix-login-3f2a``
+    base: str = ""  # a branch, tag or commit; empty: the repository's current branch
+    setup: bool = True
+    #: the setup script runs in this sandbox (it is the project's code), with the network on
+    #: (installing dependencies is what setup scripts do)
+    sandbox: SandboxMode = "workspace-write"
+    timeout_s: float = 900.0
+
+
+class WorkspaceDiff(Action, kw_only=True):
+    """Everything the session's worktree changed against its base: committed and not, from
+    the merge base of HEAD and ``base``."""
+
+    workdir: str
+    base: str  # the branch (or commit) it started from
+    diff_cap: int = 512 * 1024  # characters of unified diff at most
+
+
+class WorkspaceRemove(Action, kw_only=True):
+    """Remove the worktree. Refused (``dirty``, ``unmerged``) unless ``force``, when it has
+    uncommitted changes or commits its base does not have; the branch stays unless
+    ``delete_branch`` (and then only when merged, or ``force``)."""
+
+    workdir: str
+    base: str = ""
+    force: bool = False
+    delete_branch: bool = False
+
+
+class WorkspaceCommit(Action, kw_only=True):
+    """Commit everything in the worktree (``git add -A``) with ``message``."""
+
+    workdir: str
+    message: str
+
+
+class WorkspaceMerge(Action, kw_only=True):
+    """Merge the worktree's branch into ``base`` in the main checkout: ``ff`` (fast-forward
+    only) or ``rebase`` (rebase the branch onto ``base``, then fast-forward). A conflict
+    leaves nothing half-done (the rebase is aborted) and names the files."""
+
+    workdir: str
+    base: str
+    mode: Literal["ff", "rebase"] = "rebase"
+
+
+class WorkspacePush(Action, kw_only=True):
+    """Push the branch to ``remote``; with ``open_pr``, open a pull request with ``gh`` (when
+    it is installed and logged in on this machine; otherwise ``gh_missing`` /
+    ``gh_not_logged_in`` say so)."""
+
+    workdir: str
+    remote: str = "origin"
+    open_pr: bool = False
+    base: str = ""
+    title: str = ""
+    body: str = ""
+
+
 ServerToWorker = (
     AuthChallenge
     | Welcome
@@ -464,12 +535,20 @@ ServerToWorker = (
     | Glob
     | Edit
     | ViewImage
+    | WorkspaceCreate
+    | WorkspaceDiff
+    | WorkspaceRemove
+    | WorkspaceCommit
+    | WorkspaceMerge
+    | WorkspacePush
 )
 
 ActionMessage = (
     AttachSession | DetachSession | LoadContext | RunCommand | ApplyPatch | ReadFile
     | WriteFile | ListDir | McpList | McpCall | Cancel | AcpPrompt | AcpPermission
     | ExecStart | ExecWrite | ExecKill | ExecList | Grep | Glob | Edit | ViewImage
+    | WorkspaceCreate | WorkspaceDiff | WorkspaceRemove | WorkspaceCommit | WorkspaceMerge
+    | WorkspacePush
 )
 
 
@@ -701,6 +780,72 @@ class AcpUpdate(msgspec.Struct, kw_only=True):
     reason: str = ""  # a permission's why (its raw input's ``reason``, or its content)
 
 
+class WorkspaceReady(ResultBase, kw_only=True):
+    """A session's worktree, made (``workspace_create``)."""
+
+    path: str  # the worktree: the session's workdir from now on
+    branch: str
+    base: str  # the base as resolved (a branch name, or the commit given)
+    base_commit: str  # the commit the branch started from
+    repo_root: str  # the main checkout
+    setup: str = ""  # the setup script that ran ("" when there was none)
+    setup_exit: int | None = None
+
+
+class ChangedFile(msgspec.Struct, kw_only=True):
+    path: str
+    status: Literal["added", "modified", "deleted", "renamed"] = "modified"
+    old_path: str | None = None  # for a rename
+    added: int = 0
+    deleted: int = 0
+    binary: bool = False
+    committed: bool = True  # False: only in the working tree (not committed yet)
+
+
+class CommitInfo(msgspec.Struct, kw_only=True):
+    sha: str
+    subject: str
+
+
+class WorkspaceChanges(ResultBase, kw_only=True):
+    """The worktree's whole change against its base (``workspace_diff``)."""
+
+    base: str
+    merge_base: str
+    files: list[ChangedFile] = msgspec.field(default_factory=list)
+    diff: str = ""  # unified, against the merge base, working tree included
+    truncated: bool = False
+    commits: list[CommitInfo] = msgspec.field(default_factory=list)
+    dirty: bool = False  # uncommitted changes
+    behind: int = 0  # commits of the base not in the branch
+
+
+class WorkspaceRemoved(ResultBase, kw_only=True):
+    path: str
+    branch_deleted: bool = False
+
+
+class WorkspaceCommitted(ResultBase, kw_only=True):
+    sha: str
+    files: int = 0
+
+
+class WorkspaceMerged(ResultBase, kw_only=True):
+    """``merged``: the base now has the branch; else ``conflicts`` names the files."""
+
+    merged: bool
+    sha: str = ""  # the base's new head
+    conflicts: list[str] = msgspec.field(default_factory=list)
+    message: str = ""
+
+
+class WorkspacePushed(ResultBase, kw_only=True):
+    remote: str
+    branch: str
+    pr_url: str = ""
+    message: str = ""
+
+
 ActionOutcome = (
     CommandResult
     | PatchResult
@@ -721,6 +866,12 @@ ActionOutcome = (
     | GlobResult
     | EditResult
     | ImageContent
+    | WorkspaceReady
+    | WorkspaceChanges
+    | WorkspaceRemoved
+    | WorkspaceCommitted
+    | WorkspaceMerged
+    | WorkspacePushed
 )
 
 
