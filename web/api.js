@@ -62,6 +62,12 @@ export const api = {
   deviceLogin: (provider) => request("POST", "/api/auth/device", { provider }),
   apiKey: (provider, api_key) => request("POST", "/api/auth/api-key", { provider, api_key }),
   logout: (provider) => request("POST", "/api/auth/logout", { provider }),
+  changes: (id) => request("GET", `/api/sessions/${encodeURIComponent(id)}/changes`),
+  /** A git operation on the session's worktree: commit, merge, resolve, push, remove. */
+  worktreeOp: (id, op, body) =>
+    request("POST", `/api/sessions/${encodeURIComponent(id)}/worktree/${op}`, body),
+  draftCommitMessage: (id) =>
+    request("POST", `/api/sessions/${encodeURIComponent(id)}/worktree/draft-message`),
   saveProvider: (body) => request("POST", "/api/providers", body),
   removeProvider: (name) => request("DELETE", `/api/providers/${encodeURIComponent(name)}`),
   testProvider: (name) => request("POST", `/api/providers/${encodeURIComponent(name)}/test`),

@@ -42,6 +42,7 @@ const ITEM_BASE = {
   error_item: fillErrorItem,
   plan_item: fillPlanItem,
   summary: fillSummary,
+  git_op: fillGitOp,
 };
 
 /**
@@ -91,6 +92,7 @@ const EVENT_BASE = {
   session_created: fillSessionCreated,
   session_status_changed: fillSessionStatusChanged,
   session_model_changed: fillSessionModelChanged,
+  worktree_updated: fillWorktreeUpdated,
   session_item_appended: fillSessionItemAppended,
   session_item_updated: fillSessionItemUpdated,
   plan_updated: fillPlanUpdated,
@@ -226,6 +228,28 @@ export function fillSessionCreated(v) {
   if (v.origin === undefined) v.origin = "";
   if (v.sandbox === undefined) v.sandbox = "workspace-write";
   if (v.network === undefined) v.network = false;
+  if (v.worktree === undefined) {
+    v.worktree = null;
+  } else if (v.worktree != null) {
+    fillWorktree(v.worktree);
+  }
+  return v;
+}
+
+/** `Worktree` (events.py): its defaults filled in. */
+export function fillWorktree(v) {
+  if (v.base === undefined) v.base = "";
+  if (v.setup === undefined) v.setup = true;
+  if (v.status === undefined) v.status = "creating";
+  if (v.path === undefined) v.path = "";
+  if (v.base_commit === undefined) v.base_commit = "";
+  if (v.repo_root === undefined) v.repo_root = "";
+  if (v.files === undefined) v.files = 0;
+  if (v.added === undefined) v.added = 0;
+  if (v.deleted === undefined) v.deleted = 0;
+  if (v.merged === undefined) v.merged = false;
+  if (v.pr_url === undefined) v.pr_url = "";
+  if (v.error === undefined) v.error = "";
   return v;
 }
 
@@ -239,6 +263,22 @@ export function fillSessionStatusChanged(v) {
 export function fillSessionModelChanged(v) {
   if (v.effort === undefined) v.effort = null;
   if (v.reason === undefined) v.reason = "";
+  return v;
+}
+
+/** `WorktreeUpdated` (events.py): its defaults filled in. */
+export function fillWorktreeUpdated(v) {
+  if (v.status === undefined) v.status = null;
+  if (v.path === undefined) v.path = null;
+  if (v.base === undefined) v.base = null;
+  if (v.base_commit === undefined) v.base_commit = null;
+  if (v.repo_root === undefined) v.repo_root = null;
+  if (v.files === undefined) v.files = null;
+  if (v.added === undefined) v.added = null;
+  if (v.deleted === undefined) v.deleted = null;
+  if (v.merged === undefined) v.merged = null;
+  if (v.pr_url === undefined) v.pr_url = null;
+  if (v.error === undefined) v.error = null;
   return v;
 }
 
@@ -338,6 +378,17 @@ export function fillSummary(v) {
   if (v.items_replaced === undefined) v.items_replaced = 0;
   if (v.tokens_before === undefined) v.tokens_before = 0;
   if (v.reason === undefined) v.reason = "threshold";
+  return v;
+}
+
+/** `GitOp` (events.py): its defaults filled in. */
+export function fillGitOp(v) {
+  if (v.status === undefined) v.status = "running";
+  if (v.output === undefined) v.output = "";
+  if (v.exit_code === undefined) v.exit_code = null;
+  if (v.result === undefined) v.result = null;
+  if (v.error === undefined) v.error = null;
+  if (v.action_id === undefined) v.action_id = null;
   return v;
 }
 
@@ -902,6 +953,11 @@ export function fillWorkerInfo(v) {
 /** `SessionInfo` (state.py): its defaults filled in. */
 export function fillSessionInfo(v) {
   if (v.effort === undefined) v.effort = null;
+  if (v.worktree === undefined) {
+    v.worktree = null;
+  } else if (v.worktree != null) {
+    fillWorktree(v.worktree);
+  }
   if (v.policy === undefined) v.policy = "suggest";
   if (v.status === undefined) v.status = "idle";
   if (v.status_reason === undefined) v.status_reason = "";

@@ -118,7 +118,22 @@ function sessionCreated(state, env, e) {
     updated_at: env.ts, plan_mode: e.plan_mode, parent_id: e.parent_id,
     parent_item: e.parent_item, role: e.role, read_only: e.read_only, turn_cap: e.turn_cap,
     agent: e.agent, sandbox: e.sandbox, network: e.network,
+    worktree: e.worktree ? structuredClone(e.worktree) : null,
   });
+}
+
+// the fields of `worktree_updated` (each replaces when it is not null)
+const WORKTREE_FIELDS = ["status", "path", "base", "base_commit", "repo_root", "files", "added",
+  "deleted", "merged", "pr_url", "error"];
+
+function worktreeUpdated(state, env, e) {
+  const s = env.session_id == null ? null : state.sessions[env.session_id];
+  if (!s || !s.worktree) return;
+  for (const name of WORKTREE_FIELDS) {
+    if (e[name] !== null && e[name] !== undefined) s.worktree[name] = e[name];
+  }
+  if (e.path) s.workdir = e.path; // the worktree is the session's workdir from now on
+  s.updated_at = env.ts;
 }
 
 const BUSY = new Set(BUSY_STATUSES);
@@ -566,6 +581,7 @@ const HANDLERS = {
   session_policy_changed: policyChanged,
   session_sandbox_changed: sandboxChanged,
   session_model_changed: modelChanged,
+  worktree_updated: worktreeUpdated,
   session_item_appended: itemAppended,
   session_item_updated: itemUpdated,
   plan_updated: planUpdated,

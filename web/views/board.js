@@ -109,7 +109,12 @@ export class BoardPage {
       h("span", { class: d.status === "done" ? "good" : "warn" }, d.title)])) : null,
     last ? h("p", { class: "small" }, h("a", { href: `#/session/${encodeURIComponent(
       last.session_id)}`, "data-testid": "task-session" }, "session"),
-    ` · ${SESSION_WORDS[last.status] || last.status}`) : null,
+    ` · ${SESSION_WORDS[last.status] || last.status}`,
+    last.worktree && last.worktree.status === "ready" ? h("span", { class: "diffstat",
+      "data-testid": "task-diffstat", title: `its worktree's change (${last.worktree.branch})` },
+    ` · ${last.worktree.files} file${last.worktree.files === 1 ? "" : "s"} `,
+    h("span", { class: "d-add" }, `+${last.worktree.added}`), " ",
+    h("span", { class: "d-del" }, `−${last.worktree.deleted}`)) : null) : null,
     h("div", { class: "row gap task-actions" },
       btn("◀", "task-left", "Move to the previous column",
         () => this._move(t.task_id, COLUMNS[at - 1][0], null), at === 0),
@@ -144,16 +149,20 @@ export class BoardPage {
       required: true, placeholder: "/home/you/project" });
     const policy = h("select", { class: "input", "data-testid": "run-policy" },
       ["suggest", "auto-edit", "full-auto"].map((p) => h("option", { value: p }, p)));
+    // each attempt in a worktree of its own, by default: attempts run side by side
+    const worktree = h("input", { type: "checkbox", checked: true, "data-testid": "run-worktree" });
     return h("form", { class: "run-form", "data-testid": "run-form", onsubmit: (ev) => {
       ev.preventDefault();
       this._do(async () => {
         await api.runTask(t.task_id, { worker_id: machine.value,
-          workdir: folder.value.trim(), policy: policy.value });
+          workdir: folder.value.trim(), policy: policy.value, worktree: worktree.checked });
         this._running = null;
         this.render();
       });
     } },
-    workers.length ? [machine, folder, policy, h("button", { class: "btn primary small",
+    workers.length ? [machine, folder, policy, h("label", { class: "check small",
+      title: "A git worktree of its own, on a new branch (without git: in the folder)" },
+    worktree, " worktree"), h("button", { class: "btn primary small",
       type: "submit", "data-testid": "run-start" }, "Start")]
       : h("p", { class: "muted small" }, "No machine is connected."));
   }
@@ -162,6 +171,7 @@ export class BoardPage {
     if (change.kind === "reset") return this.render();
     const type = change.env.event.type;
     if (type.startsWith("task_") || type === "session_status_changed" ||
+        type === "worktree_updated" ||
         type.startsWith("worker_")) {
       if (this._running && this.el.contains(document.activeElement) &&
           document.activeElement.closest("[data-testid=run-form]")) return; // typing

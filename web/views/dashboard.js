@@ -383,6 +383,13 @@ function cardFacts(s) {
       removed += f.removed || 0;
     }
   }
+  const w = s.worktree;
+  if (w && w.status !== "creating" && w.status !== "in_place" && w.status !== "failed") {
+    // a worktree's whole change against its base, as the worker last counted it (its own
+    // commits and what the model changed by commands too, not only its edits)
+    return { preview: preview.slice(0, 200), took, files: w.files, added: w.added,
+      removed: w.deleted };
+  }
   return { preview: preview.slice(0, 200), took, files: paths.size, added, removed };
 }
 

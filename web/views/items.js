@@ -498,6 +498,23 @@ function forkButton(item, ctx, session) {
     } }, svgIcon("fork"));
 }
 
+/** One of the worker's git operations on the session's worktree (made, committed, merged,
+ * pushed, removed): its title, how it went, and a setup script's output. */
+function gitOp(item) {
+  const running = item.status === "running";
+  return [
+    h("div", { class: "row gap" },
+      h("span", { class: "who" }, "⎇ ", item.title),
+      h("span", { class: `chip status-${item.status}`, "data-testid": "git-op-status" },
+        running ? "working…" : item.status === "done" ? "done" : "failed")),
+    item.output ? h("details", { class: "fold", open: running || item.exit_code > 0 },
+      h("summary", {}, `Setup output${item.exit_code != null ? ` (exit ${item.exit_code})` : ""}`),
+      h("pre", { class: "code", "data-testid": "git-op-output" }, item.output)) : null,
+    item.result ? h("p", { class: "small", "data-testid": "git-op-result" }, item.result) : null,
+    item.error ? h("p", { class: "bad small", role: "alert" }, item.error) : null,
+  ];
+}
+
 /** A fresh node for `item` of `session`. */
 export function renderItem(item, ctx, session) {
   let body;
@@ -541,6 +558,9 @@ export function renderItem(item, ctx, session) {
     case "notice":
       body = [h("div", { class: `notice notice-${item.code}`, role: "status",
         "data-testid": "notice", "data-code": item.code }, item.text)];
+      break;
+    case "git_op":
+      body = gitOp(item);
       break;
     case "summary":
       body = [h("details", { class: "fold summary-fold", "data-testid": "summary" },

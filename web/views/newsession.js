@@ -139,6 +139,15 @@ export class NewSessionDialog {
       hidden: true });
     this._planMode = h("input", { type: "checkbox", id: "ns-plan-mode",
       "data-testid": "ns-plan-mode" });
+    // a worktree of its own: sessions on one repository do not see each other's changes
+    this._worktree = h("input", { type: "checkbox", id: "ns-worktree",
+      "data-testid": "ns-worktree", onchange: () => {
+        this._baseField.hidden = !this._worktree.checked;
+      } });
+    this._base = h("input", { id: "ns-base", "data-testid": "ns-base", class: "input mono",
+      placeholder: "the current branch", autocomplete: "off" });
+    this._baseField = field("ns-base", "From (branch, tag or commit)", this._base);
+    this._baseField.hidden = true;
     this._prompt = h("textarea", { id: "ns-prompt", "data-testid": "ns-prompt", class: "input",
       rows: 4, placeholder: "What should Codey do?" });
     this._error = h("p", { class: "bad", "data-testid": "ns-error", role: "alert", hidden: true });
@@ -166,6 +175,10 @@ export class NewSessionDialog {
     this._sandboxNote,
     h("label", { for: "ns-plan-mode", class: "check" }, this._planMode,
       " Plan first: the agent proposes a plan and changes nothing until you approve it"),
+    h("label", { for: "ns-worktree", class: "check" }, this._worktree,
+      " In a new git worktree: a branch of its own (codey/…), the project's setup script " +
+      "run; without git it works in the folder"),
+    this._baseField,
     field("ns-prompt", "First prompt", this._prompt),
     this._error,
     h("div", { class: "row gap end" }, this._cancel, this._submit));
@@ -198,6 +211,8 @@ export class NewSessionDialog {
         policy: this._policy.value, plan_mode: this._planMode.checked,
         agent: this._agent.value || null, sandbox: this._sandbox.value,
         network: this._network.checked && this._sandbox.value !== "full-access",
+        worktree: this._worktree.checked && !this._agent.value
+          ? { base: this._base.value.trim(), setup: true } : null,
       });
       this.el.close();
       if (ack.session_id) this.ctx.navigate(`#/session/${ack.session_id}`);

@@ -6,6 +6,7 @@
 // * streamed command output is appended to the existing <pre> without re-rendering.
 
 import { api } from "../api.js";
+import { ChangesDialog } from "./changes.js";
 import { fmtBytes, h, replaceChildren } from "../dom.js";
 import { findItem, findProcess, updateFields } from "../store.js";
 import {
@@ -33,7 +34,7 @@ const EFFORTS = [["", "effort: default"], ["minimal", "effort: minimal"], ["low"
 // Events that change the header / side panel rather than one item.
 const HEADER_EVENTS = new Set([
   "session_status_changed", "session_title_changed", "session_policy_changed", "plan_updated",
-  "session_sandbox_changed", "session_model_changed",
+  "session_sandbox_changed", "session_model_changed", "worktree_updated",
   "session_workspace_changed", "token_usage_recorded", "worker_connected", "worker_disconnected",
   "worker_revoked", "worker_paired", "approval_requested", "approval_resolved",
   "session_context_updated", "memory_updated", "session_archived", "session_moved",
@@ -109,6 +110,10 @@ export class SessionView {
     this._terminal = h("button", { class: "btn subtle wide-only", type: "button", hidden: true,
       "data-testid": "open-terminal", title: "A shell on this machine, in this workdir",
       onclick: () => this._openTerminal() }, "Terminal");
+    // the session's whole change in its worktree: review it, ship it
+    this._changes = h("button", { class: "btn", type: "button", hidden: true,
+      "data-testid": "open-changes", title: "Everything this session changed against its base",
+      onclick: () => new ChangesDialog(this.ctx, this.sessionId).open() }, "Changes");
     this._title.addEventListener("click", () => this._startRename());
     this._title.title = "Click to rename";
     this._menu = h("details", { class: "menu", "data-testid": "session-menu" });
@@ -195,7 +200,7 @@ export class SessionView {
           h("div", { class: "s-title-row" }, this._title, this._badges), this._meta)),
       h("div", { class: "s-controls" },
         this._status, this._gone, this._settings, this._sandboxBadge, this._interrupt,
-        this._terminal, this._download, this._menu)),
+        this._changes, this._terminal, this._download, this._menu)),
     this._missing,
     h("div", { class: "s-body" }, h("div", { class: "s-main" }, this._scroller, this._jump,
       h("div", { class: "activity-row" }, this._activity, this._retry)), this._side),
@@ -428,6 +433,9 @@ export class SessionView {
       s.parent_id ? link(s.parent_id, "parent-link", "sub-agent of") : null,
       s.forked_from ? link(s.forked_from, "forked-from", "forked from") : null,
       h("span", {}, w ? w.hostname : s.worker_id), " · ",
+      s.worktree ? [h("span", { class: "chip mono", "data-testid": "worktree-branch",
+        title: worktreeWords(s.worktree) }, `⎇ ${s.worktree.branch}`,
+      s.worktree.files ? ` +${s.worktree.added} −${s.worktree.deleted}` : ""), " · "] : null,
       h("span", { class: "mono", title: s.workdir }, s.workdir), " · ",
       h("span", { "data-testid": "session-model" }, `${s.provider} / ${s.model}`,
         s.effort ? ` · ${s.effort}` : ""),
@@ -447,6 +455,7 @@ export class SessionView {
       class: "chip gone", "data-testid": "worker-gone" }, "machine offline"));
     this._terminal.hidden = !(w && w.capabilities && w.capabilities.terminal && !w.revoked);
     this._renderModel(s);
+    this._changes.hidden = !(s.worktree && s.worktree.status === "ready");
     if (this._policy.value !== s.policy) this._policy.value = s.policy;
     if (this._sandbox.value !== s.sandbox) this._sandbox.value = s.sandbox;
     this._network.checked = Boolean(s.network);
@@ -1086,6 +1095,15 @@ function tickRateLimits(root) {
 }
 
 /** A warning chip when the session's commands run bare, or cannot run at all. */
+/** A session's worktree, in words (the branch chip's title). */
+function worktreeWords(w) {
+  const status = { creating: "being made", ready: "ready", in_place: "not a git repository: " +
+    "working in the folder", failed: `could not be made: ${w.error}`, removed: "removed" };
+  return `Worktree ${status[w.status] || w.status}${w.path ? ` at ${w.path}` : ""}, from ` +
+    `${w.base || "the current branch"}${w.merged ? "; merged" : ""}` +
+    `${w.pr_url ? `; pull request ${w.pr_url}` : ""}`;
+}
+
 /** [value, label] of each model a session may switch to: `value` is JSON [provider, model]. */
 export function modelChoices(config, s) {
   const out = [];

@@ -24,6 +24,7 @@ from codey_protocol.events import (
     ProviderEntry,
     ReasoningEffort,
     TaskStatus,
+    WorktreeRequest,
 )
 from codey_protocol.state import State
 from codey_protocol.worker import SandboxMode
@@ -58,6 +59,8 @@ class CreateSession(ClientToServerMessage, kw_only=True):
     sandbox: SandboxMode = "workspace-write"
     #: whether its sandboxed commands may use the network
     network: bool = False
+    #: work in a git worktree of its own, on a new branch (None: in the folder as it is)
+    worktree: WorktreeRequest | None = None
 
 
 class SendPrompt(ClientToServerMessage, kw_only=True):
@@ -223,6 +226,10 @@ class RunTask(ClientToServerMessage, kw_only=True):
     worker_id: str
     workdir: str
     policy: ApprovalPolicy = "suggest"
+    #: in a git worktree of its own (the default: several attempts run side by side); a
+    #: folder that is no git repository is worked in as it is
+    worktree: bool = True
+    base: str = ""  # the worktree's base (empty: the repository's current branch)
 
 
 class SaveSchedule(ClientToServerMessage, kw_only=True):

@@ -154,6 +154,21 @@ class Notice(ItemBase, kw_only=True):
     text: str
 
 
+class GitOp(ItemBase, kw_only=True):
+    """One of the worker's own git operations on the session's worktree, done on the user's
+    word (never a model's command): its creation (with the setup script's ``output``), a
+    commit, a merge, a push, a removal. Not part of the model's conversation."""
+
+    op: Literal["create", "commit", "merge", "update", "push", "remove"]
+    title: str
+    status: ToolStatus = "running"
+    output: str = ""  # the setup script's output, as it ran
+    exit_code: int | None = None  # the setup script's
+    result: str | None = None  # what came of it, in words (a commit, a PR's URL, conflicts)
+    error: str | None = None
+    action_id: str | None = None
+
+
 class Summary(ItemBase, kw_only=True):
     """Compaction: ``text`` stands for every item up to and including ``replaces_until`` (an
     item id). The model's conversation starts with the newest summary, then the items after
@@ -168,7 +183,7 @@ class Summary(ItemBase, kw_only=True):
 
 Item = (
     UserMessage | AssistantMessage | Reasoning | ToolCall | ErrorItem | PlanItem | Notice
-    | Summary
+    | Summary | GitOp
 )
 
 
@@ -265,6 +280,55 @@ class ProviderRemoved(EventBase, kw_only=True):
 # sessions ---------------------------------------------------------------------------------
 
 
+class WorktreeRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Start a session in a git worktree of its own, on a new branch from ``base`` (empty:
+    the repository's current branch); ``setup``: run the project's setup script there."""
+
+    base: str = ""
+    setup: bool = True
+
+
+WorktreeStatus = Literal["creating", "ready", "in_place", "failed", "removed"]
+
+
+class Worktree(msgspec.Struct, kw_only=True):
+    """A session's git worktree. ``in_place``: the folder was no git repository, so the
+    session works in it as it is."""
+
+    repo: str  # the folder the user picked (in the repository)
+    branch: str
+    base: str = ""
+    setup: bool = True
+    status: WorktreeStatus = "creating"
+    path: str = ""  # the worktree (the session's workdir once ready)
+    base_commit: str = ""
+    repo_root: str = ""
+    #: its whole change against the base, as last counted (after each turn)
+    files: int = 0
+    added: int = 0
+    deleted: int = 0
+    merged: bool = False
+    pr_url: str = ""
+    error: str = ""
+
+
+class WorktreeUpdated(EventBase, kw_only=True):
+    """The session's worktree changed: each field that is not None replaces (``path``, once
+    ready, is the session's workdir too)."""
+
+    status: WorktreeStatus | None = None
+    path: str | None = None
+    base: str | None = None
+    base_commit: str | None = None
+    repo_root: str | None = None
+    files: int | None = None
+    added: int | None = None
+    deleted: int | None = None
+    merged: bool | None = None
+    pr_url: str | None = None
+    error: str | None = None
+
+
 class SessionCreated(EventBase, kw_only=True):
     title: str
     worker_id: str
@@ -294,6 +358,8 @@ class SessionCreated(EventBase, kw_only=True):
     sandbox: SandboxMode = "workspace-write"
     #: whether its sandboxed commands may use the network
     network: bool = False
+    #: a worktree of its own (``status: creating``): its first turn waits for it
+    worktree: Worktree | None = None
 
 
 class SessionStatusChanged(EventBase, kw_only=True):
@@ -758,6 +824,7 @@ Event = (
     | SessionPolicyChanged
     | SessionSandboxChanged
     | SessionModelChanged
+    | WorktreeUpdated
     | SessionItemAppended
     | SessionItemUpdated
     | PlanUpdated

@@ -23,6 +23,7 @@ from codey_protocol.events import (
     ScheduleSpec,
     SessionStatus,
     TaskStatus,
+    Worktree,
 )
 from codey_protocol.worker import (
     ActionMessage,
@@ -239,6 +240,8 @@ class SessionInfo(msgspec.Struct, kw_only=True):
     model: str
     #: the reasoning effort its calls ask for (None: the model's default)
     effort: ReasoningEffort | None = None
+    #: its git worktree, when it has one of its own
+    worktree: Worktree | None = None
     policy: ApprovalPolicy = "suggest"
     status: SessionStatus = "idle"
     status_reason: str = ""

@@ -484,11 +484,15 @@ class WorkspaceCommit(Action, kw_only=True):
 class WorkspaceMerge(Action, kw_only=True):
     """Merge the worktree's branch into ``base`` in the main checkout: ``ff`` (fast-forward
     only) or ``rebase`` (rebase the branch onto ``base``, then fast-forward). A conflict
-    leaves nothing half-done (the rebase is aborted) and names the files."""
+    leaves nothing half-done (the rebase is aborted) and names the files.
+
+    ``into_branch`` goes the other way, for the agent to resolve a conflict: ``base`` is merged
+    into the worktree's branch and a conflict is left in the files, with its markers (the merge
+    stays in progress; ``workspace_commit`` concludes it once the files are resolved)."""
 
     workdir: str
     base: str
-    mode: Literal["ff", "rebase"] = "rebase"
+    mode: Literal["ff", "rebase", "into_branch"] = "rebase"
 
 
 class WorkspacePush(Action, kw_only=True):

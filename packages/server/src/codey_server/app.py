@@ -38,12 +38,14 @@ from codey_server.terminals.routes import TerminalsController, terminal_socket
 from codey_server.workers.downloads import downloads_router
 from codey_server.workers.pairing_routes import PairingController
 from codey_server.workers.routes import WorkersController, worker_socket
+from codey_server.workspaces.routes import WorktreeController
 
 __all__ = ["create_app", "route_handlers"]
 
 #: the parts of :class:`Services` handlers may ask for, each under its own name
 PARTS = ("engine", "settings", "clients", "access", "auth", "blobs", "mcp", "mcp_tokens",
-         "metrics", "pairing", "agent", "keys", "workers", "actions", "telegram", "terminals")
+         "metrics", "pairing", "agent", "keys", "workers", "actions", "telegram", "terminals",
+         "workspaces")
 
 
 def route_handlers(settings: Settings) -> list[ControllerRouterHandler]:
@@ -52,7 +54,7 @@ def route_handlers(settings: Settings) -> list[ControllerRouterHandler]:
             WorkersController, AuthController, ProvidersController, TelegramController, logout,
             client_socket, worker_socket, TerminalsController, terminal_socket, BlobsController,
             qr_svg, downloads_router, McpTokensController, mcp_endpoint, metrics,
-            SchedulesController, TasksController, *web_routes(settings)]
+            SchedulesController, TasksController, WorktreeController, *web_routes(settings)]
 
 
 class _App(Litestar):

@@ -38,6 +38,7 @@ from codey_server.terminals.service import TerminalService
 from codey_server.workers import decide as workers_decide
 from codey_server.workers.pairing import KeyStore, Pairing
 from codey_server.workers.sockets import WorkerRegistry
+from codey_server.workspaces.service import Workspaces
 
 if TYPE_CHECKING:
     from codey_server.cluster.replicas import Cluster, ClusterRoutes, Janitor, Leases, SharedFiles
@@ -119,6 +120,8 @@ class Services:
         self.agent = AgentService(self.engine, self.actions, settings, self.auth.token_for,
                                   self.auth.refresh_rejected, self.blobs.get,
                                   leases=self.leases, store_blob=self.blobs.put)
+        # a session's git worktree: made before its first turn, shipped on the user's word
+        self.workspaces = Workspaces(self.engine, self.actions)
         self.retention = Retention(self.engine, settings.retention,
                                    gate=self._gate("retention"))
         self.terminals = TerminalService(self.engine, self.workers, self.presence)
@@ -186,6 +189,7 @@ class Services:
         await self.pairing.start(shared=self.cluster is not None)
         await self.auth.start()
         await self.agent.start()
+        await self.workspaces.start()
         self.retention.start()
         self.scheduler.start()  # its first tick runs what was missed while the server was down
         await self.telegram.start()
@@ -197,6 +201,7 @@ class Services:
         await self.telegram.stop()
         await self.retention.stop()
         await self.agent.stop()
+        await self.workspaces.stop()
         if self.janitor is not None:
             await self.janitor.stop()
         if self.leases is not None:

@@ -153,6 +153,19 @@ def _exercise(api: _Contract, server: ServerProcess, worker: WorkerProcess) -> N
     api.check("POST", model, 404, path={"session_id": "ses_none"}, json={"provider": "scripted"})
     api.check("POST", "/api/sessions/{session_id}/retry", 409, path={"session_id": sid})
     api.check("POST", "/api/sessions/{session_id}/retry", 404, path={"session_id": "ses_none"})
+    # a worktree's review and shipping (test_worktrees.py has them for real): this session
+    # has none
+    for method, template, body in [
+            ("GET", "/api/sessions/{session_id}/changes", None),
+            ("POST", "/api/sessions/{session_id}/worktree/commit", {"message": "m"}),
+            ("POST", "/api/sessions/{session_id}/worktree/merge", {"mode": "ff"}),
+            ("POST", "/api/sessions/{session_id}/worktree/resolve", None),
+            ("POST", "/api/sessions/{session_id}/worktree/push", {}),
+            ("POST", "/api/sessions/{session_id}/worktree/remove", {}),
+            ("POST", "/api/sessions/{session_id}/worktree/draft-message", None)]:
+        kwargs: dict[str, Any] = {"json": body} if body is not None else {}
+        api.check(method, template, 409, path={"session_id": sid}, **kwargs)
+        api.check(method, template, 404, path={"session_id": "ses_none"}, **kwargs)
     compact = "/api/sessions/{session_id}/compact"
     api.check("POST", compact, 200, path={"session_id": sid})
     api.check("POST", compact, 404, path={"session_id": "ses_none"})

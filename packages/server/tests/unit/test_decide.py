@@ -13,7 +13,7 @@ from codey_protocol import client as cl
 from codey_protocol import events as ev
 from codey_protocol import worker as wk
 from codey_protocol.state import State, WorkerInfo
-from codey_server.core.decide import TITLE_MAX, title_from_prompt
+from codey_server.core.decide import TITLE_MAX, branch_for, title_from_prompt
 from codey_server.core.rules import CommandRejected, Context
 from codey_server.errors import ServerError
 from codey_server.features import apply_all, decide
@@ -694,3 +694,33 @@ def test_removing_a_provider_only_one_of_settings() -> None:
         with pytest.raises(CommandRejected) as info:
             decide(state, cl.RemoveProvider(name=name), ctx)
         assert info.value.code == code
+
+
+# a session's worktree --------------------------------------------------------------------------
+
+def test_a_session_in_a_worktree_gets_a_branch_of_its_title_and_id() -> None:
+    events = decide(make_state(), cl.CreateSession(
+        worker_id=W, workdir=" /src/app ", prompt="Fix the login page!",
+        worktree=ev.WorktreeRequest(base=" main ")), context())
+    created = events[0][1]
+    assert isinstance(created, ev.SessionCreated)
+    assert created.worktree == ev.Worktree(repo="/src/app", branch="codey/fix-the-login-page-es_1",
+                                           base="main")
+    assert created.workdir == "/src/app"  # until the worktree is made
+
+
+@pytest.mark.parametrize(("title", "sid", "branch"), [
+    ("Fix the login page", "ses_0123456789abcdef", "codey/fix-the-login-page-cdef"),
+    ("  ", "ses_0123456789abcdef", "codey/session-cdef"),
+    ("Ünïcode & ✓ symbols", "ses_00000000000000aa", "codey/n-code-symbols-00aa"),
+    ("x" * 80, "ses_0000000000000001", "codey/" + "x" * 40 + "-0001"),
+])
+def test_branch_names_are_git_safe(title: str, sid: str, branch: str) -> None:
+    assert branch_for(title, sid) == branch
+
+
+def test_an_acp_agent_takes_no_worktree() -> None:
+    state = make_state()
+    state.workers[W].capabilities.acp_agents = ["codex"]
+    assert rejected(state, cl.CreateSession(worker_id=W, workdir="/src", agent="codex",
+                                            worktree=ev.WorktreeRequest())).code == "bad_request"

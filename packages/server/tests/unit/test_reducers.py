@@ -240,6 +240,21 @@ def test_providers_saved_changed_and_removed_with_their_login(log: Log) -> None:
     assert st_.providers == {}
 
 
+def test_a_worktree_made_becomes_the_sessions_workdir_and_counts_its_change(log: Log) -> None:
+    worktree = ev.Worktree(repo="/src/app", branch="codey/fix-1a2b", base="main")
+    st_ = apply(State(), log.env(ev.SessionCreated(
+        title="t", worker_id="w", workdir="/src/app", provider="p", model="m",
+        worktree=worktree)))
+    assert st_.sessions[S].worktree == worktree and st_.sessions[S].worktree is not worktree
+    apply(st_, log.env(ev.WorktreeUpdated(status="ready", path="/wt/app/fix", base_commit="c0")))
+    s = st_.sessions[S]
+    assert s.workdir == "/wt/app/fix" and s.worktree is not None
+    assert (s.worktree.status, s.worktree.base, s.worktree.base_commit) == ("ready", "main", "c0")
+    apply(st_, log.env(ev.WorktreeUpdated(files=2, added=5, deleted=1)))
+    assert (s.worktree.files, s.worktree.added, s.worktree.deleted, s.workdir) == (
+        2, 5, 1, "/wt/app/fix")
+
+
 def test_session_item_appended_keeps_order(state: State, log: Log) -> None:
     first = ev.UserMessage(id="itm_1", ts=3.0, text="hi")
     second = ev.AssistantMessage(id="itm_2", ts=4.0, streaming=True)
@@ -562,6 +577,7 @@ SESSION_EVENTS: list[ev.Event] = [
     ev.SessionPolicyChanged(policy="full-auto"),
     ev.SessionSandboxChanged(sandbox="read-only", network=True),
     ev.SessionModelChanged(provider="p", model="m", effort="low"),
+    ev.WorktreeUpdated(status="ready", path="/wt/x"),
     ev.SessionItemAppended(item=ev.UserMessage(id="i", ts=0.0, text="x")),
     ev.SessionItemUpdated(item_id="i", text_delta="x"),
     ev.PlanUpdated(steps=[ev.PlanStep(step="s")]),

@@ -19,7 +19,8 @@ from codey_server.agent.stream import Finished, RefusalDelta, TextDelta
 from codey_server.agent.wire import CallOptions
 from codey_server.agent.wire.errors import error_from_body
 
-__all__ = ["ANTHROPIC_VERSION", "CallResult", "list_models", "try_call"]
+__all__ = ["ANTHROPIC_VERSION", "CallResult", "draft_commit_message", "list_models",
+           "try_call"]
 
 #: the Messages API version Codey speaks (the ``anthropic-version`` header)
 ANTHROPIC_VERSION = "2023-06-01"
@@ -108,3 +109,34 @@ async def try_call(provider: ModelProvider, model: str) -> CallResult:
                           seconds=round(time.perf_counter() - started, 3))
     return CallResult(ok=True, model=model, reply="".join(said).strip()[:200],
                       seconds=round(time.perf_counter() - started, 3))
+
+
+#: characters of a change the model reads to draft its commit message
+DRAFT_DIFF_CAP = 24_000
+DRAFT_INSTRUCTIONS = (
+    "You write git commit messages. Given a change, answer with the message only: a subject "
+    "line of at most 72 characters in the imperative mood, a blank line, then a short body "
+    "saying what changed and why, wrapped at 72 characters. No code fences, no preamble.")
+
+
+async def draft_commit_message(provider: ModelProvider, model: str, title: str,
+                               diff: str) -> str:
+    """A commit message for ``diff`` (the session's whole change), written by the model.
+    Raises :class:`ModelError` with the provider's words."""
+    assembler = provider.wire.assembler()
+    cut = diff[:DRAFT_DIFF_CAP]
+    more = "\n[… the rest of the diff is cut]" if len(diff) > DRAFT_DIFF_CAP else ""
+    assembler.add(UserText(f"The session's task: {title}\n\nThe change:\n{cut}{more}"))
+    body = provider.wire.body(model=model, instructions=DRAFT_INSTRUCTIONS,
+                              messages=assembler.finish(), tools=b"[]", session_id=None,
+                              options=CallOptions())
+    said: list[str] = []
+    async for event in provider.stream(model=model, body=body):
+        if isinstance(event, TextDelta):
+            said.append(event.text)
+        elif isinstance(event, Finished):
+            break
+    message = "".join(said).strip().strip("`").strip()
+    if not message:
+        raise ModelError("the model wrote no message", code="empty_answer")
+    return message

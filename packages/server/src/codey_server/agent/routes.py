@@ -8,13 +8,15 @@ from typing import Annotated, Literal
 import msgspec
 from litestar import get, post
 from litestar.di import NamedDependency
-from litestar.exceptions import NotFoundException
+from litestar.exceptions import ClientException, NotFoundException
 from litestar.params import FromPath, JSONBody
 
+from codey_protocol import worker as wk
 from codey_protocol.events import ProviderAuth, ProviderKind
 from codey_server.agent.errors import ModelError
-from codey_server.agent.probe import CallResult, list_models, try_call
+from codey_server.agent.probe import CallResult, draft_commit_message, list_models, try_call
 from codey_server.agent.service import AgentService
+from codey_server.core.actions import ActionFailed
 from codey_server.core.decide import default_model, default_provider
 from codey_server.core.engine import Engine
 from codey_server.http.errors import errors
@@ -22,7 +24,7 @@ from codey_server.http.fields import pattern
 from codey_server.http.resource import Resource
 from codey_server.settings import Settings
 
-__all__ = ["ConfigController", "ModelList", "ProviderInfo", "ServerConfig"]
+__all__ = ["CommitMessage", "ConfigController", "ModelList", "ProviderInfo", "ServerConfig"]
 
 
 class ProviderInfo(msgspec.Struct, kw_only=True):
@@ -62,6 +64,10 @@ class ModelList(msgspec.Struct, kw_only=True):
     models: list[str]
     #: the provider's own words when it would not list them (``models`` is then empty)
     error: str | None = None
+
+
+class CommitMessage(msgspec.Struct, kw_only=True):
+    message: str
 
 
 class ConfigController(Resource):
@@ -108,3 +114,36 @@ class ConfigController(Resource):
         if not model:
             return CallResult(ok=False, model="", error="no model: list or type its models")
         return await try_call(provider, model)
+
+    @post("/sessions/{session_id:str}/worktree/draft-message", status_code=200,
+          responses=errors(404, 409, 502))
+    async def draft_message(self, session_id: FromPath[str], engine: NamedDependency[Engine],
+                            agent: NamedDependency[AgentService]) -> CommitMessage:
+        """A commit message for the session's whole change, drafted by its model (the user
+        edits it before committing)."""
+        s = engine.state.sessions.get(session_id)
+        if s is None:
+            raise NotFoundException(f"no session {session_id!r}")
+        w = s.worktree
+        if w is None or w.status != "ready":
+            raise ClientException("the session has no worktree ready", status_code=409)
+        provider = agent.providers.get(s.provider)
+        if provider is None:
+            raise ClientException(f"the provider {s.provider!r} is not configured",
+                                  status_code=409)
+        try:
+            changes = await agent.deps.actions.run(s.worker_id, wk.WorkspaceDiff(
+                action_id=engine.context.new_id("act"), session_id=session_id,
+                workdir=w.path, base=w.base_commit or w.base), timeout=120)
+        except (ActionFailed, TimeoutError) as err:
+            raise ClientException(f"the machine could not read the change: {err}",
+                                  status_code=409) from None
+        assert isinstance(changes, wk.WorkspaceChanges)
+        if not changes.files:
+            raise ClientException("nothing changed yet", status_code=409)
+        try:
+            message = await draft_commit_message(provider, s.model or provider.default_model,
+                                                 s.title, changes.diff)
+        except ModelError as err:
+            raise ClientException(err.message, status_code=502) from None
+        return CommitMessage(message=message)

@@ -243,6 +243,10 @@ class AgentService:
                    compact_only: bool = False) -> None:
         if self.stopping:
             return
+        waiting = self.engine.state.sessions.get(session_id)
+        if waiting is not None and waiting.worktree is not None and \
+                waiting.worktree.status in ("creating", "failed"):
+            return  # its turn begins once its worktree is there (worktree_updated)
         if self.running(session_id):
             if not compact_only:  # a running turn compacts before its next model call
                 self._rerun.add(session_id)
@@ -404,6 +408,10 @@ class AgentService:
             if driver is not None and any(p.rsplit("/", 1)[-1] in _CONTEXT_FILES
                                           for p in e.paths):
                 driver.tell(ContextChanged(now=env.ts))  # (a new turn loads it anyway)
+        elif isinstance(e, ev.WorktreeUpdated) and e.status in ("ready", "in_place"):
+            session = self.engine.state.sessions.get(sid)
+            if session is not None and needs_turn(session):
+                self.start_turn(sid)  # the prompt that waited for the worktree
         elif isinstance(e, ev.CompactionRequested):
             self.start_turn(sid, compact_only=True)
         elif isinstance(e, ev.TurnRequested):

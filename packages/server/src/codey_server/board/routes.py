@@ -4,6 +4,8 @@ commands as the browser's socket, through ``Engine.execute``; the rules in
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import msgspec
 from litestar import delete, get, post
 from litestar.di import NamedDependency
@@ -35,6 +37,9 @@ class TaskRun(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     worker_id: str
     workdir: NonBlank
     policy: ApprovalPolicy = "suggest"
+    #: in a git worktree of its own (default), from ``base`` (empty: the current branch)
+    worktree: bool = True
+    base: Annotated[str, msgspec.Meta(max_length=200)] = ""
 
 
 class TaskSaved(msgspec.Struct, kw_only=True):

@@ -98,8 +98,10 @@ def run(state: State, c: cl.RunTask, create: Callable[[cl.CreateSession], Decide
     if task.status == "done":
         raise CommandRejected("conflict", f"{task.title!r} is done")
     ready_to_start(state, task)
+    # each attempt in a worktree of its own by default, so attempts run side by side
+    worktree = ev.WorktreeRequest(base=c.base) if c.worktree else None
     started = create(cl.CreateSession(worker_id=c.worker_id, workdir=c.workdir,
-                                      policy=c.policy, title=task.title))
+                                      policy=c.policy, title=task.title, worktree=worktree))
     session_id = started[0][0]
     assert session_id is not None
     # the run's record before the prompt: the fold links the session before its turn starts

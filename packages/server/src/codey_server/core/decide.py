@@ -23,7 +23,8 @@ from codey_protocol.state import SessionInfo, State
 from codey_server.core.rules import CommandRejected, Context, Decided, Decider
 
 __all__ = ["ATTACHMENTS_MAX", "COMMANDS", "MEMORY_MAX", "TITLE_MAX", "CommandRejected",
-           "Context", "Decided", "clean_file_name", "create_session", "default_model",
+           "Context", "Decided", "branch_for", "clean_file_name", "create_session",
+           "default_model",
            "default_provider", "existing", "known_providers", "recovered_model",
            "title_from_prompt"]
 
@@ -104,6 +105,13 @@ def recovered_model(state: State, s: SessionInfo, ctx: Context) -> list[ev.Event
                f"using {provider!r}")]
 
 
+def branch_for(title: str, session_id: str) -> str:
+    """A session's worktree branch: ``codey/<the title's words>-<4 of its id>`` (the id's part
+    keeps two sessions of one title apart)."""
+    words = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")[:40].rstrip("-")
+    return f"codey/{words or 'session'}-{session_id[-4:]}"
+
+
 def create_session(state: State, c: cl.CreateSession, ctx: Context) -> Decided:
     worker = state.workers.get(c.worker_id)
     if worker is None:
@@ -123,11 +131,19 @@ def create_session(state: State, c: cl.CreateSession, ctx: Context) -> Decided:
                                                  "plans in its own way")
         provider, model = "acp", c.agent
     session_id = ctx.new_id("ses")
+    title = c.title or title_from_prompt(c.prompt)
+    worktree = None
+    if c.worktree is not None:
+        if c.agent is not None:
+            raise CommandRejected("bad_request", "an ACP agent works in the folder it is given; "
+                                                 "start it without a worktree")
+        worktree = ev.Worktree(repo=c.workdir.strip(), branch=branch_for(title, session_id),
+                               base=c.worktree.base.strip(), setup=c.worktree.setup)
     out: Decided = [(session_id, ev.SessionCreated(
-        title=c.title or title_from_prompt(c.prompt), worker_id=c.worker_id,
+        title=title, worker_id=c.worker_id,
         workdir=c.workdir.strip(), provider=provider, model=model, policy=c.policy,
         plan_mode=c.plan_mode, agent=c.agent, origin=ctx.origin, sandbox=c.sandbox,
-        network=c.network,
+        network=c.network, worktree=worktree,
     ))]
     attachments = _check_attachments(c.attachments, ctx)
     if c.prompt.strip() or attachments:

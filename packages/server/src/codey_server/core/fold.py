@@ -107,6 +107,7 @@ def _session_created(state: State, env: ev.Envelope) -> None:
         updated_at=env.ts, plan_mode=e.plan_mode, parent_id=e.parent_id,
         parent_item=e.parent_item, role=e.role, read_only=e.read_only, turn_cap=e.turn_cap,
         agent=e.agent, sandbox=e.sandbox, network=e.network,
+        worktree=msgspec.structs.replace(e.worktree) if e.worktree is not None else None,
     )
 
 

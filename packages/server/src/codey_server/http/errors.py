@@ -61,6 +61,16 @@ STATUS_OF_CODE: Mapping[str, int] = {
     "too_large": 413,
     "locked": 423,
     "too_many": 429,
+    # a git operation the worker would not do to a session's worktree (workspaces/): what
+    # the repository holds stands in the way
+    "dirty": 409,
+    "unmerged": 409,
+    "no_remote": 409,
+    "gh_missing": 409,
+    "gh_not_logged_in": 409,
+    "git_failed": 409,
+    "not_a_repository": 409,
+    "timeout": 409,
 }
 
 class ErrorBody(msgspec.Struct, kw_only=True, omit_defaults=True):

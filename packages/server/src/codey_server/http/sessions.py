@@ -27,6 +27,7 @@ from codey_protocol.events import (
     Envelope,
     ReasoningEffort,
     SessionStatus,
+    WorktreeRequest,
 )
 from codey_protocol.state import SessionInfo
 from codey_protocol.worker import SandboxMode
@@ -50,10 +51,13 @@ Attachments = Annotated[list[Attachment], msgspec.Meta(max_length=ATTACHMENTS_MA
 class NewSession(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """``POST /api/sessions``: a ``create_session`` command."""
 
-    #: plan mode is Codey's own: not with an ACP agent (``create_session`` refuses it too)
-    __schema_rules__: ClassVar[dict[str, Any]] = {"anyOf": [
-        {"properties": {"agent": {"type": "null"}}},
-        {"properties": {"plan_mode": {"const": False}}},
+    #: plan mode and worktrees are Codey's own: not with an ACP agent (``create_session``
+    #: refuses them too)
+    __schema_rules__: ClassVar[dict[str, Any]] = {"allOf": [
+        {"anyOf": [{"properties": {"agent": {"type": "null"}}},
+                   {"properties": {"plan_mode": {"const": False}}}]},
+        {"anyOf": [{"properties": {"agent": {"type": "null"}}},
+                   {"properties": {"worktree": {"type": "null"}}}]},
     ]}
 
     worker_id: str
@@ -70,6 +74,8 @@ class NewSession(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     #: the OS sandbox its commands run in; full-access: none (shown as a warning)
     sandbox: SandboxMode = "workspace-write"
     network: bool = False  # whether its sandboxed commands may use the network
+    #: in a git worktree of its own, on a new branch (None: in the folder as it is)
+    worktree: WorktreeRequest | None = None
 
 
 class Prompt(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

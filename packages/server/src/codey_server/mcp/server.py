@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import msgspec
 
 from codey_protocol import client as cl
+from codey_protocol import events as ev
 from codey_protocol.events import ApprovalPolicy
 from codey_server.core.engine import Engine
 from codey_server.core.rules import CommandRejected
@@ -241,9 +242,13 @@ class CodeyMcp:
                  "roots": w.roots} for w in engine.state.workers.values() if not w.revoked])
 
         async def start_session(worker_id: str, workdir: str, prompt: str,
-                                policy: str = "suggest") -> str:
+                                policy: str = "suggest", worktree: bool = False,
+                                base: str = "", setup: bool = True) -> str:
             """Start a session on a worker in a folder with a first prompt. policy: suggest
-            (asks before changes), auto-edit or full-auto — at most the token's own."""
+            (asks before changes), auto-edit or full-auto — at most the token's own.
+            worktree: in a git worktree of its own on a new branch from base (empty: the
+            current branch), running the project's setup script (setup) — to fan a task out
+            into attempts that do not see each other's changes."""
             token = caller("sessions")
             if policy not in POLICIES:
                 raise tool_error("policy must be suggest, auto-edit or full-auto")
@@ -251,8 +256,8 @@ class CodeyMcp:
                 raise tool_error(f"this token may start sessions up to {token.max_policy!r}, "
                                  f"not {policy!r}")
             envs = await execute(token, cl.CreateSession(
-                worker_id=worker_id, workdir=workdir, prompt=prompt,
-                policy=policy))
+                worker_id=worker_id, workdir=workdir, prompt=prompt, policy=policy,
+                worktree=ev.WorktreeRequest(base=base, setup=setup) if worktree else None))
             return json.dumps({"session_id": envs[0].session_id})
 
         async def send_prompt(session_id: str, text: str) -> str:

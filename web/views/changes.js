@@ -1,0 +1,267 @@
+// The Changes view of a session in a worktree: everything it changed against its base
+// (committed and not, per file with +/−, from GET /api/sessions/{id}/changes), comments on a
+// line or a file sent to the agent as one follow-up prompt, and shipping it: commit (a
+// message the model drafts, the user edits), merge into the base (fast-forward, or rebase
+// then fast-forward; a conflict can go to the agent), push and open a pull request, remove.
+//
+// Every operation is the worker's own git action, on the user's word; each shows in the
+// session as a `git_op` item, so the transcript says what was done.
+
+import { api } from "../api.js";
+import { h, replaceChildren } from "../dom.js";
+import { splitDiff, countChanges } from "../diff.js";
+
+/** The follow-up prompt of a review: each comment with where it is. */
+export function reviewPrompt(comments) {
+  const lines = comments.map((c) => c.line
+    ? `- ${c.path}, at \`${c.line.trim()}\`: ${c.text.trim()}`
+    : `- ${c.path}: ${c.text.trim()}`);
+  return `Review comments on your change:\n\n${lines.join("\n")}\n\nAddress each of them.`;
+}
+
+export class ChangesDialog {
+  constructor(ctx, sessionId) {
+    this.ctx = ctx;
+    this.sessionId = sessionId;
+    this.changes = null;
+    this.comments = []; // {path, line, text}
+    this.el = h("dialog", { class: "dialog wide", "data-testid": "changes-dialog",
+      "aria-labelledby": "changes-title" });
+    this.el.addEventListener("close", () => this.el.remove());
+    this._status = h("p", { class: "muted small", role: "status", "data-testid": "changes-status" });
+    this._body = h("div", { class: "changes-body" });
+  }
+
+  get session() {
+    return this.ctx.store.state.sessions[this.sessionId] || null;
+  }
+
+  async open() {
+    document.body.append(this.el);
+    const w = this.session && this.session.worktree;
+    replaceChildren(this.el, h("div", { class: "form" },
+      h("div", { class: "row gap" },
+        h("h2", { id: "changes-title" }, "Changes"),
+        w ? h("span", { class: "chip mono", "data-testid": "changes-branch" },
+          `${w.branch} ← ${w.base || "base"}`) : null,
+        h("span", { class: "grow" }),
+        h("button", { class: "btn", type: "button", onclick: () => this.el.close() }, "Close")),
+      this._status, this._body));
+    this.el.showModal();
+    await this.refresh();
+  }
+
+  async refresh() {
+    this._status.textContent = "Asking the machine…";
+    try {
+      this.changes = await api.changes(this.sessionId);
+      this._status.textContent = "";
+    } catch (err) {
+      this._status.textContent = `Could not read the changes: ${err.message}`;
+      return;
+    }
+    this._render();
+  }
+
+  _render() {
+    const c = this.changes;
+    const totals = c.files.reduce((t, f) => [t[0] + f.added, t[1] + f.deleted], [0, 0]);
+    const diffs = new Map(splitDiff(c.diff).map((f) => [f.path, f.lines]));
+    replaceChildren(this._body,
+      h("p", { "data-testid": "changes-totals" },
+        `${c.files.length} file${c.files.length === 1 ? "" : "s"} `,
+        h("span", { class: "d-count d-add" }, `+${totals[0]}`), " ",
+        h("span", { class: "d-count d-del" }, `−${totals[1]}`),
+        h("span", { class: "muted" }, ` against ${c.base} · ${c.commits.length} commit` +
+          `${c.commits.length === 1 ? "" : "s"}${c.dirty ? " · uncommitted changes" : ""}` +
+          `${c.behind ? ` · ${c.behind} behind ${c.base}` : ""}`)),
+      c.files.length ? null : h("p", { class: "muted" }, "Nothing changed yet."),
+      c.files.map((f) => this._file(f, diffs.get(f.path) || [])),
+      c.truncated ? h("p", { class: "warn small" }, "The diff was cut: it is too long to show " +
+        "whole.") : null,
+      this._review(), this._ship());
+  }
+
+  _file(f, lines) {
+    const { added, removed } = lines.length ? countChanges(lines)
+      : { added: f.added, removed: f.deleted };
+    const pre = h("pre", { class: "diff-body" });
+    for (const line of lines) {
+      const row = h("span", { class: `d-line ${lineKind(line)} commentable`,
+        title: "Click to comment on this line" }, `${line}\n`);
+      row.addEventListener("click", () => this._comment(f.path, line, row));
+      pre.append(row);
+    }
+    const note = h("button", { class: "btn small subtle", type: "button",
+      "data-testid": "comment-file", onclick: () => this._comment(f.path, "", note) },
+    "Comment on the file");
+    return h("details", { class: "diff-filebox", open: true, "data-testid": "changed-file",
+      "data-path": f.path },
+    h("summary", { class: "diff-file" },
+      h("span", { class: "diff-path" }, f.old_path ? `${f.old_path} → ${f.path}` : f.path),
+      h("span", { class: "chip" }, f.status), f.committed ? null
+        : h("span", { class: "chip", title: "Not committed yet" }, "uncommitted"),
+      h("span", { class: "d-count d-add" }, `+${f.binary ? "?" : added}`),
+      h("span", { class: "d-count d-del" }, `−${f.binary ? "?" : removed}`)),
+    f.binary ? h("p", { class: "muted small" }, "A binary file.") : pre, note);
+  }
+
+  /** A comment box under `anchor`, for a line (its text) or the file (""). */
+  _comment(path, line, anchor) {
+    const input = h("textarea", { class: "input", rows: 2, "data-testid": "comment-input",
+      placeholder: line ? "Comment on this line…" : "Comment on the file…" });
+    const box = h("div", { class: "comment-box" }, input,
+      h("div", { class: "row gap end" },
+        h("button", { class: "btn small", type: "button", onclick: () => box.remove() },
+          "Cancel"),
+        h("button", { class: "btn small primary", type: "button",
+          "data-testid": "comment-add", onclick: () => {
+            if (!input.value.trim()) return;
+            this.comments.push({ path, line, text: input.value });
+            box.replaceWith(h("div", { class: "comment", "data-testid": "comment" },
+              `💬 ${input.value}`));
+            this._renderReviewBar();
+          } }, "Add")));
+    anchor.after(box);
+    input.focus();
+  }
+
+  _review() {
+    this._reviewBar = h("div", { class: "row gap end" });
+    this._renderReviewBar();
+    return this._reviewBar;
+  }
+
+  _renderReviewBar() {
+    const n = this.comments.length;
+    replaceChildren(this._reviewBar, h("button", { class: "btn primary", type: "button",
+      "data-testid": "send-review", disabled: !n, onclick: () => this._sendReview() },
+    n ? `Send ${n} comment${n === 1 ? "" : "s"} to the agent` : "Send review"));
+  }
+
+  async _sendReview() {
+    try {
+      await this.ctx.socket.sendPrompt(this.sessionId, reviewPrompt(this.comments));
+      this.comments = [];
+      this.ctx.toast("Review sent to the agent", "good");
+      this.el.close();
+    } catch (err) {
+      this.ctx.toast(`Review not sent: ${err.message}`, "error");
+    }
+  }
+
+  _ship() {
+    const w = (this.session && this.session.worktree) || {};
+    this._message = h("textarea", { class: "input mono", rows: 3, "data-testid": "commit-message",
+      placeholder: "What this change does" });
+    this._mode = h("select", { class: "input compact", "data-testid": "merge-mode" },
+      h("option", { value: "rebase" }, "rebase, then fast-forward"),
+      h("option", { value: "ff" }, "fast-forward only"));
+    this._openPr = h("input", { type: "checkbox", "data-testid": "open-pr", checked: true });
+    this._shipOut = h("div", { class: "small", role: "status", "data-testid": "ship-result" });
+    const button = (testid, text, fn, cls = "btn") => h("button", { class: cls, type: "button",
+      "data-testid": testid, onclick: (ev) => this._run(ev.currentTarget, fn) }, text);
+    return h("section", { class: "ship card" },
+      h("h3", {}, "Ship it"),
+      h("div", { class: "field" }, h("label", {}, "Commit message"), this._message),
+      h("div", { class: "row gap wrap" },
+        button("draft-message", "Draft it with the model", () => this._draft()),
+        button("commit", "Commit", () => this._commit(), "btn primary"),
+        h("span", { class: "grow" }),
+        this._mode, button("merge", `Merge into ${w.base || "base"}`, () => this._merge())),
+      h("div", { class: "row gap wrap" },
+        h("label", { class: "check small" }, this._openPr, " open a pull request"),
+        button("push", "Push", () => this._push()),
+        h("span", { class: "grow" }),
+        button("remove-worktree", "Remove worktree", () => this._remove(), "btn danger")),
+      this._shipOut);
+  }
+
+  async _run(buttonEl, fn) {
+    buttonEl.disabled = true;
+    try {
+      await fn();
+    } catch (err) {
+      this._say(err.message, "bad");
+    } finally {
+      buttonEl.disabled = false;
+    }
+  }
+
+  _say(text, cls = "", ...extra) {
+    replaceChildren(this._shipOut, h("p", { class: cls }, text), ...extra);
+  }
+
+  async _draft() {
+    this._say("The model is writing a message…", "muted");
+    const { message } = await api.draftCommitMessage(this.sessionId);
+    this._message.value = message;
+    this._say("Drafted: edit it as you like, then Commit.", "muted");
+  }
+
+  async _commit() {
+    const message = this._message.value.trim();
+    if (!message) {
+      this._message.focus();
+      this._say("Write a message first (or let the model draft one).", "warn");
+      return;
+    }
+    const res = await api.worktreeOp(this.sessionId, "commit", { message });
+    this._say(`Committed ${res.sha.slice(0, 10)} (${res.files} files).`, "good");
+    await this.refresh();
+  }
+
+  async _merge() {
+    const res = await api.worktreeOp(this.sessionId, "merge", { mode: this._mode.value });
+    if (res.merged) {
+      this._say(res.message || `Merged (${res.sha.slice(0, 10)}).`, "good");
+      await this.refresh();
+      return;
+    }
+    const base = (this.session.worktree || {}).base || "the base";
+    this._say(res.conflicts.length ? `It conflicts with ${base} in: ${res.conflicts.join(", ")}`
+      : res.message, "bad",
+    res.conflicts.length ? h("button", { class: "btn", type: "button",
+      "data-testid": "resolve-with-agent", onclick: (ev) => this._run(ev.currentTarget,
+        () => this._resolve()) }, `Give the conflicts to the agent`) : null);
+  }
+
+  async _resolve() {
+    const res = await api.worktreeOp(this.sessionId, "resolve", undefined);
+    this._say(res.prompted ? "The agent resolves the conflicts; commit and merge once it is done."
+      : "No conflict left: merge again.", "good");
+    if (res.prompted) this.el.close();
+  }
+
+  async _push() {
+    const openPr = this._openPr.checked;
+    const s = this.session;
+    const res = await api.worktreeOp(this.sessionId, "push", {
+      open_pr: openPr, title: s ? s.title : "", body: this._message.value });
+    this._say(res.pr_url ? `Pull request: ${res.pr_url}` : res.message ||
+      `Pushed ${res.branch} to ${res.remote}.`, "good");
+  }
+
+  async _remove(force = false) {
+    if (!force && !window.confirm("Remove this session's worktree? Its branch stays.")) return;
+    try {
+      const res = await api.worktreeOp(this.sessionId, "remove", { force });
+      this._say(`Removed ${res.path}; its branch stays.`, "good");
+    } catch (err) {
+      if (!force && err.status === 409 && /uncommitted|not merged|unmerged|dirty/i.test(
+        err.message) && window.confirm(`${err.message}\n\nRemove it anyway? What is not ` +
+          "committed is lost.")) {
+        await this._remove(true);
+        return;
+      }
+      throw err;
+    }
+  }
+}
+
+function lineKind(line) {
+  if (line.startsWith("+") && !line.startsWith("+++")) return "d-add";
+  if (line.startsWith("-") && !line.startsWith("---")) return "d-del";
+  if (line.startsWith("@@")) return "d-hunk";
+  return "";
+}
