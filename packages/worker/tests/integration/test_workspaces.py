@@ -26,6 +26,7 @@ from codey_protocol.worker import (
     ActionMessage,
     ActionProgress,
     ActionResult,
+    RunCommand,
     WorkspaceChanges,
     WorkspaceCommit,
     WorkspaceCommitted,
@@ -255,6 +256,44 @@ def test_a_setup_script_the_worker_will_not_start_leaves_the_worktree_and_says_w
     assert isinstance(ready, WorkspaceReady) and Path(ready.path).is_dir()
     assert (ready.setup, ready.setup_exit) == (".codey/setup.sh", None)
     assert "was not run" in "".join(p.data for p in machine.progress if p.stream == "stderr")
+
+
+def test_three_creates_at_once_on_one_repository(machine: Machine) -> None:
+    frames: list[bytes] = []
+
+    async def send(frame: bytes) -> None:
+        frames.append(frame)
+
+    async def main() -> None:
+        policy = LocalPolicy(allowed_roots=[machine.src], worktrees_dir=machine.worktrees)
+        records = ActionRecords(machine.base / "records.sqlite3")
+        dispatcher = ActionDispatcher(send, records, policy, home=machine.codey,
+                                      sandbox=Sandbox(detect(), machine.codey))
+        for i in range(3):  # all running before any has answered
+            await dispatcher.handle(WorkspaceCreate(action_id=f"at-once-{i}", session_id=f"s{i}",
+                                                    repo=str(machine.repo), branch=f"codey/{i}"))
+        await dispatcher.wait_idle()
+        records.close()
+
+    asyncio.run(main())
+    results = [m.result for m in map(codec.decode_worker_to_server, frames)
+               if isinstance(m, ActionResult)]
+    assert sorted(r.branch for r in results) == ["codey/0", "codey/1", "codey/2"]
+    assert len(git(machine.repo, "worktree", "list").splitlines()) == 4
+
+
+@needs_bwrap
+def test_the_models_commands_in_a_worktree_read_git_but_cannot_write_it(
+        machine: Machine) -> None:
+    wt = machine.create("codey/model").path
+    (Path(wt) / "a.txt").write_text("edited by the model\n")
+    status = machine.act(RunCommand(action_id="st", session_id="s1", workdir=wt,
+                                    argv=["git", "status", "--porcelain"]))
+    assert (status.exit_code, status.stdout) == (0, " M a.txt\n")
+    add = machine.act(RunCommand(action_id="add", session_id="s1", workdir=wt,
+                                 argv=["git", "add", "a.txt"]))
+    assert add.exit_code != 0 and add.sandbox_denied  # the worker commits, on the user's say
+    assert git(Path(wt), "diff", "--cached", "--name-only") == ""
 
 
 # ---------------------------------------------------------------------------------------------
