@@ -669,10 +669,10 @@ class Workspaces:
         async with self._lock(wt):
             main = await self._main(wt)
             branch = await self._branch(wt.top)
-            base = action.base or await self._branch(main) or "HEAD"
-            base_commit = await self._commit_of(main, base)
-            ahead = await self._count(wt.top, f"{base_commit}..HEAD")
-            if not action.force:
+            ahead = 0
+            if not action.force:  # (forced, a base that is gone does not stand in the way)
+                base = action.base or await self._branch(main) or "HEAD"
+                ahead = await self._count(wt.top, f"{await self._commit_of(main, base)}..HEAD")
                 status = await self._status(wt.top)
                 if status:
                     raise ActionRefused("dirty", f"{wt.top} has {len(status)} uncommitted "
@@ -719,7 +719,8 @@ class Workspaces:
                 name, email = FALLBACK_IDENTITY
                 env = {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email,
                        "GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email}
-            await _git(wt.top, "commit", "--quiet", "--no-verify", "--cleanup=strip",
+            # whitespace only: "strip" would drop a line such as "#123 fixed" as a comment
+            await _git(wt.top, "commit", "--quiet", "--no-verify", "--cleanup=whitespace",
                        "--file=-", stdin=action.message.encode(), env=env)
             sha = await self._commit_of(wt.top, "HEAD")
         return WorkspaceCommitted(sha=sha, files=len(staged))

@@ -418,6 +418,7 @@ def test_remove_refuses_dirty_and_unmerged_unless_forced(machine: Machine) -> No
     assert forced == WorkspaceRemoved(path=dirty, branch_deleted=False)
     assert not Path(dirty).exists()
     assert git(machine.repo, "branch", "--list", "codey/dirty")  # the branch stays
+    git(machine.repo, "branch", "-m", "main", "trunk")  # forced, a base gone is no matter
     assert machine.remove(committed, force=True, delete_branch=True).branch_deleted
     assert not git(machine.repo, "branch", "--list", "codey/unmerged")
     assert not machine.worktrees.joinpath(Path(dirty).parent.name).exists()  # emptied
@@ -449,10 +450,11 @@ def test_commit_adds_everything_as_the_configured_author(machine: Machine) -> No
     wt = Path(machine.create("codey/commit").path)
     (wt / "a.txt").write_text("edited\n")
     (wt / "new.txt").write_text("new\n")
-    done = machine.commit(str(wt), "Edit a, add new\n\nWhy it was done.")
+    done = machine.commit(str(wt), "Edit a, add new\n\n#12 is fixed by it.\n")
     assert isinstance(done, WorkspaceCommitted) and done.files == 2
     assert done.sha == git(wt, "rev-parse", "HEAD")
-    assert git(wt, "log", "-1", "--format=%an <%ae>|%s") == "Dev <dev@example.com>|Edit a, add new"
+    assert git(wt, "log", "-1", "--format=%an <%ae>|%s|%b") == \
+        "Dev <dev@example.com>|Edit a, add new|#12 is fixed by it."
     assert git(wt, "status", "--porcelain") == ""
     nothing = machine.commit(str(wt), "again")
     assert code(nothing) == "git_failed" and "nothing to commit" in nothing.message
