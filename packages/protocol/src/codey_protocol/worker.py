@@ -440,9 +440,10 @@ class ViewImage(Action, kw_only=True):
 
 class WorkspaceCreate(Action, kw_only=True):
     """Make a git worktree for a session: branch ``branch`` from ``base``, in the worker's
-    worktrees folder (``$CODEY_HOME/worktrees``, outside the repository, inside the allowed
-    roots' reach), then run the project's setup script there if it has one (``setup``); the
-    script's output comes as progress (``stdout``/``stderr``)."""
+    worktrees folder (its ``worktrees_dir``, by default ``~/.codey-worktrees``: outside the
+    repository and outside ``$CODEY_HOME``, an allowed root of its own), then run the
+    project's setup script there if it has one (``setup``); the script's output comes as
+    progress (``stdout``/``stderr``)."""
 
     repo: str  # a folder inside the repository (the folder the user picked)
     branch: str  # e.g. ``codey/fix-login-3f2a``

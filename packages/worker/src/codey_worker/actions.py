@@ -4,7 +4,7 @@
 is fed decoded actions with :meth:`ActionDispatcher.handle`. For every action it sends::
 
     ActionAccepted{action_id}                         at once
-    ActionProgress{action_id, stream, data} ...       (run_command only) as output comes
+    ActionProgress{action_id, stream, data} ...       (run_command; a workspace_create's setup)
     ActionResult{action_id, result} | ActionErrored{action_id, code, message}
 
 Each action runs in its own task, so several run at once; ``handle`` returns as soon as the
@@ -79,6 +79,12 @@ from codey_protocol.worker import (
     ReadFile,
     RunCommand,
     ViewImage,
+    WorkspaceCommit,
+    WorkspaceCreate,
+    WorkspaceDiff,
+    WorkspaceMerge,
+    WorkspacePush,
+    WorkspaceRemove,
     WriteFile,
 )
 from codey_worker import fs
@@ -96,10 +102,11 @@ from codey_worker.watch import WorkspaceWatcher
 
 if TYPE_CHECKING:
     from codey_worker.processes import ProcessTable
+    from codey_worker.workspaces import Workspaces
 
 # The executors below load with their first action, not with the worker (an idle worker's
 # memory is mostly the code it imported): codey_worker.context, .edit, .images, .patch,
-# .processes and .search (test_lazy_imports.py holds them to it).
+# .processes, .search and .workspaces (test_lazy_imports.py holds them to it).
 
 __all__ = ["EXECUTORS", "ActionDispatcher", "Send"]
 
@@ -113,13 +120,15 @@ EXECUTORS = [
     "mcp_list", "mcp_call", "attach_session", "detach_session", "load_context", "cancel",
     "acp_prompt", "acp_permission", "edit", "view_image", "grep", "glob",
     "exec_start", "exec_write", "exec_kill", "exec_list",
+    "workspace_create", "workspace_diff", "workspace_remove", "workspace_commit",
+    "workspace_merge", "workspace_push",
 ]  # fmt: skip
 
 
 #: actions that change nothing: running one again is harmless, so their answers are kept in
 #: memory only (the last READ_RESULTS_KEPT of them, READ_RESULTS_BYTES in all at most), not in
 #: the record store
-_READ_ONLY = (ReadFile, ListDir, McpList, LoadContext, ViewImage, Grep, Glob)
+_READ_ONLY = (ReadFile, ListDir, McpList, LoadContext, ViewImage, Grep, Glob, WorkspaceDiff)
 #: not recorded on disk either, though they change something: they act on a process of
 #: this worker, and after a restart there is none (a re-sent one is answered process_gone,
 #: never carried out twice); a repeat within this process is answered from memory
@@ -182,6 +191,16 @@ class ActionDispatcher:
         self.home = home if home is not None else codey_home()
         self.sandbox = sandbox if sandbox is not None else Sandbox.detected(self.home)
         self._processes: ProcessTable | None = None
+        self._workspaces: Workspaces | None = None
+
+    @property
+    def workspaces(self) -> Workspaces:
+        """The sessions' git worktrees (workspace_create & co.), made with the first."""
+        if self._workspaces is None:
+            from codey_worker.workspaces import Workspaces
+
+            self._workspaces = Workspaces(self.policy, self.sandbox, self.registry)
+        return self._workspaces
 
     @property
     def processes(self) -> ProcessTable:
@@ -452,6 +471,18 @@ class ActionDispatcher:
                 return await self._acp_prompt(action)
             case AcpPermission():
                 return self._acp().answer(action)
+            case WorkspaceCreate():
+                return await self._workspace_create(action)
+            case WorkspaceDiff():
+                return await self.workspaces.diff(action)
+            case WorkspaceRemove():
+                return await self.workspaces.remove(action)
+            case WorkspaceCommit():
+                return await self.workspaces.commit(action)
+            case WorkspaceMerge():
+                return await self.workspaces.merge(action)
+            case WorkspacePush():
+                return await self.workspaces.push(action)
         raise ActionRefused("bad_request", f"this worker cannot run {type(action).__name__}")
 
     def _acp(self) -> AcpAgents:
@@ -469,6 +500,15 @@ class ActionDispatcher:
                 action_id=action_id, stream="acp", data=codec.encode(update).decode())))
 
         return await agents.prompt(action, workdir, emit)
+
+    async def _workspace_create(self, action: WorkspaceCreate) -> ActionOutcome:
+        action_id = action.action_id
+
+        async def emit(stream: Literal["stdout", "stderr"], data: str) -> None:
+            await self._emit(codec.encode(ActionProgress(action_id=action_id, stream=stream,
+                                                         data=data)))
+
+        return await self.workspaces.create(action, emit)
 
     def _check_workdir(self, workdir: str) -> Path:
         real = self.policy.check_workdir(workdir)

@@ -146,6 +146,8 @@ def _status(home: Path, server_flag: str | None, console: WorkerConsole) -> int:
         console.info(f"paired as {identity.worker_id}")
     console.info(f"server: {server or '(none)'}")
     console.info("allowed roots: " + ", ".join(str(r) for r in config.allowed_roots))
+    if config.policy.worktrees_dir is not None:
+        console.info(f"worktrees: {config.policy.worktrees_dir}")
     if config.policy.denied_commands:
         console.info("denied commands: " + ", ".join(config.policy.denied_commands))
     if config.policy.denied_mcp_tools:

@@ -4,8 +4,9 @@
   Ed25519 private key, credential). Written once pairing succeeds, deleted by ``unpair``.
 * ``worker-config.json`` — what the machine's owner allows: :class:`WorkerConfig`
   (``allowed_roots``, ``denied_commands``, ``denied_mcp_tools``, ``mcp_servers``,
-  ``acp_agents``, ``terminal``, ``sandbox``). Missing file → defaults (roots = the home
-  directory, nothing denied, no MCP servers, the sandbox's default hidden paths).
+  ``acp_agents``, ``terminal``, ``sandbox``, ``worktrees_dir``). Missing file → defaults
+  (roots = the home directory, nothing denied, no MCP servers, the sandbox's default hidden
+  paths, worktrees in ``~/.codey-worktrees``).
 * ``actions/`` — the exactly-once record store (:mod:`codey_worker.records`).
 
 Loading raises :class:`ConfigError` with a message that names the file and the bad field.
@@ -195,7 +196,7 @@ class WorkerConfig:
         if not isinstance(data, dict):
             raise ConfigError(f"{source}: expected a JSON object")
         known = {"allowed_roots", "denied_commands", "denied_mcp_tools", "mcp_servers",
-                 "terminal", "acp_agents", "sandbox"}
+                 "terminal", "acp_agents", "sandbox", "worktrees_dir"}
         unknown = sorted(set(data) - known)
         if unknown:
             raise ConfigError(f"{source}: unknown field(s) {', '.join(unknown)}; "
@@ -303,7 +304,14 @@ def load_config(home: Path) -> WorkerConfig:
     """``home/worker-config.json`` validated, or the defaults when the file does not exist."""
     path = home / CONFIG_FILE
     data = _read_json(path)
-    return WorkerConfig.from_dict({} if data is None else data, source=str(path))
+    config = WorkerConfig.from_dict({} if data is None else data, source=str(path))
+    worktrees = config.policy.worktrees_dir
+    if worktrees is not None and (os.path.realpath(worktrees) + "/").startswith(
+            os.path.realpath(home) + "/"):
+        # every action and the sandbox hide $CODEY_HOME: a worktree there could not be used
+        raise ConfigError(f"{path}: worktrees_dir {worktrees} is inside {home}, the "
+                          "worker's own folder, which no session may work in")
+    return config
 
 
 def _read_json(path: Path) -> Any:

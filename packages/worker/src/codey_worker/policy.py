@@ -4,17 +4,22 @@ Loaded from the worker's config dict::
 
     {"allowed_roots": ["~/src", "/srv/work"],     # default: [home directory]
      "denied_commands": ["rm", "sudo", "curl"],   # default: []
-     "denied_mcp_tools": ["git.git_push", "github.*", "delete_*"]}   # default: []
+     "denied_mcp_tools": ["git.git_push", "github.*", "delete_*"],   # default: []
+     "worktrees_dir": "~/.codey-worktrees"}      # the default
 
-``allowed_roots`` bounds every workdir; ``denied_commands`` are program names (basenames). A
-command is refused when its program is denied, when a wrapper (``env``, ``sudo``, ``xargs``,
-``timeout``, ...) is asked to run a denied program, or when a shell (``bash -c``/``sh -c``/...) is
-given a script in which *any word* is a denied name. The shell rule is deliberately crude:
-``bash -c 'echo rm'`` is refused when ``rm`` is denied. A policy that lets a shell script through
-because it could not parse it would be no policy. While any command is denied, an action's
-``env`` may not set names that make a shell or the dynamic loader run code of their own
-(``BASH_FUNC_*`` exported functions, ``LD_*``/``DYLD_*``, ``BASH_ENV``, ``ENV``, ``PS4``,
-``SHELLOPTS``, ``BASHOPTS``, ``PROMPT_COMMAND``): :meth:`LocalPolicy.check_env`.
+``allowed_roots`` bounds every workdir; ``worktrees_dir`` is where the worker makes the
+sessions' git worktrees (``workspace_create``), and counts as one more allowed root, so a
+session can work in its worktree whatever the roots say (it holds only worktrees of
+repositories inside the roots, made by the worker); ``denied_commands`` are program names
+(basenames). A command is refused when its program is denied, when a wrapper (``env``,
+``sudo``, ``xargs``, ``timeout``, ...) is asked to run a denied program, or when a shell
+(``bash -c``/``sh -c``/...) is given a script in which *any word* is a denied name. The shell
+rule is deliberately crude: ``bash -c 'echo rm'`` is refused when ``rm`` is denied. A policy
+that lets a shell script through because it could not parse it would be no policy. While any
+command is denied, an action's ``env`` may not set names that make a shell or the dynamic
+loader run code of their own (``BASH_FUNC_*`` exported functions, ``LD_*``/``DYLD_*``,
+``BASH_ENV``, ``ENV``, ``PS4``, ``SHELLOPTS``, ``BASHOPTS``, ``PROMPT_COMMAND``):
+:meth:`LocalPolicy.check_env`.
 
 ``denied_mcp_tools`` are shell-style patterns over ``server.tool`` (``git.git_push``,
 ``github.*``); a pattern without a dot names a tool on any server (``delete_*``). A denied
@@ -69,6 +74,12 @@ _CODE_ENV_NAMES = frozenset(
 )
 
 
+#: where the sessions' worktrees go unless ``worktrees_dir`` says otherwise: outside
+#: ``$CODEY_HOME`` (which every action and the sandbox hide: a worktree there would need a
+#: hole in each of those walls), and inside the default root, the home directory
+DEFAULT_WORKTREES_DIR = "~/.codey-worktrees"
+
+
 _PROC_ENVIRON = re.compile(r"/proc/[^\s]*environ")
 #: what splits a shell script's words (a path is what is left between them)
 _PATH_SPLIT = re.compile(r"[\s;&|()<>`'\"={}\\!,:]+")
@@ -104,18 +115,22 @@ class LocalPolicy:
     allowed_roots: list[Path]
     denied_commands: list[str] = field(default_factory=list)
     denied_mcp_tools: list[str] = field(default_factory=list)
+    #: the sessions' git worktrees (``workspaces.py``); an allowed root too. None: this
+    #: worker makes none (``workspace_create`` is refused)
+    worktrees_dir: Path | None = None
     #: the roots pinned once (real path and directory identity): a root repointed later —
     #: say by a command the server ran — cannot widen what is allowed, and no action pays
     #: for resolving the roots again
     pinned_roots: tuple[Root, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "pinned_roots", tuple(Root.pin(r) for r in self.allowed_roots))
+        roots = [*self.allowed_roots, *([self.worktrees_dir] if self.worktrees_dir else [])]
+        object.__setattr__(self, "pinned_roots", tuple(Root.pin(r) for r in roots))
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> LocalPolicy:
-        """Read ``allowed_roots`` (default: the home directory), ``denied_commands`` and
-        ``denied_mcp_tools``.
+        """Read ``allowed_roots`` (default: the home directory), ``denied_commands``,
+        ``denied_mcp_tools`` and ``worktrees_dir`` (default ``~/.codey-worktrees``).
 
         ``~`` in roots is expanded. Raises ``ValueError`` for a malformed config.
         """
@@ -132,9 +147,14 @@ class LocalPolicy:
                                                     for d in mcp_raw):
             raise ValueError("denied_mcp_tools must be a list of tool names or patterns "
                              "(server.tool, server.*, tool)")
+        worktrees_raw = config.get("worktrees_dir", DEFAULT_WORKTREES_DIR)
+        if not isinstance(worktrees_raw, str) or \
+                not os.path.isabs(os.path.expanduser(worktrees_raw)):
+            raise ValueError("worktrees_dir must be an absolute path (~ is allowed)")
         roots = [Path(os.path.expanduser(r)) for r in roots_raw]
         return cls(allowed_roots=roots, denied_commands=list(denied_raw),
-                   denied_mcp_tools=[d.strip() for d in mcp_raw])
+                   denied_mcp_tools=[d.strip() for d in mcp_raw],
+                   worktrees_dir=Path(os.path.expanduser(worktrees_raw)))
 
     def check_workdir(self, path: str | Path) -> Path:
         """Return the real path of ``path``; refuse (``outside_allowed_roots``) if not allowed."""
@@ -247,4 +267,4 @@ def _runs_script(args: list[str]) -> bool:
     return False
 
 
-__all__ = ["SHELLS", "WRAPPERS", "LocalPolicy"]
+__all__ = ["DEFAULT_WORKTREES_DIR", "SHELLS", "WRAPPERS", "LocalPolicy"]

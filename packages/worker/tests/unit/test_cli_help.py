@@ -57,6 +57,7 @@ def test_status_paired_then_unpair(home: Path, capsys: pytest.CaptureFixture[str
         "paired as wrk_9",
         "server: http://127.0.0.1:9",
         "allowed roots: /srv",
+        f"worktrees: {Path.home() / '.codey-worktrees'}",
         "mcp server time: t -x",
         f"sandbox: {detect().describe()}",
     ]

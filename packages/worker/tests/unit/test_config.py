@@ -63,6 +63,7 @@ def test_full_config_is_read(tmp_path: Path) -> None:
         ({"mcp_servers": {"t": {"command": "x", "args": "-v"}}}, "mcp_servers.t.args must be"),
         ({"mcp_servers": {"t": {"command": "x", "env": {"A": 1}}}}, "mcp_servers.t.env must be"),
         ({"mcp_servers": {"t": {"command": "x", "cwd": "/"}}}, "mcp_servers.t: unknown field"),
+        ({"worktrees_dir": "wt"}, "worktrees_dir must be an absolute path"),
     ],
 )
 def test_bad_config_names_the_file_and_the_field(
@@ -73,6 +74,16 @@ def test_bad_config_names_the_file_and_the_field(
         load_config(tmp_path)
     assert str(tmp_path / "worker-config.json") in str(info.value)
     assert expected in str(info.value)
+
+
+def test_worktrees_dir_is_read_and_may_not_lie_in_the_workers_own_folder(
+        tmp_path: Path) -> None:
+    write_config(tmp_path, {"worktrees_dir": str(tmp_path.parent / "wt")})
+    assert load_config(tmp_path).policy.worktrees_dir == tmp_path.parent / "wt"
+    # $CODEY_HOME is hidden from every action and every sandboxed command
+    write_config(tmp_path, {"worktrees_dir": str(tmp_path / "worktrees")})
+    with pytest.raises(ConfigError, match=r"inside .*the worker's own folder"):
+        load_config(tmp_path)
 
 
 def test_config_that_is_not_json_says_so(tmp_path: Path) -> None:

@@ -16,7 +16,8 @@ import sys
 
 LAZY = ("mcp", "watchfiles", "yaml", "pydantic", "cryptography", "rich", "difflib",
         "codey_worker.patch", "codey_worker.edit", "codey_worker.images",
-        "codey_worker.search", "codey_worker.processes", "codey_worker.context")
+        "codey_worker.search", "codey_worker.processes", "codey_worker.context",
+        "codey_worker.workspaces")
 
 
 def loaded_after(code: str) -> list[str]:
