@@ -176,7 +176,9 @@ class WorkerProcess(StopsOnExit):
         self.root.mkdir(parents=True, exist_ok=True)
         cfg_path = self.codey_home / "worker-config.json"
         if not cfg_path.exists():
-            cfg = {"allowed_roots": [str(self.root)], **(self.config or {})}
+            # worktrees in the test's home too, never the real ~/.codey-worktrees
+            cfg = {"allowed_roots": [str(self.root)],
+                   "worktrees_dir": str(self.home / "worktrees"), **(self.config or {})}
             cfg_path.write_text(json.dumps(cfg))
         self.starts += 1
         self.proc = ManagedProcess(f"{self.name}-{self.starts}", log_dir=self.home / "logs")

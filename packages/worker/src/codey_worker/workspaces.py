@@ -756,6 +756,11 @@ class Workspaces:
             base_commit = await self._commit_of(wt.top, f"refs/heads/{base}")
             up_to_date = await _git(wt.top, "merge-base", "--is-ancestor", base_commit,
                                     "HEAD", check=False)
+            if action.mode == "into_branch":
+                if up_to_date.code == 0:
+                    return WorkspaceMerged(merged=True, sha=await self._commit_of(
+                        wt.top, "HEAD"), message=f"{branch} already has {base}")
+                return await self._merge_into_branch(wt, base, base_commit, branch)
             if up_to_date.code != 0:
                 if action.mode == "ff":
                     behind = await self._count(wt.top, f"HEAD..{base_commit}")
@@ -771,6 +776,37 @@ class Workspaces:
             sha = await self._fast_forward(wt, base, base_commit, head)
         return WorkspaceMerged(merged=True, sha=sha,
                                message=f"{base} is now at {sha[:12]} ({branch})")
+
+    async def _merge_into_branch(self, wt: _Checkout, base: str, base_commit: str,
+                                 branch: str) -> WorkspaceMerged:
+        """Merge ``base`` into the worktree's branch for the agent to resolve: a clean merge
+        is committed; a conflicting one stays in progress, its markers in the files, until
+        ``workspace_commit`` concludes it (the model's sandbox keeps ``.git`` read-only, so
+        the worker does the git part and the agent only edits files)."""
+        status = await self._status(wt.top, untracked=False)
+        if status:
+            raise ActionRefused("dirty", f"{wt.top} has uncommitted changes "
+                                f"({_names(status)}); commit them before merging {base} in")
+        env: dict[str, str] = {}
+        if not await self._has_identity(wt.top):
+            name, email = FALLBACK_IDENTITY
+            env = {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email,
+                   "GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email}
+        done = await _git(wt.top, "merge", "--no-ff", "--no-verify", "-m",
+                          f"Merge {base} into {branch}", "--end-of-options", base_commit,
+                          check=False, env=env)
+        if done.code == 0:
+            sha = await self._commit_of(wt.top, "HEAD")
+            return WorkspaceMerged(merged=True, sha=sha, message=f"merged {base} into {branch}")
+        unmerged = await _git(wt.top, "diff", "--name-only", "--diff-filter=U", "-z",
+                              check=False)
+        conflicts = sorted(set(parse_name_only(unmerged.out)))
+        if not conflicts:
+            await _git(wt.top, "merge", "--abort", check=False)
+            raise ActionRefused("git_failed", f"git merge: {done.words()}")
+        return WorkspaceMerged(merged=False, conflicts=conflicts, message=(
+            f"merging {base} into {branch} left conflicts in {len(conflicts)} file(s), "
+            "marked in the files; resolve them, then commit"))
 
     async def _rebase(self, wt: _Checkout, onto: str) -> list[str] | None:
         """Rebase the worktree's branch onto ``onto``; the conflicting files (the rebase

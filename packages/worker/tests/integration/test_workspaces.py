@@ -537,6 +537,33 @@ def test_a_conflicting_rebase_names_the_files_and_leaves_nothing_half_done(
     assert "FIRST" in (machine.repo / "a.txt").read_text()
 
 
+def test_a_conflict_handed_to_the_agent_stays_in_the_files_until_a_commit_concludes_it(
+        machine: Machine) -> None:
+    first = machine.create("codey/first").path
+    second = machine.create("codey/second").path
+    commit_file(Path(first), "a.txt", "one\nFIRST\nthree\n")
+    commit_file(Path(second), "a.txt", "one\nSECOND\nthree\n")
+    assert machine.merge(first).merged
+
+    # main into the branch: the conflict is left for the agent, with its markers
+    left = machine.merge(second, mode="into_branch")
+    assert isinstance(left, WorkspaceMerged) and not left.merged
+    assert left.conflicts == ["a.txt"]
+    marked = (Path(second) / "a.txt").read_text()
+    assert "<<<<<<<" in marked and "FIRST" in marked and "SECOND" in marked
+    # the agent resolves the file (it edits files only); the worker's commit concludes it
+    (Path(second) / "a.txt").write_text("one\nFIRST and SECOND\nthree\n")
+    machine.commit(second, "Merge main, both lines kept")
+    gitdir = Path(git(Path(second), "rev-parse", "--absolute-git-dir"))
+    assert not (gitdir / "MERGE_HEAD").exists()
+    assert len(git(Path(second), "rev-list", "--parents", "-n1", "HEAD").split()) == 3
+    # now a fast-forward of main, and main has both
+    assert machine.merge(second, mode="ff").merged
+    assert (machine.repo / "a.txt").read_text() == "one\nFIRST and SECOND\nthree\n"
+    # a branch that already has main: nothing to merge
+    assert machine.merge(second, mode="into_branch").merged
+
+
 # ---------------------------------------------------------------------------------------------
 # workspace_push
 

@@ -70,6 +70,8 @@ STATUS_OF_CODE: Mapping[str, int] = {
     "gh_not_logged_in": 409,
     "git_failed": 409,
     "not_a_repository": 409,
+    "outside_allowed_roots": 409,
+    "gh_failed": 409,
     "timeout": 409,
 }
 

@@ -214,7 +214,10 @@ class Workspaces:
         except (ActionFailed, TimeoutError) as err:
             code, message = _words(err)
             await self._ended(OpEnded(session_id, item_id, ok=False, error=message))
-            raise WorkspaceError(code, message) from None
+            # the worker's "bad request" is about what the repository holds (a base that is
+            # no local branch, a detached HEAD), not about this request's shape
+            raise WorkspaceError("git_failed" if code == "bad_request" else code,
+                                 message) from None
         ok, words, update = _said(outcome, op)
         await self._ended(OpEnded(session_id, item_id, ok=ok, result=words,
                                   worktree=update or done))
