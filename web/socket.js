@@ -231,12 +231,18 @@ export class Socket {
 
   /** Start a session. `provider`/`model` null or omitted mean the server's defaults. */
   createSession({ worker_id, workdir, prompt = "", provider = null, model = null,
-    policy = "suggest", plan_mode = false, agent = null }) {
+    policy = "suggest", plan_mode = false, agent = null, sandbox = null, network = false,
+    worktree = null }) {
     const fields = { worker_id, workdir, prompt, policy };
     if (plan_mode) fields.plan_mode = true;
     if (agent) fields.agent = agent;
     if (provider) fields.provider = provider;
     if (model) fields.model = model;
+    // (the dialog's sandbox and network choices were dropped here before: every session
+    // from the dialog got the default sandbox, whatever it said)
+    if (sandbox) fields.sandbox = sandbox;
+    if (network) fields.network = true;
+    if (worktree) fields.worktree = worktree;
     return this.command("create_session", fields);
   }
 

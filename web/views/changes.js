@@ -52,10 +52,11 @@ export class ChangesDialog {
   }
 
   async refresh() {
+    this._status.hidden = false;
     this._status.textContent = "Asking the machine…";
     try {
       this.changes = await api.changes(this.sessionId);
-      this._status.textContent = "";
+      this._status.hidden = true;
     } catch (err) {
       this._status.textContent = `Could not read the changes: ${err.message}`;
       return;
@@ -92,9 +93,12 @@ export class ChangesDialog {
       row.addEventListener("click", () => this._comment(f.path, line, row));
       pre.append(row);
     }
+    const anchor = h("div", {}); // a comment on the file goes here, under its diff
     const note = h("button", { class: "btn small subtle", type: "button",
-      "data-testid": "comment-file", onclick: () => this._comment(f.path, "", note) },
-    "Comment on the file");
+      "data-testid": "comment-file", onclick: (ev) => {
+        ev.preventDefault(); // (in the summary: do not fold the file)
+        this._comment(f.path, "", anchor);
+      } }, "Comment on the file");
     return h("details", { class: "diff-filebox", open: true, "data-testid": "changed-file",
       "data-path": f.path },
     h("summary", { class: "diff-file" },
@@ -102,8 +106,8 @@ export class ChangesDialog {
       h("span", { class: "chip" }, f.status), f.committed ? null
         : h("span", { class: "chip", title: "Not committed yet" }, "uncommitted"),
       h("span", { class: "d-count d-add" }, `+${f.binary ? "?" : added}`),
-      h("span", { class: "d-count d-del" }, `−${f.binary ? "?" : removed}`)),
-    f.binary ? h("p", { class: "muted small" }, "A binary file.") : pre, note);
+      h("span", { class: "d-count d-del" }, `−${f.binary ? "?" : removed}`), note),
+    f.binary ? h("p", { class: "muted small" }, "A binary file.") : pre, anchor);
   }
 
   /** A comment box under `anchor`, for a line (its text) or the file (""). */

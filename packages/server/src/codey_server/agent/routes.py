@@ -134,7 +134,7 @@ class ConfigController(Resource):
         try:
             changes = await agent.deps.actions.run(s.worker_id, wk.WorkspaceDiff(
                 action_id=engine.context.new_id("act"), session_id=session_id,
-                workdir=w.path, base=w.base_commit or w.base), timeout=120)
+                workdir=w.path, base=w.base or w.base_commit), timeout=120)
         except (ActionFailed, TimeoutError) as err:
             raise ClientException(f"the machine could not read the change: {err}",
                                   status_code=409) from None

@@ -191,8 +191,10 @@ class Workspaces:
         s, w = self._ready(session_id)
         try:
             outcome = await self.actions.run(s.worker_id, wk.WorkspaceDiff(
+                # the base by name: the change is from its merge base with the branch as
+                # they stand (after the base is merged in, the base's own work is not shown)
                 action_id=self._new(), session_id=session_id, workdir=w.path,
-                base=w.base_commit or w.base), timeout=OP_TIMEOUT_S)
+                base=w.base or w.base_commit), timeout=OP_TIMEOUT_S)
         except (ActionFailed, TimeoutError) as err:
             raise WorkspaceError(*_words(err)) from None
         assert isinstance(outcome, wk.WorkspaceChanges)
