@@ -10,6 +10,7 @@ import threading
 import time
 from typing import Any
 
+import httpx
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
@@ -277,3 +278,17 @@ def test_non_ascii_poll_secret_and_code_get_4xx_not_500(server) -> None:  # type
     r = server.http.post(f"/api/pairing/requests/{ticket['request_id']}/approve",
                          json={"code": ticket["code"]})
     assert r.status_code == 200, r.text
+
+
+def test_local_tools_names_uv_by_its_absolute_path_to_a_logged_in_browser(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # an executable where no PATH of a new terminal would look: `uv run` says it through $UV
+    uv = tmp_path / "tools" / "bin" / "uv"
+    uv.parent.mkdir(parents=True)
+    uv.write_text("#!/bin/sh\n")
+    uv.chmod(0o755)
+    with ServerProcess(tmp_path / "server", env={"UV": str(uv)}) as server:
+        assert server.http.get("/api/pairing/local-tools").json() == {"uv": str(uv)}
+        # it names a path of the server's machine: not for a browser without a login
+        anonymous = httpx.get(f"{server.url}/api/pairing/local-tools",
+                              headers={"Origin": server.url})
+        assert anonymous.status_code == 401, anonymous.text
