@@ -1094,6 +1094,7 @@ export function fillScheduleInfo(v) {
     }
   }
   if (v.created_at === undefined) v.created_at = 0.0;
+  if (v.done === undefined) v.done = false;
   return v;
 }
 

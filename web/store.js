@@ -301,16 +301,26 @@ function terminalViewers(state, env, e) {
   t.updated_at = env.ts;
 }
 
+// a one-time schedule whose time was dealt with never fires again (the server's `plan`)
+function scheduleDone(info) {
+  return info.spec.at != null && info.last_due >= info.spec.at;
+}
+
 function scheduleSaved(state, env, e) {
-  const info = state.schedules[e.spec.schedule_id];
+  let info = state.schedules[e.spec.schedule_id];
   if (info) info.spec = e.spec;
-  else state.schedules[e.spec.schedule_id] = fillScheduleInfo({ spec: e.spec, created_at: env.ts });
+  else {
+    info = fillScheduleInfo({ spec: e.spec, created_at: env.ts });
+    state.schedules[e.spec.schedule_id] = info;
+  }
+  info.done = scheduleDone(info);
 }
 
 function scheduleFired(state, env, e) {
   const info = state.schedules[e.schedule_id];
   if (!info) return;
   info.last_due = Math.max(info.last_due, e.due_at);
+  info.done = scheduleDone(info);
   info.runs.push(fillScheduleRun({ due_at: e.due_at, fired_at: env.ts, outcome: e.outcome,
     session_id: e.session_id, error: e.error, skipped: e.skipped }));
   if (info.runs.length > SCHEDULE_RUNS_KEPT) {

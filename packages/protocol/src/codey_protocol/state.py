@@ -198,6 +198,9 @@ class ScheduleInfo(msgspec.Struct, kw_only=True):
     #: the latest runs, newest last (at most :data:`SCHEDULE_RUNS_KEPT`)
     runs: list[ScheduleRun] = msgspec.field(default_factory=list)
     created_at: float = 0.0
+    #: a one-time schedule whose ``at`` was dealt with (it ran, failed or was skipped): it
+    #: never fires again unless saved with a later ``at``
+    done: bool = False
 
 
 class TerminalInfo(msgspec.Struct, kw_only=True):
