@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from codey_server.schedules.rules import parse_at
 from codey_testkit.scenarios import idle, provider_config, session
 from codey_testkit.stack import ServerProcess, WorkerProcess
 from codey_testkit.waiting import wait_until
@@ -86,8 +87,6 @@ def test_every_minute_exactly_once_across_kill9_restarts(tmp_path: Path, model: 
 
 def test_at_takes_iso_8601_or_unix_seconds_and_refuses_anything_else_in_words(
         seeded_server: Any) -> None:
-    from codey_server.schedules.rules import parse_at  # noqa: PLC0415 (the test's oracle)
-
     server = seeded_server({})
     base = {"name": "once", "worker_id": "wrk_test", "workdir": "/tmp/w", "prompt": "p"}
 
