@@ -67,7 +67,13 @@ function paired(state, env, e) {
   state.workers[e.worker_id] = fillWorkerInfo({
     worker_id: e.worker_id, hostname: e.hostname, os: e.os, python_version: e.python_version,
     worker_version: e.worker_version, roots: [...e.roots], paired_at: env.ts,
+    fingerprint: e.fingerprint,
   });
+}
+
+function renamed(state, env, e) {
+  const w = state.workers[e.worker_id];
+  if (w) w.name = e.name;
 }
 
 function revoked(state, env, e) {
@@ -567,6 +573,7 @@ const HANDLERS = {
   worker_pair_resolved: pairResolved,
   worker_paired: paired,
   worker_revoked: revoked,
+  worker_renamed: renamed,
   worker_connected: connected,
   worker_disconnected: disconnected,
   session_created: sessionCreated,

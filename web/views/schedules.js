@@ -5,6 +5,7 @@
 
 import { api } from "../api.js";
 import { h, replaceChildren, showingErrors } from "../dom.js";
+import { lastFolder, lastMachine, machineLabel, machineName, rememberMachine } from "./common.js";
 
 const OUTCOME = { started: "ran", failed: "failed", skipped: "skipped" };
 
@@ -59,9 +60,12 @@ export class SchedulesPage {
     h("option", { value: "once" }, "Once, at a date and time"));
     this._tz = h("input", { class: "input", "data-testid": "sch-tz",
       value: Intl.DateTimeFormat().resolvedOptions().timeZone || "UTC" });
-    this._worker = h("select", { class: "input", "data-testid": "sch-worker", required: true });
     this._workdir = h("input", { class: "input mono", "data-testid": "sch-workdir",
-      required: true, placeholder: "/home/you/project" });
+      required: true, placeholder: "/home/you/project",
+      oninput: () => { this._workdir.dataset.touched = "1"; } });
+    // the folder last used on the machine picked, until the user types one
+    this._worker = h("select", { class: "input", "data-testid": "sch-worker", required: true,
+      onchange: () => this._fillFolder() });
     this._prompt = h("textarea", { class: "input", rows: 2, "data-testid": "sch-prompt",
       required: true, placeholder: "Run the test suite and tell me what broke" });
     this._policy = h("select", { class: "input", "data-testid": "sch-policy" },
@@ -82,6 +86,11 @@ export class SchedulesPage {
       "data-testid": "sch-save" }, "Add schedule")));
     this._showKind();
     return form;
+  }
+
+  _fillFolder() {
+    const w = this.ctx.store.state.workers[this._worker.value];
+    if (w && !this._workdir.dataset.touched) this._workdir.value = lastFolder(w);
   }
 
   /** Cron or a date and time: only the chosen one is shown, and required. */
@@ -105,6 +114,7 @@ export class SchedulesPage {
         timezone: this._tz.value.trim() || "UTC", worker_id: this._worker.value,
         workdir: this._workdir.value.trim(), prompt: this._prompt.value,
         policy: this._policy.value });
+      rememberMachine(this._worker.value, this._workdir.value.trim());
       this._name.value = "";
       this._prompt.value = "";
     });
@@ -112,14 +122,17 @@ export class SchedulesPage {
 
   render() {
     const state = this.ctx.store.state;
-    const workers = Object.values(state.workers).filter((w) => !w.revoked);
-    const sig = JSON.stringify(workers.map((w) => w.worker_id));
+    const workers = Object.values(state.workers).filter((w) => !w.revoked)
+      .sort((a, b) => machineName(a).localeCompare(machineName(b)));
+    const labels = workers.map((w) => [w.worker_id, machineLabel(state, w)]);
+    const sig = JSON.stringify(labels);
     if (this._worker.dataset.sig !== sig) {
-      const keep = this._worker.value;
+      const keep = this._worker.value || lastMachine(workers);
       this._worker.dataset.sig = sig;
-      replaceChildren(this._worker, ...workers.map((w) => h("option",
-        { value: w.worker_id }, w.hostname)));
-      if (keep) this._worker.value = keep;
+      replaceChildren(this._worker, ...labels.map(([id, label]) => h("option",
+        { value: id }, label)));
+      if (keep && labels.some(([id]) => id === keep)) this._worker.value = keep;
+      this._fillFolder();
     }
     const list = Object.values(state.schedules || {})
       .sort((a, b) => a.created_at - b.created_at);
@@ -149,7 +162,7 @@ export class SchedulesPage {
       h("h3", { class: "card-title" }, s.name),
       h("span", { class: `chip ${phase === "active" ? "connected" : ""}`,
         "data-testid": "sch-state" }, phase)),
-    h("p", {}, when, ` (${s.timezone}) on ${w ? w.hostname : s.worker_id}, in `,
+    h("p", {}, when, ` (${s.timezone}) on ${w ? machineLabel(state, w) : s.worker_id}, in `,
       h("span", { class: "mono" }, s.workdir)),
     h("p", { class: "muted" }, `“${s.prompt}”`),
     runs.length ? h("ul", { class: "mini-list", "data-testid": "sch-runs" }, runs.map((r) =>

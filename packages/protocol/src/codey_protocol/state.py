@@ -67,6 +67,10 @@ class WorkerInfo(msgspec.Struct, kw_only=True):
     capabilities: Capabilities = msgspec.field(default_factory=Capabilities)
     #: the replica holding its socket (several servers on PostgreSQL), else ""
     replica: str = ""
+    #: the name the user gave it ("": none, its hostname is shown)
+    name: str = ""
+    #: its key's short hash (``SHA256:xxxx-xxxx-xxxx``; "" when paired before it was kept)
+    fingerprint: str = ""
 
 
 class PairRequestInfo(msgspec.Struct, kw_only=True):
