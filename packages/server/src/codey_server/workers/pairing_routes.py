@@ -8,9 +8,6 @@ answered by :mod:`codey_server.http.errors` (``wrong_code`` 403, ``not_found`` 4
 
 from __future__ import annotations
 
-import os
-import shutil
-from pathlib import Path
 from typing import Annotated, Any
 
 import msgspec
@@ -23,6 +20,7 @@ from codey_server.http.access import UNPAIRED_WORKER
 from codey_server.http.errors import errors
 from codey_server.http.fields import NOT_BLANK, pattern
 from codey_server.http.resource import Resource
+from codey_server.workers.downloads import find_uv
 from codey_server.workers.pairing import (
     MAX_NAME_CHARS,
     MAX_ROOT_CHARS,
@@ -33,7 +31,7 @@ from codey_server.workers.pairing import (
 )
 
 __all__ = ["PAIR_REQUEST_MAX_BYTES", "Approved", "Denied", "LocalTools", "PairApproval",
-           "PairRequestBody", "PairingController", "find_uv"]
+           "PairRequestBody", "PairingController"]
 
 #: a pair request is unauthenticated: refuse a body beyond what its largest allowed fields
 #: (32 roots of 4096 characters, see pairing.py) need, before reading it
@@ -81,17 +79,6 @@ class LocalTools(msgspec.Struct, kw_only=True):
     #: ``~/.local/bin``, which a new terminal often lacks on its PATH, so a bare ``uvx`` there
     #: is "command not found"; the absolute path works in any terminal of this machine.
     uv: str | None
-
-
-def find_uv() -> str | None:
-    """uv's absolute path on this machine: the one that runs us (``uv run`` sets ``$UV``),
-    the one on our PATH, or the one ``./scripts/serve`` installs; None when there is none."""
-    candidates = [os.environ.get("UV"), shutil.which("uv"),
-                  str(Path.home() / ".local" / "bin" / "uv")]
-    for path in candidates:
-        if path and os.path.isfile(path) and os.access(path, os.X_OK):
-            return str(Path(path).absolute())
-    return None
 
 
 class PairingController(Resource):
