@@ -39,8 +39,8 @@ Cron = Annotated[str, msgspec.Meta(
 
 IsoTime = Annotated[str, msgspec.Meta(
     pattern=pattern(ISO_TIME, "`at` is neither unix seconds nor an ISO 8601 date and time "
-                              "(e.g. 2030-06-01T09:00, 2030-06-01T09:00:00Z or "
-                              "2030-06-01T09:00+02:00)"),
+                              "that exists (1900 to 9899, e.g. 2030-06-01T09:00, "
+                              "2030-06-01T09:00:00Z or 2030-06-01T09:00+02:00)"),
     description="An ISO 8601 date and time, e.g. `2030-06-01T09:00:00Z` or "
                 "`2030-06-01T09:00+02:00`; without an offset, a wall-clock time in the "
                 "schedule's `timezone` (not the server's).")]
@@ -55,7 +55,15 @@ class ScheduleBody(ScheduleFields, kw_only=True, forbid_unknown_fields=True):
     __schema_rules__: ClassVar[dict[str, Any]] = {"oneOf": [
         {"properties": {"cron": {"type": "string"}, "at": {"type": "null"}},
          "required": ["cron"]},
-        {"properties": {"at": {"type": ["number", "string"]}, "cron": {"type": "null"}},
+        # (the pattern and words of `at` as text are here: Litestar drops the constraints of
+        # a type inside a union)
+        {"properties": {"at": {"oneOf": [
+            {"type": "number", "description": "Unix seconds."},
+            {"type": "string", "pattern": ISO_TIME,
+             "description": "An ISO 8601 date and time, e.g. `2030-06-01T09:00:00Z` or "
+                            "`2030-06-01T09:00+02:00`; without an offset, a wall-clock time "
+                            "in the schedule's `timezone` (not the server's)."}]},
+            "cron": {"type": "null"}},
          "required": ["at"]},
     ]}
 
