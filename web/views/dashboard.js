@@ -268,7 +268,7 @@ export class Dashboard {
     const newest = [...sessions].sort((a, b) => b.created_at - a.created_at);
     const more = newest.length - WORKER_SESSIONS;
     return h("div", { class: "worker-sessions" },
-      h("ul", { class: "mini-list", "aria-label": `Sessions on ${w.hostname}`,
+      h("ul", { class: "mini-list", "aria-label": `Sessions on ${machineName(w)}`,
         "data-testid": "worker-sessions" },
       newest.slice(0, WORKER_SESSIONS).map((s) => h("li", { "data-session-id": s.session_id },
         h("a", { href: `#/session/${encodeURIComponent(s.session_id)}` }, s.title || "Untitled"),
@@ -318,7 +318,7 @@ export class Dashboard {
       "data-testid": "worker-revoke" }, "Revoke");
     first.addEventListener("click", () => {
       const confirm = h("button", { class: "btn danger", type: "button",
-        "data-testid": "worker-revoke-confirm" }, `Confirm revoke ${w.hostname}`);
+        "data-testid": "worker-revoke-confirm" }, `Confirm revoke ${machineLabel(this.ctx.store.state, w)}`);
       const cancel = h("button", { class: "btn", type: "button" }, "Cancel");
       cancel.addEventListener("click", () => {
         box.replaceChildren(first);
@@ -328,9 +328,9 @@ export class Dashboard {
         confirm.disabled = true;
         try {
           await api.revokeWorker(w.worker_id);
-          this.ctx.toast(`Revoked ${w.hostname}`, "warn");
+          this.ctx.toast(`Revoked ${machineName(w)}`, "warn");
         } catch (err) {
-          this.ctx.toast(`Could not revoke ${w.hostname}: ${err.message}`, "error");
+          this.ctx.toast(`Could not revoke ${machineName(w)}: ${err.message}`, "error");
           confirm.disabled = false;
         }
       });
