@@ -105,11 +105,14 @@ class Stack:
         self.model_server = handle
         return handle
 
-    def server(self, config: dict[str, Any] | None = None) -> ServerProcess:
-        """Start codey-server; with a model started, it is the default provider."""
+    def server(self, config: dict[str, Any] | None = None,
+               extra_args: list[str] | None = None) -> ServerProcess:
+        """Start codey-server (with ``extra_args`` after ``serve``, e.g. ``--clock-file``);
+        with a model started, it is the default provider."""
         if config is None and self.model_server is not None:
             config = provider_config(self.model_server)
-        proc = ServerProcess(self.tmp / "server", config=config, log_dir=self.tmp / "logs")
+        proc = ServerProcess(self.tmp / "server", config=config, log_dir=self.tmp / "logs",
+                             extra_args=extra_args)
         self._exits.callback(proc.stop)
         proc.start()
         self.srv = proc

@@ -2,10 +2,13 @@
 # Works on a fresh Debian machine with only python3 present.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# the PATH a new terminal has, to tell below whether uv will be found there
+USER_PATH="$PATH"
 export PATH="$HOME/.local/bin:$PATH"
 
 if ! command -v uv >/dev/null 2>&1; then
   echo "setup: installing uv" >&2
+  UV_INSTALLED=1
   if ! python3 -m pip --version >/dev/null 2>&1; then
     python3 -m ensurepip --user >/dev/null 2>&1 || {
       apt-get update -qq && apt-get install -y -qq python3-pip python3-venv >/dev/null
@@ -20,6 +23,16 @@ if ! command -v uv >/dev/null 2>&1; then
     UV_DIR="$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))')"
     export PATH="$UV_DIR:$(python3 -m site --user-base)/bin:$PATH"
   fi
+fi
+UV_BIN="$(command -v uv)"
+# A new terminal does not get the PATH set above: say where uv is, and how to reach it there
+# (the README's `uv run …` and the web client's commands need it).
+if ! PATH="$USER_PATH" command -v uv >/dev/null 2>&1; then
+  echo "setup: uv is $UV_BIN, which is not on your PATH; in a new terminal run" >&2
+  echo "  export PATH=\"$(dirname "$UV_BIN"):\$PATH\"    (add it to ~/.bashrc to keep it)" >&2
+  echo "  or call it by that full path: $UV_BIN run codey-worker --server …" >&2
+elif [ -n "${UV_INSTALLED:-}" ]; then
+  echo "setup: uv is $UV_BIN" >&2
 fi
 
 cd "$ROOT"

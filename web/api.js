@@ -38,6 +38,7 @@ export const api = {
   pairByCode: (code) => request("GET", `/api/pairing/code/${encodeURIComponent(code)}`),
   approvePair: (id, code) =>
     request("POST", `/api/pairing/requests/${encodeURIComponent(id)}/approve`, { code }),
+  localTools: () => request("GET", "/api/pairing/local-tools"),
   denyPair: (id) => request("POST", `/api/pairing/requests/${encodeURIComponent(id)}/deny`),
   createTerminal: (worker_id, workdir, session_id) =>
     request("POST", "/api/terminals", { worker_id, workdir, session_id }),

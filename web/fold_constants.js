@@ -87,6 +87,7 @@ export function fillAction(v) {
 
 const EVENT_BASE = {
   worker_pair_resolved: fillWorkerPairResolved,
+  worker_paired: fillWorkerPaired,
   worker_connected: fillWorkerConnected,
   worker_disconnected: fillWorkerDisconnected,
   session_created: fillSessionCreated,
@@ -138,6 +139,12 @@ export function fillEventBase(v) {
 /** `WorkerPairResolved` (events.py): its defaults filled in. */
 export function fillWorkerPairResolved(v) {
   if (v.worker_id === undefined) v.worker_id = null;
+  return v;
+}
+
+/** `WorkerPaired` (events.py): its defaults filled in. */
+export function fillWorkerPaired(v) {
+  if (v.fingerprint === undefined) v.fingerprint = "";
   return v;
 }
 
@@ -947,6 +954,8 @@ export function fillWorkerInfo(v) {
     fillCapabilities(v.capabilities);
   }
   if (v.replica === undefined) v.replica = "";
+  if (v.name === undefined) v.name = "";
+  if (v.fingerprint === undefined) v.fingerprint = "";
   return v;
 }
 
@@ -1197,6 +1206,7 @@ export function fillScheduleInfo(v) {
     }
   }
   if (v.created_at === undefined) v.created_at = 0.0;
+  if (v.done === undefined) v.done = false;
   return v;
 }
 

@@ -296,6 +296,11 @@ export class Socket {
     return this.command("rename_session", { session_id, title });
   }
 
+  /** Name a machine; "" gives it back its hostname. */
+  renameWorker(worker_id, name) {
+    return this.command("rename_worker", { worker_id, name });
+  }
+
   archiveSession(session_id, archived) {
     return this.command("archive_session", { session_id, archived });
   }

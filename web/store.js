@@ -67,7 +67,13 @@ function paired(state, env, e) {
   state.workers[e.worker_id] = fillWorkerInfo({
     worker_id: e.worker_id, hostname: e.hostname, os: e.os, python_version: e.python_version,
     worker_version: e.worker_version, roots: [...e.roots], paired_at: env.ts,
+    fingerprint: e.fingerprint,
   });
+}
+
+function renamed(state, env, e) {
+  const w = state.workers[e.worker_id];
+  if (w) w.name = e.name;
 }
 
 function revoked(state, env, e) {
@@ -316,16 +322,26 @@ function terminalViewers(state, env, e) {
   t.updated_at = env.ts;
 }
 
+// a one-time schedule whose time was dealt with never fires again (the server's `plan`)
+function scheduleDone(info) {
+  return info.spec.at != null && info.last_due >= info.spec.at;
+}
+
 function scheduleSaved(state, env, e) {
-  const info = state.schedules[e.spec.schedule_id];
+  let info = state.schedules[e.spec.schedule_id];
   if (info) info.spec = e.spec;
-  else state.schedules[e.spec.schedule_id] = fillScheduleInfo({ spec: e.spec, created_at: env.ts });
+  else {
+    info = fillScheduleInfo({ spec: e.spec, created_at: env.ts });
+    state.schedules[e.spec.schedule_id] = info;
+  }
+  info.done = scheduleDone(info);
 }
 
 function scheduleFired(state, env, e) {
   const info = state.schedules[e.schedule_id];
   if (!info) return;
   info.last_due = Math.max(info.last_due, e.due_at);
+  info.done = scheduleDone(info);
   info.runs.push(fillScheduleRun({ due_at: e.due_at, fired_at: env.ts, outcome: e.outcome,
     session_id: e.session_id, error: e.error, skipped: e.skipped }));
   if (info.runs.length > SCHEDULE_RUNS_KEPT) {
@@ -573,6 +589,7 @@ const HANDLERS = {
   worker_pair_resolved: pairResolved,
   worker_paired: paired,
   worker_revoked: revoked,
+  worker_renamed: renamed,
   worker_connected: connected,
   worker_disconnected: disconnected,
   session_created: sessionCreated,

@@ -6,7 +6,9 @@
 
 import { api } from "../api.js";
 import { h, replaceChildren, showingErrors } from "../dom.js";
-import { SESSION_WORDS } from "./common.js";
+import {
+  lastFolder, lastMachine, machineLabel, rememberMachine, SESSION_WORDS,
+} from "./common.js";
 
 const COLUMNS = [
   ["todo", "To do"], ["in_progress", "In progress"], ["review", "Review"], ["done", "Done"],
@@ -143,10 +145,17 @@ export class BoardPage {
 
   _runForm(t, state) {
     const workers = Object.values(state.workers).filter((w) => !w.revoked && w.connected);
-    const machine = h("select", { class: "input", "data-testid": "run-worker" },
-      workers.map((w) => h("option", { value: w.worker_id }, w.hostname)));
     const folder = h("input", { class: "input mono", "data-testid": "run-workdir",
-      required: true, placeholder: "/home/you/project" });
+      required: true, placeholder: "/home/you/project", "aria-label": "Folder",
+      oninput: () => { folder.dataset.touched = "1"; } });
+    // the machine and folder last used, until the user picks others
+    const machine = h("select", { class: "input", "data-testid": "run-worker",
+      "aria-label": "Machine", onchange: () => {
+        if (!folder.dataset.touched) folder.value = lastFolder(state.workers[machine.value]);
+      } },
+    workers.map((w) => h("option", { value: w.worker_id }, machineLabel(state, w))));
+    machine.value = lastMachine(workers) || (workers[0] ? workers[0].worker_id : "");
+    folder.value = lastFolder(state.workers[machine.value]);
     const policy = h("select", { class: "input", "data-testid": "run-policy" },
       ["suggest", "auto-edit", "full-auto"].map((p) => h("option", { value: p }, p)));
     // each attempt in a worktree of its own, by default: attempts run side by side
@@ -156,6 +165,7 @@ export class BoardPage {
       this._do(async () => {
         await api.runTask(t.task_id, { worker_id: machine.value,
           workdir: folder.value.trim(), policy: policy.value, worktree: worktree.checked });
+        rememberMachine(machine.value, folder.value.trim());
         this._running = null;
         this.render();
       });

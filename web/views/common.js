@@ -183,3 +183,62 @@ export function workerUp(state, workerId) {
   const w = state.workers[workerId];
   return Boolean(w && w.connected && !w.revoked);
 }
+
+// --- machines as the user knows them --------------------------------------------------------
+
+/** A machine's name: the one the user gave it, else its hostname. */
+export function machineName(w) {
+  return (w && (w.name || w.hostname)) || "";
+}
+
+/**
+ * A machine's label wherever one is chosen or shown: its name, and when another machine (not
+ * revoked) has the same name, the start of its key's fingerprint — the one compared when it
+ * was paired — so that two "vm"s can be told apart.
+ */
+export function machineLabel(state, w) {
+  const name = machineName(w);
+  const twin = Object.values(state.workers).some((o) => o.worker_id !== w.worker_id &&
+    !o.revoked && machineName(o) === name);
+  if (!twin) return name;
+  // paired before fingerprints were kept: its id is unique too, if less familiar
+  const key = w.fingerprint ? w.fingerprint.replace(/^SHA256:/, "").slice(0, 9)
+    : w.worker_id.replace(/^wrk_/, "").slice(0, 6);
+  return `${name} · key ${key}`;
+}
+
+// The dialogs that start work on a machine (New session, the Board's Run, Schedules) open on
+// the machine last used, in the folder last used on it. Kept in this browser only; storage
+// may be off (private windows), which only loses the memory.
+const LAST_MACHINE = "codey.lastMachine";
+const LAST_FOLDER = "codey.lastFolder.";
+
+function stored(key) {
+  try {
+    return localStorage.getItem(key);
+  } catch {
+    return null;
+  }
+}
+
+/** Remember that work was started on `workerId` in `folder`. */
+export function rememberMachine(workerId, folder) {
+  try {
+    localStorage.setItem(LAST_MACHINE, workerId);
+    if (folder) localStorage.setItem(LAST_FOLDER + workerId, folder);
+  } catch {
+    // no storage: nothing remembered
+  }
+}
+
+/** The machine last used, if it is among `workers` (else null). */
+export function lastMachine(workers) {
+  const id = stored(LAST_MACHINE);
+  return workers.some((w) => w.worker_id === id) ? id : null;
+}
+
+/** The folder last used on `w`, else its first root, else "". */
+export function lastFolder(w) {
+  if (!w) return "";
+  return stored(LAST_FOLDER + w.worker_id) || (w.roots || [])[0] || "";
+}

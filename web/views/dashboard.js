@@ -7,8 +7,8 @@ import { api } from "../api.js";
 import { fmtAgo, h } from "../dom.js";
 import { renderInline } from "../markdown.js";
 import {
-  FrameBatch, SESSION_WORDS, busySeconds, fmtDuration, keyedList, needsAttention, sessionWords,
-  statusChip, titleNode, workerUp,
+  FrameBatch, SESSION_WORDS, busySeconds, fmtDuration, keyedList, machineLabel, machineName,
+  needsAttention, sessionWords, statusChip, titleNode, workerUp,
 } from "./common.js";
 import { NewSessionDialog } from "./newsession.js";
 import { PairPanel } from "./pair.js";
@@ -16,6 +16,7 @@ import { PairPanel } from "./pair.js";
 // Events that change what the dashboard shows (item events only touch `updated_at`).
 const RELEVANT = new Set([
   "worker_pair_requested", "worker_pair_resolved", "worker_paired", "worker_revoked",
+  "worker_renamed",
   "worker_connected", "worker_disconnected", "session_created", "session_status_changed",
   "session_title_changed", "session_policy_changed", "session_archived", "session_deleted",
   "session_forked", "session_moved",
@@ -30,13 +31,16 @@ const SORTS = { attention: "Needs you first", activity: "Last activity", created
 function haystack(s, state) {
   const w = state.workers[s.worker_id];
   const prompts = s.items.filter((i) => i.kind === "user_message").map((i) => i.text);
-  return [s.title, s.workdir, w ? w.hostname : "", s.status, ...prompts].join("\n")
+  return [s.title, s.workdir, w ? `${machineName(w)}\n${w.hostname}` : "", s.status,
+    ...prompts].join("\n")
     .toLowerCase();
 }
 
 export class Dashboard {
   constructor(ctx) {
     this._logViews = new Map(); // worker id → its "Recent log" box
+    this._renaming = null; // the machine whose name is being edited, and what is typed
+    this._draft = "";
     this.ctx = ctx;
     this._batch = new FrameBatch(() => this.render());
     this._pairPanel = null;
@@ -172,10 +176,11 @@ export class Dashboard {
     }
     const workers = Object.values(state.workers).sort((a, b) =>
       (a.revoked - b.revoked) || (b.connected - a.connected) ||
-      a.hostname.localeCompare(b.hostname));
+      machineName(a).localeCompare(machineName(b)));
     this._noWorkers.hidden = workers.length > 0;
     keyedList(this._workers, workers, (w) => w.worker_id,
-      (w) => JSON.stringify([w, fmtAgo(w.last_seen),
+      (w) => JSON.stringify([w, machineLabel(state, w), this._renaming === w.worker_id,
+        fmtAgo(w.last_seen),
         (byWorker.get(w.worker_id) || []).map((s) => [s.session_id, s.title, sessionWords(s)])]),
       (w) => this._workerCard(w, byWorker.get(w.worker_id) || []));
     this._noSessions.hidden = sessions.length > 0;
@@ -185,7 +190,7 @@ export class Dashboard {
         const w = state.workers[s.worker_id];
         const kids = Object.values(state.sessions).filter((x) => x.parent_id === s.session_id);
         return JSON.stringify([s.title, s.status, s.status_reason, s.policy, s.provider, s.model,
-          workerUp(state, s.worker_id), w ? w.hostname : null, fmtAgo(s.updated_at),
+          workerUp(state, s.worker_id), w ? machineLabel(state, w) : null, fmtAgo(s.updated_at),
           s.items.length, Math.round(busySeconds(s)), sessionWords(s),
           kids.map((k) => [k.session_id, k.title, k.status])]);
       },
@@ -212,11 +217,12 @@ export class Dashboard {
       this._statusFilter.value = this._filter.status;
     }
     const workers = Object.values(state.workers).filter((w) => !w.revoked);
-    const wsig = JSON.stringify(workers.map((w) => [w.worker_id, w.hostname]));
+    const labels = workers.map((w) => [w.worker_id, machineLabel(state, w)]);
+    const wsig = JSON.stringify(labels);
     if (this._workerFilter.dataset.sig !== wsig) {
       this._workerFilter.dataset.sig = wsig;
       this._workerFilter.replaceChildren(h("option", { value: "" }, "Any machine"),
-        ...workers.map((w) => h("option", { value: w.worker_id }, w.hostname)));
+        ...labels.map(([id, label]) => h("option", { value: id }, label)));
       this._workerFilter.value = this._filter.worker;
     }
   }
@@ -228,16 +234,30 @@ export class Dashboard {
       "data-testid": "worker-card", "data-worker-id": w.worker_id },
     h("div", { class: "card-head" },
       h("span", { class: `dot ${status}`, "aria-hidden": "true" }),
-      h("h3", { class: "card-title" }, w.hostname),
+      this._renaming === w.worker_id ? this._renameForm(w)
+        : h("h3", { class: "card-title", "data-testid": "worker-name" },
+          machineLabel(this.ctx.store.state, w)),
+      w.revoked || this._renaming === w.worker_id ? null : h("button", {
+        class: "btn subtle small", type: "button", "data-testid": "worker-rename",
+        "aria-label": `Rename ${machineName(w)}`, title: "Rename this machine",
+        onclick: () => {
+          this._renaming = w.worker_id;
+          this._draft = machineName(w);
+          this.render();
+        } }, "Rename"),
       h("span", { class: `chip ${status}`, "data-testid": "worker-status" }, status),
       w.revoked ? h("span", { class: "chip revoked" }, "revoked") : null),
     h("dl", { class: "facts" },
+      w.name ? [h("dt", {}, "Host"), h("dd", { "data-testid": "worker-hostname" }, w.hostname)]
+        : null,
       h("dt", {}, "System"), h("dd", {}, w.os),
       h("dt", {}, "Version"), h("dd", {}, w.worker_version || "—"),
       h("dt", {}, "Last seen"), h("dd", { "data-testid": "worker-last-seen" },
         w.connected ? "now" : fmtAgo(w.last_seen)),
       h("dt", {}, "Roots"), h("dd", { class: "mono" }, (w.roots || []).join(", ") || "—"),
-      h("dt", {}, "Sandbox"), sandboxFact(w)),
+      h("dt", {}, "Sandbox"), sandboxFact(w),
+      h("dt", {}, "Key"), h("dd", { class: "mono small", "data-testid": "worker-fingerprint" },
+        w.fingerprint || "—")),
     w.revoked ? null : this._logView(w),
     sessions.length ? this._workerSessions(w, sessions) : null,
     revoke ? h("div", { class: "card-foot" }, revoke) : null);
@@ -248,13 +268,47 @@ export class Dashboard {
     const newest = [...sessions].sort((a, b) => b.created_at - a.created_at);
     const more = newest.length - WORKER_SESSIONS;
     return h("div", { class: "worker-sessions" },
-      h("ul", { class: "mini-list", "aria-label": `Sessions on ${w.hostname}`,
+      h("ul", { class: "mini-list", "aria-label": `Sessions on ${machineName(w)}`,
         "data-testid": "worker-sessions" },
       newest.slice(0, WORKER_SESSIONS).map((s) => h("li", { "data-session-id": s.session_id },
         h("a", { href: `#/session/${encodeURIComponent(s.session_id)}` }, s.title || "Untitled"),
         " ", h("span", { class: `muted small status-text-${s.status}` }, sessionWords(s))))),
       more > 0 ? h("p", { class: "muted small", "data-testid": "worker-sessions-more" },
         `and ${more} older`) : null);
+  }
+
+  // Renaming edits the card's title in place: Enter or Save keeps it, Escape or Cancel not;
+  // an empty name gives the machine back its hostname. The draft lives on the page, so a
+  // re-render of the card (a heartbeat, a session) keeps what was typed.
+  _renameForm(w) {
+    const input = h("input", { class: "input compact", "data-testid": "worker-name-input",
+      value: this._draft, maxlength: 80, placeholder: w.hostname,
+      "aria-label": `New name for ${machineName(w)}`,
+      oninput: () => { this._draft = input.value; } });
+    const done = () => {
+      this._renaming = null;
+      this.render();
+    };
+    const form = h("form", { class: "row gap rename-form", onsubmit: async (ev) => {
+      ev.preventDefault();
+      try {
+        await this.ctx.socket.renameWorker(w.worker_id, input.value);
+        done();
+      } catch (err) {
+        this.ctx.toast(`Could not rename ${machineName(w)}: ${err.message}`, "error");
+      }
+    } },
+    input,
+    h("button", { class: "btn primary small", type: "submit",
+      "data-testid": "worker-name-save" }, "Save"),
+    h("button", { class: "btn small", type: "button", onclick: done }, "Cancel"));
+    input.addEventListener("keydown", (ev) => {
+      if (ev.key === "Escape") done();
+    });
+    requestAnimationFrame(() => {
+      if (!form.contains(document.activeElement)) input.focus();
+    });
+    return form;
   }
 
   // Revoking is two clicks: "Revoke" then "Confirm revoke" (no modal, keyboard friendly).
@@ -264,7 +318,7 @@ export class Dashboard {
       "data-testid": "worker-revoke" }, "Revoke");
     first.addEventListener("click", () => {
       const confirm = h("button", { class: "btn danger", type: "button",
-        "data-testid": "worker-revoke-confirm" }, `Confirm revoke ${w.hostname}`);
+        "data-testid": "worker-revoke-confirm" }, `Confirm revoke ${machineLabel(this.ctx.store.state, w)}`);
       const cancel = h("button", { class: "btn", type: "button" }, "Cancel");
       cancel.addEventListener("click", () => {
         box.replaceChildren(first);
@@ -274,9 +328,9 @@ export class Dashboard {
         confirm.disabled = true;
         try {
           await api.revokeWorker(w.worker_id);
-          this.ctx.toast(`Revoked ${w.hostname}`, "warn");
+          this.ctx.toast(`Revoked ${machineName(w)}`, "warn");
         } catch (err) {
-          this.ctx.toast(`Could not revoke ${w.hostname}: ${err.message}`, "error");
+          this.ctx.toast(`Could not revoke ${machineName(w)}: ${err.message}`, "error");
           confirm.disabled = false;
         }
       });
@@ -310,7 +364,7 @@ export class Dashboard {
         ` · ${facts.files} file${facts.files === 1 ? "" : "s"} `,
         h("span", { class: "d-add" }, `+${facts.added}`), " ",
         h("span", { class: "d-del" }, `−${facts.removed}`)) : "",
-      ` · ${w ? w.hostname : s.worker_id}`,
+      ` · ${w ? machineLabel(state, w) : s.worker_id}`,
       up ? null : h("span", { class: "chip gone", "data-testid": "worker-gone",
         title: "The session's machine is not connected" }, "machine offline")),
     s.status === "error" && s.status_reason

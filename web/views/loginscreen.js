@@ -42,7 +42,14 @@ export class LoginScreen {
       h("code", {}, "?token=…"), "."),
     h("p", {}, "Lost it? On the server's machine, run ",
       h("code", { "data-testid": "login-url-command" }, "codey-server url"),
-      " (from a checkout: ", h("code", {}, "uv run codey-server url"), ") to print it again."),
+      " to print it again. From a checkout of Codey (as ", h("code", {}, "./scripts/serve"),
+      " runs it), in its folder: ", h("code", { "data-testid": "login-url-checkout" },
+        ".venv/bin/codey-server url"), " — it needs nothing on the PATH."),
+    // a public page: it names no path of the server's machine, only where uv goes by default
+    h("p", { class: "muted small", "data-testid": "login-path-note" },
+      "“uv: command not found” in a new terminal? ", h("code", {}, "./scripts/serve"),
+      " installs uv into ~/.local/bin; run ", h("code", {}, 'export PATH="$HOME/.local/bin:$PATH"'),
+      " (add it to ~/.bashrc to keep it)."),
     h("p", { class: "muted" }, "Or paste the link here:"),
     form, error);
   }

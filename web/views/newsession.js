@@ -2,6 +2,7 @@
 // network, first prompt.
 
 import { h, replaceChildren } from "../dom.js";
+import { lastFolder, lastMachine, machineLabel, machineName, rememberMachine } from "./common.js";
 
 const POLICIES = [
   ["suggest", "Suggest — ask before commands and edits"],
@@ -51,12 +52,12 @@ export class NewSessionDialog {
   _workers() {
     return Object.values(this.ctx.store.state.workers)
       .filter((w) => w.connected && !w.revoked)
-      .sort((a, b) => a.hostname.localeCompare(b.hostname));
+      .sort((a, b) => machineName(a).localeCompare(machineName(b)));
   }
 
   _fillWorkdir() {
     const w = this.ctx.store.state.workers[this._worker.value];
-    if (w && !this._workdir.dataset.touched) this._workdir.value = (w.roots || [])[0] || "";
+    if (w && !this._workdir.dataset.touched) this._workdir.value = lastFolder(w);
     this._fillAgents(w);
   }
 
@@ -101,8 +102,11 @@ export class NewSessionDialog {
       required: true, disabled: !workers.length,
       onchange: () => this._fillWorkdir() },
     workers.length
-      ? workers.map((w) => h("option", { value: w.worker_id }, `${w.hostname} (${w.os})`))
+      ? workers.map((w) => h("option", { value: w.worker_id },
+        `${machineLabel(this.ctx.store.state, w)} (${w.os})`))
       : h("option", { value: "" }, "No connected machine"));
+    const last = lastMachine(workers);
+    if (last) this._worker.value = last;
     this._workdir = h("input", { id: "ns-workdir", "data-testid": "ns-workdir", class: "input mono",
       required: true, placeholder: "/home/me/project", autocomplete: "off",
       oninput: (ev) => {
@@ -214,6 +218,7 @@ export class NewSessionDialog {
         worktree: this._worktree.checked && !this._agent.value
           ? { base: this._base.value.trim(), setup: true } : null,
       });
+      rememberMachine(workerId, workdir);
       this.el.close();
       if (ack.session_id) this.ctx.navigate(`#/session/${ack.session_id}`);
     } catch (err) {

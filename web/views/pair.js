@@ -82,15 +82,28 @@ function pairQr(code) {
  * The lines that install and start a worker pointed at this server, from the wheels it hands
  * out under /dl/ (see codey_server/downloads.py): `uvx` (needs uv) and a venv with pip.
  */
-export function installLines(origin, wheels) {
+export function installLines(origin, wheels, uv = null) {
   const worker = origin + wheels.worker;
   const protocol = origin + wheels.protocol;
   const venv = "~/.codey-worker";
+  const args = `--from ${worker} --with ${protocol} codey-worker --server ${origin}`;
   return {
-    uvx: `uvx --from ${worker} --with ${protocol} codey-worker --server ${origin}`,
+    uvx: `uvx ${args}`,
+    // `uvx` is `uv tool run`: by uv's absolute path, it needs nothing on the PATH
+    local: uv ? `${uv} tool run ${args}` : null,
     pip: `python3 -m venv ${venv} && ${venv}/bin/pip install ${protocol} ${worker}` +
       ` && ${venv}/bin/codey-worker --server ${origin}`,
   };
+}
+
+/** How to reach uv from a new terminal where it is "command not found". */
+function pathNote(uv) {
+  const dir = uv ? uv.slice(0, uv.lastIndexOf("/")) : "$HOME/.local/bin";
+  return h("p", { class: "muted small", "data-testid": "install-path-note" },
+    "“uvx: command not found”? uv installs into ", h("code", {}, dir),
+    ", which a new terminal may not have on its PATH: run ",
+    h("code", {}, `export PATH="${dir}:$PATH"`), " (add it to ~/.bashrc to keep it)",
+    uv ? ", or use the line for this server's own machine." : ".");
 }
 
 function commandLine(label, text, testid, ctx) {
@@ -114,13 +127,19 @@ function commandLine(label, text, testid, ctx) {
 function installBlock(ctx) {
   const el = h("div", { class: "install-block", "data-testid": "install" },
     h("p", { class: "muted small" }, "Preparing the worker's install line…"));
-  api.workerWheels().then((wheels) => {
-    const lines = installLines(location.origin, wheels);
+  // where uv is on the server's machine: not knowing it only loses that one line
+  const tools = api.localTools().catch(() => ({ uv: null }));
+  Promise.all([api.workerWheels(), tools]).then(([wheels, { uv }]) => {
+    const lines = installLines(location.origin, wheels, uv);
     replaceChildren(el,
       h("p", { class: "small" }, "On the machine, run this line (it needs ",
         h("a", { href: "https://docs.astral.sh/uv/", target: "_blank", rel: "noopener" }, "uv"),
         "): it installs the worker this server was built with and starts it."),
       commandLine("uvx", lines.uvx, "install-line", ctx),
+      lines.local ? h("p", { class: "muted small" },
+        "On this server's own machine, by uv's full path (works in any terminal):") : null,
+      lines.local ? commandLine("uv", lines.local, "install-line-local", ctx) : null,
+      pathNote(uv),
       h("p", { class: "muted small" }, "Or, with Python ≥ 3.11 and pip only:"),
       commandLine("pip", lines.pip, "install-line-pip", ctx),
       h("p", { class: "muted small" },
@@ -128,7 +147,7 @@ function installBlock(ctx) {
   }).catch((err) => {
     replaceChildren(el, h("p", { class: "bad small", "data-testid": "install-error" },
       `No install line: ${err.message}. From a checkout of Codey, run `,
-      h("code", {}, `uv run codey-worker --server ${location.origin}`), "."));
+      h("code", {}, `uv run codey-worker --server ${location.origin}`), "."), pathNote(null));
   });
   return el;
 }

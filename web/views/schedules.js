@@ -4,9 +4,30 @@
 // server shows up here live, with a link to its session; changes go through /api/schedules.
 
 import { api } from "../api.js";
-import { fmtTime, h, replaceChildren, showingErrors } from "../dom.js";
+import { h, replaceChildren, showingErrors } from "../dom.js";
+import { lastFolder, lastMachine, machineLabel, machineName, rememberMachine } from "./common.js";
 
 const OUTCOME = { started: "ran", failed: "failed", skipped: "skipped" };
+
+/** An hour from now, rounded to the minute, as a datetime-local input wants it. */
+function inAnHour() {
+  const t = new Date(Date.now() + 3600_000);
+  const pad = (n) => String(n).padStart(2, "0");
+  return `${t.getFullYear()}-${pad(t.getMonth() + 1)}-${pad(t.getDate())}` +
+    `T${pad(t.getHours())}:${pad(t.getMinutes())}`;
+}
+
+/** `ts` on the clock of `zone`, the schedule's (the zone it was written in). */
+function inZone(ts, zone) {
+  const d = new Date(ts * 1000);
+  const opts = { year: "numeric", month: "short", day: "numeric", hour: "2-digit",
+    minute: "2-digit" };
+  try {
+    return d.toLocaleString([], { ...opts, timeZone: zone });
+  } catch {
+    return d.toLocaleString([], opts); // a zone this browser does not know
+  }
+}
 
 export class SchedulesPage {
   constructor(ctx) {
@@ -29,27 +50,56 @@ export class SchedulesPage {
       placeholder: "nightly tests" });
     this._cron = h("input", { class: "input mono", "data-testid": "sch-cron", required: true,
       value: "0 3 * * *", title: "minute hour day month weekday" });
+    // once: a wall-clock date and time, read in the time zone below (by the server, which
+    // takes `at` as ISO 8601 without an offset in the schedule's zone)
+    this._at = h("input", { class: "input", type: "datetime-local", "data-testid": "sch-at",
+      value: inAnHour() });
+    this._kind = h("select", { class: "input", "data-testid": "sch-kind",
+      onchange: () => this._showKind() },
+    h("option", { value: "cron" }, "Repeat, on a cron schedule"),
+    h("option", { value: "once" }, "Once, at a date and time"));
     this._tz = h("input", { class: "input", "data-testid": "sch-tz",
       value: Intl.DateTimeFormat().resolvedOptions().timeZone || "UTC" });
-    this._worker = h("select", { class: "input", "data-testid": "sch-worker", required: true });
     this._workdir = h("input", { class: "input mono", "data-testid": "sch-workdir",
-      required: true, placeholder: "/home/you/project" });
+      required: true, placeholder: "/home/you/project",
+      oninput: () => { this._workdir.dataset.touched = "1"; } });
+    // the folder last used on the machine picked, until the user types one
+    this._worker = h("select", { class: "input", "data-testid": "sch-worker", required: true,
+      onchange: () => this._fillFolder() });
     this._prompt = h("textarea", { class: "input", rows: 2, "data-testid": "sch-prompt",
       required: true, placeholder: "Run the test suite and tell me what broke" });
     this._policy = h("select", { class: "input", "data-testid": "sch-policy" },
       ["suggest", "auto-edit", "full-auto"].map((p) => h("option", { value: p }, p)));
-    return h("form", { class: "card schedule-form", "data-testid": "sch-form",
+    this._cronField = field("Cron (min hour day month weekday)", this._cron);
+    this._atField = field("Date and time", this._at);
+    const form = h("form", { class: "card schedule-form", "data-testid": "sch-form",
       onsubmit: (ev) => {
         ev.preventDefault();
         this._save();
       } },
     h("div", { class: "grid2" },
-      field("Name", this._name), field("Cron (min hour day month weekday)", this._cron),
+      field("Name", this._name), field("When", this._kind), this._cronField, this._atField,
       field("Time zone", this._tz), field("Machine", this._worker),
       field("Folder", this._workdir), field("Approval policy", this._policy)),
     field("Prompt", this._prompt),
     h("div", { class: "row gap end" }, h("button", { class: "btn primary", type: "submit",
       "data-testid": "sch-save" }, "Add schedule")));
+    this._showKind();
+    return form;
+  }
+
+  _fillFolder() {
+    const w = this.ctx.store.state.workers[this._worker.value];
+    if (w && !this._workdir.dataset.touched) this._workdir.value = lastFolder(w);
+  }
+
+  /** Cron or a date and time: only the chosen one is shown, and required. */
+  _showKind() {
+    const once = this._kind.value === "once";
+    this._cronField.hidden = once;
+    this._cron.required = !once;
+    this._atField.hidden = !once;
+    this._at.required = once;
   }
 
   _do(fn) {
@@ -58,10 +108,13 @@ export class SchedulesPage {
 
   _save() {
     this._do(async () => {
-      await api.createSchedule({ name: this._name.value.trim(), cron: this._cron.value.trim(),
+      const once = this._kind.value === "once";
+      await api.createSchedule({ name: this._name.value.trim(),
+        ...(once ? { at: this._at.value } : { cron: this._cron.value.trim() }),
         timezone: this._tz.value.trim() || "UTC", worker_id: this._worker.value,
         workdir: this._workdir.value.trim(), prompt: this._prompt.value,
         policy: this._policy.value });
+      rememberMachine(this._worker.value, this._workdir.value.trim());
       this._name.value = "";
       this._prompt.value = "";
     });
@@ -69,14 +122,17 @@ export class SchedulesPage {
 
   render() {
     const state = this.ctx.store.state;
-    const workers = Object.values(state.workers).filter((w) => !w.revoked);
-    const sig = JSON.stringify(workers.map((w) => w.worker_id));
+    const workers = Object.values(state.workers).filter((w) => !w.revoked)
+      .sort((a, b) => machineName(a).localeCompare(machineName(b)));
+    const labels = workers.map((w) => [w.worker_id, machineLabel(state, w)]);
+    const sig = JSON.stringify(labels);
     if (this._worker.dataset.sig !== sig) {
-      const keep = this._worker.value;
+      const keep = this._worker.value || lastMachine(workers);
       this._worker.dataset.sig = sig;
-      replaceChildren(this._worker, ...workers.map((w) => h("option",
-        { value: w.worker_id }, w.hostname)));
-      if (keep) this._worker.value = keep;
+      replaceChildren(this._worker, ...labels.map(([id, label]) => h("option",
+        { value: id }, label)));
+      if (keep && labels.some(([id]) => id === keep)) this._worker.value = keep;
+      this._fillFolder();
     }
     const list = Object.values(state.schedules || {})
       .sort((a, b) => a.created_at - b.created_at);
@@ -91,7 +147,9 @@ export class SchedulesPage {
   _card(info, state) {
     const s = info.spec;
     const w = state.workers[s.worker_id];
-    const when = s.cron ? h("code", {}, s.cron) : `once at ${fmtTime(s.at)}`;
+    const when = s.cron ? h("code", {}, s.cron) : `once at ${inZone(s.at, s.timezone)}`;
+    // a one-time schedule that has fired is over, paused or not
+    const phase = info.done ? "done" : s.enabled ? "active" : "paused";
     const runs = info.runs.slice(-5).reverse();
     const lastError = [...info.runs].reverse().find((r) => r.outcome === "failed");
     const toggle = () => api.updateSchedule(s.schedule_id, { name: s.name, cron: s.cron,
@@ -102,13 +160,13 @@ export class SchedulesPage {
       "data-testid": "schedule", "data-schedule-id": s.schedule_id },
     h("div", { class: "card-head" },
       h("h3", { class: "card-title" }, s.name),
-      h("span", { class: `chip ${s.enabled ? "connected" : ""}`, "data-testid": "sch-state" },
-        s.enabled ? "active" : "paused")),
-    h("p", {}, when, ` (${s.timezone}) on ${w ? w.hostname : s.worker_id}, in `,
+      h("span", { class: `chip ${phase === "active" ? "connected" : ""}`,
+        "data-testid": "sch-state" }, phase)),
+    h("p", {}, when, ` (${s.timezone}) on ${w ? machineLabel(state, w) : s.worker_id}, in `,
       h("span", { class: "mono" }, s.workdir)),
     h("p", { class: "muted" }, `“${s.prompt}”`),
     runs.length ? h("ul", { class: "mini-list", "data-testid": "sch-runs" }, runs.map((r) =>
-      h("li", {}, `${fmtTime(r.due_at)} — ${OUTCOME[r.outcome] || r.outcome}`,
+      h("li", {}, `${inZone(r.due_at, s.timezone)} — ${OUTCOME[r.outcome] || r.outcome}`,
         r.skipped ? ` (${r.skipped} missed before)` : "",
         r.session_id ? [" · ", h("a", { href: `#/session/${encodeURIComponent(r.session_id)}` },
           "session")] : "",
@@ -119,7 +177,9 @@ export class SchedulesPage {
     h("div", { class: "card-foot row gap" },
       h("button", { class: "btn", type: "button", "data-testid": "sch-run",
         onclick: () => this._do(() => api.runSchedule(s.schedule_id)) }, "Run now"),
-      h("button", { class: "btn subtle", type: "button", "data-testid": "sch-toggle",
+      // pausing a one-time schedule that is over would change nothing
+      info.done ? null : h("button", { class: "btn subtle", type: "button",
+        "data-testid": "sch-toggle",
         onclick: () => this._do(toggle) }, s.enabled ? "Pause" : "Resume"),
       h("button", { class: "btn subtle danger", type: "button", "data-testid": "sch-delete",
         onclick: () => this._do(() => api.deleteSchedule(s.schedule_id)) }, "Delete")));

@@ -10,8 +10,8 @@ import { ChangesDialog } from "./changes.js";
 import { fmtBytes, h, replaceChildren } from "../dom.js";
 import { findItem, findProcess, updateFields } from "../store.js";
 import {
-  FrameBatch, activity, fmtDuration, isBusy, needsAttention, sessionWords, statusChip, titleNode,
-  workerUp,
+  FrameBatch, activity, fmtDuration, isBusy, machineLabel, needsAttention, sessionWords,
+  statusChip, titleNode, workerUp,
 } from "./common.js";
 import {
   appendOutput, approvalNode, planSteps, processChip, renderItem,
@@ -432,7 +432,7 @@ export class SessionView {
     replaceChildren(this._meta,
       s.parent_id ? link(s.parent_id, "parent-link", "sub-agent of") : null,
       s.forked_from ? link(s.forked_from, "forked-from", "forked from") : null,
-      h("span", {}, w ? w.hostname : s.worker_id), " · ",
+      h("span", {}, w ? machineLabel(state, w) : s.worker_id), " · ",
       s.worktree ? [h("span", { class: "chip mono", "data-testid": "worktree-branch",
         title: worktreeWords(s.worktree) }, `⎇ ${s.worktree.branch}`,
       s.worktree.files ? ` +${s.worktree.added} −${s.worktree.deleted}` : ""), " · "] : null,
@@ -748,7 +748,7 @@ export class SessionView {
       act("menu-fork", "Fork", () => this._fork(null)),
       act("menu-archive", s.archived ? "Unarchive" : "Archive",
         () => this.ctx.socket.archiveSession(this.sessionId, !s.archived)),
-      ...others.map((o) => act(`menu-move-${o.worker_id}`, `Move to ${o.hostname}`,
+      ...others.map((o) => act(`menu-move-${o.worker_id}`, `Move to ${machineLabel(this.ctx.store.state, o)}`,
         () => this.ctx.socket.moveSession(this.sessionId, o.worker_id))),
       s.status === "closed" ? null
         : act("menu-close", "Close", () => this.ctx.socket.closeSession(this.sessionId)),

@@ -150,6 +150,13 @@ class RenameSession(ClientToServerMessage, kw_only=True):
     title: str
 
 
+class RenameWorker(ClientToServerMessage, kw_only=True):
+    """Name a machine (at most 80 characters); "" gives it back its hostname."""
+
+    worker_id: str
+    name: str
+
+
 class ArchiveSession(ClientToServerMessage, kw_only=True):
     session_id: str
     archived: bool = True
@@ -263,6 +270,7 @@ ClientToServer = (
     | SetSessionModel | SaveProvider | RemoveProvider | Interrupt | StopProcess
     | CompactSession | AnswerQuestion | RenameSession | ArchiveSession | CloseSession
     | DeleteSession | ForkSession | MoveSession | SetMemory | ApprovePlan | RetryTurn
+    | RenameWorker
     | SaveSchedule | DeleteSchedule | RunSchedule
     | CreateTask | UpdateTask | MoveTask | DeleteTask | RunTask
 )

@@ -224,6 +224,16 @@ class WorkerPaired(EventBase, kw_only=True):
     worker_version: str
     roots: list[str]
     public_key: str
+    #: the key's short hash the user compared when pairing (``SHA256:xxxx-xxxx-xxxx``), which
+    #: tells two machines of the same name apart; "" in events from before it was kept
+    fingerprint: str = ""
+
+
+class WorkerRenamed(EventBase, kw_only=True):
+    """The user named a machine; "" gives it back its hostname as its name."""
+
+    worker_id: str
+    name: str
 
 
 class WorkerRevoked(EventBase, kw_only=True):
@@ -816,6 +826,7 @@ Event = (
     | WorkerPairResolved
     | WorkerPaired
     | WorkerRevoked
+    | WorkerRenamed
     | WorkerConnected
     | WorkerDisconnected
     | SessionCreated

@@ -68,6 +68,10 @@ class WorkerInfo(msgspec.Struct, kw_only=True):
     capabilities: Capabilities = msgspec.field(default_factory=Capabilities)
     #: the replica holding its socket (several servers on PostgreSQL), else ""
     replica: str = ""
+    #: the name the user gave it ("": none, its hostname is shown)
+    name: str = ""
+    #: its key's short hash (``SHA256:xxxx-xxxx-xxxx``; "" when paired before it was kept)
+    fingerprint: str = ""
 
 
 class PairRequestInfo(msgspec.Struct, kw_only=True):
@@ -200,6 +204,9 @@ class ScheduleInfo(msgspec.Struct, kw_only=True):
     #: the latest runs, newest last (at most :data:`SCHEDULE_RUNS_KEPT`)
     runs: list[ScheduleRun] = msgspec.field(default_factory=list)
     created_at: float = 0.0
+    #: a one-time schedule whose ``at`` was dealt with (it ran, failed or was skipped): it
+    #: never fires again unless saved with a later ``at``
+    done: bool = False
 
 
 class TerminalInfo(msgspec.Struct, kw_only=True):

@@ -19,6 +19,7 @@ from codey_server.providers import fold as providers_fold
 from codey_server.schedules import decide as schedules_decide
 from codey_server.schedules import fold as schedules_fold
 from codey_server.terminals import fold as terminals_fold
+from codey_server.workers import decide as workers_decide
 from codey_server.workers import fold as workers_fold
 from codey_server.workspaces import fold as workspaces_fold
 
@@ -26,7 +27,7 @@ __all__ = ["FEATURES", "RULES", "apply", "apply_all", "decide"]
 
 FEATURES = (
     Feature("core", commands=core_decide.COMMANDS, fold=core_fold.FOLD),
-    Feature("workers", fold=workers_fold.FOLD),
+    Feature("workers", commands=workers_decide.COMMANDS, fold=workers_fold.FOLD),
     Feature("workspaces", fold=workspaces_fold.FOLD),
     # after the core: a task follows its session's status once the session has it
     Feature("board", commands=board_decide.COMMANDS, fold=board_fold.FOLD),

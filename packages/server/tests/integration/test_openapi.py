@@ -219,6 +219,14 @@ def _exercise(api: _Contract, server: ServerProcess, worker: WorkerProcess) -> N
         assert time.monotonic() < deadline, "the worker's line never reached its panel"
         time.sleep(0.1)
     api.check("GET", worker_log, 404, path={"worker_id": "wrk_none"})
+    # its name, and where uv is for the Link dialog
+    name = "/api/workers/{worker_id}/name"
+    assert api.check("POST", name, 200, path={"worker_id": worker_id},
+                     json={"name": "build box"}).json()["name"] == "build box"
+    api.check("POST", name, 200, path={"worker_id": worker_id}, json={"name": ""})
+    api.check("POST", name, 400, path={"worker_id": worker_id}, json={"name": "x" * 81})
+    api.check("POST", name, 404, path={"worker_id": "wrk_none"}, json={"name": "x"})
+    api.check("GET", "/api/pairing/local-tools", 200)
     api.check("POST", actions, 400, path={"worker_id": worker_id}, json={"type": "nope"})
     api.check("POST", actions, 404, path={"worker_id": "wrk_none"},
               json={"type": "list_dir", "workdir": workdir})
@@ -236,6 +244,13 @@ def _exercise(api: _Contract, server: ServerProcess, worker: WorkerProcess) -> N
         "prompt": "run the tests"}).json()
     api.check("POST", "/api/schedules", 400, json={
         "name": "bad", "cron": "nope", "worker_id": worker_id, "workdir": workdir, "prompt": "p"})
+    # a one-time schedule, `at` as ISO 8601 text as the document allows
+    api.check("POST", "/api/schedules", 201, json={
+        "name": "once", "at": "2030-06-01T09:00", "timezone": "Europe/Paris",
+        "worker_id": worker_id, "workdir": workdir, "prompt": "release"})
+    api.check("POST", "/api/schedules", 400, json={
+        "name": "once", "at": "2030-02-30T09:00", "worker_id": worker_id, "workdir": workdir,
+        "prompt": "p"})
     api.check("GET", "/api/schedules", 200)
     one = "/api/schedules/{schedule_id}"
     api.check("POST", one, 200, path={"schedule_id": sch["schedule_id"]}, json={

@@ -10,6 +10,7 @@ import threading
 import time
 from typing import Any
 
+import httpx
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
@@ -277,3 +278,46 @@ def test_non_ascii_poll_secret_and_code_get_4xx_not_500(server) -> None:  # type
     r = server.http.post(f"/api/pairing/requests/{ticket['request_id']}/approve",
                          json={"code": ticket["code"]})
     assert r.status_code == 200, r.text
+
+
+def test_local_tools_names_uv_by_its_absolute_path_to_a_logged_in_browser(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # an executable where no PATH of a new terminal would look: `uv run` says it through $UV
+    uv = tmp_path / "tools" / "bin" / "uv"
+    uv.parent.mkdir(parents=True)
+    uv.write_text("#!/bin/sh\n")
+    uv.chmod(0o755)
+    with ServerProcess(tmp_path / "server", env={"UV": str(uv)}) as server:
+        assert server.http.get("/api/pairing/local-tools").json() == {"uv": str(uv)}
+        # it names a path of the server's machine: not for a browser without a login
+        anonymous = httpx.get(f"{server.url}/api/pairing/local-tools",
+                              headers={"Origin": server.url})
+        assert anonymous.status_code == 401, anonymous.text
+
+
+def test_a_paired_machine_has_its_fingerprint_and_takes_a_name(server) -> None:  # type: ignore[no-untyped-def]
+    keys = FakeWorkerKeys()
+    _request(server, keys)
+    (shown,) = server.http.get("/api/pairing/requests").json()
+    r = server.http.post(f"/api/pairing/requests/{shown['request_id']}/approve",
+                         json={"code": shown["code"]})
+    worker_id = r.json()["worker_id"]
+
+    def worker() -> dict[str, Any]:
+        return dict(server.http.get("/api/state/bootstrap").json()["state"]["workers"][worker_id])
+
+    # the fingerprint the user compared when approving, kept with the machine
+    assert worker()["fingerprint"] == shown["fingerprint"]
+    assert worker()["name"] == ""
+    named = server.http.post(f"/api/workers/{worker_id}/name", json={"name": " build  box "})
+    assert named.status_code == 200, named.text
+    assert named.json()["name"] == "build box" and named.json()["seq"] is not None
+    assert worker()["name"] == "build box"
+    again = server.http.post(f"/api/workers/{worker_id}/name", json={"name": "build box"})
+    assert again.json() == {"worker_id": worker_id, "name": "build box", "seq": None}
+
+    too_long = server.http.post(f"/api/workers/{worker_id}/name", json={"name": "x" * 81})
+    assert too_long.status_code == 400 and "at most 80" in too_long.json()["detail"]
+    unknown = server.http.post("/api/workers/wrk_nope/name", json={"name": "x"})
+    assert unknown.status_code == 404, unknown.text
+    back = server.http.post(f"/api/workers/{worker_id}/name", json={"name": ""})
+    assert back.json()["name"] == "" and worker()["name"] == ""

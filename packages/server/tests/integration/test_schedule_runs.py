@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from codey_server.schedules.rules import parse_at
 from codey_testkit.scenarios import idle, provider_config, session
 from codey_testkit.stack import ServerProcess, WorkerProcess
 from codey_testkit.waiting import wait_until
@@ -82,3 +83,43 @@ def test_every_minute_exactly_once_across_kill9_restarts(tmp_path: Path, model: 
             wait_until(lambda s=s: idle(session(server, s)), timeout=30, what="a run's turn")
             done = session(server, s)
             assert done["items"][-1]["text"] == "checked"
+
+
+def test_at_takes_iso_8601_or_unix_seconds_and_refuses_anything_else_in_words(
+        seeded_server: Any) -> None:
+    server = seeded_server({})
+    base = {"name": "once", "worker_id": "wrk_test", "workdir": "/tmp/w", "prompt": "p"}
+
+    def stored_at(sid: str) -> float:
+        (info,) = [s for s in server.http.get("/api/schedules").json()
+                   if s["spec"]["schedule_id"] == sid]
+        assert info["done"] is False  # its time is still to come
+        return float(info["spec"]["at"])
+
+    for at, zone, expected in [
+        ("2030-06-01T09:00:00Z", "UTC", 1906534800.0),
+        ("2030-06-01T09:00+02:00", "UTC", 1906527600.0),
+        # no offset: the schedule's zone (summer time in Paris), not the server's
+        ("2030-06-01T09:00", "Europe/Paris", 1906527600.0),
+        (1906534800, "UTC", 1906534800.0),
+        (1906534800.5, "Asia/Tokyo", 1906534800.5),
+    ]:
+        made = server.http.post("/api/schedules", json={**base, "at": at, "timezone": zone})
+        assert made.status_code == 201, (at, made.text)
+        assert stored_at(made.json()["schedule_id"]) == expected == parse_at(at, zone)
+
+    # a change takes the same forms
+    made = server.http.post("/api/schedules", json={**base, "at": 1906534800})
+    sid = made.json()["schedule_id"]
+    changed = server.http.post(f"/api/schedules/{sid}",
+                               json={**base, "at": "2030-06-01T10:00:00Z"})
+    assert changed.status_code == 200, changed.text
+    assert stored_at(sid) == 1906538400.0
+
+    for at, words in [("tomorrow", "neither unix seconds nor an ISO 8601"),
+                      ("2030-06-01", "neither unix seconds nor an ISO 8601"),
+                      ("2030-02-30T09:00", "neither unix seconds nor an ISO 8601"),
+                      (True, "Expected `float | str | null`")]:
+        refused = server.http.post("/api/schedules", json={**base, "at": at})
+        assert refused.status_code == 400, (at, refused.text)
+        assert words in refused.json()["detail"], refused.json()

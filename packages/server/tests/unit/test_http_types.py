@@ -53,22 +53,30 @@ def _narrowed(t: Any) -> Any:
     return str if is_names else t
 
 
-@pytest.mark.parametrize(("body", "command", "from_path", "narrowed"), [
-    (sessions.NewSession, cl.CreateSession, set(), set()),
-    (sessions.Prompt, cl.SendPrompt, {"session_id"}, set()),
-    (sessions.ApprovalChoice, cl.DecideApproval, {"session_id", "approval_id"}, set()),
-    (sessions.PolicyChoice, cl.SetApprovalPolicy, {"session_id"}, set()),
-    (schedules.ScheduleBody, cl.SaveSchedule, {"schedule_id"}, {"timezone"}),
-    (tasks.TaskBody, cl.CreateTask, set(), set()),
-    (tasks.TaskBody, cl.UpdateTask, {"task_id"}, set()),
-    (tasks.TaskRun, cl.RunTask, {"task_id"}, set()),
+def _without_text(t: Any) -> Any:
+    """A union that also takes text the route turns into the command's type (a schedule's
+    ``at`` as ISO 8601), without that text."""
+    return typing.Union[tuple(a for a in typing.get_args(_plain(t)) if a is not str)]  # noqa: UP007
+
+
+@pytest.mark.parametrize(("body", "command", "from_path", "narrowed", "widened"), [
+    (sessions.NewSession, cl.CreateSession, set(), set(), set()),
+    (sessions.Prompt, cl.SendPrompt, {"session_id"}, set(), set()),
+    (sessions.ApprovalChoice, cl.DecideApproval, {"session_id", "approval_id"}, set(), set()),
+    (sessions.PolicyChoice, cl.SetApprovalPolicy, {"session_id"}, set(), set()),
+    (schedules.ScheduleBody, cl.SaveSchedule, {"schedule_id"}, {"timezone"}, {"at"}),
+    (tasks.TaskBody, cl.CreateTask, set(), set(), set()),
+    (tasks.TaskBody, cl.UpdateTask, {"task_id"}, set(), set()),
+    (tasks.TaskRun, cl.RunTask, {"task_id"}, set(), set()),
 ])
 def test_each_rest_body_carries_every_field_of_its_command(
         body: type[msgspec.Struct], command: type[msgspec.Struct], from_path: set[str],
-        narrowed: set[str]) -> None:
+        narrowed: set[str], widened: set[str]) -> None:
     """A field added to a command must be added to its REST body too (or to the path), with
-    its type; the body may constrain it (a pattern, a length, a set of values)."""
-    fields = {name: (_narrowed(t) if name in narrowed else _plain(t), default)
+    its type; the body may constrain it (a pattern, a length, a set of values), or take text
+    besides (``widened``: the route converts it)."""
+    fields = {name: (_narrowed(t) if name in narrowed else _without_text(t) if name in widened
+                     else _plain(t), default)
               for name, (t, default) in _fields(body, without=set()).items()}
     assert fields == _fields(command, without={"request_id", *from_path})
     assert body.__struct_config__.forbid_unknown_fields  # as the socket's commands

@@ -138,6 +138,7 @@ def test_worker_revoked_disconnects(state: State, log: Log) -> None:
     ev.WorkerConnected(worker_id="ghost", hostname="h", os="o", worker_version="v"),
     ev.WorkerDisconnected(worker_id="ghost"),
     ev.WorkerRevoked(worker_id="ghost"),
+    ev.WorkerRenamed(worker_id="ghost", name="g"),
 ], ids=lambda e: type(e).__name__)
 def test_events_for_unknown_workers_are_ignored(state: State, log: Log, event: ev.Event) -> None:
     before = copy_state(state)
@@ -606,6 +607,7 @@ GLOBAL_EVENTS: list[ev.Event] = [
                            worker_version="v", roots=[], fingerprint="f", expires_at=1.0),
     ev.WorkerPairResolved(request_id="r", outcome="expired"),
     paired("w9"),
+    ev.WorkerRenamed(worker_id="w9", name="build box"),
     ev.WorkerRevoked(worker_id="w9"),
     ev.WorkerConnected(worker_id="w9", hostname="h", os="o", worker_version="v"),
     ev.WorkerDisconnected(worker_id="w9"),

@@ -17,7 +17,15 @@ from codey_protocol.state import ScheduleInfo, State, WorkerInfo
 from codey_server.core.rules import CommandRejected, Context
 from codey_server.features import apply, decide
 from codey_server.schedules.routes import TIME_ZONES
-from codey_server.schedules.rules import CRON, check_spec, due_times, fire, plan
+from codey_server.schedules.rules import (
+    CRON,
+    ISO_TIME,
+    check_spec,
+    due_times,
+    fire,
+    parse_at,
+    plan,
+)
 
 UTC = dt.UTC
 
@@ -154,3 +162,80 @@ def test_saving_checks_the_spec_and_the_worker() -> None:
                                       workdir="/w", prompt="p"), ctx)
     gone = decide(state, cl.DeleteSchedule(schedule_id="sch_1"), ctx)
     assert gone == [(None, ev.ScheduleDeleted(schedule_id="sch_1"))]
+
+
+@pytest.mark.parametrize(("text", "zone", "expected"), [
+    # with an offset: that instant, whatever the schedule's zone
+    ("2030-06-01T09:00:00Z", "Europe/Paris", "2030-06-01T09:00+00:00"),
+    ("2030-06-01T09:00+02:00", "UTC", "2030-06-01T07:00+00:00"),
+    ("2030-06-01 09:00:30.250-0130", "UTC", "2030-06-01T10:30:30.250+00:00"),
+    ("2030-06-01t09:00z", "UTC", "2030-06-01T09:00+00:00"),
+    ("2032-02-29T09:00Z", "UTC", "2032-02-29T09:00+00:00"),  # a leap day
+    # without one: a wall-clock time in the schedule's zone (summer time in Paris), never
+    # the server's
+    ("2030-06-01T09:00", "Europe/Paris", "2030-06-01T07:00+00:00"),
+    ("2030-01-01T09:00", "Europe/Paris", "2030-01-01T08:00+00:00"),
+    ("2030-06-01T09:00", "UTC", "2030-06-01T09:00+00:00"),
+])
+def test_at_as_iso_8601(text: str, zone: str, expected: str) -> None:
+    assert re.match(ISO_TIME, text)
+    assert parse_at(text, zone) == dt.datetime.fromisoformat(expected).timestamp()
+
+
+def test_at_as_unix_seconds_is_taken_as_it_is() -> None:
+    assert parse_at(1906534800, "Europe/Paris") == 1906534800.0
+    assert parse_at(1906534800.5, "UTC") == 1906534800.5
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ("tomorrow at nine", "neither unix seconds nor an ISO 8601"),
+    ("2030-06-01", "neither unix seconds nor an ISO 8601"),  # a day is not a time
+    ("1906534800", "neither unix seconds nor an ISO 8601"),  # seconds go as a number
+    ("2030-06-01T09:00\n", "neither unix seconds nor an ISO 8601"),
+    # days and times that do not exist, and years out of range
+    ("2030-02-30T09:00", "neither"), ("2030-02-29T09:00", "neither"),
+    ("2100-02-29T09:00", "neither"), ("2030-04-31T09:00", "neither"),
+    ("2030-06-01T24:00", "neither"), ("2030-06-01T09:60", "neither"),
+    ("2030-06-01T09:00+24:00", "neither"), ("1899-12-31T23:59Z", "neither"),
+])
+def test_bad_at_is_refused_in_words(text: str, words: str) -> None:
+    # the REST body's pattern refuses what parse_at refuses
+    assert not re.match(ISO_TIME, text)
+    with pytest.raises(ValueError, match=words):
+        parse_at(text, "UTC")
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.from_regex(ISO_TIME), zone=st.sampled_from(["UTC", "Europe/Paris",
+                                                           "Pacific/Kiritimati",
+                                                           "America/St_Johns"]))
+def test_every_at_the_rest_body_takes_is_one_the_server_reads(text: str, zone: str) -> None:
+    """The REST body's pattern (in the OpenAPI document) promises this: schema-valid text
+    is never refused (leap days, the ends of the years allowed, any offset)."""
+    assert isinstance(parse_at(text, zone), float)
+
+
+def test_a_one_time_schedule_is_done_once_its_time_was_dealt_with() -> None:
+    at = ts("2030-06-01T09:00")
+    state = _state()
+    apply(state, ev.Envelope(seq=2, ts=1.0, session_id=None,
+                             event=ev.ScheduleSaved(spec=spec(cron=None, at=at))))
+    info = state.schedules["sch_1"]
+    assert not info.done
+    # run now, before its time: a run, yet still to come
+    apply(state, ev.Envelope(seq=3, ts=2.0, session_id=None, event=ev.ScheduleFired(
+        schedule_id="sch_1", due_at=at - 3600, outcome="started", session_id="ses_1")))
+    assert not info.done and plan(info, at + 1, 300.0) is not None
+    apply(state, ev.Envelope(seq=4, ts=3.0, session_id=None, event=ev.ScheduleFired(
+        schedule_id="sch_1", due_at=at, outcome="started", session_id="ses_2")))
+    assert info.done and plan(info, at + 1, 300.0) is None
+    # saved again for a later time: to come again; a cron schedule is never done
+    apply(state, ev.Envelope(seq=5, ts=4.0, session_id=None,
+                             event=ev.ScheduleSaved(spec=spec(cron=None, at=at + 60))))
+    assert not info.done
+    apply(state, ev.Envelope(seq=6, ts=5.0, session_id=None, event=ev.ScheduleFired(
+        schedule_id="sch_1", due_at=at + 60, outcome="skipped", skipped=1)))
+    assert info.done
+    apply(state, ev.Envelope(seq=7, ts=6.0, session_id=None,
+                             event=ev.ScheduleSaved(spec=spec())))
+    assert not info.done

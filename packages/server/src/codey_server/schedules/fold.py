@@ -13,14 +13,21 @@ from codey_server.core.rules import FoldHandler
 __all__ = ["FOLD"]
 
 
+def _done(info: ScheduleInfo) -> bool:
+    # what ``rules.plan`` reads too: a due time at or before ``last_due`` never fires
+    return info.spec.at is not None and info.last_due >= info.spec.at
+
+
 def _schedule_saved(state: State, env: ev.Envelope) -> None:
     e = env.event
     assert isinstance(e, ev.ScheduleSaved)
     info = state.schedules.get(e.spec.schedule_id)
     if info is None:
-        state.schedules[e.spec.schedule_id] = ScheduleInfo(spec=e.spec, created_at=env.ts)
+        info = state.schedules[e.spec.schedule_id] = ScheduleInfo(spec=e.spec,
+                                                                  created_at=env.ts)
     else:
         info.spec = e.spec
+    info.done = _done(info)
 
 
 def _schedule_deleted(state: State, env: ev.Envelope) -> None:
@@ -36,6 +43,7 @@ def _schedule_fired(state: State, env: ev.Envelope) -> None:
     if info is None:
         return
     info.last_due = max(info.last_due, e.due_at)
+    info.done = _done(info)
     info.runs.append(ScheduleRun(due_at=e.due_at, fired_at=env.ts, outcome=e.outcome,
                                  session_id=e.session_id, error=e.error, skipped=e.skipped))
     del info.runs[:-SCHEDULE_RUNS_KEPT]

@@ -8,18 +8,21 @@ load, decide and append. Secrets (pairing codes, credentials) never reach these:
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import unicodedata
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
+from codey_protocol import client as cl
 from codey_protocol import events as ev
 from codey_protocol import worker as wk
 from codey_protocol.state import State
-from codey_server.core.rules import CommandRejected, Context, Decided
+from codey_server.core.rules import CommandRejected, Context, Decided, Decider
 
-__all__ = ["Disconnected", "Hello", "PairAnswer", "WorkspaceReport", "connected",
-           "disconnected", "orphans_disconnected", "pair_expired", "pair_requested",
-           "pair_resolved", "paired", "restarted", "revoked", "workspace_changed"]
+__all__ = ["COMMANDS", "MAX_WORKER_NAME", "Disconnected", "Hello", "PairAnswer",
+           "WorkspaceReport", "connected", "disconnected", "orphans_disconnected",
+           "pair_expired", "pair_requested", "pair_resolved", "paired", "renamed", "restarted",
+           "revoked", "workspace_changed"]
 
 #: paths one workspace report may carry into the log
 WORKSPACE_PATHS_MAX = 500
@@ -67,6 +70,31 @@ def revoked(state: State, worker_id: str, ctx: Context) -> Decided:
     if info is None:
         raise CommandRejected("not_found", f"no worker {worker_id!r}")
     return [] if info.revoked else [(None, ev.WorkerRevoked(worker_id=worker_id))]
+
+
+#: the longest name a machine may be given (it labels pickers and cards)
+MAX_WORKER_NAME = 80
+
+
+def renamed(state: State, c: cl.RenameWorker, ctx: Context) -> Decided:
+    """The user names a machine (runs of white space become one space); "" gives it back its
+    hostname. Nothing when the name is the one it has."""
+    info = state.workers.get(c.worker_id)
+    if info is None or info.revoked:
+        raise CommandRejected("not_found", f"no worker {c.worker_id!r}")
+    name = " ".join(c.name.split())
+    if len(name) > MAX_WORKER_NAME:
+        raise CommandRejected("bad_request", f"a machine's name is at most {MAX_WORKER_NAME} "
+                                             f"characters (this one has {len(name)})")
+    # control and format characters (a bidi override, a zero-width space) would make two
+    # names that look alike differ, or a label lie about what follows it
+    if any(unicodedata.category(ch) in ("Cc", "Cf") for ch in name):
+        raise CommandRejected("bad_request", "a machine's name must not contain control or "
+                                             "invisible formatting characters")
+    if name == info.hostname:
+        name = ""  # its hostname again: it follows the host's from now on
+    return [] if name == info.name else [(None, ev.WorkerRenamed(worker_id=c.worker_id,
+                                                                  name=name))]
 
 
 # presence --------------------------------------------------------------------------------------
@@ -140,3 +168,8 @@ def workspace_changed(state: State, r: WorkspaceReport, ctx: Context) -> Decided
         return []
     return [(session.session_id,
              ev.SessionWorkspaceChanged(paths=r.report.paths[:WORKSPACE_PATHS_MAX]))]
+
+
+COMMANDS: Mapping[type[Any], Decider] = {
+    cl.RenameWorker: renamed,
+}

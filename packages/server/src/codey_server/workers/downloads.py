@@ -47,7 +47,7 @@ from codey_server.http.access import PUBLIC
 
 log = logging.getLogger("codey.downloads")
 
-__all__ = ["WheelBundle", "WheelsUnavailable", "WorkerWheels", "downloads_router"]
+__all__ = ["WheelBundle", "WheelsUnavailable", "WorkerWheels", "downloads_router", "find_uv"]
 
 #: the packages a worker needs, as (distribution name in wheel file names, checkout folder)
 PACKAGES = (("codey_protocol", "protocol"), ("codey_worker", "worker"))
@@ -115,6 +115,18 @@ def source_key(packages_dir: Path) -> str:
     return _digest_files(files, packages_dir)
 
 
+def find_uv() -> str | None:
+    """uv's absolute path on this machine: the one that runs us (``uv run`` sets ``$UV``),
+    the one on our PATH, or the one ``./scripts/serve`` installs (``~/.local/bin``, which a
+    server started from a new terminal may lack on its PATH); None when there is none."""
+    candidates = [os.environ.get("UV"), shutil.which("uv"),
+                  str(Path.home() / ".local" / "bin" / "uv")]
+    for path in candidates:
+        if path and os.path.isfile(path) and os.access(path, os.X_OK):
+            return str(Path(path).absolute())
+    return None
+
+
 class WorkerWheels:
     """Finds (or builds, once) the wheels; see the module docstring for the order.
 
@@ -127,7 +139,7 @@ class WorkerWheels:
         self.cache = data_dir / "dl"
         self.packaged = _PACKAGED if packaged is None else packaged
         self.packages_dir = _CHECKOUT_PACKAGES if packages_dir is None else packages_dir
-        self.uv = uv or os.environ.get("UV") or shutil.which("uv")
+        self.uv = uv or find_uv()
         self._bundle: WheelBundle | None = None
         self._lock = asyncio.Lock()
 

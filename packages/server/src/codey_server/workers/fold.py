@@ -36,7 +36,16 @@ def _paired(state: State, env: ev.Envelope) -> None:
     state.workers[e.worker_id] = WorkerInfo(
         worker_id=e.worker_id, hostname=e.hostname, os=e.os, python_version=e.python_version,
         worker_version=e.worker_version, roots=list(e.roots), paired_at=env.ts,
+        fingerprint=e.fingerprint,
     )
+
+
+def _renamed(state: State, env: ev.Envelope) -> None:
+    e = env.event
+    assert isinstance(e, ev.WorkerRenamed)
+    w = state.workers.get(e.worker_id)
+    if w is not None:
+        w.name = e.name
 
 
 def _revoked(state: State, env: ev.Envelope) -> None:
@@ -78,6 +87,7 @@ FOLD: Mapping[type[Any], FoldHandler] = {
     ev.WorkerPairResolved: _pair_resolved,
     ev.WorkerPaired: _paired,
     ev.WorkerRevoked: _revoked,
+    ev.WorkerRenamed: _renamed,
     ev.WorkerConnected: _connected,
     ev.WorkerDisconnected: _disconnected,
 }

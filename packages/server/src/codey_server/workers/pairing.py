@@ -305,7 +305,8 @@ class Pairing:
         await self.engine.submit(decide.paired, ev.WorkerPaired(
             worker_id=worker_id, request_id=p.request_id, hostname=r.hostname, os=r.os,
             python_version=r.python_version, worker_version=r.worker_version,
-            roots=list(r.roots), public_key=r.public_key))
+            roots=list(r.roots), public_key=r.public_key,
+            fingerprint=fingerprint(r.public_key)))
         p.worker_id = worker_id
         p.credential = credential
         p.status = "approved"

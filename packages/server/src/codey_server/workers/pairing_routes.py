@@ -20,6 +20,7 @@ from codey_server.http.access import UNPAIRED_WORKER
 from codey_server.http.errors import errors
 from codey_server.http.fields import NOT_BLANK, pattern
 from codey_server.http.resource import Resource
+from codey_server.workers.downloads import find_uv
 from codey_server.workers.pairing import (
     MAX_NAME_CHARS,
     MAX_ROOT_CHARS,
@@ -29,8 +30,8 @@ from codey_server.workers.pairing import (
     PendingPairRequest,
 )
 
-__all__ = ["PAIR_REQUEST_MAX_BYTES", "Approved", "Denied", "PairApproval", "PairRequestBody",
-           "PairingController"]
+__all__ = ["PAIR_REQUEST_MAX_BYTES", "Approved", "Denied", "LocalTools", "PairApproval",
+           "PairRequestBody", "PairingController"]
 
 #: a pair request is unauthenticated: refuse a body beyond what its largest allowed fields
 #: (32 roots of 4096 characters, see pairing.py) need, before reading it
@@ -71,6 +72,15 @@ class Denied(msgspec.Struct, kw_only=True):
     denied: str  # the request id
 
 
+class LocalTools(msgspec.Struct, kw_only=True):
+    """Where the tools the Link dialog's command needs are on the server's own machine."""
+
+    #: uv by its absolute path (None: not found). ``./scripts/serve`` installs it into
+    #: ``~/.local/bin``, which a new terminal often lacks on its PATH, so a bare ``uvx`` there
+    #: is "command not found"; the absolute path works in any terminal of this machine.
+    uv: str | None
+
+
 class PairingController(Resource):
     path = "/api/pairing"
     tags = ["pairing"]
@@ -99,6 +109,12 @@ class PairingController(Resource):
     def pending(self, pairing: NamedDependency[Pairing]) -> list[PendingPairRequest]:
         """The pending requests, for the browser to show."""
         return pairing.pending()
+
+    @get("/local-tools", sync_to_thread=False, responses=errors())
+    def local_tools(self) -> LocalTools:
+        """Where uv is on the server's machine, for a Link command that works in a new
+        terminal there (a browser with a login only: it names paths of the machine)."""
+        return LocalTools(uv=find_uv())
 
     @get("/code/{code:str}", sync_to_thread=False, responses=errors(404))
     def by_code(self, code: FromPath[str], pairing: NamedDependency[Pairing]) -> PendingPairRequest:

@@ -1,4 +1,4 @@
-"""``/api/workers/{worker_id}``: revoke a worker; run one action on it directly.
+"""``/api/workers/{worker_id}``: name or revoke a worker; run one action on it directly.
 ``WS /ws/worker``: a paired worker's socket."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import logging
 import secrets
 import time
 import typing
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 
 import msgspec
 from litestar import Response, WebSocket, get, post, websocket
@@ -16,6 +16,7 @@ from litestar.exceptions import NotFoundException
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import FromPath, FromQuery, JSONBody
 
+from codey_protocol import client as cl
 from codey_protocol import worker as wk
 from codey_server.core.actions import ActionFailed
 from codey_server.core.delivery import Delivery
@@ -31,8 +32,8 @@ from codey_server.workers.sockets import LogLine, WorkerRegistry, serve_worker
 
 log = logging.getLogger("codey.http")
 
-__all__ = ["ActionDone", "ActionNotDone", "ActionRequest", "Progress", "Revoked",
-           "WorkersController", "worker_socket"]
+__all__ = ["ActionDone", "ActionNotDone", "ActionRequest", "NameBody", "Named", "Progress",
+           "Revoked", "WorkersController", "worker_socket"]
 
 #: streamed output repeated in a response, at most (the result keeps head and tail anyway)
 _PROGRESS_CAP = 256 * 1024
@@ -56,6 +57,21 @@ else:
 
 class Revoked(msgspec.Struct, kw_only=True):
     revoked: str  # the worker id
+
+
+class NameBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    #: "" gives the machine back its hostname as its name
+    name: Annotated[str, msgspec.Meta(
+        max_length=4 * decide.MAX_WORKER_NAME,
+        description=f"At most {decide.MAX_WORKER_NAME} characters once runs of white space "
+                    "are one space; no control or invisible formatting characters; \"\" "
+                    "(or the hostname) gives it back its hostname.")]
+
+
+class Named(msgspec.Struct, kw_only=True):
+    worker_id: str
+    name: str  # "" when it goes by its hostname
+    seq: int | None  # None: it had that name already
 
 
 class Progress(msgspec.Struct, kw_only=True):
@@ -97,6 +113,15 @@ class WorkersController(Resource):
             # every server's registry, on folding it, closes the socket and fails the waits
             await engine.submit(decide.revoked, worker_id)
         return Revoked(revoked=worker_id)
+
+    @post("/name", status_code=200, responses=errors(400, 404))
+    async def rename(self, worker_id: FromPath[str], data: JSONBody[NameBody],
+                     engine: NamedDependency[Engine]) -> Named:
+        """Name the machine, as the pickers and its card show it (the browser's
+        ``rename_worker`` command)."""
+        envs = await engine.execute(cl.RenameWorker(worker_id=worker_id, name=data.name))
+        return Named(worker_id=worker_id, name=engine.state.workers[worker_id].name,
+                     seq=envs[-1].seq if envs else None)
 
     @get("/log", sync_to_thread=False, responses=errors(404))
     def worker_log(self, worker_id: FromPath[str], engine: NamedDependency[Engine],
