@@ -224,6 +224,21 @@ def build_log() -> list[ev.Envelope]:
     log.add("s1", ev.SessionTitleChanged(title="Fix the flaky tests"))
     log.add("s1", ev.SessionPolicyChanged(policy="auto-edit"))
     log.add("s1", ev.SessionSandboxChanged(sandbox="read-only", network=True))
+    log.add("s1", ev.SessionModelChanged(provider="claude", model="sonnet", effort="high",
+                                         reason="switched"))
+    # a session in a worktree: made (its workdir moves), counted, a git operation's item
+    log.add("s3", ev.SessionCreated(title="In a worktree", worker_id="w1", workdir="/home/u1/app",
+                                    provider="openai", model="gpt-5", worktree=ev.Worktree(
+                                        repo="/home/u1/app", branch="codey/wt-0001",
+                                        base="main")))
+    log.add("s3", ev.SessionItemAppended(item=ev.GitOp(id="s3-op", ts=log.ts, op="create",
+                                                       title="Worktree codey/wt-0001")))
+    log.update("s3", "s3-op", output_delta="setting up\n")
+    log.update("s3", "s3-op", status="done", exit_code=0, result="made")
+    log.add("s3", ev.WorktreeUpdated(status="ready", path="/wt/app/wt", base_commit="c0ffee"))
+    log.add("s3", ev.WorktreeUpdated(files=2, added=7, deleted=1, merged=True))
+    log.add("s1", ev.WorktreeUpdated(status="ready"))  # no worktree: ignored
+    log.add(None, ev.WorkerRenamed(worker_id="w1", name="laptop"))
     log.add("s1", ev.SessionWorkspaceChanged(paths=["a.py", "b.py", "a.py"]))
     log.add("s1", ev.SessionWorkspaceChanged(paths=["c.py", "a.py"]))
     log.add("s2", ev.SessionWorkspaceChanged(paths=[f"f{i}.txt" for i in range(150)]))
@@ -303,6 +318,12 @@ def build_log() -> list[ev.Envelope]:
     log.add(None, ev.AuthStatusUpdated(provider="openai", state="logged_in", method="oauth",
                                        account="me@example.test", expires_at=1_700_100_000.5))
     log.add(None, ev.AuthStatusUpdated(provider="other", state="error", error="bad key"))
+    log.add(None, ev.ProviderSaved(provider=ev.ProviderEntry(
+        name="local", kind="ollama", base_url="http://h:11434/v1", models=["qwen"],
+        auth="none", updated_at=log.ts)))
+    log.add(None, ev.ProviderSaved(provider=ev.ProviderEntry(name="gone", base_url="http://g")))
+    log.add(None, ev.AuthStatusUpdated(provider="gone", state="logged_in", method="api_key"))
+    log.add(None, ev.ProviderRemoved(name="gone"))
     log.add("s1", ev.TerminalCreated(terminal_id="t1", worker_id="w1", workdir="/home/u1/proj",
                                      by="browser 1a2b3c4d"))
     log.add(None, ev.TerminalCreated(terminal_id="t2", worker_id="w1", workdir="/srv", by="x"))

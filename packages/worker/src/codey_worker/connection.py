@@ -220,6 +220,10 @@ class Worker:
         installed: list[signal.Signals] = []
         if self._handle_signals:
             for sig in STOP_SIGNALS:
+                if signal.getsignal(sig) == signal.SIG_IGN:
+                    # ignored by whoever started us (``nohup`` ignores SIGHUP): a worker
+                    # started to outlive its terminal must not stop when the terminal goes
+                    continue
                 loop.add_signal_handler(sig, self.stop, f"signal {sig.name}")
                 installed.append(sig)
         try:

@@ -59,11 +59,15 @@ def test_hangup_and_quit_stop_the_worker_like_sigterm(
         loop.call_later(0.3, os.kill, os.getpid(), sig)
         return await asyncio.wait_for(worker.run(), 10)
 
-    before = signal.getsignal(sig)
-    assert asyncio.run(main()) == 0
+    # as a terminal starts it (under nohup, SIGHUP is ignored: see the test below)
+    before = signal.signal(sig, signal.SIG_DFL)
+    try:
+        assert asyncio.run(main()) == 0
+    finally:
+        after = signal.signal(sig, before)
     assert f"stopping (signal {sig.name})" in out.getvalue()
     assert stopped_commands == [True]  # dispatcher.shutdown stopped the running commands
-    assert signal.getsignal(sig) == before  # the handler was removed again
+    assert after == signal.SIG_DFL  # the handler was removed again
 
 
 def test_building_a_worker_protects_its_home(tmp_path: Path) -> None:
@@ -73,3 +77,23 @@ def test_building_a_worker_protects_its_home(tmp_path: Path) -> None:
         resolve_inside(tmp_path, "codey-home/worker.json")
     assert info.value.code == "protected_path"
     assert resolve_inside(tmp_path, "other.txt") == tmp_path.resolve() / "other.txt"
+
+
+def test_a_worker_started_under_nohup_outlives_its_terminals_hangup(tmp_path: Path) -> None:
+    out = io.StringIO()
+    worker = _worker(tmp_path, out)
+
+    async def main() -> int:
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.3, os.kill, os.getpid(), signal.SIGHUP)  # ignored, as nohup wants
+        loop.call_later(0.6, os.kill, os.getpid(), signal.SIGTERM)  # this one stops it
+        return await asyncio.wait_for(worker.run(), 10)
+
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        assert asyncio.run(main()) == 0
+        assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, before)
+    assert "stopping (signal SIGTERM)" in out.getvalue()
+    assert "SIGHUP" not in out.getvalue()
