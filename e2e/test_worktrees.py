@@ -183,3 +183,13 @@ def test_three_sessions_on_one_repository_review_merge_resolve_push_and_remove(
     expect(changes.get_by_test_id("ship-result")).to_contain_text("Removed")
     assert len(asked) == 2 and "uncommitted" in asked[1]
     assert not worktree.exists()
+
+    # closing the first session (merged, clean) offers to remove its worktree: removed
+    changes.get_by_role("button", name="Close").click()
+    view = stack.open_session(page, one)
+    first_path = Path(server.http.get(f"/api/sessions/{one}").json()["workdir"])
+    view.get_by_test_id("session-menu").locator("summary").click()
+    view.get_by_test_id("menu-close").click()
+    stack.wait_until(lambda: server.http.get(f"/api/sessions/{one}").json()["worktree"][
+        "status"] == "removed", what="the closed session's worktree removed")
+    assert not first_path.exists() and "Remove this session's worktree too" in asked[-1]

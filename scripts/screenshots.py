@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -192,6 +193,10 @@ SCRIPT: dict[str, Any] = {"model": ["gpt-scripted", "gpt-scripted-mini"],
     {"match": {"tool": "read_file", "tool_output": "greet"},
      "reply": {"text": "**greet** is a small CLI that prints a greeting. Install it with "
                        "`pip install -e .` and run `greet NAME`."}},
+    # 6. a session in a worktree of its own: its change, in the Changes view
+    {"match": {"user": "Greet in French"},
+     "reply": {"calls": [{"name": "write_file", "arguments": {
+         "path": "cli.py", "content": CLI_PY.replace("Hello", "Bonjour")}}]}},
     {"match": {"any": True}, "reply": {"text": "Done."}},
 ]}
 
@@ -359,6 +364,27 @@ class Shots:
         local.get_by_test_id("provider-test").click()
         expect(local.get_by_test_id("provider-test-result")).to_contain_text("answered")
         self.shoot(page, "models.png")
+
+        # a session in a worktree: the Changes view with a review comment
+        repo = self._workdir(self.a, "greet-fr", {"cli.py": CLI_PY})
+        for argv in (["init", "-q", "-b", "main"], ["add", "-A"],
+                     ["-c", "user.name=Ada", "-c", "user.email=ada@example.com", "commit", "-qm",
+                      "A greeting CLI"]):
+            subprocess.run(["git", "-C", repo, *argv], check=True, capture_output=True)
+        r = self.server.http.post("/api/sessions", json={
+            "worker_id": self.a.worker_id, "workdir": repo, "prompt": "Greet in French",
+            "policy": "full-auto", "worktree": {"base": "main"}})
+        r.raise_for_status()
+        sid = r.json()["session_id"]
+        _wait(lambda: self._status(sid) == "idle" and self.server.http.get(
+            f"/api/sessions/{sid}").json()["worktree"]["files"], "the worktree session")
+        self.open(page, f"#/session/{sid}")
+        page.get_by_test_id("open-changes").click()
+        changes = page.get_by_test_id("changes-dialog")
+        changes.locator(".d-line.d-add").first.click()
+        changes.get_by_test_id("comment-input").fill("Keep the English one as --lang en")
+        changes.get_by_test_id("comment-add").click()
+        self.shoot(page, "changes.png")
 
 
     def login_screen(self, page: Page) -> None:

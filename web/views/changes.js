@@ -123,7 +123,7 @@ export class ChangesDialog {
             if (!input.value.trim()) return;
             this.comments.push({ path, line, text: input.value });
             box.replaceWith(h("div", { class: "comment", "data-testid": "comment" },
-              `💬 ${input.value}`));
+              `✎ ${input.value}`));
             this._renderReviewBar();
           } }, "Add")));
     anchor.after(box);

@@ -748,12 +748,16 @@ export class SessionView {
       act("menu-fork", "Fork", () => this._fork(null)),
       act("menu-archive", s.archived ? "Unarchive" : "Archive",
         () => this.ctx.socket.archiveSession(this.sessionId, !s.archived)),
-      ...others.map((o) => act(`menu-move-${o.worker_id}`, `Move to ${machineLabel(this.ctx.store.state, o)}`,
+      ...others.map((o) => act(`menu-move-${o.worker_id}`, `Move to ${machineLabel(state, o)}`,
         () => this.ctx.socket.moveSession(this.sessionId, o.worker_id))),
       s.status === "closed" ? null
-        : act("menu-close", "Close", () => this.ctx.socket.closeSession(this.sessionId)),
+        : act("menu-close", "Close", async () => {
+          await this.ctx.socket.closeSession(this.sessionId);
+          await this._offerWorktreeRemoval();
+        }),
       this._confirmDelete ? act("menu-delete-confirm", "Confirm delete", async () => {
         this._confirmDelete = false;
+        await this._offerWorktreeRemoval(); // (while the session is there to say which)
         await this.ctx.socket.deleteSession(this.sessionId);
         location.hash = "#/";
       }, "danger") : act("menu-delete", "Delete…", () => {
@@ -910,6 +914,27 @@ export class SessionView {
     } finally {
       this._send.disabled = !this.session;
     }
+  }
+
+  /** Closing or deleting a session in a worktree offers to remove the worktree: never
+   * silently, and a dirty or unmerged one only after a second question (its branch stays). */
+  async _offerWorktreeRemoval() {
+    const s = this.session;
+    const w = s && s.worktree;
+    if (!w || w.status !== "ready") return;
+    if (!window.confirm(`Remove this session's worktree too (${w.path})? Its branch ` +
+      `${w.branch} stays.`)) return;
+    try {
+      await api.worktreeOp(this.sessionId, "remove", { force: false });
+    } catch (err) {
+      if (err.status !== 409 || !window.confirm(`${err.message}\n\nRemove it anyway? What ` +
+        "is not committed is lost.")) {
+        this.ctx.toast(`The worktree stays: ${err.message}`, "warn");
+        return;
+      }
+      await api.worktreeOp(this.sessionId, "remove", { force: true });
+    }
+    this.ctx.toast(`Worktree removed; ${w.branch} stays`, "good");
   }
 
   /** The model picker: every model of every provider, and the session's own even when its
