@@ -57,6 +57,7 @@ from codey_server.agent.wire.common import (
     THINKING_TAG,
     decode_event,
     int_field,
+    nonempty,
     thinking_content,
 )
 from codey_server.agent.wire.errors import error_from_body
@@ -304,10 +305,10 @@ class AnthropicCollector:
             return []
         block = self._blocks[index] = _Block(str(raw.get("type")))
         if block.kind == "text":
-            return _nonempty(TextDelta, raw.get("text"))
+            return nonempty(TextDelta, raw.get("text"))
         if block.kind == "thinking":
             block.signature = str(raw.get("signature") or "")
-            return _nonempty(ReasoningDelta, raw.get("thinking"))
+            return nonempty(ReasoningDelta, raw.get("thinking"))
         if block.kind == "redacted_thinking":
             block.data = str(raw.get("data") or "")
         elif block.kind == "tool_use":
@@ -324,9 +325,9 @@ class AnthropicCollector:
         block = self._blocks.get(index) if isinstance(index, int) else None
         kind = delta.get("type")
         if kind == "text_delta":
-            return _nonempty(TextDelta, delta.get("text"))
+            return nonempty(TextDelta, delta.get("text"))
         if kind == "thinking_delta":
-            return _nonempty(ReasoningDelta, delta.get("thinking"))
+            return nonempty(ReasoningDelta, delta.get("thinking"))
         if block is None:
             return []
         if kind == "input_json_delta" and isinstance(delta.get("partial_json"), str):
@@ -381,10 +382,6 @@ class AnthropicCollector:
         else:
             out.append(Finished())
         return out
-
-
-def _nonempty(kind: Any, value: object) -> list[ModelEvent]:
-    return [kind(value)] if isinstance(value, str) and value else []
 
 
 class AnthropicWire:

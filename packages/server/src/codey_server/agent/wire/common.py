@@ -8,7 +8,8 @@ import msgspec
 
 from codey_server.agent.errors import ModelError
 
-__all__ = ["REDACTED_TAG", "THINKING_TAG", "decode_event", "int_field", "thinking_content"]
+__all__ = ["REDACTED_TAG", "THINKING_TAG", "decode_event", "int_field", "nonempty",
+           "thinking_content"]
 
 _decode = msgspec.json.decode
 
@@ -27,6 +28,12 @@ def thinking_content(encrypted: str) -> tuple[str | None, str]:
     if encrypted.startswith(REDACTED_TAG):
         return "redacted_thinking", encrypted[len(REDACTED_TAG):]
     return None, encrypted
+
+
+def nonempty(kind: Any, value: object) -> list[Any]:
+    """``[kind(value)]`` for a non-empty string (a text or reasoning delta), else ``[]``:
+    providers send empty and missing deltas both."""
+    return [kind(value)] if isinstance(value, str) and value else []
 
 
 def int_field(value: object) -> int:

@@ -42,7 +42,7 @@ from codey_server.agent.stream import (
 )
 from codey_server.agent.tools import ToolSpec
 from codey_server.agent.wire import Loader, RequestOptions, data_url
-from codey_server.agent.wire.common import decode_event, int_field, thinking_content
+from codey_server.agent.wire.common import decode_event, int_field, nonempty, thinking_content
 from codey_server.agent.wire.errors import error_from_body
 
 __all__ = ["WIRE", "ResponsesAssembler", "ResponsesCollector", "ResponsesWire"]
@@ -143,10 +143,10 @@ class ResponsesCollector:
         kind = data.get("type")
         if kind == "response.output_text.delta":
             self._streamed.add((str(data.get("item_id")), "text"))
-            return _nonempty(TextDelta, data.get("delta"))
+            return nonempty(TextDelta, data.get("delta"))
         if kind == "response.refusal.delta":
             self._streamed.add((str(data.get("item_id")), "refusal"))
-            return _nonempty(RefusalDelta, data.get("delta"))
+            return nonempty(RefusalDelta, data.get("delta"))
         if kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
             item_id = str(data.get("item_id"))
             self._streamed.add((item_id, "reasoning"))
@@ -157,7 +157,7 @@ class ResponsesCollector:
                 out.append(ReasoningDelta("\n\n"))  # a new summary part
             if isinstance(index, int):
                 self._summary_parts[item_id] = index
-            return out + _nonempty(ReasoningDelta, data.get("delta"))
+            return out + nonempty(ReasoningDelta, data.get("delta"))
         if kind == "response.output_item.done":
             item = data.get("item")
             return self._item_done(item, data.get("output_index")) if isinstance(item, dict) \
@@ -186,17 +186,17 @@ class ResponsesCollector:
                 if not isinstance(part, dict):
                     continue
                 if part.get("type") == "output_text" and (item_id, "text") not in self._streamed:
-                    out += _nonempty(TextDelta, part.get("text"))
+                    out += nonempty(TextDelta, part.get("text"))
                 elif part.get("type") == "refusal" and \
                         (item_id, "refusal") not in self._streamed:
-                    out += _nonempty(RefusalDelta, part.get("refusal"))
+                    out += nonempty(RefusalDelta, part.get("refusal"))
         elif kind == "reasoning":
             if (item_id, "reasoning") not in self._streamed:
                 parts = [p.get("text") for p in (item.get("summary") or [])
                          if isinstance(p, dict) and isinstance(p.get("text"), str)]
                 parts += [p.get("text") for p in (item.get("content") or [])
                           if isinstance(p, dict) and isinstance(p.get("text"), str)]
-                out += _nonempty(ReasoningDelta, "\n\n".join(p for p in parts if p))
+                out += nonempty(ReasoningDelta, "\n\n".join(p for p in parts if p))
             encrypted = item.get("encrypted_content")
             out.append(ReasoningDone(item.get("id"), encrypted if isinstance(encrypted, str)
                                      and encrypted else None))
@@ -245,10 +245,6 @@ class ResponsesCollector:
             out.append(self._usage)
         out.append(self._finished)
         return out
-
-
-def _nonempty(kind: Any, value: object) -> list[ModelEvent]:
-    return [kind(value)] if isinstance(value, str) and value else []
 
 
 class ResponsesWire:
