@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from playwright.sync_api import Dialog, Page, expect
+from playwright.sync_api import Dialog, Locator, Page, expect
 
 if TYPE_CHECKING:  # the suite imports test modules with importlib
     from conftest import Stack
@@ -39,6 +39,21 @@ def _fake_gh(tmp: Path) -> Path:
                   "case \"$1\" in pr) echo https://example.test/acme/app/pull/7;; esac\n")
     gh.chmod(0o755)
     return calls
+
+
+def _commit(view: Locator, page: Page, message: str) -> Locator:
+    """Open the session's Changes view and commit everything with ``message``."""
+    view.get_by_test_id("open-changes").click()
+    changes = page.get_by_test_id("changes-dialog")
+    changes.get_by_test_id("commit-message").fill(message)
+    changes.get_by_test_id("commit").click()
+    expect(changes.get_by_test_id("ship-result")).to_contain_text("Committed")
+    return changes
+
+
+def _merge(changes: Locator, said: str = "main is now at") -> None:
+    changes.get_by_test_id("merge").click()
+    expect(changes.get_by_test_id("ship-result")).to_contain_text(said)
 
 
 def test_three_sessions_on_one_repository_review_merge_resolve_push_and_remove(
@@ -120,13 +135,8 @@ def test_three_sessions_on_one_repository_review_merge_resolve_push_and_remove(
     assert reviewed and "a.txt, at `+ONE`" in str(reviewed[0]["messages"][-1]["content"])
 
     # commit and merge it
-    view.get_by_test_id("open-changes").click()
-    changes = page.get_by_test_id("changes-dialog")
-    changes.get_by_test_id("commit-message").fill("Version one")
-    changes.get_by_test_id("commit").click()
-    expect(changes.get_by_test_id("ship-result")).to_contain_text("Committed")
-    changes.get_by_test_id("merge").click()
-    expect(changes.get_by_test_id("ship-result")).to_contain_text("main is now at")
+    changes = _commit(view, page, "Version one")
+    _merge(changes)
     assert (repo / "a.txt").read_text() == "ONE\n"
     changes.get_by_role("button", name="Close").click()
 
@@ -137,33 +147,22 @@ def test_three_sessions_on_one_repository_review_merge_resolve_push_and_remove(
     changes = page.get_by_test_id("changes-dialog")
     expect(changes.get_by_test_id("changed-file").first).to_contain_text("+TWO")
     expect(changes.get_by_test_id("changed-file").first).not_to_contain_text("ONE")
-    changes.get_by_test_id("commit-message").fill("Version two")
-    changes.get_by_test_id("commit").click()
-    expect(changes.get_by_test_id("ship-result")).to_contain_text("Committed")
-    changes.get_by_test_id("merge").click()
-    expect(changes.get_by_test_id("ship-result")).to_contain_text("conflicts with main in: a.txt")
+    changes.get_by_role("button", name="Close").click()
+    changes = _commit(view, page, "Version two")
+    _merge(changes, "conflicts with main in: a.txt")
     changes.get_by_test_id("resolve-with-agent").click()
     expect(changes).to_be_hidden()
     expect(stack.items(page, "assistant_message").last).to_have_text("Done.")
     expect(stack.items(page, "assistant_message")).to_have_count(2)
-    view.get_by_test_id("open-changes").click()
-    changes = page.get_by_test_id("changes-dialog")
-    changes.get_by_test_id("commit-message").fill("Merge main")
-    changes.get_by_test_id("commit").click()
-    expect(changes.get_by_test_id("ship-result")).to_contain_text("Committed")
-    changes.get_by_test_id("merge").click()
-    expect(changes.get_by_test_id("ship-result")).to_contain_text("main is now at")
+    changes = _commit(view, page, "Merge main")
+    _merge(changes)
     assert (repo / "a.txt").read_text() == "ONE and TWO\n"
     changes.get_by_role("button", name="Close").click()
 
     # the third: pushed with a pull request, then its dirty worktree removed after asking
     view = stack.open_session(page, three)
     expect(stack.items(page, "assistant_message").last).to_have_text("Done.")
-    view.get_by_test_id("open-changes").click()
-    changes = page.get_by_test_id("changes-dialog")
-    changes.get_by_test_id("commit-message").fill("Version three")
-    changes.get_by_test_id("commit").click()
-    expect(changes.get_by_test_id("ship-result")).to_contain_text("Committed")
+    changes = _commit(view, page, "Version three")
     changes.get_by_test_id("push").click()
     expect(changes.get_by_test_id("ship-result")).to_contain_text(
         "https://example.test/acme/app/pull/7")
@@ -190,6 +189,8 @@ def test_three_sessions_on_one_repository_review_merge_resolve_push_and_remove(
     first_path = Path(server.http.get(f"/api/sessions/{one}").json()["workdir"])
     view.get_by_test_id("session-menu").locator("summary").click()
     view.get_by_test_id("menu-close").click()
-    stack.wait_until(lambda: server.http.get(f"/api/sessions/{one}").json()["worktree"][
-        "status"] == "removed", what="the closed session's worktree removed")
+    # (wait through Playwright: its sync API answers the page's confirm() only while the test
+    # is in one of its calls, never while it polls the server)
+    expect(page.get_by_test_id("toast").filter(has_text="Worktree removed")).to_be_visible()
+    assert server.http.get(f"/api/sessions/{one}").json()["worktree"]["status"] == "removed"
     assert not first_path.exists() and "Remove this session's worktree too" in asked[-1]

@@ -65,10 +65,15 @@ export class ChangesDialog {
   }
 
   _render() {
+    if (!this._files) {
+      // built once: a refresh after a commit redraws the files, never the buttons being used
+      this._files = h("div", { class: "changes-files" });
+      replaceChildren(this._body, this._files, this._review(), this._ship());
+    }
     const c = this.changes;
     const totals = c.files.reduce((t, f) => [t[0] + f.added, t[1] + f.deleted], [0, 0]);
     const diffs = new Map(splitDiff(c.diff).map((f) => [f.path, f.lines]));
-    replaceChildren(this._body,
+    replaceChildren(this._files,
       h("p", { "data-testid": "changes-totals" },
         `${c.files.length} file${c.files.length === 1 ? "" : "s"} `,
         h("span", { class: "d-count d-add" }, `+${totals[0]}`), " ",
@@ -79,8 +84,7 @@ export class ChangesDialog {
       c.files.length ? null : h("p", { class: "muted" }, "Nothing changed yet."),
       c.files.map((f) => this._file(f, diffs.get(f.path) || [])),
       c.truncated ? h("p", { class: "warn small" }, "The diff was cut: it is too long to show " +
-        "whole.") : null,
-      this._review(), this._ship());
+        "whole.") : null);
   }
 
   _file(f, lines) {

@@ -19,7 +19,6 @@ from codey_protocol.state import SessionInfo, State
 from codey_server.core.actions import ActionFailed, Actions
 from codey_server.core.background import Background
 from codey_server.core.rules import Context, Decided
-from codey_server.core.status import BUSY
 from codey_server.errors import ServerError
 from codey_server.workspaces.decide import (
     OpEnded,
@@ -90,8 +89,9 @@ class Workspaces:
                 isinstance(e, ev.TurnRequested) or (isinstance(e, ev.SessionItemAppended)
                                                     and isinstance(e.item, ev.UserMessage))):
             self._make(sid, again=True)  # a retry or a prompt: try to make it again
-        elif isinstance(e, ev.SessionStatusChanged) and e.status not in BUSY and \
-                s.worktree.status == "ready":
+        elif isinstance(e, ev.SessionStatusChanged) and \
+                e.status in ("idle", "error", "interrupted") and s.worktree.status == "ready":
+            # a turn ended (not a close: counting then would only hold up a removal)
             self._background.spawn(self._count(sid), f"count-{sid}")
 
     def _make(self, session_id: str, *, again: bool = False) -> None:
