@@ -99,7 +99,6 @@ http {{
             proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
             proxy_set_header X-Forwarded-Proto $scheme;
             proxy_read_timeout 1h;
-            proxy_send_timeout 1h;
             proxy_next_upstream error timeout;
             {bind_line}
         }}
