@@ -25,6 +25,7 @@ from codey_server.board.routes import TasksController
 from codey_server.browsers.routes import client_socket, logout
 from codey_server.channels.routes import TelegramController
 from codey_server.http.access import access_middleware
+from codey_server.http.clientaddr import client_address_middleware
 from codey_server.http.sessions import SessionsController
 from codey_server.http.state import StateController
 from codey_server.http.web import web_routes
@@ -92,7 +93,8 @@ def create_app(settings: Settings) -> Litestar:
         route_handlers=route_handlers(settings),
         dependencies={part: Provide(_provider(services, part), sync_to_thread=False)
                       for part in PARTS},
-        middleware=[access_middleware(services.access)],
+        # the client's address first: the access checks and every handler see the real one
+        middleware=[client_address_middleware(settings), access_middleware(services.access)],
         exception_handlers=http.exception_handlers,
         request_class=http.JSONRequest,
         openapi_config=http.openapi_config(),

@@ -178,7 +178,12 @@ def serve(args: argparse.Namespace) -> int:
                             log_level="debug" if args.log_level == "debug" else "warning",
                             ws_max_size=MAX_FRAME_BYTES + 1024,
                             ws_ping_interval=20, ws_ping_timeout=20, lifespan="on",
-                            timeout_graceful_shutdown=5)
+                            timeout_graceful_shutdown=5,
+                            # uvicorn would believe X-Forwarded-For from 127.0.0.1 (or
+                            # $FORWARDED_ALLOW_IPS) on its own; only trusted_proxies may decide
+                            # that (http/clientaddr.py), so a local process cannot pose as
+                            # another client
+                            proxy_headers=False)
     install_redaction()
     server = _Server(config)
 

@@ -173,6 +173,10 @@ class Settings(msgspec.Struct, kw_only=True):
     auth_required: bool = True
     tls: bool = False  # set when a TLS reverse proxy fronts the server
     public_url: str | None = None  # the URL browsers use, when behind a proxy
+    #: addresses or networks of the reverse proxies in front (``["127.0.0.1", "10.0.0.0/8"]``):
+    #: only a request from one of them has its ``X-Forwarded-For`` believed, and the rate
+    #: limits then count the client's address from it (``http/clientaddr.py``); none by default
+    trusted_proxies: list[str] = msgspec.field(default_factory=list)
     action_timeout_s: float = 900.0
     turn_iteration_cap: int = 50
     #: an approval nobody decides in this many seconds expires (None: never)
@@ -217,6 +221,13 @@ class Settings(msgspec.Struct, kw_only=True):
             raise ConfigError(
                 f"refusing --no-auth with the public URL {self.public_url}: anyone who reaches "
                 "it could drive your workers; --no-auth is for a loopback-only server")
+        for entry in self.trusted_proxies:
+            try:
+                # strict: 10.0.0.1/8 is a typo for 10.0.0.0/8 or 10.0.0.1, not a guess to make
+                ipaddress.ip_network(entry.strip(), strict=True)
+            except ValueError as err:
+                raise ConfigError(f"trusted_proxies: {entry!r} is not an IP address or network "
+                                  f"such as 10.0.0.0/8 ({err})") from None
         if self.schedule_grace_s < 30:
             # a live server's own tick is a second or two late: less would skip its own runs
             raise ConfigError("schedule_grace_s must be at least 30")
@@ -257,6 +268,7 @@ class _ConfigFile(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     default_provider: str | None = None
     allowed_origins: list[str] = msgspec.field(default_factory=list)
     allowed_hosts: list[str] = msgspec.field(default_factory=list)
+    trusted_proxies: list[str] = msgspec.field(default_factory=list)
     snapshot_every: int | None = None
     client_queue_max: int | None = None
     client_send_timeout_s: float | None = None
@@ -306,6 +318,7 @@ def load_config_file(settings: Settings, path: Path) -> Settings:
         "default_provider": cfg.default_provider or settings.default_provider,
         "allowed_origins": settings.allowed_origins + cfg.allowed_origins,
         "allowed_hosts": settings.allowed_hosts + cfg.allowed_hosts,
+        "trusted_proxies": settings.trusted_proxies + cfg.trusted_proxies,
     }
     if cfg.telegram is not None:
         changes["telegram"] = cfg.telegram

@@ -213,6 +213,18 @@ def test_one_address_cannot_fill_the_pairing_queue(server) -> None:  # type: ign
     assert codes == [201] * 5 + [429, 429]
 
 
+def test_a_forged_x_forwarded_for_does_not_dodge_the_limit(server) -> None:  # type: ignore[no-untyped-def]
+    """No proxy is trusted by default: a client naming a new address in each request is
+    still one address. (uvicorn on its own believes the header from 127.0.0.1, which would
+    have given this local client a fresh budget per request.)"""
+    codes = [server.http.post("/api/pairing/requests", json=FakeWorkerKeys().request_body(),
+                              headers={"X-Forwarded-For": f"203.0.113.{n}",
+                                       "Forwarded": f"for=203.0.113.{n}",
+                                       "X-Real-IP": f"203.0.113.{n}"}).status_code
+             for n in range(7)]
+    assert codes == [201] * 5 + [429, 429]
+
+
 # --- hostile pair requests: bounded, 4xx, never a 500, never in the log ----------------------
 
 

@@ -2,6 +2,7 @@
 
     access.py    who may call what: the access token, browser sessions, Host/Origin checks,
                  the route marks (``opt=PUBLIC``, ``opt=UNPAIRED_WORKER``)
+    clientaddr.py  the client's address behind trusted proxies (``X-Forwarded-For``)
     errors.py    the error hierarchy → HTTP statuses, the error body, documented 4xx
     fields.py    request fields with their rules in their types (pattern, length)
     openapi.py   the OpenAPI document at /schema

@@ -93,6 +93,8 @@ class PairingController(Resource):
                               pairing: NamedDependency[Pairing]) -> PairTicket:
         """Called by an unpaired worker (it has no credential yet): show ``code`` to the user
         and long-poll ``wait`` with ``poll_secret``."""
+        # behind a trusted proxy, the client's address (http/clientaddr.py), not the proxy's:
+        # else one worker's retries through the proxy use up everyone's budget
         source = request.client.host if request.client else ""
         return await pairing.request(data, source)
 
