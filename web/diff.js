@@ -41,7 +41,8 @@ export function splitDiff(text) {
     .filter((f) => f.lines.length);
 }
 
-function lineClass(line) {
+/** A diff line's CSS class: d-meta, d-hunk, d-add, d-del or d-ctx. */
+export function lineClass(line) {
   if (line.startsWith("+++ ") || line.startsWith("--- ") || line.startsWith("*** ") ||
       line.startsWith("diff ") || line.startsWith("index ")) return "d-meta";
   if (line.startsWith("@@")) return "d-hunk";

@@ -9,7 +9,7 @@
 
 import { api } from "../api.js";
 import { h, replaceChildren } from "../dom.js";
-import { splitDiff, countChanges } from "../diff.js";
+import { countChanges, lineClass, splitDiff } from "../diff.js";
 
 /** The follow-up prompt of a review: each comment with where it is. */
 export function reviewPrompt(comments) {
@@ -92,7 +92,7 @@ export class ChangesDialog {
       : { added: f.added, removed: f.deleted };
     const pre = h("pre", { class: "diff-body" });
     for (const line of lines) {
-      const row = h("span", { class: `d-line ${lineKind(line)} commentable`,
+      const row = h("span", { class: `d-line ${lineClass(line)} commentable`,
         title: "Click to comment on this line" }, `${line}\n`);
       row.addEventListener("click", () => this._comment(f.path, line, row));
       pre.append(row);
@@ -265,11 +265,4 @@ export class ChangesDialog {
       throw err;
     }
   }
-}
-
-function lineKind(line) {
-  if (line.startsWith("+") && !line.startsWith("+++")) return "d-add";
-  if (line.startsWith("-") && !line.startsWith("---")) return "d-del";
-  if (line.startsWith("@@")) return "d-hunk";
-  return "";
 }

@@ -12,7 +12,7 @@ from codey_server.core.rules import FoldHandler
 
 __all__ = ["FOLD"]
 
-_FIELDS = tuple(f for f in ev.WorktreeUpdated.__struct_fields__)
+_FIELDS = ev.WorktreeUpdated.__struct_fields__
 
 
 def _updated(state: State, env: ev.Envelope) -> None:

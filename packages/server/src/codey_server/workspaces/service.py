@@ -9,7 +9,6 @@ turn that ends gets its worktree's change counted for the card and the board.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import TYPE_CHECKING
 
@@ -264,14 +263,6 @@ class Workspaces:
                                base=w.base, force=force, delete_branch=delete_branch),
             done=ev.WorktreeUpdated(status="removed"))
 
-    async def wait_ready(self, session_id: str, timeout: float) -> None:
-        """For tests and the MCP server: until the worktree is no longer being made."""
-        async with asyncio.timeout(timeout):
-            while True:
-                s = self.engine.state.sessions.get(session_id)
-                if s is None or s.worktree is None or s.worktree.status != "creating":
-                    return
-                await asyncio.sleep(0.05)
 
 
 def _counted(state: State, i: tuple[str, int, int, int], ctx: Context) -> Decided:
