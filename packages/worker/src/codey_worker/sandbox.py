@@ -268,6 +268,12 @@ def bwrap_args(spec: SandboxSpec, support: SandboxSupport,
     if spec.mode != "workspace-write" and within(spec.workdir, tmp):
         args += ["--ro-bind", str(spec.workdir), str(spec.workdir)]
         shown.append(spec.workdir)
+    for keep in _installs_under(tmp):
+        # the Python (and its venv) this worker runs from, read-only: a checkout or a venv in
+        # /tmp would otherwise vanish under the private /tmp, and with it the tools it holds
+        if not any(within(keep, r) for r in shown):
+            args += ["--ro-bind", str(keep), str(keep)]
+            shown.append(keep)
 
     def visible(path: Path) -> bool:
         return not within(path, tmp) or any(within(path, r) for r in shown)
@@ -288,6 +294,16 @@ def bwrap_args(spec: SandboxSpec, support: SandboxSupport,
             args += ["--ro-bind", "/dev/null", str(path)]
     args += ["--chdir", str(spec.cwd), "--"]
     return args
+
+
+def _installs_under(tmp: Path) -> list[Path]:
+    """The worker's own Python installation and venv, where they live under ``tmp``."""
+    found: list[Path] = []
+    for prefix in {sys.prefix, sys.base_prefix}:
+        path = Path(prefix).resolve()
+        if within(path, tmp) and path != tmp and path not in found:
+            found.append(path)
+    return found
 
 
 def _run_probe(argv: list[str]) -> tuple[bool, str]:
