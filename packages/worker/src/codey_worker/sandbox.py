@@ -263,17 +263,17 @@ def bwrap_args(spec: SandboxSpec, support: SandboxSupport,
     tmp = Path("/tmp")
     roots = spec.writable_roots()
     shown = list(roots)  # what of the host's /tmp is there (the rest is covered already)
+    for keep in _installs_under(tmp):
+        # the Python this worker runs from and what it imports (a venv, an editable checkout),
+        # read-only and before the writable roots (a root inside stays writable): under the
+        # private /tmp they would vanish, and with them the tools they hold
+        args += ["--ro-bind", str(keep), str(keep)]
+        shown.append(keep)
     for root in roots:
         args += ["--bind", str(root), str(root)]
     if spec.mode != "workspace-write" and within(spec.workdir, tmp):
         args += ["--ro-bind", str(spec.workdir), str(spec.workdir)]
         shown.append(spec.workdir)
-    for keep in _installs_under(tmp):
-        # the Python (and its venv) this worker runs from, read-only: a checkout or a venv in
-        # /tmp would otherwise vanish under the private /tmp, and with it the tools it holds
-        if not any(within(keep, r) for r in shown):
-            args += ["--ro-bind", str(keep), str(keep)]
-            shown.append(keep)
 
     def visible(path: Path) -> bool:
         return not within(path, tmp) or any(within(path, r) for r in shown)
@@ -297,11 +297,13 @@ def bwrap_args(spec: SandboxSpec, support: SandboxSupport,
 
 
 def _installs_under(tmp: Path) -> list[Path]:
-    """The worker's own Python installation and venv, where they live under ``tmp``."""
+    """The worker's own Python installation, venv and import paths, where they live under
+    ``tmp`` (each once: none inside another)."""
+    candidates = sorted({Path(p).resolve() for p in (sys.prefix, sys.base_prefix, *sys.path)
+                         if p and os.path.isdir(p)}, key=lambda p: len(p.parts))
     found: list[Path] = []
-    for prefix in {sys.prefix, sys.base_prefix}:
-        path = Path(prefix).resolve()
-        if within(path, tmp) and path != tmp and path not in found:
+    for path in candidates:
+        if within(path, tmp) and path != tmp and not any(within(path, f) for f in found):
             found.append(path)
     return found
 

@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -500,13 +501,17 @@ PROBE = Path(__file__).with_name("sandbox_probe_server.py")
 def test_a_sandboxed_mcp_server_is_confined_too(machine: Machine,
                                                 listener: socket.socket) -> None:
     port = listener.getsockname()[1]
+    # the probe from the machine's own folder: the sandbox's /tmp is private, and a checkout
+    # of this repository may live in the host's /tmp
+    probe = machine.base / PROBE.name
+    shutil.copyfile(PROBE, probe)
     servers = {
-        "probe": McpServerConfig(name="probe", command=sys.executable, args=[str(PROBE)],
+        "probe": McpServerConfig(name="probe", command=sys.executable, args=[str(probe)],
                                  network=False),
-        "online": McpServerConfig(name="online", command=sys.executable, args=[str(PROBE)]),
-        "bare": McpServerConfig(name="bare", command=sys.executable, args=[str(PROBE)],
+        "online": McpServerConfig(name="online", command=sys.executable, args=[str(probe)]),
+        "bare": McpServerConfig(name="bare", command=sys.executable, args=[str(probe)],
                                 sandbox=False),
-        "cached": McpServerConfig(name="cached", command=sys.executable, args=[str(PROBE)],
+        "cached": McpServerConfig(name="cached", command=sys.executable, args=[str(probe)],
                                   writable_paths=("~/cache",)),
     }
     outside = machine.home / "outside.txt"
