@@ -296,7 +296,8 @@ def bwrap_args(spec: SandboxSpec, support: SandboxSupport,
     return args
 
 
-def _installs_under(tmp: Path) -> list[Path]:
+@functools.cache  # once per process: every sandboxed command asks
+def _installs_under(tmp: Path) -> tuple[Path, ...]:
     """The worker's own Python installation, venv and import paths, where they live under
     ``tmp`` (each once: none inside another)."""
     candidates = sorted({Path(p).resolve() for p in (sys.prefix, sys.base_prefix, *sys.path)
@@ -305,7 +306,7 @@ def _installs_under(tmp: Path) -> list[Path]:
     for path in candidates:
         if within(path, tmp) and path != tmp and not any(within(path, f) for f in found):
             found.append(path)
-    return found
+    return tuple(found)
 
 
 def _run_probe(argv: list[str]) -> tuple[bool, str]:
