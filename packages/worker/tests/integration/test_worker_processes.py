@@ -41,6 +41,22 @@ def processes_with(text: str) -> list[int]:
     return found
 
 
+def sleeping(seconds: str) -> int:
+    """How many ``sleep <seconds>`` processes run: the command itself, not the bwrap processes
+    whose argv carries it too (those exist before the sandbox is set up, so counting them
+    would let a test act while bwrap is still arming ``--die-with-parent``)."""
+    exact = b"sleep\0" + seconds.encode() + b"\0"
+    return sum(1 for pid in processes_with(seconds)
+               if _cmdline(pid) == exact)
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
 class Stack:
     def __init__(self, server: ServerProcess, home: Path, work: Path, logs: Path) -> None:
         self.server, self.home, self.work, self.logs = server, home, work, logs
@@ -109,7 +125,7 @@ def test_processes_live_and_die_with_the_worker(stack: Stack) -> None:
         wait_until(ready, what="the process to say it is ready")
         listed = stack.action({"type": "exec_list"})
         assert [p["process_id"] for p in listed["result"]["processes"]] == [process_id]
-        wait_until(lambda: len(processes_with(t)) >= 2, what="the sleeps")
+        wait_until(lambda: sleeping(t) == 2, what="the sleeps")
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(30) == 0
         assert processes_with(t) == []  # stopped before the worker exited
@@ -123,7 +139,7 @@ def test_processes_live_and_die_with_the_worker(stack: Stack) -> None:
                                   "argv": ["sh", "-c", f"sleep {t2} & sleep {t2}"],
                                   "yield_ms": 0})
             assert boxed["ok"] and boxed["result"]["running"], boxed
-            wait_until(lambda: len(processes_with(t2)) >= 2, what="the sandboxed sleeps")
+            wait_until(lambda: sleeping(t2) == 2, what="the sandboxed sleeps")
             again.kill9()
             # bwrap's --die-with-parent: the sandbox and everything in it go with the worker
             wait_until(lambda: processes_with(t2) == [], timeout=15,
