@@ -42,6 +42,7 @@ from codey_server.workspaces.service import Workspaces
 
 if TYPE_CHECKING:
     from codey_server.cluster.replicas import Cluster, ClusterRoutes, Janitor, Leases, SharedFiles
+    from codey_server.cluster.terminals import TerminalRelay
 
 __all__ = ["Services"]
 
@@ -124,7 +125,14 @@ class Services:
         self.workspaces = Workspaces(self.engine, self.actions)
         self.retention = Retention(self.engine, settings.retention,
                                    gate=self._gate("retention"))
-        self.terminals = TerminalService(self.engine, self.workers, self.presence)
+        # among replicas a browser's terminal reaches the worker's replica through the database
+        self.relay: TerminalRelay | None = None
+        if self.cluster is not None:
+            from codey_server.cluster.terminals import TerminalRelay
+
+            self.relay = TerminalRelay(self.cluster, self.workers, self.presence)
+        self.terminals = TerminalService(self.engine, self.relay or self.workers, self.presence,
+                                         routed=self.relay is not None)
         # a logout closes every socket that browser login opened
         self.access.on_logout += [self.clients.close_session, self.terminals.close_views_of]
         # Codey as an MCP server, with tokens of its own (shown once, kept as hashes)
@@ -184,6 +192,8 @@ class Services:
         await self.workers.start()
         if self.routes is not None:
             self.routes.start()
+        if self.relay is not None:
+            await self.relay.start()
         if self.janitor is not None:
             self.janitor.start()
         await self.pairing.start(shared=self.cluster is not None)
@@ -208,6 +218,8 @@ class Services:
             await self.leases.stop()  # another replica takes the sessions over at once
         if self.routes is not None:
             await self.routes.stop()
+        if self.relay is not None:
+            await self.relay.stop()
         await self.actions.stop()
         if self.shared is not None:
             await self.shared.stop()
