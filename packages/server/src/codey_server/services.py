@@ -145,7 +145,7 @@ class Services:
         # last: it hooks into the parts above
         self.metrics = ServerMetrics(self.engine, lambda: len(self.clients),
                                      self.agent.providers.values())
-        self.telegram = TelegramChannel(settings, self.engine)
+        self.telegram = TelegramChannel(settings, self.engine, self.leases)
         if self.shared is not None:
             self.shared.share("workers.json", self.keys.reload, merge=True)
             self.shared.share(SESSIONS_FILE, self.access.reload, merge=True)
