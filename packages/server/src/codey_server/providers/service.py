@@ -211,7 +211,14 @@ class AuthService:
 
     def _on_event(self, env: ev.Envelope) -> None:
         e = env.event
-        if isinstance(e, ev.ProviderSaved):
+        if isinstance(e, ev.AuthStatusUpdated) and self.engine.applying_foreign:
+            # another replica's login, logout or refresh: this one answers as it does, and
+            # its refresher recomputes when the next refresh is due (it takes its turn)
+            if e.provider in self._configs:
+                self._status[e.provider] = e
+                if self._wake is not None:
+                    self._wake.set()
+        elif isinstance(e, ev.ProviderSaved):
             if self._define(e.provider) and not self.engine.applying_foreign:
                 self._background.spawn(self._publish_stored(self._configs[e.provider.name]),
                                        f"status-{e.provider.name}")
@@ -228,12 +235,20 @@ class AuthService:
 
     async def status(self) -> list[ProviderStatus]:
         """One entry per configured provider (no secrets in it)."""
-        return [_public(self._status.get(name) or await self._stored_status(config))
-                for name, config in list(self._configs.items())]
+        return [_public(await self._current(config)) for config in list(self._configs.values())]
 
     async def status_of(self, name: str) -> ProviderStatus:
         """One provider's login state (no secret in it)."""
-        return _public(self._status.get(name) or await self._stored_status(self._config(name)))
+        return _public(await self._current(self._config(name)))
+
+    async def _current(self, config: ProviderConfig) -> ev.AuthStatusUpdated:
+        """The last status published (here, or by another replica and folded here), except
+        that whether a login is stored is read from the store: among replicas a login or
+        logout elsewhere is seen on the next request, before its event is folded here."""
+        cached = self._status.get(config.name)
+        if cached is not None and cached.state not in ("logged_in", "logged_out"):
+            return cached  # pending, error, expired: only the log knows those
+        return await self._stored_status(config)
 
     async def token_for(self, provider_name: str) -> str | None:
         """The bearer for ``provider_name``: its API key or access token (refreshed when it is
