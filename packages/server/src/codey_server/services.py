@@ -106,7 +106,7 @@ class Services:
             self.leases = Leases(self.cluster)
             self.janitor = Janitor(
                 self.leases, self.engine,
-                expire_pair_requests=lambda grace: self.pairing.expire_lapsed(grace_s=grace),
+                expire_pair_requests=self._expire_pair_requests,
                 disconnect_orphans=lambda live: self.engine.submit(
                     workers_decide.orphans_disconnected, live))
             replica = self.cluster.replica_id
@@ -154,6 +154,12 @@ class Services:
             # one replica at a time refreshes a provider's token; the next one to take the
             # lock reads the row it wrote and finds nothing due
             self.auth.refresh_guard = lambda provider: shared.db.locked(f"refresh:{provider}")
+
+    async def _expire_pair_requests(self, grace_s: float) -> None:
+        """The janitor's sweep: the rows past their expiry (whoever asked), then the log's
+        requests a dead replica left listed."""
+        await self.pairing.expire_old()
+        await self.pairing.expire_lapsed(grace_s=grace_s)
 
     def _gate(self, lease: str) -> Callable[[], Awaitable[bool]] | None:
         """Among replicas, a job that must run on one of them at a time runs where its lease

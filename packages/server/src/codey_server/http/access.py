@@ -186,9 +186,9 @@ class BrowserAccess:
         self._extra_origins = frozenset(extra)
 
     async def start(self) -> None:
-        """Load the token; with a shared store, follow logouts made elsewhere."""
-        if self.settings.auth_required:
-            self._token = await self.store.load_token()
+        """Load the token (also without auth: the cookie's name comes from it); with a
+        shared store, follow logouts made elsewhere."""
+        self._token = await self.store.load_token()
         if self.store.shared:
             self.store.on_removed.append(self._ended_elsewhere)
             self._sweeper = asyncio.get_running_loop().create_task(self._sweep_loop(),

@@ -48,7 +48,9 @@ CHANNEL = "codey_shared"
 _SCHEMA_LOCK = 0x636F64657953
 #: a sync query (the blob store, from threads and from the loop on a cache miss) waits at
 #: most this long for a connection
-_CONNECT_TIMEOUT_S = 5
+_CONNECT_TIMEOUT_S = 5.0
+#: connections for sync queries: an upload in one thread does not hold up another's read
+_SYNC_POOL_SIZE = 4
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS codey_secrets (name text PRIMARY KEY, value text NOT NULL);
@@ -95,7 +97,7 @@ class SharedDb:
         self.pool: Any = None
         self._subscribers: dict[str, list[Callable[[str], None]]] = {}
         self._listener: asyncio.Task[None] | None = None
-        self._sync_conn: Any = None
+        self._sync_pool: Any = None
         self._sync_lock = threading.Lock()
 
     async def open(self) -> None:
@@ -124,10 +126,10 @@ class SharedDb:
         if self.pool is not None:
             await self.pool.close()
         with self._sync_lock:
-            if self._sync_conn is not None:
+            if self._sync_pool is not None:
                 with contextlib.suppress(Exception):
-                    self._sync_conn.close()
-                self._sync_conn = None
+                    self._sync_pool.close()
+                self._sync_pool = None
 
     # queries ---------------------------------------------------------------------------------
 
@@ -157,26 +159,21 @@ class SharedDb:
                 await conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
 
     def sync_execute(self, query: str, params: Any = ()) -> list[Any]:
-        """:meth:`execute` for sync callers (a thread, or the loop on a rare path): one
-        connection of its own, opened when first needed and again after it broke."""
-        import psycopg
-
+        """:meth:`execute` for sync callers (a thread, or the loop on a rare path), on a
+        small pool of its own, opened when first needed. A connection is checked before it
+        is handed out, so one the database closed meanwhile is replaced, not failed on."""
         with self._sync_lock:
-            for attempt in (1, 2):
-                if self._sync_conn is None or self._sync_conn.closed:
-                    self._sync_conn = psycopg.connect(self.url, autocommit=True,
-                                                      connect_timeout=_CONNECT_TIMEOUT_S)
-                try:
-                    cur = self._sync_conn.execute(query, params)
-                    return list(cur.fetchall()) if cur.description else []
-                except psycopg.OperationalError:
-                    # a connection the server closed (a restart, an idle timeout): once more
-                    with contextlib.suppress(Exception):
-                        self._sync_conn.close()
-                    self._sync_conn = None
-                    if attempt == 2:
-                        raise
-        return []  # not reached
+            if self._sync_pool is None:
+                from psycopg_pool import ConnectionPool
+
+                self._sync_pool = ConnectionPool(
+                    self.url, min_size=1, max_size=_SYNC_POOL_SIZE, timeout=_CONNECT_TIMEOUT_S,
+                    kwargs={"autocommit": True}, check=ConnectionPool.check_connection,
+                    open=True, name="shared-sync")
+            pool = self._sync_pool
+        with pool.connection() as conn:
+            cur = conn.execute(query, params)
+            return list(cur.fetchall()) if cur.description else []
 
     # notifications ---------------------------------------------------------------------------
 
