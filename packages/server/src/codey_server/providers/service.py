@@ -442,7 +442,10 @@ class AuthService:
                        rejected: str | None = None) -> None:
         guard = self.refresh_guard(name) if self.refresh_guard is not None \
             else contextlib.nullcontext()
-        async with guard:
+        # this server's callers queue here, not on the guard: among replicas the guard holds a
+        # database connection while it waits, and a dozen turns asking at once would hold
+        # them all, leaving none for the refresh they wait for
+        async with self._locks.setdefault(name, asyncio.Lock()), guard:
             await self._refresh_now(name, force=force, rejected=rejected)
 
     async def _refresh_now(self, name: str, *, force: bool,
@@ -452,44 +455,43 @@ class AuthService:
         The network call runs without holding the store still: a logout, a new API key or a
         new login meanwhile replaces the credential, and then this refresh's result (good or
         bad) is dropped instead of undoing the change. (Stored credentials are compared by
-        value: among replicas each read is a fresh copy of the row.)
+        value: among replicas each read is a fresh copy of the row.) Called under this
+        server's lock and the guard (:meth:`_refresh`).
         """
-        lock = self._locks.setdefault(name, asyncio.Lock())
-        async with lock:
-            cred = await self.store.get(name)
-            if cred is None or not cred.refresh_token:
-                return  # nothing to refresh with
-            if force and rejected is not None and cred.access_token != rejected:
-                return  # another replica refreshed it already
-            if not force and (cred.expires_at is None
-                              or cred.expires_at - time.time() >= _margin(cred)):
-                return  # someone else refreshed while we waited, or nothing is due
-            if not force and time.monotonic() < self._retry_at.get(name, 0.0):
-                return  # the last try failed; wait out its backoff
-            try:
-                tokens = await self._provider(name).refresh(cred.refresh_token)
-            except (OAuthFailed, AuthError) as err:
-                if await self.store.get(name) != cred:
-                    return
-                code = err.code
-                self._back_off(name)
-                if code in _FATAL_REFRESH or (cred.expires_at or 0) <= time.time():
-                    if code in _FATAL_REFRESH:
-                        await self.store.remove(name)
-                    log.warning("provider %s: refresh failed (%s); log in again", name, code)
-                    await self._publish(ev.AuthStatusUpdated(
-                        provider=name, state="expired", method=cred.method,
-                        account=cred.account, expires_at=cred.expires_at,
-                        error=f"refresh failed: {code}"))
-                else:
-                    log.warning("provider %s: refresh failed (%s); retry in %.0f s", name, code,
-                                self._backoff[name])
-                return
+        cred = await self.store.get(name)
+        if cred is None or not cred.refresh_token:
+            return  # nothing to refresh with
+        if force and rejected is not None and cred.access_token != rejected:
+            return  # another replica refreshed it already
+        if not force and (cred.expires_at is None
+                          or cred.expires_at - time.time() >= _margin(cred)):
+            return  # someone else refreshed while we waited, or nothing is due
+        if not force and time.monotonic() < self._retry_at.get(name, 0.0):
+            return  # the last try failed; wait out its backoff
+        try:
+            tokens = await self._provider(name).refresh(cred.refresh_token)
+        except (OAuthFailed, AuthError) as err:
             if await self.store.get(name) != cred:
-                log.info("provider %s: credentials changed during a refresh; result dropped",
-                         name)
                 return
-            await self._logged_in(name, cred.method, tokens, cred.account, quiet=True)
+            code = err.code
+            self._back_off(name)
+            if code in _FATAL_REFRESH or (cred.expires_at or 0) <= time.time():
+                if code in _FATAL_REFRESH:
+                    await self.store.remove(name)
+                log.warning("provider %s: refresh failed (%s); log in again", name, code)
+                await self._publish(ev.AuthStatusUpdated(
+                    provider=name, state="expired", method=cred.method,
+                    account=cred.account, expires_at=cred.expires_at,
+                    error=f"refresh failed: {code}"))
+            else:
+                log.warning("provider %s: refresh failed (%s); retry in %.0f s", name, code,
+                            self._backoff[name])
+            return
+        if await self.store.get(name) != cred:
+            log.info("provider %s: credentials changed during a refresh; result dropped",
+                     name)
+            return
+        await self._logged_in(name, cred.method, tokens, cred.account, quiet=True)
 
     def _back_off(self, name: str) -> None:
         """After a failed refresh: wait 1 s, then twice as long after each further failure, at
