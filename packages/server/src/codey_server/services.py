@@ -156,7 +156,8 @@ class Services:
         # last: it hooks into the parts above
         self.metrics = ServerMetrics(self.engine, lambda: len(self.clients),
                                      self.agent.providers.values())
-        self.telegram = TelegramChannel(settings, self.engine, self.leases)
+        self.telegram = TelegramChannel(settings, self.engine, self.leases,
+                                        store=shared.telegram if shared else None)
         self._shared = shared
         if shared is not None:
             # one replica at a time refreshes a provider's token; the next one to take the
@@ -240,6 +241,7 @@ class _SharedStores:
     def __init__(self, settings: Settings) -> None:
         # psycopg and the stores' backends only when a database is configured
         from codey_server.blobs.store import PgBlobStore
+        from codey_server.channels.telegram_store import PgTelegramStore
         from codey_server.http.access_store import PgAccessStore
         from codey_server.mcp.tokens import PgMcpTokenStore
         from codey_server.providers.store import PgCredentialStore, PgLoginStore
@@ -259,6 +261,7 @@ class _SharedStores:
         self.credentials = PgCredentialStore(self.db, key)
         self.logins = PgLoginStore(self.db, key)
         self.blobs = PgBlobStore(settings.data_dir / "blobs", self.db)
+        self.telegram = PgTelegramStore(self.db, key)
 
     async def open(self) -> None:
         """Open the database; bring in once what an older version kept in files."""

@@ -3,6 +3,10 @@ kit's fake Bot API (``codey-bot-api``) that python-telegram-bot talks to."""
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import secrets
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,9 +16,11 @@ import pytest
 
 from codey_testkit.bot_api import BotApiHandle
 from codey_testkit.model_handle import start_model_server
+from codey_testkit.postgres import PostgresCluster, pg_bin
 from codey_testkit.procs import free_port
 from codey_testkit.scenarios import provider_config
 from codey_testkit.stack import ServerProcess, WorkerProcess
+from codey_testkit.waiting import WaitTimedOut, wait_until
 
 TOKEN = "123456789:AAtestTOKENdoNotLog-xyz_0123456789"
 ME, STRANGER = 4242, 9999
@@ -37,13 +43,19 @@ def bot(tmp_path: Path) -> Iterator[BotApiHandle]:
         yield handle
 
 
+@pytest.fixture(scope="module")
+def pg() -> Iterator[PostgresCluster]:
+    if pg_bin() is None:
+        pytest.skip("PostgreSQL is not installed")
+    with PostgresCluster() as cluster:
+        yield cluster
+
+
 def _texts(bot: BotApiHandle, chat_id: int, method: str = "sendMessage") -> list[str]:
     return [s["text"] for s in bot.sent(chat_id) if s["method"] == method]
 
 
 def _running(server: ServerProcess) -> dict[str, Any]:
-    import time
-
     deadline = time.monotonic() + 60
     while True:
         status: dict[str, Any] = server.http.get("/api/telegram").json()
@@ -179,50 +191,252 @@ def test_a_public_server_takes_updates_by_webhook_with_the_secret(
 
 
 def test_among_replicas_one_runs_the_bot_and_another_takes_it_over(
-        tmp_path: Path, bot: BotApiHandle) -> None:
+        tmp_path: Path, bot: BotApiHandle, pg: PostgresCluster) -> None:
     # two replicas with the token: one polls (two would end each other's polls with 409, as
     # Telegram does); the other says so, and runs the bot once the first is killed
-    from codey_testkit.postgres import PostgresCluster, pg_bin
-    from codey_testkit.waiting import wait_until
-
-    if pg_bin() is None:
-        pytest.skip("PostgreSQL is not installed")
     config = {"telegram": {"api_base": bot.url, "poll_timeout_s": 2}}
-    with PostgresCluster() as pg:
-        dsn = pg.create_database("telegram")
-        replicas = [ServerProcess(tmp_path / f"r{n}", config=config,
-                                  extra_args=["--database-url", dsn, "--replica-id", f"r{n}"],
-                                  env={"CODEY_TELEGRAM_TOKEN": TOKEN}) for n in range(2)]
+    dsn = pg.create_database("telegram")
+    replicas = [ServerProcess(tmp_path / f"r{n}", config=config,
+                              extra_args=["--database-url", dsn, "--replica-id", f"r{n}"],
+                              env={"CODEY_TELEGRAM_TOKEN": TOKEN}) for n in range(2)]
+    try:
+        for replica in replicas:
+            replica.start()
+
+        def states() -> list[str]:
+            return [r.http.get("/api/telegram").json()["state"] for r in replicas]
+
+        wait_until(lambda: sorted(states()) == ["elsewhere", "running"], timeout=30,
+                   what="one replica to run the bot and the other to say so")
+        holder = replicas[states().index("running")]
+        other = replicas[1 - replicas.index(holder)]
+        code = holder.http.post("/api/telegram/pairing-code").json()["code"]
+        bot.script({"message": {"chat_id": ME, "text": f"/pair {code}", "user": "Ann"}},
+                   {"wait_for": {"text": "Paired", "chat_id": ME},
+                    "message": {"chat_id": ME, "text": "/sessions"}})
+        bot.wait(lambda s: s["steps_done"] == s["steps_total"] and
+                 sum(x["method"] == "sendMessage" for x in s["sent"]) >= 2,
+                 what="the pairing and the first answer")
+
+        holder.kill9()
+        wait_until(lambda: other.http.get("/api/telegram").json()["state"] == "running",
+                   timeout=30, what="the other replica to take the bot over")
+        bot.script({"message": {"chat_id": ME, "text": "/sessions"}})
+        bot.wait(lambda s: s["steps_done"] == s["steps_total"] and
+                 sum(x["method"] == "sendMessage" for x in s["sent"]) >= 3,
+                 what="the new holder's answer")
+        sent = _texts(bot, ME)
+        assert sum("Paired" in t for t in sent) == 1, sent
+        assert len(sent) == 3, sent  # each update answered once, by one replica
+        assert bot.state()["conflicts"] == 0  # never two pollers at once
+    finally:
+        for replica in replicas:
+            replica.stop()
+
+
+def _rows(dsn: str) -> str:
+    """Every row of every table, as text (bytea as hex): what a reader of the database sees."""
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        tables = [r[0] for r in conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'")]
+        return "\n".join(str(r[0]) for t in tables
+                         for r in conn.execute(f"SELECT t::text FROM {t} t"))
+
+
+def _pairing_row(dsn: str) -> tuple[str, int] | None:
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT digest, tries FROM codey_telegram_pairing").fetchone()
+    return (str(row[0]), int(row[1])) if row else None
+
+
+def _not_in_rows(dsn: str, *secret_texts: str) -> None:
+    rows = _rows(dsn)
+    for text in secret_texts:
+        assert text not in rows and text.encode().hex() not in rows, text
+
+
+def test_among_replicas_a_token_pasted_and_a_code_shown_anywhere_reach_the_bot(
+        tmp_path: Path, bot: BotApiHandle, pg: PostgresCluster) -> None:
+    # no token in the environment: it is pasted through one replica, the bot runs on the
+    # lease's holder, a code shown by the other pairs a chat, a delete through either stops it
+    from codey_server.channels.telegram import _PAIRING_TRIES, HOLD_S
+
+    config = {"telegram": {"api_base": bot.url, "poll_timeout_s": 2}}
+    dsn = pg.create_database("telegram_pasted")
+    key = base64.b64encode(secrets.token_bytes(32)).decode()
+    replicas = [ServerProcess(tmp_path / f"r{n}", config=config,
+                              extra_args=["--database-url", dsn, "--replica-id", f"r{n}"],
+                              env={"CODEY_SECRET_KEY": key}) for n in range(2)]
+
+    def statuses() -> list[dict[str, Any]]:
+        return [r.http.get("/api/telegram").json() for r in replicas]
+
+    def states() -> list[str]:
+        return [s["state"] for s in statuses()]
+
+    def chats(replica: ServerProcess) -> list[str]:
+        state = replica.http.get("/api/state/bootstrap").json()["state"]
+        return list(state["telegram_chats"])
+
+    try:
+        for replica in replicas:
+            replica.start()
+        assert [(s["token_source"], s["state"]) for s in statuses()] == [("none", "off")] * 2
+        assert bot.state()["calls"] == {}  # no token: no replica runs the bot
+
+        t0 = time.monotonic()
+        r = replicas[0].http.put("/api/telegram/token", json={"token": TOKEN})
+        assert r.status_code == 200, r.text
+        assert r.json()["token_source"] == "file" and TOKEN not in r.text
+        wait_until(lambda: sorted(states()) == ["elsewhere", "running"], timeout=30,
+                   what="one replica to run the pasted token's bot")
+        print(f"\nthe bot ran {time.monotonic() - t0:.2f} s after the paste")
+        assert [s["token_source"] for s in statuses()] == ["file", "file"]
+        holder = replicas[states().index("running")]
+        other = replicas[1 - replicas.index(holder)]
+
+        # a code shown by the replica that does not run the bot pairs a chat; a wrong code and
+        # the code's second use are refused, without a word
+        code = other.http.post("/api/telegram/pairing-code").json()["code"]
+        _not_in_rows(dsn, TOKEN, TOKEN.split(":")[1], code)
+        bot.script(
+            {"message": {"chat_id": STRANGER, "text": "/pair WRONGCDE"}},
+            {"message": {"chat_id": ME, "text": f"/pair {code}", "user": "Ann"}},
+            {"wait_for": {"text": "Paired", "chat_id": ME},
+             "message": {"chat_id": STRANGER, "text": f"/pair {code}"}},
+            {"message": {"chat_id": ME, "text": "/sessions"}})
+        bot.wait(lambda s: s["steps_done"] == s["steps_total"] and
+                 sum(x["method"] == "sendMessage" for x in s["sent"]) >= 2,
+                 what="the pairing and the answer after the second use")
+        assert bot.sent(STRANGER) == []
+        assert chats(holder) == chats(other) == [str(ME)]
+        assert _pairing_row(dsn) is None  # used: gone
+
+        # attack the gate: a code guessed at through two replicas' bots dies at the last try
+        code = other.http.post("/api/telegram/pairing-code").json()["code"]
+        assert _pairing_row(dsn) is not None
+        bot.script(*[{"message": {"chat_id": STRANGER, "text": f"/pair GUESS{n:03d}"}}
+                     for n in range(_PAIRING_TRIES - 1)])
+        wait_until(lambda: (_pairing_row(dsn) or ("", 0))[1] == _PAIRING_TRIES - 1,
+                   timeout=30, what="the wrong tries counted in the row")
+        holder.stop()  # its lease is released: the other replica takes the bot over
+        wait_until(lambda: other.http.get("/api/telegram").json()["state"] == "running",
+                   timeout=30, what="the other replica to take the bot over")
+        holder.start()
+        assert holder.http.get("/api/telegram").json()["state"] == "elsewhere"
+        holder, other = other, holder
+        bot.script({"message": {"chat_id": STRANGER, "text": "/pair GUESSLST"}},
+                   {"message": {"chat_id": STRANGER, "text": f"/pair {code}"}},
+                   {"message": {"chat_id": ME, "text": "/sessions"}})
+        bot.wait(lambda s: s["steps_done"] == s["steps_total"] and
+                 sum(x["method"] == "sendMessage" for x in s["sent"]) >= 3,
+                 what="the answer after the guesses")
+        assert bot.sent(STRANGER) == [] and chats(holder) == [str(ME)]
+        assert _pairing_row(dsn) is None
+
+        # what a reader of the database finds: the token sealed, no code, in no row
+        _not_in_rows(dsn, TOKEN, TOKEN.split(":")[1], code)
+
+        # a delete through the replica that does not run the bot stops it everywhere
+        t0 = time.monotonic()
+        r = other.http.delete("/api/telegram/token")
+        assert r.status_code == 200 and r.json()["token_source"] == "none", r.text
+        assert TOKEN.split(":")[1].encode().hex() not in _rows(dsn)
+        wait_until(lambda: states() == ["off", "off"], timeout=10,
+                   what="the bot to stop on every replica")
+        print(f"the bot stopped {time.monotonic() - t0:.2f} s after the delete answered")
+        polls = bot.state()["calls"]["getUpdates"]
+        import psycopg
+
+        def lease_gone() -> bool:
+            with psycopg.connect(dsn) as conn:
+                return conn.execute("SELECT 1 FROM codey_leases WHERE name = 'telegram' "
+                                    "AND expires > now()").fetchone() is None
+
+        wait_until(lease_gone, timeout=10, what="the bot's lease to be released")
+        # a message now waits at Telegram: no replica polls for it (a running bot would
+        # within its poll's 2 s, and every replica looks at the token every HOLD_S)
+        bot.script({"message": {"chat_id": ME, "text": "/sessions"}})
+        wait_until(lambda: bot.state()["pending_updates"] == 1, what="the update queued")
+        with pytest.raises(WaitTimedOut):
+            wait_until(lambda: bot.state()["calls"]["getUpdates"] > polls
+                       or bot.state()["pending_updates"] == 0, timeout=2 * HOLD_S + 2,
+                       what="a poll that must not come")
+        assert states() == ["off", "off"]
+
+        # pasted again through the replica that had not run the bot: the waiting message is
+        # answered, once
+        r = holder.http.put("/api/telegram/token", json={"token": TOKEN})
+        assert r.status_code == 200, r.text
+        bot.wait(lambda s: sum(x["method"] == "sendMessage" for x in s["sent"]) >= 4,
+                 what="the answer to the waiting message")
+        assert sorted(states()) == ["elsewhere", "running"]
+        assert len(_texts(bot, ME)) == 4 and bot.sent(STRANGER) == []
+    finally:
+        for replica in replicas:
+            replica.stop()
+
+
+def test_among_replicas_a_code_is_taken_once_and_dies_after_the_wrong_tries(
+        pg: PostgresCluster) -> None:
+    # two replicas' stores on one database, racing: the compare-and-set on the row decides
+    from codey_server.channels.telegram import _PAIRING_TRIES
+    from codey_server.channels.telegram_store import PgTelegramStore
+    from codey_server.shared.crypto import SecretKey
+    from codey_server.shared.db import SharedDb
+
+    dsn = pg.create_database("telegram_codes")
+    key = SecretKey(secrets.token_bytes(32))
+
+    async def main() -> None:
+        dbs = [SharedDb(dsn), SharedDb(dsn)]
+        for db in dbs:
+            await db.open()
+        a, b = (PgTelegramStore(db, key) for db in dbs)
         try:
-            for replica in replicas:
-                replica.start()
-
-            def states() -> list[str]:
-                return [r.http.get("/api/telegram").json()["state"] for r in replicas]
-
-            wait_until(lambda: sorted(states()) == ["elsewhere", "running"], timeout=30,
-                       what="one replica to run the bot and the other to say so")
-            holder = replicas[states().index("running")]
-            other = replicas[1 - replicas.index(holder)]
-            code = holder.http.post("/api/telegram/pairing-code").json()["code"]
-            bot.script({"message": {"chat_id": ME, "text": f"/pair {code}", "user": "Ann"}},
-                       {"wait_for": {"text": "Paired", "chat_id": ME},
-                        "message": {"chat_id": ME, "text": "/sessions"}})
-            bot.wait(lambda s: s["steps_done"] == s["steps_total"] and
-                     sum(x["method"] == "sendMessage" for x in s["sent"]) >= 2,
-                     what="the pairing and the first answer")
-
-            holder.kill9()
-            wait_until(lambda: other.http.get("/api/telegram").json()["state"] == "running",
-                       timeout=30, what="the other replica to take the bot over")
-            bot.script({"message": {"chat_id": ME, "text": "/sessions"}})
-            bot.wait(lambda s: s["steps_done"] == s["steps_total"] and
-                     sum(x["method"] == "sendMessage" for x in s["sent"]) >= 3,
-                     what="the new holder's answer")
-            sent = _texts(bot, ME)
-            assert sum("Paired" in t for t in sent) == 1, sent
-            assert len(sent) == 3, sent  # each update answered once, by one replica
-            assert bot.state()["conflicts"] == 0  # never two pollers at once
+            # the right code at once on both replicas, ten times: one wins each time
+            for _ in range(10):
+                await a.new_code("ABCDEFGH", 600)
+                won = await asyncio.gather(a.take_code("ABCDEFGH", _PAIRING_TRIES),
+                                           b.take_code("abcd-efgh", _PAIRING_TRIES))
+                assert sorted(won) == [False, True]
+            # guesses spread over both replicas at once: the code dies at the last wrong try,
+            # and is refused even to a right code racing the guesses
+            for _ in range(5):
+                await b.new_code("ABCDEFGH", 600)
+                guesses = [(a, b)[n % 2].take_code(f"GUESS{n:03d}", _PAIRING_TRIES)
+                           for n in range(_PAIRING_TRIES)]
+                results = await asyncio.gather(*guesses, a.take_code("ABCDEFGH",
+                                                                     _PAIRING_TRIES))
+                assert not any(results[:-1])
+                # the right code won only if it came before the last guess counted
+                assert await b.take_code("ABCDEFGH", _PAIRING_TRIES) is False
+            # fewer wrong tries than the limit, on both replicas: the code still works
+            await a.new_code("ABCDEFGH", 600)
+            for n in range(_PAIRING_TRIES - 1):
+                assert await (a, b)[n % 2].take_code("WRONGONE", _PAIRING_TRIES) is False
+            assert await b.take_code("ABCDEFGH", _PAIRING_TRIES) is True
+            # expired by the database's clock; a new code replaces the old
+            await a.new_code("ABCDEFGH", 0)
+            assert await b.take_code("ABCDEFGH", _PAIRING_TRIES) is False
+            await a.new_code("AAAAAAAA", 600)
+            await b.new_code("BBBBBBBB", 600)
+            assert await a.take_code("AAAAAAAA", _PAIRING_TRIES) is False
+            assert await a.take_code("BBBBBBBB", _PAIRING_TRIES) is True
+            # a token pasted on one replica is read on the other; sealed, and deleted
+            changed = b.watch()
+            await a.put_token(TOKEN)
+            await asyncio.wait_for(changed.wait(), 5)  # told, not polled
+            assert await b.token() == TOKEN
+            await b.remove_token()
+            assert await a.token() is None
         finally:
-            for replica in replicas:
-                replica.stop()
+            for db in dbs:
+                await db.close()
+
+    asyncio.run(main())
+    _not_in_rows(dsn, TOKEN, "ABCDEFGH", "BBBBBBBB")

@@ -47,27 +47,29 @@ class TelegramController(Resource):
     path = "/api/telegram"
     tags = ["telegram"]
 
-    @get("", sync_to_thread=False, responses=errors())
-    def status(self, telegram: NamedDependency[TelegramChannel]) -> TelegramStatus:
+    @get("", responses=errors())
+    async def status(self, telegram: NamedDependency[TelegramChannel]) -> TelegramStatus:
         """Whether a token is set (and from where), the bot's state, the paired chats."""
-        return telegram.status()
+        return await telegram.status()
 
     @put("/token", responses=errors(400, 409))
     async def set_token(self, data: JSONBody[TelegramToken],
                         telegram: NamedDependency[TelegramChannel]) -> TelegramStatus:
-        """Store the token (``DATA_DIR/telegram.json``, 0600) and (re)start the bot; 409 when
-        the token comes from the environment."""
+        """Store the token (``DATA_DIR/telegram.json``, 0600; among replicas a row sealed
+        with the cluster's secret key) and (re)start the bot; 409 when the token comes from
+        the environment, or among replicas when no secret key is set (``not_configured``)."""
         return await telegram.set_token(data.token)
 
     @delete("/token", status_code=200, responses=errors(409))
     async def clear_token(self, telegram: NamedDependency[TelegramChannel]) -> TelegramStatus:
-        """Forget the stored token and stop the bot."""
+        """Forget the stored token and stop the bot (among replicas: the replica running it
+        stops it within about two seconds of this answer)."""
         return await telegram.clear_token()
 
-    @post("/pairing-code", status_code=201, sync_to_thread=False, responses=errors())
-    def pairing_code(self, telegram: NamedDependency[TelegramChannel]) -> PairingCode:
+    @post("/pairing-code", status_code=201, responses=errors())
+    async def pairing_code(self, telegram: NamedDependency[TelegramChannel]) -> PairingCode:
         """A single-use code valid 10 minutes: ``/pair CODE`` in a chat adds that chat."""
-        return telegram.new_pairing_code()
+        return await telegram.new_pairing_code()
 
     @delete("/chats/{chat_id:str}", status_code=200, responses=errors(404))
     async def remove_chat(self, chat_id: FromPath[str],

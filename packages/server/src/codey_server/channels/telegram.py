@@ -8,7 +8,11 @@ bot in a task when a token is known: long polling, or a webhook at
 
 Among replicas the bot runs on one of them, the one holding the ``telegram`` lease, and polls
 (a webhook would have Telegram's calls land on any replica): the others show ``elsewhere``,
-take the lease over when its holder stops renewing it, and carry on from the log.
+take the lease over when its holder stops renewing it, and carry on from the log. A pasted
+token and the pairing code are rows then (:mod:`.telegram_store`), so whichever replica a
+request reaches, the holder runs the bot with that token and checks that code; once a
+``DELETE /api/telegram/token`` has answered, the holder stops the bot when the row's
+notification reaches it, or at its next tick (:data:`HOLD_S`) at the latest.
 
 What it must never do:
 
@@ -35,7 +39,6 @@ import logging
 import os
 import re
 import secrets
-import time
 from typing import Any, Literal
 
 import msgspec
@@ -45,12 +48,13 @@ from codey_protocol import events as ev
 from codey_protocol.events import Envelope
 from codey_protocol.state import SessionInfo, TelegramChat
 from codey_server.channels import chat, decide
+from codey_server.channels.telegram_store import FileTelegramStore, TelegramStore
 from codey_server.core.engine import Engine
 from codey_server.core.leases import Leases
 from codey_server.core.rules import CommandRejected
 from codey_server.errors import ServerError
-from codey_server.secretfile import read_secret_file, write_secret_file
 from codey_server.settings import Settings
+from codey_server.shared.errors import SecretKeyError
 
 __all__ = ["PAIRING_TTL_S", "TOKEN_PATTERN", "PairingCode", "TelegramChannel", "TelegramError",
            "TelegramStatus"]
@@ -86,6 +90,8 @@ BotState = Literal["off", "starting", "running", "error", "elsewhere"]
 class TelegramStatus(msgspec.Struct, kw_only=True):
     """``GET /api/telegram``: the channel as the UI shows it (never the token)."""
 
+    #: ``file``: pasted through the UI (the data dir's ``telegram.json``, or among replicas
+    #: the cluster's sealed row)
     token_source: Literal["env", "file", "none"]
     token_env: str
     #: ``elsewhere``: among replicas, another replica runs the bot
@@ -103,12 +109,9 @@ class PairingCode(msgspec.Struct, kw_only=True):
     expires_at: float
 
 
-class _TokenFile(msgspec.Struct, kw_only=True):
-    token: str
-
-
 class TelegramChannel:
-    def __init__(self, settings: Settings, engine: Engine, leases: Leases | None = None) -> None:
+    def __init__(self, settings: Settings, engine: Engine, leases: Leases | None = None,
+                 store: TelegramStore | None = None) -> None:
         self.settings = settings
         self.config = settings.telegram
         self.engine = engine
@@ -118,16 +121,17 @@ class TelegramChannel:
         self._running_token: str | None = None
         if leases is not None:
             leases.on_lost.append(self._lease_lost)
-        self._path = settings.data_dir / "telegram.json"
+        #: the pasted token and the pairing code (among replicas: rows every replica reads)
+        self.store: TelegramStore = store or FileTelegramStore(
+            settings.data_dir / "telegram.json")
+        #: one look at the lease and the token at a time (the loop's tick, a paste, a delete)
+        self._tick_lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
         self._state: Literal["off", "starting", "running", "error"] = "off"
         self._error: str | None = None
         self._username: str | None = None
         self._mode: Literal["polling", "webhook", "none"] = "none"
         self._bot: Any = None
-        self._code: str | None = None
-        self._code_expires = 0.0
-        self._code_tries = 0
         #: Telegram sends this header with every webhook call; a fresh one per start
         self._webhook_secret = secrets.token_urlsafe(32)
         self._wake = asyncio.Event()
@@ -136,69 +140,75 @@ class TelegramChannel:
 
     # token ---------------------------------------------------------------------------------
 
-    def _token(self) -> tuple[str | None, Literal["env", "file", "none"]]:
-        from_env = os.environ.get(self.config.token_env, "").strip()
+    def _env_token(self) -> str | None:
+        return os.environ.get(self.config.token_env, "").strip() or None
+
+    async def _token(self) -> tuple[str | None, Literal["env", "file", "none"]]:
+        from_env = self._env_token()
         if from_env:
             return from_env, "env"
-        raw = read_secret_file(self._path)
-        if raw:
-            try:
-                return msgspec.json.decode(raw, type=_TokenFile).token, "file"
-            except msgspec.MsgspecError:
-                log.warning("%s is not a token file; ignored", self._path)
-        return None, "none"
+        pasted = await self.store.token()
+        return (pasted, "file") if pasted else (None, "none")
 
     async def set_token(self, token: str) -> TelegramStatus:
-        """Store a pasted token (0600) and restart the bot with it."""
+        """Store a pasted token (0600, or among replicas sealed in its row) and restart the
+        bot with it."""
         token = token.strip()
-        if self._token()[1] == "env":
+        if self._env_token():
             raise TelegramError("conflict", f"the token comes from ${self.config.token_env}; "
                                 "unset it to paste one here")
         if not _TOKEN_RE.match(token):
             raise TelegramError("bad_request", "that is not a bot token (123456:ABC…, from "
                                 "@BotFather)")
-        write_secret_file(self._path, msgspec.json.encode(_TokenFile(token=token)))
-        await self._restart()
-        return self.status()
+        await self.store.put_token(token)
+        await self._follow()
+        return await self.status()
 
     async def clear_token(self) -> TelegramStatus:
-        if self._token()[1] == "env":
+        """Forget the pasted token: once answered, no replica starts the bot with it, and the
+        one running it stops (at once here; see the module's docstring among replicas)."""
+        if self._env_token():
             raise TelegramError("conflict", f"the token comes from ${self.config.token_env}")
-        with contextlib.suppress(FileNotFoundError):
-            self._path.unlink()
-        await self._restart()
-        return self.status()
+        await self.store.remove_token()
+        await self._follow()
+        return await self.status()
 
-    def status(self) -> TelegramStatus:
-        token, source = self._token()
+    async def _follow(self) -> None:
+        """The token changed: restart the bot, or among replicas look at the lease now."""
+        if self.leases is None:
+            await self._restart()
+        else:
+            await self._tick()
+
+    async def status(self) -> TelegramStatus:
         state: BotState = self._state
+        error = self._error
+        source: Literal["env", "file", "none"]
+        try:
+            token, source = await self._token()
+        except SecretKeyError as err:  # a row sealed with another key: say so
+            token, source, state, error = None, "file", "error", err.message
         if self.leases is not None and token is not None and LEASE not in self.leases.held:
             state = "elsewhere"
         return TelegramStatus(
             token_source=source, token_env=self.config.token_env, state=state,
-            mode=self._mode, bot_username=self._username, error=self._error,
+            mode=self._mode, bot_username=self._username, error=error,
             chats=list(self.engine.state.telegram_chats.values()))
 
     # pairing and the allow list ------------------------------------------------------------
 
-    def new_pairing_code(self) -> PairingCode:
-        """A new code (the previous one stops working), valid 10 minutes, used once."""
-        self._code = "".join(secrets.choice(_CODE_ALPHABET) for _ in range(8))
-        self._code_expires = time.time() + PAIRING_TTL_S
-        self._code_tries = 0
-        return PairingCode(code=self._code, expires_at=self._code_expires)
+    async def new_pairing_code(self) -> PairingCode:
+        """A new code (the previous one stops working), valid 10 minutes, used once; only
+        its digest is kept (among replicas in a row, so the replica running the bot checks
+        a code shown by any)."""
+        code = "".join(secrets.choice(_CODE_ALPHABET) for _ in range(8))
+        expires_at = await self.store.new_code(code, PAIRING_TTL_S)
+        return PairingCode(code=code, expires_at=expires_at)
 
-    def _take_code(self, given: str) -> bool:
-        code = self._code
-        if code is None or time.time() >= self._code_expires:
-            return False
-        if hmac.compare_digest(given.upper().replace("-", "").encode(), code.encode()):
-            self._code = None
-            return True
-        self._code_tries += 1
-        if self._code_tries >= _PAIRING_TRIES:  # guessing: the code dies
-            self._code = None
-        return False
+    async def _take_code(self, given: str) -> bool:
+        """Whether ``given`` is the current code (which it uses up); the
+        :data:`_PAIRING_TRIES`-th wrong code ends it."""
+        return await self.store.take_code(given, _PAIRING_TRIES)
 
     async def remove_chat(self, chat_id: str) -> None:
         """``chat_id`` as the state's key (group chats' ids are negative)."""
@@ -228,27 +238,34 @@ class TelegramChannel:
 
     async def _hold(self) -> None:
         """Among replicas: run the bot while this replica holds the lease; take the lease
-        when it is free (its holder stopped, died or lost the token); follow token changes."""
-        assert self.leases is not None
+        when it is free (its holder stopped, died or lost the token); follow token changes,
+        at once when told of one, else every :data:`HOLD_S`."""
         while True:
+            changed = self.store.watch()
             try:
-                token, _ = self._token()
-                held = LEASE in self.leases.held
-                if token is None:
-                    if held:
-                        await self._halt()
-                        await self.leases.release(LEASE)
-                elif not held:
-                    if await self.leases.acquire(LEASE):
-                        await self.engine.catch_up()  # what the last holder handled and sent
-                        await self._restart()
-                elif token != self._running_token:
-                    await self._restart()
+                await self._tick()
             except asyncio.CancelledError:
                 raise
             except Exception as err:
                 log.warning("telegram: could not take the bot's lease (%s)", err)
-            await asyncio.sleep(HOLD_S)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), HOLD_S)
+
+    async def _tick(self) -> None:
+        assert self.leases is not None
+        async with self._tick_lock:
+            token, _ = await self._token()
+            held = LEASE in self.leases.held
+            if token is None:
+                if held:
+                    await self._halt()
+                    await self.leases.release(LEASE)
+            elif not held:
+                if await self.leases.acquire(LEASE):
+                    await self.engine.catch_up()  # what the last holder handled and sent
+                    await self._restart()
+            elif token != self._running_token:
+                await self._restart()
 
     def _lease_lost(self, name: str) -> None:
         if name == LEASE:
@@ -268,7 +285,7 @@ class TelegramChannel:
 
     async def _restart(self) -> None:
         await self._halt()
-        token, _ = self._token()
+        token, _ = await self._token()
         self._error = None
         if token is None:
             return
@@ -407,7 +424,7 @@ class TelegramChannel:
         paired = state.telegram_chats.get(str(chat_id))
         command = chat.parse(message.text)
         if paired is None:
-            if command.name == "pair" and self._take_code(command.args[0]):
+            if command.name == "pair" and await self._take_code(command.args[0]):
                 c = message.chat
                 title = c.title or " ".join(x for x in (c.first_name, c.last_name) if x) \
                     or c.username or str(chat_id)

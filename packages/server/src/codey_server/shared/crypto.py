@@ -1,4 +1,5 @@
-"""Sealing secrets at rest with AES-256-GCM: what the replicas keep of provider logins.
+"""Sealing secrets at rest with AES-256-GCM: what the replicas keep of provider logins and of
+a pasted Telegram bot token.
 
     key = SecretKey.load(settings)           # None when no key is configured
     blob = key.seal(b"secret", aad=b"credential:openai")
@@ -95,6 +96,13 @@ class SecretKey:
         if data is None:
             raise SecretKeyError(f"secret_key_file {key_file} does not exist")
         return cls(parse_key(data.decode(errors="replace"), f"secret_key_file {key_file}"))
+
+    def mac(self, data: bytes) -> bytes:
+        """HMAC-SHA256 of ``data`` under a key derived from this one: what a replica keeps of
+        a short secret it only has to recognise (a Telegram pairing code), which a plain hash
+        would let anyone reading the row guess offline."""
+        sub = hmac.new(self._raw, b"codey mac key", hashlib.sha256).digest()
+        return hmac.new(sub, data, hashlib.sha256).digest()
 
     def seal(self, plaintext: bytes, *, aad: bytes) -> bytes:
         from cryptography.hazmat.primitives.ciphers.aead import AESGCM  # with the first login

@@ -20,7 +20,10 @@ The tables (one place to read them all):
 - ``codey_pair_requests``: pending pair requests, their poll secret's SHA-256, their state;
 - ``codey_credentials``: provider logins, sealed with AES-256-GCM (``crypto.py``);
 - ``codey_oauth_logins``: OAuth logins begun and not yet called back, sealed likewise;
-- ``codey_blobs``: files sent with prompts, by SHA-256.
+- ``codey_blobs``: files sent with prompts, by SHA-256;
+- ``codey_telegram_token``: a pasted Telegram bot token (one row), sealed likewise;
+- ``codey_telegram_pairing``: the current Telegram pairing code (one row): its HMAC, its
+  expiry and its wrong tries.
 
 Times that decide an expiry are the database's (``now()``), so replicas' clocks may differ.
 """
@@ -79,6 +82,12 @@ CREATE TABLE IF NOT EXISTS codey_oauth_logins (
 CREATE TABLE IF NOT EXISTS codey_blobs (
     sha256 text PRIMARY KEY, data bytea NOT NULL,
     created double precision NOT NULL DEFAULT extract(epoch FROM now()));
+CREATE TABLE IF NOT EXISTS codey_telegram_token (
+    id smallint PRIMARY KEY CHECK (id = 1), sealed bytea NOT NULL,
+    updated double precision NOT NULL DEFAULT extract(epoch FROM now()));
+CREATE TABLE IF NOT EXISTS codey_telegram_pairing (
+    id smallint PRIMARY KEY CHECK (id = 1), digest text NOT NULL,
+    expires_at double precision NOT NULL, tries integer NOT NULL DEFAULT 0);
 """
 
 
