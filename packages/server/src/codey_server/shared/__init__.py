@@ -2,7 +2,8 @@
 
     db.py      SharedDb: the pool, the tables, row locks and named locks, notifications on
                ``codey_shared`` (a delete told to the other replicas at once)
-    crypto.py  SecretKey: AES-256-GCM sealing of provider credentials, the key from
+    crypto.py  SecretKey: AES-256-GCM sealing of provider credentials and a pasted Telegram
+               bot token, an HMAC for short secrets, the key from
                ``$CODEY_SECRET_KEY`` or ``secret_key_file``
 
 Each store keeps its port and its two backends next to its feature: the file backend a single
@@ -16,6 +17,7 @@ them once its request has answered):
     workers/pair_store.py    pair requests and their polls
     providers/store.py       provider credentials (sealed with crypto.py), pending OAuth logins
     blobs/store.py           files sent with prompts, by content hash
+    channels/telegram_store.py  a pasted Telegram bot token (sealed), the pairing code (HMAC)
 
 Only built when ``--database-url`` is set; one server on SQLite never imports psycopg.
 
