@@ -13,8 +13,9 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
+from codey_protocol import worker as wk
 from codey_protocol.events import SessionTitleChanged
-from codey_server.cluster.replicas import Cluster, Leases
+from codey_server.cluster.replicas import Cluster, ClusterRoutes, Leases
 from codey_server.core.leases import Fence
 from codey_server.errors import LeaseLost
 from codey_server.eventlog.postgres import PostgresEventLog
@@ -138,3 +139,52 @@ async def _append_until_refused(log: PostgresEventLog, fence: Fence, committed: 
             refused.append(err)
             return
         committed.extend(e.seq for e in envs)
+
+
+def test_a_stale_runners_action_is_refused_and_a_take_overs_re_send_gets_the_outcome(
+        pg: PostgresCluster) -> None:
+    dsn = pg.create_database("routes")
+
+    class Nobody:  # the routes' Delivery: only what route() touches
+        routes: object = None
+        on_linked: list[object] = []
+
+    async def main() -> None:
+        a, b = Cluster(dsn, "a"), Cluster(dsn, "b")
+        await a.open()
+        await b.open()
+        try:
+            la, lb = Leases(a), Leases(b)
+            ra, rb = ClusterRoutes(a, Nobody()), ClusterRoutes(b, Nobody())  # type: ignore[arg-type]
+            action = wk.ReadFile(action_id="act_1", session_id="s", workdir="/w", path="f")
+            assert await la.acquire("session:s")
+            fa = la.fence("session:s")
+            assert await ra.route("w1", action, here=True, fence=fa) == (None, False)
+            assert await ra.route("w1", action, here=True, fence=fa) == (None, True)
+            await _expire(a, "session:s")
+            assert await lb.acquire("session:s")
+            fb = lb.fence("session:s")
+            # the old runner, awake again: refused, not sent
+            with pytest.raises(LeaseLost):
+                await ra.route("w1", action, here=True, fence=fa)
+            with pytest.raises(LeaseLost):
+                await ra.route("w1", wk.ReadFile(action_id="act_2", session_id="s",
+                                                 workdir="/w", path="g"), here=True, fence=fa)
+            # the new owner re-sends the same id: the row is its epoch's now
+            assert await rb.route("w1", action, here=False, fence=fb) == (None, True)
+            content = wk.FileContent(path="f", content="x", size=1, total_lines=1)
+            await ra.record("act_1", content)  # the worker's replica writes the outcome
+            assert await rb.route("w1", action, here=False, fence=fb) == (content, True)
+            async with await psycopg.AsyncConnection.connect(dsn) as conn:
+                rows = await (await conn.execute(
+                    "SELECT action_id, epoch FROM codey_actions ORDER BY action_id")).fetchall()
+            assert rows == [("act_1", 2)]  # act_2 never written
+            # an action of no runner (no fence) is written as before
+            plain = wk.ReadFile(action_id="act_3", session_id="s", workdir="/w", path="h")
+            assert await ra.route("w1", plain, here=True) == (None, False)
+            assert await ra.route("w1", plain, here=True) == (None, True)
+        finally:
+            await a.close()
+            await b.close()
+
+    asyncio.run(main())

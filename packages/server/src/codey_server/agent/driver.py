@@ -252,7 +252,7 @@ class TurnDriver:
                     put(SessionAttached(servers, now=time.time()))
             outcome = await actions.run(e.worker_id, e.action,
                                         on_progress=progressed if e.progress else None,
-                                        timeout=e.timeout)
+                                        timeout=e.timeout, skip=e.skip)
         except TimeoutError:
             result: Input = ActionTimedOut(action_id, now=time.time())
         except ActionFailed as err:

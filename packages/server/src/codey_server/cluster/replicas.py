@@ -44,7 +44,7 @@ from codey_server.core.delivery import Delivery
 from codey_server.core.engine import Engine
 from codey_server.core.leases import Fence
 from codey_server.core.router import Outcome
-from codey_server.errors import ServerError
+from codey_server.errors import LeaseLost, ServerError
 from codey_server.eventlog.postgres import listen
 from codey_server.secretfile import read_secret_file, write_secret_file
 
@@ -74,6 +74,8 @@ CREATE TABLE IF NOT EXISTS codey_actions (
     outcome bytea, cancel boolean NOT NULL DEFAULT false);
 CREATE INDEX IF NOT EXISTS codey_actions_open ON codey_actions (worker_id)
     WHERE outcome IS NULL;
+-- the epoch of the session's lease its runner wrote it under (NULL: not a runner's action)
+ALTER TABLE codey_actions ADD COLUMN IF NOT EXISTS epoch bigint;
 CREATE TABLE IF NOT EXISTS codey_action_progress (
     id bigserial PRIMARY KEY, action_id text NOT NULL, data bytea NOT NULL);
 CREATE INDEX IF NOT EXISTS codey_action_progress_action ON codey_action_progress (action_id);
@@ -349,19 +351,41 @@ class ClusterRoutes:
 
     # Routes ----------------------------------------------------------------------------------
 
-    async def route(self, worker_id: str, action: wk.ActionMessage, *,
-                    here: bool) -> Outcome | None:
-        rows = await self.cluster.execute(
-            "INSERT INTO codey_actions (action_id, worker_id, session_id, action) "
-            "VALUES (%s, %s, %s, %s) ON CONFLICT (action_id) DO UPDATE "
-            "SET worker_id = codey_actions.worker_id RETURNING outcome",
-            (action.action_id, worker_id, getattr(action, "session_id", "") or "",
-             codec.encode(action)))
+    async def route(self, worker_id: str, action: wk.ActionMessage, *, here: bool,
+                    fence: Fence | None = None) -> tuple[Outcome | None, bool]:
+        """Write the action (see :class:`~codey_server.core.actions.Routes`). With a fence,
+        in one statement: the lease row must still have the fence's owner and epoch (locked
+        ``FOR SHARE`` meanwhile, as an append does), and a row already there must not be of
+        a later epoch; else :class:`~codey_server.errors.LeaseLost` and nothing written. A
+        take-over's re-send moves the row to its own epoch."""
+        params = (action.action_id, worker_id, getattr(action, "session_id", "") or "",
+                  codec.encode(action))
+        if fence is None:
+            rows = await self.cluster.execute(
+                "INSERT INTO codey_actions (action_id, worker_id, session_id, action) "
+                "VALUES (%s, %s, %s, %s) ON CONFLICT (action_id) DO UPDATE "
+                "SET worker_id = codey_actions.worker_id "
+                "RETURNING outcome, xmax <> 0", params)
+        else:
+            rows = await self.cluster.execute(
+                "WITH lease AS (SELECT 1 FROM codey_leases WHERE name = %s AND owner = %s "
+                "AND epoch = %s FOR SHARE) "
+                "INSERT INTO codey_actions (action_id, worker_id, session_id, action, epoch) "
+                "SELECT %s, %s, %s, %s, %s WHERE EXISTS (SELECT 1 FROM lease) "
+                "ON CONFLICT (action_id) DO UPDATE SET epoch = excluded.epoch "
+                "WHERE coalesce(codey_actions.epoch, 0) <= excluded.epoch "
+                "RETURNING outcome, xmax <> 0",
+                (fence.lease, fence.owner, fence.epoch, *params, fence.epoch))
+            if not rows:
+                raise LeaseLost(fence.lease, f"its epoch moved on from {fence.epoch}, or "
+                                             f"{action.action_id} was written under a later one")
+        # (xmax is set on a row an ON CONFLICT updated: the action was written before)
+        existed = bool(rows and rows[0][1])
         if rows and rows[0][0] is not None:  # carried out before (a take-over)
-            return _decode_outcome(rows[0][0])
+            return _decode_outcome(rows[0][0]), True
         if not here:
             await self.cluster.notify(f"a:{worker_id}")
-        return None
+        return None, existed
 
     async def record(self, action_id: str, outcome: Outcome) -> None:
         self._recording.add(action_id)
