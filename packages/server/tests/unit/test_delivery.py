@@ -201,6 +201,21 @@ def test_routed_an_outcome_from_before_a_take_over_answers_at_once() -> None:
         await delivery.linked("w1", link)
         assert await delivery.run("w1", READ, timeout=5) == CONTENT
         assert link.frames == []  # not sent again
+        # a caller that wants the output reads it back first, then the outcome
+        output: list[str] = []
+
+        async def on_progress(p: wk.ActionProgress) -> None:
+            output.append(p.data)
+
+        later = wk.ReadFile(action_id="a2", session_id="s", workdir="/w", path="f")
+        waiting = asyncio.create_task(delivery.run("w1", later, on_progress=on_progress,
+                                                   timeout=5))
+        await until(lambda: delivery.router.awaiting_elsewhere() == ["a2"],
+                    what="the read-back")
+        await delivery.progressed("a2", wk.ActionProgress(action_id="a2", stream="stdout",
+                                                          data="out"))
+        await delivery.answered("a2", CONTENT)
+        assert await waiting == CONTENT and output == ["out"] and link.frames == []
 
     asyncio.run(main())
 

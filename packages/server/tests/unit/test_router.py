@@ -288,6 +288,20 @@ def test_routed_an_outcome_already_recorded_answers_at_once() -> None:
     assert not any(isinstance(e, (Record, Send)) for e in effects)
 
 
+def test_routed_an_outcome_already_recorded_comes_after_the_output_before_it() -> None:
+    # a take-over's re-send of an action that finished meanwhile: its caller wants the output
+    # the worker streamed while the session had no owner, so it reads that first
+    r = Router(routed=True)
+    r.linked("w1", "L1")
+    r.submit("w1", read(), "caller", listener="p")
+    assert r.route_done("a1", content(), existed=True) == []  # nothing sent
+    assert r.awaiting_elsewhere() == ["a1"] and r.wants_progress("a1")
+    assert r.received("w1", "L1", result()) == []  # (a late repeat of the answer)
+    assert r.linked("w1", "L2") == []
+    assert r.progressed("a1", progress()) == [Deliver("p", progress())]
+    assert settled(r.answered("a1", content())) == {"caller": content()}
+
+
 def test_routed_with_the_worker_elsewhere_output_and_outcome_come_from_the_database() -> None:
     r = Router(routed=True)
     assert r.submit("w1", read(), "caller", listener="p") == [Route("w1", read(), here=False)]

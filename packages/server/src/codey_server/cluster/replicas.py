@@ -381,6 +381,8 @@ class ClusterRoutes:
                                              f"{action.action_id} was written under a later one")
         # (xmax is set on a row an ON CONFLICT updated: the action was written before)
         existed = bool(rows and rows[0][1])
+        if existed:
+            self._read.set()  # a take-over: its output (and outcome) are read back now
         if rows and rows[0][0] is not None:  # carried out before (a take-over)
             return _decode_outcome(rows[0][0]), True
         if not here:

@@ -62,9 +62,10 @@ gets the action's output again from its start, from the database — never part 
 and part not: when the worker is linked elsewhere, as always; when the action was written
 before (``route_done(existed=True)``) or is being carried out here for another replica (a
 caller joins it), the output and the outcome that come on the link are written and read
-back in order (``via_table``), not handed over directly. The caller leaves out what it
-already has (``Delivery.run``'s ``skip``). A ``Route`` carries the caller's fence: the
-database refuses it from a runner whose lease moved on.
+back in order (``via_table``), not handed over directly; when it already has an outcome,
+its output is read back before it. The caller leaves out what it already has
+(``Delivery.run``'s ``skip``). A ``Route`` carries the caller's fence: the database refuses
+it from a runner whose lease moved on.
 
 Attachments are tracked here too: the sessions attached on the worker's current connection
 (seeded by its hello, forgotten when the connection changes), each with the MCP servers the
@@ -433,6 +434,11 @@ class Router:
         ``existed``: it had been written before (a take-over re-sends it)."""
         flight = self._flights.get(action_id)
         if flight is None or flight.outcome is not None or flight.state != "routing":
+            return []
+        if outcome is not None and flight.listener is not None:
+            # carried out before, its output in the database: the caller reads that, then
+            # the outcome (the read-back settles it), rather than the outcome alone
+            flight.state, flight.via_table, flight.held = "pending", True, outcome
             return []
         if outcome is not None:
             return self._settle(flight, outcome, recorded=True)
