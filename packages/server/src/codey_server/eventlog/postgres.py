@@ -203,11 +203,15 @@ class PostgresEventLog(EventLog):
         """One transaction for the group: the counter row locked, the fences checked, the
         rows of the appends whose fence holds (or that carry none) inserted; per append, its
         envelopes or the LeaseLost that refused it."""
+        fences = [fence for _, _, fence in ready if fence is not None]
         async with self._pool.connection() as conn, conn.transaction():
-            row = await (await conn.execute(
-                "SELECT value FROM codey_meta WHERE key = 'last_seq' FOR UPDATE")).fetchone()
-            seq = int(row[0])
-            stale = await _stale(conn, [fence for _, _, fence in ready if fence is not None])
+            if fences:  # (one round trip for both)
+                seq, stale = await _locked_and_stale(conn, fences)
+            else:
+                row = await (await conn.execute(
+                    "SELECT value FROM codey_meta WHERE key = 'last_seq' FOR UPDATE")
+                ).fetchone()
+                seq, stale = int(row[0]), {}
             ts = time.time()
             out: list[list[Envelope] | LeaseLost] = []
             rows: list[tuple[int, float, str | None, str, bytes, str]] = []
@@ -399,26 +403,28 @@ async def _configure(conn: Any) -> None:
                        f"{int(IDLE_IN_TRANSACTION_S * 1000)}")
 
 
-async def _stale(conn: Any, fences: list[Fence]) -> dict[Fence, str]:
-    """Of ``fences``, those that are not current, with why; their lease rows stay locked
-    ``FOR SHARE`` (in name order) until the transaction ends, so no take-over commits
-    in between."""
-    if not fences:
-        return {}
+async def _locked_and_stale(conn: Any, fences: list[Fence]) -> tuple[int, dict[Fence, str]]:
+    """Lock the counter row (``FOR UPDATE``) and the fences' lease rows (``FOR SHARE``, in
+    name order) until the transaction ends, so no take-over commits in between; return the
+    last seq, and of ``fences`` those that are not current, with why."""
     names = sorted({fence.lease for fence in fences})
     cur = await conn.execute(
-        "SELECT name, owner, epoch FROM codey_leases WHERE name = ANY(%s) ORDER BY name "
-        "FOR SHARE", (names,))
-    rows = {name: (owner, int(epoch)) for name, owner, epoch in await cur.fetchall()}
+        "WITH counter AS (SELECT value FROM codey_meta WHERE key = 'last_seq' FOR UPDATE), "
+        "held AS (SELECT name, owner, epoch FROM codey_leases WHERE name = ANY(%s) "
+        "ORDER BY name FOR SHARE) "
+        "SELECT (SELECT value FROM counter), held.name, held.owner, held.epoch "
+        "FROM (SELECT 1) AS one LEFT JOIN held ON true", (names,))
+    found = await cur.fetchall()
+    rows = {name: (owner, int(epoch)) for _, name, owner, epoch in found if name is not None}
     stale: dict[Fence, str] = {}
     for fence in fences:
-        found = rows.get(fence.lease)
-        if found is None:
+        holding = rows.get(fence.lease)
+        if holding is None:
             stale[fence] = "it has no holder"
-        elif found != (fence.owner, fence.epoch):
-            stale[fence] = f"{found[0]} holds it now (epoch {found[1]}, this write's " \
+        elif holding != (fence.owner, fence.epoch):
+            stale[fence] = f"{holding[0]} holds it now (epoch {holding[1]}, this write's " \
                            f"{fence.epoch})"
-    return stale
+    return int(found[0][0]), stale
 
 
 async def listen(url: str, channel: str, on_payload: Callable[[str], None]) -> None:
