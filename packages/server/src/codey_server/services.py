@@ -46,12 +46,13 @@ if TYPE_CHECKING:
 __all__ = ["Services"]
 
 
-def event_log_for(settings: Settings) -> EventLog:
-    """PostgreSQL when ``database_url`` is set, else SQLite in the data dir."""
+def event_log_for(settings: Settings, replica_id: str = "") -> EventLog:
+    """PostgreSQL when ``database_url`` is set (its rows name ``replica_id``), else SQLite in
+    the data dir."""
     if settings.database_url:
         from codey_server.eventlog.postgres import PostgresEventLog  # psycopg only when used
 
-        return PostgresEventLog(settings.database_url)
+        return PostgresEventLog(settings.database_url, name=replica_id)
     return SqliteEventLog(settings.db_path)
 
 
@@ -78,7 +79,12 @@ class Services:
         ensure_private_dir(settings.data_dir)
         # files sent with prompts, once each by content hash
         self.blobs = BlobStore(settings.data_dir / "blobs")
-        self.engine = Engine(event_log_for(settings), RULES,
+        replica = ""
+        if settings.database_url:
+            from codey_server.cluster.replicas import new_replica_id
+
+            replica = settings.replica_id or new_replica_id()
+        self.engine = Engine(event_log_for(settings, replica), RULES,
                              snapshot_every=settings.snapshot_every,
                              context=_context(settings, self.blobs))
         self.clients = ClientHub()
@@ -89,11 +95,10 @@ class Services:
         self.leases: Leases | None = None
         self.janitor: Janitor | None = None
         self.shared: SharedFiles | None = None
-        replica = ""
         if settings.database_url:
             from codey_server.cluster.replicas import Cluster, Janitor, Leases, SharedFiles
 
-            self.cluster = Cluster(settings.database_url, settings.replica_id)
+            self.cluster = Cluster(settings.database_url, replica)
             self.leases = Leases(self.cluster)
             self.janitor = Janitor(
                 self.leases, self.engine,
@@ -101,7 +106,6 @@ class Services:
                 disconnect_orphans=lambda live: self.engine.submit(
                     workers_decide.orphans_disconnected, live))
             self.shared = SharedFiles(self.cluster, settings.data_dir)
-            replica = self.cluster.replica_id
         # is a worker connected: the fold's answer, for runners, routes and terminals
         self.presence = Presence(self.engine, replica)
         # actions on workers, exactly once (core/router.py); among replicas routed through

@@ -66,7 +66,8 @@ CREATE TABLE IF NOT EXISTS codey_events (
     seq bigint PRIMARY KEY, ts double precision NOT NULL, session_id text, type text NOT NULL,
     envelope bytea NOT NULL);
 CREATE INDEX IF NOT EXISTS codey_events_session ON codey_events (session_id);
--- the process that appended the row: a follower knows its own commits by it
+-- the process that appended the row (its replica id, then a token of the process): a
+-- follower knows its own commits by it
 ALTER TABLE codey_events ADD COLUMN IF NOT EXISTS origin text;
 CREATE TABLE IF NOT EXISTS codey_snapshots (seq bigint PRIMARY KEY, data bytea NOT NULL);
 CREATE TABLE IF NOT EXISTS codey_meta (key text PRIMARY KEY, value bigint NOT NULL);
@@ -79,7 +80,9 @@ _Request = tuple[list[tuple[str | None, Event]], "asyncio.Future[list[Envelope]]
 
 
 class PostgresEventLog(EventLog):
-    def __init__(self, url: str, *, pool_size: int = 4) -> None:
+    def __init__(self, url: str, *, pool_size: int = 4, name: str = "") -> None:
+        """``name``: who this process is among the replicas (its replica id): each row it
+        appends carries it in ``origin`` as ``<name>/<random>``, unique to the process."""
         super().__init__()
         self.url = url
         self.pool_size = pool_size
@@ -92,7 +95,7 @@ class PostgresEventLog(EventLog):
         self._own: dict[int, list[Envelope]] = {}  # committed here, waiting for earlier seqs
         self._on_foreign: Callable[[list[Envelope]], None] | None = None
         self._following = False
-        self._origin = secrets.token_hex(8)
+        self._origin = f"{name}/{secrets.token_hex(6)}" if name else secrets.token_hex(8)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
