@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -20,6 +22,7 @@ from codey_server.core.leases import Fence
 from codey_server.errors import LeaseLost
 from codey_server.eventlog.postgres import PostgresEventLog
 from codey_testkit.postgres import PostgresCluster, pg_bin
+from codey_testkit.stopcont import KINDS, TAKE_OVER_GOAL_S, StopContCluster
 
 pytestmark = pytest.mark.skipif(pg_bin() is None, reason="PostgreSQL is not installed")
 
@@ -188,3 +191,24 @@ def test_a_stale_runners_action_is_refused_and_a_take_overs_re_send_gets_the_out
             await b.close()
 
     asyncio.run(main())
+
+
+def test_a_replica_paused_past_its_lease_appends_nothing_once_resumed(
+        tmp_path: Path, pg: PostgresCluster) -> None:
+    """One round of each kind of scripts/stopcont.py (which runs many): the session's replica
+    is paused with kill -STOP for 15 s while the model streams, then while a command runs
+    (it prints "middle" during the pause, "end" after the resume), and resumed with -CONT."""
+    dsn = pg.create_database("stopcont")
+    with StopContCluster(tmp_path, rounds=2, dsn=dsn) as cluster:
+        for n, kind in enumerate(KINDS):
+            t0 = time.monotonic()
+            result = cluster.round(n, kind)
+            print(result.line(), f"({time.monotonic() - t0:.0f} s)")
+            assert result.ok, result
+            assert result.took_over_s is not None and result.took_over_s <= TAKE_OVER_GOAL_S
+            assert result.stale == [] and result.finished_by_new_owner and result.old_stopped
+            assert result.epochs[1] > result.epochs[0]
+            if kind == "command":
+                assert result.runs == 1
+                assert [line for line in (result.output or "").splitlines()
+                        if line.endswith("-1.")] == ["start-1.", "middle-1.", "end-1."]
