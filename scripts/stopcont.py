@@ -14,6 +14,7 @@ finished on its new owner, its command ran once and its output is whole and not 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import tempfile
@@ -29,11 +30,16 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--pause", type=float, default=PAUSE_S,
                         help="seconds each owner stays paused (its lease is 6 s)")
+    parser.add_argument("--keep", type=Path, default=None,
+                        help="run in this directory and keep it (the processes' logs)")
     args = parser.parse_args()
     results: list[Round] = []
     t0 = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="codey-stopcont-") as tmp, \
-            StopContCluster(Path(tmp), rounds=args.rounds, pause_s=args.pause) as cluster:
+    with contextlib.ExitStack() as stack:
+        root = args.keep or Path(stack.enter_context(
+            tempfile.TemporaryDirectory(prefix="codey-stopcont-")))
+        cluster = stack.enter_context(StopContCluster(root, rounds=args.rounds,
+                                                      pause_s=args.pause))
         print(f"3 replicas up in {time.monotonic() - t0:.0f} s; {args.rounds} rounds of a "
               f"{args.pause:.0f} s pause", flush=True)
         for n in range(args.rounds):

@@ -202,17 +202,25 @@ class StopContCluster:
         paused_at, paused_wall = time.monotonic(), time.time()
         owner.pause()
         try:
-            while time.monotonic() - paused_at < self.pause_s:
-                holder, epoch = self._lease(lease)
-                if result.took_over_s is None and holder not in ("", result.owner):
-                    result.took_over_s = time.monotonic() - paused_at
-                    result.new_owner, result.epochs = holder, (result.epochs[0], epoch)
-                time.sleep(0.05)
+            import psycopg
+
+            # (one connection: a poll every 50 ms; the new owner may finish the turn and
+            # release the lease between two, but its epoch stays)
+            with psycopg.connect(self.dsn or "", autocommit=True) as conn:
+                while time.monotonic() - paused_at < self.pause_s:
+                    row = conn.execute("SELECT owner, epoch FROM codey_leases WHERE name = %s",
+                                       (lease,)).fetchone()
+                    if result.took_over_s is None and row is not None \
+                            and row[1] > result.epochs[0]:
+                        result.took_over_s = time.monotonic() - paused_at
+                        result.new_owner, result.epochs = row[0], (result.epochs[0], row[1])
+                    time.sleep(0.05)
+            if result.took_over_s is None:
+                result.problems.append(f"nobody took the session over in {self.pause_s:.0f} s "
+                                       f"(the database meanwhile: {self._activity()})")
         finally:
             owner.resume()
-        if result.took_over_s is None:
-            result.problems.append(f"nobody took the session over in {self.pause_s:.0f} s")
-        elif result.took_over_s > TAKE_OVER_GOAL_S:
+        if result.took_over_s is not None and result.took_over_s > TAKE_OVER_GOAL_S:
             result.problems.append(f"the take-over took {result.took_over_s:.1f} s")
         if result.epochs[1] and result.epochs[1] <= result.epochs[0]:
             result.problems.append(f"the epoch did not rise: {result.epochs}")
@@ -247,6 +255,18 @@ class StopContCluster:
         if row is None:
             return "", 0
         return (str(row[0]) if row[2] else ""), int(row[1])
+
+    def _activity(self) -> str:
+        """The database's sessions that wait or sit in a transaction (for a report)."""
+        import psycopg
+
+        with psycopg.connect(self.dsn or "") as conn:
+            rows = conn.execute(
+                "SELECT application_name, state, wait_event_type, wait_event, "
+                "left(query, 80) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND pid <> pg_backend_pid() AND (state <> 'idle' OR wait_event_type = 'Lock')"
+            ).fetchall()
+        return "; ".join(" ".join(str(c) for c in row) for row in rows) or "nothing waits"
 
     def _check_rows(self, result: Round, sid: str, paused_wall: float) -> None:
         import psycopg
