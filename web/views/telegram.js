@@ -13,6 +13,7 @@ const STATES = {
   starting: "Starting…",
   running: "Running",
   error: "Error",
+  elsewhere: "Running on another replica",
 };
 
 export class TelegramDialog {

@@ -28,9 +28,9 @@ import uvicorn
 from codey_protocol import MAX_FRAME_BYTES
 from codey_server.app import create_app
 from codey_server.errors import ConfigError
-from codey_server.http.access import load_or_create_token
 from codey_server.logsetup import configure_logging, install_redaction
 from codey_server.settings import Settings, load_config_file
+from codey_server.shared.errors import SecretKeyError
 
 if TYPE_CHECKING:
     from codey_server.agent.models import ModelProvider
@@ -115,6 +115,17 @@ def print_url(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_secret_key(settings: Settings) -> None:
+    """Among replicas, a malformed key stops the start (SecretKeyError); a missing one is
+    said: provider logins then cannot be kept (the environment's API keys still work)."""
+    from codey_server.shared.crypto import KEY_ENV, SecretKey
+
+    if SecretKey.load(settings.secret_key_file) is None:
+        logging.getLogger("codey").warning(
+            "no secret key ($%s or secret_key_file): provider logins and API keys entered in "
+            "the browser cannot be stored; see docs/security.md", KEY_ENV)
+
+
 class _Server(uvicorn.Server):
     """uvicorn, but browsers hear ``shutdown`` before the sockets close."""
 
@@ -151,7 +162,9 @@ def serve(args: argparse.Namespace) -> int:
         settings = load_config_file(settings, config_path)
         for warning in settings.check():
             logging.getLogger("codey").warning(warning)
-    except ConfigError as err:
+        if settings.database_url:
+            _check_secret_key(settings)
+    except (ConfigError, SecretKeyError) as err:
         print(f"codey-server: {err}", file=sys.stderr)
         return 2
 
@@ -168,7 +181,6 @@ def serve(args: argparse.Namespace) -> int:
     port = sock.getsockname()[1]
     settings = msgspec.structs.replace(settings, port=port)
     app = create_app(settings)
-    token = load_or_create_token(settings.data_dir) if settings.auth_required else None
     host = f"[{settings.host}]" if ":" in settings.host else settings.host
     base = (settings.public_url or f"http://{host}:{port}").rstrip("/")
     (settings.data_dir / URL_FILE).write_text(base + "\n")  # for `codey-server url`
@@ -191,13 +203,17 @@ def serve(args: argparse.Namespace) -> int:
         async def announce() -> None:
             while not server.started:
                 await asyncio.sleep(0.01)
+            # the token is known once the services started: among replicas it is the
+            # cluster's, read from the database
+            services = app.state.services
+            token = services.access.token if settings.auth_required else None
             query = f"?token={token}" if token else ""
             # one write per line: unbuffered print() writes the text and its newline apart,
             # and a log line from another thread could land in between (stdout and stderr
             # often share one file)
             _line(f"codey-server listening on http://{host}:{port}")
-            _line(providers_line(app.state.services.agent.providers.values(),
-                                 app.state.services.engine.context.file_providers, base))
+            _line(providers_line(services.agent.providers.values(),
+                                 services.engine.context.file_providers, base))
             _line(f"Open {base}/{query} in your browser")
 
         task = asyncio.create_task(announce())

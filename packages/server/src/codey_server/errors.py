@@ -5,11 +5,13 @@
       ├── SubscriberOverflow     (eventlog.py) a subscriber fell too far behind
       ├── LogClosed              (eventlog.py) the log is closed
       ├── LeaseLost              (errors.py) a write fenced by a lease this replica no longer holds
-      ├── PairingError           (pairing.py) a pairing call that cannot be carried out
+      ├── PairingError           (workers/pair_store.py) a pairing call that cannot be carried out
       ├── ModelError             (agent/errors.py) a model call failed after its retries
       ├── AuthError              (auth/service.py) a provider login call that cannot be done
       ├── OAuthFailed            (auth/oauth.py) an OAuth/OIDC step failed
       ├── WheelsUnavailable      (downloads.py) no worker wheels to hand out under /dl/
+      ├── SharedStateError       (shared/errors.py) the replicas' shared state
+      │     └── SecretKeyError   no secret key, a malformed one, or a row sealed with another
       └── ConfigError            (settings.py) bad settings
 """
 

@@ -11,9 +11,8 @@ global.
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from codey_server.agent.service import AgentService
@@ -27,8 +26,9 @@ from codey_server.core.retention import Retention
 from codey_server.core.rules import Context
 from codey_server.eventlog import EventLog, SqliteEventLog
 from codey_server.features import RULES
-from codey_server.http.access import SESSIONS_FILE, BrowserAccess
-from codey_server.mcp.server import CodeyMcp, McpTokens
+from codey_server.http.access import BrowserAccess
+from codey_server.mcp.server import CodeyMcp
+from codey_server.mcp.tokens import McpTokens
 from codey_server.metrics.collector import ServerMetrics
 from codey_server.providers.service import AuthService
 from codey_server.schedules.scheduler import Scheduler, file_clock
@@ -36,12 +36,15 @@ from codey_server.secretfile import ensure_private_dir
 from codey_server.settings import Settings
 from codey_server.terminals.service import TerminalService
 from codey_server.workers import decide as workers_decide
-from codey_server.workers.pairing import KeyStore, Pairing
+from codey_server.workers.keys import FileWorkerKeys, WorkerKeys
+from codey_server.workers.pairing import Pairing
 from codey_server.workers.sockets import WorkerRegistry
 from codey_server.workspaces.service import Workspaces
 
 if TYPE_CHECKING:
-    from codey_server.cluster.replicas import Cluster, ClusterRoutes, Janitor, Leases, SharedFiles
+    from codey_server.cluster.replicas import Cluster, ClusterRoutes, Janitor, Leases
+    from codey_server.cluster.terminals import TerminalRelay
+    from codey_server.shared.db import SharedDb
 
 __all__ = ["Services"]
 
@@ -77,8 +80,14 @@ class Services:
         self.settings = settings
         # the event log holds prompts, command output and file contents
         ensure_private_dir(settings.data_dir)
+        # among replicas: the shared state as rows (tokens, sessions, keys, pair requests,
+        # logins, files), read on every check, so a delete holds everywhere at once
+        self.shared_db: SharedDb | None = None
+        shared = _SharedStores(settings) if settings.database_url else None
+        if shared is not None:
+            self.shared_db = shared.db
         # files sent with prompts, once each by content hash
-        self.blobs = BlobStore(settings.data_dir / "blobs")
+        self.blobs = shared.blobs if shared else BlobStore(settings.data_dir / "blobs")
         replica = ""
         if settings.database_url:
             from codey_server.cluster.replicas import new_replica_id
@@ -88,24 +97,24 @@ class Services:
                              snapshot_every=settings.snapshot_every,
                              context=_context(settings, self.blobs))
         self.clients = ClientHub()
-        self.keys = KeyStore(settings.data_dir / "workers.json")
-        self.pairing = Pairing(self.engine, self.keys)
+        self.keys: WorkerKeys = shared.keys if shared else FileWorkerKeys(
+            settings.data_dir / "workers.json")
+        self.pairing = Pairing(self.engine, self.keys,
+                               store=shared.pair_requests if shared else None)
         # several servers on one PostgreSQL database: leases and routed actions
         self.cluster: Cluster | None = None
         self.leases: Leases | None = None
         self.janitor: Janitor | None = None
-        self.shared: SharedFiles | None = None
         if settings.database_url:
-            from codey_server.cluster.replicas import Cluster, Janitor, Leases, SharedFiles
+            from codey_server.cluster.replicas import Cluster, Janitor, Leases
 
             self.cluster = Cluster(settings.database_url, replica)
             self.leases = Leases(self.cluster)
             self.janitor = Janitor(
                 self.leases, self.engine,
-                expire_pair_requests=lambda grace: self.pairing.expire_lapsed(grace_s=grace),
+                expire_pair_requests=self._expire_pair_requests,
                 disconnect_orphans=lambda live: self.engine.submit(
                     workers_decide.orphans_disconnected, live))
-            self.shared = SharedFiles(self.cluster, settings.data_dir)
         # is a worker connected: the fold's answer, for runners, routes and terminals
         self.presence = Presence(self.engine, replica)
         # actions on workers, exactly once (core/router.py); among replicas routed through
@@ -117,8 +126,10 @@ class Services:
             from codey_server.cluster.replicas import ClusterRoutes
 
             self.routes = ClusterRoutes(self.cluster, self.actions)
-        self.access = BrowserAccess(settings)
-        self.auth = AuthService(settings, self.engine)
+        self.access = BrowserAccess(settings, shared.access if shared else None)
+        self.auth = AuthService(settings, self.engine,
+                                store=shared.credentials if shared else None,
+                                logins=shared.logins if shared else None)
         # the model's bearer: a stored login or API key, else the provider's api_key_env; a
         # token the provider rejects is refreshed once
         self.agent = AgentService(self.engine, self.actions, settings, self.auth.token_for,
@@ -128,11 +139,19 @@ class Services:
         self.workspaces = Workspaces(self.engine, self.actions)
         self.retention = Retention(self.engine, settings.retention,
                                    gate=self._gate("retention"))
-        self.terminals = TerminalService(self.engine, self.workers, self.presence)
+        # among replicas a browser's terminal reaches the worker's replica through the database
+        self.relay: TerminalRelay | None = None
+        if self.cluster is not None:
+            from codey_server.cluster.terminals import TerminalRelay
+
+            self.relay = TerminalRelay(self.cluster, self.workers, self.presence)
+        self.terminals = TerminalService(self.engine, self.relay or self.workers, self.presence,
+                                         routed=self.relay is not None)
         # a logout closes every socket that browser login opened
         self.access.on_logout += [self.clients.close_session, self.terminals.close_views_of]
         # Codey as an MCP server, with tokens of its own (shown once, kept as hashes)
-        self.mcp_tokens = McpTokens(settings.data_dir / "mcp_tokens.json")
+        self.mcp_tokens = McpTokens(settings.data_dir / "mcp_tokens.json",
+                                    shared.mcp_tokens if shared else None)
         self.mcp = CodeyMcp(self.engine, self.mcp_tokens)
         self.scheduler = Scheduler(
             self.engine, grace_s=settings.schedule_grace_s,
@@ -141,26 +160,18 @@ class Services:
         # last: it hooks into the parts above
         self.metrics = ServerMetrics(self.engine, lambda: len(self.clients),
                                      self.agent.providers.values())
-        self.telegram = TelegramChannel(settings, self.engine)
-        if self.shared is not None:
-            self.shared.share("workers.json", self.keys.reload, merge=True)
-            self.shared.share(SESSIONS_FILE, self.access.reload, merge=True)
-            self.shared.share("auth.json", self.auth.reload)
-            self.shared.share("mcp_tokens.json", self.mcp_tokens.reload)
-            self.auth.refresh_guard = self._refresh_guard
-            self.workers.keys_missing = self.shared.sync
+        self.telegram = TelegramChannel(settings, self.engine, self.leases)
+        self._shared = shared
+        if shared is not None:
+            # one replica at a time refreshes a provider's token; the next one to take the
+            # lock reads the row it wrote and finds nothing due
+            self.auth.refresh_guard = lambda provider: shared.db.locked(f"refresh:{provider}")
 
-    @contextlib.asynccontextmanager
-    async def _refresh_guard(self, provider: str) -> AsyncIterator[None]:
-        """One replica at a time refreshes a provider's token, with the others' result in
-        hand (auth.json synced before), and shares its own (synced after)."""
-        assert self.cluster is not None and self.shared is not None
-        async with self.cluster.locked(f"refresh:{provider}"):
-            await self.shared.sync()
-            try:
-                yield
-            finally:
-                await self.shared.sync()
+    async def _expire_pair_requests(self, grace_s: float) -> None:
+        """The janitor's sweep: the rows past their expiry (whoever asked), then the log's
+        requests a dead replica left listed."""
+        await self.pairing.expire_old()
+        await self.pairing.expire_lapsed(grace_s=grace_s)
 
     def _gate(self, lease: str) -> Callable[[], Awaitable[bool]] | None:
         """Among replicas, a job that must run on one of them at a time runs where its lease
@@ -178,16 +189,19 @@ class Services:
         return gate
 
     async def start(self) -> None:
+        if self._shared is not None:
+            await self._shared.open()
+        await self.access.start()
         await self.engine.start()
         if self.cluster is not None and self.leases is not None:
             await self.cluster.open()
             await self.leases.beat()
             self.leases.start()
-            if self.shared is not None:
-                await self.shared.start()
         await self.workers.start()
         if self.routes is not None:
             self.routes.start()
+        if self.relay is not None:
+            await self.relay.start()
         if self.janitor is not None:
             self.janitor.start()
         await self.pairing.start(shared=self.cluster is not None)
@@ -212,10 +226,53 @@ class Services:
             await self.leases.stop()  # another replica takes the sessions over at once
         if self.routes is not None:
             await self.routes.stop()
+        if self.relay is not None:
+            await self.relay.stop()
         await self.actions.stop()
-        if self.shared is not None:
-            await self.shared.stop()
         if self.cluster is not None:
             await self.cluster.close()
         await self.auth.stop()
+        await self.access.stop()
+        if self.shared_db is not None:
+            await self.shared_db.close()
         await self.engine.stop()
+
+
+class _SharedStores:
+    """Every store's PostgreSQL backend, on one :class:`SharedDb` (``--database-url``)."""
+
+    def __init__(self, settings: Settings) -> None:
+        # psycopg and the stores' backends only when a database is configured
+        from codey_server.blobs.store import PgBlobStore
+        from codey_server.http.access_store import PgAccessStore
+        from codey_server.mcp.tokens import PgMcpTokenStore
+        from codey_server.providers.store import PgCredentialStore, PgLoginStore
+        from codey_server.shared.crypto import SecretKey
+        from codey_server.shared.db import SharedDb
+        from codey_server.workers.keys import PgWorkerKeys
+        from codey_server.workers.pair_store import PgPairStore
+
+        assert settings.database_url is not None
+        self.data_dir = settings.data_dir
+        self.db = SharedDb(settings.database_url)
+        key = SecretKey.load(settings.secret_key_file)
+        self.access = PgAccessStore(self.db, settings.data_dir)
+        self.keys = PgWorkerKeys(self.db)
+        self.pair_requests = PgPairStore(self.db)
+        self.mcp_tokens = PgMcpTokenStore(self.db)
+        self.credentials = PgCredentialStore(self.db, key)
+        self.logins = PgLoginStore(self.db, key)
+        self.blobs = PgBlobStore(settings.data_dir / "blobs", self.db)
+
+    async def open(self) -> None:
+        """Open the database; bring in once what an older version kept in files."""
+        from codey_server.http.access_store import SESSIONS_FILE
+        from codey_server.shared.upgrade import import_once
+
+        await self.db.open()
+        await import_once(self.db, self.data_dir, {
+            "workers.json": self.keys.import_file,
+            SESSIONS_FILE: self.access.import_sessions,
+            "mcp_tokens.json": self.mcp_tokens.import_file,
+            "auth.json": self.credentials.import_file,
+        })

@@ -2,7 +2,8 @@
 
 Settings come from the command line and an optional ``config.json`` in the data dir
 (model providers, allowed origins and host names). Secrets never live here: credentials are
-kept by the auth service in ``auth.json``.
+kept by the auth service in ``auth.json`` (among replicas, sealed in the database with the key
+``secret_key_file`` names).
 """
 
 from __future__ import annotations
@@ -164,6 +165,9 @@ class Settings(msgspec.Struct, kw_only=True):
     #: this server's name among replicas on one database (default: host name and a random
     #: suffix, new at each start)
     replica_id: str | None = None
+    #: among replicas: the file holding the key that seals provider logins in the database
+    #: (``$CODEY_SECRET_KEY`` wins over it; docs/security.md)
+    secret_key_file: Path | None = None
     #: events per catch-up frame
     catchup_batch: int = 2000
     providers: list[ProviderConfig] = msgspec.field(default_factory=list)
@@ -269,6 +273,7 @@ class _ConfigFile(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     allowed_origins: list[str] = msgspec.field(default_factory=list)
     allowed_hosts: list[str] = msgspec.field(default_factory=list)
     trusted_proxies: list[str] = msgspec.field(default_factory=list)
+    secret_key_file: Path | None = None
     snapshot_every: int | None = None
     client_queue_max: int | None = None
     client_send_timeout_s: float | None = None
@@ -320,6 +325,9 @@ def load_config_file(settings: Settings, path: Path) -> Settings:
         "allowed_hosts": settings.allowed_hosts + cfg.allowed_hosts,
         "trusted_proxies": settings.trusted_proxies + cfg.trusted_proxies,
     }
+    if cfg.secret_key_file is not None:
+        # relative to the config file, as a reader of that file would take it
+        changes["secret_key_file"] = path.parent / cfg.secret_key_file.expanduser()
     if cfg.telegram is not None:
         changes["telegram"] = cfg.telegram
     if cfg.roles:

@@ -6,8 +6,6 @@ ran once."""
 
 from __future__ import annotations
 
-import asyncio
-import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,8 +17,6 @@ import pytest
 
 from codey_protocol import codec
 from codey_protocol.state import State
-from codey_server.cluster.replicas import Cluster, SharedFiles
-from codey_server.secretfile import read_secret_file, write_secret_file
 from codey_server.testing.folding import fold_frames
 from codey_testkit.model_handle import ModelServerHandle, start_model_server
 from codey_testkit.postgres import PostgresCluster, pg_bin
@@ -153,40 +149,3 @@ def wait_for_worker(server: ServerProcess, worker_id: str, timeout: float = 15.0
             return
         time.sleep(0.1)
     raise AssertionError(f"{server.url} never saw worker {worker_id} connected")
-
-
-def test_browser_logins_on_two_replicas_at_once_both_survive(
-        tmp_path: Path, pg: PostgresCluster) -> None:
-    # each replica logs a browser in at the same moment: both merge the other's copy of the
-    # sessions file into theirs and push it; neither push may wipe out the other's login (a
-    # lost one answers that browser 401 on its own replica)
-    dsn = pg.create_database("shared_files")
-    name = "browser_sessions.json"
-
-    async def main() -> list[dict[str, float]]:
-        clusters = [Cluster(dsn, f"r{n}") for n in range(2)]
-        files: list[SharedFiles] = []
-        for n, cluster in enumerate(clusters):
-            await cluster.open()
-            (tmp_path / f"r{n}").mkdir()
-            files.append(SharedFiles(cluster, tmp_path / f"r{n}"))
-            files[-1].share(name, lambda: None, merge=True)
-        try:
-            write_secret_file(tmp_path / "r0" / name, json.dumps({"first": 1.0}).encode())
-            await files[0].sync()
-            await files[1].sync()
-            for n in range(2):
-                write_secret_file(tmp_path / f"r{n}" / name,
-                                  json.dumps({"first": 1.0, f"login-r{n}": 2.0}).encode())
-            await asyncio.gather(files[0].sync(), files[1].sync())  # both read, then push
-            for _ in range(2):
-                for shared in files:
-                    await shared.sync()
-        finally:
-            for cluster in clusters:
-                await cluster.close()
-        return [json.loads(read_secret_file(tmp_path / f"r{n}" / name) or b"{}")
-                for n in range(2)]
-
-    for sessions in asyncio.run(main()):
-        assert sorted(sessions) == ["first", "login-r0", "login-r1"]

@@ -176,3 +176,53 @@ def test_a_public_server_takes_updates_by_webhook_with_the_secret(
         assert bot.state()["calls"].get("getUpdates", 0) == 0
         assert bot.sent(STRANGER) == []
         assert bot.state()["pending_updates"] == 0
+
+
+def test_among_replicas_one_runs_the_bot_and_another_takes_it_over(
+        tmp_path: Path, bot: BotApiHandle) -> None:
+    # two replicas with the token: one polls (two would end each other's polls with 409, as
+    # Telegram does); the other says so, and runs the bot once the first is killed
+    from codey_testkit.postgres import PostgresCluster, pg_bin
+    from codey_testkit.waiting import wait_until
+
+    if pg_bin() is None:
+        pytest.skip("PostgreSQL is not installed")
+    config = {"telegram": {"api_base": bot.url, "poll_timeout_s": 2}}
+    with PostgresCluster() as pg:
+        dsn = pg.create_database("telegram")
+        replicas = [ServerProcess(tmp_path / f"r{n}", config=config,
+                                  extra_args=["--database-url", dsn, "--replica-id", f"r{n}"],
+                                  env={"CODEY_TELEGRAM_TOKEN": TOKEN}) for n in range(2)]
+        try:
+            for replica in replicas:
+                replica.start()
+
+            def states() -> list[str]:
+                return [r.http.get("/api/telegram").json()["state"] for r in replicas]
+
+            wait_until(lambda: sorted(states()) == ["elsewhere", "running"], timeout=30,
+                       what="one replica to run the bot and the other to say so")
+            holder = replicas[states().index("running")]
+            other = replicas[1 - replicas.index(holder)]
+            code = holder.http.post("/api/telegram/pairing-code").json()["code"]
+            bot.script({"message": {"chat_id": ME, "text": f"/pair {code}", "user": "Ann"}},
+                       {"wait_for": {"text": "Paired", "chat_id": ME},
+                        "message": {"chat_id": ME, "text": "/sessions"}})
+            bot.wait(lambda s: s["steps_done"] == s["steps_total"] and
+                     sum(x["method"] == "sendMessage" for x in s["sent"]) >= 2,
+                     what="the pairing and the first answer")
+
+            holder.kill9()
+            wait_until(lambda: other.http.get("/api/telegram").json()["state"] == "running",
+                       timeout=30, what="the other replica to take the bot over")
+            bot.script({"message": {"chat_id": ME, "text": "/sessions"}})
+            bot.wait(lambda s: s["steps_done"] == s["steps_total"] and
+                     sum(x["method"] == "sendMessage" for x in s["sent"]) >= 3,
+                     what="the new holder's answer")
+            sent = _texts(bot, ME)
+            assert sum("Paired" in t for t in sent) == 1, sent
+            assert len(sent) == 3, sent  # each update answered once, by one replica
+            assert bot.state()["conflicts"] == 0  # never two pollers at once
+        finally:
+            for replica in replicas:
+                replica.stop()

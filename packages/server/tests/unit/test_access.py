@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import stat
 from pathlib import Path
@@ -34,19 +35,22 @@ def test_a_short_or_world_readable_token_file_is_fixed(tmp_path: Path) -> None:
 
 
 def test_login_needs_the_exact_token_and_sessions_survive_a_restart(tmp_path: Path) -> None:
-    access = _access(tmp_path)
-    assert access.login("nope") is None
-    assert access.login(access.token[:-1]) is None
-    session = access.login(access.token)
-    assert session is not None and access.check_session(session)
-    assert not access.check_session(session + "x")
-    stored = (tmp_path / "browser_sessions.json").read_text()
-    assert session not in stored  # only a hash is kept
-    again = _access(tmp_path)  # a restarted server
-    assert again.check_session(session)
-    again.end_session(session)
-    assert not again.check_session(session)
-    assert not _access(tmp_path).check_session(session)
+    async def main() -> None:
+        access = _access(tmp_path)
+        assert await access.login("nope") is None
+        assert await access.login(access.token[:-1]) is None
+        session = await access.login(access.token)
+        assert session is not None and await access.check_session(session)
+        assert not await access.check_session(session + "x")
+        stored = (tmp_path / "browser_sessions.json").read_text()
+        assert session not in stored  # only a hash is kept
+        again = _access(tmp_path)  # a restarted server
+        assert await again.check_session(session)
+        await again.end_session(session)
+        assert not await again.check_session(session)
+        assert not await _access(tmp_path).check_session(session)
+
+    asyncio.run(main())
 
 
 def test_cookie_name_is_stable_per_data_dir_and_differs_between_servers(tmp_path: Path) -> None:

@@ -50,9 +50,9 @@ async def _service(tmp_path: Path) -> tuple[AuthService, FakeProvider]:
     fake = FakeProvider()
     service._oauth["p"] = fake  # type: ignore[assignment]
     # due for refresh (inside the 60 s margin) but still usable
-    service.store.put("p", Credential(method="oauth", access_token="at-old",
-                                      refresh_token="rt-old", expires_at=time.time() + 30,
-                                      obtained_at=time.time() - 3600))
+    await service.store.put("p", Credential(method="oauth", access_token="at-old",
+                                            refresh_token="rt-old", expires_at=time.time() + 30,
+                                            obtained_at=time.time() - 3600))
     return service, fake
 
 
@@ -89,8 +89,8 @@ def test_a_logout_during_a_refresh_is_not_undone(tmp_path: Path) -> None:
         await service.logout("p")
         fake.gate.set()
         await refreshing
-        assert service.store.get("p") is None
-        assert service.status()[0].state == "logged_out"
+        assert await service.store.get("p") is None
+        assert (await service.status())[0].state == "logged_out"
 
     asyncio.run(main())
 
@@ -104,7 +104,7 @@ def test_an_api_key_set_during_a_failing_refresh_is_kept(tmp_path: Path) -> None
         await service.set_api_key("p", "sk-new-key")
         fake.gate.set()
         await refreshing
-        cred = service.store.get("p")
+        cred = await service.store.get("p")
         assert cred is not None and cred.method == "api_key"
         assert await service.token_for("p") == "sk-new-key"
         assert "p" not in service._backoff  # the failure was about a credential now gone
@@ -115,7 +115,7 @@ def test_an_api_key_set_during_a_failing_refresh_is_kept(tmp_path: Path) -> None
 def test_a_rejected_token_is_refreshed_at_once_even_when_not_due(tmp_path: Path) -> None:
     async def main() -> None:
         service, fake = await _service(tmp_path)
-        cred = service.store.get("p")
+        cred = await service.store.get("p")
         assert cred is not None
         cred.expires_at = time.time() + 3000  # far from due: the provider said 401 anyway
         assert await service.token_for("p") == "at-old" and fake.calls == 0
@@ -123,7 +123,7 @@ def test_a_rejected_token_is_refreshed_at_once_even_when_not_due(tmp_path: Path)
         assert fake.calls == 1 and await service.token_for("p") == "at-1"
         fake.fail = True  # a refresh that fails: nothing new to try
         assert await service.refresh_rejected("p") is False
-        service.store.remove("p")
+        await service.store.remove("p")
         assert await service.refresh_rejected("p") is False  # logged out: nothing to refresh
 
     asyncio.run(main())

@@ -14,25 +14,29 @@ import pytest
 from codey_server.providers import device
 from codey_server.providers.device import DeviceGrant, poll_device
 from codey_server.providers.oauth import OAuthFailed, OAuthProvider
-from codey_server.providers.store import Credential, CredentialStore
+from codey_server.providers.store import Credential, FileCredentialStore
 from codey_server.settings import ProviderConfig
 
 SECRET = "at-" + "s3cr3t" * 5
 
 
 def test_store_writes_0600_atomically_and_reloads(tmp_path: Path) -> None:
-    path = tmp_path / "auth.json"
-    store = CredentialStore(path)
-    assert store.get("p") is None and not path.exists()
-    store.put("p", Credential(method="oauth", access_token=SECRET, refresh_token="rt",
-                              expires_at=123.0, account="me@example.test"))
-    assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert [p.name for p in tmp_path.iterdir()] == ["auth.json"]  # no temp file left behind
-    again = CredentialStore(path)
-    cred = again.get("p")
-    assert cred is not None and cred.access_token == SECRET and cred.account == "me@example.test"
-    assert again.remove("p") and not again.remove("p")
-    assert CredentialStore(path).get("p") is None
+    async def main() -> None:
+        path = tmp_path / "auth.json"
+        store = FileCredentialStore(path)
+        assert await store.get("p") is None and not path.exists()
+        await store.put("p", Credential(method="oauth", access_token=SECRET, refresh_token="rt",
+                                        expires_at=123.0, account="me@example.test"))
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        assert [p.name for p in tmp_path.iterdir()] == ["auth.json"]  # no temp file left
+        again = FileCredentialStore(path)
+        cred = await again.get("p")
+        assert cred is not None and cred.access_token == SECRET
+        assert cred.account == "me@example.test"
+        assert await again.remove("p") and not await again.remove("p")
+        assert await FileCredentialStore(path).get("p") is None
+
+    asyncio.run(main())
 
 
 def test_credential_repr_never_shows_a_secret() -> None:
@@ -43,8 +47,8 @@ def test_credential_repr_never_shows_a_secret() -> None:
 def test_unreadable_store_is_moved_aside_and_starts_empty(tmp_path: Path) -> None:
     path = tmp_path / "auth.json"
     path.write_text("{not json")
-    store = CredentialStore(path)
-    assert store.names() == []
+    store = FileCredentialStore(path)
+    assert asyncio.run(store.names()) == []
     assert (tmp_path / "auth.json.broken").read_text() == "{not json"
 
 

@@ -18,7 +18,7 @@ from codey_server.core.router import Effect, Router, Settle
 from codey_server.eventlog import MemoryEventLog
 from codey_server.features import RULES
 from codey_server.testing.writes import record
-from codey_server.workers.pairing import KeyStore
+from codey_server.workers.keys import FileWorkerKeys
 from codey_server.workers.sockets import WorkerRegistry, _Conn
 from codey_testkit.waiting import until
 
@@ -123,8 +123,8 @@ async def _registry(tmp_path: Path, ws: SlowSocket) -> tuple[WorkerRegistry, _Co
     await record(engine, [(None, ev.WorkerPaired(
         worker_id="w1", request_id="r", hostname="h", os="Linux", python_version="3.11",
         worker_version="0", roots=["/"], public_key="k"))])
-    keys = KeyStore(tmp_path / "workers.json")
-    keys.add("w1", "k", "secret")
+    keys = FileWorkerKeys(tmp_path / "workers.json")
+    await keys.add("w1", "k", "secret")
     registry = WorkerRegistry(engine, keys, Delivery(engine, Presence(engine)))
     conn = _Conn(worker_id="w1", ws=ws)  # type: ignore[arg-type]
     assert await registry.attach(conn, "secret")

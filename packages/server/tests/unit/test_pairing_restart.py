@@ -13,7 +13,8 @@ from codey_server.core.engine import Engine
 from codey_server.eventlog import MemoryEventLog
 from codey_server.features import RULES
 from codey_server.testing.writes import record
-from codey_server.workers.pairing import KeyStore, Pairing
+from codey_server.workers.keys import FileWorkerKeys
+from codey_server.workers.pairing import Pairing
 
 
 def _requested(request_id: str, expires_at: float) -> ev.WorkerPairRequested:
@@ -28,7 +29,7 @@ async def _pending_after_start(tmp_path: Path, *, shared: bool) -> set[str]:
     now = time.time()
     await record(engine, [(None, _requested("req_old", now - 5)),
                          (None, _requested("req_live", now + 600))])
-    await Pairing(engine, KeyStore(tmp_path / "workers.json")).start(shared=shared)
+    await Pairing(engine, FileWorkerKeys(tmp_path / "workers.json")).start(shared=shared)
     return set(engine.state.pair_requests)
 
 

@@ -62,6 +62,10 @@ class BotApi:
         self.steps_done = 0
         self.step_error: str | None = None
         self.webhook: dict[str, str] | None = None
+        #: getUpdates calls so far; a newer one ends a waiting one with 409, as Telegram does
+        #: when two processes poll one bot
+        self.polls = 0
+        self.conflicts = 0
         threading.Thread(target=self._run_steps, daemon=True).start()
         threading.Thread(target=self._deliver, daemon=True).start()
 
@@ -93,8 +97,16 @@ class BotApi:
                              "Conflict: can't use getUpdates method while webhook is active"}
             if offset:
                 self.updates = [u for u in self.updates if u["update_id"] >= offset]
+            self.polls += 1
+            mine = self.polls
+            self.cond.notify_all()
             while not self.updates and time.monotonic() < deadline:
                 self.cond.wait(deadline - time.monotonic())
+                if self.polls != mine:
+                    self.conflicts += 1
+                    return 409, {"ok": False, "error_code": 409, "description":
+                                 "Conflict: terminated by other getUpdates request; make sure "
+                                 "that only one bot instance is running"}
             return 200, {"ok": True, "result": list(self.updates[:int(p.get("limit") or 100)])}
 
     def _m_sendMessage(self, p: dict[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -244,7 +256,7 @@ class BotApi:
             return {"sent": list(self.sent), "calls": dict(self.calls),
                     "steps_done": self.steps_done, "steps_total": len(self.steps),
                     "step_error": self.step_error, "pending_updates": len(self.updates),
-                    "webhook": self.webhook}
+                    "webhook": self.webhook, "conflicts": self.conflicts}
 
 
 def _params(raw: bytes, content_type: str) -> dict[str, Any]:

@@ -34,7 +34,7 @@ from urllib.parse import urlsplit
 from codey_testkit.errors import TestkitError
 from codey_testkit.procs import ManagedProcess, StopsOnExit, free_port
 
-__all__ = ["NginxMissing", "NginxProcess", "nginx_bin", "require_nginx"]
+__all__ = ["DEPLOY_LOCATION", "NginxMissing", "NginxProcess", "nginx_bin", "require_nginx"]
 
 _INSTALL_HINT = "apt-get install -y nginx (./scripts/test does it)"
 
@@ -61,7 +61,22 @@ def require_nginx() -> Path:
     return found
 
 
+#: the lines of docs/deploy.md's ``location /`` for replicas (a unit test holds them equal)
+DEPLOY_LOCATION = (
+    "proxy_pass http://codey;",
+    "proxy_http_version 1.1;",
+    "proxy_set_header Upgrade $http_upgrade;",
+    'proxy_set_header Connection "upgrade";',
+    "proxy_set_header Host $host;",
+    "proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;",
+    "proxy_set_header X-Forwarded-Proto $scheme;",
+    "proxy_read_timeout 1h;",
+    "proxy_next_upstream error timeout;",
+)
+
+
 def _config(root: Path, port: int, upstreams: Sequence[str], bind: str | None) -> str:
+    location = "\n            ".join(DEPLOY_LOCATION)
     servers = " ".join(f"server {u};" for u in upstreams)
     # as root, nginx's workers would switch to "nobody", which cannot use the temporary
     # directory this test made (mode 0700); no privileges are at stake in a test
@@ -91,15 +106,7 @@ http {{
         server_name _;
         # docs/deploy.md's location, as an operator would paste it
         location / {{
-            proxy_pass http://codey;
-            proxy_http_version 1.1;
-            proxy_set_header Upgrade $http_upgrade;
-            proxy_set_header Connection "upgrade";
-            proxy_set_header Host $host;
-            proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
-            proxy_set_header X-Forwarded-Proto $scheme;
-            proxy_read_timeout 1h;
-            proxy_next_upstream error timeout;
+            {location}
             {bind_line}
         }}
     }}

@@ -60,7 +60,8 @@ class BlobsController(Resource):
     tags = ["files"]
 
     # the documented 10 MiB, not Litestar's default limit of 10,000,000 bytes
-    @post(status_code=201, sync_to_thread=False, responses=errors(400, 413),
+    # in a thread: among replicas the file goes to the database too
+    @post(status_code=201, sync_to_thread=True, responses=errors(400, 413),
           request_max_body_size=MAX_BLOB_BYTES + 1, operation_class=_FileBody)
     def upload(self, body: bytes, blobs: NamedDependency[BlobStore], name: FromQuery[str] = "file",
                mime: FromQuery[str] = "application/octet-stream") -> Attachment:
@@ -74,7 +75,7 @@ class BlobsController(Resource):
         digest = blobs.put(body)
         return Attachment(hash=digest, name=clean_name(name), mime=mime, size=len(body))
 
-    @get("/{digest:str}", sync_to_thread=False, responses={200: _FILE, **errors(404)})
+    @get("/{digest:str}", sync_to_thread=True, responses={200: _FILE, **errors(404)})
     def download(self, digest: FromPath[str], blobs: NamedDependency[BlobStore],
                  mime: FromQuery[str] = "application/octet-stream") -> Response[bytes]:
         """A stored file by its SHA-256."""

@@ -6,6 +6,10 @@ bot in a task when a token is known: long polling, or a webhook at
 ``clear_token`` / ``new_pairing_code`` / ``remove_chat`` / ``webhook`` from the HTTP layer →
 ``await stop()``.
 
+Among replicas the bot runs on one of them, the one holding the ``telegram`` lease, and polls
+(a webhook would have Telegram's calls land on any replica): the others show ``elsewhere``,
+take the lease over when its holder stops renewing it, and carry on from the log.
+
 What it must never do:
 
 * answer a chat that is not on the allow list (``state.telegram_chats``): such chats get no
@@ -42,6 +46,7 @@ from codey_protocol.events import Envelope
 from codey_protocol.state import SessionInfo, TelegramChat
 from codey_server.channels import chat, decide
 from codey_server.core.engine import Engine
+from codey_server.core.leases import Leases
 from codey_server.core.rules import CommandRejected
 from codey_server.errors import ServerError
 from codey_server.secretfile import read_secret_file, write_secret_file
@@ -53,6 +58,9 @@ __all__ = ["PAIRING_TTL_S", "TOKEN_PATTERN", "PairingCode", "TelegramChannel", "
 log = logging.getLogger("codey.telegram")
 
 PAIRING_TTL_S = 600.0
+#: among replicas: the lease of the replica that runs the bot, and how often the others try it
+LEASE = "telegram"
+HOLD_S = 2.0
 _PAIRING_TRIES = 5
 _CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I
 #: a bot token from @BotFather (``123456:ABC…``); the REST body's schema says the same (a
@@ -72,12 +80,16 @@ class TelegramError(ServerError):
         self.message = message
 
 
+BotState = Literal["off", "starting", "running", "error", "elsewhere"]
+
+
 class TelegramStatus(msgspec.Struct, kw_only=True):
     """``GET /api/telegram``: the channel as the UI shows it (never the token)."""
 
     token_source: Literal["env", "file", "none"]
     token_env: str
-    state: Literal["off", "starting", "running", "error"] = "off"
+    #: ``elsewhere``: among replicas, another replica runs the bot
+    state: BotState = "off"
     mode: Literal["polling", "webhook", "none"] = "none"
     bot_username: str | None = None
     error: str | None = None
@@ -96,10 +108,16 @@ class _TokenFile(msgspec.Struct, kw_only=True):
 
 
 class TelegramChannel:
-    def __init__(self, settings: Settings, engine: Engine) -> None:
+    def __init__(self, settings: Settings, engine: Engine, leases: Leases | None = None) -> None:
         self.settings = settings
         self.config = settings.telegram
         self.engine = engine
+        #: among replicas: the bot runs where the ``telegram`` lease is held (None: alone)
+        self.leases = leases
+        self._holding: asyncio.Task[None] | None = None
+        self._running_token: str | None = None
+        if leases is not None:
+            leases.on_lost.append(self._lease_lost)
         self._path = settings.data_dir / "telegram.json"
         self._task: asyncio.Task[None] | None = None
         self._state: Literal["off", "starting", "running", "error"] = "off"
@@ -152,8 +170,12 @@ class TelegramChannel:
         return self.status()
 
     def status(self) -> TelegramStatus:
+        token, source = self._token()
+        state: BotState = self._state
+        if self.leases is not None and token is not None and LEASE not in self.leases.held:
+            state = "elsewhere"
         return TelegramStatus(
-            token_source=self._token()[1], token_env=self.config.token_env, state=self._state,
+            token_source=source, token_env=self.config.token_env, state=state,
             mode=self._mode, bot_username=self._username, error=self._error,
             chats=list(self.engine.state.telegram_chats.values()))
 
@@ -186,12 +208,52 @@ class TelegramChannel:
 
     async def start(self) -> None:
         self.engine.listeners.append(self._on_event)
-        await self._restart()
+        if self.leases is None:
+            await self._restart()
+        else:
+            self._holding = asyncio.get_running_loop().create_task(self._hold(),
+                                                                    name="telegram-lease")
 
     async def stop(self) -> None:
         if self._on_event in self.engine.listeners:
             self.engine.listeners.remove(self._on_event)
+        if self._holding is not None:
+            self._holding.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._holding
         await self._halt()
+        if self.leases is not None and LEASE in self.leases.held:
+            with contextlib.suppress(Exception):  # another replica takes over at once
+                await self.leases.release(LEASE)
+
+    async def _hold(self) -> None:
+        """Among replicas: run the bot while this replica holds the lease; take the lease
+        when it is free (its holder stopped, died or lost the token); follow token changes."""
+        assert self.leases is not None
+        while True:
+            try:
+                token, _ = self._token()
+                held = LEASE in self.leases.held
+                if token is None:
+                    if held:
+                        await self._halt()
+                        await self.leases.release(LEASE)
+                elif not held:
+                    if await self.leases.acquire(LEASE):
+                        await self.engine.catch_up()  # what the last holder handled and sent
+                        await self._restart()
+                elif token != self._running_token:
+                    await self._restart()
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:
+                log.warning("telegram: could not take the bot's lease (%s)", err)
+            await asyncio.sleep(HOLD_S)
+
+    def _lease_lost(self, name: str) -> None:
+        if name == LEASE:
+            log.warning("telegram: another replica runs the bot now")
+            asyncio.get_running_loop().create_task(self._halt())
 
     async def _halt(self) -> None:
         task, self._task = self._task, None
@@ -202,6 +264,7 @@ class TelegramChannel:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._state, self._mode, self._username = "off", "none", None
+        self._running_token = None
 
     async def _restart(self) -> None:
         await self._halt()
@@ -209,6 +272,9 @@ class TelegramChannel:
         self._error = None
         if token is None:
             return
+        if self.leases is not None and LEASE not in self.leases.held:
+            return  # the replica holding the lease runs it (and follows the token)
+        self._running_token = token
         self._state = "starting"
         self._task = asyncio.get_running_loop().create_task(self._run(token))
 
@@ -241,7 +307,7 @@ class TelegramChannel:
             self._error = None
             sender = asyncio.get_running_loop().create_task(self._send_loop())
             try:
-                if self.settings.public_url:
+                if self.settings.public_url and self.leases is None:
                     await self._serve_webhook(bot)
                 else:
                     await self._poll(bot)

@@ -29,12 +29,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import json
 import logging
 import secrets
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 from codey_protocol import ProtocolError, codec
@@ -46,11 +44,10 @@ from codey_server.core.leases import Fence
 from codey_server.core.router import Outcome
 from codey_server.errors import LeaseLost, ServerError
 from codey_server.eventlog.postgres import listen
-from codey_server.secretfile import read_secret_file, write_secret_file
 
 log = logging.getLogger("codey.cluster")
 
-__all__ = ["Cluster", "ClusterRoutes", "Janitor", "Leases", "SharedFiles"]
+__all__ = ["Cluster", "ClusterRoutes", "Janitor", "Leases"]
 
 #: a lease not renewed for this long is free; a replica not seen for this long is dead
 LEASE_TTL_S = 6.0
@@ -79,11 +76,7 @@ ALTER TABLE codey_actions ADD COLUMN IF NOT EXISTS epoch bigint;
 CREATE TABLE IF NOT EXISTS codey_action_progress (
     id bigserial PRIMARY KEY, action_id text NOT NULL, data bytea NOT NULL);
 CREATE INDEX IF NOT EXISTS codey_action_progress_action ON codey_action_progress (action_id);
-CREATE TABLE IF NOT EXISTS codey_files (
-    name text PRIMARY KEY, data bytea NOT NULL, version bigint NOT NULL);
 """
-#: passes of one SharedFiles.sync while other replicas' pushes keep overtaking this one's
-_SYNC_TRIES = 5
 _SCHEMA_LOCK = 0x636F646572  # "coder": its own key, apart from the event log's
 
 
@@ -524,136 +517,6 @@ class Janitor:
                 "DELETE FROM codey_actions WHERE created < now() - interval '1 day'")
             await self.leases.cluster.execute(
                 "DELETE FROM codey_replicas WHERE seen < now() - interval '1 day'")
-
-
-class SharedFiles:
-    """The data dir's small secret files, the same on every replica: worker keys
-    (``workers.json``), browser sessions, model-provider logins (``auth.json``), MCP tokens.
-
-    Each replica keeps its files where the single server keeps them, and this copies them
-    through ``codey_files``: a file changed here is pushed (its content differs from what was
-    last synced), one changed elsewhere is written here and its owner told to read it again.
-    At start, what the database holds wins; a file only this data dir has is pushed. When
-    two replicas changed one file within a poll, a file shared with ``merge=True`` (a JSON
-    object of independent entries: worker keys, browser sessions) becomes the union of both;
-    any other file is the later one's (see docs/deploy.md).
-    """
-
-    def __init__(self, cluster: Cluster, data_dir: Path, *, every_s: float = 1.0) -> None:
-        self.cluster = cluster
-        self.data_dir = data_dir
-        self.every_s = every_s
-        self._reload: dict[str, Callable[[], None]] = {}
-        self._merge: set[str] = set()
-        self._synced: dict[str, tuple[int, bytes]] = {}  # name → (version, sha256)
-        self._task: asyncio.Task[None] | None = None
-        self._kick = asyncio.Event()
-        cluster.on_notify.append(self._on_notify)
-
-    def share(self, name: str, reload: Callable[[], None], *, merge: bool = False) -> None:
-        """Keep ``data_dir/name`` the same on every replica; ``reload`` is called after it
-        was replaced by another replica's copy."""
-        self._reload[name] = reload
-        if merge:
-            self._merge.add(name)
-
-    async def start(self) -> None:
-        await self.sync()
-        self._kick = asyncio.Event()
-        self._task = asyncio.get_running_loop().create_task(self._loop(), name="shared-files")
-
-    async def stop(self) -> None:
-        await _cancelled(self._task)
-        with contextlib.suppress(Exception):
-            await self.sync()  # a change made just before the stop
-
-    def _on_notify(self, payload: str) -> None:
-        if payload.startswith("f:"):
-            self._kick.set()
-
-    async def _loop(self) -> None:
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._kick.wait(), self.every_s)
-            self._kick.clear()
-            try:
-                await self.sync()
-            except asyncio.CancelledError:
-                raise
-            except Exception as err:
-                log.warning("syncing shared files failed (%s)", err)
-
-    async def sync(self) -> None:
-        """Bring every shared file up to date both ways (see the class docstring)."""
-        for _ in range(_SYNC_TRIES):
-            if await self._sync_once():
-                return
-        # still outpaced by other replicas' pushes: the next poll goes on
-
-    async def _sync_once(self) -> bool:
-        """One pass over the files; False when a push lost to another replica's (the file
-        changed in the database after it was read here: merged with that one next pass)."""
-        done = True
-        names = sorted(self._reload)
-        rows = {r[0]: (int(r[1]), bytes(r[2])) for r in await self.cluster.execute(
-            "SELECT name, version, data FROM codey_files WHERE name = ANY(%s)", (names,))}
-        for name in names:
-            path = self.data_dir / name
-            local = read_secret_file(path)
-            remote = rows.get(name)
-            digest = hashlib.sha256(local).digest() if local is not None else b""
-            if remote is not None and local == remote[1]:
-                self._synced[name] = (remote[0], digest)
-                continue
-            known = self._synced.get(name)
-            changed_here = local is not None and (known is None or known[1] != digest)
-            newer_there = remote is not None and (known is None or remote[0] > known[0])
-            if newer_there and changed_here and name in self._merge and local is not None \
-                    and remote is not None:
-                # changed here and elsewhere: keep the entries of both, and push that
-                local = _union(local, remote[1])
-                write_secret_file(path, local)
-                self._reload[name]()
-                done &= await self._push(name, local, remote[0])
-            elif newer_there and remote is not None and (not changed_here or known is None):
-                # newer elsewhere (at start, the database's copy wins)
-                write_secret_file(path, remote[1])
-                self._reload[name]()
-                self._synced[name] = (remote[0], hashlib.sha256(remote[1]).digest())
-            elif changed_here and local is not None:
-                done &= await self._push(name, local, remote[0] if remote else 0)
-        return done
-
-    async def _push(self, name: str, data: bytes, seen_version: int) -> bool:
-        """Write ``data`` as the version after ``seen_version``, the one this replica read;
-        False, writing nothing, when another replica wrote the file since (two replicas that
-        merged the same version must not both win: the second would drop the first's
-        entries, e.g. a browser just logged in there)."""
-        if seen_version == 0:
-            rows = await self.cluster.execute(
-                "INSERT INTO codey_files (name, data, version) VALUES (%s, %s, 1) "
-                "ON CONFLICT (name) DO NOTHING RETURNING version", (name, data))
-        else:
-            rows = await self.cluster.execute(
-                "UPDATE codey_files SET data = %s, version = version + 1 "
-                "WHERE name = %s AND version = %s RETURNING version",
-                (data, name, seen_version))
-        if not rows:
-            return False
-        self._synced[name] = (int(rows[0][0]), hashlib.sha256(data).digest())
-        await self.cluster.notify(f"f:{name}")
-        return True
-
-
-def _union(local: bytes, remote: bytes) -> bytes:
-    """Two JSON objects as one: every key of both, this replica's value where both have it."""
-    try:
-        mine, theirs = json.loads(local), json.loads(remote)
-    except ValueError:
-        return local
-    if not isinstance(mine, dict) or not isinstance(theirs, dict):
-        return local
-    return json.dumps({**theirs, **mine}).encode()
 
 
 async def _cancelled(task: asyncio.Task[None] | None) -> None:

@@ -6,7 +6,9 @@ Who may do what (docs/security.md has the threat model):
   (HttpOnly, SameSite=Strict, Secure behind TLS) holding a random browser-session id, then
   redirects to ``/``. The token lives in ``DATA_DIR/access_token`` (0600) and is reused across
   restarts; session ids are kept (hashed) in ``DATA_DIR/browser_sessions.json`` so an open tab
-  survives a restart. ``POST /api/logout`` (:mod:`codey_server.providers.routes`) ends one session.
+  survives a restart. Among replicas both are rows every replica reads (one token for the
+  cluster; :mod:`.access_store`). ``POST /api/logout`` (:mod:`codey_server.browsers.routes`)
+  ends one session.
 - Every request whose ``Host`` is not loopback or a configured name gets 403 (DNS rebinding).
 - Each route says who may call it, in its ``opt`` (read here, after routing):
 
@@ -41,12 +43,11 @@ its ``session_key``) the authenticated browser session.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import secrets
-import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import parse_qs, urlsplit
 
@@ -56,7 +57,14 @@ from litestar.datastructures import Cookie
 from litestar.middleware import DefineMiddleware
 
 from codey_protocol import close_codes as cc
-from codey_server.secretfile import read_secret_file, write_secret_file
+from codey_server.http.access_store import (
+    SESSION_MAX_AGE_S,
+    SESSIONS_FILE,
+    TOKEN_FILE,
+    AccessStore,
+    FileAccessStore,
+    load_or_create_token,
+)
 from codey_server.settings import Settings
 
 log = logging.getLogger("codey.access")
@@ -64,6 +72,9 @@ log = logging.getLogger("codey.access")
 __all__ = [
     "PUBLIC",
     "SCOPE_SESSION_KEY",
+    "SESSIONS_FILE",
+    "SESSION_MAX_AGE_S",
+    "TOKEN_FILE",
     "UNPAIRED_WORKER",
     "AccessMiddleware",
     "BrowserAccess",
@@ -73,9 +84,9 @@ __all__ = [
     "route_access",
 ]
 
-TOKEN_FILE = "access_token"
-SESSIONS_FILE = "browser_sessions.json"
-SESSION_MAX_AGE_S = 30 * 24 * 3600
+#: among replicas, how often the browser logins with sockets open here are looked up again,
+#: in case the notification of a logout elsewhere was lost
+SWEEP_S = 5.0
 #: where the middleware leaves the authenticated browser-session id for handlers
 SCOPE_SESSION_KEY = "codey.browser_session"
 
@@ -114,17 +125,6 @@ def route_access(scope: Mapping[str, Any]) -> Access:
     return value if value in ("public", "unpaired_worker") else "browser"
 
 
-def load_or_create_token(data_dir: Path) -> str:
-    """The access token in ``data_dir/access_token``, created (256 random bits) if missing."""
-    path = data_dir / TOKEN_FILE
-    raw = read_secret_file(path)
-    token = raw.decode(errors="replace").strip() if raw is not None else ""
-    if len(token) < 32:  # missing, empty or hand-edited into something guessable
-        token = secrets.token_urlsafe(32)
-        write_secret_file(path, token.encode() + b"\n")
-    return token
-
-
 def _digest(session_id: str) -> str:
     return hashlib.sha256(session_id.encode()).hexdigest()
 
@@ -153,14 +153,24 @@ def _origin_of(url: str) -> str | None:
 
 
 class BrowserAccess:
-    """The access token, the set of browser sessions, and the checks on every request."""
+    """The access token, the set of browser sessions, and the checks on every request.
 
-    def __init__(self, settings: Settings) -> None:
+    ``store`` keeps the token and the sessions: the data dir's files by default, rows shared
+    by every replica with ``--database-url`` (:mod:`.access_store`). With a shared store,
+    :meth:`start` loads the cluster's token (before the first request) and keeps the sockets
+    of a browser logged out on another replica from staying open here.
+    """
+
+    def __init__(self, settings: Settings, store: AccessStore | None = None) -> None:
         self.settings = settings
+        self.store: AccessStore = store or FileAccessStore(settings.data_dir)
         #: called with a browser login's id when it logs out: close what it opened
         self.on_logout: list[Callable[[str], Awaitable[None]]] = []
         self._token: str | None = None
-        self._sessions: dict[str, float] | None = None  # sha256(session id) -> created at
+        #: the logins that authenticated here (digest -> id): what a logout elsewhere closes
+        self._seen: dict[str, str] = {}
+        self._sweeper: asyncio.Task[None] | None = None
+        self._closing: set[asyncio.Task[None]] = set()
         hosts = set(_LOOPBACK_NAMES) | {h.lower() for h in settings.allowed_hosts}
         if settings.host not in _ANY_ADDRESS:
             hosts.add(settings.host.lower().strip("[]"))
@@ -175,69 +185,111 @@ class BrowserAccess:
         self._hosts = frozenset(hosts)
         self._extra_origins = frozenset(extra)
 
+    async def start(self) -> None:
+        """Load the token (also without auth: the cookie's name comes from it); with a
+        shared store, follow logouts made elsewhere."""
+        self._token = await self.store.load_token()
+        if self.store.shared:
+            self.store.on_removed.append(self._ended_elsewhere)
+            self._sweeper = asyncio.get_running_loop().create_task(self._sweep_loop(),
+                                                                   name="access-sweep")
+
+    async def stop(self) -> None:
+        tasks = [t for t in (self._sweeper, *self._closing) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
     # token and sessions ---------------------------------------------------------------------
 
     @property
     def cookie_name(self) -> str:
         """Named after the token's hash: stable across restarts (an open tab keeps working)
-        yet different for each server on the same host (cookies ignore the port)."""
+        yet different for each server on the same host (cookies ignore the port); the same
+        on every replica of a cluster, which shares one token."""
         return "codey_" + hashlib.sha256(self.token.encode()).hexdigest()[:10]
 
     @property
     def token(self) -> str:
         if self._token is None:
-            self._token = load_or_create_token(self.settings.data_dir)
+            if not isinstance(self.store, FileAccessStore):
+                raise RuntimeError("the shared access token is loaded by start()")
+            self._token = self.store.token()
         return self._token
 
-    def reload(self) -> None:
-        """The sessions file was replaced (by another replica): read it again when next used."""
-        self._sessions = None
-
-    def _store(self) -> dict[str, float]:
-        if self._sessions is None:
-            self._sessions = {}
-            raw = read_secret_file(self.settings.data_dir / SESSIONS_FILE)
-            if raw:
-                try:
-                    self._sessions = msgspec.json.decode(raw, type=dict[str, float])
-                except msgspec.DecodeError:
-                    log.warning("%s is unreadable; every browser must log in again",
-                                SESSIONS_FILE)
-            now = time.time()
-            self._sessions = {k: t for k, t in self._sessions.items()
-                              if now - t < SESSION_MAX_AGE_S}
-        return self._sessions
-
-    def _save(self) -> None:
-        write_secret_file(self.settings.data_dir / SESSIONS_FILE,
-                          msgspec.json.encode(self._store()))
-
-    def login(self, token: str) -> str | None:
-        """A new browser-session id if ``token`` is the access token, else None."""
+    async def login(self, token: str) -> str | None:
+        """A new browser-session id if ``token`` is the access token, else None. Once this
+        returns, the session is stored where every replica reads it."""
         if not secrets.compare_digest(token.encode(), self.token.encode()):
             return None
         session_id = secrets.token_urlsafe(32)
-        self._store()[_digest(session_id)] = time.time()
-        self._save()
+        await self.store.add_session(_digest(session_id))
         return session_id
 
-    def check_session(self, session_id: str) -> bool:
-        created = self._store().get(_digest(session_id))
-        return created is not None and time.time() - created < SESSION_MAX_AGE_S
+    async def check_session(self, session_id: str) -> bool:
+        digest = _digest(session_id)
+        if not await self.store.has_session(digest):
+            return False
+        if self.store.shared:
+            self._seen[digest] = session_id
+        return True
 
-    def end_session(self, session_id: str) -> None:
-        if self._store().pop(_digest(session_id), None) is not None:
-            self._save()
+    async def end_session(self, session_id: str) -> None:
+        digest = _digest(session_id)
+        self._seen.pop(digest, None)
+        await self.store.remove_session(digest)
 
     async def log_out(self, session_id: str) -> None:
         """End a browser login and close everything it opened (each part that keeps sockets
         of a login registers in :attr:`on_logout`: the browser sockets, the terminals)."""
-        self.end_session(session_id)
+        await self.end_session(session_id)
+        await self._close_all(session_id)
+
+    async def _close_all(self, session_id: str) -> None:
         for close in self.on_logout:
             try:
                 await close(session_id)
             except Exception:  # one part failing must not keep the others' sockets open
                 log.exception("closing a logged-out browser's sockets failed")
+
+    def _ended_elsewhere(self, digest: str) -> None:
+        """Another replica logged a browser out (or the listener reconnected: ``""``)."""
+        if not digest:
+            self._spawn(self.sweep())
+            return
+        session_id = self._seen.pop(digest, None)
+        if session_id is not None:
+            self._spawn(self._close_all(session_id))
+
+    def _spawn(self, work: Awaitable[None]) -> None:
+        async def run() -> None:
+            await work
+
+        task = asyncio.get_running_loop().create_task(run(), name="access-logout")
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    async def sweep(self) -> None:
+        """Close what the logins seen here opened, for those no longer stored (a logout whose
+        notification was lost)."""
+        seen = dict(self._seen)
+        if not seen:
+            return
+        alive = await self.store.existing(seen)
+        for digest in set(seen) - alive:
+            session_id = self._seen.pop(digest, None)
+            if session_id is not None:
+                await self._close_all(session_id)
+
+    async def _sweep_loop(self) -> None:
+        while True:
+            await asyncio.sleep(SWEEP_S)
+            try:
+                await self.sweep()
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:
+                log.warning("checking open browser logins failed (%s)", err)
 
     def check_bearer(self, value: str) -> bool:
         scheme, _, token = value.partition(" ")
@@ -359,9 +411,9 @@ class AccessMiddleware:
         else:
             await self.app(scope, receive, send)
 
-    def _session(self, headers: dict[str, str]) -> str | None:
+    async def _session(self, headers: dict[str, str]) -> str | None:
         value = _cookies(headers.get("cookie", "")).get(self.access.cookie_name)
-        if value and self.access.check_session(value):
+        if value and await self.access.check_session(value):
             return value
         return None
 
@@ -398,7 +450,7 @@ class AccessMiddleware:
                 return
             await self.app(scope, receive, send)
             return
-        session = self._session(headers)
+        session = await self._session(headers)
         by_bearer = session is None and access.check_bearer(headers.get("authorization", ""))
         if session is None and not by_bearer and access.settings.auth_required:
             await _reply(send, 401, "log in with the URL codey-server printed at start",
@@ -421,7 +473,7 @@ class AccessMiddleware:
 
     async def _login(self, token: str, send: Send) -> bool:
         """Swap a right token for a cookie (303 to ``/``); False for a wrong one."""
-        session_id = self.access.login(token)
+        session_id = await self.access.login(token)
         if session_id is None:
             log.warning("a browser presented a wrong access token")
             return False
@@ -457,7 +509,7 @@ class AccessMiddleware:
             await _refuse_upgrade(receive, send)
             return
         if access.settings.auth_required:
-            session = self._session(headers)
+            session = await self._session(headers)
             if session is None and not access.check_bearer(headers.get("authorization", "")):
                 await _accept_and_close(receive, send, cc.UNAUTHORIZED, "log in first")
                 return

@@ -15,7 +15,7 @@ from codey_protocol.events import ApprovalPolicy
 from codey_server.http.access import PUBLIC
 from codey_server.http.errors import errors
 from codey_server.http.resource import Resource
-from codey_server.mcp.server import (
+from codey_server.mcp.tokens import (
     DEFAULT_MAX_POLICY,
     DEFAULT_SCOPE,
     McpScope,
@@ -61,25 +61,25 @@ class McpTokensController(Resource):
     path = "/api/mcp/tokens"
     tags = ["mcp"]
 
-    @get(sync_to_thread=False, responses=errors())
-    def list_tokens(self, mcp_tokens: NamedDependency[McpTokens]) -> list[McpTokenInfo]:
+    @get(responses=errors())
+    async def list_tokens(self, mcp_tokens: NamedDependency[McpTokens]) -> list[McpTokenInfo]:
         """The MCP tokens (never the tokens themselves)."""
-        return [_info(t) for t in mcp_tokens.list()]
+        return [_info(t) for t in await mcp_tokens.list()]
 
-    @post(status_code=201, sync_to_thread=False, responses=errors(400))
-    def create_token(self, data: JSONBody[NewMcpToken],
-                     mcp_tokens: NamedDependency[McpTokens]) -> McpTokenCreated:
+    @post(status_code=201, responses=errors(400))
+    async def create_token(self, data: JSONBody[NewMcpToken],
+                           mcp_tokens: NamedDependency[McpTokens]) -> McpTokenCreated:
         """A new token for an MCP client; the answer is the only time it is shown."""
-        record, token = mcp_tokens.create(data.name, data.scope, data.max_policy)
+        record, token = await mcp_tokens.create(data.name, data.scope, data.max_policy)
         return McpTokenCreated(token_id=record.token_id, name=record.name, token=token,
                                scope=record.scope, max_policy=record.max_policy)
 
-    @delete("/{token_id:str}", status_code=200, sync_to_thread=False, responses=errors(404))
-    def revoke_token(self, token_id: FromPath[str],
-                     mcp_tokens: NamedDependency[McpTokens]) -> McpTokenInfo:
-        """Revoke a token: its next call gets 401."""
-        record = next((t for t in mcp_tokens.list() if t.token_id == token_id), None)
-        if record is None or not mcp_tokens.revoke(token_id):
+    @delete("/{token_id:str}", status_code=200, responses=errors(404))
+    async def revoke_token(self, token_id: FromPath[str],
+                           mcp_tokens: NamedDependency[McpTokens]) -> McpTokenInfo:
+        """Revoke a token: once this answers, its next call gets 401 (on every replica)."""
+        record = await mcp_tokens.revoke(token_id)
+        if record is None:
             raise NotFoundException(f"no MCP token {token_id!r}")
         return _info(record)
 

@@ -18,24 +18,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import hmac
 import json
 import logging
-import secrets
-import time
 from contextvars import ContextVar
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from codey_protocol import client as cl
 from codey_protocol import events as ev
-from codey_protocol.events import ApprovalPolicy
 from codey_server.core.engine import Engine
 from codey_server.core.rules import CommandRejected
-from codey_server.secretfile import write_secret_file
+from codey_server.mcp.tokens import POLICIES, TOKEN_PREFIX, McpScope, McpToken, McpTokens
 
 if TYPE_CHECKING:
     from litestar.types import HTTPResponseStartEvent, Receive, Scope, Send
@@ -43,94 +37,6 @@ if TYPE_CHECKING:
 __all__ = ["TOKEN_PREFIX", "CodeyMcp", "McpToken", "McpTokens"]
 
 log = logging.getLogger("codey.mcp")
-
-TOKEN_PREFIX = "cmcp_"
-
-
-McpScope = Literal["read", "sessions", "admin"]
-#: each scope includes the ones before it: read ⊂ sessions ⊂ admin
-SCOPES: tuple[McpScope, ...] = ("read", "sessions", "admin")
-POLICIES: tuple[ApprovalPolicy, ...] = ("suggest", "auto-edit", "full-auto")
-#: what a token gets when nothing is said (and what tokens made before scopes have)
-DEFAULT_SCOPE: McpScope = "sessions"
-DEFAULT_MAX_POLICY: ApprovalPolicy = "suggest"
-#: ``last_used_at`` is written to the file at most this often per token
-_USED_SAVE_S = 60.0
-
-
-class McpToken(msgspec.Struct, kw_only=True):
-    token_id: str
-    name: str
-    created_at: float
-    sha256: str = ""  # of the token; the token itself is shown once and never kept
-    last_used_at: float | None = None
-    #: what it may do: ``read`` (list and read sessions, workers, tasks), ``sessions`` (also
-    #: start sessions and send prompts), ``admin`` (also change the task board)
-    scope: McpScope = DEFAULT_SCOPE
-    #: the most a session it starts or prompts may do without asking
-    max_policy: ApprovalPolicy = DEFAULT_MAX_POLICY
-
-    def allows(self, scope: McpScope) -> bool:
-        return SCOPES.index(self.scope) >= SCOPES.index(scope)
-
-    def allows_policy(self, policy: str) -> bool:
-        ranks = {p: n for n, p in enumerate(POLICIES)}
-        return policy in ranks and ranks[policy] <= ranks[self.max_policy]
-
-
-class McpTokens:
-    """``DATA_DIR/mcp_tokens.json`` (0600): the tokens' hashes, names and dates."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._tokens: dict[str, McpToken] = {}
-        self.reload()
-
-    def reload(self) -> None:
-        """Read the file (again, when another replica replaced it)."""
-        self._tokens = {}
-        if self.path.exists():
-            for t in msgspec.json.decode(self.path.read_bytes(), type=list[McpToken]):
-                self._tokens[t.token_id] = t
-
-    def _save(self) -> None:
-        write_secret_file(self.path, msgspec.json.encode(list(self._tokens.values())))
-
-    def create(self, name: str, scope: McpScope = DEFAULT_SCOPE,
-               max_policy: ApprovalPolicy = DEFAULT_MAX_POLICY) -> tuple[McpToken, str]:
-        """A new token: its record (without the secret) and the token, to show once."""
-        token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-        record = McpToken(token_id=f"mt_{secrets.token_hex(6)}", name=name.strip()[:80] or "agent",
-                          created_at=time.time(),
-                          sha256=hashlib.sha256(token.encode()).hexdigest(), scope=scope,
-                          max_policy=max_policy)
-        self._tokens[record.token_id] = record
-        self._save()
-        return record, token
-
-    def list(self) -> list[McpToken]:
-        return sorted(self._tokens.values(), key=lambda t: t.created_at)
-
-    def revoke(self, token_id: str) -> bool:
-        if self._tokens.pop(token_id, None) is None:
-            return False
-        self._save()
-        return True
-
-    def check(self, token: str) -> McpToken | None:
-        if not token.startswith(TOKEN_PREFIX):
-            return None
-        digest = hashlib.sha256(token.encode()).hexdigest()
-        for record in self._tokens.values():
-            if hmac.compare_digest(record.sha256, digest):
-                now = time.time()
-                saved = record.last_used_at
-                record.last_used_at = now
-                if saved is None or now - saved >= _USED_SAVE_S:
-                    self._save()  # kept across restarts, written at most once a minute
-                return record
-        return None
-
 
 #: the token of the request being handled
 _CALLER: ContextVar[McpToken | None] = ContextVar("codey_mcp_caller", default=None)
@@ -160,7 +66,7 @@ class CodeyMcp:
                    for k, v in scope.get("headers", [])}
         auth = headers.get("authorization", "")
         token = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
-        caller = self.tokens.check(token) if token else None
+        caller = await self.tokens.check(token) if token else None
         if caller is None:
             await _reply(send, 401, {"error": "an MCP token is needed: create one in Codey's "
                                               "MCP dialog; send it as Authorization: Bearer"})

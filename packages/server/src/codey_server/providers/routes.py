@@ -36,6 +36,7 @@ from codey_server.providers.service import (
     DeviceLogin,
     ProviderStatus,
 )
+from codey_server.shared.errors import SecretKeyError
 
 __all__ = ["CALLBACK_PATH", "ApiKey", "AuthController", "LoginLinkAnswer", "ProviderBody",
            "ProviderChoice", "ProvidersController", "redirect_uri"]
@@ -82,10 +83,10 @@ class AuthController(Resource):
     path = "/api/auth"
     tags = ["auth"]
 
-    @get("/status", sync_to_thread=False, responses=errors())
-    def status(self, auth: NamedDependency[AuthService]) -> list[ProviderStatus]:
+    @get("/status", responses=errors())
+    async def status(self, auth: NamedDependency[AuthService]) -> list[ProviderStatus]:
         """Each configured provider's login state. Never a credential."""
-        return auth.status()
+        return await auth.status()
 
     @post("/login-link", status_code=200, responses=errors(400, 404, 409, 502))
     async def login_link(self, request: Request[Any, Any, Any], data: JSONBody[ProviderChoice],
@@ -114,10 +115,10 @@ class AuthController(Resource):
             await auth.callback(
                 state=q.get("state"), code=q.get("code"), error=q.get("error"),
                 error_description=q.get("error_description"),
-                session_id=session if session and access.check_session(session) else None,
+                session_id=session if session and await access.check_session(session) else None,
                 binder=request.cookies.get(f"{access.cookie_name}_login"))
             target = "/#/"
-        except AuthError as err:
+        except (AuthError, SecretKeyError) as err:
             target = f"/#/?login_error={quote(err.code + ': ' + err.message, safe='')}"
         return Redirect(target, status_code=303,
                         cookies=[_binder_cookie(access, "", 0)],
@@ -191,7 +192,7 @@ class ProvidersController(Resource):
         await engine.execute(cl.SaveProvider(provider=ev.ProviderEntry(**fields)))
         if data.api_key is not None:
             return await auth.set_api_key(data.name, data.api_key)
-        return auth.status_of(data.name)
+        return await auth.status_of(data.name)
 
     @delete("/{name:str}", status_code=200, responses=errors(404, 409))
     async def remove(self, name: FromPath[str], engine: NamedDependency[Engine]) -> Seq:

@@ -8,8 +8,10 @@ For each configured provider (``ProviderConfig.auth``):
   (authorization code + PKCE S256, state single-use and bound to the browser session, nonce
   checked in the ID token); or :meth:`start_device` (RFC 8628), polled in the background.
 
-Credentials live in ``DATA_DIR/auth.json`` (0600) and are refreshed before they expire, by a
-background task and on demand in :meth:`token_for`. The only thing browsers ever learn is an
+Credentials live in ``DATA_DIR/auth.json`` (0600), or among replicas in sealed rows every
+replica reads (:mod:`.store`), and are refreshed before they expire, by a background task and
+on demand in :meth:`token_for` — among replicas by one replica at a time, under a database
+lock, after which the others read its result. The only thing browsers ever learn is an
 ``AuthStatusUpdated`` event (provider, state, method, account, expiry, error, and — during a
 device login — the verification URI and user code). Never log a credential: log the provider
 name and the account.
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import os
 import secrets
@@ -37,8 +40,16 @@ from codey_server.errors import ServerError
 from codey_server.providers import decide
 from codey_server.providers.device import DeviceGrant, poll_device, start_device
 from codey_server.providers.oauth import OAuthFailed, OAuthProvider, TokenSet, account_of
-from codey_server.providers.store import Credential, CredentialStore
+from codey_server.providers.store import (
+    Credential,
+    CredentialStore,
+    FileCredentialStore,
+    LoginStore,
+    MemoryLoginStore,
+    PendingLogin,
+)
 from codey_server.settings import ProviderConfig, Settings, provider_config
+from codey_server.shared.errors import SecretKeyError
 
 if TYPE_CHECKING:
     import httpx  # loaded by the first login or refresh (the ``http`` property)
@@ -110,15 +121,8 @@ class LoginLink:
     binder: str
 
 
-@dataclass(frozen=True)
-class _Pending:
-    provider: str
-    session_id: str | None
-    binder: str
-    verifier: str
-    nonce: str
-    redirect_uri: str
-    created: float
+def _session_hash(session_id: str) -> str:
+    return hashlib.sha256(session_id.encode()).hexdigest()
 
 
 def _margin(cred: Credential) -> float:
@@ -132,16 +136,21 @@ class AuthService:
     """Runs provider logins and hands tokens to the agent loop. Start once, stop once."""
 
     def __init__(self, settings: Settings, engine: Engine,
-                 http: httpx.AsyncClient | None = None) -> None:
+                 http: httpx.AsyncClient | None = None, *,
+                 store: CredentialStore | None = None, logins: LoginStore | None = None
+                 ) -> None:
         self.settings = settings
         self.engine = engine
         #: config.json's providers, then those of Settings → Models (config.json's win)
         self._configs = {p.name: p for p in settings.providers}
         self._file_providers = frozenset(self._configs)
         self._http = http
-        self._store: CredentialStore | None = None
+        #: the credentials: ``auth.json`` in the data dir unless a store is given (replicas
+        #: give the shared rows)
+        self._store = store
+        #: OAuth logins begun and not called back yet
+        self.logins: LoginStore = logins or MemoryLoginStore()
         self._oauth: dict[str, OAuthProvider] = {}
-        self._pending: dict[str, _Pending] = {}
         self._devices: dict[str, asyncio.Task[None]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._backoff: dict[str, float] = {}  # provider → the last backoff delay, seconds
@@ -149,21 +158,17 @@ class AuthService:
         self._status: dict[str, ev.AuthStatusUpdated] = {}
         self._refresher: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
-        #: among replicas: held around a refresh (a lock in the database that also brings this
-        #: replica's auth.json up to date), so one replica refreshes and the others use its token
+        #: among replicas: held around a refresh (a lock in the database), so one replica
+        #: refreshes and the others, reading the row after it, use its token
         self.refresh_guard: Callable[[str], AbstractAsyncContextManager[None]] | None = None
         self._background = Background(log)
-
-    def reload(self) -> None:
-        """``auth.json`` was replaced (by another replica): read it again when next used."""
-        self._store = None
 
     # lifecycle ------------------------------------------------------------------------------
 
     @property
     def store(self) -> CredentialStore:
         if self._store is None:
-            self._store = CredentialStore(self.settings.data_dir / "auth.json")
+            self._store = FileCredentialStore(self.settings.data_dir / "auth.json")
         return self._store
 
     @property
@@ -180,7 +185,7 @@ class AuthService:
             self._define(entry)
         self.engine.listeners.append(self._on_event)
         for config in self._configs.values():
-            await self._publish(self._stored_status(config))
+            await self._publish(await self._stored_status(config))
         self._wake = asyncio.Event()
         self._refresher = asyncio.create_task(self._refresh_loop(), name="auth-refresher")
 
@@ -206,10 +211,17 @@ class AuthService:
 
     def _on_event(self, env: ev.Envelope) -> None:
         e = env.event
-        if isinstance(e, ev.ProviderSaved):
+        if isinstance(e, ev.AuthStatusUpdated) and self.engine.applying_foreign:
+            # another replica's login, logout or refresh: this one answers as it does, and
+            # its refresher recomputes when the next refresh is due (it takes its turn)
+            if e.provider in self._configs:
+                self._status[e.provider] = e
+                if self._wake is not None:
+                    self._wake.set()
+        elif isinstance(e, ev.ProviderSaved):
             if self._define(e.provider) and not self.engine.applying_foreign:
-                self._background.spawn(self._publish(self._stored_status(
-                    self._configs[e.provider.name])), f"status-{e.provider.name}")
+                self._background.spawn(self._publish_stored(self._configs[e.provider.name]),
+                                       f"status-{e.provider.name}")
         elif isinstance(e, ev.ProviderRemoved) and e.name not in self._file_providers:
             self._configs.pop(e.name, None)
             self._oauth.pop(e.name, None)
@@ -217,18 +229,26 @@ class AuthService:
             self._cancel_device(e.name)
             if not self.engine.applying_foreign:
                 # a delete is a delete: its key or tokens go with it
-                self.store.remove(e.name)
+                self._background.spawn(self.store.remove(e.name), f"forget-{e.name}")
 
     # queries --------------------------------------------------------------------------------
 
-    def status(self) -> list[ProviderStatus]:
+    async def status(self) -> list[ProviderStatus]:
         """One entry per configured provider (no secrets in it)."""
-        return [_public(self._status.get(name) or self._stored_status(config))
-                for name, config in self._configs.items()]
+        return [_public(await self._current(config)) for config in list(self._configs.values())]
 
-    def status_of(self, name: str) -> ProviderStatus:
+    async def status_of(self, name: str) -> ProviderStatus:
         """One provider's login state (no secret in it)."""
-        return _public(self._status.get(name) or self._stored_status(self._config(name)))
+        return _public(await self._current(self._config(name)))
+
+    async def _current(self, config: ProviderConfig) -> ev.AuthStatusUpdated:
+        """The last status published (here, or by another replica and folded here), except
+        that whether a login is stored is read from the store: among replicas a login or
+        logout elsewhere is seen on the next request, before its event is folded here."""
+        cached = self._status.get(config.name)
+        if cached is not None and cached.state not in ("logged_in", "logged_out"):
+            return cached  # pending, error, expired: only the log knows those
+        return await self._stored_status(config)
 
     async def token_for(self, provider_name: str) -> str | None:
         """The bearer for ``provider_name``: its API key or access token (refreshed when it is
@@ -237,14 +257,19 @@ class AuthService:
         config = self._configs.get(provider_name)
         if config is None or config.auth == "none":
             return None
-        cred = self.store.get(provider_name)
+        try:
+            cred = await self.store.get(provider_name)
+        except SecretKeyError as err:
+            # loud in the log; the call goes on with the environment's key, if any
+            log.error("provider %s: %s", provider_name, err.message)
+            return self._env_key(config)
         if cred is not None and cred.method == "api_key":
             return cred.api_key
         if cred is not None and cred.access_token:
             if cred.refresh_token and cred.expires_at is not None and \
                     cred.expires_at - time.time() < _margin(cred):
                 await self._refresh(provider_name)
-                cred = self.store.get(provider_name)
+                cred = await self.store.get(provider_name)
             if cred is not None and cred.access_token and (
                     cred.expires_at is None or cred.expires_at > time.time()):
                 return cred.access_token
@@ -261,7 +286,7 @@ class AuthService:
             raise AuthError("bad_request", "that does not look like an API key")
         self._cancel_device(provider_name)
         self._reset_backoff(provider_name)
-        self.store.put(provider_name, Credential(method="api_key", api_key=key))
+        await self.store.put(provider_name, Credential(method="api_key", api_key=key))
         log.info("provider %s: API key stored", provider_name)
         return await self._publish(ev.AuthStatusUpdated(
             provider=provider_name, state="logged_in", method="api_key"))
@@ -273,19 +298,21 @@ class AuthService:
         """Start a browser login. ``redirect_uri`` must be exactly the one registered with the
         provider (``{server origin}/api/auth/callback``); the callback uses the same."""
         provider = self._provider(provider_name)
-        self._expire_pending()
+        await self.logins.expire(LOGIN_TTL_S)
         state = secrets.token_urlsafe(32)
-        pending = _Pending(provider=provider_name, session_id=session_id,
-                           binder=secrets.token_urlsafe(32),
-                           verifier=secrets.token_urlsafe(64), nonce=secrets.token_urlsafe(24),
-                           redirect_uri=redirect_uri, created=time.time())
+        pending = PendingLogin(
+            provider=provider_name,
+            session_hash=_session_hash(session_id) if session_id is not None else None,
+            binder=secrets.token_urlsafe(32), verifier=secrets.token_urlsafe(64),
+            nonce=secrets.token_urlsafe(24), redirect_uri=redirect_uri, created=time.time())
         try:
             url = await provider.authorization_url(redirect_uri=redirect_uri, state=state,
                                                    nonce=pending.nonce,
                                                    code_verifier=pending.verifier)
         except OAuthFailed as err:
             raise AuthError(err.code, err.message) from None
-        self._pending[state] = pending
+        # kept where the callback finds it, on whichever replica the redirect reaches
+        await self.logins.put(state, pending)
         return LoginLink(url=url, state=state, binder=pending.binder)
 
     async def callback(self, *, state: str | None, code: str | None, error: str | None,
@@ -293,11 +320,12 @@ class AuthService:
                        binder: str | None) -> str:
         """Finish a browser login; returns the provider name. Raises AuthError (the state is
         used up either way: a second callback with it is refused)."""
-        pending = self._pending.pop(state or "", None)
+        pending = await self.logins.take(state) if state else None
         if pending is None or time.time() - pending.created > LOGIN_TTL_S:
             raise AuthError("bad_state", "unknown, used or expired login state")
-        bound = (session_id is not None and pending.session_id is not None
-                 and secrets.compare_digest(session_id.encode(), pending.session_id.encode())
+        bound = (session_id is not None and pending.session_hash is not None
+                 and secrets.compare_digest(_session_hash(session_id).encode(),
+                                            pending.session_hash.encode())
                  ) or (binder is not None
                        and secrets.compare_digest(binder.encode(), pending.binder.encode()))
         if not bound:
@@ -355,7 +383,10 @@ class AuthService:
             await self._login_failed(name, "device_code", err.message)
             return
         self._devices.pop(name, None)
-        await self._logged_in(name, "device_code", tokens, account)
+        try:
+            await self._logged_in(name, "device_code", tokens, account)
+        except SecretKeyError as err:  # nowhere to keep the login: say so
+            await self._login_failed(name, "device_code", err.message)
 
     def _cancel_device(self, name: str) -> None:
         task = self._devices.pop(name, None)
@@ -368,13 +399,16 @@ class AuthService:
         """Forget this provider's credentials (and stop a device login in progress)."""
         config = self._config(provider_name)
         self._cancel_device(provider_name)
-        cred = self.store.get(provider_name)
+        try:
+            cred = await self.store.get(provider_name)
+        except SecretKeyError:
+            cred = None  # unreadable here: forgotten all the same, not revoked upstream
         self._reset_backoff(provider_name)
-        if self.store.remove(provider_name):
+        if await self.store.remove(provider_name):
             log.info("provider %s: logged out", provider_name)
         if cred is not None and cred.refresh_token and config.auth == "oauth":
             await self._revoke(provider_name, cred.refresh_token)
-        return await self._publish(self._stored_status(config))
+        return await self._publish_stored(config)
 
     async def _revoke(self, name: str, token: str) -> None:
         """Best effort (RFC 7009): a provider without a revocation endpoint just forgets."""
@@ -393,11 +427,14 @@ class AuthService:
     async def refresh_rejected(self, provider_name: str) -> bool:
         """The provider answered 401 to a token we thought valid: refresh it now, once.
         True when a new access token is stored (the caller tries again with it)."""
-        cred = self.store.get(provider_name)
+        try:
+            cred = await self.store.get(provider_name)
+        except SecretKeyError:
+            return False  # said by token_for already
         if cred is None or not cred.refresh_token:
             return False
         await self._refresh(provider_name, force=True, rejected=cred.access_token)
-        new = self.store.get(provider_name)
+        new = await self.store.get(provider_name)
         return new is not None and bool(new.access_token) and \
             new.access_token != cred.access_token
 
@@ -405,7 +442,10 @@ class AuthService:
                        rejected: str | None = None) -> None:
         guard = self.refresh_guard(name) if self.refresh_guard is not None \
             else contextlib.nullcontext()
-        async with guard:
+        # this server's callers queue here, not on the guard: among replicas the guard holds a
+        # database connection while it waits, and a dozen turns asking at once would hold
+        # them all, leaving none for the refresh they wait for
+        async with self._locks.setdefault(name, asyncio.Lock()), guard:
             await self._refresh_now(name, force=force, rejected=rejected)
 
     async def _refresh_now(self, name: str, *, force: bool,
@@ -414,44 +454,44 @@ class AuthService:
 
         The network call runs without holding the store still: a logout, a new API key or a
         new login meanwhile replaces the credential, and then this refresh's result (good or
-        bad) is dropped instead of undoing the change.
+        bad) is dropped instead of undoing the change. (Stored credentials are compared by
+        value: among replicas each read is a fresh copy of the row.) Called under this
+        server's lock and the guard (:meth:`_refresh`).
         """
-        lock = self._locks.setdefault(name, asyncio.Lock())
-        async with lock:
-            cred = self.store.get(name)
-            if cred is None or not cred.refresh_token:
-                return  # nothing to refresh with
-            if force and rejected is not None and cred.access_token != rejected:
-                return  # another replica refreshed it already
-            if not force and (cred.expires_at is None
-                              or cred.expires_at - time.time() >= _margin(cred)):
-                return  # someone else refreshed while we waited, or nothing is due
-            if not force and time.monotonic() < self._retry_at.get(name, 0.0):
-                return  # the last try failed; wait out its backoff
-            try:
-                tokens = await self._provider(name).refresh(cred.refresh_token)
-            except (OAuthFailed, AuthError) as err:
-                if self.store.get(name) is not cred:
-                    return
-                code = err.code
-                self._back_off(name)
-                if code in _FATAL_REFRESH or (cred.expires_at or 0) <= time.time():
-                    if code in _FATAL_REFRESH:
-                        self.store.remove(name)
-                    log.warning("provider %s: refresh failed (%s); log in again", name, code)
-                    await self._publish(ev.AuthStatusUpdated(
-                        provider=name, state="expired", method=cred.method,
-                        account=cred.account, expires_at=cred.expires_at,
-                        error=f"refresh failed: {code}"))
-                else:
-                    log.warning("provider %s: refresh failed (%s); retry in %.0f s", name, code,
-                                self._backoff[name])
+        cred = await self.store.get(name)
+        if cred is None or not cred.refresh_token:
+            return  # nothing to refresh with
+        if force and rejected is not None and cred.access_token != rejected:
+            return  # another replica refreshed it already
+        if not force and (cred.expires_at is None
+                          or cred.expires_at - time.time() >= _margin(cred)):
+            return  # someone else refreshed while we waited, or nothing is due
+        if not force and time.monotonic() < self._retry_at.get(name, 0.0):
+            return  # the last try failed; wait out its backoff
+        try:
+            tokens = await self._provider(name).refresh(cred.refresh_token)
+        except (OAuthFailed, AuthError) as err:
+            if await self.store.get(name) != cred:
                 return
-            if self.store.get(name) is not cred:
-                log.info("provider %s: credentials changed during a refresh; result dropped",
-                         name)
-                return
-            await self._logged_in(name, cred.method, tokens, cred.account, quiet=True)
+            code = err.code
+            self._back_off(name)
+            if code in _FATAL_REFRESH or (cred.expires_at or 0) <= time.time():
+                if code in _FATAL_REFRESH:
+                    await self.store.remove(name)
+                log.warning("provider %s: refresh failed (%s); log in again", name, code)
+                await self._publish(ev.AuthStatusUpdated(
+                    provider=name, state="expired", method=cred.method,
+                    account=cred.account, expires_at=cred.expires_at,
+                    error=f"refresh failed: {code}"))
+            else:
+                log.warning("provider %s: refresh failed (%s); retry in %.0f s", name, code,
+                            self._backoff[name])
+            return
+        if await self.store.get(name) != cred:
+            log.info("provider %s: credentials changed during a refresh; result dropped",
+                     name)
+            return
+        await self._logged_in(name, cred.method, tokens, cred.account, quiet=True)
 
     def _back_off(self, name: str) -> None:
         """After a failed refresh: wait 1 s, then twice as long after each further failure, at
@@ -468,8 +508,17 @@ class AuthService:
         assert self._wake is not None
         while True:
             delay = 30.0
-            for name in self.store.names():
-                cred = self.store.get(name)
+            try:
+                names = await self.store.names()
+            except Exception as err:  # the database away: try again later
+                log.warning("could not read the stored logins (%s)", err)
+                names = []
+            for name in names:
+                try:
+                    cred = await self.store.get(name)
+                except Exception as err:
+                    log.warning("provider %s: could not read its login (%s)", name, err)
+                    continue
                 if cred is None or not cred.refresh_token or cred.expires_at is None:
                     continue
                 due = cred.expires_at - _margin(cred) - time.time()
@@ -508,20 +557,23 @@ class AuthService:
             self._oauth[name] = provider
         return provider
 
-    def _expire_pending(self) -> None:
-        now = time.time()
-        for state in [s for s, p in self._pending.items() if now - p.created > LOGIN_TTL_S]:
-            del self._pending[state]
-
     @staticmethod
     def _env_key(config: ProviderConfig) -> str | None:
         return os.environ.get(config.api_key_env) or None if config.api_key_env else None
 
-    def _stored_status(self, config: ProviderConfig) -> ev.AuthStatusUpdated:
+    async def _publish_stored(self, config: ProviderConfig) -> ProviderStatus:
+        return await self._publish(await self._stored_status(config))
+
+    async def _stored_status(self, config: ProviderConfig) -> ev.AuthStatusUpdated:
         name = config.name
         if config.auth == "none":
             return ev.AuthStatusUpdated(provider=name, state="logged_in", method="none")
-        cred = self.store.get(name)
+        try:
+            cred = await self.store.get(name)
+        except SecretKeyError as err:
+            return ev.AuthStatusUpdated(provider=name, state="error",
+                                        method="oauth" if config.auth == "oauth" else "none",
+                                        error=err.message[:500])
         if cred is not None and cred.method == "api_key":
             return ev.AuthStatusUpdated(provider=name, state="logged_in", method="api_key")
         if cred is not None:
@@ -539,7 +591,7 @@ class AuthService:
     async def _logged_in(self, name: str, method: Any, tokens: TokenSet, account: str | None,
                          *, quiet: bool = False) -> None:
         self._reset_backoff(name)
-        self.store.put(name, Credential(
+        await self.store.put(name, Credential(
             method=method, access_token=tokens.access_token, refresh_token=tokens.refresh_token,
             expires_at=tokens.expires_at, account=account, scope=tokens.scope))
         if not quiet:
@@ -552,8 +604,9 @@ class AuthService:
 
     async def _login_failed(self, name: str, method: Any, message: str) -> None:
         log.warning("provider %s: login failed: %s", name, message[:200])
-        if self.store.get(name) is not None:
-            return  # a failed new login leaves a working old one alone
+        with contextlib.suppress(SecretKeyError):
+            if await self.store.get(name) is not None:
+                return  # a failed new login leaves a working old one alone
         await self._publish(ev.AuthStatusUpdated(provider=name, state="error", method=method,
                                                  error=message[:500]))
 

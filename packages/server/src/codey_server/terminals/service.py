@@ -74,11 +74,15 @@ class _View:
 
 
 class TerminalService:
-    def __init__(self, engine: Engine, workers: WorkerLink, presence: Presence) -> None:
+    def __init__(self, engine: Engine, workers: WorkerLink, presence: Presence, *,
+                 routed: bool = False) -> None:
         self.engine = engine
+        #: the worker sockets here, or among replicas the relay that reaches them all
         self.workers = workers
-        #: the view ends when the worker is no longer connected to this server
+        #: the view ends when the worker is no longer connected (to this server, or among
+        #: replicas, to any: ``routed``)
         self.presence = presence
+        self._here = not routed
         self._views: dict[str, _View] = {}  # by client id
         workers.on_terminal = self._from_worker
 
@@ -126,7 +130,7 @@ class TerminalService:
         writer = asyncio.create_task(self._write_browser(view, client_id))
         tasks: list[asyncio.Task[Any]] = [
             asyncio.create_task(self._read_browser(view, client_id)), writer,
-            asyncio.create_task(self.presence.absence(t.worker_id, here=True).wait())]
+            asyncio.create_task(self.presence.absence(t.worker_id, here=self._here).wait())]
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             if writer in done and not writer.cancelled() and writer.exception() is None:
@@ -141,7 +145,8 @@ class TerminalService:
             with contextlib.suppress(Exception):
                 await self.workers.send_to(t.worker_id, wk.TerminalDetach(client_id=client_id))
         reason = (ended.code if ended is not None else
-                  "machine offline" if self.presence.absence(t.worker_id, here=True).is_set()
+                  "machine offline" if self.presence.absence(t.worker_id,
+                                                             here=self._here).is_set()
                   else "left")
         with contextlib.suppress(Exception):
             if ended is not None:

@@ -6,7 +6,10 @@ with the code the user confirms (or :meth:`Pairing.deny`); the worker's wait ret
 credential. Codes: 8 characters from :data:`CODE_ALPHABET`, shown ``XXXX-XXXX``, single use,
 valid :data:`CODE_TTL_S`, locked after :data:`MAX_WRONG_ATTEMPTS` wrong tries.
 
-Keys and credential hashes live in ``workers.json`` in the data dir (0600), never in the log.
+Where the requests live is :mod:`.pair_store`'s (this server's memory, or rows every replica
+reads); the keys and credential hashes :mod:`.keys`' (``workers.json`` in the data dir, 0600, or
+rows), never the log. The worker's credential is made when its poll collects the approval and
+only its hash is kept.
 """
 
 from __future__ import annotations
@@ -16,12 +19,8 @@ import base64
 import contextlib
 import hashlib
 import hmac
-import json
-import os
 import secrets
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Literal
 
 import msgspec
@@ -29,8 +28,9 @@ import msgspec
 from codey_protocol import events as ev
 from codey_protocol.worker import PairRequest, PairStatus, PairTicket
 from codey_server.core.engine import Engine
-from codey_server.errors import ServerError
 from codey_server.workers import decide
+from codey_server.workers.keys import KeyStore, WorkerKeys
+from codey_server.workers.pair_store import MemoryPairStore, PairingError, PairRecord, PairStore
 
 __all__ = [
     "CODE_ALPHABET",
@@ -49,15 +49,9 @@ CODE_TTL_S = 600.0
 MAX_WRONG_ATTEMPTS = 5
 MAX_PENDING = 50
 MAX_PENDING_PER_SOURCE = 5
-
-
-class PairingError(ServerError):
-    """``code``: not_found | wrong_code | locked | expired | bad_request | too_many."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+#: a worker's poll looks at its request at least this often (a missed notification from
+#: another replica costs this much)
+POLL_S = 1.0
 
 
 class PendingPairRequest(msgspec.Struct, kw_only=True):
@@ -145,76 +139,22 @@ def _check_bounds(req: PairRequest) -> None:
         raise PairingError("bad_request", f"each root must be 1-{MAX_ROOT_CHARS} characters")
 
 
-class KeyStore:
-    """``workers.json``: worker id → public key and credential hash (0600, atomic writes)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._data: dict[str, dict[str, str]] = {}
-        with contextlib.suppress(FileNotFoundError):
-            self._data = json.loads(path.read_text())
-
-    def reload(self) -> None:
-        """The file was replaced (by another replica): read it again."""
-        try:
-            self._data = json.loads(self.path.read_text())
-        except (FileNotFoundError, ValueError):
-            self._data = {}
-
-    def add(self, worker_id: str, public_key: str, credential: str) -> None:
-        self._data[worker_id] = {"public_key": public_key, "credential": _hash(credential)}
-        self._save()
-
-    def remove(self, worker_id: str) -> None:
-        if self._data.pop(worker_id, None) is not None:
-            self._save()
-
-    def check(self, worker_id: str, credential: str) -> str | None:
-        """The worker's public key when the credential matches, else None."""
-        entry = self._data.get(worker_id)
-        if entry is None or not hmac.compare_digest(entry["credential"].encode(),
-                                                    _hash(credential).encode()):
-            return None
-        return entry["public_key"]
-
-    def _save(self) -> None:
-        tmp = self.path.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(self._data, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-
-
-@dataclass
-class _Pending:
-    request: PairRequest
-    request_id: str
-    code: str
-    poll_secret: str
-    expires_at: float
-    source: str = ""
-    approving: bool = False
-    attempts: int = 0
-    status: Literal["pending", "approved", "denied", "expired", "locked"] = "pending"
-    worker_id: str | None = None
-    credential: str | None = None
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
-
-
 class Pairing:
-    def __init__(self, engine: Engine, keys: KeyStore, *, ttl_s: float = CODE_TTL_S) -> None:
+    """Pair requests, from the worker's request to its credential (see the module)."""
+
+    def __init__(self, engine: Engine, keys: WorkerKeys, *, store: PairStore | None = None,
+                 ttl_s: float = CODE_TTL_S) -> None:
         self.engine = engine
         self.keys = keys
+        self.store: PairStore = store or MemoryPairStore()
         self.ttl_s = ttl_s
-        self._pending: dict[str, _Pending] = {}
 
     async def start(self, *, shared: bool = False) -> None:
         """Requests from before a restart have lost their secrets: the worker asks again. On a
         log ``shared`` with other replicas, the pending ones may be theirs: only those past
         their expiry go (:meth:`expire_lapsed`)."""
         if shared:
+            await self.expire_old()
             await self.expire_lapsed()
             return
         await self.engine.submit(decide.pair_expired, list(self.engine.state.pair_requests))
@@ -231,125 +171,147 @@ class Pairing:
     # worker side ----------------------------------------------------------------------------
 
     async def request(self, req: PairRequest, source: str = "") -> PairTicket:
+        """A new request from the worker at ``source`` (the client's address, behind a trusted
+        proxy the one it forwarded): at most :data:`MAX_PENDING` pending in all and
+        :data:`MAX_PENDING_PER_SOURCE` per address, among all replicas."""
         await self.expire_old()
-        pending = [p for p in self._pending.values() if p.status == "pending"]
-        if len(pending) >= MAX_PENDING:
-            raise PairingError("too_many", "too many pending pair requests; try again later")
-        if sum(p.source == source for p in pending) >= MAX_PENDING_PER_SOURCE:
-            raise PairingError("too_many", "too many pending pair requests from this address")
         _check_bounds(req)
-        pending_request = _Pending(request=req, request_id=f"pr_{secrets.token_hex(8)}",
-                                   code=_new_code(), poll_secret=secrets.token_urlsafe(24),
-                                   expires_at=time.time() + self.ttl_s, source=source)
-        self._pending[pending_request.request_id] = pending_request
+        poll_secret = secrets.token_urlsafe(24)
+        p = await self.store.add(
+            PairRecord(request=req, request_id=f"pr_{secrets.token_hex(8)}", code=_new_code(),
+                       poll_hash=_hash(poll_secret), source=source),
+            ttl_s=self.ttl_s, max_pending=MAX_PENDING, max_per_source=MAX_PENDING_PER_SOURCE)
         await self.engine.submit(decide.pair_requested, ev.WorkerPairRequested(
-            request_id=pending_request.request_id, hostname=req.hostname, os=req.os,
+            request_id=p.request_id, hostname=req.hostname, os=req.os,
             python_version=req.python_version, worker_version=req.worker_version,
             roots=list(req.roots), fingerprint=fingerprint(req.public_key),
-            expires_at=pending_request.expires_at))
-        return PairTicket(request_id=pending_request.request_id, code=pending_request.code,
-                          expires_at=pending_request.expires_at,
-                          poll_secret=pending_request.poll_secret)
+            expires_at=p.expires_at))
+        return PairTicket(request_id=p.request_id, code=p.code, expires_at=p.expires_at,
+                          poll_secret=poll_secret)
 
     async def wait(self, request_id: str, poll_secret: str, timeout: float) -> PairStatus:
-        p = self._pending.get(request_id)
-        # bytes: compare_digest refuses a str with non-ASCII characters (TypeError → 500)
-        if p is None or not hmac.compare_digest(p.poll_secret.encode(), poll_secret.encode()):
-            raise PairingError("not_found", "no such pair request")
-        if p.status == "pending":
-            left = p.expires_at - time.time()
+        """The worker's long poll: ``pending`` until the user decided (or ``timeout``); an
+        answer is delivered once (a later poll gets ``not_found``), an approval with the
+        worker's new credential."""
+        p = await self._polled(request_id, poll_secret)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(0.0, min(timeout, p.expires_at - time.time()))
+        while p.status in ("pending", "approving") and not p.lapsed:
+            changed = self.store.watch(request_id)  # before the read: no change is missed
+            p = await self._polled(request_id, poll_secret)
+            left = deadline - loop.time()
+            if p.status not in ("pending", "approving") or p.lapsed or left <= 0:
+                break
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(p.changed.wait(), max(0.0, min(timeout, left)))
+                await asyncio.wait_for(changed.wait(), min(left, POLL_S))
+        if p.status == "pending" and p.lapsed:
             await self.expire_old()
-        status = PairStatus(status=p.status, worker_id=p.worker_id, credential=p.credential)
-        if p.status != "pending":
-            # the answer is delivered once; the credential is not kept in memory after that
-            self._pending.pop(request_id, None)
-        return status
+            p = await self._polled(request_id, poll_secret)
+        if p.status in ("pending", "approving"):
+            return PairStatus(status="pending")
+        # the answer is delivered once: of two polls (on two replicas) one gets it
+        if not await self.store.move(request_id, (p.status,), "delivered"):
+            raise PairingError("not_found", "no such pair request")
+        if p.status in ("denied", "expired", "locked"):
+            return PairStatus(status=p.status)
+        if p.status != "approved" or p.worker_id is None:
+            raise PairingError("not_found", "no such pair request")
+        credential = secrets.token_urlsafe(32)
+        if not await self.keys.set_credential(p.worker_id, credential):
+            raise PairingError("not_found", "this worker was removed before it was linked")
+        return PairStatus(status="approved", worker_id=p.worker_id, credential=credential)
+
+    async def _polled(self, request_id: str, poll_secret: str) -> PairRecord:
+        p = await self.store.get(request_id)
+        # bytes: compare_digest refuses a str with non-ASCII characters (TypeError → 500)
+        if p is None or p.status == "delivered" or not hmac.compare_digest(
+                p.poll_hash.encode(), _hash(poll_secret).encode()):
+            raise PairingError("not_found", "no such pair request")
+        return p
 
     # browser side ---------------------------------------------------------------------------
 
-    def pending(self) -> list[PendingPairRequest]:
-        now = time.time()
-        return [self._public(p) for p in self._pending.values()
-                if p.status == "pending" and p.expires_at > now]
+    async def pending(self) -> list[PendingPairRequest]:
+        return [self._public(p) for p in await self.store.pending()]
 
-    def by_code(self, code: str) -> PendingPairRequest:
+    async def by_code(self, code: str) -> PendingPairRequest:
         wanted = normalise_code(code)
-        now = time.time()
-        for p in self._pending.values():
-            if p.status == "pending" and p.expires_at > now and normalise_code(p.code) == wanted:
+        for p in await self.store.pending():
+            if normalise_code(p.code) == wanted:
                 return self._public(p)
         raise PairingError("not_found", "no pending request with that code")
 
     async def approve(self, request_id: str, code: str) -> str:
         """Check the code and pair; returns the new worker id."""
-        p = self._live(request_id)
+        p = await self._live(request_id)
         if not hmac.compare_digest(normalise_code(p.code).encode(),
                                    normalise_code(code).encode()):
-            p.attempts += 1
-            if p.attempts >= MAX_WRONG_ATTEMPTS:
-                await self._resolve(p, "locked")
+            attempts = await self.store.wrong_code(request_id)
+            if attempts is None:  # answered meanwhile (on another replica)
+                await self._live(request_id)
+                raise PairingError("not_found", "this request was answered")
+            if attempts >= MAX_WRONG_ATTEMPTS:
+                await self._resolve(request_id, "locked")
                 raise PairingError("locked", "too many wrong codes: this request is locked; "
                                              "start the worker again for a new code")
-            left = MAX_WRONG_ATTEMPTS - p.attempts
+            left = MAX_WRONG_ATTEMPTS - attempts
             raise PairingError("wrong_code", f"wrong code ({left} tries left)")
+        # taken before anything is written: a second approval (double click, two tabs, two
+        # replicas) is refused instead of pairing a second, ghost worker; the waiting worker
+        # still sees "pending" until the pairing is in the log
+        if not await self.store.move(request_id, ("pending",), "approving"):
+            await self._live(request_id)
+            raise PairingError("not_found", "this request is being approved")
         worker_id = f"wrk_{secrets.token_hex(6)}"
-        credential = secrets.token_urlsafe(32)
-        # marked before the first await: a second approval (double click, two tabs) is refused
-        # instead of pairing a second, ghost worker; the waiting worker still sees "pending"
-        # until the pairing is in the log
-        p.approving = True
-        self.keys.add(worker_id, p.request.public_key, credential)
         r = p.request
+        await self.keys.add(worker_id, r.public_key)  # its credential comes with the poll
         await self.engine.submit(decide.paired, ev.WorkerPaired(
-            worker_id=worker_id, request_id=p.request_id, hostname=r.hostname, os=r.os,
+            worker_id=worker_id, request_id=request_id, hostname=r.hostname, os=r.os,
             python_version=r.python_version, worker_version=r.worker_version,
             roots=list(r.roots), public_key=r.public_key,
             fingerprint=fingerprint(r.public_key)))
-        p.worker_id = worker_id
-        p.credential = credential
-        p.status = "approved"
-        p.changed.set()
+        await self.store.move(request_id, ("approving",), "approved", worker_id=worker_id)
         return worker_id
 
     async def deny(self, request_id: str) -> None:
-        await self._resolve(self._live(request_id), "denied")
+        await self._live(request_id)
+        if not await self._resolve(request_id, "denied"):
+            await self._live(request_id)
+            raise PairingError("not_found", "this request was answered")
 
     async def expire_old(self) -> None:
-        now = time.time()
-        for p in list(self._pending.values()):
-            if p.status == "pending" and p.expires_at <= now:
-                await self._resolve(p, "expired")
-            elif p.status != "pending" and p.expires_at + self.ttl_s <= now:
-                # answered long ago and never polled again: forget it
-                self._pending.pop(p.request_id, None)
+        for request_id in await self.store.expire(forget_after_s=self.ttl_s):
+            await self.engine.submit(decide.pair_resolved,
+                                     decide.PairAnswer(request_id, "expired"))
 
-    def _live(self, request_id: str) -> _Pending:
-        p = self._pending.get(request_id)
-        if p is None:
+    async def _live(self, request_id: str) -> PairRecord:
+        p = await self.store.get(request_id)
+        if p is None or p.status == "delivered":
             raise PairingError("not_found", "no such pair request")
         if p.status == "locked":
             raise PairingError("locked", "this request is locked after too many wrong codes")
+        if p.status == "approving":
+            raise PairingError("not_found", "this request is being approved")
         if p.status != "pending":
             raise PairingError("not_found", f"this request was {p.status}")
-        if p.approving:
-            raise PairingError("not_found", "this request is being approved")
-        if p.expires_at <= time.time():
+        if p.lapsed:
             raise PairingError("expired", "this code expired; the worker will show a new one")
         return p
 
-    async def _resolve(self, p: _Pending, outcome: Literal["denied", "expired", "locked"]) -> None:
-        p.status = outcome
-        p.changed.set()
-        await self.engine.submit(decide.pair_resolved, decide.PairAnswer(p.request_id, outcome))
+    async def _resolve(self, request_id: str,
+                       outcome: Literal["denied", "expired", "locked"]) -> bool:
+        """Answer a pending request; False when another answer came first."""
+        if not await self.store.move(request_id, ("pending",), outcome):
+            return False
+        await self.engine.submit(decide.pair_resolved, decide.PairAnswer(request_id, outcome))
+        return True
 
-    def _public(self, p: _Pending) -> PendingPairRequest:
+    def _public(self, p: PairRecord) -> PendingPairRequest:
         r = p.request
         return PendingPairRequest(
             request_id=p.request_id, code=p.code, hostname=r.hostname, os=r.os,
             python_version=r.python_version, worker_version=r.worker_version, roots=r.roots,
-            fingerprint=fingerprint(r.public_key), requested_at=p.expires_at - self.ttl_s,
+            fingerprint=fingerprint(r.public_key), requested_at=p.requested_at,
             expires_at=p.expires_at, attempts_left=MAX_WRONG_ATTEMPTS - p.attempts)
 
 

@@ -107,10 +107,11 @@ class PairingController(Resource):
         credential of an ``approved`` request is delivered once."""
         return await pairing.wait(request_id, secret, min(max(timeout, 0.0), 60.0))
 
-    @get("/requests", sync_to_thread=False, responses=errors())
-    def pending(self, pairing: NamedDependency[Pairing]) -> list[PendingPairRequest]:
-        """The pending requests, for the browser to show."""
-        return pairing.pending()
+    @get("/requests", responses=errors())
+    async def pending(self, pairing: NamedDependency[Pairing]) -> list[PendingPairRequest]:
+        """The pending requests, for the browser to show (whichever replica the worker
+        asked)."""
+        return await pairing.pending()
 
     @get("/local-tools", sync_to_thread=False, responses=errors())
     def local_tools(self) -> LocalTools:
@@ -118,10 +119,11 @@ class PairingController(Resource):
         terminal there (a browser with a login only: it names paths of the machine)."""
         return LocalTools(uv=find_uv())
 
-    @get("/code/{code:str}", sync_to_thread=False, responses=errors(404))
-    def by_code(self, code: FromPath[str], pairing: NamedDependency[Pairing]) -> PendingPairRequest:
+    @get("/code/{code:str}", responses=errors(404))
+    async def by_code(self, code: FromPath[str],
+                      pairing: NamedDependency[Pairing]) -> PendingPairRequest:
         """The pending request with this code (dash and case ignored)."""
-        return pairing.by_code(code)
+        return await pairing.by_code(code)
 
     @post("/requests/{request_id:str}/approve", status_code=200,
           responses=errors(400, 404, 410, 423))

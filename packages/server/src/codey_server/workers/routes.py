@@ -27,7 +27,7 @@ from codey_server.http.errors import errors
 from codey_server.http.resource import Resource
 from codey_server.settings import Settings
 from codey_server.workers import decide
-from codey_server.workers.pairing import KeyStore
+from codey_server.workers.keys import WorkerKeys
 from codey_server.workers.sockets import LogLine, WorkerRegistry, serve_worker
 
 log = logging.getLogger("codey.http")
@@ -102,14 +102,16 @@ class WorkersController(Resource):
     tags = ["workers"]
 
     @post("/revoke", status_code=200, responses=errors(404))
-    async def revoke(self, worker_id: FromPath[str], keys: NamedDependency[KeyStore],
+    async def revoke(self, worker_id: FromPath[str], keys: NamedDependency[WorkerKeys],
                      engine: NamedDependency[Engine]) -> Revoked:
         """Forget the worker's key, close its socket (4403) and fail its waiting actions."""
         info = engine.state.workers.get(worker_id)
         if info is None:
             raise NotFoundException(f"no worker {worker_id!r}")
         if not info.revoked:
-            keys.remove(worker_id)
+            # the key goes first, where every replica checks it: once this answers, no
+            # handshake anywhere accepts the worker's credential
+            await keys.remove(worker_id)
             # every server's registry, on folding it, closes the socket and fails the waits
             await engine.submit(decide.revoked, worker_id)
         return Revoked(revoked=worker_id)

@@ -45,7 +45,8 @@ from codey_server.core.router import Answer
 from codey_server.http.frames import receive_frame
 from codey_server.logsetup import printable
 from codey_server.workers import decide
-from codey_server.workers.pairing import KeyStore, verify_signature
+from codey_server.workers.keys import WorkerKeys
+from codey_server.workers.pairing import verify_signature
 
 log = logging.getLogger("codey.workers")
 
@@ -89,16 +90,13 @@ class WorkerRegistry:
     """The worker sockets of this server: handshakes, links for the router, the frames that
     are not actions (web terminal, logs, workspace changes), closing revoked workers."""
 
-    def __init__(self, engine: Engine, keys: KeyStore, delivery: Delivery, *,
+    def __init__(self, engine: Engine, keys: WorkerKeys, delivery: Delivery, *,
                  replica: str = "") -> None:
         self.engine = engine
         self.keys = keys
         self.delivery = delivery
         #: this server's name among replicas ("" alone): put on its connect/disconnect events
         self.replica = replica
-        #: brings ``keys`` up to date (among replicas, a worker may have paired through
-        #: another one a moment ago); awaited once before refusing an unknown credential
-        self.keys_missing: Callable[[], Awaitable[None]] | None = None
         self.log_lines: dict[str, deque[LogLine]] = {}
         #: gets the web terminal's frames from workers (set by the TerminalService)
         self.on_terminal: Callable[[str, TerminalFrame],
@@ -132,13 +130,17 @@ class WorkerRegistry:
     async def attach(self, conn: _Conn, credential: str, hello: wk.Hello | None = None) -> bool:
         """Make ``conn`` the worker's link here; False if it was revoked meanwhile.
 
-        The check and the linking have no await between them, so a revocation during the
-        handshake cannot be missed; the new connection is linked before the old one is
+        The key is looked up again (it may have been removed since the handshake began, on
+        any replica); then the log's revocation check and the linking have no await between
+        them, so a revocation folded here during the handshake cannot be missed (one folded
+        later closes the linked socket). The new connection is linked before the old one is
         closed, so the old one's end is not reported as this worker going away. The actions
         it has not answered go out on it (except those its hello says it runs).
         """
+        if await self.keys.check(conn.worker_id, credential) is None:
+            return False
         info = self.engine.state.workers.get(conn.worker_id)
-        if info is None or info.revoked or self.keys.check(conn.worker_id, credential) is None:
+        if info is None or info.revoked:
             return False
         old = self._conn(conn.worker_id)
         await self.delivery.linked(
@@ -217,16 +219,19 @@ async def serve_worker(ws: WebSocket[Any, Any, Any], registry: WorkerRegistry, *
     try:
         await ws.send_data(codec.encode(hs.challenge(time.time())), mode="text")
         auth = await next_frame()
-        if isinstance(auth, wk.AuthResponse) and registry.keys_missing is not None and \
-                registry.keys.check(auth.worker_id, auth.credential) is None:
-            await registry.keys_missing()
+        # the stored key, read now (among replicas: a worker paired through another replica
+        # a moment ago is there, one revoked anywhere is not)
+        public_key = await registry.keys.check(auth.worker_id, auth.credential) \
+            if isinstance(auth, wk.AuthResponse) else None
         info = engine.state.workers.get(auth.worker_id) if isinstance(
             auth, wk.AuthResponse) else None
+        if isinstance(auth, wk.AuthResponse) and public_key is not None and info is None:
+            # its pairing was committed by another replica and is not folded here yet
+            await engine.catch_up()
+            info = engine.state.workers.get(auth.worker_id)
         welcome = hs.receive_auth(
             auth, now=time.time(), known=info is not None,
-            revoked=info is not None and info.revoked,
-            public_key=registry.keys.check(auth.worker_id, auth.credential)
-            if isinstance(auth, wk.AuthResponse) else None,
+            revoked=info is not None and info.revoked, public_key=public_key,
             verify=verify_signature)
         if isinstance(welcome, Refuse):
             await ws.close(code=welcome.code, reason=welcome.reason)
