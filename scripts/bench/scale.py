@@ -18,6 +18,11 @@ once, in full-auto. Per phase it prints:
 
 Before the sessions start it prints an idle worker's RSS (goal ≤ 40 MB): the mean over the
 W workers, connected and waiting.
+
+With ``--postgres`` it first measures what fencing (issue 23) costs the log: the append rate
+of 50 concurrent appenders, one event per append as a turn's steps, each appender with the
+fence of its own session lease, next to the same without fences — interleaved blocks on a
+database of their own, before the server starts — and prints both and their ratio.
 """
 
 from __future__ import annotations
@@ -116,6 +121,50 @@ def round_trips(db: Path, after_seq: int, dsn: str | None = None) -> list[float]
     return out
 
 
+def fencing_rates(dsn: str, *, tasks: int = 50, per_block: int = 100,
+                  blocks: int = 16) -> tuple[list[float], list[float]]:
+    """Events per second (fenced, unfenced), one figure per block: ``tasks`` appenders each
+    appending ``per_block`` one-event groups to :class:`PostgresEventLog`, each with the
+    fence of its own ``session:`` lease (held through :class:`Leases`) or with none. The
+    blocks alternate (ABBA), so drift hits both alike."""
+    from codey_server.cluster.replicas import Cluster, Leases
+    from codey_server.eventlog.postgres import PostgresEventLog
+
+    async def run() -> tuple[list[float], list[float]]:
+        cluster = Cluster(dsn, "bench")
+        await cluster.open()
+        log = PostgresEventLog(dsn, name="bench")
+        await log.open()
+        leases = Leases(cluster)
+        fences = []
+        for t in range(tasks):
+            assert await leases.acquire(f"session:bench-{t}")
+            fences.append(leases.fence(f"session:bench-{t}"))
+        fenced: list[float] = []
+        plain: list[float] = []
+        try:
+            for block in range(blocks):
+                with_fence = block % 4 in (1, 2)
+
+                async def appender(t: int, with_fence: bool = with_fence) -> None:
+                    fence = fences[t] if with_fence else None
+                    for i in range(per_block):
+                        await log.append([(f"bench-{t}", ev.SessionItemUpdated(
+                            item_id=f"itm-{t}", output_delta=f"line {i} of output\n"))],
+                            fence=fence)
+
+                t0 = time.perf_counter()
+                await asyncio.gather(*(appender(t) for t in range(tasks)))
+                rate = tasks * per_block / (time.perf_counter() - t0)
+                (fenced if with_fence else plain).append(rate)
+        finally:
+            await log.close()
+            await cluster.close()
+        return fenced, plain
+
+    return asyncio.run(run())
+
+
 def phase(server: ServerProcess, workers: list[WorkerProcess], sessions: int, calls: int,
           dsn: str | None, root: Path, profile: Path | None) -> None:
     print(f"S={sessions} sessions × N={calls} calls on W={len(workers)} workers", flush=True)
@@ -205,8 +254,16 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="codey-scale-") as tmp, \
             contextlib.ExitStack() as stack:
         root = Path(tmp)
-        dsn = stack.enter_context(PostgresCluster()).create_database("scale") \
-            if args.postgres else None
+        pg = stack.enter_context(PostgresCluster()) if args.postgres else None
+        dsn = pg.create_database("scale") if pg is not None else None
+        if pg is not None:
+            fenced, plain = fencing_rates(pg.create_database("fencing"))
+            figure("log appends/s, fenced (50 appenders)", median(fenced), "/s", "", None)
+            figure("log appends/s, not fenced", median(plain), "/s", "", None)
+            figure("fenced / not fenced", median(fenced) / median(plain), "x", "", None)
+            info("blocks' spread (a busy machine widens it)",
+                 f"fenced {min(fenced):,.0f}–{max(fenced):,.0f}, not fenced "
+                 f"{min(plain):,.0f}–{max(plain):,.0f} /s")
         extra = ["--database-url", dsn] if dsn else []
         with start_model_server(script(args.calls), root / "model") as model:
             config = {**provider_config(model), "turn_iteration_cap": args.calls + 5}

@@ -4,6 +4,7 @@
       ├── CommandRejected        (decide.py) a browser command that cannot be carried out
       ├── SubscriberOverflow     (eventlog.py) a subscriber fell too far behind
       ├── LogClosed              (eventlog.py) the log is closed
+      ├── LeaseLost              (errors.py) a write fenced by a lease this replica no longer holds
       ├── PairingError           (workers/pair_store.py) a pairing call that cannot be carried out
       ├── ModelError             (agent/errors.py) a model call failed after its retries
       ├── AuthError              (auth/service.py) a provider login call that cannot be done
@@ -33,6 +34,16 @@ class SubscriberOverflow(ServerError):
 
 class LogClosed(ServerError):
     """The event log was closed."""
+
+
+class LeaseLost(ServerError):
+    """A write carried a :class:`~codey_server.core.leases.Fence` that is no longer current:
+    another replica took the lease over (its epoch moved on), or the log has no leases to
+    check it against. Nothing of that write was stored; the runner that made it must stop."""
+
+    def __init__(self, lease: str, why: str = "another replica holds it now") -> None:
+        super().__init__(f"lost the lease {lease}: {why}")
+        self.lease = lease
 
 
 class ConfigError(ServerError):

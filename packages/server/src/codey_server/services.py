@@ -49,12 +49,13 @@ if TYPE_CHECKING:
 __all__ = ["Services"]
 
 
-def event_log_for(settings: Settings) -> EventLog:
-    """PostgreSQL when ``database_url`` is set, else SQLite in the data dir."""
+def event_log_for(settings: Settings, replica_id: str = "") -> EventLog:
+    """PostgreSQL when ``database_url`` is set (its rows name ``replica_id``), else SQLite in
+    the data dir."""
     if settings.database_url:
         from codey_server.eventlog.postgres import PostgresEventLog  # psycopg only when used
 
-        return PostgresEventLog(settings.database_url)
+        return PostgresEventLog(settings.database_url, name=replica_id)
     return SqliteEventLog(settings.db_path)
 
 
@@ -87,7 +88,12 @@ class Services:
             self.shared_db = shared.db
         # files sent with prompts, once each by content hash
         self.blobs = shared.blobs if shared else BlobStore(settings.data_dir / "blobs")
-        self.engine = Engine(event_log_for(settings), RULES,
+        replica = ""
+        if settings.database_url:
+            from codey_server.cluster.replicas import new_replica_id
+
+            replica = settings.replica_id or new_replica_id()
+        self.engine = Engine(event_log_for(settings, replica), RULES,
                              snapshot_every=settings.snapshot_every,
                              context=_context(settings, self.blobs))
         self.clients = ClientHub()
@@ -99,18 +105,16 @@ class Services:
         self.cluster: Cluster | None = None
         self.leases: Leases | None = None
         self.janitor: Janitor | None = None
-        replica = ""
         if settings.database_url:
             from codey_server.cluster.replicas import Cluster, Janitor, Leases
 
-            self.cluster = Cluster(settings.database_url, settings.replica_id)
+            self.cluster = Cluster(settings.database_url, replica)
             self.leases = Leases(self.cluster)
             self.janitor = Janitor(
                 self.leases, self.engine,
                 expire_pair_requests=self._expire_pair_requests,
                 disconnect_orphans=lambda live: self.engine.submit(
                     workers_decide.orphans_disconnected, live))
-            replica = self.cluster.replica_id
         # is a worker connected: the fold's answer, for runners, routes and terminals
         self.presence = Presence(self.engine, replica)
         # actions on workers, exactly once (core/router.py); among replicas routed through

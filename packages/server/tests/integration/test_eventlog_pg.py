@@ -17,7 +17,8 @@ import pytest
 
 from codey_protocol.codec import decode_envelope
 from codey_protocol.events import SessionTitleChanged
-from codey_server.eventlog import EventLog
+from codey_server.cluster.replicas import Cluster, Leases
+from codey_server.eventlog import EventLog, Fence
 from codey_server.eventlog.contract import EventLogContract
 from codey_server.eventlog.postgres import PostgresEventLog
 from codey_testkit.postgres import PostgresCluster, pg_bin
@@ -48,6 +49,26 @@ class TestPostgresEventLog(EventLogContract):
                                (seq,)).fetchone()
         assert row is not None, f"seq {seq} published before it was committed"
         assert decode_envelope(bytes(row[0])).seq == seq
+
+    async def fences(self, log: EventLog) -> tuple[Fence | None, Fence]:
+        """Replica r1 takes ``session:s`` (epoch 1); it lapses and r2 takes it over (epoch 2):
+        r2's holding is current, r1's stale."""
+        clusters = [Cluster(self.dsn, "r1"), Cluster(self.dsn, "r2")]
+        for cluster in clusters:
+            await cluster.open()  # (creates codey_leases)
+        try:
+            old, new = Leases(clusters[0]), Leases(clusters[1])
+            assert await old.acquire("session:s")
+            stale = old.fence("session:s")
+            await clusters[0].execute("UPDATE codey_leases SET expires = '-infinity'")
+            assert await new.acquire("session:s")
+            current = new.fence("session:s")
+        finally:
+            for cluster in clusters:
+                await cluster.close()
+        assert stale is not None and current is not None
+        assert (stale.epoch, current.epoch) == (1, 2)
+        return current, stale
 
     async def snapshot_count(self, log: EventLog, tmp_path: Path) -> int:
         async with await psycopg.AsyncConnection.connect(self.dsn) as conn:

@@ -13,7 +13,8 @@ from codey_server.core.actions import ActionFailed
 from codey_server.core.delivery import Delivery
 from codey_server.core.engine import Engine
 from codey_server.core.presence import Presence
-from codey_server.eventlog import MemoryEventLog
+from codey_server.errors import LeaseLost
+from codey_server.eventlog import Fence, MemoryEventLog
 from codey_server.features import RULES
 from codey_server.testing.writes import record
 from codey_testkit.waiting import until
@@ -33,16 +34,20 @@ class Link:
 class Rows:
     """The database between replicas, in memory: what was written and read."""
 
-    def __init__(self, outcome: Any = None) -> None:
+    def __init__(self, outcome: Any = None, existed: bool = False) -> None:
         self.outcome = outcome
+        self.existed = existed
         self.routed: list[tuple[str, bool]] = []
+        self.fences: list[Any] = []
         self.recorded: list[tuple[str, Any]] = []
         self.progress: list[wk.ActionProgress] = []
         self.cancels: list[str] = []
 
-    async def route(self, worker_id: str, action: wk.ActionMessage, *, here: bool) -> Any:
+    async def route(self, worker_id: str, action: wk.ActionMessage, *, here: bool,
+                    fence: Any = None) -> Any:
         self.routed.append((action.action_id, here))
-        return self.outcome
+        self.fences.append(fence)
+        return self.outcome, self.existed or self.outcome is not None
 
     async def record(self, action_id: str, outcome: Any) -> None:
         self.recorded.append((action_id, outcome))
@@ -159,7 +164,8 @@ def test_routed_with_the_worker_here_nothing_is_read_back() -> None:
                                                               data="out"))
         await delivery.received("w1", link, wk.ActionResult(action_id="a1", result=CONTENT))
         assert await waiting == CONTENT and output == ["out"]
-        assert rows.progress == []  # straight to the turn
+        # straight to the turn, and written first: a take-over reads the whole output there
+        assert [p.data for p in rows.progress] == ["out"]
         await until(lambda: rows.recorded == [("a1", CONTENT)], what="the outcome written")
 
     asyncio.run(main())
@@ -195,5 +201,92 @@ def test_routed_an_outcome_from_before_a_take_over_answers_at_once() -> None:
         await delivery.linked("w1", link)
         assert await delivery.run("w1", READ, timeout=5) == CONTENT
         assert link.frames == []  # not sent again
+        # a caller that wants the output reads it back first, then the outcome
+        output: list[str] = []
+
+        async def on_progress(p: wk.ActionProgress) -> None:
+            output.append(p.data)
+
+        later = wk.ReadFile(action_id="a2", session_id="s", workdir="/w", path="f")
+        waiting = asyncio.create_task(delivery.run("w1", later, on_progress=on_progress,
+                                                   timeout=5))
+        await until(lambda: delivery.router.awaiting_elsewhere() == ["a2"],
+                    what="the read-back")
+        await delivery.progressed("a2", wk.ActionProgress(action_id="a2", stream="stdout",
+                                                          data="out"))
+        await delivery.answered("a2", CONTENT)
+        assert await waiting == CONTENT and output == ["out"] and link.frames == []
+
+    asyncio.run(main())
+
+
+def test_routed_a_take_over_gets_the_output_from_its_start_less_what_the_log_shows() -> None:
+    # the re-sent action's output comes again from the database, from its start: the caller
+    # (a resumed turn whose item already shows "hel") gets only what follows
+    async def main() -> None:
+        engine = await _engine()
+        await _connected(engine, replica="r2")
+        delivery = Delivery(engine, Presence(engine, replica="r1"), routed=True)
+        rows = Rows(existed=True)
+        delivery.routes = rows
+        fence = Fence("session:s", 3, "r1")
+        output: list[str] = []
+
+        async def on_progress(p: wk.ActionProgress) -> None:
+            output.append(p.data)
+
+        waiting = asyncio.create_task(delivery.run("w1", READ, on_progress=on_progress,
+                                                   timeout=5, skip=3, fence=fence))
+        await until(lambda: delivery.router.awaiting_elsewhere() == ["a1"],
+                    what="the action written")
+        assert rows.fences == [fence]
+        for data in ("he", "llo", " world"):
+            await delivery.progressed("a1", wk.ActionProgress(action_id="a1",
+                                                              stream="stdout", data=data))
+        await delivery.answered("a1", CONTENT)
+        assert await waiting == CONTENT
+        assert output == ["lo", " world"]
+
+    asyncio.run(main())
+
+
+def test_one_server_after_a_restart_gets_only_the_output_that_follows_and_skips_none() -> None:
+    # one server: the worker sends only the output after the re-send; nothing is left out
+    async def main() -> None:
+        engine = await _engine()
+        delivery = Delivery(engine, Presence(engine))
+        link = Link()
+        await delivery.linked("w1", link)
+        output: list[str] = []
+
+        async def on_progress(p: wk.ActionProgress) -> None:
+            output.append(p.data)
+
+        waiting = asyncio.create_task(delivery.run("w1", READ, on_progress=on_progress,
+                                                   timeout=5, skip=3))
+        await until(lambda: link.frames, what="the send")
+        await delivery.received("w1", link, wk.ActionProgress(action_id="a1", stream="stdout",
+                                                              data="more"))
+        await delivery.received("w1", link, wk.ActionResult(action_id="a1", result=CONTENT))
+        assert await waiting == CONTENT and output == ["more"]
+
+    asyncio.run(main())
+
+
+def test_routed_a_stale_runners_action_is_refused_and_never_sent() -> None:
+    class Refusing(Rows):
+        async def route(self, worker_id: str, action: wk.ActionMessage, *, here: bool,
+                        fence: Any = None) -> Any:
+            raise LeaseLost(fence.lease)
+
+    async def main() -> None:
+        engine = await _engine()
+        delivery = Delivery(engine, Presence(engine), routed=True)
+        delivery.routes = Refusing()
+        link = Link()
+        await delivery.linked("w1", link)
+        with pytest.raises(LeaseLost):
+            await delivery.run("w1", READ, timeout=5, fence=Fence("session:s", 1, "r1"))
+        assert link.frames == [] and delivery.router.state("a1") is None
 
     asyncio.run(main())

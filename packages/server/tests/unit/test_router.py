@@ -21,7 +21,9 @@ from codey_server.core.router import (
     Send,
     Settle,
 )
+from codey_server.eventlog import Fence
 
+FENCE = Fence("session:s", 2, "r1")
 
 def read(action_id: str = "a1") -> wk.ReadFile:
     return wk.ReadFile(action_id=action_id, session_id="s", workdir="/w", path=action_id)
@@ -270,7 +272,9 @@ def test_routed_an_action_is_written_first_then_sent_when_the_worker_is_here() -
     assert r.submit("w1", read(), "joiner") == []
     assert sends(r.route_done("a1", None)) == [("L1", "a1")]
     assert r.awaiting_elsewhere() == []  # the same-replica shortcut: nothing read back
-    assert r.received("w1", "L1", progress()) == [Deliver("p", progress())]
+    # the output goes straight to the caller, and is written first for a take-over
+    assert r.received("w1", "L1", progress()) == [RecordProgress(progress()),
+                                                  Deliver("p", progress())]
     effects = r.received("w1", "L1", result())
     assert settled(effects) == {"caller": content(), "joiner": content()}
     assert Record("a1", content()) in effects  # for a take-over, and so nobody picks it up
@@ -282,6 +286,20 @@ def test_routed_an_outcome_already_recorded_answers_at_once() -> None:
     effects = r.route_done("a1", content())
     assert settled(effects) == {"caller": content()}
     assert not any(isinstance(e, (Record, Send)) for e in effects)
+
+
+def test_routed_an_outcome_already_recorded_comes_after_the_output_before_it() -> None:
+    # a take-over's re-send of an action that finished meanwhile: its caller wants the output
+    # the worker streamed while the session had no owner, so it reads that first
+    r = Router(routed=True)
+    r.linked("w1", "L1")
+    r.submit("w1", read(), "caller", listener="p")
+    assert r.route_done("a1", content(), existed=True) == []  # nothing sent
+    assert r.awaiting_elsewhere() == ["a1"] and r.wants_progress("a1")
+    assert r.received("w1", "L1", result()) == []  # (a late repeat of the answer)
+    assert r.linked("w1", "L2") == []
+    assert r.progressed("a1", progress()) == [Deliver("p", progress())]
+    assert settled(r.answered("a1", content())) == {"caller": content()}
 
 
 def test_routed_with_the_worker_elsewhere_output_and_outcome_come_from_the_database() -> None:
@@ -329,14 +347,60 @@ def test_routed_output_after_its_caller_left_is_written_for_whoever_takes_over()
     # that follows is written for that one, not given to the callback of the turn that stopped
     r = Router(routed=True)
     r.linked("w1", "L1")
-    r.carry("w1", read())  # written by the replica the session was on first
-    r.submit("w1", read(), "caller", listener="on_progress")  # then taken over here
-    assert r.received("w1", "L1", progress()) == [Deliver("on_progress", progress())]
+    r.submit("w1", read(), "caller", listener="on_progress")
+    r.route_done("a1", None)
+    assert r.received("w1", "L1", progress()) == [RecordProgress(progress()),
+                                                  Deliver("on_progress", progress())]
     r.leave("a1", "caller")  # the lease went elsewhere
     assert not r.wants_progress("a1")
     later = progress(data="later")
     assert r.received("w1", "L1", later) == [RecordProgress(later)]
     assert r.received("w1", "L1", result()) == [Record("a1", content())]
+
+
+def test_routed_a_take_over_of_an_action_carried_here_reads_its_output_back_in_order() -> None:
+    # carried out here for the replica the session was on; the session is taken over here:
+    # its caller gets the whole output from the database, then the outcome, in that order
+    # (the output before it joined is there, not on the link)
+    r = Router(routed=True)
+    r.linked("w1", "L1")
+    r.carry("w1", read())
+    early = progress(data="early")
+    assert r.received("w1", "L1", early) == [RecordProgress(early)]
+    assert r.submit("w1", read(), "caller", listener="on_progress") == []
+    assert r.awaiting_elsewhere() == ["a1"] and r.wants_progress("a1")
+    later = progress(data="later")
+    assert r.received("w1", "L1", later) == [RecordProgress(later)]  # not handed over
+    assert r.received("w1", "L1", result()) == [Record("a1", content())]  # nor settled
+    assert r.received("w1", "L1", result()) == []
+    assert r.awaiting_elsewhere() == ["a1"]
+    # the read-back: both frames, then the outcome
+    assert r.progressed("a1", early) == [Deliver("on_progress", early)]
+    assert r.progressed("a1", later) == [Deliver("on_progress", later)]
+    assert settled(r.answered("a1", content())) == {"caller": content()}
+    assert r.awaiting_elsewhere() == []
+
+
+def test_routed_a_re_sent_action_with_the_worker_here_reads_its_output_back() -> None:
+    # a take-over re-sends an action written before (by the session's last replica): with
+    # the worker here, its output still comes from the database, from its start
+    r = Router(routed=True)
+    r.linked("w1", "L1")
+    [route] = r.submit("w1", read(), "caller", listener="p", fence=FENCE)
+    assert route == Route("w1", read(), here=True, fence=FENCE)
+    assert sends(r.route_done("a1", None, existed=True)) == [("L1", "a1")]
+    assert r.awaiting_elsewhere() == ["a1"]
+    assert r.received("w1", "L1", progress()) == [RecordProgress(progress())]
+    assert r.received("w1", "L1", result()) == [Record("a1", content())]
+    assert r.linked("w1", "L2") == []  # answered: not sent again on a new link
+    assert settled(r.answered("a1", content())) == {"caller": content()}
+
+
+def test_routed_a_route_done_again_carries_the_first_callers_fence() -> None:
+    r = Router(routed=True)
+    [route] = r.submit("w1", read(), "first", fence=FENCE)
+    r.submit("w1", read(), "second")
+    assert r.leave("a1", "first", cut=route) == [Route("w1", read(), here=False, fence=FENCE)]
 
 
 def test_routed_a_carried_action_answered_elsewhere_is_dropped() -> None:

@@ -32,7 +32,7 @@ from codey_server.agent.stream import (
 )
 from codey_server.core.engine import Engine
 from codey_server.core.rules import Context
-from codey_server.eventlog import MemoryEventLog
+from codey_server.eventlog import Fence, MemoryEventLog
 from codey_server.features import RULES
 from codey_server.settings import FallbackConfig, ProviderConfig, Settings
 
@@ -87,7 +87,8 @@ class Worker:
 
     async def run(self, worker_id: str, action: wk.ActionMessage, *,
                   on_progress: Callable[[wk.ActionProgress], Awaitable[None]] | None = None,
-                  timeout: float | None = None) -> wk.ActionOutcome:
+                  timeout: float | None = None, skip: int = 0,
+                  fence: Fence | None = None) -> wk.ActionOutcome:
         self.actions.append(action)
         if isinstance(action, wk.LoadContext):
             return self.context

@@ -3,6 +3,7 @@
     with ServerProcess(tmp_path / "server") as server:   # codey-server on port 0
         server.url, server.ws_url, server.http          # base URL, ws URL, an httpx.Client
         server.kill9(); server.restart()                # same data dir, new port
+        server.pause(); server.resume()                 # kill -STOP, kill -CONT
         with WorkerProcess(server, tmp_path / "w1") as worker:   # paired through the HTTP API
             worker.worker_id, worker.root                # its id, a workdir root it may use
 
@@ -81,6 +82,17 @@ class ServerProcess(StopsOnExit):
     def kill9(self) -> None:
         if self.proc is not None:
             self.proc.kill9()
+
+    def pause(self) -> None:
+        """``kill -STOP``: the process stops where it is, sockets and connections open, and
+        believes nothing happened once resumed (a GC pause, a stalled VM)."""
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """``kill -CONT`` after :meth:`pause`."""
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGCONT)
 
     def restart(self) -> Self:
         self.stop()

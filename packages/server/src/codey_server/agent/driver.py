@@ -16,6 +16,11 @@ Cancelling the task is how a turn stops. On an interrupt the driver cancels its 
 feeds ``Interrupted`` (shielded, so a second cancel cannot cut the clean-up short); during a
 server shutdown (``deps.stopping()``) it only cancels them: the session resumes at the next
 start. A bug in the machine, or an effect that fails unexpectedly, becomes ``Crashed``.
+
+Among replicas the store and the actions are fenced by the session's lease: a write or an
+action refused with :class:`~codey_server.errors.LeaseLost` (another replica took the session
+over) ends the turn here at once, writing nothing more and cancelling nothing on the worker:
+the new owner carries the session on from the log. :attr:`TurnDriver.lease_lost` says so.
 """
 
 from __future__ import annotations
@@ -70,6 +75,7 @@ from codey_server.agent.ports import TurnDeps
 from codey_server.agent.stream import ModelEvent
 from codey_server.core.actions import ActionFailed
 from codey_server.core.rules import Context, Decided
+from codey_server.errors import LeaseLost
 
 log = logging.getLogger("codey.agent")
 
@@ -130,6 +136,8 @@ class TurnDriver:
         self._step = Step()
         #: the last MCP list fed as SessionAttached
         self._mcp_servers: list[wk.McpServerInfo] | None = None
+        #: set when the turn ended because a fenced write or action was refused
+        self.lease_lost: LeaseLost | None = None
         self._start: dict[type[Any], Callable[[Any], None]] = {
             CallModel: self._call_model, RunAction: self._run_action,
             CancelAction: self._cancel, WaitApproval: self._wait_approval,
@@ -154,6 +162,9 @@ class TurnDriver:
             if not self.deps.stopping():
                 await asyncio.shield(self._interrupted())
             raise
+        except LeaseLost as err:  # another replica runs the session now: stop, write nothing
+            self._stop()
+            self.lease_lost = err
         except Exception as err:  # a bug here must not take the server down
             log.exception("session %s failed", self.session_id)
             self._stop()
@@ -169,6 +180,8 @@ class TurnDriver:
             await asyncio.gather(*(self.deps.actions.cancel(e.worker_id, e.action_id,
                                                             e.session_id)
                                    for e in step.effects if isinstance(e, CancelAction)))
+        except LeaseLost as err:  # the new owner closes what is open
+            self.lease_lost = err
         except Exception:
             log.exception("cleanup after interrupt failed for %s", self.session_id)
 
@@ -252,7 +265,7 @@ class TurnDriver:
                     put(SessionAttached(servers, now=time.time()))
             outcome = await actions.run(e.worker_id, e.action,
                                         on_progress=progressed if e.progress else None,
-                                        timeout=e.timeout)
+                                        timeout=e.timeout, skip=e.skip)
         except TimeoutError:
             result: Input = ActionTimedOut(action_id, now=time.time())
         except ActionFailed as err:

@@ -274,6 +274,9 @@ class RunAction:
     if_present: bool = False
     #: False: nothing comes back (a failure is only logged)
     report: bool = True
+    #: characters of its output the log already shows (a resumed call's): not fed again
+    #: when the output comes again from its start (after a take-over among replicas)
+    skip: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,12 +17,12 @@ import asyncio
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from codey_protocol import events as ev
 from codey_protocol import worker as wk
 from codey_protocol.events import Envelope
-from codey_protocol.state import Approval, Question, SessionInfo
+from codey_protocol.state import Approval, Question, SessionInfo, State
 from codey_server.agent.acp import AcpTurn
 from codey_server.agent.conversation import needs_turn
 from codey_server.agent.driver import TurnDriver
@@ -33,14 +33,15 @@ from codey_server.agent.ports import Actions, Limits, TurnDeps
 from codey_server.agent.processes import Listed, Stopped, listed, live_processes, stopped
 from codey_server.agent.turn import CodeyTurn
 from codey_server.agent.wire import Loader, wire_for
-from codey_server.core.actions import ActionFailed
+from codey_server.core.actions import ActionFailed, ProgressCallback
 from codey_server.core.background import Background
 from codey_server.core.engine import Engine
 from codey_server.core.fold import find_process
+from codey_server.core.rules import Context, Decided
 from codey_server.settings import ProviderConfig, Settings, provider_config
 
 if TYPE_CHECKING:
-    from codey_server.core.leases import Leases
+    from codey_server.core.leases import Fence, Leases
 
 log = logging.getLogger("codey.agent")
 
@@ -57,6 +58,7 @@ _CONTEXT_FILES = frozenset({"AGENTS.md", "SKILL.md"})
 #: how long a process's stop (or a worker's list of processes) may take to answer
 PROCESS_ACTION_TIMEOUT_S = 60.0
 
+In = TypeVar("In")
 TokenFor = Callable[[str], Awaitable[str | None]]
 RefreshFor = Callable[[str], Awaitable[bool]]
 
@@ -258,10 +260,19 @@ class AgentService:
             return
         session = self.engine.state.sessions.get(session_id)
         deps = self.deps
-        if self.leases is not None:  # a lost lease stops this runner as a shutdown would
+        if self.leases is not None:
+            fence = self.leases.fence(_lease(session_id))
+            if fence is None:  # (held, but not as a holding this replica knows): take it
+                self._background.spawn(self._claim(session_id), f"claim-{session_id}")
+                return
+            # a lost lease stops this runner as a shutdown would; every write and action of
+            # it carries the epoch it was started under, and the database refuses them once
+            # another replica took the session over
             self._lost.discard(session_id)
             deps = dataclasses.replace(
-                deps, stopping=lambda: self.stopping or session_id in self._lost)
+                deps, stopping=lambda: self.stopping or session_id in self._lost,
+                store=_FencedStore(self.engine, fence),
+                actions=_FencedActions(deps.actions, fence))
         machine: TurnMachine
         if session is not None and session.agent:
             if compact_only:
@@ -276,9 +287,17 @@ class AgentService:
         task.add_done_callback(lambda t: self._done(session_id, t))
 
     def _done(self, session_id: str, task: asyncio.Task[None]) -> None:
+        driver = None
         if self.tasks.get(session_id) is task:
             del self.tasks[session_id]
-            self.drivers.pop(session_id, None)
+            driver = self.drivers.pop(session_id, None)
+        if driver is not None and driver.lease_lost is not None:
+            # a fenced write was refused: the replica that took the session over goes on
+            # from the log; this one forgets its holding (the release below changes no row
+            # of a newer epoch) and starts nothing for it
+            log.warning("session %s: stopped its turn here at once (%s); the replica that "
+                        "took it over goes on", session_id, driver.lease_lost)
+            self._rerun.discard(session_id)
         self._turns.wake(session_id)  # a parent may be waiting for this sub-agent
         if session_id in self._rerun:
             self._rerun.discard(session_id)
@@ -492,6 +511,56 @@ class AgentService:
         # the session is closed either way: a failure is only logged
         self._background.spawn(self.deps.actions.run(session.worker_id, action, timeout=30),
                                f"detach-{session_id}")
+
+
+class _FencedStore:
+    """The engine as one runner's store: every write carries the runner's fence."""
+
+    def __init__(self, engine: Engine, fence: Fence) -> None:
+        self.engine = engine
+        self.fence = fence
+
+    @property
+    def state(self) -> State:
+        return self.engine.state
+
+    @property
+    def context(self) -> Context:
+        return self.engine.context
+
+    async def submit(self, decision: Callable[[State, In, Context], Decided], input: In, *,
+                     exclusive: bool = True) -> list[Envelope]:
+        return await self.engine.submit(decision, input, exclusive=exclusive,
+                                        fence=self.fence)
+
+
+class _FencedActions:
+    """One runner's actions: each is written for the replicas under the runner's fence
+    (a stale one is refused with LeaseLost, never sent again)."""
+
+    def __init__(self, actions: Actions, fence: Fence) -> None:
+        self.actions = actions
+        self.fence = fence
+
+    async def ensure_attached(self, worker_id: str, session_id: str, workdir: str, *,
+                              timeout: float | None = None) -> list[wk.McpServerInfo]:
+        return await self.actions.ensure_attached(worker_id, session_id, workdir,
+                                                  timeout=timeout)
+
+    async def run(self, worker_id: str, action: wk.ActionMessage, *,
+                  on_progress: ProgressCallback | None = None, timeout: float | None = None,
+                  skip: int = 0, fence: Fence | None = None) -> wk.ActionOutcome:
+        return await self.actions.run(worker_id, action, on_progress=on_progress,
+                                      timeout=timeout, skip=skip, fence=fence or self.fence)
+
+    async def cancel(self, worker_id: str, target_action_id: str, session_id: str) -> None:
+        await self.actions.cancel(worker_id, target_action_id, session_id)
+
+    def presence(self, worker_id: str) -> asyncio.Event:
+        return self.actions.presence(worker_id)
+
+    def absence(self, worker_id: str) -> asyncio.Event:
+        return self.actions.absence(worker_id)
 
 
 def _lease(session_id: str) -> str:

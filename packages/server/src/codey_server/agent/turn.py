@@ -615,10 +615,13 @@ class CodeyTurn(TurnMachine):
     def _run(self, item: ev.ToolCall, tool: WorkerTool[Any], action: wk.ActionMessage) -> None:
         s = self.session
         timeout = self.limits.action_timeout_s
+        # a resumed call's item already shows output: it counts towards the cap, and is
+        # not streamed again when the output comes again from its start (a take-over)
+        shown = len(item.output)
         self._running = _Running(item.id, action.action_id, tool,
-                                 Coalesced("output_delta", item.id))
+                                 Coalesced("output_delta", item.id), streamed=shown)
         self.effect(RunAction(s.worker_id, action, timeout, workdir=s.workdir,
-                              attach_timeout=timeout, progress=True, watch=True))
+                              attach_timeout=timeout, progress=True, watch=True, skip=shown))
 
     def _on_action_progressed(self, i: ActionProgressed) -> None:
         r = self._running

@@ -40,8 +40,9 @@ from codey_protocol import worker as wk
 from codey_server.core.actions import ActionFailed
 from codey_server.core.delivery import Delivery
 from codey_server.core.engine import Engine
+from codey_server.core.leases import Fence
 from codey_server.core.router import Outcome
-from codey_server.errors import ServerError
+from codey_server.errors import LeaseLost, ServerError
 from codey_server.eventlog.postgres import listen
 
 log = logging.getLogger("codey.cluster")
@@ -61,12 +62,17 @@ CREATE TABLE IF NOT EXISTS codey_replicas (
     replica text PRIMARY KEY, seen timestamptz NOT NULL);
 CREATE TABLE IF NOT EXISTS codey_leases (
     name text PRIMARY KEY, owner text NOT NULL, expires timestamptz NOT NULL);
+-- the holding's epoch (fencing): raised by every take, kept by renewals; rows are never
+-- deleted, so a lease's epochs only grow
+ALTER TABLE codey_leases ADD COLUMN IF NOT EXISTS epoch bigint NOT NULL DEFAULT 0;
 CREATE TABLE IF NOT EXISTS codey_actions (
     action_id text PRIMARY KEY, worker_id text NOT NULL, session_id text NOT NULL,
     action bytea NOT NULL, created timestamptz NOT NULL DEFAULT now(),
     outcome bytea, cancel boolean NOT NULL DEFAULT false);
 CREATE INDEX IF NOT EXISTS codey_actions_open ON codey_actions (worker_id)
     WHERE outcome IS NULL;
+-- the epoch of the session's lease its runner wrote it under (NULL: not a runner's action)
+ALTER TABLE codey_actions ADD COLUMN IF NOT EXISTS epoch bigint;
 CREATE TABLE IF NOT EXISTS codey_action_progress (
     id bigserial PRIMARY KEY, action_id text NOT NULL, data bytea NOT NULL);
 CREATE INDEX IF NOT EXISTS codey_action_progress_action ON codey_action_progress (action_id);
@@ -139,11 +145,24 @@ class Cluster:
                 log.exception("cluster notification hook failed")
 
 class Leases:
-    """Named leases this replica holds, renewed every :data:`RENEW_S` with its heartbeat."""
+    """Named leases this replica holds, renewed every :data:`RENEW_S` with its heartbeat.
+
+    Each holding has an epoch (``codey_leases.epoch``): a take of a lease that is free,
+    expired or another replica's raises it (a new row starts at 1); the holder's renewals and
+    repeated takes keep it. :meth:`fence` gives the epoch held here as a
+    :class:`~codey_server.core.leases.Fence`, which appends and routed actions carry: the
+    database refuses them once the epoch has moved on (``LeaseLost``). A release or a stop
+    lets the row expire at once rather than deleting it, so epochs never start again.
+
+    Row locks: a fenced append locks its lease rows ``FOR SHARE`` in name order; a take
+    locks one row, a renewal its rows in name order: so none of them can deadlock another,
+    and a take waits for an append under way to commit (which its new holder then reads).
+    """
 
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
         self.held: set[str] = set()
+        self._epochs: dict[str, int] = {}  # name → the epoch of the holding here
         #: called with the name of a lease this replica lost (it failed to renew in time)
         self.on_lost: list[Callable[[str], None]] = []
         self._task: asyncio.Task[None] | None = None
@@ -160,30 +179,47 @@ class Leases:
         await _cancelled(self._task)
         # hand everything over at once instead of after the TTL
         with contextlib.suppress(Exception):
-            await self.cluster.execute("DELETE FROM codey_leases WHERE owner = %s", (self.me,))
+            await self.cluster.execute(
+                "UPDATE codey_leases SET expires = '-infinity' WHERE owner = %s", (self.me,))
             await self.cluster.execute("DELETE FROM codey_replicas WHERE replica = %s",
                                        (self.me,))
         self.held.clear()
+        self._epochs.clear()
+
+    def fence(self, name: str) -> Fence | None:
+        """The holding of ``name`` here, for a write to carry (None when not held)."""
+        epoch = self._epochs.get(name)
+        if name not in self.held or epoch is None:
+            return None
+        return Fence(name, epoch, self.me)
 
     async def acquire(self, name: str) -> bool:
         """Take the lease if it is free or expired (or already ours); True when held."""
         rows = await self.cluster.execute(
-            "INSERT INTO codey_leases (name, owner, expires) "
-            "VALUES (%s, %s, now() + make_interval(secs => %s)) "
+            "INSERT INTO codey_leases (name, owner, expires, epoch) "
+            "VALUES (%s, %s, now() + make_interval(secs => %s), 1) "
             "ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, "
-            "expires = excluded.expires "
+            "expires = excluded.expires, epoch = CASE WHEN codey_leases.owner = "
+            "excluded.owner AND codey_leases.expires >= now() THEN codey_leases.epoch "
+            "ELSE codey_leases.epoch + 1 END "
             "WHERE codey_leases.owner = excluded.owner OR codey_leases.expires < now() "
-            "RETURNING owner", (name, self.me, LEASE_TTL_S))
+            "RETURNING epoch", (name, self.me, LEASE_TTL_S))
         if rows:
             self.held.add(name)
+            self._epochs[name] = int(rows[0][0])
             return True
         self.held.discard(name)
+        self._epochs.pop(name, None)
         return False
 
     async def release(self, name: str) -> None:
         self.held.discard(name)
-        await self.cluster.execute("DELETE FROM codey_leases WHERE name = %s AND owner = %s",
-                                   (name, self.me))
+        epoch = self._epochs.pop(name, None)
+        if epoch is None:
+            return
+        await self.cluster.execute(
+            "UPDATE codey_leases SET expires = '-infinity' "
+            "WHERE name = %s AND owner = %s AND epoch = %s", (name, self.me, epoch))
 
     async def free(self, names: list[str]) -> set[str]:
         """Of ``names``, those nobody holds (no row, or expired)."""
@@ -205,23 +241,33 @@ class Leases:
             "INSERT INTO codey_replicas (replica, seen) VALUES (%s, now()) "
             "ON CONFLICT (replica) DO UPDATE SET seen = now()", (self.me,))
 
+    async def renew(self) -> set[str]:
+        """Renew every lease held here, each only while its row still has this replica's
+        epoch; the names renewed. (The renewal loop calls it; so may a test.)"""
+        held = sorted(name for name in self.held if name in self._epochs)
+        if not held:
+            return set()
+        rows = await self.cluster.execute(
+            "WITH mine AS (SELECT name FROM codey_leases WHERE owner = %s AND (name, epoch) "
+            "IN (SELECT * FROM unnest(%s::text[], %s::bigint[])) ORDER BY name FOR UPDATE) "
+            "UPDATE codey_leases SET expires = now() + make_interval(secs => %s) "
+            "FROM mine WHERE codey_leases.name = mine.name RETURNING codey_leases.name",
+            (self.me, held, [self._epochs[name] for name in held], LEASE_TTL_S))
+        kept = {r[0] for r in rows}
+        for name in held:
+            if name not in kept and name in self.held:
+                self.held.discard(name)
+                self._epochs.pop(name, None)
+                log.warning("lost the lease %s", name)
+                for hook in self.on_lost:
+                    hook(name)
+        return kept
+
     async def _renew_loop(self) -> None:
         while True:
             try:
                 await self.beat()
-                held = sorted(self.held)
-                if held:
-                    rows = await self.cluster.execute(
-                        "UPDATE codey_leases SET expires = now() + make_interval(secs => %s) "
-                        "WHERE owner = %s AND name = ANY(%s) RETURNING name",
-                        (LEASE_TTL_S, self.me, held))
-                    kept = {r[0] for r in rows}
-                    for name in held:
-                        if name not in kept and name in self.held:
-                            self.held.discard(name)
-                            log.warning("lost the lease %s", name)
-                            for hook in self.on_lost:
-                                hook(name)
+                await self.renew()
             except asyncio.CancelledError:
                 raise
             except Exception as err:
@@ -298,19 +344,43 @@ class ClusterRoutes:
 
     # Routes ----------------------------------------------------------------------------------
 
-    async def route(self, worker_id: str, action: wk.ActionMessage, *,
-                    here: bool) -> Outcome | None:
-        rows = await self.cluster.execute(
-            "INSERT INTO codey_actions (action_id, worker_id, session_id, action) "
-            "VALUES (%s, %s, %s, %s) ON CONFLICT (action_id) DO UPDATE "
-            "SET worker_id = codey_actions.worker_id RETURNING outcome",
-            (action.action_id, worker_id, getattr(action, "session_id", "") or "",
-             codec.encode(action)))
+    async def route(self, worker_id: str, action: wk.ActionMessage, *, here: bool,
+                    fence: Fence | None = None) -> tuple[Outcome | None, bool]:
+        """Write the action (see :class:`~codey_server.core.actions.Routes`). With a fence,
+        in one statement: the lease row must still have the fence's owner and epoch (locked
+        ``FOR SHARE`` meanwhile, as an append does), and a row already there must not be of
+        a later epoch; else :class:`~codey_server.errors.LeaseLost` and nothing written. A
+        take-over's re-send moves the row to its own epoch."""
+        params = (action.action_id, worker_id, getattr(action, "session_id", "") or "",
+                  codec.encode(action))
+        if fence is None:
+            rows = await self.cluster.execute(
+                "INSERT INTO codey_actions (action_id, worker_id, session_id, action) "
+                "VALUES (%s, %s, %s, %s) ON CONFLICT (action_id) DO UPDATE "
+                "SET worker_id = codey_actions.worker_id "
+                "RETURNING outcome, xmax <> 0", params)
+        else:
+            rows = await self.cluster.execute(
+                "WITH lease AS (SELECT 1 FROM codey_leases WHERE name = %s AND owner = %s "
+                "AND epoch = %s FOR SHARE) "
+                "INSERT INTO codey_actions (action_id, worker_id, session_id, action, epoch) "
+                "SELECT %s, %s, %s, %s, %s WHERE EXISTS (SELECT 1 FROM lease) "
+                "ON CONFLICT (action_id) DO UPDATE SET epoch = excluded.epoch "
+                "WHERE coalesce(codey_actions.epoch, 0) <= excluded.epoch "
+                "RETURNING outcome, xmax <> 0",
+                (fence.lease, fence.owner, fence.epoch, *params, fence.epoch))
+            if not rows:
+                raise LeaseLost(fence.lease, f"its epoch moved on from {fence.epoch}, or "
+                                             f"{action.action_id} was written under a later one")
+        # (xmax is set on a row an ON CONFLICT updated: the action was written before)
+        existed = bool(rows and rows[0][1])
+        if existed:
+            self._read.set()  # a take-over: its output (and outcome) are read back now
         if rows and rows[0][0] is not None:  # carried out before (a take-over)
-            return _decode_outcome(rows[0][0])
+            return _decode_outcome(rows[0][0]), True
         if not here:
             await self.cluster.notify(f"a:{worker_id}")
-        return None
+        return None, existed
 
     async def record(self, action_id: str, outcome: Outcome) -> None:
         self._recording.add(action_id)

@@ -17,6 +17,7 @@ from typing import Protocol
 
 from codey_protocol import worker as wk
 from codey_server.errors import ServerError
+from codey_server.eventlog.base import Fence
 
 __all__ = ["ActionFailed", "Actions", "Link", "ProgressCallback", "Routes", "TerminalFrame",
            "WorkerLink"]
@@ -48,8 +49,16 @@ class Actions(Protocol):
 
     async def run(self, worker_id: str, action: wk.ActionMessage, *,
                   on_progress: ProgressCallback | None = None,
-                  timeout: float | None = None) -> wk.ActionOutcome:
-        """The action's outcome; raises :class:`ActionFailed` or ``TimeoutError``."""
+                  timeout: float | None = None, skip: int = 0,
+                  fence: Fence | None = None) -> wk.ActionOutcome:
+        """The action's outcome; raises :class:`ActionFailed` or ``TimeoutError``.
+
+        ``skip``: characters of the action's output the caller already has (the log shows
+        them): left out when the output comes again from its start (among replicas, after
+        a take-over). ``fence`` (among replicas, a session's runner): the action is written
+        for the replicas only while that lease holding is current; raises
+        :class:`~codey_server.errors.LeaseLost` otherwise, and nothing is sent.
+        """
 
     async def cancel(self, worker_id: str, target_action_id: str, session_id: str) -> None:
         """Stop an action; its own outcome says how it ended ("cancelled while the worker
@@ -73,10 +82,15 @@ class Routes(Protocol):
     """Among replicas: the database that carries actions to the replica holding the worker,
     and their output and outcomes back (:mod:`codey_server.cluster`)."""
 
-    async def route(self, worker_id: str, action: wk.ActionMessage, *,
-                    here: bool) -> wk.ActionOutcome | ActionFailed | None:
-        """Write the action for the replicas (once per id); the outcome already recorded
-        for it, if any. ``here``: its worker is linked to this server (wake nobody)."""
+    async def route(self, worker_id: str, action: wk.ActionMessage, *, here: bool,
+                    fence: Fence | None = None,
+                    ) -> tuple[wk.ActionOutcome | ActionFailed | None, bool]:
+        """Write the action for the replicas (once per id); returns the outcome already
+        recorded for it, if any, and whether it had been written before (by an earlier
+        runner of its session: a take-over). ``here``: its worker is linked to this server
+        (wake nobody). ``fence``: raise :class:`~codey_server.errors.LeaseLost`, writing
+        nothing, when that holding is not current or the action was written under a later
+        one."""
 
     async def record(self, action_id: str, outcome: wk.ActionOutcome | ActionFailed) -> None:
         """Write the action's outcome, unless one is there already."""

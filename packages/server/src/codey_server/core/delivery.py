@@ -47,6 +47,7 @@ from codey_server.core.router import (
     Send,
     Settle,
 )
+from codey_server.eventlog.base import Fence
 
 __all__ = ["Delivery"]
 
@@ -82,20 +83,28 @@ class Delivery:
 
     async def run(self, worker_id: str, action: wk.ActionMessage, *,
                   on_progress: ProgressCallback | None = None,
-                  timeout: float | None = None) -> wk.ActionOutcome:
+                  timeout: float | None = None, skip: int = 0,
+                  fence: Fence | None = None) -> wk.ActionOutcome:
         """Deliver ``action`` to the worker exactly once and wait for its outcome.
 
         Raises :class:`ActionFailed` for ``ActionErrored`` (and revoked, cancelled while the
         worker was away) and ``TimeoutError`` when no outcome came in ``timeout`` seconds.
         Running an ``action_id`` that is in flight joins the existing wait; once nobody waits
         the action is forgotten: not re-sent after a reconnect, a late answer ignored.
+
+        Among replicas ``on_progress`` gets the action's output from its start (see the
+        router), less its first ``skip`` characters; ``fence`` goes with the action's write
+        (:class:`~codey_server.errors.LeaseLost` when stale). One server ignores both: after
+        a restart the worker sends only the output that follows.
         """
         info = self.engine.state.workers.get(worker_id)
         if info is None or info.revoked:
             raise ActionFailed("revoked", "the worker was revoked; it will not run anything")
+        if skip and on_progress is not None and self.router.routed:
+            on_progress = _skipping(on_progress, skip)
         waiter: asyncio.Future[wk.ActionOutcome] = asyncio.get_running_loop().create_future()
         doing = _Doing()
-        effects = self.router.submit(worker_id, action, waiter, on_progress)
+        effects = self.router.submit(worker_id, action, waiter, on_progress, fence)
         try:
             async with asyncio.timeout(timeout):
                 await self._do(effects, doing)
@@ -211,11 +220,12 @@ class Delivery:
             elif isinstance(effect, Route):
                 if doing is not None:
                     doing.effect = effect
-                outcome = await self._routes.route(effect.worker_id, effect.action,
-                                                   here=effect.here)
+                outcome, existed = await self._routes.route(
+                    effect.worker_id, effect.action, here=effect.here, fence=effect.fence)
                 if doing is not None:
                     doing.effect = None
-                await self._do(self.router.route_done(effect.action.action_id, outcome), doing)
+                await self._do(self.router.route_done(effect.action.action_id, outcome,
+                                                      existed=existed), doing)
             elif isinstance(effect, Record):
                 # not waited for: the caller has its outcome; progress rows were written first
                 self._background.spawn(self._routes.record(effect.action_id, effect.outcome),
@@ -242,6 +252,24 @@ class Delivery:
                 self._background.spawn(self._do(effects), f"revoked-{e.worker_id}")
         elif isinstance(e, (ev.WorkerConnected, ev.WorkerDisconnected)):
             self.router.presence_changed(e.worker_id)
+
+
+def _skipping(listener: ProgressCallback, skip: int) -> ProgressCallback:
+    """``listener`` without the first ``skip`` characters of the output (across frames)."""
+    left = skip
+
+    async def progressed(progress: wk.ActionProgress) -> None:
+        nonlocal left
+        if left:
+            cut = min(left, len(progress.data))
+            left -= cut
+            if cut == len(progress.data):
+                return
+            progress = wk.ActionProgress(action_id=progress.action_id, stream=progress.stream,
+                                         data=progress.data[cut:])
+        await listener(progress)
+
+    return progressed
 
 
 def _give(waiter: Any, outcome: Outcome) -> None:

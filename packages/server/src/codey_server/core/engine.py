@@ -36,7 +36,7 @@ from codey_protocol.events import Envelope, Event
 from codey_protocol.state import State
 from codey_server.core import status
 from codey_server.core.rules import Context, Decided, Rules
-from codey_server.eventlog import EventLog
+from codey_server.eventlog import EventLog, Fence
 
 log = logging.getLogger("codey.engine")
 
@@ -117,7 +117,8 @@ class Engine:
 
     # writes -------------------------------------------------------------------------------
 
-    async def _append(self, events: Sequence[tuple[str | None, Event]]) -> list[Envelope]:
+    async def _append(self, events: Sequence[tuple[str | None, Event]], *,
+                      fence: Fence | None = None) -> list[Envelope]:
         """Append events atomically; returns once they are committed and folded. Private:
         every writer goes through :meth:`execute` or :meth:`submit`, which decide first."""
         if not events:
@@ -126,7 +127,7 @@ class Engine:
         started = time.perf_counter()
         # The fold must not depend on this caller: a task cancelled while its events commit
         # would otherwise leave them unfolded, and every later append would wait forever.
-        appended = asyncio.ensure_future(self.log.append(events))
+        appended = asyncio.ensure_future(self.log.append(events, fence=fence))
         appended.add_done_callback(self._fold_when_done)
         envs = await asyncio.shield(appended)
         last = envs[-1].seq
@@ -150,7 +151,7 @@ class Engine:
             return await self._append(self.rules.decide(self.state, command, ctx))
 
     async def submit(self, decision: Callable[[State, In, Context], Decided], input: In, *,
-                     exclusive: bool = True) -> list[Envelope]:
+                     exclusive: bool = True, fence: Fence | None = None) -> list[Envelope]:
         """The write path for everything that is not a browser command: run the pure
         ``decision(state, input, ctx)`` against the current state and append its events
         (nothing when it decides nothing); returns once they are committed and folded.
@@ -161,11 +162,15 @@ class Engine:
         steps, passes ``exclusive=False``: its appends then group-commit with everyone else's.
         A decision may raise :class:`~codey_server.core.rules.CommandRejected`; nothing is
         appended then.
+
+        ``fence`` (among replicas, a session's runner): the events are committed only while
+        that lease holding is current; raises :class:`~codey_server.errors.LeaseLost`
+        otherwise, with nothing appended (see :class:`~codey_server.eventlog.EventLog`).
         """
         if not exclusive:
-            return await self._append(decision(self.state, input, self.context))
+            return await self._append(decision(self.state, input, self.context), fence=fence)
         async with self._command_lock:
-            return await self._append(decision(self.state, input, self.context))
+            return await self._append(decision(self.state, input, self.context), fence=fence)
 
     async def catch_up(self) -> None:
         """Return once the state has folded every event committed so far, by any replica (the

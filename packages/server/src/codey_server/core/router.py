@@ -52,9 +52,20 @@ with the outcome if the action was carried out before). Then, with the worker li
 sent at once and its output and outcome go straight to the waiting caller (the same-replica
 shortcut); otherwise the worker's replica picks it up (:meth:`carry`), and its output and
 outcome come back from the database (:meth:`progressed`, :meth:`answered`). An outcome that
-did not come from the database is written to it (``Record``); output of an action carried out
-for another replica is too (``RecordProgress``). An action carried out here stays until it
-has an outcome, even when nobody here waits for it.
+did not come from the database is written to it (``Record``); so is every output frame a
+worker sends here (``RecordProgress``, before it goes to a caller here): the database holds
+each action's whole output, in order. An action carried out here stays until it has an
+outcome, even when nobody here waits for it.
+
+**A take-over** (another replica's session, now run here) re-sends the action id. Its caller
+gets the action's output again from its start, from the database — never part of it live
+and part not: when the worker is linked elsewhere, as always; when the action was written
+before (``route_done(existed=True)``) or is being carried out here for another replica (a
+caller joins it), the output and the outcome that come on the link are written and read
+back in order (``via_table``), not handed over directly; when it already has an outcome,
+its output is read back before it. The caller leaves out what it already has
+(``Delivery.run``'s ``skip``). A ``Route`` carries the caller's fence: the database refuses
+it from a runner whose lease moved on.
 
 Attachments are tracked here too: the sessions attached on the worker's current connection
 (seeded by its hello, forgotten when the connection changes), each with the MCP servers the
@@ -69,6 +80,7 @@ from typing import Any, Literal, cast
 
 from codey_protocol import worker as wk
 from codey_server.core.actions import ActionFailed
+from codey_server.eventlog.base import Fence
 
 __all__ = ["Answer", "CancelElsewhere", "Deliver", "Effect", "Outcome", "Record", "RecordProgress",
            "Route", "Router", "Send", "Settle", "away", "revoked"]
@@ -129,6 +141,8 @@ class Route:
     worker_id: str
     action: wk.ActionMessage
     here: bool
+    #: the caller's lease holding (a session's runner among replicas)
+    fence: Fence | None = None
 
 
 @dataclass(slots=True)
@@ -177,6 +191,10 @@ class _Flight:
     outcome: Outcome | None = None
     carried: bool = False  # routed: carried out here, kept until it has an outcome
     cancel_sent_on: Any = None
+    fence: Fence | None = None  # routed: the first caller's, for a Route done again
+    #: routed: output and outcome from the link are written, and read back for the callers
+    via_table: bool = False
+    held: Outcome | None = None  # via_table: the outcome written, not yet read back
 
     @property
     def action_id(self) -> str:
@@ -218,10 +236,12 @@ class Router:
         return "settled" if flight.outcome is not None else flight.state
 
     def awaiting_elsewhere(self) -> list[str]:
-        """Routed: the actions written for the replicas, not settled, whose worker is not
-        linked here — their output and outcome come from the database."""
+        """Routed: the actions written for the replicas, not settled, whose output and
+        outcome come from the database: their worker is not linked here, or they go through
+        it (``via_table``)."""
         return [f.action_id for f in self._flights.values()
-                if f.outcome is None and f.state != "routing" and f.worker_id not in self._links]
+                if f.outcome is None and f.state != "routing"
+                and (f.via_table or f.worker_id not in self._links)]
 
     def wants_progress(self, action_id: str) -> bool:
         flight = self._flights.get(action_id)
@@ -243,19 +263,25 @@ class Router:
     # a caller --------------------------------------------------------------------------------
 
     def submit(self, worker_id: str, action: wk.ActionMessage, waiter: Hashable,
-               listener: Any = None) -> list[Effect]:
+               listener: Any = None, fence: Fence | None = None) -> list[Effect]:
         """``waiter`` waits for ``action``'s outcome, ``listener`` (if given) gets its output.
         A second submit of an ``action_id`` joins the first; its listener replaces the
-        earlier one until it leaves."""
+        earlier one until it leaves. ``fence`` (routed): the caller's lease holding, which
+        the write of a new action carries."""
         flight = self._flights.get(action.action_id)
         if flight is None:
             flight = self._flights[action.action_id] = _Flight(
                 worker_id, action, [waiter], listener,
-                None if listener is None else [(waiter, listener)])
+                None if listener is None else [(waiter, listener)], fence=fence)
             if self.routed:
                 flight.state = "routing"
-                return [Route(worker_id, action, here=worker_id in self._links)]
+                return [Route(worker_id, action, here=worker_id in self._links, fence=fence)]
             return self._deliver(flight)
+        if self.routed and flight.carried and not flight.waiters and listener is not None \
+                and flight.outcome is None:
+            # carried out here for the replica the session was on: a take-over. Its output
+            # so far is in the database; the caller reads it all from there, in order
+            flight.via_table = True
         flight.waiters.append(waiter)
         if listener is not None:
             flight.listener = listener
@@ -293,7 +319,8 @@ class Router:
             flight.state = "pending"
             return self._deliver(flight)
         if isinstance(cut, Route) and flight.state == "routing":
-            return [Route(flight.worker_id, flight.action, here=flight.worker_id in self._links)]
+            return [Route(flight.worker_id, flight.action, here=flight.worker_id in self._links,
+                          fence=flight.fence)]
         return []
 
     def cancel(self, worker_id: str, target_action_id: str, session_id: str, cancel_id: str,
@@ -323,7 +350,7 @@ class Router:
         effects: list[Effect] = []
         for flight in list(self._flights.values()):
             if flight.worker_id == worker_id and flight.outcome is None:
-                effects += self._settle(flight, revoked())
+                effects += self._settle(flight, flight.held or revoked())
         return effects
 
     # the worker's link here ------------------------------------------------------------------
@@ -338,7 +365,7 @@ class Router:
         effects: list[Effect] = []
         for flight in list(self._flights.values()):
             if flight.worker_id == worker_id and flight.outcome is None \
-                    and flight.state != "routing":
+                    and flight.held is None and flight.state != "routing":
                 flight.state = "pending"  # the old link's delivery counts for nothing now
                 flight.link = flight.cancel_sent_on = None
                 effects += self._deliver(flight)
@@ -371,20 +398,27 @@ class Router:
         if kind is wk.ActionResult or kind is wk.ActionErrored:
             if current is not None:
                 current.holds.discard(action_id)
-            if flight is None:
+            if flight is None or flight.held is not None:
                 return []  # late, or nobody's: ignored
             if kind is wk.ActionResult:
-                return self._settle(flight, cast(wk.ActionResult, frame).result)
-            errored = cast(wk.ActionErrored, frame)
-            return self._settle(flight, ActionFailed(errored.code, errored.message))
+                outcome: Outcome = cast(wk.ActionResult, frame).result
+            else:
+                errored = cast(wk.ActionErrored, frame)
+                outcome = ActionFailed(errored.code, errored.message)
+            if flight.via_table:  # written after its output; the read-back settles it
+                flight.held = outcome
+                return [Record(action_id, outcome)]
+            return self._settle(flight, outcome)
         if kind is wk.ActionProgress:
             if flight is None:
                 return []
-            if flight.listener is not None:
-                return [Deliver(flight.listener, cast(wk.ActionProgress, frame))]
-            if self.routed and flight.carried and not flight.waiters:
-                return [RecordProgress(cast(wk.ActionProgress, frame))]
-            return []
+            progress = cast(wk.ActionProgress, frame)
+            # routed: every frame is written first (the database holds the whole output, for
+            # whoever takes the session over), then given to the caller here
+            effects: list[Effect] = [RecordProgress(progress)] if self.routed else []
+            if flight.listener is not None and not flight.via_table:
+                effects.append(Deliver(flight.listener, progress))
+            return effects
         # action_accepted: the worker holds it
         if current is not None and len(current.holds) < HOLDS_MAX:
             current.holds.add(action_id)
@@ -394,16 +428,25 @@ class Router:
 
     # the database (routed) -------------------------------------------------------------------
 
-    def route_done(self, action_id: str, outcome: Outcome | None) -> list[Effect]:
-        """The action's ``Route`` is done; ``outcome``: the one already recorded, if any."""
+    def route_done(self, action_id: str, outcome: Outcome | None, *,
+                   existed: bool = False) -> list[Effect]:
+        """The action's ``Route`` is done; ``outcome``: the one already recorded, if any;
+        ``existed``: it had been written before (a take-over re-sends it)."""
         flight = self._flights.get(action_id)
         if flight is None or flight.outcome is not None or flight.state != "routing":
+            return []
+        if outcome is not None and flight.listener is not None:
+            # carried out before, its output in the database: the caller reads that, then
+            # the outcome (the read-back settles it), rather than the outcome alone
+            flight.state, flight.via_table, flight.held = "pending", True, outcome
             return []
         if outcome is not None:
             return self._settle(flight, outcome, recorded=True)
         flight.state = "pending"
         if flight.worker_id in self._links:
             flight.carried = True  # the same-replica shortcut: this server carries it out
+            if existed and flight.listener is not None:
+                flight.via_table = True  # its output so far is in the database: read it all
         return self._deliver(flight)
 
     def carry(self, worker_id: str, action: wk.ActionMessage) -> list[Effect]:
@@ -412,7 +455,8 @@ class Router:
         flight = self._flights.get(action.action_id)
         if flight is None:
             flight = self._flights[action.action_id] = _Flight(worker_id, action)
-        elif flight.outcome is not None or flight.state == "routing":
+        elif flight.outcome is not None or flight.held is not None \
+                or flight.state == "routing":
             return []  # settled, or its own caller here is writing it (route_done sends)
         flight.carried = True
         return self._deliver(flight)

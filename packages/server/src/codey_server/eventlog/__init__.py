@@ -9,9 +9,9 @@
 """
 
 from codey_server.errors import LogClosed, SubscriberOverflow
-from codey_server.eventlog.base import EventLog, Subscription
+from codey_server.eventlog.base import EventLog, Fence, Subscription
 from codey_server.eventlog.memory import MemoryEventLog
 from codey_server.eventlog.sqlite import SqliteEventLog
 
-__all__ = ["EventLog", "LogClosed", "MemoryEventLog", "SqliteEventLog", "SubscriberOverflow",
-           "Subscription"]
+__all__ = ["EventLog", "Fence", "LogClosed", "MemoryEventLog", "SqliteEventLog",
+           "SubscriberOverflow", "Subscription"]

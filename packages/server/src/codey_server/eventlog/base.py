@@ -22,7 +22,13 @@ which each backend's tests subclass):
 - subscribers receive exactly the committed events, in seq order, and only after their commit,
   so an event a subscriber sees is already readable;
 - a subscriber that falls ``maxsize`` batches behind is dropped with :class:`SubscriberOverflow`
-  and resumes from the log with ``after_seq`` — the log is the buffer.
+  and resumes from the log with ``after_seq`` — the log is the buffer;
+- an append that carries a :class:`Fence` is committed only if the fence is current when its
+  transaction commits; otherwise it raises :class:`~codey_server.errors.LeaseLost`, stores
+  nothing and uses no seq, and the other appends of its group commit as if it had not been
+  there. Only a log that several servers share has leases (PostgreSQL checks the fence
+  against ``codey_leases`` in the appending transaction); the others (SQLite, memory: one
+  server, no leases) cannot prove any fence current, so they refuse every fence.
 
 Retention (:meth:`EventLog.trim`, driven by :mod:`~codey_server.core.retention`) deletes the
 of finished sessions up to a snapshot. The seqs stay gapless as numbers handed out, but the
@@ -40,14 +46,16 @@ import abc
 import asyncio
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from dataclasses import dataclass
 
 import msgspec
 
 from codey_protocol.errors import ProtocolError
 from codey_protocol.events import Envelope, Event
-from codey_server.errors import LogClosed, SubscriberOverflow
+from codey_server.errors import LeaseLost, LogClosed, SubscriberOverflow
 
-__all__ = ["SNAPSHOTS_KEPT", "EventLog", "LogClosed", "SubscriberOverflow", "Subscription"]
+__all__ = ["SNAPSHOTS_KEPT", "EventLog", "Fence", "LogClosed", "SubscriberOverflow",
+           "Subscription"]
 
 #: How many snapshots :meth:`EventLog.save_snapshot` keeps (the newest ones).
 SNAPSHOTS_KEPT = 3
@@ -63,6 +71,21 @@ def _decode_many(blobs: list[bytes]) -> list[Envelope]:
         return _envelope_list.decode(b"[" + b",".join(blobs) + b"]")
     except (msgspec.DecodeError, msgspec.ValidationError) as err:
         raise ProtocolError("bad_frame", f"stored envelope does not decode: {err}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """A lease as one holding of it (:mod:`codey_server.core.leases`): current while the
+    lease row still has this ``owner`` and this ``epoch``. A value; the log checks it."""
+
+    lease: str
+    epoch: int
+    owner: str
+
+
+def no_leases(fence: Fence) -> LeaseLost:
+    """The refusal of a log without leases: no fence can be shown current there."""
+    return LeaseLost(fence.lease, "this event log has no leases (one server, not PostgreSQL)")
 
 
 _tags: dict[type, str] = {}
@@ -201,12 +224,17 @@ class EventLog(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def append(self, events: Sequence[tuple[str | None, Event]]) -> list[Envelope]:
+    async def append(self, events: Sequence[tuple[str | None, Event]], *,
+                     fence: Fence | None = None) -> list[Envelope]:
         """Append ``(session_id, event)`` pairs as one atomic group; return their envelopes.
 
         The events get consecutive seqs and are committed together. Returns after the commit;
         subscribers get the group as one batch after the commit. If the commit fails, the
         exception is raised here, nothing is published and no seq is used up.
+
+        ``fence``: commit only while that lease holding is current, else raise
+        :class:`~codey_server.errors.LeaseLost` (nothing stored, no seq used). A log without
+        leases refuses every fence that way (see the module docstring).
 
         Cancelling the awaiting task does not withdraw the events: they may still be committed.
         """

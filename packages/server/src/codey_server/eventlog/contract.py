@@ -30,8 +30,8 @@ from codey_protocol.events import (
     SessionTitleChanged,
     WorkerDisconnected,
 )
-from codey_server.errors import LogClosed, ServerError, SubscriberOverflow
-from codey_server.eventlog.base import SNAPSHOTS_KEPT, EventLog, Subscription
+from codey_server.errors import LeaseLost, LogClosed, ServerError, SubscriberOverflow
+from codey_server.eventlog.base import SNAPSHOTS_KEPT, EventLog, Fence, Subscription
 
 __all__ = ["Body", "EventLogContract", "seqs", "title"]
 
@@ -150,6 +150,49 @@ class EventLogContract(abc.ABC):
             assert sorted(seq for envs in good for seq in seqs(envs)) == [1, 2]
             assert seqs(await log.append([("s", title(4))])) == [3]
             assert [env.event for env in await log.read(0)] == [title(1), title(3), title(4)]
+
+        self.run(tmp_path, body)
+
+    # fencing ------------------------------------------------------------------------------
+
+    async def fences(self, log: EventLog) -> tuple[Fence | None, Fence]:
+        """A current fence and a stale one, for the open ``log``. A backend without leases
+        keeps this default: it has no current fence (None), and refuses any fence as stale.
+        A backend with leases overrides it (a take-over makes one holding stale)."""
+        return None, Fence("session:s", 1, "nobody")
+
+    def test_a_stale_fence_is_refused_and_the_rest_of_its_group_commits(
+            self, tmp_path: Path) -> None:
+        async def body(log: EventLog) -> None:
+            await log.append([("s", title(0))])
+            current, stale = await self.fences(log)
+            sub = log.subscribe()
+            # queued together: one group commit (PostgreSQL, SQLite) holds all four
+            results = await asyncio.gather(
+                log.append([("s", title(1))]),
+                log.append([("s", title(2)), ("s", title(3))], fence=stale),
+                log.append([("s", title(4))], fence=current),  # None: an unfenced append
+                log.append([("s", title(5))]),
+                return_exceptions=True)
+            refused = results[1]
+            assert isinstance(refused, LeaseLost) and refused.lease == stale.lease
+            assert isinstance(refused, ServerError)
+            good = [r for r in results if isinstance(r, list)]
+            assert len(good) == 3
+            # the refused append used no seq: the others are gapless after seq 1
+            assert sorted(seq for envs in good for seq in seqs(envs)) == [2, 3, 4]
+            stored = await log.read(0)
+            assert seqs(stored) == [1, 2, 3, 4]
+            assert [env.event for env in stored] == [title(0), title(1), title(4), title(5)]
+            published: list[Envelope] = []
+            while len(published) < 3:
+                published += await asyncio.wait_for(sub.get(), 5)
+            assert seqs(published) == [2, 3, 4]
+            # alone, too; and the seq goes on where it was
+            with pytest.raises(LeaseLost):
+                await log.append([("s", title(6))], fence=stale)
+            assert seqs(await log.append([("s", title(7))])) == [5]
+            assert log.last_seq == 5 and seqs(await log.read(0)) == [1, 2, 3, 4, 5]
 
         self.run(tmp_path, body)
 

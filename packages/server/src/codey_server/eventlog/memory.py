@@ -9,7 +9,7 @@ from collections.abc import Collection, Sequence
 from codey_protocol.codec import encode
 from codey_protocol.events import Envelope, Event
 from codey_server.errors import LogClosed
-from codey_server.eventlog.base import SNAPSHOTS_KEPT, EventLog, _tag
+from codey_server.eventlog.base import SNAPSHOTS_KEPT, EventLog, Fence, _tag, no_leases
 
 __all__ = ["MemoryEventLog"]
 
@@ -32,9 +32,12 @@ class MemoryEventLog(EventLog):
         self._closed = True
         self._end_subscribers()
 
-    async def append(self, events: Sequence[tuple[str | None, Event]]) -> list[Envelope]:
+    async def append(self, events: Sequence[tuple[str | None, Event]], *,
+                     fence: Fence | None = None) -> list[Envelope]:
         if self._closed:
             raise LogClosed("the event log is closed")
+        if fence is not None:
+            raise no_leases(fence)
         if not events:
             return []
         seq = self._last_seq

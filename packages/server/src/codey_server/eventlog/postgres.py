@@ -17,6 +17,18 @@ The same contract as the SQLite log (``codey_server.eventlog.contract``):
   event. Its own groups are published at once when nothing is missing before them; otherwise
   they wait for the follower to read the rows in between. The engine gets the other
   replicas' events through :meth:`follow` and folds them like its own.
+- **Fenced appends.** An append that carries a :class:`~codey_server.eventlog.base.Fence`
+  is checked inside the group's transaction, after the counter row is locked: its lease row
+  (``codey_leases``, which the cluster creates) is locked ``FOR SHARE`` and must still have
+  the fence's owner and epoch. A take-over's ``UPDATE`` of that row therefore waits for the
+  append to commit, and its new holder reads it; an append after the take-over sees the new
+  epoch and fails with :class:`~codey_server.errors.LeaseLost` before it takes a seq, while
+  the rest of its group commits.
+- **A paused process does not stall the others for long.** A process stopped (``SIGSTOP``,
+  a debugger) inside an append's transaction would hold the counter row, and every
+  replica's appends with it; the server ends such a transaction after
+  :data:`IDLE_IN_TRANSACTION_S` (``idle_in_transaction_session_timeout`` on this log's
+  connections), and the stopped process's append fails when it wakes.
 """
 
 from __future__ import annotations
@@ -31,8 +43,8 @@ from typing import Any
 
 from codey_protocol.codec import decode_envelope, encode
 from codey_protocol.events import Envelope, Event
-from codey_server.errors import LogClosed, ServerError
-from codey_server.eventlog.base import SNAPSHOTS_KEPT, EventLog, _decode_many, _tag
+from codey_server.errors import LeaseLost, LogClosed, ServerError
+from codey_server.eventlog.base import SNAPSHOTS_KEPT, EventLog, Fence, _decode_many, _tag
 
 __all__ = ["CHANNEL", "PostgresEventLog", "listen"]
 
@@ -46,13 +58,16 @@ CHANNEL = "codey_events"
 POLL_S = 1.0
 #: rows the follower reads at once
 FOLLOW_BATCH = 2000
+#: a transaction of this log left idle this long (its process paused) is ended by the server
+IDLE_IN_TRANSACTION_S = 5.0
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS codey_events (
     seq bigint PRIMARY KEY, ts double precision NOT NULL, session_id text, type text NOT NULL,
     envelope bytea NOT NULL);
 CREATE INDEX IF NOT EXISTS codey_events_session ON codey_events (session_id);
--- the process that appended the row: a follower knows its own commits by it
+-- the process that appended the row (its replica id, then a token of the process): a
+-- follower knows its own commits by it
 ALTER TABLE codey_events ADD COLUMN IF NOT EXISTS origin text;
 CREATE TABLE IF NOT EXISTS codey_snapshots (seq bigint PRIMARY KEY, data bytea NOT NULL);
 CREATE TABLE IF NOT EXISTS codey_meta (key text PRIMARY KEY, value bigint NOT NULL);
@@ -60,11 +75,14 @@ INSERT INTO codey_meta (key, value) VALUES ('last_seq', 0), ('trimmed_through', 
     ON CONFLICT (key) DO NOTHING;
 """
 
-_Request = tuple[list[tuple[str | None, Event]], "asyncio.Future[list[Envelope]]"]
+_Request = tuple[list[tuple[str | None, Event]], "asyncio.Future[list[Envelope]]",
+                 Fence | None]
 
 
 class PostgresEventLog(EventLog):
-    def __init__(self, url: str, *, pool_size: int = 4) -> None:
+    def __init__(self, url: str, *, pool_size: int = 4, name: str = "") -> None:
+        """``name``: who this process is among the replicas (its replica id): each row it
+        appends carries it in ``origin`` as ``<name>/<random>``, unique to the process."""
         super().__init__()
         self.url = url
         self.pool_size = pool_size
@@ -77,7 +95,7 @@ class PostgresEventLog(EventLog):
         self._own: dict[int, list[Envelope]] = {}  # committed here, waiting for earlier seqs
         self._on_foreign: Callable[[list[Envelope]], None] | None = None
         self._following = False
-        self._origin = secrets.token_hex(8)
+        self._origin = f"{name}/{secrets.token_hex(6)}" if name else secrets.token_hex(8)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -100,7 +118,8 @@ class PostgresEventLog(EventLog):
         self._own = {}
         self._wake = asyncio.Event()
         self._pool = AsyncConnectionPool(self.url, min_size=1, max_size=self.pool_size,
-                                         open=False, kwargs={"autocommit": True})
+                                         open=False, kwargs={"autocommit": True},
+                                         configure=_configure)
         await self._pool.open(wait=True)
         self._closed = False
         self._queue = asyncio.Queue()
@@ -127,7 +146,8 @@ class PostgresEventLog(EventLog):
 
     # -- appends ----------------------------------------------------------------------------------
 
-    async def append(self, events: Sequence[tuple[str | None, Event]]) -> list[Envelope]:
+    async def append(self, events: Sequence[tuple[str | None, Event]], *,
+                     fence: Fence | None = None) -> list[Envelope]:
         if self._closed:
             raise LogClosed("the event log is closed")
         if not events:
@@ -135,7 +155,7 @@ class PostgresEventLog(EventLog):
         for _, event in events:
             _tag(event)  # refuse what cannot be stored before it takes a seq
         future: asyncio.Future[list[Envelope]] = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait((list(events), future))
+        self._queue.put_nowait((list(events), future, fence))
         return await future
 
     async def _write_loop(self) -> None:
@@ -154,40 +174,54 @@ class PostgresEventLog(EventLog):
             await self._commit(group)
 
     async def _commit(self, group: list[_Request]) -> None:
-        ready: list[tuple[list[tuple[str | None, Event]], asyncio.Future[list[Envelope]]]] = []
-        for events, future in group:
+        ready: list[_Request] = []
+        for request in group:
             try:
-                for _, event in events:
+                for _, event in request[0]:
                     encode(event)
             except Exception as err:  # this append only: the others go on
-                future.set_exception(err)
+                request[1].set_exception(err)
                 continue
-            ready.append((events, future))
+            ready.append(request)
         if not ready:
             return
         try:
             done = await self._insert(ready)
         except Exception as err:
             log.exception("event-log commit failed")
-            for _, future in ready:
+            for _, future, _ in ready:
                 if not future.done():
                     future.set_exception(err)
             return
-        for (_, future), envs in zip(ready, done, strict=True):
+        for (_, future, _), envs in zip(ready, done, strict=True):
+            if isinstance(envs, LeaseLost):
+                if not future.done():
+                    future.set_exception(envs)
+                continue
             self._publish_own(envs)
             if not future.done():
                 future.set_result(envs)
 
-    async def _insert(self, ready: list[tuple[list[tuple[str | None, Event]], Any]],
-                      ) -> list[list[Envelope]]:
+    async def _insert(self, ready: list[_Request]) -> list[list[Envelope] | LeaseLost]:
+        """One transaction for the group: the counter row locked, the fences checked, the
+        rows of the appends whose fence holds (or that carry none) inserted; per append, its
+        envelopes or the LeaseLost that refused it."""
+        fences = [fence for _, _, fence in ready if fence is not None]
         async with self._pool.connection() as conn, conn.transaction():
-            row = await (await conn.execute(
-                "SELECT value FROM codey_meta WHERE key = 'last_seq' FOR UPDATE")).fetchone()
-            seq = int(row[0])
+            if fences:  # (one round trip for both)
+                seq, stale = await _locked_and_stale(conn, fences)
+            else:
+                row = await (await conn.execute(
+                    "SELECT value FROM codey_meta WHERE key = 'last_seq' FOR UPDATE")
+                ).fetchone()
+                seq, stale = int(row[0]), {}
             ts = time.time()
-            out: list[list[Envelope]] = []
+            out: list[list[Envelope] | LeaseLost] = []
             rows: list[tuple[int, float, str | None, str, bytes, str]] = []
-            for events, _ in ready:
+            for events, _, fence in ready:
+                if fence is not None and fence in stale:
+                    out.append(LeaseLost(fence.lease, stale[fence]))
+                    continue
                 envs = []
                 for session_id, event in events:
                     seq += 1
@@ -195,6 +229,8 @@ class PostgresEventLog(EventLog):
                     rows.append((seq, ts, session_id, _tag(event), encode(env), self._origin))
                     envs.append(env)
                 out.append(envs)
+            if not rows:
+                return out  # every append was refused: nothing to write
             async with conn.cursor() as cur:
                 await cur.executemany(
                     "INSERT INTO codey_events (seq, ts, session_id, type, envelope, origin) "
@@ -363,6 +399,35 @@ class PostgresEventLog(EventLog):
                     "WHERE key = 'trimmed_through'", (through_seq,))
             await conn.execute("DELETE FROM codey_snapshots WHERE seq < %s", (through_seq,))
         return int(gone)
+
+
+async def _configure(conn: Any) -> None:
+    await conn.execute(f"SET idle_in_transaction_session_timeout = "
+                       f"{int(IDLE_IN_TRANSACTION_S * 1000)}")
+
+
+async def _locked_and_stale(conn: Any, fences: list[Fence]) -> tuple[int, dict[Fence, str]]:
+    """Lock the counter row (``FOR UPDATE``) and the fences' lease rows (``FOR SHARE``, in
+    name order) until the transaction ends, so no take-over commits in between; return the
+    last seq, and of ``fences`` those that are not current, with why."""
+    names = sorted({fence.lease for fence in fences})
+    cur = await conn.execute(
+        "WITH counter AS (SELECT value FROM codey_meta WHERE key = 'last_seq' FOR UPDATE), "
+        "held AS (SELECT name, owner, epoch FROM codey_leases WHERE name = ANY(%s) "
+        "ORDER BY name FOR SHARE) "
+        "SELECT (SELECT value FROM counter), held.name, held.owner, held.epoch "
+        "FROM (SELECT 1) AS one LEFT JOIN held ON true", (names,))
+    found = await cur.fetchall()
+    rows = {name: (owner, int(epoch)) for _, name, owner, epoch in found if name is not None}
+    stale: dict[Fence, str] = {}
+    for fence in fences:
+        holding = rows.get(fence.lease)
+        if holding is None:
+            stale[fence] = "it has no holder"
+        elif holding != (fence.owner, fence.epoch):
+            stale[fence] = f"{holding[0]} holds it now (epoch {holding[1]}, this write's " \
+                           f"{fence.epoch})"
+    return int(found[0][0]), stale
 
 
 async def listen(url: str, channel: str, on_payload: Callable[[str], None]) -> None:

@@ -20,7 +20,14 @@ import msgspec
 from codey_protocol.codec import encode
 from codey_protocol.events import Envelope, Event
 from codey_server.errors import LogClosed, ServerError
-from codey_server.eventlog.base import SNAPSHOTS_KEPT, EventLog, _decode_many, _tag
+from codey_server.eventlog.base import (
+    SNAPSHOTS_KEPT,
+    EventLog,
+    Fence,
+    _decode_many,
+    _tag,
+    no_leases,
+)
 
 __all__ = ["SqliteEventLog"]
 
@@ -173,9 +180,12 @@ class SqliteEventLog(EventLog):
 
     # writing ------------------------------------------------------------------------------
 
-    async def append(self, events: Sequence[tuple[str | None, Event]]) -> list[Envelope]:
+    async def append(self, events: Sequence[tuple[str | None, Event]], *,
+                     fence: Fence | None = None) -> list[Envelope]:
         if self._closed or self._loop is None or self._broken is not None:
             raise self._refusal()
+        if fence is not None:  # one server: no leases (see EventLog)
+            raise no_leases(fence)
         if not events:
             return []
         future: asyncio.Future[list[Envelope]] = self._loop.create_future()
