@@ -1,8 +1,9 @@
 """Three replicas on one PostgreSQL, through the UI: a page on the first replica starts a
 session on a worker connected to the second; a page on the third watches it. The first is
 killed with -9 mid-command: the watching page sees the session finish on its own, every item
-once, and the command ran once. Behind nginx (three upstreams), fresh browsers log in on the
-first try and a machine is linked through the proxy's page."""
+once, and the command ran once. Behind nginx and behind Caddy (three upstreams each), fresh
+browsers log in on the first try, a machine is linked through the proxy's page and a session
+runs to its end."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
+from codey_testkit.caddy import CaddyProcess, require_caddy
 from codey_testkit.nginx import NginxProcess, require_nginx
 from codey_testkit.postgres import PostgresCluster, pg_bin
 from codey_testkit.scenarios import provider_config
@@ -98,13 +100,31 @@ def test_a_replica_killed_mid_command_the_session_finishes_on_another(
             replica.stop()
 
 
-def test_behind_nginx_fresh_browsers_log_in_at_once_and_a_machine_links_through_the_proxy(
-        browser: Browser, pg: PostgresCluster, tmp_path: Path) -> None:
-    require_nginx()
+@pytest.mark.parametrize("kind", ["nginx", "caddy"])
+def test_behind_a_proxy_fresh_browsers_log_in_at_once_a_machine_links_and_a_session_runs(
+        kind: str, stack: Stack, browser: Browser, pg: PostgresCluster, tmp_path: Path) -> None:
+    # docs/deploy.md's two proxies, each as the test kit runs it (a unit test holds their
+    # configurations equal to the document's); nginx connects from 127.0.0.2, Caddy (which
+    # cannot choose its source address) from 127.0.0.1
+    proxy: NginxProcess | CaddyProcess
+    if kind == "nginx":
+        require_nginx()
+        proxy, trusted = NginxProcess(bind="127.0.0.2", root=tmp_path / "proxy"), "127.0.0.2/32"
+    else:
+        require_caddy()
+        proxy, trusted = CaddyProcess(root=tmp_path / "proxy"), "127.0.0.1/32"
+    model = stack.model({"model": "scripted-1", "steps": [
+        {"match": {"user": "through the proxy"},
+         "reply": {"calls": [stack.shell("bash", "-c", "echo ran-behind-the-proxy")]}},
+        {"match": {"tool": "shell", "tool_output": "ran-behind-the-proxy"},
+         "reply": {"text": "Ran behind the proxy."}},
+        {"match": {"any": True}, "reply": {"text": "unexpected"}},
+    ]})
     dsn = pg.create_database("e2e_proxy")
-    with NginxProcess(bind="127.0.0.2", root=tmp_path / "nginx") as proxy:
+    with proxy:
         replicas = [ServerProcess(tmp_path / f"r{n}", log_dir=tmp_path / "logs",
-                                  config={"trusted_proxies": ["127.0.0.2/32"]},
+                                  config={**provider_config(model),
+                                          "trusted_proxies": [trusted]},
                                   extra_args=["--database-url", dsn, "--replica-id", f"r{n}",
                                               "--public-url", proxy.url])
                     for n in range(3)]
@@ -137,6 +157,17 @@ def test_behind_nginx_fresh_browsers_log_in_at_once_and_a_machine_links_through_
             card.get_by_test_id("pair-approve").click()
             expect(card.get_by_test_id("pair-result")).to_contain_text("Linked")
             worker.wait_connected()
+
+            # a session through the proxy, on whichever replica takes it, to its end
+            wd = Path(worker.workdir("proj"))
+            wd.mkdir(parents=True)
+            page.goto(f"{proxy.url}/#/")
+            expect(page.get_by_test_id("conn-state")).to_have_text("live")
+            stack.new_session(page, worker, str(wd), "through the proxy")
+            expect(stack.items(page, "assistant_message").last).to_have_text(
+                "Ran behind the proxy.", timeout=40_000)
+            expect(stack.items(page, "tool_call").get_by_test_id("tool-output")).to_contain_text(
+                "ran-behind-the-proxy")
             worker.stop()
         finally:
             for replica in replicas:
