@@ -3,7 +3,8 @@ session on a worker connected to the second; a page on the third watches it. The
 killed with -9 mid-command: the watching page sees the session finish on its own, every item
 once, and the command ran once. Behind nginx and behind Caddy (three upstreams each), fresh
 browsers log in on the first try, a machine is linked through the proxy's page and a session
-runs to its end."""
+runs to its end; then the replica running a second session is killed with -9 mid-command, and
+the page, through the proxy, sees it finish on another, the command run once."""
 
 from __future__ import annotations
 
@@ -32,6 +33,15 @@ pytestmark = pytest.mark.skipif(pg_bin() is None, reason="PostgreSQL is not inst
 def pg() -> Iterator[PostgresCluster]:
     with PostgresCluster() as cluster:
         yield cluster
+
+
+def _lease_owner(dsn: str, session_id: str) -> str | None:
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT owner FROM codey_leases WHERE name = %s AND expires > now()",
+                           (f"session:{session_id}",)).fetchone()
+    return str(row[0]) if row else None
 
 
 def _login(page: Page, server: ServerProcess, hash_: str = "#/") -> Page:
@@ -118,6 +128,12 @@ def test_behind_a_proxy_fresh_browsers_log_in_at_once_a_machine_links_and_a_sess
          "reply": {"calls": [stack.shell("bash", "-c", "echo ran-behind-the-proxy")]}},
         {"match": {"tool": "shell", "tool_output": "ran-behind-the-proxy"},
          "reply": {"text": "Ran behind the proxy."}},
+        {"match": {"user": "count once"},
+         "reply": {"text": "Counting.", "calls": [stack.shell(
+             "bash", "-c", "echo ran >> counter.txt; echo count-start; for i in $(seq 600); "
+             "do [ -f go ] && break; sleep 0.1; done; echo count-end")]}},
+        {"match": {"tool": "shell", "tool_output": "count-end"},
+         "reply": {"text": "Counted once."}},
         {"match": {"any": True}, "reply": {"text": "unexpected"}},
     ]})
     dsn = pg.create_database("e2e_proxy")
@@ -168,6 +184,23 @@ def test_behind_a_proxy_fresh_browsers_log_in_at_once_a_machine_links_and_a_sess
                 "Ran behind the proxy.", timeout=40_000)
             expect(stack.items(page, "tool_call").get_by_test_id("tool-output")).to_contain_text(
                 "ran-behind-the-proxy")
+
+            # kill -9 of the replica running a session mid-command, wherever the proxy put it:
+            # the page (its socket through the proxy) sees the session finish on another, and
+            # the command ran once
+            sid = stack.new_session(page, worker, str(wd), "count once")
+            expect(stack.items(page, "tool_call").last.get_by_test_id("tool-output")
+                   ).to_have_text("count-start")
+            owner = _lease_owner(dsn, sid)
+            assert owner is not None, "nobody runs the session"
+            replicas[int(owner.removeprefix("r"))].kill9()
+            stack.release(wd)  # the command ends while the session has no replica
+            expect(stack.items(page, "assistant_message").last).to_have_text(
+                "Counted once.", timeout=40_000)
+            expect(page.get_by_test_id("conn-state")).to_have_text("live")
+            ids = stack.dom_item_ids(page)
+            assert not [i for i, n in Counter(ids).items() if n > 1], "an item shown twice"
+            assert (wd / "counter.txt").read_text() == "ran\n"
             worker.stop()
         finally:
             for replica in replicas:
