@@ -235,6 +235,15 @@ class ProcessTable:
     async def start(self, action: ExecStart) -> ExecOutput:
         """``exec_start``. Raises ActionRefused before anything runs (the codes of
         ``run_command``, and ``too_many_processes``)."""
+        # registered before the spawn: a cancel that comes while the process is being started
+        # (the spawn is awaited) stops it as soon as it runs, rather than finding nothing
+        cancel = self.registry._register(action.action_id)
+        try:
+            return await self._start(action, cancel)
+        finally:
+            self.registry._unregister(action.action_id)
+
+    async def _start(self, action: ExecStart, cancel: asyncio.Event) -> ExecOutput:
         self._check_start(action)
         argv = list(action.argv)
         self.policy.check_command(argv)
@@ -320,7 +329,7 @@ class ProcessTable:
             p.timer = asyncio.get_running_loop().call_later(
                 action.timeout_s, lambda: self._stop_soon(p, "timeout"))
         self._forget_ended(action.session_id)
-        await self._wait(p, action.action_id, action.yield_ms)
+        await self._wait(p, action.action_id, action.yield_ms, cancel)
         return self._answer(p)
 
     async def write(self, action: ExecWrite) -> ExecOutput:
@@ -477,11 +486,13 @@ class ProcessTable:
             p.done.set()
             p.changed.set()
 
-    async def _wait(self, p: _Proc, action_id: str, yield_ms: int) -> None:
+    async def _wait(self, p: _Proc, action_id: str, yield_ms: int,
+                    registered: asyncio.Event | None = None) -> None:
         """Until ``yield_ms`` has passed, the process has ended, or the action is cancelled
-        (then the process is stopped)."""
+        (then the process is stopped). ``registered``: the action's cancel, registered by the
+        caller (who unregisters it)."""
         deadline = time.monotonic() + min(yield_ms, MAX_YIELD_MS) / 1000
-        cancel = self.registry._register(action_id)
+        cancel = registered if registered is not None else self.registry._register(action_id)
         try:
             while not p.done.is_set():
                 left = deadline - time.monotonic()
@@ -502,7 +513,8 @@ class ProcessTable:
             self._stop_soon(p, "worker_exit")
             raise
         finally:
-            self.registry._unregister(action_id)
+            if registered is None:
+                self.registry._unregister(action_id)
 
     async def _terminate(self, p: _Proc, stopped_by: StoppedBy) -> None:
         """SIGTERM, up to ``grace_s``, SIGKILL; returns once it has ended."""

@@ -119,6 +119,19 @@ def processes_with(text: str) -> list[int]:
     return found
 
 
+def sleeping(seconds: str) -> bool:
+    """A ``sleep <seconds>`` runs: the command itself, not bwrap's processes, whose argv
+    carries it from before the sandbox is set up (the command has printed nothing then)."""
+    exact = b"sleep\0" + seconds.encode() + b"\0"
+    for pid in processes_with(seconds):
+        try:
+            if Path(f"/proc/{pid}/cmdline").read_bytes() == exact:
+                return True
+        except OSError:
+            continue
+    return False
+
+
 @pytest.fixture
 def rig(ws: Path, mode: str, tmp_path: Path) -> Rig:
     return Rig(ws, mode, tmp_path / "codey-home")
@@ -135,7 +148,9 @@ def test_a_repl_driven_through_its_terminal(rig: Rig) -> None:
         assert "print(x)\n42\n" in text  # the input is echoed, as a terminal does
         assert "\r" not in text
         # Ctrl-C reaches the program: the terminal is its controlling terminal
-        await rig.write(pid, "import time; time.sleep(300)\n", yield_ms=100)
+        # ^C once the sleep runs (a loaded machine may take its time to read the line)
+        await rig.read_until(pid, lambda t: "zz-sleeping" in t, first=(await rig.write(
+            pid, "import time; print('zz-' + 'sleeping'); time.sleep(300)\n")).output)
         interrupted = await rig.write(pid, "\x03", yield_ms=100)
         text, _ = await rig.read_until(pid, lambda t: "KeyboardInterrupt" in t and
                                        t.endswith(">>> "), first=interrupted.output)
@@ -262,12 +277,29 @@ def test_cancelling_the_waiting_action_stops_the_process(rig: Rig) -> None:
     async def scenario() -> ExecOutput:
         waiting = asyncio.create_task(rig.start(["sh", "-c", f"echo up; sleep {t}"],
                                                 action_id="waits", yield_ms=30_000))
-        await asyncio.to_thread(wait_until, lambda: processes_with(t), what="the sleep")
+        await asyncio.to_thread(wait_until, lambda: sleeping(t), what="the sleep")
         assert rig.registry.cancel("waits")
         return await asyncio.wait_for(waiting, 20)
 
     out = arun(scenario)
     assert (out.running, out.stopped_by, out.output) == (False, "cancel", "up\n")
+    assert processes_with(t) == []
+
+
+def test_a_cancel_while_the_process_is_being_started_stops_it(rig: Rig) -> None:
+    # the cancel is registered before the spawn is awaited: one that arrives meanwhile is
+    # not lost (it used to find nothing to cancel, and the process ran its whole yield)
+    t = tag()
+
+    async def scenario() -> ExecOutput:
+        waiting = asyncio.create_task(rig.start(["sh", "-c", f"sleep {t}"],
+                                                action_id="early", yield_ms=30_000))
+        await asyncio.sleep(0)  # the start has begun: checked, registered, spawning
+        assert rig.registry.cancel("early")
+        return await asyncio.wait_for(waiting, 20)
+
+    out = arun(scenario)
+    assert (out.running, out.stopped_by) == (False, "cancel")
     assert processes_with(t) == []
 
 
