@@ -118,6 +118,7 @@ class TelegramChannel:
         #: among replicas: the bot runs where the ``telegram`` lease is held (None: alone)
         self.leases = leases
         self._holding: asyncio.Task[None] | None = None
+        self._halting: asyncio.Task[None] | None = None
         self._running_token: str | None = None
         if leases is not None:
             leases.on_lost.append(self._lease_lost)
@@ -270,7 +271,8 @@ class TelegramChannel:
     def _lease_lost(self, name: str) -> None:
         if name == LEASE:
             log.warning("telegram: another replica runs the bot now")
-            asyncio.get_running_loop().create_task(self._halt())
+            # kept: the loop holds only a weak reference to a task
+            self._halting = asyncio.get_running_loop().create_task(self._halt())
 
     async def _halt(self) -> None:
         task, self._task = self._task, None
