@@ -100,12 +100,16 @@ _READ_SIZE = 64 * 1024
 #: made the pseudo-terminal the program's controlling terminal, then became the program
 #: (runs inside the sandbox too: only the Python already there, no site, no user files)
 _TTY_HELPER = """\
-import fcntl, os, sys, termios
+import fcntl, os, signal, sys, termios
 try:
     os.setsid()
 except OSError:
     pass
 fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+# ^C and ^\\ reach the program even when whoever started the worker ignored them (a script's
+# `codey-worker &` runs with SIGINT and SIGQUIT ignored, and exec keeps an ignored signal)
+signal.signal(signal.SIGINT, signal.SIG_DFL)
+signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 try:
     os.execvp(sys.argv[1], sys.argv[1:])
 except OSError as e:

@@ -8,10 +8,11 @@ import asyncio
 import os
 import random
 import re
+import signal
 import sys
 import time
 import urllib.request
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -137,7 +138,21 @@ def rig(ws: Path, mode: str, tmp_path: Path) -> Rig:
     return Rig(ws, mode, tmp_path / "codey-home")
 
 
-def test_a_repl_driven_through_its_terminal(rig: Rig) -> None:
+@pytest.fixture(params=["default", "ignored"])
+def sigint(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The worker's own SIGINT: as usual, or ignored, as for a script's ``codey-worker &``
+    (the terminal's programs must get ^C either way)."""
+    if request.param == "default":
+        yield "default"
+        return
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield "ignored"
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+def test_a_repl_driven_through_its_terminal(rig: Rig, sigint: str) -> None:
     async def scenario() -> None:
         started = await rig.start([sys.executable, "-q", "-i"], tty=True)
         assert started.running and started.process_id.startswith("proc_")
