@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 from websockets.exceptions import ConnectionClosed
-from websockets.sync.client import ClientConnection, connect
 
 from codey_testkit.stack import ServerProcess, WorkerProcess
+from codey_testkit.wsclient import TerminalView
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 
@@ -32,46 +32,6 @@ def stack(tmp_path: Path) -> Iterator[tuple[ServerProcess, WorkerProcess, Worker
             finally:  # no shell outlives the test
                 subprocess.run(["tmux", "-S", str(on.codey_home / "tmux.sock"), "kill-server"],
                                capture_output=True, check=False)
-
-
-class _View:
-    def __init__(self, server: ServerProcess, terminal_id: str) -> None:
-        url = server.ws_url.replace("/ws/client", f"/ws/terminal/{terminal_id}")
-        self.ws: ClientConnection = connect(f"{url}?cols=100&rows=30",
-                                            additional_headers=server.cookie_header(),
-                                            open_timeout=10)
-        self.screen = b""
-        self.ended: dict[str, Any] | None = None
-
-    def type(self, text: str) -> None:
-        self.ws.send(json.dumps({"type": "input", "data": text}))
-
-    def until(self, needle: bytes, timeout: float = 20.0) -> None:
-        deadline = time.monotonic() + timeout
-        while needle not in self.screen:
-            left = deadline - time.monotonic()
-            assert left > 0, f"{needle!r} never appeared: {self.screen[-400:]!r}"
-            try:
-                frame = self.ws.recv(timeout=left)
-            except TimeoutError:
-                continue
-            if isinstance(frame, bytes):
-                self.screen += frame
-            else:
-                self.ended = json.loads(frame)
-
-    def close_code(self, timeout: float = 20.0) -> int | None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                frame = self.ws.recv(timeout=deadline - time.monotonic())
-            except ConnectionClosed as exc:
-                return exc.rcvd.code if exc.rcvd else None
-            except TimeoutError:
-                break
-            if isinstance(frame, str):
-                self.ended = json.loads(frame)
-        raise AssertionError("the view was not closed")
 
 
 def _terminal(server: ServerProcess) -> dict[str, Any]:
@@ -94,11 +54,11 @@ def test_a_shell_survives_its_browser_and_two_browsers_share_it(
     assert created.status_code == 201, created.text
     terminal_id = created.json()["terminal_id"]
 
-    first = _View(server, terminal_id)
+    first = TerminalView(server, terminal_id)
     first.type("export MARK=$((6*7)); pwd; echo hi-$MARK\r")
     first.until(b"hi-42")
     assert str(workdir).encode() in first.screen  # started in the workdir
-    second = _View(server, terminal_id)  # a second browser watches the same shell
+    second = TerminalView(server, terminal_id)  # a second browser watches the same shell
     first.type("echo both-$MARK\r")
     second.until(b"both-42")
     assert _terminal(server)["viewers"] == 2
@@ -110,7 +70,7 @@ def test_a_shell_survives_its_browser_and_two_browsers_share_it(
         time.sleep(0.1)
     assert not _terminal(server)["closed"]
 
-    again = _View(server, terminal_id)  # the tab reopened: the same shell, its variable kept
+    again = TerminalView(server, terminal_id)  # the tab reopened: the same shell, its variable kept
     again.type("echo again-$MARK; echo secret-never-logged\r")
     again.until(b"again-42")
     again.ws.send(json.dumps({"type": "resize", "cols": 61, "rows": 17}))
@@ -137,7 +97,7 @@ def test_a_shell_survives_its_browser_and_two_browsers_share_it(
     assert log.count(b"terminal_attached") == 3 and log.count(b"terminal_detached") == 3
     assert b"secret-never-logged" not in log and b"hi-" not in log
 
-    gone = _View(server, terminal_id)
+    gone = TerminalView(server, terminal_id)
     assert gone.close_code() == 4404
 
 
@@ -148,7 +108,7 @@ def test_a_terminal_outside_the_allowed_roots_is_refused_by_the_worker(
                                                         "workdir": "/etc"})
     assert created.status_code == 201
     terminal_id = created.json()["terminal_id"]
-    view = _View(server, terminal_id)
+    view = TerminalView(server, terminal_id)
     assert view.close_code() == 1000
     assert view.ended is not None and view.ended["code"] == "outside_allowed_roots"
     deadline = time.monotonic() + 15
@@ -166,7 +126,7 @@ def test_logging_out_closes_the_browsers_terminal_views_too(
     created = server.http.post("/api/terminals", json={"worker_id": on.worker_id,
                                                         "workdir": str(on.root)})
     terminal_id = created.json()["terminal_id"]
-    view = _View(server, terminal_id)
+    view = TerminalView(server, terminal_id)
     view.type("echo before-$((6*7))\r")
     view.until(b"before-42")
     assert server.http.post("/api/logout").status_code == 200

@@ -7,18 +7,15 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from websockets.exceptions import ConnectionClosed
-from websockets.sync.client import ClientConnection, connect
 
 from codey_testkit.postgres import PostgresCluster, pg_bin
 from codey_testkit.stack import ServerProcess, WorkerProcess
 from codey_testkit.waiting import wait_until
+from codey_testkit.wsclient import TerminalView
 
 pytestmark = [
     pytest.mark.skipif(pg_bin() is None, reason="PostgreSQL is not installed"),
@@ -49,46 +46,6 @@ def cluster(tmp_path: Path) -> Iterator[tuple[list[ServerProcess], WorkerProcess
                 replica.stop()
 
 
-class _View:
-    def __init__(self, server: ServerProcess, terminal_id: str) -> None:
-        url = server.ws_url.replace("/ws/client", f"/ws/terminal/{terminal_id}")
-        self.ws: ClientConnection = connect(f"{url}?cols=100&rows=30",
-                                            additional_headers=server.cookie_header(),
-                                            open_timeout=10)
-        self.screen = b""
-        self.ended: dict[str, Any] | None = None
-
-    def type(self, text: str) -> None:
-        self.ws.send(json.dumps({"type": "input", "data": text}))
-
-    def until(self, needle: bytes, timeout: float = 20.0) -> None:
-        deadline = time.monotonic() + timeout
-        while needle not in self.screen:
-            left = deadline - time.monotonic()
-            assert left > 0, f"{needle!r} never appeared: {self.screen[-400:]!r}"
-            try:
-                frame = self.ws.recv(timeout=left)
-            except TimeoutError:
-                continue
-            if isinstance(frame, bytes):
-                self.screen += frame
-            else:
-                self.ended = json.loads(frame)
-
-    def close_code(self, timeout: float = 20.0) -> int | None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                frame = self.ws.recv(timeout=deadline - time.monotonic())
-            except ConnectionClosed as exc:
-                return exc.rcvd.code if exc.rcvd else None
-            except TimeoutError:
-                break
-            if isinstance(frame, str):
-                self.ended = json.loads(frame)
-        raise AssertionError("the view was not closed")
-
-
 def _connected_everywhere(replicas: list[ServerProcess], worker_id: str) -> bool:
     for replica in replicas:
         info = replica.http.get("/api/state/bootstrap").json()["state"]["workers"].get(worker_id)
@@ -110,7 +67,7 @@ def test_a_browser_on_one_replica_types_into_a_shell_on_another_replicas_worker(
     assert created.status_code == 201, created.text
     terminal_id = created.json()["terminal_id"]
 
-    view = _View(browser_side, terminal_id)
+    view = TerminalView(browser_side, terminal_id)
     view.type("export MARK=$((6*7)); echo hi-$MARK\r")
     view.until(b"hi-42")
     # ~600 KiB of output: more than the worker's window of unacknowledged bytes, so it only
@@ -122,7 +79,7 @@ def test_a_browser_on_one_replica_types_into_a_shell_on_another_replicas_worker(
     view.type("echo size-$(tput cols)x$(tput lines)\r")
     view.until(b"size-61x17")
     # a second browser on the worker's own replica watches the same shell
-    local = _View(worker_side, terminal_id)
+    local = TerminalView(worker_side, terminal_id)
     view.type("echo both-$MARK\r")
     local.until(b"both-42")
     local.ws.close()

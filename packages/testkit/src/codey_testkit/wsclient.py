@@ -79,3 +79,46 @@ class BrowserSocket:
             self.ws.close()
         except ConnectionClosed:
             pass
+
+
+class TerminalView:
+    """A browser's view of a web terminal (``WS /ws/terminal/{id}``) with the server's login:
+    type into it, read its screen until a text appears, see how it was closed."""
+
+    def __init__(self, server: ServerProcess, terminal_id: str) -> None:
+        url = server.ws_url.replace("/ws/client", f"/ws/terminal/{terminal_id}")
+        self.ws: ClientConnection = connect(f"{url}?cols=100&rows=30",
+                                            additional_headers=server.cookie_header(),
+                                            open_timeout=10)
+        self.screen = b""
+        self.ended: dict[str, Any] | None = None
+
+    def type(self, text: str) -> None:
+        self.ws.send(json.dumps({"type": "input", "data": text}))
+
+    def until(self, needle: bytes, timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        while needle not in self.screen:
+            left = deadline - time.monotonic()
+            assert left > 0, f"{needle!r} never appeared: {self.screen[-400:]!r}"
+            try:
+                frame = self.ws.recv(timeout=left)
+            except TimeoutError:
+                continue
+            if isinstance(frame, bytes):
+                self.screen += frame
+            else:
+                self.ended = json.loads(frame)
+
+    def close_code(self, timeout: float = 20.0) -> int | None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                frame = self.ws.recv(timeout=deadline - time.monotonic())
+            except ConnectionClosed as exc:
+                return exc.rcvd.code if exc.rcvd else None
+            except TimeoutError:
+                break
+            if isinstance(frame, str):
+                self.ended = json.loads(frame)
+        raise AssertionError("the view was not closed")
