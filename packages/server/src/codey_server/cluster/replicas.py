@@ -322,9 +322,11 @@ class ClusterRoutes:
     def start(self) -> None:
         self._pick, self._read = asyncio.Event(), asyncio.Event()
         loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self._loop(self._pick, self._pick_up),
+        self._tasks = [loop.create_task(kicked_loop(self._pick, self._pick_up,
+                                                    "routing actions"),
                                         name="cluster-pick-up"),
-                       loop.create_task(self._loop(self._read, self._read_back),
+                       loop.create_task(kicked_loop(self._read, self._read_back,
+                                                    "routing actions"),
                                         name="cluster-read-back")]
 
     async def stop(self) -> None:
@@ -408,17 +410,6 @@ class ClusterRoutes:
 
     # the loops -------------------------------------------------------------------------------
 
-    async def _loop(self, kick: asyncio.Event, work: Callable[[], Awaitable[None]]) -> None:
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(kick.wait(), POLL_S)
-            kick.clear()
-            try:
-                await work()
-            except asyncio.CancelledError:
-                raise
-            except Exception as err:
-                log.warning("routing actions failed (%s); retrying", err)
 
     async def _pick_up(self) -> None:
         """Carry out the open actions of the workers linked here; pass their cancels on."""
@@ -517,6 +508,23 @@ class Janitor:
                 "DELETE FROM codey_actions WHERE created < now() - interval '1 day'")
             await self.leases.cluster.execute(
                 "DELETE FROM codey_replicas WHERE seen < now() - interval '1 day'")
+
+
+async def kicked_loop(kick: asyncio.Event, work: Callable[[], Awaitable[None]],
+                      what: str) -> None:
+    """Run ``work`` whenever ``kick`` is set (a notification) and at least every
+    :data:`POLL_S` (a lost notification costs latency, not progress); a failure is logged
+    and the next pass tries again."""
+    while True:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(kick.wait(), POLL_S)
+        kick.clear()
+        try:
+            await work()
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:
+            log.warning("%s failed (%s); retrying", what, err)
 
 
 async def _cancelled(task: asyncio.Task[None] | None) -> None:

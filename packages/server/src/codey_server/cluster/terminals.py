@@ -13,7 +13,7 @@ service uses in a cluster. It wraps this replica's worker sockets:
 
 Rows, not NOTIFY payloads: output frames are up to 64 KiB and a payload holds 8000 bytes. A
 replica takes its rows with one ``DELETE … RETURNING`` (woken by ``t:<replica>`` on the
-cluster channel, and by a poll every :data:`POLL_S`), then handles them in id order. Each
+cluster channel, and by a poll every second), then handles them in id order. Each
 view's frames are written by one task, one after the other, so id order is their order even
 when another view's row commits later with a smaller id (it is taken by the next read, not
 skipped). Flow control is the worker's, as with one server: output is acknowledged only once
@@ -32,7 +32,7 @@ import msgspec
 
 from codey_protocol import codec
 from codey_protocol import worker as wk
-from codey_server.cluster.replicas import CHANNEL, Cluster
+from codey_server.cluster.replicas import CHANNEL, Cluster, kicked_loop
 from codey_server.core.actions import TerminalFrame, WorkerLink
 from codey_server.core.presence import Presence
 
@@ -40,8 +40,6 @@ __all__ = ["TerminalRelay"]
 
 log = logging.getLogger("codey.cluster")
 
-#: the rows are read at least this often (a missed NOTIFY costs at most this)
-POLL_S = 1.0
 #: views opened here by other replicas' browsers, remembered at most (a view whose worker
 #: left without a word is never ended here; the oldest go first)
 MAX_REMOTE_VIEWS = 4096
@@ -94,8 +92,9 @@ class TerminalRelay:
         await self.cluster.execute("DELETE FROM codey_terminal_frames WHERE replica = %s",
                                    (self.me,))
         self._kick = asyncio.Event()
-        self._task = asyncio.get_running_loop().create_task(self._loop(),
-                                                            name="terminal-relay")
+        self._task = asyncio.get_running_loop().create_task(
+            kicked_loop(self._kick, self._take, "relaying terminal frames"),
+            name="terminal-relay")
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -140,18 +139,6 @@ class TerminalRelay:
     def _on_notify(self, payload: str) -> None:
         if payload == f"t:{self.me}":
             self._kick.set()
-
-    async def _loop(self) -> None:
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._kick.wait(), POLL_S)
-            self._kick.clear()
-            try:
-                await self._take()
-            except asyncio.CancelledError:
-                raise
-            except Exception as err:
-                log.warning("relaying terminal frames failed (%s); retrying", err)
 
     async def _take(self) -> None:
         rows = await self.cluster.execute(
