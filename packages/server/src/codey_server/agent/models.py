@@ -5,9 +5,12 @@
 provider's wire (:mod:`codey_server.agent.wire`), built from the session's cached encoded
 history: the SDK is given it as plain JSON through its low-level ``post``, so it neither walks
 nor re-validates the conversation. The SDK still does what it is good at: the connection pool
-(keep-alive, one TLS set-up per client), timeouts, SSE decoding and HTTP errors. The SDK is
-``openai`` for the OpenAI wires and ``anthropic`` for Anthropic's: both are made by the same
-generator, so their low-level ``post``, stream class and error classes match (:class:`_Sdk`).
+(keep-alive, one TLS set-up per client), timeouts and HTTP errors. The stream's server-sent
+events are decoded by :mod:`codey_server.agent.wire.sse` in place of the SDK's decoder (a
+tenth of its CPU on a Responses stream; the events the wire ignores are never decoded). The
+SDK is ``openai`` for the OpenAI wires and ``anthropic`` for Anthropic's: both are made by the
+same generator, so their low-level ``post``, stream class and error classes match
+(:class:`_Sdk`).
 
 One client per provider and credential: created on first use, shared by every session, rebuilt
 only when the credential changes (a login, a refresh), closed on shutdown. A retired client is
@@ -40,6 +43,7 @@ from codey_server.agent.errors import ModelError
 from codey_server.agent.stream import ModelEvent, RateLimits, Retrying
 from codey_server.agent.wire import Wire, wire_for
 from codey_server.agent.wire.errors import error_from_body
+from codey_server.agent.wire.sse import Sse, SseDecoder
 from codey_server.settings import ProviderConfig
 
 if TYPE_CHECKING:
@@ -218,7 +222,7 @@ class ModelProvider:
             try:
                 stream = await entry.client.post(
                     self.wire.path, cast_to=object, content=body, stream=True,
-                    stream_cls=self._sdk.raw_events(sdk),
+                    stream_cls=self._sdk.raw_events(sdk, self.wire.skipped_events),
                     options={"headers": {"Content-Type": "application/json"}})
                 headers = _rate_headers(stream.response.headers)
                 now = time.monotonic()
@@ -279,8 +283,8 @@ class ModelProvider:
 #: each SDK's import, started by the first model call that needs it (one for every provider
 #: and loop)
 _IMPORTS: dict[str, concurrent.futures.Future[object]] = {}
-#: each SDK's stream class that yields raw server-sent events
-_RAW_EVENTS: dict[str, type] = {}
+#: each SDK's stream class that yields raw server-sent events, by the events it drops
+_RAW_EVENTS: dict[tuple[str, frozenset[str]], type] = {}
 _ANTHROPIC_CLIENT: type | None = None
 
 
@@ -348,14 +352,21 @@ class _Sdk:
         return (sdk.APIConnectionError, sdk.APITimeoutError, aiohttp.ClientError,
                 http.TransportError)
 
-    def raw_events(self, sdk: ModuleType) -> Any:
-        """The SDK's stream class, yielding its decoded server-sent events without parsing
-        their JSON: the wire's collector parses only the events it needs (a Responses
-        stream repeats the whole request's tools and instructions in events nobody reads),
-        and reads an error event itself."""
-        made = _RAW_EVENTS.get(self.name)
+    def raw_events(self, sdk: ModuleType, skipped: frozenset[str]) -> Any:
+        """The SDK's stream class, yielding its server-sent events without parsing their
+        JSON: the wire's collector parses only the events it needs, and reads an error event
+        itself. The events are decoded by our :class:`SseDecoder`, which drops ``skipped``
+        undecoded (a Responses stream repeats the whole request's tools and instructions in
+        events nobody reads); the SDK's own ``_iter_events`` still runs it, so a timeout or a
+        cut connection while reading is the SDK's error as before."""
+        key = (self.name, skipped)
+        made = _RAW_EVENTS.get(key)
         if made is None:
             class RawEvents(sdk.AsyncStream[object]):  # type: ignore[name-defined,misc]
+                def __init__(self, **kwargs: Any) -> None:
+                    super().__init__(**kwargs)
+                    self._decoder = _SseBytes(skipped)
+
                 async def __stream__(self) -> AsyncIterator[Any]:
                     try:
                         async for sse in self._iter_events():
@@ -364,8 +375,23 @@ class _Sdk:
                     finally:
                         await self.response.aclose()
 
-            made = _RAW_EVENTS[self.name] = RawEvents
+            made = _RAW_EVENTS[key] = RawEvents
         return made
+
+
+class _SseBytes:
+    """:class:`SseDecoder` in the shape the SDKs' streams take as their decoder."""
+
+    __slots__ = ("skipped",)
+
+    def __init__(self, skipped: frozenset[str]) -> None:
+        self.skipped = skipped
+
+    async def aiter_bytes(self, chunks: AsyncIterator[bytes]) -> AsyncIterator[Sse]:
+        decoder = SseDecoder(self.skipped)
+        async for chunk in chunks:
+            for sse in decoder.feed(chunk):
+                yield sse
 
 
 def _anthropic_class(sdk: ModuleType) -> Any:

@@ -7,7 +7,8 @@ Messages API). Each gives a :class:`Wire`:
 - ``assembler()``: a fresh :class:`Assembler` that turns entries into encoded messages;
 - ``body(...)``: the whole request body as JSON bytes, built from already encoded messages
   (no second walk over the history, no SDK transform);
-- ``collector()``: a fresh :class:`Collector` fed with each decoded stream event.
+- ``collector()``: a fresh :class:`Collector` fed with each decoded stream event;
+- ``skipped_events``: the events the collector ignores, which :mod:`.sse` drops undecoded.
 
 Everything here is pure: no I/O, no clock.
 """
@@ -98,6 +99,9 @@ class CallOptions:
 class Wire(Protocol):
     name: str
     path: str
+    #: server-sent events whose data the collector reads nothing from: the stream's decoder
+    #: drops them undecoded (see :mod:`.sse`)
+    skipped_events: frozenset[str]
 
     def assembler(self, load: Loader | None = None) -> Assembler:
         """``load(hash)`` gives an image's bytes (None: it is gone)."""

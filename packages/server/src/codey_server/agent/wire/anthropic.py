@@ -387,6 +387,7 @@ class AnthropicCollector:
 class AnthropicWire:
     name = "anthropic"
     path = "/v1/messages"
+    skipped_events = frozenset({"ping"})
 
     def assembler(self, load: Loader | None = None) -> AnthropicAssembler:
         return AnthropicAssembler(load)

@@ -261,6 +261,7 @@ def _usage(usage: dict[str, Any]) -> Usage:
 class ChatWire:
     name = "chat"
     path = "/chat/completions"
+    skipped_events = frozenset[str]()
 
     def assembler(self, load: Loader | None = None) -> ChatAssembler:
         return ChatAssembler(load)

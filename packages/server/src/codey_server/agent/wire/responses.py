@@ -250,6 +250,7 @@ class ResponsesCollector:
 class ResponsesWire:
     name = "responses"
     path = "/responses"
+    skipped_events = _SKIPPED
 
     def assembler(self, load: Loader | None = None) -> ResponsesAssembler:
         return ResponsesAssembler(load)
