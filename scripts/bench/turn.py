@@ -9,7 +9,10 @@ a. A 20-step turn through the real server and worker, against the scripted model
    the server's CPU per tool step (from /proc/PID/stat, over whole turns), the wall time per
    step, and the wall time per step as a ratio to the baseline: one bare streamed HTTP call
    to the same scripted server from this process (httpx, keep-alive), measured in the same
-   run, interleaved with the turns. Goal: CPU per step ≤ 1 ms (issue 27).
+   run, interleaved with the turns. Goal: CPU per step ≤ 1 ms (issue 27). Two floors are
+   printed under it: the CPU of one such model call (the turn's last body, answered with a
+   tool call) made in this process through the server's own ``ModelProvider``, and made as a
+   bare aiohttp POST: each step makes one model call, so its CPU cannot be below them.
 b. 200 sessions of 200 items each, resident in the server (written into its log, then each
    session answers one prompt so its encoded history is built too): the server's RSS growth
    over the same server with an empty log. Goal ≤ 300 MB.
@@ -146,12 +149,74 @@ def bench_turns(root: Path, kind: str, turns: int, steps: int) -> None:
             cpu_ms = statistics.fmean(cpu) * 1000
             wall_ms = statistics.median(wall) * 1000
             bare_ms = statistics.median(bare) * 1000
+            body = model.requests()[-1]["body"]  # the turn's last call, as the server sent it
+            floor_sdk, floor_bare = model_call_cpu(model, kind, body)
             figure("server CPU per tool step", cpu_ms, "ms", "≤ 1 ms", cpu_ms <= 1)
             figure("… of which in the kernel (system time)", statistics.fmean(system) * 1000,
                    "ms", "", None)
             figure("wall time per tool step", wall_ms, "ms", "", None)
             figure("bare streamed call to the model (baseline)", bare_ms, "ms", "", None)
             figure("wall per step / baseline", wall_ms / bare_ms, "x", "", None)
+            figure("(floor) CPU of a model call via ModelProvider", floor_sdk, "ms", "", None)
+            figure("(floor) CPU of the same call, bare aiohttp", floor_bare, "ms", "", None)
+
+
+def model_call_cpu(model: ModelServerHandle, kind: str, body: dict[str, Any],
+                   calls: int = 200) -> tuple[float, float]:
+    """CPU ms of one model call answering with a tool call, in this process on uvloop (as the
+    server runs): through the server's own ``ModelProvider`` (the SDK's client on aiohttp,
+    our event decoder, the wire's collector), and as a bare aiohttp POST whose answer is read
+    to the end. Each step of a turn makes one such call, so these are floors for its CPU:
+    the first with the SDK the server uses, the second with no SDK at all. Median of five
+    interleaved blocks."""
+    import aiohttp
+    import uvloop
+
+    from codey_server.agent.models import ModelProvider
+
+    class NoCredentials:
+        async def token(self) -> str | None:
+            return "none"
+
+        async def refresh(self) -> bool:
+            return False
+
+    call = {"calls": [{"name": "shell", "arguments": {"command": ["true"]}}]}
+    model.set_script({"model": "scripted-1", "steps": [{"match": {"any": True}, "reply": call}]})
+    config = ProviderConfig(name="scripted", kind=kind, base_url=model.base_url,
+                            models=["scripted-1"])
+    raw = msgspec.json.encode(body)
+    url = model.base_url.rstrip("/") + ("/responses" if kind == "responses"
+                                        else "/chat/completions")
+
+    async def run() -> tuple[float, float]:
+        provider = ModelProvider(config, NoCredentials())
+        async with aiohttp.ClientSession() as http:
+            async def sdk() -> None:
+                async for _ in provider.stream(model="scripted-1", body=raw):
+                    pass
+
+            async def bare() -> None:
+                async with http.post(url, data=raw,
+                                     headers={"Content-Type": "application/json"}) as r:
+                    async for _ in r.content.iter_any():
+                        pass
+
+            for _ in range(20):  # warm: the SDK's import, both connections
+                await sdk()
+                await bare()
+            through: list[float] = []
+            alone: list[float] = []
+            for _ in range(5):
+                for fn, out in ((sdk, through), (bare, alone)):
+                    c0 = time.process_time()
+                    for _ in range(calls // 5):
+                        await fn()
+                    out.append((time.process_time() - c0) / (calls // 5) * 1000)
+        await provider.aclose()
+        return statistics.median(through), statistics.median(alone)
+
+    return uvloop.run(run())
 
 
 def fill_sessions(db: Path, sessions: int, items: int) -> None:
