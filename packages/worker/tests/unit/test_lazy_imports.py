@@ -6,7 +6,9 @@
   process (``codey_worker.keys``);
 - rich: only to print to a terminal (a log file gets plain lines);
 - the executors' own modules (patch, edit, images, search, processes, context): with their
-  first action.
+  first action;
+- sqlite3 (its library and the records' connection, ~1.7 MiB): with the first action's
+  record (``codey_worker.records``).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import sys
 LAZY = ("mcp", "watchfiles", "yaml", "pydantic", "cryptography", "rich", "difflib",
         "codey_worker.patch", "codey_worker.edit", "codey_worker.images",
         "codey_worker.search", "codey_worker.processes", "codey_worker.context",
-        "codey_worker.workspaces")
+        "codey_worker.workspaces", "sqlite3")
 
 
 def loaded_after(code: str) -> list[str]:
