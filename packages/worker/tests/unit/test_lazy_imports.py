@@ -8,7 +8,9 @@
 - the executors' own modules (patch, edit, images, search, processes, context): with their
   first action;
 - sqlite3 (its library and the records' connection, ~1.7 MiB): with the first action's
-  record (``codey_worker.records``).
+  record (``codey_worker.records``);
+- ctypes (0.3 MiB): only to trim the C heap of a worker that compiled its modules from
+  source, once connected (``codey_worker.connection.release_free_memory``).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import sys
 LAZY = ("mcp", "watchfiles", "yaml", "pydantic", "cryptography", "rich", "difflib",
         "codey_worker.patch", "codey_worker.edit", "codey_worker.images",
         "codey_worker.search", "codey_worker.processes", "codey_worker.context",
-        "codey_worker.workspaces", "sqlite3")
+        "codey_worker.workspaces", "sqlite3", "ctypes")
 
 
 def loaded_after(code: str) -> list[str]:
