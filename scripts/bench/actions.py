@@ -21,8 +21,8 @@ a. ``read_file`` of a 1 KiB file, ``--calls`` times, p50 and p99. Five series ru
      the same round trip from outside;
    - the baseline: a bare ``websockets`` echo of 1 KiB text frames without compression (as
      on the worker socket), between this process and an echo server in its own process;
-   - for information, the same echo with uvloop at both ends (the server and the worker run
-     on uvloop, so this is the like-for-like floor).
+   - for information, the same echo with uvloop at both ends (the server runs on uvloop; the
+     worker on asyncio's loop unless ``CODEY_EVENT_LOOP=uvloop``).
 
    Goal: p50 <= 3x the baseline.
 
@@ -36,7 +36,7 @@ b. ``bash -c "head -c N /dev/zero | tr '\\0' a"`` with ``output_cap`` = N (100 M
    runs in the sandbox, ``workspace-write``, the default.)
 
 c. The sandbox's overhead per command: ``true`` through the worker's run path
-   (``codey_worker.exec.run_command``, in this process, on uvloop like the worker), with
+   (``codey_worker.exec.run_command``, in this process, on the worker's loop), with
    ``full-access`` (no sandbox) and with ``workspace-write`` and ``read-only`` (bwrap), in
    blocks, interleaved, next to the bare spawn of ``true`` (``asyncio`` subprocess, the floor
    of any command) and to ``bwrap … true`` alone (the floor of the sandbox). Then the same two
@@ -45,7 +45,8 @@ c. The sandbox's overhead per command: ``true`` through the worker's run path
 
 d. A command step: ``true`` as a ``run_command`` action through the worker's dispatcher
    (``ActionDispatcher.handle`` to the answer frame: the exactly-once record in a real SQLite
-   file, the run path, the answer encoded), in this process on uvloop, against the bare
+   file, the run path, the answer encoded), in this process on the worker's loop (asyncio's;
+   ``CODEY_EVENT_LOOP=uvloop`` for uvloop), against the bare
    spawn of the same command: ``true`` for ``full-access``, ``bwrap … true`` for
    ``workspace-write``. In blocks, interleaved, with the same step on records flushed
    before and after every action (``synchronous=FULL``, as before group commit) so the
@@ -59,14 +60,16 @@ e. ``grep`` over a generated repository of 50,000 files (plus 5,000 in a .gitign
    process. Goal: p50 grep / rg <= 1.5x.
 
 f. The worker's memory, idle and connected (VmRSS, before any action), against the floor: a
-   Python that imports only what the worker cannot do without (asyncio with ssl, uvloop,
-   msgspec and the protocol, the websockets client). Goal <= 30 MB.
+   Python that imports only what the worker cannot do without (asyncio with ssl, msgspec and
+   the protocol, the websockets client; uvloop was in it while the worker ran on uvloop).
+   Goal <= 30 MB.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import tempfile
 import threading
@@ -230,7 +233,7 @@ def bench_round_trip(server: ServerProcess, worker_id: str, workdir: Path, logs:
                        ("(info) p50 HTTP new connection / echo", _ms(fresh, 50)),
                        ("(info) p50 estimated from outside / echo", est50)]:
         figure(label, p50 / e50, "x", "", None)
-    # The server and worker run on uvloop; the baseline the goal names is a bare websockets
+    # The server runs on uvloop; the baseline the goal names is a bare websockets
     # echo, on asyncio's loop. For a like-for-like view, the same echo on uvloop:
     figure("(info) p50 server->worker->server / uv echo",
            _ms(inside, 50) / _ms(uv_base, 50), "x", "", None)
@@ -297,11 +300,13 @@ def bench_big_output(server: ServerProcess, worker: ManagedProcess, worker_id: s
 
 
 class _RunPath:
-    """``true`` through ``run_command`` in one event loop (uvloop when installed, as in the
-    worker), kept across blocks; each run is timed inside the loop."""
+    """``true`` through ``run_command`` in one event loop (the worker's: asyncio's, or uvloop
+    with ``CODEY_EVENT_LOOP=uvloop``), kept across blocks; each run is timed inside the loop."""
 
     def __init__(self, workdir: Path, home: Path) -> None:
-        try:
+        try:  # the worker's loop (codey_worker.cli.run_loop): asyncio's unless uvloop asked for
+            if os.environ.get("CODEY_EVENT_LOOP", "").lower() != "uvloop":
+                raise ImportError("asyncio's loop, as in the worker")
             import uvloop
 
             self._runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
@@ -397,7 +402,7 @@ def bench_sandbox(server: ServerProcess, worker_id: str, workdir: Path, home: Pa
     figure("(info) p50 workspace-write / full-access", boxed / bare, "x", "", None)
     figure("(info) p50 workspace-write / bare spawn", boxed / spawn, "x", "", None)
 
-    # the same through the server and the worker process (uvloop, a real session's path)
+    # the same through the server and the worker process (a real session's path)
     url = f"/api/workers/{worker_id}/actions"
 
     def over_http(mode: str) -> Any:
@@ -436,11 +441,14 @@ class _FsyncedRecords(ActionRecords):
 
 
 class _Steps:
-    """``true`` as run_command actions through a dispatcher in one event loop (uvloop, as in
-    the worker), kept across blocks; each step timed from ``handle`` to its answer frame."""
+    """``true`` as run_command actions through a dispatcher in one event loop (the worker's:
+    asyncio's, or uvloop with ``CODEY_EVENT_LOOP=uvloop``), kept across blocks; each step
+    timed from ``handle`` to its answer frame."""
 
     def __init__(self, root: Path, workdir: Path) -> None:
-        try:
+        try:  # the worker's loop (codey_worker.cli.run_loop): asyncio's unless uvloop asked for
+            if os.environ.get("CODEY_EVENT_LOOP", "").lower() != "uvloop":
+                raise ImportError("asyncio's loop, as in the worker")
             import uvloop
 
             self._runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
@@ -657,7 +665,7 @@ def _rss_kib(pid: int) -> int:
     return 0
 
 
-FLOOR = ("import asyncio, uvloop, msgspec, codey_protocol.codec, codey_protocol.worker, "
+FLOOR = ("import asyncio, msgspec, codey_protocol.codec, codey_protocol.worker, "
          "websockets.asyncio.client\nimport sys\nsys.stdout.write('ready\\n')\n"
          "sys.stdout.flush()\nsys.stdin.read()")
 
@@ -679,7 +687,7 @@ def bench_idle_rss(worker: ManagedProcess) -> None:
     finally:
         floor.communicate("")
     worker_mb = max(samples) * 1024 / 1e6
-    info("the floor: asyncio+ssl, uvloop, msgspec, protocol, websockets",
+    info("the floor: asyncio+ssl, msgspec, protocol, websockets",
          f"{floor_kib / 1024:.1f} MiB ({floor_kib * 1024 / 1e6:.1f} MB)")
     figure("idle connected worker VmRSS", worker_mb, "MB", f"<= {IDLE_RSS_GOAL_MB:g}",
            worker_mb <= IDLE_RSS_GOAL_MB)

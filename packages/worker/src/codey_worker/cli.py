@@ -99,14 +99,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run_loop(main: Coroutine[Any, Any, T]) -> T:
-    """Run ``main`` on uvloop where it is installed (everywhere but Windows), else on asyncio's
-    own loop. ``CODEY_EVENT_LOOP=asyncio`` picks asyncio's loop, e.g. to rule uvloop out.
+    """Run ``main`` on asyncio's own loop; ``CODEY_EVENT_LOOP=uvloop`` picks uvloop where it
+    is installed (the server's default; ``asyncio`` there turns it off).
 
-    Why uvloop: every action crosses the worker socket twice, and uvloop's socket and
-    callback handling in C cut a 1 KiB ``read_file`` round trip by about a fifth
-    (``scripts/bench/actions.py``).
+    Why not uvloop in the worker (issue 27, ``scripts/bench/actions.py`` d, a and f): it
+    spawns a command with libuv's ``fork``, where asyncio's loop uses CPython's ``vfork``
+    path, and a command step took 5–7 ms on uvloop against 1.4–1.7 ms on asyncio's loop
+    (the bare spawn of ``true``: 3.5–4.5 ms against 0.7–0.9 ms); a 1 KiB ``read_file``
+    round trip measured the same on both (0.52–0.57 against 0.54–0.60 ms, the server on
+    uvloop); and an idle worker that never imports uvloop is 2.1 MiB smaller.
     """
-    if os.environ.get("CODEY_EVENT_LOOP", "").lower() != "asyncio":
+    if os.environ.get("CODEY_EVENT_LOOP", "").lower() == "uvloop":
         try:
             import uvloop
         except ImportError:

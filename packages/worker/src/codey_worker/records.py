@@ -15,9 +15,12 @@ The connection layer uses the store like this::
         -> "started" by a previous worker process that died mid-action: answer
            ActionErrored(code="interrupted") and finish() it with that frame. Never run it again.
 
-Storage: one SQLite file in WAL mode, mode 0600. The ``keep`` most recently started or
-finished records are kept (a long command's answer is as fresh as its finish); older ones are
-pruned after every write, except actions still running in this process. Methods are
+Storage: one SQLite file in WAL mode, mode 0600. It is opened (``sqlite3`` imported, the
+syncer thread started) by the first call that reads or writes a record: an idle worker needs
+neither, and they are about 1.7 MiB of its memory (issue 27). The file is created, and what an
+earlier process left in it flushed, when the store is made. The ``keep`` most recently started
+or finished records are kept (a long command's answer is as fresh as its finish); older ones
+are pruned after every write, except actions still running in this process. Methods are
 synchronous and thread-safe (one lock), quick enough to call from the event loop.
 
 Durability, with group commit:
@@ -41,13 +44,15 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sqlite3
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    import sqlite3
 
 __all__ = ["ActionRecords", "Record"]
 
@@ -98,31 +103,53 @@ class ActionRecords:
         os.close(os.open(self.path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600))
         self._lock = threading.Lock()
         self._live: set[str] = set()
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        # commits are written, not flushed: the syncer thread flushes them in batches
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute(_SCHEMA)
-        self._db.execute("CREATE INDEX IF NOT EXISTS records_touched ON records (touched)")
+        # what an earlier process committed (and its syncer had not flushed) goes to the disk
+        # now, before this process acts on it; this needs no SQLite
         self._flush_all()
+        self._conn: sqlite3.Connection | None = None  # opened by ``_db``, under the lock
         # group commit: ``_written`` counts commits, ``_synced`` how many are on the disk
         self._sync_cond = threading.Condition()
         self._written = self._synced = 0
         self._armed = False  # the syncer has been woken for the commits since its last flush
         self._closing = False
         self.flushes = 0  # fdatasync calls made (for tests and benchmarks)
+        self._syncer: threading.Thread | None = None
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        """The database, opened on first use (callers hold ``_lock``)."""
+        conn = self._conn
+        if conn is None:
+            if self._closing:
+                raise RuntimeError("the action records are closed")
+            conn = self._conn = self._open()
+        return conn
+
+    def _open(self) -> sqlite3.Connection:
+        import sqlite3
+
+        conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        conn.execute("PRAGMA journal_mode=WAL")
+        # commits are written, not flushed: the syncer thread flushes them in batches
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute(_SCHEMA)
+        conn.execute("CREATE INDEX IF NOT EXISTS records_touched ON records (touched)")
         self._syncer = threading.Thread(target=self._sync_loop, name="records-sync",
                                         daemon=True)
         self._syncer.start()
+        # the schema of a new file is flushed with the first write's batch (the same WAL)
+        return conn
 
     def close(self) -> None:
         """Flush what was written, stop the syncer, close the database."""
-        with self._sync_cond:
+        with self._lock, self._sync_cond:  # the lock: no ``_db`` opens it meanwhile
             self._closing = True
             self._sync_cond.notify_all()
-        self._syncer.join()
+        if self._syncer is not None:
+            self._syncer.join()
         with self._lock:
-            self._db.close()
+            if self._conn is not None:
+                self._conn.close()
 
     def sync(self, timeout: float | None = None) -> bool:
         """Wait until every record written so far is on the disk; False on timeout."""

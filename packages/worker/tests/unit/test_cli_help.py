@@ -90,8 +90,9 @@ def test_apply_patch_in_the_current_directory(
     assert capsys.readouterr().out == "A hello.txt (+1 -0)\n"
 
 
-@pytest.mark.parametrize(("choice", "loop_module"), [("", "uvloop"), ("asyncio", "asyncio")])
-def test_the_event_loop_is_uvloop_unless_asyncio_is_asked_for(
+@pytest.mark.parametrize(("choice", "loop_module"),
+                         [("", "asyncio"), ("asyncio", "asyncio"), ("uvloop", "uvloop")])
+def test_the_event_loop_is_asyncio_unless_uvloop_is_asked_for(
     monkeypatch: pytest.MonkeyPatch, choice: str, loop_module: str
 ) -> None:
     monkeypatch.setenv("CODEY_EVENT_LOOP", choice)

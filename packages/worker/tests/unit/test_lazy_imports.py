@@ -6,7 +6,13 @@
   process (``codey_worker.keys``);
 - rich: only to print to a terminal (a log file gets plain lines);
 - the executors' own modules (patch, edit, images, search, processes, context): with their
-  first action.
+  first action;
+- sqlite3 (its library and the records' connection, ~1.7 MiB): with the first action's
+  record (``codey_worker.records``);
+- uvloop (2.1 MiB of an idle worker): never, unless ``CODEY_EVENT_LOOP=uvloop`` asks for it
+  (``codey_worker.cli.run_loop``);
+- ctypes (0.3 MiB): only to trim the C heap of a worker that compiled its modules from
+  source, once connected (``codey_worker.connection.release_free_memory``).
 """
 
 from __future__ import annotations
@@ -17,7 +23,8 @@ import sys
 LAZY = ("mcp", "watchfiles", "yaml", "pydantic", "cryptography", "rich", "difflib",
         "codey_worker.patch", "codey_worker.edit", "codey_worker.images",
         "codey_worker.search", "codey_worker.processes", "codey_worker.context",
-        "codey_worker.workspaces")
+        "codey_worker.workspaces", "sqlite3", "ctypes",
+        "uvloop")
 
 
 def loaded_after(code: str) -> list[str]:
@@ -31,6 +38,13 @@ def loaded_after(code: str) -> list[str]:
 
 def test_starting_the_worker_imports_none_of_the_heavy_optional_libraries() -> None:
     assert loaded_after("import codey_worker.cli, codey_worker.connection") == ["[]"]
+
+
+def test_the_worker_runs_on_asyncio_s_loop_without_importing_uvloop() -> None:
+    code = ("from codey_worker.cli import run_loop\n"
+            "async def main():\n    pass\n"
+            "run_loop(main())")
+    assert loaded_after(code) == ["[]"]
 
 
 def test_what_an_idle_connected_worker_does_loads_none_of_them(tmp_path: object) -> None:

@@ -158,3 +158,23 @@ def test_sync_and_close_flush_everything(db: Path) -> None:
     records.close()  # flushes, then stops the syncer
     with ActionRecords(db) as reopened:
         assert reopened.get("a") == Record("a", "finished", b"x", b"r")
+
+
+def test_the_database_opens_with_the_first_record_not_before(db: Path) -> None:
+    """An idle worker holds no SQLite connection and no syncer thread (issue 27); the file
+    exists, 0600, from the start, and the first call finds what an earlier process wrote."""
+    with ActionRecords(db) as first:
+        first.mark_started("a", b"x")
+    records = ActionRecords(db)
+    try:
+        assert stat.S_IMODE(db.stat().st_mode) == 0o600
+        assert records._conn is None and records._syncer is None
+        assert records.sync(timeout=1)  # nothing written: nothing to wait for
+        assert records.mark_started("a", b"y") == Record("a", "started", b"x", None)
+        assert records._conn is not None and records._syncer is not None
+    finally:
+        records.close()
+    never_used = ActionRecords(db)
+    never_used.close()  # closes what was never opened
+    with pytest.raises(RuntimeError):
+        never_used.get("a")
