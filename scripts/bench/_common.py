@@ -249,12 +249,13 @@ def baseline_peer(mode: str, log_dir: Path, *args: str) -> Iterator[str]:
 
 
 @contextmanager
-def start_server_and_worker(root: Path) -> Iterator[tuple[ServerProcess, ManagedProcess, str,
-                                                          Path]]:
+def start_server_and_worker(root: Path, worker_env: dict[str, str] | None = None,
+                            ) -> Iterator[tuple[ServerProcess, ManagedProcess, str, Path]]:
     """A server on port 0 and a paired, connected worker, all under ``root``.
 
     Yields ``(server, worker, worker_id, workdir)``; ``workdir`` is inside the worker's
-    allowed roots. Both processes are stopped on exit.
+    allowed roots. ``worker_env`` is added to the worker's environment. Both processes are
+    stopped on exit.
     """
     home, work, logs = root / "home", root / "work", root / "logs"
     for path in (home, work, logs):
@@ -264,7 +265,7 @@ def start_server_and_worker(root: Path) -> Iterator[tuple[ServerProcess, Managed
     with ServerProcess(root / "server", log_dir=logs, extra_args=["--direct-actions"]) as server, \
             ManagedProcess("worker", log_dir=logs) as worker:
         worker.start([sys.executable, "-m", "codey_worker.cli", "--server", server.url],
-                     env={"CODEY_HOME": str(home)})
+                     env={"CODEY_HOME": str(home), **(worker_env or {})})
         code = worker.wait_for_line(PAIR_LINE, timeout=30).group(2)
         pending = [p for p in server.http.get("/api/pairing/requests").json()
                    if p["code"] == code]
