@@ -68,13 +68,17 @@ def test_output_attachments_rate_limits_header_and_fork_icon(stack: Stack, page:
 
     before = seconds()
     # a countdown, not a frozen figure: it goes down by two (waited for, through Playwright:
-    # a busy machine's page ticks late, and a fixed sleep then read a single tick)
+    # a busy machine's page ticks late, and a fixed sleep then read a single tick). The
+    # element is looked up at each poll: an event that re-renders the header (the worker's
+    # report of the attachment written into the workdir) replaces it, and a handle taken
+    # once then reads a detached copy that never ticks again
     page.wait_for_function(
-        """([el, floor]) => { const t = el.textContent;
+        """(floor) => { const el = document.querySelector('[data-testid="rate-limit-reset"]');
+            if (!el) return false;
+            const t = el.textContent;
             const n = !t.startsWith("resets in") ? 0 : t.includes("min") ? 60
               : parseInt(t.split(" ")[2], 10);
-            return n <= floor; }""", arg=[reset.element_handle(), max(0, before - 2)],
-        timeout=15_000)
+            return n <= floor; }""", arg=max(0, before - 2), timeout=15_000)
 
     # "archived" is a badge of its own, not run into the model's name
     page.get_by_test_id("session-menu-button").click()
