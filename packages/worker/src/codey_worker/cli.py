@@ -116,7 +116,23 @@ def run_loop(main: Coroutine[Any, Any, T]) -> T:
             pass
         else:
             return uvloop.run(main)
+    watch_children_by_pidfd()
     return asyncio.run(main)
+
+
+def watch_children_by_pidfd() -> None:
+    """Wait for the commands' exits on the loop, through a pidfd each (Linux 5.3+), as
+    Python 3.12 does by default. Python 3.11's default waits for each child in a thread of
+    its own: one more thread per command, started at each spawn, and one per process an
+    agent keeps running (``exec``). Where there are no pidfds (an older kernel, a seccomp
+    filter that refuses them, another OS) the default stays."""
+    if sys.version_info >= (3, 12) or not hasattr(os, "pidfd_open"):
+        return
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except OSError:
+        return
+    asyncio.set_child_watcher(asyncio.PidfdChildWatcher())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
