@@ -48,6 +48,7 @@ from codey_server.agent.tools import BUILTIN_TOOLS
 from codey_server.agent.wire import CallOptions, responses
 from codey_server.eventlog import SqliteEventLog
 from codey_server.settings import ProviderConfig
+from codey_testkit.credentials import FixedCredentials
 from codey_testkit.model_handle import ModelServerHandle, start_model_server
 from codey_testkit.scenarios import create_session, provider_config, session
 from codey_testkit.stack import ServerProcess, WorkerProcess
@@ -174,13 +175,6 @@ def model_call_cpu(model: ModelServerHandle, kind: str, body: dict[str, Any],
 
     from codey_server.agent.models import ModelProvider
 
-    class NoCredentials:
-        async def token(self) -> str | None:
-            return "none"
-
-        async def refresh(self) -> bool:
-            return False
-
     call = {"calls": [{"name": "shell", "arguments": {"command": ["true"]}}]}
     model.set_script({"model": "scripted-1", "steps": [{"match": {"any": True}, "reply": call}]})
     config = ProviderConfig(name="scripted", kind=kind, base_url=model.base_url,
@@ -190,7 +184,7 @@ def model_call_cpu(model: ModelServerHandle, kind: str, body: dict[str, Any],
                                         else "/chat/completions")
 
     async def run() -> tuple[float, float]:
-        provider = ModelProvider(config, NoCredentials())
+        provider = ModelProvider(config, FixedCredentials("none"))
         async with aiohttp.ClientSession() as http:
             async def sdk() -> None:
                 async for _ in provider.stream(model="scripted-1", body=raw):

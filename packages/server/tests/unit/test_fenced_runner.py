@@ -26,6 +26,7 @@ from codey_server.errors import LeaseLost
 from codey_server.eventlog import Fence, MemoryEventLog
 from codey_server.features import RULES
 from codey_server.settings import ProviderConfig, Settings
+from codey_testkit.credentials import FixedCredentials
 from codey_testkit.waiting import until
 
 S, W = "ses_1", "wrk_1"
@@ -85,20 +86,12 @@ class FencedLog(MemoryEventLog):
         return await super().append(events)
 
 
-class _NoCredentials:
-    async def token(self) -> str | None:
-        return None
-
-    async def refresh(self) -> bool:
-        return False
-
-
 class Gated(ModelProvider):
     """Answers with the given events; waits at each ``None`` until :attr:`go` is set."""
 
     def __init__(self, answers: list[list[ModelEvent | None]]) -> None:
         super().__init__(ProviderConfig(name="p", base_url="http://127.0.0.1:9/v1",
-                                        kind="responses"), _NoCredentials())
+                                        kind="responses"), FixedCredentials())
         self.answers = answers
         self.go = asyncio.Event()
         self.waiting = asyncio.Event()

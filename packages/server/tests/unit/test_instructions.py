@@ -24,16 +24,9 @@ from codey_server.agent.wire import wire_for
 from codey_server.core.rules import Context
 from codey_server.features import apply_all
 from codey_server.settings import ProviderConfig, RoleConfig
+from codey_testkit.credentials import FixedCredentials
 
 S, W = "ses_1", "wrk_1"
-
-
-class _NoCredentials:
-    async def token(self) -> str | None:
-        return None
-
-    async def refresh(self) -> bool:
-        return False
 
 
 class _Models:
@@ -43,7 +36,7 @@ class _Models:
                                               base_url="http://127.0.0.1:9/v1",
                                               edit_tools=edit_tools,  # type: ignore[arg-type]
                                               context_window=32_768),
-                               _NoCredentials())
+                               FixedCredentials())
 
     def provider(self, name: str) -> ModelProvider | None:
         return self.p

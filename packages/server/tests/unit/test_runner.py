@@ -35,18 +35,11 @@ from codey_server.core.rules import Context
 from codey_server.eventlog import Fence, MemoryEventLog
 from codey_server.features import RULES
 from codey_server.settings import FallbackConfig, ProviderConfig, Settings
+from codey_testkit.credentials import FixedCredentials
 
 S = "ses_1"
 W = "wrk_1"
 Answer = list[ModelEvent | ModelError] | ModelError
-
-
-class _NoCredentials:
-    async def token(self) -> str | None:
-        return None
-
-    async def refresh(self) -> bool:
-        return False
 
 
 class ScriptedProvider(ModelProvider):
@@ -55,7 +48,7 @@ class ScriptedProvider(ModelProvider):
     def __init__(self, name: str, answers: list[Answer], **config: Any) -> None:
         super().__init__(ProviderConfig(name=name, base_url="http://127.0.0.1:9/v1",
                                         kind=config.pop("kind", "responses"), max_retries=2,
-                                        **config), _NoCredentials())
+                                        **config), FixedCredentials())
         self.answers: deque[Answer] = deque(answers)
         self.bodies: list[dict[str, Any]] = []
 

@@ -47,17 +47,10 @@ from codey_server.agent.wire import wire_for
 from codey_server.core.rules import Context
 from codey_server.features import apply
 from codey_server.settings import ProviderConfig
+from codey_testkit.credentials import FixedCredentials
 
 S, W = "ses_1", "wrk_1"
 LIMITS = Limits(turn_iteration_cap=5, action_timeout_s=30, approval_timeout_s=600)
-
-
-class _NoCredentials:
-    async def token(self) -> str | None:
-        return None
-
-    async def refresh(self) -> bool:
-        return False
 
 
 class Models:
@@ -65,7 +58,7 @@ class Models:
 
     def __init__(self) -> None:
         self.p = ModelProvider(ProviderConfig(name="p", base_url="http://127.0.0.1:9/v1",
-                                              max_retries=2), _NoCredentials())
+                                              max_retries=2), FixedCredentials())
         self.histories: dict[str, History] = {}
 
     def provider(self, name: str) -> ModelProvider | None:
