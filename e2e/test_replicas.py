@@ -44,6 +44,20 @@ def _lease_owner(dsn: str, session_id: str) -> str | None:
     return str(row[0]) if row else None
 
 
+def _count_once(stack: Stack) -> list[dict[str, object]]:
+    """The model's steps for "count once": a command that counts its runs in counter.txt and
+    waits for the test's ``go`` file, so a replica can be killed while it runs."""
+    return [
+        {"match": {"user": "count once"},
+         "reply": {"text": "Counting.", "calls": [stack.shell(
+             "bash", "-c", "echo ran >> counter.txt; echo count-start; for i in $(seq 600); "
+             "do [ -f go ] && break; sleep 0.1; done; echo count-end")]}},
+        {"match": {"tool": "shell", "tool_output": "count-end"},
+         "reply": {"text": "Counted once."}},
+        {"match": {"any": True}, "reply": {"text": "unexpected"}},
+    ]
+
+
 def _login(page: Page, server: ServerProcess, hash_: str = "#/") -> Page:
     if server.token is not None:
         page.goto(f"{server.url}/?token={server.token}")
@@ -55,15 +69,7 @@ def _login(page: Page, server: ServerProcess, hash_: str = "#/") -> Page:
 def test_a_replica_killed_mid_command_the_session_finishes_on_another(
         stack: Stack, page: Page, browser: Browser, pg: PostgresCluster,
         tmp_path: Path) -> None:
-    model = stack.model({"model": "scripted-1", "steps": [
-        {"match": {"user": "count once"},
-         "reply": {"text": "Counting.", "calls": [stack.shell(
-             "bash", "-c", "echo ran >> counter.txt; echo count-start; for i in $(seq 600); "
-             "do [ -f go ] && break; sleep 0.1; done; echo count-end")]}},
-        {"match": {"tool": "shell", "tool_output": "count-end"},
-         "reply": {"text": "Counted once."}},
-        {"match": {"any": True}, "reply": {"text": "unexpected"}},
-    ]})
+    model = stack.model({"model": "scripted-1", "steps": _count_once(stack)})
     dsn = pg.create_database("e2e")
     replicas = [ServerProcess(tmp_path / f"r{n}", config=provider_config(model),
                               log_dir=tmp_path / "logs",
@@ -128,13 +134,7 @@ def test_behind_a_proxy_fresh_browsers_log_in_at_once_a_machine_links_and_a_sess
          "reply": {"calls": [stack.shell("bash", "-c", "echo ran-behind-the-proxy")]}},
         {"match": {"tool": "shell", "tool_output": "ran-behind-the-proxy"},
          "reply": {"text": "Ran behind the proxy."}},
-        {"match": {"user": "count once"},
-         "reply": {"text": "Counting.", "calls": [stack.shell(
-             "bash", "-c", "echo ran >> counter.txt; echo count-start; for i in $(seq 600); "
-             "do [ -f go ] && break; sleep 0.1; done; echo count-end")]}},
-        {"match": {"tool": "shell", "tool_output": "count-end"},
-         "reply": {"text": "Counted once."}},
-        {"match": {"any": True}, "reply": {"text": "unexpected"}},
+        *_count_once(stack),
     ]})
     dsn = pg.create_database("e2e_proxy")
     with proxy:
