@@ -9,7 +9,7 @@ import pytest
 
 from codey_protocol import events as ev
 from codey_protocol import worker as wk
-from codey_server.core.actions import ActionFailed
+from codey_server.core.actions import ActionFailed, ProgressCallback
 from codey_server.core.delivery import Delivery
 from codey_server.core.engine import Engine
 from codey_server.core.presence import Presence
@@ -57,6 +57,16 @@ class Rows:
 
     async def cancel_elsewhere(self, worker_id: str, target: str, session_id: str) -> None:
         self.cancels.append(target)
+
+
+def _collected() -> tuple[list[str], ProgressCallback]:
+    """A caller's output listener, and the output it was given."""
+    output: list[str] = []
+
+    async def on_progress(p: wk.ActionProgress) -> None:
+        output.append(p.data)
+
+    return output, on_progress
 
 
 async def _engine() -> Engine:
@@ -150,11 +160,7 @@ def test_routed_with_the_worker_here_nothing_is_read_back() -> None:
         delivery.routes = rows
         link = Link()
         await delivery.linked("w1", link)
-        output: list[str] = []
-
-        async def on_progress(p: wk.ActionProgress) -> None:
-            output.append(p.data)
-
+        output, on_progress = _collected()
         waiting = asyncio.create_task(delivery.run("w1", READ, on_progress=on_progress,
                                                    timeout=5))
         await until(lambda: link.frames, what="the send")
@@ -202,11 +208,7 @@ def test_routed_an_outcome_from_before_a_take_over_answers_at_once() -> None:
         assert await delivery.run("w1", READ, timeout=5) == CONTENT
         assert link.frames == []  # not sent again
         # a caller that wants the output reads it back first, then the outcome
-        output: list[str] = []
-
-        async def on_progress(p: wk.ActionProgress) -> None:
-            output.append(p.data)
-
+        output, on_progress = _collected()
         later = wk.ReadFile(action_id="a2", session_id="s", workdir="/w", path="f")
         waiting = asyncio.create_task(delivery.run("w1", later, on_progress=on_progress,
                                                    timeout=5))
@@ -230,11 +232,7 @@ def test_routed_a_take_over_gets_the_output_from_its_start_less_what_the_log_sho
         rows = Rows(existed=True)
         delivery.routes = rows
         fence = Fence("session:s", 3, "r1")
-        output: list[str] = []
-
-        async def on_progress(p: wk.ActionProgress) -> None:
-            output.append(p.data)
-
+        output, on_progress = _collected()
         waiting = asyncio.create_task(delivery.run("w1", READ, on_progress=on_progress,
                                                    timeout=5, skip=3, fence=fence))
         await until(lambda: delivery.router.awaiting_elsewhere() == ["a1"],
@@ -257,11 +255,7 @@ def test_one_server_after_a_restart_gets_only_the_output_that_follows_and_skips_
         delivery = Delivery(engine, Presence(engine))
         link = Link()
         await delivery.linked("w1", link)
-        output: list[str] = []
-
-        async def on_progress(p: wk.ActionProgress) -> None:
-            output.append(p.data)
-
+        output, on_progress = _collected()
         waiting = asyncio.create_task(delivery.run("w1", READ, on_progress=on_progress,
                                                    timeout=5, skip=3))
         await until(lambda: link.frames, what="the send")
