@@ -93,7 +93,7 @@ from codey_protocol.worker import Grep, RunCommand
 from codey_testkit.procs import ManagedProcess
 from codey_testkit.stack import ServerProcess
 from codey_worker.actions import ActionDispatcher
-from codey_worker.cli import watch_children_by_pidfd
+from codey_worker.cli import worker_runner
 from codey_worker.exec import run_command
 from codey_worker.policy import LocalPolicy
 from codey_worker.records import ActionRecords
@@ -300,26 +300,12 @@ def bench_big_output(server: ServerProcess, worker: ManagedProcess, worker_id: s
          f"{worker_rss.peak_kib / 1024:.0f} MiB")
 
 
-def _worker_runner() -> asyncio.Runner:
-    """An event loop as the worker runs (``codey_worker.cli.run_loop``): asyncio's, its
-    children waited for through pidfds, or uvloop with ``CODEY_EVENT_LOOP=uvloop``."""
-    if os.environ.get("CODEY_EVENT_LOOP", "").lower() == "uvloop":
-        try:
-            import uvloop
-        except ImportError:
-            pass
-        else:
-            return asyncio.Runner(loop_factory=uvloop.new_event_loop)
-    watch_children_by_pidfd()
-    return asyncio.Runner()
-
-
 class _RunPath:
     """``true`` through ``run_command`` in one event loop (the worker's: asyncio's, or uvloop
     with ``CODEY_EVENT_LOOP=uvloop``), kept across blocks; each run is timed inside the loop."""
 
     def __init__(self, workdir: Path, home: Path) -> None:
-        self._runner = _worker_runner()
+        self._runner = worker_runner()
         self._workdir = workdir
         self._policy = LocalPolicy(allowed_roots=[workdir])
         self._sandbox = Sandbox(detect(), home)
@@ -454,7 +440,7 @@ class _Steps:
     timed from ``handle`` to its answer frame."""
 
     def __init__(self, root: Path, workdir: Path) -> None:
-        self._runner = _worker_runner()
+        self._runner = worker_runner()
         self._workdir = workdir
         self._done: dict[str, asyncio.Event] = {}
         home = root / "steps-home"
