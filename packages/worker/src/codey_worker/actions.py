@@ -310,7 +310,8 @@ class ActionDispatcher:
         if not isinstance(action, ReadFile):
             return None
         try:
-            content = fs.read_small_file(action, self.policy, INLINE_READ_BYTES)
+            content = fs.read_small_file(action, self.policy, INLINE_READ_BYTES,
+                                         self.sandbox.boundary)
         except Exception as exc:
             return self._errored(action.action_id, exc)
         return None if content is None else ActionResult(action_id=action.action_id,
@@ -409,19 +410,24 @@ class ActionDispatcher:
             case ApplyPatch():
                 return await self._apply_patch(action)
             case ReadFile():  # small files never get here: they are read at once
-                return await asyncio.to_thread(fs.read_file, action, self.policy)
+                return await asyncio.to_thread(fs.read_file, action, self.policy,
+                                               fs.MAX_READ_BYTES, self.sandbox.boundary)
             case WriteFile():
-                return await asyncio.to_thread(fs.write_file, action, self.policy)
+                return await asyncio.to_thread(fs.write_file, action, self.policy,
+                                               self.sandbox.boundary)
             case ListDir():
-                return await asyncio.to_thread(fs.list_dir, action, self.policy)
+                return await asyncio.to_thread(fs.list_dir, action, self.policy,
+                                               fs.MAX_ENTRIES, self.sandbox.boundary)
             case Edit():
                 from codey_worker.edit import edit_file
 
-                return await asyncio.to_thread(edit_file, action, self.policy)
+                return await asyncio.to_thread(edit_file, action, self.policy,
+                                               self.sandbox.boundary)
             case ViewImage():
-                from codey_worker.images import view_image
+                from codey_worker.images import MAX_IMAGE_BYTES, view_image
 
-                return await asyncio.to_thread(view_image, action, self.policy)
+                return await asyncio.to_thread(view_image, action, self.policy,
+                                               MAX_IMAGE_BYTES, self.sandbox.boundary)
             case ExecStart():
                 if self.console is not None:
                     self.console.running(action.session_id, action.argv)
@@ -435,11 +441,13 @@ class ActionDispatcher:
             case Grep():
                 from codey_worker.search import grep
 
-                return await grep(action, self.policy)
+                return await grep(action, self.policy, sandbox=self.sandbox,
+                                  boundary=self.sandbox.boundary)
             case Glob():
                 from codey_worker.search import glob
 
-                return await glob(action, self.policy)
+                return await glob(action, self.policy, sandbox=self.sandbox,
+                                  boundary=self.sandbox.boundary)
             case AttachSession():
                 return await self._attach(action)
             case DetachSession():
@@ -552,7 +560,8 @@ class ActionDispatcher:
         root = self._check_workdir(action.workdir)
         from codey_worker.patch import apply_patch
 
-        outcome = await asyncio.to_thread(apply_patch, action.patch, root)
+        outcome = await asyncio.to_thread(apply_patch, action.patch, root,
+                                          self.sandbox.boundary)
         if self.console is not None:
             self.console.patch(action.session_id, len(outcome.files))
         return PatchResult(

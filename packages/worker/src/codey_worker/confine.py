@@ -103,6 +103,15 @@ def readable_outside(path: str) -> Path | None:
     return None
 
 
+def readable_root(path: str) -> str | None:
+    """The folder registered with :func:`allow_reading` that the absolute ``path`` names
+    (by its text: the file API then resolves it beneath that folder), else None."""
+    if not os.path.isabs(path) or "\0" in path:
+        return None
+    text = os.path.normpath(path)
+    return next((root for root in _readable if _subpath(text, root)), None)
+
+
 def protected_paths() -> tuple[str, ...]:
     """The real paths registered with :func:`protect`."""
     return _protected
@@ -293,6 +302,6 @@ def relative_display(workdir: Path, target: Path) -> str:
 
 __all__ = [
     "ActionRefused", "Root", "allow_reading", "check_protected", "check_root", "is_protected",
-    "protect", "protected_paths", "readable_outside", "real_workdir", "relative_display",
-    "resolve_inside", "set_protected_paths", "within",
+    "protect", "protected_paths", "readable_outside", "readable_root", "real_workdir",
+    "relative_display", "resolve_inside", "set_protected_paths", "within",
 ]  # fmt: skip

@@ -1,10 +1,10 @@
 """``edit``: replace an exact string in a file of the workdir (Claude Code's Edit).
 
 The file must exist, be a regular file of at most :data:`MAX_EDIT_BYTES`, and lie inside the
-workdir (:func:`codey_worker.confine.resolve_inside`: no ``..`` or symlink out, never
-``$CODEY_HOME``). ``.git`` and ``.codey`` at the top of the workdir (and the gitdir a ``.git``
-file names) are refused as well (``protected_path``): the model's commands cannot write them
-in the sandbox, and its edits cannot either.
+workdir, reached through the one confined file API (:class:`codey_worker.files.Tree`: no
+``..`` or symlink out, nothing hidden, never ``$CODEY_HOME``). Anything in a ``.git`` and the
+workdir's ``.codey`` is refused as well (``protected_path``): the model's commands cannot
+write them in the sandbox, and its edits cannot either.
 
 ``old_string`` must occur exactly once, or any number of times with ``replace_all``. The model
 reads files with "\\n" line endings; in a file written with "\\r\\n" a string that is not found
@@ -31,13 +31,12 @@ import difflib
 import os
 import stat
 from collections.abc import Iterator
-from pathlib import Path
 
 from codey_protocol.worker import Edit, EditResult
-from codey_worker.confine import ActionRefused, relative_display, resolve_inside
-from codey_worker.patch import LineEdit, _file_diff, _write_atomic
+from codey_worker.confine import ActionRefused
+from codey_worker.files import Boundary, Spot, Tree
+from codey_worker.patch import LineEdit, _file_diff
 from codey_worker.policy import LocalPolicy
-from codey_worker.sandbox import protected_subpaths
 
 __all__ = ["MAX_EDIT_BYTES", "edit_file"]
 
@@ -45,7 +44,7 @@ MAX_EDIT_BYTES = 16 * 1024 * 1024
 _LINES_NAMED = 10  # lines listed in an edit_not_unique message, at most
 
 
-def edit_file(action: Edit, policy: LocalPolicy) -> EditResult:
+def edit_file(action: Edit, policy: LocalPolicy, boundary: Boundary | None = None) -> EditResult:
     """Carry out ``action`` (see the module docstring); synchronous, for a thread."""
     if not action.old_string:
         raise ActionRefused("bad_request", "old_string is empty: name the text to replace "
@@ -56,18 +55,25 @@ def edit_file(action: Edit, policy: LocalPolicy) -> EditResult:
     workdir = policy.check_workdir(action.workdir)
     if not workdir.is_dir():
         raise ActionRefused("not_found", f"workdir {workdir} does not exist (attach the session)")
-    target = resolve_inside(workdir, action.path, real=True)
-    shown = relative_display(workdir, target)
-    if target == workdir:
-        raise ActionRefused("is_directory", "the workdir itself is a directory")
-    for protected in protected_subpaths(workdir):
-        if target == protected or protected in target.parents:
-            raise ActionRefused(
-                "protected_path",
-                f"{shown} is inside {relative_display(workdir, protected)}, which the model "
-                "may not change (git's own files and the .codey folder are changed by the "
-                "worker's own operations only)")
-    data, mode = _read(target, shown)
+    with Tree.open(workdir, boundary, shown_as=action.workdir) as tree:
+        return _edit(tree, action)
+
+
+def _edit(tree: Tree, action: Edit) -> EditResult:
+    try:
+        spot = tree.locate(action.path)
+    except (FileNotFoundError, NotADirectoryError):
+        raise ActionRefused("not_found", f"{action.path}: no such file (edit changes an "
+                                         "existing file; write_file creates one)") from None
+    except OSError as exc:
+        raise ActionRefused("io_error", f"cannot read {action.path}: "
+                                        f"{exc.strerror or exc}") from None
+    shown = spot.shown
+    if not spot.name:
+        raise ActionRefused("is_directory", f"{shown} is a directory"
+                            if spot.rel else "the workdir itself is a directory")
+    tree.check_write(spot.rel, action.path)
+    data, mode = _read(tree, spot, shown)
     text = data.decode("utf-8", errors="surrogateescape")
     old, new = action.old_string, action.new_string
     starts = _occurrences(text, old)
@@ -87,7 +93,7 @@ def edit_file(action: Edit, policy: LocalPolicy) -> EditResult:
     updated = text.replace(old, new)
     out = updated.encode("utf-8", errors="surrogateescape")
     with _io_errors(shown):
-        _write_atomic(target, out, stat.S_IMODE(mode))
+        tree.write(spot.rel, out, mode=stat.S_IMODE(mode), keep_mode=False, make_parents=False)
     diff, added, removed = _diff(shown, text, updated, starts, old, new)
     return EditResult(path=shown, replacements=len(starts), diff=diff, added=added,
                       removed=removed)
@@ -101,12 +107,11 @@ def _io_errors(shown: str) -> Iterator[None]:
         raise ActionRefused("io_error", f"cannot write {shown}: {exc.strerror or exc}") from exc
 
 
-def _read(target: Path, shown: str) -> tuple[bytes, int]:
-    """The bytes and mode of the regular file ``target`` (O_NOFOLLOW: it was resolved
-    already; O_NONBLOCK: a FIFO is refused, never waited on)."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC
+def _read(tree: Tree, spot: Spot, shown: str) -> tuple[bytes, int]:
+    """The bytes and mode of the regular file at ``spot`` (opened in its folder's handle
+    without following a symlink; O_NONBLOCK: a FIFO is refused, never waited on)."""
     try:
-        fd = os.open(target, flags)
+        fd = tree.open_file(spot, os.O_RDONLY | os.O_NONBLOCK)
     except (FileNotFoundError, NotADirectoryError):
         raise ActionRefused("not_found", f"{shown}: no such file (edit changes an existing "
                                          "file; write_file creates one)") from None

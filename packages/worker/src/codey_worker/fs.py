@@ -1,17 +1,21 @@
 """File executors: ``read_file``, ``write_file``, ``list_dir``.
 
-Every path goes through :func:`codey_worker.confine.resolve_inside` first, so nothing outside
-the action's workdir is read, written or listed, whatever ``..`` or symlinks it names. Paths in
-results are relative to the real workdir, "/" separated (``"."`` for the workdir itself).
+Every path goes through the one confined file API (:class:`codey_worker.files.Tree`): the
+workdir is opened once and each path resolved beneath that handle, so nothing outside it, and
+nothing hidden (the sandbox's hidden list, ``$CODEY_HOME``), is read, written or listed,
+whatever ``..``, symlinks or a folder swapped meanwhile it names; nothing in ``.git`` or the
+workdir's ``.codey`` is written. Paths in results are relative to the real workdir, "/"
+separated (``"."`` for the workdir itself).
 
 The workdir itself is checked against the worker's :class:`LocalPolicy` (allowed roots) and
 must exist — the server names it, so it is not trusted any more than the path.
 
 These functions are synchronous (plain file I/O, bounded by the caps below); the connection
 layer may run them in a thread. Refusals raise :class:`~codey_worker.confine.ActionRefused`
-with code ``bad_request``, ``outside_allowed_roots``, ``path_outside_workdir``, ``not_found``,
-``is_directory``, ``not_a_directory`` or ``not_a_regular_file``; other OS errors (permission
-denied, disk full) raise ``ActionRefused`` with code ``io_error``.
+with code ``bad_request``, ``outside_allowed_roots``, ``path_outside_workdir``,
+``protected_path``, ``not_found``, ``is_directory``, ``not_a_directory`` or
+``not_a_regular_file``; other OS errors (permission denied, disk full) raise
+``ActionRefused`` with code ``io_error``.
 """
 
 from __future__ import annotations
@@ -21,11 +25,9 @@ import codecs
 import contextlib
 import io
 import os
-import secrets
 import stat
 from collections import deque
 from collections.abc import Iterator
-from pathlib import Path
 from typing import BinaryIO
 
 from codey_protocol.worker import (
@@ -37,13 +39,8 @@ from codey_protocol.worker import (
     WriteFile,
     WriteResult,
 )
-from codey_worker.confine import (
-    ActionRefused,
-    is_protected,
-    readable_outside,
-    relative_display,
-    resolve_inside,
-)
+from codey_worker.confine import ActionRefused, readable_root
+from codey_worker.files import Boundary, Spot, Tree
 from codey_worker.policy import LocalPolicy
 
 __all__ = [
@@ -75,16 +72,17 @@ def _io_errors(what: str) -> Iterator[None]:
         raise ActionRefused("io_error", f"{what}: {exc.strerror or exc}") from exc
 
 
-def _workdir(workdir: str, policy: LocalPolicy) -> Path:
-    """The real workdir, inside the policy's allowed roots and existing."""
+def _tree(workdir: str, policy: LocalPolicy, boundary: Boundary | None) -> Tree:
+    """The workdir, inside the policy's allowed roots and existing, opened."""
     real = policy.check_workdir(workdir)
     if not real.is_dir():
         raise ActionRefused("not_found", f"workdir {real} does not exist (attach the session)")
-    return real
+    return Tree.open(real, boundary, shown_as=workdir)
 
 
 def read_file(
-    action: ReadFile, policy: LocalPolicy, max_bytes: int = MAX_READ_BYTES
+    action: ReadFile, policy: LocalPolicy, max_bytes: int = MAX_READ_BYTES,
+    boundary: Boundary | None = None,
 ) -> FileContent:
     """Lines ``[offset, offset + limit)`` of a file (``limit=None``: to the end).
 
@@ -93,43 +91,54 @@ def read_file(
     At most ``max_bytes`` bytes of content are returned; ``truncated=True`` when the selected
     lines were longer. Content is decoded as UTF-8 with invalid bytes replaced.
     """
-    content = _read_file(action, policy, max_bytes, None)
+    content = _read_file(action, policy, max_bytes, None, boundary)
     assert content is not None  # no size limit: always read
     return content
 
 
-def read_small_file(action: ReadFile, policy: LocalPolicy, size_limit: int) -> FileContent | None:
+def read_small_file(action: ReadFile, policy: LocalPolicy, size_limit: int,
+                    boundary: Boundary | None = None) -> FileContent | None:
     """:func:`read_file`, or None when the file is larger than ``size_limit`` bytes.
 
     For reading on the event loop: a small file is answered at once, a larger one is left for
     a thread. Refusals are raised as by :func:`read_file`, whatever the size.
     """
-    return _read_file(action, policy, MAX_READ_BYTES, size_limit)
+    return _read_file(action, policy, MAX_READ_BYTES, size_limit, boundary)
 
 
 def _read_file(action: ReadFile, policy: LocalPolicy, max_bytes: int,
-               size_limit: int | None) -> FileContent | None:
+               size_limit: int | None, boundary: Boundary | None) -> FileContent | None:
     if action.offset < 0 or (action.limit is not None and action.limit < 0):
         raise ActionRefused("bad_request", "offset and limit must not be negative")
-    workdir = _workdir(action.workdir, policy)
-    try:
-        target = resolve_inside(workdir, action.path, real=True)
-    except ActionRefused as refused:
-        # the user's own skills live in the worker's home, outside every workdir
-        outside = readable_outside(action.path)
-        if outside is None:
-            raise
-        if refused.code not in ("path_outside_workdir", "protected_path"):
-            raise
-        target = outside
-    shown = (relative_display(workdir, target) if target.is_relative_to(workdir)
-             else str(target))
+    with _tree(action.workdir, policy, boundary) as tree:
+        try:
+            with _io_errors(action.path):
+                spot = tree.locate(action.path)
+            return _read_spot(tree, spot, spot.shown, action, max_bytes, size_limit)
+        except ActionRefused as exc:
+            # the user's own skills live in the worker's home, outside every workdir
+            refused = exc
+            root = readable_root(action.path)
+            if root is None or refused.code not in ("path_outside_workdir", "protected_path"):
+                raise
+    with Tree.open(root, boundary, inside_hidden=True) as skills:
+        try:
+            with _io_errors(action.path):
+                spot = skills.locate(action.path)
+        except ActionRefused:
+            raise refused from None  # (a link out of the skills: the workdir's answer)
+        return _read_spot(skills, spot, skills.real(spot.rel), action, max_bytes, size_limit)
+
+
+def _read_spot(tree: Tree, spot: Spot, shown: str, action: ReadFile, max_bytes: int,
+               size_limit: int | None) -> FileContent | None:
     with _io_errors(shown):
         # O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused just below).
-        # O_NOFOLLOW: the target was checked as a real path; if its last component has become
-        # a symlink since, that is refused rather than followed.
-        fd = os.open(target, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
-                     | os.O_NOFOLLOW)
+        # Opened by name in the folder's handle without following a symlink: if the name
+        # has become a link since it was resolved, that is refused rather than followed.
+        if not spot.name:
+            raise ActionRefused("is_directory", f"{shown} is a directory; use list_dir")
+        fd = tree.open_file(spot, os.O_RDONLY | os.O_NONBLOCK)
         try:
             info = os.fstat(fd)
             if stat.S_ISDIR(info.st_mode):
@@ -209,20 +218,16 @@ def _select_lines(f: BinaryIO, action: ReadFile, max_bytes: int) -> tuple[bytes,
     return bytes(kept), line_no, truncated
 
 
-def write_file(action: WriteFile, policy: LocalPolicy) -> WriteResult:
+def write_file(action: WriteFile, policy: LocalPolicy,
+               boundary: Boundary | None = None) -> WriteResult:
     """Write ``content`` (UTF-8) to ``path`` atomically: a temp file in the same directory,
-    fsynced, then ``os.replace`` — a reader sees the old file or the new one, never half.
+    fsynced, then renamed over it — a reader sees the old file or the new one, never half.
 
     Missing parent directories are created when ``create_dirs`` (the default), else
     ``not_found``. An existing file keeps its permission bits; a symlink inside the workdir is
     written through (its real target, also inside, is replaced). ``created`` tells whether the
-    file is new.
+    file is new. Nothing in ``.git`` or the workdir's ``.codey`` is written (``protected_path``).
     """
-    workdir = _workdir(action.workdir, policy)
-    target = resolve_inside(workdir, action.path, real=True)
-    shown = relative_display(workdir, target)
-    if target == workdir:
-        raise ActionRefused("is_directory", "the workdir itself is a directory")
     if action.encoding == "base64":
         try:
             data = base64.b64decode(action.content, validate=True)
@@ -230,90 +235,75 @@ def write_file(action: WriteFile, policy: LocalPolicy) -> WriteResult:
             raise ActionRefused("bad_request", "content is not valid base64") from None
     else:
         data = action.content.encode("utf-8")
-    with _io_errors(shown):
-        if target.is_dir():
-            raise ActionRefused("is_directory", f"{shown} is a directory")
-        parent = target.parent
-        if not parent.is_dir():
-            if not action.create_dirs:
-                raise ActionRefused("not_found", f"the directory of {shown} does not exist")
-            os.makedirs(parent, exist_ok=True)
+    with _tree(action.workdir, policy, boundary) as tree, _io_errors(action.path):
         try:
-            mode: int | None = stat.S_IMODE(os.stat(target).st_mode)
+            spot, created = tree.write(action.path, data, make_parents=action.create_dirs)
         except FileNotFoundError:
-            mode = None
-        tmp = parent / f".{target.name}.{secrets.token_hex(6)}.codey-tmp"
-        # 0o666 through O_CREAT lets the kernel apply the umask, as for any new file.
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                if mode is not None:
-                    os.fchmod(f.fileno(), mode)
-                os.fsync(f.fileno())
-            os.replace(tmp, target)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        _fsync_dir(parent)
-    return WriteResult(path=shown, bytes_written=len(data), created=mode is None)
+            raise ActionRefused("not_found",
+                                f"the directory of {action.path} does not exist") from None
+    return WriteResult(path=spot.shown, bytes_written=len(data), created=created)
 
 
-def _fsync_dir(path: Path) -> None:
-    """Make a rename durable (best effort: not every filesystem allows it)."""
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def list_dir(action: ListDir, policy: LocalPolicy, max_entries: int = MAX_ENTRIES) -> DirListing:
+def list_dir(action: ListDir, policy: LocalPolicy, max_entries: int = MAX_ENTRIES,
+             boundary: Boundary | None = None) -> DirListing:
     """Entries under ``path`` down to ``depth`` levels (1 = direct children), sorted by path.
 
-    ``.git`` is skipped; symlinks are listed as ``"symlink"`` and never followed. Levels are
-    read breadth-first, so when there are more than ``max_entries`` entries (``truncated=True``)
-    the ones kept are the shallowest. ``size`` is the byte size of files (0 for the rest).
+    ``.git`` is skipped; symlinks are listed as ``"symlink"`` and never followed; a hidden
+    folder is listed but not entered. Levels are read breadth-first, so when there are more
+    than ``max_entries`` entries (``truncated=True``) the ones kept are the shallowest.
+    ``size`` is the byte size of files (0 for the rest).
     """
     if action.depth < 1:
         raise ActionRefused("bad_request", f"depth must be >= 1, got {action.depth}")
     depth = min(action.depth, MAX_DEPTH)
-    workdir = _workdir(action.workdir, policy)
-    root = resolve_inside(workdir, action.path, real=True)
-    shown = relative_display(workdir, root)
     entries: list[DirEntry] = []
     truncated = False
-    with _io_errors(shown):
-        if not root.exists():
-            raise ActionRefused("not_found", f"{shown} does not exist")
-        if not root.is_dir():
-            raise ActionRefused("not_a_directory", f"{shown} is not a directory; use read_file")
-        queue: deque[tuple[str, str, int]] = deque([(str(root), "", 1)])
+    with _tree(action.workdir, policy, boundary) as tree, _io_errors(action.path):
+        spot = tree.locate(action.path)
+        if spot.name:
+            tree.lstat(spot)  # missing: not_found
+            raise ActionRefused("not_a_directory",
+                                f"{spot.shown} is not a directory; use read_file")
+        shown = spot.shown
+        # (real path relative to the workdir, as shown in results, level)
+        queue: deque[tuple[str, str, int]] = deque([(spot.rel, "", 1)])
         while queue and not truncated:
-            directory, prefix, level = queue.popleft()
+            rel, prefix, level = queue.popleft()
             try:
-                with os.scandir(directory) as it:
+                # each folder opened beneath the workdir's handle: one swapped for a link
+                # since it was listed is followed only where it stays inside
+                fd = tree.open_listing(spot) if rel == spot.rel else _open_below(tree, rel)
+            except (OSError, ActionRefused):
+                continue  # unreadable, gone or now leading out: list what we can
+            try:
+                with os.scandir(fd) as it:
                     children = sorted(it, key=lambda e: e.name)
-            except OSError:
-                continue  # unreadable subdirectory: list what we can
-            for child in children:
-                if child.name in SKIPPED_NAMES:
-                    continue
-                if len(entries) >= max_entries:
-                    truncated = True
-                    break
-                rel = f"{prefix}{child.name}"
-                entry = _entry(child, rel)
-                entries.append(entry)
-                # the worker's own directory is named but never entered (its file names
-                # are no business of the server's)
-                if entry.kind == "dir" and level < depth and not is_protected(child.path):
-                    queue.append((child.path, rel + "/", level + 1))
+                for child in children:
+                    if child.name in SKIPPED_NAMES:
+                        continue
+                    if len(entries) >= max_entries:
+                        truncated = True
+                        break
+                    shown_path = f"{prefix}{child.name}"
+                    entry = _entry(child, shown_path)
+                    entries.append(entry)
+                    child_rel = f"{rel}/{child.name}" if rel else child.name
+                    # a hidden folder (the worker's own, ~/.ssh) is named but never entered
+                    if entry.kind == "dir" and level < depth and not tree.hidden(child_rel):
+                        queue.append((child_rel, shown_path + "/", level + 1))
+            finally:
+                os.close(fd)
     entries.sort(key=lambda e: e.path.split("/"))
     return DirListing(path=shown, entries=entries, truncated=truncated)
+
+
+def _open_below(tree: Tree, rel: str) -> int:
+    spot = tree.locate(rel)
+    if spot.name:
+        raise NotADirectoryError(rel)
+    fd = tree.open_listing(spot)
+    tree.release(spot.dirfd)
+    return fd
 
 
 def _entry(child: os.DirEntry[str], rel: str) -> DirEntry:

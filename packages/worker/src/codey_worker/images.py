@@ -9,8 +9,9 @@ The answer carries the bytes in base64 and must fit one frame of the worker's so
 the cap the server enforces), so images over :data:`MAX_IMAGE_BYTES` (about 730 KiB) are
 refused (``too_large``) with a message that says the limit and how to make a smaller copy.
 
-Paths are confined like every file executor's (:func:`codey_worker.confine.resolve_inside`);
-the file is opened without following a symlink and must be a regular file.
+Paths go through the one confined file API like every file tool's
+(:class:`codey_worker.files.Tree`); the file is opened in its folder's handle without following
+a symlink and must be a regular file.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ import stat
 import struct
 
 from codey_protocol.worker import ImageContent, ViewImage
-from codey_worker.confine import ActionRefused, relative_display, resolve_inside
+from codey_worker.confine import ActionRefused
+from codey_worker.files import Boundary, Tree
 from codey_worker.frames import FRAME_BUDGET
 from codey_worker.policy import LocalPolicy
 
@@ -111,7 +113,7 @@ def _size_text(n: int) -> str:
 
 
 def view_image(action: ViewImage, policy: LocalPolicy,
-               max_bytes: int = MAX_IMAGE_BYTES) -> ImageContent:
+               max_bytes: int = MAX_IMAGE_BYTES, boundary: Boundary | None = None) -> ImageContent:
     """Read the image ``action.path`` (see the module docstring); synchronous, for a thread.
 
     Raises ``ActionRefused``: ``not_an_image``, ``too_large``, ``not_found``,
@@ -120,17 +122,23 @@ def view_image(action: ViewImage, policy: LocalPolicy,
     workdir = policy.check_workdir(action.workdir)
     if not workdir.is_dir():
         raise ActionRefused("not_found", f"workdir {workdir} does not exist (attach the session)")
-    target = resolve_inside(workdir, action.path, real=True)
-    shown = relative_display(workdir, target)
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC
-    try:
-        fd = os.open(target, flags)
-    except (FileNotFoundError, NotADirectoryError):
-        raise ActionRefused("not_found", f"{shown}: no such file") from None
-    except IsADirectoryError:
-        raise ActionRefused("is_directory", f"{shown} is a directory") from None
-    except OSError as exc:
-        raise ActionRefused("io_error", f"cannot read {shown}: {exc.strerror or exc}") from None
+    with Tree.open(workdir, boundary, shown_as=action.workdir) as tree:
+        shown = action.path
+        try:
+            spot = tree.locate(action.path)
+            shown = spot.shown
+            fd = tree.open_file(spot, os.O_RDONLY | os.O_NONBLOCK)
+        except (FileNotFoundError, NotADirectoryError):
+            raise ActionRefused("not_found", f"{shown}: no such file") from None
+        except IsADirectoryError:
+            raise ActionRefused("is_directory", f"{shown} is a directory") from None
+        except OSError as exc:
+            raise ActionRefused("io_error",
+                                f"cannot read {shown}: {exc.strerror or exc}") from None
+        return _view(fd, shown, max_bytes)
+
+
+def _view(fd: int, shown: str, max_bytes: int) -> ImageContent:
     try:
         info = os.fstat(fd)
         if stat.S_ISDIR(info.st_mode):

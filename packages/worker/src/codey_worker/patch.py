@@ -31,10 +31,10 @@ file's newline style, a UTF-8 BOM, and whether it ended with a newline are prese
 
 from __future__ import annotations
 
+import contextlib
 import os
 import posixpath
 import re
-import secrets
 import stat
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -42,8 +42,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, TextIO
 
-from codey_worker.confine import ActionRefused, resolve_inside
+from codey_worker.confine import ActionRefused
 from codey_worker.errors import WorkerError
+from codey_worker.files import Boundary, Spot, Tree
 
 Op = Literal["add", "delete", "update", "move"]
 LineKind = Literal[" ", "-", "+"]
@@ -778,87 +779,87 @@ def render_diff(changes: Iterable[Change]) -> str:
 # I/O
 
 
-def confined_resolver(root: Path) -> Callable[[str], Path]:
-    """A resolver that maps a patch path to a real path inside ``root`` or raises PatchError.
-
-    Refused here: empty paths, NUL bytes, absolute paths, any ``..`` segment, the workdir
-    itself. Where the path really leads (symlinks followed, also dangling ones) is judged by
-    :func:`codey_worker.confine.resolve_inside`, the one containment check every executor
-    uses: outside ``root`` becomes a PatchError; at or below a protected path stays
-    ``ActionRefused("protected_path")``.
-    """
-    real_root = os.path.realpath(root)
-
-    def resolve(path: str) -> Path:
-        if not path or "\x00" in path:
-            raise PatchError(f"invalid path {path!r}", path=path)
-        if os.path.isabs(path) or path.startswith(("/", "\\", "~")):
-            raise PatchError(
-                f"{path}: absolute paths are not allowed; use a path relative to the workdir",
-                path=path,
-            )
-        if ".." in re.split(r"[\\/]", path):
-            raise PatchError(f"{path}: '..' is not allowed in patch paths", path=path)
-        try:
-            target = resolve_inside(real_root, path, real=True)
-        except ActionRefused as refused:
-            if refused.code != "path_outside_workdir":
-                raise
-            target = None
-        if target is None or os.fspath(target) == real_root:  # (the workdir is not a file)
-            where = os.path.realpath(os.path.join(real_root, path))
-            raise PatchError(
-                f"{path}: resolves to {where}, which is outside the workdir {real_root}",
-                path=path,
-            )
-        return target
-
-    return resolve
+def check_patch_path(path: str) -> None:
+    """Refuse (PatchError) what a patch path may never be, by its text: empty, a NUL byte,
+    absolute (or ``~``), or holding a ``..`` segment."""
+    if not path or "\x00" in path:
+        raise PatchError(f"invalid path {path!r}", path=path)
+    if os.path.isabs(path) or path.startswith(("/", "\\", "~")):
+        raise PatchError(
+            f"{path}: absolute paths are not allowed; use a path relative to the workdir",
+            path=path,
+        )
+    if ".." in re.split(r"[\\/]", path):
+        raise PatchError(f"{path}: '..' is not allowed in patch paths", path=path)
 
 
-def apply_patch(
-    text: str, root: Path, resolve: Callable[[str], Path] | None = None
-) -> PatchOutcome:
+def patch_target(tree: Tree, path: str) -> Spot:
+    """Where the patch path ``path`` leads in ``tree`` (the one confined file API): its
+    text checked (:func:`check_patch_path`), then resolved beneath the workdir's handle.
+    Leading outside (a symlink out, the workdir itself) is a PatchError; a hidden or
+    protected place stays ``ActionRefused("protected_path")``."""
+    check_patch_path(path)
+    try:
+        spot = tree.locate(path, missing_ok=True)
+    except ActionRefused as refused:
+        if refused.code != "path_outside_workdir":
+            raise
+        raise PatchError(f"{path}: leads outside the workdir {tree.root}", path=path) from None
+    except NotADirectoryError:
+        raise PatchError(f"{path}: a folder on its way is a file", path=path) from None
+    except OSError as exc:
+        raise PatchError(f"{path}: {exc.strerror or exc}", path=path) from None
+    if not spot.rel:
+        raise PatchError(f"{path}: resolves to the workdir itself, which is outside the "
+                         "workdir's files", path=path)
+    return spot
+
+
+def apply_patch(text: str, root: Path, boundary: Boundary | None = None) -> PatchOutcome:
     """Parse ``text``, compute every change against files under ``root``, then write them.
 
     All-or-nothing: any parse, match or path error raises :class:`PatchError` before a single
-    byte is written. ``resolve`` maps a patch path to a real path and raises PatchError for a
-    path it refuses; by default :func:`confined_resolver` of ``root`` (which may also raise
-    ``ActionRefused("protected_path")``). Files are read and written as UTF-8; only regular
-    files of up to :data:`MAX_PATCH_FILE_BYTES` are read (a FIFO, device or socket is refused,
-    never opened for a blocking read). Writes replace files atomically (fsynced, then renamed)
-    and keep their permission bits; an added file gets ``0o666`` less the umask.
+    byte is written. Every path goes through the one confined file API
+    (:class:`codey_worker.files.Tree` of ``root``, with ``boundary``'s hidden paths): one
+    leading outside is a PatchError, one in a hidden place or in ``.git`` / the root's
+    ``.codey`` is ``ActionRefused("protected_path")``. Files are read and written as UTF-8;
+    only regular files of up to :data:`MAX_PATCH_FILE_BYTES` are read (a FIFO, device or
+    socket is refused, never opened for a blocking read). Writes replace files atomically
+    (fsynced, then renamed) and keep their permission bits; an added file gets ``0o666``
+    less the umask.
     """
-    resolve = resolve or confined_resolver(root)
     ops = parse_patch(text)
+    with Tree.open(os.path.realpath(root), boundary) as tree:
 
-    def read(path: str) -> str | None:
-        found = _read_regular(resolve(path), path)
-        if found is None:
-            return None
-        try:
-            return found[0].decode("utf-8")
-        except UnicodeDecodeError:
-            raise PatchError(f"{path} is not UTF-8 text", path=path) from None
+        def read(path: str) -> str | None:
+            spot = patch_target(tree, path)
+            found = _read_regular(tree, spot, path)
+            if found is None:
+                return None
+            try:
+                return found[0].decode("utf-8")
+            except UnicodeDecodeError:
+                raise PatchError(f"{path} is not UTF-8 text", path=path) from None
 
-    changes = compute_changes(ops, read)
-    _write_all(changes, resolve)
+        changes = compute_changes(ops, read)
+        _write_all(changes, tree)
     files = [FileResult(c.path, c.op, c.moved_to, c.added, c.removed) for c in changes]
     return PatchOutcome(files=files, diff=render_diff(changes))
 
 
-def _read_regular(real: Path, shown: str) -> tuple[bytes, int] | None:
-    """The bytes and ``st_mode`` of the regular file at the (already real) ``real``; None if
-    it does not exist. Raises PatchError, naming ``shown``, for anything else.
+def _read_regular(tree: Tree, spot: Spot, shown: str) -> tuple[bytes, int] | None:
+    """The bytes and ``st_mode`` of the regular file at ``spot``; None if it does not exist.
+    Raises PatchError, naming ``shown``, for anything else.
 
     O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused after ``fstat``).
-    O_NOFOLLOW: the path was resolved already; a symlink appearing since is refused.
+    Opened in its folder's handle without following a symlink: one appearing since is refused.
     """
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC
     try:
-        fd = os.open(real, flags)
+        fd = tree.open_file(spot, os.O_RDONLY | os.O_NONBLOCK)
     except (FileNotFoundError, NotADirectoryError):  # a parent that is a file: no such file
         return None
+    except IsADirectoryError:
+        raise PatchError(f"{shown} is a directory, not a file", path=shown) from None
     except OSError as exc:
         raise PatchError(f"cannot read {shown}: {exc.strerror or exc}", path=shown) from None
     try:
@@ -896,104 +897,70 @@ def _read_regular(real: Path, shown: str) -> tuple[bytes, int] | None:
 
 
 class _Journal:
-    """What the writes changed, so a failure half way can put it back."""
+    """What the writes changed (by real path relative to the workdir), so a failure half
+    way can put it back."""
 
-    def __init__(self) -> None:
-        self._saved: dict[Path, tuple[bytes | None, int | None]] = {}
-        self._order: list[Path] = []
-        self._made_dirs: list[Path] = []
+    def __init__(self, tree: Tree) -> None:
+        self._tree = tree
+        self._saved: dict[str, tuple[bytes | None, int | None]] = {}
+        self._order: list[str] = []
+        self._made_dirs: list[str] = []
 
-    def save(self, path: Path) -> None:
-        if path in self._saved:
+    def save(self, spot: Spot) -> None:
+        if spot.rel in self._saved:
             return
-        found = _read_regular(path, str(path))
-        self._saved[path] = (None, None) if found is None else found
-        self._order.append(path)
+        found = _read_regular(self._tree, spot, spot.rel)
+        self._saved[spot.rel] = (None, None) if found is None else found
+        self._order.append(spot.rel)
 
-    def make_parents(self, path: Path) -> None:
-        missing = [p for p in reversed(path.parents) if not p.exists()]
-        for directory in missing:
-            directory.mkdir()
-            self._made_dirs.append(directory)
+    def make_parents(self, rel: str) -> None:
+        self._made_dirs += self._tree.missing_dirs(rel)
 
     def undo(self) -> None:
-        for path in reversed(self._order):
-            data, mode = self._saved[path]
+        for rel in reversed(self._order):
+            data, mode = self._saved[rel]
             try:
                 if data is None:
-                    path.unlink(missing_ok=True)
+                    with contextlib.suppress(FileNotFoundError):
+                        self._tree.unlink(rel)
                 else:
-                    _write_atomic(path, data, mode)
-            except OSError:
+                    self._tree.write(rel, data, mode=mode, keep_mode=False)
+            except (OSError, WorkerError):
                 pass  # best effort: the original error is what the caller needs to see
-        for directory in reversed(self._made_dirs):
+        for rel in reversed(self._made_dirs):
             try:
-                directory.rmdir()
-            except OSError:
+                self._tree.rmdir(rel)
+            except (OSError, WorkerError):
                 pass
 
 
-def _write_atomic(path: Path, data: bytes, mode: int | None) -> None:
-    """Replace ``path`` with ``data``: a temp file beside it, fsynced, then renamed over it.
-
-    ``mode`` None (a new file): created ``0o666`` so the kernel applies the umask (and any
-    default ACL) as for any new file — ``mkstemp``'s 0600 would hide it from the group.
-    """
-    tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.codey-tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o666)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            if mode is not None:
-                os.fchmod(handle.fileno(), mode & 0o7777)
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(path: Path) -> None:
-    """Make a rename durable (best effort: not every filesystem allows it)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _write_all(changes: Sequence[Change], resolve: Callable[[str], Path]) -> None:
-    journal = _Journal()
+def _write_all(changes: Sequence[Change], tree: Tree) -> None:
+    journal = _Journal(tree)
     current = ""
     try:
         for change in changes:
             current = change.path
-            source = resolve(change.path)
+            source = patch_target(tree, change.path)
+            tree.check_write(source.rel, change.path)
             journal.save(source)
             if change.op == "delete":
-                source.unlink()
+                tree.unlink(source.rel)
                 continue
             assert change.new_content is not None
             data = change.new_content.encode("utf-8")
             # An updated or moved file keeps its permission bits; an added one gets the umask's.
-            mode = os.stat(source).st_mode if change.op != "add" else None
+            mode = stat.S_IMODE(tree.lstat(source).st_mode) if change.op != "add" else None
             target = source
             if change.op == "move":
                 assert change.moved_to is not None
                 current = change.moved_to
-                target = resolve(change.moved_to)
+                target = patch_target(tree, change.moved_to)
+                tree.check_write(target.rel, change.moved_to)
                 journal.save(target)
-            journal.make_parents(target)
-            _write_atomic(target, data, mode)
+            journal.make_parents(target.rel)
+            tree.write(target.rel, data, mode=mode, keep_mode=False)
             if change.op == "move":
-                source.unlink()
+                tree.unlink(source.rel)
     except OSError as exc:
         journal.undo()
         raise PatchError(
@@ -1060,9 +1027,10 @@ __all__ = [
     "UpdateFile",
     "apply_patch",
     "apply_patch_cli",
+    "check_patch_path",
     "compute_changes",
-    "confined_resolver",
     "parse_patch",
+    "patch_target",
     "render_diff",
     "render_patch",
     "seek_sequence",

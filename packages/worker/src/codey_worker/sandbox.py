@@ -57,7 +57,9 @@ from pathlib import Path
 from typing import Literal
 
 from codey_protocol.worker import SandboxInfo, SandboxMode
-from codey_worker.confine import ActionRefused, within
+from codey_worker.confine import ActionRefused, protected_paths, within
+from codey_worker.files import Boundary
+from codey_worker.hidden import ALWAYS_HIDDEN, DEFAULT_HIDDEN_PATHS, SocketScan, expand_all
 
 __all__ = [
     "DEFAULT_HIDDEN_PATHS",
@@ -73,17 +75,6 @@ __all__ = [
     "seatbelt_args",
     "seatbelt_profile",
 ]
-
-#: credentials by another name: hidden from every sandboxed command unless the owner's
-#: ``sandbox.hidden_paths`` says otherwise (``$CODEY_HOME`` is hidden whatever it says)
-DEFAULT_HIDDEN_PATHS: tuple[str, ...] = (
-    "~/.ssh", "~/.aws", "~/.azure", "~/.config/gcloud", "~/.config/gh", "~/.netrc",
-    "~/.git-credentials", "~/.pypirc", "~/.docker", "~/.kube", "~/.gnupg", "~/.codex",
-    "~/.claude",
-    # the session's runtime dir holds agent sockets (ssh, gpg, keyring) and the user's bus;
-    # docker's socket is root on the machine for anyone who can connect to it
-    "$XDG_RUNTIME_DIR", "/run/docker.sock", "/var/run/docker.sock",
-)  # fmt: skip
 
 #: inside a writable root, re-bound read-only: a command must not plant hooks or config that
 #: the worker's own git operations (run outside the sandbox) would then obey
@@ -105,10 +96,11 @@ class SandboxSettings:
     writable_paths: tuple[str, ...] = ()
 
     def hidden(self) -> list[Path]:
-        return _expand_all(self.hidden_paths)
+        """The owner's hidden paths and :data:`~codey_worker.hidden.ALWAYS_HIDDEN`, expanded."""
+        return expand_all((*self.hidden_paths, *ALWAYS_HIDDEN))
 
     def writable(self) -> list[Path]:
-        return _expand_all(self.writable_paths)
+        return expand_all(self.writable_paths)
 
 
 @dataclass(frozen=True)
@@ -152,6 +144,14 @@ class SandboxSpec:
     home: Path  # $CODEY_HOME, always hidden
     hidden: tuple[Path, ...] = ()
     writable: tuple[Path, ...] = ()  # the owner's extra writable roots (workspace-write)
+    #: Unix socket files to cover (the network is off: a socket reaches past it)
+    sockets: tuple[Path, ...] = ()
+    #: what the worker's own git reads (a worktree's main ``.git``): shown read-only even
+    #: where the private /tmp would cover it
+    readable: tuple[Path, ...] = ()
+    #: what the worker's own git writes (a ``.git``, a new worktree): writable whatever the
+    #: mode, and not re-bound read-only as a protected path would be
+    own_writes: tuple[Path, ...] = ()
 
     def writable_roots(self) -> list[Path]:
         if self.mode != "workspace-write":
@@ -162,18 +162,6 @@ class SandboxSpec:
 
     def hidden_paths(self) -> list[Path]:
         return list(dict.fromkeys((self.home, *self.hidden)))
-
-
-def _expand(path: str) -> Path | None:
-    """``~`` and ``$VAR`` expanded and resolved; None when a variable is unset."""
-    expanded = os.path.expandvars(os.path.expanduser(path))
-    if "$" in expanded or not os.path.isabs(expanded):
-        return None
-    return Path(os.path.realpath(expanded))
-
-
-def _expand_all(paths: Iterable[str]) -> list[Path]:
-    return [p for p in map(_expand, paths) if p is not None]
 
 
 
@@ -278,9 +266,17 @@ def bwrap_args(spec: SandboxSpec, support: SandboxSupport,
     def visible(path: Path) -> bool:
         return not within(path, tmp) or any(within(path, r) for r in shown)
 
+    for path in spec.readable:
+        if not visible(path) and os.path.isdir(path):
+            args += ["--ro-bind", str(path), str(path)]
+            shown.append(path)
     for sub in _protected(spec):
         if visible(sub):
             args += ["--ro-bind", str(sub), str(sub)]
+    for path in spec.own_writes:
+        if os.path.isdir(path):
+            args += ["--bind", str(path), str(path)]
+            shown.append(path)
     for path in spec.hidden_paths():
         try:
             mode = os.lstat(path).st_mode
@@ -292,6 +288,10 @@ def bwrap_args(spec: SandboxSpec, support: SandboxSupport,
             args += ["--tmpfs", str(path), "--remount-ro", str(path)]
         else:
             args += ["--ro-bind", "/dev/null", str(path)]
+    for sock in spec.sockets:
+        # a socket the session made in its own folders stays its own
+        if visible(sock) and not any(within(sock, r) for r in roots):
+            args += ["--ro-bind", "/dev/null", str(sock)]
     args += ["--chdir", str(spec.cwd), "--"]
     return args
 
@@ -401,8 +401,9 @@ def seatbelt_profile(spec: SandboxSpec) -> str:
     the text means the same whichever rule Seatbelt checks first."""
     hidden = _sb_paths(spec.hidden_paths())
     tmp = [spec.tmp] if spec.tmp is not None else []
-    writable = _sb_paths([*spec.writable_roots(), *tmp])
-    protected = _sb_paths(_protected(spec))
+    writable = _sb_paths([*spec.writable_roots(), *tmp, *spec.own_writes])
+    protected = _sb_paths([p for p in _protected(spec)
+                           if not any(within(p, w) for w in spec.own_writes)])
     lines = [
         "(version 1)",
         "(deny default)",
@@ -521,6 +522,8 @@ class Sandbox:
     support: SandboxSupport
     home: Path
     settings: SandboxSettings = field(default_factory=SandboxSettings)
+    #: the Unix sockets under /run, covered for commands without the network
+    socket_scan: SocketScan = field(default_factory=SocketScan, compare=False, repr=False)
 
     @classmethod
     def detected(cls, home: Path, settings: SandboxSettings | None = None) -> Sandbox:
@@ -589,8 +592,19 @@ class Sandbox:
     @functools.cached_property
     def _paths(self) -> tuple[Path, tuple[Path, ...], tuple[Path, ...]]:
         # expanded once (a dozen realpath calls cost half a millisecond per command)
-        return (Path(os.path.realpath(self.home)), tuple(self.settings.hidden()),
+        # the protected paths ($CODEY_HOME as the worker registered it) are hidden too: the
+        # file API refuses them, and a command must not see what a tool may not read
+        hidden = dict.fromkeys([*self.settings.hidden(),
+                                *(Path(p) for p in protected_paths())])
+        return (Path(os.path.realpath(self.home)), tuple(hidden),
                 tuple(self.settings.writable()))
+
+    @property
+    def boundary(self) -> Boundary:
+        """The hidden list as the file API takes it: the same paths the sandbox hides
+        (``$CODEY_HOME``, the owner's hidden paths) and the protected paths."""
+        home, hidden, _ = self._paths
+        return Boundary.of([home, *hidden, *protected_paths()])
 
     def spec(self, *, mode: SandboxMode, network: bool, workdir: Path, cwd: Path,
              tmp: Path | None) -> SandboxSpec:
@@ -598,8 +612,9 @@ class Sandbox:
         ``$VAR`` as the worker saw them then) and kept. Raises ``protected_path`` for a
         ``cwd`` inside a hidden path (the command could not even start there)."""
         home, hidden, writable = self._paths
+        sockets = () if network or self.support.kind != "bwrap" else self.socket_scan.sockets()
         spec = SandboxSpec(mode=mode, network=network, workdir=workdir, cwd=cwd, tmp=tmp,
-                           home=home, hidden=hidden, writable=writable)
+                           home=home, hidden=hidden, writable=writable, sockets=sockets)
         for path in spec.hidden_paths():
             if within(cwd, path) and os.path.lexists(path):
                 raise ActionRefused("protected_path",

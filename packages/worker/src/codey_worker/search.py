@@ -4,11 +4,14 @@ Both run ripgrep (``rg``) when it is there — the ``ripgrep`` wheel, a dependen
 worker, ships it in the environment's ``bin`` (:func:`find_rg`) — and fall back to pure Python
 otherwise (slower, the same answers in the common cases). What both promise:
 
-* **Confined.** The search starts at ``path``, resolved inside the workdir
-  (:func:`~codey_worker.confine.resolve_inside`); symlinks met on the way are never followed
-  (``rg`` without ``-L``; the fallback skips them), so nothing outside the workdir is read.
-  ``$CODEY_HOME`` and other protected paths under the workdir are left out, and anything
-  found there is dropped from the answer all the same.
+* **Confined.** The search starts at ``path``, resolved beneath the workdir by the one
+  confined file API (:class:`~codey_worker.files.Tree`). ``rg`` runs in the OS sandbox
+  (read-only, no network, the hidden list and ``$CODEY_HOME`` invisible), so whatever it
+  meets — a symlink, a folder swapped for one while it walks — it cannot read what a
+  sandboxed command could not; it never follows symlinks (no ``-L``). Without a sandbox the
+  pure-Python fallback walks by directory handles, never following a symlink. Hidden paths
+  under the workdir are left out, and anything found there is dropped from the answer all
+  the same.
 * **Ignored files stay out.** ``.gitignore`` files are respected, also outside a git
   repository (``rg --no-require-git``; the fallback reads every ``.gitignore`` on the way
   down, with git's rules: ``!`` negation, ``/`` anchoring, ``dir/``, ``**``; it does not read
@@ -47,14 +50,10 @@ from pathlib import Path
 import msgspec
 
 from codey_protocol.worker import Glob, GlobResult, Grep, GrepFile, GrepLine, GrepResult
-from codey_worker.confine import (
-    ActionRefused,
-    is_protected,
-    protected_paths,
-    relative_display,
-    resolve_inside,
-)
+from codey_worker.confine import ActionRefused
+from codey_worker.files import Boundary, Tree
 from codey_worker.policy import LocalPolicy
+from codey_worker.sandbox import Sandbox
 
 __all__ = ["MAX_LINE_CHARS", "find_rg", "glob", "grep", "ignore_regex"]
 
@@ -90,32 +89,72 @@ def find_rg() -> str | None:
 
 @dataclass(frozen=True)
 class _Scope:
-    workdir: Path
+    workdir: Path  # real
     root: Path  # real, inside the workdir
     rel: str  # root relative to the workdir ("." for the workdir)
-    protected: tuple[str, ...]  # protected paths under the workdir, relative to it
+    is_dir: bool
+    #: hidden paths under the workdir, relative to it (never searched, never reported)
+    hidden: tuple[str, ...]
+    boundary: Boundary
+    shown_as: str  # the workdir as the server spelled it
 
 
-def _scope(workdir_text: str, path: str, policy: LocalPolicy) -> _Scope:
+def _scope(workdir_text: str, path: str, policy: LocalPolicy,
+           boundary: Boundary | None) -> _Scope:
     workdir = policy.check_workdir(workdir_text)
     if not workdir.is_dir():
         raise ActionRefused("not_found", f"workdir {workdir} does not exist (attach the session)")
-    root = resolve_inside(workdir, path or ".", real=True)
-    rel = relative_display(workdir, root)
-    if not os.path.lexists(root):
-        raise ActionRefused("not_found", f"{rel}: no such file or directory")
-    inside = []
-    for protected in protected_paths():
-        shown = relative_display(workdir, Path(protected))
-        if not shown.startswith("..") and shown != ".":
-            inside.append(shown)
-    return _Scope(workdir, root, rel, tuple(inside))
+    boundary = boundary if boundary is not None else Boundary.default()
+    with Tree.open(workdir, boundary, shown_as=workdir_text) as tree:
+        try:
+            spot = tree.locate(path or ".")
+            is_dir = not spot.name
+            if not is_dir:
+                tree.lstat(spot)
+        except (FileNotFoundError, NotADirectoryError):
+            raise ActionRefused("not_found", f"{path}: no such file or directory") from None
+        except OSError as exc:
+            raise ActionRefused("io_error", f"{path}: {exc.strerror or exc}") from None
+    inside = tuple(h[len(str(workdir)) + 1:] for h in boundary.hidden
+                   if h.startswith(str(workdir) + "/"))
+    return _Scope(workdir, Path(tree.real(spot.rel)), spot.shown, is_dir, inside, boundary,
+                  workdir_text)
 
 
 def _dropped(scope: _Scope, rel_path: str) -> bool:
-    """A path (relative to the workdir) that must not be reported: under a protected path."""
-    return any(rel_path == p or rel_path.startswith(p + "/") for p in scope.protected) or (
-        bool(scope.protected) and is_protected(os.path.realpath(scope.workdir / rel_path)))
+    """A path (relative to the workdir) that must not be reported: under a hidden path."""
+    return any(rel_path == p or rel_path.startswith(p + "/") for p in scope.hidden)
+
+
+async def _spawn_rg(args: list[str], scope: _Scope, sandbox: Sandbox | None,
+                    limit: int = 2 ** 16) -> asyncio.subprocess.Process:
+    """rg, in the OS sandbox when there is one (read-only, no network: see the module
+    docstring), in the workdir."""
+    env = {"PATH": os.environ.get("PATH", os.defpath), "LC_ALL": "C.UTF-8"}
+    if sandbox is not None:
+        spec = sandbox.spec(mode="read-only", network=False, workdir=scope.workdir,
+                            cwd=scope.workdir, tmp=None)
+        args = sandbox.wrap(args, spec)
+        env = sandbox.env(env, spec)
+    return await asyncio.create_subprocess_exec(
+        *args, cwd=scope.workdir, stdin=asyncio.subprocess.DEVNULL, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, limit=limit)
+
+
+def _engine(rg: object, sandbox: Sandbox | None) -> tuple[str | None, Sandbox | None]:
+    """The rg to run and the sandbox to run it in; (None, None): the Python fallback (no rg,
+    or no sandbox to run it in: the fallback walks by handles and needs none)."""
+    binary = find_rg() if rg is _UNSET else rg
+    if binary is None:
+        return None, None
+    assert isinstance(binary, str)
+    if sandbox is None:
+        from codey_worker.config import codey_home  # (config imports this module's users)
+
+        sandbox = Sandbox.detected(codey_home())
+    if not sandbox.support.available:
+        return None, None
+    return binary, sandbox
 
 
 def _rg_filters(scope: _Scope, include: list[str], exclude: list[str],
@@ -141,8 +180,8 @@ def _rg_filters(scope: _Scope, include: list[str], exclude: list[str],
             args += ["--glob", "!.*"]
     for pattern in exclude:
         args += ["--glob", "!" + pattern.removeprefix("!")]
-    for protected in scope.protected:
-        args += ["--glob", f"!/{protected}"]
+    for hidden_path in scope.hidden:
+        args += ["--glob", f"!/{hidden_path}"]
     return args, (_Globs.of(include, []) if by_path else None)
 
 
@@ -214,13 +253,23 @@ class _Rule:
         return bool(self.regex.match(rel if self.anchored else rel.rsplit("/", 1)[-1]))
 
 
-def _read_gitignore(folder: str, base: str) -> list[_Rule]:
+def _read_gitignore(folder_fd: int, base: str) -> list[_Rule]:
+    """The rules of the ``.gitignore`` in the folder ``folder_fd`` (read without following a
+    symlink), for paths below ``base``."""
     try:
-        with open(os.path.join(folder, ".gitignore"), encoding="utf-8",
-                  errors="replace") as f:
-            lines = f.read().splitlines()
+        fd = os.open(".gitignore", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     dir_fd=folder_fd)
     except OSError:
         return []
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return []
+        with open(fd, "rb", closefd=False) as f:
+            lines = f.read(1024 * 1024).decode("utf-8", errors="replace").splitlines()
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
     rules = []
     for raw in lines:
         line = raw.rstrip() if not raw.rstrip().endswith("\\") else raw
@@ -268,52 +317,75 @@ class _Globs:
         return self._any(self.exclude, rel_dir)
 
 
-def _walk(scope: _Scope, hidden: bool, globs: _Globs) -> Iterator[str]:
-    """Files under the scope's root, as paths relative to the workdir: symlinks skipped,
-    ``.git`` and (unless ``hidden``) hidden names skipped, .gitignore respected."""
-    if not scope.root.is_dir():
-        if scope.root.is_file() and not scope.root.is_symlink():
-            yield scope.rel
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_MAX_WALK_DEPTH = 256
+
+
+def _walk(tree: Tree, scope: _Scope, hidden: bool,
+          globs: _Globs) -> Iterator[tuple[str, int, str]]:
+    """Files under the scope's root: (path relative to the workdir, its folder's handle, its
+    name); the handle is open while the file is yielded. Every folder is opened from its
+    parent's handle without following a symlink (a folder swapped for a link while walked is
+    skipped); ``.git``, hidden paths and (unless ``hidden``) hidden names skipped,
+    .gitignore respected."""
+    spot = tree.locate(scope.rel)
+    if spot.name:
+        try:
+            if stat.S_ISREG(tree.lstat(spot).st_mode):
+                yield spot.rel, spot.dirfd, spot.name
+        except OSError:
+            pass
         return
     # the .gitignore files above the root (up to the workdir) apply too
     rules: list[_Rule] = []
-    if scope.rel != ".":
-        parts = scope.rel.split("/")
+    if spot.rel:
+        parts = spot.rel.split("/")
         for depth in range(len(parts)):
             base = "/".join(parts[:depth])
-            rules += _read_gitignore(str(scope.workdir / base) if base else str(scope.workdir),
-                                     base)
-    prefix = "" if scope.rel == "." else scope.rel + "/"
-    stack: list[tuple[str, str, list[_Rule]]] = [(str(scope.root), prefix, rules)]
-    while stack:
-        folder, rel_prefix, inherited = stack.pop()
-        here = inherited + _read_gitignore(folder, rel_prefix.rstrip("/"))
+            above = tree.locate(base or ".")
+            rules += _read_gitignore(above.dirfd, base)
+    yield from _walk_folder(tree, scope, tree.open_listing(spot), spot.rel, rules, hidden,
+                            globs, 0)
+
+
+def _walk_folder(tree: Tree, scope: _Scope, fd: int, rel_dir: str, inherited: list[_Rule],
+                 hidden: bool, globs: _Globs, depth: int) -> Iterator[tuple[str, int, str]]:
+    try:
+        here = inherited + _read_gitignore(fd, rel_dir)
         try:
-            with os.scandir(folder) as it:
+            with os.scandir(fd) as it:
                 entries = sorted(it, key=lambda e: e.name)
         except OSError:
-            continue
+            return
+        prefix = rel_dir + "/" if rel_dir else ""
         subdirs = []
         for entry in entries:
             name = entry.name
             if name == ".git" or (name.startswith(".") and not hidden):
                 continue
-            rel = rel_prefix + name
+            rel = prefix + name
             try:
                 if entry.is_symlink():
                     continue
                 is_dir = entry.is_dir(follow_symlinks=False)
             except OSError:
                 continue
-            if _ignored(here, rel, is_dir) or any(
-                    rel == p or rel.startswith(p + "/") for p in scope.protected):
+            if _ignored(here, rel, is_dir) or _dropped(scope, rel):
                 continue
             if is_dir:
-                if not globs.prunes(rel):
-                    subdirs.append((entry.path, rel + "/", here))
+                if not globs.prunes(rel) and depth < _MAX_WALK_DEPTH:
+                    subdirs.append(name)
             elif entry.is_file(follow_symlinks=False) and globs.wants(rel):
-                yield rel
-        stack.extend(reversed(subdirs))
+                yield rel, fd, name
+        for name in subdirs:
+            try:
+                sub = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            except OSError:
+                continue  # gone, or swapped for a symlink: not followed
+            yield from _walk_folder(tree, scope, sub, prefix + name, here, hidden, globs,
+                                    depth + 1)
+    finally:
+        os.close(fd)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -397,16 +469,17 @@ def _mtime(path: Path) -> float:
         return 0.0
 
 
-async def grep(action: Grep, policy: LocalPolicy, *, rg: object = _UNSET) -> GrepResult:
+async def grep(action: Grep, policy: LocalPolicy, *, rg: object = _UNSET,
+               sandbox: Sandbox | None = None, boundary: Boundary | None = None) -> GrepResult:
     """Search as ``action`` asks (see the module docstring). ``rg``: the ripgrep to run
-    (default :func:`find_rg`); None runs the Python fallback (in a thread)."""
+    (default :func:`find_rg`); None runs the Python fallback (in a thread). ``sandbox``: the
+    worker's (default: this machine's); without a working one the fallback runs."""
     limits = _check_grep(action)
-    scope = _scope(action.workdir, action.path, policy)
-    binary = find_rg() if rg is _UNSET else rg
+    scope = _scope(action.workdir, action.path, policy, boundary)
+    binary, box = _engine(rg, sandbox)
     if binary is None:
         return await asyncio.to_thread(_grep_python, action, scope, limits)
-    assert isinstance(binary, str)
-    return await _grep_rg(binary, action, scope, limits)
+    return await _grep_rg(binary, action, scope, limits, box)
 
 
 class _RgText(msgspec.Struct):
@@ -437,7 +510,7 @@ def _rg_text(value: _RgText | None) -> str:
 
 
 async def _grep_rg(rg: str, action: Grep, scope: _Scope,
-                   limits: tuple[int, int, int, int]) -> GrepResult:
+                   limits: tuple[int, int, int, int], sandbox: Sandbox | None) -> GrepResult:
     max_matches, max_bytes, before, after = limits
     hidden = action.hidden or any(map(_names_hidden, action.include))
     filters, post = _rg_filters(scope, action.include, action.exclude, hidden)
@@ -460,9 +533,7 @@ async def _grep_rg(rg: str, action: Grep, scope: _Scope,
     if scope.rel != ".":
         args += ["--", scope.rel]
     collector = _Collector(max_matches, max_bytes)
-    proc = await asyncio.create_subprocess_exec(
-        *args, cwd=scope.workdir, stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, limit=16 * 1024 * 1024)
+    proc = await _spawn_rg(args, scope, sandbox, limit=16 * 1024 * 1024)
     assert proc.stdout is not None and proc.stderr is not None
     errors = asyncio.ensure_future(proc.stderr.read())  # to its end: rg writes it in pieces
     stopped = True  # until rg's output has been read to its end
@@ -533,31 +604,34 @@ def _grep_python(action: Grep, scope: _Scope, limits: tuple[int, int, int, int])
     collector = _Collector(max_matches, max_bytes)
     globs = _Globs.of(action.include, action.exclude)
     hidden = action.hidden or any(map(_names_hidden, action.include))
-    for rel in _walk(scope, hidden, globs):
-        lines = _text_lines(scope.workdir / rel, explicit=rel == scope.rel)
-        if lines is None:
-            continue
-        hits = [i for i, text in enumerate(lines) if regex.search(text)]
-        if not hits:
-            continue
-        if action.mode != "content":
-            if not collector.file(rel, len(hits) if action.mode == "count" else 0):
+    with Tree.open(scope.workdir, scope.boundary, shown_as=scope.shown_as) as tree:
+        for rel, folder, name in _walk(tree, scope, hidden, globs):
+            lines = _text_lines(folder, name, explicit=rel == scope.rel)
+            if lines is None:
+                continue
+            hits = [i for i, text in enumerate(lines) if regex.search(text)]
+            if not hits:
+                continue
+            if action.mode != "content":
+                if not collector.file(rel, len(hits) if action.mode == "count" else 0):
+                    break
+                continue
+            shown: set[int] = set()
+            for i in hits:
+                shown.update(range(max(0, i - before), min(len(lines), i + after + 1)))
+            hit_set = set(hits)
+            if not all(collector.line(rel, i + 1, lines[i], i in hit_set)
+                       for i in sorted(shown)):
                 break
-            continue
-        shown: set[int] = set()
-        for i in hits:
-            shown.update(range(max(0, i - before), min(len(lines), i + after + 1)))
-        hit_set = set(hits)
-        if not all(collector.line(rel, i + 1, lines[i], i in hit_set) for i in sorted(shown)):
-            break
     return collector.result("python", action.mode, scope.workdir)
 
 
-def _text_lines(path: Path, explicit: bool) -> list[str] | None:
+def _text_lines(folder: int, name: str, explicit: bool) -> list[str] | None:
     """The lines of a text file; None for a binary one (a NUL byte in its first 8 KiB, as
     rg judges files it meets while walking), one too large, or one that cannot be read."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     dir_fd=folder)
     except OSError:
         return None
     try:
@@ -592,29 +666,31 @@ def _glob_pattern(action: Glob, scope: _Scope) -> str:
     return pattern
 
 
-async def glob(action: Glob, policy: LocalPolicy, *, rg: object = _UNSET) -> GlobResult:
+async def glob(action: Glob, policy: LocalPolicy, *, rg: object = _UNSET,
+               sandbox: Sandbox | None = None, boundary: Boundary | None = None) -> GlobResult:
     """Paths matching ``action.pattern`` under ``action.path``, newest first (see the module
-    docstring). ``rg``: as for :func:`grep`."""
+    docstring). ``rg``, ``sandbox``: as for :func:`grep`."""
     if action.max_results < 1:
         raise ActionRefused("bad_request", "max_results must be positive")
-    scope = _scope(action.workdir, action.path, policy)
-    if not scope.root.is_dir():
+    scope = _scope(action.workdir, action.path, policy, boundary)
+    if not scope.is_dir:
         raise ActionRefused("not_a_directory", f"{scope.rel} is not a directory")
     pattern = _glob_pattern(action, scope)
     hidden = action.hidden or _names_hidden(pattern)
-    binary = find_rg() if rg is _UNSET else rg
+    binary, box = _engine(rg, sandbox)
     if binary is None:
-        paths = await asyncio.to_thread(
-            lambda: list(_walk(scope, hidden, _Globs.of([pattern], []))))
+        def walk() -> list[str]:
+            with Tree.open(scope.workdir, scope.boundary, shown_as=scope.shown_as) as tree:
+                return [rel for rel, _, _ in _walk(tree, scope, hidden,
+                                                   _Globs.of([pattern], []))]
+
+        paths = await asyncio.to_thread(walk)
     else:
-        assert isinstance(binary, str)
         filters, post = _rg_filters(scope, [pattern], [], hidden)
         args = [binary, "--files", "--null", *filters]
         if scope.rel != ".":
             args += ["--", scope.rel]
-        proc = await asyncio.create_subprocess_exec(
-            *args, cwd=scope.workdir, stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        proc = await _spawn_rg(args, scope, box)
         try:
             async with asyncio.timeout(RG_TIMEOUT_S):
                 out, err = await proc.communicate()

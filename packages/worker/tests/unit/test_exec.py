@@ -60,6 +60,10 @@ def group_gone_within(pgid: int, seconds: float) -> bool:
     which in some containers takes a second or two, hence the wait."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
+        # a killed child of this very process stays a zombie once the test's event loop (and
+        # its child watcher) is gone: reap it here, as the worker's running loop would
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(-pgid, os.WNOHANG)
         try:
             os.killpg(pgid, 0)
         except ProcessLookupError:

@@ -98,4 +98,5 @@ async def main():
     await d.wait_idle()
 asyncio.run(main())
 """
-    assert loaded_after(code) == ["['codey_worker.search']"]
+    # (ctypes comes with the first file action: the file API's openat2)
+    assert loaded_after(code) == ["['codey_worker.search', 'ctypes']"]

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from codey_worker import files
 from codey_worker.errors import WorkerError
+from codey_worker.files import Tree
 from codey_worker.patch import (
     AddFile,
     Chunk,
@@ -24,8 +26,8 @@ from codey_worker.patch import (
     apply_patch,
     apply_patch_cli,
     compute_changes,
-    confined_resolver,
     parse_patch,
+    patch_target,
     render_diff,
     seek_sequence,
 )
@@ -295,14 +297,18 @@ def test_diff_of_update_add_delete_and_rename() -> None:
 # confined_resolver
 
 
-def test_resolver_accepts_paths_inside(tmp_path: Path) -> None:
+def _target(root: Path, path: str) -> str:
+    with Tree.open(os.path.realpath(root)) as tree:
+        return patch_target(tree, path).rel
+
+
+def test_patch_paths_inside_resolve_to_real_paths(tmp_path: Path) -> None:
     root = tmp_path / "ws"
     (root / "real").mkdir(parents=True)
     (root / "alias").symlink_to("real")
-    resolve = confined_resolver(root)
-    assert resolve("a/b.txt") == root / "a" / "b.txt"
-    assert resolve("alias/x.txt") == root / "real" / "x.txt"
-    assert resolve("./c.txt") == root / "c.txt"
+    assert _target(root, "a/b.txt") == "a/b.txt"
+    assert _target(root, "alias/x.txt") == "real/x.txt"
+    assert _target(root, "./c.txt") == "c.txt"
 
 
 @pytest.mark.parametrize(
@@ -320,7 +326,7 @@ def test_resolver_accepts_paths_inside(tmp_path: Path) -> None:
         ("sib/x", "outside the workdir"),
     ],
 )
-def test_resolver_refuses_paths_outside(tmp_path: Path, path: str, fragment: str) -> None:
+def test_patch_paths_outside_are_refused(tmp_path: Path, path: str, fragment: str) -> None:
     root = tmp_path / "ws"
     root.mkdir()
     (tmp_path / "ws-evil").mkdir()
@@ -328,7 +334,7 @@ def test_resolver_refuses_paths_outside(tmp_path: Path, path: str, fragment: str
     (root / "dangling").symlink_to(tmp_path / "nowhere")
     (root / "sib").symlink_to(tmp_path / "ws-evil")  # shares the string prefix "…/ws"
     with pytest.raises(PatchError) as info:
-        confined_resolver(root)(path)
+        _target(root, path)
     assert fragment in str(info.value)
     assert info.value.path == path
 
@@ -360,29 +366,6 @@ def test_apply_reports_files_and_diff(tmp_path: Path) -> None:
     assert (tmp_path / "b" / "a.txt").read_text() == "1\n3\n4\n"
 
 
-def test_apply_uses_the_given_resolver(tmp_path: Path) -> None:
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    seen: list[str] = []
-
-    def resolve(path: str) -> Path:
-        seen.append(path)
-        if path.startswith("secret"):
-            raise PatchError(f"{path}: refused by policy", path=path)
-        return elsewhere / path
-
-    apply_patch("*** Begin Patch\n*** Add File: x.txt\n+x\n*** End Patch", tmp_path, resolve)
-    assert (elsewhere / "x.txt").read_text() == "x\n"
-    with pytest.raises(PatchError, match="refused by policy"):
-        apply_patch(
-            "*** Begin Patch\n*** Add File: y.txt\n+y\n*** Delete File: secret.txt\n*** End Patch",
-            tmp_path,
-            resolve,
-        )
-    assert not (elsewhere / "y.txt").exists()
-    assert "secret.txt" in seen
-
-
 def test_apply_keeps_permission_bits(tmp_path: Path) -> None:
     script = tmp_path / "run.sh"
     script.write_text("#!/bin/sh\necho 1\n")
@@ -394,19 +377,43 @@ def test_apply_keeps_permission_bits(tmp_path: Path) -> None:
     assert script.read_text() == "#!/bin/sh\necho 2\n"
 
 
-def test_failed_write_is_rolled_back(tmp_path: Path) -> None:
+def test_a_path_through_a_file_is_refused_before_anything_is_written(tmp_path: Path) -> None:
     (tmp_path / "a.txt").write_text("old\n")
     (tmp_path / "blocker").write_text("a file where a directory is needed\n")
-    with pytest.raises(PatchError, match=r"cannot write blocker/x\.txt") as info:
+    with pytest.raises(PatchError, match=r"blocker/x\.txt: a folder on its way is a file"):
         apply_patch(
             "*** Begin Patch\n*** Update File: a.txt\n-old\n+new\n*** Add File: n/m.txt\n+m\n"
             "*** Add File: blocker/x.txt\n+x\n*** End Patch",
             tmp_path,
         )
+    assert (tmp_path / "a.txt").read_text() == "old\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "blocker"]
+
+
+def test_failed_write_is_rolled_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "a.txt").write_text("old\n")
+    renames = 0
+    real_rename = os.rename
+
+    def rename(src: str, dst: str, **kw: int) -> None:
+        nonlocal renames
+        renames += 1
+        if renames == 3:  # the third file: the disk is full
+            raise OSError(28, "No space left on device")
+        real_rename(src, dst, **kw)
+
+    monkeypatch.setattr(files.os, "rename", rename)
+    with pytest.raises(PatchError, match=r"cannot write z\.txt") as info:
+        apply_patch(
+            "*** Begin Patch\n*** Update File: a.txt\n-old\n+new\n*** Add File: n/m.txt\n+m\n"
+            "*** Add File: z.txt\n+x\n*** End Patch",
+            tmp_path,
+        )
+    monkeypatch.undo()
     assert "no file was changed" in str(info.value)
     assert (tmp_path / "a.txt").read_text() == "old\n"
     assert not (tmp_path / "n").exists()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "blocker"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt"]
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from codey_worker import files
 from codey_worker import patch as patch_module
 from codey_worker.patch import PatchError, apply_patch
 
@@ -93,18 +94,18 @@ def test_writes_are_fsynced_before_the_rename(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls: list[str] = []
-    real_fsync, real_replace = os.fsync, os.replace
+    real_fsync, real_rename = os.fsync, os.rename
 
     def fsync(fd: int) -> None:
         calls.append("fsync-dir" if stat.S_ISDIR(os.fstat(fd).st_mode) else "fsync-file")
         real_fsync(fd)
 
-    def replace(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
-        calls.append("replace")
-        real_replace(src, dst)
+    def rename(src: str, dst: str, **kw: int) -> None:
+        calls.append("rename")
+        real_rename(src, dst, **kw)
 
-    monkeypatch.setattr(patch_module.os, "fsync", fsync)
-    monkeypatch.setattr(patch_module.os, "replace", replace)
+    monkeypatch.setattr(files.os, "fsync", fsync)
+    monkeypatch.setattr(files.os, "rename", rename)
     apply_patch("*** Begin Patch\n*** Add File: a.txt\n+a\n*** End Patch", tmp_path)
-    assert calls == ["fsync-file", "replace", "fsync-dir"]
+    assert calls == ["fsync-file", "rename", "fsync-dir"]
     assert (tmp_path / "a.txt").read_text() == "a\n"
