@@ -449,9 +449,10 @@ class WorkspaceCreate(Action, kw_only=True):
     branch: str  # e.g. ``codey/fix-login-3f2a``
     base: str = ""  # a branch, tag or commit; empty: the repository's current branch
     setup: bool = True
-    #: the setup script runs in this sandbox (it is the project's code), with the network on
-    #: (installing dependencies is what setup scripts do)
+    #: the setup script runs as a command of the session: in its sandbox (it is the
+    #: project's code, chosen by whoever picked ``base``) and with its network toggle
     sandbox: SandboxMode = "workspace-write"
+    network: bool = False
     timeout_s: float = 900.0
 
 

@@ -94,6 +94,7 @@ from codey_worker.confine import ActionRefused
 from codey_worker.console import WorkerConsole
 from codey_worker.exec import CommandRegistry, run_command
 from codey_worker.frames import encode_fitted
+from codey_worker.git import GitRunner
 from codey_worker.mcp import McpManager
 from codey_worker.policy import LocalPolicy
 from codey_worker.records import ActionRecords
@@ -190,6 +191,8 @@ class ActionDispatcher:
         #: $CODEY_HOME: where the user's own AGENTS.md and skills are
         self.home = home if home is not None else codey_home()
         self.sandbox = sandbox if sandbox is not None else Sandbox.detected(self.home)
+        #: the one runner of the worker's own git (context, worktrees), in the sandbox
+        self.git = GitRunner(self.sandbox)
         self._processes: ProcessTable | None = None
         self._workspaces: Workspaces | None = None
 
@@ -199,7 +202,7 @@ class ActionDispatcher:
         if self._workspaces is None:
             from codey_worker.workspaces import Workspaces
 
-            self._workspaces = Workspaces(self.policy, self.sandbox, self.registry)
+            self._workspaces = Workspaces(self.policy, self.sandbox, self.registry, self.git)
         return self._workspaces
 
     @property
@@ -464,7 +467,8 @@ class ActionDispatcher:
                 roots = [Path(os.path.realpath(r)) for r in self.policy.allowed_roots]
                 from codey_worker.context import load_context
 
-                return await load_context(workdir, roots, self.home)
+                return await load_context(workdir, roots, self.home, self.git,
+                                          self.sandbox.boundary)
             case McpList():
                 where = self._check_workdir(action.workdir) if action.workdir else None
                 return McpTools(servers=await self._mcp().list_all(where))

@@ -11,8 +11,12 @@
 - The environment: OS and version, the user's shell, the workdir, the git branch and whether
   the tree is dirty, the local date and time zone.
 
-Files are opened without following symlinks and must be regular files: an ``AGENTS.md`` that
-points elsewhere (at a key, say) is skipped with a warning rather than read into a prompt.
+Files are read through the one confined file API (:class:`codey_worker.files.Tree`), from
+the folder they belong to, and must be regular files reached without a symlink: an
+``AGENTS.md`` that points elsewhere (at a key, say) is skipped with a warning rather than read
+into a prompt. The git branch comes from the worker's one hardened, sandboxed git runner
+(:class:`codey_worker.git.GitRunner`): a repository the model made or shaped (a ``git init``
+and an fsmonitor in its config) runs nothing on the worker.
 """
 
 from __future__ import annotations
@@ -26,6 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from codey_protocol.worker import Environment, InstructionFile, ProjectContext, SkillInfo
+from codey_worker.confine import ActionRefused
+from codey_worker.files import Boundary, Tree
+from codey_worker.git import GitRunner
 
 __all__ = ["MAX_FILE_BYTES", "MAX_SKILLS", "MAX_TOTAL_BYTES", "load_context"]
 
@@ -33,18 +40,21 @@ MAX_FILE_BYTES = 32 * 1024
 MAX_TOTAL_BYTES = 96 * 1024
 MAX_SKILLS = 100
 MAX_DESCRIPTION = 1024
-GIT_TIMEOUT_S = 3.0
 
 SKILL_DIRS = (".codey/skills", ".agents/skills")
 
 
-def _read(path: Path, cap: int) -> tuple[str, bool] | None:
-    """(text, truncated) of a regular file, read without following a symlink; None if there
-    is no such file. Raises OSError/ValueError for one that cannot be read as text."""
+def _read(tree: Tree, rel: str, cap: int) -> tuple[str, bool] | None:
+    """(text, truncated) of the regular file ``rel`` of ``tree``, reached without following a
+    symlink; None if there is no such file. Raises OSError/ValueError for one that cannot be
+    read as text, ActionRefused for one outside or hidden."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK)
-    except FileNotFoundError:
+        spot = tree.locate(rel, follow=False)
+        fd = tree.open_file(spot, os.O_RDONLY | os.O_NONBLOCK)
+    except (FileNotFoundError, NotADirectoryError):
         return None
+    except IsADirectoryError:
+        raise ValueError("it is not a regular file") from None
     except OSError as exc:
         if exc.errno == 40:  # ELOOP: a symlink
             raise ValueError("it is a symlink") from None
@@ -72,22 +82,30 @@ def _chain(workdir: Path, roots: list[Path]) -> list[Path]:
     return list(reversed(chain))
 
 
-def _instructions(workdir: Path, roots: list[Path], home: Path,
+def _instructions(workdir: Path, roots: list[Path], home: Path, boundary: Boundary,
                   warnings: list[str]) -> list[InstructionFile]:
     out: list[InstructionFile] = []
     total = 0
-    places = [(home / "AGENTS.md", "user")]
-    places += [(d / "AGENTS.md", "project") for d in _chain(workdir, roots)]
-    for path, scope in places:
+    chain = _chain(workdir, roots)
+    places = [(home, "AGENTS.md", "user", True)]
+    places += [(chain[0], os.path.relpath(d / "AGENTS.md", chain[0]), "project", False)
+               for d in chain]
+    for root, rel, scope, in_home in places:
+        path = root / rel
         left = MAX_TOTAL_BYTES - total
         if left <= 0:
             warnings.append(f"{path}: not read, the instructions already fill "
                             f"{MAX_TOTAL_BYTES // 1024} KiB")
             continue
         try:
-            found = _read(path, min(MAX_FILE_BYTES, left))
+            with Tree.open(root, boundary, inside_hidden=in_home) as tree:
+                found = _read(tree, rel, min(MAX_FILE_BYTES, left))
         except (OSError, ValueError) as exc:
             warnings.append(f"{path}: skipped ({exc})")
+            continue
+        except ActionRefused as exc:
+            if exc.code != "not_found":
+                warnings.append(f"{path}: skipped ({exc.message})")
             continue
         if found is None:
             continue
@@ -117,71 +135,68 @@ def _front_matter(text: str) -> dict[str, Any]:
     return data
 
 
-def _skills(workdir: Path, home: Path, warnings: list[str]) -> list[SkillInfo]:
+def _skill_folders(tree: Tree, rel: str) -> list[str]:
+    """The folders (not symlinks) directly in ``rel`` of ``tree``, sorted; [] without one."""
+    try:
+        spot = tree.locate(rel, follow=False)
+        if spot.name:
+            if not stat.S_ISDIR(tree.lstat(spot).st_mode):
+                return []
+            spot = tree.locate(rel)
+        fd = tree.open_listing(spot)
+    except (OSError, ActionRefused):
+        return []
+    try:
+        with os.scandir(fd) as it:
+            return sorted(e.name for e in it if e.is_dir(follow_symlinks=False))
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
+
+
+def _skills(workdir: Path, home: Path, boundary: Boundary,
+            warnings: list[str]) -> list[SkillInfo]:
     out: list[SkillInfo] = []
     seen: set[str] = set()
-    bases = [(home / "skills", "user")] + [(workdir / d, "project") for d in SKILL_DIRS]
-    for base, scope in bases:
+    bases = [(home, "skills", "user", True)] + [(workdir, d, "project", False)
+                                                 for d in SKILL_DIRS]
+    for root, base, scope, in_home in bases:
         try:
-            folders = sorted(p for p in base.iterdir() if p.is_dir() and not p.is_symlink())
-        except OSError:
+            tree = Tree.open(root, boundary, inside_hidden=in_home)
+        except ActionRefused:
             continue
-        for folder in folders:
-            path = folder / "SKILL.md"
-            try:
-                found = _read(path, MAX_FILE_BYTES)
-                if found is None:
+        with tree:
+            for folder in _skill_folders(tree, base):
+                rel = f"{base}/{folder}/SKILL.md"
+                path = root / rel
+                try:
+                    found = _read(tree, rel, MAX_FILE_BYTES)
+                    if found is None:
+                        continue
+                    meta = _front_matter(found[0])
+                    name, description = meta.get("name"), meta.get("description")
+                    if not isinstance(name, str) or not name.strip():
+                        raise ValueError("the front matter has no `name`")
+                    if not isinstance(description, str) or not description.strip():
+                        raise ValueError("the front matter has no `description`")
+                except (OSError, ValueError) as exc:
+                    warnings.append(f"skill {path}: skipped ({exc})")
                     continue
-                meta = _front_matter(found[0])
-                name, description = meta.get("name"), meta.get("description")
-                if not isinstance(name, str) or not name.strip():
-                    raise ValueError("the front matter has no `name`")
-                if not isinstance(description, str) or not description.strip():
-                    raise ValueError("the front matter has no `description`")
-            except (OSError, ValueError) as exc:
-                warnings.append(f"skill {path}: skipped ({exc})")
-                continue
-            if name in seen:
-                warnings.append(f"skill {path}: skipped (another skill is named {name!r})")
-                continue
-            if len(out) >= MAX_SKILLS:
-                warnings.append(f"more than {MAX_SKILLS} skills: the rest are not listed")
-                return out
-            seen.add(name)
-            out.append(SkillInfo(name=name.strip(), description=" ".join(
-                description.split())[:MAX_DESCRIPTION], path=str(path),
-                scope=scope))  # type: ignore[arg-type]
+                except ActionRefused as exc:
+                    warnings.append(f"skill {path}: skipped ({exc.message})")
+                    continue
+                if name in seen:
+                    warnings.append(f"skill {path}: skipped (another skill is named {name!r})")
+                    continue
+                if len(out) >= MAX_SKILLS:
+                    warnings.append(f"more than {MAX_SKILLS} skills: the rest are not listed")
+                    return out
+                seen.add(name)
+                out.append(SkillInfo(name=name.strip(), description=" ".join(
+                    description.split())[:MAX_DESCRIPTION], path=str(path),
+                    scope=scope))  # type: ignore[arg-type]
     return out
-
-
-async def _git(workdir: Path) -> tuple[str | None, bool | None]:
-    """(branch, dirty) from ``git status``; (None, None) outside a repository or without git."""
-    try:
-        proc = await asyncio.create_subprocess_exec(
-            "git", "status", "--porcelain=v1", "--branch", "--untracked-files=normal",
-            cwd=workdir, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
-            env={**os.environ, "GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"})
-    except OSError:
-        return None, None
-    try:
-        out, _ = await asyncio.wait_for(proc.communicate(), GIT_TIMEOUT_S)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        return None, None
-    if proc.returncode != 0:
-        return None, None
-    lines = out.decode(errors="replace").splitlines()
-    branch = None
-    if lines and lines[0].startswith("## "):
-        head = lines[0][3:]
-        if head.startswith("No commits yet on "):
-            branch = head[len("No commits yet on "):]
-        elif head.startswith("HEAD (no branch)"):
-            branch = "(detached HEAD)"
-        else:
-            branch = head.split("...", 1)[0].split(" ", 1)[0]
-    return branch, any(line and not line.startswith("## ") for line in lines)
 
 
 def _shell() -> str:
@@ -196,8 +211,8 @@ def _shell() -> str:
     return shell
 
 
-async def environment(workdir: Path) -> Environment:
-    branch, dirty = await _git(workdir)
+async def environment(workdir: Path, git: GitRunner) -> Environment:
+    branch, dirty = await git.status(workdir)
     now = datetime.datetime.now().astimezone()
     return Environment(
         os=platform.system(), os_version=platform.release(), shell=_shell(),
@@ -205,12 +220,18 @@ async def environment(workdir: Path) -> Environment:
         date=now.isoformat(timespec="minutes"), timezone=now.tzname() or "")
 
 
-async def load_context(workdir: Path, roots: list[Path], home: Path) -> ProjectContext:
-    """Everything above for ``workdir`` (a real, allowed directory)."""
+async def load_context(workdir: Path, roots: list[Path], home: Path,
+                       git: GitRunner | None = None,
+                       boundary: Boundary | None = None) -> ProjectContext:
+    """Everything above for ``workdir`` (a real, allowed directory). ``git``: the worker's
+    runner (default: one without a sandbox); ``boundary``: its hidden list (default: the
+    default list)."""
     warnings: list[str] = []
     loop = asyncio.get_running_loop()
+    boundary = boundary if boundary is not None else Boundary.default()
     instructions = await loop.run_in_executor(None, _instructions, workdir, roots, home,
-                                              warnings)
-    skills = await loop.run_in_executor(None, _skills, workdir, home, warnings)
+                                              boundary, warnings)
+    skills = await loop.run_in_executor(None, _skills, workdir, home, boundary, warnings)
     return ProjectContext(instructions=instructions, skills=skills,
-                          environment=await environment(workdir), warnings=warnings)
+                          environment=await environment(workdir, git or GitRunner(None)),
+                          warnings=warnings)

@@ -152,6 +152,8 @@ class SandboxSpec:
     #: what the worker's own git writes (a ``.git``, a new worktree): writable whatever the
     #: mode, and not re-bound read-only as a protected path would be
     own_writes: tuple[Path, ...] = ()
+    #: bound in after the hidden paths are covered (a push's ssh agent socket)
+    exposed: tuple[Path, ...] = ()
 
     def writable_roots(self) -> list[Path]:
         if self.mode != "workspace-write":
@@ -277,6 +279,7 @@ def bwrap_args(spec: SandboxSpec, support: SandboxSupport,
         if os.path.isdir(path):
             args += ["--bind", str(path), str(path)]
             shown.append(path)
+    exposed = [p for p in spec.exposed if os.path.exists(p)]
     for path in spec.hidden_paths():
         try:
             mode = os.lstat(path).st_mode
@@ -285,9 +288,17 @@ def bwrap_args(spec: SandboxSpec, support: SandboxSupport,
         if not visible(path):
             continue
         if stat.S_ISDIR(mode):
-            args += ["--tmpfs", str(path), "--remount-ro", str(path)]
+            # what is exposed inside is bound before the empty folder turns read-only
+            inside = [p for p in exposed if within(p, path)]
+            args += ["--tmpfs", str(path)]
+            for keep in inside:
+                args += ["--bind", str(keep), str(keep)]
+                exposed.remove(keep)
+            args += ["--remount-ro", str(path)]
         else:
             args += ["--ro-bind", "/dev/null", str(path)]
+    for keep in exposed:
+        args += ["--bind", str(keep), str(keep)]
     for sock in spec.sockets:
         # a socket the session made in its own folders stays its own
         if visible(sock) and not any(within(sock, r) for r in roots):
@@ -607,14 +618,24 @@ class Sandbox:
         return Boundary.of([home, *hidden, *protected_paths()])
 
     def spec(self, *, mode: SandboxMode, network: bool, workdir: Path, cwd: Path,
-             tmp: Path | None) -> SandboxSpec:
+             tmp: Path | None, readable: tuple[Path, ...] = (),
+             own_writes: tuple[Path, ...] = (), unhide: Iterable[str] = (),
+             exposed: tuple[Path, ...] = ()) -> SandboxSpec:
         """The spec of one run; the settings' paths are expanded on first use (``~`` and
         ``$VAR`` as the worker saw them then) and kept. Raises ``protected_path`` for a
-        ``cwd`` inside a hidden path (the command could not even start there)."""
+        ``cwd`` inside a hidden path (the command could not even start there).
+
+        The worker's own git adds ``readable``, ``own_writes`` and ``exposed`` (see
+        :class:`SandboxSpec`) and, for a push, ``unhide``: hidden paths (as the hidden list
+        spells them, ``~/.ssh``) shown after all; never ``$CODEY_HOME``."""
         home, hidden, writable = self._paths
+        if unhide:
+            shown = set(expand_all(unhide))
+            hidden = tuple(h for h in hidden if h not in shown)
         sockets = () if network or self.support.kind != "bwrap" else self.socket_scan.sockets()
         spec = SandboxSpec(mode=mode, network=network, workdir=workdir, cwd=cwd, tmp=tmp,
-                           home=home, hidden=hidden, writable=writable, sockets=sockets)
+                           home=home, hidden=hidden, writable=writable, sockets=sockets,
+                           readable=readable, own_writes=own_writes, exposed=exposed)
         for path in spec.hidden_paths():
             if within(cwd, path) and os.path.lexists(path):
                 raise ActionRefused("protected_path",

@@ -1,18 +1,15 @@
 """Git workspaces: a worktree per session, its whole change, and shipping it (issue 26).
 
 The ``workspace_*`` actions are the worker's own git operations, run on the user's say-so
-in the browser, never a model's command. They run git *outside* the sandbox (the sandbox
-keeps ``.git`` read-only for the model precisely so that these can be trusted), so:
-
-* every git here runs with :data:`GIT_HARDENING` on its command line — no fsmonitor hook, no
-  hooks at all, no bare repository found by walking up, no external diff or textconv, no
-  ``ext::`` transport — because a repository's own config must not make the worker run a
-  program. (What a config can still name — a filter driver, ``gpg.program`` — is the
-  owner's: the sandbox stops a model's command from writing ``.git/config``.)
-* its environment is the worker's own minus git's location variables (``GIT_DIR``,
-  ``GIT_INDEX_FILE``, …: they would point git elsewhere), with no terminal to prompt on.
-* paths are confined like every action's: the repository, its main checkout and the
-  worktree all lie inside the allowed roots (the worktrees folder is one of them).
+in the browser, never a model's command. Every git here goes through the one hardened runner
+(:mod:`codey_worker.git`): the repository checked before it is used (a symlinked ``.git`` or
+a ``.git`` file pointing somewhere else is refused) and git pinned to it, system and global
+config ignored, no fsmonitor, hooks, external diff, textconv or submodule recursion, and the
+whole run inside the OS sandbox, writable only where that operation writes (a commit: the
+``.git``; a merge: the work tree too; a new worktree: its folder), with the network only for
+a push. A nested repository the model made is neither added nor entered. Paths are confined
+like every action's: the repository, its main checkout and the worktree all lie inside the
+allowed roots (the worktrees folder is one of them).
 
 Two halves:
 
@@ -42,7 +39,7 @@ import tempfile
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from codey_protocol.worker import (
     ChangedFile,
@@ -63,12 +60,19 @@ from codey_protocol.worker import (
 )
 from codey_worker.confine import ActionRefused, within
 from codey_worker.exec import CommandRegistry, run_command
+from codey_worker.git import (
+    READ,
+    Access,
+    GitRun,
+    GitRunner,
+    Repo,
+    find_repo,
+)
 from codey_worker.policy import LocalPolicy
 from codey_worker.sandbox import Sandbox
 
 __all__ = [
     "FALLBACK_IDENTITY",
-    "GIT_HARDENING",
     "SETUP_SCRIPT",
     "NumStat",
     "StatusEntry",
@@ -77,7 +81,6 @@ __all__ = [
     "branch_slug",
     "cap_diff",
     "changed_files",
-    "git_argv",
     "parse_log",
     "parse_name_only",
     "parse_name_status",
@@ -88,19 +91,6 @@ __all__ = [
     "worktree_location",
 ]
 
-#: overrides on every git the worker runs (``-c``, above any repository's config): no
-#: fsmonitor hook and no hooks (both run programs the repository names), no bare repository
-#: found by walking up (a folder laid out as one is not a repository), no untracked cache,
-#: no ``ext::`` remote (a command line as a URL), no pager. The server asks the same of the
-#: model's read-only git commands (``codey_server/agent/approvals.py``).
-GIT_HARDENING: tuple[tuple[str, str], ...] = (
-    ("core.fsmonitor", "false"), ("core.hooksPath", "/dev/null"),
-    ("safe.bareRepository", "explicit"), ("core.untrackedCache", "false"),
-    ("protocol.ext.allow", "never"), ("core.pager", "cat"),
-    # a rebase must not stash on its own, nor move other branches along
-    ("rebase.autoStash", "false"), ("rebase.updateRefs", "false"),
-)  # fmt: skip
-
 #: the project's setup script, run in a new worktree (relative to it)
 SETUP_SCRIPT = ".codey/setup.sh"
 
@@ -109,30 +99,12 @@ SETUP_SCRIPT = ".codey/setup.sh"
 #: no one
 FALLBACK_IDENTITY = ("Codey", "codey@localhost")
 
-#: git's variables that say where the repository, index or config is: inherited from the
-#: worker's environment they would point its git elsewhere
-_GIT_ENV_KEPT = frozenset({
-    "GIT_SSH", "GIT_SSH_COMMAND", "GIT_SSH_VARIANT", "GIT_ASKPASS", "GIT_AUTHOR_NAME",
-    "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL",
-    # where the user's own (global, system) config is: theirs, and -c overrides it anyway
-    "GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", "GIT_CONFIG_NOSYSTEM",
-})  # fmt: skip
-
-GIT_TIMEOUT_S = 120.0
 PUSH_TIMEOUT_S = 300.0
 MAX_COMMITS = 500
 
 
 # ---------------------------------------------------------------------------------------------
 # pure: git's output
-
-
-def git_argv(*args: str) -> list[str]:
-    """``git`` with :data:`GIT_HARDENING`, then ``args``."""
-    argv = ["git", "--no-pager"]
-    for key, value in GIT_HARDENING:
-        argv += ["-c", f"{key}={value}"]
-    return [*argv, *args]
 
 
 def _fields(data: bytes) -> list[str]:
@@ -361,130 +333,31 @@ def setup_exit(exit_code: int | None, signal: int | None) -> int | None:
 
 
 # ---------------------------------------------------------------------------------------------
-# I/O: running git
-
-
-@dataclass(frozen=True)
-class _Run:
-    code: int
-    out: bytes
-    err: str
-    cut: bool = False  # stdout was stopped at the limit
-
-    def words(self) -> str:
-        """What git said, for a ``git_failed`` message."""
-        text = self.err.strip() or self.out.decode("utf-8", errors="replace").strip()
-        return text[-4000:] or f"exit code {self.code}"
-
-
-def _git_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("GIT_") or k in _GIT_ENV_KEPT}
-    # nobody is at a terminal to answer: fail instead of waiting for a password or an editor
-    env.update(GIT_TERMINAL_PROMPT="0", GIT_EDITOR="true", GIT_SEQUENCE_EDITOR="true",
-               GIT_PAGER="cat", GH_PROMPT_DISABLED="1")
-    env.update(extra or {})
-    return env
-
-
-async def _run(argv: Sequence[str], cwd: Path, *, env: Mapping[str, str],
-               stdin: bytes | None = None, timeout_s: float = GIT_TIMEOUT_S,
-               limit: int | None = None) -> _Run:
-    """Run ``argv`` in ``cwd`` in a session of its own (no controlling terminal: ssh cannot
-    ask for a passphrase on the worker's), killed on timeout or when the task is cancelled.
-    ``limit``: stop reading stdout past that many bytes (and stop the process)."""
-    proc = await asyncio.create_subprocess_exec(
-        *argv, cwd=cwd, env=dict(env), start_new_session=True,
-        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-
-    async def talk() -> tuple[bytes, bytes, bool]:
-        assert proc.stdout is not None and proc.stderr is not None
-        if proc.stdin is not None:
-            proc.stdin.write(stdin or b"")
-            with contextlib.suppress(ConnectionError):
-                await proc.stdin.drain()
-            proc.stdin.close()
-        err_task = asyncio.ensure_future(proc.stderr.read())
-        chunks, size, cut = [], 0, False
-        while chunk := await proc.stdout.read(65536):
-            chunks.append(chunk)
-            size += len(chunk)
-            if limit is not None and size > limit:
-                cut = True
-                proc.kill()
-                break
-        return b"".join(chunks), await err_task, cut
-
-    try:
-        out, err, cut = await asyncio.wait_for(talk(), timeout_s)
-        code = await proc.wait()
-    except BaseException as exc:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        await asyncio.shield(proc.wait())
-        if isinstance(exc, TimeoutError):
-            raise ActionRefused("git_failed", f"{' '.join(argv[:1])} {_subcommand(argv)} "
-                                f"took longer than {timeout_s:.0f} s and was stopped") from None
-        raise
-    return _Run(code, out, err.decode("utf-8", errors="replace"), cut)
-
-
-def _subcommand(argv: Sequence[str]) -> str:
-    """The git subcommand in a hardened argv (for messages)."""
-    rest = [a for a in argv[1:] if not a.startswith("-") and "=" not in a]
-    return rest[0] if rest else ""
-
-
-async def _git(cwd: Path, *args: str, check: bool = True, stdin: bytes | None = None,
-               env: Mapping[str, str] | None = None, timeout_s: float = GIT_TIMEOUT_S,
-               limit: int | None = None) -> _Run:
-    """Hardened git in ``cwd``; ``check``: a non-zero exit raises ``git_failed``."""
-    done = await _run(git_argv(*args), cwd, env=_git_env(env), stdin=stdin,
-                      timeout_s=timeout_s, limit=limit)
-    if check and done.code != 0 and not done.cut:
-        raise ActionRefused("git_failed", f"git {_subcommand(['git', *args])}: "
-                                          f"{done.words()}")
-    return done
-
-
-def _out(done: _Run) -> str:
-    return done.out.decode("utf-8", errors="replace").strip()
-
-
-# ---------------------------------------------------------------------------------------------
 # I/O: the actions
 
 Emit = Callable[[Literal["stdout", "stderr"], str], Awaitable[None]]
 
 
-@dataclass(frozen=True)
-class _Checkout:
-    """A checkout (the main one or a worktree) as git sees it."""
-
-    top: Path  # its top folder, real
-    git_dir: Path  # its own git dir (a worktree's: .git/worktrees/<name>)
-    common_dir: Path  # the repository's (the main .git)
-
-    @property
-    def linked(self) -> bool:
-        """A worktree added with ``git worktree add``, not the main checkout."""
-        return self.git_dir != self.common_dir
+def _writes(*paths: Path) -> Access:
+    """Access that writes ``paths`` (each once)."""
+    return Access(writes=tuple(dict.fromkeys(paths)))
 
 
 class Workspaces:
     """The ``workspace_*`` actions (see the module docstring). ``registry`` lets a
-    ``cancel`` of a ``workspace_create`` stop its setup script."""
+    ``cancel`` of a ``workspace_create`` stop its setup script; every git goes through
+    ``git`` (the one hardened, sandboxed runner)."""
 
     def __init__(self, policy: LocalPolicy, sandbox: Sandbox,
-                 registry: CommandRegistry | None = None) -> None:
+                 registry: CommandRegistry | None = None, git: GitRunner | None = None) -> None:
         self.policy = policy
         self.sandbox = sandbox
         self.registry = registry
+        self.git = git if git is not None else GitRunner(sandbox)
         self._locks: dict[str, asyncio.Lock] = {}
 
-    def _lock(self, checkout: _Checkout) -> asyncio.Lock:
-        return self._locks.setdefault(str(checkout.common_dir), asyncio.Lock())
+    def _lock(self, repo: Repo) -> asyncio.Lock:
+        return self._locks.setdefault(str(repo.common_dir), asyncio.Lock())
 
     # -- finding things --------------------------------------------------------------------
 
@@ -494,55 +367,65 @@ class Workspaces:
                                 "(worktrees_dir in worker-config.json)")
         return Path(os.path.realpath(self.policy.worktrees_dir))
 
-    def _folder(self, path: str) -> Path:
+    def _folder(self, path: str | Path) -> Path:
         real = self.policy.check_workdir(path)
         if not real.is_dir():
             raise ActionRefused("not_found", f"{path} is not a folder on this machine")
         return real
 
-    async def _checkout(self, folder: Path) -> _Checkout:
-        """The checkout ``folder`` is in; ``not_a_repository`` when there is none. Its top
-        must lie inside the allowed roots too (git found it by walking up)."""
-        done = await _git(folder, "rev-parse", "--path-format=absolute", "--show-toplevel",
-                          "--git-dir", "--git-common-dir", check=False)
-        lines = _out(done).splitlines()
-        if done.code != 0 or len(lines) != 3:
+    def _checkout(self, folder: Path) -> Repo:
+        """The checkout ``folder`` is in (:func:`~codey_worker.git.find_repo`: a ``.git``
+        the worker's git will not use is refused); ``not_a_repository`` when there is none.
+        Its top must lie inside the allowed roots too (it was found by walking up)."""
+        repo = find_repo(folder)
+        if repo is None:
             raise ActionRefused("not_a_repository",
-                                f"{folder} is not in a git repository with a working tree: "
-                                f"{done.words()}")
-        top = self.policy.check_workdir(lines[0])
-        return _Checkout(top, Path(os.path.realpath(lines[1])),
-                         Path(os.path.realpath(lines[2])))
+                                f"{folder} is not in a git repository with a working tree")
+        self.policy.check_workdir(repo.top)
+        return repo
 
-    async def _worktree(self, workdir: str) -> _Checkout:
-        return await self._checkout(self._folder(workdir))
+    def _worktree(self, workdir: str) -> Repo:
+        return self._checkout(self._folder(workdir))
 
-    @staticmethod
-    async def _commit_of(cwd: Path, rev: str) -> str:
+    async def _git(self, repo: Repo, *args: str, access: Access = READ,
+                   **kw: Any) -> GitRun:
+        return await self.git.run(repo.top, *args, repo=repo, access=access, **kw)
+
+    async def _commit_of(self, repo: Repo, rev: str) -> str:
         """The commit ``rev`` names (a branch, tag or sha); ``bad_request`` when none."""
         if not rev or rev.startswith("-") or "\0" in rev:
             raise ActionRefused("bad_request", f"{rev!r} is not a branch, tag or commit")
-        done = await _git(cwd, "rev-parse", "--verify", "--quiet", "--end-of-options",
-                          f"{rev}^{{commit}}", check=False)
+        done = await self._git(repo, "rev-parse", "--verify", "--quiet", "--end-of-options",
+                               f"{rev}^{{commit}}", check=False)
         if done.code != 0:
             raise ActionRefused("bad_request", f"{rev!r} names no commit in this repository")
-        return _out(done)
+        return done.text()
 
-    @staticmethod
-    async def _branch(cwd: Path) -> str:
-        """The branch checked out in ``cwd`` ("" when detached)."""
-        done = await _git(cwd, "symbolic-ref", "--quiet", "--short", "HEAD", check=False)
-        return _out(done) if done.code == 0 else ""
+    async def _branch(self, repo: Repo) -> str:
+        """The branch checked out in ``repo`` ("" when detached)."""
+        done = await self._git(repo, "symbolic-ref", "--quiet", "--short", "HEAD", check=False)
+        return done.text() if done.code == 0 else ""
 
-    @staticmethod
-    async def _status(cwd: Path, *, untracked: bool = True) -> list[StatusEntry]:
-        done = await _git(cwd, "status", "--porcelain=v2", "-z",
-                          "--untracked-files=all" if untracked else "--untracked-files=no")
+    async def _status(self, repo: Repo, *, untracked: bool = True) -> list[StatusEntry]:
+        done = await self._git(repo, "status", "--porcelain=v2", "-z", "--ignore-submodules=all",
+                               "--untracked-files=all" if untracked else "--untracked-files=no",
+                               env={"GIT_OPTIONAL_LOCKS": "0"})
         return parse_status(done.out)
 
-    @staticmethod
-    async def _count(cwd: Path, revs: str) -> int:
-        return int(_out(await _git(cwd, "rev-list", "--count", revs)) or 0)
+    async def _count(self, repo: Repo, revs: str) -> int:
+        return int((await self._git(repo, "rev-list", "--count", revs)).text() or 0)
+
+    async def _identity_env(self, repo: Repo) -> dict[str, str]:
+        """Who commits: the repository's configured author, else the user's own (their
+        global config, read on its own: git ignores it otherwise), else
+        :data:`FALLBACK_IDENTITY`."""
+        found = await self.git.identity(repo)
+        name, email = found if found is not None else FALLBACK_IDENTITY
+        env = {}
+        for role in ("AUTHOR", "COMMITTER"):
+            env[f"GIT_{role}_NAME"] = os.environ.get(f"GIT_{role}_NAME") or name
+            env[f"GIT_{role}_EMAIL"] = os.environ.get(f"GIT_{role}_EMAIL") or email
+        return env
 
     # -- workspace_create ------------------------------------------------------------------
 
@@ -550,25 +433,26 @@ class Workspaces:
         """Make the worktree (branch ``action.branch`` from the base), then run the setup
         script in it, its output through ``emit``. A failing script leaves the worktree."""
         worktrees = self._worktrees_dir()
-        main = await self._checkout(self._folder(action.repo))
+        main = self._checkout(self._folder(action.repo))
         branch = action.branch
-        ok = await _git(main.top, "check-ref-format", "--branch", branch, check=False)
+        ok = await self._git(main, "check-ref-format", "--branch", branch, check=False)
         if not branch or branch.startswith("-") or ok.code != 0:
             raise ActionRefused("bad_request", f"{branch!r} is not a valid branch name")
         async with self._lock(main):
             if action.base:
-                base, base_commit = action.base, await self._commit_of(main.top, action.base)
+                base, base_commit = action.base, await self._commit_of(main, action.base)
             else:
                 # the main checkout's current branch; detached: the commit it is on
-                base_commit = await self._commit_of(main.top, "HEAD")
-                base = await self._branch(main.top) or base_commit
+                base_commit = await self._commit_of(main, "HEAD")
+                base = await self._branch(main) or base_commit
             path = worktree_location(worktrees, main.top, branch)
             # through the policy, as a workdir: a symlink planted in the worktrees folder
             # must not lead the new worktree out of the roots
             self.policy.check_workdir(path)
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             self.policy.check_workdir(path)
-            await _git(main.top, "worktree", "add", "-b", branch, str(path), base_commit)
+            await self._git(main, "worktree", "add", "-b", branch, str(path), base_commit,
+                            access=_writes(main.common_dir, path.parent))
         real = self.policy.check_workdir(path)
         ready = WorkspaceReady(path=str(real), branch=branch, base=base,
                                base_commit=base_commit, repo_root=str(main.top))
@@ -579,8 +463,9 @@ class Workspaces:
         return ready
 
     async def _setup(self, action: WorkspaceCreate, worktree: Path, emit: Emit) -> int | None:
-        """Run the setup script as a command of the session (``action.sandbox``, network
-        on); its exit code, or None when it could not be started (the reason on stderr)."""
+        """Run the setup script as a command of the session (in its sandbox, with its
+        network toggle); its exit code, or None when it could not be started (the reason on
+        stderr)."""
         script = worktree / SETUP_SCRIPT
         # an executable script picks its interpreter (#!); a plain file is a shell script
         if os.access(script, os.X_OK):
@@ -589,7 +474,7 @@ class Workspaces:
             argv = ["bash" if shutil.which("bash") else "sh", SETUP_SCRIPT]
         command = RunCommand(action_id=action.action_id, session_id=action.session_id,
                              argv=argv, workdir=str(worktree), sandbox=action.sandbox,
-                             network=True, timeout_s=action.timeout_s)
+                             network=action.network, timeout_s=action.timeout_s)
 
         async def on_output(stream: str, data: str) -> None:
             await emit("stderr" if stream == "stderr" else "stdout", data)
@@ -609,71 +494,78 @@ class Workspaces:
 
     async def diff(self, action: WorkspaceDiff) -> WorkspaceChanges:
         """The whole change of the worktree against the merge base of HEAD and the base:
-        committed, uncommitted and untracked (as added) files."""
-        wt = await self._worktree(action.workdir)
+        committed, uncommitted and untracked (as added) files. A nested repository (an
+        untracked folder with a ``.git`` of its own) is not entered: it is not this
+        repository's, and its config is not the worker's to obey."""
+        wt = self._worktree(action.workdir)
         if action.diff_cap < 0:
             raise ActionRefused("bad_request", "diff_cap must be >= 0")
-        top = wt.top
-        base_commit = await self._commit_of(top, action.base)
-        head = await self._commit_of(top, "HEAD")
-        done = await _git(top, "merge-base", head, base_commit, check=False)
+        base_commit = await self._commit_of(wt, action.base)
+        head = await self._commit_of(wt, "HEAD")
+        done = await self._git(wt, "merge-base", head, base_commit, check=False)
         if done.code != 0:
             raise ActionRefused("git_failed", f"{action.base} and HEAD have no commit in "
                                               f"common: {done.words()}")
-        merge_base = _out(done)
-        status = await self._status(top)
-        untracked = [e.path for e in status if e.kind == "untracked"]
+        merge_base = done.text()
+        status = await self._status(wt)
+        untracked = [e.path for e in status
+                     if e.kind == "untracked" and not e.path.endswith("/")]
         with tempfile.TemporaryDirectory(prefix="codey-diff-") as tmp:
             # A copy of the index with the untracked files as intent-to-add: diffing the
             # working tree against the merge base then shows them as added, and nothing of
-            # the real index (the user's staging) changes, nor is any blob written.
+            # the real index (the user's staging) changes.
             index = Path(tmp) / "index"
-            real_index = Path(_out(await _git(top, "rev-parse", "--path-format=absolute",
-                                              "--git-path", "index")))
+            real_index = wt.git_dir / "index"
             env = {"GIT_INDEX_FILE": str(index)}
+            scratch = _writes(Path(tmp))
             if real_index.is_file():
                 shutil.copyfile(real_index, index)
             else:
-                await _git(top, "read-tree", head, env=env)
+                await self._git(wt, "read-tree", head, env=env, access=scratch)
             if untracked:
-                await _git(top, "--literal-pathspecs", "add", "--intent-to-add",
-                           "--pathspec-from-file=-", "--pathspec-file-nul",
-                           stdin=b"\0".join(os.fsencode(p) for p in untracked), env=env)
-            opts = ("--no-ext-diff", "--no-textconv", "--no-color", "-M")
-            numstat = await _git(top, "diff", *opts, "-z", "--numstat", merge_base, env=env)
-            names = await _git(top, "diff", *opts, "-z", "--name-status", merge_base, env=env)
-            unified = await _git(top, "diff", *opts, merge_base, env=env,
-                                 limit=action.diff_cap * 4 + 4)
-        committed = await _git(top, "diff", "--no-ext-diff", "-M", "-z", "--name-only",
-                               merge_base, head)
-        log = await _git(top, "log", "-z", f"--max-count={MAX_COMMITS}", "--format=%H%x1f%s",
-                         f"{base_commit}..{head}")
+                # (intent-to-add writes one object: the empty blob, for an empty file)
+                await self._git(wt, "--literal-pathspecs", "add", "--intent-to-add",
+                                "--pathspec-from-file=-", "--pathspec-file-nul",
+                                stdin=b"\0".join(os.fsencode(p) for p in untracked),
+                                env=env, access=_writes(Path(tmp), wt.common_dir / "objects"))
+            opts = ("--no-ext-diff", "--no-textconv", "--no-color", "-M",
+                    "--ignore-submodules=all")
+            numstat = await self._git(wt, "diff", *opts, "-z", "--numstat", merge_base,
+                                      env=env, access=scratch)
+            names = await self._git(wt, "diff", *opts, "-z", "--name-status", merge_base,
+                                    env=env, access=scratch)
+            unified = await self._git(wt, "diff", *opts, merge_base, env=env, access=scratch,
+                                      limit=action.diff_cap * 4 + 4)
+        committed = await self._git(wt, "diff", "--no-ext-diff", "--no-textconv", "-M", "-z",
+                                    "--name-only", merge_base, head)
+        log = await self._git(wt, "log", "-z", f"--max-count={MAX_COMMITS}",
+                              "--format=%H%x1f%s", f"{base_commit}..{head}")
         text, truncated = cap_diff(unified.out, action.diff_cap, unified.cut)
         return WorkspaceChanges(
             base=action.base, merge_base=merge_base,
             files=changed_files(parse_numstat(numstat.out), parse_name_status(names.out),
                                 parse_name_only(committed.out)),
             diff=text, truncated=truncated, commits=parse_log(log.out), dirty=bool(status),
-            behind=await self._count(top, f"{head}..{base_commit}"))
+            behind=await self._count(wt, f"{head}..{base_commit}"))
 
     # -- workspace_remove ------------------------------------------------------------------
 
     async def remove(self, action: WorkspaceRemove) -> WorkspaceRemoved:
         """``git worktree remove``; refused (``dirty``, ``unmerged``) unless forced. The
         branch goes only when asked, and merged (or forced)."""
-        wt = await self._worktree(action.workdir)
+        wt = self._worktree(action.workdir)
         worktrees = self._worktrees_dir()
         if not wt.linked or not within(wt.top, worktrees) or wt.top == worktrees:
             raise ActionRefused("bad_request", f"{wt.top} is not a worktree this worker made "
                                 f"(they live in {worktrees}); it is left alone")
         async with self._lock(wt):
             main = await self._main(wt)
-            branch = await self._branch(wt.top)
+            branch = await self._branch(wt)
             ahead = 0
             if not action.force:  # (forced, a base that is gone does not stand in the way)
                 base = action.base or await self._branch(main) or "HEAD"
-                ahead = await self._count(wt.top, f"{await self._commit_of(main, base)}..HEAD")
-                status = await self._status(wt.top)
+                ahead = await self._count(wt, f"{await self._commit_of(main, base)}..HEAD")
+                status = await self._status(wt)
                 if status:
                     raise ActionRefused("dirty", f"{wt.top} has {len(status)} uncommitted "
                                         f"change(s) ({_names(status)}); commit them, or "
@@ -682,88 +574,79 @@ class Workspaces:
                     raise ActionRefused("unmerged", f"{branch or 'HEAD'} has {ahead} "
                                         f"commit(s) that {base} does not have; merge them, "
                                         "or remove it with force")
-            await _git(main, "worktree", "remove", *(["--force"] if action.force else []),
-                       str(wt.top))
+            await self._git(main, "worktree", "remove", *(["--force"] if action.force else []),
+                            str(wt.top), access=_writes(main.common_dir, wt.top.parent))
             deleted = False
             if action.delete_branch and branch and (action.force or ahead == 0):
-                await _git(main, "branch", "-D", "--end-of-options", branch)
+                await self._git(main, "branch", "-D", "--end-of-options", branch,
+                                access=_writes(main.common_dir))
                 deleted = True
         with contextlib.suppress(OSError):  # the repository's folder, once it is empty
             wt.top.parent.rmdir()
         return WorkspaceRemoved(path=str(wt.top), branch_deleted=deleted)
 
-    @staticmethod
-    async def _main(wt: _Checkout) -> Path:
+    async def _main(self, wt: Repo) -> Repo:
         """The main checkout of the repository ``wt`` belongs to (the first worktree)."""
-        listed = parse_worktrees((await _git(wt.top, "worktree", "list", "--porcelain",
-                                             "-z")).out)
+        listed = parse_worktrees((await self._git(wt, "worktree", "list", "--porcelain",
+                                                  "-z")).out)
         if not listed or listed[0].bare:
             raise ActionRefused("not_a_repository", f"the repository of {wt.top} has no "
                                                     "main checkout (it is bare)")
-        return Path(listed[0].path)
+        main = self._checkout(self._folder(listed[0].path))
+        if main.common_dir != wt.common_dir:
+            raise ActionRefused("not_a_repository", f"{listed[0].path} is not the main "
+                                                    f"checkout of {wt.top}'s repository")
+        return main
 
     # -- workspace_commit ------------------------------------------------------------------
 
     async def commit(self, action: WorkspaceCommit) -> WorkspaceCommitted:
         """``git add -A`` and a commit with ``action.message``, as the repository's
-        configured author, else :data:`FALLBACK_IDENTITY`."""
+        configured author, else the user's, else :data:`FALLBACK_IDENTITY`."""
         if not action.message.strip():
             raise ActionRefused("bad_request", "a commit needs a message")
-        wt = await self._worktree(action.workdir)
+        wt = self._worktree(action.workdir)
         async with self._lock(wt):
-            await _git(wt.top, "add", "-A")
-            staged = parse_name_only((await _git(wt.top, "diff", "--cached", "--no-ext-diff",
-                                                 "--name-only", "-z")).out)
-            env: dict[str, str] = {}
-            if not await self._has_identity(wt.top):
-                name, email = FALLBACK_IDENTITY
-                env = {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email,
-                       "GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email}
+            index = _writes(*wt.git_dirs)
+            await self._git(wt, "add", "-A", access=index)
+            staged = parse_name_only((await self._git(wt, "diff", "--cached", "--no-ext-diff",
+                                                      "--name-only", "-z")).out)
+            env = await self._identity_env(wt)
             # whitespace only: "strip" would drop a line such as "#123 fixed" as a comment
-            await _git(wt.top, "commit", "--quiet", "--no-verify", "--cleanup=whitespace",
-                       "--file=-", stdin=action.message.encode(), env=env)
-            sha = await self._commit_of(wt.top, "HEAD")
+            await self._git(wt, "commit", "--quiet", "--no-verify", "--cleanup=whitespace",
+                            "--file=-", stdin=action.message.encode(), env=env, access=index)
+            sha = await self._commit_of(wt, "HEAD")
         return WorkspaceCommitted(sha=sha, files=len(staged))
-
-    @staticmethod
-    async def _has_identity(cwd: Path) -> bool:
-        for key, var in (("user.name", "GIT_AUTHOR_NAME"), ("user.email", "GIT_AUTHOR_EMAIL")):
-            if os.environ.get(var):
-                continue
-            done = await _git(cwd, "config", "--get", key, check=False)
-            if done.code != 0 or not _out(done):
-                return False
-        return True
 
     # -- workspace_merge -------------------------------------------------------------------
 
     async def merge(self, action: WorkspaceMerge) -> WorkspaceMerged:
         """Fast-forward ``action.base`` to the worktree's branch, after rebasing it onto the
         base (``rebase``). Conflicts abort the rebase and are reported, not raised."""
-        wt = await self._worktree(action.workdir)
+        wt = self._worktree(action.workdir)
         base = action.base
         if not base or base.startswith("-"):
             raise ActionRefused("bad_request", f"{base!r} is not a branch")
-        known = await _git(wt.top, "show-ref", "--verify", "--quiet",
-                           f"refs/heads/{base}", check=False)
+        known = await self._git(wt, "show-ref", "--verify", "--quiet", f"refs/heads/{base}",
+                                check=False)
         if known.code != 0:
             raise ActionRefused("bad_request", f"{base!r} is not a local branch: a merge "
                                                "moves a branch")
-        branch = await self._branch(wt.top)
+        branch = await self._branch(wt)
         if not branch:
             raise ActionRefused("bad_request", f"{wt.top} is on no branch (detached HEAD)")
         async with self._lock(wt):
-            base_commit = await self._commit_of(wt.top, f"refs/heads/{base}")
-            up_to_date = await _git(wt.top, "merge-base", "--is-ancestor", base_commit,
-                                    "HEAD", check=False)
+            base_commit = await self._commit_of(wt, f"refs/heads/{base}")
+            up_to_date = await self._git(wt, "merge-base", "--is-ancestor", base_commit,
+                                         "HEAD", check=False)
             if action.mode == "into_branch":
                 if up_to_date.code == 0:
-                    return WorkspaceMerged(merged=True, sha=await self._commit_of(
-                        wt.top, "HEAD"), message=f"{branch} already has {base}")
+                    return WorkspaceMerged(merged=True, sha=await self._commit_of(wt, "HEAD"),
+                                           message=f"{branch} already has {base}")
                 return await self._merge_into_branch(wt, base, base_commit, branch)
             if up_to_date.code != 0:
                 if action.mode == "ff":
-                    behind = await self._count(wt.top, f"HEAD..{base_commit}")
+                    behind = await self._count(wt, f"HEAD..{base_commit}")
                     return WorkspaceMerged(merged=False, message=(
                         f"{branch} is not a fast-forward of {base}: {base} has {behind} "
                         f"commit(s) {branch} does not; rebase it first"))
@@ -772,141 +655,153 @@ class Workspaces:
                     return WorkspaceMerged(merged=False, conflicts=conflicts, message=(
                         f"rebasing {branch} onto {base} conflicts in {len(conflicts)} "
                         "file(s); the rebase was undone"))
-            head = await self._commit_of(wt.top, "HEAD")
+            head = await self._commit_of(wt, "HEAD")
             sha = await self._fast_forward(wt, base, base_commit, head)
         return WorkspaceMerged(merged=True, sha=sha,
                                message=f"{base} is now at {sha[:12]} ({branch})")
 
-    async def _merge_into_branch(self, wt: _Checkout, base: str, base_commit: str,
+    async def _merge_into_branch(self, wt: Repo, base: str, base_commit: str,
                                  branch: str) -> WorkspaceMerged:
         """Merge ``base`` into the worktree's branch for the agent to resolve: a clean merge
         is committed; a conflicting one stays in progress, its markers in the files, until
         ``workspace_commit`` concludes it (the model's sandbox keeps ``.git`` read-only, so
         the worker does the git part and the agent only edits files)."""
-        status = await self._status(wt.top, untracked=False)
+        status = await self._status(wt, untracked=False)
         if status:
             raise ActionRefused("dirty", f"{wt.top} has uncommitted changes "
                                 f"({_names(status)}); commit them before merging {base} in")
-        env: dict[str, str] = {}
-        if not await self._has_identity(wt.top):
-            name, email = FALLBACK_IDENTITY
-            env = {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email,
-                   "GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email}
-        done = await _git(wt.top, "merge", "--no-ff", "--no-verify", "-m",
-                          f"Merge {base} into {branch}", "--end-of-options", base_commit,
-                          check=False, env=env)
+        env = await self._identity_env(wt)
+        tree = _writes(wt.top, *wt.git_dirs)
+        done = await self._git(wt, "merge", "--no-ff", "--no-verify", "-m",
+                               f"Merge {base} into {branch}", "--end-of-options", base_commit,
+                               check=False, env=env, access=tree)
         if done.code == 0:
-            sha = await self._commit_of(wt.top, "HEAD")
+            sha = await self._commit_of(wt, "HEAD")
             return WorkspaceMerged(merged=True, sha=sha, message=f"merged {base} into {branch}")
-        unmerged = await _git(wt.top, "diff", "--name-only", "--diff-filter=U", "-z",
-                              check=False)
+        unmerged = await self._git(wt, "diff", "--name-only", "--diff-filter=U", "-z",
+                                   check=False)
         conflicts = sorted(set(parse_name_only(unmerged.out)))
         if not conflicts:
-            await _git(wt.top, "merge", "--abort", check=False)
+            await self._git(wt, "merge", "--abort", check=False, access=tree)
             raise ActionRefused("git_failed", f"git merge: {done.words()}")
         return WorkspaceMerged(merged=False, conflicts=conflicts, message=(
             f"merging {base} into {branch} left conflicts in {len(conflicts)} file(s), "
             "marked in the files; resolve them, then commit"))
 
-    async def _rebase(self, wt: _Checkout, onto: str) -> list[str] | None:
+    async def _rebase(self, wt: Repo, onto: str) -> list[str] | None:
         """Rebase the worktree's branch onto ``onto``; the conflicting files (the rebase
         aborted) or None when it went through. Never leaves a rebase in progress."""
-        status = await self._status(wt.top, untracked=False)
+        status = await self._status(wt, untracked=False)
         if status:
             raise ActionRefused("dirty", f"{wt.top} has uncommitted changes "
                                 f"({_names(status)}); commit them before a rebase")
+        tree = _writes(wt.top, *wt.git_dirs)
         try:
-            done = await _git(wt.top, "rebase", "--no-autosquash", "--end-of-options", onto,
-                              check=False)
+            done = await self._git(wt, "rebase", "--no-autosquash", "--end-of-options", onto,
+                                   check=False, env=await self._identity_env(wt), access=tree)
             if done.code == 0:
                 return None
-            unmerged = await _git(wt.top, "diff", "--name-only", "--diff-filter=U", "-z",
-                                  check=False)
+            unmerged = await self._git(wt, "diff", "--name-only", "--diff-filter=U", "-z",
+                                       check=False)
             conflicts = sorted(set(parse_name_only(unmerged.out)))
             if not conflicts:
                 raise ActionRefused("git_failed", f"git rebase: {done.words()}")
             return conflicts
         finally:
             # whatever happened (a conflict, an error, a cancel): no half-done rebase
-            await asyncio.shield(self._abort_rebase(wt))
+            await asyncio.shield(self._abort_rebase(wt, tree))
 
-    @staticmethod
-    async def _abort_rebase(wt: _Checkout) -> None:
+    async def _abort_rebase(self, wt: Repo, tree: Access) -> None:
         for name in ("rebase-merge", "rebase-apply"):
             if (wt.git_dir / name).exists():
-                await _git(wt.top, "rebase", "--abort", check=False)
+                await self._git(wt, "rebase", "--abort", check=False, access=tree)
                 return
 
-    async def _fast_forward(self, wt: _Checkout, base: str, old: str, new: str) -> str:
+    async def _fast_forward(self, wt: Repo, base: str, old: str, new: str) -> str:
         """Move branch ``base`` from ``old`` to ``new``: where it is checked out, by a
         fast-forward merge there (its files follow); elsewhere by its ref alone."""
-        listed = parse_worktrees((await _git(wt.top, "worktree", "list", "--porcelain",
-                                             "-z")).out)
+        listed = parse_worktrees((await self._git(wt, "worktree", "list", "--porcelain",
+                                                  "-z")).out)
         where = next((Path(w.path) for w in listed if w.branch == f"refs/heads/{base}"),
                      None)
         if where is None:
             # compare-and-swap: a branch that moved meanwhile is left alone
-            await _git(wt.top, "update-ref", "-m", "codey: fast-forward",
-                       f"refs/heads/{base}", new, old)
+            await self._git(wt, "update-ref", "-m", "codey: fast-forward",
+                            f"refs/heads/{base}", new, old, access=_writes(wt.common_dir))
             return new
-        self.policy.check_workdir(where)
-        dirty = await self._status(where, untracked=False)
+        there = self._checkout(self._folder(where))
+        dirty = await self._status(there, untracked=False)
         if dirty:
             raise ActionRefused("dirty", f"{base} is checked out in {where} with uncommitted "
                                 f"changes ({_names(dirty)}); commit or stash them there, then "
                                 "merge again")
-        await _git(where, "merge", "--ff-only", "--no-edit", "--end-of-options", new)
-        return await self._commit_of(where, "HEAD")
+        await self._git(there, "merge", "--ff-only", "--no-edit", "--end-of-options", new,
+                        access=_writes(there.top, *there.git_dirs))
+        return await self._commit_of(there, "HEAD")
 
     # -- workspace_push --------------------------------------------------------------------
 
     async def push(self, action: WorkspacePush) -> WorkspacePushed:
         """``git push -u remote branch``, then with ``open_pr`` ``gh pr create``. gh is
         checked before anything is pushed: missing or logged out, nothing happens."""
-        wt = await self._worktree(action.workdir)
+        wt = self._worktree(action.workdir)
         remote = action.remote
         if not remote or remote.startswith("-"):
             raise ActionRefused("bad_request", f"{remote!r} is not a remote's name")
-        branch = await self._branch(wt.top)
+        branch = await self._branch(wt)
         if not branch:
             raise ActionRefused("bad_request", f"{wt.top} is on no branch (detached HEAD)")
-        url = await _git(wt.top, "remote", "get-url", remote, check=False)
+        url = await self._git(wt, "remote", "get-url", remote, check=False)
         if url.code != 0:
             raise ActionRefused("no_remote", f"this repository has no remote {remote!r}: "
                                              f"{url.words()}")
-        gh = await self._gh(wt.top) if action.open_pr else None
+        gh = await self._gh(wt) if action.open_pr else None
+        # a remote that is a folder on this machine is written by the push itself
+        local = _local_remote(url.text(), wt.top)
         async with self._lock(wt):
-            await _git(wt.top, "push", "-u", remote,
-                       f"refs/heads/{branch}:refs/heads/{branch}", timeout_s=PUSH_TIMEOUT_S)
+            await self._git(wt, "push", "-u", remote,
+                            f"refs/heads/{branch}:refs/heads/{branch}", timeout_s=PUSH_TIMEOUT_S,
+                            access=Access(writes=(wt.common_dir, *local), network=True,
+                                          credentials=True))
         result = WorkspacePushed(remote=remote, branch=branch,
-                                 message=f"pushed {branch} to {remote} ({_out(url)})")
+                                 message=f"pushed {branch} to {remote} ({url.text()})")
         if gh is None:
             return result
-        argv = [gh, "pr", "create", "--head", branch]
+        args = ["pr", "create", "--head", branch]
         if action.base:
-            argv += ["--base", action.base]
-        argv += (["--title", action.title, "--body", action.body] if action.title
+            args += ["--base", action.base]
+        args += (["--title", action.title, "--body", action.body] if action.title
                  else ["--fill"])
-        done = await _run(argv, wt.top, env=_git_env(), timeout_s=PUSH_TIMEOUT_S)
+        done = await self.git.gh(wt.top, gh, *args, repo=wt, timeout_s=PUSH_TIMEOUT_S)
         if done.code != 0:
             raise ActionRefused("gh_failed", f"pushed {branch} to {remote}, but gh pr create "
                                              f"failed: {done.words()}")
         result.pr_url = pr_url(done.out.decode("utf-8", errors="replace"))
         return result
 
-    @staticmethod
-    async def _gh(cwd: Path) -> str:
+    async def _gh(self, wt: Repo) -> str:
         """gh's path, once it is known to be logged in; ``gh_missing`` /
         ``gh_not_logged_in`` otherwise."""
         gh = shutil.which("gh", path=os.environ.get("PATH", os.defpath))
         if gh is None:
             raise ActionRefused("gh_missing", "opening a pull request needs the GitHub CLI "
                                 "(gh) on this machine's PATH: https://cli.github.com")
-        done = await _run([gh, "auth", "status"], cwd, env=_git_env())
+        done = await self.git.gh(wt.top, gh, "auth", "status", repo=wt)
         if done.code != 0:
             raise ActionRefused("gh_not_logged_in", "gh is not logged in on this machine "
                                 f"(run `gh auth login` there): {done.words()}")
         return gh
+
+
+def _local_remote(url: str, top: Path) -> tuple[Path, ...]:
+    """The folder a remote's URL names when it is on this machine (a path or ``file://``),
+    else nothing (a push over the network writes nothing here but refs)."""
+    if url.startswith("file://"):
+        url = url[len("file://"):]
+    elif "://" in url or (":" in url.split("/", 1)[0] and not url.startswith("/")):
+        return ()  # https://…, ssh://…, git@host:path
+    path = Path(os.path.realpath(url if os.path.isabs(url) else top / url))
+    return (path,) if path.is_dir() else ()
 
 
 def _names(entries: Sequence[StatusEntry], shown: int = 5) -> str:

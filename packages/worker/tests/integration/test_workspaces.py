@@ -580,7 +580,10 @@ def fake_gh(machine: Machine, monkeypatch: pytest.MonkeyPatch, *, logged_in: boo
     """A ``gh`` on PATH that records its arguments, one call a line."""
     bin_dir = machine.base / "bin"
     bin_dir.mkdir(exist_ok=True)
-    calls = machine.base / "gh-calls"
+    # gh runs in the sandbox, where what it may write is its own state folder
+    state = machine.base / "home" / ".config" / "gh"
+    state.mkdir(parents=True, exist_ok=True)
+    calls = state / "calls"
     gh = bin_dir / "gh"
     gh.write_text(f"""#!/bin/sh
 printf '%s\\n' "$*" >> {calls}

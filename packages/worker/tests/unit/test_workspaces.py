@@ -7,16 +7,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from codey_protocol.worker import ChangedFile, CommitInfo
+from codey_worker.git import GIT_HARDENING, git_argv
 from codey_worker.policy import LocalPolicy
 from codey_worker.workspaces import (
-    GIT_HARDENING,
     NumStat,
     StatusEntry,
     WorktreeEntry,
     branch_slug,
     cap_diff,
     changed_files,
-    git_argv,
     parse_log,
     parse_name_only,
     parse_name_status,

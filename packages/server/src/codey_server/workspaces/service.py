@@ -106,7 +106,8 @@ class Workspaces:
             assert w is not None
             action = wk.WorkspaceCreate(
                 action_id=self.engine.context.new_id("act"), session_id=session_id,
-                repo=w.repo, branch=w.branch, base=w.base, setup=w.setup, sandbox=s.sandbox)
+                repo=w.repo, branch=w.branch, base=w.base, setup=w.setup, sandbox=s.sandbox,
+                network=s.network)
             base = w.base or "the current branch"
             item_id = await self._started(OpStarted(
                 session_id, "create", f"Worktree {w.branch} from {base}", action.action_id,
