@@ -70,6 +70,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import subprocess
 import sys
 import tempfile
 import threading
@@ -95,6 +96,7 @@ from codey_testkit.stack import ServerProcess
 from codey_worker.actions import ActionDispatcher
 from codey_worker.cli import worker_runner
 from codey_worker.exec import run_command
+from codey_worker.git import GitRunner
 from codey_worker.policy import LocalPolicy
 from codey_worker.records import ActionRecords
 from codey_worker.sandbox import Sandbox, detect
@@ -107,6 +109,7 @@ SANDBOX_GOAL_MS = 5.0
 STEP_GOAL_MS = 3.0
 GREP_GOAL_X = 1.5
 IDLE_RSS_GOAL_MB = 30.0
+CONTEXT_GIT_GOAL_MS = 10.0  # issue 32: the sandbox may cost a context load this much
 KIB = b"x" * 1023 + b"\n"
 
 
@@ -709,6 +712,82 @@ def bench_idle_rss_installed(root: Path) -> None:
         _print_idle("restarted, bytecode cached (as installed)", kib, _floor_kib(env))
 
 
+def _old_context_git(repo: Path) -> Any:
+    """The context load's ``git status`` as the worker ran it before the one runner (issue
+    32): in its own environment, no hardening, no sandbox."""
+    env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"}
+
+    async def run() -> None:
+        proc = await asyncio.create_subprocess_exec(
+            "git", "status", "--porcelain=v1", "--branch", "--untracked-files=normal",
+            cwd=repo, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+            env=env)
+        await proc.communicate()
+        if proc.returncode != 0:
+            raise RuntimeError("git status failed")
+    return run
+
+
+def bench_context_git(root: Path, calls: int) -> None:
+    """g. The context load's git (each turn's start): today's runner (hardened, pinned to
+    the checked repository, inside the sandbox) against the plain ``git status`` the worker
+    ran before, and the runner without a sandbox; interleaved blocks, one event loop."""
+    support = detect()
+    print(f"g. the context load's git status, {calls} runs per series "
+          f"(sandbox: {support.describe()})")
+    repo = root / "context-repo"
+    repo.mkdir()
+    for i in range(200):
+        (repo / f"f{i:03}.py").write_text(f"x = {i}\n")
+    env = {**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@b",
+           "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@b"}
+    for argv in (["git", "init", "-q"], ["git", "add", "."], ["git", "commit", "-qm", "x"]):
+        subprocess.run(argv, cwd=repo, check=True, env=env, capture_output=True)
+    (repo / "f000.py").write_text("dirty\n")
+    home = root / "context-home"
+    sandboxed = GitRunner(Sandbox(support, home))
+    bare = GitRunner(None)
+    runner = worker_runner()
+
+    def status(git: GitRunner) -> Any:
+        async def run() -> None:
+            branch, dirty = await git.status(repo)
+            if branch is None or not dirty:
+                raise RuntimeError("git status through the runner failed")
+        return run
+
+    names = ["before: plain git status (no sandbox)", "the runner without a sandbox",
+             "the runner in the sandbox (today)"]
+    runs = [(names[0], _old_context_git(repo)), (names[1], status(bare)),
+            (names[2], status(sandboxed))]
+
+    async def block(fn: Any, n: int) -> list[float]:
+        times = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            await fn()
+            times.append(time.perf_counter() - t0)
+        return times
+
+    series: dict[str, list[float]] = {name: [] for name in names}
+    size = max(5, calls // 20)
+    try:
+        for _, fn in runs:  # warm-up
+            runner.run(block(fn, size))
+        for i in range(0, calls, size):
+            for name, fn in runs:
+                series[name] += runner.run(block(fn, min(size, calls - i)))
+    finally:
+        runner.close()
+    for name in names:
+        info(name, f"p50 {_ms(series[name], 50):7.2f} ms   p99 {_ms(series[name], 99):7.2f} ms")
+    cost = _ms(series[names[2]], 50) - _ms(series[names[0]], 50)
+    figure("p50 context git, today - before", cost, "ms", f"<= {CONTEXT_GIT_GOAL_MS:g}",
+           cost <= CONTEXT_GIT_GOAL_MS)
+    figure("(info) of it, the sandbox", _ms(series[names[2]], 50) - _ms(series[names[1]], 50),
+           "ms", "", None)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=300, help="read_file calls (default 300)")
@@ -718,12 +797,12 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=120.0, help="for the big command")
     parser.add_argument("--grep-calls", type=int, default=20,
                         help="grep runs per series (default 20)")
-    parser.add_argument("--only", choices=["a", "b", "c", "d", "e", "f"], action="append",
+    parser.add_argument("--only", choices=["a", "b", "c", "d", "e", "f", "g"], action="append",
                         help="run only these parts (repeatable)")
     args = parser.parse_args()
     calls = args.calls // 10 if args.quick else args.calls
     size = args.bytes // 10 if args.quick else args.bytes
-    parts = args.only or ["a", "b", "c", "d", "e", "f"]
+    parts = args.only or ["a", "b", "c", "d", "e", "f", "g"]
     grep_calls = max(2, args.grep_calls // 4) if args.quick else args.grep_calls
     with tempfile.TemporaryDirectory(prefix="codey-bench-") as tmp:
         root = Path(tmp)
@@ -743,6 +822,8 @@ def main() -> None:
                 bench_steps(root, workdir, calls)
             if "e" in parts:
                 bench_grep(server, worker_id, work, grep_calls)
+            if "g" in parts:
+                bench_context_git(root, calls)
 
 
 if __name__ == "__main__":
