@@ -162,8 +162,9 @@ def build_env(
     #   whose name never had a marker in it: nothing passes now that could not before;
     # * the name must be exactly git's (upper case, the number as git writes it), so
     #   GIT_CONFIG_KEY_0_TOKEN or git_config_key_0 are still dropped;
-    # * what a setting can make git do (run core.fsmonitor, ...) is guarded elsewhere: the
-    #   hardening comes after the action's settings and wins.
+    # * what a setting can make git do (run core.fsmonitor, diff.external, ...) is guarded
+    #   elsewhere: the hardening comes after the action's settings and wins, and
+    #   LocalPolicy.check_env refuses other keys while the owner denies commands.
     env = {k: v for k, v in env.items()
            if (not _is_secret_name(k) or (k in extra and _GIT_CONFIG_KEY_NAME.fullmatch(k)))
            and "\x00" not in k + v}
