@@ -91,3 +91,48 @@ def test_a_one_time_schedule_made_in_the_ui_fires_and_then_shows_done(stack: Sta
     page.screenshot(path=f"{SHOTS}/schedules-done.png", full_page=True)
     card.get_by_role("link", name="session").click()
     expect(stack.items(page, "assistant_message").last).to_have_text("Released.")
+
+
+def test_a_run_whose_commands_failed_says_so_on_its_card(stack: Stack, page: Page) -> None:
+    checks = [stack.shell("sh", "-c", f"echo check-{n}; exit 3") for n in (1, 2, 3)]
+    stack.model({"model": "scripted-1", "steps": [
+        {"match": {"user": "nightly check"}, "times": 1, "reply": {"calls": checks}},
+        {"match": {"user": "nightly check"}, "reply": {"calls": [stack.shell("true")]}},
+        {"match": {"tool": "shell", "tool_output": "check-"},
+         "reply": {"text": "Every check failed."}},
+        {"match": {"any": True}, "reply": {"text": "All green."}},
+    ]})
+    stack.server()
+    worker = stack.worker()
+    workdir = stack.workdir(worker, "proj")
+    stack.open(page, "#/schedules")
+    page.get_by_test_id("sch-name").fill("nightly")
+    page.get_by_test_id("sch-workdir").fill(workdir)
+    page.get_by_test_id("sch-prompt").fill("nightly check")
+    page.get_by_test_id("sch-policy").select_option("full-auto")
+    page.get_by_test_id("sch-save").click()
+    card = page.get_by_test_id("schedule")
+    expect(card).to_contain_text("Not run yet.")
+
+    # the run started (the firing's outcome), and every command it ran failed
+    card.get_by_test_id("sch-run").click()
+    runs = card.get_by_test_id("sch-runs").locator("li")
+    expect(runs).to_have_count(1)
+    expect(runs.first).to_contain_text("ran — 3 of 3 commands failed")
+    expect(runs.first).to_have_class("bad")
+    page.screenshot(path=f"{SHOTS}/schedules-failed-run.png", full_page=True)
+    card.get_by_role("link", name="session").click()
+    expect(stack.items(page, "assistant_message").last).to_have_text("Every check failed.")
+    failed = stack.items(page, "tool_call").locator("[data-testid=tool-status][data-status=failed]")
+    expect(failed).to_have_count(3)
+
+    # the next run's command passes: it says "ran", and the first still says what it did
+    page.evaluate("location.hash = '#/schedules'")
+    card = page.get_by_test_id("schedule")
+    card.get_by_test_id("sch-run").click()
+    runs = card.get_by_test_id("sch-runs").locator("li")
+    expect(runs).to_have_count(2)
+    expect(runs.first).to_contain_text(" — ran")  # newest first
+    expect(runs.first).not_to_contain_text("failed")
+    expect(runs.first).not_to_have_class("bad")
+    expect(runs.nth(1)).to_contain_text("ran — 3 of 3 commands failed")

@@ -826,6 +826,7 @@ export function fillScheduleFired(v) {
   if (v.session_id === undefined) v.session_id = null;
   if (v.error === undefined) v.error = "";
   if (v.skipped === undefined) v.skipped = 0;
+  if (v.item_id === undefined) v.item_id = "";
   return v;
 }
 
@@ -1215,6 +1216,7 @@ export function fillScheduleRun(v) {
   if (v.session_id === undefined) v.session_id = null;
   if (v.error === undefined) v.error = "";
   if (v.skipped === undefined) v.skipped = 0;
+  if (v.item_id === undefined) v.item_id = "";
   return v;
 }
 

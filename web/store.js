@@ -343,7 +343,7 @@ function scheduleFired(state, env, e) {
   info.last_due = Math.max(info.last_due, e.due_at);
   info.done = scheduleDone(info);
   info.runs.push(fillScheduleRun({ due_at: e.due_at, fired_at: env.ts, outcome: e.outcome,
-    session_id: e.session_id, error: e.error, skipped: e.skipped }));
+    session_id: e.session_id, error: e.error, skipped: e.skipped, item_id: e.item_id }));
   if (info.runs.length > SCHEDULE_RUNS_KEPT) {
     info.runs.splice(0, info.runs.length - SCHEDULE_RUNS_KEPT);
   }

@@ -5,9 +5,63 @@
 
 import { api } from "../api.js";
 import { h, replaceChildren, showingErrors } from "../dom.js";
-import { lastFolder, lastMachine, machineLabel, machineName, rememberMachine } from "./common.js";
+import { FrameBatch, SESSION_WORDS, isBusy, keyedList, lastFolder, lastMachine, machineLabel,
+  machineName, rememberMachine } from "./common.js";
 
 const OUTCOME = { started: "ran", failed: "failed", skipped: "skipped" };
+// a run's session changing (its commands ending, its status) changes what its card says
+const SESSION_EVENTS = new Set(["session_item_appended", "session_item_updated",
+  "session_status_changed"]);
+
+/**
+ * A run's items: its prompt (`run.item_id`) and what came after it, up to the next prompt,
+ * and whether they reach the session's end (then the session's status is the run's). A run
+ * recorded before runs named their prompt is its whole session, unless it prompted the
+ * schedule's own session (then: null, unknown).
+ */
+function runItems(session, run, spec) {
+  const items = session.items;
+  let start = 0;
+  if (run.item_id) {
+    start = items.findIndex((i) => i.id === run.item_id);
+    if (start < 0) return null;
+  } else if (spec.target_session === run.session_id) {
+    return null;
+  }
+  let end = items.findIndex((i, n) => n > start && i.kind === "user_message");
+  if (end < 0) end = items.length;
+  return { items: items.slice(start, end), current: end === items.length };
+}
+
+/**
+ * What a run did, in words, from its session's items as the store folded them: "ran", "ran —
+ * 3 of 3 commands failed", "working", "needs approval", "ran — the session failed: …". The
+ * firing's own outcome (`started`) says only that the run began. `bad` when it went wrong.
+ */
+export function runReport(run, spec, state) {
+  if (run.outcome !== "started") {
+    return { words: OUTCOME[run.outcome] || run.outcome, bad: run.outcome === "failed" };
+  }
+  const session = run.session_id ? state.sessions[run.session_id] : null;
+  const span = session ? runItems(session, run, spec) : null;
+  if (!span) return { words: "ran", bad: false };
+  let ran = 0;
+  let failed = 0;
+  for (const item of span.items) {
+    if (item.kind !== "tool_call" || !item.command) continue;
+    if (item.status === "done" || item.status === "failed") ran += 1;
+    if (item.status === "failed") failed += 1;
+  }
+  const status = span.current ? session.status : "idle";
+  const parts = [isBusy(status) ? SESSION_WORDS[status] : "ran"];
+  if (failed) parts.push(`${failed} of ${ran} command${ran === 1 ? "" : "s"} failed`);
+  if (status === "error") {
+    parts.push(`the session failed${session.status_reason ? `: ${session.status_reason}` : ""}`);
+  } else if (status === "interrupted") {
+    parts.push("stopped");
+  }
+  return { words: parts.join(" — "), bad: failed > 0 || status === "error" };
+}
 
 /** An hour from now, rounded to the minute, as a datetime-local input wants it. */
 function inAnHour() {
@@ -35,6 +89,7 @@ export class SchedulesPage {
     this._list = h("div", { class: "schedule-list", "data-testid": "schedules" });
     this._form = this._buildForm();
     this._error = h("p", { class: "bad", role: "alert", hidden: true });
+    this._batch = new FrameBatch(() => this.renderList());
     this.el = h("section", { class: "page", "data-testid": "schedules-page" },
       h("header", { class: "panel-head" }, h("h2", {}, "Schedules")),
       h("p", { class: "muted" }, "A prompt that runs by itself on a machine: every night, " +
@@ -134,6 +189,11 @@ export class SchedulesPage {
       if (keep && labels.some(([id]) => id === keep)) this._worker.value = keep;
       this._fillFolder();
     }
+    this.renderList();
+  }
+
+  renderList() {
+    const state = this.ctx.store.state;
     const list = Object.values(state.schedules || {})
       .sort((a, b) => a.created_at - b.created_at);
     if (!list.length) {
@@ -141,7 +201,16 @@ export class SchedulesPage {
         "No schedule yet."));
       return;
     }
-    replaceChildren(this._list, ...list.map((info) => this._card(info, state)));
+    if ([...this._list.children].some((el) => el.dataset.key === undefined)) {
+      replaceChildren(this._list); // "No schedule yet."
+    }
+    // a card is rebuilt only when what it shows changed: a run's session streaming output
+    // must not replace the buttons under the pointer
+    const reports = (info) => info.runs.slice(-5).map((r) => runReport(r, info.spec, state));
+    keyedList(this._list, list, (info) => info.spec.schedule_id, (info) => {
+      const w = state.workers[info.spec.worker_id];
+      return JSON.stringify([info, reports(info), w ? machineLabel(state, w) : ""]);
+    }, (info) => this._card(info, state));
   }
 
   _card(info, state) {
@@ -165,13 +234,15 @@ export class SchedulesPage {
     h("p", {}, when, ` (${s.timezone}) on ${w ? machineLabel(state, w) : s.worker_id}, in `,
       h("span", { class: "mono" }, s.workdir)),
     h("p", { class: "muted" }, `“${s.prompt}”`),
-    runs.length ? h("ul", { class: "mini-list", "data-testid": "sch-runs" }, runs.map((r) =>
-      h("li", {}, `${inZone(r.due_at, s.timezone)} — ${OUTCOME[r.outcome] || r.outcome}`,
+    runs.length ? h("ul", { class: "mini-list", "data-testid": "sch-runs" }, runs.map((r) => {
+      const report = runReport(r, s, state);
+      return h("li", report.bad ? { class: "bad" } : {},
+        `${inZone(r.due_at, s.timezone)} — ${report.words}`,
         r.skipped ? ` (${r.skipped} missed before)` : "",
         r.session_id ? [" · ", h("a", { href: `#/session/${encodeURIComponent(r.session_id)}` },
           "session")] : "",
-        r.error ? h("span", { class: "bad" }, ` — ${r.error}`) : "")))
-      : h("p", { class: "muted small" }, "Not run yet."),
+        r.error ? h("span", { class: "bad" }, ` — ${r.error}`) : "");
+    })) : h("p", { class: "muted small" }, "Not run yet."),
     lastError ? h("p", { class: "bad small", "data-testid": "sch-error" },
       `Last error: ${lastError.error}`) : null,
     h("div", { class: "card-foot row gap" },
@@ -187,6 +258,20 @@ export class SchedulesPage {
 
   onChange(change) {
     if (change.kind === "reset" || change.env.event.type.startsWith("schedule_") ||
-        change.env.event.type.startsWith("worker_")) this.render();
+        change.env.event.type.startsWith("worker_")) {
+      this.render();
+    } else if (SESSION_EVENTS.has(change.env.event.type) && this._runsIn(change.env.session_id)) {
+      this._batch.schedule(); // a command's output streams: once a frame at most
+    }
+  }
+
+  /** Whether `sessionId` is the session of a run the cards show. */
+  _runsIn(sessionId) {
+    return Object.values(this.ctx.store.state.schedules || {}).some((info) =>
+      info.runs.slice(-5).some((r) => r.session_id === sessionId));
+  }
+
+  destroy() {
+    this._batch.cancel();
   }
 }

@@ -690,7 +690,9 @@ class ScheduleDeleted(EventBase, kw_only=True):
 class ScheduleFired(EventBase, kw_only=True):
     """Due time ``due_at`` of a schedule was dealt with, once: a run ``started`` (its session,
     in the same append as the events that start it), ``failed`` (``error``), or ``skipped``
-    (missed while the server was down, past the grace period; ``skipped`` counts them)."""
+    (missed while the server was down, past the grace period; ``skipped`` counts them).
+    ``started`` says the run began, not how it went: that is in its session's items, from
+    ``item_id`` on (a command that failed is a tool call ``failed``)."""
 
     schedule_id: str
     due_at: float
@@ -698,6 +700,10 @@ class ScheduleFired(EventBase, kw_only=True):
     session_id: str | None = None
     error: str = ""
     skipped: int = 0
+    #: the run's prompt, an item of ``session_id`` appended with this event: what the run did
+    #: is that item and the ones after it, up to the next prompt ("": no run started, or
+    #: recorded before runs named their prompt)
+    item_id: str = ""
 
 
 # terminals ----------------------------------------------------------------------------------

@@ -191,10 +191,13 @@ class TaskInfo(msgspec.Struct, kw_only=True):
 class ScheduleRun(msgspec.Struct, kw_only=True):
     due_at: float
     fired_at: float
+    #: how the firing went (``started``: a run began; what it did is in its session)
     outcome: Literal["started", "failed", "skipped"]
     session_id: str | None = None
     error: str = ""
     skipped: int = 0
+    #: the run's prompt in ``session_id`` (``ScheduleFired.item_id``; "" when unknown)
+    item_id: str = ""
 
 
 class ScheduleInfo(msgspec.Struct, kw_only=True):

@@ -169,6 +169,18 @@ class LoadContext(Action, kw_only=True):
     workdir: str
 
 
+#: The git settings every command the model runs gets, as git's own ``GIT_CONFIG_COUNT`` /
+#: ``GIT_CONFIG_KEY_<n>`` / ``GIT_CONFIG_VALUE_<n>`` (command-line scope: above any
+#: repository's config, and inherited by every git the command starts): no fsmonitor hook, no
+#: hooks at all, no bare repository found by walking up (a folder laid out as one is not a
+#: repository), no untracked cache written. The worker appends them to a command's
+#: environment itself (after any the action's ``env`` sets, so they win); the server sends
+#: them with ``git`` too.
+GIT_HARDENING: tuple[tuple[str, str], ...] = (
+    ("core.fsmonitor", "false"), ("core.hooksPath", "/dev/null"),
+    ("safe.bareRepository", "explicit"), ("core.untrackedCache", "false"))
+
+
 class RunCommand(Action, kw_only=True):
     argv: list[str]
     workdir: str
@@ -1024,6 +1036,7 @@ class PairStatus(msgspec.Struct, kw_only=True):
 
 
 __all__ = [
+    "GIT_HARDENING",
     "PROTOCOL_VERSION",
     "Action",
     "ActionAccepted",

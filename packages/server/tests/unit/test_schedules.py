@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from codey_protocol import client as cl
 from codey_protocol import events as ev
-from codey_protocol.state import ScheduleInfo, State, WorkerInfo
+from codey_protocol.state import ScheduleInfo, SessionInfo, State, WorkerInfo
 from codey_server.core.rules import CommandRejected, Context
 from codey_server.features import apply, decide
 from codey_server.schedules.routes import TIME_ZONES
@@ -134,9 +134,23 @@ def test_a_firing_starts_a_session_once() -> None:
     assert state.schedules["sch_1"].last_due == due
     assert state.schedules["sch_1"].runs[-1].session_id == "ses_1"
     assert "ses_1" in state.sessions
+    # the run names its prompt: what the run did is that item and the ones after it
+    assert fired.item_id == "itm_1" == prompt.item.id
+    assert state.schedules["sch_1"].runs[-1].item_id == "itm_1"
     with pytest.raises(ValueError, match="already ran"):
         fire(state, "sch_1", due, session_id="ses_2", item_id="itm_2", now=due + 2,
              provider="p", model="m")
+
+
+def test_a_run_into_the_schedules_session_names_its_prompt_there() -> None:
+    state = _state()
+    state.sessions["ses_t"] = SessionInfo(session_id="ses_t", title="t", worker_id="w1",
+                                          workdir="/w", provider="p", model="m")
+    state.schedules["sch_1"].spec.target_session = "ses_t"
+    fired, prompt = (e for _, e in fire(state, "sch_1", 100.0, session_id="ses_new",
+                                         item_id="itm_9", now=101.0, provider="p", model="m"))
+    assert isinstance(fired, ev.ScheduleFired) and isinstance(prompt, ev.SessionItemAppended)
+    assert (fired.session_id, fired.item_id, prompt.item.id) == ("ses_t", "itm_9", "itm_9")
 
 
 def test_a_run_whose_worker_is_gone_fails_with_its_reason() -> None:

@@ -43,7 +43,7 @@ from codey_protocol.worker import (
 )
 from codey_worker import fs
 from codey_worker.confine import ActionRefused
-from codey_worker.exec import build_env
+from codey_worker.exec import build_env, merge_git_env
 from codey_worker.policy import LocalPolicy
 
 __all__ = ["AcpAgentConfig", "AcpAgents", "Emit"]
@@ -210,8 +210,11 @@ class AcpAgents:
         live = _Live(session_id=action.session_id, workdir=str(workdir), policy=self.policy,
                      stack=contextlib.AsyncExitStack())
         # the owner's env for the agent goes in as written (an agent needs its API key,
-        # which build_env strips from what commands get)
-        env = {**build_env({}, cwd=str(workdir)), **config.env}
+        # which build_env strips from what commands get); the gits the agent runs get the
+        # hardening the model's commands get (a folder laid out as a bare repository in a
+        # cloned project cannot run its fsmonitor through them), the owner's git settings
+        # after it
+        env = merge_git_env(build_env({}, cwd=str(workdir)), config.env)
         try:
             # the SDK's Client protocol lists every optional method; _Client has the ones a
             # client without terminals needs (the SDK answers the others "not found")

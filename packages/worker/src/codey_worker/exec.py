@@ -7,7 +7,8 @@ Order of a run (:func:`run_command`)::
            (:mod:`codey_worker.sandbox`: bwrap on Linux, sandbox-exec on macOS); a worker
            without one refuses (``sandbox_unavailable``) rather than run it bare
     spawn: argv as is (never a shell string), own session/process group,
-           stdin /dev/null, env from an allowlist with *KEY*/*TOKEN*/*SECRET* removed
+           stdin /dev/null, env from an allowlist with *KEY*/*TOKEN*/*SECRET* removed and
+           git's hardening added (:func:`build_env`)
     stream: stdout/stderr read in chunks, passed to ``on_output(stream, text)`` coalesced
             (a call per <= 16 KiB or per ~50 ms), until ``output_cap`` bytes have been streamed
     end:    exit | timeout | cancel.  Timeout and cancel send SIGTERM to the process group,
@@ -68,7 +69,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from codey_protocol.worker import CommandResult, RunCommand
+from codey_protocol.worker import GIT_HARDENING, CommandResult, RunCommand
 from codey_worker.confine import ActionRefused, resolve_inside
 from codey_worker.frames import FRAME_BUDGET
 from codey_worker.policy import LocalPolicy, check_protected_args
@@ -82,6 +83,8 @@ __all__ = [
     "CommandRegistry",
     "OutputCallback",
     "build_env",
+    "harden_git_env",
+    "merge_git_env",
     "run_command",
     "truncation_marker",
 ]
@@ -103,6 +106,17 @@ ENV_ALLOWLIST = frozenset(
 )
 _SECRET_MARKERS = ("KEY", "TOKEN", "SECRET")
 
+# git's own way of passing settings in the environment (``git -c`` for every git a command
+# starts): GIT_CONFIG_COUNT=N, then GIT_CONFIG_KEY_<n> and GIT_CONFIG_VALUE_<n> for n < N,
+# the number written as git writes it (no leading zero, or git never reads the name).
+_GIT_CONFIG_KEY_NAME = re.compile(r"GIT_CONFIG_KEY_(?:0|[1-9][0-9]*)")
+_GIT_CONFIG_NAME = re.compile(r"GIT_CONFIG_(?:COUNT|(?:KEY|VALUE)_[0-9]+)")
+# a config key as git accepts one: section[.subsection].name — the section and the name
+# letters, digits and '-' (the name starting with a letter), the subsection any text but a
+# newline
+_CONFIG_KEY = re.compile(r"[A-Za-z0-9-]+(?:\.[^\n]*)?\.[A-Za-z][A-Za-z0-9-]*")
+_HARDENED_KEYS = frozenset(key.lower() for key, _ in GIT_HARDENING)
+
 
 def truncation_marker(dropped: int) -> str:
     """The text put where ``dropped`` bytes of output were cut out."""
@@ -118,18 +132,89 @@ def build_env(
     extra: Mapping[str, str],
     base: Mapping[str, str] | None = None,
     cwd: str | None = None,
+    *,
+    harden_git: bool = True,
 ) -> dict[str, str]:
     """The environment of a command: allowlisted names from ``base`` (default ``os.environ``),
     then ``extra`` (the action's ``env``), then every name containing KEY, TOKEN or SECRET (any
-    case) removed — also those ``extra`` asked for. ``PWD`` is set to ``cwd`` when given and
-    ``PATH`` defaults to ``os.defpath``."""
+    case) removed — also those ``extra`` asked for, but git's ``GIT_CONFIG_KEY_<n>`` from
+    ``extra`` (below). ``PWD`` is set to ``cwd`` when given and ``PATH`` defaults to
+    ``os.defpath``. With ``harden_git`` (the default; only the user's own web terminal goes
+    without) git's :data:`~codey_protocol.worker.GIT_HARDENING` is added to the settings the
+    environment gives git, after ``extra``'s own (:func:`harden_git_env`).
+    """
     source = os.environ if base is None else base
     env = {k: v for k, v in source.items() if k in ENV_ALLOWLIST or k.startswith("LC_")}
     env.update(extra)
     if cwd is not None:
         env["PWD"] = cwd
     env.setdefault("PATH", os.defpath)
-    return {k: v for k, v in env.items() if not _is_secret_name(k) and "\x00" not in k + v}
+    # The filter is there for secrets: the worker's own (its environment may hold an API key
+    # or a token, which a command must never see) and, by name, any an action passes on.
+    # GIT_CONFIG_KEY_<n> is not one: its value is the *name* of a git setting
+    # (core.hooksPath), and git fails on any git command when one of the n is missing, so the
+    # marker KEY in it must not drop it. Letting it through opens nothing:
+    # * only the action's own names are let through: the worker's environment reaches a
+    #   command through the allowlist alone, which has no GIT_* name (a GIT_CONFIG_KEY_0 the
+    #   worker inherited, say a header with a token set by the user's shell, stays out);
+    # * its value must read as a config key (harden_git_env drops a pair whose key does not),
+    #   so it cannot carry free text; a setting's value travels in GIT_CONFIG_VALUE_<n>,
+    #   whose name never had a marker in it: nothing passes now that could not before;
+    # * the name must be exactly git's (upper case, the number as git writes it), so
+    #   GIT_CONFIG_KEY_0_TOKEN or git_config_key_0 are still dropped;
+    # * what a setting can make git do (run core.fsmonitor, diff.external, ...) is guarded
+    #   elsewhere: the hardening comes after the action's settings and wins, and
+    #   LocalPolicy.check_env refuses other keys while the owner denies commands.
+    env = {k: v for k, v in env.items()
+           if (not _is_secret_name(k) or (k in extra and _GIT_CONFIG_KEY_NAME.fullmatch(k)))
+           and "\x00" not in k + v}
+    return harden_git_env(env) if harden_git else _with_git_config(env, _git_config(env))
+
+
+def _git_config(env: Mapping[str, str]) -> list[tuple[str, str]]:
+    """The settings ``env`` gives git (GIT_CONFIG_COUNT and its pairs), in order.
+
+    Only complete pairs with a well-formed key are kept: git refuses to run at all with a
+    pair missing or a key it cannot parse, and a bad one left in would break every git of the
+    command (and keep its hardening from applying)."""
+    try:
+        count = int(env.get("GIT_CONFIG_COUNT", "0"))
+    except ValueError:
+        return []
+    pairs = []
+    for n in range(min(max(count, 0), len(env))):  # a pair is two names: never more than env
+        key, value = env.get(f"GIT_CONFIG_KEY_{n}"), env.get(f"GIT_CONFIG_VALUE_{n}")
+        if key is not None and value is not None and _CONFIG_KEY.fullmatch(key):
+            pairs.append((key, value))
+    return pairs
+
+
+def _with_git_config(env: Mapping[str, str], pairs: list[tuple[str, str]]) -> dict[str, str]:
+    """``env`` with its git settings replaced by ``pairs`` (none: no GIT_CONFIG_* at all)."""
+    out = {k: v for k, v in env.items() if not _GIT_CONFIG_NAME.fullmatch(k)}
+    if pairs:
+        out["GIT_CONFIG_COUNT"] = str(len(pairs))
+        for n, (key, value) in enumerate(pairs):
+            out[f"GIT_CONFIG_KEY_{n}"] = key
+            out[f"GIT_CONFIG_VALUE_{n}"] = value
+    return out
+
+
+def harden_git_env(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` with :data:`~codey_protocol.worker.GIT_HARDENING` after the git settings it
+    already gives (kept, in order: merged, never replaced). For git the last value of a key
+    wins, so the hardening holds whatever came before; an earlier setting of one of its keys
+    is dropped as it would change nothing (the server sends the same ones for ``git``)."""
+    kept = [(k, v) for k, v in _git_config(env) if k.lower() not in _HARDENED_KEYS]
+    return _with_git_config(env, [*kept, *GIT_HARDENING])
+
+
+def merge_git_env(env: Mapping[str, str], then: Mapping[str, str]) -> dict[str, str]:
+    """``env`` updated with ``then``, except for git's settings, which add up: ``env``'s, then
+    ``then``'s (which win where both set a key). For an owner's ``env`` in their config (an MCP
+    server's, an ACP agent's), written after what the worker gives every command."""
+    merged = {**env, **then}
+    return _with_git_config(merged, [*_git_config(env), *_git_config(then)])
 
 
 class CommandRegistry:

@@ -60,7 +60,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from codey_protocol.worker import McpCallResult, McpServerInfo, McpTool, SandboxMode
 from codey_worker.config import McpServerConfig
 from codey_worker.confine import ActionRefused
-from codey_worker.exec import build_env
+from codey_worker.exec import build_env, merge_git_env
 from codey_worker.policy import LocalPolicy
 from codey_worker.sandbox import Sandbox, SandboxSettings
 
@@ -96,9 +96,10 @@ def server_env(config: McpServerConfig, cwd: Path) -> dict[str, str]:
 
     The config's ``env`` is the owner's own, written for this server (a token a GitHub server
     needs, say), so it is passed as written: only the worker's inherited environment is
-    stripped.
+    stripped. The server runs on the model's behalf, so its gits get the hardening commands
+    get; git settings in ``env`` come after it (the owner may deliberately turn one back).
     """
-    return {**build_env({}, cwd=str(cwd)), **config.env}
+    return merge_git_env(build_env({}, cwd=str(cwd)), config.env)
 
 
 class _Server:

@@ -18,7 +18,9 @@ rule is deliberately crude: ``bash -c 'echo rm'`` is refused when ``rm`` is deni
 that lets a shell script through because it could not parse it would be no policy. While any
 command is denied, an action's ``env`` may not set names that make a shell or the dynamic
 loader run code of their own (``BASH_FUNC_*`` exported functions, ``LD_*``/``DYLD_*``,
-``BASH_ENV``, ``ENV``, ``PS4``, ``SHELLOPTS``, ``BASHOPTS``, ``PROMPT_COMMAND``):
+``BASH_ENV``, ``ENV``, ``PS4``, ``SHELLOPTS``, ``BASHOPTS``, ``PROMPT_COMMAND``), or git run
+a program or settings of their own (``GIT_SSH_COMMAND``, ``GIT_CONFIG_PARAMETERS``, a
+``GIT_CONFIG_KEY_<n>`` other than the worker's own hardening, ...):
 :meth:`LocalPolicy.check_env`.
 
 ``denied_mcp_tools`` are shell-style patterns over ``server.tool`` (``git.git_push``,
@@ -47,6 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from codey_protocol.worker import GIT_HARDENING
 from codey_worker.confine import ActionRefused, Root, check_root, within
 
 SHELLS = frozenset(
@@ -70,8 +73,18 @@ _UNQUOTE = re.compile(r"['\"\\]")
 #: environment names that make a shell or the loader run code not named in argv
 _CODE_ENV_PREFIXES = ("BASH_FUNC_", "LD_", "DYLD_")
 _CODE_ENV_NAMES = frozenset(
-    {"BASH_ENV", "ENV", "PS4", "SHELLOPTS", "BASHOPTS", "PROMPT_COMMAND"}
+    {"BASH_ENV", "ENV", "PS4", "SHELLOPTS", "BASHOPTS", "PROMPT_COMMAND",
+     # git's: a program it runs (ssh, diff, pager, editor, askpass, proxy, its own commands,
+     # hooks copied by git init), or settings read from elsewhere, which can name one
+     "GIT_SSH", "GIT_SSH_COMMAND", "GIT_EXTERNAL_DIFF", "GIT_PAGER", "GIT_EDITOR",
+     "GIT_SEQUENCE_EDITOR", "GIT_ASKPASS", "GIT_PROXY_COMMAND", "GIT_EXEC_PATH",
+     "GIT_TEMPLATE_DIR", "GIT_CONFIG_PARAMETERS", "GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM"}
 )
+#: git's settings by environment (GIT_CONFIG_COUNT): a key may make git run a program
+#: (core.fsmonitor, diff.external, core.sshCommand, alias.*, ...); only the worker's own
+#: hardening (which the server sends with git) passes while commands are denied
+_GIT_CONFIG_KEY_NAME = re.compile(r"GIT_CONFIG_KEY_[0-9]+")
+_HARDENING_KEYS = frozenset(key.lower() for key, _ in GIT_HARDENING)
 
 
 #: where the sessions' worktrees go unless ``worktrees_dir`` says otherwise: outside
@@ -195,16 +208,25 @@ class LocalPolicy:
     def check_env(self, env: Mapping[str, str]) -> None:
         """Refuse (``denied_command``) an action ``env`` that could run code argv does not
         name — exported bash functions (``BASH_FUNC_*``), ``LD_*``/``DYLD_*`` loader variables,
-        ``BASH_ENV``, ``ENV``, ``PS4``, ``SHELLOPTS``, ``BASHOPTS``, ``PROMPT_COMMAND`` — while
-        the policy denies any command (with nothing denied there is nothing to get round)."""
+        ``BASH_ENV``, ``ENV``, ``PS4``, ``SHELLOPTS``, ``BASHOPTS``, ``PROMPT_COMMAND``, git's
+        program and config variables (``GIT_SSH_COMMAND``, ``GIT_EXTERNAL_DIFF``,
+        ``GIT_CONFIG_PARAMETERS``, ...) and a ``GIT_CONFIG_KEY_<n>`` naming any setting but
+        those of :data:`~codey_protocol.worker.GIT_HARDENING` — while the policy denies any
+        command (with nothing denied there is nothing to get round)."""
         if not any(d.strip() for d in self.denied_commands):
             return
-        for name in env:
+        for name, value in env.items():
             if name.startswith(_CODE_ENV_PREFIXES) or name in _CODE_ENV_NAMES:
                 raise ActionRefused(
                     "denied_command",
                     f"the worker's local policy denies commands, so the action's env may not "
-                    f"set {name!r}: it can make a shell or the loader run other code",
+                    f"set {name!r}: it can make a shell, git or the loader run other code",
+                )
+            if _GIT_CONFIG_KEY_NAME.fullmatch(name) and value.lower() not in _HARDENING_KEYS:
+                raise ActionRefused(
+                    "denied_command",
+                    f"the worker's local policy denies commands, so the action's env may not "
+                    f"set git's {value!r} ({name}): a git setting can make git run other code",
                 )
 
 

@@ -145,7 +145,9 @@ class Terminals:
             raise ActionRefused("not_found", f"workdir {workdir} does not exist")
         cols, rows = max(2, min(msg.cols, 1000)), max(2, min(msg.rows, 500))
         name = _session(msg.terminal_id)
-        env = build_env({"TERM": "xterm-256color"}, cwd=str(workdir))
+        # the user's own shell: git there runs the repository's hooks as the user set them
+        # up (the model's commands get git's hardening; this is not one of them)
+        env = build_env({"TERM": "xterm-256color"}, cwd=str(workdir), harden_git=False)
         if await self._tmux("has-session", "-t", name) != 0:
             # the shell's environment is the stripped one: tmux starts it from this command's
             code = await self._tmux("new-session", "-d", "-s", name, "-x", str(cols), "-y",
@@ -178,7 +180,7 @@ class Terminals:
         proc = await asyncio.create_subprocess_exec(
             "tmux", "-S", self.socket, *args, stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
-            env=env if env is not None else build_env({}))
+            env=env if env is not None else build_env({}, harden_git=False))
         return await proc.wait()
 
     # -- output -------------------------------------------------------------------------------

@@ -1,6 +1,8 @@
 """run_command's promises kept inside bubblewrap: exit codes and signals, SIGTERM before
 SIGKILL, cancel, a cancelled task, the worker dying — every process of the command gone from
-the host afterwards (checked on the host's /proc, by a tag only that command carries)."""
+the host afterwards (checked on the host's /proc, by a tag only that command carries). And git
+as the model runs it: with the environment the server sends, reading a real repository, and
+never running the repository's fsmonitor or hooks, in the sandbox or escalated out of it."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from codey_testkit.outputs import Sink, arun
 from codey_testkit.waiting import until, wait_until
 from codey_worker.exec import CommandRegistry, run_command
 from codey_worker.policy import LocalPolicy
-from codey_worker.sandbox import Sandbox, detect
+from codey_worker.sandbox import Sandbox, SandboxSettings, detect
 
 pytestmark = [
     pytest.mark.integration,
@@ -232,3 +234,117 @@ def test_streaming_and_truncation_are_unchanged(ws: Path, box: Sandbox) -> None:
     assert result.stdout == expected and sink.text() == expected
     cut = run(ws, box, ["seq", "100000"], output_cap=1000)
     assert cut.truncated and cut.stdout.endswith("99999\n100000\n")
+
+
+# --------------------------------------------------------------------------- git
+
+
+def server_env(argv: list[str]) -> dict[str, str]:
+    """The ``env`` the server's shell tool sends with ``argv`` (its approval rules)."""
+    approvals = pytest.importorskip("codey_server.agent.approvals")
+    env: dict[str, str] = approvals.hardened_env(argv)
+    return env
+
+
+def git(cwd: Path, *args: str) -> str:
+    """The test's own git, on the host, outside the worker."""
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
+                          text=True).stdout
+
+
+@pytest.fixture
+def repo(ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``ws`` as a git repository with one commit ("first": tracked.txt), its author in its
+    own config; HOME (which commands inherit) an empty folder, so no global config of the
+    machine's plays a part."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")  # the test's git; commands do not get it
+    git(ws, "init", "-q", "-b", "main")
+    git(ws, "config", "user.name", "Test")
+    git(ws, "config", "user.email", "test@example.com")
+    (ws / "tracked.txt").write_text("one\n")
+    git(ws, "add", "tracked.txt")
+    git(ws, "commit", "-q", "-m", "first")
+    return ws
+
+
+def test_git_reads_in_the_sandbox_with_the_env_the_server_sends(repo: Path,
+                                                               box: Sandbox) -> None:
+    (repo / "tracked.txt").write_text("one\ntwo\n")
+    for argv, shows in ((["git", "status", "--porcelain"], " M tracked.txt\n"),
+                        (["git", "diff"], "\n+two\n"),
+                        (["git", "log", "--oneline"], " first\n")):
+        env = server_env(argv)
+        assert env["GIT_CONFIG_COUNT"] == "4" and env["GIT_CONFIG_KEY_0"] == "core.fsmonitor"
+        result = run(repo, box, argv, env=env)
+        assert (result.exit_code, result.stderr) == (0, ""), f"{argv}: {result.stderr}"
+        assert shows in result.stdout, argv
+    # (git status could not take the index's lock in the read-only .git: it went on without)
+    assert git(repo, "status", "--porcelain") == " M tracked.txt\n"
+
+
+def test_the_actions_git_settings_are_kept_and_the_hardening_comes_last(
+        repo: Path, box: Sandbox) -> None:
+    env = {"GIT_CONFIG_COUNT": "2",
+           "GIT_CONFIG_KEY_0": "user.name", "GIT_CONFIG_VALUE_0": "Set By The Action",
+           "GIT_CONFIG_KEY_1": "core.hooksPath", "GIT_CONFIG_VALUE_1": ".git/hooks"}
+    script = "git config user.name; git config core.hooksPath; git config core.fsmonitor"
+    result = run(repo, box, ["sh", "-c", script], env=env)
+    assert result.stderr == ""
+    assert result.stdout.splitlines() == ["Set By The Action", "/dev/null", "false"]
+
+
+@pytest.fixture
+def marks(tmp_path: Path) -> Path:
+    """A folder outside the workdir that sandboxed commands may write: a trap that ran, in
+    the sandbox or out of it, leaves its mark there."""
+    folder = tmp_path / "marks"
+    folder.mkdir()
+    return folder
+
+
+def test_a_repositorys_fsmonitor_and_hooks_never_run_in_the_sandbox_or_escalated(
+        repo: Path, marks: Path, tmp_path: Path) -> None:
+    box = Sandbox(detect(), tmp_path / "codey", SandboxSettings(writable_paths=(str(marks),)))
+    git(repo, "config", "core.fsmonitor", f"touch {marks}/fsmonitor; false")
+    hook = repo / ".git" / "hooks" / "pre-commit"
+    hook.write_text(f"#!/bin/sh\ntouch {marks}/pre-commit\n")
+    hook.chmod(0o755)
+    (repo / "tracked.txt").write_text("one\ntwo\n")
+    # the traps are armed: a plain git on the host springs both
+    git(repo, "status", "--porcelain")
+    assert (marks / "fsmonitor").exists()
+    probe = repo / "probe.txt"
+    probe.write_text("x\n")
+    git(repo, "add", "probe.txt")
+    git(repo, "commit", "-q", "-m", "probe")
+    assert (marks / "pre-commit").exists()
+    for mark in marks.iterdir():
+        mark.unlink()
+
+    status = ["git", "status", "--porcelain"]
+    # with the server's env, with none (an older server; an ACP agent's git), and a git the
+    # server cannot see (inside a shell)
+    for argv, env in ((status, server_env(status)), (status, {}),
+                      (["sh", "-c", "git status --porcelain && git diff --stat"], {})):
+        result = run(repo, box, argv, env=env)
+        assert (result.exit_code, result.stderr) == (0, ""), f"{argv}: {result.stderr}"
+        assert " M tracked.txt" in result.stdout
+    assert sorted(marks.iterdir()) == []
+
+    # the model's commit: the sandbox keeps .git read-only, the user lets it out, and it
+    # runs out there without the repository's hook or fsmonitor
+    commit = ["git", "commit", "-q", "-a", "-m", "second"]
+    sandboxed = run(repo, box, commit, env=server_env(commit))
+    assert sandboxed.exit_code != 0 and sandboxed.sandbox_denied, sandboxed.stderr
+    escalated = run(repo, box, commit, env=server_env(commit), sandbox="full-access")
+    assert (escalated.exit_code, escalated.stderr) == (0, "")
+    assert git(repo, "log", "-1", "--format=%s") == "second\n"
+    (repo / "tracked.txt").write_text("three\n")
+    for argv in (status, ["git", "commit", "-q", "-a", "-m", "third"]):
+        outside = run(repo, box, argv, env={}, sandbox="full-access")
+        assert (outside.exit_code, outside.stderr) == (0, ""), f"{argv}: {outside.stderr}"
+    assert git(repo, "log", "-1", "--format=%s") == "third\n"
+    assert sorted(marks.iterdir()) == []

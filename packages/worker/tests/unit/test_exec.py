@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from codey_protocol.worker import CommandResult, RunCommand
+from codey_protocol.worker import GIT_HARDENING, CommandResult, RunCommand
 from codey_testkit.outputs import Sink, arun
 from codey_testkit.waiting import until
 from codey_worker.confine import ActionRefused
@@ -22,6 +22,7 @@ from codey_worker.exec import (
     CHUNK_MAX,
     CommandRegistry,
     build_env,
+    merge_git_env,
     run_command,
     truncation_marker,
 )
@@ -227,10 +228,68 @@ SECRETS = {
 }
 
 
+def git_settings(env: dict[str, str]) -> list[tuple[str, str]]:
+    """The (key, value) pairs ``env`` gives git, in order (as git reads them)."""
+    return [(env[f"GIT_CONFIG_KEY_{n}"], env[f"GIT_CONFIG_VALUE_{n}"])
+            for n in range(int(env.get("GIT_CONFIG_COUNT", "0")))]
+
+
+HARDENING_ENV = {"GIT_CONFIG_COUNT": "4",
+                 **{f"GIT_CONFIG_KEY_{n}": k for n, (k, _) in enumerate(GIT_HARDENING)},
+                 **{f"GIT_CONFIG_VALUE_{n}": v for n, (_, v) in enumerate(GIT_HARDENING)}}
+
+
 def test_build_env_allowlist_and_stripping() -> None:
     base = {"PATH": "/bin", "HOME": "/h", "LC_ALL": "C", "RANDOM_VAR": "x", "GH_TOKEN": "t"}
-    env = build_env({"EXTRA": "1", "aws_secret_access_key": "a", "x_Token_y": "b"}, base, "/w")
-    assert env == {"PATH": "/bin", "HOME": "/h", "LC_ALL": "C", "EXTRA": "1", "PWD": "/w"}
+    extra = {"EXTRA": "1", "aws_secret_access_key": "a", "x_Token_y": "b"}
+    env = build_env(extra, base, "/w")
+    assert env == {"PATH": "/bin", "HOME": "/h", "LC_ALL": "C", "EXTRA": "1", "PWD": "/w",
+                   **HARDENING_ENV}
+    assert build_env(extra, base, "/w", harden_git=False) == {
+        "PATH": "/bin", "HOME": "/h", "LC_ALL": "C", "EXTRA": "1", "PWD": "/w"}
+
+
+def test_git_config_keys_pass_the_secret_filter_and_nothing_else_does() -> None:
+    # what the server sends with git: the same four settings, once
+    assert build_env(HARDENING_ENV, {}) == {"PATH": os.defpath, **HARDENING_ENV}
+    extra = {"GIT_CONFIG_COUNT": "2",
+             "GIT_CONFIG_KEY_0": "http.https://example.com/.extraHeader",
+             "GIT_CONFIG_VALUE_0": "X-Trace: 1",
+             # not a config key: free text cannot ride on the name
+             "GIT_CONFIG_KEY_1": "sk-live secret value", "GIT_CONFIG_VALUE_1": "x",
+             # names that only look like git's keep being secrets
+             "GIT_CONFIG_KEY_0_TOKEN": "t", "git_config_key_0": "k", "GIT_CONFIG_KEY_X": "k",
+             "MY_GIT_CONFIG_KEY_0": "k"}
+    env = build_env(extra, {"GIT_CONFIG_KEY_5": "core.sshCommand"})
+    assert git_settings(env) == [("http.https://example.com/.extraHeader", "X-Trace: 1"),
+                                 *GIT_HARDENING]
+    assert not {"GIT_CONFIG_KEY_0_TOKEN", "git_config_key_0", "GIT_CONFIG_KEY_X",
+                "MY_GIT_CONFIG_KEY_0", "GIT_CONFIG_KEY_5"} & set(env)
+    assert "sk-live secret value" not in env.values()
+    # the worker's own environment gives git nothing (not on the allowlist)
+    inherited = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "http.extraHeader",
+                 "GIT_CONFIG_VALUE_0": "Authorization: Bearer t0ken"}
+    assert git_settings(build_env({}, inherited)) == list(GIT_HARDENING)
+
+
+def test_the_actions_git_settings_are_merged_never_replaced() -> None:
+    extra = {"GIT_CONFIG_COUNT": "3", "GIT_CONFIG_KEY_0": "user.name", "GIT_CONFIG_VALUE_0": "A",
+             "GIT_CONFIG_KEY_1": "core.hooksPath", "GIT_CONFIG_VALUE_1": ".git/hooks",
+             "GIT_CONFIG_KEY_2": "CORE.FSMONITOR", "GIT_CONFIG_VALUE_2": "./watch.sh"}
+    assert git_settings(build_env(extra, {})) == [("user.name", "A"), *GIT_HARDENING]
+    # a set git would refuse (a pair missing, a count that is not one) keeps what is whole
+    broken = {"GIT_CONFIG_COUNT": "3", "GIT_CONFIG_KEY_0": "user.name", "GIT_CONFIG_VALUE_0": "A",
+              "GIT_CONFIG_KEY_2": "user.email", "GIT_CONFIG_VALUE_2": "a@b"}
+    assert git_settings(build_env(broken, {})) == [("user.name", "A"), ("user.email", "a@b"),
+                                                   *GIT_HARDENING]
+    assert git_settings(build_env({"GIT_CONFIG_COUNT": "many", "GIT_CONFIG_KEY_0": "a.b",
+                                   "GIT_CONFIG_VALUE_0": "c"}, {})) == list(GIT_HARDENING)
+    # an owner's env for an MCP server or an ACP agent comes after, and wins where it says so
+    owner = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "core.hooksPath",
+             "GIT_CONFIG_VALUE_0": ".githooks", "API_KEY": "k"}
+    merged = merge_git_env(build_env({}, {}), owner)
+    assert git_settings(merged) == [*GIT_HARDENING, ("core.hooksPath", ".githooks")]
+    assert merged["API_KEY"] == "k"
 
 
 def test_secrets_invisible_to_grandchild(

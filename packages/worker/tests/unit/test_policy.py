@@ -202,6 +202,32 @@ def test_env_that_could_run_other_code_is_refused_while_commands_are_denied(name
     assert repr(name) in info.value.message
 
 
+@pytest.mark.parametrize(
+    "name", ["GIT_SSH_COMMAND", "GIT_EXTERNAL_DIFF", "GIT_PAGER", "GIT_CONFIG_PARAMETERS",
+             "GIT_CONFIG_GLOBAL", "GIT_EXEC_PATH", "GIT_TEMPLATE_DIR", "GIT_ASKPASS"])
+def test_git_env_that_runs_programs_is_refused_while_commands_are_denied(name: str) -> None:
+    with pytest.raises(ActionRefused) as info:
+        DENY.check_env({name: "rm -rf ~"})
+    assert info.value.code == "denied_command" and repr(name) in info.value.message
+
+
+def test_git_settings_by_env_only_the_hardening_while_commands_are_denied() -> None:
+    hardening = {"GIT_CONFIG_COUNT": "4", "GIT_CONFIG_KEY_0": "core.fsmonitor",
+                 "GIT_CONFIG_VALUE_0": "false", "GIT_CONFIG_KEY_1": "core.hooksPath",
+                 "GIT_CONFIG_VALUE_1": "/dev/null", "GIT_CONFIG_KEY_2": "safe.bareRepository",
+                 "GIT_CONFIG_VALUE_2": "explicit", "GIT_CONFIG_KEY_3": "core.untrackedCache",
+                 "GIT_CONFIG_VALUE_3": "false"}
+    DENY.check_env(hardening)  # what the server sends with git
+    for key in ("diff.external", "core.sshCommand", "alias.st"):
+        with pytest.raises(ActionRefused) as info:
+            DENY.check_env({**hardening, "GIT_CONFIG_COUNT": "5", "GIT_CONFIG_KEY_4": key,
+                            "GIT_CONFIG_VALUE_4": "rm -rf ~"})
+        assert info.value.code == "denied_command" and repr(key) in info.value.message
+    LocalPolicy(allowed_roots=[], denied_commands=[]).check_env(
+        {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "diff.external",
+         "GIT_CONFIG_VALUE_0": "./d.sh", "GIT_SSH_COMMAND": "ssh -v"})
+
+
 def test_ordinary_env_passes_and_no_denials_means_no_env_check() -> None:
     DENY.check_env({"FOO": "1", "PATH": "/usr/bin", "ENVIRONMENT": "dev", "MY_LD_FLAG": "x",
                     "PS1": "$ "})

@@ -44,6 +44,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 from codey_protocol import worker as wk
+from codey_protocol.worker import GIT_HARDENING
 
 __all__ = ["GIT_HARDENING_ENV", "McpDanger", "asks_for_command", "asks_for_edit", "asks_for_mcp",
            "asks_to_escalate", "hardened_env", "is_known_safe", "mcp_danger", "mcp_tool_of",
@@ -62,10 +63,10 @@ _SEARCH_UNSAFE_FLAGS = ("--pre", "--pre-glob", "-z", "--search-zip", "--hostname
 
 #: the settings every known-safe git command runs with (git's own ``GIT_CONFIG_COUNT``
 #: overrides, above any repository's config): no fsmonitor hook, no hooks at all, and no
-#: bare repository found by walking up (a folder laid out as one is not a repository)
-GIT_HARDENING: tuple[tuple[str, str], ...] = (
-    ("core.fsmonitor", "false"), ("core.hooksPath", "/dev/null"),
-    ("safe.bareRepository", "explicit"), ("core.untrackedCache", "false"))
+#: bare repository found by walking up (a folder laid out as one is not a repository).
+#: A worker adds them to every command it runs for the model (it merges them after these,
+#: and accepts GIT_CONFIG_KEY_<n> past its secret filter); sent with ``git`` all the same,
+#: so the known-safe rule does not rest on the worker's version alone.
 GIT_HARDENING_ENV: dict[str, str] = {
     "GIT_CONFIG_COUNT": str(len(GIT_HARDENING)),
     **{f"GIT_CONFIG_KEY_{n}": k for n, (k, _) in enumerate(GIT_HARDENING)},

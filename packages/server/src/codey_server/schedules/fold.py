@@ -45,7 +45,8 @@ def _schedule_fired(state: State, env: ev.Envelope) -> None:
     info.last_due = max(info.last_due, e.due_at)
     info.done = _done(info)
     info.runs.append(ScheduleRun(due_at=e.due_at, fired_at=env.ts, outcome=e.outcome,
-                                 session_id=e.session_id, error=e.error, skipped=e.skipped))
+                                 session_id=e.session_id, error=e.error, skipped=e.skipped,
+                                 item_id=e.item_id))
     del info.runs[:-SCHEDULE_RUNS_KEPT]
 
 

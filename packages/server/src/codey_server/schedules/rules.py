@@ -212,11 +212,12 @@ def fire(state: State, schedule_id: str, due: float, *, session_id: str, item_id
     if spec.target_session is not None:
         out.append((None, ev.ScheduleFired(schedule_id=schedule_id, due_at=due,
                                            outcome="started", session_id=spec.target_session,
-                                           skipped=skipped)))
+                                           skipped=skipped, item_id=item_id)))
         out.append((spec.target_session, ev.SessionItemAppended(item=prompt)))
         return out
     out.append((None, ev.ScheduleFired(schedule_id=schedule_id, due_at=due, outcome="started",
-                                       session_id=session_id, skipped=skipped)))
+                                       session_id=session_id, skipped=skipped,
+                                       item_id=item_id)))
     out.append((session_id, ev.SessionCreated(
         title=f"{spec.name} · {dt.datetime.fromtimestamp(due, ZoneInfo(spec.timezone)):%H:%M}",
         worker_id=spec.worker_id, workdir=spec.workdir, provider=provider, model=model,
