@@ -180,6 +180,14 @@ GIT_HARDENING: tuple[tuple[str, str], ...] = (
     ("core.fsmonitor", "false"), ("core.hooksPath", "/dev/null"),
     ("safe.bareRepository", "explicit"), ("core.untrackedCache", "false"))
 
+#: what the worker itself adds to every command it runs for the model, whatever the server
+#: sent: the settings by which a repository's config runs a program on its own (an fsmonitor,
+#: a hook). Not ``safe.bareRepository``: tools keep bare caches they enter without
+#: ``--git-dir`` (cargo's git fetch, Bundler, SwiftPM) and would break; it comes with ``git``
+#: commands, from the server (:data:`GIT_HARDENING`).
+GIT_COMMAND_HARDENING: tuple[tuple[str, str], ...] = tuple(
+    pair for pair in GIT_HARDENING if pair[0] != "safe.bareRepository")
+
 
 class RunCommand(Action, kw_only=True):
     argv: list[str]
@@ -1036,6 +1044,7 @@ class PairStatus(msgspec.Struct, kw_only=True):
 
 
 __all__ = [
+    "GIT_COMMAND_HARDENING",
     "GIT_HARDENING",
     "PROTOCOL_VERSION",
     "Action",

@@ -69,7 +69,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from codey_protocol.worker import GIT_HARDENING, CommandResult, RunCommand
+from codey_protocol.worker import GIT_COMMAND_HARDENING, CommandResult, RunCommand
 from codey_worker.confine import ActionRefused, resolve_inside
 from codey_worker.frames import FRAME_BUDGET
 from codey_worker.policy import LocalPolicy, check_protected_args
@@ -115,7 +115,7 @@ _GIT_CONFIG_NAME = re.compile(r"GIT_CONFIG_(?:COUNT|(?:KEY|VALUE)_[0-9]+)")
 # letters, digits and '-' (the name starting with a letter), the subsection any text but a
 # newline
 _CONFIG_KEY = re.compile(r"[A-Za-z0-9-]+(?:\.[^\n]*)?\.[A-Za-z][A-Za-z0-9-]*")
-_HARDENED_KEYS = frozenset(key.lower() for key, _ in GIT_HARDENING)
+_HARDENED_KEYS = frozenset(key.lower() for key, _ in GIT_COMMAND_HARDENING)
 
 
 def truncation_marker(dropped: int) -> str:
@@ -140,7 +140,7 @@ def build_env(
     case) removed — also those ``extra`` asked for, but git's ``GIT_CONFIG_KEY_<n>`` from
     ``extra`` (below). ``PWD`` is set to ``cwd`` when given and ``PATH`` defaults to
     ``os.defpath``. With ``harden_git`` (the default; only the user's own web terminal goes
-    without) git's :data:`~codey_protocol.worker.GIT_HARDENING` is added to the settings the
+    without) git's :data:`~codey_protocol.worker.GIT_COMMAND_HARDENING` is added to the settings the
     environment gives git, after ``extra``'s own (:func:`harden_git_env`).
     """
     source = os.environ if base is None else base
@@ -201,12 +201,12 @@ def _with_git_config(env: Mapping[str, str], pairs: list[tuple[str, str]]) -> di
 
 
 def harden_git_env(env: Mapping[str, str]) -> dict[str, str]:
-    """``env`` with :data:`~codey_protocol.worker.GIT_HARDENING` after the git settings it
+    """``env`` with :data:`~codey_protocol.worker.GIT_COMMAND_HARDENING` after the git settings it
     already gives (kept, in order: merged, never replaced). For git the last value of a key
     wins, so the hardening holds whatever came before; an earlier setting of one of its keys
     is dropped as it would change nothing (the server sends the same ones for ``git``)."""
     kept = [(k, v) for k, v in _git_config(env) if k.lower() not in _HARDENED_KEYS]
-    return _with_git_config(env, [*kept, *GIT_HARDENING])
+    return _with_git_config(env, [*kept, *GIT_COMMAND_HARDENING])
 
 
 def merge_git_env(env: Mapping[str, str], then: Mapping[str, str]) -> dict[str, str]:

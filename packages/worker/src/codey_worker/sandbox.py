@@ -24,10 +24,16 @@ Linux layout, in mount order (later mounts cover earlier ones)::
                                        read-only: an empty tmpfs, gone with the command
     --bind <root> <root>               workspace-write: the workdir and the owner's
                                        writable_paths
+    --ro-bind <p> <p>                  (the worker's own git) what it reads under /tmp
     --ro-bind <p> <p>                  inside each writable root: .git (a folder, or a file
                                        and the gitdir/commondir it points to) and .codey
-    --tmpfs <p> --remount-ro <p>       hidden folders ($CODEY_HOME, ~/.ssh, ...): empty
-    --ro-bind /dev/null <p>            hidden files (~/.netrc, a socket)
+    --bind <p> <p>                     (the worker's own git) what the operation writes: a
+                                       .git, a work tree, a new worktree's folder
+    --tmpfs <p> --remount-ro <p>       hidden folders (codey_worker.hidden: $CODEY_HOME,
+                                       ~/.ssh, ...): empty; (a push) the ssh agent's socket
+                                       bound in before the folder turns read-only
+    --ro-bind /dev/null <p>            hidden files (~/.netrc, a socket); with the network
+                                       off, every Unix socket under /run
     --unshare-pid --unshare-ipc        own PID and IPC namespaces; --unshare-net unless the
     --new-session --die-with-parent    network is on; a new session (no TIOCSTI on the
                                        worker's terminal); the sandbox dies with the worker

@@ -14,7 +14,12 @@ from typing import Any
 
 import pytest
 
-from codey_protocol.worker import GIT_HARDENING, CommandResult, RunCommand
+from codey_protocol.worker import (
+    GIT_COMMAND_HARDENING,
+    GIT_HARDENING,
+    CommandResult,
+    RunCommand,
+)
 from codey_testkit.outputs import Sink, arun
 from codey_testkit.waiting import until
 from codey_worker.confine import ActionRefused
@@ -234,9 +239,14 @@ def git_settings(env: dict[str, str]) -> list[tuple[str, str]]:
             for n in range(int(env.get("GIT_CONFIG_COUNT", "0")))]
 
 
-HARDENING_ENV = {"GIT_CONFIG_COUNT": "4",
-                 **{f"GIT_CONFIG_KEY_{n}": k for n, (k, _) in enumerate(GIT_HARDENING)},
-                 **{f"GIT_CONFIG_VALUE_{n}": v for n, (_, v) in enumerate(GIT_HARDENING)}}
+def _git_env(pairs: tuple[tuple[str, str], ...]) -> dict[str, str]:
+    return {"GIT_CONFIG_COUNT": str(len(pairs)),
+            **{f"GIT_CONFIG_KEY_{n}": k for n, (k, _) in enumerate(pairs)},
+            **{f"GIT_CONFIG_VALUE_{n}": v for n, (_, v) in enumerate(pairs)}}
+
+
+HARDENING_ENV = _git_env(GIT_HARDENING)  # what the server sends with git
+COMMAND_ENV = _git_env(GIT_COMMAND_HARDENING)  # what the worker adds to every command
 
 
 def test_build_env_allowlist_and_stripping() -> None:
@@ -244,14 +254,15 @@ def test_build_env_allowlist_and_stripping() -> None:
     extra = {"EXTRA": "1", "aws_secret_access_key": "a", "x_Token_y": "b"}
     env = build_env(extra, base, "/w")
     assert env == {"PATH": "/bin", "HOME": "/h", "LC_ALL": "C", "EXTRA": "1", "PWD": "/w",
-                   **HARDENING_ENV}
+                   **COMMAND_ENV}
     assert build_env(extra, base, "/w", harden_git=False) == {
         "PATH": "/bin", "HOME": "/h", "LC_ALL": "C", "EXTRA": "1", "PWD": "/w"}
 
 
 def test_git_config_keys_pass_the_secret_filter_and_nothing_else_does() -> None:
-    # what the server sends with git: the same four settings, once
-    assert build_env(HARDENING_ENV, {}) == {"PATH": os.defpath, **HARDENING_ENV}
+    # what the server sends with git: its settings, each once, the worker's last
+    assert git_settings(build_env(HARDENING_ENV, {})) == [("safe.bareRepository", "explicit"),
+                                                         *GIT_COMMAND_HARDENING]
     extra = {"GIT_CONFIG_COUNT": "2",
              "GIT_CONFIG_KEY_0": "http.https://example.com/.extraHeader",
              "GIT_CONFIG_VALUE_0": "X-Trace: 1",
@@ -262,33 +273,33 @@ def test_git_config_keys_pass_the_secret_filter_and_nothing_else_does() -> None:
              "MY_GIT_CONFIG_KEY_0": "k"}
     env = build_env(extra, {"GIT_CONFIG_KEY_5": "core.sshCommand"})
     assert git_settings(env) == [("http.https://example.com/.extraHeader", "X-Trace: 1"),
-                                 *GIT_HARDENING]
+                                 *GIT_COMMAND_HARDENING]
     assert not {"GIT_CONFIG_KEY_0_TOKEN", "git_config_key_0", "GIT_CONFIG_KEY_X",
                 "MY_GIT_CONFIG_KEY_0", "GIT_CONFIG_KEY_5"} & set(env)
     assert "sk-live secret value" not in env.values()
     # the worker's own environment gives git nothing (not on the allowlist)
     inherited = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "http.extraHeader",
                  "GIT_CONFIG_VALUE_0": "Authorization: Bearer t0ken"}
-    assert git_settings(build_env({}, inherited)) == list(GIT_HARDENING)
+    assert git_settings(build_env({}, inherited)) == list(GIT_COMMAND_HARDENING)
 
 
 def test_the_actions_git_settings_are_merged_never_replaced() -> None:
     extra = {"GIT_CONFIG_COUNT": "3", "GIT_CONFIG_KEY_0": "user.name", "GIT_CONFIG_VALUE_0": "A",
              "GIT_CONFIG_KEY_1": "core.hooksPath", "GIT_CONFIG_VALUE_1": ".git/hooks",
              "GIT_CONFIG_KEY_2": "CORE.FSMONITOR", "GIT_CONFIG_VALUE_2": "./watch.sh"}
-    assert git_settings(build_env(extra, {})) == [("user.name", "A"), *GIT_HARDENING]
+    assert git_settings(build_env(extra, {})) == [("user.name", "A"), *GIT_COMMAND_HARDENING]
     # a set git would refuse (a pair missing, a count that is not one) keeps what is whole
     broken = {"GIT_CONFIG_COUNT": "3", "GIT_CONFIG_KEY_0": "user.name", "GIT_CONFIG_VALUE_0": "A",
               "GIT_CONFIG_KEY_2": "user.email", "GIT_CONFIG_VALUE_2": "a@b"}
     assert git_settings(build_env(broken, {})) == [("user.name", "A"), ("user.email", "a@b"),
-                                                   *GIT_HARDENING]
+                                                   *GIT_COMMAND_HARDENING]
     assert git_settings(build_env({"GIT_CONFIG_COUNT": "many", "GIT_CONFIG_KEY_0": "a.b",
-                                   "GIT_CONFIG_VALUE_0": "c"}, {})) == list(GIT_HARDENING)
+                                   "GIT_CONFIG_VALUE_0": "c"}, {})) == list(GIT_COMMAND_HARDENING)
     # an owner's env for an MCP server or an ACP agent comes after, and wins where it says so
     owner = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "core.hooksPath",
              "GIT_CONFIG_VALUE_0": ".githooks", "API_KEY": "k"}
     merged = merge_git_env(build_env({}, {}), owner)
-    assert git_settings(merged) == [*GIT_HARDENING, ("core.hooksPath", ".githooks")]
+    assert git_settings(merged) == [*GIT_COMMAND_HARDENING, ("core.hooksPath", ".githooks")]
     assert merged["API_KEY"] == "k"
 
 
