@@ -433,7 +433,8 @@ class CodeyTurn(TurnMachine):
                         "there until the user chooses full access for this session")
         gate = Gate(s.policy, s.approved_prefixes, caps, sandboxed=sandboxed,
                     sandbox_mode=s.sandbox, escalated_prefixes=s.escalated_prefixes,
-                    worker_id=s.worker_id,
+                    worker_id=s.worker_id, workdir=s.workdir,
+                    workers=self.state.workers,
                     processes={p.process_id: p.status for p in s.processes})
         return tool.refuses(args, gate) or tool.ask(args, gate)
 
