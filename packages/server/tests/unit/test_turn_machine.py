@@ -815,6 +815,15 @@ def test_a_sub_agent_never_gets_a_wider_policy_sandbox_or_network_than_its_paren
     assert (child.policy, child.read_only) == ("auto-edit", True)
 
 
+def test_plan_mode_refuses_a_delegation_it_does_not_offer() -> None:
+    for role in ("developer", "explorer"):
+        pilot = _delegating("full-auto", {"role": role, "task": "do it all now"},
+                            plan_mode=True)
+        assert _tool(pilot).status == "rejected"
+        assert "refused in plan mode" in (_tool(pilot).result or "")
+        assert _children(pilot) == [] and pilot.session.approvals == {}
+
+
 def _with_start(pilot: Pilot) -> Pilot:
     pilot.feed(Start())
     return pilot
