@@ -6,9 +6,12 @@ and the next request uses it."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from playwright.sync_api import Page, expect
+
+from codey_testkit.model_handle import start_model_server
 
 if TYPE_CHECKING:  # the suite imports test modules with importlib
     from conftest import Stack
@@ -83,3 +86,38 @@ def test_a_first_run_adds_a_model_in_settings_and_gets_answers(stack: Stack, pag
              if r["body"]["messages"][-1].get("content") == "second question"]
     assert [(b["model"], b.get("reasoning_effort")) for b in asked] == [("scripted-2", "high")]
     page.screenshot(path=f"{SHOTS}/session-model.png")
+
+
+def test_a_saved_key_is_not_sent_to_a_url_typed_while_editing(stack: Stack, page: Page,
+                                                               tmp_path: Path) -> None:
+    """The audit: editing a provider's URL and listing its models sent the saved key to the
+    new URL. Now it goes nowhere new: the page says so and takes the key typed in the form."""
+    key = "sk-saved"
+    script = {"model": "scripted-1", "steps": [
+        {"match": {"any": True}, "reply": {"text": "OK"}}]}
+    with start_model_server(script, tmp_path / "a", api_key=key) as saved_at, \
+            start_model_server(script, tmp_path / "b", api_key=key) as elsewhere:
+        server = stack.server(config={})
+        server.http.post("/api/providers", json={
+            "name": "remote", "kind": "chat", "base_url": saved_at.base_url,
+            "models": ["scripted-1"], "api_key": key}).raise_for_status()
+        stack.open(page, "#/settings")
+        card = page.locator("[data-testid=provider-card][data-provider=remote]")
+        card.get_by_test_id("provider-edit").click()
+        page.get_by_test_id("pv-url").fill(elsewhere.base_url)
+        expect(page.get_by_test_id("pv-key-hint")).to_contain_text(
+            f"The saved key goes only to {saved_at.base_url}")
+        page.get_by_test_id("pv-discover").click()
+        found = page.get_by_test_id("pv-found")
+        expect(found).to_contain_text("HTTP 401 Unauthorized")
+        expect(found).to_contain_text("The saved key is not sent to a new URL")
+        assert [r["bearer"] for r in elsewhere.requests("/v1/models")] == [False]
+        # typed in the form, the key goes with the listing and is saved for the new URL
+        page.get_by_test_id("pv-key").fill(key)
+        page.get_by_test_id("pv-discover").click()
+        expect(found).to_contain_text("1 model listed")
+        page.get_by_test_id("pv-save").click()
+        expect(card.get_by_test_id("provider-test-result")).to_contain_text(
+            "scripted-1 answered “OK”")
+        assert [r["bearer"] for r in elsewhere.requests("/v1/models")] == [False, True]
+        assert saved_at.requests("/v1/models") == []

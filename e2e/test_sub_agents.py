@@ -69,3 +69,33 @@ def test_interrupting_the_parent_interrupts_its_sub_agents(stack: Stack, page: P
     state = server.http.get("/api/state/bootstrap").json()["state"]
     [child] = [s for s in state["sessions"].values() if s["parent_id"] == sid]
     assert child["status"] == "interrupted"
+
+
+def test_a_sub_agent_given_another_folder_is_asked_about_by_name_even_under_full_auto(
+        stack: Stack, page: Page) -> None:
+    """The audit: a prompt-injected model delegated with workdir=~ and its developer wrote
+    ~/.bashrc, no question asked. The card names the folder; rejected, nothing starts."""
+    stack.model({"model": "scripted-1", "steps": [
+        {"match": {"user": "tidy up"}, "reply": {"calls": [
+            {"name": "delegate", "arguments": {"role": "developer", "task": "edit-bashrc",
+                                               "workdir": "../.."}}]}},
+        {"match": {"user": "edit-bashrc"}, "reply": {"calls": [stack.shell("touch", "x")]}},
+        {"match": {"tool": "delegate"}, "reply": {"text": "It was refused."}},
+        {"match": {"any": True}, "reply": {"text": "unexpected"}},
+    ]})
+    server = stack.server()
+    worker = stack.worker()
+    stack.open(page)
+    workdir = stack.workdir(worker, "app")
+    sid = stack.new_session(page, worker, workdir, "tidy up", policy="full-auto")
+    approval = page.get_by_test_id("approval")
+    expect(approval).to_contain_text("Give a sub-agent another folder or machine?")
+    expect(approval.get_by_test_id("approval-path")).to_have_text(str(worker.home))
+    expect(approval).to_contain_text(f"outside this session's folder {workdir}")
+    expect(stack.items(page, "tool_call").get_by_test_id("delegate-where")).to_contain_text(
+        str(worker.home))
+    page.screenshot(path=f"{SHOTS}/sub-agent-folder-approval.png", full_page=True)
+    approval.get_by_test_id("reject").click()
+    expect(stack.items(page, "assistant_message").last).to_have_text("It was refused.")
+    state = server.http.get("/api/state/bootstrap").json()["state"]
+    assert [s for s in state["sessions"].values() if s["parent_id"] == sid] == []

@@ -213,9 +213,18 @@ function delegateBody(item, ctx, session) {
   const args = parsedArguments(item);
   const child = Object.values(ctx.store.state.sessions).find((x) =>
     x.parent_id === session.session_id && x.parent_item === item.id);
+  // where it works, when the model chose: another folder or machine is what approval grants
+  const machine = args.worker_id && args.worker_id !== session.worker_id
+    ? (ctx.store.state.workers[args.worker_id] || {}).hostname || args.worker_id : null;
+  // the folder as the server resolved it (`..` folded): the child's, or the approval's
+  const asked = Object.values(session.approvals).find((a) => a.item_id === item.id && a.path);
+  const where = child ? child.workdir : asked ? asked.path : args.workdir;
   return [
     h("p", {}, h("strong", {}, args.role || "?"), " ", h("span", { class: "muted" },
       args.task || "")),
+    args.workdir || machine ? h("p", { class: "small", "data-testid": "delegate-where" },
+      "in ", h("span", { class: "mono" }, where || session.workdir),
+      machine ? ` on ${machine}` : "") : null,
     child ? h("p", { class: "small", "data-testid": "child-session" },
       h("a", { href: `#/session/${encodeURIComponent(child.session_id)}` }, "Open its session"),
       " · ", statusChip(child.status, "child-status", sessionWords(child))) : null,
@@ -375,7 +384,7 @@ const ERROR_HEADS = { error: "Error", worker_lost: "Interrupted:" };
 const APPROVAL_HEADS = {
   acp: "The agent asks:",
   escalate: "Run without the sandbox?",
-  delegate: "Start a sub-agent on another machine?",
+  delegate: "Give a sub-agent another folder or machine?",
 };
 
 /** What approving lets through, where it is more than the call itself. */
@@ -383,7 +392,8 @@ const APPROVAL_WARNINGS = {
   escalate: "Outside the sandbox this command can write anywhere you can, read your "
     + "credentials and reach the network. Approve for session lets commands starting "
     + "with the same words leave the sandbox too.",
-  delegate: "The sub-agent works on that machine, in the same sandbox mode as this session.",
+  delegate: "The sub-agent can read and change the files in that folder, under this "
+    + "session's approval policy, sandbox mode and network: as a session you started there.",
 };
 
 /** The approval card for a tool call (pending: buttons; decided: one line). */
@@ -421,7 +431,8 @@ export function approvalNode(approval, ctx, sessionId, standalone = false) {
   const what = (approval.kind === "command" || approval.kind === "escalate") && approval.command
     ? h("pre", { class: "command" }, h("span", { class: "prompt-sign" }, "$ "),
       shellJoin(approval.command))
-    : approval.path ? h("div", { class: "mono path" }, approval.path) : null;
+    : approval.path ? h("div", { class: "mono path", "data-testid": "approval-path" },
+      approval.path) : null;
   const reject = button("reject", "Reject", "reject", "danger");
   message.addEventListener("keydown", (ev) => {
     if (ev.key === "Enter") {
@@ -437,7 +448,8 @@ export function approvalNode(approval, ctx, sessionId, standalone = false) {
   APPROVAL_WARNINGS[approval.kind]
     ? h("p", { class: "warn small", "data-testid": "approval-warning" },
       APPROVAL_WARNINGS[approval.kind]) : null,
-  standalone ? what : null,
+  // a delegation's folder is what is granted: shown in the session's view too
+  standalone || approval.kind === "delegate" ? what : null,
   standalone && approval.patch ? renderDiff(approval.patch) : null,
   h("div", { class: "approval-actions" },
     button("approve", "Approve", "approve", "primary"),

@@ -9,7 +9,8 @@ import { copyText, fmtAgo, h, replaceChildren } from "../dom.js";
 const SCOPES = [
   ["read", "read: list and read sessions, machines, tasks"],
   ["sessions", "sessions: also start sessions and send prompts"],
-  ["admin", "admin: also change the task board"],
+  ["admin", "admin: also change the task board, and run a worktree's setup script or "
+    + "branch it from a revision of its choice (before any approval)"],
 ];
 const POLICIES = [
   ["suggest", "suggest: asks before every change"],

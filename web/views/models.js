@@ -23,6 +23,7 @@ export class ModelsPage {
     this.ctx = ctx;
     this._tests = {}; // provider → {running} | the last test's answer
     this._editing = null; // the provider's name being edited (null: adding one)
+    this._savedUrl = null; // its base URL as saved: its stored key goes there and nowhere else
     this._list = h("div", { class: "provider-list", "data-testid": "providers" });
     this._error = h("p", { class: "bad", role: "alert", hidden: true });
     this._form = this._buildForm();
@@ -72,11 +73,15 @@ export class ModelsPage {
       h("span", { class: fromFile ? "chip" : "chip good", "data-testid": "provider-source" },
         fromFile ? "config.json" : "added here"),
       h("span", { class: p.auth === "none" || (login && login.state === "logged_in")
-        ? "muted small" : "warn small", "data-testid": "provider-login" }, state),
+        ? "muted small" : "warn small", "data-testid": "provider-login",
+      title: (login && login.error) || "" }, state),
       p.name === (this.ctx.config && this.ctx.config.default_provider)
         ? h("span", { class: "chip", title: "New sessions use it unless you pick another" },
           "default") : null),
     h("div", { class: "muted small mono" }, p.base_url),
+    login && login.error && login.state !== "logged_in"
+      ? h("p", { class: "warn small", "data-testid": "provider-login-error" }, login.error)
+      : null,
     h("div", { class: "small" }, p.models.length
       ? `${p.models.length} model${p.models.length === 1 ? "" : "s"}: ${p.models.join(", ")}`
       : "no model listed", p.default_model ? ` · default ${p.default_model}` : ""),
@@ -101,7 +106,7 @@ export class ModelsPage {
       onchange: () => this._kindChanged() },
     KINDS.map(([v, text]) => h("option", { value: v }, text)));
     this._url = h("input", { class: "input mono", "data-testid": "pv-url", required: true,
-      type: "url", placeholder: KINDS[0][2] });
+      type: "url", placeholder: KINDS[0][2], oninput: () => this._urlChanged() });
     this._auth = h("select", { class: "input", "data-testid": "pv-auth",
       onchange: () => this._authChanged() },
     AUTHS.map(([v, text]) => h("option", { value: v }, text)));
@@ -115,7 +120,10 @@ export class ModelsPage {
     this._default = h("input", { class: "input mono", "data-testid": "pv-default",
       placeholder: "the first one" });
     this._found = h("p", { class: "muted small", "data-testid": "pv-found", role: "status" });
-    this._keyField = field("API key", this._key, "Sent once; the server keeps it.");
+    this._keyHint = h("span", { class: "muted small", "data-testid": "pv-key-hint" },
+      "Sent once; the server keeps it.");
+    this._keyField = h("label", { class: "field" }, h("span", {}, "API key"), this._key,
+      this._keyHint);
     this._oauthFields = h("div", { class: "grid2" }, field("Issuer (OIDC)", this._issuer),
       field("Client id", this._client));
     this._save = h("button", { class: "btn primary", type: "submit",
@@ -147,6 +155,21 @@ export class ModelsPage {
     this._url.placeholder = kind ? kind[2] : "";
     if (this._kind.value === "ollama" && !this._editing) this._auth.value = "none";
     this._authChanged();
+  }
+
+  /** A saved provider's key goes only to its saved URL: say so once the URL is another. */
+  _movedAway() {
+    return this._savedUrl !== null && !sameEndpoint(this._savedUrl, this._url.value.trim());
+  }
+
+  _urlChanged() {
+    const moved = this._movedAway();
+    this._keyHint.textContent = moved
+      ? `The saved key goes only to ${this._savedUrl}: type the key to list models or save `
+        + "with this URL."
+      : (this._savedUrl !== null ? "Kept; paste a new one to change it."
+        : "Sent once; the server keeps it.");
+    this._keyHint.className = moved ? "warn small" : "muted small";
   }
 
   _authChanged() {
@@ -182,11 +205,16 @@ export class ModelsPage {
     this._found.textContent = "Asking the provider…";
     try {
       const query = { kind: body.kind, base_url: body.base_url };
+      // the key typed goes with it; else the saved one, which the server sends only to the
+      // saved URL (to another it sends none)
       if (body.api_key) query.api_key = body.api_key;
       else if (this._editing) query.provider = this._editing;
       const res = await api.listModels(query);
       if (res.error) {
-        this._found.textContent = `It would not say: ${res.error}`;
+        const noKey = !body.api_key && this._movedAway() && (res.status === 401
+          || res.status === 403);
+        this._found.textContent = `It would not say: ${res.error}` + (noKey
+          ? ". The saved key is not sent to a new URL: type the key above." : "");
       } else {
         this._models.value = res.models.join("\n");
         this._found.textContent = res.models.length
@@ -205,8 +233,11 @@ export class ModelsPage {
     this._do(async () => {
       const body = this._body();
       const name = body.name;
+      const keyLeft = !body.api_key && body.auth !== "none" && this._movedAway();
       await api.saveProvider(body);
-      this.ctx.toast(`${name}: saved, used from now on`, "good");
+      this.ctx.toast(`${name}: saved, used from now on` + (keyLeft
+        ? "; its saved key stays with its old URL: give the key again" : ""),
+      keyLeft ? "warn" : "good");
       this._reset();
       await this._test(name);
     });
@@ -225,6 +256,7 @@ export class ModelsPage {
 
   _edit(p) {
     this._editing = p.name;
+    this._savedUrl = p.base_url;
     this._title.textContent = `Change ${p.name}`;
     this._name.value = p.name;
     this._name.readOnly = true;
@@ -239,11 +271,13 @@ export class ModelsPage {
     this._cancelEdit.hidden = false;
     this._found.textContent = "";
     this._authChanged();
+    this._urlChanged();
     this._name.scrollIntoView({ block: "center" });
   }
 
   _reset() {
     this._editing = null;
+    this._savedUrl = null;
     this._form.reset();
     this._title.textContent = "Add a provider";
     this._name.readOnly = false;
@@ -252,6 +286,7 @@ export class ModelsPage {
     this._cancelEdit.hidden = true;
     this._found.textContent = "";
     this._kindChanged();
+    this._urlChanged();
   }
 
   _remove(name) {
@@ -262,6 +297,19 @@ export class ModelsPage {
       delete this._tests[name];
       this.ctx.toast(`${name}: removed`, "good");
     });
+  }
+}
+
+/** The same endpoint, as the server compares them: scheme, host, port and path (a final
+ * slash aside). */
+export function sameEndpoint(a, b) {
+  try {
+    const [x, y] = [new URL(a), new URL(b)];
+    const path = (u) => u.pathname.replace(/\/+$/, "");
+    return x.protocol === y.protocol && x.hostname === y.hostname && x.port === y.port
+      && path(x) === path(y);
+  } catch {
+    return false;
   }
 }
 

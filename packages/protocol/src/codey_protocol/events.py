@@ -452,7 +452,7 @@ class ApprovalRequested(EventBase, kw_only=True):
     approval_id: str
     item_id: str
     #: acp: an ACP agent asks; escalate: a command run outside the session's sandbox;
-    #: delegate: a sub-agent on another machine
+    #: delegate: a sub-agent given another folder or machine than the session's
     kind: Literal["command", "patch", "write", "mcp", "acp", "escalate", "delegate"]
     command: list[str] | None = None
     patch: str | None = None

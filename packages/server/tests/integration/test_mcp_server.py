@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -181,3 +182,65 @@ def test_a_token_acts_only_within_its_scope_and_policy_and_is_named_on_what_it_d
     server.restart()  # last_used_at was kept only in memory
     used = {t["name"]: t["last_used_at"] for t in server.http.get("/api/mcp/tokens").json()}
     assert used["plain"] is not None and used["reader"] is not None
+
+
+def _git(cwd: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True)
+
+
+def _repo_with_setup(root: Path) -> Path:
+    """A repository whose setup script leaves a mark, and a branch whose script is worse."""
+    root.mkdir(parents=True)
+    _git(root, "init", "-q", "-b", "main")
+    _git(root, "config", "user.name", "Tester")
+    _git(root, "config", "user.email", "t@example.com")
+    (root / ".codey").mkdir()
+    (root / ".codey" / "setup.sh").write_text("echo ran > setup-ran.txt\n")
+    _git(root, "add", "-A")
+    _git(root, "commit", "-qm", "start")
+    _git(root, "checkout", "-qb", "evil")
+    (root / ".codey" / "setup.sh").write_text("echo evil > setup-ran.txt\n")
+    _git(root, "commit", "-qam", "what a hostile agent would branch from")
+    _git(root, "checkout", "-q", "main")
+    return root
+
+
+def _worktree_ready(s: dict[str, Any]) -> bool:
+    return s["worktree"] is not None and s["worktree"]["status"] in ("ready", "failed")
+
+
+def test_a_sessions_token_runs_no_setup_script_and_picks_no_base(
+        server: ServerProcess, worker: WorkerProcess) -> None:
+    """The audit: a token capped at `suggest` started a worktree session from a revision of
+    its choice whose .codey/setup.sh then ran, with the network on, before any approval. Now
+    setup and base need the admin scope; without it a worktree is made without its setup."""
+    url = f"{server.url}/mcp"
+    repo = _repo_with_setup(Path(worker.workdir("setup")))
+    start = {"worker_id": worker.worker_id, "workdir": str(repo), "prompt": "from an agent",
+             "worktree": True}
+    plain = server.http.post("/api/mcp/tokens", json={"name": "plain"}).json()
+    assert plain["scope"] == "sessions"
+    _, with_setup, with_base, both, started = asyncio.run(_calls(url, plain["token"], [
+        ("start_session", {**start, "setup": True}),
+        ("start_session", {**start, "base": "evil", "setup": False}),
+        ("start_session", {**start, "base": "evil"}),
+        ("start_session", start)]))
+    assert "running the project's setup script needs 'admin'" in _refusal(with_setup)
+    assert "choosing a base revision needs 'admin'" in _refusal(with_base)
+    assert "needs 'admin'" in _refusal(both)
+    [only] = server.http.get("/api/state/bootstrap").json()["state"]["sessions"].values()
+    assert only["session_id"] == _text(started)["session_id"]  # the refused made nothing
+    s = wait_for(server, only["session_id"], _worktree_ready, timeout=60,
+                 what="the worktree of the plain token's session")
+    assert s["worktree"]["status"] == "ready", s["worktree"]
+    assert s["worktree"]["setup"] is False and s["worktree"]["base"] == "main"  # its current
+    assert not (Path(s["worktree"]["path"]) / "setup-ran.txt").exists()
+
+    # an admin token's worktree runs the setup by default, from the base it names
+    admin = server.http.post("/api/mcp/tokens", json={"name": "admin", "scope": "admin"}).json()
+    _, started = asyncio.run(_calls(url, admin["token"], [
+        ("start_session", {**start, "base": "evil"})]))
+    s = wait_for(server, _text(started)["session_id"], _worktree_ready, timeout=60,
+                 what="the worktree of the admin token's session")
+    assert s["worktree"]["status"] == "ready", s["worktree"]
+    assert (Path(s["worktree"]["path"]) / "setup-ran.txt").read_text() == "evil\n"

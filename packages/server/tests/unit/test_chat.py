@@ -129,3 +129,11 @@ def test_last_answer_only_when_the_model_had_the_last_word() -> None:
     assert chat.last_answer(s) is None
     s.items.append(ev.AssistantMessage(id="m2", ts=0.0, text="partial", streaming=True))
     assert chat.last_answer(s) is None
+
+
+def test_a_delegation_to_another_folder_says_what_it_grants() -> None:
+    a = Approval(approval_id="a", item_id="i", kind="delegate", path="/home/u",
+                 reason="a developer sub-agent in /home/u, outside this session's folder "
+                        "/home/u/app, able to change files there: tidy up")
+    text = chat.approval_text(_session(), a)
+    assert ": give a sub-agent another folder or machine\n/home/u\na developer" in text

@@ -46,7 +46,7 @@ from codey_server.agent.turn import CodeyTurn
 from codey_server.agent.wire import wire_for
 from codey_server.core.rules import Context
 from codey_server.features import apply
-from codey_server.settings import ProviderConfig
+from codey_server.settings import ProviderConfig, RoleConfig
 from codey_testkit.credentials import FixedCredentials
 
 S, W = "ses_1", "wrk_1"
@@ -709,18 +709,119 @@ def test_the_model_is_told_how_to_escalate_when_the_sandbox_stopped_it() -> None
     assert '"escalate": true' in result
 
 
-def test_a_sub_agent_on_another_machine_asks_under_suggest_and_auto_edit() -> None:
+def test_a_sub_agent_on_another_machine_asks_under_every_policy() -> None:
     from codey_server.agent.tools import Gate
     from codey_server.agent.tools.delegate import Delegate, DelegateArgs
 
     tool = Delegate()
     there = DelegateArgs(role="coder", task="push the keys", worker_id="wrk_other")
     here = DelegateArgs(role="coder", task="run the tests", worker_id=W)
-    for policy in ("suggest", "auto-edit"):
-        ask = tool.ask(there, Gate(policy, worker_id=W))
+    for policy in ("suggest", "auto-edit", "full-auto"):
+        ask = tool.ask(there, Gate(policy, worker_id=W, workdir="/w/p"))
         assert ask is not None and ask.kind == "delegate" and "wrk_other" in ask.reason
-        assert tool.ask(here, Gate(policy, worker_id=W)) is None
-    assert tool.ask(there, Gate("full-auto", worker_id=W)) is None
+        assert tool.ask(here, Gate(policy, worker_id=W, workdir="/w/p")) is None
+
+
+# A prompt-injected model hands a folder of its choice to a sub-agent, whose sandbox would make
+# it writable (the audit: delegate(developer, workdir=~) appended to ~/.bashrc, no approval).
+
+def test_the_folder_a_sub_agent_gets_is_read_as_text_with_dots_folded() -> None:
+    from codey_server.agent.tools.delegate import child_workdir, narrower_policy, within
+
+    assert child_workdir("/w/p", None) == "/w/p"
+    assert child_workdir("/w/p", "src/lib") == "/w/p/src/lib"
+    assert child_workdir("/w/p", "../..") == "/"
+    assert child_workdir("/w/p", "/w/p/src/../../q") == "/w/q"
+    assert child_workdir("/w/p", "./") == "/w/p"
+    assert within("/w/p/src", "/w/p") and within("/w/p", "/w/p/") and within("/w/p/", "/w/p")
+    assert not within("/w/p2", "/w/p")  # a sibling that starts with the same letters
+    assert not within("/w/p/../q", "/w/p") and not within("/w", "/w/p")
+    assert within("/anything", "/")
+    assert [narrower_policy(a, b) for a, b in [("suggest", "full-auto"),
+                                               ("full-auto", "auto-edit"),
+                                               ("auto-edit", "auto-edit"),
+                                               ("full-auto", "nonsense")]] == [
+        "suggest", "auto-edit", "auto-edit", "suggest"]
+
+
+def test_a_sub_agent_outside_the_workdir_asks_under_every_policy_and_names_the_folder() -> None:
+    from codey_server.agent.tools import Gate
+    from codey_server.agent.tools.delegate import Delegate, DelegateArgs
+
+    tool = Delegate()
+    gate = {"worker_id": W, "workdir": "/home/u/projects/app"}
+    for policy in ("suggest", "auto-edit", "full-auto"):
+        for workdir, shown in [("/home/u", "/home/u"), ("../..", "/home/u"),
+                               ("/home/u/projects/app/../other", "/home/u/projects/other"),
+                               ("/home/u/projects/app2", "/home/u/projects/app2"),
+                               ("sub/../../../../..", "/")]:
+            ask = tool.ask(DelegateArgs("developer", "edit ~/.bashrc", workdir=workdir),
+                           Gate(policy, **gate))
+            assert ask is not None and ask.kind == "delegate", (policy, workdir)
+            assert ask.path == shown
+            assert f"in {shown}, outside this session's folder /home/u/projects/app" \
+                in ask.reason
+        for inside in (None, "", ".", "src", "/home/u/projects/app/src/", "a/../b"):
+            assert tool.ask(DelegateArgs("developer", "t", workdir=inside),
+                            Gate(policy, **gate)) is None, (policy, inside)
+
+
+ROLES = {"developer": RoleConfig(description="does the work", policy="full-auto"),
+         "explorer": RoleConfig(description="reads", read_only=True, policy="parent")}
+
+
+def _delegating(policy: str, arguments: dict[str, Any], **session: Any) -> Pilot:
+    pilot = _codey(policy, roles=ROLES)
+    for name, value in session.items():
+        setattr(pilot.session, name, value)
+    _call(pilot, ToolCallRequested("c1", "delegate", json.dumps(arguments)))
+    return pilot
+
+
+def _children(pilot: Pilot) -> list[Any]:
+    return [c for c in pilot.state.sessions.values() if c.parent_id == S]
+
+
+def test_a_sub_agent_in_another_folder_starts_only_once_approved_even_under_full_auto() -> None:
+    for decision in ("rejected", "approved"):
+        pilot = _delegating("full-auto", {"role": "developer", "task": "append to .bashrc",
+                                          "workdir": "../.."})
+        [approval] = pilot.session.approvals.values()
+        assert (approval.kind, approval.path) == ("delegate", "/")
+        assert _tool(pilot).status == "waiting_approval"
+        assert _children(pilot) == []  # nothing starts while it waits
+        _decide(pilot, decision)
+        if decision == "rejected":
+            assert _tool(pilot).status == "rejected" and _children(pilot) == []
+        else:
+            [child] = _children(pilot)
+            assert child.workdir == "/"  # the folder the user was shown, not the model's text
+
+
+def test_a_sub_agent_never_gets_a_wider_policy_sandbox_or_network_than_its_parent() -> None:
+    pilot = _delegating("suggest", {"role": "developer", "task": "t", "workdir": "src"},
+                        sandbox="read-only", network=False)
+    assert pilot.session.approvals == {}  # below the workdir: no question
+    [child] = _children(pilot)
+    # the role asks for full-auto; the parent is suggest, and the narrower one wins
+    assert (child.policy, child.sandbox, child.network, child.workdir) == (
+        "suggest", "read-only", False, "/w/p/src")
+    wide = _delegating("full-auto", {"role": "developer", "task": "t"},
+                       sandbox="full-access", network=True)
+    [child] = _children(wide)
+    assert (child.policy, child.sandbox, child.network) == ("full-auto", "full-access", True)
+    auto = _delegating("auto-edit", {"role": "explorer", "task": "t"})
+    [child] = _children(auto)
+    assert (child.policy, child.read_only) == ("auto-edit", True)
+
+
+def test_plan_mode_refuses_a_delegation_it_does_not_offer() -> None:
+    for role in ("developer", "explorer"):
+        pilot = _delegating("full-auto", {"role": role, "task": "do it all now"},
+                            plan_mode=True)
+        assert _tool(pilot).status == "rejected"
+        assert "refused in plan mode" in (_tool(pilot).result or "")
+        assert _children(pilot) == [] and pilot.session.approvals == {}
 
 
 def _with_start(pilot: Pilot) -> Pilot:

@@ -1,14 +1,21 @@
 """What Settings → Models asks of a provider before and after it is saved: the models its API
 lists (:func:`list_models`), and whether a minimal call goes through (:func:`try_call`).
 
-Both answer with the provider's own words when it refuses (a wrong key, a wrong URL, an unknown
-model): that is what the user needs to fix it.
+The listing may be pointed at any URL typed in the form, so it answers only in its own words:
+a short kind (``http`` with the status and its standard reason, ``unreachable``, ``timeout``,
+``not_json``, ``no_model_list``, ``too_large``) and never the remote's body, headers or reason
+phrase — else the server would read any address it can reach (an intranet page, a cloud
+metadata service) on a browser's behalf. It follows no redirect and reads at most
+:data:`MAX_LISTING_BYTES`. The test call goes to a saved provider with its own credential,
+and answers with that provider's words (a wrong key, an unknown model): what the user needs to
+fix it.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from http import HTTPStatus
 
 import msgspec
 
@@ -17,7 +24,6 @@ from codey_server.agent.errors import ModelError
 from codey_server.agent.models import ModelProvider
 from codey_server.agent.stream import Finished, RefusalDelta, TextDelta
 from codey_server.agent.wire import CallOptions
-from codey_server.agent.wire.errors import error_from_body
 
 __all__ = ["ANTHROPIC_VERSION", "CallResult", "draft_commit_message", "list_models",
            "try_call"]
@@ -29,6 +35,10 @@ PROBE_TIMEOUT_S = 20.0
 #: the test call's prompt: the cheapest answer any chat model gives
 TEST_PROMPT = "Reply with the single word OK."
 MAX_LISTED = 500
+#: a model listing's body, at most (OpenAI's, with a few hundred models, is ~30 KiB)
+MAX_LISTING_BYTES = 4 * 1024 * 1024
+#: a listed model's name, at most (longer ones are dropped)
+MAX_NAME_CHARS = 200
 
 
 class CallResult(msgspec.Struct, kw_only=True):
@@ -51,7 +61,10 @@ def _ollama_root(base_url: str) -> str:
 
 async def list_models(kind: str, base_url: str, token: str | None) -> list[str]:
     """The model ids the provider's API lists (``GET /models``; Ollama's ``/api/tags``).
-    Raises :class:`ModelError` with the provider's words when it will not say."""
+
+    ``base_url`` must have passed :func:`codey_server.http.urls.url_problem`. Raises
+    :class:`ModelError` whose ``code`` is the kind of failure (see the module's docstring)
+    and whose message is ours, naming the URL and, for ``http``, the status."""
     import httpx  # only when someone asks
 
     headers: dict[str, str] = {}
@@ -67,25 +80,48 @@ async def list_models(kind: str, base_url: str, token: str | None) -> list[str]:
         url = f"{_ollama_root(base_url)}/v1/models"
     else:
         url = f"{base_url.rstrip('/')}/models"
+    body = bytearray()
     try:
-        async with httpx.AsyncClient(timeout=PROBE_TIMEOUT_S) as http:
-            r = await http.get(url, headers=headers)
-    except httpx.HTTPError as err:
-        raise ModelError(f"could not reach {url}: {err or type(err).__name__}",
+        async with httpx.AsyncClient(timeout=PROBE_TIMEOUT_S, follow_redirects=False) as http, \
+                http.stream("GET", url, headers=headers) as r:
+            status = r.status_code
+            if status < 300:
+                # decoded bytes: the cap holds for a compressed body too
+                async for chunk in r.aiter_bytes():
+                    body += chunk
+                    if len(body) > MAX_LISTING_BYTES:
+                        raise ModelError(f"{url} answered more than "
+                                         f"{MAX_LISTING_BYTES // 2**20} MiB", code="too_large")
+    except httpx.TimeoutException:
+        raise ModelError(f"{url} did not answer in {PROBE_TIMEOUT_S:.0f} s",
+                         code="timeout") from None
+    except (httpx.HTTPError, httpx.InvalidURL) as err:
+        # the exception's type only: its text can quote what the remote sent
+        raise ModelError(f"could not reach {url} ({type(err).__name__})",
                          code="unreachable") from None
+    if status >= 300:
+        raise ModelError(f"{url} answered HTTP {status} {_reason(status)}", status=status,
+                         code="http")
     try:
-        data = r.json()
-    except (json.JSONDecodeError, ValueError):
-        data = None
-    if r.status_code >= 400:
-        raise error_from_body(data, r.status_code, fallback_text=r.text[:300])
+        data = json.loads(body)
+    except (ValueError, RecursionError):  # JSONDecodeError and UnicodeDecodeError included
+        raise ModelError(f"{url} did not answer with JSON", code="not_json") from None
     entries = (data or {}).get("models" if kind == "ollama" else "data") \
         if isinstance(data, dict) else None
     if not isinstance(entries, list):
-        raise ModelError(f"{url} did not answer with a list of models", code="failed")
+        raise ModelError(f"{url} did not answer with a list of models", code="no_model_list")
     key = "name" if kind == "ollama" else "id"
-    names = [e[key] for e in entries if isinstance(e, dict) and isinstance(e.get(key), str)]
+    names = [e[key] for e in entries if isinstance(e, dict) and isinstance(e.get(key), str)
+             and 0 < len(e[key]) <= MAX_NAME_CHARS and e[key].isprintable()]
     return sorted(dict.fromkeys(names))[:MAX_LISTED]
+
+
+def _reason(status: int) -> str:
+    """The standard reason phrase of ``status``: not the remote's, which is its own text."""
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "(no standard reason)"
 
 
 async def try_call(provider: ModelProvider, model: str) -> CallResult:

@@ -22,6 +22,7 @@ from codey_server.core.engine import Engine
 from codey_server.http.errors import errors
 from codey_server.http.fields import pattern
 from codey_server.http.resource import Resource
+from codey_server.http.urls import HTTP_URL, MAX_URL_CHARS, same_endpoint, url_problem
 from codey_server.settings import Settings
 
 __all__ = ["CommitMessage", "ConfigController", "ModelList", "ProviderInfo", "ServerConfig"]
@@ -50,11 +51,11 @@ MAX_KEY_CHARS = 4096
 
 class ModelQuery(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Where to ask for a list of models: a provider being defined (its kind and URL, and
-    the key pasted, if any), or one already saved (``provider``: its stored credential)."""
+    the key typed in the form, if any), or one already saved (``provider``): its stored
+    credential goes only to its stored base URL, never to another one typed here."""
 
     kind: ProviderKind = "chat"
-    base_url: Annotated[str, msgspec.Meta(max_length=2000, pattern=pattern(
-        "^https?://[^/ ]", "must be an http:// or https:// URL"))]
+    base_url: Annotated[str, msgspec.Meta(max_length=MAX_URL_CHARS, pattern=HTTP_URL)]
     provider: str | None = None
     api_key: Annotated[str, msgspec.Meta(pattern=pattern(
         "^[!-~]{1,4096}$", "that does not look like an API key"))] | None = None
@@ -62,8 +63,13 @@ class ModelQuery(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 class ModelList(msgspec.Struct, kw_only=True):
     models: list[str]
-    #: the provider's own words when it would not list them (``models`` is then empty)
+    #: when it would not list them (``models`` is then empty), in our words: the URL and
+    #: what went wrong — never the remote's body
     error: str | None = None
+    #: the kind of failure: http, unreachable, timeout, not_json, no_model_list, too_large
+    code: str | None = None
+    #: the HTTP status it answered (``code`` http)
+    status: int | None = None
 
 
 class CommitMessage(msgspec.Struct, kw_only=True):
@@ -94,14 +100,22 @@ class ConfigController(Resource):
     @post("/providers/models", status_code=200, responses=errors(400))
     async def models(self, data: JSONBody[ModelQuery],
                      agent: NamedDependency[AgentService]) -> ModelList:
-        """The models a provider's API lists (``GET /models``; Ollama's ``/api/tags``)."""
+        """The models a provider's API lists (``GET /models``; Ollama's ``/api/tags``). The
+        key sent is the one typed (``api_key``), else the saved provider's credential when
+        ``base_url`` is its stored one, else none. A failure is a short kind, not the answer's
+        body."""
+        problem = url_problem(data.base_url)
+        if problem is not None:
+            raise ClientException(problem)
         token = data.api_key
-        if token is None and data.provider is not None:
-            token = await agent.token_for(data.provider)
+        saved = agent.providers.get(data.provider) if data.provider is not None else None
+        if token is None and saved is not None \
+                and same_endpoint(saved.config.base_url, data.base_url):
+            token = await agent.token_for(saved.name)
         try:
             return ModelList(models=await list_models(data.kind, data.base_url, token))
         except ModelError as err:
-            return ModelList(models=[], error=err.message)
+            return ModelList(models=[], error=err.message, code=err.code, status=err.status)
 
     @post("/providers/{name:str}/test", status_code=200, responses=errors(404))
     async def test(self, name: FromPath[str], engine: NamedDependency[Engine],

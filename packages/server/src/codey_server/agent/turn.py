@@ -431,9 +431,15 @@ class CodeyTurn(TurnMachine):
                 return (f"refused: {host} has no OS sandbox ({why or 'none reported'}), and "
                         f"this session's commands run in one ({s.sandbox}): no command runs "
                         "there until the user chooses full access for this session")
+        elif s.plan_mode and not tool.in_plan_mode:
+            # not offered in plan mode, but a model may call it by name: a sub-agent started
+            # now would do the work before the user approved the plan
+            return ("refused in plan mode: nothing changes before the user approves your "
+                    "plan (propose it with update_plan)")
         gate = Gate(s.policy, s.approved_prefixes, caps, sandboxed=sandboxed,
                     sandbox_mode=s.sandbox, escalated_prefixes=s.escalated_prefixes,
-                    worker_id=s.worker_id,
+                    worker_id=s.worker_id, workdir=s.workdir,
+                    workers=self.state.workers,
                     processes={p.process_id: p.status for p in s.processes})
         return tool.refuses(args, gate) or tool.ask(args, gate)
 

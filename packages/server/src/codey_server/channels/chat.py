@@ -156,7 +156,9 @@ def find_session(state: State, ref: str) -> SessionInfo | None:
 
 def approval_text(session: SessionInfo, approval: Approval) -> str:
     what = {"command": "run", "patch": "apply this patch", "write": "write",
-            "mcp": "call", "acp": "the agent asks"}.get(approval.kind, approval.kind)
+            "mcp": "call", "acp": "the agent asks",
+            "delegate": "give a sub-agent another folder or machine"}.get(approval.kind,
+                                                                          approval.kind)
     lines = [f"Approval needed in “{session.title}” ({_short(session.session_id)}): {what}"]
     if approval.command and approval.kind != "acp":  # an agent's is only a kind, no command
         lines.append("$ " + " ".join(approval.command))

@@ -29,7 +29,7 @@ __all__ = ["McpTokensController", "NewMcpToken", "mcp_endpoint"]
 class NewMcpToken(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     name: str  # who will use it, e.g. "claude on laptop"
     #: read (list and read), sessions (also start and prompt sessions), admin (also change
-    #: the task board)
+    #: the task board, and a worktree session's base revision and setup script)
     scope: McpScope = DEFAULT_SCOPE
     #: the most a session it starts or prompts may do without asking
     max_policy: ApprovalPolicy = DEFAULT_MAX_POLICY

@@ -34,7 +34,7 @@ from codey_server.mcp.tokens import POLICIES, TOKEN_PREFIX, McpScope, McpToken, 
 if TYPE_CHECKING:
     from litestar.types import HTTPResponseStartEvent, Receive, Scope, Send
 
-__all__ = ["TOKEN_PREFIX", "CodeyMcp", "McpToken", "McpTokens"]
+__all__ = ["TOKEN_PREFIX", "CodeyMcp", "McpToken", "McpTokens", "worktree_request"]
 
 log = logging.getLogger("codey.mcp")
 
@@ -149,21 +149,27 @@ class CodeyMcp:
 
         async def start_session(worker_id: str, workdir: str, prompt: str,
                                 policy: str = "suggest", worktree: bool = False,
-                                base: str = "", setup: bool = True) -> str:
+                                base: str = "", setup: bool | None = None) -> str:
             """Start a session on a worker in a folder with a first prompt. policy: suggest
             (asks before changes), auto-edit or full-auto — at most the token's own.
-            worktree: in a git worktree of its own on a new branch from base (empty: the
-            current branch), running the project's setup script (setup) — to fan a task out
-            into attempts that do not see each other's changes."""
+            worktree: in a git worktree of its own on a new branch — to fan a task out into
+            attempts that do not see each other's changes. Two worktree options run code
+            before any approval and need a token with the admin scope: base (a revision to
+            branch from; empty, the default: the folder's current branch) and setup (run the
+            project's .codey/setup.sh in the new worktree; the default: true for an admin
+            token, false for any other)."""
             token = caller("sessions")
             if policy not in POLICIES:
                 raise tool_error("policy must be suggest, auto-edit or full-auto")
             if not token.allows_policy(policy):
                 raise tool_error(f"this token may start sessions up to {token.max_policy!r}, "
                                  f"not {policy!r}")
+            request = worktree_request(token, base, setup)
+            if isinstance(request, str):
+                raise tool_error(request)
             envs = await execute(token, cl.CreateSession(
                 worker_id=worker_id, workdir=workdir, prompt=prompt, policy=policy,
-                worktree=ev.WorktreeRequest(base=base, setup=setup) if worktree else None))
+                worktree=request if worktree else None))
             return json.dumps({"session_id": envs[0].session_id})
 
         async def send_prompt(session_id: str, text: str) -> str:
@@ -228,6 +234,29 @@ class CodeyMcp:
                                    transport_security=security_cls(
                                        enable_dns_rebinding_protection=False))
         return server.session_manager
+
+
+def worktree_request(token: McpToken, base: str, setup: bool | None
+                     ) -> ev.WorktreeRequest | str:
+    """The worktree a ``start_session`` call of ``token`` may ask for, or why not.
+
+    The setup script runs, and a ``base`` revision is checked out, before the session's first
+    approval, so neither is bounded by the token's maximum policy: both need ``admin``. A
+    token without it gets no setup unless it asks (then it is refused): a default that
+    refused every worktree would make ``worktree`` useless to it, one that ran setup would
+    run code no approval covers."""
+    admin = token.allows("admin")
+    if base and not admin:
+        return (f"this token ({token.name}) has the scope {token.scope!r}; choosing a base "
+                "revision needs 'admin' (it checks out code no approval covers): leave base "
+                "empty to branch from the current one, or make a token with 'admin' in "
+                "Codey's MCP dialog")
+    if setup and not admin:
+        return (f"this token ({token.name}) has the scope {token.scope!r}; running the "
+                "project's setup script needs 'admin' (it runs before any approval): leave "
+                "setup out (it is false for this token), or make a token with 'admin' in "
+                "Codey's MCP dialog")
+    return ev.WorktreeRequest(base=base, setup=admin if setup is None else setup)
 
 
 def _import_sdk() -> tuple[Any, Any, Any, Any]:

@@ -48,7 +48,8 @@ class McpToken(msgspec.Struct, kw_only=True):
     sha256: str = ""  # of the token; the token itself is shown once and never kept
     last_used_at: float | None = None
     #: what it may do: ``read`` (list and read sessions, workers, tasks), ``sessions`` (also
-    #: start sessions and send prompts), ``admin`` (also change the task board)
+    #: start sessions and send prompts), ``admin`` (also change the task board, and pick a
+    #: worktree session's base revision and run its setup script)
     scope: McpScope = DEFAULT_SCOPE
     #: the most a session it starts or prompts may do without asking
     max_policy: ApprovalPolicy = DEFAULT_MAX_POLICY

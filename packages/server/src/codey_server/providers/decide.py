@@ -18,9 +18,10 @@ from codey_protocol import client as cl
 from codey_protocol import events as ev
 from codey_protocol.state import AuthInfo, State
 from codey_server.core.rules import CommandRejected, Context, Decided, Decider
+from codey_server.http.urls import MAX_URL_CHARS, url_problem
 
-__all__ = ["COMMANDS", "MAX_MODELS", "MAX_MODEL_CHARS", "MAX_URL_CHARS", "URL_START",
-           "check_provider", "status_changed"]
+__all__ = ["COMMANDS", "MAX_MODELS", "MAX_MODEL_CHARS", "MAX_URL_CHARS", "check_provider",
+           "status_changed"]
 
 #: a provider's name: it is typed in config files and shown in menus
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -28,9 +29,6 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _RESERVED = frozenset({"acp"})
 MAX_MODELS = 500
 MAX_MODEL_CHARS = 200
-MAX_URL_CHARS = 2000
-#: how a base URL starts (JSON Schema's dialect too: the request's type says it as well)
-URL_START = "^https?://[^/ ]"
 
 _SHOWN = ("state", "method", "account", "expires_at", "error", "verification_uri", "user_code")
 
@@ -49,9 +47,8 @@ def check_provider(entry: ev.ProviderEntry) -> str | None:
     if not _NAME.match(entry.name):
         return ("a provider's name is 1-64 letters, digits, '.', '_' or '-', starting with a "
                 "letter or digit")
-    url = entry.base_url
-    if not re.match(URL_START, url) or len(url) > MAX_URL_CHARS:
-        return "the base URL must be an http:// or https:// URL"
+    if (problem := url_problem(entry.base_url)) is not None:
+        return problem.replace("the URL", "the base URL", 1)
     if len(entry.models) > MAX_MODELS:
         return f"at most {MAX_MODELS} models"
     if any(not m.strip() or len(m) > MAX_MODEL_CHARS for m in entry.models):
@@ -60,8 +57,8 @@ def check_provider(entry: ev.ProviderEntry) -> str | None:
         return f"a model name is 1-{MAX_MODEL_CHARS} characters"
     if entry.auth == "oauth" and not (entry.issuer and entry.client_id):
         return "an OAuth provider needs its issuer and client id"
-    if entry.issuer is not None and not re.match(URL_START, entry.issuer):
-        return "the issuer must be an http:// or https:// URL"
+    if entry.issuer is not None and (problem := url_problem(entry.issuer)) is not None:
+        return problem.replace("the URL", "the issuer", 1)
     return None
 
 

@@ -27,7 +27,8 @@ from codey_server.http.errors import errors
 from codey_server.http.fields import NOT_BLANK, pattern
 from codey_server.http.resource import Resource
 from codey_server.http.sessions import Seq
-from codey_server.providers.decide import MAX_MODEL_CHARS, MAX_MODELS, MAX_URL_CHARS, URL_START
+from codey_server.http.urls import HTTP_URL, MAX_URL_CHARS
+from codey_server.providers.decide import MAX_MODEL_CHARS, MAX_MODELS
 from codey_server.providers.service import (
     LOGIN_TTL_S,
     MAX_API_KEY_CHARS,
@@ -159,14 +160,13 @@ class ProviderBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
     name: ProviderName
     kind: ProviderKind = "chat"
-    base_url: Annotated[str, msgspec.Meta(max_length=MAX_URL_CHARS, pattern=pattern(
-        URL_START, "must be an http:// or https:// URL"))]
+    base_url: Annotated[str, msgspec.Meta(max_length=MAX_URL_CHARS, pattern=HTTP_URL)]
     models: Annotated[list[ModelName], msgspec.Meta(max_length=MAX_MODELS)] = \
         msgspec.field(default_factory=list)
     default_model: Annotated[str, msgspec.Meta(max_length=MAX_MODEL_CHARS)] | None = None
     auth: ProviderAuth = "api_key"
-    issuer: Annotated[str, msgspec.Meta(max_length=MAX_URL_CHARS, pattern=pattern(
-        URL_START, "must be an http:// or https:// URL"))] | None = None
+    issuer: Annotated[str, msgspec.Meta(max_length=MAX_URL_CHARS, pattern=HTTP_URL)] | None \
+        = None
     client_id: Annotated[str, msgspec.Meta(min_length=1, max_length=500)] | None = None
     api_key: Annotated[str, msgspec.Meta(pattern=pattern(
         f"^[!-~]{{1,{MAX_API_KEY_CHARS}}}$", "that does not look like an API key"))] | None = None

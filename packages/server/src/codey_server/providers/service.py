@@ -11,7 +11,10 @@ For each configured provider (``ProviderConfig.auth``):
 Credentials live in ``DATA_DIR/auth.json`` (0600), or among replicas in sealed rows every
 replica reads (:mod:`.store`), and are refreshed before they expire, by a background task and
 on demand in :meth:`token_for` — among replicas by one replica at a time, under a database
-lock, after which the others read its result. The only thing browsers ever learn is an
+lock, after which the others read its result. A credential is bound to the provider's base URL
+when it was given (``Credential.base_url``): once the provider points elsewhere it is sent
+nowhere until a key is given again or a login made for the new URL. The only thing browsers
+ever learn is an
 ``AuthStatusUpdated`` event (provider, state, method, account, expiry, error, and — during a
 device login — the verification URI and user code). Never log a credential: log the provider
 name and the account.
@@ -26,7 +29,7 @@ import logging
 import os
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -37,6 +40,7 @@ from codey_protocol import events as ev
 from codey_server.core.background import Background
 from codey_server.core.engine import Engine
 from codey_server.errors import ServerError
+from codey_server.http.urls import same_endpoint
 from codey_server.providers import decide
 from codey_server.providers.device import DeviceGrant, poll_device, start_device
 from codey_server.providers.oauth import OAuthFailed, OAuthProvider, TokenSet, account_of
@@ -125,6 +129,12 @@ def _session_hash(session_id: str) -> str:
     return hashlib.sha256(session_id.encode()).hexdigest()
 
 
+def _bound_to(cred: Credential, config: ProviderConfig) -> bool:
+    """``cred`` may be sent to ``config``'s base URL: it was given for that endpoint (or
+    before credentials were bound, and is bound at start)."""
+    return cred.base_url is None or same_endpoint(cred.base_url, config.base_url)
+
+
 def _margin(cred: Credential) -> float:
     """Refresh this long before expiry: 60 s, or half the lifetime of a short-lived token."""
     if cred.expires_at is None:
@@ -184,7 +194,8 @@ class AuthService:
         for entry in self.engine.state.providers.values():
             self._define(entry)
         self.engine.listeners.append(self._on_event)
-        for config in self._configs.values():
+        for config in list(self._configs.values()):
+            await self._bind_unbound(config)
             await self._publish(await self._stored_status(config))
         self._wake = asyncio.Event()
         self._refresher = asyncio.create_task(self._refresh_loop(), name="auth-refresher")
@@ -263,6 +274,8 @@ class AuthService:
             # loud in the log; the call goes on with the environment's key, if any
             log.error("provider %s: %s", provider_name, err.message)
             return self._env_key(config)
+        if cred is not None and not _bound_to(cred, config):
+            cred = None  # given for another URL than the provider's now: not sent here
         if cred is not None and cred.method == "api_key":
             return cred.api_key
         if cred is not None and cred.access_token:
@@ -286,7 +299,8 @@ class AuthService:
             raise AuthError("bad_request", "that does not look like an API key")
         self._cancel_device(provider_name)
         self._reset_backoff(provider_name)
-        await self.store.put(provider_name, Credential(method="api_key", api_key=key))
+        await self.store.put(provider_name, Credential(method="api_key", api_key=key,
+                                                       base_url=config.base_url))
         log.info("provider %s: API key stored", provider_name)
         return await self._publish(ev.AuthStatusUpdated(
             provider=provider_name, state="logged_in", method="api_key"))
@@ -440,13 +454,35 @@ class AuthService:
 
     async def _refresh(self, name: str, *, force: bool = False,
                        rejected: str | None = None) -> None:
+        async with self._refreshing(name):
+            await self._refresh_now(name, force=force, rejected=rejected)
+
+    @contextlib.asynccontextmanager
+    async def _refreshing(self, name: str) -> AsyncIterator[None]:
+        """Held while ``name``'s stored login is read and written back (a refresh)."""
         guard = self.refresh_guard(name) if self.refresh_guard is not None \
             else contextlib.nullcontext()
         # this server's callers queue here, not on the guard: among replicas the guard holds a
         # database connection while it waits, and a dozen turns asking at once would hold
         # them all, leaving none for the refresh they wait for
         async with self._locks.setdefault(name, asyncio.Lock()), guard:
-            await self._refresh_now(name, force=force, rejected=rejected)
+            yield
+
+    async def _bind_unbound(self, config: ProviderConfig) -> None:
+        """Bind a credential stored before credentials were bound to the provider's base URL
+        now (the one it has been sent to). Under the refresh's lock: a refresh elsewhere
+        between the read and the write would be lost."""
+        try:
+            cred = await self.store.get(config.name)
+            if cred is None or cred.base_url is not None:
+                return  # the usual case: no lock taken
+            async with self._refreshing(config.name):
+                cred = await self.store.get(config.name)
+                if cred is not None and cred.base_url is None:
+                    await self.store.put(config.name, msgspec.structs.replace(
+                        cred, base_url=config.base_url))
+        except SecretKeyError:
+            return  # unreadable here: its status says so
 
     async def _refresh_now(self, name: str, *, force: bool,
                            rejected: str | None) -> None:
@@ -491,7 +527,8 @@ class AuthService:
             log.info("provider %s: credentials changed during a refresh; result dropped",
                      name)
             return
-        await self._logged_in(name, cred.method, tokens, cred.account, quiet=True)
+        await self._logged_in(name, cred.method, tokens, cred.account, quiet=True,
+                              base_url=cred.base_url)
 
     def _back_off(self, name: str) -> None:
         """After a failed refresh: wait 1 s, then twice as long after each further failure, at
@@ -574,6 +611,9 @@ class AuthService:
             return ev.AuthStatusUpdated(provider=name, state="error",
                                         method="oauth" if config.auth == "oauth" else "none",
                                         error=err.message[:500])
+        elsewhere = cred is not None and not _bound_to(cred, config)
+        if elsewhere:
+            cred = None
         if cred is not None and cred.method == "api_key":
             return ev.AuthStatusUpdated(provider=name, state="logged_in", method="api_key")
         if cred is not None:
@@ -585,15 +625,21 @@ class AuthService:
         if self._env_key(config):
             return ev.AuthStatusUpdated(provider=name, state="logged_in", method="api_key",
                                         account=f"${config.api_key_env}")
-        return ev.AuthStatusUpdated(provider=name, state="logged_out",
-                                    method="oauth" if config.auth == "oauth" else "none")
+        return ev.AuthStatusUpdated(
+            provider=name, state="logged_out",
+            method="oauth" if config.auth == "oauth" else "none",
+            error="its stored credential was given for another URL: it goes nowhere else; "
+                  "give the key again, or log in again, for this one" if elsewhere else None)
 
     async def _logged_in(self, name: str, method: Any, tokens: TokenSet, account: str | None,
-                         *, quiet: bool = False) -> None:
+                         *, quiet: bool = False, base_url: str | None = None) -> None:
+        """Store a login's tokens, bound to ``base_url`` (a refresh keeps the old login's),
+        by default the provider's base URL now."""
         self._reset_backoff(name)
         await self.store.put(name, Credential(
             method=method, access_token=tokens.access_token, refresh_token=tokens.refresh_token,
-            expires_at=tokens.expires_at, account=account, scope=tokens.scope))
+            expires_at=tokens.expires_at, account=account, scope=tokens.scope,
+            base_url=base_url or self._config(name).base_url))
         if not quiet:
             log.info("provider %s: logged in as %s (%s)", name, account or "?", method)
         await self._publish(ev.AuthStatusUpdated(

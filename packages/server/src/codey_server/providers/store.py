@@ -38,7 +38,9 @@ class Credential(msgspec.Struct, kw_only=True, omit_defaults=True):
 
     ``api_key`` for the API-key method; ``access_token`` (+ ``refresh_token``, ``expires_at``)
     for the OAuth methods. ``obtained_at`` is when the current access token was issued to us,
-    so the refresher can tell how long it was meant to live.
+    so the refresher can tell how long it was meant to live. ``base_url`` is the provider's
+    base URL when the credential was given: it is sent to that endpoint only (None: stored
+    before credentials were bound, bound to the provider's URL at the next start).
     """
 
     method: Method
@@ -49,6 +51,7 @@ class Credential(msgspec.Struct, kw_only=True, omit_defaults=True):
     obtained_at: float = msgspec.field(default_factory=time.time)
     account: str | None = None
     scope: str | None = None
+    base_url: str | None = None
 
     def __repr__(self) -> str:  # never let a stray log line print a secret
         return (f"Credential(method={self.method!r}, account={self.account!r}, "

@@ -32,7 +32,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 from codey_protocol import events as ev
 from codey_protocol import worker as wk
-from codey_protocol.state import SessionInfo, State
+from codey_protocol.state import SessionInfo, State, WorkerInfo
 from codey_server.core.rules import Decided
 from codey_server.errors import ServerError
 from codey_server.settings import RoleConfig
@@ -113,6 +113,10 @@ class Gate:
     escalated_prefixes: Sequence[Sequence[str]] = ()
     #: the session's own worker (a call that reaches another machine asks)
     worker_id: str = ""
+    #: the session's workdir (a sub-agent given a folder outside it asks)
+    workdir: str = ""
+    #: the paired machines (an approval names a machine by its host name)
+    workers: Mapping[str, WorkerInfo] = field(default_factory=dict)
     #: the session's processes (``exec``): id → status (running, stopping, ended, gone)
     processes: Mapping[str, str] = field(default_factory=dict)
 

@@ -7,13 +7,20 @@ before any is waited for (:attr:`~Delegate.parallel`), so sub-agents work in par
 a restart the call finds its child again by ``parent_item``. Offered only where roles are
 configured, and never to a sub-agent.
 
-A sub-agent works in its parent's sandbox mode and network toggle. One on another machine
-than its parent's waits for the user's approval under ``suggest`` and ``auto-edit``: it reaches
-a machine the session was not given.
+A sub-agent never gets more than its parent: it works in the parent's sandbox mode and network
+toggle, under the narrower of the parent's approval policy and its role's. Its folder is the
+parent's, or one below it; any other folder (``..`` and absolute paths are resolved first, as
+text) or another machine waits for the user's approval under every policy, ``full-auto``
+included: the sub-agent's sandbox makes its folder writable, so the folder is a grant only the
+user gives.
+
+The server sees paths as text: a folder below the workdir that is a symlink out of it passes
+this check. Resolving the child's folder beneath the parent's is the worker's part.
 """
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -34,10 +41,33 @@ from codey_server.agent.tools.base import (
     string,
 )
 
-__all__ = ["DELEGATE", "DELEGATE_RESULT_CAP", "DelegateArgs"]
+__all__ = ["DELEGATE", "DELEGATE_RESULT_CAP", "DelegateArgs", "child_workdir", "narrower_policy",
+           "within"]
 
 #: a sub-agent's answer given back to the delegating model, at most
 DELEGATE_RESULT_CAP = 24_000
+#: approval policies from the narrowest (asks the most) to the widest
+_POLICIES: tuple[ev.ApprovalPolicy, ...] = ("suggest", "auto-edit", "full-auto")
+
+
+def child_workdir(parent: str, asked: str | None) -> str:
+    """The sub-agent's folder: the parent's when none is asked, else ``asked`` read from the
+    parent's folder (a relative path is taken below it) with ``.`` and ``..`` folded away."""
+    if not asked:
+        return parent
+    return posixpath.normpath(posixpath.join(parent, asked))
+
+
+def within(path: str, root: str) -> bool:
+    """``path`` is ``root`` or below it, as normalised text (``..`` cannot climb out)."""
+    path, root = posixpath.normpath(path), posixpath.normpath(root)
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def narrower_policy(parent: str, role: str) -> ev.ApprovalPolicy:
+    """The approval policy that asks more of the two (an unknown one counts as ``suggest``)."""
+    rank: dict[str, int] = {p: n for n, p in enumerate(_POLICIES)}
+    return _POLICIES[min(rank.get(parent, 0), rank.get(role, 0))]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,10 +95,12 @@ class Delegate(ServerTool[DelegateArgs]):
             obj({"role": {"type": "string", "enum": list(roles)},
                  "task": {"type": "string", "description": "everything it needs to know: it "
                           "does not see this conversation"},
-                 "workdir": {"type": "string", "description": "another workdir on the same "
-                             "machine (default: this session's)"},
+                 "workdir": {"type": "string", "description": "its folder (default: this "
+                             "session's); a folder below this session's goes at once, any "
+                             "other waits for the user's approval"},
                  "worker_id": {"type": "string", "description": "another machine's worker id "
-                               "(default: this session's)"}}, ["role", "task"]))
+                               "(default: this session's; another machine waits for the "
+                               "user's approval)"}}, ["role", "task"]))
 
     def parse(self, args: dict[str, Any], *, name: str,
               capabilities: wk.Capabilities | None) -> DelegateArgs:
@@ -78,12 +110,22 @@ class Delegate(ServerTool[DelegateArgs]):
                             workdir=string(args, "workdir", required=False))
 
     def ask(self, args: DelegateArgs, gate: Gate) -> Ask | None:
-        other = args.worker_id is not None and args.worker_id != gate.worker_id
-        if other and gate.policy in ("suggest", "auto-edit"):
-            return Ask("delegate", reason=f"a {args.role} sub-agent on another machine "
-                                          f"({args.worker_id}): {' '.join(args.task.split())}"
-                                          [:500])
-        return None
+        # under every policy: full-auto lets the model act inside what the session was given,
+        # and another folder or machine is more than that
+        other_machine = args.worker_id is not None and args.worker_id != gate.worker_id
+        workdir = child_workdir(gate.workdir, args.workdir)
+        if not other_machine and within(workdir, gate.workdir):
+            return None
+        if other_machine:
+            worker = gate.workers.get(args.worker_id or "")
+            host = f"{worker.hostname} ({args.worker_id})" if worker else args.worker_id
+            where = f"on another machine, {host}, in {workdir}"
+        else:
+            where = f"in {workdir}, outside this session's folder {gate.workdir}"
+        task = " ".join(args.task.split())
+        return Ask("delegate", path=workdir,
+                   reason=f"a {args.role} sub-agent {where}, able to change files there: "
+                          f"{task}"[:600])
 
     def start(self, args: DelegateArgs, call: ServerCall) -> Finish | Waiting:
         s, item = call.session, call.item
@@ -106,15 +148,18 @@ class Delegate(ServerTool[DelegateArgs]):
             return Finish("failed", f"error: {problem}", fields={"error": problem})
         assert role is not None
         child_id = call.new_id("ses")
-        policy = s.policy if role.policy == "parent" else role.policy
+        # never wider than the parent: a role's policy only narrows it, and the sandbox and
+        # network are the parent's own
+        policy = narrower_policy(s.policy, s.policy if role.policy == "parent" else role.policy)
         return Waiting(ForChild(child_id), [
             (child_id, ev.SessionCreated(
                 title=f"{args.role}: {' '.join(args.task.split())[:60]}",
-                worker_id=worker_id, workdir=args.workdir or s.workdir,
-                provider=s.provider, model=s.model, policy=policy,
+                worker_id=worker_id, workdir=child_workdir(s.workdir, args.workdir),
+                provider=s.provider, model=s.model,
+                policy=policy,
                 parent_id=s.session_id, parent_item=item.id, role=args.role,
-                read_only=role.read_only, turn_cap=role.turn_cap, sandbox=s.sandbox,
-                network=s.network)),
+                read_only=role.read_only, turn_cap=role.turn_cap,
+                sandbox=s.sandbox, network=s.network)),
             (child_id, ev.SessionItemAppended(item=ev.UserMessage(
                 id=call.new_id("itm"), ts=call.now, text=args.task))),
             (s.session_id, ev.SessionItemUpdated(item_id=item.id, status="running")),
