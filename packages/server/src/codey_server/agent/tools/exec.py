@@ -41,6 +41,7 @@ from codey_server.agent.tools.shell import (
     runs_in,
 )
 from codey_server.core.fold import find_process
+from codey_server.core.toggles import stops_at_start
 
 __all__ = ["EXEC", "MAX_YIELD_MS", "ExecArgs", "OnProcess", "exec_text", "foreign_process",
            "gone_events", "process_end", "process_read", "stopper"]
@@ -144,11 +145,22 @@ class Exec(WorkerTool[ExecArgs]):
                session: SessionInfo) -> list[ev.Event]:
         if not isinstance(outcome, wk.ExecOutput) or not outcome.process_id:
             return []
+        # the call's action is still pending here: it says what the process runs with
+        pending = session.pending_actions.get(item.action_id or "")
+        action = pending.action if pending is not None else None
+        run = action if isinstance(action, wk.ExecStart) else None
         started: list[ev.Event] = [ev.ProcessStarted(
             process_id=outcome.process_id, item_id=item.id, worker_id=session.worker_id,
-            argv=args.command, cwd=args.cwd, tty=args.tty, output=outcome.output)]
+            argv=args.command, cwd=args.cwd, tty=args.tty, output=outcome.output,
+            sandbox=run.sandbox if run is not None else None,
+            network=run.network if run is not None else None)]
         if not outcome.running:
             started.append(process_end(outcome, None, read=False))
+        elif pending is not None and stops_at_start(pending, session):
+            # the user narrowed the settings while it was starting: it would have been
+            # stopped had it been running then, so it is now
+            started.append(ev.ProcessStopRequested(process_id=outcome.process_id,
+                                                   by="settings"))
         return started
 
 
