@@ -55,14 +55,35 @@ export function toggleEffects(s, sandbox, network) {
   return { stop, keep, words: changeWords(s.sandbox, s.network, sandbox, network) };
 }
 
-/** What a running process lacks that session `s` would give it now (a restart gets it):
- * "the network", "write access"; "" when nothing. */
+/** A process's command on one line, cut after a word to at most 40 characters. */
+function processName(p) {
+  const name = p.argv.join(" ").split(/\s+/).filter(Boolean).join(" ");
+  if (name.length <= 40) return name;
+  let cut = "";
+  for (const word of name.split(" ")) {
+    const longer = cut ? `${cut} ${word}` : word;
+    if (longer.length > 38) break;
+    cut = longer;
+  }
+  return `${cut || name.slice(0, 38)} …`;
+}
+
+/** The processes' commands for a sentence, as the server's notices name them: three, then
+ * how many more. */
+export function processNames(processes) {
+  const names = processes.slice(0, 3).map(processName);
+  const more = processes.length - 3;
+  return names.join(", ") + (more > 0 ? ` and ${more} more` : "");
+}
+
+/** What running process `p` lacks that session `s` gives a command started now (a restart
+ * gets it): ["write access", "network"]; [] when nothing, or when not recorded. */
 export function missing(s, p) {
-  if (p.sandbox === null || p.sandbox === undefined) return "";
+  if (p.sandbox === null || p.sandbox === undefined) return [];
   const mine = access(p.sandbox, p.network);
   const now = access(s.sandbox, s.network);
   const gaps = [];
   if (mine.writes < now.writes) gaps.push(now.writes === 2 ? "full access" : "write access");
-  if (!mine.network && now.network && now.writes < 2) gaps.push("the network");
-  return gaps.join(" and ");
+  if (!mine.network && now.network && now.writes < 2) gaps.push("network");
+  return gaps;
 }

@@ -19,7 +19,7 @@ from codey_protocol import events as ev
 from codey_protocol import worker as wk
 from codey_protocol.state import PendingAction, SessionInfo, State
 from codey_server.core.rules import Context
-from codey_server.core.toggles import effects, stops_at_start
+from codey_server.core.toggles import effects, process_names, stops_at_start
 from codey_server.features import apply_all, decide
 
 W, S, NOW = "wrk_1", "ses_1", 50.0
@@ -177,10 +177,10 @@ def test_a_notice_names_three_processes_shortened_and_counts_the_rest() -> None:
     procs: tuple[tuple[str, list[str], wk.SandboxMode | None, bool | None], ...] = tuple(
         (f"p{n}", long if n == 0 else [f"job{n}"], "workspace-write", True) for n in range(5))
     out = _set(_state(network=True, processes=procs), "workspace-write", False)
-    # its words on one line, cut to 40 characters
+    # its words on one line, cut after a word to 40 characters
     assert _notice(out, "processes_stopped") == (
         "Network turned off: stopping 5 running processes (python3 -u -c import socket while "
-        "True:…, job1, job2 and 2 more) — they ran with the old settings.")
+        "…, job1, job2 and 2 more) — they ran with the old settings.")
 
 
 def test_the_stops_come_through_the_fold_as_stopping_processes() -> None:
@@ -237,12 +237,12 @@ def test_only_an_exec_start_is_judged() -> None:
 # the browser's copy of the rule ------------------------------------------------------------
 
 _NODE = """
-const { toggleEffects } = await import(process.argv[1]);
+const { processNames, toggleEffects } = await import(process.argv[1]);
 const cases = JSON.parse(require("node:fs").readFileSync(0, "utf8"));
 const out = cases.map(({ session, sandbox, network }) => {
   const r = toggleEffects(session, sandbox, network);
   return { stop: r.stop.map((p) => p.process_id), keep: r.keep.map((p) => p.process_id),
-    words: r.words };
+    words: r.words, names: processNames(r.stop) };
 });
 process.stdout.write(JSON.stringify(out));
 """
@@ -256,7 +256,9 @@ def test_the_browsers_rule_gives_the_servers_answers_for_every_combination() -> 
     # one process for every sandbox it may have started with, unrecorded included
     kinds: list[tuple[wk.SandboxMode | None, bool | None]] = [
         *itertools.product(MODES, (False, True)), (None, None)]
-    procs = tuple((f"p{n}", [f"job{n}"], mode, net) for n, (mode, net) in enumerate(kinds))
+    # (every other one with a command too long to name whole)
+    procs = tuple((f"p{n}", [f"job{n}", *(["--a-long-option", "with  spaces\nand lines"] * (
+        n % 2))], mode, net) for n, (mode, net) in enumerate(kinds))
     cases: list[dict[str, Any]] = []
     expected = []
     for (m0, n0), (m1, n1) in itertools.product(itertools.product(MODES, (False, True)),
@@ -265,7 +267,8 @@ def test_the_browsers_rule_gives_the_servers_answers_for_every_combination() -> 
         found = effects(session, m1, n1)
         cases.append({"session": msgspec.to_builtins(session), "sandbox": m1, "network": n1})
         expected.append({"stop": [p.process_id for p in found.stop],
-                         "keep": [p.process_id for p in found.keep], "words": found.words})
+                         "keep": [p.process_id for p in found.keep], "words": found.words,
+                         "names": process_names(found.stop)})
     run = subprocess.run([node, "--input-type=module", "-e",
                           "import { createRequire } from 'node:module';"
                           "const require = createRequire(import.meta.url);" + _NODE,
@@ -278,3 +281,5 @@ def test_the_browsers_rule_gives_the_servers_answers_for_every_combination() -> 
                                 case["sandbox"], case["network"])
     # and the rule is the one the decision applies
     assert any(want["stop"] for want in expected) and any(want["keep"] for want in expected)
+    assert any(want["names"].endswith(" more") for want in expected)
+    assert any(" …" in want["names"] for want in expected)

@@ -35,8 +35,8 @@ from codey_protocol.state import PendingAction, SessionInfo, SessionProcess
 from codey_protocol.worker import ExecStart, SandboxMode
 from codey_server.core.rules import Context
 
-__all__ = ["Access", "Effects", "access", "change_words", "effects", "sandbox_changed",
-           "short_of", "stops_at_start", "taken_from"]
+__all__ = ["Access", "Effects", "access", "change_words", "effects", "process_names",
+           "sandbox_changed", "short_of", "stops_at_start", "taken_from"]
 
 #: how much each mode may write: nothing, the workdir, everything the user may
 _WRITES: dict[str, int] = {"read-only": 0, "workspace-write": 1, "full-access": 2}
@@ -96,11 +96,23 @@ def change_words(before_mode: SandboxMode, before_network: bool, after_mode: San
     return text[0].upper() + text[1:]
 
 
-def _names(processes: list[SessionProcess]) -> str:
-    names = []
-    for p in processes[:_NAMED]:
-        name = " ".join(" ".join(p.argv).split())
-        names.append(name if len(name) <= _NAME_MAX else name[:_NAME_MAX - 1] + "…")
+def _name(p: SessionProcess) -> str:
+    """Its command on one line, cut after a word to at most _NAME_MAX characters."""
+    name = " ".join(" ".join(p.argv).split())
+    if len(name) <= _NAME_MAX:
+        return name
+    cut = ""
+    for word in name.split(" "):
+        longer = f"{cut} {word}" if cut else word
+        if len(longer) > _NAME_MAX - 2:
+            break
+        cut = longer
+    return (cut or name[:_NAME_MAX - 2]) + " …"
+
+
+def process_names(processes: list[SessionProcess]) -> str:
+    """The processes' commands for a sentence: three, then how many more."""
+    names = [_name(p) for p in processes[:_NAMED]]
     more = len(processes) - _NAMED
     return ", ".join(names) + (f" and {more} more" if more > 0 else "")
 
@@ -150,13 +162,14 @@ def sandbox_changed(session: SessionInfo, sandbox: SandboxMode, network: bool,
         out.append(ev.SessionItemAppended(item=ev.Notice(
             id=ctx.new_id("itm"), ts=ctx.now(), code="processes_stopped",
             text=f"{what}: stopping {len(stop)} running process{'' if one else 'es'} "
-                 f"({_names(stop)}) — {'it' if one else 'they'} ran with the old settings.")))
+                 f"({process_names(stop)}) — {'it' if one else 'they'} ran with the old "
+                 "settings.")))
     if keep:
         one = len(keep) == 1
         out.append(ev.SessionItemAppended(item=ev.Notice(
             id=ctx.new_id("itm"), ts=ctx.now(), code="processes_kept",
             text=f"{what}: {len(keep)} running process{'' if one else 'es'} "
-                 f"keep{'s its' if one else ' their'} old settings ({_names(keep)}); "
+                 f"keep{'s its' if one else ' their'} old settings ({process_names(keep)}); "
                  f"restart {'it' if one else 'them'} to get {_gains(before, after)}.")))
     out.append(ev.SessionSandboxChanged(sandbox=sandbox, network=network))
     return out
