@@ -3,7 +3,8 @@ test run), in the session's sandbox, and answer after a short wait with its outp
 
 The process belongs to the session: ``write_stdin`` reads and writes it, ``kill`` stops it,
 the session's processes panel lists it (``process_started`` …), and it stops when the session
-is interrupted or closed. Approved, sandboxed and escalated exactly as ``shell`` is.
+is interrupted or closed, or its sandbox is narrowed below what it runs with
+(``core/toggles.py``). Approved, sandboxed and escalated exactly as ``shell`` is.
 
 This module also holds what the three process tools share: how an ``exec_output`` reads to
 the model, and the process events it makes.
@@ -80,7 +81,9 @@ class Exec(WorkerTool[ExecArgs]):
         "shell does, but no command counts as read-only here. With the session's network "
         "off each command has a network of its own: a server started here is reachable "
         "only from inside its own command, so ask the user to turn the network on to test "
-        "against it. It stops when you kill it or the session is interrupted or closed. "
+        "against it. It stops when you kill it, the session is interrupted or closed, or "
+        "the user turns off access it has; it keeps the sandbox it started in, so restart "
+        "it after the network is turned on. "
         "Unread output is kept up to 1 MiB.")
     parameters = obj({
         "command": {"type": "array", "items": {"type": "string"}, "minItems": 1},
