@@ -111,7 +111,9 @@ def _prompt(server: ServerProcess, sid: str, text: str) -> None:
 
 
 def _answered(text: str) -> Any:
-    return lambda s: s["items"][-1].get("text") == text
+    """The turn is over and ``text`` was its answer (the answer is complete a moment before
+    the turn ends)."""
+    return lambda s: idle(s) and s["items"][-1].get("text") == text
 
 
 def _notices(s: dict[str, Any], code: str) -> list[str]:
@@ -193,7 +195,7 @@ def test_turning_the_network_on_keeps_a_running_process_and_says_it_has_none(
     sid = _session(server, worker, wd, "probe without the network")
     s = wait_for(server, sid, _answered("The probe is cut off."), timeout=60,
                  what="the probe to run")
-    assert idle(s) and s["processes"][0]["status"] == "running"
+    assert s["processes"][0]["status"] == "running"
 
     _set_network(server, sid, True)
     s = wait_for(server, sid, lambda s: _notices(s, "processes_kept"), timeout=10,
