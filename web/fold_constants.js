@@ -616,6 +616,8 @@ export function fillProcessStarted(v) {
   if (v.cwd === undefined) v.cwd = null;
   if (v.tty === undefined) v.tty = false;
   if (v.output === undefined) v.output = "";
+  if (v.sandbox === undefined) v.sandbox = null;
+  if (v.network === undefined) v.network = null;
   return v;
 }
 
@@ -1075,6 +1077,8 @@ export function fillApproval(v) {
 /** `PendingAction` (state.py): its defaults filled in. */
 export function fillPendingAction(v) {
   fillAction(v.action);
+  if (v.sandbox === undefined) v.sandbox = null;
+  if (v.network === undefined) v.network = null;
   return v;
 }
 
@@ -1142,6 +1146,8 @@ export function fillSessionProcess(v) {
   if (v.cwd === undefined) v.cwd = null;
   if (v.tty === undefined) v.tty = false;
   if (v.status === undefined) v.status = "running";
+  if (v.sandbox === undefined) v.sandbox = null;
+  if (v.network === undefined) v.network = null;
   if (v.stop_by === undefined) v.stop_by = "";
   if (v.exit_code === undefined) v.exit_code = null;
   if (v.signal === undefined) v.signal = null;

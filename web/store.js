@@ -431,6 +431,7 @@ function actionRequested(state, env, e) {
   if (s) {
     s.pending_actions[e.action_id] = {
       action_id: e.action_id, item_id: e.item_id, worker_id: e.worker_id, action: e.action,
+      sandbox: s.sandbox, network: s.network,
     };
   }
 }
@@ -468,7 +469,7 @@ function processStarted(state, env, e) {
   if (!s || findProcess(s, e.process_id)) return;
   const p = fillSessionProcess({
     process_id: e.process_id, item_id: e.item_id, worker_id: e.worker_id, argv: [...e.argv],
-    cwd: e.cwd, tty: e.tty, started_at: env.ts,
+    cwd: e.cwd, tty: e.tty, started_at: env.ts, sandbox: e.sandbox, network: e.network,
   });
   readOutput(p, e.output);
   s.processes.push(p);

@@ -237,6 +237,7 @@ const STOPPED_WORDS = {
   user: "stopped by you", exec_kill: "stopped by the agent", interrupt: "stopped: interrupted",
   close: "stopped: session closed", timeout: "stopped: timed out", cancel: "stopped: cancelled",
   detach: "stopped: session closed", worker_exit: "stopped: its worker exited",
+  settings: "stopped: sandbox changed",
 };
 
 /** What a process's state is, in words: running, stopping, exit 0, stopped by you, gone. */

@@ -9,6 +9,7 @@ import { api } from "../api.js";
 import { ChangesDialog } from "./changes.js";
 import { fmtBytes, h, replaceChildren } from "../dom.js";
 import { findItem, findProcess, updateFields } from "../store.js";
+import { missing, processNames, toggleEffects } from "../toggles.js";
 import {
   FrameBatch, activity, fmtDuration, isBusy, machineLabel, needsAttention, sessionWords,
   statusChip, titleNode, workerUp,
@@ -88,6 +89,17 @@ export class SessionView {
       onchange: () => this._setModel() },
     EFFORTS.map(([v, text]) => h("option", { value: v }, text)));
     this._sandboxBadge = h("span", {});
+    // A change that takes access away from running processes stops them (they keep the
+    // sandbox they started in): asked here first, in two clicks as closing a terminal is.
+    this._toggleText = h("span", { class: "small", "data-testid": "toggle-ask-text" });
+    this._toggleAsk = h("div", { class: "s-ask", hidden: true, role: "group",
+      "data-testid": "toggle-ask", "aria-label": "Stop running processes?" },
+    this._toggleText,
+    h("span", { class: "row gap" },
+      h("button", { class: "btn danger", type: "button", "data-testid": "toggle-confirm",
+        onclick: () => this._confirmSandbox() }, "Stop them and change"),
+      h("button", { class: "btn", type: "button", "data-testid": "toggle-cancel",
+        onclick: () => this._cancelSandbox() }, "Cancel")));
     // the policy, the sandbox and the network: in the header, or (on a phone, where they
     // do not fit beside the status and Interrupt) at the top of the session's menu
     this._settings = h("div", { class: "s-settings", "data-testid": "session-settings" },
@@ -201,6 +213,7 @@ export class SessionView {
       h("div", { class: "s-controls" },
         this._status, this._gone, this._settings, this._sandboxBadge, this._interrupt,
         this._changes, this._terminal, this._download, this._menu)),
+    this._toggleAsk,
     this._missing,
     h("div", { class: "s-body" }, h("div", { class: "s-main" }, this._scroller, this._jump,
       h("div", { class: "activity-row" }, this._activity, this._retry)), this._side),
@@ -457,9 +470,13 @@ export class SessionView {
     this._renderModel(s);
     this._changes.hidden = !(s.worktree && s.worktree.status === "ready");
     if (this._policy.value !== s.policy) this._policy.value = s.policy;
-    if (this._sandbox.value !== s.sandbox) this._sandbox.value = s.sandbox;
-    this._network.checked = Boolean(s.network);
-    this._network.disabled = s.sandbox === "full-access";
+    if (this._asking) {
+      this._askSandbox(); // the processes it would stop may have changed meanwhile
+    } else {
+      if (this._sandbox.value !== s.sandbox) this._sandbox.value = s.sandbox;
+      this._network.checked = Boolean(s.network);
+    }
+    this._network.disabled = this._sandbox.value === "full-access";
     this._sandboxBadge.replaceChildren(sandboxBadge(s, w));
     const proposed = s.plan_status === "proposed";
     const busy = isBusy(s.status) && !proposed;
@@ -534,11 +551,17 @@ export class SessionView {
           // the user's choice (a click toggles it after this handler)
           this._processOpen.set(p.process_id, !details.open);
         } }, p.output_cut ? "Output (its newest part)" : "Output"), out);
+      // it keeps the sandbox it started in: say what a restart would give it
+      const gaps = p.status === "running" ? missing(s, p) : [];
+      const old = gaps.length ? h("p", { class: "small process-old",
+        "data-testid": "process-old-settings" },
+      `Started with the old settings: no ${gaps.join(" and no ")} until it is restarted.`)
+        : null;
       return h("div", { class: "process", "data-testid": "process",
         "data-process-id": p.process_id, "data-status": p.status },
       h("div", { class: "process-head" },
         h("span", { class: "mono", title: p.process_id }, p.argv.join(" ")),
-        processChip(p), stop), details);
+        processChip(p), stop), old, details);
     });
     const box = h("section", { class: "side-box", "data-testid": "processes",
       "aria-label": "Processes" }, h("h3", {}, "Processes"), rows);
@@ -976,18 +999,74 @@ export class SessionView {
     }
   }
 
+  /** The sandbox and network the controls show (what the user chose, maybe not sent). */
+  _chosenSandbox() {
+    const sandbox = this._sandbox.value;
+    return [sandbox, this._network.checked && sandbox !== "full-access"];
+  }
+
   async _setSandbox() {
     const s = this.session;
     if (!s) return;
-    const sandbox = this._sandbox.value;
-    const network = this._network.checked && sandbox !== "full-access";
-    if (sandbox === s.sandbox && network === Boolean(s.network)) return;
+    this._network.disabled = this._sandbox.value === "full-access";
+    const [sandbox, network] = this._chosenSandbox();
+    if (sandbox === s.sandbox && network === Boolean(s.network)) {
+      this._cancelSandbox(); // back to what it is: nothing to ask or send
+      return;
+    }
+    if (toggleEffects(s, sandbox, network).stop.length) {
+      this._asking = true;
+      this._askSandbox();
+      return;
+    }
+    this._hideAsk();
+    await this._sendSandbox(sandbox, network);
+  }
+
+  /** Show (or refresh) the question: which running processes the chosen change stops. */
+  _askSandbox() {
+    const s = this.session;
+    const [sandbox, network] = this._chosenSandbox();
+    const { stop, words } = toggleEffects(s, sandbox, network);
+    const one = stop.length === 1;
+    this._toggleText.textContent = stop.length
+      ? `${words}: ${stop.length} running process${one ? "" : "es"} will be stopped ` +
+        `(${processNames(stop)}) — ${one ? "it runs" : "they run"} with the old settings.`
+      : `${words}: no running process needs to stop now.`;
+    const wasHidden = this._toggleAsk.hidden;
+    this._toggleAsk.hidden = false;
+    if (wasHidden) {
+      this._menu.open = false; // on a phone the settings are in the menu, over the question
+      this._toggleAsk.querySelector("[data-testid=toggle-cancel]").focus();
+    }
+  }
+
+  _hideAsk() {
+    this._asking = false;
+    this._toggleAsk.hidden = true;
+  }
+
+  async _confirmSandbox() {
+    const [sandbox, network] = this._chosenSandbox();
+    this._hideAsk();
+    await this._sendSandbox(sandbox, network);
+  }
+
+  _cancelSandbox() {
+    const s = this.session;
+    this._hideAsk();
+    if (!s) return;
+    this._sandbox.value = s.sandbox;
+    this._network.checked = Boolean(s.network);
+    this._network.disabled = s.sandbox === "full-access";
+  }
+
+  async _sendSandbox(sandbox, network) {
     try {
       await this.ctx.socket.setSandbox(this.sessionId, sandbox, network);
     } catch (err) {
       this.ctx.toast(`Sandbox not changed: ${err.message}`, "error");
-      this._sandbox.value = s.sandbox;
-      this._network.checked = Boolean(s.network);
+      this._cancelSandbox();
     }
   }
 

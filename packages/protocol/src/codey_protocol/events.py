@@ -488,10 +488,11 @@ class ActionFinished(EventBase, kw_only=True):
 
 #: who stopped a process: ``""`` it ended by itself; ``exec_kill`` the model's ``kill``;
 #: ``user`` the Stop button; ``interrupt`` / ``close`` the session was interrupted / closed;
+#: ``settings`` the session's sandbox or network was narrowed while it ran with more;
 #: ``timeout``, ``cancel``, ``detach``, ``worker_exit`` as the worker says (``StoppedBy``);
 #: ``gone`` the worker no longer knows it (it restarted)
 ProcessStopper = Literal["", "exec_kill", "user", "interrupt", "close", "timeout", "cancel",
-                         "detach", "worker_exit", "gone"]
+                         "detach", "worker_exit", "gone", "settings"]
 
 
 class ProcessStarted(EventBase, kw_only=True):
@@ -505,6 +506,10 @@ class ProcessStarted(EventBase, kw_only=True):
     cwd: str | None = None
     tty: bool = False
     output: str = ""
+    #: the sandbox mode and network it was started with (its ``exec_start``'s: an escalated
+    #: one's are ``full-access``); None in events from before they were recorded
+    sandbox: SandboxMode | None = None
+    network: bool | None = None
 
 
 class ProcessOutput(EventBase, kw_only=True):
@@ -515,8 +520,9 @@ class ProcessOutput(EventBase, kw_only=True):
 
 
 class ProcessStopRequested(EventBase, kw_only=True):
-    """Someone asked the process to stop (``by``: ``user``, ``interrupt``, ``close``): the
-    server sends the worker ``exec_kill``, again after a reconnect until it has ended."""
+    """Someone asked the process to stop (``by``: ``user``, ``interrupt``, ``close``,
+    ``settings``): the server sends the worker ``exec_kill``, again after a reconnect until it
+    has ended."""
 
     process_id: str
     by: ProcessStopper = "user"

@@ -105,6 +105,11 @@ class PendingAction(msgspec.Struct, kw_only=True):
     item_id: str
     worker_id: str
     action: ActionMessage
+    #: the session's sandbox mode and network toggle when it was requested (None: in a
+    #: snapshot from before they were kept): a process it starts after the user narrowed
+    #: them is stopped as a running one would have been
+    sandbox: SandboxMode | None = None
+    network: bool | None = None
 
 
 class SessionProcess(msgspec.Struct, kw_only=True):
@@ -120,6 +125,9 @@ class SessionProcess(msgspec.Struct, kw_only=True):
     cwd: str | None = None
     tty: bool = False
     status: Literal["running", "stopping", "ended", "gone"] = "running"
+    #: what it runs with (see ``ProcessStarted``; None: not recorded)
+    sandbox: SandboxMode | None = None
+    network: bool | None = None
     stop_by: ProcessStopper = ""
     exit_code: int | None = None
     signal: int | None = None

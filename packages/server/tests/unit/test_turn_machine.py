@@ -917,6 +917,60 @@ def test_exec_lists_its_process_in_the_session_when_its_call_settles() -> None:
     assert "process proc_1 is running" in (tool.result or "")
 
 
+def _exec_requested(pilot: Pilot, **args: Any) -> wk.ExecStart:
+    step = _call(pilot, ToolCallRequested("c1", "exec", json.dumps(
+        {"command": ["npm", "run", "dev"], **args})))
+    if not [e for e in step.effects if isinstance(e, RunAction)]:  # an escalation asks
+        step = _decide(pilot, "approved")
+    [run] = [e for e in step.effects if isinstance(e, RunAction)]
+    assert isinstance(run.action, wk.ExecStart)
+    return run.action
+
+
+def _started(pilot: Pilot, action: wk.ExecStart) -> list[ev.Event]:
+    step = pilot.feed(ActionDone(action.action_id, wk.ExecOutput(
+        process_id="proc_1", output="ready\n", running=True)))
+    return _events(step)
+
+
+def test_a_process_records_the_sandbox_and_network_it_was_started_with() -> None:
+    pilot = _codey()
+    pilot.record((S, ev.SessionSandboxChanged(sandbox="workspace-write", network=True)))
+    _started(pilot, _exec_requested(pilot))
+    [p] = pilot.session.processes
+    assert (p.sandbox, p.network, p.status) == ("workspace-write", True, "running")
+
+
+def test_a_process_started_after_the_network_went_off_is_stopped_at_once() -> None:
+    # the toggle changed while its exec_start was on its way: a process already running then
+    # would have been stopped, so this one is too
+    pilot = _codey()
+    pilot.record((S, ev.SessionSandboxChanged(sandbox="workspace-write", network=True)))
+    action = _exec_requested(pilot)
+    assert action.network
+    pilot.record((S, ev.SessionSandboxChanged(sandbox="workspace-write", network=False)))
+    events = _started(pilot, action)
+    assert ev.ProcessStopRequested(process_id="proc_1", by="settings") in events
+    [p] = pilot.session.processes
+    assert (p.status, p.stop_by, p.network) == ("stopping", "settings", True)
+    assert _tool(pilot).status == "done"  # the call itself went as it went
+
+
+def test_a_process_started_after_a_widening_or_an_approved_escalation_runs_on() -> None:
+    pilot = _codey()
+    action = _exec_requested(pilot)
+    pilot.record((S, ev.SessionSandboxChanged(sandbox="workspace-write", network=True)))
+    assert not [e for e in _started(pilot, action) if isinstance(e, ev.ProcessStopRequested)]
+    assert pilot.session.processes[0].status == "running"
+    # escalated: outside the sandbox by the user's word, the session's settings unchanged
+    pilot = _codey()
+    action = _exec_requested(pilot, escalate=True, justification="it serves on port 80")
+    assert (action.sandbox, action.network) == ("full-access", True)
+    assert not [e for e in _started(pilot, action) if isinstance(e, ev.ProcessStopRequested)]
+    [p] = pilot.session.processes
+    assert (p.status, p.sandbox, p.network) == ("running", "full-access", True)
+
+
 def _second_call(pilot: Pilot, name: str, **args: Any) -> Step:
     pilot.feed(ModelParts([ToolCallRequested("c2", name, json.dumps(args))]))
     return pilot.feed(ModelDone())

@@ -21,6 +21,7 @@ from codey_protocol import client as cl
 from codey_protocol import events as ev
 from codey_protocol.state import SessionInfo, State
 from codey_server.core.rules import CommandRejected, Context, Decided, Decider
+from codey_server.core.toggles import sandbox_changed
 
 __all__ = ["ATTACHMENTS_MAX", "COMMANDS", "MEMORY_MAX", "TITLE_MAX", "CommandRejected",
            "Context", "Decided", "branch_for", "clean_file_name", "create_session",
@@ -397,7 +398,8 @@ def _set_sandbox(state: State, c: cl.SetSandbox, ctx: Context) -> Decided:
         raise CommandRejected("conflict", "the session is closed")
     if (s.sandbox, s.network) == (c.sandbox, c.network):
         return []
-    return [(s.session_id, ev.SessionSandboxChanged(sandbox=c.sandbox, network=c.network))]
+    # running processes keep the sandbox they started in: a narrowing stops them first
+    return [(s.session_id, e) for e in sandbox_changed(s, c.sandbox, c.network, ctx)]
 
 
 def _set_model(state: State, c: cl.SetSessionModel, ctx: Context) -> Decided:

@@ -256,6 +256,7 @@ def _action_requested(state: State, env: ev.Envelope) -> None:
     if s is not None:
         s.pending_actions[e.action_id] = PendingAction(
             action_id=e.action_id, item_id=e.item_id, worker_id=e.worker_id, action=e.action,
+            sandbox=s.sandbox, network=s.network,
         )
 
 
@@ -300,7 +301,8 @@ def _process_started(state: State, env: ev.Envelope) -> None:
     if s is None or find_process(s, e.process_id) is not None:
         return
     p = SessionProcess(process_id=e.process_id, item_id=e.item_id, worker_id=e.worker_id,
-                       argv=list(e.argv), cwd=e.cwd, tty=e.tty, started_at=env.ts)
+                       argv=list(e.argv), cwd=e.cwd, tty=e.tty, started_at=env.ts,
+                       sandbox=e.sandbox, network=e.network)
     _read(p, e.output)
     s.processes.append(p)
 

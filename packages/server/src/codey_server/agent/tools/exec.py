@@ -3,7 +3,8 @@ test run), in the session's sandbox, and answer after a short wait with its outp
 
 The process belongs to the session: ``write_stdin`` reads and writes it, ``kill`` stops it,
 the session's processes panel lists it (``process_started`` …), and it stops when the session
-is interrupted or closed. Approved, sandboxed and escalated exactly as ``shell`` is.
+is interrupted or closed, or its sandbox is narrowed below what it runs with
+(``core/toggles.py``). Approved, sandboxed and escalated exactly as ``shell`` is.
 
 This module also holds what the three process tools share: how an ``exec_output`` reads to
 the model, and the process events it makes.
@@ -41,6 +42,7 @@ from codey_server.agent.tools.shell import (
     runs_in,
 )
 from codey_server.core.fold import find_process
+from codey_server.core.toggles import stops_at_start
 
 __all__ = ["EXEC", "MAX_YIELD_MS", "ExecArgs", "OnProcess", "exec_text", "foreign_process",
            "gone_events", "process_end", "process_read", "stopper"]
@@ -79,7 +81,9 @@ class Exec(WorkerTool[ExecArgs]):
         "shell does, but no command counts as read-only here. With the session's network "
         "off each command has a network of its own: a server started here is reachable "
         "only from inside its own command, so ask the user to turn the network on to test "
-        "against it. It stops when you kill it or the session is interrupted or closed. "
+        "against it. It stops when you kill it, the session is interrupted or closed, or "
+        "the user turns off access it has; it keeps the sandbox it started in, so restart "
+        "it after the network is turned on. "
         "Unread output is kept up to 1 MiB.")
     parameters = obj({
         "command": {"type": "array", "items": {"type": "string"}, "minItems": 1},
@@ -144,11 +148,22 @@ class Exec(WorkerTool[ExecArgs]):
                session: SessionInfo) -> list[ev.Event]:
         if not isinstance(outcome, wk.ExecOutput) or not outcome.process_id:
             return []
+        # the call's action is still pending here: it says what the process runs with
+        pending = session.pending_actions.get(item.action_id or "")
+        action = pending.action if pending is not None else None
+        run = action if isinstance(action, wk.ExecStart) else None
         started: list[ev.Event] = [ev.ProcessStarted(
             process_id=outcome.process_id, item_id=item.id, worker_id=session.worker_id,
-            argv=args.command, cwd=args.cwd, tty=args.tty, output=outcome.output)]
+            argv=args.command, cwd=args.cwd, tty=args.tty, output=outcome.output,
+            sandbox=run.sandbox if run is not None else None,
+            network=run.network if run is not None else None)]
         if not outcome.running:
             started.append(process_end(outcome, None, read=False))
+        elif pending is not None and stops_at_start(pending, session):
+            # the user narrowed the settings while it was starting: it would have been
+            # stopped had it been running then, so it is now
+            started.append(ev.ProcessStopRequested(process_id=outcome.process_id,
+                                                   by="settings"))
         return started
 
 
