@@ -90,7 +90,7 @@ from codey_protocol.worker import (
 from codey_worker import fs
 from codey_worker.acp import AcpAgents
 from codey_worker.config import codey_home
-from codey_worker.confine import ActionRefused
+from codey_worker.confine import ActionRefused, within
 from codey_worker.console import WorkerConsole
 from codey_worker.exec import CommandRegistry, run_command
 from codey_worker.frames import encode_fitted
@@ -188,6 +188,7 @@ class ActionDispatcher:
         #: why the worker is stopping (set by :meth:`shutdown`): the commands it stops say so
         self._stopping: str | None = None
         self._attached: dict[str, Path] = {}
+        self._attached_as: dict[str, str] = {}  # each one's workdir as the server spelled it
         #: $CODEY_HOME: where the user's own AGENTS.md and skills are
         self.home = home if home is not None else codey_home()
         self.sandbox = sandbox if sandbox is not None else Sandbox.detected(self.home)
@@ -313,6 +314,7 @@ class ActionDispatcher:
         if not isinstance(action, ReadFile):
             return None
         try:
+            self._pinned(action)
             content = fs.read_small_file(action, self.policy, INLINE_READ_BYTES,
                                          self.sandbox.boundary)
         except Exception as exc:
@@ -406,7 +408,27 @@ class ActionDispatcher:
             self.console.error(f"{response.code}: {response.message}", action.session_id)
         await self._emit(frame)
 
+    def _pinned(self, action: ActionMessage) -> None:
+        """Refuse (``workdir_changed``) an action of an attached session whose workdir now
+        leads to another folder than the one attached: a folder swapped for a symlink since
+        (by another session's command, whose sandbox may write the folder holding it) does
+        not carry the session, its file tools and its sandbox, somewhere else."""
+        workdir = getattr(action, "workdir", None)
+        if not workdir or isinstance(action, AttachSession):
+            return
+        pinned = self._attached.get(action.session_id)
+        real = self.policy.check_workdir(workdir)
+        # (by the workdir's spelling: a session moved into its worktree names a new folder)
+        if pinned is None or workdir != self._attached_as.get(action.session_id):
+            self._check_no_foreign_link(workdir, real)  # not attached: as an attach would
+            return
+        if real != pinned:
+            raise ActionRefused("workdir_changed", f"{workdir} now leads to {real}, not to "
+                                f"{pinned}, the folder this session was started in; nothing "
+                                "was done (a folder on the way was replaced by a symlink)")
+
     async def _execute(self, action: ActionMessage) -> ActionOutcome:
+        self._pinned(action)
         match action:
             case RunCommand():
                 return await self._run_command(action)
@@ -455,6 +477,7 @@ class ActionDispatcher:
                 return await self._attach(action)
             case DetachSession():
                 was = self._attached.pop(action.session_id, None) is not None
+                self._attached_as.pop(action.session_id, None)
                 if self.watcher is not None:
                     was = self.watcher.unwatch(action.session_id) or was
                 # its processes and its private /tmp go with it
@@ -574,8 +597,30 @@ class ActionDispatcher:
             diff=outcome.diff,
         )
 
+    def _check_no_foreign_link(self, text: str, real: Path) -> None:
+        """Refuse (``workdir_changed``) a workdir reached through a symlink that lies inside
+        another attached session's folder: that folder is the other session's model's to
+        write, so the link may be its doing (a sub-agent's ``sub -> ~`` from its parent)."""
+        spelled = os.path.normpath(text)
+        if spelled == str(real):
+            return
+        here = Path("/")
+        for part in Path(spelled).parts[1:]:
+            here = here / part
+            if here.is_symlink() and any(within(os.path.realpath(here.parent), str(other))
+                                         for other in self._attached.values()):
+                raise ActionRefused("workdir_changed", f"{text} goes through the symlink "
+                                    f"{here}, inside another session's folder: refused (its "
+                                    "model may have made it)")
+
     async def _attach(self, action: AttachSession) -> ActionOutcome:
         workdir = self.policy.check_workdir(action.workdir)
+        if self._attached_as.get(action.session_id) != action.workdir:
+            self._check_no_foreign_link(action.workdir, workdir)
+        elif self._attached[action.session_id] != workdir:
+            raise ActionRefused("workdir_changed", f"{action.workdir} now leads to {workdir}, "
+                                f"not to {self._attached[action.session_id]}, the folder this "
+                                "session was started in")
         created = False
         if workdir.exists():
             if not workdir.is_dir():
@@ -588,6 +633,7 @@ class ActionDispatcher:
                                     f"cannot create {workdir}: {exc.strerror or exc}") from None
             created = True
         self._attached[action.session_id] = workdir
+        self._attached_as[action.session_id] = action.workdir
         if self.watcher is not None:
             self.watcher.watch(action.session_id, workdir)
         if self.console is not None:
