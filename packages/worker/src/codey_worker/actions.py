@@ -278,6 +278,7 @@ class ActionDispatcher:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
         await closing
+        self.sandbox.close_boxes()
         if self.watcher is not None:
             await self.watcher.close()
         if self.mcp is not None:
@@ -483,6 +484,7 @@ class ActionDispatcher:
                 # its processes and its private /tmp go with it
                 if self._processes is not None:
                     await self._processes.stop_session(action.session_id)
+                self.sandbox.close_box(action.session_id)
                 await asyncio.to_thread(self.sandbox.drop_session, action.session_id)
                 return Detached(was_attached=was)
             case LoadContext():

@@ -74,6 +74,7 @@ from codey_worker.confine import ActionRefused, resolve_inside
 from codey_worker.frames import FRAME_BUDGET
 from codey_worker.policy import LocalPolicy, check_protected_args
 from codey_worker.sandbox import Sandbox, SandboxSpec, sandbox_denial
+from codey_worker.warm import WarmBox, WarmBoxes, WarmError, WarmRun, supervisor_env
 
 __all__ = [
     "CHUNK_MAX",
@@ -686,6 +687,12 @@ async def run_command(
             return await _run(argv, str(cwd), env, action, on_output, cancel_event, grace_s,
                               drain_s)
         assert sandbox is not None
+        boxes = sandbox.boxes if action.sandbox == "workspace-write" else None
+        if boxes is not None and action.session_id:
+            warm = await _run_warm(boxes, sandbox, box.spec, argv, str(cwd), env, action,
+                                   on_output, cancel_event, grace_s, drain_s)
+            if warm is not None:
+                return _mark_denial(warm, box.spec, sandbox)
         try:
             fds: tuple[int, ...] = ()
             if box.bwrap:
@@ -703,6 +710,114 @@ async def run_command(
     finally:
         if registry is not None:
             registry._unregister(action.action_id)
+
+
+async def _run_warm(boxes: WarmBoxes, sandbox: Sandbox, spec: SandboxSpec, argv: list[str],
+                    cwd: str, env: dict[str, str], action: RunCommand,
+                    on_output: OutputCallback, cancel_event: asyncio.Event, grace_s: float,
+                    drain_s: float) -> CommandResult | None:
+    """:func:`_run` in the session's warm box (:mod:`codey_worker.warm`); None when the box
+    cannot be had (the caller then starts a bwrap of the command's own)."""
+    started_at = time.monotonic()
+    try:
+        box = await boxes.get(action.session_id, sandbox.warm_prefix(spec),
+                              supervisor_env(env.get("PATH")))
+    except WarmError as exc:
+        log.warning("no warm sandbox for %s, starting one for the command: %s",
+                    action.session_id, exc)
+        return None
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    try:
+        run = box.run(argv, cwd, env, out_w, err_w)
+    except WarmError:
+        os.close(out_r)
+        os.close(err_r)
+        return None
+    finally:
+        os.close(out_w)  # the box has its copies: EOF comes when the command's tree is gone
+        os.close(err_w)
+    loop = asyncio.get_running_loop()
+    readers: list[asyncio.StreamReader] = []
+    transports: list[asyncio.BaseTransport] = []
+    for fd in (out_r, err_r):
+        reader = asyncio.StreamReader(limit=_READ_SIZE * 4)
+        protocol = asyncio.StreamReaderProtocol(reader)
+        transport, _ = await loop.connect_read_pipe(lambda p=protocol: p,  # type: ignore[misc]
+                                                    os.fdopen(fd, "rb", 0))
+        readers.append(reader)
+        transports.append(transport)
+    cap = action.output_cap
+    keep = min(cap, FRAME_BUDGET)
+    head_budget = _HeadBudget(keep // 2)
+    tail_cap = keep - keep // 2
+    captures = [_Capture(head_budget, tail_cap), _Capture(head_budget, tail_cap)]
+    stream_budget = _StreamBudget(cap)
+    streamers = [_Streamer("stdout", on_output, stream_budget),
+                 _Streamer("stderr", on_output, stream_budget)]
+    pumps = [asyncio.create_task(_pump(readers[0], captures[0], streamers[0])),
+             asyncio.create_task(_pump(readers[1], captures[1], streamers[1]))]
+    flusher = asyncio.create_task(_flush_loop(streamers))
+    cancel_wait: asyncio.Future[Any] = asyncio.create_task(cancel_event.wait())
+    exited: asyncio.Future[Any] = asyncio.ensure_future(run.exited)
+    timed_out = cancelled = finished = False
+    code: int | None = None
+    sig: int | None = None
+    lost = ""
+    try:
+        done, _ = await asyncio.wait({exited, cancel_wait}, timeout=action.timeout_s,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        if exited not in done:
+            cancelled = cancel_wait in done
+            timed_out = not cancelled
+            await _stop_warm(box, run, grace_s)
+        try:
+            code, sig = await exited
+        except WarmError as exc:
+            lost = f"\ncodey-worker: the sandbox ended under the command: {exc}\n"
+            sig = signal.SIGKILL
+        # the command and all it left are gone: the pipes end now (or very soon)
+        _, pending = await asyncio.wait(pumps, timeout=drain_s)
+        for task in pending:
+            task.cancel()
+        finished = True
+    finally:
+        # cancelled task (the worker stops) or an unexpected error: nothing stays behind
+        if not finished and run.started.done() and not run.started.cancelled() and \
+                run.started.exception() is None:
+            box.kill(run.started.result()[1])
+        helpers: list[asyncio.Future[Any]] = [*pumps, flusher, cancel_wait, exited]
+        for helper in helpers:
+            helper.cancel()
+        await asyncio.gather(*helpers, return_exceptions=True)
+        for pipe in transports:
+            pipe.close()
+    for streamer in streamers:
+        await streamer.flush(final=True)
+    if lost:
+        captures[1].add(lost.encode())
+    shares = _share_tail(captures, keep - sum(len(c.head) for c in captures))
+    stdout, cut_out = captures[0].render(shares[0])
+    stderr, cut_err = captures[1].render(shares[1])
+    return CommandResult(
+        exit_code=code, signal=sig, stdout=stdout, stderr=stderr,
+        truncated=cut_out or cut_err, timed_out=timed_out, cancelled=cancelled,
+        duration_ms=int((time.monotonic() - started_at) * 1000))
+
+
+async def _stop_warm(box: WarmBox, run: WarmRun, grace_s: float) -> None:
+    """TERM (and CONT) to the command's process group, then after ``grace_s`` a kill of all
+    it started — as :func:`_terminate_group` does for a process of the worker's own."""
+    try:
+        pid, reaper = await asyncio.wait_for(asyncio.shield(run.started), grace_s)
+    except (TimeoutError, WarmError):
+        return  # never started, or the box is gone (and everything in it)
+    box.signal(pid, signal.SIGTERM)
+    box.signal(pid, signal.SIGCONT)  # a stopped process cannot act on TERM
+    try:
+        await asyncio.wait_for(asyncio.shield(run.exited), grace_s)
+    except (TimeoutError, WarmError):
+        box.kill(reaper)
 
 
 def _program_problem(program: str, cwd: Path, env: Mapping[str, str]) -> CommandResult | None:

@@ -48,6 +48,7 @@ command's background processes never outlive it. A command killed by signal N ex
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import os
@@ -66,6 +67,7 @@ from codey_protocol.worker import SandboxInfo, SandboxMode
 from codey_worker.confine import ActionRefused, protected_paths, within
 from codey_worker.files import Boundary
 from codey_worker.hidden import ALWAYS_HIDDEN, DEFAULT_HIDDEN_PATHS, SocketScan, expand_all
+from codey_worker.warm import WarmBoxes
 
 __all__ = [
     "DEFAULT_HIDDEN_PATHS",
@@ -541,6 +543,10 @@ class Sandbox:
     settings: SandboxSettings = field(default_factory=SandboxSettings)
     #: the Unix sockets under /run, covered for commands without the network
     socket_scan: SocketScan = field(default_factory=SocketScan, compare=False, repr=False)
+    #: run a session's workspace-write commands in a warm box (:mod:`codey_worker.warm`)
+    #: rather than a new bwrap each; ``CODEY_SANDBOX_WARM=0`` in the environment turns it off
+    warm: bool = field(default_factory=lambda: os.environ.get("CODEY_SANDBOX_WARM") != "0")
+    _boxes: WarmBoxes | None = field(default=None, init=False, compare=False, repr=False)
 
     @classmethod
     def detected(cls, home: Path, settings: SandboxSettings | None = None) -> Sandbox:
@@ -583,8 +589,33 @@ class Sandbox:
             return self.session_tmp(session_id)
         return None
 
+    @property
+    def boxes(self) -> WarmBoxes | None:
+        """The warm boxes, where this machine has bwrap and they are on; else None."""
+        if not self.warm or self.support.kind != "bwrap":
+            return None
+        if self._boxes is None:
+            self._boxes = WarmBoxes()
+        return self._boxes
+
+    def warm_prefix(self, spec: SandboxSpec) -> list[str]:
+        """The bwrap argv of ``spec``'s warm box: the command's folder is entered by the box's
+        supervisor, so the box is made for the workdir (and is the same for every cwd)."""
+        return bwrap_args(dataclasses.replace(spec, cwd=spec.workdir), self.support)
+
+    def close_box(self, session_id: str) -> None:
+        """End the session's warm box, if it has one (on the event loop's thread)."""
+        if self._boxes is not None:
+            self._boxes.drop(session_id)
+
+    def close_boxes(self) -> None:
+        """End every warm box (the worker stops)."""
+        if self._boxes is not None:
+            self._boxes.close()
+            self._boxes = None
+
     def drop_session(self, session_id: str) -> None:
-        """Delete the session's private temp dir (the session was detached)."""
+        """Delete the session's private temp dir (it was detached)."""
         shutil.rmtree(self.tmp_root() / _dir_name(session_id), ignore_errors=True)
 
     def prune(self, max_age_s: float = 7 * 24 * 3600) -> int:

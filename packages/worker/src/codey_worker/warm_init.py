@@ -1,0 +1,216 @@
+"""The supervisor inside a warm sandbox (``codey_worker.warm``): it runs commands in the
+namespaces and mounts bubblewrap made once, so a command does not pay for a new bwrap.
+
+Run by the worker, inside bwrap, as ``python -I -S -c <this file's text> FD``: the standard
+library only (no site, no environment), FD a ``SOCK_SEQPACKET`` Unix socket to the worker.
+Messages are JSON, one per packet; file descriptors travel beside them (``SCM_RIGHTS``).
+
+worker → supervisor
+    ``{"op": "run", "id", "argv", "cwd", "env"}`` with two fds (the command's stdout and
+    stderr, write ends of the worker's pipes); ``{"op": "signal", "pgid", "sig"}`` (to the
+    command's process group: a TERM with the grace period); ``{"op": "kill", "reaper"}``
+    (everything the command started, now). The socket closing ends the supervisor, and with
+    it the sandbox (bwrap's PID 1 goes, and the kernel kills the rest of the namespace).
+
+supervisor (and the reapers it forks) → worker
+    ``{"op": "ready"}``; ``{"op": "started", "id", "pid", "reaper"}``;
+    ``{"op": "exit", "id", "code", "signal", "error"}`` — sent once the command *and
+    everything it left behind* are gone.
+
+Each command runs under a reaper of its own, forked by the supervisor: the reaper is a child
+subreaper (``PR_SET_CHILD_SUBREAPER``), so whatever the command leaves behind — ``&``,
+``nohup``, ``setsid``, a double fork — is reparented to it, not to the sandbox's PID 1; once
+the command exits (or on ``kill``), the reaper kills what is left until it has no child, then
+reports. That keeps the per-command guarantee of a bwrap of its own: a command's background
+processes end with it. The command itself gets a session and process group of its own
+(``setsid``), stdin from /dev/null, the signals Python ignores set back to their defaults,
+and no descriptor but 0, 1 and 2.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import socket
+import sys
+from typing import Any, NoReturn
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def _send(sock: socket.socket, message: dict[str, object]) -> None:
+    try:
+        sock.send(json.dumps(message).encode())
+    except OSError:
+        pass  # the worker is gone: the socket closing ends us anyway
+
+
+def _prctl() -> Any:
+    """libc's prctl, loaded once by the supervisor: each reaper is a fork of it, so a reaper
+    pays nothing for ctypes (importing it there cost ~5-10 ms per command)."""
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True).prctl
+
+
+_PRCTL: Any = None
+
+
+def _subreaper() -> None:
+    if _PRCTL is not None:
+        _PRCTL(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def _children(me: int) -> list[int]:
+    """The pids whose parent is ``me`` (reparented orphans included)."""
+    found: list[int] = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if len(fields) > 1 and int(fields[1]) == me:
+            found.append(int(entry))
+    return found
+
+
+def _sweep(me: int) -> None:
+    """Kill every process left under this reaper, until it has no child at all."""
+    while True:
+        for pid in _children(me):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        try:
+            pid, _ = os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
+        except InterruptedError:
+            continue
+
+
+def _exec(request: dict[str, Any], out_fd: int, err_fd: int) -> NoReturn:
+    """In the command's own process: set it up and exec (never returns)."""
+    try:
+        os.setsid()
+        null = os.open("/dev/null", os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(out_fd, 1)
+        os.dup2(err_fd, 2)
+        os.closerange(3, 65536)
+        for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM,
+                    signal.SIGCHLD, signal.SIGQUIT):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        os.chdir(request["cwd"])
+        argv = request["argv"]
+        os.execvpe(argv[0], argv, request["env"])
+    except OSError as exc:
+        code = 127 if exc.errno in (errno.ENOENT, errno.ENOTDIR) else 126
+        try:
+            os.write(2, f"codey-worker: cannot execute {request['argv'][0]}: "
+                        f"{exc.strerror}\n".encode())
+        except OSError:
+            pass
+        os._exit(code)
+    os._exit(126)
+
+
+def _reaper(sock: socket.socket, request: dict[str, Any], out_fd: int,
+            err_fd: int) -> NoReturn:
+    """In the reaper: run the command, wait for it, clear up after it, report."""
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    me = os.getpid()
+    killed: list[bool] = []
+
+    def on_term(signum: int, frame: object) -> None:
+        # "kill": the whole command, now (the grace period, if any, was the worker's TERM)
+        killed.append(True)
+        for pid in _children(me):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        _subreaper()
+    except OSError:
+        pass
+    child = os.fork()
+    if child == 0:
+        _exec(request, out_fd, err_fd)
+    os.close(out_fd)
+    os.close(err_fd)
+    _send(sock, {"op": "started", "id": request["id"], "pid": child, "reaper": me})
+    while True:
+        try:
+            _, status = os.waitpid(child, 0)
+            break
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            status = None
+            break
+    _sweep(me)
+    code: int | None = None
+    sig: int | None = None
+    if status is not None:
+        if os.WIFSIGNALED(status):
+            sig = os.WTERMSIG(status)
+        else:
+            code = os.waitstatus_to_exitcode(status)
+    _send(sock, {"op": "exit", "id": request["id"], "code": code, "signal": sig})
+    os._exit(0)
+
+
+def main(fd: int) -> None:
+    global _PRCTL
+    _PRCTL = _prctl()
+    sock = socket.socket(fileno=fd)
+    # reapers are reaped as they end; the supervisor waits on nothing
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    _send(sock, {"op": "ready", "pid": os.getpid()})
+    while True:
+        try:
+            data, fds, _, _ = socket.recv_fds(sock, 1 << 20, 4)
+        except InterruptedError:
+            continue
+        except OSError:
+            return
+        if not data:
+            return  # the worker closed the socket: the sandbox ends
+        try:
+            request = json.loads(data)
+            op = request["op"]
+            if op == "run" and len(fds) == 2:
+                pid = os.fork()
+                if pid == 0:
+                    _reaper(sock, request, fds[0], fds[1])
+                for extra in fds:
+                    os.close(extra)
+                fds = []
+            elif op == "signal":
+                os.killpg(int(request["pgid"]), int(request["sig"]))
+            elif op == "kill":
+                os.kill(int(request["reaper"]), signal.SIGTERM)
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        finally:
+            for extra in fds:
+                try:
+                    os.close(extra)
+                except OSError:
+                    pass
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]))
