@@ -3,6 +3,7 @@
     uv run python scripts/bench/scale.py                 # W=50; S=100, then S=500; N=10
     uv run python scripts/bench/scale.py --quick         # W=5, S=20, N=5: a smoke run
     uv run python scripts/bench/scale.py --profile DIR   # py-spy of the server per phase
+    uv run python scripts/bench/scale.py --sandbox --workers 10 --sessions 100   # issue 34
 
 Real processes on loopback only: codey-server (SQLite log), W paired codey-workers and the
 scripted model, whose every call answers at once with a cheap command (``true`` as argv)
@@ -166,8 +167,11 @@ def fencing_rates(dsn: str, *, tasks: int = 50, per_block: int = 100,
 
 
 def phase(server: ServerProcess, workers: list[WorkerProcess], sessions: int, calls: int,
-          dsn: str | None, root: Path, profile: Path | None) -> None:
-    print(f"S={sessions} sessions × N={calls} calls on W={len(workers)} workers", flush=True)
+          dsn: str | None, root: Path, profile: Path | None,
+          sandbox: str = "workspace-write") -> dict[str, float]:
+    """One phase; prints its figures and returns the ones ``--sandbox`` compares."""
+    print(f"S={sessions} sessions × N={calls} calls on W={len(workers)} workers "
+          f"(sandbox: {sandbox})", flush=True)
     assert server.proc is not None
     pid = server.proc.pid
     seq0 = int(server.http.get("/api/health").json()["seq"])
@@ -187,7 +191,8 @@ def phase(server: ServerProcess, workers: list[WorkerProcess], sessions: int, ca
     def create(n: int) -> str:
         worker_id, wd = workdirs[n % len(workdirs)]
         r = server.http.post("/api/sessions", json={
-            "worker_id": worker_id, "workdir": wd, "prompt": "scale", "policy": "full-auto"})
+            "worker_id": worker_id, "workdir": wd, "prompt": "scale", "policy": "full-auto",
+            "sandbox": sandbox})
         assert r.status_code == 201, r.text
         return str(r.json()["session_id"])
 
@@ -218,6 +223,9 @@ def phase(server: ServerProcess, workers: list[WorkerProcess], sessions: int, ca
         exact += sum(1 for i in items if i["kind"] == "tool_call") == calls
     trips = round_trips(server.data_dir / "events.db", seq0, dsn)
     base = spawn_baseline()
+    out = {"steps_s": steps / wall, "p50": median(trips) * 1000 if trips else 0.0,
+           "p99": percentile(trips, 99) * 1000 if trips else 0.0, "wall": wall,
+           "cpu_ms": cpu / steps * 1000}
     figure("sessions finished", len(complete), f"/{sessions}", "all", len(complete) == sessions)
     info("sample with exactly N calls", f"{exact}/{min(50, sessions)}")
     figure("wall time", wall, "s", "", None)
@@ -235,6 +243,27 @@ def phase(server: ServerProcess, workers: list[WorkerProcess], sessions: int, ca
            peak <= 1024 if sessions >= 500 else None)
     rss = [rss_mb(w.proc.pid) for w in workers if w.proc is not None]
     figure("worker RSS, mean (max)", sum(rss) / len(rss), "MB", f"(max {max(rss):.0f})", None)
+    return out
+
+
+def compare(boxed: list[dict[str, float]], bare: list[dict[str, float]]) -> None:
+    """``--sandbox``: the sandbox's runs beside full-access's (each the median of its
+    rounds, which alternated), and the issue-34 goals."""
+    def med(runs: list[dict[str, float]], key: str) -> float:
+        return median([r[key] for r in runs])
+
+    print("the sandbox on (workspace-write) beside full-access, "
+          f"median of {len(boxed)} alternating rounds", flush=True)
+    for key, label in (("steps_s", "tool steps per second"), ("p50", "round trip p50 (ms)"),
+                       ("p99", "round trip p99 (ms)"), ("cpu_ms", "server CPU per step (ms)")):
+        info(label, f"sandbox {med(boxed, key):8.1f}   full-access {med(bare, key):8.1f}")
+    steps = med(boxed, "steps_s") / med(bare, "steps_s")
+    p99 = med(boxed, "p99") / med(bare, "p99")
+    figure("steps/s, sandbox / full-access", steps, "x", "≥ 0.9", steps >= 0.9)
+    figure("p99, sandbox / full-access", p99, "x", "≤ 1.3", p99 <= 1.3)
+    figure("steps/s with the sandbox", med(boxed, "steps_s"), "/s", "≥ 90",
+           med(boxed, "steps_s") >= 90)
+    figure("p99 with the sandbox", med(boxed, "p99"), "ms", "≤ 600", med(boxed, "p99") <= 600)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -248,6 +277,11 @@ def main(argv: list[str] | None = None) -> int:
                              "one-replica cluster: every action goes through the database)")
     parser.add_argument("--profile", type=Path, default=None,
                         help="write a py-spy profile of the server per phase here")
+    parser.add_argument("--sandbox", action="store_true",
+                        help="each phase with the sandbox on and with full-access, in "
+                             "alternating rounds, side by side (issue 34)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="with --sandbox: rounds of each (default 3)")
     args = parser.parse_args(argv)
     if args.quick:
         args.workers, args.sessions, args.calls = 5, [20], 5
@@ -285,7 +319,20 @@ def main(argv: list[str] | None = None) -> int:
                     with contextlib.redirect_stdout(io.StringIO()):
                         phase(server, workers, len(workers), args.calls, dsn, root, None)
                     for sessions in args.sessions:
-                        phase(server, workers, sessions, args.calls, dsn, root, args.profile)
+                        if not args.sandbox:
+                            phase(server, workers, sessions, args.calls, dsn, root,
+                                  args.profile)
+                            continue
+                        boxed: list[dict[str, float]] = []
+                        bare: list[dict[str, float]] = []
+                        for n in range(args.rounds):  # ABBA: drift hits both alike
+                            order = ("workspace-write", "full-access") if n % 2 == 0 else (
+                                "full-access", "workspace-write")
+                            for mode in order:
+                                got = phase(server, workers, sessions, args.calls, dsn, root,
+                                            None, sandbox=mode)
+                                (boxed if mode == "workspace-write" else bare).append(got)
+                        compare(boxed, bare)
                 finally:
                     for w in workers:
                         w.stop()

@@ -99,6 +99,7 @@ from codey_worker.mcp import McpManager
 from codey_worker.policy import LocalPolicy
 from codey_worker.records import ActionRecords
 from codey_worker.sandbox import Sandbox
+from codey_worker.warm import supervisor_env
 from codey_worker.watch import WorkspaceWatcher
 
 if TYPE_CHECKING:
@@ -189,6 +190,7 @@ class ActionDispatcher:
         self._stopping: str | None = None
         self._attached: dict[str, Path] = {}
         self._attached_as: dict[str, str] = {}  # each one's workdir as the server spelled it
+        self._prewarming: set[asyncio.Task[None]] = set()
         #: $CODEY_HOME: where the user's own AGENTS.md and skills are
         self.home = home if home is not None else codey_home()
         self.sandbox = sandbox if sandbox is not None else Sandbox.detected(self.home)
@@ -599,6 +601,27 @@ class ActionDispatcher:
             diff=outcome.diff,
         )
 
+    def _prewarm(self, session_id: str, workdir: Path) -> None:
+        """Start the session's warm box now (workspace-write, network off: what most
+        sessions run), while the model thinks, so its first command does not wait for it."""
+        boxes = self.sandbox.boxes
+        if boxes is None:
+            return
+
+        async def warm() -> None:
+            try:
+                spec = self.sandbox.spec(mode="workspace-write", network=False, workdir=workdir,
+                                         cwd=workdir, tmp=self.sandbox.tmp_for(
+                                             "workspace-write", session_id))
+                await boxes.get(session_id, self.sandbox.warm_prefix(spec),
+                                supervisor_env())
+            except Exception:  # the first command starts one (or a bwrap) and says why
+                log.debug("no warm box for %s", session_id, exc_info=True)
+
+        task = asyncio.get_running_loop().create_task(warm())
+        self._prewarming.add(task)
+        task.add_done_callback(self._prewarming.discard)
+
     def _check_no_foreign_link(self, text: str, real: Path) -> None:
         """Refuse (``workdir_changed``) a workdir reached through a symlink that lies inside
         another attached session's folder: that folder is the other session's model's to
@@ -636,6 +659,7 @@ class ActionDispatcher:
             created = True
         self._attached[action.session_id] = workdir
         self._attached_as[action.session_id] = action.workdir
+        self._prewarm(action.session_id, workdir)
         if self.watcher is not None:
             self.watcher.watch(action.session_id, workdir)
         if self.console is not None:
