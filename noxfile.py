@@ -5,6 +5,8 @@
     nox -s tests       unit + integration tests of every package
     nox -s unit        the unit tests alone (no Codey process started; two processes)
     nox -s e2e         Playwright over the real three-process stack (Debian's chromium)
+    nox -s stress      unit + integration with three processes on two cores, then e2e twice:
+                       races show here before CI ("./scripts/test --stress")
 """
 
 import nox
@@ -42,7 +44,7 @@ def tests(session: nox.Session) -> None:
     # of their time waiting on the processes they start, and a module's fixtures (one
     # PostgreSQL cluster per file) stay in one process
     session.run("pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadfile",
-                *args, external=True)
+                "--durations=25", *args, external=True)
 
 
 @nox.session
@@ -57,5 +59,16 @@ def unit(session: nox.Session) -> None:
 def e2e(session: nox.Session) -> None:
     # two processes: each test builds its own stack (ports 0, its own homes) and most of its
     # time is spent waiting on it and on Chromium; CI's 25 minutes are the bound
-    session.run("pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "e2e", *session.posargs,
-                external=True)
+    session.run("pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--durations=25", "e2e",
+                *session.posargs, external=True)
+
+
+@nox.session
+def stress(session: nox.Session) -> None:
+    # not in the default sessions. More processes than cores: a test that races, or waits on
+    # a guessed delay, fails here first. Then the e2e suite twice.
+    session.run("pytest", "-q", "-p", "no:cacheprovider", "-n", "3", "--dist", "loadfile",
+                "--durations=25", *[f"{p}/tests" for p in PACKAGES], external=True)
+    for _ in range(2):
+        session.run("pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--durations=25",
+                    "e2e", external=True)
