@@ -40,8 +40,8 @@ pytestmark = pytest.mark.integration
 CREDENTIAL = "WORKER-CREDENTIAL-91c2"
 #: calls per tool and way. The old check-then-open leaked worker.json through read_file and
 #: list_dir in ~1 of 500 calls and through grep in ~1 of 20 (3,000 calls each, this machine)
-CALLS = 1500
-CALLS_SPAWNING = 200  # rg: each call starts a sandbox
+CALLS = 1000
+CALLS_SPAWNING = 120  # rg: each call starts a sandbox
 
 
 def _png(rgb: tuple[int, int, int]) -> bytes:
