@@ -12,6 +12,7 @@
 // appended item is stored as received, and "has attribute X" in Python is `X in item` here.
 
 import { APPEND_FIELDS, REPLACE_FIELDS, applyUpdate } from "./item_fields.js";
+import { Tails } from "./tails.js";
 import {
   BUSY_STATUSES, COMPACTION_ENDED, MAX_CHANGED_PATHS, PROCESS_OUTPUT_KEPT, PROCESSES_ENDED_KEPT,
   SCHEDULE_RUNS_KEPT, WORKING_STATUSES, fillApproval, fillAuthInfo, fillPortForward,
@@ -711,6 +712,8 @@ export class Store {
   constructor() {
     this.state = emptyState();
     this._listeners = new Set();
+    /** processes' live output, beside the state (not folded: see tails.js) */
+    this.tails = new Tails();
   }
 
   get seq() {
