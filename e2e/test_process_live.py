@@ -1,11 +1,12 @@
-"""Processes the agent started, seen as they run (issue 33, items 3 and 4), on the whole
+"""Processes the agent started, seen as they run (issue 33, items 3, 4 and 6), on the whole
 stack with real bubblewrap:
 
 * the processes panel shows what a process writes as it writes it, not only what the model
   last read — and the model's next read still gets all of it; a reloaded page shows the same
   tail; the event log does not grow with the lines;
 * a dev server of a session with the network off says why no one can reach it, and the
-  Forward button makes it reachable on 127.0.0.1 (only there) until it stops.
+  Forward button makes it reachable on 127.0.0.1 (only there) until it stops;
+* the dashboard's card of a finished session says "1 process running".
 
 The ticker prints a line each time the test creates the file ``go-<n>`` in its workdir: it
 writes exactly when the test wants, with no sleep to tune."""
@@ -21,6 +22,7 @@ import urllib.request
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pytest
 from playwright.sync_api import Page, expect
 
 if TYPE_CHECKING:  # the suite imports test modules with importlib
@@ -180,3 +182,46 @@ def _serves_other(port: int) -> bool:
             return b"hello from the sandbox" not in r.read()
     except (urllib.error.URLError, OSError):
         return True
+
+
+@pytest.mark.parametrize("phone", [False, True], ids=["desktop", "phone"])
+def test_a_finished_sessions_card_says_its_processes_run(
+        stack: Stack, page: Page, phone: bool) -> None:
+    model = stack.model({"model": "scripted-1", "steps": []})
+    stack.server()
+    worker = stack.worker()
+    if phone:
+        page.set_viewport_size(PHONE)
+    stack.open(page)
+    wd = Path(stack.workdir(worker, "watchers"))
+    model.set_script({"model": "scripted-1", "steps": [
+        {"match": {"user": "start two tickers"},
+         "reply": {"calls": [
+             {"name": "exec", "arguments": {"command": _ticker(str(wd)), "yield_ms": 300}},
+             {"name": "exec", "arguments": {"command": [*_ticker(str(wd)), "2"],
+                                            "yield_ms": 300}}]}},
+        {"match": {"tool": "exec", "tool_output": "tick-1"},
+         "reply": {"text": "Both run."}},
+        {"match": {"any": True}, "reply": {"text": "unexpected"}},
+    ]})
+    sid = stack.new_session(page, worker, str(wd), "start two tickers")
+    expect(stack.items(page, "assistant_message").last).to_have_text("Both run.")
+    expect(stack.status(page)).to_have_attribute("data-status", "idle")
+    page.evaluate("location.hash = '#/'")
+    card = page.locator(f"[data-testid=session-card][data-session-id='{sid}']")
+    expect(card.get_by_test_id("session-status")).to_have_text("finished")
+    expect(card.get_by_test_id("session-processes")).to_have_text("2 processes running")
+    _shoot(stack, page, "mobile-dashboard-processes" if phone else "dashboard-processes")
+
+    # one stopped: the card follows, without a reload
+    stack.open_session(page, sid)
+    page.get_by_test_id("process-stop").first.click()
+    expect(page.locator("[data-testid=process][data-status=ended]")).to_have_count(1)
+    page.evaluate("location.hash = '#/'")
+    expect(card.get_by_test_id("session-processes")).to_have_text("1 process running")
+    stack.open_session(page, sid)
+    page.get_by_test_id("process-stop").first.click()
+    expect(page.locator("[data-testid=process][data-status=ended]")).to_have_count(2)
+    page.evaluate("location.hash = '#/'")
+    expect(card.get_by_test_id("session-status")).to_have_text("finished")
+    expect(card.get_by_test_id("session-processes")).to_have_count(0)

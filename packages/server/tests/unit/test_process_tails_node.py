@@ -24,6 +24,7 @@ import { readFileSync } from "node:fs";
 const [tailsUrl, commonUrl] = process.argv.slice(1);
 const request = readFileSync(0, "utf8");  // on stdin: it can be larger than an argument
 const { Tails, keepTail } = await import(tailsUrl);
+const { liveProcesses, processesWords } = await import(commonUrl);
 const { frames, sessions, words, keep } = JSON.parse(request);
 const tails = new Tails();
 const seen = [];
@@ -33,6 +34,8 @@ const out = {
   tails: Object.fromEntries([...new Set(frames.flatMap((f) => f.tails.map((t) => t.process_id)))]
     .map((id) => [id, tails.get(id)])),
   seen,
+  live: sessions.map(liveProcesses),
+  words: words.map(processesWords),
   keep: keep.map(keepTail),
 };
 tails.prune("s1", ["p2"]);
@@ -84,3 +87,15 @@ def test_a_tail_is_never_cut_inside_a_surrogate_pair() -> None:
     units = len(kept.encode("utf-16-le")) // 2
     assert cut and units == PROCESS_TAIL_KEPT - 1 and kept == "🙂" * (units // 2) + "b"
     assert (short, short_cut) == ("ok", False)
+
+
+def test_a_card_counts_the_processes_that_may_still_run() -> None:
+    def session(*statuses: str) -> dict[str, Any]:
+        return {"processes": [{"status": s} for s in statuses]}
+
+    got = run(sessions=[session(), session("running"), session("running", "stopping", "ended",
+                                                                "gone"), {}],
+              words=[0, 1, 2, 16])
+    assert got["live"] == [0, 1, 2, 0]
+    assert got["words"] == ["", "1 process running", "2 processes running",
+                            "16 processes running"]
