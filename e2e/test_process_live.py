@@ -32,9 +32,10 @@ PHONE = {"width": 390, "height": 844}
 
 
 def _ticker(marker: str) -> list[str]:
-    # the workdir in its argv tells this test's ticker from any other on the machine
-    return ["bash", "-c", "i=1; echo tick-1; while :; do "
-            "while [ ! -f go-$i ]; do sleep 0.05; done; i=$((i+1)); echo tick-$i; done",
+    # the workdir in its argv tells this test's ticker from any other on the machine; the
+    # file ``quit`` makes it exit with code 3
+    return ["bash", "-c", "i=1; echo tick-1; while :; do while [ ! -f go-$i ]; do "
+            "[ -f quit ] && exit 3; sleep 0.05; done; i=$((i+1)); echo tick-$i; done",
             marker]
 
 
@@ -219,9 +220,12 @@ def test_a_finished_sessions_card_says_its_processes_run(
     expect(page.locator("[data-testid=process][data-status=ended]")).to_have_count(1)
     page.evaluate("location.hash = '#/'")
     expect(card.get_by_test_id("session-processes")).to_have_text("1 process running")
-    stack.open_session(page, sid)
-    page.get_by_test_id("process-stop").first.click()
-    expect(page.locator("[data-testid=process][data-status=ended]")).to_have_count(2)
-    page.evaluate("location.hash = '#/'")
-    expect(card.get_by_test_id("session-status")).to_have_text("finished")
+    # the other ends by itself, with no one polling it: its worker says so, the card follows
+    (wd / "quit").touch()
     expect(card.get_by_test_id("session-processes")).to_have_count(0)
+    expect(card.get_by_test_id("session-status")).to_have_text("finished")
+    stack.open_session(page, sid)
+    ended = page.locator("[data-testid=process][data-status=ended]")
+    expect(ended).to_have_count(2)
+    words = ended.get_by_test_id("process-status").all_text_contents()
+    assert sorted(words) == ["exit 3", "stopped by you"]
