@@ -197,7 +197,11 @@ class _Live:
         self.pending = bytearray()
         self.reset = False
         self.timer: asyncio.TimerHandle | None = None
-        self.lock = asyncio.Lock()  # pushes go out one at a time, in order
+        #: one push task at a time per process: it sends what is pending until nothing is
+        #: (so a process writing faster than the socket sends makes no pile of tasks)
+        self.pushing = False
+        self.final = False  # it ended: what is left goes, cut or not
+        self.exited = False  # its end is to be said, after its last output
 
     def add(self, data: bytes) -> bool:
         """Keep ``data``; True when a push is due now (a full chunk, or a reset)."""
@@ -307,6 +311,7 @@ class ProcessTable:
         #: where ``live`` processes' frames go (None: nowhere; they are only read)
         self.send = send
         self.ports_every_s = ports_every_s
+        self._epoch = 0  # connections so far (a push that failed on an older one goes on)
         self._sandbox = sandbox
         self.registry = registry or CommandRegistry()
         self.grace_s = grace_s
@@ -505,12 +510,14 @@ class ProcessTable:
     def connected(self) -> None:
         """The worker is connected again: whatever it pushed meanwhile was lost, so every
         live tail goes whole, and ports are said again."""
+        self._epoch += 1
         for p in self._procs.values():
             if p.live is None:
                 continue
             p.ports_sent = None
             if p.live.ring:
                 p.live.missed()
+            if p.live.ring or p.live.exited:
                 self._push_soon(p, final=p.done.is_set())
 
     async def stop_session(self, session_id: str, stopped_by: StoppedBy = "detach") -> int:
@@ -600,30 +607,50 @@ class ProcessTable:
 
     def _push_soon(self, p: _Proc, final: bool = False, exited: bool = False) -> None:
         """Push what is pending of ``p``'s tail (and, ``exited``, its end after it)."""
-        if p.live is None or self.send is None:
+        live = p.live
+        if live is None or self.send is None:
             return
-        if p.live.timer is not None:
-            p.live.timer.cancel()
-            p.live.timer = None
-        task = asyncio.get_running_loop().create_task(self._push(p, final, exited))
+        if live.timer is not None:
+            live.timer.cancel()
+            live.timer = None
+        live.final = live.final or final
+        live.exited = live.exited or exited
+        if live.pushing:
+            return  # the push under way takes it
+        live.pushing = True
+        task = asyncio.get_running_loop().create_task(self._push(p))
         self._stopping.add(task)  # (kept until done, like the stops: not the process's own)
         task.add_done_callback(self._stopping.discard)
 
-    async def _push(self, p: _Proc, final: bool, exited: bool) -> None:
-        assert p.live is not None and self.send is not None
-        async with p.live.lock:  # taken in order: what is pending is taken under the lock
-            chunk = p.live.take(final)
-            if chunk is not None:
-                text, reset = chunk
-                frame = ProcessTail(session_id=p.session_id, process_id=p.process_id,
-                                    data=text, reset=reset)
-                if not await self._send(frame):
-                    p.live.missed()
-            if exited:
-                code, sig = p.exit_code_and_signal()
-                await self._send(ProcessExited(session_id=p.session_id,
-                                               process_id=p.process_id, exit_code=code,
-                                               signal=sig, stopped_by=p.stopped_by))
+    async def _push(self, p: _Proc) -> None:
+        live = p.live
+        assert live is not None
+        try:
+            while True:
+                chunk = live.take(live.final)
+                if chunk is None and not live.exited:
+                    return
+                epoch = self._epoch
+                if chunk is not None:
+                    text, reset = chunk
+                    msg: WorkerToServerMessage = ProcessTail(
+                        session_id=p.session_id, process_id=p.process_id, data=text,
+                        reset=reset)
+                else:  # its last output went: now its end
+                    live.exited = False
+                    code, sig = p.exit_code_and_signal()
+                    msg = ProcessExited(session_id=p.session_id, process_id=p.process_id,
+                                        exit_code=code, signal=sig, stopped_by=p.stopped_by)
+                if not await self._send(msg):
+                    if chunk is not None:
+                        live.missed()
+                    else:
+                        live.exited = True
+                    if epoch == self._epoch:
+                        return  # disconnected: connected() starts again
+                    # it connected again meanwhile: go on, on the new connection
+        finally:
+            live.pushing = False
 
     async def _send(self, msg: WorkerToServerMessage) -> bool:
         if self.send is None:

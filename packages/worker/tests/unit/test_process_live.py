@@ -213,6 +213,41 @@ def test_a_tail_not_sent_while_disconnected_goes_whole_on_the_next_connection(
     arun(scenario)
 
 
+def test_a_process_faster_than_the_socket_gets_one_push_at_a_time_and_its_tail_whole(
+        ws: Path, tmp_path: Path) -> None:
+    """1.2 MB as fast as it can, to a socket that takes 20 ms a frame: pushes go one at a
+    time (no pile of tasks), what piled up goes whole, and the last tail is the newest
+    bytes it wrote, then its end."""
+    async def scenario() -> None:
+        pushes = Pushes()
+        sending = 0
+        most = 0
+
+        async def slow(frame: bytes) -> None:
+            nonlocal sending, most
+            sending += 1
+            most = max(most, sending)
+            await asyncio.sleep(0.02)
+            sending -= 1
+            await pushes.send(frame)
+
+        t = table(ws, tmp_path / "home", pushes)
+        t.send = slow
+        started = await start(t, ws, ["seq", "1", "200000"], sandbox="full-access")
+        await pushes.until(lambda: pushes.of(wk.ProcessExited))
+        everything = "".join(f"{n}\n" for n in range(1, 200001))
+        assert pushes.tail(started.process_id) == everything[-PROCESS_TAIL_BYTES:]
+        assert most == 1 and len(pushes.frames) < 100
+        assert any(f.reset for f in pushes.of(wk.ProcessTail))
+        # the model's read is whole (up to its own cap): the pushes took nothing from it
+        read = await t.write(wk.ExecWrite(action_id="w", session_id="s1",
+                                          process_id=started.process_id, yield_ms=0))
+        assert (started.output + read.output).endswith("199999\n200000\n")
+        await t.close()
+
+    arun(scenario)
+
+
 @BWRAP
 def test_an_isolated_server_says_its_port_and_is_forwarded_on_the_loopback(
         ws: Path, tmp_path: Path) -> None:
