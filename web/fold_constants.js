@@ -19,6 +19,9 @@ export const WORKING_STATUSES = Object.freeze([
 /** Characters (code points) of a process's output a session keeps. */
 export const PROCESS_OUTPUT_KEPT = 65536;
 
+/** Characters of a process's live output tail a browser keeps. */
+export const PROCESS_TAIL_KEPT = 16384;
+
 /** Ended processes a session keeps listed. */
 export const PROCESSES_ENDED_KEPT = 20;
 
@@ -104,6 +107,8 @@ const EVENT_BASE = {
   process_started: fillProcessStarted,
   process_stop_requested: fillProcessStopRequested,
   process_ended: fillProcessEnded,
+  process_listening: fillProcessListening,
+  process_forwarded: fillProcessForwarded,
   token_usage_recorded: fillTokenUsageRecorded,
   compaction_requested: fillCompactionRequested,
   turn_requested: fillTurnRequested,
@@ -530,6 +535,7 @@ export function fillExecStart(v) {
   if (v.timeout_s === undefined) v.timeout_s = null;
   if (v.sandbox === undefined) v.sandbox = "workspace-write";
   if (v.network === undefined) v.network = false;
+  if (v.live === undefined) v.live = false;
   return v;
 }
 
@@ -633,6 +639,19 @@ export function fillProcessEnded(v) {
   if (v.signal === undefined) v.signal = null;
   if (v.stopped_by === undefined) v.stopped_by = "";
   if (v.output_delta === undefined) v.output_delta = "";
+  return v;
+}
+
+/** `ProcessListening` (events.py): its defaults filled in. */
+export function fillProcessListening(v) {
+  if (v.ports === undefined) v.ports = [];
+  return v;
+}
+
+/** `ProcessForwarded` (events.py): its defaults filled in. */
+export function fillProcessForwarded(v) {
+  if (v.address === undefined) v.address = "";
+  if (v.error === undefined) v.error = "";
   return v;
 }
 
@@ -1156,6 +1175,22 @@ export function fillSessionProcess(v) {
   if (v.output_cut === undefined) v.output_cut = false;
   if (v.started_at === undefined) v.started_at = 0.0;
   if (v.ended_at === undefined) v.ended_at = null;
+  if (v.ports === undefined) v.ports = [];
+  if (v.forwards === undefined) {
+    v.forwards = [];
+  } else {
+    for (const x of v.forwards) {
+      fillPortForward(x);
+    }
+  }
+  return v;
+}
+
+/** `PortForward` (state.py): its defaults filled in. */
+export function fillPortForward(v) {
+  if (v.status === undefined) v.status = "opening";
+  if (v.address === undefined) v.address = "";
+  if (v.error === undefined) v.error = "";
   return v;
 }
 

@@ -185,6 +185,9 @@ export class Socket {
         }
         break;
       }
+      case "process_tails":
+        this.store.tails.apply(frame); // beside the state: not folded
+        break;
       case "shutdown":
         this._shutdown = true;
         this._setStatus("offline");
@@ -277,6 +280,12 @@ export class Socket {
   /** Stop a process the agent started (`exec`): the worker kills it. */
   stopProcess(session_id, process_id) {
     return this.command("stop_process", { session_id, process_id });
+  }
+
+  /** Make `port` of a process that listens inside its sandbox's own network reachable on
+   * its machine's loopback. */
+  forwardPort(session_id, process_id, port) {
+    return this.command("forward_port", { session_id, process_id, port });
   }
 
   /** Summarize the session's older conversation into one summary item. */

@@ -12,10 +12,11 @@
 // appended item is stored as received, and "has attribute X" in Python is `X in item` here.
 
 import { APPEND_FIELDS, REPLACE_FIELDS, applyUpdate } from "./item_fields.js";
+import { Tails } from "./tails.js";
 import {
   BUSY_STATUSES, COMPACTION_ENDED, MAX_CHANGED_PATHS, PROCESS_OUTPUT_KEPT, PROCESSES_ENDED_KEPT,
-  SCHEDULE_RUNS_KEPT, WORKING_STATUSES, fillApproval, fillAuthInfo, fillProjectMemory,
-  fillQuestion, fillRateLimit, fillScheduleInfo, fillScheduleRun, fillSessionContext,
+  SCHEDULE_RUNS_KEPT, WORKING_STATUSES, fillApproval, fillAuthInfo, fillPortForward,
+  fillProjectMemory, fillQuestion, fillRateLimit, fillScheduleInfo, fillScheduleRun, fillSessionContext,
   fillSessionInfo, fillSessionProcess, fillState, fillTaskInfo, fillTelegramChat,
   fillTerminalInfo, fillWorkerInfo, withDefaults,
 } from "./fold_constants.js";
@@ -500,9 +501,35 @@ function processEnded(state, env, e) {
   p.signal = e.signal;
   p.stopped_by = e.stopped_by;
   p.ended_at = env.ts;
+  p.ports = []; // it listens on nothing now, and its forwards ended with it
+  for (const f of p.forwards) if (f.status === "opening" || f.status === "open") f.status = "closed";
   const ended = [];
   s.processes.forEach((x, i) => { if (x.status === "ended" || x.status === "gone") ended.push(i); });
   if (ended.length > PROCESSES_ENDED_KEPT) s.processes.splice(ended[0], 1);
+}
+
+function processListening(state, env, e) {
+  const s = session(state, env);
+  const p = s && findProcess(s, e.process_id);
+  if (p && (p.status === "running" || p.status === "stopping")) p.ports = [...e.ports];
+}
+
+function processForwardRequested(state, env, e) {
+  const s = session(state, env);
+  const p = s && findProcess(s, e.process_id);
+  if (!p || (p.status !== "running" && p.status !== "stopping")) return;
+  p.forwards = p.forwards.filter((f) => f.port !== e.port); // a failed one is tried again
+  p.forwards.push(fillPortForward({ port: e.port }));
+}
+
+function processForwarded(state, env, e) {
+  const s = session(state, env);
+  const p = s && findProcess(s, e.process_id);
+  const f = p && p.forwards.find((x) => x.port === e.port);
+  if (!f || f.status !== "opening") return; // (the process ended meanwhile: closed stays closed)
+  f.status = e.error ? "failed" : "open";
+  f.address = e.address;
+  f.error = e.error;
 }
 
 function workspaceChanged(state, env, e) {
@@ -613,6 +640,9 @@ const HANDLERS = {
   process_output: processOutput,
   process_stop_requested: processStopRequested,
   process_ended: processEnded,
+  process_listening: processListening,
+  process_forward_requested: processForwardRequested,
+  process_forwarded: processForwarded,
   session_workspace_changed: workspaceChanged,
   token_usage_recorded: usageRecorded,
   compaction_requested: compactionRequested,
@@ -682,6 +712,8 @@ export class Store {
   constructor() {
     this.state = emptyState();
     this._listeners = new Set();
+    /** processes' live output, beside the state (not folded: see tails.js) */
+    this.tails = new Tails();
   }
 
   get seq() {

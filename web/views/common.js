@@ -92,6 +92,18 @@ export function sessionWords(s) {
   return SESSION_WORDS[s.status] || s.status;
 }
 
+/** How many of a session's processes (the agent's `exec`: a dev server, a watcher) may
+ * still run: running, or asked to stop and not ended yet. A finished session can have some. */
+export function liveProcesses(s) {
+  return (s.processes || []).filter((p) => p.status === "running" || p.status === "stopping")
+    .length;
+}
+
+/** "1 process running", "2 processes running"; "" for none. */
+export function processesWords(n) {
+  return n ? `${n} process${n === 1 ? "" : "es"} running` : "";
+}
+
 /** Seconds the session's own turns took so far (the one under way counted to now). */
 export function busySeconds(s, now = Date.now() / 1000) {
   const since = s.busy_since == null ? 0 : Math.max(0, now - s.busy_since);

@@ -7,8 +7,8 @@ import { api } from "../api.js";
 import { fmtAgo, h } from "../dom.js";
 import { renderInline } from "../markdown.js";
 import {
-  FrameBatch, SESSION_WORDS, busySeconds, fmtDuration, keyedList, machineLabel, machineName,
-  needsAttention, sessionWords, statusChip, titleNode, workerUp,
+  FrameBatch, SESSION_WORDS, busySeconds, fmtDuration, keyedList, liveProcesses, machineLabel,
+  machineName, needsAttention, processesWords, sessionWords, statusChip, titleNode, workerUp,
 } from "./common.js";
 import { NewSessionDialog } from "./newsession.js";
 import { PairPanel } from "./pair.js";
@@ -20,6 +20,8 @@ const RELEVANT = new Set([
   "worker_connected", "worker_disconnected", "session_created", "session_status_changed",
   "session_title_changed", "session_policy_changed", "session_archived", "session_deleted",
   "session_forked", "session_moved",
+  // a card says how many processes the session still runs
+  "process_started", "process_ended",
 ]);
 
 /** The worker card lists this many of its sessions, the newest first. */
@@ -191,7 +193,7 @@ export class Dashboard {
         const kids = Object.values(state.sessions).filter((x) => x.parent_id === s.session_id);
         return JSON.stringify([s.title, s.status, s.status_reason, s.policy, s.provider, s.model,
           workerUp(state, s.worker_id), w ? machineLabel(state, w) : null, fmtAgo(s.updated_at),
-          s.items.length, Math.round(busySeconds(s)), sessionWords(s),
+          s.items.length, Math.round(busySeconds(s)), sessionWords(s), liveProcesses(s),
           kids.map((k) => [k.session_id, k.title, k.status])]);
       },
       (s) => this._sessionCard(s));
@@ -347,12 +349,18 @@ export class Dashboard {
     const up = workerUp(state, s.worker_id);
     const href = `#/session/${encodeURIComponent(s.session_id)}`;
     const facts = cardFacts(s);
+    // "finished" says the agent is done, not that nothing of it runs: a dev server it left
+    const running = liveProcesses(s);
     return h("article", { class: `card session-card outcome-${s.status}`,
       "data-testid": "session-card", "data-session-id": s.session_id },
     h("div", { class: "card-head" },
       h("h3", { class: "card-title", "data-testid": "card-title", title: s.title },
         titleNode(s.title, h("a", { href, class: "stretched" }))),
-      statusChip(s.status, "session-status", sessionWords(s)),
+      h("div", { class: "card-chips" },
+        statusChip(s.status, "session-status", sessionWords(s)),
+        running ? h("span", { class: "chip processes-chip", "data-testid": "session-processes",
+          title: "Processes the agent started that still run: see them in the session" },
+        processesWords(running)) : null),
       needsAttention(s.status)
         ? h("span", { class: "badge attention dot", "data-testid": "attention-badge",
           "aria-label": "needs you", title: "needs you" }) : null),

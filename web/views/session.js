@@ -41,11 +41,11 @@ const HEADER_EVENTS = new Set([
   "session_context_updated", "memory_updated", "session_archived", "session_moved",
   "question_asked", "question_answered", "compaction_requested", "session_deleted",
   "plan_approved", "process_started", "process_output", "process_stop_requested",
-  "process_ended",
+  "process_ended", "process_listening", "process_forward_requested", "process_forwarded",
 ]);
 
 const PROCESS_EVENTS = new Set(["process_started", "process_output", "process_stop_requested",
-  "process_ended"]);
+  "process_ended", "process_listening", "process_forward_requested", "process_forwarded"]);
 
 export class SessionView {
   constructor(ctx, sessionId) {
@@ -59,6 +59,8 @@ export class SessionView {
     this._batch = new FrameBatch(() => this._flush());
     this._stick = true; // follow new items while the user is at the bottom
     this._build();
+    // processes' live output comes beside the events: written into the panel as it comes
+    this._unTails = ctx.store.tails.subscribe((ids) => this._onTails(ids));
   }
 
   get session() {
@@ -523,8 +525,78 @@ export class SessionView {
     replaceChildren(this._side, parts);
   }
 
-  /** The processes the agent started (`exec`), newest first: each with what was read from
-   * it, and a Stop button while it runs. */
+  /** Live output of this session's processes came: their panels' text is replaced in place
+   * (no re-render: a selection or a scrolled-back view stays), following the end when the
+   * view was at it. */
+  _onTails(ids) {
+    const s = this.session;
+    if (!s) return;
+    for (const id of ids) {
+      const p = findProcess(s, id);
+      const pre = p && this._side.querySelector(
+        `pre[data-testid=process-output][data-process-id="${CSS.escape(id)}"]`);
+      if (!pre) continue;
+      const { text, label } = processOutput(p, this.ctx.store.tails.get(id));
+      const atEnd = pre.scrollHeight - pre.scrollTop - pre.clientHeight < 24;
+      pre.textContent = text;
+      pre.classList.toggle("empty", !text);
+      const summary = pre.parentElement && pre.parentElement.querySelector("summary");
+      if (summary) summary.textContent = label;
+      if (atEnd) pre.scrollTop = pre.scrollHeight;
+    }
+  }
+
+  /** What a process listens on inside its sandbox's own network, and the forwards asked
+   * for: a sentence saying why no one can reach it, a Forward button per port (when its
+   * machine's worker can), and where a forwarded one is. */
+  _portsNote(s, p) {
+    const forwards = new Map(p.forwards.map((f) => [f.port, f]));
+    const shown = [...new Set([...p.ports, ...p.forwards.filter((f) => f.status === "open" ||
+      f.status === "opening").map((f) => f.port)])].sort((a, b) => a - b);
+    if (p.status !== "running" || !shown.length) return null;
+    const w = this.ctx.store.state.workers[p.worker_id];
+    const canForward = Boolean(w && w.capabilities.executors.includes("exec_forward"));
+    const where = w ? machineLabel(this.ctx.store.state, w) : "its machine";
+    const ports = shown.length === 1 ? `port ${shown[0]} is` : `ports ${shown.join(", ")} are`;
+    const rows = shown.map((port) => {
+      const f = forwards.get(port);
+      let what;
+      if (f && f.status === "open") {
+        what = h("span", { "data-testid": "process-forwarded" }, "forwarded to ",
+          h("a", { href: `http://${f.address}/`, target: "_blank", rel: "noopener noreferrer",
+            class: "mono" }, f.address), ` on ${where}`);
+      } else if (f && f.status === "opening") {
+        what = h("span", { class: "muted", "data-testid": "process-forwarding" }, "forwarding…");
+      } else if (canForward) {
+        what = [f && f.status === "failed" ? h("span", { class: "bad",
+          "data-testid": "process-forward-error" }, `not forwarded: ${f.error} `) : null,
+        h("button", { class: "btn small", type: "button", "data-testid": "process-forward",
+          "data-port": String(port),
+          title: `Make port ${port} reachable at 127.0.0.1 on ${where} (only there)`,
+          onclick: async (ev) => {
+            ev.currentTarget.disabled = true;
+            try {
+              await this.ctx.socket.forwardPort(s.session_id, p.process_id, port);
+            } catch (err) {
+              this.ctx.toast(`Not forwarded: ${err.message}`, "error");
+            }
+          } }, `Forward ${port}`)];
+      } else {
+        what = null;
+      }
+      return h("li", { "data-port": String(port) }, h("span", { class: "mono" }, String(port)),
+        what ? " " : null, what);
+    });
+    const open = shown.every((port) => (forwards.get(port) || {}).status === "open");
+    const how = open ? " inside the sandbox, and on this machine through its forward:"
+      : " only inside the sandbox. Turn the network on and restart it to reach it" +
+        (canForward ? ", or forward it to this machine's loopback:" : ".");
+    return h("div", { class: "small process-ports", "data-testid": "process-isolated" },
+      h("p", {}, `Network off: ${ports} reachable${how}`), h("ul", { class: "plain" }, rows));
+  }
+
+  /** The processes the agent started (`exec`), newest first: each with its live output
+   * (what was read from it when the server has none), and a Stop button while it runs. */
   _processesBox(s) {
     // open while it lives, unless the user folded it; what the user chose stays
     this._processOpen = this._processOpen || new Map();
@@ -539,18 +611,22 @@ export class SessionView {
             this.ctx.toast(`Not stopped: ${err.message}`, "error");
           }
         } }, "Stop") : null;
+      const { text, label } = processOutput(p, this.ctx.store.tails.get(p.process_id));
       const out = h("pre", { class: "output", "data-testid": "process-output", tabindex: "0",
-        "aria-label": "Process output" }, p.output || "");
-      if (!p.output) out.classList.add("empty");
+        "aria-label": "Process output", "data-process-id": p.process_id }, text);
+      if (!text) out.classList.add("empty");
       const live = p.status === "running" || p.status === "stopping";
-      // shown open while it lives, and after it ended too (until the user folds it)
-      if (live && !this._processOpen.has(p.process_id)) this._processOpen.set(p.process_id, true);
+      // shown open while it lives, and after it ended too (until the user folds it); on a
+      // phone, above the transcript, folded until opened (as the plan is)
+      if (live && !this._processOpen.has(p.process_id)) {
+        this._processOpen.set(p.process_id, !matchMedia(NARROW).matches);
+      }
       const chosen = this._processOpen.get(p.process_id);
       const details = h("details", { class: "fold", open: chosen ?? live },
         h("summary", { class: "muted small", onclick: () => {
           // the user's choice (a click toggles it after this handler)
           this._processOpen.set(p.process_id, !details.open);
-        } }, p.output_cut ? "Output (its newest part)" : "Output"), out);
+        } }, label), out);
       // it keeps the sandbox it started in: say what a restart would give it
       const gaps = p.status === "running" ? missing(s, p) : [];
       const old = gaps.length ? h("p", { class: "small process-old",
@@ -561,8 +637,9 @@ export class SessionView {
         "data-process-id": p.process_id, "data-status": p.status },
       h("div", { class: "process-head" },
         h("span", { class: "mono", title: p.process_id }, p.argv.join(" ")),
-        processChip(p), stop), old, details);
+        processChip(p), stop), old, this._portsNote(s, p), details);
     });
+    this.ctx.store.tails.prune(s.session_id, s.processes.map((p) => p.process_id));
     const box = h("section", { class: "side-box", "data-testid": "processes",
       "aria-label": "Processes" }, h("h3", {}, "Processes"), rows);
     requestAnimationFrame(() => {
@@ -1094,9 +1171,17 @@ export class SessionView {
 
   destroy() {
     this._batch.cancel();
+    this._unTails();
     clearInterval(this._ticker);
     this._narrow.removeEventListener("change", this._onNarrow);
   }
+}
+
+/** A process's output in its panel: the live tail the server sent (all it wrote, whoever
+ * read it), else what was read from it (an older server, or before the tail came). */
+export function processOutput(p, tail) {
+  const [text, cut] = tail ? [tail.text, tail.cut] : [p.output || "", p.output_cut];
+  return { text, label: cut ? "Output (its newest part)" : "Output" };
 }
 
 // A re-rendered item keeps the open/closed state of its <details> (reasoning, diffs, results).

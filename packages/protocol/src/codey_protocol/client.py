@@ -3,7 +3,8 @@
 * :data:`ClientToServer` — commands from a browser. They forbid unknown fields: a browser that
   sends a field we do not know gets an :class:`Error`, not a silently ignored request.
 * :data:`ServerToClient` — frames to a browser: :class:`Events` (a batch of envelopes in seq
-  order), :class:`Snapshot`, :class:`Resync`, :class:`Ack`, :class:`Error`, :class:`Shutdown`.
+  order), :class:`Snapshot`, :class:`Resync`, :class:`Ack`, :class:`Error`, :class:`Shutdown`,
+  and :class:`ProcessTails` (processes' live output, which is not in the log).
 
 Order on a socket: the browser sends ``Subscribe{after_seq}`` first; the server answers either
 ``Snapshot`` (then live ``Events``) or catch-up ``Events`` (then live ``Events``). Commands may be
@@ -117,6 +118,15 @@ class StopProcess(ClientToServerMessage, kw_only=True):
 
     session_id: str
     process_id: str
+
+
+class ForwardPort(ClientToServerMessage, kw_only=True):
+    """Make ``port`` of a process that listens inside its sandbox's own network reachable on
+    its machine's loopback (the Forward button of its processes panel)."""
+
+    session_id: str
+    process_id: str
+    port: int
 
 
 class CompactSession(ClientToServerMessage, kw_only=True):
@@ -267,7 +277,7 @@ class RunSchedule(ClientToServerMessage, kw_only=True):
 
 ClientToServer = (
     Subscribe | CreateSession | SendPrompt | DecideApproval | SetApprovalPolicy | SetSandbox
-    | SetSessionModel | SaveProvider | RemoveProvider | Interrupt | StopProcess
+    | SetSessionModel | SaveProvider | RemoveProvider | Interrupt | StopProcess | ForwardPort
     | CompactSession | AnswerQuestion | RenameSession | ArchiveSession | CloseSession
     | DeleteSession | ForkSession | MoveSession | SetMemory | ApprovePlan | RetryTurn
     | RenameWorker
@@ -313,4 +323,23 @@ class Shutdown(ServerToClientMessage, kw_only=True):
     reason: str = "server shutting down"
 
 
-ServerToClient = Events | Snapshot | Resync | Ack | Error | Shutdown
+class ProcessTailText(msgspec.Struct, kw_only=True):
+    """Output of a process, live (whoever reads it). ``reset``: ``text`` is its whole tail
+    (the newest :data:`~codey_protocol.state.PROCESS_TAIL_KEPT` characters at most),
+    replacing what the browser had; else it follows what the browser has."""
+
+    session_id: str
+    process_id: str
+    text: str
+    reset: bool = False
+
+
+class ProcessTails(ServerToClientMessage, kw_only=True):
+    """The live tails of processes' output, outside the event log: every tail the server
+    keeps (all ``reset``) once the catch-up is sent, then what each process writes, as it
+    comes. Not part of the state: a browser keeps them beside it."""
+
+    tails: list[ProcessTailText] = msgspec.field(default_factory=list)
+
+
+ServerToClient = Events | Snapshot | Resync | Ack | Error | Shutdown | ProcessTails

@@ -483,8 +483,10 @@ class ActionFinished(EventBase, kw_only=True):
 
 # a session's processes ----------------------------------------------------------------------
 # Processes the model started with ``exec`` that outlive the call (the worker's
-# ``exec_start``). They belong to the session; their output is what was read from them (by the
-# model's calls, or by a stop), never a second stream.
+# ``exec_start``). They belong to the session; their output here is what was read from them (by
+# the model's calls, or by a stop). The live tail the browser watches is not in the log: the
+# server keeps it in memory and sends it to browsers apart from the events (``process_tails``,
+# docs/architecture.md, "A session's processes").
 
 #: who stopped a process: ``""`` it ended by itself; ``exec_kill`` the model's ``kill``;
 #: ``user`` the Stop button; ``interrupt`` / ``close`` the session was interrupted / closed;
@@ -537,6 +539,34 @@ class ProcessEnded(EventBase, kw_only=True):
     signal: int | None = None
     stopped_by: ProcessStopper = ""
     output_delta: str = ""
+
+
+class ProcessListening(EventBase, kw_only=True):
+    """The process listens on TCP ``ports`` inside a network of its own (sandboxed, started
+    with the network off): nothing outside its sandbox reaches them, but a forward the user
+    asks for (``process_forward_requested``). Appended each time the worker sees the set
+    change; ``[]``: it listens on none any more."""
+
+    process_id: str
+    ports: list[int] = msgspec.field(default_factory=list)
+
+
+class ProcessForwardRequested(EventBase, kw_only=True):
+    """The user asked to reach ``port`` of the process from the worker's machine (its
+    loopback only): the server sends the worker ``exec_forward``."""
+
+    process_id: str
+    port: int
+
+
+class ProcessForwarded(EventBase, kw_only=True):
+    """The forward of ``port`` is open at ``address`` (``127.0.0.1:<port>`` on the worker's
+    machine), or failed (``error`` says why)."""
+
+    process_id: str
+    port: int
+    address: str = ""
+    error: str = ""
 
 
 class SessionWorkspaceChanged(EventBase, kw_only=True):
@@ -860,6 +890,9 @@ Event = (
     | ProcessOutput
     | ProcessStopRequested
     | ProcessEnded
+    | ProcessListening
+    | ProcessForwardRequested
+    | ProcessForwarded
     | SessionWorkspaceChanged
     | TokenUsageRecorded
     | CompactionRequested

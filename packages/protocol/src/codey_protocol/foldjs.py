@@ -53,6 +53,8 @@ CONSTANTS: dict[str, tuple[Any, str]] = {
                          "Session statuses in which its board task counts as in progress."),
     "PROCESS_OUTPUT_KEPT": (state.PROCESS_OUTPUT_KEPT,
                             "Characters (code points) of a process's output a session keeps."),
+    "PROCESS_TAIL_KEPT": (state.PROCESS_TAIL_KEPT,
+                          "Characters of a process's live output tail a browser keeps."),
     "PROCESSES_ENDED_KEPT": (state.PROCESSES_ENDED_KEPT,
                              "Ended processes a session keeps listed."),
     "BUSY_STATUSES": (state.BUSY_STATUSES,

@@ -43,6 +43,10 @@ COMPACTION_ENDED: tuple[str, ...] = ("compaction_skipped", "compaction_failed")
 #: characters of a process's output a session keeps (the newest; both folds count code
 #: points)
 PROCESS_OUTPUT_KEPT = 64 * 1024
+#: characters of a process's live output tail the server keeps and sends to browsers (in
+#: memory, not in the log; the worker keeps the newest PROCESS_TAIL_BYTES bytes of it)
+PROCESS_TAIL_KEPT = 16 * 1024
+PROCESS_TAIL_BYTES = 16 * 1024
 #: ended processes a session keeps listed (the oldest ended ones leave first)
 PROCESSES_ENDED_KEPT = 20
 #: session statuses in which the board task it works on counts as in progress
@@ -112,11 +116,24 @@ class PendingAction(msgspec.Struct, kw_only=True):
     network: bool | None = None
 
 
+class PortForward(msgspec.Struct, kw_only=True):
+    """A port of a process made reachable on its worker's loopback on the user's click:
+    ``opening`` (asked), ``open`` (at ``address``), ``failed`` (``error``), ``closed`` (the
+    process ended)."""
+
+    port: int
+    status: Literal["opening", "open", "failed", "closed"] = "opening"
+    address: str = ""
+    error: str = ""
+
+
 class SessionProcess(msgspec.Struct, kw_only=True):
     """A process of the session (``exec``): ``running``; ``stopping`` (a stop was asked for,
     ``stop_by`` who); ``ended`` (``exit_code`` / ``signal``, ``stopped_by``); ``gone`` (the
     worker no longer knows it). ``output`` is the newest :data:`PROCESS_OUTPUT_KEPT`
-    characters read from it (``output_cut``: older ones were dropped)."""
+    characters read from it (``output_cut``: older ones were dropped). ``ports``: the TCP
+    ports it listens on inside a network of its own (started sandboxed with the network
+    off), which only ``forwards`` reach from outside."""
 
     process_id: str
     item_id: str
@@ -136,6 +153,8 @@ class SessionProcess(msgspec.Struct, kw_only=True):
     output_cut: bool = False
     started_at: float = 0.0
     ended_at: float | None = None
+    ports: list[int] = msgspec.field(default_factory=list)
+    forwards: list[PortForward] = msgspec.field(default_factory=list)
 
 
 class TokenUsage(msgspec.Struct, kw_only=True):

@@ -352,7 +352,12 @@ class ExecStart(Action, kw_only=True):
     a pseudo-terminal of ``cols`` × ``rows`` (a REPL, a program that wants a terminal; stdout
     and stderr are one stream either way). ``output_cap``: how much output not yet read is
     kept (its head and tail). ``timeout_s``: stop it after this long (None: when killed, the
-    session detached or the worker stops)."""
+    session detached or the worker stops).
+
+    ``live``: while it runs the worker also pushes, unasked and apart from what ``exec_write``
+    reads, the tail of its output (:class:`ProcessTail`), the TCP ports it listens on when its
+    network is its own (:class:`ProcessPorts`) and its end (:class:`ProcessExited`). Only a
+    server that reads those frames sets it."""
 
     argv: list[str]
     workdir: str
@@ -366,6 +371,7 @@ class ExecStart(Action, kw_only=True):
     timeout_s: float | None = None
     sandbox: SandboxMode = "workspace-write"
     network: bool = False
+    live: bool = False
 
 
 class ExecWrite(Action, kw_only=True):
@@ -389,6 +395,17 @@ class ExecKill(Action, kw_only=True):
 
 class ExecList(Action, kw_only=True):
     """The session's processes (running, and recently ended): :class:`ExecProcesses`."""
+
+
+class ExecForward(Action, kw_only=True):
+    """On the user's click: make ``port``, on which sandboxed process ``process_id`` listens
+    inside a network of its own (it started with the network off), reachable on this
+    machine's loopback: ``127.0.0.1:<host_port>`` (:class:`PortForwarded`). Refused for a
+    process that has the machine's network, does not listen on ``port``, or has ended. The
+    forward ends with the process. Sent again for the same port, it answers the same one."""
+
+    process_id: str
+    port: int
 
 
 # -- searching and editing the workdir (read-only but ``edit``)
@@ -557,6 +574,7 @@ ServerToWorker = (
     | ExecWrite
     | ExecKill
     | ExecList
+    | ExecForward
     | Grep
     | Glob
     | Edit
@@ -572,7 +590,8 @@ ServerToWorker = (
 ActionMessage = (
     AttachSession | DetachSession | LoadContext | RunCommand | ApplyPatch | ReadFile
     | WriteFile | ListDir | McpList | McpCall | Cancel | AcpPrompt | AcpPermission
-    | ExecStart | ExecWrite | ExecKill | ExecList | Grep | Glob | Edit | ViewImage
+    | ExecStart | ExecWrite | ExecKill | ExecList | ExecForward | Grep | Glob | Edit
+    | ViewImage
     | WorkspaceCreate | WorkspaceDiff | WorkspaceRemove | WorkspaceCommit | WorkspaceMerge
     | WorkspacePush
 )
@@ -729,6 +748,16 @@ class ProcessInfo(msgspec.Struct, kw_only=True):
 
 class ExecProcesses(ResultBase, kw_only=True):
     processes: list[ProcessInfo] = msgspec.field(default_factory=list)
+
+
+class PortForwarded(ResultBase, kw_only=True):
+    """``exec_forward``: ``host:host_port`` on the worker's machine reaches ``port`` inside
+    the process's sandbox."""
+
+    process_id: str
+    port: int
+    host: str = "127.0.0.1"
+    host_port: int
 
 
 class GrepLine(msgspec.Struct, kw_only=True):
@@ -888,6 +917,7 @@ ActionOutcome = (
     | PermissionAnswered
     | ExecOutput
     | ExecProcesses
+    | PortForwarded
     | GrepResult
     | GlobResult
     | EditResult
@@ -979,6 +1009,38 @@ class Disconnect(WorkerToServerMessage, kw_only=True):
     reason: str
 
 
+class ProcessTail(WorkerToServerMessage, kw_only=True):
+    """More output of a process started with ``live`` (coalesced: at most 16 KiB, every
+    ~50 ms), whoever reads it; what ``exec_write`` reads is not touched. ``reset``: ``data``
+    is its whole tail (the newest 16 KiB), to replace what the server has — after a
+    reconnect, or when the server missed some."""
+
+    session_id: str
+    process_id: str
+    data: str
+    reset: bool = False
+
+
+class ProcessPorts(WorkerToServerMessage, kw_only=True):
+    """The TCP ports a ``live`` process listens on inside a network of its own (sandboxed,
+    network off), each time they change: no one outside its sandbox can reach them."""
+
+    session_id: str
+    process_id: str
+    ports: list[int] = msgspec.field(default_factory=list)
+
+
+class ProcessExited(WorkerToServerMessage, kw_only=True):
+    """A ``live`` process has ended (by itself, or stopped: ``stopped_by``), with what is
+    left of its output already sent as :class:`ProcessTail`."""
+
+    session_id: str
+    process_id: str
+    exit_code: int | None = None
+    signal: int | None = None
+    stopped_by: StoppedBy = ""
+
+
 class TerminalOutput(WorkerToServerMessage, kw_only=True):
     client_id: str
     data: str  # base64 of the bytes the terminal wrote
@@ -1008,6 +1070,9 @@ WorkerToServer = (
     | Disconnect
     | TerminalOutput
     | TerminalEnded
+    | ProcessTail
+    | ProcessPorts
+    | ProcessExited
 )
 
 
@@ -1071,6 +1136,7 @@ __all__ = [
     "Edit",
     "EditResult",
     "Environment",
+    "ExecForward",
     "ExecKill",
     "ExecList",
     "ExecOutput",
@@ -1102,7 +1168,11 @@ __all__ = [
     "PairRequest",
     "PairStatus",
     "PairTicket",
+    "PortForwarded",
+    "ProcessExited",
     "ProcessInfo",
+    "ProcessPorts",
+    "ProcessTail",
     "ProjectContext",
     "ReadFile",
     "RunCommand",

@@ -24,6 +24,7 @@ from codey_server.core.engine import Engine
 from codey_server.core.presence import Presence
 from codey_server.core.retention import Retention
 from codey_server.core.rules import Context
+from codey_server.core.tails import ProcessTails
 from codey_server.eventlog import EventLog, SqliteEventLog
 from codey_server.features import RULES
 from codey_server.http.access import BrowserAccess
@@ -96,7 +97,10 @@ class Services:
         self.engine = Engine(event_log_for(settings, replica), RULES,
                              snapshot_every=settings.snapshot_every,
                              context=_context(settings, self.blobs))
-        self.clients = ClientHub()
+        # processes' live output for the browsers: in memory, not in the log (core/tails.py)
+        self.tails = ProcessTails()
+        self.engine.listeners.append(self.tails.on_event)
+        self.clients = ClientHub(self.tails)
         self.keys: WorkerKeys = shared.keys if shared else FileWorkerKeys(
             settings.data_dir / "workers.json")
         self.pairing = Pairing(self.engine, self.keys,
@@ -120,7 +124,8 @@ class Services:
         # actions on workers, exactly once (core/router.py); among replicas routed through
         # the database
         self.actions = Delivery(self.engine, self.presence, routed=self.cluster is not None)
-        self.workers = WorkerRegistry(self.engine, self.keys, self.actions, replica=replica)
+        self.workers = WorkerRegistry(self.engine, self.keys, self.actions, replica=replica,
+                                      tails=self.tails)
         self.routes: ClusterRoutes | None = None
         if self.cluster is not None:
             from codey_server.cluster.replicas import ClusterRoutes

@@ -192,6 +192,11 @@ def build_log() -> list[ev.Envelope]:
     log.add("s1", ev.ProcessEnded(process_id="p1", stopped_by="gone"))
     log.add("s1", ev.ProcessStarted(process_id="p2", item_id="s1-patch", worker_id="w1",
                                     argv=["sleep", "9"]))
+    # what it listens on inside its own network, and the forwards the user asked for
+    log.add("s1", ev.ProcessListening(process_id="p2", ports=[8000, 9000]))
+    log.add("s1", ev.ProcessForwardRequested(process_id="p2", port=8000))
+    log.add("s1", ev.ProcessForwarded(process_id="p2", port=8000, address="127.0.0.1:8000"))
+    log.add("s1", ev.ProcessForwardRequested(process_id="p2", port=9000))
     log.add("s1", ev.ProcessEnded(process_id="p2", stopped_by="gone"))
     log.add("s1", ev.ProcessOutput(process_id="unknown", output_delta="x"))
     log.add("s1", ev.SessionItemAppended(item=ev.ToolCall(

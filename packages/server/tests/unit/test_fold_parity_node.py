@@ -571,6 +571,50 @@ def test_a_sessions_processes_are_capped_alike(node: Node) -> None:
     assert p1["output_cut"]
 
 
+def test_a_processs_ports_and_forwards_fold_alike(node: Node) -> None:
+    """What a process listens on inside its sandbox and the forwards the user asked for, by
+    port (generated logs rarely draw a port twice): opened, failed and asked again, one still
+    opening when the process ends (closed), and one answered after the end (stays closed)."""
+    events: list[tuple[str | None, Any]] = [
+        (None, ev.WorkerPaired(worker_id="w1", request_id="r", hostname="h", os="Linux",
+                               python_version="3", worker_version="0", roots=["/"],
+                               public_key="k")),
+        ("s1", ev.SessionCreated(title="t", worker_id="w1", workdir="/w", provider="p",
+                                 model="m")),
+        ("s1", ev.ProcessListening(process_id="p0", ports=[1])),  # not started yet: nothing
+        ("s1", ev.ProcessStarted(process_id="p0", item_id="i", worker_id="w1", argv=["x"],
+                                 sandbox="workspace-write", network=False)),
+        ("s1", ev.ProcessListening(process_id="p0", ports=[8000, 8001, 9000])),
+        ("s1", ev.ProcessForwardRequested(process_id="p0", port=8000)),
+        ("s1", ev.ProcessForwarded(process_id="p0", port=8000, address="127.0.0.1:8000")),
+        ("s1", ev.ProcessForwardRequested(process_id="p0", port=8001)),
+        ("s1", ev.ProcessForwarded(process_id="p0", port=8001, error="refused")),
+        ("s1", ev.ProcessForwardRequested(process_id="p0", port=8001)),
+        ("s1", ev.ProcessForwardRequested(process_id="p0", port=9000)),
+        ("s1", ev.ProcessForwarded(process_id="p0", port=7, address="127.0.0.1:7")),
+        ("s1", ev.ProcessListening(process_id="p0", ports=[8000, 8001])),
+    ]
+    mid = len(events)
+    events += [
+        ("s1", ev.ProcessEnded(process_id="p0", exit_code=0)),
+        ("s1", ev.ProcessForwarded(process_id="p0", port=9000, address="127.0.0.1:9000")),
+        ("s1", ev.ProcessListening(process_id="p0", ports=[8000])),
+        ("s1", ev.ProcessForwardRequested(process_id="p0", port=8000)),
+    ]
+    stored = [msgspec.json.encode(ev.Envelope(seq=i, ts=float(i), session_id=sid, event=e))
+              for i, (sid, e) in enumerate(events, start=1)]
+    cuts = [mid, len(stored)]
+    expected, got = python_fold(stored, cuts), node.fold(stored, cuts)
+    for js, py in zip(got, expected, strict=True):
+        assert differences(js, py) == []
+    live, ended = (x["sessions"]["s1"]["processes"][0] for x in expected)
+    assert live["ports"] == [8000, 8001]
+    assert [(f["port"], f["status"], f["address"]) for f in live["forwards"]] == [
+        (8000, "open", "127.0.0.1:8000"), (8001, "opening", ""), (9000, "opening", "")]
+    assert ended["ports"] == []
+    assert [f["status"] for f in ended["forwards"]] == ["closed", "closed", "closed"]
+
+
 def _oldest_forms() -> list[Any]:
     """An event of every type, and an appended item of every kind and a requested action of
     every type, each with every field that has a default left out (at every level)."""

@@ -590,6 +590,9 @@ SESSION_EVENTS: list[ev.Event] = [
     ev.ProcessOutput(process_id="p", output_delta="x"),
     ev.ProcessStopRequested(process_id="p"),
     ev.ProcessEnded(process_id="p"),
+    ev.ProcessListening(process_id="p", ports=[8000]),
+    ev.ProcessForwardRequested(process_id="p", port=8000),
+    ev.ProcessForwarded(process_id="p", port=8000, address="127.0.0.1:8000"),
     ev.SessionWorkspaceChanged(paths=["p"]),
     ev.TokenUsageRecorded(input_tokens=1),
     ev.CompactionRequested(),
@@ -750,6 +753,33 @@ def test_process_ended_gone_and_the_oldest_ended_leave_the_list(state: State,
     assert ids[0] == "proc_run" and "proc_0" not in ids and len(ids) == PROCESSES_ENDED_KEPT + 1
     statuses = {p.process_id: p.status for p in st_.sessions[S].processes}
     assert statuses["proc_1"] == "gone" and statuses["proc_run"] == "running"
+
+
+def test_ports_and_forwards_of_a_process_until_it_ends(state: State, log: Log) -> None:
+    st_ = _started(log, state)
+    st_ = apply(st_, log.env(ev.ProcessListening(process_id="proc_1", ports=[8000, 9000])))
+    [p] = st_.sessions[S].processes
+    assert p.ports == [8000, 9000] and p.forwards == []
+    st_ = apply(st_, log.env(ev.ProcessForwardRequested(process_id="proc_1", port=8000)))
+    assert [(f.port, f.status) for f in p.forwards] == [(8000, "opening")]
+    st_ = apply(st_, log.env(ev.ProcessForwarded(process_id="proc_1", port=8000,
+                                                 address="127.0.0.1:8000")))
+    st_ = apply(st_, log.env(ev.ProcessForwardRequested(process_id="proc_1", port=9000)))
+    st_ = apply(st_, log.env(ev.ProcessForwarded(process_id="proc_1", port=9000,
+                                                 error="refused")))
+    assert [(f.port, f.status, f.address, f.error) for f in p.forwards] == [
+        (8000, "open", "127.0.0.1:8000", ""), (9000, "failed", "", "refused")]
+    # asked again after a failure: tried again
+    st_ = apply(st_, log.env(ev.ProcessForwardRequested(process_id="proc_1", port=9000)))
+    assert [(f.port, f.status) for f in p.forwards] == [(8000, "open"), (9000, "opening")]
+    st_ = apply(st_, log.env(ev.ProcessEnded(process_id="proc_1", exit_code=0)))
+    assert p.ports == [] and [f.status for f in p.forwards] == ["closed", "closed"]
+    # after its end: nothing more listens, opens or is asked for
+    apply(st_, log.env(ev.ProcessListening(process_id="proc_1", ports=[8000])))
+    apply(st_, log.env(ev.ProcessForwarded(process_id="proc_1", port=9000, address="x")))
+    apply(st_, log.env(ev.ProcessForwardRequested(process_id="proc_1", port=7000)))
+    assert p.ports == [] and [(f.port, f.status) for f in p.forwards] == [
+        (8000, "closed"), (9000, "closed")]
 
 
 # ---------------------------------------------------------------------------------------------

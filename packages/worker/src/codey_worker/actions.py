@@ -62,6 +62,7 @@ from codey_protocol.worker import (
     Detached,
     DetachSession,
     Edit,
+    ExecForward,
     ExecKill,
     ExecList,
     ExecStart,
@@ -121,7 +122,7 @@ EXECUTORS = [
     "run_command", "read_file", "write_file", "list_dir", "apply_patch",
     "mcp_list", "mcp_call", "attach_session", "detach_session", "load_context", "cancel",
     "acp_prompt", "acp_permission", "edit", "view_image", "grep", "glob",
-    "exec_start", "exec_write", "exec_kill", "exec_list",
+    "exec_start", "exec_write", "exec_kill", "exec_list", "exec_forward",
     "workspace_create", "workspace_diff", "workspace_remove", "workspace_commit",
     "workspace_merge", "workspace_push",
 ]  # fmt: skip
@@ -134,9 +135,10 @@ _READ_ONLY = (ReadFile, ListDir, McpList, LoadContext, ViewImage, Grep, Glob, Wo
 #: not recorded on disk either, though they change something: they act on a process of
 #: this worker, and after a restart there is none (a re-sent one is answered process_gone,
 #: never carried out twice); a repeat within this process is answered from memory
-_UNRECORDED = (*_READ_ONLY, ExecWrite, ExecKill, ExecList)
+_UNRECORDED = (*_READ_ONLY, ExecWrite, ExecKill, ExecList, ExecForward)
 #: actions that change no file of the workdir: what changes meanwhile is not their session's
-_NO_WORKDIR_CHANGE = (*_READ_ONLY, AttachSession, DetachSession, Cancel, ExecList, ExecKill)
+_NO_WORKDIR_CHANGE = (*_READ_ONLY, AttachSession, DetachSession, Cancel, ExecList, ExecKill,
+                      ExecForward)
 READ_RESULTS_KEPT = 500
 READ_RESULTS_BYTES = 32 * 1024 * 1024
 #: how long attach_session waits for MCP servers to list their tools before answering with
@@ -216,7 +218,7 @@ class ActionDispatcher:
 
             grace = {} if self._kill_grace_s is None else {"grace_s": self._kill_grace_s}
             self._processes = ProcessTable(self.policy, self.sandbox, registry=self.registry,
-                                           **grace)
+                                           send=self._send, **grace)
         return self._processes
 
     # -- what the connection asks ----------------------------------------------------------
@@ -224,6 +226,12 @@ class ActionDispatcher:
     def running(self) -> list[str]:
         """Ids of actions running now in this process (for Hello and Heartbeat)."""
         return list(self._tasks)
+
+    def connected(self) -> None:
+        """The worker is connected (again), its hello sent: what it pushes on its own and
+        could not send meanwhile is made up for (the processes' live tails)."""
+        if self._processes is not None:
+            self._processes.connected()
 
     def known_sessions(self) -> list[str]:
         """Session ids attached in this process."""
@@ -466,6 +474,8 @@ class ActionDispatcher:
                 return await self.processes.kill(action)
             case ExecList():
                 return self.processes.listing(action.session_id)
+            case ExecForward():
+                return await self.processes.forward(action)
             case Grep():
                 from codey_worker.search import grep
 

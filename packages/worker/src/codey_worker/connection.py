@@ -287,6 +287,7 @@ class Worker:
                     backoff.reset()  # a good connection: the next drop starts small again
                     self.console.connected(self.server)
                     await self._send_hello(ws)
+                    self.dispatcher.connected()
                     if self._trim:  # started, connected, and idle until asked: once
                         self._trim = False
                         release_free_memory()

@@ -531,6 +531,7 @@ def _pid_alive(pid: int) -> bool:
 
 
 _CHILD_PID = re.compile(rb'"child-pid":\s*(\d+)')
+_NET_NAMESPACE = re.compile(rb'"net-namespace":\s*(\d+)')
 
 
 @dataclass
@@ -562,6 +563,14 @@ class _Box:
             if match:
                 self._child = int(match.group(1))
         return self._child
+
+    def net_namespace(self) -> int | None:
+        """The inode of the sandbox's network namespace, as bwrap reported it (None: not
+        reported yet, or no namespace of its own)."""
+        if self.child_pid() is None:
+            return None
+        match = _NET_NAMESPACE.search(self._status)
+        return int(match.group(1)) if match else None
 
     def kill(self) -> None:
         """SIGKILL the sandbox's PID 1: the kernel then kills its whole PID namespace."""

@@ -11,6 +11,9 @@ Order of calls (one :class:`ProcessTable` per worker)::
                        answer with what it wrote since the last answer
     kill(ExecKill)     SIGTERM, ``grace_s``, SIGKILL; answer with its last output
     listing(session)   its processes, running and recently ended
+    forward(ExecForward)  on the user's click: a port it listens on inside its own network,
+                       reachable on this machine's loopback (codey_worker.forward)
+    connected()        the worker (re)connected: send every live tail whole again
     stop_session(id)   the session was detached: stop its processes, forget their ids
     close()            the worker is stopping: stop every process
 
@@ -20,6 +23,14 @@ What a caller must know:
   read yet is kept up to ``output_cap`` bytes: its head and its tail, the middle replaced by
   ``… [N bytes truncated] …`` and ``truncated`` set in the answer that returns it. Each
   answer returns (and forgets) everything unread; ``total_bytes`` counts all of it.
+* **Live.** A process started with ``live`` (a server that reads it asked) is also watched
+  for the browser, apart from the model's reads, which it never moves: the newest
+  :data:`~codey_protocol.state.PROCESS_TAIL_BYTES` of its output are kept, and what it
+  writes is pushed as :class:`~codey_protocol.worker.ProcessTail` frames coalesced like a
+  command's output (16 KiB or ~50 ms); one that could not be sent (disconnected) is made
+  up for by the whole tail (``reset``) at the next connection. Sandboxed with the network
+  off, the ports it listens on in its own network are looked at every second and pushed
+  when they change (``ProcessPorts``); its end is pushed too (``ProcessExited``).
 * **Belonging.** A process belongs to its session: another session's ``process_id`` is
   unknown to it. Stopped, and forgotten, when the session is detached or the worker stops
   (SIGTERM/SIGINT to the worker). If the worker is killed (``kill -9``), sandboxed processes
@@ -56,23 +67,33 @@ import struct
 import sys
 import termios
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from codey_protocol import codec
+from codey_protocol.state import PROCESS_TAIL_BYTES
 from codey_protocol.worker import (
+    ExecForward,
     ExecKill,
     ExecOutput,
     ExecProcesses,
     ExecStart,
     ExecWrite,
+    PortForwarded,
+    ProcessExited,
     ProcessInfo,
+    ProcessPorts,
+    ProcessTail,
     StoppedBy,
+    WorkerToServerMessage,
 )
 from codey_worker.confine import ActionRefused, relative_display, resolve_inside
 from codey_worker.exec import (
+    CHUNK_MAX,
     DRAIN_S,
+    FLUSH_INTERVAL_S,
     KILL_GRACE_S,
     CommandRegistry,
     _Box,
@@ -85,6 +106,7 @@ from codey_worker.exec import (
     build_env,
     truncation_marker,
 )
+from codey_worker.forward import PortForward, ProcDir, listening_ports
 from codey_worker.frames import FRAME_BUDGET
 from codey_worker.policy import LocalPolicy, check_protected_args
 from codey_worker.sandbox import Sandbox, sandbox_denial
@@ -95,7 +117,11 @@ MAX_YIELD_MS = 30_000  # the longest one answer waits
 MAX_PROCESSES = 16  # running at once per session
 MAX_ENDED = 32  # ended processes remembered per session (for exec_write and exec_list)
 INPUT_TIMEOUT_S = 10.0  # a process that does not read its input for this long: io_error
+PORTS_EVERY_S = 1.0  # how often a live process's listening ports are looked at
 _READ_SIZE = 64 * 1024
+
+#: ``await send(frame)``: a frame to the server; raises while disconnected
+Send = Callable[[bytes], Awaitable[None]]
 
 #: made the pseudo-terminal the program's controlling terminal, then became the program
 #: (runs inside the sandbox too: only the Python already there, no site, no user files)
@@ -161,6 +187,54 @@ class _Unread:
         return text, True
 
 
+class _Live:
+    """A ``live`` process's newest output for the browser, apart from the model's reads:
+    a ring of the last :data:`PROCESS_TAIL_BYTES`, and what was not pushed yet. When more
+    was pending than the ring holds (or a push failed) the next push is the ring, whole."""
+
+    def __init__(self) -> None:
+        self.ring = bytearray()
+        self.pending = bytearray()
+        self.reset = False
+        self.timer: asyncio.TimerHandle | None = None
+        #: one push task at a time per process: it sends what is pending until nothing is
+        #: (so a process writing faster than the socket sends makes no pile of tasks)
+        self.pushing = False
+        self.final = False  # it ended: what is left goes, cut or not
+        self.exited = False  # its end is to be said, after its last output
+
+    def add(self, data: bytes) -> bool:
+        """Keep ``data``; True when a push is due now (a full chunk, or a reset)."""
+        self.ring += data
+        if len(self.ring) > PROCESS_TAIL_BYTES:
+            del self.ring[:len(self.ring) - PROCESS_TAIL_BYTES]
+        if not self.reset:
+            self.pending += data
+            if len(self.pending) > PROCESS_TAIL_BYTES:
+                self.reset = True
+        if self.reset:
+            self.pending.clear()
+            return True
+        return len(self.pending) >= CHUNK_MAX
+
+    def take(self, final: bool) -> tuple[str, bool] | None:
+        """The next push (text, reset), or None when there is nothing to push. An
+        incomplete UTF-8 sequence at the end waits for its rest, unless ``final``."""
+        reset = self.reset
+        data = _cut_incomplete_start(bytes(self.ring)) if reset else bytes(self.pending)
+        self.reset = False
+        whole = data if final else _cut_incomplete_end(data)
+        self.pending = bytearray(data[len(whole):])
+        if not whole and not reset:
+            return None
+        return whole.decode("utf-8", errors="replace"), reset
+
+    def missed(self) -> None:
+        """A push did not reach the server: send the whole ring next time."""
+        self.reset = True
+        self.pending.clear()
+
+
 @dataclass(eq=False)
 class _Proc:
     """One process of a session, and everything the table knows of it."""
@@ -190,6 +264,19 @@ class _Proc:
     done: asyncio.Event = field(default_factory=asyncio.Event)  # exited, output drained
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
     timer: asyncio.TimerHandle | None = None
+    #: pushed to the server as it comes (``ExecStart.live``); None: only read by exec_write
+    live: _Live | None = None
+    #: its sandbox's /proc entry (bwrap, network off): ports looked at, forwards made through
+    proc_dir: ProcDir | None = None
+    ports: dict[int, int] = field(default_factory=dict)  # listening: port → family (4, 6)
+    #: as the server last heard (it starts with none; None: unknown, after a reconnect)
+    ports_sent: list[int] | None = field(default_factory=list)
+    forwards: dict[int, PortForward] = field(default_factory=dict)
+
+    @property
+    def isolated(self) -> bool:
+        """Sandboxed by bwrap in a network of its own (started with the network off)."""
+        return self.box is not None and self.box.bwrap and not self.network
 
     @property
     def pgid(self) -> int:
@@ -213,12 +300,18 @@ class ProcessTable:
 
     ``sandbox``: the worker's (None: this machine's, with ``$CODEY_HOME``'s temp dirs).
     ``registry``: where the waits of ``start`` and ``write`` are registered for ``cancel``.
+    ``send``: where the frames of ``live`` processes go.
     """
 
     def __init__(self, policy: LocalPolicy, sandbox: Sandbox | None = None, *,
                  registry: CommandRegistry | None = None,
-                 grace_s: float = KILL_GRACE_S, drain_s: float = DRAIN_S) -> None:
+                 grace_s: float = KILL_GRACE_S, drain_s: float = DRAIN_S,
+                 send: Send | None = None, ports_every_s: float = PORTS_EVERY_S) -> None:
         self.policy = policy
+        #: where ``live`` processes' frames go (None: nowhere; they are only read)
+        self.send = send
+        self.ports_every_s = ports_every_s
+        self._epoch = 0  # connections so far (a push that failed on an older one goes on)
         self._sandbox = sandbox
         self.registry = registry or CommandRegistry()
         self.grace_s = grace_s
@@ -325,10 +418,13 @@ class ProcessTable:
                   cwd=relative_display(workdir, cwd), tty=action.tty, mode=action.sandbox,
                   network=action.network, writable=writable, hidden=hidden, proc=proc,
                   out_fd=our_out, in_fd=our_in, box=box,
-                  unread=_Unread(min(max(action.output_cap, 0), FRAME_BUDGET // 2)))
+                  unread=_Unread(min(max(action.output_cap, 0), FRAME_BUDGET // 2)),
+                  live=_Live() if action.live else None)
         self._procs[process_id] = p
         asyncio.get_running_loop().add_reader(p.out_fd, self._readable, p)
         self._spawn(p, self._watch(p))
+        if p.live is not None and p.isolated:
+            self._spawn(p, self._watch_ports(p))
         if action.timeout_s is not None:
             p.timer = asyncio.get_running_loop().call_later(
                 action.timeout_s, lambda: self._stop_soon(p, "timeout"))
@@ -379,6 +475,51 @@ class ProcessTable:
                                    unread_bytes=len(p.unread), stopped_by=p.stopped_by))
         return ExecProcesses(processes=out)
 
+    async def forward(self, action: ExecForward) -> PortForwarded:
+        """``exec_forward``: ``port`` of an isolated process, on this machine's loopback (the
+        same forward when asked again). Refuses what the user could not have been shown: a
+        process with the machine's network, or one not listening on ``port`` now."""
+        p = self._get(action.session_id, action.process_id)
+        existing = p.forwards.get(action.port)
+        if existing is not None:
+            return self._forwarded(p, existing)
+        if not p.running:
+            raise ActionRefused("process_ended", f"{p.process_id} has ended")
+        if not p.isolated:
+            raise ActionRefused("bad_request", f"{p.process_id} is not in a network of its "
+                                "own: its ports are this machine's already")
+        proc_dir = self._proc_dir(p)
+        family = listening_ports(proc_dir).get(action.port) if proc_dir is not None else None
+        if proc_dir is None or family is None:
+            raise ActionRefused("not_listening", f"{p.process_id} does not listen on port "
+                                f"{action.port}")
+        forward = await PortForward.open(proc_dir, action.port, family)
+        if not p.running or action.port in p.forwards:  # ended, or forwarded, meanwhile
+            await forward.close()
+            if action.port in p.forwards:
+                return self._forwarded(p, p.forwards[action.port])
+            raise ActionRefused("process_ended", f"{p.process_id} has ended")
+        p.forwards[action.port] = forward
+        return self._forwarded(p, forward)
+
+    @staticmethod
+    def _forwarded(p: _Proc, forward: PortForward) -> PortForwarded:
+        return PortForwarded(process_id=p.process_id, port=forward.port, host=forward.host,
+                             host_port=forward.host_port)
+
+    def connected(self) -> None:
+        """The worker is connected again: whatever it pushed meanwhile was lost, so every
+        live tail goes whole, and ports are said again."""
+        self._epoch += 1
+        for p in self._procs.values():
+            if p.live is None:
+                continue
+            p.ports_sent = None
+            if p.live.ring:
+                p.live.missed()
+            if p.live.ring or p.live.exited:
+                self._push_soon(p, final=p.done.is_set())
+
     async def stop_session(self, session_id: str, stopped_by: StoppedBy = "detach") -> int:
         """Stop every process of the session and forget them; returns how many ran."""
         procs = [p for p in self._procs.values() if p.session_id == session_id]
@@ -394,6 +535,9 @@ class ProcessTable:
         await asyncio.gather(*(self._terminate(p, "worker_exit") for p in procs),
                              return_exceptions=True)
         self._procs.clear()
+        # their forwards' ends, and the last pushes (which may not reach the server now)
+        if self._stopping:
+            await asyncio.wait(list(self._stopping), timeout=self.drain_s)
 
     def running(self) -> list[str]:
         """Ids of the processes running now (all sessions)."""
@@ -445,9 +589,99 @@ class ProcessTable:
         if data:
             p.unread.add(data)
             p.total += len(data)
+            if p.live is not None:
+                self._live_output(p, data)
         else:
             self._close_output(p)
         p.changed.set()
+
+    # -- live: what the browser watches -----------------------------------------------------
+
+    def _live_output(self, p: _Proc, data: bytes) -> None:
+        assert p.live is not None
+        if p.live.add(data):
+            self._push_soon(p)
+        elif p.live.timer is None:
+            p.live.timer = asyncio.get_running_loop().call_later(
+                FLUSH_INTERVAL_S, self._push_soon, p)
+
+    def _push_soon(self, p: _Proc, final: bool = False, exited: bool = False) -> None:
+        """Push what is pending of ``p``'s tail (and, ``exited``, its end after it)."""
+        live = p.live
+        if live is None or self.send is None:
+            return
+        if live.timer is not None:
+            live.timer.cancel()
+            live.timer = None
+        live.final = live.final or final
+        live.exited = live.exited or exited
+        if live.pushing:
+            return  # the push under way takes it
+        live.pushing = True
+        task = asyncio.get_running_loop().create_task(self._push(p))
+        self._stopping.add(task)  # (kept until done, like the stops: not the process's own)
+        task.add_done_callback(self._stopping.discard)
+
+    async def _push(self, p: _Proc) -> None:
+        live = p.live
+        assert live is not None
+        try:
+            while True:
+                chunk = live.take(live.final)
+                if chunk is None and not live.exited:
+                    return
+                epoch = self._epoch
+                if chunk is not None:
+                    text, reset = chunk
+                    msg: WorkerToServerMessage = ProcessTail(
+                        session_id=p.session_id, process_id=p.process_id, data=text,
+                        reset=reset)
+                else:  # its last output went: now its end
+                    live.exited = False
+                    code, sig = p.exit_code_and_signal()
+                    msg = ProcessExited(session_id=p.session_id, process_id=p.process_id,
+                                        exit_code=code, signal=sig, stopped_by=p.stopped_by)
+                if not await self._send(msg):
+                    if chunk is not None:
+                        live.missed()
+                    else:
+                        live.exited = True
+                    if epoch == self._epoch:
+                        return  # disconnected: connected() starts again
+                    # it connected again meanwhile: go on, on the new connection
+        finally:
+            live.pushing = False
+
+    async def _send(self, msg: WorkerToServerMessage) -> bool:
+        if self.send is None:
+            return False
+        try:
+            await self.send(codec.encode(msg))
+        except Exception:  # disconnected: connected() makes up for it
+            return False
+        return True
+
+    def _proc_dir(self, p: _Proc) -> ProcDir | None:
+        """``p``'s sandbox's /proc entry, taken once while its PID 1 runs."""
+        if p.proc_dir is None and p.box is not None and p.running:
+            child = p.box.child_pid()
+            if child is not None:
+                p.proc_dir = ProcDir.open(child, p.box.net_namespace())
+        return p.proc_dir
+
+    async def _watch_ports(self, p: _Proc) -> None:
+        """While an isolated live process runs: the ports it listens on, pushed when they
+        change (and again after a reconnect)."""
+        while p.running and not p.done.is_set():
+            proc_dir = self._proc_dir(p)
+            if proc_dir is not None:
+                p.ports = listening_ports(proc_dir)
+                ports = sorted(p.ports)
+                if ports != p.ports_sent and p.running and await self._send(ProcessPorts(
+                        session_id=p.session_id, process_id=p.process_id, ports=ports)):
+                    p.ports_sent = ports
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(p.done.wait()), self.ports_every_s)
 
     def _close_output(self, p: _Proc) -> None:
         if p.eof:
@@ -489,6 +723,24 @@ class ProcessTable:
                 p.ended_at = time.time()
             p.done.set()
             p.changed.set()
+            self._ended(p)
+
+    def _ended(self, p: _Proc) -> None:
+        """After ``p`` ended: its forwards and /proc handle go; a live one's last output and
+        its end are pushed."""
+        forwards, p.forwards = list(p.forwards.values()), {}
+        if forwards:
+            task = asyncio.get_running_loop().create_task(self._close_forwards(forwards))
+            self._stopping.add(task)
+            task.add_done_callback(self._stopping.discard)
+        if p.proc_dir is not None:
+            p.proc_dir.close()
+        p.ports = {}
+        self._push_soon(p, final=True, exited=True)
+
+    @staticmethod
+    async def _close_forwards(forwards: list[PortForward]) -> None:
+        await asyncio.gather(*(f.close() for f in forwards), return_exceptions=True)
 
     async def _wait(self, p: _Proc, action_id: str, yield_ms: int,
                     registered: asyncio.Event | None = None) -> None:

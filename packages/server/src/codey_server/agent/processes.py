@@ -12,6 +12,8 @@ session with live processes when the worker connects — and submits what came b
 * :func:`listed`: the worker's list → every live process it no longer knows is ``gone`` (its
   worker restarted), every one it lists as ended has ended. A process still ``stopping`` is
   killed again: a stop asked while the worker was away is not forgotten.
+* :func:`forwarded`: the answer to the ``exec_forward`` of a port the user asked to reach
+  (``process_forward_requested``) → open at its address, or failed with the worker's reason.
 """
 
 from __future__ import annotations
@@ -21,14 +23,14 @@ from dataclasses import dataclass
 from codey_protocol import events as ev
 from codey_protocol import worker as wk
 from codey_protocol.state import SessionInfo, SessionProcess, State
-from codey_server.agent.tools.exec import process_end, stopper
+from codey_server.agent.tools.exec import process_end
 from codey_server.core.fold import find_process
+from codey_server.core.processes import LIVE, stopper
 from codey_server.core.rules import Context, Decided
 
-__all__ = ["LIVE", "Listed", "Stopped", "listed", "live_processes", "stopped"]
+__all__ = ["LIVE", "Forwarded", "Listed", "Stopped", "forwarded", "listed",
+           "live_processes", "stopped"]
 
-#: the statuses of a process that may still run on its worker
-LIVE = ("running", "stopping")
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,3 +88,28 @@ def listed(state: State, i: Listed, ctx: Context) -> Decided:
                 process_id=p.process_id, exit_code=info.exit_code, signal=info.signal,
                 stopped_by=stopper(info.stopped_by, p.stop_by))))
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class Forwarded:
+    """The answer to an ``exec_forward``: where the port is reachable, or why not."""
+
+    session_id: str
+    process_id: str
+    port: int
+    outcome: wk.PortForwarded | None
+    error: str = ""
+
+
+def forwarded(state: State, i: Forwarded, ctx: Context) -> Decided:
+    s = state.sessions.get(i.session_id)
+    p = find_process(s, i.process_id) if s is not None else None
+    if s is None or p is None or not any(f.port == i.port and f.status == "opening"
+                                         for f in p.forwards):
+        return []  # ended meanwhile (its forwards closed with it), or answered already
+    if i.outcome is None:
+        return [(s.session_id, ev.ProcessForwarded(process_id=p.process_id, port=i.port,
+                                                   error=i.error or "it could not be opened"))]
+    return [(s.session_id, ev.ProcessForwarded(
+        process_id=p.process_id, port=i.port,
+        address=f"{i.outcome.host}:{i.outcome.host_port}"))]

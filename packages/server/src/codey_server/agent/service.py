@@ -30,7 +30,15 @@ from codey_server.agent.history import History
 from codey_server.agent.machine import ContextChanged, TurnMachine
 from codey_server.agent.models import ModelProvider, build_provider, discover_ollama_models
 from codey_server.agent.ports import Actions, Limits, TurnDeps
-from codey_server.agent.processes import Listed, Stopped, listed, live_processes, stopped
+from codey_server.agent.processes import (
+    Forwarded,
+    Listed,
+    Stopped,
+    forwarded,
+    listed,
+    live_processes,
+    stopped,
+)
 from codey_server.agent.turn import CodeyTurn
 from codey_server.agent.wire import Loader, wire_for
 from codey_server.core.actions import ActionFailed, ProgressCallback
@@ -420,6 +428,11 @@ class AgentService:
                 self._background.spawn(self._stop_process(sid, e.process_id),
                                        f"stop-{e.process_id}")
             return
+        if isinstance(e, ev.ProcessForwardRequested):
+            if not self.engine.applying_foreign:  # the same: the replica that decided it
+                self._background.spawn(self._forward(sid, e.process_id, e.port),
+                                       f"forward-{e.process_id}-{e.port}")
+            return
         if isinstance(e, ev.SessionItemAppended) and isinstance(e.item, ev.UserMessage):
             self.start_turn(sid)
         elif isinstance(e, ev.SessionWorkspaceChanged):
@@ -472,6 +485,30 @@ class AgentService:
         if outcome is None or isinstance(outcome, wk.ExecOutput):
             await self.engine.submit(stopped, Stopped(session_id, process_id, outcome))
 
+    async def _forward(self, session_id: str, process_id: str, port: int) -> None:
+        """Send ``exec_forward`` for a port the user asked to reach, and record the answer.
+        A worker that is away is not waited for: the reconcile after it reconnects asks
+        again (a forward asked twice is the same forward)."""
+        session = self.engine.state.sessions.get(session_id)
+        p = find_process(session, process_id) if session is not None else None
+        actions = self.deps.actions
+        if p is None or not actions.presence(p.worker_id).is_set():
+            return
+        action = wk.ExecForward(action_id=self.engine.context.new_id("act"),
+                                session_id=session_id, process_id=process_id, port=port)
+        outcome: wk.PortForwarded | None = None
+        error = ""
+        try:
+            answer = await actions.run(p.worker_id, action, timeout=PROCESS_ACTION_TIMEOUT_S)
+            if isinstance(answer, wk.PortForwarded):
+                outcome = answer
+        except ActionFailed as err:
+            error = err.message
+        except TimeoutError:
+            error = "the machine did not answer in time"
+        await self.engine.submit(forwarded, Forwarded(session_id, process_id, port, outcome,
+                                                      error))
+
     def _reconcile_processes(self, worker_id: str) -> None:
         """A worker (re)connected: ask it which of the live processes it still runs."""
         for session in self.engine.state.sessions.values():
@@ -496,6 +533,8 @@ class AgentService:
         for p in live_processes(session, worker_id) if session is not None else []:
             if p.status == "stopping":  # asked while the worker was away: stop it now
                 await self._stop_process(session_id, p.process_id)
+            for f in [f for f in p.forwards if f.status == "opening"]:  # the same
+                await self._forward(session_id, p.process_id, f.port)
 
     def _detach(self, session_id: str) -> None:
         """A closed session's worker stops watching its workdir (best effort: a worker that

@@ -5,6 +5,10 @@ server attaches a live subscription to the log FIRST, then sends what is stored 
 ``after_seq`` (or a ``Snapshot`` when ``after_seq`` is 0 or older than the log keeps) in batches,
 then live events, dropping any live event whose seq was already sent. No gap, no duplicate.
 
+Processes' live output is not in the log: once the catch-up is sent, the socket also gets
+every tail the server keeps (:class:`~codey_server.core.tails.ProcessTails`), whole, then
+what each process writes, as ``process_tails`` frames between the events.
+
 A browser that falls behind overflows its bounded queue and is closed with
 ``LAGGING``; it resumes with ``after_seq`` — the log is the buffer, nothing is lost.
 A browser that reads nothing at all blocks the send itself (its TCP window is full), so the
@@ -28,6 +32,7 @@ from codey_protocol import client as cl
 from codey_protocol import close_codes as cc
 from codey_server.core.engine import Engine
 from codey_server.core.rules import CommandRejected
+from codey_server.core.tails import ProcessTails
 from codey_server.errors import LogClosed, ServerError, SubscriberOverflow
 from codey_server.http.frames import receive_frame
 
@@ -38,11 +43,13 @@ __all__ = ["ClientHub", "serve_client"]
 
 
 class ClientHub:
-    """The set of open browser sockets, so shutdown and logout can reach every one."""
+    """The set of open browser sockets, so shutdown and logout can reach every one; and the
+    processes' live tails they are sent."""
 
-    def __init__(self) -> None:
+    def __init__(self, tails: ProcessTails | None = None) -> None:
         self._sockets: dict[int, tuple[WebSocket[Any, Any, Any], str | None]] = {}
         self.shutting_down = asyncio.Event()
+        self.tails = tails if tails is not None else ProcessTails()
 
     def add(self, ws: WebSocket[Any, Any, Any], session_key: str | None) -> None:
         self._sockets[id(ws)] = (ws, session_key)
@@ -164,12 +171,19 @@ async def _stream_events(ws: WebSocket[Any, Any, Any], engine: Engine, sub: Any,
     if not sent_any:
         # nothing missed: an empty batch tells the browser its subscription is live
         await send(_events_frame([]))
+    # the live tails: every one whole now, then what comes (merged while this socket sends)
+    tails = hub.tails.watch()
     shutdown = asyncio.create_task(hub.shutting_down.wait())
     get: asyncio.Task[Any] | None = None
+    tail: asyncio.Task[Any] | None = None
     try:
         while True:
-            get = asyncio.create_task(sub.get())
-            done, _ = await asyncio.wait({get, shutdown}, return_when=asyncio.FIRST_COMPLETED)
+            if get is None:
+                get = asyncio.create_task(sub.get())
+            if tail is None:
+                tail = asyncio.create_task(tails.wait())
+            done, _ = await asyncio.wait({get, tail, shutdown},
+                                         return_when=asyncio.FIRST_COMPLETED)
             if shutdown in done:
                 get.cancel()
                 if get.done() and not get.cancelled():
@@ -177,23 +191,33 @@ async def _stream_events(ws: WebSocket[Any, Any, Any], engine: Engine, sub: Any,
                 await _send(ws, cl.Shutdown())
                 await ws.close(code=cc.GOING_AWAY, reason="server shutting down")
                 return
-            try:
-                envs = get.result()
-            except SubscriberOverflow:
-                await ws.close(code=cc.LAGGING, reason="too far behind; resume with after_seq")
-                return
-            except LogClosed:
-                await _send(ws, cl.Shutdown())
-                await ws.close(code=cc.GOING_AWAY, reason="server shutting down")
-                return
-            fresh = [e for e in envs if e.seq > last_sent]
-            if fresh:
-                await send(codec.encode(cl.Events(events=fresh)))
-                last_sent = fresh[-1].seq
+            if get in done:
+                try:
+                    envs = get.result()
+                except SubscriberOverflow:
+                    await ws.close(code=cc.LAGGING,
+                                   reason="too far behind; resume with after_seq")
+                    return
+                except LogClosed:
+                    await _send(ws, cl.Shutdown())
+                    await ws.close(code=cc.GOING_AWAY, reason="server shutting down")
+                    return
+                get = None
+                fresh = [e for e in envs if e.seq > last_sent]
+                if fresh:
+                    await send(codec.encode(cl.Events(events=fresh)))
+                    last_sent = fresh[-1].seq
+            if tail in done:
+                tail = None
+                frame = tails.take()
+                if frame is not None:
+                    await send(codec.encode(frame))
     finally:
+        hub.tails.unwatch(tails)
         shutdown.cancel()
-        if get is not None and not get.done():
-            get.cancel()
+        for task in (get, tail):
+            if task is not None and not task.done():
+                task.cancel()
 
 
 async def _receive_commands(ws: WebSocket[Any, Any, Any], engine: Engine) -> None:

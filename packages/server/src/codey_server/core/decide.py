@@ -453,6 +453,28 @@ def _stop_process(state: State, c: cl.StopProcess, ctx: Context) -> Decided:
     return [(s.session_id, ev.ProcessStopRequested(process_id=p.process_id, by="user"))]
 
 
+def _forward_port(state: State, c: cl.ForwardPort, ctx: Context) -> Decided:
+    """The user's click on a port a process listens on inside its sandbox's own network:
+    only such a port (the worker refuses any other too), of a running process, on a worker
+    that can forward. Asked again while it opens or is open: nothing more."""
+    s = existing(state, c.session_id)
+    p = next((p for p in s.processes if p.process_id == c.process_id), None)
+    if p is None:
+        raise CommandRejected("not_found", f"no process {c.process_id!r} in this session")
+    if p.status != "running":
+        raise CommandRejected("conflict", f"the process is {p.status}")
+    if c.port not in p.ports:
+        raise CommandRejected("conflict", f"the process does not listen on port {c.port} "
+                                          "inside its sandbox")
+    if any(f.port == c.port and f.status in ("opening", "open") for f in p.forwards):
+        return []
+    worker = state.workers.get(p.worker_id)
+    if worker is None or "exec_forward" not in worker.capabilities.executors:
+        raise CommandRejected("unsupported", "this machine's worker cannot forward ports "
+                                             "(an older version)")
+    return [(s.session_id, ev.ProcessForwardRequested(process_id=p.process_id, port=c.port))]
+
+
 #: the browser commands the core decides
 COMMANDS: Mapping[type[Any], Decider] = {
     cl.CreateSession: create_session,
@@ -463,6 +485,7 @@ COMMANDS: Mapping[type[Any], Decider] = {
     cl.SetSessionModel: _set_model,
     cl.Interrupt: _interrupt,
     cl.StopProcess: _stop_process,
+    cl.ForwardPort: _forward_port,
     cl.CompactSession: lambda state, c, ctx: _compact(state, c),
     **_SESSION_OPS,
 }

@@ -50,6 +50,7 @@ from codey_protocol.state import (
     PROCESSES_ENDED_KEPT,
     Approval,
     PendingAction,
+    PortForward,
     ProjectMemory,
     Question,
     RateLimit,
@@ -335,9 +336,42 @@ def _process_ended(state: State, env: ev.Envelope) -> None:
     p.status = "gone" if e.stopped_by == "gone" else "ended"
     p.exit_code, p.signal, p.stopped_by = e.exit_code, e.signal, e.stopped_by
     p.ended_at = env.ts
+    p.ports = []  # it listens on nothing now, and its forwards ended with it
+    for f in p.forwards:
+        if f.status in ("opening", "open"):
+            f.status = "closed"
     ended = [i for i, x in enumerate(s.processes) if x.status in ("ended", "gone")]
     if len(ended) > PROCESSES_ENDED_KEPT:  # the oldest ended one leaves the list
         del s.processes[ended[0]]
+
+
+def _process_listening(state: State, env: ev.Envelope) -> None:
+    e = env.event
+    assert isinstance(e, ev.ProcessListening)
+    p = _process(state, env, e.process_id)
+    if p is not None and p.status in ("running", "stopping"):
+        p.ports = list(e.ports)
+
+
+def _process_forward_requested(state: State, env: ev.Envelope) -> None:
+    e = env.event
+    assert isinstance(e, ev.ProcessForwardRequested)
+    p = _process(state, env, e.process_id)
+    if p is None or p.status not in ("running", "stopping"):
+        return
+    p.forwards = [f for f in p.forwards if f.port != e.port]  # a failed one is tried again
+    p.forwards.append(PortForward(port=e.port))
+
+
+def _process_forwarded(state: State, env: ev.Envelope) -> None:
+    e = env.event
+    assert isinstance(e, ev.ProcessForwarded)
+    p = _process(state, env, e.process_id)
+    f = next((f for f in p.forwards if f.port == e.port), None) if p is not None else None
+    if f is None or f.status != "opening":
+        return  # (the process ended meanwhile: closed stays closed)
+    f.status = "failed" if e.error else "open"
+    f.address, f.error = e.address, e.error
 
 
 def _workspace_changed(state: State, env: ev.Envelope) -> None:
@@ -498,6 +532,9 @@ FOLD: Mapping[type[Any], FoldHandler] = {
     ev.ProcessOutput: _process_output,
     ev.ProcessStopRequested: _process_stop_requested,
     ev.ProcessEnded: _process_ended,
+    ev.ProcessListening: _process_listening,
+    ev.ProcessForwardRequested: _process_forward_requested,
+    ev.ProcessForwarded: _process_forwarded,
     ev.SessionWorkspaceChanged: _workspace_changed,
     ev.TokenUsageRecorded: _usage,
     ev.CompactionRequested: _compaction_requested,

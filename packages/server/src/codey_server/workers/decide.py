@@ -17,12 +17,14 @@ from codey_protocol import client as cl
 from codey_protocol import events as ev
 from codey_protocol import worker as wk
 from codey_protocol.state import State
+from codey_server.core.fold import find_process
+from codey_server.core.processes import LIVE, stopper
 from codey_server.core.rules import CommandRejected, Context, Decided, Decider
 
 __all__ = ["COMMANDS", "MAX_WORKER_NAME", "Disconnected", "Hello", "PairAnswer",
-           "WorkspaceReport", "connected", "disconnected", "orphans_disconnected",
-           "pair_expired", "pair_requested", "pair_resolved", "paired", "renamed", "restarted",
-           "revoked", "workspace_changed"]
+           "ProcessReport", "WorkspaceReport", "connected", "disconnected",
+           "orphans_disconnected", "pair_expired", "pair_requested", "pair_resolved", "paired",
+           "process_reported", "renamed", "restarted", "revoked", "workspace_changed"]
 
 #: paths one workspace report may carry into the log
 WORKSPACE_PATHS_MAX = 500
@@ -168,6 +170,36 @@ def workspace_changed(state: State, r: WorkspaceReport, ctx: Context) -> Decided
         return []
     return [(session.session_id,
              ev.SessionWorkspaceChanged(paths=r.report.paths[:WORKSPACE_PATHS_MAX]))]
+
+
+#: ports one report may carry into the log
+PORTS_MAX = 32
+
+
+@dataclass(frozen=True)
+class ProcessReport:
+    """What a worker pushed about a ``live`` process: the ports it listens on inside its own
+    network, or its end."""
+
+    worker_id: str
+    report: wk.ProcessPorts | wk.ProcessExited
+
+
+def process_reported(state: State, r: ProcessReport, ctx: Context) -> Decided:
+    """A live process's ports (when they differ from the state's) or its end (the first end
+    wins) — only for a process of that worker, still running: one worker must not write into
+    another's sessions, and an end someone else recorded first stays."""
+    session = state.sessions.get(r.report.session_id)
+    p = find_process(session, r.report.process_id) if session is not None else None
+    if session is None or p is None or p.worker_id != r.worker_id or p.status not in LIVE:
+        return []
+    if isinstance(r.report, wk.ProcessPorts):
+        ports = sorted({n for n in r.report.ports if 0 < n < 65536})[:PORTS_MAX]
+        return [] if ports == p.ports else [
+            (session.session_id, ev.ProcessListening(process_id=p.process_id, ports=ports))]
+    return [(session.session_id, ev.ProcessEnded(
+        process_id=p.process_id, exit_code=r.report.exit_code, signal=r.report.signal,
+        stopped_by=stopper(r.report.stopped_by, p.stop_by)))]
 
 
 COMMANDS: Mapping[type[Any], Decider] = {

@@ -23,7 +23,7 @@ import contextlib
 import logging
 import secrets
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -41,7 +41,9 @@ from codey_server.core.actions import TerminalFrame
 from codey_server.core.background import Background
 from codey_server.core.delivery import Delivery
 from codey_server.core.engine import Engine
+from codey_server.core.fold import find_process
 from codey_server.core.router import Answer
+from codey_server.core.tails import ProcessTails
 from codey_server.http.frames import receive_frame
 from codey_server.logsetup import printable
 from codey_server.workers import decide
@@ -91,10 +93,15 @@ class WorkerRegistry:
     are not actions (web terminal, logs, workspace changes), closing revoked workers."""
 
     def __init__(self, engine: Engine, keys: WorkerKeys, delivery: Delivery, *,
-                 replica: str = "") -> None:
+                 replica: str = "", tails: ProcessTails | None = None) -> None:
         self.engine = engine
         self.keys = keys
         self.delivery = delivery
+        #: where the processes' live output goes (for the browsers; not the log)
+        self.tails = tails if tails is not None else ProcessTails()
+        #: reports about processes the log does not have yet (their exec call is being
+        #: recorded): decided again once it has them (see :meth:`_process_reported`)
+        self._early: OrderedDict[str, list[decide.ProcessReport]] = OrderedDict()
         #: this server's name among replicas ("" alone): put on its connect/disconnect events
         self.replica = replica
         self.log_lines: dict[str, deque[LogLine]] = {}
@@ -156,6 +163,11 @@ class WorkerRegistry:
         return self.delivery.unlinked(conn.worker_id, conn)
 
     def _on_event(self, env: ev.Envelope) -> None:
+        if isinstance(env.event, ev.ProcessStarted):
+            early = self._early.pop(env.event.process_id, None)
+            if early:
+                self._background.spawn(self._decide_reports(early),
+                                       f"reports-{env.event.process_id}")
         if isinstance(env.event, ev.WorkerRevoked):
             # it must not stay connected (on whichever server holds it); its actions fail in
             # the router, which folds this too
@@ -181,6 +193,11 @@ class WorkerRegistry:
             await self.engine.submit(decide.workspace_changed,
                                      decide.WorkspaceReport(conn.worker_id, msg),
                                      exclusive=False)
+        elif isinstance(msg, wk.ProcessTail):
+            if self._runs_on(conn.worker_id, msg.session_id, msg.process_id):
+                self.tails.add(msg.session_id, msg.process_id, msg.data, msg.reset)
+        elif isinstance(msg, (wk.ProcessPorts, wk.ProcessExited)):
+            await self._process_reported(decide.ProcessReport(conn.worker_id, msg))
         elif isinstance(msg, (wk.TerminalOutput, wk.TerminalEnded)):
             if self.on_terminal is not None:
                 await self.on_terminal(conn.worker_id, msg)
@@ -192,6 +209,39 @@ class WorkerRegistry:
             log.log(level if level >= 30 else 10, "worker %s: %s", conn.worker_id,
                     printable(msg.message[:2000]))
 
+
+    def _runs_on(self, worker_id: str, session_id: str, process_id: str) -> bool:
+        """Whether the process (or, not recorded yet, its session) is that worker's."""
+        session = self.engine.state.sessions.get(session_id)
+        if session is None:
+            return False
+        p = find_process(session, process_id)
+        return (p.worker_id if p is not None else session.worker_id) == worker_id
+
+    async def _process_reported(self, r: decide.ProcessReport) -> None:
+        """Decide a process report now; for a process the log does not have yet — its
+        ``exec`` call's answer is on its way into the log, a server may bind its port within
+        the call's wait — keep it until ``process_started`` is folded (:meth:`_on_event`)."""
+        session = self.engine.state.sessions.get(r.report.session_id)
+        if session is None or session.worker_id != r.worker_id:
+            return
+        if find_process(session, r.report.process_id) is None:
+            early = self._early.setdefault(r.report.process_id, [])
+            early.append(r)
+            del early[:-EARLY_REPORTS_KEPT]
+            while len(self._early) > EARLY_PROCESSES_KEPT:
+                self._early.popitem(last=False)
+            return
+        await self.engine.submit(decide.process_reported, r)
+
+    async def _decide_reports(self, reports: list[decide.ProcessReport]) -> None:
+        for r in reports:
+            await self.engine.submit(decide.process_reported, r)
+
+
+#: reports kept for processes not recorded yet: per process, and processes
+EARLY_REPORTS_KEPT = 4
+EARLY_PROCESSES_KEPT = 64
 
 _LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
 

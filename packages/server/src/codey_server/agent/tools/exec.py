@@ -42,6 +42,7 @@ from codey_server.agent.tools.shell import (
     runs_in,
 )
 from codey_server.core.fold import find_process
+from codey_server.core.processes import stopper
 from codey_server.core.toggles import stops_at_start
 
 __all__ = ["EXEC", "MAX_YIELD_MS", "ExecArgs", "OnProcess", "exec_text", "foreign_process",
@@ -131,7 +132,9 @@ class Exec(WorkerTool[ExecArgs]):
         return wk.ExecStart(action_id=action_id, session_id=session_id, argv=args.command,
                             workdir=workdir, cwd=args.cwd, env=hardened_env(args.command),
                             tty=args.tty, yield_ms=args.yield_ms, timeout_s=args.timeout_s,
-                            sandbox=run.mode, network=run.network)
+                            sandbox=run.mode, network=run.network,
+                            # its tail, ports and end for the processes panel (core/tails.py)
+                            live=True)
 
     def reads(self, outcome: wk.ActionOutcome) -> str:
         if not isinstance(outcome, wk.ExecOutput):
@@ -257,16 +260,6 @@ def exec_text(outcome: wk.ExecOutput, *, started: bool = False) -> str:
         text += (f"\n[poll or send input with write_stdin(process_id=\"{pid}\"), stop it "
                  "with kill]")
     return cap(text) + denied_hint(outcome, "exec")
-
-
-def stopper(stopped_by: str, session_process_stop_by: str = "") -> ev.ProcessStopper:
-    """Who stopped a process, in the session's words: a kill the server sent because someone
-    asked (the Stop button, an interrupt, a close) is theirs; otherwise the worker's."""
-    if session_process_stop_by and stopped_by in ("exec_kill", "detach", "cancel"):
-        return session_process_stop_by  # type: ignore[return-value]
-    if stopped_by in ("", "exec_kill", "timeout", "cancel", "detach", "worker_exit"):
-        return stopped_by  # type: ignore[return-value]
-    return "gone"
 
 
 def process_read(outcome: wk.ExecOutput, session: SessionInfo) -> list[ev.Event]:
