@@ -450,8 +450,7 @@ export class SessionView {
         title: worktreeWords(s.worktree) }, `⎇ ${s.worktree.branch}`,
       s.worktree.files ? ` +${s.worktree.added} −${s.worktree.deleted}` : ""), " · "] : null,
       h("span", { class: "mono", title: s.workdir }, s.workdir), " · ",
-      h("span", { "data-testid": "session-model" }, `${s.provider} / ${s.model}`,
-        s.effort ? ` · ${s.effort}` : ""),
+      h("span", { "data-testid": "session-model" }, modelWords(s, this.ctx.config)),
       s.usage.turns ? h("span", { class: "muted" },
         ` · ${s.usage.total_tokens.toLocaleString()} tokens`) : null);
     replaceChildren(this._badges, s.archived
@@ -982,6 +981,8 @@ export class SessionView {
   onConfig() {
     const s = this.session;
     if (s) this._renderModel(s);
+    this._headerDirty = true; // the model's words ("no model provider is set up")
+    this._batch.schedule();
   }
 
   async _setModel() {
@@ -1208,6 +1209,14 @@ function worktreeWords(w) {
     `${w.pr_url ? `; pull request ${w.pr_url}` : ""}`;
 }
 
+/** The session's provider and model in words; when the server has none (a session started
+ * before one was set up names none, or the "default" an older server named), says so. */
+export function modelWords(s, config) {
+  const none = !s.agent && (!s.provider || Boolean(config && !(config.providers || []).length));
+  if (none) return "no model provider is set up";
+  return `${s.provider} / ${s.model}${s.effort ? ` · ${s.effort}` : ""}`;
+}
+
 /** [value, label] of each model a session may switch to: `value` is JSON [provider, model]. */
 export function modelChoices(config, s) {
   const out = [];
@@ -1218,7 +1227,8 @@ export function modelChoices(config, s) {
   const current = JSON.stringify([s.provider, s.model]);
   if (!out.some(([v]) => v === current)) {
     const known = ((config && config.providers) || []).some((p) => p.name === s.provider);
-    out.unshift([current, `${s.provider} / ${s.model}${known ? "" : " (not configured)"}`]);
+    out.unshift([current, !out.length || !s.provider ? modelWords(s, config)
+      : `${s.provider} / ${s.model}${known ? "" : " (not configured)"}`]);
   }
   return out;
 }

@@ -475,6 +475,26 @@ def test_a_command_cancelled_on_request_is_not_lost_with_its_worker() -> None:
     assert pilot.session.status == "running" and not pilot.machine.done
 
 
+def test_a_session_whose_provider_is_not_there_says_what_to_do() -> None:
+    """With no provider at all, the error names none (a session started before one was set
+    up named "default", which nobody made); with some, it names the session's."""
+    def failed(state: State) -> str:
+        pilot = Pilot(CodeyTurn(S, models=Models(), limits=LIMITS), state)
+        pilot.record((S, ev.SessionModelChanged(provider="default", model="")))
+        pilot.feed(Start())
+        error = pilot.session.items[-1]
+        assert isinstance(error, ev.ErrorItem) and pilot.session.status == "error"
+        return error.message
+
+    assert failed(_session()) == (
+        "no model provider is set up on this server: add a model provider in Settings → "
+        "Models, then Retry (the session takes it)")
+    state = _session()
+    state.providers["local"] = ev.ProviderEntry(name="local", base_url="http://h/v1")
+    assert failed(state).startswith("the provider 'default' is not configured on this "
+                                    "server: add a model provider in Settings → Models")
+
+
 def test_a_cut_stream_is_retried_after_a_timer_with_the_same_body() -> None:
     pilot = _codey()
     [first] = pilot.feed(Start()).effects

@@ -113,6 +113,7 @@ from codey_server.agent.tools import (
 from codey_server.agent.tools.base import cap
 from codey_server.agent.tools.shell import ITEM_OUTPUT_CAP
 from codey_server.agent.wire import CallOptions
+from codey_server.core.decide import known_providers
 from codey_server.settings import RoleConfig
 
 __all__ = ["CONTEXT_TIMEOUT_S", "CodeyTurn"]
@@ -830,12 +831,18 @@ class CodeyTurn(TurnMachine):
             s = self.session
             provider = self.models.provider(s.provider)
             if provider is None:
-                # what to do about it, in the words of the screen the user will open
-                self._fail(ModelError(
-                    f"the provider {s.provider!r} is not configured on this server: add a "
-                    "model provider in Settings → Models, then Retry (the session takes the "
-                    "server's default), or pick another model in the session header",
-                    code="not_configured"))
+                # what to do about it, in the words of the screen the user will open; with
+                # none at all, no name: the session's ("default", from before there was
+                # one) is none the user made
+                if s.provider and known_providers(self.state, self.ctx):
+                    why = (f"the provider {s.provider!r} is not configured on this server: add "
+                           "a model provider in Settings → Models, then Retry (the session "
+                           "takes the server's default), or pick another model in the "
+                           "session header")
+                else:
+                    why = ("no model provider is set up on this server: add a model provider "
+                           "in Settings → Models, then Retry (the session takes it)")
+                self._fail(ModelError(why, code="not_configured"))
                 return False
             self._route = (provider, s.model or provider.default_model)
         self._call = _Call(*self._route)
