@@ -44,6 +44,10 @@ const HEADER_EVENTS = new Set([
   "process_ended",
 ]);
 
+// Keys that scroll the transcript (when no field has the focus), Tab moving to a control in it
+const SCROLL_KEYS = new Set(["ArrowUp", "ArrowDown", "PageUp", "PageDown", "Home", "End", " ",
+  "Tab"]);
+
 const PROCESS_EVENTS = new Set(["process_started", "process_output", "process_stop_requested",
   "process_ended"]);
 
@@ -58,6 +62,9 @@ export class SessionView {
     this._built = 0; // items built so far (items[_start.._built))
     this._batch = new FrameBatch(() => this._flush());
     this._stick = true; // follow new items while the user is at the bottom
+    // when the connection to the server was lost (null: live), for the activity's clock
+    this._cutAt = ctx.socket && ctx.socket.status !== "live" ? Date.now() / 1000 : null;
+    this._userScrolled = false; // the user scrolled since the transcript was last at its end
     this._build();
   }
 
@@ -135,9 +142,27 @@ export class SessionView {
     this._orphans = h("div", { class: "s-orphans" }); // approvals whose item is not built
     this._scroller = h("div", { class: "s-scroll", "data-testid": "session-items",
       tabindex: "-1" }, this._earlier, this._list, this._orphans);
+    // Only the user stops the following, by scrolling up (wheel, touch, keys, the scrollbar).
+    // A scroll event also comes when the browser moves or clamps scrollTop as items change
+    // size, and it comes a frame late, measured against what was added meanwhile: read as
+    // the user's, it stopped the following after an approval was decided.
+    const byUser = () => { this._userScrolled = true; };
+    this._scroller.addEventListener("wheel", byUser, { passive: true });
+    this._scroller.addEventListener("touchmove", byUser, { passive: true });
+    this._scroller.addEventListener("pointerdown", (ev) => {
+      if (ev.target === this._scroller) byUser(); // its scrollbar
+    });
+    this._scroller.addEventListener("keydown", (ev) => {
+      if (SCROLL_KEYS.has(ev.key) && !ev.target.closest("input, textarea, select")) byUser();
+    });
     this._scroller.addEventListener("scroll", () => {
       const s = this._scroller;
-      this._stick = s.scrollHeight - s.scrollTop - s.clientHeight < 48;
+      if (s.scrollHeight - s.scrollTop - s.clientHeight < 48) {
+        this._stick = true;
+        this._userScrolled = false;
+      } else if (this._userScrolled) {
+        this._stick = false;
+      }
       if (this._jump) this._jump.hidden = this._stick;
     }, { passive: true });
     this._side = h("aside", { class: "s-side", "aria-label": "Plan and workspace" });
@@ -931,6 +956,7 @@ export class SessionView {
       this._attachments = [];
       this._chips.replaceChildren();
       this._stick = true;
+      this._userScrolled = false;
     } catch (err) {
       this.ctx.toast(`Message not sent: ${err.message}`, "error");
     } finally {
