@@ -15,7 +15,7 @@ import {
   statusChip, titleNode, workerUp,
 } from "./common.js";
 import {
-  appendOutput, approvalNode, planSteps, processChip, renderItem,
+  appendOutput, approvalNode, planSteps, processChip, renderItem, retryable,
 } from "./items.js";
 
 /** Items built when a session opens, and per "Show earlier" click. */
@@ -384,6 +384,13 @@ export class SessionView {
       case "session_deleted":
         this._renderAll();
         return;
+      case "session_status_changed": {
+        // the error the session stopped on carries Retry while it stays stopped there
+        const last = s && [...s.items].reverse().find((i) => i.kind === "error_item");
+        if (last) this._dirty.add(last.id);
+        this._headerDirty = true;
+        break;
+      }
       default:
         if (PROCESS_EVENTS.has(e.type) && s) {
           // the exec call's card shows its process's state
@@ -486,7 +493,10 @@ export class SessionView {
     this._status.replaceChildren(status, needsAttention(s.status)
       ? h("span", { class: "badge attention dot", "data-testid": "attention-badge",
         "aria-label": "needs you", title: "needs you" }) : "");
-    this._retry.hidden = !(s.status === "error" || s.status === "interrupted");
+    // an error's Retry is beside it (items.js); here for a stopped turn, or an error that
+    // left no item to put it beside
+    this._retry.hidden = !(s.status === "interrupted" || (s.status === "error" &&
+      !s.items.some((i) => i.kind === "error_item" && retryable(i, s))));
     this._renderActivity();
     this._gone.replaceChildren(workerUp(state, s.worker_id) ? "" : h("span", {
       class: "chip gone", "data-testid": "worker-gone" }, "machine offline"));
