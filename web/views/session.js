@@ -458,7 +458,7 @@ export class SessionView {
       this._missing.textContent = this._seen ? "This session was deleted." : "Waiting for this session…";
       this._title.textContent = "Session";
       this._send.disabled = true;
-      this._interrupt.disabled = true;
+      this._interrupt.hidden = true;
       this._policy.disabled = true;
       return;
     }
@@ -515,8 +515,10 @@ export class SessionView {
     const proposed = s.plan_status === "proposed";
     const busy = isBusy(s.status) && !proposed;
     const running = s.processes.some((p) => p.status === "running");
-    // an interrupt also stops the processes the agent left running
-    this._interrupt.disabled = !busy && !running;
+    // only while there is something to stop: a turn, or processes the agent left running
+    // (an interrupt stops them too)
+    this._interrupt.hidden = !busy && !running;
+    this._interrupt.disabled = false;
     this._interrupt.title = running ? "Stop the agent and the processes it started" : "";
     this._input.placeholder = proposed ? "Feedback on the plan (the agent revises it)…"
       : busy ? "Steer the agent — sent before its next step…" : "Ask Codey…";
