@@ -174,6 +174,7 @@ class App {
   _setConn(status) {
     this.connEl.textContent = status;
     this.connEl.dataset.state = status;
+    if (this.view && this.view.onConn) this.view.onConn(status);
   }
 
   // On a phone the top bar is one row: its pages and dialogs open from "Menu".

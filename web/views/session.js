@@ -852,7 +852,16 @@ export class SessionView {
     if (ack && ack.session_id) location.hash = `#/session/${encodeURIComponent(ack.session_id)}`;
   }
 
-  /** The live activity line: what the agent does now and for how long (ticks each second). */
+  /** The connection to the server changed ("live", "reconnecting", "offline"). */
+  onConn(status) {
+    if (status !== "live") this._cutAt ??= Date.now() / 1000;
+    else this._cutAt = null;
+    this._renderActivity();
+  }
+
+  /** The live activity line: what the agent does now and for how long (ticks each second).
+   * Cut off from the server, it shows what was known then, and says so: the agent may have
+   * finished or moved on meanwhile, so its clock does not run on. */
   _renderActivity() {
     const s = this.session;
     const now = s ? activity(s, this.ctx.store.state) : null;
@@ -861,10 +870,16 @@ export class SessionView {
       return;
     }
     this._activity.hidden = false;
-    const secs = Date.now() / 1000 - now.since;
-    replaceChildren(this._activity, h("span", { class: "spinner", "aria-hidden": "true" }),
+    const cut = this._cutAt ?? null;
+    const secs = (cut ?? Date.now() / 1000) - now.since;
+    this._activity.classList.toggle("stale", cut !== null);
+    replaceChildren(this._activity,
+      cut === null ? h("span", { class: "spinner", "aria-hidden": "true" }) : null,
       h("span", { "data-testid": "activity-text" }, now.text),
-      secs >= 1 ? h("span", { class: "muted" }, ` ${fmtDuration(secs)}`) : null);
+      secs >= 1 ? h("span", { class: "muted", "data-testid": "activity-time" },
+        ` ${fmtDuration(secs)}`) : null,
+      cut === null ? null : h("span", { class: "muted", "data-testid": "activity-cut" },
+        " · as last known: the server is unreachable"));
   }
 
   async _doRetry() {
