@@ -60,6 +60,10 @@ class App {
     document.querySelector("[data-testid=telegram-open]").addEventListener("click",
       () => new TelegramDialog(ctx).open());
     this._setupMenu();
+    // toasts on a phone sit just under the top bar, whatever its height (style.css)
+    const topbar = document.querySelector(".topbar");
+    new ResizeObserver(() => document.documentElement.style.setProperty("--topbar-h",
+      `${topbar.offsetHeight}px`)).observe(topbar);
     this._shortcuts = new Shortcuts(this);
     this._setConn("offline");
     this.route();

@@ -244,6 +244,11 @@ export class SessionView {
       h("div", { class: "activity-row" }, this._activity, this._retry)), this._side),
     this._closedNote, form);
     this._form = form;
+    // toasts sit above the prompt box (style.css), whatever its height
+    this._formSize = new ResizeObserver(() => {
+      document.documentElement.style.setProperty("--toast-bottom", `${form.offsetHeight}px`);
+    });
+    this._formSize.observe(form);
     this._renderAll();
   }
 
@@ -1149,6 +1154,8 @@ export class SessionView {
   destroy() {
     this._batch.cancel();
     clearInterval(this._ticker);
+    this._formSize.disconnect();
+    document.documentElement.style.removeProperty("--toast-bottom");
     this._narrow.removeEventListener("change", this._onNarrow);
   }
 }
