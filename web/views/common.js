@@ -1,6 +1,6 @@
 // Helpers shared by the views.
 
-import { h } from "../dom.js";
+import { fmtTime, h } from "../dom.js";
 
 /**
  * Batch DOM work to one animation frame: `schedule()` many times, `fn` runs once.
@@ -113,6 +113,32 @@ export function titleNode(title, el) {
     el.append(h("span", { class: "title-fork", "data-testid": "title-fork" }, m[0]));
   }
   return el;
+}
+
+/** The last part of a path ("/home/me/app/" → "app"). */
+export function baseName(path) {
+  const parts = String(path || "").replace(/\/+$/, "").split("/");
+  return parts[parts.length - 1] || path || "";
+}
+
+/**
+ * What tells session `s` apart from the others of the same title (null: none has it): its
+ * folder's name (a worktree's branch) when theirs differ, its machine when that is what
+ * differs, else the end of its id and when it started.
+ */
+export function twinWords(s, state) {
+  const twins = Object.values(state.sessions).filter((o) => o.session_id !== s.session_id &&
+    (o.title || "") === (s.title || ""));
+  if (!twins.length) return null;
+  const where = (x) => (x.worktree && x.worktree.branch ? `⎇ ${x.worktree.branch}`
+    : baseName(x.workdir));
+  if (twins.every((o) => where(o) !== where(s))) return where(s);
+  const machine = (x) => {
+    const w = state.workers[x.worker_id];
+    return w ? machineLabel(state, w) : x.worker_id;
+  };
+  if (twins.every((o) => machine(o) !== machine(s))) return `${where(s)} on ${machine(s)}`;
+  return `${where(s)} · #${s.session_id.slice(-4)} · ${fmtTime(s.created_at)}`;
 }
 
 /**

@@ -8,7 +8,7 @@ import { fmtAgo, h } from "../dom.js";
 import { renderInline } from "../markdown.js";
 import {
   FrameBatch, SESSION_WORDS, busySeconds, fmtDuration, keyedList, machineLabel, machineName,
-  needsAttention, sessionWords, statusChip, titleNode, workerUp,
+  needsAttention, sessionWords, statusChip, titleNode, twinWords, workerUp,
 } from "./common.js";
 import { NewSessionDialog } from "./newsession.js";
 import { PairPanel } from "./pair.js";
@@ -181,7 +181,8 @@ export class Dashboard {
     keyedList(this._workers, workers, (w) => w.worker_id,
       (w) => JSON.stringify([w, machineLabel(state, w), this._renaming === w.worker_id,
         fmtAgo(w.last_seen),
-        (byWorker.get(w.worker_id) || []).map((s) => [s.session_id, s.title, sessionWords(s)])]),
+        (byWorker.get(w.worker_id) || []).map((s) => [s.session_id, s.title, sessionWords(s),
+          twinWords(s, state)])]),
       (w) => this._workerCard(w, byWorker.get(w.worker_id) || []));
     this._noSessions.hidden = sessions.length > 0;
     this._noSessions.textContent = all.length ? "No session matches." : "No sessions yet.";
@@ -191,7 +192,7 @@ export class Dashboard {
         const kids = Object.values(state.sessions).filter((x) => x.parent_id === s.session_id);
         return JSON.stringify([s.title, s.status, s.status_reason, s.policy, s.provider, s.model,
           workerUp(state, s.worker_id), w ? machineLabel(state, w) : null, fmtAgo(s.updated_at),
-          s.items.length, Math.round(busySeconds(s)), sessionWords(s),
+          s.items.length, Math.round(busySeconds(s)), sessionWords(s), twinWords(s, state),
           kids.map((k) => [k.session_id, k.title, k.status])]);
       },
       (s) => this._sessionCard(s));
@@ -270,9 +271,13 @@ export class Dashboard {
     return h("div", { class: "worker-sessions" },
       h("ul", { class: "mini-list", "aria-label": `Sessions on ${machineName(w)}`,
         "data-testid": "worker-sessions" },
-      newest.slice(0, WORKER_SESSIONS).map((s) => h("li", { "data-session-id": s.session_id },
-        h("a", { href: `#/session/${encodeURIComponent(s.session_id)}` }, s.title || "Untitled"),
-        " ", h("span", { class: `muted small status-text-${s.status}` }, sessionWords(s))))),
+      newest.slice(0, WORKER_SESSIONS).map((s) => {
+        const twin = twinWords(s, this.ctx.store.state);
+        return h("li", { "data-session-id": s.session_id },
+          h("a", { href: `#/session/${encodeURIComponent(s.session_id)}` }, s.title || "Untitled"),
+          twin ? h("span", { class: "muted small mono" }, ` (${twin})`) : null,
+          " ", h("span", { class: `muted small status-text-${s.status}` }, sessionWords(s)));
+      })),
       more > 0 ? h("p", { class: "muted small", "data-testid": "worker-sessions-more" },
         `and ${more} older`) : null);
   }
@@ -347,11 +352,15 @@ export class Dashboard {
     const up = workerUp(state, s.worker_id);
     const href = `#/session/${encodeURIComponent(s.session_id)}`;
     const facts = cardFacts(s);
+    // two sessions of one title: what tells this one apart, beside its title
+    const twin = twinWords(s, state);
     return h("article", { class: `card session-card outcome-${s.status}`,
       "data-testid": "session-card", "data-session-id": s.session_id },
     h("div", { class: "card-head" },
       h("h3", { class: "card-title", "data-testid": "card-title", title: s.title },
         titleNode(s.title, h("a", { href, class: "stretched" }))),
+      twin ? h("span", { class: "chip twin mono", "data-testid": "session-twin",
+        title: `${s.workdir} · ${s.session_id}` }, twin) : null,
       statusChip(s.status, "session-status", sessionWords(s)),
       needsAttention(s.status)
         ? h("span", { class: "badge attention dot", "data-testid": "attention-badge",
