@@ -37,7 +37,8 @@ function haystack(s, state) {
 }
 
 export class Dashboard {
-  constructor(ctx) {
+  /** `link`: open with the "Link a machine" panel open (`#/link`). */
+  constructor(ctx, { link = false } = {}) {
     this._logViews = new Map(); // worker id → its "Recent log" box
     this._renaming = null; // the machine whose name is being edited, and what is typed
     this._draft = "";
@@ -90,6 +91,7 @@ export class Dashboard {
         this._toolbar, this._counts, this._noSessions, this._sessions));
     this.render();
     this._ticker = setInterval(() => this._batch.schedule(), 30000); // "last seen" texts
+    if (link) this._togglePair();
   }
 
   onChange(change) {
@@ -142,6 +144,8 @@ export class Dashboard {
       this._pairPanel.el.remove();
       this._pairPanel = null;
       this._linkButton.setAttribute("aria-expanded", "false");
+      // closed: a reload shows the plain dashboard (no hashchange, so no new view)
+      if (location.hash === "#/link") history.replaceState(null, "", "#/");
       return;
     }
     this._pairPanel = new PairPanel(this.ctx);

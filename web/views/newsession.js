@@ -46,7 +46,10 @@ export class NewSessionDialog {
       this._fillWorkdir();
     }
     this.el.showModal();
-    (this._worker.disabled ? this._cancel : this._worker).focus();
+    // the first thing to do, at the top: the machine, or linking one when none is connected
+    // (focus on Cancel, at the bottom, scrolled that line out of view)
+    (this._worker.disabled ? this._linkMachine : this._worker).focus();
+    this.el.scrollTop = 0;
   }
 
   _workers() {
@@ -165,8 +168,7 @@ export class NewSessionDialog {
         this._create();
       } },
     h("h2", { id: "ns-title" }, "New session"),
-    workers.length ? null : h("p", { class: "muted" },
-      "No machine is connected. Link one from the dashboard first."),
+    workers.length ? null : this._noMachine(),
     field("ns-worker", "Machine", this._worker),
     field("ns-workdir", "Working directory", this._workdir),
     this._agentField,
@@ -195,6 +197,21 @@ export class NewSessionDialog {
     });
     if (workers.length) this._fillWorkdir();
     else this._warnModels();
+  }
+
+  /** No machine to start on: say so, with the way to link one (or start one linked). */
+  _noMachine() {
+    const linked = Object.values(this.ctx.store.state.workers).some((w) => !w.revoked);
+    this._linkMachine = h("a", { href: "#/link", "data-testid": "ns-link-machine",
+      onclick: (ev) => {
+        ev.preventDefault();
+        this.el.close();
+        this.ctx.navigate("#/link");
+      } }, "Link a machine");
+    return h("p", { class: "warn", "data-testid": "ns-no-machine", role: "status" },
+      linked ? "No machine is connected: start the worker on one of yours, or "
+        : "No machine is connected yet: ",
+      this._linkMachine, linked ? "." : " to start a session on it.");
   }
 
   async _create() {
