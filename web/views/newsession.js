@@ -60,7 +60,9 @@ export class NewSessionDialog {
 
   _fillWorkdir() {
     const w = this.ctx.store.state.workers[this._worker.value];
-    if (w && !this._workdir.dataset.touched) this._workdir.value = lastFolder(w);
+    if (w && !this._workdir.dataset.touched) {
+      this._workdir.value = lastFolder(w, this.ctx.store.state);
+    }
     this._fillAgents(w);
   }
 
@@ -108,7 +110,7 @@ export class NewSessionDialog {
       ? workers.map((w) => h("option", { value: w.worker_id },
         `${machineLabel(this.ctx.store.state, w)} (${w.os})`))
       : h("option", { value: "" }, "No connected machine"));
-    const last = lastMachine(workers);
+    const last = lastMachine(workers, this.ctx.store.state);
     if (last) this._worker.value = last;
     this._workdir = h("input", { id: "ns-workdir", "data-testid": "ns-workdir", class: "input mono",
       required: true, placeholder: "/home/me/project", autocomplete: "off",
