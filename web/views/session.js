@@ -214,7 +214,8 @@ export class SessionView {
       "Waiting for this session…");
     this._activity = h("div", { class: "activity", "data-testid": "activity",
       role: "status", "aria-live": "polite", hidden: true });
-    this._retry = h("button", { class: "btn small", type: "button", "data-testid": "retry",
+    // (an error's own Retry, beside it, is "retry": see items.js)
+    this._retry = h("button", { class: "btn small", type: "button", "data-testid": "retry-turn",
       hidden: true, onclick: () => this._doRetry() }, "Retry");
     this._jump = h("button", { class: "btn small jump", type: "button",
       "data-testid": "jump-latest", hidden: true, onclick: () => {
