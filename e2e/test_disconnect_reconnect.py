@@ -1,5 +1,6 @@
 """A worker killed mid-command shows as disconnected; started again, the session says what
-happened, and goes on when the user says so."""
+happened, and (under suggest) goes on when the user says so. Under full-auto it goes on by
+itself: test_worker_restart.py."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ def test_disconnect_reconnect(stack: Stack, page: Page) -> None:
     stack.model({"model": "scripted-1", "steps": [
         {"match": {"user": "long job"}, "reply": {"calls": [stack.gated("long")]}},
         # The killed command is never run twice: the restarted worker answers "interrupted",
-        # and the turn stops there; the user's word runs it again.
+        # and (under suggest) the turn stops there; the user's word runs it again.
         {"match": {"user": "go on"},
          "reply": {"calls": [stack.shell("bash", "-c", "echo second-run")]}},
         {"match": {"tool": "shell", "tool_output": "second-run"},
@@ -26,7 +27,8 @@ def test_disconnect_reconnect(stack: Stack, page: Page) -> None:
     worker = stack.worker()
     stack.open(page)
     wd = stack.workdir(worker, "proj")
-    sid = stack.new_session(page, worker, wd, "long job")
+    sid = stack.new_session(page, worker, wd, "long job", policy="suggest")
+    stack.items(page, "tool_call").get_by_test_id("approve").click()
     expect(stack.items(page, "tool_call").get_by_test_id("tool-output")).to_have_text(
         "long-start")
 
@@ -52,6 +54,7 @@ def test_disconnect_reconnect(stack: Stack, page: Page) -> None:
     page.get_by_test_id("prompt-send").click()
     tools = stack.items(page, "tool_call")
     expect(tools).to_have_count(2)
+    tools.nth(1).get_by_test_id("approve").click()
     expect(tools.nth(1).get_by_test_id("tool-output")).to_have_text("second-run")
     expect(stack.items(page, "assistant_message").last).to_have_text(
         "finished after the reconnect")

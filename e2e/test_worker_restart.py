@@ -1,5 +1,7 @@
-"""A worker that restarts while a command runs: the card says why the command failed, the
-model is told what happened (not "cancelled"), and the session does not end "finished"."""
+"""A worker that restarts while a command runs: the card says why the command failed and the
+model is told what happened (not "cancelled"). Under suggest the session does not end
+"finished": it waits for the user. Under full-auto nobody is waited for: the model reads the
+honest result and the session goes on by itself once the worker is back."""
 
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ def script(stack: Stack) -> dict[str, Any]:
     return {"model": "scripted-1", "steps": [
         {"match": {"user": "build it"}, "reply": {"calls": [stack.gated("build")]}},
         {"match": {"user": "go on"}, "reply": {"text": "I will run the build again."}},
+        {"match": {"tool_output": "the worker"},
+         "reply": {"text": "The build was cut off; I will check before running it again."}},
         {"match": {"any": True}, "reply": {"text": "All done."}},
     ]}
 
@@ -29,8 +33,9 @@ def test_a_worker_restart_during_a_command_is_told_as_it_is(
     worker = stack.worker()
     stack.open(page)
     wd = stack.workdir(worker, "build")
-    sid = stack.new_session(page, worker, wd, "build it")
+    sid = stack.new_session(page, worker, wd, "build it", policy="suggest")
     tool = stack.items(page, "tool_call").last
+    tool.get_by_test_id("approve").click()
     expect(tool.get_by_test_id("tool-output")).to_have_text("build-start")
 
     if how == "stopped":
@@ -77,3 +82,51 @@ def test_a_worker_restart_during_a_command_is_told_as_it_is(
                                   "not run again, and whether it finished is unknown"), content
     stack.release(wd)
     assert Path(wd).is_dir()
+
+
+@pytest.mark.parametrize("how", ["stopped", "killed"])
+def test_under_full_auto_the_session_goes_on_by_itself_after_a_worker_restart(
+        stack: Stack, page: Page, how: str) -> None:
+    model = stack.model(script(stack))
+    stack.server()
+    worker = stack.worker()
+    stack.open(page)
+    wd = stack.workdir(worker, "build")
+    sid = stack.new_session(page, worker, wd, "build it", policy="full-auto")
+    tool = stack.items(page, "tool_call").last
+    expect(tool.get_by_test_id("tool-output")).to_have_text("build-start")
+
+    if how == "stopped":
+        worker.stop()
+    else:
+        worker.kill9()
+    expect(stack.status(page)).to_have_attribute("data-status", "waiting_worker")
+    worker.start()
+
+    # the same honest report on the card; then, by itself, the model's answer to it
+    expect(tool.get_by_test_id("tool-status")).to_have_attribute("data-status", "failed")
+    said = {"stopped": "the worker stopped (signal SIGTERM) while this command ran",
+            "killed": "the worker restarted while this command ran"}[how]
+    expect(tool.locator(".tool-error")).to_contain_text(said)
+    notice = page.locator("[data-testid=notice][data-code=worker_lost]")
+    expect(notice).to_contain_text("Full auto: the model was told, and the session goes on.")
+    expect(stack.items(page, "assistant_message").last).to_have_text(
+        "The build was cut off; I will check before running it again.")
+    expect(stack.status(page)).to_have_attribute("data-status", "idle")
+    expect(stack.items(page, "error_item")).to_have_count(0)
+    page.screenshot(path=f"e2e/test-results/worker-restart-full-auto-{how}.png")
+
+    # what the model read: the truth, not "cancelled"
+    calls = model.requests("/v1/chat/completions")
+    [told] = [m for m in calls[-1]["body"]["messages"] if m["role"] == "tool"]
+    content = told["content"]
+    assert "cancelled" not in content, content
+    if how == "stopped":
+        assert content.startswith("the command did not finish: the worker stopped (signal "
+                                  "SIGTERM) while it ran, and stopped it\n"), content
+    else:
+        assert content.startswith("error: the worker restarted while this command ran. It was "
+                                  "not run again, and whether it finished is unknown"), content
+    served = worker.server.http.get(f"/api/sessions/{sid}").json()
+    assert served["status"] == "idle", served
+    stack.release(wd)

@@ -13,6 +13,7 @@ photographs them with Playwright and Debian's Chromium (/usr/bin/chromium) at 12
     approval.png    a pending approval
     write-approval.png  a write waiting for approval: the diff against the file as it is
     pairing.png     a machine asking to be linked (host details and the code to compare)
+    link-machine.png    the dashboard's Link a machine panel: the request above the install lines
     login.png       the login banner of a provider that needs OAuth (the OIDC provider)
     dark.png        the session view in the dark theme
     dark-dashboard.png  the dashboard in the dark theme, a machine's recent log open
@@ -340,6 +341,12 @@ class Shots:
         page.goto(newcomer.pair_url)
         expect(page.get_by_test_id("pair-request")).to_be_visible()
         self.shoot(page, "pairing.png")
+        # the dashboard's Link a machine: the request first, the install lines under it
+        self.open(page, "#/link")
+        panel = page.get_by_test_id("pair-panel")
+        expect(panel.get_by_test_id("pair-request")).to_be_visible()
+        expect(panel.get_by_test_id("install-line")).to_be_visible(timeout=180_000)  # (built)
+        self.shoot(page, "link-machine.png")
 
         # The login banner: the same server restarted with a provider that needs OAuth.
         self.server.config = {**self.config, "providers": [*self.config["providers"], {

@@ -1,7 +1,8 @@
 // The page: one store, one socket, a hash router and the views.
 //
-// Routes: `#/` dashboard, `#/session/<id>`, `#/terminal/<id>`, `#/board`, `#/schedules`,
-// `#/settings` (Settings → Models), `#/pair/<CODE>`.
+// Routes: `#/` dashboard, `#/link` (the dashboard with "Link a machine" open),
+// `#/session/<id>`, `#/terminal/<id>`, `#/board`, `#/schedules`, `#/settings`
+// (Settings → Models), `#/pair/<CODE>`.
 // For tests: `window.__codey = {store, state(), seq(), socket, app}`.
 
 import { api } from "./api.js";
@@ -60,6 +61,10 @@ class App {
     document.querySelector("[data-testid=telegram-open]").addEventListener("click",
       () => new TelegramDialog(ctx).open());
     this._setupMenu();
+    // toasts on a phone sit just under the top bar, whatever its height (style.css)
+    const topbar = document.querySelector(".topbar");
+    new ResizeObserver(() => document.documentElement.style.setProperty("--topbar-h",
+      `${topbar.offsetHeight}px`)).observe(topbar);
     this._shortcuts = new Shortcuts(this);
     this._setConn("offline");
     this.route();
@@ -127,6 +132,9 @@ class App {
       this.view = new ModelsPage(this.ctx);
     } else if ((m = /^#\/terminal\/(.+)$/.exec(hash))) {
       this.view = new TerminalView(this.ctx, decodeURIComponent(m[1]));
+    } else if (hash === "#/link") {
+      this.view = new Dashboard(this.ctx, { link: true }); // the Link a machine panel open
+      document.title = "Link a machine · Codey";
     } else if ((m = /^#\/pair\/([A-Za-z0-9-]+)$/.exec(hash))) {
       this.view = new PairPage(this.ctx, m[1]);
     } else {
@@ -174,6 +182,7 @@ class App {
   _setConn(status) {
     this.connEl.textContent = status;
     this.connEl.dataset.state = status;
+    if (this.view && this.view.onConn) this.view.onConn(status);
   }
 
   // On a phone the top bar is one row: its pages and dialogs open from "Menu".

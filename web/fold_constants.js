@@ -28,6 +28,9 @@ export const PROCESSES_ENDED_KEPT = 20;
 /** Session statuses whose time counts in `busy_seconds`. */
 export const BUSY_STATUSES = Object.freeze(["running", "waiting_worker"]);
 
+/** The code of the notice the fold adds where a session's model changed. */
+export const MODEL_CHANGED = "model_changed";
+
 /**
  * Fill in, in place, the fields an event stored by an older version lacks, with their
  * defaults, at every level: what msgspec does when the server decodes it. Returns the

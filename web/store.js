@@ -14,9 +14,10 @@
 import { APPEND_FIELDS, REPLACE_FIELDS, applyUpdate } from "./item_fields.js";
 import { Tails } from "./tails.js";
 import {
-  BUSY_STATUSES, COMPACTION_ENDED, MAX_CHANGED_PATHS, PROCESS_OUTPUT_KEPT, PROCESSES_ENDED_KEPT,
-  SCHEDULE_RUNS_KEPT, WORKING_STATUSES, fillApproval, fillAuthInfo, fillPortForward,
-  fillProjectMemory, fillQuestion, fillRateLimit, fillScheduleInfo, fillScheduleRun, fillSessionContext,
+  BUSY_STATUSES, COMPACTION_ENDED, MAX_CHANGED_PATHS, MODEL_CHANGED, PROCESS_OUTPUT_KEPT,
+  PROCESSES_ENDED_KEPT, SCHEDULE_RUNS_KEPT, WORKING_STATUSES, fillApproval, fillAuthInfo,
+  fillPortForward, fillProjectMemory, fillQuestion, fillRateLimit, fillScheduleInfo,
+  fillScheduleRun, fillSessionContext,
   fillSessionInfo, fillSessionProcess, fillState, fillTaskInfo, fillTelegramChat,
   fillTerminalInfo, fillWorkerInfo, withDefaults,
 } from "./fold_constants.js";
@@ -571,7 +572,21 @@ function modelChanged(state, env, e) {
     s.provider = e.provider;
     s.model = e.model;
     s.effort = e.effort;
+    // a mark in the transcript where it changed, as core/fold.py makes it (same id, words)
+    s.items.push({
+      kind: "notice", id: `itm_model_${env.seq}`, ts: env.ts, code: MODEL_CHANGED,
+      text: modelChangeWords(e, WORKING_STATUSES.includes(s.status)),
+    });
   }
+}
+
+/** The model-change mark's text (core/fold.py `model_change_words`). */
+export function modelChangeWords(e, midTurn) {
+  let words = `Model: ${e.provider} / ${e.model}`;
+  if (e.effort) words += ` · effort ${e.effort}`;
+  if (midTurn) words += " (from the next turn)";
+  if (e.reason) words += ` — ${e.reason}`;
+  return words;
 }
 
 function providerSaved(state, env, e) {

@@ -151,11 +151,13 @@ export class BoardPage {
     // the machine and folder last used, until the user picks others
     const machine = h("select", { class: "input", "data-testid": "run-worker",
       "aria-label": "Machine", onchange: () => {
-        if (!folder.dataset.touched) folder.value = lastFolder(state.workers[machine.value]);
+        if (!folder.dataset.touched) {
+          folder.value = lastFolder(state.workers[machine.value], state);
+        }
       } },
     workers.map((w) => h("option", { value: w.worker_id }, machineLabel(state, w))));
-    machine.value = lastMachine(workers) || (workers[0] ? workers[0].worker_id : "");
-    folder.value = lastFolder(state.workers[machine.value]);
+    machine.value = lastMachine(workers, state) || (workers[0] ? workers[0].worker_id : "");
+    folder.value = lastFolder(state.workers[machine.value], state);
     const policy = h("select", { class: "input", "data-testid": "run-policy" },
       ["suggest", "auto-edit", "full-auto"].map((p) => h("option", { value: p }, p)));
     // each attempt in a worktree of its own, by default: attempts run side by side

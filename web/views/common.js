@@ -1,6 +1,6 @@
 // Helpers shared by the views.
 
-import { h } from "../dom.js";
+import { fmtTime, h } from "../dom.js";
 
 /**
  * Batch DOM work to one animation frame: `schedule()` many times, `fn` runs once.
@@ -127,6 +127,32 @@ export function titleNode(title, el) {
   return el;
 }
 
+/** The last part of a path ("/home/me/app/" → "app"). */
+export function baseName(path) {
+  const parts = String(path || "").replace(/\/+$/, "").split("/");
+  return parts[parts.length - 1] || path || "";
+}
+
+/**
+ * What tells session `s` apart from the others of the same title (null: none has it): its
+ * folder's name (a worktree's branch) when theirs differ, its machine when that is what
+ * differs, else the end of its id and when it started.
+ */
+export function twinWords(s, state) {
+  const twins = Object.values(state.sessions).filter((o) => o.session_id !== s.session_id &&
+    (o.title || "") === (s.title || ""));
+  if (!twins.length) return null;
+  const where = (x) => (x.worktree && x.worktree.branch ? `⎇ ${x.worktree.branch}`
+    : baseName(x.workdir));
+  if (twins.every((o) => where(o) !== where(s))) return where(s);
+  const machine = (x) => {
+    const w = state.workers[x.worker_id];
+    return w ? machineLabel(state, w) : x.worker_id;
+  };
+  if (twins.every((o) => machine(o) !== machine(s))) return `${where(s)} on ${machine(s)}`;
+  return `${where(s)} · #${s.session_id.slice(-4)} · ${fmtTime(s.created_at)}`;
+}
+
 /**
  * A status chip. `testid` names it for tests; the raw status is in `data-status`; the text is
  * the plain words (`words`, or the session vocabulary).
@@ -220,8 +246,10 @@ export function machineLabel(state, w) {
 }
 
 // The dialogs that start work on a machine (New session, the Board's Run, Schedules) open on
-// the machine last used, in the folder last used on it. Kept in this browser only; storage
-// may be off (private windows), which only loses the memory.
+// the machine last used, in the folder last used on it: the newer of what this browser
+// remembers and the newest session on that machine in the state (started from anywhere:
+// another browser, a phone, the API, a schedule). The browser's memory may be off (private
+// windows), which only loses what it adds.
 const LAST_MACHINE = "codey.lastMachine";
 const LAST_FOLDER = "codey.lastFolder.";
 
@@ -237,20 +265,58 @@ function stored(key) {
 export function rememberMachine(workerId, folder) {
   try {
     localStorage.setItem(LAST_MACHINE, workerId);
-    if (folder) localStorage.setItem(LAST_FOLDER + workerId, folder);
+    if (folder) {
+      localStorage.setItem(LAST_FOLDER + workerId,
+        JSON.stringify({ folder, at: Date.now() / 1000 }));
+    }
   } catch {
     // no storage: nothing remembered
   }
 }
 
-/** The machine last used, if it is among `workers` (else null). */
-export function lastMachine(workers) {
-  const id = stored(LAST_MACHINE);
-  return workers.some((w) => w.worker_id === id) ? id : null;
+/** This browser's memory of the folder last used on a machine: {folder, at} or null (an
+ * older page kept the bare folder: when is unknown). */
+function rememberedFolder(workerId) {
+  const raw = stored(LAST_FOLDER + workerId);
+  if (!raw) return null;
+  try {
+    const kept = JSON.parse(raw);
+    if (kept && typeof kept.folder === "string") return { folder: kept.folder, at: kept.at || 0 };
+  } catch {
+    // the bare folder
+  }
+  return { folder: raw, at: 0 };
 }
 
-/** The folder last used on `w`, else its first root, else "". */
-export function lastFolder(w) {
+/** The newest session started on `workerId` (not a sub-agent's), as {folder, at}, or null:
+ * the folder the user picked, a worktree's repository rather than the worktree. */
+function newestSession(state, workerId) {
+  let best = null;
+  for (const s of Object.values((state && state.sessions) || {})) {
+    if (s.worker_id !== workerId || s.parent_id) continue;
+    const folder = s.worktree ? s.worktree.repo : s.workdir;
+    if (folder && (!best || s.created_at > best.at)) best = { folder, at: s.created_at };
+  }
+  return best;
+}
+
+/** The machine last used, if it is among `workers` (else null). */
+export function lastMachine(workers, state = null) {
+  const id = stored(LAST_MACHINE);
+  if (workers.some((w) => w.worker_id === id)) return id;
+  let best = null;
+  for (const w of workers) {
+    const newest = newestSession(state, w.worker_id);
+    if (newest && (!best || newest.at > best.at)) best = { id: w.worker_id, at: newest.at };
+  }
+  return best ? best.id : null;
+}
+
+/** The folder last used on `w` (see above), else its first root, else "". */
+export function lastFolder(w, state = null) {
   if (!w) return "";
-  return stored(LAST_FOLDER + w.worker_id) || (w.roots || [])[0] || "";
+  const mine = rememberedFolder(w.worker_id);
+  const newest = newestSession(state, w.worker_id);
+  const last = !mine ? newest : !newest ? mine : newest.at > mine.at ? newest : mine;
+  return last ? last.folder : (w.roots || [])[0] || "";
 }

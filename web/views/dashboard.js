@@ -8,7 +8,8 @@ import { fmtAgo, h } from "../dom.js";
 import { renderInline } from "../markdown.js";
 import {
   FrameBatch, SESSION_WORDS, busySeconds, fmtDuration, keyedList, liveProcesses, machineLabel,
-  machineName, needsAttention, processesWords, sessionWords, statusChip, titleNode, workerUp,
+  machineName, needsAttention, processesWords, sessionWords, statusChip, titleNode, twinWords,
+  workerUp,
 } from "./common.js";
 import { NewSessionDialog } from "./newsession.js";
 import { PairPanel } from "./pair.js";
@@ -39,7 +40,8 @@ function haystack(s, state) {
 }
 
 export class Dashboard {
-  constructor(ctx) {
+  /** `link`: open with the "Link a machine" panel open (`#/link`). */
+  constructor(ctx, { link = false } = {}) {
     this._logViews = new Map(); // worker id → its "Recent log" box
     this._renaming = null; // the machine whose name is being edited, and what is typed
     this._draft = "";
@@ -92,6 +94,7 @@ export class Dashboard {
         this._toolbar, this._counts, this._noSessions, this._sessions));
     this.render();
     this._ticker = setInterval(() => this._batch.schedule(), 30000); // "last seen" texts
+    if (link) this._togglePair();
   }
 
   onChange(change) {
@@ -144,6 +147,8 @@ export class Dashboard {
       this._pairPanel.el.remove();
       this._pairPanel = null;
       this._linkButton.setAttribute("aria-expanded", "false");
+      // closed: a reload shows the plain dashboard (no hashchange, so no new view)
+      if (location.hash === "#/link") history.replaceState(null, "", "#/");
       return;
     }
     this._pairPanel = new PairPanel(this.ctx);
@@ -183,7 +188,8 @@ export class Dashboard {
     keyedList(this._workers, workers, (w) => w.worker_id,
       (w) => JSON.stringify([w, machineLabel(state, w), this._renaming === w.worker_id,
         fmtAgo(w.last_seen),
-        (byWorker.get(w.worker_id) || []).map((s) => [s.session_id, s.title, sessionWords(s)])]),
+        (byWorker.get(w.worker_id) || []).map((s) => [s.session_id, s.title, sessionWords(s),
+          twinWords(s, state)])]),
       (w) => this._workerCard(w, byWorker.get(w.worker_id) || []));
     this._noSessions.hidden = sessions.length > 0;
     this._noSessions.textContent = all.length ? "No session matches." : "No sessions yet.";
@@ -194,6 +200,7 @@ export class Dashboard {
         return JSON.stringify([s.title, s.status, s.status_reason, s.policy, s.provider, s.model,
           workerUp(state, s.worker_id), w ? machineLabel(state, w) : null, fmtAgo(s.updated_at),
           s.items.length, Math.round(busySeconds(s)), sessionWords(s), liveProcesses(s),
+          twinWords(s, state),
           kids.map((k) => [k.session_id, k.title, k.status])]);
       },
       (s) => this._sessionCard(s));
@@ -272,9 +279,13 @@ export class Dashboard {
     return h("div", { class: "worker-sessions" },
       h("ul", { class: "mini-list", "aria-label": `Sessions on ${machineName(w)}`,
         "data-testid": "worker-sessions" },
-      newest.slice(0, WORKER_SESSIONS).map((s) => h("li", { "data-session-id": s.session_id },
-        h("a", { href: `#/session/${encodeURIComponent(s.session_id)}` }, s.title || "Untitled"),
-        " ", h("span", { class: `muted small status-text-${s.status}` }, sessionWords(s))))),
+      newest.slice(0, WORKER_SESSIONS).map((s) => {
+        const twin = twinWords(s, this.ctx.store.state);
+        return h("li", { "data-session-id": s.session_id },
+          h("a", { href: `#/session/${encodeURIComponent(s.session_id)}` }, s.title || "Untitled"),
+          twin ? h("span", { class: "muted small mono" }, ` (${twin})`) : null,
+          " ", h("span", { class: `muted small status-text-${s.status}` }, sessionWords(s)));
+      })),
       more > 0 ? h("p", { class: "muted small", "data-testid": "worker-sessions-more" },
         `and ${more} older`) : null);
   }
@@ -351,11 +362,15 @@ export class Dashboard {
     const facts = cardFacts(s);
     // "finished" says the agent is done, not that nothing of it runs: a dev server it left
     const running = liveProcesses(s);
+    // two sessions of one title: what tells this one apart, beside its title
+    const twin = twinWords(s, state);
     return h("article", { class: `card session-card outcome-${s.status}`,
       "data-testid": "session-card", "data-session-id": s.session_id },
     h("div", { class: "card-head" },
       h("h3", { class: "card-title", "data-testid": "card-title", title: s.title },
         titleNode(s.title, h("a", { href, class: "stretched" }))),
+      twin ? h("span", { class: "chip twin mono", "data-testid": "session-twin",
+        title: `${s.workdir} · ${s.session_id}` }, twin) : null,
       h("div", { class: "card-chips" },
         statusChip(s.status, "session-status", sessionWords(s)),
         running ? h("span", { class: "chip processes-chip", "data-testid": "session-processes",

@@ -528,6 +528,34 @@ function gitOp(item) {
   ];
 }
 
+/** Whether `item` is the error the session stopped on (its newest, nothing said since):
+ * the one that carries Retry. */
+export function retryable(item, session) {
+  if (session.status !== "error") return false;
+  for (let i = session.items.length - 1; i >= 0; i--) {
+    const it = session.items[i];
+    if (it.kind === "error_item") return it.id === item.id;
+    if (it.kind === "user_message") return false;
+  }
+  return false;
+}
+
+/** Retry, beside the error it retries (the turn runs again; a gone provider takes the
+ * server's default). */
+function retryButton(ctx, session) {
+  const button = h("button", { class: "btn retry", type: "button", "data-testid": "retry",
+    onclick: async () => {
+      button.disabled = true;
+      try {
+        await ctx.socket.retryTurn(session.session_id);
+      } catch (err) {
+        ctx.toast(`Not retried: ${err.message}`, "error");
+        button.disabled = false;
+      }
+    } }, "↻ Retry");
+  return button;
+}
+
 /** A fresh node for `item` of `session`. */
 export function renderItem(item, ctx, session) {
   let body;
@@ -590,8 +618,9 @@ export function renderItem(item, ctx, session) {
       break;
     case "error_item":
       body = [h("div", { class: "error-text", role: "alert" },
-        h("strong", {}, ERROR_HEADS[item.code] ?? `Error (${item.code})`), " ",
-        item.message)];
+        h("span", { class: "error-words" },
+          h("strong", {}, ERROR_HEADS[item.code] ?? `Error (${item.code})`), " ", item.message),
+        retryable(item, session) ? retryButton(ctx, session) : null)];
       break;
     case "plan_item":
       body = [h("div", { class: "who" }, "Plan"), item.explanation

@@ -46,7 +46,10 @@ export class NewSessionDialog {
       this._fillWorkdir();
     }
     this.el.showModal();
-    (this._worker.disabled ? this._cancel : this._worker).focus();
+    // the first thing to do, at the top: the machine, or linking one when none is connected
+    // (focus on Cancel, at the bottom, scrolled that line out of view)
+    (this._worker.disabled ? this._linkMachine : this._worker).focus();
+    this.el.scrollTop = 0;
   }
 
   _workers() {
@@ -57,7 +60,9 @@ export class NewSessionDialog {
 
   _fillWorkdir() {
     const w = this.ctx.store.state.workers[this._worker.value];
-    if (w && !this._workdir.dataset.touched) this._workdir.value = lastFolder(w);
+    if (w && !this._workdir.dataset.touched) {
+      this._workdir.value = lastFolder(w, this.ctx.store.state);
+    }
     this._fillAgents(w);
   }
 
@@ -105,7 +110,7 @@ export class NewSessionDialog {
       ? workers.map((w) => h("option", { value: w.worker_id },
         `${machineLabel(this.ctx.store.state, w)} (${w.os})`))
       : h("option", { value: "" }, "No connected machine"));
-    const last = lastMachine(workers);
+    const last = lastMachine(workers, this.ctx.store.state);
     if (last) this._worker.value = last;
     this._workdir = h("input", { id: "ns-workdir", "data-testid": "ns-workdir", class: "input mono",
       required: true, placeholder: "/home/me/project", autocomplete: "off",
@@ -165,8 +170,7 @@ export class NewSessionDialog {
         this._create();
       } },
     h("h2", { id: "ns-title" }, "New session"),
-    workers.length ? null : h("p", { class: "muted" },
-      "No machine is connected. Link one from the dashboard first."),
+    workers.length ? null : this._noMachine(),
     field("ns-worker", "Machine", this._worker),
     field("ns-workdir", "Working directory", this._workdir),
     this._agentField,
@@ -195,6 +199,21 @@ export class NewSessionDialog {
     });
     if (workers.length) this._fillWorkdir();
     else this._warnModels();
+  }
+
+  /** No machine to start on: say so, with the way to link one (or start one linked). */
+  _noMachine() {
+    const linked = Object.values(this.ctx.store.state.workers).some((w) => !w.revoked);
+    this._linkMachine = h("a", { href: "#/link", "data-testid": "ns-link-machine",
+      onclick: (ev) => {
+        ev.preventDefault();
+        this.el.close();
+        this.ctx.navigate("#/link");
+      } }, "Link a machine");
+    return h("p", { class: "warn", "data-testid": "ns-no-machine", role: "status" },
+      linked ? "No machine is connected: start the worker on one of yours, or "
+        : "No machine is connected yet: ",
+      this._linkMachine, linked ? "." : " to start a session on it.");
   }
 
   async _create() {

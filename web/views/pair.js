@@ -158,10 +158,13 @@ export class PairPanel {
     this.ctx = ctx;
     this.el = h("section", { class: "pair-panel", "data-testid": "pair-panel",
       "aria-label": "Link a machine" });
-    this._list = h("div", { class: "pair-list" });
+    this._list = h("div", { class: "pair-list", "data-testid": "pair-list" });
     this._sig = null;
     this._inflight = false;
-    this.el.append(h("h3", {}, "Link a machine"), installBlock(ctx), this._list);
+    this._shown = new Set(); // requests already on screen (a new one is brought into view)
+    // the requests first: the install lines below are long, and a request is what the user
+    // waits for once the worker runs
+    this.el.append(h("h3", {}, "Link a machine"), this._list, installBlock(ctx));
     this.refresh(true);
   }
 
@@ -193,11 +196,14 @@ export class PairPanel {
   _render(reqs) {
     if (!reqs.length) {
       replaceChildren(this._list, h("p", { class: "muted", "data-testid": "pair-empty" },
-        "No machine is waiting. Start a worker and its request appears here."));
+        "No machine is waiting. Run the line below on it: its request appears here."));
       return;
     }
-    replaceChildren(this._list,
-      reqs.map((r) => pairRequestCard(r, this.ctx, () => this.refresh(true))));
+    const cards = reqs.map((r) => pairRequestCard(r, this.ctx, () => this.refresh(true)));
+    replaceChildren(this._list, cards);
+    const fresh = cards.find((c, i) => !this._shown.has(reqs[i].request_id));
+    this._shown = new Set(reqs.map((r) => r.request_id));
+    if (fresh) fresh.scrollIntoView({ block: "nearest" });
   }
 }
 

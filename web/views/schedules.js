@@ -145,7 +145,9 @@ export class SchedulesPage {
 
   _fillFolder() {
     const w = this.ctx.store.state.workers[this._worker.value];
-    if (w && !this._workdir.dataset.touched) this._workdir.value = lastFolder(w);
+    if (w && !this._workdir.dataset.touched) {
+      this._workdir.value = lastFolder(w, this.ctx.store.state);
+    }
   }
 
   /** Cron or a date and time: only the chosen one is shown, and required. */
@@ -182,7 +184,7 @@ export class SchedulesPage {
     const labels = workers.map((w) => [w.worker_id, machineLabel(state, w)]);
     const sig = JSON.stringify(labels);
     if (this._worker.dataset.sig !== sig) {
-      const keep = this._worker.value || lastMachine(workers);
+      const keep = this._worker.value || lastMachine(workers, this.ctx.store.state);
       this._worker.dataset.sig = sig;
       replaceChildren(this._worker, ...labels.map(([id, label]) => h("option",
         { value: id }, label)));

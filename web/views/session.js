@@ -15,7 +15,7 @@ import {
   statusChip, titleNode, workerUp,
 } from "./common.js";
 import {
-  appendOutput, approvalNode, planSteps, processChip, renderItem,
+  appendOutput, approvalNode, planSteps, processChip, renderItem, retryable,
 } from "./items.js";
 
 /** Items built when a session opens, and per "Show earlier" click. */
@@ -44,6 +44,10 @@ const HEADER_EVENTS = new Set([
   "process_ended", "process_listening", "process_forward_requested", "process_forwarded",
 ]);
 
+// Keys that scroll the transcript (when no field has the focus), Tab moving to a control in it
+const SCROLL_KEYS = new Set(["ArrowUp", "ArrowDown", "PageUp", "PageDown", "Home", "End", " ",
+  "Tab"]);
+
 const PROCESS_EVENTS = new Set(["process_started", "process_output", "process_stop_requested",
   "process_ended", "process_listening", "process_forward_requested", "process_forwarded"]);
 
@@ -58,6 +62,9 @@ export class SessionView {
     this._built = 0; // items built so far (items[_start.._built))
     this._batch = new FrameBatch(() => this._flush());
     this._stick = true; // follow new items while the user is at the bottom
+    // when the connection to the server was lost (null: live), for the activity's clock
+    this._cutAt = ctx.socket && ctx.socket.status !== "live" ? Date.now() / 1000 : null;
+    this._userScrolled = false; // the user scrolled since the transcript was last at its end
     this._build();
     // processes' live output comes beside the events: written into the panel as it comes
     this._unTails = ctx.store.tails.subscribe((ids) => this._onTails(ids));
@@ -137,9 +144,27 @@ export class SessionView {
     this._orphans = h("div", { class: "s-orphans" }); // approvals whose item is not built
     this._scroller = h("div", { class: "s-scroll", "data-testid": "session-items",
       tabindex: "-1" }, this._earlier, this._list, this._orphans);
+    // Only the user stops the following, by scrolling up (wheel, touch, keys, the scrollbar).
+    // A scroll event also comes when the browser moves or clamps scrollTop as items change
+    // size, and it comes a frame late, measured against what was added meanwhile: read as
+    // the user's, it stopped the following after an approval was decided.
+    const byUser = () => { this._userScrolled = true; };
+    this._scroller.addEventListener("wheel", byUser, { passive: true });
+    this._scroller.addEventListener("touchmove", byUser, { passive: true });
+    this._scroller.addEventListener("pointerdown", (ev) => {
+      if (ev.target === this._scroller) byUser(); // its scrollbar
+    });
+    this._scroller.addEventListener("keydown", (ev) => {
+      if (SCROLL_KEYS.has(ev.key) && !ev.target.closest("input, textarea, select")) byUser();
+    });
     this._scroller.addEventListener("scroll", () => {
       const s = this._scroller;
-      this._stick = s.scrollHeight - s.scrollTop - s.clientHeight < 48;
+      if (s.scrollHeight - s.scrollTop - s.clientHeight < 48) {
+        this._stick = true;
+        this._userScrolled = false;
+      } else if (this._userScrolled) {
+        this._stick = false;
+      }
       if (this._jump) this._jump.hidden = this._stick;
     }, { passive: true });
     this._side = h("aside", { class: "s-side", "aria-label": "Plan and workspace" });
@@ -191,7 +216,8 @@ export class SessionView {
       "Waiting for this session…");
     this._activity = h("div", { class: "activity", "data-testid": "activity",
       role: "status", "aria-live": "polite", hidden: true });
-    this._retry = h("button", { class: "btn small", type: "button", "data-testid": "retry",
+    // (an error's own Retry, beside it, is "retry": see items.js)
+    this._retry = h("button", { class: "btn small", type: "button", "data-testid": "retry-turn",
       hidden: true, onclick: () => this._doRetry() }, "Retry");
     this._jump = h("button", { class: "btn small jump", type: "button",
       "data-testid": "jump-latest", hidden: true, onclick: () => {
@@ -221,6 +247,11 @@ export class SessionView {
       h("div", { class: "activity-row" }, this._activity, this._retry)), this._side),
     this._closedNote, form);
     this._form = form;
+    // toasts sit above the prompt box (style.css), whatever its height
+    this._formSize = new ResizeObserver(() => {
+      document.documentElement.style.setProperty("--toast-bottom", `${form.offsetHeight}px`);
+    });
+    this._formSize.observe(form);
     this._renderAll();
   }
 
@@ -361,6 +392,13 @@ export class SessionView {
       case "session_deleted":
         this._renderAll();
         return;
+      case "session_status_changed": {
+        // the error the session stopped on carries Retry while it stays stopped there
+        const last = s && [...s.items].reverse().find((i) => i.kind === "error_item");
+        if (last) this._dirty.add(last.id);
+        this._headerDirty = true;
+        break;
+      }
       default:
         if (PROCESS_EVENTS.has(e.type) && s) {
           // the exec call's card shows its process's state
@@ -428,7 +466,7 @@ export class SessionView {
       this._missing.textContent = this._seen ? "This session was deleted." : "Waiting for this session…";
       this._title.textContent = "Session";
       this._send.disabled = true;
-      this._interrupt.disabled = true;
+      this._interrupt.hidden = true;
       this._policy.disabled = true;
       return;
     }
@@ -452,8 +490,7 @@ export class SessionView {
         title: worktreeWords(s.worktree) }, `⎇ ${s.worktree.branch}`,
       s.worktree.files ? ` +${s.worktree.added} −${s.worktree.deleted}` : ""), " · "] : null,
       h("span", { class: "mono", title: s.workdir }, s.workdir), " · ",
-      h("span", { "data-testid": "session-model" }, `${s.provider} / ${s.model}`,
-        s.effort ? ` · ${s.effort}` : ""),
+      h("span", { "data-testid": "session-model" }, modelWords(s, this.ctx.config)),
       s.usage.turns ? h("span", { class: "muted" },
         ` · ${s.usage.total_tokens.toLocaleString()} tokens`) : null);
     replaceChildren(this._badges, s.archived
@@ -464,7 +501,10 @@ export class SessionView {
     this._status.replaceChildren(status, needsAttention(s.status)
       ? h("span", { class: "badge attention dot", "data-testid": "attention-badge",
         "aria-label": "needs you", title: "needs you" }) : "");
-    this._retry.hidden = !(s.status === "error" || s.status === "interrupted");
+    // an error's Retry is beside it (items.js); here for a stopped turn, or an error that
+    // left no item to put it beside
+    this._retry.hidden = !(s.status === "interrupted" || (s.status === "error" &&
+      !s.items.some((i) => i.kind === "error_item" && retryable(i, s))));
     this._renderActivity();
     this._gone.replaceChildren(workerUp(state, s.worker_id) ? "" : h("span", {
       class: "chip gone", "data-testid": "worker-gone" }, "machine offline"));
@@ -483,8 +523,10 @@ export class SessionView {
     const proposed = s.plan_status === "proposed";
     const busy = isBusy(s.status) && !proposed;
     const running = s.processes.some((p) => p.status === "running");
-    // an interrupt also stops the processes the agent left running
-    this._interrupt.disabled = !busy && !running;
+    // only while there is something to stop: a turn, or processes the agent left running
+    // (an interrupt stops them too)
+    this._interrupt.hidden = !busy && !running;
+    this._interrupt.disabled = false;
     this._interrupt.title = running ? "Stop the agent and the processes it started" : "";
     this._input.placeholder = proposed ? "Feedback on the plan (the agent revises it)…"
       : busy ? "Steer the agent — sent before its next step…" : "Ask Codey…";
@@ -893,7 +935,16 @@ export class SessionView {
     if (ack && ack.session_id) location.hash = `#/session/${encodeURIComponent(ack.session_id)}`;
   }
 
-  /** The live activity line: what the agent does now and for how long (ticks each second). */
+  /** The connection to the server changed ("live", "reconnecting", "offline"). */
+  onConn(status) {
+    if (status !== "live") this._cutAt ??= Date.now() / 1000;
+    else this._cutAt = null;
+    this._renderActivity();
+  }
+
+  /** The live activity line: what the agent does now and for how long (ticks each second).
+   * Cut off from the server, it shows what was known then, and says so: the agent may have
+   * finished or moved on meanwhile, so its clock does not run on. */
   _renderActivity() {
     const s = this.session;
     const now = s ? activity(s, this.ctx.store.state) : null;
@@ -902,10 +953,16 @@ export class SessionView {
       return;
     }
     this._activity.hidden = false;
-    const secs = Date.now() / 1000 - now.since;
-    replaceChildren(this._activity, h("span", { class: "spinner", "aria-hidden": "true" }),
+    const cut = this._cutAt ?? null;
+    const secs = (cut ?? Date.now() / 1000) - now.since;
+    this._activity.classList.toggle("stale", cut !== null);
+    replaceChildren(this._activity,
+      cut === null ? h("span", { class: "spinner", "aria-hidden": "true" }) : null,
       h("span", { "data-testid": "activity-text" }, now.text),
-      secs >= 1 ? h("span", { class: "muted" }, ` ${fmtDuration(secs)}`) : null);
+      secs >= 1 ? h("span", { class: "muted", "data-testid": "activity-time" },
+        ` ${fmtDuration(secs)}`) : null,
+      cut === null ? null : h("span", { class: "muted", "data-testid": "activity-cut" },
+        " · as last known: the server is unreachable"));
   }
 
   async _doRetry() {
@@ -1009,6 +1066,7 @@ export class SessionView {
       this._attachments = [];
       this._chips.replaceChildren();
       this._stick = true;
+      this._userScrolled = false;
     } catch (err) {
       this.ctx.toast(`Message not sent: ${err.message}`, "error");
     } finally {
@@ -1059,6 +1117,8 @@ export class SessionView {
   onConfig() {
     const s = this.session;
     if (s) this._renderModel(s);
+    this._headerDirty = true; // the model's words ("no model provider is set up")
+    this._batch.schedule();
   }
 
   async _setModel() {
@@ -1173,6 +1233,8 @@ export class SessionView {
     this._batch.cancel();
     this._unTails();
     clearInterval(this._ticker);
+    this._formSize.disconnect();
+    document.documentElement.style.removeProperty("--toast-bottom");
     this._narrow.removeEventListener("change", this._onNarrow);
   }
 }
@@ -1293,6 +1355,14 @@ function worktreeWords(w) {
     `${w.pr_url ? `; pull request ${w.pr_url}` : ""}`;
 }
 
+/** The session's provider and model in words; when the server has none (a session started
+ * before one was set up names none, or the "default" an older server named), says so. */
+export function modelWords(s, config) {
+  const none = !s.agent && (!s.provider || Boolean(config && !(config.providers || []).length));
+  if (none) return "no model provider is set up";
+  return `${s.provider} / ${s.model}${s.effort ? ` · ${s.effort}` : ""}`;
+}
+
 /** [value, label] of each model a session may switch to: `value` is JSON [provider, model]. */
 export function modelChoices(config, s) {
   const out = [];
@@ -1303,7 +1373,8 @@ export function modelChoices(config, s) {
   const current = JSON.stringify([s.provider, s.model]);
   if (!out.some(([v]) => v === current)) {
     const known = ((config && config.providers) || []).some((p) => p.name === s.provider);
-    out.unshift([current, `${s.provider} / ${s.model}${known ? "" : " (not configured)"}`]);
+    out.unshift([current, !out.length || !s.provider ? modelWords(s, config)
+      : `${s.provider} / ${s.model}${known ? "" : " (not configured)"}`]);
   }
   return out;
 }

@@ -59,6 +59,8 @@ CONSTANTS: dict[str, tuple[Any, str]] = {
                              "Ended processes a session keeps listed."),
     "BUSY_STATUSES": (state.BUSY_STATUSES,
                       "Session statuses whose time counts in `busy_seconds`."),
+    "MODEL_CHANGED": (state.MODEL_CHANGED,
+                      "The code of the notice the fold adds where a session's model changed."),
 }
 
 # (expression naming a value that is neither undefined nor null) -> statements that fill it

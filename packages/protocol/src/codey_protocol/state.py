@@ -53,6 +53,10 @@ PROCESSES_ENDED_KEPT = 20
 WORKING_STATUSES: tuple[SessionStatus, ...] = (
     "running", "waiting_approval", "waiting_worker", "waiting_user")
 
+#: the code of the notice both folds add to a session's items where its model changed (from
+#: ``session_model_changed``, which carries no item of its own: old logs get their marks too)
+MODEL_CHANGED = "model_changed"
+
 #: Session statuses in which the agent itself is at work (a model call, a command, a machine
 #: it waits for), not waiting for the user: the time a session "took" is the time spent in them.
 BUSY_STATUSES: tuple[SessionStatus, ...] = ("running", "waiting_worker")

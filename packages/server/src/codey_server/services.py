@@ -63,8 +63,10 @@ def event_log_for(settings: Settings, replica_id: str = "") -> EventLog:
 def _context(settings: Settings, blobs: BlobStore) -> Context:
     """The defaults ``decide`` fills in: the default provider and each provider's model; and
     whether a prompt's file is stored."""
+    # none: "" (a session started now names no provider, rather than one called "default"
+    # that nobody made; it takes the first one added in Settings → Models)
     default = settings.default_provider or (
-        settings.providers[0].name if settings.providers else "default")
+        settings.providers[0].name if settings.providers else "")
     return Context(
         blob_exists=blobs.exists,
         default_provider=default,

@@ -20,6 +20,8 @@ SCRIPT: dict[str, Any] = {"model": "scripted-1", "steps": [
          "bash", "-c", "echo ran >> counter.txt; echo started; sleep 3; echo finished"]}}]}},
     {"match": {"user": "what happened"},
      "reply": {"text": "The worker restarted during the command; it was not run again."}},
+    {"match": {"tool": "shell", "tool_output": "whether it finished is unknown"},
+     "reply": {"text": "It was cut off; I will check before running it again."}},
     {"match": {"user": "what time"},
      "reply": {"calls": [{"name": "mcp__time__get_current_time",
                           "arguments": {"timezone": "UTC"}}]}},
@@ -39,33 +41,49 @@ def script() -> dict[str, Any]:
     return SCRIPT
 
 
-def test_worker_kill9_mid_command_then_restart_stops_the_turn_and_ran_once(
-        tmp_path: Path, server: ServerProcess) -> None:
-    """The command's outcome is unknown (it outlives its worker): the call fails saying so,
-    the turn stops for the user's word, and the model reads the truth when the user goes
-    on. Nothing runs the command twice."""
+@pytest.mark.parametrize("policy", ["suggest", "full-auto"])
+def test_worker_kill9_mid_command_then_restart_says_so_and_ran_once(
+        tmp_path: Path, server: ServerProcess, policy: str) -> None:
+    """The command's outcome is unknown (it outlives its worker): the call fails saying so.
+    Under suggest the turn stops for the user's word, and the model reads the truth when the
+    user goes on; under full-auto the model reads it at once and the turn goes on. Nothing
+    runs the command twice."""
     worker = WorkerProcess(server, tmp_path / "worker").start()
     try:
         wd = Path(worker.workdir("w"))
         wd.mkdir(parents=True)
-        sid = create_session(server, worker, str(wd), "count once")
+        sid = create_session(server, worker, str(wd), "count once", policy=policy)
+        if policy == "suggest":
+            s = wait_for(server, sid, lambda s: s["status"] == "waiting_approval",
+                         what="the command's approval")
+            [approval] = s["approvals"]
+            server.http.post(f"/api/sessions/{sid}/approvals/{approval}",
+                             json={"decision": "approve"}).raise_for_status()
         wait_for(server, sid, lambda s: tools(s) and "started" in tools(s)[0]["output"],
                  what="the command to start")
         worker.kill9()
         wait_for(server, sid, lambda s: s["status"] == "waiting_worker", timeout=15,
                  what="waiting_worker")
         worker.start()
-        s = wait_for(server, sid, lambda s: s["status"] == "error", timeout=40,
-                     what="the turn to stop")
-        assert s["status_reason"] == "the worker restarted during a command"
-        assert s["items"][-1]["kind"] == "error_item"
+        if policy == "full-auto":
+            s = wait_for(server, sid, lambda s: idle(s) and s["items"][-1]["kind"] ==
+                         "assistant_message", timeout=40, what="the turn to go on")
+            notice = s["items"][-2]
+            assert (notice["kind"], notice["code"]) == ("notice", "worker_lost"), notice
+            assert s["items"][-1]["text"].startswith("It was cut off")
+        else:
+            s = wait_for(server, sid, lambda s: s["status"] == "error", timeout=40,
+                         what="the turn to stop")
+            assert s["status_reason"] == "the worker restarted during a command"
+            assert s["items"][-1]["kind"] == "error_item"
         call = tools(s)[0]
         assert call["status"] == "failed"
         assert call["result"].startswith("error: the worker restarted while this command ran")
-        server.http.post(f"/api/sessions/{sid}/prompt", json={"text": "what happened"})
-        s = wait_for(server, sid, lambda s: s["status"] == "idle", timeout=40,
-                     what="the next turn")
-        assert s["items"][-1]["text"].startswith("The worker restarted")
+        if policy == "suggest":
+            server.http.post(f"/api/sessions/{sid}/prompt", json={"text": "what happened"})
+            s = wait_for(server, sid, lambda s: s["status"] == "idle", timeout=40,
+                         what="the next turn")
+            assert s["items"][-1]["text"].startswith("The worker restarted")
         time.sleep(3.5)  # the orphaned first run finishes; nothing runs it again
         assert (wd / "counter.txt").read_text() == "ran\n"
     finally:

@@ -656,6 +656,19 @@ def test_with_no_provider_at_all_a_retry_changes_nothing_but_a_new_one_is_used_a
     assert (created[0][1].provider, created[0][1].model) == ("local", "qwen")
 
 
+def test_a_session_started_with_no_provider_names_none_and_takes_the_first_one_added() -> None:
+    # the server's context with no provider (services.py): no "default" nobody made
+    none = Context(new_id=lambda prefix: f"{prefix}_1", now=lambda: NOW, default_provider="")
+    state = _with_session_on("default")
+    [(_, created), *_] = decide(state, cl.CreateSession(worker_id=W, workdir="/src"), none)
+    assert isinstance(created, ev.SessionCreated) and (created.provider, created.model) == ("", "")
+    state = _with_session_on("", status="error")
+    state = _saved(state, LOCAL)
+    assert decide(state, cl.RetryTurn(session_id=S), none)[0] == (S, ev.SessionModelChanged(
+        provider="local", model="qwen",
+        reason="no model provider was set up when the session started; using 'local'"))
+
+
 def test_saving_a_provider_cleans_it_and_saving_it_again_unchanged_is_nothing() -> None:
     entry = ev.ProviderEntry(name="local", base_url="http://h:11434/v1/",
                              models=["qwen", " qwen", "llama"], default_model=" ", auth="none")

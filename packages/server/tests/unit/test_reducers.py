@@ -16,6 +16,7 @@ from codey_protocol import codec
 from codey_protocol import events as ev
 from codey_protocol import worker as wk
 from codey_protocol.state import State
+from codey_server.agent.conversation import conversation_of
 from codey_server.core.fold import MAX_CHANGED_PATHS, copy_state, find_item
 from codey_server.features import apply, apply_all
 
@@ -223,6 +224,24 @@ def test_session_model_changed_and_a_fork_keeps_it(state: State, log: Log) -> No
     apply(state, log.env(ev.SessionForked(from_session=S, until_item="i1", title="f"), "ses_f"))
     f = state.sessions["ses_f"]
     assert (f.provider, f.model, f.effort) == ("claude", "sonnet", "high")
+
+
+def test_a_model_change_leaves_a_mark_in_the_transcript_the_model_never_reads(
+        state: State, log: Log) -> None:
+    apply(state, log.env(ev.SessionItemAppended(item=ev.UserMessage(id="i1", ts=1, text="x"))))
+    switched = log.env(ev.SessionModelChanged(provider="claude", model="sonnet", effort="high"))
+    apply(state, switched)
+    s = state.sessions[S]
+    mark = s.items[-1]
+    assert mark == ev.Notice(id=f"itm_model_{switched.seq}", ts=switched.ts,
+                             code="model_changed", text="Model: claude / sonnet · effort high")
+    # during a turn it counts from the next one; a recovery says why
+    apply(state, log.env(ev.SessionStatusChanged(status="waiting_approval")))
+    apply(state, log.env(ev.SessionModelChanged(
+        provider="local", model="m", reason="the provider 'gone' is not configured")))
+    assert s.items[-1].text == ("Model: local / m (from the next turn) — the provider 'gone' "
+                                "is not configured")
+    assert [e.text for e in conversation_of(s) if hasattr(e, "text")] == ["x"]
 
 
 def test_providers_saved_changed_and_removed_with_their_login(log: Log) -> None:

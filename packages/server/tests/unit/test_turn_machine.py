@@ -346,10 +346,12 @@ def test_the_worker_going_away_shows_while_the_action_waits() -> None:
     assert (pilot.session.status, pilot.session.status_reason) == ("running", "")
 
 
-def _lost_command(outcome: wk.CommandResult | None = None) -> tuple[Pilot, Step]:
+def _lost_command(outcome: wk.CommandResult | None = None,
+                  policy: str = "suggest") -> tuple[Pilot, Step]:
     """A turn whose answer has two commands; the worker goes away during the first, which
     ends with ``outcome`` once the worker is back (None: it died, and answers
-    ``interrupted``)."""
+    ``interrupted``). The session runs under full-auto, then under ``policy`` from when the
+    worker went away (the user changed it meanwhile, or not)."""
     pilot = _codey()
     pilot.feed(Start())
     second = ToolCallRequested("c2", "shell", json.dumps({"command": ["make", "install"]}))
@@ -361,6 +363,8 @@ def _lost_command(outcome: wk.CommandResult | None = None) -> tuple[Pilot, Step]
         action_id=action_id, stream="stdout", data="compiling\n")))
     pilot.feed(WorkerPresence(action_id, False))
     assert pilot.session.status == "waiting_worker"
+    if policy != "full-auto":
+        pilot.record((S, ev.SessionPolicyChanged(policy=policy)))  # type: ignore[arg-type]
     pilot.feed(WorkerPresence(action_id, True))
     if outcome is None:
         return pilot, pilot.feed(ActionErrored(
@@ -416,12 +420,79 @@ def test_a_command_its_stopping_worker_stopped_fails_with_its_output_and_why() -
         "error", "the worker stopped during a command")
 
 
+def test_under_full_auto_a_command_lost_with_its_dead_worker_is_told_and_the_turn_goes_on(
+        ) -> None:
+    pilot, step = _lost_command(policy="full-auto")
+    first, second = [i for i in pilot.session.items if isinstance(i, ev.ToolCall)]
+    # the same honest report on the card, and to the model
+    assert first.status == "failed"
+    assert first.error == ("the worker restarted while this command ran: it was not run "
+                           "again, and whether it finished is unknown")
+    assert second.status == "cancelled"
+    # no error, no waiting for a person: a notice, and the model is called at once (the
+    # worker is back: it answered)
+    notice = pilot.session.items[-1]
+    assert isinstance(notice, ev.Notice) and notice.code == "worker_lost"
+    assert notice.text == ("The worker restarted while a command ran: it was not run again, "
+                           "and whether it finished is unknown. Full auto: the model was "
+                           "told, and the session goes on.")
+    assert not any(isinstance(i, ev.ErrorItem) for i in pilot.session.items)
+    assert (pilot.session.status, pilot.session.status_reason) == ("running", "")
+    [call] = step.effects
+    assert isinstance(call, CallModel)
+    told = [m for m in json.loads(call.body)["messages"] if m["role"] == "tool"]
+    assert [m["content"] for m in told] == [first.result, second.result]
+    assert told[0]["content"].startswith(
+        "error: the worker restarted while this command ran. It was not run again, and "
+        "whether it finished is unknown")
+    assert not pilot.machine.done
+
+
+def test_under_full_auto_a_command_its_stopping_worker_stopped_is_told_and_the_turn_goes_on(
+        ) -> None:
+    result = wk.CommandResult(exit_code=None, signal=15, cancelled=True, stdout="compiling\n",
+                              worker_stopped="signal SIGTERM")
+    pilot, step = _lost_command(result, policy="full-auto")
+    first, _ = [i for i in pilot.session.items if isinstance(i, ev.ToolCall)]
+    assert first.status == "failed" and first.error is not None
+    notice = pilot.session.items[-1]
+    assert isinstance(notice, ev.Notice) and notice.code == "worker_lost"
+    assert notice.text == ("The worker stopped (signal SIGTERM) while a command ran, and "
+                           "stopped the command: it did not finish. Full auto: the model was "
+                           "told, and the session goes on.")
+    assert pilot.session.status == "running"
+    [call] = step.effects
+    assert isinstance(call, CallModel)
+    told = [m for m in json.loads(call.body)["messages"] if m["role"] == "tool"]
+    assert told[0]["content"] == first.result
+
+
 def test_a_command_cancelled_on_request_is_not_lost_with_its_worker() -> None:
     result = wk.CommandResult(exit_code=None, signal=15, cancelled=True)
-    pilot, _ = _lost_command(result)
+    pilot, _ = _lost_command(result, policy="full-auto")
     first, _second = [i for i in pilot.session.items if isinstance(i, ev.ToolCall)]
     assert (first.status, first.error) == ("failed", None)
     assert pilot.session.status == "running" and not pilot.machine.done
+
+
+def test_a_session_whose_provider_is_not_there_says_what_to_do() -> None:
+    """With no provider at all, the error names none (a session started before one was set
+    up named "default", which nobody made); with some, it names the session's."""
+    def failed(state: State) -> str:
+        pilot = Pilot(CodeyTurn(S, models=Models(), limits=LIMITS), state)
+        pilot.record((S, ev.SessionModelChanged(provider="default", model="")))
+        pilot.feed(Start())
+        error = pilot.session.items[-1]
+        assert isinstance(error, ev.ErrorItem) and pilot.session.status == "error"
+        return error.message
+
+    assert failed(_session()) == (
+        "no model provider is set up on this server: add a model provider in Settings → "
+        "Models, then Retry (the session takes it)")
+    state = _session()
+    state.providers["local"] = ev.ProviderEntry(name="local", base_url="http://h/v1")
+    assert failed(state).startswith("the provider 'default' is not configured on this "
+                                    "server: add a model provider in Settings → Models")
 
 
 def test_a_cut_stream_is_retried_after_a_timer_with_the_same_body() -> None:

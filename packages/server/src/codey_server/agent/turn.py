@@ -113,6 +113,7 @@ from codey_server.agent.tools import (
 from codey_server.agent.tools.base import cap
 from codey_server.agent.tools.shell import ITEM_OUTPUT_CAP
 from codey_server.agent.wire import CallOptions
+from codey_server.core.decide import known_providers
 from codey_server.settings import RoleConfig
 
 __all__ = ["CONTEXT_TIMEOUT_S", "CodeyTurn"]
@@ -717,11 +718,22 @@ class CodeyTurn(TurnMachine):
 
     def _lost(self, r: _Running, i: ActionOutcomeInput, lost: _Lost) -> None:
         """The call's action did not finish because its worker went away (stopped, or died
-        and came back): the call fails with the reason, the answer's other open calls are
-        not run, and the turn ends in ``error`` with the reason. The model is not called
-        behind the user's back: what it would be told is true, but whether to run the command
-        again (it may still be running, or have done half its work) is for the user to say.
-        The next prompt goes on, and the model reads what happened in the call's result."""
+        and came back): the call fails with the reason, and the answer's other open calls
+        are not run. What next is the session's policy's to say:
+
+        * under ``full-auto`` nothing waits for a person: the model reads what happened in
+          the call's result (not run again and whether it finished unknown, or stopped with
+          its worker) and the turn goes on, with a notice (code ``worker_lost``) saying so.
+          The worker is back by then: a dead one answers the re-sent action ``interrupted``
+          from its new process, and a stopping one records its commands' results after its
+          connection closed and answers them on its next one (should one arrive before, the
+          next action waits for the worker as any action does);
+        * otherwise the turn ends in ``error`` with the reason and an error item (code
+          ``worker_lost``): whether to run the command again (it may still be running, or
+          have done half its work) is for the user to say, and the model is not called
+          behind their back. The next prompt goes on, and the model reads the call's result.
+
+        The error item, the notice and the status reason are what a notifier keys on."""
         if isinstance(i, ActionDone):
             _, result, fields = r.tool.settle(i.outcome, r.truncated)
             finished = ev.ActionFinished(action_id=r.action_id, outcome="result")
@@ -734,7 +746,13 @@ class CodeyTurn(TurnMachine):
             if isinstance(item, ev.ToolCall) and item.result is None and item.id != r.item_id:
                 self.finish(item.id, "cancelled", "not run: the worker went away while an "
                                                   "earlier call of this answer ran")
-        self.error(lost.session, "worker_lost", lost.reason)
+        if self.session.policy != "full-auto":
+            self.error(lost.session, "worker_lost", lost.reason)
+            return
+        self.notice("worker_lost", f"{lost.said} Full auto: the model was told, and the "
+                                   "session goes on.")
+        self.status("running")
+        self.next(self._settle)
 
     # attachments ---------------------------------------------------------------------------
 
@@ -813,12 +831,18 @@ class CodeyTurn(TurnMachine):
             s = self.session
             provider = self.models.provider(s.provider)
             if provider is None:
-                # what to do about it, in the words of the screen the user will open
-                self._fail(ModelError(
-                    f"the provider {s.provider!r} is not configured on this server: add a "
-                    "model provider in Settings → Models, then Retry (the session takes the "
-                    "server's default), or pick another model in the session header",
-                    code="not_configured"))
+                # what to do about it, in the words of the screen the user will open; with
+                # none at all, no name: the session's ("default", from before there was
+                # one) is none the user made
+                if s.provider and known_providers(self.state, self.ctx):
+                    why = (f"the provider {s.provider!r} is not configured on this server: add "
+                           "a model provider in Settings → Models, then Retry (the session "
+                           "takes the server's default), or pick another model in the "
+                           "session header")
+                else:
+                    why = ("no model provider is set up on this server: add a model provider "
+                           "in Settings → Models, then Retry (the session takes it)")
+                self._fail(ModelError(why, code="not_configured"))
                 return False
             self._route = (provider, s.model or provider.default_model)
         self._call = _Call(*self._route)
@@ -1178,12 +1202,19 @@ def text_size(body: bytes) -> int:
 
 @dataclass(frozen=True, slots=True)
 class _Lost:
-    """How a call lost with its worker reads: on its card, to the model, for the session."""
+    """How a call lost with its worker reads: on its card, to the model, what happened in
+    one sentence (the session's error item, or its notice when it goes on), and why the
+    session waits (its status reason)."""
 
     card: str
     result: str
-    session: str
+    said: str
     reason: str
+
+    @property
+    def session(self) -> str:
+        """The error item of a session that waits for its user."""
+        return f"{self.said} Send a message to go on: the model will see what happened."
 
 
 def _lost_with_its_worker(i: ActionOutcomeInput, tool: WorkerTool[Any]) -> _Lost | None:
@@ -1202,9 +1233,8 @@ def _lost_with_its_worker(i: ActionOutcomeInput, tool: WorkerTool[Any]) -> _Lost
             card=f"the worker stopped ({why}) while this command ran, and stopped the command "
                  "with it: it did not finish",
             result="",  # the tool's own reading (it says so, with the output so far)
-            session=f"The worker stopped ({why}) while a command ran, and stopped the command: "
-                    "it did not finish. Send a message to go on: the model will see what "
-                    "happened.",
+            said=f"The worker stopped ({why}) while a command ran, and stopped the command: "
+                 "it did not finish.",
             reason="the worker stopped during a command")
     if isinstance(i, ActionErrored) and i.code == "interrupted":
         return _Lost(
@@ -1214,9 +1244,8 @@ def _lost_with_its_worker(i: ActionOutcomeInput, tool: WorkerTool[Any]) -> _Lost
                    "and whether it finished is unknown: it may have been cut short"
                    + (", or still be running on the machine" if tool.runs_commands else "")
                    + ". Check its effects before running it again.",
-            session=f"The worker restarted while a {what} ran: it was not run again, and "
-                    "whether it finished is unknown. Send a message to go on: the model will "
-                    "see what happened.",
+            said=f"The worker restarted while a {what} ran: it was not run again, and "
+                 "whether it finished is unknown.",
             reason=f"the worker restarted during a {what}")
     return None
 

@@ -100,10 +100,11 @@ def recovered_model(state: State, s: SessionInfo, ctx: Context) -> list[ev.Event
     if s.agent is not None or s.provider in known or not known:
         return []
     provider = default_provider(state, ctx)
+    why = (f"the provider {s.provider!r} is not configured on this server" if s.provider
+           else "no model provider was set up when the session started")
     return [ev.SessionModelChanged(
         provider=provider, model=default_model(state, ctx, provider),
-        reason=f"the provider {s.provider!r} is not configured on this server; "
-               f"using {provider!r}")]
+        reason=f"{why}; using {provider!r}")]
 
 
 def branch_for(title: str, session_id: str) -> str:

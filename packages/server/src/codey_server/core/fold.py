@@ -46,8 +46,10 @@ from codey_protocol.state import (
     BUSY_STATUSES,
     COMPACTION_ENDED,
     MAX_CHANGED_PATHS,
+    MODEL_CHANGED,
     PROCESS_OUTPUT_KEPT,
     PROCESSES_ENDED_KEPT,
+    WORKING_STATUSES,
     Approval,
     PendingAction,
     PortForward,
@@ -159,6 +161,24 @@ def _model(state: State, env: ev.Envelope) -> None:
     s = _session(state, env)
     if s is not None:
         s.provider, s.model, s.effort = e.provider, e.model, e.effort
+        # a mark in the transcript where it changed (the model never reads a notice); its id
+        # from the event's seq, so both folds, and every replay, make the same item
+        s.items.append(ev.Notice(id=f"itm_model_{env.seq}", ts=env.ts, code=MODEL_CHANGED,
+                                 text=model_change_words(e, s.status in WORKING_STATUSES)))
+
+
+def model_change_words(e: ev.SessionModelChanged, mid_turn: bool) -> str:
+    """The model-change mark's text: "Model: openai / gpt-5 · effort high — why", and "(from
+    the next turn)" when a turn was under way (it keeps the model it started with). The
+    browser's fold writes the same words (``web/store.js``)."""
+    words = f"Model: {e.provider} / {e.model}"
+    if e.effort:
+        words += f" · effort {e.effort}"
+    if mid_turn:
+        words += " (from the next turn)"
+    if e.reason:
+        words += f" — {e.reason}"
+    return words
 
 
 def _item_appended(state: State, env: ev.Envelope) -> None:
