@@ -127,10 +127,15 @@ def _exercise(api: _Contract, server: ServerProcess, worker: WorkerProcess) -> N
     api.check("POST", template, 400, path=ids, json={"decision": "maybe"})
     api.check("POST", template, 200, path=ids, json={"decision": "approve"})
     api.check("POST", template, 409, path=ids, json={"decision": "reject"})
-    wait_for(server, sid, lambda s: s["status"] == "idle" and len(s["items"]) >= 3,
-             what="the turn to end")
+    ended = wait_for(server, sid, lambda s: s["status"] == "idle" and len(s["items"]) >= 3,
+                     what="the turn to end")
     api.check("POST", "/api/sessions/{session_id}/prompt", 202, path={"session_id": sid},
               json={"text": "thanks"})
+    # the follow-up's turn ends (its answer in) before the rest: an interrupt sent while it
+    # ran would make the session retryable, and retry below expects there is nothing to retry
+    wait_for(server, sid, lambda s: s["status"] == "idle" and any(
+        i["kind"] == "assistant_message" for i in s["items"][len(ended["items"]) + 1:]),
+             what="the follow-up's turn to end")
     api.check("POST", "/api/sessions/{session_id}/prompt", 400, path={"session_id": sid},
               json={"text": "   "})
     api.check("POST", "/api/sessions/{session_id}/prompt", 404, path={"session_id": "ses_none"},
