@@ -17,7 +17,8 @@ The rules are the sandbox's (:mod:`codey_worker.hidden` is the one list both use
   real path the handle has: a home-directory session's ``read_file ~/.ssh/id_ed25519``, or a
   ``grep`` through a symlink to it, is ``protected_path``;
 * no write into git's files or the project's ``.codey``: any ``.git`` on the way, and the
-  root's ``.codey`` — ``protected_path``. The model's commands cannot write them in the
+  root's ``.codey`` but its ``attachments`` (what the user attached to a prompt, written
+  there by the server) — ``protected_path``. The model's commands cannot write them in the
   sandbox, and its file tools cannot either, so a ``.git/config`` (``core.fsmonitor``, a
   filter) or an active hook is never the model's.
 
@@ -295,7 +296,9 @@ class Tree:
         root's ``.codey``."""
         self.check_hidden(rel, path)
         parts = rel.split("/") if rel else []
-        if any(p.casefold() == ".git" for p in parts) or (parts and parts[0] == ".codey"):
+        # (.codey/attachments is where the server puts what the user attached to a prompt)
+        codey = bool(parts) and parts[0] == ".codey" and parts[1:2] != ["attachments"]
+        if any(p.casefold() == ".git" for p in parts) or codey:
             raise ActionRefused(
                 "protected_path",
                 f"{path!r} is inside {'.codey' if parts[0] == '.codey' else '.git'}, which the "

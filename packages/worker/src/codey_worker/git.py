@@ -298,11 +298,13 @@ class GitRunner:
         return env
 
     def _wrap(self, argv: list[str], cwd: Path, access: Access, repo: Repo | None,
-              env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+              env: dict[str, str], also: tuple[Path, ...] = ()
+              ) -> tuple[list[str], dict[str, str]]:
         box = self.sandbox
         if box is None or not box.support.available:
             return argv, env
-        readable: list[Path] = [cwd]
+        # (``also``: gh's own folder, in case it lies under /tmp, which the sandbox replaces)
+        readable: list[Path] = [cwd, *also]
         if repo is not None:
             readable += [repo.top, *repo.git_dirs]
         exposed: list[Path] = []
@@ -389,7 +391,8 @@ class GitRunner:
             hardening[f"GIT_CONFIG_KEY_{n}"] = key
             hardening[f"GIT_CONFIG_VALUE_{n}"] = value
         full = self._env(access, repo, hardening, True)
-        argv, full = self._wrap([gh, *args], cwd, access, repo, full)
+        argv, full = self._wrap([gh, *args], cwd, access, repo, full,
+                                also=(Path(gh).parent,))
         return await self._spawn(argv, cwd, full, stdin=None, timeout_s=timeout_s, limit=None)
 
     async def identity(self, repo: Repo) -> tuple[str, str] | None:

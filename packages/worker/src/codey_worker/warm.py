@@ -91,16 +91,30 @@ class WarmBox:
         """bwrap (``prefix``, ending in ``--``) with the supervisor, ready to run commands.
         Raises :class:`WarmError` when it does not come up."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        # bwrap's options come through a pipe (--args): they stay out of its command line,
+        # which ps and /proc show for as long as the box lives (paths of the user's folders)
+        options_r, options_w = os.pipe()
         try:
-            argv = [*prefix, sys.executable, "-I", "-S", "-c", _SOURCE, str(theirs.fileno())]
+            options = b"".join(a.encode() + b"\0" for a in prefix[1:])
+            if len(options) > 60 * 1024:  # (a pipe holds 64 KiB: never the case in practice)
+                raise WarmError("the sandbox's options are too long for a pipe")
+            os.write(options_w, options)
+            os.close(options_w)
+            options_w = -1
+            argv = [prefix[0], "--args", str(options_r), sys.executable, "-I", "-S", "-c",
+                    _SOURCE, str(theirs.fileno())]
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                     stderr=subprocess.PIPE, env=dict(env),
-                                    pass_fds=(theirs.fileno(),), start_new_session=True)
+                                    pass_fds=(theirs.fileno(), options_r),
+                                    start_new_session=True)
         except OSError as exc:
             ours.close()
             raise WarmError(f"bwrap did not start: {exc}") from exc
         finally:
             theirs.close()
+            os.close(options_r)
+            if options_w >= 0:
+                os.close(options_w)
         ours.setblocking(False)
         box = cls(tuple(prefix), proc, ours)
         box._ready = asyncio.get_running_loop().create_future()
