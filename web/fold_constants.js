@@ -74,6 +74,7 @@ const ACTION = {
   workspace_create: fillWorkspaceCreate,
   workspace_diff: fillWorkspaceDiff,
   workspace_remove: fillWorkspaceRemove,
+  workspace_commit: fillWorkspaceCommit,
   workspace_merge: fillWorkspaceMerge,
   workspace_push: fillWorkspacePush,
 };
@@ -598,6 +599,12 @@ export function fillWorkspaceRemove(v) {
   if (v.base === undefined) v.base = "";
   if (v.force === undefined) v.force = false;
   if (v.delete_branch === undefined) v.delete_branch = false;
+  return v;
+}
+
+/** `WorkspaceCommit` (worker.py): its defaults filled in. */
+export function fillWorkspaceCommit(v) {
+  if (v.paths === undefined) v.paths = null;
   return v;
 }
 

@@ -514,10 +514,14 @@ class WorkspaceRemove(Action, kw_only=True):
 
 
 class WorkspaceCommit(Action, kw_only=True):
-    """Commit everything in the worktree (``git add -A``) with ``message``."""
+    """Commit the chosen files of the worktree with ``message``: ``paths`` (relative to it, as
+    ``workspace_diff`` names them, a rename's old path too), and nothing else; a chosen path
+    without uncommitted changes is passed over. ``paths`` None: everything (``git add -A``),
+    as before paths could be chosen."""
 
     workdir: str
     message: str
+    paths: list[str] | None = None
 
 
 class WorkspaceMerge(Action, kw_only=True):
@@ -855,6 +859,12 @@ class ChangedFile(msgspec.Struct, kw_only=True):
     deleted: int = 0
     binary: bool = False
     committed: bool = True  # False: only in the working tree (not committed yet)
+    #: it has changes not committed yet (what a commit can take); an older worker: unknown
+    uncommitted: bool = False
+    #: a binary file's size in bytes at the merge base and in the working tree (None: it is
+    #: not there, or not binary)
+    old_size: int | None = None
+    new_size: int | None = None
 
 
 class CommitInfo(msgspec.Struct, kw_only=True):

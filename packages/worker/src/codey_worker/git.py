@@ -240,12 +240,14 @@ def find_repo(folder: Path) -> Repo | None:
 @dataclass(frozen=True)
 class Access:
     """What one git run may touch beyond reading: ``writes`` (folders made writable: a
-    ``.git``, a work tree, a new worktree's parent), ``network`` and ``credentials`` (a push:
-    see the module docstring)."""
+    ``.git``, a work tree, a new worktree's parent), ``reads`` (folders of the worker's own
+    shown read-only where the sandbox's private /tmp would cover them: a pathspec file),
+    ``network`` and ``credentials`` (a push: see the module docstring)."""
 
     writes: tuple[Path, ...] = ()
     network: bool = False
     credentials: bool = False
+    reads: tuple[Path, ...] = ()
 
 
 READ = Access()
@@ -302,7 +304,7 @@ class GitRunner:
         box = self.sandbox
         if box is None or not box.support.available:
             return argv, env
-        readable: list[Path] = [cwd]
+        readable: list[Path] = [cwd, *access.reads]
         if repo is not None:
             readable += [repo.top, *repo.git_dirs]
         exposed: list[Path] = []

@@ -27,6 +27,10 @@ __all__ = ["WorktreeController"]
 
 class CommitBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     message: Annotated[NonBlank, msgspec.Meta(max_length=10_000)]
+    #: the files to commit, as the change names them (a rename's old path too); nothing
+    #: else goes in. Omitted: everything in the worktree
+    paths: Annotated[list[Annotated[str, msgspec.Meta(min_length=1, max_length=4096)]],
+                     msgspec.Meta(max_length=20_000)] | None = None
 
 
 class MergeBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -76,8 +80,9 @@ class WorktreeController(Resource):
     @post("/{session_id:str}/worktree/commit", status_code=200, responses=errors(404, 409))
     async def commit(self, session_id: FromPath[str], data: JSONBody[CommitBody],
                      workspaces: NamedDependency[Workspaces]) -> wk.WorkspaceCommitted:
-        """Commit everything in the worktree (it concludes a merge the agent resolved)."""
-        outcome = await workspaces.commit(session_id, data.message)
+        """Commit the chosen files of the worktree (all of them without ``paths``); it
+        concludes a merge the agent resolved."""
+        outcome = await workspaces.commit(session_id, data.message, data.paths)
         assert isinstance(outcome, wk.WorkspaceCommitted)
         return outcome
 

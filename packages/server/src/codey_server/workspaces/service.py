@@ -225,10 +225,15 @@ class Workspaces:
                                   worktree=update or done))
         return outcome
 
-    async def commit(self, session_id: str, message: str) -> wk.ActionOutcome:
+    async def commit(self, session_id: str, message: str,
+                     paths: list[str] | None = None) -> wk.ActionOutcome:
+        """Commit ``paths`` of the worktree (None: everything in it)."""
         _, w = self._ready(session_id)
-        return await self._op(session_id, "commit", f"Commit on {w.branch}", wk.WorkspaceCommit(
-            action_id=self._new(), session_id=session_id, workdir=w.path, message=message))
+        what = "Commit" if paths is None else \
+            f"Commit {len(paths)} chosen file{'' if len(paths) == 1 else 's'}"
+        return await self._op(session_id, "commit", f"{what} on {w.branch}", wk.WorkspaceCommit(
+            action_id=self._new(), session_id=session_id, workdir=w.path, message=message,
+            paths=paths))
 
     async def merge(self, session_id: str, mode: str) -> wk.ActionOutcome:
         _, w = self._ready(session_id)
