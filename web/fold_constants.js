@@ -582,6 +582,7 @@ export function fillEdit(v) {
 export function fillWorkspaceCreate(v) {
   if (v.base === undefined) v.base = "";
   if (v.setup === undefined) v.setup = true;
+  if (v.existing === undefined) v.existing = false;
   if (v.sandbox === undefined) v.sandbox = "workspace-write";
   if (v.network === undefined) v.network = false;
   if (v.timeout_s === undefined) v.timeout_s = 900.0;

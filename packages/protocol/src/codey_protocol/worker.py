@@ -486,6 +486,9 @@ class WorkspaceCreate(Action, kw_only=True):
     branch: str  # e.g. ``codey/fix-login-3f2a``
     base: str = ""  # a branch, tag or commit; empty: the repository's current branch
     setup: bool = True
+    #: the worktree is made again: ``branch`` exists and is checked out as it is (not made
+    #: from ``base``); ``branch_gone`` when it does not exist any more
+    existing: bool = False
     #: the setup script runs as a command of the session: in its sandbox (it is the
     #: project's code, chosen by whoever picked ``base``) and with its network toggle
     sandbox: SandboxMode = "workspace-write"

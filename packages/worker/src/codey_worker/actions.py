@@ -440,6 +440,9 @@ class ActionDispatcher:
 
     async def _execute(self, action: ActionMessage) -> ActionOutcome:
         self._pinned(action)
+        workdir = getattr(action, "workdir", None)
+        if workdir:  # said as such, not as "not_found": the server stops the session's turns
+            self.policy.check_not_gone(self.policy.check_workdir(workdir))
         match action:
             case RunCommand():
                 return await self._run_command(action)
@@ -650,6 +653,8 @@ class ActionDispatcher:
 
     async def _attach(self, action: AttachSession) -> ActionOutcome:
         workdir = self.policy.check_workdir(action.workdir)
+        # a worktree that was removed is not made again as an empty folder
+        self.policy.check_not_gone(workdir)
         if self._attached_as.get(action.session_id) != action.workdir:
             self._check_no_foreign_link(action.workdir, workdir)
         elif self._attached[action.session_id] != workdir:

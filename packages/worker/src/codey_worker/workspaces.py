@@ -498,8 +498,11 @@ class Workspaces:
             self.policy.check_workdir(path)
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             self.policy.check_workdir(path)
-            await self._git(main, "worktree", "add", "-b", branch, str(path), base_commit,
-                            access=_writes(main.common_dir, path.parent))
+            if action.existing:
+                await self._again(main, branch, path)
+            else:
+                await self._git(main, "worktree", "add", "-b", branch, str(path), base_commit,
+                                access=_writes(main.common_dir, path.parent))
         real = self.policy.check_workdir(path)
         ready = WorkspaceReady(path=str(real), branch=branch, base=base,
                                base_commit=base_commit, repo_root=str(main.top))
@@ -508,6 +511,37 @@ class Workspaces:
             ready.setup = SETUP_SCRIPT
             ready.setup_exit = await self._setup(action, real, emit)
         return ready
+
+    async def _again(self, main: Repo, branch: str, path: Path) -> None:
+        """Check the existing ``branch`` out again at ``path``, its worktree's place (the
+        worktree was removed; the branch kept what was committed). ``branch_gone`` when the
+        branch is not there any more; ``bad_request`` when it is checked out elsewhere or
+        something else is at ``path``. A registration git kept of a worktree folder deleted
+        by hand, at ``path``, is cleared first (only that one)."""
+        known = await self._git(main, "show-ref", "--verify", "--quiet",
+                                f"refs/heads/{branch}", check=False)
+        if known.code != 0:
+            raise ActionRefused("branch_gone", f"the branch {branch} does not exist any more "
+                                "(deleted with its worktree, or by hand): there is nothing to "
+                                "make the worktree again from; fork the session into a new "
+                                "worktree instead")
+        listed = parse_worktrees((await self._git(main, "worktree", "list", "--porcelain",
+                                                  "-z")).out)
+        for entry in listed:
+            if entry.branch != f"refs/heads/{branch}":
+                continue
+            if os.path.realpath(entry.path) != str(path):
+                raise ActionRefused("bad_request", f"the branch {branch} is checked out in "
+                                    f"{entry.path}; work there, or leave it there first")
+            if os.path.isdir(path):
+                return  # made again already (a repeated action)
+            await self._git(main, "worktree", "remove", "--force", str(path),
+                            access=_writes(main.common_dir))
+        if os.path.lexists(path):
+            raise ActionRefused("bad_request", f"{path} is there already and is not the "
+                                f"worktree of {branch}; it is left alone")
+        await self._git(main, "worktree", "add", str(path), branch,
+                        access=_writes(main.common_dir, path.parent))
 
     async def _setup(self, action: WorkspaceCreate, worktree: Path, emit: Emit) -> int | None:
         """Run the setup script as a command of the session (in its sandbox, with its

@@ -26,6 +26,8 @@ from codey_protocol.worker import (
     ActionMessage,
     ActionProgress,
     ActionResult,
+    Attached,
+    AttachSession,
     RunCommand,
     WorkspaceChanges,
     WorkspaceCommit,
@@ -439,6 +441,49 @@ def test_remove_keeps_ignored_files_from_blocking_and_deletes_a_merged_branch(
     (Path(wt) / "node_modules" / "x.js").write_text("x\n")
     removed = machine.remove(wt, delete_branch=True)
     assert removed.branch_deleted and not Path(wt).exists()
+
+
+def test_a_removed_worktree_is_not_made_again_as_an_empty_folder_but_from_its_branch(
+        machine: Machine) -> None:
+    wt = machine.create("codey/gone").path
+    commit_file(Path(wt), "work.txt", "kept on the branch\n")
+    assert isinstance(machine.remove(wt, force=True), WorkspaceRemoved)
+    # a session that goes on there: no empty folder, nothing run (issue 33, item 2)
+    attach = machine.act(AttachSession(action_id="at1", session_id="s1", workdir=wt))
+    assert code(attach) == "worktree_gone" and "removed since" in attach.message
+    ran = machine.act(RunCommand(action_id="rc1", session_id="s1", workdir=wt,
+                                 argv=["python3", "-m", "unittest"], sandbox="full-access"))
+    assert code(ran) == "worktree_gone"
+    assert not Path(wt).exists()
+    # a folder elsewhere is made as before (a new project's folder)
+    fresh = machine.src / "new-project"
+    made = machine.act(AttachSession(action_id="at2", session_id="s2", workdir=str(fresh)))
+    assert isinstance(made, Attached) and made.created and fresh.is_dir()
+
+    # made again from the branch, at its old place, with what was committed there
+    again = machine.create("codey/gone", existing=True)
+    assert again.path == wt and (Path(wt) / "work.txt").read_text() == "kept on the branch\n"
+    assert git(Path(wt), "symbolic-ref", "--short", "HEAD") == "codey/gone"
+    assert again.base == "main" and again.base_commit == git(machine.repo, "rev-parse", "main")
+    assert machine.create("codey/gone", existing=True).path == wt  # once there: nothing to do
+    # deleted by hand: git's note of it is cleared, and it is made again
+    shutil.rmtree(wt)
+    assert code(machine.act(AttachSession(action_id="at3", session_id="s1",
+                                          workdir=wt))) == "worktree_gone"
+    assert machine.create("codey/gone", existing=True).path == wt
+    # the branch deleted with it: nothing to make it from
+    assert machine.remove(wt, force=True, delete_branch=True).branch_deleted
+    gone = machine.act(WorkspaceCreate(action_id="c-gone", session_id="s1",
+                                       repo=str(machine.repo), branch="codey/gone",
+                                       existing=True))
+    assert code(gone) == "branch_gone" and not Path(wt).exists()
+    # a branch checked out elsewhere is not checked out twice
+    git(machine.repo, "branch", "codey/twice")
+    git(machine.repo, "worktree", "add", "-q", str(machine.src / "mine"), "codey/twice")
+    twice = machine.act(WorkspaceCreate(action_id="c-twice", session_id="s1",
+                                        repo=str(machine.repo), branch="codey/twice",
+                                        existing=True))
+    assert code(twice) == "bad_request" and "checked out in" in twice.message
 
 
 def test_remove_touches_only_worktrees_it_made(machine: Machine) -> None:
