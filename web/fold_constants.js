@@ -116,6 +116,7 @@ const EVENT_BASE = {
   session_context_updated: fillSessionContextUpdated,
   session_archived: fillSessionArchived,
   session_deleted: fillSessionDeleted,
+  session_forked: fillSessionForked,
   session_moved: fillSessionMoved,
   question_asked: fillQuestionAsked,
   question_answered: fillQuestionAnswered,
@@ -263,6 +264,7 @@ export function fillWorktree(v) {
   if (v.merged === undefined) v.merged = false;
   if (v.pr_url === undefined) v.pr_url = "";
   if (v.error === undefined) v.error = "";
+  if (v.branch_deleted === undefined) v.branch_deleted = false;
   return v;
 }
 
@@ -292,6 +294,7 @@ export function fillWorktreeUpdated(v) {
   if (v.merged === undefined) v.merged = null;
   if (v.pr_url === undefined) v.pr_url = null;
   if (v.error === undefined) v.error = null;
+  if (v.branch_deleted === undefined) v.branch_deleted = null;
   return v;
 }
 
@@ -757,6 +760,16 @@ export function fillSessionArchived(v) {
 /** `SessionDeleted` (events.py): its defaults filled in. */
 export function fillSessionDeleted(v) {
   if (v.reason === undefined) v.reason = "";
+  return v;
+}
+
+/** `SessionForked` (events.py): its defaults filled in. */
+export function fillSessionForked(v) {
+  if (v.worktree === undefined) {
+    v.worktree = null;
+  } else if (v.worktree != null) {
+    fillWorktree(v.worktree);
+  }
   return v;
 }
 

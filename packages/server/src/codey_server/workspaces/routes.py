@@ -120,6 +120,16 @@ class WorktreeController(Resource):
         assert isinstance(outcome, wk.WorkspacePushed)
         return outcome
 
+    @post("/{session_id:str}/worktree/recreate", status_code=200, responses=errors(404, 409))
+    async def recreate(self, session_id: FromPath[str],
+                       workspaces: NamedDependency[Workspaces]) -> wk.WorkspaceReady:
+        """Make a removed worktree again at its place, from its branch (409 ``conflict``
+        while it is not removed or its branch is gone, ``branch_gone`` when the machine finds
+        the branch gone); the session's turns run there again once it is ready."""
+        outcome = await workspaces.recreate(session_id)
+        assert outcome is not None  # (made again: never "no repository" without an error)
+        return outcome
+
     @post("/{session_id:str}/worktree/remove", status_code=200, responses=errors(404, 409))
     async def remove(self, session_id: FromPath[str], data: JSONBody[RemoveBody],
                      workspaces: NamedDependency[Workspaces]) -> wk.WorkspaceRemoved:
