@@ -322,11 +322,13 @@ export class Socket {
     return this.command("delete_session", { session_id });
   }
 
-  /** A new session with this one's conversation up to `item_id` (the end when null). */
-  forkSession(session_id, item_id = null, title = null) {
+  /** A new session with this one's conversation up to `item_id` (the end when null);
+   * `worktree` (`{base?, setup?}`): in a git worktree of its own. */
+  forkSession(session_id, item_id = null, title = null, worktree = null) {
     const fields = { session_id };
     if (item_id) fields.item_id = item_id;
     if (title) fields.title = title;
+    if (worktree) fields.worktree = worktree;
     return this.command("fork_session", fields);
   }
 

@@ -205,6 +205,10 @@ export class SessionView {
     }, 1000);
     this._closedNote = h("p", { class: "muted s-closed", "data-testid": "session-closed" },
       "This session is closed: fork it to go on from here.");
+    // its worktree was removed: nothing runs there (a folder made again empty in its place
+    // once ran the tests on nothing, "Ran 0 tests … OK"); the two ways on, in its place
+    this._worktreeGone = h("div", { class: "s-ask s-worktree-gone", hidden: true,
+      role: "group", "data-testid": "worktree-removed", "aria-label": "The worktree was removed" });
     this.el = h("section", { class: "session", "data-testid": "session-view",
       "data-session-id": this.sessionId },
     h("header", { class: "s-head" },
@@ -219,7 +223,7 @@ export class SessionView {
     this._missing,
     h("div", { class: "s-body" }, h("div", { class: "s-main" }, this._scroller, this._jump,
       h("div", { class: "activity-row" }, this._activity, this._retry)), this._side),
-    this._closedNote, form);
+    this._closedNote, this._worktreeGone, form);
     this._form = form;
     this._renderAll();
   }
@@ -422,7 +426,11 @@ export class SessionView {
     const s = this.session;
     const state = this.ctx.store.state;
     this._closedNote.hidden = !s || s.status !== "closed";
-    this._form.hidden = Boolean(s && s.status === "closed");
+    const removed = Boolean(s && s.status !== "closed" && s.worktree &&
+      s.worktree.status === "removed");
+    this._worktreeGone.hidden = !removed;
+    if (removed) this._renderWorktreeGone(s);
+    this._form.hidden = Boolean(s && (s.status === "closed" || removed));
     if (s) this._renderMenu(s);
     if (!s) {
       this._missing.textContent = this._seen ? "This session was deleted." : "Waiting for this session…";
@@ -464,7 +472,8 @@ export class SessionView {
     this._status.replaceChildren(status, needsAttention(s.status)
       ? h("span", { class: "badge attention dot", "data-testid": "attention-badge",
         "aria-label": "needs you", title: "needs you" }) : "");
-    this._retry.hidden = !(s.status === "error" || s.status === "interrupted");
+    // (a removed worktree: its bar offers the ways on, and a retry would be refused)
+    this._retry.hidden = !(s.status === "error" || s.status === "interrupted") || removed;
     this._renderActivity();
     this._gone.replaceChildren(workerUp(state, s.worker_id) ? "" : h("span", {
       class: "chip gone", "data-testid": "worker-gone" }, "machine offline"));
@@ -888,9 +897,57 @@ export class SessionView {
     }
   }
 
-  async _fork(itemId) {
-    const ack = await this.ctx.socket.forkSession(this.sessionId, itemId);
+  async _fork(itemId, worktree = null) {
+    const ack = await this.ctx.socket.forkSession(this.sessionId, itemId, null, worktree);
     if (ack && ack.session_id) location.hash = `#/session/${encodeURIComponent(ack.session_id)}`;
+  }
+
+  /** The bar of a session whose worktree was removed: why nothing runs, and the two ways
+   * on — the worktree made again from its branch (while it has one), or a fork of the
+   * session in a new worktree. */
+  _renderWorktreeGone(s) {
+    const w = s.worktree;
+    const sig = JSON.stringify([w.path, w.branch, w.branch_deleted, w.base, this._goingOn]);
+    if (this._worktreeGone.dataset.sig === sig) return; // (no rebuild under the pointer)
+    this._worktreeGone.dataset.sig = sig;
+    const busy = Boolean(this._goingOn);
+    const go = (what, fn) => async () => {
+      this._goingOn = what;
+      this._headerDirty = true;
+      this._batch.schedule();
+      try {
+        await fn();
+      } catch (err) {
+        this.ctx.toast(`${what === "recreate" ? "Not made again" : "Not forked"}: ` +
+          `${err.message}`, "error");
+      } finally {
+        this._goingOn = null;
+        this._headerDirty = true;
+        this._batch.schedule();
+      }
+    };
+    const from = w.base || "the base";
+    replaceChildren(this._worktreeGone,
+      h("div", { class: "small" },
+        h("strong", {}, "This session's worktree was removed"),
+        w.path ? [" (", h("span", { class: "mono" }, w.path), ")"] : null,
+        ": nothing runs there any more. ",
+        w.branch_deleted
+          ? `Its branch ${w.branch} was deleted too: go on in a fork, in a new worktree from ` +
+            `${from}.`
+          : `Its branch ${w.branch} keeps what was committed: make the worktree again from ` +
+            "it, or go on in a fork with a worktree of its own."),
+      h("span", { class: "row gap" },
+        w.branch_deleted ? null : h("button", { class: "btn primary", type: "button",
+          "data-testid": "worktree-recreate", disabled: busy,
+          title: `A new worktree at ${w.path || "its old place"}, on ${w.branch}`,
+          onclick: go("recreate", () => api.worktreeOp(this.sessionId, "recreate")) },
+        this._goingOn === "recreate" ? "Making it again…" : "Recreate from the branch"),
+        h("button", { class: "btn", type: "button", "data-testid": "worktree-fork",
+          disabled: busy, title: w.branch_deleted ? `A new session, on a new branch from ${from}`
+            : `A new session, on a new branch from ${w.branch}`,
+          onclick: go("fork", () => this._fork(null, {})) },
+        this._goingOn === "fork" ? "Forking…" : "Fork into a new worktree")));
   }
 
   /** The live activity line: what the agent does now and for how long (ticks each second). */
