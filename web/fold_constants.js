@@ -715,6 +715,7 @@ export function fillSessionContextUpdated(v) {
       "workdir": "",
       "git_branch": null,
       "git_dirty": null,
+      "repo_root": null,
       "date": "",
       "timezone": "",
     };
@@ -746,6 +747,7 @@ export function fillEnvironment(v) {
   if (v.workdir === undefined) v.workdir = "";
   if (v.git_branch === undefined) v.git_branch = null;
   if (v.git_dirty === undefined) v.git_dirty = null;
+  if (v.repo_root === undefined) v.repo_root = null;
   if (v.date === undefined) v.date = "";
   if (v.timezone === undefined) v.timezone = "";
   return v;
@@ -1160,6 +1162,7 @@ export function fillSessionContext(v) {
       "workdir": "",
       "git_branch": null,
       "git_dirty": null,
+      "repo_root": null,
       "date": "",
       "timezone": "",
     };

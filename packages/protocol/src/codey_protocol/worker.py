@@ -114,6 +114,10 @@ class Environment(msgspec.Struct, kw_only=True):
     workdir: str = ""
     git_branch: str | None = None
     git_dirty: bool | None = None
+    #: the folder of the repository's main checkout (for a linked worktree, not the
+    #: worktree): the project memory is kept per repository. None: no repository (or an
+    #: older worker)
+    repo_root: str | None = None
     date: str = ""  # ISO date and time, local
     timezone: str = ""
 

@@ -54,6 +54,7 @@ __all__ = [
     "find_repo",
     "git_argv",
     "parse_status_branch",
+    "repo_root",
 ]
 
 #: overrides on every git the worker runs (``-c``, above any repository's config); the
@@ -124,6 +125,14 @@ class Repo:
     @property
     def git_dirs(self) -> tuple[Path, ...]:
         return tuple(dict.fromkeys((self.git_dir, self.common_dir)))
+
+    @property
+    def main_top(self) -> Path | None:
+        """The folder of the repository's main checkout: this one's, or for a linked
+        worktree the one whose ``.git`` holds it (None: a bare repository has none)."""
+        if not self.linked:
+            return self.top
+        return self.common_dir.parent if self.common_dir.name == ".git" else None
 
 
 def _refuse(folder: Path, why: str) -> ActionRefused:
@@ -427,6 +436,17 @@ class GitRunner:
         if done.code != 0:
             return None, None
         return parse_status_branch(done.out)
+
+
+def repo_root(folder: Path) -> Path | None:
+    """The main checkout's folder of the repository holding ``folder`` (see
+    :attr:`Repo.main_top`); None outside a repository or for one the runner will not use.
+    Found in Python: nothing runs."""
+    try:
+        repo = find_repo(folder)
+    except ActionRefused:
+        return None
+    return repo.main_top if repo is not None else None
 
 
 def parse_status_branch(out: bytes) -> tuple[str | None, bool]:
