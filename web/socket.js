@@ -343,7 +343,11 @@ export class Socket {
     return this.command("approve_plan", fields);
   }
 
-  setMemory(worker_id, workdir, text) {
-    return this.command("set_memory", { worker_id, workdir, text });
+  /** The project memory of `workdir` on `worker_id`; with `session_id`, that session's
+   * (its repository's: the server moves the folders' older notes into it). */
+  setMemory(worker_id, workdir, text, session_id = "") {
+    const fields = { worker_id, workdir, text };
+    if (session_id) fields.session_id = session_id;
+    return this.command("set_memory", fields);
   }
 }

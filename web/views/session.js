@@ -9,6 +9,7 @@ import { api } from "../api.js";
 import { ChangesDialog } from "./changes.js";
 import { fmtBytes, h, replaceChildren } from "../dom.js";
 import { findItem, findProcess, updateFields } from "../store.js";
+import { memoryOfRepository, memoryPlaces, memoryText } from "../memory.js";
 import { missing, processNames, toggleEffects } from "../toggles.js";
 import {
   FrameBatch, activity, fmtDuration, isBusy, machineLabel, needsAttention, sessionWords,
@@ -751,13 +752,17 @@ export class SessionView {
         h("ul", { class: "small" }, ctx.warnings.map((w) => h("li", {}, w)))) : null);
   }
 
-  /** The project's memory (per machine and workdir), viewable and editable. */
+  /** The project's memory (per machine and repository, else folder), viewable and
+   * editable. */
   _memoryBox(s) {
-    const key = `${s.worker_id}:${s.workdir}`;
-    const memory = this.ctx.store.state.memories[key];
-    const text = memory ? memory.text : "";
+    const text = memoryText(this.ctx.store.state, s);
+    const [place] = memoryPlaces(s);
     const box = h("section", { class: "side-box", "aria-label": "Memory",
-      "data-testid": "memory" }, h("h3", {}, "Memory"));
+      "data-testid": "memory" }, h("h3", {}, "Memory"),
+    // (the folder's name: a long path cut at its end would hide it; the whole on hover)
+    h("p", { class: "muted small ellipsis", "data-testid": "memory-scope", title: place },
+      `${memoryOfRepository(s) ? "For the repository" : "For the folder"} ` +
+      `${place.split("/").filter(Boolean).pop() || place}`));
     if (this._editingMemory) {
       const area = h("textarea", { class: "input", rows: 6, "data-testid": "memory-input",
         "aria-label": "Project memory" });
@@ -767,7 +772,8 @@ export class SessionView {
         "data-testid": "memory-save", onclick: async () => {
           save.disabled = true;
           try {
-            await this.ctx.socket.setMemory(s.worker_id, s.workdir, area.value);
+            // (the session's memory: the server keeps it for its repository)
+            await this.ctx.socket.setMemory(s.worker_id, place, area.value, s.session_id);
             this._editingMemory = false;
             this._memoryDraft = null;
             this._headerDirty = true;

@@ -209,11 +209,14 @@ class MoveSession(ClientToServerMessage, kw_only=True):
 
 
 class SetMemory(ClientToServerMessage, kw_only=True):
-    """Replace the project memory of ``workdir`` on ``worker_id``."""
+    """Replace the project memory of ``workdir`` on ``worker_id``; with ``session_id``, the
+    memory that session has (its repository's, with its folders' older notes: those are
+    moved into it), and ``worker_id``/``workdir`` are not used."""
 
     worker_id: str
     workdir: str
     text: str
+    session_id: str = ""
 
 
 class CreateTask(ClientToServerMessage, kw_only=True):

@@ -20,6 +20,7 @@ import msgspec
 from codey_protocol import client as cl
 from codey_protocol import events as ev
 from codey_protocol.state import SessionInfo, State
+from codey_server.core.memory import memory_written
 from codey_server.core.rules import CommandRejected, Context, Decided, Decider
 from codey_server.core.toggles import sandbox_changed
 
@@ -384,13 +385,16 @@ def _move(state: State, c: cl.MoveSession, ctx: Context) -> Decided:
 
 
 def _set_memory(state: State, c: cl.SetMemory, ctx: Context) -> Decided:
+    if len(c.text) > MEMORY_MAX:
+        raise CommandRejected("bad_request", f"the memory holds at most {MEMORY_MAX} "
+                                             f"characters; this is {len(c.text)}")
+    if c.session_id:  # the session's memory: its repository's (core/memory.py)
+        s = existing(state, c.session_id)
+        return [(None, e) for e in memory_written(state, s, c.text)]
     if c.worker_id not in state.workers:
         raise CommandRejected("not_found", f"no worker {c.worker_id!r}")
     if not c.workdir.strip():
         raise CommandRejected("bad_request", "workdir must not be empty")
-    if len(c.text) > MEMORY_MAX:
-        raise CommandRejected("bad_request", f"the memory holds at most {MEMORY_MAX} "
-                                             f"characters; this is {len(c.text)}")
     return [(None, ev.MemoryUpdated(worker_id=c.worker_id, workdir=c.workdir.strip(),
                                     text=c.text))]
 
