@@ -627,7 +627,7 @@ class ActionDispatcher:
                                          cwd=workdir, tmp=self.sandbox.tmp_for(
                                              "workspace-write", session_id))
                 await boxes.get(session_id, self.sandbox.warm_prefix(spec),
-                                supervisor_env())
+                                supervisor_env(), spec.workdir)
             except Exception:  # the first command starts one (or a bwrap) and says why
                 log.debug("no warm box for %s", session_id, exc_info=True)
 
