@@ -84,6 +84,10 @@ def fixed_session(stack: Stack, page: Page, server: ServerProcess,
     sid = r.json()["session_id"]
     view = stack.open_session(page, sid)
     expect(stack.items(page, "assistant_message").last).to_have_text("Fixed.")
+    # the change is counted once the turn is over: done before the worktree goes, or that
+    # count would be what finds it gone
+    stack.wait_until(lambda: server.http.get(f"/api/sessions/{sid}").json()["worktree"]["files"],
+                     what="the worktree's change to be counted")
     wt = Path(server.http.get(f"/api/sessions/{sid}").json()["workdir"])
     r = server.http.post(f"/api/sessions/{sid}/worktree/commit", json={"message": "Fix add()"})
     assert r.status_code == 200, r.text
