@@ -47,10 +47,9 @@ export function commitChoice(f) {
   return { ticked: true, kind: "", note: "" };
 }
 
-/** Whether a commit can take the file: it has changes not committed yet (an older worker
- * says only whether it is in the working tree alone). */
+/** Whether a commit can take the file: it has changes not committed yet. */
 export function pickable(f) {
-  return Boolean(f.uncommitted || !f.committed);
+  return Boolean(f.uncommitted);
 }
 
 /** The paths a commit of the ticked files sends (a rename's old path too, so its deletion
@@ -138,6 +137,8 @@ export class ChangesDialog {
       replaceChildren(this._body, this._files, this._review(), this._ship());
     }
     const c = this.changes;
+    // an older worker commits everything whatever it is sent: no boxes that would not hold
+    this._picking = Boolean(c.can_pick);
     for (const f of c.files) {
       if (!this.ticked.has(f.path)) this.ticked.set(f.path, commitChoice(f).ticked);
     }
@@ -161,6 +162,11 @@ export class ChangesDialog {
   /** "2 of 3 files to commit" beside the Commit button. */
   _renderPicked() {
     if (!this._pickedCount || !this.changes) return;
+    if (!this._picking) {
+      this._pickedCount.textContent = "everything is committed (this machine's worker " +
+        "cannot leave files out)";
+      return;
+    }
     const open = this.changes.files.filter(pickable);
     const n = open.filter((f) => this.ticked.get(f.path)).length;
     this._pickedCount.textContent = open.length
@@ -186,7 +192,7 @@ export class ChangesDialog {
       } }, "Comment on the file");
     const choice = commitChoice(f);
     let pick = null;
-    if (pickable(f)) {
+    if (this._picking && pickable(f)) {
       pick = h("input", { type: "checkbox", class: "commit-pick", "data-testid": "commit-pick",
         "aria-label": `Commit ${f.path}`, title: "In the next commit",
         checked: Boolean(this.ticked.get(f.path)), onchange: (ev) => {
@@ -314,10 +320,10 @@ export class ChangesDialog {
       return;
     }
     const files = this.changes ? this.changes.files : [];
-    // the ticked files only, and nothing else; an older worker that lists no file as
-    // uncommitted commits everything, as it always did
+    // the ticked files only, and nothing else (an older worker commits everything, as it
+    // always did, and gets no list it would not follow)
     const body = { message };
-    if (files.some(pickable)) {
+    if (this._picking && files.some(pickable)) {
       body.paths = commitPaths(files, this.ticked);
       if (!body.paths.length) {
         this._say("Tick the files to commit first.", "warn");

@@ -890,6 +890,9 @@ class WorkspaceChanges(ResultBase, kw_only=True):
     commits: list[CommitInfo] = msgspec.field(default_factory=list)
     dirty: bool = False  # uncommitted changes
     behind: int = 0  # commits of the base not in the branch
+    #: the worker commits only the paths a ``workspace_commit`` names (an older one takes
+    #: everything, whatever it is sent)
+    can_pick: bool = False
 
 
 class WorkspaceRemoved(ResultBase, kw_only=True):

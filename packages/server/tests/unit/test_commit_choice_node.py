@@ -75,7 +75,7 @@ def test_a_binary_is_unticked_with_a_note() -> None:
 def test_only_files_with_something_to_commit_get_a_box_and_a_rename_sends_both_names() -> None:
     files = [{"path": "a.py", "committed": True, "uncommitted": True},
              {"path": "done.py", "committed": True, "uncommitted": False},
-             {"path": "new.py", "committed": False},  # an older worker: no "uncommitted"
+             {"path": "new.py", "committed": False, "uncommitted": True},
              {"path": "b.py", "old_path": "a_old.py", "committed": False, "uncommitted": True},
              {"path": "x.pyc", "committed": False, "uncommitted": True}]
     assert js("pickable", *files) == [True, False, True, True, True]

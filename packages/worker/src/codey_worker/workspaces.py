@@ -628,7 +628,7 @@ class Workspaces:
         return WorkspaceChanges(
             base=action.base, merge_base=merge_base, files=files,
             diff=text, truncated=truncated, commits=parse_log(log.out), dirty=bool(status),
-            behind=await self._count(wt, f"{head}..{base_commit}"))
+            behind=await self._count(wt, f"{head}..{base_commit}"), can_pick=True)
 
     async def _sizes(self, wt: Repo, merge_base: str, files: Sequence[ChangedFile]) -> None:
         """Fill in the binary ``files``' sizes: at the merge base from git's objects, in the

@@ -392,6 +392,7 @@ def test_diff_in_detail(machine: Machine) -> None:
     assert by_path["a.txt"].new_size is None  # (text: its lines say it)
     assert [c.subject for c in changes.commits] == ["rename and a binary"]
     assert changes.dirty and changes.behind == 1 and not changes.truncated
+    assert changes.can_pick  # (its commit takes only the files it is given)
     assert changes.merge_base == git(machine.repo, "rev-parse", f"{main_moved}~1")
     assert "main moved on" not in changes.diff and "ignored.log" not in changes.diff
     # the user's staging is as it was: the untracked file was never added for real
