@@ -17,6 +17,8 @@ photographs them with Playwright and Debian's Chromium (/usr/bin/chromium) at 12
     login.png       the login banner of a provider that needs OAuth (the OIDC provider)
     dark.png        the session view in the dark theme
     dark-dashboard.png  the dashboard in the dark theme, a machine's recent log open
+    changes.png     a worktree session's Changes view: a review comment, a cache and an image
+                    left out of the next commit
     login-screen.png    what a browser without the login cookie sees
     mobile-dashboard.png, mobile-session.png   the same at 390 px wide (a phone)
     mobile-approval.png   a pending approval on a phone, above the prompt box
@@ -130,6 +132,10 @@ NOTES_README_AFTER = NOTES_README + """
 
     python3 -m unittest -v
 """
+
+
+#: a small binary file (a picture's first bytes and some more)
+LOGO = b"\x89PNG\r\n\x1a\n\x00" + bytes(range(256)) * 12
 
 
 def _shell(*argv: str) -> dict[str, Any]:
@@ -372,8 +378,10 @@ class Shots:
         expect(local.get_by_test_id("provider-test-result")).to_contain_text("answered")
         self.shoot(page, "models.png")
 
-        # a session in a worktree: the Changes view with a review comment
+        # a session in a worktree: the Changes view with a review comment, and what a commit
+        # leaves out unless ticked (a bytecode cache, a changed image)
         repo = self._workdir(self.a, "greet-fr", {"cli.py": CLI_PY})
+        Path(repo, "logo.png").write_bytes(LOGO)
         for argv in (["init", "-q", "-b", "main"], ["add", "-A"],
                      ["-c", "user.name=Ada", "-c", "user.email=ada@example.com", "commit", "-qm",
                       "A greeting CLI"]):
@@ -385,6 +393,10 @@ class Shots:
         sid = r.json()["session_id"]
         _wait(lambda: self._status(sid) == "idle" and self.server.http.get(
             f"/api/sessions/{sid}").json()["worktree"]["files"], "the worktree session")
+        worktree = Path(self.server.http.get(f"/api/sessions/{sid}").json()["workdir"])
+        (worktree / "__pycache__").mkdir()
+        (worktree / "__pycache__" / "cli.cpython-311.pyc").write_bytes(bytes(1500))
+        (worktree / "logo.png").write_bytes(LOGO + bytes(2048))
         self.open(page, f"#/session/{sid}")
         page.get_by_test_id("open-changes").click()
         changes = page.get_by_test_id("changes-dialog")

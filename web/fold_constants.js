@@ -77,6 +77,7 @@ const ACTION = {
   workspace_create: fillWorkspaceCreate,
   workspace_diff: fillWorkspaceDiff,
   workspace_remove: fillWorkspaceRemove,
+  workspace_commit: fillWorkspaceCommit,
   workspace_merge: fillWorkspaceMerge,
   workspace_push: fillWorkspacePush,
 };
@@ -118,6 +119,7 @@ const EVENT_BASE = {
   session_context_updated: fillSessionContextUpdated,
   session_archived: fillSessionArchived,
   session_deleted: fillSessionDeleted,
+  session_forked: fillSessionForked,
   session_moved: fillSessionMoved,
   question_asked: fillQuestionAsked,
   question_answered: fillQuestionAnswered,
@@ -265,6 +267,7 @@ export function fillWorktree(v) {
   if (v.merged === undefined) v.merged = false;
   if (v.pr_url === undefined) v.pr_url = "";
   if (v.error === undefined) v.error = "";
+  if (v.branch_deleted === undefined) v.branch_deleted = false;
   return v;
 }
 
@@ -294,6 +297,7 @@ export function fillWorktreeUpdated(v) {
   if (v.merged === undefined) v.merged = null;
   if (v.pr_url === undefined) v.pr_url = null;
   if (v.error === undefined) v.error = null;
+  if (v.branch_deleted === undefined) v.branch_deleted = null;
   return v;
 }
 
@@ -584,6 +588,7 @@ export function fillEdit(v) {
 export function fillWorkspaceCreate(v) {
   if (v.base === undefined) v.base = "";
   if (v.setup === undefined) v.setup = true;
+  if (v.existing === undefined) v.existing = false;
   if (v.sandbox === undefined) v.sandbox = "workspace-write";
   if (v.network === undefined) v.network = false;
   if (v.timeout_s === undefined) v.timeout_s = 900.0;
@@ -601,6 +606,12 @@ export function fillWorkspaceRemove(v) {
   if (v.base === undefined) v.base = "";
   if (v.force === undefined) v.force = false;
   if (v.delete_branch === undefined) v.delete_branch = false;
+  return v;
+}
+
+/** `WorkspaceCommit` (worker.py): its defaults filled in. */
+export function fillWorkspaceCommit(v) {
+  if (v.paths === undefined) v.paths = null;
   return v;
 }
 
@@ -707,6 +718,7 @@ export function fillSessionContextUpdated(v) {
       "workdir": "",
       "git_branch": null,
       "git_dirty": null,
+      "repo_root": null,
       "date": "",
       "timezone": "",
     };
@@ -738,6 +750,7 @@ export function fillEnvironment(v) {
   if (v.workdir === undefined) v.workdir = "";
   if (v.git_branch === undefined) v.git_branch = null;
   if (v.git_dirty === undefined) v.git_dirty = null;
+  if (v.repo_root === undefined) v.repo_root = null;
   if (v.date === undefined) v.date = "";
   if (v.timezone === undefined) v.timezone = "";
   return v;
@@ -752,6 +765,16 @@ export function fillSessionArchived(v) {
 /** `SessionDeleted` (events.py): its defaults filled in. */
 export function fillSessionDeleted(v) {
   if (v.reason === undefined) v.reason = "";
+  return v;
+}
+
+/** `SessionForked` (events.py): its defaults filled in. */
+export function fillSessionForked(v) {
+  if (v.worktree === undefined) {
+    v.worktree = null;
+  } else if (v.worktree != null) {
+    fillWorktree(v.worktree);
+  }
   return v;
 }
 
@@ -1142,6 +1165,7 @@ export function fillSessionContext(v) {
       "workdir": "",
       "git_branch": null,
       "git_dirty": null,
+      "repo_root": null,
       "date": "",
       "timezone": "",
     };

@@ -322,11 +322,13 @@ export class Socket {
     return this.command("delete_session", { session_id });
   }
 
-  /** A new session with this one's conversation up to `item_id` (the end when null). */
-  forkSession(session_id, item_id = null, title = null) {
+  /** A new session with this one's conversation up to `item_id` (the end when null);
+   * `worktree` (`{base?, setup?}`): in a git worktree of its own. */
+  forkSession(session_id, item_id = null, title = null, worktree = null) {
     const fields = { session_id };
     if (item_id) fields.item_id = item_id;
     if (title) fields.title = title;
+    if (worktree) fields.worktree = worktree;
     return this.command("fork_session", fields);
   }
 
@@ -341,7 +343,11 @@ export class Socket {
     return this.command("approve_plan", fields);
   }
 
-  setMemory(worker_id, workdir, text) {
-    return this.command("set_memory", { worker_id, workdir, text });
+  /** The project memory of `workdir` on `worker_id`; with `session_id`, that session's
+   * (its repository's: the server moves the folders' older notes into it). */
+  setMemory(worker_id, workdir, text, session_id = "") {
+    const fields = { worker_id, workdir, text };
+    if (session_id) fields.session_id = session_id;
+    return this.command("set_memory", fields);
   }
 }

@@ -132,7 +132,7 @@ function sessionCreated(state, env, e) {
 
 // the fields of `worktree_updated` (each replaces when it is not null)
 const WORKTREE_FIELDS = ["status", "path", "base", "base_commit", "repo_root", "files", "added",
-  "deleted", "merged", "pr_url", "error"];
+  "deleted", "merged", "pr_url", "error", "branch_deleted"];
 
 function worktreeUpdated(state, env, e) {
   const s = env.session_id == null ? null : state.sessions[env.session_id];
@@ -270,13 +270,16 @@ function forked(state, env, e) {
     if (keptByFork(item)) items.push(structuredClone(item));
     if (item.id === e.until_item) break;
   }
+  // a fork into a worktree of its own starts in the repository, as a new session does
+  const worktree = e.worktree ? structuredClone(e.worktree) : null;
   state.sessions[env.session_id] = fillSessionInfo({
-    session_id: env.session_id, title: e.title, worker_id: src.worker_id, workdir: src.workdir,
+    session_id: env.session_id, title: e.title, worker_id: src.worker_id,
+    workdir: worktree ? worktree.repo : src.workdir,
     provider: src.provider, model: src.model, effort: src.effort, policy: src.policy,
     created_at: env.ts,
     updated_at: env.ts, items, forked_from: e.from_session,
     context: src.context ? structuredClone(src.context) : null,
-    sandbox: src.sandbox, network: src.network,
+    sandbox: src.sandbox, network: src.network, worktree,
   });
 }
 

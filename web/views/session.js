@@ -9,6 +9,7 @@ import { api } from "../api.js";
 import { ChangesDialog } from "./changes.js";
 import { fmtBytes, h, replaceChildren } from "../dom.js";
 import { findItem, findProcess, updateFields } from "../store.js";
+import { memoryOfRepository, memoryPlaces, memoryText } from "../memory.js";
 import { missing, processNames, toggleEffects } from "../toggles.js";
 import {
   FrameBatch, activity, fmtDuration, isBusy, machineLabel, needsAttention, sessionWords,
@@ -231,6 +232,10 @@ export class SessionView {
     }, 1000);
     this._closedNote = h("p", { class: "muted s-closed", "data-testid": "session-closed" },
       "This session is closed: fork it to go on from here.");
+    // its worktree was removed: nothing runs there (a folder made again empty in its place
+    // once ran the tests on nothing, "Ran 0 tests … OK"); the two ways on, in its place
+    this._worktreeGone = h("div", { class: "s-ask s-worktree-gone", hidden: true,
+      role: "group", "data-testid": "worktree-removed", "aria-label": "The worktree was removed" });
     this.el = h("section", { class: "session", "data-testid": "session-view",
       "data-session-id": this.sessionId },
     h("header", { class: "s-head" },
@@ -245,7 +250,7 @@ export class SessionView {
     this._missing,
     h("div", { class: "s-body" }, h("div", { class: "s-main" }, this._scroller, this._jump,
       h("div", { class: "activity-row" }, this._activity, this._retry)), this._side),
-    this._closedNote, form);
+    this._closedNote, this._worktreeGone, form);
     this._form = form;
     // toasts sit above the prompt box (style.css), whatever its height
     this._formSize = new ResizeObserver(() => {
@@ -460,7 +465,11 @@ export class SessionView {
     const s = this.session;
     const state = this.ctx.store.state;
     this._closedNote.hidden = !s || s.status !== "closed";
-    this._form.hidden = Boolean(s && s.status === "closed");
+    const removed = Boolean(s && s.status !== "closed" && s.worktree &&
+      s.worktree.status === "removed");
+    this._worktreeGone.hidden = !removed;
+    if (removed) this._renderWorktreeGone(s);
+    this._form.hidden = Boolean(s && (s.status === "closed" || removed));
     if (s) this._renderMenu(s);
     if (!s) {
       this._missing.textContent = this._seen ? "This session was deleted." : "Waiting for this session…";
@@ -502,8 +511,9 @@ export class SessionView {
       ? h("span", { class: "badge attention dot", "data-testid": "attention-badge",
         "aria-label": "needs you", title: "needs you" }) : "");
     // an error's Retry is beside it (items.js); here for a stopped turn, or an error that
-    // left no item to put it beside
-    this._retry.hidden = !(s.status === "interrupted" || (s.status === "error" &&
+    // left no item to put it beside. (A removed worktree: its bar offers the ways on, and a
+    // retry would be refused.)
+    this._retry.hidden = removed || !(s.status === "interrupted" || (s.status === "error" &&
       !s.items.some((i) => i.kind === "error_item" && retryable(i, s))));
     this._renderActivity();
     this._gone.replaceChildren(workerUp(state, s.worker_id) ? "" : h("span", {
@@ -784,13 +794,17 @@ export class SessionView {
         h("ul", { class: "small" }, ctx.warnings.map((w) => h("li", {}, w)))) : null);
   }
 
-  /** The project's memory (per machine and workdir), viewable and editable. */
+  /** The project's memory (per machine and repository, else folder), viewable and
+   * editable. */
   _memoryBox(s) {
-    const key = `${s.worker_id}:${s.workdir}`;
-    const memory = this.ctx.store.state.memories[key];
-    const text = memory ? memory.text : "";
+    const text = memoryText(this.ctx.store.state, s);
+    const [place] = memoryPlaces(s);
     const box = h("section", { class: "side-box", "aria-label": "Memory",
-      "data-testid": "memory" }, h("h3", {}, "Memory"));
+      "data-testid": "memory" }, h("h3", {}, "Memory"),
+    // (the folder's name: a long path cut at its end would hide it; the whole on hover)
+    h("p", { class: "muted small ellipsis", "data-testid": "memory-scope", title: place },
+      `${memoryOfRepository(s) ? "For the repository" : "For the folder"} ` +
+      `${place.split("/").filter(Boolean).pop() || place}`));
     if (this._editingMemory) {
       const area = h("textarea", { class: "input", rows: 6, "data-testid": "memory-input",
         "aria-label": "Project memory" });
@@ -800,7 +814,8 @@ export class SessionView {
         "data-testid": "memory-save", onclick: async () => {
           save.disabled = true;
           try {
-            await this.ctx.socket.setMemory(s.worker_id, s.workdir, area.value);
+            // (the session's memory: the server keeps it for its repository)
+            await this.ctx.socket.setMemory(s.worker_id, place, area.value, s.session_id);
             this._editingMemory = false;
             this._memoryDraft = null;
             this._headerDirty = true;
@@ -930,9 +945,57 @@ export class SessionView {
     }
   }
 
-  async _fork(itemId) {
-    const ack = await this.ctx.socket.forkSession(this.sessionId, itemId);
+  async _fork(itemId, worktree = null) {
+    const ack = await this.ctx.socket.forkSession(this.sessionId, itemId, null, worktree);
     if (ack && ack.session_id) location.hash = `#/session/${encodeURIComponent(ack.session_id)}`;
+  }
+
+  /** The bar of a session whose worktree was removed: why nothing runs, and the two ways
+   * on — the worktree made again from its branch (while it has one), or a fork of the
+   * session in a new worktree. */
+  _renderWorktreeGone(s) {
+    const w = s.worktree;
+    const sig = JSON.stringify([w.path, w.branch, w.branch_deleted, w.base, this._goingOn]);
+    if (this._worktreeGone.dataset.sig === sig) return; // (no rebuild under the pointer)
+    this._worktreeGone.dataset.sig = sig;
+    const busy = Boolean(this._goingOn);
+    const go = (what, fn) => async () => {
+      this._goingOn = what;
+      this._headerDirty = true;
+      this._batch.schedule();
+      try {
+        await fn();
+      } catch (err) {
+        this.ctx.toast(`${what === "recreate" ? "Not made again" : "Not forked"}: ` +
+          `${err.message}`, "error");
+      } finally {
+        this._goingOn = null;
+        this._headerDirty = true;
+        this._batch.schedule();
+      }
+    };
+    const from = w.base || "the base";
+    replaceChildren(this._worktreeGone,
+      h("div", { class: "small" },
+        h("strong", {}, "This session's worktree was removed"),
+        w.path ? [" (", h("span", { class: "mono" }, w.path), ")"] : null,
+        ": nothing runs there any more. ",
+        w.branch_deleted
+          ? `Its branch ${w.branch} was deleted too: go on in a fork, in a new worktree from ` +
+            `${from}.`
+          : `Its branch ${w.branch} keeps what was committed: make the worktree again from ` +
+            "it, or go on in a fork with a worktree of its own."),
+      h("span", { class: "row gap" },
+        w.branch_deleted ? null : h("button", { class: "btn primary", type: "button",
+          "data-testid": "worktree-recreate", disabled: busy,
+          title: `A new worktree at ${w.path || "its old place"}, on ${w.branch}`,
+          onclick: go("recreate", () => api.worktreeOp(this.sessionId, "recreate")) },
+        this._goingOn === "recreate" ? "Making it again…" : "Recreate from the branch"),
+        h("button", { class: "btn", type: "button", "data-testid": "worktree-fork",
+          disabled: busy, title: w.branch_deleted ? `A new session, on a new branch from ${from}`
+            : `A new session, on a new branch from ${w.branch}`,
+          onclick: go("fork", () => this._fork(null, {})) },
+        this._goingOn === "fork" ? "Forking…" : "Fork into a new worktree")));
   }
 
   /** The connection to the server changed ("live", "reconnecting", "offline"). */

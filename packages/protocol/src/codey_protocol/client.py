@@ -188,12 +188,17 @@ class DeleteSession(ClientToServerMessage, kw_only=True):
 
 class ForkSession(ClientToServerMessage, kw_only=True):
     """A new session whose conversation is this one's up to ``item_id`` (the last item when
-    omitted), on the same worker and workdir."""
+    omitted), on the same worker and workdir; with ``worktree``, in a git worktree of its own
+    on a new branch from ``worktree.base`` (empty: the session's worktree's branch while it
+    exists, else its base; a session without a worktree: the repository's current branch).
+    A session whose worktree was removed is always forked into a new one: its folder is
+    gone."""
 
     session_id: str
     item_id: str | None = None
     title: str | None = None
     prompt: str = ""
+    worktree: WorktreeRequest | None = None
 
 
 class MoveSession(ClientToServerMessage, kw_only=True):
@@ -204,11 +209,14 @@ class MoveSession(ClientToServerMessage, kw_only=True):
 
 
 class SetMemory(ClientToServerMessage, kw_only=True):
-    """Replace the project memory of ``workdir`` on ``worker_id``."""
+    """Replace the project memory of ``workdir`` on ``worker_id``; with ``session_id``, the
+    memory that session has (its repository's, with its folders' older notes: those are
+    moved into it), and ``worker_id``/``workdir`` are not used."""
 
     worker_id: str
     workdir: str
     text: str
+    session_id: str = ""
 
 
 class CreateTask(ClientToServerMessage, kw_only=True):

@@ -320,6 +320,9 @@ class Worktree(msgspec.Struct, kw_only=True):
     merged: bool = False
     pr_url: str = ""
     error: str = ""
+    #: its branch is known to be gone (deleted with the worktree, or found missing when it
+    #: was to be made again): the worktree cannot be made again from it
+    branch_deleted: bool = False
 
 
 class WorktreeUpdated(EventBase, kw_only=True):
@@ -337,6 +340,7 @@ class WorktreeUpdated(EventBase, kw_only=True):
     merged: bool | None = None
     pr_url: str | None = None
     error: str | None = None
+    branch_deleted: bool | None = None
 
 
 class SessionCreated(EventBase, kw_only=True):
@@ -604,11 +608,14 @@ class SessionDeleted(EventBase, kw_only=True):
 
 class SessionForked(EventBase, kw_only=True):
     """A new session (the envelope's ``session_id``) whose conversation is ``from_session``'s
-    up to and including ``until_item``: the fold copies those items (finished ones only)."""
+    up to and including ``until_item``: the fold copies those items (finished ones only).
+    ``worktree``: it works in a git worktree of its own, made from the repository ``repo``
+    (its workdir until the worktree is ready); None: in ``from_session``'s workdir."""
 
     from_session: str
     until_item: str
     title: str
+    worktree: Worktree | None = None
 
 
 class SessionMoved(EventBase, kw_only=True):

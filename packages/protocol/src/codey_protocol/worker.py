@@ -114,6 +114,10 @@ class Environment(msgspec.Struct, kw_only=True):
     workdir: str = ""
     git_branch: str | None = None
     git_dirty: bool | None = None
+    #: the folder of the repository's main checkout (for a linked worktree, not the
+    #: worktree): the project memory is kept per repository. None: no repository (or an
+    #: older worker)
+    repo_root: str | None = None
     date: str = ""  # ISO date and time, local
     timezone: str = ""
 
@@ -486,6 +490,9 @@ class WorkspaceCreate(Action, kw_only=True):
     branch: str  # e.g. ``codey/fix-login-3f2a``
     base: str = ""  # a branch, tag or commit; empty: the repository's current branch
     setup: bool = True
+    #: the worktree is made again: ``branch`` exists and is checked out as it is (not made
+    #: from ``base``); ``branch_gone`` when it does not exist any more
+    existing: bool = False
     #: the setup script runs as a command of the session: in its sandbox (it is the
     #: project's code, chosen by whoever picked ``base``) and with its network toggle
     sandbox: SandboxMode = "workspace-write"
@@ -514,10 +521,14 @@ class WorkspaceRemove(Action, kw_only=True):
 
 
 class WorkspaceCommit(Action, kw_only=True):
-    """Commit everything in the worktree (``git add -A``) with ``message``."""
+    """Commit the chosen files of the worktree with ``message``: ``paths`` (relative to it, as
+    ``workspace_diff`` names them, a rename's old path too), and nothing else; a chosen path
+    without uncommitted changes is passed over. ``paths`` None: everything (``git add -A``),
+    as before paths could be chosen."""
 
     workdir: str
     message: str
+    paths: list[str] | None = None
 
 
 class WorkspaceMerge(Action, kw_only=True):
@@ -855,6 +866,12 @@ class ChangedFile(msgspec.Struct, kw_only=True):
     deleted: int = 0
     binary: bool = False
     committed: bool = True  # False: only in the working tree (not committed yet)
+    #: it has changes not committed yet (what a commit can take); an older worker: unknown
+    uncommitted: bool = False
+    #: a binary file's size in bytes at the merge base and in the working tree (None: it is
+    #: not there, or not binary)
+    old_size: int | None = None
+    new_size: int | None = None
 
 
 class CommitInfo(msgspec.Struct, kw_only=True):
@@ -873,6 +890,9 @@ class WorkspaceChanges(ResultBase, kw_only=True):
     commits: list[CommitInfo] = msgspec.field(default_factory=list)
     dirty: bool = False  # uncommitted changes
     behind: int = 0  # commits of the base not in the branch
+    #: the worker commits only the paths a ``workspace_commit`` names (an older one takes
+    #: everything, whatever it is sent)
+    can_pick: bool = False
 
 
 class WorkspaceRemoved(ResultBase, kw_only=True):

@@ -167,6 +167,7 @@ def _exercise(api: _Contract, server: ServerProcess, worker: WorkerProcess) -> N
             ("POST", "/api/sessions/{session_id}/worktree/resolve", None),
             ("POST", "/api/sessions/{session_id}/worktree/push", {}),
             ("POST", "/api/sessions/{session_id}/worktree/remove", {}),
+            ("POST", "/api/sessions/{session_id}/worktree/recreate", None),
             ("POST", "/api/sessions/{session_id}/worktree/draft-message", None)]:
         kwargs: dict[str, Any] = {"json": body} if body is not None else {}
         api.check(method, template, 409, path={"session_id": sid}, **kwargs)

@@ -153,6 +153,18 @@ def test_a_run_into_the_schedules_session_names_its_prompt_there() -> None:
     assert (fired.session_id, fired.item_id, prompt.item.id) == ("ses_t", "itm_9", "itm_9")
 
 
+def test_a_run_into_a_session_whose_worktree_was_removed_fails_and_runs_nothing() -> None:
+    state = _state()
+    state.sessions["ses_t"] = SessionInfo(
+        session_id="ses_t", title="t", worker_id="w1", workdir="/wt/t", provider="p",
+        model="m", worktree=ev.Worktree(repo="/w", branch="codey/t", status="removed"))
+    state.schedules["sch_1"].spec.target_session = "ses_t"
+    (_, fired), = fire(state, "sch_1", 100.0, session_id="s", item_id="i", now=101.0,
+                       provider="p", model="m")
+    assert isinstance(fired, ev.ScheduleFired) and fired.outcome == "failed"
+    assert "worktree was removed" in fired.error
+
+
 def test_a_run_whose_worker_is_gone_fails_with_its_reason() -> None:
     state = _state()
     state.workers["w1"].revoked = True

@@ -1085,3 +1085,42 @@ def test_a_process_the_worker_no_longer_knows_is_gone() -> None:
     # from now on a call on it is refused before it reaches the worker
     step = _second_call(pilot, "write_stdin", process_id="proc_1")
     assert not [e for e in step.effects if isinstance(e, RunAction)]
+
+
+GONE = ("/wt/app/codey-t-0001 is gone: it was a worktree in this worker's worktrees folder "
+        "(/wt), removed since. Nothing was run and no empty folder was made in its place")
+
+
+def test_a_worktree_gone_at_the_turns_start_ends_it_before_the_model_is_called() -> None:
+    """The worker will not make a removed worktree again as an empty folder: its
+    ``worktree_gone`` ends the turn, records the worktree as removed, and the prompt waits
+    (issue 33, item 2: the tests once ran on nothing, "Ran 0 tests … OK")."""
+    pilot = _codey()
+    # (a session made in its worktree, as the fold leaves it once the worktree is ready)
+    pilot.state.sessions[S].worktree = ev.Worktree(repo="/w/p", branch="codey/t-0001",
+                                                   status="ready", path="/wt/app/codey-t-0001")
+    pilot.record((None, ev.WorkerConnected(worker_id=W, hostname="h", os="Linux",
+                                           worker_version="0", capabilities=wk.Capabilities(
+                                               executors=["load_context"]))))
+    [load] = pilot.feed(Start()).effects
+    assert isinstance(load, RunAction) and isinstance(load.action, wk.LoadContext)
+    step = pilot.feed(ActionErrored(load.action.action_id, "worktree_gone", GONE))
+    assert _events(step) == [ev.WorktreeUpdated(status="removed", error=GONE),
+                             ev.SessionStatusChanged(status="error", reason=GONE)]
+    assert step.effects == [] and pilot.machine.done
+    s = pilot.session
+    assert s.worktree.status == "removed" and isinstance(s.items[-1], ev.UserMessage)
+
+
+def test_a_worktree_gone_under_a_running_turn_fails_the_call_and_ends_the_turn() -> None:
+    pilot = _codey()
+    pilot.feed(Start())
+    pilot.feed(ModelParts([_shell("python3", "-m", "unittest")]))
+    [run] = pilot.feed(ModelDone()).effects
+    assert isinstance(run, RunAction)
+    step = pilot.feed(ActionErrored(run.action.action_id, "worktree_gone", GONE))
+    [tool] = [i for i in pilot.session.items if isinstance(i, ev.ToolCall)]
+    assert tool.status == "failed" and "worktree_gone" in (tool.result or "")
+    assert not any(isinstance(e, CallModel) for e in step.effects)  # the model is not asked
+    assert pilot.machine.done and pilot.session.status == "error"
+    assert pilot.session.status_reason == GONE

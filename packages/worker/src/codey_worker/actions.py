@@ -440,6 +440,9 @@ class ActionDispatcher:
 
     async def _execute(self, action: ActionMessage) -> ActionOutcome:
         self._pinned(action)
+        workdir = getattr(action, "workdir", None)
+        if workdir:  # said as such, not as "not_found": the server stops the session's turns
+            self.policy.check_not_gone(self.policy.check_workdir(workdir))
         match action:
             case RunCommand():
                 return await self._run_command(action)
@@ -624,7 +627,7 @@ class ActionDispatcher:
                                          cwd=workdir, tmp=self.sandbox.tmp_for(
                                              "workspace-write", session_id))
                 await boxes.get(session_id, self.sandbox.warm_prefix(spec),
-                                supervisor_env())
+                                supervisor_env(), spec.workdir)
             except Exception:  # the first command starts one (or a bwrap) and says why
                 log.debug("no warm box for %s", session_id, exc_info=True)
 
@@ -650,6 +653,8 @@ class ActionDispatcher:
 
     async def _attach(self, action: AttachSession) -> ActionOutcome:
         workdir = self.policy.check_workdir(action.workdir)
+        # a worktree that was removed is not made again as an empty folder
+        self.policy.check_not_gone(workdir)
         if self._attached_as.get(action.session_id) != action.workdir:
             self._check_no_foreign_link(action.workdir, workdir)
         elif self._attached[action.session_id] != workdir:

@@ -32,7 +32,7 @@ from typing import Any
 from codey_protocol.worker import Environment, InstructionFile, ProjectContext, SkillInfo
 from codey_worker.confine import ActionRefused
 from codey_worker.files import Boundary, Tree
-from codey_worker.git import GitRunner
+from codey_worker.git import GitRunner, repo_root
 
 __all__ = ["MAX_FILE_BYTES", "MAX_SKILLS", "MAX_TOTAL_BYTES", "load_context"]
 
@@ -213,10 +213,12 @@ def _shell() -> str:
 
 async def environment(workdir: Path, git: GitRunner) -> Environment:
     branch, dirty = await git.status(workdir)
+    root = repo_root(workdir)
     now = datetime.datetime.now().astimezone()
     return Environment(
         os=platform.system(), os_version=platform.release(), shell=_shell(),
         workdir=str(workdir), git_branch=branch, git_dirty=dirty,
+        repo_root=str(root) if root is not None else None,
         date=now.isoformat(timespec="minutes"), timezone=now.tzname() or "")
 
 

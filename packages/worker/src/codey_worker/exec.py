@@ -730,7 +730,7 @@ async def _run_warm(boxes: WarmBoxes, sandbox: Sandbox, spec: SandboxSpec, argv:
     started_at = time.monotonic()
     try:
         box = await boxes.get(action.session_id, sandbox.warm_prefix(spec),
-                              supervisor_env(env.get("PATH")))
+                              supervisor_env(env.get("PATH")), spec.workdir)
     except WarmError as exc:
         log.warning("no warm sandbox for %s, starting one for the command: %s",
                     action.session_id, exc)

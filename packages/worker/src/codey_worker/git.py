@@ -54,6 +54,7 @@ __all__ = [
     "find_repo",
     "git_argv",
     "parse_status_branch",
+    "repo_root",
 ]
 
 #: overrides on every git the worker runs (``-c``, above any repository's config); the
@@ -124,6 +125,14 @@ class Repo:
     @property
     def git_dirs(self) -> tuple[Path, ...]:
         return tuple(dict.fromkeys((self.git_dir, self.common_dir)))
+
+    @property
+    def main_top(self) -> Path | None:
+        """The folder of the repository's main checkout: this one's, or for a linked
+        worktree the one whose ``.git`` holds it (None: a bare repository has none)."""
+        if not self.linked:
+            return self.top
+        return self.common_dir.parent if self.common_dir.name == ".git" else None
 
 
 def _refuse(folder: Path, why: str) -> ActionRefused:
@@ -240,12 +249,14 @@ def find_repo(folder: Path) -> Repo | None:
 @dataclass(frozen=True)
 class Access:
     """What one git run may touch beyond reading: ``writes`` (folders made writable: a
-    ``.git``, a work tree, a new worktree's parent), ``network`` and ``credentials`` (a push:
-    see the module docstring)."""
+    ``.git``, a work tree, a new worktree's parent), ``reads`` (folders of the worker's own
+    shown read-only where the sandbox's private /tmp would cover them: a pathspec file),
+    ``network`` and ``credentials`` (a push: see the module docstring)."""
 
     writes: tuple[Path, ...] = ()
     network: bool = False
     credentials: bool = False
+    reads: tuple[Path, ...] = ()
 
 
 READ = Access()
@@ -304,7 +315,7 @@ class GitRunner:
         if box is None or not box.support.available:
             return argv, env
         # (``also``: gh's own folder, in case it lies under /tmp, which the sandbox replaces)
-        readable: list[Path] = [cwd, *also]
+        readable: list[Path] = [cwd, *access.reads, *also]
         if repo is not None:
             readable += [repo.top, *repo.git_dirs]
         exposed: list[Path] = []
@@ -428,6 +439,17 @@ class GitRunner:
         if done.code != 0:
             return None, None
         return parse_status_branch(done.out)
+
+
+def repo_root(folder: Path) -> Path | None:
+    """The main checkout's folder of the repository holding ``folder`` (see
+    :attr:`Repo.main_top`); None outside a repository or for one the runner will not use.
+    Found in Python: nothing runs."""
+    try:
+        repo = find_repo(folder)
+    except ActionRefused:
+        return None
+    return repo.main_top if repo is not None else None
 
 
 def parse_status_branch(out: bytes) -> tuple[str | None, bool]:

@@ -173,6 +173,21 @@ class LocalPolicy:
         """Return the real path of ``path``; refuse (``outside_allowed_roots``) if not allowed."""
         return check_root(path, self.pinned_roots)
 
+    def check_not_gone(self, real: Path) -> None:
+        """Refuse (``worktree_gone``) a workdir (a real path) that lies inside the worktrees
+        folder and is not there: only a worktree the worker made goes there, so this one was
+        removed. A session that goes on in it must not get an empty folder in its place
+        ("Ran 0 tests … OK", issue 33): it is made again from its branch, or not at all."""
+        if self.worktrees_dir is None or os.path.lexists(real):
+            return
+        worktrees = Path(os.path.realpath(self.worktrees_dir))
+        if real != worktrees and worktrees in real.parents:
+            raise ActionRefused("worktree_gone", f"{real} is gone: it was a worktree in this "
+                                f"worker's worktrees folder ({worktrees}), removed since. "
+                                "Nothing was run and no empty folder was made in its place; "
+                                "make the worktree again from its branch, or fork the session "
+                                "into a new worktree")
+
     def check_command(self, argv: Sequence[str]) -> None:
         """Refuse (``denied_command``) an argv that would run a denied program.
 

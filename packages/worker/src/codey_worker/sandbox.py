@@ -689,6 +689,12 @@ class Sandbox:
         return [*bwrap_args(spec, self.support, status_fd), *argv]
 
     def env(self, env: dict[str, str], spec: SandboxSpec) -> dict[str, str]:
-        """The command's environment inside the sandbox: TMPDIR is the private temp dir."""
+        """The command's environment inside the sandbox: TMPDIR is the private temp dir, and
+        Python writes no bytecode caches unless ``env`` says otherwise.
+
+        Why no ``__pycache__``: a test run in a worktree left ``*.pyc`` files there, untracked
+        and not ignored; a commit of everything took them, and every parallel worktree of
+        the repository then conflicted on them (issue 33). They only make the next start of
+        the same code faster."""
         tmpdir = "/tmp" if self.support.kind == "bwrap" or spec.tmp is None else str(spec.tmp)
-        return {**env, "TMPDIR": tmpdir}
+        return {"PYTHONDONTWRITEBYTECODE": "1", **env, "TMPDIR": tmpdir}

@@ -79,6 +79,9 @@ class WarmBox:
     prefix: tuple[str, ...]  # the bwrap argv (up to and excluding the command)
     proc: subprocess.Popen[bytes]
     sock: socket.socket
+    #: the session's folder as the box bound it (device, inode): a folder removed and made
+    #: again at its path is another one, which the box's mount does not show
+    folder: tuple[int, int] | None = None
     runs: dict[int, WarmRun] = field(default_factory=dict)
     last_used: float = field(default_factory=time.monotonic)
     closed: bool = False
@@ -282,21 +285,27 @@ class WarmBoxes:
         weakref.finalize(self, _close_all, self._boxes, self._draining)
 
     async def get(self, session_id: str, prefix: Sequence[str],
-                  env: Mapping[str, str]) -> WarmBox:
-        """The session's box for this bwrap argv: its current one when the argv is the
-        same, else a new one (the old one ends after its last command)."""
+                  env: Mapping[str, str], folder: Path | None = None) -> WarmBox:
+        """The session's box for this bwrap argv and ``folder`` (the workdir it binds): its
+        current one when both are the same, else a new one (the old one ends after its last
+        command). A folder is the same while it is the same directory, not the same path: a
+        worktree removed and made again at its path (issue 33) is bound anew, where the old
+        box would still show the removed one, empty."""
         lock = self._locks.get(session_id)
         if lock is None or _lock_loop(lock) not in (None, asyncio.get_running_loop()):
             lock = self._locks[session_id] = asyncio.Lock()
         async with lock:
             box = self._boxes.get(session_id)
-            if box is not None and not box.closed and box.prefix == tuple(prefix):
+            here = _identity(folder)
+            if box is not None and not box.closed and box.prefix == tuple(prefix) and \
+                    box.folder == here:
                 box.last_used = time.monotonic()
                 return box
             if box is not None:
                 self._retire(box)
             self._make_room()
             box = await WarmBox.start(prefix, env)
+            box.folder = here
             self.started += 1
             self._boxes[session_id] = box
             self._start_janitor()
@@ -352,6 +361,17 @@ class WarmBoxes:
 
     def __len__(self) -> int:
         return len(self._boxes)
+
+
+def _identity(folder: Path | None) -> tuple[int, int] | None:
+    """(device, inode) of ``folder``; None when there is none (or it is not there)."""
+    if folder is None:
+        return None
+    try:
+        info = os.stat(folder)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
 
 
 def _close_all(boxes: dict[str, WarmBox], draining: set[WarmBox]) -> None:

@@ -35,8 +35,9 @@ import hashlib
 import os
 import re
 import shutil
+import stat
 import tempfile
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -60,6 +61,7 @@ from codey_protocol.worker import (
 )
 from codey_worker.confine import ActionRefused, within
 from codey_worker.exec import CommandRegistry, run_command
+from codey_worker.files import Tree
 from codey_worker.git import (
     READ,
     Access,
@@ -81,13 +83,16 @@ __all__ = [
     "branch_slug",
     "cap_diff",
     "changed_files",
+    "chosen_paths",
     "parse_log",
     "parse_name_only",
     "parse_name_status",
     "parse_numstat",
+    "parse_sizes",
     "parse_status",
     "parse_worktrees",
     "pr_url",
+    "status_paths",
     "worktree_location",
 ]
 
@@ -268,22 +273,64 @@ def parse_log(data: bytes) -> list[CommitInfo]:
 def changed_files(numstat: Sequence[NumStat],
                   statuses: Mapping[str, tuple[Literal["added", "modified", "deleted",
                                                        "renamed"], str | None]],
-                  committed: Sequence[str]) -> list[ChangedFile]:
+                  committed: Sequence[str], pending: Collection[str] = ()) -> list[ChangedFile]:
     """The files of the whole change (merge base → working tree), sorted by path:
     ``numstat`` gives the counts, ``statuses`` the kind, and a file is ``committed`` when
-    the committed part of the change (merge base → HEAD) touches it or its old name."""
+    the committed part of the change (merge base → HEAD) touches it or its old name, and
+    ``uncommitted`` when ``pending`` (the paths ``git status`` lists) holds it or its old
+    name."""
     done = set(committed)
+    waiting = set(pending)
     files = []
-    for stat in numstat:
-        status, old = statuses.get(stat.path, ("modified", None))
-        old = old if old is not None else stat.old_path
+    for row in numstat:
+        status, old = statuses.get(row.path, ("modified", None))
+        old = old if old is not None else row.old_path
         if old is not None and status == "modified":
             status = "renamed"
         files.append(ChangedFile(
-            path=stat.path, status=status, old_path=old, added=stat.added or 0,
-            deleted=stat.deleted or 0, binary=stat.binary,
-            committed=stat.path in done or (old is not None and old in done)))
+            path=row.path, status=status, old_path=old, added=row.added or 0,
+            deleted=row.deleted or 0, binary=row.binary,
+            committed=row.path in done or (old is not None and old in done),
+            uncommitted=row.path in waiting or (old is not None and old in waiting)))
     return sorted(files, key=lambda f: f.path)
+
+
+def status_paths(entries: Sequence[StatusEntry]) -> set[str]:
+    """Every path ``git status`` names (a rename's old one too): what has changes a commit
+    can take. A nested repository (an untracked folder, ``dir/``) is not one."""
+    out: set[str] = set()
+    for e in entries:
+        if e.kind == "ignored" or e.path.endswith("/"):
+            continue
+        out.add(e.path)
+        if e.old_path:
+            out.add(e.old_path)
+    return out
+
+
+def chosen_paths(paths: Sequence[str]) -> list[str]:
+    """The paths a commit was asked for, checked: relative, inside the worktree (no ``..``,
+    no ``.git``), no NUL; each once, in order. Raises ``bad_request``."""
+    out: dict[str, None] = {}
+    for path in paths:
+        parts = path.split("/")
+        if not path or "\0" in path or path.startswith("/") or \
+                any(p in ("", ".", "..") for p in parts) or \
+                any(p.casefold() == ".git" for p in parts):
+            raise ActionRefused("bad_request", f"{path!r} is not a file of the worktree")
+        out[path] = None
+    return list(out)
+
+
+def parse_sizes(data: bytes) -> list[int | None]:
+    """``git cat-file --batch-check``: ``<object> <type> <size>`` per line, or ``<name>
+    missing``: each size, None for a missing one, in order."""
+    out: list[int | None] = []
+    for line in data.decode("utf-8", errors="replace").splitlines():
+        parts = line.rsplit(" ", 2)
+        out.append(int(parts[2]) if len(parts) == 3 and parts[2].isdigit()
+                   and parts[1] != "missing" else None)
+    return out
 
 
 def cap_diff(data: bytes, cap: int, cut: bool = False) -> tuple[str, bool]:
@@ -451,8 +498,11 @@ class Workspaces:
             self.policy.check_workdir(path)
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             self.policy.check_workdir(path)
-            await self._git(main, "worktree", "add", "-b", branch, str(path), base_commit,
-                            access=_writes(main.common_dir, path.parent))
+            if action.existing:
+                await self._again(main, branch, path)
+            else:
+                await self._git(main, "worktree", "add", "-b", branch, str(path), base_commit,
+                                access=_writes(main.common_dir, path.parent))
         real = self.policy.check_workdir(path)
         ready = WorkspaceReady(path=str(real), branch=branch, base=base,
                                base_commit=base_commit, repo_root=str(main.top))
@@ -461,6 +511,37 @@ class Workspaces:
             ready.setup = SETUP_SCRIPT
             ready.setup_exit = await self._setup(action, real, emit)
         return ready
+
+    async def _again(self, main: Repo, branch: str, path: Path) -> None:
+        """Check the existing ``branch`` out again at ``path``, its worktree's place (the
+        worktree was removed; the branch kept what was committed). ``branch_gone`` when the
+        branch is not there any more; ``bad_request`` when it is checked out elsewhere or
+        something else is at ``path``. A registration git kept of a worktree folder deleted
+        by hand, at ``path``, is cleared first (only that one)."""
+        known = await self._git(main, "show-ref", "--verify", "--quiet",
+                                f"refs/heads/{branch}", check=False)
+        if known.code != 0:
+            raise ActionRefused("branch_gone", f"the branch {branch} does not exist any more "
+                                "(deleted with its worktree, or by hand): there is nothing to "
+                                "make the worktree again from; fork the session into a new "
+                                "worktree instead")
+        listed = parse_worktrees((await self._git(main, "worktree", "list", "--porcelain",
+                                                  "-z")).out)
+        for entry in listed:
+            if entry.branch != f"refs/heads/{branch}":
+                continue
+            if os.path.realpath(entry.path) != str(path):
+                raise ActionRefused("bad_request", f"the branch {branch} is checked out in "
+                                    f"{entry.path}; work there, or leave it there first")
+            if os.path.isdir(path):
+                return  # made again already (a repeated action)
+            await self._git(main, "worktree", "remove", "--force", str(path),
+                            access=_writes(main.common_dir))
+        if os.path.lexists(path):
+            raise ActionRefused("bad_request", f"{path} is there already and is not the "
+                                f"worktree of {branch}; it is left alone")
+        await self._git(main, "worktree", "add", str(path), branch,
+                        access=_writes(main.common_dir, path.parent))
 
     async def _setup(self, action: WorkspaceCreate, worktree: Path, emit: Emit) -> int | None:
         """Run the setup script as a command of the session (in its sandbox, with its
@@ -541,12 +622,42 @@ class Workspaces:
         log = await self._git(wt, "log", "-z", f"--max-count={MAX_COMMITS}",
                               "--format=%H%x1f%s", f"{base_commit}..{head}")
         text, truncated = cap_diff(unified.out, action.diff_cap, unified.cut)
+        files = changed_files(parse_numstat(numstat.out), parse_name_status(names.out),
+                              parse_name_only(committed.out), status_paths(status))
+        await self._sizes(wt, merge_base, [f for f in files if f.binary])
         return WorkspaceChanges(
-            base=action.base, merge_base=merge_base,
-            files=changed_files(parse_numstat(numstat.out), parse_name_status(names.out),
-                                parse_name_only(committed.out)),
+            base=action.base, merge_base=merge_base, files=files,
             diff=text, truncated=truncated, commits=parse_log(log.out), dirty=bool(status),
-            behind=await self._count(wt, f"{head}..{base_commit}"))
+            behind=await self._count(wt, f"{head}..{base_commit}"), can_pick=True)
+
+    async def _sizes(self, wt: Repo, merge_base: str, files: Sequence[ChangedFile]) -> None:
+        """Fill in the binary ``files``' sizes: at the merge base from git's objects, in the
+        working tree through the confined file API (a folder the model swapped for a symlink
+        since git listed it is not followed out of the worktree)."""
+        if not files:
+            return
+        # (a name with a line break cannot be asked for on a line: its old size stays unknown)
+        before = [f for f in files if f.status != "added"
+                  and "\n" not in (f.old_path or f.path)]
+        if before:
+            query = "".join(f"{merge_base}:{f.old_path or f.path}\n" for f in before)
+            done = await self._git(wt, "cat-file", "--batch-check", stdin=query.encode(),
+                                   check=False)
+            for f, size in zip(before, parse_sizes(done.out), strict=False):
+                f.old_size = size
+        after = [f for f in files if f.status != "deleted"]
+        if after:
+            await asyncio.to_thread(self._tree_sizes, wt.top, after)
+
+    def _tree_sizes(self, top: Path, files: Sequence[ChangedFile]) -> None:
+        with Tree.open(top, self.sandbox.boundary) as tree:
+            for f in files:
+                try:
+                    info = tree.lstat(tree.locate(f.path, follow=False))
+                except (OSError, ActionRefused):
+                    continue
+                if stat.S_ISREG(info.st_mode) or stat.S_ISLNK(info.st_mode):
+                    f.new_size = info.st_size
 
     # -- workspace_remove ------------------------------------------------------------------
 
@@ -601,22 +712,59 @@ class Workspaces:
     # -- workspace_commit ------------------------------------------------------------------
 
     async def commit(self, action: WorkspaceCommit) -> WorkspaceCommitted:
-        """``git add -A`` and a commit with ``action.message``, as the repository's
-        configured author, else the user's, else :data:`FALLBACK_IDENTITY`."""
+        """Commit the chosen files (``action.paths``; None: ``git add -A``, everything) with
+        ``action.message``, as the repository's configured author, else the user's, else
+        :data:`FALLBACK_IDENTITY`.
+
+        Chosen files are staged with ``git add -A`` limited to them and committed with
+        ``git commit --only`` on the same paths, so nothing else goes in — not what another
+        file has in the index either. The paths go to git in a file, NUL-separated, read
+        with ``--literal-pathspecs`` (a name such as ``*.pyc`` or ``:(top)`` is a name, not a
+        pattern). A chosen path with nothing to commit is passed over; none left is
+        ``git_failed``, as git says it. During a merge (the base merged in, its conflicts
+        resolved) the commit concludes the merge, which git takes whole: the chosen files
+        are added, and what the merge staged goes in with them."""
         if not action.message.strip():
             raise ActionRefused("bad_request", "a commit needs a message")
+        chosen = chosen_paths(action.paths) if action.paths is not None else None
         wt = self._worktree(action.workdir)
         async with self._lock(wt):
             index = _writes(*wt.git_dirs)
-            await self._git(wt, "add", "-A", access=index)
-            staged = parse_name_only((await self._git(wt, "diff", "--cached", "--no-ext-diff",
-                                                      "--name-only", "-z")).out)
             env = await self._identity_env(wt)
             # whitespace only: "strip" would drop a line such as "#123 fixed" as a comment
-            await self._git(wt, "commit", "--quiet", "--no-verify", "--cleanup=whitespace",
-                            "--file=-", stdin=action.message.encode(), env=env, access=index)
+            commit = ("commit", "--quiet", "--no-verify", "--cleanup=whitespace", "--file=-")
+            message = action.message.encode()
+            if chosen is None:
+                await self._git(wt, "add", "-A", access=index)
+                staged = await self._staged(wt)
+                await self._git(wt, *commit, stdin=message, env=env, access=index)
+            else:
+                pending = status_paths(await self._status(wt))
+                picked = [p for p in chosen if p in pending]
+                if not picked:
+                    raise ActionRefused("git_failed", "nothing to commit: none of the "
+                                        f"{len(chosen)} chosen file(s) has uncommitted changes")
+                merging = (wt.git_dir / "MERGE_HEAD").exists()
+                with tempfile.TemporaryDirectory(prefix="codey-commit-") as tmp:
+                    spec = Path(tmp) / "pathspec"
+                    spec.write_bytes(b"\0".join(os.fsencode(p) for p in picked))
+                    paths = (f"--pathspec-from-file={spec}", "--pathspec-file-nul")
+                    access = Access(writes=index.writes, reads=(Path(tmp),))
+                    await self._git(wt, "--literal-pathspecs", "add", "-A", *paths,
+                                    access=access)
+                    staged = await self._staged(wt)
+                    if not merging:
+                        staged = [p for p in staged if p in set(picked)]
+                    await self._git(wt, "--literal-pathspecs", *commit,
+                                    *(() if merging else ("--only", *paths)),
+                                    stdin=message, env=env, access=access)
             sha = await self._commit_of(wt, "HEAD")
         return WorkspaceCommitted(sha=sha, files=len(staged))
+
+    async def _staged(self, wt: Repo) -> list[str]:
+        """The paths the index holds changes of (against HEAD)."""
+        return parse_name_only((await self._git(wt, "diff", "--cached", "--no-ext-diff",
+                                                "--name-only", "-z")).out)
 
     # -- workspace_merge -------------------------------------------------------------------
 

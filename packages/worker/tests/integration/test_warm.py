@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import time
 from collections.abc import Iterator
@@ -107,6 +108,26 @@ def test_the_network_toggle_gets_a_box_of_its_own(box: Box) -> None:
         assert int(on.stdout) >= 1 and box.started == 2
         again = await box.run(probe)
         assert int(again.stdout) == 1 and box.started == 3
+    asyncio.run(main())
+
+
+def test_a_folder_removed_and_made_again_at_its_path_gets_a_box_of_its_own(
+        box: Box) -> None:
+    """A box binds the folder it was started for: once that folder is removed (the kernel
+    then drops the box's mount of it) and a new one made at its path (a worktree made again
+    from its branch, issue 33), the old box shows the new one only through its read-only
+    view of the whole machine: the session could not write its own folder."""
+    async def main() -> None:
+        (box.work / "a.txt").write_text("first\n")
+        assert (await box.run(["cat", "a.txt"])).stdout == "first\n"
+        shutil.rmtree(box.work)
+        box.work.mkdir()
+        (box.work / "a.txt").write_text("made again\n")
+        again = await box.run(["sh", "-c", "echo written > b.txt && cat a.txt"])
+        assert (again.exit_code, again.stdout) == (0, "made again\n"), again
+        assert (box.work / "b.txt").read_text() == "written\n"
+        assert box.started == 2
+        assert (await box.run(["true"])).exit_code == 0 and box.started == 2  # kept again
     asyncio.run(main())
 
 

@@ -26,6 +26,8 @@ from codey_protocol.worker import (
     ActionMessage,
     ActionProgress,
     ActionResult,
+    Attached,
+    AttachSession,
     RunCommand,
     WorkspaceChanges,
     WorkspaceCommit,
@@ -381,8 +383,16 @@ def test_diff_in_detail(machine: Machine) -> None:
     assert (by_path["gone.txt"].status, by_path["gone.txt"].deleted) == ("deleted", 1)
     assert (by_path["a.txt"].added, by_path["a.txt"].deleted) == (0, 2)
     assert not by_path[".gitignore"].committed
+    # what a commit can still take: the staged, deleted and modified files, not the
+    # committed rename and binary
+    assert [f.path for f in changes.files if f.uncommitted] == [".gitignore", "a.txt",
+                                                                 "gone.txt"]
+    # a binary file's sizes instead of line counts (it is new: nothing at the merge base)
+    assert (by_path["bin.dat"].old_size, by_path["bin.dat"].new_size) == (None, 3)
+    assert by_path["a.txt"].new_size is None  # (text: its lines say it)
     assert [c.subject for c in changes.commits] == ["rename and a binary"]
     assert changes.dirty and changes.behind == 1 and not changes.truncated
+    assert changes.can_pick  # (its commit takes only the files it is given)
     assert changes.merge_base == git(machine.repo, "rev-parse", f"{main_moved}~1")
     assert "main moved on" not in changes.diff and "ignored.log" not in changes.diff
     # the user's staging is as it was: the untracked file was never added for real
@@ -434,6 +444,49 @@ def test_remove_keeps_ignored_files_from_blocking_and_deletes_a_merged_branch(
     assert removed.branch_deleted and not Path(wt).exists()
 
 
+def test_a_removed_worktree_is_not_made_again_as_an_empty_folder_but_from_its_branch(
+        machine: Machine) -> None:
+    wt = machine.create("codey/gone").path
+    commit_file(Path(wt), "work.txt", "kept on the branch\n")
+    assert isinstance(machine.remove(wt, force=True), WorkspaceRemoved)
+    # a session that goes on there: no empty folder, nothing run (issue 33, item 2)
+    attach = machine.act(AttachSession(action_id="at1", session_id="s1", workdir=wt))
+    assert code(attach) == "worktree_gone" and "removed since" in attach.message
+    ran = machine.act(RunCommand(action_id="rc1", session_id="s1", workdir=wt,
+                                 argv=["python3", "-m", "unittest"], sandbox="full-access"))
+    assert code(ran) == "worktree_gone"
+    assert not Path(wt).exists()
+    # a folder elsewhere is made as before (a new project's folder)
+    fresh = machine.src / "new-project"
+    made = machine.act(AttachSession(action_id="at2", session_id="s2", workdir=str(fresh)))
+    assert isinstance(made, Attached) and made.created and fresh.is_dir()
+
+    # made again from the branch, at its old place, with what was committed there
+    again = machine.create("codey/gone", existing=True)
+    assert again.path == wt and (Path(wt) / "work.txt").read_text() == "kept on the branch\n"
+    assert git(Path(wt), "symbolic-ref", "--short", "HEAD") == "codey/gone"
+    assert again.base == "main" and again.base_commit == git(machine.repo, "rev-parse", "main")
+    assert machine.create("codey/gone", existing=True).path == wt  # once there: nothing to do
+    # deleted by hand: git's note of it is cleared, and it is made again
+    shutil.rmtree(wt)
+    assert code(machine.act(AttachSession(action_id="at3", session_id="s1",
+                                          workdir=wt))) == "worktree_gone"
+    assert machine.create("codey/gone", existing=True).path == wt
+    # the branch deleted with it: nothing to make it from
+    assert machine.remove(wt, force=True, delete_branch=True).branch_deleted
+    gone = machine.act(WorkspaceCreate(action_id="c-gone", session_id="s1",
+                                       repo=str(machine.repo), branch="codey/gone",
+                                       existing=True))
+    assert code(gone) == "branch_gone" and not Path(wt).exists()
+    # a branch checked out elsewhere is not checked out twice
+    git(machine.repo, "branch", "codey/twice")
+    git(machine.repo, "worktree", "add", "-q", str(machine.src / "mine"), "codey/twice")
+    twice = machine.act(WorkspaceCreate(action_id="c-twice", session_id="s1",
+                                        repo=str(machine.repo), branch="codey/twice",
+                                        existing=True))
+    assert code(twice) == "bad_request" and "checked out in" in twice.message
+
+
 def test_remove_touches_only_worktrees_it_made(machine: Machine) -> None:
     assert code(machine.remove(str(machine.repo), force=True)) == "bad_request"
     own = machine.src / "own-worktree"
@@ -459,6 +512,51 @@ def test_commit_adds_everything_as_the_configured_author(machine: Machine) -> No
     nothing = machine.commit(str(wt), "again")
     assert code(nothing) == "git_failed" and "nothing to commit" in nothing.message
     assert code(machine.commit(str(wt), "  ")) == "bad_request"
+
+
+def test_commit_takes_exactly_the_chosen_files(machine: Machine) -> None:
+    commit_file(machine.repo, "logo.png", "\x89PNG\x00" + "x" * 100)
+    commit_file(machine.repo, "gone.txt", "bye\n")
+    wt = Path(machine.create("codey/pick").path)
+    (wt / "a.txt").write_text("edited\n")
+    (wt / "*.txt").write_text("a name that is a pattern\n")
+    (wt / "__pycache__").mkdir()
+    (wt / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"\x00\x01")
+    (wt / "logo.png").write_bytes(b"\x89PNG\x00" + b"y" * 150)
+    (wt / "gone.txt").unlink()
+    (wt / "keep.txt").write_text("left for later\n")
+    changes = machine.diff(str(wt))
+    logo = next(f for f in changes.files if f.path == "logo.png")
+    assert logo.binary and (logo.old_size, logo.new_size) == (106, 155)  # (\x89: 2 bytes in UTF-8)
+
+    # a literal "*.txt" (not a pattern: a.txt and keep.txt stay out), the deletion, a path
+    # without changes (passed over); the cache, the image and keep.txt are not chosen
+    done = machine.act(WorkspaceCommit(action_id="pick1", session_id="s1", workdir=str(wt),
+                                       message="Pick", paths=["*.txt", "gone.txt", "b/none"]))
+    assert isinstance(done, WorkspaceCommitted) and done.files == 2, done
+    assert git(wt, "show", "--name-status", "--format=", "HEAD").splitlines() == [
+        "A\t*.txt", "D\tgone.txt"]
+    # (git() strips the output, and with it the first line's leading blank: "M" is " M")
+    left = git(wt, "status", "--porcelain", "--untracked-files=all").splitlines()
+    assert sorted(line.strip() for line in left) == [
+        "?? __pycache__/a.cpython-311.pyc", "?? keep.txt", "M a.txt", "M logo.png"]
+    assert git(wt, "diff", "--cached", "--name-only") == ""  # nothing left staged
+
+    # something staged before is not taken along with a chosen file
+    git(wt, "add", "logo.png")
+    done = machine.act(WorkspaceCommit(action_id="pick2", session_id="s1", workdir=str(wt),
+                                       message="Only a", paths=["a.txt"]))
+    assert isinstance(done, WorkspaceCommitted) and done.files == 1, done
+    assert git(wt, "show", "--name-only", "--format=", "HEAD") == "a.txt"
+    assert git(wt, "diff", "--cached", "--name-only") == "logo.png"
+
+    nothing = machine.act(WorkspaceCommit(action_id="pick3", session_id="s1", workdir=str(wt),
+                                          message="x", paths=["a.txt"]))
+    assert code(nothing) == "git_failed" and "nothing to commit" in nothing.message
+    for bad in (["../a.txt"], ["/etc/passwd"], [".git/config"], ["a/./b"], [""]):
+        refused = machine.act(WorkspaceCommit(action_id=f"bad{bad}", session_id="s1",
+                                              workdir=str(wt), message="x", paths=bad))
+        assert code(refused) == "bad_request", bad
 
 
 def test_commit_without_any_identity_uses_codeys(machine: Machine) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 from pathlib import Path
 
@@ -82,6 +83,21 @@ def test_environment_with_git(tmp_path: Path) -> None:
     assert _load(workdir, [workdir], tmp_path / "home").environment.git_dirty is True
 
 
+def test_the_repository_of_a_folder_is_its_main_checkout(tmp_path: Path) -> None:
+    """The project memory is kept per repository: a subfolder and a linked worktree name the
+    main checkout's folder."""
+    repo = tmp_path / "repo"
+    (repo / "pkg").mkdir(parents=True)
+    env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null"}
+    for argv in (["init", "-q", "-b", "main"], ["-c", "user.name=x", "-c", "user.email=y",
+                                                "commit", "-q", "--allow-empty", "-m", "i"],
+                 ["worktree", "add", "-q", "-b", "codey/w", str(tmp_path / "wt")]):
+        subprocess.run(["git", *argv], cwd=repo, check=True, env=env)
+    home = tmp_path / "home"
+    for folder in (repo, repo / "pkg", tmp_path / "wt"):
+        assert _load(folder, [tmp_path], home).environment.repo_root == str(repo), folder
+
+
 def test_environment_outside_a_repository(tmp_path: Path) -> None:
     env = _load(tmp_path, [tmp_path], tmp_path / "home").environment
-    assert env.git_branch is None and env.git_dirty is None
+    assert env.git_branch is None and env.git_dirty is None and env.repo_root is None

@@ -340,6 +340,14 @@ def test_session_tmp_dirs(tmp_path: Path) -> None:
     assert box.env({"PATH": "/bin"}, spec)["TMPDIR"] == "/tmp"
 
 
+def test_python_writes_no_bytecode_cache_in_the_sandbox_unless_env_says(tmp_path: Path) -> None:
+    box = Sandbox(BWRAP, tmp_path / "codey")
+    spec = box.spec(mode="workspace-write", network=False, workdir=tmp_path, cwd=tmp_path,
+                    tmp=None)
+    assert box.env({"PATH": "/bin"}, spec)["PYTHONDONTWRITEBYTECODE"] == "1"
+    assert box.env({"PYTHONDONTWRITEBYTECODE": ""}, spec)["PYTHONDONTWRITEBYTECODE"] == ""
+
+
 def test_a_cwd_inside_a_hidden_path_is_refused(layout: dict[str, Path],
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HOME", str(layout["home"]))

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from codey_protocol.worker import ChangedFile, CommitInfo
+from codey_worker.confine import ActionRefused
 from codey_worker.git import GIT_HARDENING, git_argv
 from codey_worker.policy import LocalPolicy
 from codey_worker.workspaces import (
@@ -16,14 +19,17 @@ from codey_worker.workspaces import (
     branch_slug,
     cap_diff,
     changed_files,
+    chosen_paths,
     parse_log,
     parse_name_only,
     parse_name_status,
     parse_numstat,
+    parse_sizes,
     parse_status,
     parse_worktrees,
     pr_url,
     setup_exit,
+    status_paths,
     worktree_location,
 )
 
@@ -110,6 +116,33 @@ def test_changed_files_mark_what_is_committed_and_sort() -> None:
         ChangedFile(path="new.py", status="renamed", old_path="old.py", committed=True),
         ChangedFile(path="z.txt", status="added", added=1, committed=False),
     ]
+
+
+def test_what_a_commit_can_take_is_what_git_status_lists() -> None:
+    entries = [StatusEntry("changed", "a.txt", xy=".M"),
+               StatusEntry("renamed", "new.py", "old.py", xy="R."),
+               StatusEntry("untracked", "__pycache__/a.pyc"), StatusEntry("untracked", "nested/"),
+               StatusEntry("ignored", "build/out.o"), StatusEntry("unmerged", "c.txt", xy="UU")]
+    assert status_paths(entries) == {"a.txt", "new.py", "old.py", "__pycache__/a.pyc", "c.txt"}
+    numstat = [NumStat("a.txt", 1, 1), NumStat("new.py", 0, 0, "old.py"), NumStat("z", 1, 0)]
+    files = changed_files(numstat, {}, committed=["z"], pending={"a.txt", "old.py"})
+    assert [(f.path, f.uncommitted) for f in files] == [("a.txt", True), ("new.py", True),
+                                                        ("z", False)]
+
+
+def test_chosen_paths_are_files_of_the_worktree_each_once() -> None:
+    assert chosen_paths(["b.txt", "*.py", ":(top)x", "b.txt", "dir/é"]) == [
+        "b.txt", "*.py", ":(top)x", "dir/é"]
+    for bad in ("", "/etc/passwd", "../x", "a/../b", "a//b", "./a", "a/", ".git/config",
+                "sub/.GIT/hooks/pre-commit", "a\0b"):
+        with pytest.raises(ActionRefused) as refused:
+            chosen_paths([bad])
+        assert refused.value.code == "bad_request", bad
+
+
+def test_batch_check_sizes_in_order_a_missing_one_none() -> None:
+    out = (f"{SHA} blob 1234\nHEAD:gone missing\n{SHA} blob 0\n").encode()
+    assert parse_sizes(out) == [1234, None, 0]
 
 
 def test_diff_cap_cuts_at_a_line_end() -> None:

@@ -21,7 +21,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from codey_protocol.state import SessionInfo, State, memory_key
+from codey_protocol.state import SessionInfo, State
+from codey_server.core.memory import memory_text
 
 if TYPE_CHECKING:  # (the tools' package imports memory_of from here)
     from codey_server.agent.tools import ToolSpec
@@ -263,9 +264,9 @@ AGENTS_MD = ("## Project instructions\nThese AGENTS.md files apply to the workdi
 
 
 def memory_of(state: State, session: SessionInfo) -> str:
-    """The project memory of the session's worker and workdir."""
-    memory = state.memories.get(memory_key(session.worker_id, session.workdir))
-    return memory.text if memory is not None else ""
+    """The project memory of the session: its repository's, with what its folders held
+    before memory was per repository (:func:`~codey_server.core.memory.memory_text`)."""
+    return memory_text(state, session)
 
 
 def build_instructions(session: SessionInfo, memory: str = "", *,

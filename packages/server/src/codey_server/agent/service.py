@@ -255,8 +255,10 @@ class AgentService:
             return
         waiting = self.engine.state.sessions.get(session_id)
         if waiting is not None and waiting.worktree is not None and \
-                waiting.worktree.status in ("creating", "failed"):
-            return  # its turn begins once its worktree is there (worktree_updated)
+                waiting.worktree.status in ("creating", "failed", "removed"):
+            # its turn begins once its worktree is there (worktree_updated); a removed one
+            # is made again, or the session forked, by the user first
+            return
         if self.running(session_id):
             if not compact_only:  # a running turn compacts before its next model call
                 self._rerun.add(session_id)

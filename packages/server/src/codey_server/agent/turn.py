@@ -216,6 +216,9 @@ class CodeyTurn(TurnMachine):
         self._on_fallback = False
         self._parsed: dict[str, ParsedCall[Any] | BadToolCall] = {}
         self._context_action: tuple[str, Callable[[], None]] | None = None
+        #: the worker said the session's folder, a worktree, is gone (``worktree_gone``): the
+        #: turn stops before the model is called again
+        self._gone: str | None = None
         self._call: _Call | None = None
         self._answer: _Answer | None = None
         self._compaction: _Compaction | None = None
@@ -275,6 +278,9 @@ class CodeyTurn(TurnMachine):
         self.next(self._before_call)
 
     def _before_call(self) -> None:
+        if self._gone is not None:
+            self._stop_gone(self._gone)
+            return
         if not (self.force_call or model_call_needed(self.session)):
             self.status("idle")
             self.next(self._after_idle)
@@ -323,6 +329,9 @@ class CodeyTurn(TurnMachine):
         assert self._context_action is not None
         then = self._context_action[1]
         self._context_action = None
+        if isinstance(i, ActionErrored) and i.code == "worktree_gone":
+            self._stop_gone(i.message)  # nothing runs in a folder that is not there
+            return
         if isinstance(i, ActionDone) and isinstance(i.outcome, wk.ProjectContext):
             found = i.outcome
             event = ev.SessionContextUpdated(instructions=found.instructions,
@@ -332,6 +341,17 @@ class CodeyTurn(TurnMachine):
             if not _same_context(self.session.context, event):
                 self.emit(event)
         self.next(then)
+
+    def _stop_gone(self, message: str) -> None:
+        """End the turn: the session's folder, a worktree, was removed (the worker said so,
+        ``worktree_gone``). Its worktree is recorded as removed, so no turn starts there
+        again until it is made again from its branch or the session is forked into a new
+        one; a prompt not answered yet waits for that."""
+        s = self.session
+        if s.worktree is not None and s.worktree.status != "removed":
+            self.emit(ev.WorktreeUpdated(status="removed", error=message))
+        self.status("error", message)
+        self.done = True
 
     def _on_context_changed(self, _: ContextChanged) -> None:
         self.context_stale = True
@@ -683,6 +703,8 @@ class CodeyTurn(TurnMachine):
             self.finish(r.item_id, "failed", f"error ({i.code}): {i.message}",
                         ev.ActionFinished(action_id=r.action_id, outcome="errored"),
                         *self._tool_events(r, i.code), error=i.message)
+            if i.code == "worktree_gone":  # removed under the turn: it ends, not the model
+                self._gone = i.message
         else:
             self.effect(CancelAction(self.session.worker_id, r.action_id, self.session_id))
             self.finish(r.item_id, "failed", f"error: the worker did not finish within "

@@ -20,6 +20,7 @@ import msgspec
 from codey_protocol import client as cl
 from codey_protocol import events as ev
 from codey_protocol.state import SessionInfo, State
+from codey_server.core.memory import memory_written
 from codey_server.core.rules import CommandRejected, Context, Decided, Decider
 from codey_server.core.toggles import sandbox_changed
 
@@ -27,7 +28,7 @@ __all__ = ["ATTACHMENTS_MAX", "COMMANDS", "MEMORY_MAX", "TITLE_MAX", "CommandRej
            "Context", "Decided", "branch_for", "clean_file_name", "create_session",
            "default_model",
            "default_provider", "existing", "known_providers", "recovered_model",
-           "title_from_prompt"]
+           "title_from_prompt", "worktree_gone"]
 
 TITLE_MAX = 60
 
@@ -203,6 +204,25 @@ def _asking(s: SessionInfo) -> bool:
     return any(q.status == "pending" for q in s.questions.values())
 
 
+def worktree_gone(s: SessionInfo) -> str:
+    """Why the session cannot run a turn in its folder ("" when it can): its worktree was
+    removed. A turn there would find no folder, or (from an older worker) an empty one made
+    in its place, and report on nothing ("Ran 0 tests … OK", issue 33)."""
+    w = s.worktree
+    if w is None or w.status != "removed":
+        return ""
+    again = "" if w.branch_deleted else f"make it again from its branch {w.branch}, or "
+    where = f" ({w.path})" if w.path else ""
+    return f"its worktree{where} was removed: {again}fork the session into a new worktree"
+
+
+def _runnable(s: SessionInfo) -> None:
+    """Refuse (conflict) what would start a turn in a session whose worktree was removed."""
+    why = worktree_gone(s)
+    if why:
+        raise CommandRejected("conflict", why)
+
+
 def _send_prompt(state: State, c: cl.SendPrompt, ctx: Context) -> Decided:
     s = existing(state, c.session_id)
     if not c.text.strip() and not c.attachments:
@@ -210,6 +230,7 @@ def _send_prompt(state: State, c: cl.SendPrompt, ctx: Context) -> Decided:
     attachments = _check_attachments(c.attachments, ctx)
     if s.status == "closed":
         raise CommandRejected("conflict", "the session is closed")
+    _runnable(s)
     out: Decided = [(s.session_id, e) for e in recovered_model(state, s, ctx)]
     untitled = s.title == title_from_prompt("")
     if untitled and not any(isinstance(i, ev.UserMessage) for i in s.items):
@@ -315,12 +336,37 @@ def _fork(state: State, c: cl.ForkSession, ctx: Context) -> Decided:
     new_id = ctx.new_id("ses")
     title = " ".join((c.title or "").split()) or f"{s.title} (fork)"
     out: Decided = [(new_id, ev.SessionForked(from_session=s.session_id, until_item=until,
-                                              title=title[:200]))]
+                                              title=title[:200],
+                                              worktree=_fork_worktree(s, c, title, new_id)))]
     out += [(new_id, e) for e in recovered_model(state, s, ctx)]
     if c.prompt.strip():
         out.append((new_id, ev.SessionItemAppended(item=ev.UserMessage(
             id=ctx.new_id("itm"), ts=ctx.now(), text=c.prompt))))
     return out
+
+
+def _fork_worktree(s: SessionInfo, c: cl.ForkSession, title: str,
+                   new_id: str) -> ev.Worktree | None:
+    """The fork's own worktree, when it asks for one or its source's was removed (that folder
+    is gone: the fork could not work in it): a new branch from the base asked for, else from
+    the source's branch while it has one (the work committed there goes on), else from the
+    source's base; from the same repository."""
+    w = s.worktree
+    gone = w is not None and w.status == "removed"
+    if c.worktree is None and not gone:
+        return None
+    if s.agent is not None:
+        raise CommandRejected("bad_request", "an ACP agent works in the folder it is given; "
+                                             "fork it without a worktree")
+    base = c.worktree.base.strip() if c.worktree is not None else ""
+    setup = c.worktree.setup if c.worktree is not None else (w.setup if w else True)
+    if w is None:
+        return ev.Worktree(repo=s.workdir, branch=branch_for(title, new_id), base=base,
+                           setup=setup)
+    if not base:
+        base = w.branch if not w.branch_deleted else (w.base or w.base_commit)
+    return ev.Worktree(repo=w.repo_root or w.repo, branch=branch_for(title, new_id),
+                       base=base, setup=setup)
 
 
 def _move(state: State, c: cl.MoveSession, ctx: Context) -> Decided:
@@ -340,13 +386,16 @@ def _move(state: State, c: cl.MoveSession, ctx: Context) -> Decided:
 
 
 def _set_memory(state: State, c: cl.SetMemory, ctx: Context) -> Decided:
+    if len(c.text) > MEMORY_MAX:
+        raise CommandRejected("bad_request", f"the memory holds at most {MEMORY_MAX} "
+                                             f"characters; this is {len(c.text)}")
+    if c.session_id:  # the session's memory: its repository's (core/memory.py)
+        s = existing(state, c.session_id)
+        return [(None, e) for e in memory_written(state, s, c.text)]
     if c.worker_id not in state.workers:
         raise CommandRejected("not_found", f"no worker {c.worker_id!r}")
     if not c.workdir.strip():
         raise CommandRejected("bad_request", "workdir must not be empty")
-    if len(c.text) > MEMORY_MAX:
-        raise CommandRejected("bad_request", f"the memory holds at most {MEMORY_MAX} "
-                                             f"characters; this is {len(c.text)}")
     return [(None, ev.MemoryUpdated(worker_id=c.worker_id, workdir=c.workdir.strip(),
                                     text=c.text))]
 
@@ -355,6 +404,7 @@ def _approve_plan(state: State, c: cl.ApprovePlan, ctx: Context) -> Decided:
     s = existing(state, c.session_id)
     if s.plan_status != "proposed":
         raise CommandRejected("conflict", "there is no proposed plan to approve")
+    _runnable(s)
     out: list[ev.Event] = []
     text = "The plan is approved: carry it out now."
     if c.steps is not None:
@@ -376,6 +426,7 @@ def _retry(state: State, c: cl.RetryTurn, ctx: Context) -> Decided:
     s = existing(state, c.session_id)
     if s.status not in ("error", "interrupted"):
         raise CommandRejected("conflict", f"nothing to retry: the session is {s.status}")
+    _runnable(s)
     return [(s.session_id, e) for e in [*recovered_model(state, s, ctx), ev.TurnRequested()]]
 
 

@@ -470,11 +470,14 @@ def _forked(state: State, env: ev.Envelope) -> None:
             items.append(msgspec.structs.replace(item))
         if item.id == e.until_item:
             break
+    # a fork into a worktree of its own starts in the repository, as a new session does
+    worktree = msgspec.structs.replace(e.worktree) if e.worktree is not None else None
     state.sessions[env.session_id] = SessionInfo(
         session_id=env.session_id, title=e.title, worker_id=src.worker_id,
-        workdir=src.workdir, provider=src.provider, model=src.model, effort=src.effort,
-        policy=src.policy, created_at=env.ts, updated_at=env.ts, items=items,
-        forked_from=e.from_session, context=src.context, sandbox=src.sandbox, network=src.network)
+        workdir=worktree.repo if worktree is not None else src.workdir, provider=src.provider,
+        model=src.model, effort=src.effort, policy=src.policy, created_at=env.ts,
+        updated_at=env.ts, items=items, forked_from=e.from_session, context=src.context,
+        sandbox=src.sandbox, network=src.network, worktree=worktree)
 
 
 def _moved(state: State, env: ev.Envelope) -> None:

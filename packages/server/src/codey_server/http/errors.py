@@ -73,6 +73,9 @@ STATUS_OF_CODE: Mapping[str, int] = {
     "outside_allowed_roots": 409,
     "gh_failed": 409,
     "timeout": 409,
+    # the worktree's folder or its branch is not there any more
+    "worktree_gone": 409,
+    "branch_gone": 409,
 }
 
 class ErrorBody(msgspec.Struct, kw_only=True, omit_defaults=True):

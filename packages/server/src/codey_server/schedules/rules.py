@@ -205,6 +205,10 @@ def fire(state: State, schedule_id: str, due: float, *, session_id: str, item_id
         target = state.sessions.get(spec.target_session)
         if target is None or target.status == "closed":
             error = f"session {spec.target_session!r} is gone or closed"
+        elif target.worktree is not None and target.worktree.status == "removed":
+            # a run there would find no folder (or an empty one): said, not run
+            error = (f"session {spec.target_session!r}'s worktree was removed: make it again "
+                     "from its branch, or fork the session into a new worktree")
     if error:
         return [(None, ev.ScheduleFired(schedule_id=schedule_id, due_at=due, outcome="failed",
                                         error=error, skipped=skipped))]

@@ -27,6 +27,10 @@ __all__ = ["WorktreeController"]
 
 class CommitBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     message: Annotated[NonBlank, msgspec.Meta(max_length=10_000)]
+    #: the files to commit, as the change names them (a rename's old path too); nothing
+    #: else goes in. Omitted: everything in the worktree
+    paths: Annotated[list[Annotated[str, msgspec.Meta(min_length=1, max_length=4096)]],
+                     msgspec.Meta(max_length=20_000)] | None = None
 
 
 class MergeBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -76,8 +80,9 @@ class WorktreeController(Resource):
     @post("/{session_id:str}/worktree/commit", status_code=200, responses=errors(404, 409))
     async def commit(self, session_id: FromPath[str], data: JSONBody[CommitBody],
                      workspaces: NamedDependency[Workspaces]) -> wk.WorkspaceCommitted:
-        """Commit everything in the worktree (it concludes a merge the agent resolved)."""
-        outcome = await workspaces.commit(session_id, data.message)
+        """Commit the chosen files of the worktree (all of them without ``paths``); it
+        concludes a merge the agent resolved."""
+        outcome = await workspaces.commit(session_id, data.message, data.paths)
         assert isinstance(outcome, wk.WorkspaceCommitted)
         return outcome
 
@@ -113,6 +118,16 @@ class WorktreeController(Resource):
         outcome = await workspaces.push(session_id, open_pr=data.open_pr, title=data.title,
                                         body=data.body)
         assert isinstance(outcome, wk.WorkspacePushed)
+        return outcome
+
+    @post("/{session_id:str}/worktree/recreate", status_code=200, responses=errors(404, 409))
+    async def recreate(self, session_id: FromPath[str],
+                       workspaces: NamedDependency[Workspaces]) -> wk.WorkspaceReady:
+        """Make a removed worktree again at its place, from its branch (409 ``conflict``
+        while it is not removed or its branch is gone, ``branch_gone`` when the machine finds
+        the branch gone); the session's turns run there again once it is ready."""
+        outcome = await workspaces.recreate(session_id)
+        assert outcome is not None  # (made again: never "no repository" without an error)
         return outcome
 
     @post("/{session_id:str}/worktree/remove", status_code=200, responses=errors(404, 409))

@@ -82,7 +82,8 @@ class Workspaces:
         s = self.engine.state.sessions.get(sid)
         if s is None or s.worktree is None:
             return
-        if isinstance(e, ev.SessionCreated):
+        if isinstance(e, ev.SessionCreated) or (isinstance(e, ev.SessionForked)
+                                                and e.worktree is not None):
             self._make(sid)
         elif s.worktree.status == "failed" and (
                 isinstance(e, ev.TurnRequested) or (isinstance(e, ev.SessionItemAppended)
@@ -99,56 +100,109 @@ class Workspaces:
         self._creating.add(session_id)
         self._background.spawn(self._create(session_id, again), f"worktree-{session_id}")
 
+    async def recreate(self, session_id: str) -> wk.WorkspaceReady | None:
+        """Make a removed worktree again at its place, from its branch as it stands (what was
+        committed there comes back; what was not is gone with the old folder), and run the
+        setup script there. The session's turns run again once it is ready (a prompt that
+        waited for it first). ``conflict`` while it is not removed, or its branch is gone."""
+        s = self.engine.state.sessions.get(session_id)
+        if s is None:
+            raise WorkspaceError("not_found", f"no session {session_id!r}")
+        w = s.worktree
+        if w is None or w.status != "removed":
+            state = w.status if w is not None else "none"
+            raise WorkspaceError("conflict", f"the session's worktree is not removed ({state})")
+        if w.branch_deleted:
+            raise WorkspaceError("conflict", f"its branch {w.branch} is gone: fork the session "
+                                             "into a new worktree instead")
+        if s.status == "closed":
+            raise WorkspaceError("conflict", "the session is closed")
+        if session_id in self._creating:
+            raise WorkspaceError("conflict", "its worktree is being made already")
+        self._creating.add(session_id)
+        try:
+            return await self._made(s, w, existing=True)
+        finally:
+            self._creating.discard(session_id)
+
     async def _create(self, session_id: str, again: bool) -> None:
         try:
             s = self.engine.state.sessions[session_id]
             w = s.worktree
             assert w is not None
-            action = wk.WorkspaceCreate(
-                action_id=self.engine.context.new_id("act"), session_id=session_id,
-                repo=w.repo, branch=w.branch, base=w.base, setup=w.setup, sandbox=s.sandbox,
-                network=s.network)
-            base = w.base or "the current branch"
-            item_id = await self._started(OpStarted(
-                session_id, "create", f"Worktree {w.branch} from {base}", action.action_id,
-                worktree=ev.WorktreeUpdated(status="creating", error="") if again else None))
-            try:
-                outcome = await self.actions.run(
-                    s.worker_id, action, timeout=action.timeout_s + 60.0,
-                    on_progress=lambda p: self._output(session_id, item_id, p.data))
-            except (ActionFailed, TimeoutError) as err:
-                code, message = _words(err)
-                older = code == "bad_request" and "cannot run" in message
-                if code == "not_a_repository" or older:
-                    # as today: the session works in the folder as it is
-                    why = ("this machine's worker is too old to make worktrees" if older
-                           else f"{w.repo} is not in a git repository")
-                    await self._ended(OpEnded(
-                        session_id, item_id, ok=True,
-                        result=f"{why[0].upper()}{why[1:]}: the session works in the folder "
-                               "as it is.",
-                        worktree=ev.WorktreeUpdated(status="in_place")))
-                    return
-                await self._ended(OpEnded(
-                    session_id, item_id, ok=False, error=message,
-                    worktree=ev.WorktreeUpdated(status="failed", error=message),
-                    status="error", reason=f"its worktree could not be made: {message} "
-                                           "(Retry tries again)"))
-                return
-            assert isinstance(outcome, wk.WorkspaceReady)
-            setup = ""
-            if outcome.setup:
-                setup = (f"; {outcome.setup} ran" if outcome.setup_exit == 0 else
-                         f"; {outcome.setup} exited with {outcome.setup_exit}")
-            await self._ended(OpEnded(
-                session_id, item_id, ok=True, exit_code=outcome.setup_exit,
-                result=f"{outcome.path} on {outcome.branch}, from {outcome.base} "
-                       f"({outcome.base_commit[:10]}){setup}",
-                worktree=ev.WorktreeUpdated(
-                    status="ready", path=outcome.path, base=outcome.base,
-                    base_commit=outcome.base_commit, repo_root=outcome.repo_root)))
+            await self._made(s, w, again=again)
+        except WorkspaceError:
+            pass  # (its item says why)
         finally:
             self._creating.discard(session_id)
+
+    async def _made(self, s: SessionInfo, w: ev.Worktree, *, again: bool = False,
+                    existing: bool = False) -> wk.WorkspaceReady | None:
+        """Make the session's worktree (``existing``: again, from its branch), with its item;
+        the outcome (None: the folder is no repository, the session works in it as it is),
+        or :class:`WorkspaceError` once the failure is recorded."""
+        session_id = s.session_id
+        # (made again, the branch is checked out as it is: its base, which may have gone
+        # since, plays no part)
+        action = wk.WorkspaceCreate(
+            action_id=self.engine.context.new_id("act"), session_id=session_id,
+            repo=w.repo, branch=w.branch, base="" if existing else w.base, setup=w.setup,
+            sandbox=s.sandbox, network=s.network, existing=existing)
+        base = w.base or "the current branch"
+        title = (f"Worktree {w.branch} made again from its branch" if existing
+                 else f"Worktree {w.branch} from {base}")
+        item_id = await self._started(OpStarted(
+            session_id, "create", title, action.action_id,
+            worktree=ev.WorktreeUpdated(status="creating", error="") if again else None))
+        try:
+            outcome = await self.actions.run(
+                s.worker_id, action, timeout=action.timeout_s + 60.0,
+                on_progress=lambda p: self._output(session_id, item_id, p.data))
+        except (ActionFailed, TimeoutError) as err:
+            code, message = _words(err)
+            if existing:
+                # it stays removed; a branch found gone is not offered again
+                await self._ended(OpEnded(
+                    session_id, item_id, ok=False, error=message,
+                    worktree=ev.WorktreeUpdated(
+                        error=message, branch_deleted=True if code == "branch_gone"
+                        else None)))
+                raise WorkspaceError(code, message) from None
+            older = code == "bad_request" and "cannot run" in message
+            if code == "not_a_repository" or older:
+                # as today: the session works in the folder as it is
+                why = ("this machine's worker is too old to make worktrees" if older
+                       else f"{w.repo} is not in a git repository")
+                await self._ended(OpEnded(
+                    session_id, item_id, ok=True,
+                    result=f"{why[0].upper()}{why[1:]}: the session works in the folder "
+                           "as it is.",
+                    worktree=ev.WorktreeUpdated(status="in_place")))
+                return None
+            await self._ended(OpEnded(
+                session_id, item_id, ok=False, error=message,
+                worktree=ev.WorktreeUpdated(status="failed", error=message),
+                status="error", reason=f"its worktree could not be made: {message} "
+                                       "(Retry tries again)"))
+            raise WorkspaceError(code, message) from None
+        assert isinstance(outcome, wk.WorkspaceReady)
+        setup = ""
+        if outcome.setup:
+            setup = (f"; {outcome.setup} ran" if outcome.setup_exit == 0 else
+                     f"; {outcome.setup} exited with {outcome.setup_exit}")
+        made = (f"{outcome.path} on {outcome.branch}, made again from the branch" if existing
+                else f"{outcome.path} on {outcome.branch}, from {outcome.base} "
+                     f"({outcome.base_commit[:10]})")
+        # made again: its base is what it was (the branch's commits are still ahead of it)
+        await self._ended(OpEnded(
+            session_id, item_id, ok=True, exit_code=outcome.setup_exit,
+            result=f"{made}{setup}",
+            worktree=ev.WorktreeUpdated(
+                status="ready", path=outcome.path, error="",
+                base=None if existing else outcome.base,
+                base_commit=None if existing else outcome.base_commit,
+                repo_root=outcome.repo_root)))
+        return outcome
 
     async def _count(self, session_id: str) -> None:
         try:
@@ -196,7 +250,10 @@ class Workspaces:
                 action_id=self._new(), session_id=session_id, workdir=w.path,
                 base=w.base or w.base_commit), timeout=OP_TIMEOUT_S)
         except (ActionFailed, TimeoutError) as err:
-            raise WorkspaceError(*_words(err)) from None
+            code, message = _words(err)
+            if code == "worktree_gone":  # removed by hand: the session says so from now on
+                await self.engine.submit(_gone, (session_id, message))
+            raise WorkspaceError(code, message) from None
         assert isinstance(outcome, wk.WorkspaceChanges)
         files = len(outcome.files)
         added = sum(f.added for f in outcome.files)
@@ -215,6 +272,16 @@ class Workspaces:
             outcome = await self.actions.run(s.worker_id, action, timeout=OP_TIMEOUT_S)
         except (ActionFailed, TimeoutError) as err:
             code, message = _words(err)
+            if code == "worktree_gone":
+                # removed by hand: recorded so, and a removal has nothing left to do
+                gone = ev.WorktreeUpdated(status="removed", error=message)
+                if isinstance(action, wk.WorkspaceRemove):
+                    await self._ended(OpEnded(session_id, item_id, ok=True, worktree=gone,
+                                              result=f"It was gone already: {message}"))
+                    return wk.WorkspaceRemoved(path=action.workdir)
+                await self._ended(OpEnded(session_id, item_id, ok=False, error=message,
+                                          worktree=gone))
+                raise WorkspaceError(code, message) from None
             await self._ended(OpEnded(session_id, item_id, ok=False, error=message))
             # the worker's "bad request" is about what the repository holds (a base that is
             # no local branch, a detached HEAD), not about this request's shape
@@ -225,10 +292,15 @@ class Workspaces:
                                   worktree=update or done))
         return outcome
 
-    async def commit(self, session_id: str, message: str) -> wk.ActionOutcome:
+    async def commit(self, session_id: str, message: str,
+                     paths: list[str] | None = None) -> wk.ActionOutcome:
+        """Commit ``paths`` of the worktree (None: everything in it)."""
         _, w = self._ready(session_id)
-        return await self._op(session_id, "commit", f"Commit on {w.branch}", wk.WorkspaceCommit(
-            action_id=self._new(), session_id=session_id, workdir=w.path, message=message))
+        what = "Commit" if paths is None else \
+            f"Commit {len(paths)} chosen file{'' if len(paths) == 1 else 's'}"
+        return await self._op(session_id, "commit", f"{what} on {w.branch}", wk.WorkspaceCommit(
+            action_id=self._new(), session_id=session_id, workdir=w.path, message=message,
+            paths=paths))
 
     async def merge(self, session_id: str, mode: str) -> wk.ActionOutcome:
         _, w = self._ready(session_id)
@@ -266,6 +338,15 @@ class Workspaces:
 
 
 
+def _gone(state: State, i: tuple[str, str], ctx: Context) -> Decided:
+    """The worktree was found gone (pure): removed, with the worker's words."""
+    session_id, message = i
+    s = state.sessions.get(session_id)
+    if s is None or s.worktree is None or s.worktree.status == "removed":
+        return []
+    return [(session_id, ev.WorktreeUpdated(status="removed", error=message))]
+
+
 def _counted(state: State, i: tuple[str, int, int, int], ctx: Context) -> Decided:
     """The worktree's change, as counted (pure)."""
     session_id, files, added, deleted = i
@@ -276,7 +357,8 @@ def _said(outcome: wk.ActionOutcome, op: str) -> tuple[bool, str, ev.WorktreeUpd
     """An operation's outcome in words, whether it did what was asked, and the worktree's
     state that follows."""
     if isinstance(outcome, wk.WorkspaceCommitted):
-        return True, f"Committed {outcome.sha[:10]} ({outcome.files} files)", None
+        files = f"{outcome.files} file{'' if outcome.files == 1 else 's'}"
+        return True, f"Committed {outcome.sha[:10]} ({files})", None
     if isinstance(outcome, wk.WorkspaceMerged):
         if outcome.merged:
             return True, outcome.message or f"Merged: {outcome.sha[:10]}", \
@@ -294,5 +376,6 @@ def _said(outcome: wk.ActionOutcome, op: str) -> tuple[bool, str, ev.WorktreeUpd
     if isinstance(outcome, wk.WorkspaceRemoved):
         return True, f"Removed {outcome.path}" + (
             "; its branch was deleted" if outcome.branch_deleted else
-            "; its branch stays"), None
+            "; its branch stays"), ev.WorktreeUpdated(
+                status="removed", branch_deleted=True if outcome.branch_deleted else None)
     return True, "", None

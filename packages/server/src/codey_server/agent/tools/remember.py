@@ -1,4 +1,5 @@
-"""``remember``: add a note to the project's memory (the session's worker and workdir).
+"""``remember``: add a note to the project's memory (the session's repository, on its worker:
+:mod:`codey_server.core.memory`).
 
 Adding is idempotent: a note the memory already holds (a line of it, compared without case,
 spacing, list marker or final full stop) is not added again. A model that notes the same
@@ -11,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from codey_protocol import events as ev
 from codey_protocol import worker as wk
 from codey_server.agent.instructions import memory_of
 from codey_server.agent.tools.base import (
@@ -23,6 +23,7 @@ from codey_server.agent.tools.base import (
     string,
 )
 from codey_server.core.decide import MEMORY_MAX
+from codey_server.core.memory import memory_written
 
 __all__ = ["REMEMBER", "NoteArgs"]
 
@@ -35,8 +36,9 @@ class NoteArgs:
 class Remember(ServerTool[NoteArgs]):
     name = "remember"
     description = ("Add a short note to this project's memory: it is part of the "
-                   "instructions of every later session in this workdir. Keep notes durable "
-                   "and brief (conventions, commands, pitfalls), one fact per call.")
+                   "instructions of every later session in this repository (or this folder, "
+                   "outside one). Keep notes durable and brief (conventions, commands, "
+                   "pitfalls), one fact per call.")
     parameters = obj({"note": {"type": "string"}}, ["note"])
     in_plan_mode = True
 
@@ -57,8 +59,9 @@ class Remember(ServerTool[NoteArgs]):
             return Finish("failed", f"error: the project memory is full ({MEMORY_MAX // 1024} "
                                     "KiB); ask the user to tidy it in the session's Memory "
                                     "panel", fields={"error": "the project memory is full"})
-        return Finish("done", "noted in the project memory", [(s.session_id, ev.MemoryUpdated(
-            worker_id=s.worker_id, workdir=s.workdir, text=text))])
+        # kept for the repository (the folders' older notes it was shown with go along)
+        return Finish("done", "noted in the project memory",
+                      [(s.session_id, e) for e in memory_written(call.state, s, text)])
 
 
 def _key(note: str) -> str:
