@@ -33,7 +33,9 @@ def _fake_gh(tmp: Path) -> Path:
     """A ``gh`` that is logged in and records its arguments; it answers a PR's URL."""
     bin_dir = tmp / "bin"
     bin_dir.mkdir()
-    calls = tmp / "gh-calls"
+    # gh runs in the worker's git sandbox, where it writes only its own state folder
+    calls = tmp / "gh-config" / "gh-calls"
+    calls.parent.mkdir()
     gh = bin_dir / "gh"
     gh.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$*\" >> {calls}\n"
                   "case \"$1\" in pr) echo https://example.test/acme/app/pull/7;; esac\n")
@@ -70,6 +72,7 @@ def test_three_sessions_on_one_repository_review_merge_resolve_push_and_remove(
     ]})
     calls = _fake_gh(tmp_path)
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("GH_CONFIG_DIR", str(calls.parent))
     server = stack.server()
     worker = stack.worker()
     repo = Path(stack.workdir(worker, "app"))

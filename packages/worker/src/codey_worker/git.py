@@ -393,8 +393,11 @@ class GitRunner:
         nothing: the branch was pushed by :meth:`run`)."""
         # gh keeps its state (a refreshed token, a cache) in its own folders
         home = Path(self.environ.get("HOME") or os.path.expanduser("~"))
-        state = tuple(p for p in (home / ".config" / "gh", home / ".local" / "state" / "gh",
-                                  home / ".cache" / "gh") if p.is_dir())
+        places = [home / ".config" / "gh", home / ".local" / "state" / "gh",
+                  home / ".cache" / "gh"]
+        if self.environ.get("GH_CONFIG_DIR"):
+            places.append(Path(self.environ["GH_CONFIG_DIR"]))
+        state = tuple(p for p in places if p.is_dir())
         access = Access(writes=state, network=True, credentials=True)
         # and the git it runs itself (to find the branch and the remote) is hardened too
         hardening = {"GIT_CONFIG_COUNT": str(len(GIT_HARDENING))}
