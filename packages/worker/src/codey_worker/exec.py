@@ -423,6 +423,36 @@ async def _pump(reader: asyncio.StreamReader, capture: _Capture, streamer: _Stre
         await streamer.feed(data)
 
 
+class _Output:
+    """A command's two streams, read to their end: kept (head and tail, within one frame)
+    and streamed to ``on_output`` (coalesced, up to ``output_cap``)."""
+
+    def __init__(self, stdout: asyncio.StreamReader, stderr: asyncio.StreamReader,
+                 output_cap: int, on_output: OutputCallback) -> None:
+        # The result must fit one frame: keeping more than that of a big cap would only be
+        # cut later (a 100 MB cap kept 100 MB of head in memory for a 1 MiB result).
+        self.keep = min(output_cap, FRAME_BUDGET)
+        head_budget = _HeadBudget(self.keep // 2)
+        tail_cap = self.keep - self.keep // 2
+        self.captures = [_Capture(head_budget, tail_cap), _Capture(head_budget, tail_cap)]
+        stream_budget = _StreamBudget(output_cap)
+        self.streamers = [_Streamer("stdout", on_output, stream_budget),
+                          _Streamer("stderr", on_output, stream_budget)]
+        self.pumps = [asyncio.create_task(_pump(stdout, self.captures[0], self.streamers[0])),
+                      asyncio.create_task(_pump(stderr, self.captures[1], self.streamers[1]))]
+        self.flusher = asyncio.create_task(_flush_loop(self.streamers))
+
+    async def finish(self) -> tuple[str, str, bool]:
+        """Flush what is pending; (stdout, stderr, cut) as the result keeps them."""
+        for streamer in self.streamers:
+            await streamer.flush(final=True)
+        captures = self.captures
+        shares = _share_tail(captures, self.keep - sum(len(c.head) for c in captures))
+        stdout, cut_out = captures[0].render(shares[0])
+        stderr, cut_err = captures[1].render(shares[1])
+        return stdout, stderr, cut_out or cut_err
+
+
 async def _flush_loop(streamers: list[_Streamer]) -> None:
     while True:
         await asyncio.sleep(FLUSH_INTERVAL_S)
@@ -756,17 +786,8 @@ async def _run_warm(boxes: WarmBoxes, sandbox: Sandbox, spec: SandboxSpec, argv:
                                                     os.fdopen(fd, "rb", 0))
         readers.append(reader)
         transports.append(transport)
-    cap = action.output_cap
-    keep = min(cap, FRAME_BUDGET)
-    head_budget = _HeadBudget(keep // 2)
-    tail_cap = keep - keep // 2
-    captures = [_Capture(head_budget, tail_cap), _Capture(head_budget, tail_cap)]
-    stream_budget = _StreamBudget(cap)
-    streamers = [_Streamer("stdout", on_output, stream_budget),
-                 _Streamer("stderr", on_output, stream_budget)]
-    pumps = [asyncio.create_task(_pump(readers[0], captures[0], streamers[0])),
-             asyncio.create_task(_pump(readers[1], captures[1], streamers[1]))]
-    flusher = asyncio.create_task(_flush_loop(streamers))
+    output = _Output(readers[0], readers[1], action.output_cap, on_output)
+    pumps = output.pumps
     cancel_wait: asyncio.Future[Any] = asyncio.create_task(cancel_event.wait())
     exited: asyncio.Future[Any] = asyncio.ensure_future(run.exited)
     timed_out = cancelled = finished = False
@@ -795,22 +816,18 @@ async def _run_warm(boxes: WarmBoxes, sandbox: Sandbox, spec: SandboxSpec, argv:
         if not finished and run.started.done() and not run.started.cancelled() and \
                 run.started.exception() is None:
             box.kill(run.started.result()[1])
-        helpers: list[asyncio.Future[Any]] = [*pumps, flusher, cancel_wait, exited]
+        helpers: list[asyncio.Future[Any]] = [*pumps, output.flusher, cancel_wait, exited]
         for helper in helpers:
             helper.cancel()
         await asyncio.gather(*helpers, return_exceptions=True)
         for pipe in transports:
             pipe.close()
-    for streamer in streamers:
-        await streamer.flush(final=True)
     if lost:
-        captures[1].add(lost.encode())
-    shares = _share_tail(captures, keep - sum(len(c.head) for c in captures))
-    stdout, cut_out = captures[0].render(shares[0])
-    stderr, cut_err = captures[1].render(shares[1])
+        output.captures[1].add(lost.encode())
+    stdout, stderr, cut = await output.finish()
     return CommandResult(
-        exit_code=code, signal=sig, stdout=stdout, stderr=stderr,
-        truncated=cut_out or cut_err, timed_out=timed_out, cancelled=cancelled,
+        exit_code=code, signal=sig, stdout=stdout, stderr=stderr, truncated=cut,
+        timed_out=timed_out, cancelled=cancelled,
         duration_ms=int((time.monotonic() - started_at) * 1000))
 
 
@@ -916,23 +933,8 @@ async def _run(
 
     pgid = proc.pid
     assert proc.stdout is not None and proc.stderr is not None
-    cap = action.output_cap
-    # The result must fit one frame: keeping more than that of a big cap would only be cut
-    # later (a 100 MB cap kept 100 MB of head in memory for a 1 MiB result).
-    keep = min(cap, FRAME_BUDGET)
-    head_budget = _HeadBudget(keep // 2)
-    tail_cap = keep - keep // 2
-    captures = [_Capture(head_budget, tail_cap), _Capture(head_budget, tail_cap)]
-    stream_budget = _StreamBudget(cap)
-    streamers = [
-        _Streamer("stdout", on_output, stream_budget),
-        _Streamer("stderr", on_output, stream_budget),
-    ]
-    pumps = [
-        asyncio.create_task(_pump(proc.stdout, captures[0], streamers[0])),
-        asyncio.create_task(_pump(proc.stderr, captures[1], streamers[1])),
-    ]
-    flusher = asyncio.create_task(_flush_loop(streamers))
+    output = _Output(proc.stdout, proc.stderr, action.output_cap, on_output)
+    pumps = output.pumps
     exited = asyncio.create_task(_wait_exit(proc))
     cancel_wait = asyncio.create_task(cancel_event.wait())
     timed_out = cancelled = False
@@ -966,18 +968,13 @@ async def _run(
             _killpg(pgid, signal.SIGKILL)
             if box is not None:
                 box.kill()
-        helpers: list[asyncio.Task[Any]] = [*pumps, flusher, cancel_wait, exited]
+        helpers: list[asyncio.Task[Any]] = [*pumps, output.flusher, cancel_wait, exited]
         for helper in helpers:
             helper.cancel()
         await asyncio.gather(*helpers, return_exceptions=True)
         _close_transport(proc)
 
-    for streamer in streamers:
-        await streamer.flush(final=True)
-
-    shares = _share_tail(captures, keep - sum(len(c.head) for c in captures))
-    stdout, cut_out = captures[0].render(shares[0])
-    stderr, cut_err = captures[1].render(shares[1])
+    stdout, stderr, cut = await output.finish()
     rc = proc.returncode
     if box is not None and box.bwrap and rc is not None and 128 < rc <= 128 + 64:
         rc = 128 - rc  # bwrap's 128+N for "killed by signal N"
@@ -986,7 +983,7 @@ async def _run(
         signal=-rc if rc is not None and rc < 0 else None,
         stdout=stdout,
         stderr=stderr,
-        truncated=cut_out or cut_err,
+        truncated=cut,
         timed_out=timed_out,
         cancelled=cancelled,
         duration_ms=elapsed_ms(),
