@@ -97,6 +97,44 @@ def _sweep(me: int) -> None:
             continue
 
 
+_DEFAULT_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM,
+                    signal.SIGCHLD, signal.SIGQUIT)
+
+
+def _spawn(request: dict[str, Any], out_fd: int, err_fd: int) -> int:
+    """Start the command: ``posix_spawn`` (a vfork, no copy of this process), in a session
+    of its own, stdin /dev/null, the two fds as stdout and stderr and no other, the signals
+    Python ignores back to their defaults, no signal blocked, in the request's folder (the
+    reaper's own: it is there for this command alone). A failure to start is the command's
+    exit (127 missing, 126 not runnable), as a shell says it; the rare case posix_spawn
+    cannot take goes through fork and exec."""
+    argv = request["argv"]
+    try:
+        os.chdir(request["cwd"])
+        null = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
+        return os.posix_spawnp(
+            argv[0], argv, request["env"], setsid=True, setsigdef=_DEFAULT_SIGNALS,
+            setsigmask=[], file_actions=[(os.POSIX_SPAWN_DUP2, null, 0),
+                                         (os.POSIX_SPAWN_DUP2, out_fd, 1),
+                                         (os.POSIX_SPAWN_DUP2, err_fd, 2)])
+    except OSError as exc:
+        code = 127 if exc.errno in (errno.ENOENT, errno.ENOTDIR) else 126
+        try:
+            os.write(err_fd, f"codey-worker: cannot execute {argv[0]}: "
+                             f"{exc.strerror}\n".encode())
+        except OSError:
+            pass
+        child = os.fork()
+        if child == 0:
+            os._exit(code)
+        return child
+    except (AttributeError, NotImplementedError):
+        child = os.fork()
+        if child == 0:
+            _exec(request, out_fd, err_fd)
+        return child
+
+
 def _exec(request: dict[str, Any], out_fd: int, err_fd: int) -> NoReturn:
     """In the command's own process: set it up and exec (never returns)."""
     try:
@@ -106,8 +144,7 @@ def _exec(request: dict[str, Any], out_fd: int, err_fd: int) -> NoReturn:
         os.dup2(out_fd, 1)
         os.dup2(err_fd, 2)
         os.closerange(3, 65536)
-        for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM,
-                    signal.SIGCHLD, signal.SIGQUIT):
+        for sig in _DEFAULT_SIGNALS:
             signal.signal(sig, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_SETMASK, [])
         os.chdir(request["cwd"])
@@ -145,9 +182,7 @@ def _reaper(sock: socket.socket, request: dict[str, Any], out_fd: int,
         _subreaper()
     except OSError:
         pass
-    child = os.fork()
-    if child == 0:
-        _exec(request, out_fd, err_fd)
+    child = _spawn(request, out_fd, err_fd)
     os.close(out_fd)
     os.close(err_fd)
     _send(sock, {"op": "started", "id": request["id"], "pid": child, "reaper": me})
@@ -175,6 +210,7 @@ def _reaper(sock: socket.socket, request: dict[str, Any], out_fd: int,
 def main(fd: int) -> None:
     global _PRCTL
     _PRCTL = _prctl()
+    os.set_inheritable(fd, False)  # (a command gets 0, 1 and 2 and nothing else)
     sock = socket.socket(fileno=fd)
     # reapers are reaped as they end; the supervisor waits on nothing
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
@@ -193,6 +229,8 @@ def main(fd: int) -> None:
             request = json.loads(data)
             op = request["op"]
             if op == "run" and len(fds) == 2:
+                for received in fds:
+                    os.set_inheritable(received, False)
                 pid = os.fork()
                 if pid == 0:
                     _reaper(sock, request, fds[0], fds[1])
