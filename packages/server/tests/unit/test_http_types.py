@@ -157,6 +157,9 @@ def test_the_rules_the_server_checks_are_in_the_bodies_schemas(
     # a list's items keep their constraints (Litestar dropped them)
     assert pair["roots"]["items"] == {"type": "string", "minLength": 1, "maxLength": 4096}
     assert pair["roots"]["maxItems"] == 32
+    # an optional list's too (schemathesis sent a commit of the path "", refused with a 400)
+    commit = schemas["CommitBody"]["properties"]["paths"]
+    assert commit["oneOf"][0]["items"] == {"type": "string", "minLength": 1, "maxLength": 4096}
     assert schemas["Prompt"]["anyOf"][1]["required"] == ["attachments"]
     assert schemas["TelegramToken"]["properties"]["token"]["pattern"].startswith("^")
     assert schemas["ApiKey"]["properties"]["api_key"]["pattern"] == "^[!-~]{1,4096}$"

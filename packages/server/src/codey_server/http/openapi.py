@@ -57,10 +57,10 @@ class StructSchemas(StructSchemaPlugin):
         for field in info.fields:
             prop = (schema.properties or {}).get(field.encode_name)
             items = _item_constraints(field.type)
-            if items and isinstance(prop, Schema) and \
-                    isinstance(prop.items, Schema):
+            # an optional list is ``oneOf: [array, null]``: its items are in the array's
+            for array in _arrays(prop) if items else ():
                 for name, value in items.items():
-                    setattr(prop.items, name, value)
+                    setattr(array.items, name, value)
         for keyword, rule in getattr(struct, "__schema_rules__", {}).items():
             # JSON Schema as written (Litestar serialises a dict as it is)
             setattr(schema, _SCHEMA_FIELDS[keyword], rule)
@@ -69,6 +69,16 @@ class StructSchemas(StructSchemaPlugin):
 
 #: Litestar's name of each JSON Schema keyword (``anyOf`` is ``any_of``)
 _SCHEMA_FIELDS = {f.metadata.get("alias", f.name): f.name for f in dataclasses.fields(Schema)}
+
+
+def _arrays(prop: object) -> list[Schema]:
+    """The array schemas of a property: itself, or the members of its ``oneOf``/``anyOf``."""
+    if not isinstance(prop, Schema):
+        return []
+    if isinstance(prop.items, Schema):
+        return [prop]
+    members = [*(prop.one_of or ()), *(prop.any_of or ())]
+    return [m for m in members if isinstance(m, Schema) and isinstance(m.items, Schema)]
 
 
 def _item_constraints(t: msgspec.inspect.Type) -> dict[str, Any]:
