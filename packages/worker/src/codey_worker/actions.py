@@ -508,7 +508,7 @@ class ActionDispatcher:
                 from codey_worker.context import load_context
 
                 return await load_context(workdir, roots, self.home, self.git,
-                                          self.sandbox.boundary)
+                                          self.sandbox.boundary, action.session_id)
             case McpList():
                 where = self._check_workdir(action.workdir) if action.workdir else None
                 return McpTools(servers=await self._mcp().list_all(where))

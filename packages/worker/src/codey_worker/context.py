@@ -211,8 +211,9 @@ def _shell() -> str:
     return shell
 
 
-async def environment(workdir: Path, git: GitRunner) -> Environment:
-    branch, dirty = await git.status(workdir)
+async def environment(workdir: Path, git: GitRunner,
+                      session_id: str | None = None) -> Environment:
+    branch, dirty = await git.status(workdir, session_id)
     root = repo_root(workdir)
     now = datetime.datetime.now().astimezone()
     return Environment(
@@ -223,11 +224,11 @@ async def environment(workdir: Path, git: GitRunner) -> Environment:
 
 
 async def load_context(workdir: Path, roots: list[Path], home: Path,
-                       git: GitRunner | None = None,
-                       boundary: Boundary | None = None) -> ProjectContext:
+                       git: GitRunner | None = None, boundary: Boundary | None = None,
+                       session_id: str | None = None) -> ProjectContext:
     """Everything above for ``workdir`` (a real, allowed directory). ``git``: the worker's
     runner (default: one without a sandbox); ``boundary``: its hidden list (default: the
-    default list)."""
+    default list); ``session_id``: whose warm box git may run in."""
     warnings: list[str] = []
     loop = asyncio.get_running_loop()
     boundary = boundary if boundary is not None else Boundary.default()
@@ -235,5 +236,6 @@ async def load_context(workdir: Path, roots: list[Path], home: Path,
                                               boundary, warnings)
     skills = await loop.run_in_executor(None, _skills, workdir, home, boundary, warnings)
     return ProjectContext(instructions=instructions, skills=skills,
-                          environment=await environment(workdir, git or GitRunner(None)),
+                          environment=await environment(workdir, git or GitRunner(None),
+                                                        session_id),
                           warnings=warnings)

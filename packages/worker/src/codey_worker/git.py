@@ -41,8 +41,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from codey_worker.confine import ActionRefused
+from codey_worker.confine import ActionRefused, within
 from codey_worker.sandbox import Sandbox
+from codey_worker.warm import WarmError
 
 __all__ = [
     "GIT_HARDENING",
@@ -423,25 +424,54 @@ class GitRunner:
             found.append(done.text())
         return found[0], found[1]
 
-    async def status(self, folder: Path) -> tuple[str | None, bool | None]:
+    async def status(self, folder: Path,
+                     session_id: str | None = None) -> tuple[str | None, bool | None]:
         """(branch, dirty) of the checkout holding ``folder`` (a session's context); (None,
-        None) outside a repository, for one the runner will not use, or without git."""
+        None) outside a repository, for one the runner will not use, or without git.
+
+        A read with no lock taken (``GIT_OPTIONAL_LOCKS=0``) that writes nothing, so it may
+        run in the session's warm box when it has one (the same hidden list, ``.git``
+        read-only, no network): that spares the context load, at each turn's start, a bwrap
+        of its own."""
         try:
             repo = find_repo(folder)
         except ActionRefused:
             return None, None
         if repo is None:
             return None, None
+        args = ("status", "--porcelain=v1", "--branch", "--untracked-files=normal",
+                "--ignore-submodules=all")
+        env = {"GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"}
         try:
-            done = await self.run(folder, "status", "--porcelain=v1", "--branch",
-                                  "--untracked-files=normal", "--ignore-submodules=all",
-                                  repo=repo, check=False, timeout_s=3.0,
-                                  env={"GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"})
+            warm = await self._in_box(session_id, folder, repo, args, env)
+            if warm is not None:
+                return parse_status_branch(warm) if warm else (None, None)
+            done = await self.run(folder, *args, repo=repo, check=False, timeout_s=3.0,
+                                  env=env)
         except (OSError, ActionRefused):
             return None, None
         if done.code != 0:
             return None, None
         return parse_status_branch(done.out)
+
+    async def _in_box(self, session_id: str | None, folder: Path, repo: Repo,
+                      args: Sequence[str], extra: Mapping[str, str]) -> bytes | None:
+        """git's stdout from the session's warm box (b"" when git failed there); None when
+        there is no box to run it in, or the repository's git dirs would not be seen there
+        (under /tmp and outside the workdir: the box has a /tmp of its own)."""
+        boxes = self.sandbox.boxes if self.sandbox is not None else None
+        box = boxes.current(session_id) if boxes is not None and session_id else None
+        if box is None or not all(within(p, folder) or not within(p, "/tmp")
+                                  for p in (repo.top, *repo.git_dirs)):
+            return None
+        env = self._env(READ, repo, extra, False)
+        if self.sandbox is not None:
+            env["TMPDIR"] = "/tmp"
+        try:
+            code, out, _ = await box.capture(git_argv(*args), str(folder), env, 3.0)
+        except (WarmError, TimeoutError):
+            return None
+        return out if code == 0 else b""
 
 
 def repo_root(folder: Path) -> Path | None:

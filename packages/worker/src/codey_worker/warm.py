@@ -234,6 +234,62 @@ class WarmBox:
         with contextlib.suppress(WarmError):
             self._send({"op": "kill", "reaper": reaper})
 
+    async def capture(self, argv: Sequence[str], cwd: str, env: Mapping[str, str],
+                      timeout_s: float, limit: int = 1 << 20) -> tuple[int | None, bytes, bytes]:
+        """Run ``argv`` in the box and read its output whole (at most ``limit`` bytes of
+        each): (exit code, stdout, stderr). For the worker's own short reads (the context
+        load's ``git status``); raises :class:`WarmError` or ``TimeoutError`` (the command
+        is killed then)."""
+        loop = asyncio.get_running_loop()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        try:
+            run = self.run(argv, cwd, env, out_w, err_w)
+        except WarmError:
+            os.close(out_r)
+            os.close(err_r)
+            raise
+        finally:
+            os.close(out_w)
+            os.close(err_w)
+        for fd in (out_r, err_r):
+            os.set_blocking(fd, False)
+
+        async def drain(fd: int) -> bytes:
+            chunks: list[bytes] = []
+            size = 0
+            gone = loop.create_future()
+            while True:
+                try:
+                    data = os.read(fd, 65536)
+                except BlockingIOError:
+                    loop.add_reader(fd, gone.set_result, None)
+                    try:
+                        await gone
+                    finally:
+                        loop.remove_reader(fd)
+                    gone = loop.create_future()
+                    continue
+                if not data:
+                    return b"".join(chunks)
+                if size < limit:
+                    chunks.append(data[:limit - size])
+                    size += len(data)
+
+        try:
+            async with asyncio.timeout(timeout_s):
+                out, err = await asyncio.gather(drain(out_r), drain(err_r))
+                code, _ = await run.exited
+        except BaseException:
+            if run.started.done() and not run.started.cancelled() and \
+                    run.started.exception() is None:
+                self.kill(run.started.result()[1])
+            raise
+        finally:
+            os.close(out_r)
+            os.close(err_r)
+        return code, out, err
+
     @property
     def busy(self) -> bool:
         return bool(self.runs)
@@ -310,6 +366,11 @@ class WarmBoxes:
             self._boxes[session_id] = box
             self._start_janitor()
             return box
+
+    def current(self, session_id: str) -> WarmBox | None:
+        """The session's live box, if it has one (none is started)."""
+        box = self._boxes.get(session_id)
+        return box if box is not None and not box.closed else None
 
     def _retire(self, box: WarmBox) -> None:
         if box.busy:

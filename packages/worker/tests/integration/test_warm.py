@@ -211,3 +211,27 @@ def test_idle_boxes_end_and_a_detached_sessions_box_ends(box: Box) -> None:
         for proc in procs:
             assert proc.poll() is not None  # bwrap (and all in it) gone
     asyncio.run(main())
+
+
+def test_the_context_loads_git_status_runs_in_the_sessions_box_and_springs_no_trap(
+        box: Box, outside_tmp: Path) -> None:
+    from codey_worker.git import GitRunner
+
+    pwned = outside_tmp / "pwned"
+    made = asyncio.run(box.run(["sh", "-c", "git init -q && echo x > a.txt && git config "
+                                f"core.fsmonitor 'touch {pwned}; false'"]))
+    assert made.exit_code == 0, made.stderr
+    runner = GitRunner(box.sandbox)
+    boxes = box.sandbox.boxes
+    assert boxes is not None
+
+    async def main() -> tuple[str | None, bool | None, int]:
+        current = boxes.current("s1")
+        assert current is not None
+        runs_before = next(current._ids)  # the box's next command number, as a counter
+        branch, dirty = await runner.status(box.work, "s1")
+        return branch, dirty, next(current._ids) - runs_before
+
+    branch, dirty, used = asyncio.run(main())
+    assert branch and dirty and used == 2  # one command in between: git status, in the box
+    assert not pwned.exists()
