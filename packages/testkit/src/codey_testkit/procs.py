@@ -29,7 +29,7 @@ from typing import IO, Self
 from codey_testkit.errors import ProcessError, ProcessExitedError, ProcessTimeoutError
 from codey_testkit.waiting import WaitTimedOut, wait_until
 
-__all__ = ["ManagedProcess", "StopsOnExit", "free_port"]
+__all__ = ["ManagedProcess", "StopsOnExit", "free_port", "pids_with"]
 
 _POLL_S = 0.02
 _URL_RE = r"(https?://[\w.\-\[\]:]+:(\d+)\S*)"
@@ -288,6 +288,23 @@ class ManagedProcess(StopsOnExit):
     def __repr__(self) -> str:
         state = "not started" if self._popen is None else f"pid={self._popen.pid}"
         return f"<ManagedProcess {self.name} {state} rc={self.returncode}>"
+
+
+def pids_with(marker: str) -> list[int]:
+    """The processes on this machine (zombies left out) with ``marker`` in an argument: a
+    test's own workdir, or a command only it runs, so a test can wait for them to be gone."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+            state = (entry / "stat").read_bytes().rsplit(b")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state not in (b"Z", b"X") and any(marker in arg for arg in argv):
+            found.append(int(entry.name))
+    return found
 
 
 def _unique_log_path(log_dir: Path, name: str) -> Path:

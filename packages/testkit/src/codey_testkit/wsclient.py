@@ -70,6 +70,13 @@ class BrowserSocket:
                                      f"closed with {self.close_code}")
             self.recv(deadline.left(last=f"seq {self.last_seq}"))
 
+    def until_closed(self, timeout: float = 15.0) -> int | None:
+        """Read (and keep) what comes until the server closes the socket; its close code."""
+        deadline = Deadline(timeout, what="the server to close the socket")
+        while not self.closed:
+            self.recv(deadline.left())
+        return self.close_code
+
     def drain(self, quiet: float = 0.3) -> None:
         while self.recv(quiet) is not None:
             pass
