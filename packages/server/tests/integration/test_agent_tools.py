@@ -13,7 +13,6 @@ from __future__ import annotations
 import base64
 import socket
 import struct
-import time
 import zlib
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ import pytest
 from codey_testkit.model_handle import ModelServerHandle
 from codey_testkit.scenarios import idle, provider_config, tools, wait_for
 from codey_testkit.stack import ServerProcess, WorkerProcess
+from codey_testkit.waiting import wait_until
 from codey_testkit.wsclient import BrowserSocket
 
 END = {"match": {"any": True}, "reply": {"text": "unexpected"}}
@@ -170,9 +170,8 @@ def test_an_interrupt_stops_the_processes_the_turn_left_running(
     s = wait_for(server, sid, lambda s: s["processes"][0]["status"] == "ended", timeout=20,
                  what="the loop to stop")
     assert s["processes"][0]["stopped_by"] == "interrupt"
-    deadline = time.monotonic() + 10
-    while _pids_with(str(wd)) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_until(lambda: not _pids_with(str(wd)), timeout=10, interval=0.1,
+               what="the loop's processes to be gone")
     assert not _pids_with(str(wd))
 
 
@@ -204,9 +203,8 @@ def test_closing_the_session_stops_its_processes(
                  what="the loop to stop")
     browser.close()
     assert s["processes"][0]["stopped_by"] == "close" and s["status"] == "closed"
-    deadline = time.monotonic() + 10
-    while _pids_with(str(wd)) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_until(lambda: not _pids_with(str(wd)), timeout=10, interval=0.1,
+               what="the loop's processes to be gone")
     assert not _pids_with(str(wd))
 
 

@@ -17,6 +17,7 @@ from codey_testkit.model_handle import ModelServerHandle, start_model_server
 from codey_testkit.oidc import OIDCProviderProcess
 from codey_testkit.scenarios import create_session, idle, wait_for
 from codey_testkit.stack import ServerProcess, WorkerProcess
+from codey_testkit.waiting import wait_until
 from codey_testkit.wsclient import BrowserSocket
 
 PROVIDER = "idp"
@@ -90,10 +91,7 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
 
 
 def _until(predicate: Callable[[], bool], timeout: float = 15.0, what: str = "it") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
+    wait_until(predicate, timeout=timeout, interval=0.1, what=what)
 
 
 def _login_error(location: str) -> str:
