@@ -225,7 +225,8 @@ def test_device_flow_end_to_end_with_pending_then_logged_in_events(stack: Stack)
     _until(lambda: stack.status()["state"] == "logged_in", what="the device login")
     assert stack.status()["method"] == "device_code"
     assert stack.status()["account"] == "dev@example.test"
-    browser.drain(0.5)
+    # every event up to the server's last (the login's among them), not 0.5 s of them
+    browser.until_seq(stack.server.http.get("/api/state/bootstrap").json()["seq"])
     states = [e["event"]["state"] for e in browser.envelopes
               if e["event"]["type"] == "auth_status_updated" and
               e["event"]["provider"] == PROVIDER]
