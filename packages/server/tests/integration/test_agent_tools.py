@@ -76,6 +76,20 @@ def _pids_with(marker: str) -> list[int]:
     return out
 
 
+def _described(pids: list[int]) -> str:
+    """Each process: its pid, state, parent and argv (for a wait's timeout)."""
+    out = []
+    for pid in pids:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        out.append(f"{pid} {stat[0].decode()} ppid={stat[1].decode()} "
+                   f"{argv.replace(chr(0), ' ')[:200]!r}")
+    return "; ".join(out) or "none"
+
+
 def _by_name(s: dict[str, Any], name: str) -> list[dict[str, Any]]:
     return [t for t in tools(s) if t["name"] == name]
 
@@ -170,8 +184,8 @@ def test_an_interrupt_stops_the_processes_the_turn_left_running(
     s = wait_for(server, sid, lambda s: s["processes"][0]["status"] == "ended", timeout=20,
                  what="the loop to stop")
     assert s["processes"][0]["stopped_by"] == "interrupt"
-    wait_until(lambda: not _pids_with(str(wd)), timeout=10, interval=0.1,
-               what="the loop's processes to be gone")
+    wait_until(lambda: _pids_with(str(wd)), ok=lambda pids: not pids, timeout=10,
+               interval=0.1, show=_described, what="the loop's processes to be gone")
     assert not _pids_with(str(wd))
 
 
@@ -203,8 +217,8 @@ def test_closing_the_session_stops_its_processes(
                  what="the loop to stop")
     browser.close()
     assert s["processes"][0]["stopped_by"] == "close" and s["status"] == "closed"
-    wait_until(lambda: not _pids_with(str(wd)), timeout=10, interval=0.1,
-               what="the loop's processes to be gone")
+    wait_until(lambda: _pids_with(str(wd)), ok=lambda pids: not pids, timeout=10,
+               interval=0.1, show=_described, what="the loop's processes to be gone")
     assert not _pids_with(str(wd))
 
 
