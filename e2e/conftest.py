@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from playwright.sync_api import Locator, Page, expect
 from codey_testkit.model_handle import ModelServerHandle, start_model_server
 from codey_testkit.scenarios import provider_config
 from codey_testkit.stack import ServerProcess, WorkerProcess
+from codey_testkit.waiting import wait_until
 
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -205,14 +205,7 @@ class Stack:
     @staticmethod
     def wait_until(predicate: Callable[[], Any], timeout: float = 20.0,
                    what: str = "a condition") -> Any:
-        deadline = time.monotonic() + timeout
-        while True:
-            value = predicate()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}")
-            time.sleep(0.05)
+        return wait_until(predicate, timeout=timeout, interval=0.05, what=what)
 
     def logs(self) -> str:
         parts = []

@@ -42,7 +42,11 @@ def test_took_counts_the_turns_not_later_activity(stack: Stack, page: Page) -> N
     workdir = stack.workdir(worker, "took")
     sid = stack.new_session(page, worker, workdir, "think a while")
     expect(stack.status(page)).to_have_text("finished")
-    time.sleep(3)
+    # deliberate: the later activity comes 2.5 s after the turn at least (the gap is what
+    # "took" must leave out; the server's clock is this machine's), less what already passed
+    s = stack.browser_state(page)["sessions"][sid]
+    first = next(i["ts"] for i in s["items"] if i["kind"] == "user_message")
+    time.sleep(max(0.0, first + s["busy_seconds"] + 2.6 - time.time()))
     # later activity: a rename, and the folder's memory (which touches its sessions' context)
     page.evaluate("([sid, w, wd]) => Promise.all(["
                   "window.__codey.socket.renameSession(sid, 'Thinking, renamed'),"

@@ -132,7 +132,9 @@ def test_hostile_markdown_runs_nothing(stack: Stack, page: Page) -> None:
     for a in answer.locator("a").all():
         a.hover()
     answer.locator("table").click()
-    page.wait_for_timeout(500)
+    # what the hover and the click set off has run and said so: a frame drawn and a task
+    # after it, and the page's console messages and dialogs reach us before this answer
+    page.evaluate("() => new Promise((done) => requestAnimationFrame(() => setTimeout(done)))")
     report = page.evaluate("""() => {
       const root = document.querySelector('[data-testid=session-view]');
       const bad = [];

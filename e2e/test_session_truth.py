@@ -183,7 +183,10 @@ def test_changed_files_and_memory_notes_are_the_sessions_own(stack: Stack, page:
     expect(stack.items(page, "assistant_message").last).to_have_text("Done.")
     changed = page.get_by_test_id("changed-files")
     expect(changed.locator("li")).to_have_text(["a.txt"])
-    # the user's own edit between turns (well after the session's last action) is not its
+    # the user's own edit between turns (well after the session's last action) is not its.
+    # Deliberate sleeps: the worker's watcher counts a change as the session's for 2 s after
+    # its last action (ATTRIBUTION_SLACK_S), on its own clock; and it drops the user's edit
+    # without a trace, so nothing shows it was seen but time (300 ms of debounce)
     time.sleep(3)
     (Path(workdir) / "mine.txt").write_text("by hand\n")
     time.sleep(1.5)  # seen by the watcher meanwhile, and left out

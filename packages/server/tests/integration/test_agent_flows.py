@@ -9,8 +9,10 @@ from typing import Any
 import pytest
 
 from codey_testkit.model_handle import ModelServerHandle
+from codey_testkit.procs import pids_with
 from codey_testkit.scenarios import create_session, idle, tools, wait_for
 from codey_testkit.stack import ServerProcess, WorkerProcess
+from codey_testkit.waiting import wait_until
 
 
 def _shell(*argv: str) -> dict[str, Any]:
@@ -136,7 +138,9 @@ def test_interrupt_during_a_long_command(server: ServerProcess, worker: WorkerPr
     assert time.monotonic() - t0 < 10
     assert tools(s)[0]["result"] == "interrupted by the user"
     assert not s["pending_actions"]
-    time.sleep(3.5)
+    # the command is gone (or it is left to run to its end, and then writes late.txt)
+    wait_until(lambda: not pids_with("touch late.txt"), timeout=10, interval=0.05,
+               what="the interrupted command to end")
     assert not (wd / "late.txt").exists(), "the command kept running after the interrupt"
     # the session takes prompts again
     r = server.http.post(f"/api/sessions/{sid}/prompt", json={"text": "anything else"})
@@ -183,9 +187,13 @@ def test_server_kill9_mid_turn_then_restart_finishes_the_turn_once(
     sid = create_session(server, worker, str(wd), "long job")
     wait_for(server, sid, lambda s: tools(s) and tools(s)[0]["status"] == "running",
              what="the command to run")
-    time.sleep(0.5)  # a moment into the command: the kill lands mid-turn on purpose
+    # into the command (it has written its line): the kill lands mid-turn on purpose
+    wait_until((wd / "counter.txt").exists, timeout=10, what="the command to start")
+    assert worker.proc is not None
+    offset = worker.proc.log_offset()
     server.kill9()
-    time.sleep(0.5)  # the worker sees the server gone (and starts reconnecting) first
+    # the worker sees the server gone (and starts reconnecting) first
+    worker.proc.wait_for_line(r"^reconnecting in", timeout=15, start=offset)
     server.start()
     worker.wait_connected()
     s = wait_for(server, sid, idle, timeout=40, what="the resumed turn")

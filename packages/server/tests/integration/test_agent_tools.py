@@ -13,7 +13,6 @@ from __future__ import annotations
 import base64
 import socket
 import struct
-import time
 import zlib
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ import pytest
 from codey_testkit.model_handle import ModelServerHandle
 from codey_testkit.scenarios import idle, provider_config, tools, wait_for
 from codey_testkit.stack import ServerProcess, WorkerProcess
+from codey_testkit.waiting import wait_until
 from codey_testkit.wsclient import BrowserSocket
 
 END = {"match": {"any": True}, "reply": {"text": "unexpected"}}
@@ -74,6 +74,20 @@ def _pids_with(marker: str) -> list[int]:
             if any(marker in a for a in argv):
                 out.append(int(entry.name))
     return out
+
+
+def _described(pids: list[int]) -> str:
+    """Each process: its pid, state, parent and argv (for a wait's timeout)."""
+    out = []
+    for pid in pids:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        out.append(f"{pid} {stat[0].decode()} ppid={stat[1].decode()} "
+                   f"{argv.replace(chr(0), ' ')[:200]!r}")
+    return "; ".join(out) or "none"
 
 
 def _by_name(s: dict[str, Any], name: str) -> list[dict[str, Any]]:
@@ -170,9 +184,8 @@ def test_an_interrupt_stops_the_processes_the_turn_left_running(
     s = wait_for(server, sid, lambda s: s["processes"][0]["status"] == "ended", timeout=20,
                  what="the loop to stop")
     assert s["processes"][0]["stopped_by"] == "interrupt"
-    deadline = time.monotonic() + 10
-    while _pids_with(str(wd)) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_until(lambda: _pids_with(str(wd)), ok=lambda pids: not pids, timeout=10,
+               interval=0.1, show=_described, what="the loop's processes to be gone")
     assert not _pids_with(str(wd))
 
 
@@ -204,9 +217,8 @@ def test_closing_the_session_stops_its_processes(
                  what="the loop to stop")
     browser.close()
     assert s["processes"][0]["stopped_by"] == "close" and s["status"] == "closed"
-    deadline = time.monotonic() + 10
-    while _pids_with(str(wd)) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_until(lambda: _pids_with(str(wd)), ok=lambda pids: not pids, timeout=10,
+               interval=0.1, show=_described, what="the loop's processes to be gone")
     assert not _pids_with(str(wd))
 
 

@@ -11,13 +11,18 @@ from typing import Any
 
 import pytest
 
+from codey_testkit.procs import pids_with
 from codey_testkit.scenarios import create_session, idle, provider_config, tools, wait_for
 from codey_testkit.stack import ServerProcess, WorkerProcess
+from codey_testkit.waiting import wait_until
+
+#: the command of "count once" (only this module runs it: a test waits for it to be gone)
+COUNT_ONCE = "echo ran >> counter.txt; echo started; sleep 3; echo finished"
 
 SCRIPT: dict[str, Any] = {"model": "scripted-1", "steps": [
     {"match": {"user": "count once"},
      "reply": {"calls": [{"name": "shell", "arguments": {"command": [
-         "bash", "-c", "echo ran >> counter.txt; echo started; sleep 3; echo finished"]}}]}},
+         "bash", "-c", COUNT_ONCE]}}]}},
     {"match": {"user": "what happened"},
      "reply": {"text": "The worker restarted during the command; it was not run again."}},
     {"match": {"tool": "shell", "tool_output": "whether it finished is unknown"},
@@ -84,7 +89,9 @@ def test_worker_kill9_mid_command_then_restart_says_so_and_ran_once(
             s = wait_for(server, sid, lambda s: s["status"] == "idle", timeout=40,
                          what="the next turn")
             assert s["items"][-1]["text"].startswith("The worker restarted")
-        time.sleep(3.5)  # the orphaned first run finishes; nothing runs it again
+        # the orphaned first run finishes; nothing runs it again
+        wait_until(lambda: not pids_with(COUNT_ONCE), timeout=10, interval=0.05,
+                   what="the orphaned first run to end")
         assert (wd / "counter.txt").read_text() == "ran\n"
     finally:
         worker.stop()

@@ -17,6 +17,7 @@ from codey_testkit.model_handle import ModelServerHandle, start_model_server
 from codey_testkit.oidc import OIDCProviderProcess
 from codey_testkit.scenarios import create_session, idle, wait_for
 from codey_testkit.stack import ServerProcess, WorkerProcess
+from codey_testkit.waiting import wait_until
 from codey_testkit.wsclient import BrowserSocket
 
 PROVIDER = "idp"
@@ -90,10 +91,7 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
 
 
 def _until(predicate: Callable[[], bool], timeout: float = 15.0, what: str = "it") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
+    wait_until(predicate, timeout=timeout, interval=0.1, what=what)
 
 
 def _login_error(location: str) -> str:
@@ -227,7 +225,8 @@ def test_device_flow_end_to_end_with_pending_then_logged_in_events(stack: Stack)
     _until(lambda: stack.status()["state"] == "logged_in", what="the device login")
     assert stack.status()["method"] == "device_code"
     assert stack.status()["account"] == "dev@example.test"
-    browser.drain(0.5)
+    # every event up to the server's last (the login's among them), not 0.5 s of them
+    browser.until_seq(stack.server.http.get("/api/state/bootstrap").json()["seq"])
     states = [e["event"]["state"] for e in browser.envelopes
               if e["event"]["type"] == "auth_status_updated" and
               e["event"]["provider"] == PROVIDER]

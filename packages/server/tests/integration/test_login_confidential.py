@@ -6,7 +6,6 @@ one method (``--token-endpoint-auth-methods``), to lack the device flow, or to a
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import pytest
 
 from codey_testkit.oidc import OIDCProviderProcess
 from codey_testkit.stack import ServerProcess
+from codey_testkit.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -84,10 +84,7 @@ def _login_error(location: str) -> str:
 
 
 def _until(predicate: Callable[[], bool], timeout: float = 15.0, what: str = "it") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
+    wait_until(predicate, timeout=timeout, interval=0.1, what=what)
 
 
 @pytest.mark.parametrize("method", ["client_secret_basic", "client_secret_post"])

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import platform
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from codey_protocol import codec
 from codey_testkit.model_handle import ModelServerHandle
 from codey_testkit.scenarios import provider_config, tools, wait_for
 from codey_testkit.stack import ServerProcess, WorkerProcess
+from codey_testkit.waiting import wait_until
 
 SCRIPT: dict[str, Any] = {"model": "scripted-1", "steps": [
     {"match": {"user": "make a file"},
@@ -219,11 +219,10 @@ def _exercise(api: _Contract, server: ServerProcess, worker: WorkerProcess) -> N
     assert refused["ok"] is False and refused["code"]
     # the worker printed that refusal; its panel shows the line
     worker_log = "/api/workers/{worker_id}/log"
-    deadline = time.monotonic() + 15
-    while not any("missing.txt" in line["message"] and line["level"] == "error" for line in
-                  api.check("GET", worker_log, 200, path={"worker_id": worker_id}).json()):
-        assert time.monotonic() < deadline, "the worker's line never reached its panel"
-        time.sleep(0.1)
+    wait_until(lambda: any(
+        "missing.txt" in line["message"] and line["level"] == "error"
+        for line in api.check("GET", worker_log, 200, path={"worker_id": worker_id}).json()),
+        timeout=15, interval=0.1, what="the worker's line to reach its panel")
     api.check("GET", worker_log, 404, path={"worker_id": "wrk_none"})
     # its name, and where uv is for the Link dialog
     name = "/api/workers/{worker_id}/name"

@@ -18,6 +18,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 from codey_testkit.stack import ServerProcess
+from codey_testkit.waiting import wait_until
 
 
 def _b64(data: bytes) -> str:
@@ -152,12 +153,9 @@ def test_signed_handshake_connects_and_revocation_closes_and_refuses(server) -> 
     assert welcome == {"type": "welcome", "worker_id": worker_id, "heartbeat_s": 5.0}
     ws.send(json.dumps({"type": "hello", "worker_version": "0.1.0", "hostname": "test-host",
                         "os": "Linux"}))
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        w = server.http.get("/api/state/bootstrap").json()["state"]["workers"][worker_id]
-        if w["connected"]:
-            break
-        time.sleep(0.05)
+    w = wait_until(
+        lambda: server.http.get("/api/state/bootstrap").json()["state"]["workers"][worker_id],
+        ok=lambda w: w["connected"], timeout=5, interval=0.05, what="the worker to connect")
     assert w["connected"]
 
     t0 = time.monotonic()

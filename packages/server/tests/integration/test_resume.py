@@ -7,7 +7,6 @@ import json
 import os
 import socket
 import threading
-import time
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -20,6 +19,7 @@ from codey_protocol.events import Envelope
 from codey_protocol.state import State
 from codey_server.testing.folding import fold_frames
 from codey_testkit.stack import ServerProcess
+from codey_testkit.waiting import Deadline, wait_until
 from codey_testkit.wsclient import BrowserSocket
 
 WORKER_ID = "wrk_test"
@@ -152,13 +152,13 @@ def test_kill9_mid_stream_then_restart_resumes_without_gap_or_duplicate(
 
     t = threading.Thread(target=writer)
     t.start()
-    deadline = time.monotonic() + 10
-    while len(written) < 40 and time.monotonic() < deadline:
+    deadline = Deadline(10)
+    while len(written) < 40 and not deadline.passed:  # (checked below, once it is stopped)
         client.recv(0.2)
     server.kill9()
     stop.set()
     t.join(10)
-    client.drain(0.5)
+    client.until_closed()  # what was sent before the server died
     client.close()
     assert len(written) >= 40
 
@@ -304,10 +304,8 @@ def test_a_browser_that_reads_nothing_is_closed_with_4008_not_left_to_the_ping_t
     big = "x" * 250_000
     for i in range(32):  # ~8 MB: more than the socket buffers hold; far below 256 batches
         _prompt(server, sid, f"{i} {big}")
-    started = time.monotonic()
-    while "read nothing" not in server.log_text():
-        assert time.monotonic() - started < 15, "the stalled browser was never closed"
-        time.sleep(0.1)
+    wait_until(lambda: "read nothing" in server.log_text(), timeout=15, interval=0.1,
+               what="the stalled browser to be closed")
     frames, code = stalled.read_all()  # what was sent before, then the close frame
     assert code == 4008
     assert frames and frames[0]["type"] == "snapshot"
@@ -328,10 +326,8 @@ def test_a_browser_that_slept_past_retention_gets_a_snapshot_not_a_gap(
     # the user closes a session while this browser sleeps; retention then trims its events
     other = BrowserSocket(server, after_seq=server.http.get("/api/state/bootstrap").json()["seq"])
     other.send({"type": "close_session", "session_id": closed})
-    deadline = time.monotonic() + 20
-    while server.http.get(f"/api/sessions/{closed}/log").content:
-        assert time.monotonic() < deadline, "retention never trimmed the closed session"
-        time.sleep(0.2)
+    wait_until(lambda: not server.http.get(f"/api/sessions/{closed}/log").content, timeout=20,
+               interval=0.2, what="retention to trim the closed session")
     other.close()
     stored = [codec.decode_envelope(line) for line in
               server.http.get(f"/api/sessions/{kept}/log").content.splitlines()]
@@ -342,8 +338,9 @@ def test_a_browser_that_slept_past_retention_gets_a_snapshot_not_a_gap(
     assert frame is not None and frame["type"] == "snapshot", frame
     state = msgspec.convert(frame["state"], State)
     assert state.sessions[closed].status == "closed"  # still listed, from the snapshot
-    woken.drain()
-    assert woken.last_seq == server.http.get("/api/state/bootstrap").json()["seq"]
+    seq = server.http.get("/api/state/bootstrap").json()["seq"]
+    woken.until_seq(seq)
+    assert woken.last_seq == seq
     woken.close()
 
     # a browser that was awake through the trim resumes with plain events

@@ -44,17 +44,32 @@ def test_every_minute_exactly_once_across_kill9_restarts(tmp_path: Path, model: 
         sid = made.json()["schedule_id"]
         m0 = math.ceil(time.time() / 60) * 60  # the first due time after the schedule was made
 
-        def runs() -> list[dict[str, Any]]:
+        def runs(of: str = sid) -> list[dict[str, Any]]:
             (info,) = [s for s in server.http.get("/api/schedules").json()
-                       if s["spec"]["schedule_id"] == sid]
+                       if s["spec"]["schedule_id"] == of]
             return info["runs"]  # type: ignore[no-any-return]
+
+        def ticked(now: float) -> None:
+            """Two whole ticks of the scheduler at the clock's time ``now`` (already written),
+            instead of a guess at how long two ticks take. A tick reads the clock, then looks
+            at every schedule; a one-time schedule due at ``now`` made after the clock was
+            written fires at the next tick that reads it, and one made after that fired, at a
+            later one: by then the tick that fired the first, which looked at ``sid`` at
+            ``now`` too, is over."""
+            for _ in range(2):
+                marker = server.http.post("/api/schedules", json={
+                    "name": "tick", "at": now, "worker_id": worker.worker_id,
+                    "workdir": str(wd), "prompt": "tick", "policy": "full-auto"})
+                assert marker.status_code == 201, marker.text
+                mid = marker.json()["schedule_id"]
+                wait_until(lambda mid=mid: runs(mid), timeout=30, what="a tick")
 
         def at(t: float, count: int) -> None:
             clock.write_text(str(t))
             wait_until(lambda: len(runs()) >= count, timeout=30, what=f"{count} runs")
 
         clock.write_text(str(m0 - 20))
-        time.sleep(2.5)  # two ticks at a time before the first due one: nothing may fire
+        ticked(m0 - 20)  # two ticks at a time before the first due one: nothing may fire
         assert runs() == []
         at(m0 + 5, 1)
 
@@ -70,7 +85,7 @@ def test_every_minute_exactly_once_across_kill9_restarts(tmp_path: Path, model: 
         server.start()
         worker.wait_connected()
         wait_until(lambda: len(runs()) >= 4, timeout=30, what="the latest missed minute")
-        time.sleep(2.5)  # a few ticks more: nothing else may fire for that gap
+        ticked(m0 + 600 + 10)  # a few ticks more: nothing else may fire for that gap
 
         got = runs()
         assert [r["due_at"] for r in got[:3]] == [m0, m0 + 60, m0 + 120]

@@ -31,6 +31,7 @@ from codey_protocol.handshake import signed_message
 from codey_protocol.worker import PROTOCOL_VERSION
 from codey_testkit.procs import ProcessExitedError
 from codey_testkit.stack import ServerProcess
+from codey_testkit.waiting import wait_until
 from codey_testkit.wsclient import BrowserSocket
 
 EVIL = "http://evil.example"
@@ -218,9 +219,7 @@ def test_logout_ends_the_cookie_and_closes_its_sockets(server: ServerProcess) ->
     r = server.http.post("/api/logout")
     assert r.status_code == 200
     assert "Max-Age=0" in r.headers["set-cookie"] or "max-age=0" in r.headers["set-cookie"]
-    deadline = time.monotonic() + 5
-    while not client.closed and time.monotonic() < deadline:
-        client.recv(0.5)
+    client.until_closed(5)
     assert client.close_code == 4401
     with httpx.Client(base_url=server.url, timeout=10) as http:
         assert http.get("/api/sessions", headers=stale).status_code == 401
@@ -237,9 +236,7 @@ def test_oversized_frame_on_client_socket_closes_1009_and_server_keeps_serving(
         client = BrowserSocket(server)
         assert client.recv(10) is not None
         client.ws.send("x" * size)
-        deadline = time.monotonic() + 10
-        while not client.closed and time.monotonic() < deadline:
-            client.recv(1)
+        client.until_closed(10)
         assert client.close_code == 1009, size
     assert server.http.get("/api/health").status_code == 200
     fresh = BrowserSocket(server)
@@ -358,10 +355,9 @@ def test_10000_fuzzed_frames_on_worker_socket_no_crash_and_the_socket_stays(
     marker = f"fuzz-done-{time.monotonic_ns()}"
     # (a warning: a worker's routine info lines go to the server's log at debug only)
     ws.send(json.dumps({"type": "log", "level": "warning", "message": marker}))
-    deadline = time.monotonic() + 30
-    while marker not in server.log_text():  # frames are handled in order: all were taken
-        assert time.monotonic() < deadline, "the server did not get through the frames"
-        time.sleep(0.1)
+    # frames are handled in order: once the marker is in the log, all were taken
+    wait_until(lambda: marker in server.log_text(), timeout=30, interval=0.1,
+               what="the server to get through the frames (the marker in its log)")
     state = server.http.get("/api/state/bootstrap").json()["state"]
     assert state["workers"][worker.worker_id]["connected"]
     ws.ping().wait(5)
@@ -403,10 +399,9 @@ def test_the_access_token_never_reaches_the_log_even_at_debug_level(tmp_path: Pa
             assert http.get(f"/?token={token}").status_code == 303
             assert http.get("/api/sessions",
                             headers={"Authorization": f"Bearer {token}"}).status_code == 200
-        deadline = time.monotonic() + 5
-        while server.log_text().count("[redacted]") < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        text = server.log_text()
+        text = wait_until(server.log_text, ok=lambda t: t.count("[redacted]") >= 2, timeout=5,
+                          interval=0.05, show=lambda t: t[-2000:],
+                          what="the two request lines, masked, in the log")
     # the request lines were logged (so --log-level debug is honoured), each one masked
     assert "GET /nope?token=[redacted]" in text, text
     assert "GET /?token=[redacted]" in text, text
@@ -553,12 +548,10 @@ def test_a_paired_worker_cannot_fill_the_log_with_a_huge_hello(server: ServerPro
     log = server.http.get("/api/sessions")  # the server still answers
     assert log.status_code == 200
     ok = worker.connect(hostname="h" * 255)  # at the bound: accepted
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        state = server.http.get("/api/state/bootstrap").json()["state"]
-        if state["workers"][worker.worker_id]["connected"]:
-            break
-        time.sleep(0.05)
+    state = wait_until(lambda: server.http.get("/api/state/bootstrap").json()["state"],
+                       ok=lambda state: state["workers"][worker.worker_id]["connected"],
+                       timeout=10, interval=0.05, show=lambda state: state["workers"],
+                       what="the worker with the longest hostname allowed to connect")
     assert state["workers"][worker.worker_id]["hostname"] == "h" * 255
     ok.close()
 
@@ -570,10 +563,8 @@ def test_a_worker_log_frame_cannot_forge_a_line_of_the_servers_log(
     forged = "2026-01-01 00:00:00 INFO codey.access a browser logged in as admin"
     ws.send(json.dumps({"type": "log", "level": "warning",
                         "message": f"innocent\n{forged}\r\x1b[2Kalso forged"}))
-    deadline = time.monotonic() + 10
-    while "innocent" not in server.log_text() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    text = server.log_text()
+    text = wait_until(server.log_text, ok=lambda t: "innocent" in t, timeout=10, interval=0.05,
+                      show=lambda t: t[-2000:], what="the worker's log line in the server's log")
     assert "innocent\\x0a" + forged in text, text[-2000:]
     assert not any(line.startswith(forged) for line in text.splitlines())
     assert "\x1b" not in text
@@ -588,11 +579,9 @@ def test_a_pairing_poll_secret_never_reaches_the_log_even_at_debug_level(
         r = server.http.get(f"/api/pairing/requests/{ticket['request_id']}/wait",
                             params={"secret": secret, "timeout": 0})
         assert r.status_code == 200
-        deadline = time.monotonic() + 5
-        while "/wait?secret=[redacted]" not in server.log_text() and \
-                time.monotonic() < deadline:
-            time.sleep(0.05)
-        text = server.log_text()
+        text = wait_until(server.log_text, ok=lambda t: "/wait?secret=[redacted]" in t,
+                          timeout=5, interval=0.05, show=lambda t: t[-3000:],
+                          what="the poll's request line, masked, in the log")
     assert "/wait?secret=[redacted]" in text, text[-3000:]
     assert secret not in text
 

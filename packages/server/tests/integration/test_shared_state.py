@@ -43,6 +43,7 @@ from codey_testkit.nginx import NginxProcess, require_nginx
 from codey_testkit.oidc.process import OIDCProviderProcess
 from codey_testkit.postgres import PostgresCluster, pg_bin
 from codey_testkit.stack import ServerProcess, WorkerProcess
+from codey_testkit.waiting import Deadline, WaitTimedOut, wait_until
 
 pytestmark = pytest.mark.skipif(pg_bin() is None, reason="PostgreSQL is not installed")
 
@@ -194,15 +195,17 @@ class _WorkerKey:
 def _closed_within(ws: ClientConnection, seconds: float) -> int | None:
     """The close code the server ends ``ws`` with within ``seconds`` (frames before it are
     read and dropped); None if it stays open."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            ws.recv(timeout=0.2)
-        except TimeoutError:
-            continue
-        except ConnectionClosed as closed:
-            return closed.rcvd.code if closed.rcvd else -1
-    return None
+    deadline = Deadline(seconds, what="the socket to close")
+    try:
+        while True:
+            try:
+                ws.recv(timeout=deadline.left())
+            except TimeoutError:
+                continue  # the deadline says when to stop
+            except ConnectionClosed as closed:
+                return closed.rcvd.code if closed.rcvd else -1
+    except WaitTimedOut:
+        return None
 
 
 def _refused_with(ws: ClientConnection) -> int | None:
@@ -260,6 +263,8 @@ def test_request_poll_and_approval_on_three_replicas_and_the_limits_hold_across_
 
     poller = threading.Thread(target=poll)
     poller.start()
+    # deliberate: the approval must land while the poll waits, and a waiting poll shows
+    # nothing outside its replica (as in test_pairing.py)
     time.sleep(0.5)
     t0 = time.monotonic()
     approved = r1.http.post(f"/api/pairing/requests/{ticket['request_id']}/approve",
@@ -378,7 +383,8 @@ def test_a_logout_racing_a_login_elsewhere_holds_on_every_replica(stack: Replica
             assert [stack.status_with(b, arrived) for b in bases] == [200] * 4, f"round {n}"
     print("a logged-out browser's socket on another replica closed "
           f"{', '.join(f'{t * 1000:.0f}' for t in closed_after)} ms after the logout answered")
-    # still refused a while later (nothing brings it back, as the old union merge did)
+    # still refused a while later (nothing brings it back, as the old union merge did).
+    # Deliberate: no event would show a writer bringing the row back, since none should exist
     time.sleep(1.5)
     assert [stack.status_with(b, leaving) for b in bases] == [401] * 4
 
@@ -555,7 +561,4 @@ def test_an_upgraded_cluster_imports_the_copied_files_once(stack: Replicas) -> N
 
 
 def _until(predicate: Callable[[], bool], timeout: float = 15.0, what: str = "it") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
+    wait_until(predicate, timeout=timeout, interval=0.1, what=what)

@@ -56,13 +56,10 @@ def _texts(bot: BotApiHandle, chat_id: int, method: str = "sendMessage") -> list
 
 
 def _running(server: ServerProcess) -> dict[str, Any]:
-    deadline = time.monotonic() + 60
-    while True:
-        status: dict[str, Any] = server.http.get("/api/telegram").json()
-        if status["state"] == "running":
-            return status
-        assert time.monotonic() < deadline, status
-        time.sleep(0.1)
+    status: dict[str, Any] = wait_until(lambda: server.http.get("/api/telegram").json(),
+                                        ok=lambda status: status["state"] == "running",
+                                        timeout=60, interval=0.1, what="the bot to run")
+    return status
 
 
 def test_a_session_from_the_chat_with_an_approval_and_a_restart(

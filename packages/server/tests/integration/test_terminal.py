@@ -7,7 +7,6 @@ import json
 import shutil
 import sqlite3
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 
 from codey_testkit.stack import ServerProcess, WorkerProcess
+from codey_testkit.waiting import wait_until
 from codey_testkit.wsclient import TerminalView
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
@@ -64,10 +64,8 @@ def test_a_shell_survives_its_browser_and_two_browsers_share_it(
     assert _terminal(server)["viewers"] == 2
     first.ws.close()
     second.ws.close()
-    deadline = time.monotonic() + 15
-    while _terminal(server)["viewers"]:
-        assert time.monotonic() < deadline, "the views were never detached"
-        time.sleep(0.1)
+    wait_until(lambda: not _terminal(server)["viewers"], timeout=15, interval=0.1,
+               what="the views to be detached")
     assert not _terminal(server)["closed"]
 
     again = TerminalView(server, terminal_id)  # the tab reopened: the same shell, its variable kept
@@ -90,10 +88,9 @@ def test_a_shell_survives_its_browser_and_two_browsers_share_it(
         finally:
             db.close()
 
-    deadline = time.monotonic() + 15
-    while (log := stored()).count(b"terminal_detached") < 3:  # the last view's end is last
-        assert time.monotonic() < deadline, "a view's end was never recorded"
-        time.sleep(0.1)
+    log = wait_until(stored, ok=lambda log: log.count(b"terminal_detached") >= 3, timeout=15,
+                     interval=0.1, show=lambda log: log.count(b"terminal_detached"),
+                     what="the last view's end in the log (it is the last event)")
     assert log.count(b"terminal_attached") == 3 and log.count(b"terminal_detached") == 3
     assert b"secret-never-logged" not in log and b"hi-" not in log
 
@@ -111,10 +108,8 @@ def test_a_terminal_outside_the_allowed_roots_is_refused_by_the_worker(
     view = TerminalView(server, terminal_id)
     assert view.close_code() == 1000
     assert view.ended is not None and view.ended["code"] == "outside_allowed_roots"
-    deadline = time.monotonic() + 15
-    while not _terminal(server)["closed"]:
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+    wait_until(lambda: _terminal(server)["closed"], timeout=15, interval=0.1,
+               what="the terminal to be closed")
     assert _terminal(server)["closed_reason"] == "outside_allowed_roots"
 
 

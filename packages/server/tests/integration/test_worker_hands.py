@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ import pytest
 from codey_testkit.model_handle import ModelServerHandle
 from codey_testkit.scenarios import session, wait_for
 from codey_testkit.stack import ServerProcess, WorkerProcess
+from codey_testkit.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
 
@@ -69,19 +69,22 @@ def script(pwned: Path) -> dict[str, Any]:
 def _run_approving(server: ServerProcess, sid: str, answers: int) -> dict[str, Any]:
     """Wait for the session's ``answers``-th answer, approving everything it asks on the
     way (a user who trusts the agent)."""
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+    def approved() -> dict[str, Any]:
         s = session(server, sid)
         for approval in s["approvals"].values():
             if approval["status"] == "pending":
                 r = server.http.post(f"/api/sessions/{sid}/approvals/{approval['approval_id']}",
                                      json={"decision": "approve"})
                 assert r.status_code in (200, 409), r.text
+        return s
+
+    def answered(s: dict[str, Any]) -> bool:
         done = sum(i["kind"] == "assistant_message" for i in s["items"])
-        if s["status"] in ("idle", "error") and done >= answers:
-            return s
-        time.sleep(0.05)
-    raise AssertionError(f"the session did not answer {answers} time(s): {s['status']}")
+        return s["status"] in ("idle", "error") and done >= answers
+
+    return wait_until(approved, ok=answered, timeout=60, interval=0.05,
+                      show=lambda s: s["status"],
+                      what=f"the session to answer {answers} time(s)")
 
 
 def _prompt(server: ServerProcess, sid: str, text: str) -> None:

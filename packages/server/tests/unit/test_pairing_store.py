@@ -19,6 +19,7 @@ from codey_server.eventlog import MemoryEventLog
 from codey_server.features import RULES
 from codey_server.workers.keys import FileWorkerKeys
 from codey_server.workers.pairing import MAX_WRONG_ATTEMPTS, Pairing, PairingError
+from codey_testkit.waiting import until
 
 
 def _request() -> PairRequest:
@@ -42,8 +43,18 @@ def test_the_credential_is_made_at_collection_delivered_once_and_only_hashed(
     async def main() -> None:
         pairing, keys = await _pairing(tmp_path)
         ticket = await pairing.request(_request(), "10.0.0.5")
+        # the poll waits once it watches the request (taken before its read: a change after
+        # it wakes the poll)
+        watched: list[str] = []
+        watch = pairing.store.watch
+
+        def watching(request_id: str) -> asyncio.Event:
+            watched.append(request_id)
+            return watch(request_id)
+
+        pairing.store.watch = watching  # type: ignore[method-assign]
         waiting = asyncio.create_task(pairing.wait(ticket.request_id, ticket.poll_secret, 5))
-        await asyncio.sleep(0.05)
+        await until(lambda: watched, what="the poll to watch the request")
         assert not waiting.done()
         worker_id = await pairing.approve(ticket.request_id, ticket.code.lower())
         status = await asyncio.wait_for(waiting, 5)  # woken by the approval, not the timeout

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -35,7 +34,9 @@ from codey_server.core.rules import Context
 from codey_server.eventlog import Fence, MemoryEventLog
 from codey_server.features import RULES
 from codey_server.settings import FallbackConfig, ProviderConfig, Settings
+from codey_testkit import waiting
 from codey_testkit.credentials import FixedCredentials
+from codey_testkit.waiting import Deadline
 
 S = "ses_1"
 W = "wrk_1"
@@ -150,17 +151,15 @@ class Harness:
 
     async def turn(self) -> None:
         """Wait until the session's turn (started by the service) is over."""
-        deadline = time.monotonic() + DEADLINE_S
+        deadline = Deadline(DEADLINE_S, what="the session's turn to end")
         while (task := self.service.tasks.get(S)) is not None and not task.done():
-            await asyncio.wait_for(asyncio.shield(task), deadline - time.monotonic())
+            await asyncio.wait_for(asyncio.shield(task), deadline.left())
 
     async def until(self, ready: Callable[[Any], bool]) -> Any:
         """Wait until ``ready(session)``, for at most :data:`DEADLINE_S`."""
-        deadline = time.monotonic() + DEADLINE_S
-        while not ready(self.session):
-            assert time.monotonic() < deadline, f"still {self.session.status}"
-            await asyncio.sleep(0.01)
-        return self.session
+        return await waiting.until(lambda: self.session, ok=ready, timeout=DEADLINE_S,
+                                   interval=0.01, show=lambda s: f"still {s.status}",
+                                   what="the session to be ready")
 
 
 def run(answers: list[Answer], check: Callable[[Harness], Awaitable[None]], *,

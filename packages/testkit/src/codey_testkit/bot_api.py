@@ -39,6 +39,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl
 
+from codey_testkit.waiting import wait_until
+
 __all__ = ["BotApi", "BotApiHandle", "main"]
 
 _STEP_WAIT_S = 120.0
@@ -383,17 +385,16 @@ class BotApiHandle:
 
     def wait(self, predicate: Any, timeout: float = 90.0, what: str = "the bot") -> \
             dict[str, Any]:
-        """Poll :meth:`state` until ``predicate(state)``; raises TimeoutError with the state."""
-        deadline = time.monotonic() + timeout
-        while True:
+        """Poll :meth:`state` until ``predicate(state)``; a timeout shows the state."""
+
+        def state() -> dict[str, Any]:
             state = self.state()
             if state["step_error"]:
                 raise AssertionError(f"script failed: {state['step_error']}\n{state['sent']}")
-            if predicate(state):
-                return state
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"waited for {what}: {json.dumps(state)[-3000:]}")
-            time.sleep(0.1)
+            return state
+
+        return wait_until(state, ok=predicate, timeout=timeout, interval=0.1, what=what,
+                          show=lambda state: json.dumps(state)[-3000:])
 
     def stop(self) -> None:
         self.process.stop()

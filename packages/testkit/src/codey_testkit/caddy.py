@@ -22,7 +22,6 @@ import shutil
 import signal
 import socket
 import tempfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Self
@@ -30,6 +29,7 @@ from urllib.parse import urlsplit
 
 from codey_testkit.errors import TestkitError
 from codey_testkit.procs import ManagedProcess, StopsOnExit, free_port
+from codey_testkit.waiting import WaitTimedOut, wait_until
 
 __all__ = ["DEPLOY_DIRECTIVES", "CaddyMissing", "CaddyProcess", "caddy_bin", "require_caddy"]
 
@@ -110,15 +110,18 @@ class CaddyProcess(StopsOnExit):
         self.proc.start([str(self.bin), "run", "--config", str(conf), "--adapter", "caddyfile"],
                         env={"HOME": str(home), "XDG_DATA_HOME": str(home / "data"),
                              "XDG_CONFIG_HOME": str(home / "config")})
-        deadline = time.monotonic() + timeout
-        while not self._listening():
-            if not self.proc.running:
-                raise TestkitError(f"caddy exited with {self.proc.returncode}: "
-                                   f"{self.proc.read_log()[-2000:]}")
-            if time.monotonic() >= deadline:
-                raise TestkitError(f"caddy did not listen on {self.url} within {timeout}s: "
-                                   f"{self.proc.read_log()[-2000:]}")
-            time.sleep(0.02)
+        proc = self.proc
+
+        def listening() -> bool:
+            if not proc.running:
+                raise TestkitError(f"caddy exited with {proc.returncode}: "
+                                   f"{proc.read_log()[-2000:]}")
+            return self._listening()
+
+        try:
+            wait_until(listening, timeout=timeout, what=f"caddy to listen on {self.url}")
+        except WaitTimedOut as timed_out:
+            raise WaitTimedOut(f"{timed_out}: {proc.read_log()[-2000:]}") from None
         return self
 
     def _listening(self) -> bool:

@@ -19,6 +19,7 @@ again. At the end every marker is in the file at most once.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import time
@@ -34,6 +35,7 @@ from codey_protocol.state import State
 from codey_testkit.model_handle import start_model_server
 from codey_testkit.scenarios import create_session, provider_config, session
 from codey_testkit.stack import ServerProcess, WorkerProcess
+from codey_testkit.waiting import Deadline, WaitTimedOut, wait_until
 from codey_testkit.wsclient import BrowserSocket
 
 __all__ = ["ChaosResult", "server_kills", "worker_kills"]
@@ -64,14 +66,17 @@ def _settled(s: dict[str, Any]) -> bool:
 
 
 def _wait_settled(server: ServerProcess, sids: list[str], timeout: float) -> list[str]:
-    deadline = time.monotonic() + timeout
+    """The sessions of ``sids`` still not settled after ``timeout`` s (none, when all did)."""
     left = list(sids)
-    while left and time.monotonic() < deadline:
-        try:
-            left = [sid for sid in left if not _settled(session(server, sid))]
-        except Exception:  # the server may be coming back
-            pass
-        time.sleep(0.2)
+
+    def settled() -> bool:
+        left[:] = [sid for sid in left if not _settled(session(server, sid))]
+        return not left
+
+    # (the server may be coming back: look again)
+    with contextlib.suppress(WaitTimedOut):
+        wait_until(settled, timeout=timeout, interval=0.2, retry=Exception,
+                   what="the sessions to settle")
     return left
 
 
@@ -89,11 +94,26 @@ class _Follower:
         self.socket = BrowserSocket(self.server, after_seq=self.last)
 
     def pump(self, seconds: float) -> None:
+        """Read for ``seconds`` (or until the socket closes)."""
         assert self.socket is not None
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline and not self.socket.closed:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end and not self.socket.closed:
             self.socket.recv(0.05)
             self._take()
+
+    def until_closed(self, timeout: float = 15.0) -> None:
+        """Read what was sent until the socket closes (its server was killed)."""
+        assert self.socket is not None
+        deadline = Deadline(timeout, what="the killed server's socket to close")
+        while not self.socket.closed:
+            self.socket.recv(deadline.left())
+            self._take()
+
+    def catch_up(self, server: ServerProcess, timeout: float = 30.0) -> None:
+        """Read until the follower has every event the server has now."""
+        assert self.socket is not None
+        self.socket.until_seq(server.http.get("/api/state/bootstrap").json()["seq"], timeout)
+        self._take()
 
     def _take(self) -> None:
         assert self.socket is not None
@@ -164,14 +184,14 @@ def server_kills(root: Path, rounds: int, *, seed: int = 1) -> ChaosResult:
             sids.append(create_session(server, worker, str(project), "stream"))
             follower.pump(rng.uniform(0.2, 1.5))  # somewhere in the stream
             server.kill9()
-            follower.pump(0.2)  # what was sent before the socket died
+            follower.until_closed()  # what was sent before the socket died
             follower.close()
             server.start()
             worker.wait_connected(30)
             follower.connect()
             result.rounds += 1
         result.unfinished = _wait_settled(server, sids, 60 + 10 * rounds)
-        follower.pump(1.0)
+        follower.catch_up(server)
         _check_log(follower, server, result)
         follower.close()
     return result
@@ -202,11 +222,12 @@ def worker_kills(root: Path, rounds: int, *, seed: int = 2) -> ChaosResult:
         for n in range(rounds):
             marker = f"marker-{n}"
             sids.append(create_session(server, worker, str(project), f"run {marker}."))
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline and (
-                    not runs.exists() or marker not in runs.read_text().split()):
-                time.sleep(0.05)
-            if not runs.exists() or marker not in runs.read_text().split():
+            def ran(marker: str = marker) -> bool:
+                return runs.exists() and marker in runs.read_text().split()
+
+            try:
+                wait_until(ran, timeout=30, interval=0.05, what=f"{marker} in runs.txt")
+            except WaitTimedOut:
                 result.never_ran.append(marker)  # the round proves nothing: say so
             time.sleep(rng.uniform(0.1, 1.0))  # mid-command
             worker.kill9()

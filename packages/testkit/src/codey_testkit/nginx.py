@@ -25,7 +25,6 @@ import shutil
 import signal
 import socket
 import tempfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Self
@@ -33,6 +32,7 @@ from urllib.parse import urlsplit
 
 from codey_testkit.errors import TestkitError
 from codey_testkit.procs import ManagedProcess, StopsOnExit, free_port
+from codey_testkit.waiting import WaitTimedOut, wait_until
 
 __all__ = ["DEPLOY_LOCATION", "NginxMissing", "NginxProcess", "nginx_bin", "require_nginx"]
 
@@ -169,15 +169,17 @@ class NginxProcess(StopsOnExit):
         # -e: where errors go before the configuration is read (else /var/log/nginx)
         self.proc.start([str(self.bin), "-p", str(self.root), "-c", str(conf),
                          "-e", str(self.error_log), "-g", "daemon off;"])
-        deadline = time.monotonic() + timeout
-        while not self._listening():
-            if not self.proc.running:
-                raise TestkitError(f"nginx exited with {self.proc.returncode}: "
-                                   f"{self._errors()}")
-            if time.monotonic() >= deadline:
-                raise TestkitError(f"nginx did not listen on {self.url} within {timeout}s: "
-                                   f"{self._errors()}")
-            time.sleep(0.02)
+        proc = self.proc
+
+        def listening() -> bool:
+            if not proc.running:
+                raise TestkitError(f"nginx exited with {proc.returncode}: {self._errors()}")
+            return self._listening()
+
+        try:
+            wait_until(listening, timeout=timeout, what=f"nginx to listen on {self.url}")
+        except WaitTimedOut as timed_out:
+            raise WaitTimedOut(f"{timed_out}: {self._errors()}") from None
         return self
 
     def _listening(self) -> bool:

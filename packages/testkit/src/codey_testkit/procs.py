@@ -21,15 +21,15 @@ import signal
 import socket
 import subprocess
 import tempfile
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
 
 from codey_testkit.errors import ProcessError, ProcessExitedError, ProcessTimeoutError
+from codey_testkit.waiting import WaitTimedOut, wait_until
 
-__all__ = ["ManagedProcess", "StopsOnExit", "free_port"]
+__all__ = ["ManagedProcess", "StopsOnExit", "free_port", "pids_with"]
 
 _POLL_S = 0.02
 _URL_RE = r"(https?://[\w.\-\[\]:]+:(\d+)\S*)"
@@ -218,8 +218,8 @@ class ManagedProcess(StopsOnExit):
         messages carry the log tail.
         """
         regex = re.compile(pattern) if isinstance(pattern, str) else pattern
-        deadline = time.monotonic() + timeout
-        while True:
+
+        def search() -> re.Match[str] | None:
             exited = self.returncode is not None  # read before the log: no lost last line
             text = self.read_log()[start:]
             complete = text if exited else text[: text.rfind("\n") + 1]
@@ -232,12 +232,18 @@ class ManagedProcess(StopsOnExit):
                     f"{self.name} exited with {self.returncode} before printing a line matching "
                     f"{regex.pattern!r}; log tail:\n{self.log_tail()}"
                 )
-            if time.monotonic() >= deadline:
-                raise ProcessTimeoutError(
-                    f"{self.name}: no line matching {regex.pattern!r} within {timeout}s; "
-                    f"log tail:\n{self.log_tail()}"
-                )
-            time.sleep(_POLL_S)
+            return None
+
+        try:
+            found = wait_until(search, timeout=timeout, interval=_POLL_S,
+                               what=f"{self.name} to print a line matching {regex.pattern!r}")
+        except WaitTimedOut:
+            raise ProcessTimeoutError(
+                f"{self.name}: no line matching {regex.pattern!r} within {timeout}s; "
+                f"log tail:\n{self.log_tail()}"
+            ) from None
+        assert found is not None
+        return found
 
     def wait_for_url(
         self, pattern: str | None = None, timeout: float = 10.0, *, start: int = 0
@@ -282,6 +288,23 @@ class ManagedProcess(StopsOnExit):
     def __repr__(self) -> str:
         state = "not started" if self._popen is None else f"pid={self._popen.pid}"
         return f"<ManagedProcess {self.name} {state} rc={self.returncode}>"
+
+
+def pids_with(marker: str) -> list[int]:
+    """The processes on this machine (zombies left out) with ``marker`` in an argument: a
+    test's own workdir, or a command only it runs, so a test can wait for them to be gone."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+            state = (entry / "stat").read_bytes().rsplit(b")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state not in (b"Z", b"X") and any(marker in arg for arg in argv):
+            found.append(int(entry.name))
+    return found
 
 
 def _unique_log_path(log_dir: Path, name: str) -> Path:

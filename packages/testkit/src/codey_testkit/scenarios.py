@@ -3,12 +3,12 @@ scripted model, a small project to fix, and polling helpers over the HTTP API.""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
 from codey_testkit.model_handle import ModelServerHandle
 from codey_testkit.stack import ServerProcess, WorkerProcess
+from codey_testkit.waiting import wait_until
 
 
 def provider_config(model: ModelServerHandle, kind: str = "chat") -> dict[str, Any]:
@@ -32,21 +32,16 @@ def session(server: ServerProcess, sid: str) -> dict[str, Any]:
 
 def wait_for(server: ServerProcess, sid: str, predicate: Any, timeout: float = 30.0,
              what: str = "condition") -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    s: dict[str, Any] = {}
-    while time.monotonic() < deadline:
-        try:
-            s = session(server, sid)
-        except Exception:  # the server may be restarting
-            time.sleep(0.1)
-            continue
-        if predicate(s):
-            return s
-        time.sleep(0.05)
+    """The session once ``predicate(session)`` holds (looked at again while the server
+    restarts); a timeout shows its status and items."""
+    return wait_until(lambda: session(server, sid), ok=predicate, retry=Exception,
+                      timeout=timeout, interval=0.05, what=what, show=_summary)
+
+
+def _summary(s: dict[str, Any]) -> str:
     items = [(i["kind"], i.get("status"), (i.get("text") or i.get("result") or "")[:80])
              for i in s.get("items", [])]
-    raise AssertionError(f"timed out waiting for {what}; status={s.get('status')} "
-                         f"reason={s.get('status_reason')} items={items}")
+    return f"status={s.get('status')} reason={s.get('status_reason')} items={items}"
 
 
 def idle(s: dict[str, Any]) -> bool:

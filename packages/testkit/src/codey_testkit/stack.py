@@ -22,6 +22,7 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 
 from codey_testkit.procs import ManagedProcess, StopsOnExit
+from codey_testkit.waiting import WaitTimedOut, wait_until
 
 __all__ = ["ServerProcess", "WorkerProcess"]
 
@@ -219,19 +220,22 @@ class WorkerProcess(StopsOnExit):
 
     def wait_connected(self, timeout: float = 30.0) -> None:
         """Until the server's state shows this worker connected."""
-        import time
 
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def connected() -> bool:
             if self.paired:
                 state = self.server.http.get("/api/state/bootstrap").json()["state"]
                 info = state["workers"].get(self.worker_id)
                 if info and info["connected"]:
-                    return
+                    return True
             if self.proc is not None and not self.proc.running:
                 raise RuntimeError(f"worker exited: {self.log_text()[-2000:]}")
-            time.sleep(0.05)
-        raise TimeoutError(f"worker not connected: {self.log_text()[-2000:]}")
+            return False
+
+        try:
+            wait_until(connected, timeout=timeout, interval=0.05,
+                       what=f"{self.name} to show as connected")
+        except WaitTimedOut as timed_out:
+            raise WaitTimedOut(f"{timed_out}; its log: {self.log_text()[-2000:]}") from None
 
     def workdir(self, name: str) -> str:
         return str(self.root / name)

@@ -42,6 +42,7 @@ from codey_testkit.model_handle import start_model_server
 from codey_testkit.postgres import PostgresCluster
 from codey_testkit.scenarios import provider_config, session
 from codey_testkit.stack import ServerProcess, WorkerProcess
+from codey_testkit.waiting import WaitTimedOut, wait_until
 
 __all__ = ["KINDS", "PAUSE_S", "TAKE_OVER_GOAL_S", "Kind", "Round", "StopContCluster"]
 
@@ -193,7 +194,7 @@ class StopContCluster:
         if kind == "stream":
             _wait(lambda: _streaming_text(session(watcher, sid)) >= 40, 30,
                   "the answer to stream")
-            time.sleep(rng.uniform(0.0, 1.5))
+            time.sleep(rng.uniform(0.0, 1.5))  # deliberate: a pause at a random point
         else:
             _wait(lambda: f"start-{n}." in _output(session(watcher, sid)), 30,
                   "the command's first output")
@@ -228,16 +229,18 @@ class StopContCluster:
         try:
             _wait(lambda: _done(session(watcher, sid), last), 60, "the session to finish")
             result.finished = True
-        except TimeoutError as err:
+        except WaitTimedOut as err:
             result.problems.append(str(err))
         # the old replica, awake: it notices within a renewal, and must append nothing
         try:
             _wait(lambda: _says_stopped(owner.log_text()[owner_log:], sid), 15,
                   "the old replica to say it stopped the turn")
             result.old_stopped = True
-        except TimeoutError:
+        except WaitTimedOut:
             result.problems.append("the old replica never said it stopped the turn")
-        time.sleep(1.0)  # anything it would still append, it has by now
+        # deliberate: a stale append would come from work the resumed replica still had in
+        # flight, and nothing it shows marks the end of that work; a second is plenty for it
+        time.sleep(1.0)
         self._check_rows(result, sid, paused_wall)
         if kind == "command":
             self._check_command(result, n, session(watcher, sid))
@@ -350,13 +353,5 @@ def _done(s: dict[str, Any], last: str) -> bool:
 
 
 def _wait(check: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if check():
-                return
-        except Exception:  # a replica may be busy or restarting: look again
-            pass
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.1)
+    # (a replica may be busy or restarting: an error is a reason to look again)
+    wait_until(check, timeout=timeout, interval=0.1, retry=Exception, what=what)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import socket
-import time
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -12,6 +11,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
 from codey_testkit.stack import ServerProcess
+from codey_testkit.waiting import Deadline
 
 
 class BrowserSocket:
@@ -63,12 +63,19 @@ class BrowserSocket:
         return frame
 
     def until_seq(self, seq: int, timeout: float = 15.0) -> None:
-        deadline = time.monotonic() + timeout
+        deadline = Deadline(timeout, what=f"seq {seq}")
         while self.last_seq < seq:
-            left = deadline - time.monotonic()
-            if left <= 0 or self.closed:
-                raise AssertionError(f"reached seq {self.last_seq}, wanted {seq}")
-            self.recv(left)
+            if self.closed:
+                raise AssertionError(f"reached seq {self.last_seq}, wanted {seq}: the socket "
+                                     f"closed with {self.close_code}")
+            self.recv(deadline.left(last=f"seq {self.last_seq}"))
+
+    def until_closed(self, timeout: float = 15.0) -> int | None:
+        """Read (and keep) what comes until the server closes the socket; its close code."""
+        deadline = Deadline(timeout, what="the server to close the socket")
+        while not self.closed:
+            self.recv(deadline.left())
+        return self.close_code
 
     def drain(self, quiet: float = 0.3) -> None:
         while self.recv(quiet) is not None:
@@ -97,12 +104,10 @@ class TerminalView:
         self.ws.send(json.dumps({"type": "input", "data": text}))
 
     def until(self, needle: bytes, timeout: float = 20.0) -> None:
-        deadline = time.monotonic() + timeout
+        deadline = Deadline(timeout, what=f"{needle!r} on the screen")
         while needle not in self.screen:
-            left = deadline - time.monotonic()
-            assert left > 0, f"{needle!r} never appeared: {self.screen[-400:]!r}"
             try:
-                frame = self.ws.recv(timeout=left)
+                frame = self.ws.recv(timeout=deadline.left(last=self.screen[-400:]))
             except TimeoutError:
                 continue
             if isinstance(frame, bytes):
@@ -111,14 +116,13 @@ class TerminalView:
                 self.ended = json.loads(frame)
 
     def close_code(self, timeout: float = 20.0) -> int | None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        deadline = Deadline(timeout, what="the view to be closed")
+        while True:
             try:
-                frame = self.ws.recv(timeout=deadline - time.monotonic())
+                frame = self.ws.recv(timeout=deadline.left())
             except ConnectionClosed as exc:
                 return exc.rcvd.code if exc.rcvd else None
             except TimeoutError:
-                break
+                continue  # the deadline says so
             if isinstance(frame, str):
                 self.ended = json.loads(frame)
-        raise AssertionError("the view was not closed")

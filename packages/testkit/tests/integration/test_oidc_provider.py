@@ -376,7 +376,7 @@ def test_device_page_form_and_test_hook(oidc: OIDCProviderProcess) -> None:
 def test_device_code_expires(short_lived: OIDCProviderProcess) -> None:
     device = start_device(short_lived)
     assert device["expires_in"] == 1
-    time.sleep(1.1)
+    time.sleep(1.1)  # deliberate: its lapse on the provider's clock (real time) is the point
     expired = poll(short_lived, device["device_code"])
     assert expired.status_code == 400 and expired.json()["error"] == "expired_token"
     assert httpx.post(short_lived.url("/_device/approve"),

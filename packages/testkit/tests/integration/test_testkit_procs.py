@@ -12,6 +12,7 @@ import pytest
 
 from codey_testkit.errors import ProcessError, ProcessExitedError, ProcessTimeoutError
 from codey_testkit.procs import ManagedProcess, free_port
+from codey_testkit.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -67,15 +68,15 @@ def test_kill9_then_stop_reaps_the_process_group(tmp_path: Path) -> None:
     assert proc.kill9() == -signal.SIGKILL
     os.kill(grandchild, 0)  # a crash leaves the child running...
     proc.stop()
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
+
+    def gone() -> bool:
         try:
             os.kill(grandchild, 0)
         except ProcessLookupError:
-            break
-        time.sleep(0.02)
-    else:
-        pytest.fail("grandchild survived stop()")
+            return True
+        return False
+
+    wait_until(gone, timeout=5, what="stop() to end the grandchild too")
 
 
 def test_stop_escalates_to_sigkill_and_misuse_is_reported(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from codey_protocol.worker import CommandResult, RunCommand
+from codey_testkit.waiting import until
 from codey_worker.exec import run_command
 from codey_worker.policy import LocalPolicy
 from codey_worker.sandbox import Sandbox, SandboxSettings, detect
@@ -186,8 +187,8 @@ def test_a_box_that_dies_under_a_command_says_so_and_the_next_gets_a_new_one(
         running = asyncio.create_task(box.run(["sleep", "30"]))
         boxes = box.sandbox.boxes
         assert boxes is not None
-        while not boxes._boxes or not next(iter(boxes._boxes.values())).runs:
-            await asyncio.sleep(0.01)
+        await until(lambda: boxes._boxes and next(iter(boxes._boxes.values())).runs,
+                    interval=0.01, what="the command to run in its box")
         victim = next(iter(boxes._boxes.values()))
         os.kill(victim.proc.pid, signal.SIGKILL)
         result = await running

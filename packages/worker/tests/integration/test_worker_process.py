@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from codey_testkit import waiting
 from codey_testkit.procs import ManagedProcess, free_port
 from codey_testkit.stack import ServerProcess
 from codey_worker.sandbox import detect
@@ -79,12 +80,8 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
         yield Stack(server=server, home=home, work=work, logs=tmp_path / "logs")
 
 
-def wait_until(check: Any, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.05)
+def wait_until(check: Any, timeout: float = 15.0, what: str = "the condition") -> None:
+    waiting.wait_until(check, timeout=timeout, interval=0.05, what=what)
 
 
 def test_pairs_connects_and_runs_actions(stack: Stack) -> None:
@@ -94,7 +91,7 @@ def test_pairs_connects_and_runs_actions(stack: Stack) -> None:
         identity = stack.home / "worker.json"
         assert stat.S_IMODE(identity.stat().st_mode) == 0o600
         assert json.loads(identity.read_text())["worker_id"] == worker_id
-        wait_until(lambda: stack.worker_state(worker_id)["connected"])
+        wait_until(lambda: stack.worker_state(worker_id)["connected"], what="the worker to connect")
         caps = stack.worker_state(worker_id)["capabilities"]
         assert "run_command" in caps["executors"] and "cancel" in caps["executors"]
         # the sandbox it found, on its terminal and in its hello
@@ -171,7 +168,8 @@ def test_pairs_connects_and_runs_actions(stack: Stack) -> None:
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(15) == 0
         assert "stopping (signal SIGTERM)" in worker.read_log()
-        wait_until(lambda: not stack.worker_state(worker_id)["connected"])
+        wait_until(lambda: not stack.worker_state(worker_id)["connected"],
+                   what="the worker to show as disconnected")
 
 
 def test_action_cut_by_a_crash_is_answered_interrupted_never_run_again(stack: Stack) -> None:
@@ -180,12 +178,12 @@ def test_action_cut_by_a_crash_is_answered_interrupted_never_run_again(stack: St
     with stack.start_worker("worker-1") as first:
         worker_id = stack.approve(first)
         first.wait_for_line("^connected to", timeout=30)
-        wait_until(lambda: stack.worker_state(worker_id)["connected"])
+        wait_until(lambda: stack.worker_state(worker_id)["connected"], what="the worker to connect")
         body = {"type": "run_command", "session_id": "ses_1", "action_id": "act_cut",
                 "workdir": str(proj), "argv": ["sh", "-c", "echo x >> count; sleep 2"]}
         late = stack.action(worker_id, body, timeout=1)
         assert late["code"] == "timeout"
-        wait_until(lambda: (proj / "count").exists())
+        wait_until(lambda: (proj / "count").exists(), what="the command to count")
         first.kill9()
     with stack.start_worker("worker-2") as second:
         second.wait_for_line("^connected to", timeout=30)
@@ -208,14 +206,16 @@ def test_reconnects_after_the_server_restarts(stack: Stack) -> None:
         worker.wait_for_line(r"^reconnecting in \d+\.\d s…", timeout=15, start=offset)
         stack.server.start()
         worker.wait_for_line("^connected to", timeout=60, start=offset)
-        wait_until(lambda: stack.worker_state(worker_id)["connected"], timeout=30)
+        wait_until(lambda: stack.worker_state(worker_id)["connected"], timeout=30,
+                   what="the worker to connect")
         listed = stack.action(worker_id, {"type": "list_dir", "session_id": "s",
                                           "workdir": str(stack.work)})
         assert listed["ok"], listed
 
 
-#: how long the server stays away: long enough for an uncapped backoff to grow past 8 s
-OUTAGE_S = 12.0
+#: how long the server stays away, in the worker's failed attempts (what grows its backoff):
+#: after five, an uncapped backoff (0.5 s doubling) would wait up to 16 s before the next
+AWAY_ATTEMPTS = 5
 #: a worker is back this soon after its server is (the issue's bound)
 BACK_WITHIN_S = 3.0
 
@@ -225,18 +225,24 @@ def test_back_within_seconds_of_a_server_that_was_away_long(stack: Stack) -> Non
     the server says so) within 3 s of the server listening again: the backoff is capped."""
     with stack.start_worker() as worker:
         worker_id = stack.approve(worker)
-        wait_until(lambda: stack.worker_state(worker_id)["connected"], timeout=30)
+        wait_until(lambda: stack.worker_state(worker_id)["connected"], timeout=30,
+                   what="the worker to connect")
+        offset = worker.log_offset()
+        away = time.monotonic()
         stack.server.kill9()
-        # deliberate: the outage is what grows the backoff, and its length is the point
-        time.sleep(OUTAGE_S)
+        wait_until(lambda: len(re.findall(r"(?m)^reconnecting in", worker.read_log()[offset:]))
+                   >= AWAY_ATTEMPTS, timeout=60,
+                   what=f"{AWAY_ATTEMPTS} attempts to reconnect to the killed server")
+        away = time.monotonic() - away
         offset = worker.log_offset()
         stack.server.start()
         back = time.monotonic()
-        wait_until(lambda: stack.worker_state(worker_id)["connected"], timeout=60)
+        wait_until(lambda: stack.worker_state(worker_id)["connected"], timeout=60,
+                   what="the worker to connect")
         took = time.monotonic() - back
         worker.wait_for_line("^connected to", timeout=5, start=offset)
         print(f"worker connected again {took:.2f} s after the server was back "
-              f"(away {OUTAGE_S:.0f} s)")
+              f"(away {away:.1f} s, {AWAY_ATTEMPTS} attempts)")
         assert took <= BACK_WITHIN_S, f"back after {took:.1f} s"
 
 
@@ -244,7 +250,7 @@ def test_revoked_worker_exits_3_with_one_line(stack: Stack) -> None:
     with stack.start_worker() as worker:
         worker_id = stack.approve(worker)
         worker.wait_for_line("^connected to", timeout=30)
-        wait_until(lambda: stack.worker_state(worker_id)["connected"])
+        wait_until(lambda: stack.worker_state(worker_id)["connected"], what="the worker to connect")
         assert stack.server.http.post(f"/api/workers/{worker_id}/revoke").status_code < 300
         assert worker.wait(20) == 3
         assert worker.read_log().splitlines()[-1] == (

@@ -461,7 +461,8 @@ def test_attached_workdir_changes_are_reported_relative_and_filtered(
     assert "src" not in paths
 
 
-def test_a_session_reports_only_what_changed_while_it_acted(tmp_path: Path, root: Path) -> None:
+def test_a_session_reports_only_what_changed_while_it_acted(
+        tmp_path: Path, root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Two sessions share a folder: each reports the files changed while its own actions ran
     (or just after), not the other's, and not the user's edits between turns."""
     send = FakeSend()
@@ -470,9 +471,29 @@ def test_a_session_reports_only_what_changed_while_it_acted(tmp_path: Path, root
         return {p for m in send.messages() if isinstance(m, WorkspaceChanged)
                 and m.session_id == session_id for p in m.paths}
 
+    # what each watch (one per session) was given by watchfiles, batch by batch: the watcher
+    # decides on a batch before it asks for the next one, with no wait in between
+    import watchfiles
+
+    batches: list[list[set[str]]] = []
+    awatch = watchfiles.awatch
+
+    def watching(*args: Any, **kw: Any) -> Any:
+        mine: list[set[str]] = []
+        batches.append(mine)
+
+        async def changes() -> Any:
+            async for batch in awatch(*args, **kw):
+                mine.append({Path(path).name for _, path in batch})
+                yield batch
+
+        return changes()
+
+    monkeypatch.setattr(watchfiles, "awatch", watching)
+
     async def main() -> None:
-        d = make(tmp_path, root, send,
-                 watcher=WorkspaceWatcher(send, debounce_ms=50, slack_s=0.3))
+        watcher = WorkspaceWatcher(send, debounce_ms=50, slack_s=0.3)
+        d = make(tmp_path, root, send, watcher=watcher)
         for sid in ("s1", "s2"):
             await d.handle(AttachSession(action_id=f"at-{sid}", session_id=sid,
                                          workdir=str(root)))
@@ -487,11 +508,13 @@ def test_a_session_reports_only_what_changed_while_it_acted(tmp_path: Path, root
                             timeout=1.0)
             if f"a{n}.txt" in reported("s1"):
                 break
-        # deliberate sleeps: past s1's slack, then long enough for the user's edit to be seen
-        # (and not reported) before s2 acts
-        await asyncio.sleep(0.6)
+        # past s1's slack, then the user's edit seen (and not reported) by both watches
+        # before s2 acts
+        await until(lambda: not watcher._own("s1"), what="s1's slack to pass")
         (root / "mine.txt").write_text("the user's")
-        await asyncio.sleep(1.0)
+        await until(lambda: len(batches) == 2 and all(
+            any("mine.txt" in batch for batch in watch) for watch in batches),
+            what="both watches to see the user's edit")
         await d.handle(WriteFile(action_id="b", session_id="s2", workdir=str(root),
                                  path="b.txt", content="b"))
         await d.wait_idle()

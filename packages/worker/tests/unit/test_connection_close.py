@@ -12,6 +12,7 @@ from websockets.asyncio.server import ServerConnection, serve
 
 from codey_protocol import codec
 from codey_protocol import worker as wk
+from codey_testkit.waiting import until
 from codey_worker.config import Identity, WorkerConfig
 from codey_worker.connection import Worker
 from codey_worker.console import WorkerConsole
@@ -49,10 +50,8 @@ def test_a_close_by_the_server_is_reported_with_its_code_before_reconnecting(
                 WorkerConsole(Console(file=out, width=200, force_terminal=False)),
                 handle_signals=False)
             running = asyncio.create_task(worker.run())
-            deadline = time.monotonic() + 10
-            while "reconnecting in" not in out.getvalue():
-                assert time.monotonic() < deadline, out.getvalue()
-                await asyncio.sleep(0.02)
+            await until(out.getvalue, ok=lambda text: "reconnecting in" in text, timeout=10,
+                        show=str, what="the worker to say it reconnects")
             worker.stop()
             assert await asyncio.wait_for(running, 10) == 0
 

@@ -21,7 +21,7 @@ from codey_protocol.worker import (
     RunCommand,
 )
 from codey_testkit.outputs import Sink, arun
-from codey_testkit.waiting import until
+from codey_testkit.waiting import until, wait_until
 from codey_worker.confine import ActionRefused
 from codey_worker.exec import (
     CHUNK_MAX,
@@ -62,10 +62,10 @@ def run(ws: Path, policy: LocalPolicy, argv: list[str], sink: Sink | None = None
 
 
 def group_gone_within(pgid: int, seconds: float) -> bool:
-    """True once no process of the group exists. Orphaned zombies are reaped by PID 1,
-    which in some containers takes a second or two, hence the wait."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    """True once no process of the group exists (a timeout says so). Orphaned zombies are
+    reaped by PID 1, which in some containers takes a second or two, hence the wait."""
+
+    def gone() -> bool:
         # a killed child of this very process stays a zombie once the test's event loop (and
         # its child watcher) is gone: reap it here, as the worker's running loop would
         with contextlib.suppress(ChildProcessError):
@@ -74,8 +74,10 @@ def group_gone_within(pgid: int, seconds: float) -> bool:
             os.killpg(pgid, 0)
         except ProcessLookupError:
             return True
-        time.sleep(0.05)
-    return False
+        return False
+
+    return wait_until(gone, timeout=seconds, interval=0.05,
+                      what=f"no process of group {pgid} left")
 
 
 def live_pids(pids: list[int]) -> list[int]:
@@ -93,12 +95,10 @@ def live_pids(pids: list[int]) -> list[int]:
 
 
 def none_alive_within(pids: list[int], seconds: float) -> bool:
-    """True once none of ``pids`` runs; a SIGKILLed process may take a moment to finish exiting
-    after it closed its pipes."""
-    deadline = time.monotonic() + seconds
-    while live_pids(pids) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return not live_pids(pids)
+    """True once none of ``pids`` runs (a timeout says which do); a SIGKILLed process may take
+    a moment to finish exiting after it closed its pipes."""
+    return not wait_until(lambda: live_pids(pids), ok=lambda alive: not alive, timeout=seconds,
+                          what=f"none of {pids} to run")
 
 
 def vm_rss_kib() -> int:
@@ -389,8 +389,7 @@ def test_cancel_through_registry(ws: Path, policy: LocalPolicy) -> None:
                 grace_s=1.0,
             )
         )
-        while "started" not in sink.text():
-            await asyncio.sleep(0.02)
+        await until(lambda: "started" in sink.text(), what="the command's first line")
         running = registry.running()
         unknown = registry.cancel("no-such-action")
         asked = registry.cancel("c1")
@@ -413,8 +412,7 @@ def test_cancelling_the_task_kills_the_group(ws: Path, policy: LocalPolicy) -> N
         task = asyncio.create_task(
             run_command(action(ws, ["sh", "-c", 'echo "$$"; sleep 30']), sink, policy)
         )
-        while not sink.text().strip():
-            await asyncio.sleep(0.02)
+        await until(lambda: sink.text().strip(), what="the command's pid")
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task

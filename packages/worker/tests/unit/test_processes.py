@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import pytest
 
 from codey_protocol.worker import ExecKill, ExecOutput, ExecStart, ExecWrite
-from codey_testkit.waiting import wait_until
+from codey_testkit.waiting import Deadline, wait_until
 from codey_worker.confine import ActionRefused
 from codey_worker.exec import CommandRegistry, truncation_marker
 from codey_worker.policy import LocalPolicy
@@ -76,25 +76,23 @@ class Rig:
                          timeout: float = 20.0, first: str = "") -> tuple[str, ExecOutput]:
         """Poll (empty writes) until ``check`` holds for the output read so far."""
         text = first
-        deadline = time.monotonic() + timeout
+        deadline = Deadline(timeout, what="the output to hold what the test waits for")
         out = await self.write(pid, yield_ms=0)
         text += out.output
         while not check(text):
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out; output so far: {text!r}")
+            deadline.left(last=repr(text))
             out = await self.write(pid)
             text += out.output
         return text, out
 
     async def until_ended(self, pid: str, timeout: float = 20.0) -> tuple[str, ExecOutput]:
-        text, deadline = "", time.monotonic() + timeout
+        text, deadline = "", Deadline(timeout, what=f"process {pid} to end")
         while True:
             out = await self.write(pid, yield_ms=200)
             text += out.output
             if not out.running:
                 return text, out
-            if time.monotonic() > deadline:
-                raise AssertionError(f"still running; output: {text!r}")
+            deadline.left(last=f"still running; output: {text!r}")
 
 
 def arun(make: Callable[[], Awaitable[T]]) -> T:

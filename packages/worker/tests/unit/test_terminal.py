@@ -7,13 +7,14 @@ import asyncio
 import base64
 import shutil
 import subprocess
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from codey_protocol import codec
 from codey_protocol import worker as wk
+from codey_testkit.waiting import until
 from codey_worker.policy import LocalPolicy
 from codey_worker.terminal import WINDOW, Terminals
 
@@ -38,11 +39,8 @@ class Recorder:
                      if isinstance(f, wk.TerminalEnded) and f.client_id == client_id), None)
 
 
-async def _until(check: object, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.05)
+async def _until(check: Callable[[], object], timeout: float = 20.0) -> None:
+    await until(check, timeout=timeout, interval=0.05)
 
 
 def test_output_stops_at_the_window_until_acknowledged_and_detach_keeps_the_shell(
@@ -61,7 +59,11 @@ def test_output_stops_at_the_window_until_acknowledged_and_detach_keeps_the_shel
         await _until(lambda: b"ready-2" in sent.output("c1"))
         await terms.handle(wk.TerminalInput(client_id="c1", data="yes flood | head -c 20000000\r"))
         await _until(lambda: len(sent.output("c1")) >= WINDOW)
-        await asyncio.sleep(1.0)  # nothing acknowledged: the pty is left unread
+        # nothing acknowledged: the pty is left unread (its reader is off: nothing reads it
+        # until an ack turns it on again), and what was read from it has been sent
+        client = terms._clients["c1"]
+        await until(lambda: not client.reading and len(sent.output("c1")) == client.unacked,
+                    what="the pty to be left unread")
         stalled = len(sent.output("c1"))
         assert WINDOW <= stalled < WINDOW + 2 * 65536
         await terms.handle(wk.TerminalAck(client_id="c1", nbytes=stalled))
