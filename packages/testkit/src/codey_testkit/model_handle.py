@@ -116,10 +116,10 @@ def start_model_server(
 ) -> ModelServerHandle:
     """Start ``codey-model-server`` on port 0 and wait until it listens.
 
-    ``backlog``: its listen backlog (uvicorn's 2048 when None); 5 is a small accept queue, as
-    many self-hosted model servers have. A mapping/list script is written as JSON into ``tmp_path``; a Path is used as is. The log
-    goes to ``tmp_path/<name>.log``. Raises ProcessExitedError (bad script, crash) or
-    ProcessTimeoutError, both with the log tail.
+    A mapping/list script is written as JSON into ``tmp_path``; a Path is used as is. The log
+    goes to ``tmp_path/<name>.log``. ``backlog``: its listen backlog (uvicorn's 2048 when
+    None); 5 is a small accept queue, as many self-hosted model servers have. Raises
+    ProcessExitedError (bad script, crash) or ProcessTimeoutError, both with the log tail.
     """
     tmp_path.mkdir(parents=True, exist_ok=True)
     if isinstance(script, Path):
