@@ -14,7 +14,9 @@ same generator, so their low-level ``post``, stream class and error classes matc
 
 One client per provider and credential: created on first use, shared by every session, rebuilt
 only when the credential changes (a login, a refresh), closed on shutdown. A retired client is
-closed once the calls still using it are done.
+closed once the calls still using it are done. Its connections are kept alive and reused, and
+new ones are set up a few at a time (:mod:`codey_server.agent.connections`): sessions that
+start together must not open their connections in one instant.
 
 Retries: a 429 (not an exhausted quota), a 5xx (Anthropic's 529 "overloaded" among them), or
 a connection that fails before the answer starts is retried with backoff honouring
@@ -38,6 +40,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from codey_protocol.ratelimits import RATE_LIMIT_HEADERS
+from codey_server.agent.connections import SetupGate, http_client
 from codey_server.agent.context import window_for
 from codey_server.agent.errors import ModelError
 from codey_server.agent.stream import ModelEvent, RateLimits, Retrying
@@ -132,6 +135,8 @@ class ModelProvider:
         self.models: list[str] = list(config.models)
         self.wire: Wire = wire_for(config.kind)
         self._sdk = _Sdk("anthropic" if config.kind == "anthropic" else "openai")
+        #: new connections being set up at once, shared by every client of the provider
+        self.gate = SetupGate(config.max_connecting)
         self._current: _Client | None = None
         self._retired: list[_Client] = []
         self._closed = False
@@ -161,7 +166,8 @@ class ModelProvider:
                 current.retired = True
                 self._retired.append(current)
                 await self._close_idle()
-            current = self._current = _Client(self._sdk.client(sdk, self.config, token), token)
+            current = self._current = _Client(
+                self._sdk.client(sdk, self.config, token, self.gate), token)
             self.clients_built += 1
         current.users += 1
         return current
@@ -319,15 +325,17 @@ class _Sdk:
         module: ModuleType = loading.result()  # type: ignore[assignment]
         return module
 
-    def client(self, sdk: ModuleType, config: ProviderConfig, token: str | None) -> Any:
+    def client(self, sdk: ModuleType, config: ProviderConfig, token: str | None,
+               gate: SetupGate) -> Any:
         """A client with no retries of its own (ours honour Retry-After and say so), on
         aiohttp (the SDK's own supported alternative transport: a model call costs the
-        server a fraction of the CPU httpx's default one takes)."""
+        server a fraction of the CPU httpx's default one takes), its new connections through
+        the provider's ``gate``."""
         timeout = sdk.Timeout(600.0, connect=20.0)
         if self.name == "openai":
             return sdk.AsyncOpenAI(api_key=token or "none", base_url=config.base_url,
                                    max_retries=0, timeout=timeout,
-                                   http_client=sdk.DefaultAioHttpClient())
+                                   http_client=http_client(sdk, gate))
         from codey_server.agent.wire.anthropic import API_VERSION
 
         base = config.base_url.rstrip("/")
@@ -338,8 +346,7 @@ class _Sdk:
         oauth = config.auth == "oauth"
         return _anthropic_class(sdk)(
             api_key=None if oauth else (token or "none"), auth_token=token if oauth else None,
-            base_url=base, max_retries=0, timeout=timeout,
-            http_client=sdk.DefaultAioHttpClient(),
+            base_url=base, max_retries=0, timeout=timeout, http_client=http_client(sdk, gate),
             default_headers={"anthropic-version": API_VERSION})
 
     def transport_errors(self, sdk: ModuleType) -> tuple[type[BaseException], ...]:
