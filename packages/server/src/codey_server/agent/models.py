@@ -18,6 +18,11 @@ closed once the calls still using it are done. Its connections are kept alive an
 new ones are set up a few at a time (:mod:`codey_server.agent.connections`): sessions that
 start together must not open their connections in one instant.
 
+The SDK is imported in a thread (it takes seconds on a busy machine): the agent service starts
+that as soon as the server has started, for each configured provider's SDK, and when a
+provider is added (:meth:`ModelProvider.prepare`), so a first call finds it loaded; a call
+that comes first waits for the same import.
+
 Retries: a 429 (not an exhausted quota), a 5xx (Anthropic's 529 "overloaded" among them), or
 a connection that fails before the answer starts is retried with backoff honouring
 ``Retry-After``, each announced as :class:`~codey_server.agent.stream.Retrying`. A 401 on an
@@ -151,6 +156,12 @@ class ModelProvider:
 
     def context_window(self, model: str) -> int:
         return window_for(self.config, model)
+
+    def prepare(self) -> None:
+        """Start loading the provider's SDK in a thread, if nothing has yet (it returns at
+        once). Called when the server has started and when a provider is defined, so the
+        first model call finds the SDK loaded, or waits only for the rest of its import."""
+        self._sdk.start_loading()
 
     async def _acquire(self) -> _Client:
         if self._closed:
@@ -302,24 +313,34 @@ class _Sdk:
     def __init__(self, name: str) -> None:
         self.name = name
 
-    async def load(self) -> ModuleType:
-        """Import the SDK, the first time in a thread of its own: it brings pydantic,
-        aiohttp and hundreds of type modules, about a second of CPU (several on a busy
-        machine), which on the loop would stall every socket and heartbeat of the server —
-        and among replicas its lease renewals, handing its sessions to another replica.
-        Every caller meanwhile waits for the same import."""
+    def start_loading(self) -> concurrent.futures.Future[object]:
+        """Start importing the SDK in a thread of its own, once per process (later calls
+        return the same import): it brings pydantic, aiohttp and hundreds of type modules,
+        about a second of CPU (several on a busy machine), which on the loop would stall
+        every socket and heartbeat of the server — and among replicas its lease renewals,
+        handing its sessions to another replica."""
         loading = _IMPORTS.get(self.name)
         if loading is None:
             loading = _IMPORTS[self.name] = concurrent.futures.Future()
             name, future = self.name, loading
 
             def run() -> None:
+                started = time.perf_counter()
                 try:
                     future.set_result(importlib.import_module(name))
                 except BaseException as err:  # given to every caller waiting for it
                     future.set_exception(err)
+                else:
+                    log.info("the %s SDK is loaded (%.2f s, in a thread)", name,
+                             time.perf_counter() - started)
 
             threading.Thread(target=run, name=f"import-{name}", daemon=True).start()
+        return loading
+
+    async def load(self) -> ModuleType:
+        """The SDK, imported by :meth:`start_loading` (started here if nothing did): every
+        caller meanwhile waits for the same import."""
+        loading = self.start_loading()
         if not loading.done():
             await asyncio.wrap_future(loading)
         module: ModuleType = loading.result()  # type: ignore[assignment]
