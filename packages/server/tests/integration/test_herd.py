@@ -28,12 +28,13 @@ from codey_testkit.stack import ServerProcess, WorkerProcess
 pytestmark = pytest.mark.integration
 
 SESSIONS = 100
-#: the most a session's first model call may take after its creation was asked for: a
-#: healthy run takes about a second on a loaded 2-core machine; a connection dropped from a
-#: full accept queue alone waits 1 s, then 3 s, 7 s, ... (the herd took up to 114 s)
-FIRST_CALL_S = 5.0
+#: the most a session's first model call may come after the session was created. Healthy runs
+#: on a 2-core machine at a load of 7 to 11 (other suites running): 1.0 to 3.2 s, and 4.9 s
+#: once at a load of 17. The herd: a connection dropped from a full accept queue waits 1 s,
+#: then 3 s, 7 s, ...; 14 of 100 sessions had not called after 60 s (114 s in another run)
+FIRST_CALL_S = 8.0
 #: the longest quiet time between two sessions' first calls (a retransmitted SYN: 1 s, then
-#: 3 s since the first try; a healthy run's longest was 0.3 s)
+#: 3 s since the first try; 0.06 to 0.32 s in the healthy runs)
 GAP_S = 2.5
 PLAN = {"plan": [{"step": "look around", "status": "done"}]}
 SCRIPT: dict[str, Any] = {"model": "scripted-1", "steps": [
@@ -59,15 +60,14 @@ def test_sessions_started_at_once_reach_a_model_with_a_small_accept_queue(
             pass
         workdir = worker.root / "herd"
         workdir.mkdir(parents=True)
-        asked: dict[str, float] = {}
+        created: dict[str, float] = {}
 
         def create(_: int) -> None:
-            started = time.time()
             r = server.http.post("/api/sessions", json={
                 "worker_id": worker.worker_id, "workdir": str(workdir), "prompt": "herd",
                 "policy": "full-auto"})
             assert r.status_code == 201, r.text
-            asked[r.json()["session_id"]] = started
+            created[r.json()["session_id"]] = time.time()  # its turn begins now
 
         began = time.time()
         with concurrent.futures.ThreadPoolExecutor(16) as pool:  # at once, as far as HTTP goes
@@ -83,9 +83,9 @@ def test_sessions_started_at_once_reach_a_model_with_a_small_accept_queue(
     first: dict[str, dict[str, Any]] = {}
     for call in calls:  # the session's id is the call's prompt_cache_key
         first.setdefault(call["body"]["prompt_cache_key"], call)
-    missing = set(asked) - set(first)
+    missing = set(created) - set(first)
     assert not missing, f"{len(missing)} sessions never called the model in time"
-    waits = sorted(first[sid]["ts"] - asked[sid] for sid in asked)
+    waits = sorted(first[sid]["ts"] - created[sid] for sid in created)
     arrivals = sorted(call["ts"] - began for call in first.values())
     gaps = [b - a for a, b in itertools.pairwise(arrivals)]
     said = (f"first calls {arrivals[0]:.2f}–{arrivals[-1]:.2f} s after the sessions began; "
