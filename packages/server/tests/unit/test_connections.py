@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import json
+import subprocess
+import sys
 from collections.abc import Awaitable, Callable
 
 import aiohttp
@@ -182,3 +185,50 @@ def test_the_sdks_client_runs_on_a_pool_that_carries_the_gate(sdk: str) -> None:
     replies, gate = asyncio.run(run())
     assert replies == [{}] * 8
     assert gate.peak == 3 and gate.opened == 8 and gate.setting_up == 0
+
+
+_FIRST_CLIENT = r"""
+import asyncio, json, sys, threading
+
+sdk = sys.argv[1]
+
+from codey_server.agent.models import ModelProvider
+from codey_server.settings import ProviderConfig
+
+
+class Key:
+    async def token(self):
+        return "key"
+
+    async def refresh(self):
+        return False
+
+
+provider = ModelProvider(ProviderConfig(name="p", kind="anthropic" if sdk == "anthropic"
+                                        else "chat", base_url="http://127.0.0.1:9/v1"), Key())
+
+
+async def main():
+    provider.prepare()
+    await provider._sdk.load()  # the import and its warm-up, in their thread
+    loaded = set(sys.modules)
+    first = await provider._acquire()  # the first client, built on the loop
+    second = provider._sdk.client(sys.modules[sdk], provider.config, "other", provider.gate)
+    contexts = {id(c._client._transport.ssl_context) for c in (first.client, second)}
+    return sorted(set(sys.modules) - loaded), len(contexts)
+
+
+print(json.dumps(asyncio.run(main())))
+"""
+
+
+@pytest.mark.parametrize("sdk", ["openai", "anthropic"])
+def test_the_first_client_imports_nothing_and_shares_the_ssl_context_made_in_the_thread(
+        sdk: str) -> None:
+    # building the first client used to import the HTTP stack and load the CA store on the
+    # event loop: half a second and more on a busy machine, on the first model call
+    out = subprocess.run([sys.executable, "-c", _FIRST_CLIENT, sdk], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    imported, contexts = json.loads(out.stdout.strip().splitlines()[-1])
+    assert imported == [] and contexts == 1

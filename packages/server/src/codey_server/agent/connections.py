@@ -23,13 +23,17 @@ connection never wait here.
 The gate rides on aiohttp's public tracing signals (:meth:`SetupGate.trace_config`), so the
 SDK's own request path is unchanged; :func:`http_client` builds the SDK's aiohttp client on
 a session that carries it. aiohttp is imported only there (it comes with the SDK, which is
-loaded in a thread, :mod:`codey_server.agent.models`).
+loaded in a thread, :mod:`codey_server.agent.models`), and :func:`prepare` runs in that
+thread too: building a client the first time imports its HTTP stack (httpcore2, truststore,
+h11, anyio: about half a second of CPU) and loads the CA store into an SSL context (40 ms,
+200 on a busy machine), both on the event loop otherwise, on the first model call.
 """
 
 from __future__ import annotations
 
 import asyncio
 import importlib
+import ssl
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -37,7 +41,7 @@ if TYPE_CHECKING:
 
     import aiohttp
 
-__all__ = ["ANSWER_S", "KEEPALIVE_S", "MAX_CONNECTIONS", "SetupGate", "http_client"]
+__all__ = ["ANSWER_S", "KEEPALIVE_S", "MAX_CONNECTIONS", "SetupGate", "http_client", "prepare"]
 
 #: a set-up not answered after this long stops counting against the gate (seconds)
 ANSWER_S = 1.0
@@ -117,15 +121,37 @@ class SetupGate:
         return config
 
 
+#: each SDK's verifying SSL context (its CA store loaded), made once by :func:`prepare` and
+#: shared by every client of that SDK
+_CONTEXTS: dict[str, ssl.SSLContext] = {}
+
+
+def _vendored(sdk: ModuleType) -> Any:
+    # openai and anthropic each vendor the same httpx-to-aiohttp transport
+    return importlib.import_module(f"{sdk.__name__}._vendor.httpx_aiohttp")
+
+
+def prepare(sdk: ModuleType) -> None:
+    """Do, once per SDK and off the event loop (in its loader thread), what building its
+    first client would do on it: import the transport's HTTP stack, and make the SSL context
+    every client of the SDK then shares (the SDK's own default: the system's trust store,
+    ``SSL_CERT_FILE`` and ``SSL_CERT_DIR`` honoured)."""
+    if sdk.__name__ not in _CONTEXTS:
+        _CONTEXTS[sdk.__name__] = _vendored(sdk).AiohttpTransport().ssl_context
+        "codey".encode("idna")  # the host name's codec, which the first request would load
+
+
 def http_client(sdk: ModuleType, gate: SetupGate) -> Any:
     """The SDK's aiohttp client (``sdk.DefaultAioHttpClient``) on a connection pool whose new
-    connections go through ``gate``. ``sdk`` is ``openai`` or ``anthropic``: each vendors
-    the same httpx-to-aiohttp transport, which takes the aiohttp session to use; the session
-    is made on the first request, inside the event loop, as the transport's own is."""
+    connections go through ``gate``. ``sdk`` is ``openai`` or ``anthropic``. The transport
+    takes the aiohttp session to use; the session is made on the first request, inside the
+    event loop, as the transport's own is. Cheap after :func:`prepare`."""
     import aiohttp
 
-    vendored = importlib.import_module(f"{sdk.__name__}._vendor.httpx_aiohttp")
-    transport = vendored.AiohttpTransport()
+    context = _CONTEXTS.get(sdk.__name__)
+    vendored = _vendored(sdk)
+    transport = (vendored.AiohttpTransport() if context is None
+                 else vendored.AiohttpTransport(verify=context))
 
     def session() -> aiohttp.ClientSession:
         connector = aiohttp.TCPConnector(limit=MAX_CONNECTIONS, keepalive_timeout=KEEPALIVE_S,

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from codey_protocol.ratelimits import RATE_LIMIT_HEADERS
 from codey_server.agent.connections import SetupGate, http_client
+from codey_server.agent.connections import prepare as prepare_connections
 from codey_server.agent.context import window_for
 from codey_server.agent.errors import ModelError
 from codey_server.agent.stream import ModelEvent, RateLimits, Retrying
@@ -300,6 +301,8 @@ class ModelProvider:
 #: each SDK's import, started by the first model call that needs it (one for every provider
 #: and loop)
 _IMPORTS: dict[str, concurrent.futures.Future[object]] = {}
+#: the SDKs a model call had to wait for (said in the log once each)
+_WAITED: set[str] = set()
 #: each SDK's stream class that yields raw server-sent events, by the events it drops
 _RAW_EVENTS: dict[tuple[str, frozenset[str]], type] = {}
 _ANTHROPIC_CLIENT: type | None = None
@@ -327,7 +330,11 @@ class _Sdk:
             def run() -> None:
                 started = time.perf_counter()
                 try:
-                    future.set_result(importlib.import_module(name))
+                    module = importlib.import_module(name)
+                    # and what building the first client would do on the loop: import the
+                    # HTTP stack, load the CA store
+                    prepare_connections(module)
+                    future.set_result(module)
                 except BaseException as err:  # given to every caller waiting for it
                     future.set_exception(err)
                 else:
@@ -342,7 +349,12 @@ class _Sdk:
         caller meanwhile waits for the same import."""
         loading = self.start_loading()
         if not loading.done():
+            waiting = time.perf_counter()
             await asyncio.wrap_future(loading)
+            if self.name not in _WAITED:  # the first to wait waited longest: said once
+                _WAITED.add(self.name)
+                log.info("a model call waited %.2f s for the %s SDK", time.perf_counter()
+                         - waiting, self.name)
         module: ModuleType = loading.result()  # type: ignore[assignment]
         return module
 
