@@ -187,6 +187,35 @@ def test_the_sdks_client_runs_on_a_pool_that_carries_the_gate(sdk: str) -> None:
     assert gate.peak == 3 and gate.opened == 8 and gate.setting_up == 0
 
 
+def test_a_proxy_from_the_environment_is_still_used_and_gated(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import openai
+
+    from codey_server.agent.connections import http_client
+
+    for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+
+    async def run() -> tuple[object, SetupGate, _Http]:
+        gate = SetupGate(2)
+
+        async def answer() -> None:
+            await asyncio.sleep(0)
+
+        proxy = _Http(answer)  # answers whatever it is asked: as a proxy would, from upstream
+        async with proxy as url:
+            monkeypatch.setenv("HTTP_PROXY", url.rsplit("/", 2)[0])
+            client = openai.AsyncOpenAI(api_key="k", base_url="http://model.invalid:1/v1",
+                                        max_retries=0, http_client=http_client(openai, gate))
+            reply = await client.post("/responses", cast_to=object, body={})
+            await client.close()
+        return reply, gate, proxy
+
+    reply, gate, proxy = asyncio.run(run())
+    assert reply == {} and proxy.requests == 1  # through the proxy: model.invalid is no host
+    assert gate.opened == 1 and gate.setting_up == 0
+
+
 _FIRST_CLIENT = r"""
 import asyncio, json, sys, threading
 

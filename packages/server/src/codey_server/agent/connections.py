@@ -41,16 +41,10 @@ if TYPE_CHECKING:
 
     import aiohttp
 
-__all__ = ["ANSWER_S", "KEEPALIVE_S", "MAX_CONNECTIONS", "SetupGate", "http_client", "prepare"]
+__all__ = ["ANSWER_S", "SetupGate", "http_client", "prepare"]
 
 #: a set-up not answered after this long stops counting against the gate (seconds)
 ANSWER_S = 1.0
-#: an idle connection is closed after this long (httpx's default, which the SDKs used): most
-#: servers close theirs after 5 s or later, so the client never sends on one being closed
-KEEPALIVE_S = 5.0
-#: connections to one provider at most, busy and idle (the SDKs' own default): a session
-#: makes one call at a time, so it is the number of sessions calling at once
-MAX_CONNECTIONS = 1000
 
 
 class _Setup:
@@ -124,6 +118,8 @@ class SetupGate:
 #: each SDK's verifying SSL context (its CA store loaded), made once by :func:`prepare` and
 #: shared by every client of that SDK
 _CONTEXTS: dict[str, ssl.SSLContext] = {}
+#: each SDK's aiohttp client class whose transports run on gated sessions
+_CLIENTS: dict[str, type] = {}
 
 
 def _vendored(sdk: ModuleType) -> Any:
@@ -142,21 +138,49 @@ def prepare(sdk: ModuleType) -> None:
 
 
 def http_client(sdk: ModuleType, gate: SetupGate) -> Any:
-    """The SDK's aiohttp client (``sdk.DefaultAioHttpClient``) on a connection pool whose new
-    connections go through ``gate``. ``sdk`` is ``openai`` or ``anthropic``. The transport
-    takes the aiohttp session to use; the session is made on the first request, inside the
-    event loop, as the transport's own is. Cheap after :func:`prepare`."""
+    """The SDK's aiohttp client (``sdk.DefaultAioHttpClient``, ``openai`` or ``anthropic``),
+    as the SDK builds it — its limits (1,000 connections, idle ones kept 5 s), the proxies
+    of the environment — except that each of its transports gets an aiohttp session whose
+    new connections go through ``gate``. Cheap after :func:`prepare`."""
+    made = _CLIENTS.get(sdk.__name__)
+    if made is None:
+        made = _CLIENTS[sdk.__name__] = _gated_client_class(sdk)
+    return made(gate, verify=_CONTEXTS.get(sdk.__name__, True))
+
+
+def _gated_client_class(sdk: ModuleType) -> type:
     import aiohttp
 
-    context = _CONTEXTS.get(sdk.__name__)
-    vendored = _vendored(sdk)
-    transport = (vendored.AiohttpTransport() if context is None
-                 else vendored.AiohttpTransport(verify=context))
+    transport_class = _vendored(sdk).AiohttpTransport
 
-    def session() -> aiohttp.ClientSession:
-        connector = aiohttp.TCPConnector(limit=MAX_CONNECTIONS, keepalive_timeout=KEEPALIVE_S,
-                                         ssl=transport.ssl_context)
-        return aiohttp.ClientSession(connector=connector, trace_configs=[gate.trace_config()])
+    def gated(transport: Any, gate: SetupGate) -> Any:
+        if not isinstance(transport, transport_class):
+            return transport
 
-    transport.client = session
-    return sdk.DefaultAioHttpClient(transport=transport)
+        def session() -> aiohttp.ClientSession:
+            # the transport's own session (its get_client), with the gate's tracing hooks;
+            # made on the first request, inside the event loop
+            limits = transport.limits
+            connector = aiohttp.TCPConnector(
+                keepalive_timeout=limits.keepalive_expiry, ssl=transport.ssl_context,
+                **({"limit": limits.max_connections} if limits.max_connections else {}))
+            return aiohttp.ClientSession(connector=connector,
+                                         trace_configs=[gate.trace_config()])
+
+        transport.client = session
+        return transport
+
+    class GatedClient(sdk.DefaultAioHttpClient):  # type: ignore[name-defined,misc]
+        # the transports are made inside the constructor, by these two hooks (which the
+        # vendored client itself overrides to put aiohttp under httpx)
+        def __init__(self, gate: SetupGate, **kwargs: Any) -> None:
+            self._codey_gate = gate
+            super().__init__(**kwargs)
+
+        def _init_transport(self, *args: Any, **kwargs: Any) -> Any:
+            return gated(super()._init_transport(*args, **kwargs), self._codey_gate)
+
+        def _init_proxy_transport(self, *args: Any, **kwargs: Any) -> Any:
+            return gated(super()._init_proxy_transport(*args, **kwargs), self._codey_gate)
+
+    return GatedClient
