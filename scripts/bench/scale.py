@@ -314,8 +314,9 @@ def main(argv: list[str] | None = None) -> int:
                     idle = [rss_mb(w.proc.pid) for w in workers if w.proc is not None]
                     figure("idle worker RSS (mean)", sum(idle) / len(idle), "MB", "≤ 40 MB",
                            sum(idle) / len(idle) <= 40)
-                    # a warm-up session: the server's first model call imports the SDK (about
-                    # a second of CPU) and each worker's first attach starts its watcher
+                    # a warm-up session: the server's SDK may still be loading (it starts as
+                    # the server does: about a second of CPU) and each worker's first attach
+                    # starts its watcher
                     with contextlib.redirect_stdout(io.StringIO()):
                         phase(server, workers, len(workers), args.calls, dsn, root, None)
                     for sessions in args.sessions:

@@ -1,8 +1,9 @@
 """The model path: server CPU per tool step of a real turn, memory of resident sessions, and
 the time to build a request body over a long history (issue 10's figures).
 
-    uv run python scripts/bench/turn.py            # ~2 minutes on 2 cores
-    uv run python scripts/bench/turn.py --quick    # a smoke run (~40 s)
+    uv run python scripts/bench/turn.py            # ~6 minutes on 2 cores
+    uv run python scripts/bench/turn.py --quick    # a smoke run (~1.5 minutes)
+    uv run python scripts/bench/turn.py --only d   # one part (a, b, c, d; repeatable)
 
 a. A 20-step turn through the real server and worker, against the scripted model answering
    at once (each step: a model call that asks for ``true``, the action, its result). Printed:
@@ -19,6 +20,16 @@ b. 200 sessions of 200 items each, resident in the server (written into its log,
 c. Building one request body over a 2,000-item history: the call after a new item is added
    (what every step pays), against encoding the same body afresh with msgspec (baseline, in
    process). Goal ≤ 2 ms.
+d. A session right after a server start (issue 34): a fresh server, a worker paired with it,
+   and at once a 10-step turn; then the same turn a minute later (``--later``), the
+   baseline. Printed: how long its first model call waited for the SDK's import (the
+   server says so in its log when a call had to wait; goal ≤ 0.2 s), and the turn's wall
+   time against the baseline's (goal ≤ 1.2×), with how long after its creation the first
+   call reached the model, against the baseline (that includes the fresh worker's first
+   actions). Median over ``--starts`` starts, run both as this environment runs Python
+   (``PYTHONDONTWRITEBYTECODE`` set: every start compiles what it imports) and with a
+   bytecode cache (as an installed server runs), interleaved; the SDK's import time (the
+   server's log line) and the head start it had (server ready → session) are printed too.
 """
 
 from __future__ import annotations
@@ -27,6 +38,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -319,22 +331,125 @@ def bench_body(items: int, rounds: int) -> None:
     info("body size", f"{len(body) / 1024:.0f} KiB")
 
 
+def _sdk_load_s(server: ServerProcess) -> float | None:
+    """Seconds the server's SDK import took, from its log line (None before it is loaded)."""
+    found = re.findall(r"the openai SDK is loaded \((\d+\.\d+) s", server.log_text())
+    return float(found[-1]) if found else None
+
+
+def _sdk_wait_s(server: ServerProcess) -> float:
+    """Seconds the first model call that had to wait for the SDK waited (its log line; none:
+    no call waited)."""
+    found = re.findall(r"a model call waited (\d+\.\d+) s for the openai SDK",
+                       server.log_text())
+    return float(found[-1]) if found else 0.0
+
+
+def first_turn(server: ServerProcess, worker: WorkerProcess, model: ModelServerHandle,
+               steps: int) -> tuple[float, float]:
+    """One ``steps``-step turn in a new session: (seconds from the session's creation to its
+    first model call reaching the model, seconds from its creation until it is idle)."""
+    model.set_script(turn_script(steps))
+    model.clear_requests()
+    project = Path(worker.workdir("first"))
+    project.mkdir(parents=True, exist_ok=True)
+    sid = create_session(server, worker, str(project), "bench")
+    created = time.time()
+    while True:
+        s = session(server, sid)
+        if s["status"] in ("idle", "error") and len(s["items"]) > 1:
+            break
+        time.sleep(0.02)
+    done = time.time()
+    calls = sum(1 for i in s["items"] if i["kind"] == "tool_call")
+    assert s["status"] == "idle" and calls == steps, (s["status"], calls)
+    return model.requests()[0]["ts"] - created, done - created
+
+
+def bench_first_session(root: Path, starts: int, later_s: float, steps: int = 10) -> None:
+    print(f"d. a session right after a server start: {steps} steps, then the same "
+          f"{later_s:.0f} s later (median of {starts} starts)", flush=True)
+    cache = root / "pycache"
+    modes = {"bytecode cached": {"PYTHONDONTWRITEBYTECODE": "", "PYTHONPYCACHEPREFIX":
+                                 str(cache)}}
+    if os.environ.get("PYTHONDONTWRITEBYTECODE"):
+        modes["no bytecode cache (as run here)"] = {}
+    # fill the cache: as pip does at install (or a first run)
+    subprocess.run([sys.executable, "-c", "import codey_server.cli, codey_server.app, openai"],
+                   env={**os.environ, **modes["bytecode cached"]}, check=True)
+    got: dict[str, dict[str, list[float]]] = {
+        mode: {k: [] for k in ("first", "wall", "first_later", "wall_later", "sdk", "head",
+                               "wait")}
+        for mode in modes}
+    with start_model_server(turn_script(steps), root / "model-first") as model:
+        for n in range(starts):
+            for mode, env in modes.items():  # interleaved: load on the machine hits both
+                tag = f"{n}-{len(got[mode]['first'])}-{mode.split()[0]}"
+                server = ServerProcess(root / f"first-{tag}", env=env,
+                                       config=provider_config(model, kind="responses"))
+                with server:
+                    ready = time.time()  # listening: the SDK's import has begun
+                    with WorkerProcess(server, root / f"first-w-{tag}") as worker:  # pairs
+                        first, wall = first_turn(server, worker, model, steps)
+                        got[mode]["head"].append(time.time() - wall - ready)
+                        got[mode]["sdk"].append(_sdk_load_s(server) or float("nan"))
+                        got[mode]["wait"].append(_sdk_wait_s(server))
+                        time.sleep(later_s)
+                        first_later, wall_later = first_turn(server, worker, model, steps)
+                for key, value in (("first", first), ("wall", wall),
+                                   ("first_later", first_later), ("wall_later", wall_later)):
+                    got[mode][key].append(value)
+    for mode, g in got.items():
+        info(f"{mode}:", "")
+        first, later = statistics.median(g["first"]), statistics.median(g["first_later"])
+        wait = statistics.median(g["wait"])
+        ratio = statistics.median([a / b for a, b in zip(g["wall"], g["wall_later"],
+                                                         strict=True)])
+        figure("  first model call's wait for the SDK", wait * 1000, "ms", "≤ 200 ms",
+               wait <= 0.2)
+        info("  … each start", ", ".join(f"{w * 1000:.0f}" for w in g["wait"]) + " ms")
+        figure("  creation → first call, after the start", first * 1000, "ms", "", None)
+        figure("  … the same later (baseline)", later * 1000, "ms", "", None)
+        figure(f"  {steps} steps after the start / later", ratio, "x", "≤ 1.2x", ratio <= 1.2)
+        info("  … each start", ", ".join(f"{a / b:.2f}" for a, b in zip(
+            g["wall"], g["wall_later"], strict=True)) + " x")
+        figure(f"  … {steps} steps after the start", statistics.median(g["wall"]), "s", "", None)
+        figure("  … the same later (baseline)", statistics.median(g["wall_later"]), "s", "",
+               None)
+        figure("  the SDK's import in the server (its log)", statistics.median(g["sdk"]), "s",
+               "", None)
+        figure("  head start: server ready → session", statistics.median(g["head"]), "s", "",
+               None)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="smaller runs, for a smoke test")
     parser.add_argument("--turns", type=int, default=12)
+    parser.add_argument("--starts", type=int, default=None,
+                        help="d: server starts per way of running (default 3; 1 with --quick)")
+    parser.add_argument("--later", type=float, default=None,
+                        help="d: seconds until the baseline turn (default 60; 8 with --quick, "
+                             "still past the 5 s a kept-alive connection lasts)")
+    parser.add_argument("--only", choices=["a", "b", "c", "d"], action="append",
+                        help="run only these parts (repeatable)")
     args = parser.parse_args()
     turns = 2 if args.quick else args.turns
+    parts = args.only or ["a", "b", "c", "d"]
     with tempfile.TemporaryDirectory(prefix="codey-bench-turn-") as tmp:
         root = Path(tmp)
-        bench_body(2000, 50 if args.quick else 200)
-        bench_turns(root, "responses", turns, 20)
-        bench_turns(root, "chat", turns, 20)
-        if args.quick:
-            bench_memory(root, 40, 200)
-        else:
-            bench_memory(root, 200, 200)
+        if "c" in parts:
+            bench_body(2000, 50 if args.quick else 200)
+        if "a" in parts:
+            bench_turns(root, "responses", turns, 20)
+            bench_turns(root, "chat", turns, 20)
+        if "b" in parts:
+            bench_memory(root, 40 if args.quick else 200, 200)
+        if "d" in parts:
+            bench_first_session(root, args.starts or (1 if args.quick else 3),
+                                args.later if args.later is not None else
+                                (8.0 if args.quick else 60.0))
 
 
 if __name__ == "__main__":

@@ -45,6 +45,11 @@ class ProviderConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     scopes: list[str] = msgspec.field(default_factory=lambda: ["openid", "email", "offline_access"])
     audience: str | None = None
     max_retries: int = 4
+    #: new connections to the provider being set up at once, each until the server first
+    #: answers on it (agent/connections.py): a burst of sessions must not overflow a small
+    #: accept queue (a listen backlog of 5 holds 6), where a connection waits seconds in
+    #: TCP's retransmission
+    max_connecting: int = 4
     reasoning_summary: bool = False  # ask the Responses API for reasoning summaries
     #: the most tokens an answer may take (None: the model's known maximum, for Anthropic,
     #: which requires a figure; the provider's own default elsewhere)
@@ -260,6 +265,8 @@ class Settings(msgspec.Struct, kw_only=True):
                                   "tokens (Anthropic's minimum)")
             if not 0.1 <= p.compact_at <= 1.0:
                 raise ConfigError(f"provider {p.name!r}: compact_at must be between 0.1 and 1")
+            if p.max_connecting < 1:
+                raise ConfigError(f"provider {p.name!r}: max_connecting must be at least 1")
             windows = [p.context_window or 1024, *p.context_windows.values()]
             if min(windows) < 1024:
                 raise ConfigError(f"provider {p.name!r}: a context window under 1024 tokens "

@@ -85,6 +85,24 @@ def test_one_client_serves_every_call_until_the_credential_changes(
     asyncio.run(run())
 
 
+def test_calls_reuse_kept_alive_connections_and_set_up_new_ones_a_few_at_a_time(
+        model: ModelServerHandle) -> None:
+    async def run() -> None:
+        provider = _provider(model, Keys(KEY), max_connecting=3)
+        for n in range(5):  # one after another: one connection, kept alive
+            await _call(provider, f"ping {n}")
+        assert provider.gate.opened == 1
+        assert len({r["peer"] for r in model.requests("/v1/responses")[-5:]}) == 1
+        # twenty at once: each needs a connection of its own, at most three set up at a time
+        results = await asyncio.gather(*[_call(provider, f"ping {n}") for n in range(20)])
+        assert all(isinstance(r[-1], Finished) for r in results)
+        assert provider.gate.peak == 3 and provider.gate.setting_up == 0
+        assert 1 < provider.gate.opened <= 20 and provider.clients_built == 1
+        await provider.aclose()
+
+    asyncio.run(run())
+
+
 def test_a_401_on_an_oauth_provider_refreshes_once_and_retries(model: ModelServerHandle) -> None:
     async def run() -> None:
         keys = Keys("sk-expired")

@@ -187,3 +187,60 @@ def test_the_first_model_call_loads_the_sdk_off_the_event_loop(sdk: str, kind: s
     assert out.returncode == 0, out.stderr
     on_main_thread: list[bool] = json.loads(out.stdout.strip().splitlines()[-1])
     assert on_main_thread == [False]
+
+
+_START_PROBE = r"""
+import asyncio, json, sys, tempfile, threading
+from pathlib import Path
+
+sdk, kind, client_class = sys.argv[1:4]
+importers = []
+
+
+class Watch:  # asked first where to find each module: says on which thread the SDK is loaded
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name == sdk:
+            importers.append(threading.current_thread() is threading.main_thread())
+        return None
+
+
+sys.meta_path.insert(0, Watch)
+
+from codey_server.app import create_app
+from codey_server.http.access import load_or_create_token
+from codey_server.settings import ProviderConfig, Settings
+
+data = Path(tempfile.mkdtemp())
+load_or_create_token(data)
+# nobody listens there: a model call would fail, and none is made
+provider = ProviderConfig(name="p", kind=kind, base_url="http://127.0.0.1:9/v1", models=["m"])
+app = create_app(Settings(data_dir=data, providers=[provider]))
+
+
+async def main():
+    async with app.lifespan():
+        for _ in range(6000):
+            module = sys.modules.get(sdk)
+            if module is not None and hasattr(module, client_class):
+                return True
+            await asyncio.sleep(0.01)
+    return False
+
+
+print(json.dumps({"loaded": asyncio.run(main()), "importers": importers}))
+"""
+
+
+@pytest.mark.parametrize(("sdk", "kind", "client_class"), [
+    ("openai", "responses", "AsyncOpenAI"), ("anthropic", "anthropic", "AsyncAnthropic")])
+def test_a_configured_providers_sdk_loads_at_the_start_in_a_thread(sdk: str, kind: str,
+                                                                   client_class: str) -> None:
+    # issue 34: loaded on the first model call, the SDK made every session started meanwhile
+    # wait for it (seconds), and then call the model all at once
+    out = subprocess.run([sys.executable, "-c", _START_PROBE, sdk, kind, client_class],
+                         capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).parent)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result == {"loaded": True, "importers": [False]}

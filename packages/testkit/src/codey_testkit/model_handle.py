@@ -48,8 +48,10 @@ class ModelServerHandle(StopsOnExit):
     def requests(self, path: str | None = None) -> list[dict[str, Any]]:
         """Recorded requests, oldest first (optionally only those to ``path``).
 
-        Each: ``seq, ts, method, path, query, headers`` (no Authorization), ``bearer`` (bool),
-        ``body``, ``api``, ``latest``, ``step`` (matched index or None), ``stream``, ``status``.
+        Each: ``seq, ts, peer`` (the client's ``host:port``: calls with one peer came over one
+        kept-alive connection), ``method, path, query, headers`` (no Authorization), ``bearer``
+        (bool), ``body``, ``api``, ``latest``, ``step`` (matched index or None), ``stream``,
+        ``status``.
         """
         params = {"path": path} if path else None
         import httpx
@@ -110,12 +112,14 @@ def start_model_server(
     oidc_audience: str | None = None,
     timeout: float = 20.0,
     name: str = "model-server",
+    backlog: int | None = None,
 ) -> ModelServerHandle:
     """Start ``codey-model-server`` on port 0 and wait until it listens.
 
     A mapping/list script is written as JSON into ``tmp_path``; a Path is used as is. The log
-    goes to ``tmp_path/<name>.log``. Raises ProcessExitedError (bad script, crash) or
-    ProcessTimeoutError, both with the log tail.
+    goes to ``tmp_path/<name>.log``. ``backlog``: its listen backlog (uvicorn's 2048 when
+    None); 5 is a small accept queue, as many self-hosted model servers have. Raises
+    ProcessExitedError (bad script, crash) or ProcessTimeoutError, both with the log tail.
     """
     tmp_path.mkdir(parents=True, exist_ok=True)
     if isinstance(script, Path):
@@ -131,6 +135,8 @@ def start_model_server(
         argv += ["--oidc-issuer", oidc_issuer]
     if oidc_audience is not None:
         argv += ["--oidc-audience", oidc_audience]
+    if backlog is not None:
+        argv += ["--backlog", str(backlog)]
     process = ManagedProcess(name, log_dir=tmp_path)
     process.start(argv)
     try:

@@ -179,9 +179,13 @@ class ModelServer:
         headers = {k: v for k, v in request.headers.items()
                    if k.lower() not in ("authorization", "x-api-key")}
         auth = request.headers.get("authorization", "")
+        client = request.client
         record = {
             "seq": self._seq,
             "ts": time.time(),
+            # the client's end of the connection: calls that share one came over a kept-alive
+            # connection
+            "peer": f"{client.host}:{client.port}" if client is not None else None,
             "method": request.method,
             "path": request.url.path,
             "query": str(request.url.query or ""),
@@ -482,6 +486,10 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "testkit OIDC provider's default); '' disables the check")
     parser.add_argument("--max-records", type=int, default=10_000,
                         help="recorded requests kept for /_requests (oldest dropped)")
+    parser.add_argument("--backlog", type=int, default=2048,
+                        help="the listen backlog (default: uvicorn's 2048); 5, Python's "
+                        "socketserver default and that of many self-hosted model servers, "
+                        "drops a burst of connections into TCP's retransmission")
     return parser.parse_args(argv)
 
 
@@ -500,7 +508,7 @@ def main(argv: list[str] | None = None) -> None:
     shown = f"[{host}]" if ":" in host else host
     config = uvicorn.Config(
         app, log_level="warning", access_log=False, lifespan="on",
-        timeout_graceful_shutdown=2, timeout_keep_alive=30,
+        timeout_graceful_shutdown=2, timeout_keep_alive=30, backlog=args.backlog,
     )
 
     def announce() -> None:

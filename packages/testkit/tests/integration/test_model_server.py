@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import shutil
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -285,6 +287,27 @@ def test_recorded_requests_hide_the_bearer(model: ModelServerHandle) -> None:
     assert "authorization" not in first["headers"]
     assert "sk-any" not in json.dumps(first)
     assert second["path"] == "/v1/chat/completions" and second["bearer"] is False
+
+
+def test_each_record_names_the_connection_it_came_over(model: ModelServerHandle) -> None:
+    fresh(model, {"steps": [{"match": {"any": True}, "reply": {"text": "hi"}}]})
+    body = {"model": "m", "input": "hi"}
+    with httpx.Client(timeout=5) as kept:  # one kept-alive connection for both calls
+        kept.post(f"{model.base_url}/responses", json=body).raise_for_status()
+        kept.post(f"{model.base_url}/responses", json=body).raise_for_status()
+    httpx.post(f"{model.base_url}/responses", json=body, timeout=5).raise_for_status()
+    first, second, third = (r["peer"] for r in model.requests())
+    assert first == second != third
+    assert first.startswith("127.0.0.1:")
+
+
+@pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss (iproute2)")
+def test_the_listen_backlog_is_the_one_asked_for(tmp_path: Path) -> None:
+    # a small accept queue, as many self-hosted model servers have: the herd test needs it
+    with start_model_server({"steps": []}, tmp_path, backlog=5) as model:
+        listening = subprocess.run(["ss", "-Hltn", f"sport = :{model.port}"],
+                                   capture_output=True, text=True, check=True).stdout.split()
+        assert listening[0] == "LISTEN" and listening[2] == "5"  # Send-Q: the backlog
 
 
 def test_api_key_required(tmp_path: Path) -> None:

@@ -14,7 +14,14 @@ same generator, so their low-level ``post``, stream class and error classes matc
 
 One client per provider and credential: created on first use, shared by every session, rebuilt
 only when the credential changes (a login, a refresh), closed on shutdown. A retired client is
-closed once the calls still using it are done.
+closed once the calls still using it are done. Its connections are kept alive and reused, and
+new ones are set up a few at a time (:mod:`codey_server.agent.connections`): sessions that
+start together must not open their connections in one instant.
+
+The SDK is imported in a thread (it takes seconds on a busy machine): the agent service starts
+that as soon as the server has started, for each configured provider's SDK, and when a
+provider is added (:meth:`ModelProvider.prepare`), so a first call finds it loaded; a call
+that comes first waits for the same import.
 
 Retries: a 429 (not an exhausted quota), a 5xx (Anthropic's 529 "overloaded" among them), or
 a connection that fails before the answer starts is retried with backoff honouring
@@ -38,6 +45,8 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from codey_protocol.ratelimits import RATE_LIMIT_HEADERS
+from codey_server.agent.connections import SetupGate, http_client
+from codey_server.agent.connections import prepare as prepare_connections
 from codey_server.agent.context import window_for
 from codey_server.agent.errors import ModelError
 from codey_server.agent.stream import ModelEvent, RateLimits, Retrying
@@ -132,6 +141,8 @@ class ModelProvider:
         self.models: list[str] = list(config.models)
         self.wire: Wire = wire_for(config.kind)
         self._sdk = _Sdk("anthropic" if config.kind == "anthropic" else "openai")
+        #: new connections being set up at once, shared by every client of the provider
+        self.gate = SetupGate(config.max_connecting)
         self._current: _Client | None = None
         self._retired: list[_Client] = []
         self._closed = False
@@ -147,6 +158,12 @@ class ModelProvider:
     def context_window(self, model: str) -> int:
         return window_for(self.config, model)
 
+    def prepare(self) -> None:
+        """Start loading the provider's SDK in a thread, if nothing has yet (it returns at
+        once). Called when the server has started and when a provider is defined, so the
+        first model call finds the SDK loaded, or waits only for the rest of its import."""
+        self._sdk.start_loading()
+
     async def _acquire(self) -> _Client:
         if self._closed:
             raise ModelError(f"{self.name}: the server is shutting down", code="failed")
@@ -161,7 +178,8 @@ class ModelProvider:
                 current.retired = True
                 self._retired.append(current)
                 await self._close_idle()
-            current = self._current = _Client(self._sdk.client(sdk, self.config, token), token)
+            current = self._current = _Client(
+                self._sdk.client(sdk, self.config, token, self.gate), token)
             self.clients_built += 1
         current.users += 1
         return current
@@ -283,6 +301,8 @@ class ModelProvider:
 #: each SDK's import, started by the first model call that needs it (one for every provider
 #: and loop)
 _IMPORTS: dict[str, concurrent.futures.Future[object]] = {}
+#: the SDKs a model call had to wait for (said in the log once each)
+_WAITED: set[str] = set()
 #: each SDK's stream class that yields raw server-sent events, by the events it drops
 _RAW_EVENTS: dict[tuple[str, frozenset[str]], type] = {}
 _ANTHROPIC_CLIENT: type | None = None
@@ -296,38 +316,59 @@ class _Sdk:
     def __init__(self, name: str) -> None:
         self.name = name
 
-    async def load(self) -> ModuleType:
-        """Import the SDK, the first time in a thread of its own: it brings pydantic,
-        aiohttp and hundreds of type modules, about a second of CPU (several on a busy
-        machine), which on the loop would stall every socket and heartbeat of the server —
-        and among replicas its lease renewals, handing its sessions to another replica.
-        Every caller meanwhile waits for the same import."""
+    def start_loading(self) -> concurrent.futures.Future[object]:
+        """Start importing the SDK in a thread of its own, once per process (later calls
+        return the same import): it brings pydantic, aiohttp and hundreds of type modules,
+        about a second of CPU (several on a busy machine), which on the loop would stall
+        every socket and heartbeat of the server — and among replicas its lease renewals,
+        handing its sessions to another replica."""
         loading = _IMPORTS.get(self.name)
         if loading is None:
             loading = _IMPORTS[self.name] = concurrent.futures.Future()
             name, future = self.name, loading
 
             def run() -> None:
+                started = time.perf_counter()
                 try:
-                    future.set_result(importlib.import_module(name))
+                    module = importlib.import_module(name)
+                    # and what building the first client would do on the loop: import the
+                    # HTTP stack, load the CA store
+                    prepare_connections(module)
+                    future.set_result(module)
                 except BaseException as err:  # given to every caller waiting for it
                     future.set_exception(err)
+                else:
+                    log.info("the %s SDK is loaded (%.2f s, in a thread)", name,
+                             time.perf_counter() - started)
 
             threading.Thread(target=run, name=f"import-{name}", daemon=True).start()
+        return loading
+
+    async def load(self) -> ModuleType:
+        """The SDK, imported by :meth:`start_loading` (started here if nothing did): every
+        caller meanwhile waits for the same import."""
+        loading = self.start_loading()
         if not loading.done():
+            waiting = time.perf_counter()
             await asyncio.wrap_future(loading)
+            if self.name not in _WAITED:  # the first to wait waited longest: said once
+                _WAITED.add(self.name)
+                log.info("a model call waited %.2f s for the %s SDK", time.perf_counter()
+                         - waiting, self.name)
         module: ModuleType = loading.result()  # type: ignore[assignment]
         return module
 
-    def client(self, sdk: ModuleType, config: ProviderConfig, token: str | None) -> Any:
+    def client(self, sdk: ModuleType, config: ProviderConfig, token: str | None,
+               gate: SetupGate) -> Any:
         """A client with no retries of its own (ours honour Retry-After and say so), on
         aiohttp (the SDK's own supported alternative transport: a model call costs the
-        server a fraction of the CPU httpx's default one takes)."""
+        server a fraction of the CPU httpx's default one takes), its new connections through
+        the provider's ``gate``."""
         timeout = sdk.Timeout(600.0, connect=20.0)
         if self.name == "openai":
             return sdk.AsyncOpenAI(api_key=token or "none", base_url=config.base_url,
                                    max_retries=0, timeout=timeout,
-                                   http_client=sdk.DefaultAioHttpClient())
+                                   http_client=http_client(sdk, gate))
         from codey_server.agent.wire.anthropic import API_VERSION
 
         base = config.base_url.rstrip("/")
@@ -338,8 +379,7 @@ class _Sdk:
         oauth = config.auth == "oauth"
         return _anthropic_class(sdk)(
             api_key=None if oauth else (token or "none"), auth_token=token if oauth else None,
-            base_url=base, max_retries=0, timeout=timeout,
-            http_client=sdk.DefaultAioHttpClient(),
+            base_url=base, max_retries=0, timeout=timeout, http_client=http_client(sdk, gate),
             default_headers={"anthropic-version": API_VERSION})
 
     def transport_errors(self, sdk: ModuleType) -> tuple[type[BaseException], ...]:

@@ -172,6 +172,7 @@ class AgentService:
             return  # config.json's wins
         old = self.providers.get(entry.name)
         provider = self.providers[entry.name] = self._build(provider_config(entry))
+        provider.prepare()  # its SDK starts loading now, not on its first call
         if old is not None:
             self._background.spawn(old.aclose(), f"close-{entry.name}")
         if entry.kind == "ollama" and not entry.models:
@@ -209,6 +210,12 @@ class AgentService:
     async def start(self) -> None:
         for entry in self.engine.state.providers.values():
             self._define(entry)
+        for provider in self.providers.values():
+            # each SDK starts loading in its thread now, the server's start being all but
+            # done (so it does not slow it): a session's first model call, seconds away at
+            # the soonest, then finds it loaded, instead of every session started meanwhile
+            # waiting for the import and all calling at once when it ends
+            provider.prepare()
         for provider in self.providers.values():
             if provider.config.kind == "ollama" and provider.name in self._file_providers:
                 found = await discover_ollama_models(provider.config.base_url)
