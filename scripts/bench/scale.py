@@ -60,6 +60,22 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
+def machine_cpu_seconds() -> float:
+    """CPU time spent on the whole machine (every process, the kernel's work included)."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    # user nice system idle iowait irq softirq steal: all but idle and iowait
+    return (sum(fields[:8]) - fields[3] - fields[4]) / TICK
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """A process's CPU and its reaped children's (cutime, cstime): a worker's own work and
+    that of the commands and sandboxes it started and waited for."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return sum(int(x) for x in fields[11:15]) / TICK
+
+
 def rss_mb(pid: int, key: str = "VmRSS") -> float:
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -187,6 +203,8 @@ def phase(server: ServerProcess, workers: list[WorkerProcess], sessions: int, ca
         wd.mkdir(parents=True, exist_ok=True)
         workdirs.append((w.worker_id, str(wd)))
     cpu0, t0 = cpu_seconds(pid), time.perf_counter()
+    machine0 = machine_cpu_seconds()
+    workers0 = sum(tree_cpu_seconds(w.proc.pid) for w in workers if w.proc is not None)
 
     def create(n: int) -> str:
         worker_id, wd = workdirs[n % len(workdirs)]
@@ -210,6 +228,9 @@ def phase(server: ServerProcess, workers: list[WorkerProcess], sessions: int, ca
                 finished[s["session_id"]] = s
     wall = time.perf_counter() - t0
     cpu = cpu_seconds(pid) - cpu0
+    machine = machine_cpu_seconds() - machine0
+    workers_cpu = sum(tree_cpu_seconds(w.proc.pid) for w in workers
+                      if w.proc is not None) - workers0
     if spy is not None:
         spy.send_signal(2)
         spy.wait()
@@ -225,13 +246,18 @@ def phase(server: ServerProcess, workers: list[WorkerProcess], sessions: int, ca
     base = spawn_baseline()
     out = {"steps_s": steps / wall, "p50": median(trips) * 1000 if trips else 0.0,
            "p99": percentile(trips, 99) * 1000 if trips else 0.0, "wall": wall,
-           "cpu_ms": cpu / steps * 1000}
+           "cpu_ms": cpu / steps * 1000, "machine_ms": machine / steps * 1000,
+           "workers_ms": workers_cpu / steps * 1000}
     figure("sessions finished", len(complete), f"/{sessions}", "all", len(complete) == sessions)
     info("sample with exactly N calls", f"{exact}/{min(50, sessions)}")
     figure("wall time", wall, "s", "", None)
     figure("tool steps per second", steps / wall, "/s", "", None)
     cpu_ms = cpu / steps * 1000
     figure("server CPU per tool step", cpu_ms, "ms", "≤ 5 ms", round(cpu_ms, 3) <= 5)
+    # where the rest goes: the workers with their commands and sandboxes (those reaped), and
+    # the machine as a whole (the scripted model, bwrap's namespaces, the kernel)
+    figure("workers' CPU per step, with what they ran", out["workers_ms"], "ms", "", None)
+    figure("the machine's CPU per step", out["machine_ms"], "ms", "", None)
     if trips:
         p50, p99 = median(trips) * 1000, percentile(trips, 99) * 1000
         figure("action round trip p50", p50, "ms", "", None)
@@ -255,7 +281,9 @@ def compare(boxed: list[dict[str, float]], bare: list[dict[str, float]]) -> None
     print("the sandbox on (workspace-write) beside full-access, "
           f"median of {len(boxed)} alternating rounds", flush=True)
     for key, label in (("steps_s", "tool steps per second"), ("p50", "round trip p50 (ms)"),
-                       ("p99", "round trip p99 (ms)"), ("cpu_ms", "server CPU per step (ms)")):
+                       ("p99", "round trip p99 (ms)"), ("cpu_ms", "server CPU per step (ms)"),
+                       ("workers_ms", "workers' CPU per step (ms)"),
+                       ("machine_ms", "machine's CPU per step (ms)")):
         info(label, f"sandbox {med(boxed, key):8.1f}   full-access {med(bare, key):8.1f}")
     steps = med(boxed, "steps_s") / med(bare, "steps_s")
     p99 = med(boxed, "p99") / med(bare, "p99")
