@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from codey_testkit.model_handle import ModelServerHandle
+from codey_testkit.procs import pids_with as _pids_with
 from codey_testkit.scenarios import idle, provider_config, tools, wait_for
 from codey_testkit.stack import ServerProcess, WorkerProcess
 from codey_testkit.waiting import wait_until
@@ -61,19 +62,6 @@ def _free_port() -> int:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
-
-def _pids_with(marker: str) -> list[int]:
-    """Processes on this machine whose argv holds ``marker`` (a test's own workdir)."""
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
-            except OSError:
-                continue
-            if any(marker in a for a in argv):
-                out.append(int(entry.name))
-    return out
 
 
 def _described(pids: list[int]) -> str:

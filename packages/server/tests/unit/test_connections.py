@@ -244,7 +244,9 @@ async def main():
     first = await provider._acquire()  # the first client, built on the loop
     second = provider._sdk.client(sys.modules[sdk], provider.config, "other", provider.gate)
     contexts = {id(c._client._transport.ssl_context) for c in (first.client, second)}
-    return sorted(set(sys.modules) - loaded), len(contexts)
+    # the platform for the request headers known: the first request asks no thread for it
+    platforms = [c._platform is not None for c in (first.client, second)]
+    return sorted(set(sys.modules) - loaded), len(contexts), platforms
 
 
 print(json.dumps(asyncio.run(main())))
@@ -254,10 +256,12 @@ print(json.dumps(asyncio.run(main())))
 @pytest.mark.parametrize("sdk", ["openai", "anthropic"])
 def test_the_first_client_imports_nothing_and_shares_the_ssl_context_made_in_the_thread(
         sdk: str) -> None:
+    # ... and knows the platform its headers name (looked up in a thread of the loop's
+    # executor on the first request otherwise: ~20 ms of the first call after a start)
     # building the first client used to import the HTTP stack and load the CA store on the
     # event loop: half a second and more on a busy machine, on the first model call
     out = subprocess.run([sys.executable, "-c", _FIRST_CLIENT, sdk], capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    imported, contexts = json.loads(out.stdout.strip().splitlines()[-1])
-    assert imported == [] and contexts == 1
+    imported, contexts, platforms = json.loads(out.stdout.strip().splitlines()[-1])
+    assert imported == [] and contexts == 1 and platforms == [True, True]

@@ -51,6 +51,11 @@ TEMP_SUFFIX = ".codey-tmp"
 Send = Callable[[bytes], Awaitable[None]]
 
 
+def _import_watchfiles() -> None:
+    import anyio._backends._asyncio  # noqa: F401  (what awatch's first call imports)
+    import watchfiles  # noqa: F401
+
+
 def relevant(workdir: Path, path: str) -> str | None:
     """``path`` relative to ``workdir`` ("/" separated), or None when it is to be ignored."""
     try:
@@ -117,7 +122,11 @@ class WorkspaceWatcher:
         self._tasks[session_id] = (workdir, task, stop)
 
     async def _run(self, session_id: str, workdir: Path, stop: asyncio.Event) -> None:
-        # imported on the first attach, not at the worker's start (an idle worker stays small)
+        # imported on the first attach, not at the worker's start (an idle worker stays
+        # small), and in a thread: watchfiles and the anyio backend it runs on took the
+        # loop ~20-40 ms, which the session's first command (attached at the same moment)
+        # waited for
+        await asyncio.to_thread(_import_watchfiles)
         from watchfiles import awatch
 
         def keep(change: Change, path: str) -> bool:

@@ -20,6 +20,7 @@ import pytest
 
 from codey_protocol.worker import CommandResult, RunCommand
 from codey_testkit.outputs import Sink, arun
+from codey_testkit.procs import pids_with as processes_with
 from codey_testkit.waiting import until, wait_until
 from codey_worker.exec import CommandRegistry, run_command
 from codey_worker.policy import LocalPolicy
@@ -60,20 +61,6 @@ def tag() -> str:
     """A sleep duration no other process uses: the tag of one test's processes."""
     return f"{100 + random.random():.7f}"
 
-
-def processes_with(text: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-            state = Path(f"/proc/{entry}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if text.encode() in cmdline and state not in (b"Z", b"X"):
-            found.append(int(entry))
-    return found
 
 
 def comm(pid: int) -> bytes:

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from codey_protocol.worker import CommandResult, ExecOutput, ExecStart, ExecWrite, RunCommand
+from codey_testkit.procs import pids_with as processes_with
 from codey_testkit.waiting import wait_until
 from codey_worker.config import McpServerConfig
 from codey_worker.confine import ActionRefused
@@ -104,21 +105,6 @@ def machine(outside_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Machine:
 def output(result: CommandResult) -> str:
     return result.stdout + result.stderr
 
-
-def processes_with(tag: str) -> list[int]:
-    """Pids of the host's live processes whose command line contains ``tag``."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-            state = Path(f"/proc/{entry}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if tag.encode() in cmdline and state not in (b"Z", b"X"):
-            found.append(int(entry))
-    return found
 
 
 def snapshot(root: Path) -> dict[str, tuple[int, int]]:

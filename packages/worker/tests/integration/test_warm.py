@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from codey_protocol.worker import CommandResult, RunCommand
+from codey_testkit.procs import pids_with as _alive
 from codey_testkit.waiting import until
 from codey_worker.exec import run_command
 from codey_worker.policy import LocalPolicy
@@ -131,20 +132,6 @@ def test_a_folder_removed_and_made_again_at_its_path_gets_a_box_of_its_own(
         assert (await box.run(["true"])).exit_code == 0 and box.started == 2  # kept again
     asyncio.run(main())
 
-
-def _alive(tag: str) -> list[int]:
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-            state = Path(f"/proc/{entry}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if tag.encode() in cmdline and state not in (b"Z", b"X"):
-            pids.append(int(entry))
-    return pids
 
 
 def test_what_a_command_leaves_behind_ends_with_it_however_it_left(box: Box) -> None:

@@ -5,7 +5,6 @@ process id from before a restart answered ``process_gone``."""
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
 import sys
@@ -16,6 +15,7 @@ from typing import Any
 import pytest
 
 from codey_testkit.procs import ManagedProcess, free_port
+from codey_testkit.procs import pids_with as processes_with
 from codey_testkit.stack import ServerProcess
 from codey_testkit.waiting import wait_until
 from codey_worker.sandbox import detect
@@ -25,20 +25,6 @@ pytestmark = pytest.mark.integration
 PAIR_LINE = r"^Open (\S+)/#/pair/([BCDFGHJKLMNPQRSTVWXZ]{4}-[BCDFGHJKLMNPQRSTVWXZ]{4}) to link"
 SANDBOXED = detect().kind == "bwrap"
 
-
-def processes_with(text: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-            state = Path(f"/proc/{entry}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if text.encode() in cmdline and state not in (b"Z", b"X"):
-            found.append(int(entry))
-    return found
 
 
 def sleeping(seconds: str) -> int:

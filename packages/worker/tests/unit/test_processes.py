@@ -5,7 +5,6 @@ ids. Each runs bare (``full-access``) and, where bubblewrap works, in the sandbo
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import re
 import signal
@@ -19,6 +18,7 @@ from typing import Any, TypeVar
 import pytest
 
 from codey_protocol.worker import ExecKill, ExecOutput, ExecStart, ExecWrite
+from codey_testkit.procs import pids_with as processes_with
 from codey_testkit.waiting import Deadline, wait_until
 from codey_worker.confine import ActionRefused
 from codey_worker.exec import CommandRegistry, truncation_marker
@@ -102,20 +102,6 @@ def arun(make: Callable[[], Awaitable[T]]) -> T:
 def tag() -> str:
     return f"{400 + random.random():.6f}"  # a sleep no one else runs
 
-
-def processes_with(text: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-            state = Path(f"/proc/{entry}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if text.encode() in cmdline and state not in (b"Z", b"X"):
-            found.append(int(entry))
-    return found
 
 
 def sleeping(seconds: str) -> bool:

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
     import aiohttp
 
-__all__ = ["ANSWER_S", "SetupGate", "http_client", "prepare"]
+__all__ = ["ANSWER_S", "SetupGate", "http_client", "prepare", "with_platform"]
 
 #: a set-up not answered after this long stops counting against the gate (seconds)
 ANSWER_S = 1.0
@@ -120,6 +120,8 @@ class SetupGate:
 _CONTEXTS: dict[str, ssl.SSLContext] = {}
 #: each SDK's aiohttp client class whose transports run on gated sessions
 _CLIENTS: dict[str, type] = {}
+#: each SDK's description of this machine for its request headers (``get_platform``)
+_PLATFORMS: dict[str, object] = {}
 
 
 def _vendored(sdk: ModuleType) -> Any:
@@ -135,6 +137,21 @@ def prepare(sdk: ModuleType) -> None:
     if sdk.__name__ not in _CONTEXTS:
         _CONTEXTS[sdk.__name__] = _vendored(sdk).AiohttpTransport().ssl_context
         "codey".encode("idna")  # the host name's codec, which the first request would load
+        # what each new client's first request asks in a thread of the loop's executor
+        # (the platform module reads files): starting that thread and the reads cost the
+        # first model call after a server start ~20 ms
+        base = importlib.import_module(f"{sdk.__name__}._base_client")
+        if callable(getattr(base, "get_platform", None)):
+            _PLATFORMS[sdk.__name__] = base.get_platform()
+
+
+def with_platform(sdk: ModuleType, client: Any) -> Any:
+    """``client`` with the platform :func:`prepare` found already set, so its first request
+    does not look it up in a thread (only if the SDK still keeps it where it did)."""
+    found = _PLATFORMS.get(sdk.__name__)
+    if found is not None and getattr(client, "_platform", False) is None:
+        client._platform = found
+    return client
 
 
 def http_client(sdk: ModuleType, gate: SetupGate) -> Any:

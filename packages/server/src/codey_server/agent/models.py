@@ -45,7 +45,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from codey_protocol.ratelimits import RATE_LIMIT_HEADERS
-from codey_server.agent.connections import SetupGate, http_client
+from codey_server.agent.connections import SetupGate, http_client, with_platform
 from codey_server.agent.connections import prepare as prepare_connections
 from codey_server.agent.context import window_for
 from codey_server.agent.errors import ModelError
@@ -366,9 +366,9 @@ class _Sdk:
         the provider's ``gate``."""
         timeout = sdk.Timeout(600.0, connect=20.0)
         if self.name == "openai":
-            return sdk.AsyncOpenAI(api_key=token or "none", base_url=config.base_url,
-                                   max_retries=0, timeout=timeout,
-                                   http_client=http_client(sdk, gate))
+            return with_platform(sdk, sdk.AsyncOpenAI(
+                api_key=token or "none", base_url=config.base_url, max_retries=0,
+                timeout=timeout, http_client=http_client(sdk, gate)))
         from codey_server.agent.wire.anthropic import API_VERSION
 
         base = config.base_url.rstrip("/")
@@ -377,10 +377,10 @@ class _Sdk:
         # an explicit credential, always: else the SDK would look for one in this server's
         # environment and files
         oauth = config.auth == "oauth"
-        return _anthropic_class(sdk)(
+        return with_platform(sdk, _anthropic_class(sdk)(
             api_key=None if oauth else (token or "none"), auth_token=token if oauth else None,
             base_url=base, max_retries=0, timeout=timeout, http_client=http_client(sdk, gate),
-            default_headers={"anthropic-version": API_VERSION})
+            default_headers={"anthropic-version": API_VERSION}))
 
     def transport_errors(self, sdk: ModuleType) -> tuple[type[BaseException], ...]:
         """What a failed connection raises: the SDK's errors while a call starts, and its
