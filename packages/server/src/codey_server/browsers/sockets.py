@@ -49,6 +49,7 @@ class ClientHub:
     def __init__(self, tails: ProcessTails | None = None) -> None:
         self._sockets: dict[int, tuple[WebSocket[Any, Any, Any], str | None]] = {}
         self.shutting_down = asyncio.Event()
+        self._emptied: asyncio.Event | None = None
         self.tails = tails if tails is not None else ProcessTails()
 
     def add(self, ws: WebSocket[Any, Any, Any], session_key: str | None) -> None:
@@ -56,6 +57,8 @@ class ClientHub:
 
     def remove(self, ws: WebSocket[Any, Any, Any]) -> None:
         self._sockets.pop(id(ws), None)
+        if not self._sockets and self._emptied is not None:
+            self._emptied.set()
 
     def __len__(self) -> int:
         return len(self._sockets)
@@ -69,6 +72,19 @@ class ClientHub:
 
     def begin_shutdown(self) -> None:
         self.shutting_down.set()
+
+    async def all_closed(self, timeout: float) -> bool:
+        """Wait until no socket is open (each closes once it has sent ``shutdown``), for
+        ``timeout`` s at most; whether they all closed."""
+        if not self._sockets:
+            return True
+        if self._emptied is None:
+            self._emptied = asyncio.Event()
+        try:
+            await asyncio.wait_for(self._emptied.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
 
 
 async def serve_client(ws: WebSocket[Any, Any, Any], engine: Engine, hub: ClientHub, *,
