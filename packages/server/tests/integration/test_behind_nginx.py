@@ -155,7 +155,7 @@ def test_a_worker_pairs_and_connects_through_the_proxy_and_a_session_runs(
         sid = create_session(cast(ServerProcess, via_proxy), worker, str(wd),
                              "through the proxy")
         s = wait_for(cast(ServerProcess, via_proxy), sid, idle, what="the turn to end")
-        assert tools(s)[0]["status"] == "done", tools(s)
+        assert tools(s)[0]["status"] == "done", json.dumps(tools(s))
         assert "ran-behind-nginx" in (tools(s)[0].get("result") or ""), tools(s)
         assert s["items"][-1]["text"] == "done behind nginx"
         # the browser's socket through the proxy too (its Origin is the public URL): the
@@ -168,9 +168,10 @@ def test_a_worker_pairs_and_connects_through_the_proxy_and_a_session_runs(
             assert first["type"] == "snapshot", first
             assert sid in json.dumps(first)
     # nginx logs a WebSocket when it closes: the worker's socket was upgraded through it
-    wait_until(lambda: any('"GET /ws/worker HTTP/1.1" 101' in line
-                           for line in proxy.access_lines()),
-               timeout=15, what="the worker's socket in nginx's access log")
+    wait_until(proxy.access_lines,
+               ok=lambda lines: any('"GET /ws/worker HTTP/1.1" 101' in line for line in lines),
+               timeout=30, show=lambda lines: lines[-8:],
+               what="the worker's socket in nginx's access log")
 
 
 # --- the pairing limit counts the client ------------------------------------------------------

@@ -100,6 +100,10 @@ class ServerProcess(StopsOnExit):
         return self.start()
 
     def __enter__(self) -> Self:
+        # ``with proc.start(...):`` must not start a second one: a second worker with the
+        # same identity made the server drop the first in the middle of its command
+        if self.proc is not None and self.proc.running:
+            return self
         return self.start()
 
 
@@ -248,6 +252,10 @@ class WorkerProcess(StopsOnExit):
             self.proc.kill9()
 
     def __enter__(self) -> Self:
+        # ``with proc.start(...):`` must not start a second one: a second worker with the
+        # same identity made the server drop the first in the middle of its command
+        if self.proc is not None and self.proc.running:
+            return self
         return self.start()
 
 

@@ -100,3 +100,14 @@ def test_free_port_is_bindable() -> None:
     port = free_port()
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", port))
+
+
+def test_with_on_a_started_server_and_worker_starts_neither_again(tmp_path: Path) -> None:
+    # ``with worker.start(timeout=60):`` started a second worker of the same identity, and
+    # the server dropped the first in the middle of its command (test_behind_nginx.py)
+    from codey_testkit.stack import ServerProcess, WorkerProcess
+
+    with ServerProcess(tmp_path / "server").start() as server:
+        with WorkerProcess(server, tmp_path / "worker").start() as worker:
+            assert (server.starts, worker.starts) == (1, 1)
+        assert worker.proc is not None and not worker.proc.running
