@@ -153,7 +153,7 @@ def delete_identity(home: Path) -> bool:
 @dataclass(frozen=True)
 class McpServerConfig:
     """One MCP server: a stdio one, ``command`` with ``args``, started in the session's
-    workdir with the environment commands get (``exec.build_env``) plus ``env``, as the owner
+    workdir with the environment commands get (``shell.build_env``) plus ``env``, as the owner
     wrote it; or a streamable-HTTP one at ``url``, sent ``headers`` (e.g. Codey's own
     ``/mcp`` with ``Authorization: Bearer cmcp_...``)."""
 

@@ -67,11 +67,11 @@ from codey_worker.config import Identity, WorkerConfig, records_path
 from codey_worker.confine import allow_reading, protect
 from codey_worker.console import WorkerConsole
 from codey_worker.errors import WorkerError
-from codey_worker.exec import CommandRegistry
 from codey_worker.mcp import McpManager
 from codey_worker.pairing import machine_info, sign
 from codey_worker.records import ActionRecords
 from codey_worker.sandbox import Sandbox
+from codey_worker.shell import CommandRegistry
 from codey_worker.terminal import Terminals
 from codey_worker.watch import WorkspaceWatcher
 

@@ -40,7 +40,7 @@ What a caller must know:
   was detached, it ended long ago — raises ``ActionRefused("process_gone")``; never a silent
   empty answer.
 * **Cancel.** The wait of a ``start`` or ``write`` is registered in the
-  :class:`~codey_worker.exec.CommandRegistry` under the action's id: cancelling that action
+  :class:`~codey_worker.shell.CommandRegistry` under the action's id: cancelling that action
   (an interrupt of the turn that waits on it) stops the process, and the answer says
   ``stopped_by: "cancel"``. A process nobody is waiting on is not affected by an interrupt.
 * **Terminal.** With ``tty`` the program runs in a pseudo-terminal that is its controlling
@@ -90,7 +90,7 @@ from codey_protocol.worker import (
     WorkerToServerMessage,
 )
 from codey_worker.confine import ActionRefused, relative_display, resolve_inside
-from codey_worker.exec import (
+from codey_worker.shell import (
     CHUNK_MAX,
     DRAIN_S,
     FLUSH_INTERVAL_S,

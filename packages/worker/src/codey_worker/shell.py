@@ -1,4 +1,6 @@
-"""``run_command``: run an argv in a session workdir, stream its output, cap it, stop it.
+"""``run_command``: run an argv in a session workdir, stream its output, cap it, stop it — the
+``run_command`` action of the model's ``shell`` tool (a process that outlives its call, the
+``exec`` tool's, is :mod:`codey_worker.processes`).
 
 Order of a run (:func:`run_command`)::
 
