@@ -24,6 +24,7 @@ from typing import Any
 
 from codey_worker.acp import AcpAgentConfig
 from codey_worker.errors import WorkerError
+from codey_worker.home import codey_home
 from codey_worker.policy import LocalPolicy
 from codey_worker.sandbox import SandboxSettings
 
@@ -49,13 +50,6 @@ CONFIG_FILE = "worker-config.json"
 
 class ConfigError(WorkerError):
     """A worker file that cannot be read or does not have the expected shape."""
-
-
-def codey_home(env: dict[str, str] | None = None) -> Path:
-    """``$CODEY_HOME`` if set (``~`` expanded), else ``~/.codey``."""
-    source = os.environ if env is None else env
-    value = source.get("CODEY_HOME")
-    return Path(os.path.expanduser(value)) if value else Path.home() / ".codey"
 
 
 def records_path(home: Path) -> Path:

@@ -90,6 +90,11 @@ from codey_protocol.worker import (
     WorkerToServerMessage,
 )
 from codey_worker.confine import ActionRefused, relative_display, resolve_inside
+from codey_worker.forward import PortForward, ProcDir, listening_ports
+from codey_worker.frames import FRAME_BUDGET
+from codey_worker.home import codey_home
+from codey_worker.policy import LocalPolicy, check_protected_args
+from codey_worker.sandbox import Sandbox, sandbox_denial
 from codey_worker.shell import (
     CHUNK_MAX,
     DRAIN_S,
@@ -106,10 +111,6 @@ from codey_worker.shell import (
     build_env,
     truncation_marker,
 )
-from codey_worker.forward import PortForward, ProcDir, listening_ports
-from codey_worker.frames import FRAME_BUDGET
-from codey_worker.policy import LocalPolicy, check_protected_args
-from codey_worker.sandbox import Sandbox, sandbox_denial
 
 __all__ = ["MAX_PROCESSES", "MAX_YIELD_MS", "ProcessTable"]
 
@@ -322,8 +323,6 @@ class ProcessTable:
     @property
     def sandbox(self) -> Sandbox:
         if self._sandbox is None:
-            from codey_worker.config import codey_home  # (config imports exec)
-
             self._sandbox = Sandbox.detected(codey_home())
         return self._sandbox
 
