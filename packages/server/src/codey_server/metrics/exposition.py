@@ -1,4 +1,5 @@
-"""The Prometheus text format of :class:`~codey_server.metrics.collector.ServerMetrics`, through
+"""The Prometheus text format of the server's figures
+(:class:`~codey_server.metrics.collector.ServerMetrics`, as :class:`Figures`), through
 prometheus_client (imported with this module, by the first scrape)."""
 
 from __future__ import annotations
@@ -6,7 +7,7 @@ from __future__ import annotations
 from collections import Counter as Tally
 from collections.abc import Callable, Iterator
 from itertools import accumulate
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from prometheus_client import generate_latest
 from prometheus_client.core import (
@@ -18,21 +19,34 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-if TYPE_CHECKING:
-    from codey_server.metrics.collector import Counter, Histogram, ServerMetrics
+from codey_server.core.engine import Engine
+from codey_server.metrics.tallies import Counter, Histogram
 
-__all__ = ["render"]
+__all__ = ["Figures", "render"]
+
+
+class Figures(Protocol):
+    """What is rendered: :class:`~codey_server.metrics.collector.ServerMetrics` has it."""
+
+    engine: Engine
+    browsers: Callable[[], int]
+    actions: Counter
+    action_seconds: Histogram
+    model_seconds: Histogram
+    model_errors: Counter
+    append_seconds: Histogram
+
 
 #: a bucket's ``le`` as prometheus_client writes it ("0.005", "1.0", "+Inf"); untyped there
 _le: Callable[[float], str] = floatToGoString
 
 
-def render(metrics: ServerMetrics) -> bytes:
+def render(metrics: Figures) -> bytes:
     return generate_latest(_Figures(metrics))
 
 
 class _Figures(Collector):
-    def __init__(self, metrics: ServerMetrics) -> None:
+    def __init__(self, metrics: Figures) -> None:
         self.metrics = metrics
 
     def collect(self) -> Iterator[Metric]:
@@ -45,7 +59,7 @@ class _Figures(Collector):
         yield _histogram(m.append_seconds)
 
 
-def _state(m: ServerMetrics) -> Iterator[Metric]:
+def _state(m: Figures) -> Iterator[Metric]:
     state = m.engine.state
     workers = GaugeMetricFamily("codey_workers_connected", "Workers connected now.")
     workers.add_metric([], sum(1 for w in state.workers.values()
