@@ -10,8 +10,7 @@ apps in one process (tests) do not mix them.
 The tallies are plain Python (:mod:`codey_server.metrics.tallies`); prometheus_client is
 imported by the first scrape (:mod:`codey_server.metrics.exposition` turns them into the
 Prometheus text format), so a server nobody scrapes never loads it. Both modules import the
-tallies; exposition imports nothing from here (what it renders is a protocol), so there is no
-cycle, only the one import below that waits for the first scrape.
+tallies; exposition imports nothing from here (what it renders is a protocol): no cycle.
 
 Behind the same access rules as the rest of ``/api``'s siblings: a scraper sends
 ``Authorization: Bearer <access token>``.
@@ -24,6 +23,7 @@ from typing import Any
 
 from codey_protocol import events as ev
 from codey_server.core.engine import Engine
+from codey_server.metrics.exposition import render
 from codey_server.metrics.tallies import Counter, Histogram
 
 __all__ = ["CONTENT_TYPE", "Counter", "Histogram", "ServerMetrics"]
@@ -71,7 +71,4 @@ class ServerMetrics:
     def render(self) -> bytes:
         """Everything, in the Prometheus text format (the first call imports
         prometheus_client)."""
-        # not at the top: exposition imports prometheus_client (test_lazy_imports)
-        from codey_server.metrics.exposition import render
-
         return render(self)
