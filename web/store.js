@@ -1,4 +1,5 @@
-// The browser's state: the same fold as `codey_server.reducers.apply`, in JavaScript.
+// The browser's state: the same fold as `codey_server.features.apply` (every feature's
+// `fold.py`, composed), in JavaScript.
 //
 // `apply(state, envelope)` mutates `state` in place and returns it, exactly like the Python
 // fold; parity tests fold logs through both and compare the JSON. Every object created here
@@ -161,7 +162,7 @@ function statusChanged(state, env, e) {
   }
 }
 
-/** reducers._task_follows: a task follows its latest session. */
+/** board/fold.py's _task_follows: a task follows its latest session. */
 const WORKING = new Set(WORKING_STATUSES);
 function taskFollows(state, taskId, sessionId, status, ts) {
   const task = state.tasks[taskId];
@@ -254,7 +255,7 @@ function deleted(state, env) {
   if (env.session_id != null) delete state.sessions[env.session_id];
 }
 
-/** Finished items only: a fork starts idle (reducers._kept_by_fork). */
+/** Finished items only: a fork starts idle (core/fold.py's _kept_by_fork). */
 function keptByFork(item) {
   if (item.kind === "tool_call") return item.result !== null && item.result !== undefined;
   if (item.kind === "user_message") return !item.queued;

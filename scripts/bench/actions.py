@@ -36,7 +36,7 @@ b. ``bash -c "head -c N /dev/zero | tr '\\0' a"`` with ``output_cap`` = N (100 M
    runs in the sandbox, ``workspace-write``, the default.)
 
 c. The sandbox's overhead per command: ``true`` through the worker's run path
-   (``codey_worker.exec.run_command``, in this process, on the worker's loop), with
+   (``codey_worker.shell.run_command``, in this process, on the worker's loop), with
    ``full-access`` (no sandbox) and with ``workspace-write`` and ``read-only`` (bwrap), in
    blocks, interleaved, next to the bare spawn of ``true`` (``asyncio`` subprocess, the floor
    of any command) and to ``bwrap … true`` alone (the floor of the sandbox). Then the same two
@@ -95,12 +95,12 @@ from codey_testkit.procs import ManagedProcess
 from codey_testkit.stack import ServerProcess
 from codey_worker.actions import ActionDispatcher
 from codey_worker.cli import worker_runner
-from codey_worker.exec import run_command
 from codey_worker.git import GitRunner
 from codey_worker.policy import LocalPolicy
 from codey_worker.records import ActionRecords
 from codey_worker.sandbox import Sandbox, detect
 from codey_worker.search import find_rg, grep
+from codey_worker.shell import run_command
 
 RT_GOAL_X = 3.0
 THROUGHPUT_GOAL_MBS = 100.0

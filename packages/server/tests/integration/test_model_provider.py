@@ -27,6 +27,7 @@ SCRIPT = {"model": "scripted-1", "steps": [
         "message": "The model `nope` does not exist or you do not have access to it."}}},
     {"match": {"user": "busy"}, "times": 2, "reply": {"error": {"status": 503,
                                                                 "retry_after": 0.2}}},
+    {"match": {"user": "down"}, "times": 4, "reply": {"error": {"status": 502}}},
     {"match": {"any": True}, "reply": {"text": "pong"}},
 ]}
 
@@ -66,6 +67,17 @@ def _body(text: str) -> bytes:
 
 async def _call(provider: ModelProvider, text: str) -> list[ModelEvent]:
     return [e async for e in provider.stream(model="scripted-1", body=_body(text))]
+
+
+def _no_waiting(provider: ModelProvider) -> list[float]:
+    """Tenacity's seam: the provider's retries record each delay instead of waiting it."""
+    slept: list[float] = []
+
+    async def sleep(delay: float) -> None:
+        slept.append(delay)
+
+    provider.retrying = provider.retrying.copy(sleep=sleep)
+    return slept
 
 
 def test_one_client_serves_every_call_until_the_credential_changes(
@@ -151,10 +163,12 @@ def test_errors_that_retrying_cannot_fix(model: ModelServerHandle, text: str, co
 def test_5xx_is_retried_after_retry_after(model: ModelServerHandle) -> None:
     async def run() -> None:
         provider = _provider(model, Keys(KEY))
+        slept = _no_waiting(provider)
         events = await _call(provider, "busy")
         retries = [e for e in events if isinstance(e, Retrying)]
         assert [r.reason for r in retries] == ["HTTP 503", "HTTP 503"]
         assert all(r.delay_s == pytest.approx(0.2) for r in retries)
+        assert slept == [r.delay_s for r in retries]
         assert isinstance(events[-1], Finished)
         await provider.aclose()
 
@@ -165,12 +179,40 @@ def test_an_unreachable_provider_is_a_connection_error(tmp_path: Path) -> None:
     async def run() -> None:
         provider = ModelProvider(ProviderConfig(name="local", base_url="http://127.0.0.1:9/v1",
                                                 max_retries=1), Keys(KEY))
+        slept = _no_waiting(provider)
         events: list[ModelEvent] = []
         with pytest.raises(ModelError) as err:
             async for event in provider.stream(model="m", body=_body("x")):
                 events.append(event)
         assert err.value.code == "connection" and "cannot reach" in err.value.message
         assert [type(e) for e in events] == [Retrying]
+        assert slept == [e.delay_s for e in events if isinstance(e, Retrying)]
+        assert 0.25 <= slept[0] <= 0.5
+        await provider.aclose()
+
+    asyncio.run(run())
+
+
+def test_a_5xx_without_retry_after_backs_off_doubling_then_is_the_error(
+        model: ModelServerHandle) -> None:
+    """max_retries (3) retries, each announced with the delay then waited: 0.5 s doubling,
+    in the upper half of each (half fixed, half random); then the error itself."""
+    async def run() -> None:
+        provider = _provider(model, Keys(KEY))
+        slept = _no_waiting(provider)
+        before = len(model.requests("/v1/responses"))
+        events: list[ModelEvent] = []
+        with pytest.raises(ModelError) as err:
+            async for event in provider.stream(model="scripted-1", body=_body("down")):
+                events.append(event)
+        assert err.value.code == "server" and "HTTP 502" in err.value.message
+        assert len(model.requests("/v1/responses")) == before + 4
+        retries = [e for e in events if isinstance(e, Retrying)]
+        assert [(r.attempt, r.reason) for r in retries] == [
+            (1, "HTTP 502"), (2, "HTTP 502"), (3, "HTTP 502")]
+        assert slept == [r.delay_s for r in retries]
+        for delay, ceiling in zip(slept, [0.5, 1.0, 2.0], strict=True):
+            assert ceiling / 2 <= delay <= ceiling
         await provider.aclose()
 
     asyncio.run(run())

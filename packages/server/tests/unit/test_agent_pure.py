@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 import pytest
@@ -19,7 +20,7 @@ from codey_server.agent.conversation import (
     UserText,
     conversation_of,
 )
-from codey_server.agent.models import retry_after
+from codey_server.agent.models import MODEL_RETRYING, backoff, retry_after
 from codey_server.agent.tools import BadToolCall, Gate, mcp_tool_name, parse_call, tool_named
 from codey_server.agent.tools.apply_patch import PatchArgs
 from codey_server.agent.tools.mcp import MCP, McpArgs
@@ -188,6 +189,32 @@ def test_retry_after_forms() -> None:
     assert retry_after({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}) == 0.0
     assert retry_after({"retry-after": "soon"}) is None
     assert retry_after({}) is None
+
+
+def test_a_model_call_waits_half_a_second_doubling_to_thirty_in_the_upper_half() -> None:
+    for attempt, ceiling in [(1, 0.5), (2, 1.0), (3, 2.0), (6, 16.0), (7, 30.0), (40, 30.0)]:
+        delays = [backoff(attempt) for _ in range(200)]
+        assert ceiling / 2 <= min(delays) < ceiling * 0.6 < ceiling * 0.9 < max(delays) <= ceiling
+
+
+def test_a_model_call_waits_what_retry_after_asks_at_most_two_minutes() -> None:
+    from tenacity import RetryCallState
+
+    from codey_server.agent.errors import ModelError
+    from codey_server.agent.models import _Busy
+
+    def wait(after: float | None) -> float:
+        state = RetryCallState(MODEL_RETRYING, fn=None, args=(), kwargs={})
+        try:
+            raise _Busy(ModelError("busy", code="server"), "HTTP 503", after)
+        except _Busy:
+            state.set_exception(sys.exc_info())  # type: ignore[arg-type]
+        return float(MODEL_RETRYING.wait(state))
+
+    assert wait(3.0) == 3.0
+    assert wait(600.0) == 120.0
+    assert 0.25 <= wait(None) <= 0.5  # none: the backoff
+    assert 0.25 <= wait(0.0) <= 0.5  # "Retry-After: 0" is no answer either
 
 
 def test_read_file_numbers_its_lines_and_says_what_it_left_out() -> None:

@@ -2,8 +2,9 @@
 
 Entry point: ``codey-worker`` (:func:`codey_worker.cli.main`). The pieces, from the outside in:
 :mod:`~codey_worker.pairing` (link the machine), :mod:`~codey_worker.connection` (the websocket
-loop), :mod:`~codey_worker.actions` (exactly-once dispatch to the executors ``exec``, ``fs``,
-``patch``, ``mcp``), :mod:`~codey_worker.policy` (the owner's local rules).
+loop), :mod:`~codey_worker.actions` (exactly-once dispatch to the executors: ``shell`` runs the
+``shell`` tool's commands, ``processes`` the ``exec`` tool's processes, then ``fs``, ``patch``,
+``mcp``), :mod:`~codey_worker.policy` (the owner's local rules).
 
 The names below are imported lazily, so ``import codey_worker`` stays cheap (the websocket and
 MCP libraries load only when used).
@@ -23,7 +24,7 @@ _EXPORTS = {
     "ActionDispatcher": "codey_worker.actions",
     "ActionRecords": "codey_worker.records",
     "ActionRefused": "codey_worker.confine",
-    "CommandRegistry": "codey_worker.exec",
+    "CommandRegistry": "codey_worker.shell",
     "ConfigError": "codey_worker.config",
     "Identity": "codey_worker.config",
     "LocalPolicy": "codey_worker.policy",

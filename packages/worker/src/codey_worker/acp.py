@@ -43,8 +43,8 @@ from codey_protocol.worker import (
 )
 from codey_worker import fs
 from codey_worker.confine import ActionRefused
-from codey_worker.exec import build_env, merge_git_env
 from codey_worker.policy import LocalPolicy
+from codey_worker.shell import build_env, merge_git_env
 
 __all__ = ["AcpAgentConfig", "AcpAgents", "Emit"]
 

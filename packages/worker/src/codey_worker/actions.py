@@ -93,13 +93,13 @@ from codey_worker.acp import AcpAgents
 from codey_worker.config import codey_home
 from codey_worker.confine import ActionRefused, within
 from codey_worker.console import WorkerConsole
-from codey_worker.exec import CommandRegistry, run_command
 from codey_worker.frames import encode_fitted
 from codey_worker.git import GitRunner
 from codey_worker.mcp import McpManager
 from codey_worker.policy import LocalPolicy
 from codey_worker.records import ActionRecords
 from codey_worker.sandbox import Sandbox
+from codey_worker.shell import CommandRegistry, run_command
 from codey_worker.warm import supervisor_env
 from codey_worker.watch import WorkspaceWatcher
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from codey_worker.acp import AcpAgentConfig
 from codey_worker.errors import WorkerError
+from codey_worker.home import codey_home
 from codey_worker.policy import LocalPolicy
 from codey_worker.sandbox import SandboxSettings
 
@@ -49,13 +50,6 @@ CONFIG_FILE = "worker-config.json"
 
 class ConfigError(WorkerError):
     """A worker file that cannot be read or does not have the expected shape."""
-
-
-def codey_home(env: dict[str, str] | None = None) -> Path:
-    """``$CODEY_HOME`` if set (``~`` expanded), else ``~/.codey``."""
-    source = os.environ if env is None else env
-    value = source.get("CODEY_HOME")
-    return Path(os.path.expanduser(value)) if value else Path.home() / ".codey"
 
 
 def records_path(home: Path) -> Path:
@@ -153,7 +147,7 @@ def delete_identity(home: Path) -> bool:
 @dataclass(frozen=True)
 class McpServerConfig:
     """One MCP server: a stdio one, ``command`` with ``args``, started in the session's
-    workdir with the environment commands get (``exec.build_env``) plus ``env``, as the owner
+    workdir with the environment commands get (``shell.build_env``) plus ``env``, as the owner
     wrote it; or a streamable-HTTP one at ``url``, sent ``headers`` (e.g. Codey's own
     ``/mcp`` with ``Authorization: Bearer cmcp_...``)."""
 

@@ -17,8 +17,9 @@ Order on each connection (``WS {server}/ws/worker``)::
 Endings (:meth:`Worker.run` returns the process exit code):
 
 * a dropped connection or a failed connect → reconnect after a backoff (0.5 s doubling to
-  :data:`RECONNECT_CAP_S`, full jitter), reset by every connection the server welcomed: a
-  worker is back within about 2 s of its server, however long the server was away;
+  :data:`RECONNECT_CAP_S`, full jitter: :data:`RECONNECT_WAIT`, tenacity's), reset by every
+  connection the server welcomed: a worker is back within about 2 s of its server, however
+  long the server was away;
 * close 4401 / 4403 → "this machine was unlinked …", exit 3;
 * close 4409 (a newer connection of the same worker replaced this one) → exit 0;
 * another protocol version (the server's challenge says which, or it closes 4426) → the reason,
@@ -39,12 +40,18 @@ import asyncio
 import contextlib
 import logging
 import os
-import random
 import signal
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Literal
 
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception_type,
+    wait_random_exponential,
+)
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
@@ -67,11 +74,11 @@ from codey_worker.config import Identity, WorkerConfig, records_path
 from codey_worker.confine import allow_reading, protect
 from codey_worker.console import WorkerConsole
 from codey_worker.errors import WorkerError
-from codey_worker.exec import CommandRegistry
 from codey_worker.mcp import McpManager
 from codey_worker.pairing import machine_info, sign
 from codey_worker.records import ActionRecords
 from codey_worker.sandbox import Sandbox
+from codey_worker.shell import CommandRegistry
 from codey_worker.terminal import Terminals
 from codey_worker.watch import WorkspaceWatcher
 
@@ -79,7 +86,7 @@ __all__ = [
     "EXIT_INCOMPATIBLE",
     "EXIT_OK",
     "EXIT_UNLINKED",
-    "Backoff",
+    "RECONNECT_WAIT",
     "IncompatibleServer",
     "Worker",
     "compiled_from_source",
@@ -101,6 +108,10 @@ HANDSHAKE_TIMEOUT_S = 15.0
 #: there is no herd to spread, and every second of waiting is a second its sessions sit on
 #: "waiting for machine" after the server is back (at 30 s a worker came back ~20 s late)
 RECONNECT_CAP_S = 2.0
+#: the wait before connecting again (tenacity): full jitter, anywhere up to a ceiling of 0.5 s
+#: doubling to :data:`RECONNECT_CAP_S`, so the workers of a restarted server do not all come
+#: back in the same instant
+RECONNECT_WAIT = wait_random_exponential(multiplier=0.5, max=RECONNECT_CAP_S)
 MCP_LIST_TIMEOUT_S = 20.0
 MAX_FRAME_BYTES = 64 * 1024 * 1024  # patches and file writes can be large
 #: signals that stop the worker cleanly (running commands are stopped too)
@@ -152,27 +163,12 @@ def release_free_memory() -> bool:
     return True
 
 
-class Backoff:
-    """Delays before reconnecting: full jitter over ``base * 2**n``, capped at ``cap``."""
+class _Lost(Exception):
+    """A connection that failed or ended, and is to be made again; ``reason`` says how."""
 
-    def __init__(self, base: float = 0.5, cap: float = RECONNECT_CAP_S,
-                 rand: random.Random | None = None) -> None:
-        self.base = base
-        self.cap = cap
-        self.attempt = 0
-        self._rand = rand or random.Random()
-
-    def ceiling(self) -> float:
-        """The upper bound of the next delay."""
-        return float(min(self.cap, self.base * 2.0 ** min(self.attempt, 32)))
-
-    def next(self) -> float:
-        delay = self._rand.uniform(0, self.ceiling())
-        self.attempt += 1
-        return delay
-
-    def reset(self) -> None:
-        self.attempt = 0
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 class Worker:
@@ -184,7 +180,10 @@ class Worker:
     """
 
     def __init__(self, identity: Identity, server: str, config: WorkerConfig, home: Path,
-                 console: WorkerConsole, *, handle_signals: bool = True) -> None:
+                 console: WorkerConsole, *, handle_signals: bool = True,
+                 sleep: Callable[[float], Awaitable[None]] | None = None) -> None:
+        """``sleep`` waits before reconnecting (by default: the delay, or until :meth:`stop`);
+        tests give one that records the delays instead."""
         # first of all: no action may read the key or rewrite the config in the worker's home
         protect(home)
         # … except the user's own skills, whose SKILL.md paths the model is given to read
@@ -195,6 +194,7 @@ class Worker:
         self.home = home
         self.console = console
         self._handle_signals = handle_signals
+        self._sleep = sleep or self._pause
         self._stop = asyncio.Event()
         self._stop_reason = "stopped"
         self._ws: ClientConnection | None = None
@@ -268,60 +268,85 @@ class Worker:
             self.records.close()
 
     async def _loop(self) -> int:
-        backoff = Backoff()
         url = ws_url(self.server)
-        while not self._stop.is_set():
-            await self._list_mcp_tools()
-            if self._stop.is_set():  # stopped while listing: don't connect just to leave
-                break
-            reason = "connection lost"
-            try:
-                # compression=None: deflating every streamed output chunk cost more CPU than
-                # it saved (100 MB of output: 73 MB/s with it, 113 MB/s without)
-                async with connect(url, compression=None, max_size=MAX_FRAME_BYTES,
-                                   open_timeout=HANDSHAKE_TIMEOUT_S,
-                                   ping_interval=20, ping_timeout=20,
-                                   close_timeout=5) as ws:
-                    await self._handshake(ws)
-                    self._ws = ws
-                    backoff.reset()  # a good connection: the next drop starts small again
-                    self.console.connected(self.server)
-                    await self._send_hello(ws)
-                    self.dispatcher.connected()
-                    if self._trim:  # started, connected, and idle until asked: once
-                        self._trim = False
-                        release_free_memory()
-                    await self._serve(ws)
-            except ConnectionClosed as exc:
-                code = exc.rcvd.code if exc.rcvd is not None else None
-                if code in (cc.UNAUTHORIZED, cc.REVOKED):
-                    self.console.unlinked()
-                    return EXIT_UNLINKED
-                if code == cc.REPLACED:
-                    self.console.replaced()
-                    return EXIT_OK
-                if code == cc.UPGRADE_REQUIRED:
-                    self.console.error(exc.rcvd.reason if exc.rcvd else "protocol mismatch")
-                    return EXIT_INCOMPATIBLE
-                reason = f"closed with code {code}" if code else "connection lost"
-            except IncompatibleServer as exc:
-                self.console.error(str(exc))
-                return EXIT_INCOMPATIBLE
-            except (OSError, InvalidHandshake, TimeoutError) as exc:
-                reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            except ProtocolError as exc:
-                reason = f"bad frame from the server: {exc.message}"
-            finally:
-                self._ws = None
-                await self.terminals.close_all()  # their shells go on in tmux
-            if self._stop.is_set():
-                break
-            delay = backoff.next()
-            self.console.reconnecting(delay, reason)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), delay)
+        reconnecting = AsyncRetrying(
+            wait=RECONNECT_WAIT, retry=retry_if_exception_type(_Lost),
+            stop=lambda _: self._stop.is_set(), sleep=self._sleep,
+            before_sleep=self._reconnecting, reraise=True)
+        code: int | None = None
+        with contextlib.suppress(_Lost):  # lost, and told to stop meanwhile
+            async for attempt in reconnecting:
+                with attempt:
+                    code = await self._connection(url, attempt.retry_state)
+        if code is not None:
+            return code
         self.console.stopping(self._stop_reason)
         return EXIT_OK
+
+    async def _connection(self, url: str, attempt: RetryCallState) -> int | None:
+        """One connection, from connecting to its end. Returns the exit code when the worker
+        must not connect again, None when told to stop; raises :class:`_Lost` (to be tried
+        again after a wait) otherwise."""
+        if self._stop.is_set():
+            return None
+        await self._list_mcp_tools()
+        if self._stop.is_set():  # stopped while listing: don't connect just to leave
+            return None
+        reason = "connection lost"
+        try:
+            # compression=None: deflating every streamed output chunk cost more CPU than it
+            # saved (100 MB of output: 73 MB/s with it, 113 MB/s without)
+            async with connect(url, compression=None, max_size=MAX_FRAME_BYTES,
+                               open_timeout=HANDSHAKE_TIMEOUT_S,
+                               ping_interval=20, ping_timeout=20,
+                               close_timeout=5) as ws:
+                await self._handshake(ws)
+                self._ws = ws
+                # a good connection: the next drop waits as after a first failure again
+                attempt.attempt_number = 1
+                self.console.connected(self.server)
+                await self._send_hello(ws)
+                self.dispatcher.connected()
+                if self._trim:  # started, connected, and idle until asked: once
+                    self._trim = False
+                    release_free_memory()
+                await self._serve(ws)
+        except ConnectionClosed as exc:
+            code = exc.rcvd.code if exc.rcvd is not None else None
+            if code in (cc.UNAUTHORIZED, cc.REVOKED):
+                self.console.unlinked()
+                return EXIT_UNLINKED
+            if code == cc.REPLACED:
+                self.console.replaced()
+                return EXIT_OK
+            if code == cc.UPGRADE_REQUIRED:
+                self.console.error(exc.rcvd.reason if exc.rcvd else "protocol mismatch")
+                return EXIT_INCOMPATIBLE
+            reason = f"closed with code {code}" if code else "connection lost"
+        except IncompatibleServer as exc:
+            self.console.error(str(exc))
+            return EXIT_INCOMPATIBLE
+        except (OSError, InvalidHandshake, TimeoutError) as exc:
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        except ProtocolError as exc:
+            reason = f"bad frame from the server: {exc.message}"
+        finally:
+            self._ws = None
+            await self.terminals.close_all()  # their shells go on in tmux
+        if self._stop.is_set():
+            return None
+        raise _Lost(reason)
+
+    def _reconnecting(self, state: RetryCallState) -> None:
+        """Said before each wait, with the delay tenacity is about to wait."""
+        lost = state.outcome.exception() if state.outcome is not None else None
+        self.console.reconnecting(state.upcoming_sleep,
+                                  lost.reason if isinstance(lost, _Lost) else "connection lost")
+
+    async def _pause(self, delay: float) -> None:
+        """Wait ``delay`` seconds before reconnecting, or until told to stop."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stop.wait(), delay)
 
     async def _list_mcp_tools(self) -> None:
         """List MCP tools before connecting: Hello carries them, and the server gives Hello

@@ -5,7 +5,7 @@ Confinement — what the worker does, and where it stops:
 * Each server runs **per session workdir**: one process for each (server, workdir) pair, started
   with the workdir as its **cwd**, the workdir declared as its only MCP **root** (the client's
   ``roots/list`` answer: the protocol's own way to tell a server where it may work), and the
-  **environment commands get** (:func:`codey_worker.exec.build_env`: an allowlist, no
+  **environment commands get** (:func:`codey_worker.shell.build_env`: an allowlist, no
   ``*KEY*``/``*TOKEN*``/``*SECRET*`` names) plus the ``env`` its config entry sets. At most
   :data:`MAX_INSTANCES` per server run at once; the least recently used idle one is stopped.
 * A stdio server runs **in the OS sandbox** (:mod:`codey_worker.sandbox`) in the mode the call
@@ -60,9 +60,10 @@ from typing import TYPE_CHECKING, Any, TextIO
 from codey_protocol.worker import McpCallResult, McpServerInfo, McpTool, SandboxMode
 from codey_worker.config import McpServerConfig
 from codey_worker.confine import ActionRefused
-from codey_worker.exec import build_env, merge_git_env
+from codey_worker.home import codey_home
 from codey_worker.policy import LocalPolicy
 from codey_worker.sandbox import Sandbox, SandboxSettings
+from codey_worker.shell import build_env, merge_git_env
 
 if TYPE_CHECKING:
     # The MCP SDK is imported where a server is started or called, never at the worker's
@@ -258,8 +259,6 @@ class McpManager:
         self._policy = policy
         self._max_instances = max(1, max_instances)
         if sandbox is None:
-            from codey_worker.config import codey_home
-
             sandbox = Sandbox.detected(codey_home())
         self._sandbox = sandbox
         self._instances: OrderedDict[tuple[str, Path | None, SandboxMode], _Server] = \

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import platform
-import random
 import socket
 import time
 import urllib.error
@@ -30,6 +29,8 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from typing import Any
+
+from tenacity import RetryCallState, Retrying, retry_if_exception, wait_random_exponential
 
 from codey_protocol import codec
 from codey_protocol.worker import PairRequest, PairStatus, PairTicket
@@ -54,6 +55,9 @@ __all__ = [
 WAIT_TIMEOUT_S = 25
 _HTTP_SLACK_S = 15  # the long poll may take WAIT_TIMEOUT_S; the socket waits a little longer
 _BACKOFF_MAX_S = 30.0
+#: the wait before asking the server again (tenacity): full jitter (anywhere up to a ceiling
+#: of 0.5 s doubling to :data:`_BACKOFF_MAX_S`)
+PAIRING_WAIT = wait_random_exponential(multiplier=0.5, max=_BACKOFF_MAX_S)
 
 
 class PairingError(WorkerError):
@@ -117,24 +121,29 @@ def _request(method: str, url: str, body: bytes | None, timeout: float) -> Any:
 Sleep = Callable[[float], None]
 
 
+def _unanswered(exc: BaseException) -> bool:
+    """The server could not be reached, or failed (5xx): ask again. A 4xx is an answer."""
+    if isinstance(exc, _HttpError):
+        return exc.status >= 500
+    return isinstance(exc, (OSError, json.JSONDecodeError))
+
+
 def _with_retries(call: Callable[[], Any], console: WorkerConsole, what: str,
                   sleep: Sleep) -> Any:
     """Run ``call`` until the server answers; connection errors and 5xx retry with backoff
-    (full jitter, 0.5 s doubling to 30 s)."""
-    attempt = 0
-    while True:
-        try:
-            return call()
-        except _HttpError as exc:
-            if exc.status < 500:
-                raise
+    (:data:`PAIRING_WAIT`), each said on the console with its delay before it waits."""
+
+    def say(state: RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome is not None else None
+        if isinstance(exc, _HttpError):
             reason = f"{what}: server error {exc.status}"
-        except (OSError, json.JSONDecodeError) as exc:
+        else:
             reason = f"{what}: {getattr(exc, 'reason', None) or exc}"
-        delay = random.uniform(0, min(_BACKOFF_MAX_S, 0.5 * 2**attempt))
-        attempt += 1
-        console.reconnecting(delay, reason)
-        sleep(delay)
+        console.reconnecting(state.upcoming_sleep, reason)
+
+    retrying = Retrying(wait=PAIRING_WAIT, retry=retry_if_exception(_unanswered),
+                        before_sleep=say, sleep=sleep, reraise=True)
+    return retrying(call)
 
 
 def _ticket(server: str, request: PairRequest, console: WorkerConsole,

@@ -40,7 +40,7 @@ What a caller must know:
   was detached, it ended long ago — raises ``ActionRefused("process_gone")``; never a silent
   empty answer.
 * **Cancel.** The wait of a ``start`` or ``write`` is registered in the
-  :class:`~codey_worker.exec.CommandRegistry` under the action's id: cancelling that action
+  :class:`~codey_worker.shell.CommandRegistry` under the action's id: cancelling that action
   (an interrupt of the turn that waits on it) stops the process, and the answer says
   ``stopped_by: "cancel"``. A process nobody is waiting on is not affected by an interrupt.
 * **Terminal.** With ``tty`` the program runs in a pseudo-terminal that is its controlling
@@ -90,7 +90,12 @@ from codey_protocol.worker import (
     WorkerToServerMessage,
 )
 from codey_worker.confine import ActionRefused, relative_display, resolve_inside
-from codey_worker.exec import (
+from codey_worker.forward import PortForward, ProcDir, listening_ports
+from codey_worker.frames import FRAME_BUDGET
+from codey_worker.home import codey_home
+from codey_worker.policy import LocalPolicy, check_protected_args
+from codey_worker.sandbox import Sandbox, sandbox_denial
+from codey_worker.shell import (
     CHUNK_MAX,
     DRAIN_S,
     FLUSH_INTERVAL_S,
@@ -106,10 +111,6 @@ from codey_worker.exec import (
     build_env,
     truncation_marker,
 )
-from codey_worker.forward import PortForward, ProcDir, listening_ports
-from codey_worker.frames import FRAME_BUDGET
-from codey_worker.policy import LocalPolicy, check_protected_args
-from codey_worker.sandbox import Sandbox, sandbox_denial
 
 __all__ = ["MAX_PROCESSES", "MAX_YIELD_MS", "ProcessTable"]
 
@@ -322,8 +323,6 @@ class ProcessTable:
     @property
     def sandbox(self) -> Sandbox:
         if self._sandbox is None:
-            from codey_worker.config import codey_home  # (config imports exec)
-
             self._sandbox = Sandbox.detected(codey_home())
         return self._sandbox
 

@@ -52,6 +52,7 @@ import msgspec
 from codey_protocol.worker import Glob, GlobResult, Grep, GrepFile, GrepLine, GrepResult
 from codey_worker.confine import ActionRefused
 from codey_worker.files import Boundary, Tree
+from codey_worker.home import codey_home
 from codey_worker.policy import LocalPolicy
 from codey_worker.sandbox import Sandbox
 
@@ -149,8 +150,6 @@ def _engine(rg: object, sandbox: Sandbox | None) -> tuple[str | None, Sandbox | 
         return None, None
     assert isinstance(binary, str)
     if sandbox is None:
-        from codey_worker.config import codey_home  # (config imports this module's users)
-
         sandbox = Sandbox.detected(codey_home())
     if not sandbox.support.available:
         return None, None

@@ -5,7 +5,7 @@ under this user, reachable from every browser logged in to the server.
 
 Each terminal is a tmux session (``codey-<terminal_id>``) on the worker's own tmux socket
 (``$CODEY_HOME/tmux.sock``), started in the workdir with the same stripped environment as
-commands (:func:`codey_worker.exec.build_env`). A browser's view of it is a tmux *client*
+commands (:func:`codey_worker.shell.build_env`). A browser's view of it is a tmux *client*
 (``tmux attach``) running in a pseudo-terminal here: closing the browser ends the client, never
 the shell, so reopening finds the same shell, and two browsers are two clients of one session.
 
@@ -34,8 +34,8 @@ from pathlib import Path
 from codey_protocol import codec
 from codey_protocol import worker as wk
 from codey_worker.confine import ActionRefused
-from codey_worker.exec import build_env
 from codey_worker.policy import LocalPolicy
+from codey_worker.shell import build_env
 
 __all__ = ["WINDOW", "Terminals"]
 

@@ -109,7 +109,7 @@ def _subreaper() -> None:
 
 def _children(me: int) -> list[int]:
     """The pids whose parent is ``me`` (reparented orphans included). (It reads /proc as
-    exec.py's _group_alive does: this file runs alone, with the standard library only.)"""
+    shell.py's _group_alive does: this file runs alone, with the standard library only.)"""
     found: list[int] = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():

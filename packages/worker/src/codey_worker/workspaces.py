@@ -60,7 +60,6 @@ from codey_protocol.worker import (
     WorkspaceRemoved,
 )
 from codey_worker.confine import ActionRefused, within
-from codey_worker.exec import CommandRegistry, run_command
 from codey_worker.files import Tree
 from codey_worker.git import (
     READ,
@@ -72,6 +71,7 @@ from codey_worker.git import (
 )
 from codey_worker.policy import LocalPolicy
 from codey_worker.sandbox import Sandbox
+from codey_worker.shell import CommandRegistry, run_command
 
 __all__ = [
     "FALLBACK_IDENTITY",

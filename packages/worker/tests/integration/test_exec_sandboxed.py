@@ -22,9 +22,9 @@ from codey_protocol.worker import CommandResult, RunCommand
 from codey_testkit.outputs import Sink, arun
 from codey_testkit.procs import pids_with as processes_with
 from codey_testkit.waiting import until, wait_until
-from codey_worker.exec import CommandRegistry, run_command
 from codey_worker.policy import LocalPolicy
 from codey_worker.sandbox import Sandbox, SandboxSettings, detect
+from codey_worker.shell import CommandRegistry, run_command
 
 pytestmark = [
     pytest.mark.integration,
@@ -184,7 +184,7 @@ def test_a_cancelled_task_leaves_nothing_behind(ws: Path, box: Sandbox) -> None:
 WORKER = """
 import asyncio, sys
 from codey_protocol.worker import RunCommand
-from codey_worker.exec import run_command
+from codey_worker.shell import run_command
 from codey_worker.policy import LocalPolicy
 
 async def show(stream, text):

@@ -29,11 +29,11 @@ from codey_testkit.procs import pids_with as processes_with
 from codey_testkit.waiting import wait_until
 from codey_worker.config import McpServerConfig
 from codey_worker.confine import ActionRefused
-from codey_worker.exec import run_command
 from codey_worker.mcp import McpManager
 from codey_worker.policy import LocalPolicy
 from codey_worker.processes import ProcessTable
 from codey_worker.sandbox import Sandbox, SandboxSettings, detect
+from codey_worker.shell import run_command
 
 pytestmark = [
     pytest.mark.integration,
@@ -219,7 +219,7 @@ def test_credentials_stay_hidden_when_the_workdir_contains_them(machine: Machine
 WORKER = """
 import asyncio, json, os, sys
 from codey_protocol.worker import RunCommand
-from codey_worker.exec import run_command
+from codey_worker.shell import run_command
 from codey_worker.policy import LocalPolicy
 from codey_worker.processes import ProcessTable
 

@@ -19,9 +19,9 @@ import pytest
 from codey_protocol.worker import CommandResult, RunCommand
 from codey_testkit.procs import pids_with as _alive
 from codey_testkit.waiting import until
-from codey_worker.exec import run_command
 from codey_worker.policy import LocalPolicy
 from codey_worker.sandbox import Sandbox, SandboxSettings, detect
+from codey_worker.shell import run_command
 
 pytestmark = [
     pytest.mark.integration,

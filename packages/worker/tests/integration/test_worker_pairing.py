@@ -140,3 +140,6 @@ def test_unreachable_server_is_retried_until_it_answers(
     assert len(slept) == 3
     assert all(0 <= d <= cap for d, cap in zip(slept, [0.5, 1.0, 2.0], strict=True))
     assert out.getvalue().count("reconnecting in") == 3
+    # each wait is said before it is waited, with the delay then waited
+    said = [line for line in out.getvalue().splitlines() if "reconnecting in" in line]
+    assert [line.split()[2] for line in said] == [f"{d:.1f}" for d in slept]

@@ -26,11 +26,11 @@ from codey_protocol import codec
 from codey_protocol import worker as wk
 from codey_protocol.state import PROCESS_TAIL_BYTES
 from codey_worker.confine import ActionRefused
-from codey_worker.exec import CHUNK_MAX, CommandRegistry
 from codey_worker.forward import parse_listening
 from codey_worker.policy import LocalPolicy
 from codey_worker.processes import ProcessTable, _Live
 from codey_worker.sandbox import Sandbox, detect
+from codey_worker.shell import CHUNK_MAX, CommandRegistry
 
 T = TypeVar("T")
 BWRAP = pytest.mark.skipif(detect().kind != "bwrap", reason=f"no bubblewrap: {detect().reason}")
@@ -305,7 +305,7 @@ _AS_NOBODY = """
 import asyncio, json, sys, urllib.request
 from pathlib import Path
 from codey_protocol import codec, worker as wk
-from codey_worker.exec import CommandRegistry
+from codey_worker.shell import CommandRegistry
 from codey_worker.policy import LocalPolicy
 from codey_worker.processes import ProcessTable
 from codey_worker.sandbox import Sandbox, detect

@@ -21,10 +21,10 @@ from codey_protocol.worker import ExecKill, ExecOutput, ExecStart, ExecWrite
 from codey_testkit.procs import pids_with as processes_with
 from codey_testkit.waiting import Deadline, wait_until
 from codey_worker.confine import ActionRefused
-from codey_worker.exec import CommandRegistry, truncation_marker
 from codey_worker.policy import LocalPolicy
 from codey_worker.processes import MAX_PROCESSES, ProcessTable
 from codey_worker.sandbox import Sandbox, detect
+from codey_worker.shell import CommandRegistry, truncation_marker
 
 T = TypeVar("T")
 MODES = [pytest.param("full-access", id="bare"),

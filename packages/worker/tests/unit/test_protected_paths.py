@@ -21,9 +21,9 @@ from codey_worker.confine import (
     protected_paths,
     resolve_inside,
 )
-from codey_worker.exec import run_command
 from codey_worker.patch import apply_patch, apply_patch_cli
 from codey_worker.policy import LocalPolicy
+from codey_worker.shell import run_command
 from codey_worker.watch import relevant
 
 

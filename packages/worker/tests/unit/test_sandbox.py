@@ -20,7 +20,6 @@ from codey_worker import sandbox as sb
 from codey_worker.actions import ActionDispatcher
 from codey_worker.config import ConfigError, load_config
 from codey_worker.confine import ActionRefused
-from codey_worker.exec import run_command
 from codey_worker.policy import LocalPolicy
 from codey_worker.records import ActionRecords
 from codey_worker.sandbox import (
@@ -34,6 +33,7 @@ from codey_worker.sandbox import (
     sandbox_denial,
     seatbelt_profile,
 )
+from codey_worker.shell import run_command
 
 BWRAP = SandboxSupport(kind="bwrap", path="/usr/bin/bwrap", version="0.8.0",
                        disable_userns=True)

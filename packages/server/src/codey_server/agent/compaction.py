@@ -1,6 +1,6 @@
-"""Compaction: what to summarize, and the summarizing call's input. Pure; the turn loop
-(:mod:`~codey_server.agent.runner`) makes the call and appends the
-:class:`~codey_protocol.events.Summary` item.
+"""Compaction: what to summarize, and the summarizing call's input. Pure; the turn
+(:class:`~codey_server.agent.turn.CodeyTurn`, carried out by :mod:`~codey_server.agent.driver`)
+makes the call and appends the :class:`~codey_protocol.events.Summary` item.
 
 When a call's context nears the model's window (``compact_at``, 85% by default), when the
 provider answers ``context_length_exceeded``, or when the user asks, the older items are

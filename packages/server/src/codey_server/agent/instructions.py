@@ -19,13 +19,10 @@ system prompt) are listed side by side in ``docs/architecture.md``; the words ar
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from codey_protocol.state import SessionInfo, State
+from codey_server.agent.tools.base import ToolSpec
 from codey_server.core.memory import memory_text
-
-if TYPE_CHECKING:  # (the tools' package imports memory_of from here)
-    from codey_server.agent.tools import ToolSpec
 
 __all__ = ["BRIEF", "BY_KIND", "INSTRUCTIONS", "TOOL_GUIDE", "build_instructions", "memory_of",
            "permissions"]

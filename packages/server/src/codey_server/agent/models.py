@@ -23,26 +23,39 @@ that as soon as the server has started, for each configured provider's SDK, and 
 provider is added (:meth:`ModelProvider.prepare`), so a first call finds it loaded; a call
 that comes first waits for the same import.
 
-Retries: a 429 (not an exhausted quota), a 5xx (Anthropic's 529 "overloaded" among them), or
-a connection that fails before the answer starts is retried with backoff honouring
-``Retry-After``, each announced as :class:`~codey_server.agent.stream.Retrying`. A 401 on an
-OAuth provider refreshes the token once and tries again. Anything else raises
-:class:`~codey_server.agent.errors.ModelError`.
+Retries (tenacity, :data:`MODEL_RETRYING`): a 429 (not an exhausted quota), a 5xx
+(Anthropic's 529 "overloaded" among them), or a connection that fails before the answer
+starts is retried with backoff honouring ``Retry-After``, each announced as
+:class:`~codey_server.agent.stream.Retrying` with the delay it then waits. A 401 on an OAuth
+provider refreshes the token once and tries again (a new try, not a retry). Anything else
+raises :class:`~codey_server.agent.errors.ModelError`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import email.utils
 import importlib
 import json
 import logging
-import random
+import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol, cast
+
+from tenacity import (
+    AsyncRetrying,
+    DoAttempt,
+    DoSleep,
+    RetryCallState,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_exponential,
+    wait_random_exponential,
+)
 
 from codey_protocol.ratelimits import RATE_LIMIT_HEADERS
 from codey_server.agent.connections import SetupGate, http_client, with_platform
@@ -53,6 +66,7 @@ from codey_server.agent.stream import ModelEvent, RateLimits, Retrying
 from codey_server.agent.wire import Wire, wire_for
 from codey_server.agent.wire.errors import error_from_body
 from codey_server.agent.wire.sse import Sse, SseDecoder
+from codey_server.core.retry import wait_after
 from codey_server.settings import ProviderConfig
 
 if TYPE_CHECKING:
@@ -61,9 +75,12 @@ if TYPE_CHECKING:
 log = logging.getLogger("codey.models")
 
 __all__ = [
+    "MODEL_RETRYING",
+    "MODEL_WAIT",
     "Credentials",
     "ModelError",
     "ModelProvider",
+    "backoff",
     "build_provider",
     "discover_ollama_models",
     "retry_after",
@@ -106,9 +123,43 @@ def retry_after(headers: Mapping[str, str] | None) -> float | None:
         return max(0.0, seconds)
 
 
+#: the wait after a model call's failed try (tenacity): 0.5 s doubling to 30 s, in its upper
+#: half at random ("equal jitter": half of it fixed, so a retry never comes at once, half
+#: random, so sessions that failed together do not come back together)
+MODEL_WAIT = wait_exponential(multiplier=0.25, max=15.0) + \
+    wait_random_exponential(multiplier=0.25, max=15.0)
+#: the longest wait, whatever ``Retry-After`` asks for
+RETRY_AFTER_MAX_S = 120.0
+
+
 def backoff(attempt: int) -> float:
-    base: float = min(30.0, 0.5 * 2.0 ** (attempt - 1))
-    return base * (0.5 + random.random() / 2)
+    """The wait after try number ``attempt`` failed (:data:`MODEL_WAIT`); the turn waits it
+    before it asks again for an answer that was cut off."""
+    return wait_after(MODEL_WAIT, attempt)
+
+
+class _Busy(Exception):
+    """A try that failed before the answer started and may be tried again: ``error`` is what
+    the call raises once there are no tries left, ``reason`` what the ``Retrying`` event
+    says, ``retry_after`` the provider's ``Retry-After``."""
+
+    def __init__(self, error: ModelError, reason: str, retry_after: float | None = None) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.reason = reason
+        self.retry_after = retry_after
+
+
+def _wait(state: RetryCallState) -> float:
+    """``Retry-After`` when the provider sent one, else :data:`MODEL_WAIT`."""
+    busy = state.outcome.exception() if state.outcome is not None else None
+    after = busy.retry_after if isinstance(busy, _Busy) else None
+    return min(after or MODEL_WAIT(state), RETRY_AFTER_MAX_S)
+
+
+#: a model call's retries (tenacity): busy tries only, waits from :func:`_wait`; the tries
+#: are set per provider (``max_retries``), and ``sleep`` is the tests' seam
+MODEL_RETRYING = AsyncRetrying(retry=retry_if_exception_type(_Busy), wait=_wait, reraise=True)
 
 
 #: rate-limit headers are reported (as an event) at most this often per provider
@@ -149,6 +200,9 @@ class ModelProvider:
         self.clients_built = 0  # for tests and the bench: proves the pool is reused
         #: told (provider, seconds, error code or None) after each model call (/metrics)
         self.observe: Callable[[str, float, str | None], None] | None = None
+        #: how a call is retried (its tries: ``config.max_retries``); tests give it a sleep
+        #: that records the delays instead of waiting them
+        self.retrying = MODEL_RETRYING
         self._rate_reported = -RATE_LIMITS_EVERY_S
 
     @property
@@ -231,71 +285,93 @@ class ModelProvider:
 
     async def _stream(self, *, model: str, body: bytes) -> AsyncIterator[ModelEvent]:
         sdk = await self._sdk.load()
-        attempt = 0
+        # tenacity's loop, driven here rather than by ``async for``: a retry is announced
+        # (yielded) between tenacity's decision and its sleep
+        retrying = self.retrying.copy(stop=stop_after_attempt(self.config.max_retries + 1))
+        retrying.begin()
+        state = RetryCallState(retrying, fn=None, args=(), kwargs={})
         refreshed = False
         while True:
-            attempt += 1
-            started = False
-            entry = await self._acquire()
             try:
-                stream = await entry.client.post(
-                    self.wire.path, cast_to=object, content=body, stream=True,
-                    stream_cls=self._sdk.raw_events(sdk, self.wire.skipped_events),
-                    options={"headers": {"Content-Type": "application/json"}})
-                headers = _rate_headers(stream.response.headers)
-                now = time.monotonic()
-                if headers and now - self._rate_reported >= RATE_LIMITS_EVERY_S:
-                    # a snapshot for the view: every few seconds is enough, and each is an
-                    # event in the log
-                    self._rate_reported = now
-                    yield RateLimits(headers)
-                collector = self.wire.collector()
-                async for sse in stream:
-                    for event in collector.feed_sse(sse.event, sse.data):
-                        started = True
-                        yield event
-                for event in collector.finish():
-                    yield event
+                action = await retrying.iter(state)
+            except _Busy as busy:  # no tries left
+                raise busy.error from None
+            if isinstance(action, DoSleep):
+                assert state.outcome is not None
+                failed = state.outcome.exception()
+                assert isinstance(failed, _Busy)
+                yield Retrying(state.attempt_number, float(action), failed.reason)
+                state.prepare_for_next_attempt()
+                await cast(Callable[[float], Awaitable[None]], retrying.sleep)(action)
+            elif isinstance(action, DoAttempt):
+                try:
+                    # closed here, not by the loop's finalizer: the client is released as
+                    # soon as the caller stops reading
+                    async with contextlib.aclosing(self._try(sdk, body)) as events:
+                        async for event in events:
+                            yield event
+                except ModelError as err:
+                    if err.code == "auth" and self.config.auth == "oauth" and not refreshed:
+                        refreshed = True
+                        if await self.credentials.refresh():
+                            continue  # the same try again, with the new token
+                    raise
+                except _Busy:
+                    state.set_exception(sys.exc_info())  # type: ignore[arg-type]
+                else:
+                    state.set_result(None)
+            else:
                 return
-            except sdk.APIStatusError as err:
-                error = error_from_body(err.body, err.status_code, prefix=self.name,
-                                        fallback_text=err.message)
-                if error.code == "auth" and self.config.auth == "oauth" and not refreshed:
-                    refreshed = True
-                    if await self.credentials.refresh():
-                        attempt -= 1  # a refreshed token is a new try, not a retry
-                        continue
-                if started or error.code not in ("rate_limited", "server") \
-                        or attempt > self.config.max_retries:
-                    raise error from None
-                delay = retry_after(err.response.headers) or backoff(attempt)
-                yield Retrying(attempt, delay, f"HTTP {err.status_code}")
-                await asyncio.sleep(min(delay, 120.0))
-            except self._sdk.transport_errors(sdk) as err:
-                if started:
-                    raise ModelError(f"{self.name}: the answer stopped mid-stream ({err})",
-                                     code="stream_cut") from None
-                if attempt > self.config.max_retries:
-                    raise ModelError(f"{self.name}: cannot reach {self.config.base_url} "
-                                     f"({err})", code="connection") from None
-                delay = backoff(attempt)
-                yield Retrying(attempt, delay, "connection failed")
-                await asyncio.sleep(delay)
-            except sdk.APIError as err:  # an error event inside the stream
-                raise error_from_body(err.body, None, prefix=self.name,
-                                      fallback_text=err.message) from None
-            except ModelError as err:
-                if err.code == "stream_cut" and not started \
-                        and attempt <= self.config.max_retries:
-                    delay = backoff(attempt)
-                    yield Retrying(attempt, delay, "the stream ended early")
-                    await asyncio.sleep(delay)
-                    continue
-                if not err.message.startswith(self.name):
-                    err.message = f"{self.name}: {err.message}"
-                raise
-            finally:
-                await self._release(entry)
+
+    async def _try(self, sdk: Any, body: bytes) -> AsyncGenerator[ModelEvent, None]:
+        """One try of a call: its events, or :class:`_Busy` (to be retried) or a
+        ModelError."""
+        started = False
+        entry = await self._acquire()
+        try:
+            stream = await entry.client.post(
+                self.wire.path, cast_to=object, content=body, stream=True,
+                stream_cls=self._sdk.raw_events(sdk, self.wire.skipped_events),
+                options={"headers": {"Content-Type": "application/json"}})
+            headers = _rate_headers(stream.response.headers)
+            now = time.monotonic()
+            if headers and now - self._rate_reported >= RATE_LIMITS_EVERY_S:
+                # a snapshot for the view: every few seconds is enough, and each is an event
+                # in the log
+                self._rate_reported = now
+                yield RateLimits(headers)
+            collector = self.wire.collector()
+            async for sse in stream:
+                for event in collector.feed_sse(sse.event, sse.data):
+                    started = True
+                    yield event
+            for event in collector.finish():
+                yield event
+        except sdk.APIStatusError as err:
+            error = error_from_body(err.body, err.status_code, prefix=self.name,
+                                    fallback_text=err.message)
+            if started or error.code not in ("rate_limited", "server"):
+                raise error from None
+            raise _Busy(error, f"HTTP {err.status_code}",
+                        retry_after(err.response.headers)) from None
+        except self._sdk.transport_errors(sdk) as err:
+            if started:
+                raise ModelError(f"{self.name}: the answer stopped mid-stream ({err})",
+                                 code="stream_cut") from None
+            raise _Busy(ModelError(f"{self.name}: cannot reach {self.config.base_url} "
+                                   f"({err})", code="connection"),
+                        "connection failed") from None
+        except sdk.APIError as err:  # an error event inside the stream
+            raise error_from_body(err.body, None, prefix=self.name,
+                                  fallback_text=err.message) from None
+        except ModelError as err:
+            if not err.message.startswith(self.name):
+                err.message = f"{self.name}: {err.message}"
+            if err.code == "stream_cut" and not started:
+                raise _Busy(err, "the stream ended early") from None
+            raise
+        finally:
+            await self._release(entry)
 
 
 #: each SDK's import, started by the first model call that needs it (one for every provider

@@ -42,6 +42,14 @@ import secrets
 from typing import Any, Literal
 
 import msgspec
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    retry_if_exception_type,
+    wait_exponential,
+    wait_fixed,
+)
 
 from codey_protocol import client as cl
 from codey_protocol import events as ev
@@ -73,6 +81,14 @@ TOKEN_PATTERN = "^[0-9]{1,20}:[A-Za-z0-9_-]{10,100}$"
 _TOKEN_RE = re.compile(TOKEN_PATTERN)
 #: statuses after which the model's last answer goes to the chat
 _ANSWERED = ("idle", "waiting_user")
+#: reaching Telegram and polling it (tenacity, as every retry: :mod:`codey_server.core.retry`):
+#: 1 s doubling to a minute, for as long as it takes; which errors are retried is set where
+#: the library is loaded (:meth:`TelegramChannel._connect`, :meth:`TelegramChannel._poll`).
+#: Tests give the channel a copy with a sleep that records the delays.
+CONNECT_RETRYING = AsyncRetrying(wait=wait_exponential(multiplier=1.0, max=60.0), reraise=True)
+#: sending what the chats should have seen: again 5 s after a failure, until it goes through
+SEND_RETRYING = AsyncRetrying(wait=wait_fixed(5.0), retry=retry_if_exception_type(Exception),
+                              reraise=True)
 
 
 class TelegramError(ServerError):
@@ -138,6 +154,9 @@ class TelegramChannel:
         self._wake = asyncio.Event()
         self._update_lock = asyncio.Lock()
         self._sessions_watched: set[str] = set()
+        #: how the bot retries (:data:`CONNECT_RETRYING`, :data:`SEND_RETRYING`)
+        self.connect_retrying = CONNECT_RETRYING
+        self.send_retrying = SEND_RETRYING
 
     # token ---------------------------------------------------------------------------------
 
@@ -300,27 +319,15 @@ class TelegramChannel:
     async def _run(self, token: str) -> None:
         # imported here: the library is only loaded when a bot is configured
         from telegram import Bot
-        from telegram.error import InvalidToken
         from telegram.error import TelegramError as BotError
         from telegram.request import HTTPXRequest
 
         bot = Bot(token, base_url=f"{self.config.api_base.rstrip('/')}/bot",
                   request=HTTPXRequest(connection_pool_size=4),
                   get_updates_request=HTTPXRequest(read_timeout=10.0))
-        delay = 1.0
         try:
-            while True:
-                try:
-                    await bot.initialize()
-                    break
-                except InvalidToken:
-                    self._state, self._error = "error", "Telegram refused the token"
-                    log.warning("telegram: the bot token was refused")
-                    return
-                except BotError as err:
-                    self._error = f"cannot reach Telegram: {err}"
-                    await asyncio.sleep(delay)
-                    delay = min(delay * 2, 60.0)
+            if not await self._connect(bot):
+                return
             self._bot = bot
             self._username = bot.username
             self._error = None
@@ -342,6 +349,31 @@ class TelegramChannel:
             with contextlib.suppress(Exception):
                 await bot.shutdown()
 
+    async def _connect(self, bot: Any) -> bool:
+        """Initialize ``bot`` (its ``getMe``), trying again while Telegram cannot be reached
+        (:attr:`connect_retrying`); False when Telegram refuses the token."""
+        from telegram.error import InvalidToken
+        from telegram.error import TelegramError as BotError
+
+        async def initialize() -> None:
+            try:
+                await bot.initialize()
+            except BotError as err:
+                if not isinstance(err, InvalidToken):
+                    self._error = f"cannot reach Telegram: {err}"
+                raise
+
+        try:
+            async for attempt in self.connect_retrying.copy(
+                    retry=_retried(BotError, InvalidToken)):
+                with attempt:
+                    await initialize()
+        except InvalidToken:
+            self._state, self._error = "error", "Telegram refused the token"
+            log.warning("telegram: the bot token was refused")
+            return False
+        return True
+
     async def _serve_webhook(self, bot: Any) -> None:
         url = f"{self.settings.public_url.rstrip('/')}/api/telegram/webhook"  # type: ignore[union-attr]
         await bot.set_webhook(url, secret_token=self._webhook_secret)
@@ -357,26 +389,31 @@ class TelegramChannel:
         await bot.delete_webhook()
         self._mode, self._state = "polling", "running"
         log.info("telegram: @%s polls for updates", bot.username)
-        delay = 1.0
+
+        async def get_updates() -> Any:
+            try:
+                return await bot.get_updates(offset=self._offset(bot),
+                                             timeout=int(self.config.poll_timeout_s),
+                                             allowed_updates=["message", "callback_query"])
+            except Conflict:  # a webhook is set, or another process polls with this token
+                self._error = "another client takes this bot's updates"
+                raise
+            except (InvalidToken, Forbidden):
+                raise
+            except BotError as err:
+                self._error = f"polling failed: {err}"
+                raise
+
+        # each poll that goes through starts the backoff again at 1 s
+        polling = self.connect_retrying.copy(retry=_retried(BotError, InvalidToken, Forbidden))
         while True:
             try:
-                updates = await bot.get_updates(offset=self._offset(bot),
-                                                timeout=int(self.config.poll_timeout_s),
-                                                allowed_updates=["message", "callback_query"])
-                delay = 1.0
+                async for attempt in polling:
+                    with attempt:
+                        updates = await get_updates()
             except (InvalidToken, Forbidden):
                 self._state, self._error = "error", "Telegram refused the token"
                 return
-            except Conflict:  # a webhook is set, or another process polls with this token
-                self._error = "another client takes this bot's updates"
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 60.0)
-                continue
-            except BotError as err:
-                self._error = f"polling failed: {err}"
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 60.0)
-                continue
             self._error = None
             for update in updates:
                 await self._handle(bot, update)
@@ -529,17 +566,14 @@ class TelegramChannel:
 
     async def _send_loop(self) -> None:
         self._wake.set()  # catch up on what was due while the server was down
+        # Telegram unreachable: try again a little later (a cancel is no Exception: it stops)
+        sending = self.send_retrying.copy(before_sleep=_sending_failed)
         while True:
             await self._wake.wait()
             self._wake.clear()
-            try:
-                await self._sync()
-            except asyncio.CancelledError:
-                raise
-            except Exception as err:  # Telegram unreachable: try again a little later
-                log.warning("telegram: sending failed (%s); retrying", type(err).__name__)
-                await asyncio.sleep(5.0)
-                self._wake.set()
+            async for attempt in sending:
+                with attempt:
+                    await self._sync()
 
     async def _sync(self) -> None:
         """Send (or edit) whatever the chats should have seen and have not."""
@@ -616,3 +650,13 @@ class TelegramChannel:
     def _link(self, session_id: str | None) -> str:
         base = self.settings.public_url or f"http://{self.settings.host}:{self.settings.port}"
         return chat.session_link(base, session_id or "")
+
+
+def _retried(errors: type[BaseException], *refused: type[BaseException]) -> Any:
+    """Retry ``errors`` except ``refused`` (a token Telegram refused: no retry helps)."""
+    return retry_if_exception(lambda e: isinstance(e, errors) and not isinstance(e, refused))
+
+
+def _sending_failed(state: RetryCallState) -> None:
+    err = state.outcome.exception() if state.outcome is not None else None
+    log.warning("telegram: sending failed (%s); retrying", type(err).__name__)

@@ -7,9 +7,10 @@ latency, event-log appends. Read from the state when scraped: workers connected,
 status, browsers connected. Each server keeps its own figures (no global registry), so several
 apps in one process (tests) do not mix them.
 
-The tallies here are plain Python; prometheus_client is imported by the first scrape
-(:mod:`codey_server.metrics.exposition` turns them into the Prometheus text format), so a server
-nobody scrapes never loads it.
+The tallies are plain Python (:mod:`codey_server.metrics.tallies`); prometheus_client is
+imported by the first scrape (:mod:`codey_server.metrics.exposition` turns them into the
+Prometheus text format), so a server nobody scrapes never loads it. Both modules import the
+tallies; exposition imports nothing from here (what it renders is a protocol): no cycle.
 
 Behind the same access rules as the rest of ``/api``'s siblings: a scraper sends
 ``Authorization: Bearer <access token>``.
@@ -17,65 +18,17 @@ Behind the same access rules as the rest of ``/api``'s siblings: a scraper sends
 
 from __future__ import annotations
 
-import time
-from bisect import bisect_left
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from codey_protocol import events as ev
 from codey_server.core.engine import Engine
+from codey_server.metrics.exposition import render
+from codey_server.metrics.tallies import Counter, Histogram
 
 __all__ = ["CONTENT_TYPE", "Counter", "Histogram", "ServerMetrics"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-
-_FAST = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 120.0)
-
-
-class Counter:
-    """A counter by label values, as prometheus_client's ``Counter``: a series appears (with
-    its creation time) on its first increment."""
-
-    def __init__(self, name: str, documentation: str, labels: tuple[str, ...] = ()) -> None:
-        self.name = name
-        self.documentation = documentation
-        self.labels = labels
-        #: label values → [count, created (unix seconds)]
-        self.series: dict[tuple[str, ...], list[float]] = {}
-
-    def inc(self, *values: str) -> None:
-        series = self.series.get(values)
-        if series is None:
-            series = self.series[values] = [0.0, time.time()]
-        series[0] += 1
-
-
-class Histogram:
-    """A histogram by label values, as prometheus_client's ``Histogram``: an observation
-    counts in the first bucket whose upper bound is at least it (``+Inf`` last). Without
-    labels its one series exists from the start."""
-
-    def __init__(self, name: str, documentation: str, labels: tuple[str, ...] = (),
-                 buckets: tuple[float, ...] = _FAST) -> None:
-        self.name = name
-        self.documentation = documentation
-        self.labels = labels
-        self.bounds = (*buckets, float("inf"))
-        #: label values → [count in each bucket (not cumulative), sum, created]
-        self.series: dict[tuple[str, ...], tuple[list[int], list[float]]] = {}
-        if not labels:
-            self._series(())
-
-    def _series(self, values: tuple[str, ...]) -> tuple[list[int], list[float]]:
-        series = self.series.get(values)
-        if series is None:
-            series = self.series[values] = ([0] * len(self.bounds), [0.0, time.time()])
-        return series
-
-    def observe(self, amount: float, *values: str) -> None:
-        counts, total = self._series(values)
-        counts[bisect_left(self.bounds, amount)] += 1
-        total[0] += amount
 
 
 class ServerMetrics:
@@ -118,6 +71,4 @@ class ServerMetrics:
     def render(self) -> bytes:
         """Everything, in the Prometheus text format (the first call imports
         prometheus_client)."""
-        from codey_server.metrics.exposition import render
-
         return render(self)

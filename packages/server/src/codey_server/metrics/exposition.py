@@ -1,38 +1,45 @@
-"""The Prometheus text format of :class:`~codey_server.metrics.collector.ServerMetrics`, through
-prometheus_client (imported with this module, by the first scrape)."""
+"""The Prometheus text format of the server's figures
+(:class:`~codey_server.metrics.collector.ServerMetrics`, as :class:`Figures`), through
+prometheus_client, which each function here imports where it uses it: the first scrape loads
+it, and a server nobody scrapes never does (``test_lazy_imports``)."""
 
 from __future__ import annotations
 
 from collections import Counter as Tally
 from collections.abc import Callable, Iterator
 from itertools import accumulate
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from prometheus_client import generate_latest
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-    Metric,
-)
-from prometheus_client.registry import Collector
-from prometheus_client.utils import floatToGoString
+from codey_server.core.engine import Engine
+from codey_server.metrics.tallies import Counter, Histogram
 
 if TYPE_CHECKING:
-    from codey_server.metrics.collector import Counter, Histogram, ServerMetrics
+    from prometheus_client.core import Metric
 
-__all__ = ["render"]
-
-#: a bucket's ``le`` as prometheus_client writes it ("0.005", "1.0", "+Inf"); untyped there
-_le: Callable[[float], str] = floatToGoString
+__all__ = ["Figures", "render"]
 
 
-def render(metrics: ServerMetrics) -> bytes:
+class Figures(Protocol):
+    """What is rendered: :class:`~codey_server.metrics.collector.ServerMetrics` has it."""
+
+    engine: Engine
+    browsers: Callable[[], int]
+    actions: Counter
+    action_seconds: Histogram
+    model_seconds: Histogram
+    model_errors: Counter
+    append_seconds: Histogram
+
+
+def render(metrics: Figures) -> bytes:
+    """Everything, in the Prometheus text format."""
+    from prometheus_client import generate_latest
+
     return generate_latest(_Figures(metrics))
 
 
-class _Figures(Collector):
-    def __init__(self, metrics: ServerMetrics) -> None:
+class _Figures:  # a prometheus_client Collector
+    def __init__(self, metrics: Figures) -> None:
         self.metrics = metrics
 
     def collect(self) -> Iterator[Metric]:
@@ -45,7 +52,9 @@ class _Figures(Collector):
         yield _histogram(m.append_seconds)
 
 
-def _state(m: ServerMetrics) -> Iterator[Metric]:
+def _state(m: Figures) -> Iterator[Metric]:
+    from prometheus_client.core import GaugeMetricFamily
+
     state = m.engine.state
     workers = GaugeMetricFamily("codey_workers_connected", "Workers connected now.")
     workers.add_metric([], sum(1 for w in state.workers.values()
@@ -64,6 +73,8 @@ def _state(m: ServerMetrics) -> Iterator[Metric]:
 
 
 def _counter(counter: Counter) -> Metric:
+    from prometheus_client.core import CounterMetricFamily
+
     family = CounterMetricFamily(counter.name, counter.documentation, labels=counter.labels)
     for values, (count, created) in counter.series.items():
         family.add_metric(values, count, created=created)
@@ -71,9 +82,14 @@ def _counter(counter: Counter) -> Metric:
 
 
 def _histogram(histogram: Histogram) -> Metric:
+    from prometheus_client.core import HistogramMetricFamily
+    from prometheus_client.utils import floatToGoString
+
+    # a bucket's ``le`` as prometheus_client writes it ("0.005", "1.0", "+Inf"); untyped there
+    le: Callable[[float], str] = floatToGoString
     family = HistogramMetricFamily(histogram.name, histogram.documentation,
                                    labels=histogram.labels)
-    bounds = [_le(b) for b in histogram.bounds]
+    bounds = [le(b) for b in histogram.bounds]
     for values, (counts, (total, created)) in histogram.series.items():
         family.add_metric(values, list(zip(bounds, accumulate(counts), strict=True)), total)
         labels = dict(zip(histogram.labels, values, strict=True))

@@ -35,10 +35,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
+from tenacity import wait_exponential
 
 from codey_protocol import events as ev
 from codey_server.core.background import Background
 from codey_server.core.engine import Engine
+from codey_server.core.retry import wait_after
 from codey_server.errors import ServerError
 from codey_server.http.urls import same_endpoint
 from codey_server.providers import decide
@@ -67,6 +69,8 @@ REFRESH_MARGIN_S = 60.0
 #: after a failed refresh (provider down, 5xx) the next try waits 1 s, doubling up to 5 min
 REFRESH_BACKOFF_MIN_S = 1.0
 REFRESH_BACKOFF_MAX_S = 300.0
+#: that wait (tenacity), after the n-th failure in a row (:mod:`codey_server.core.retry`)
+REFRESH_WAIT = wait_exponential(multiplier=REFRESH_BACKOFF_MIN_S, max=REFRESH_BACKOFF_MAX_S)
 MAX_API_KEY_CHARS = 4096
 #: refresh errors after which the refresh token is worthless: log in again
 _FATAL_REFRESH = frozenset({"invalid_grant", "invalid_client", "unauthorized_client",
@@ -163,6 +167,7 @@ class AuthService:
         self._oauth: dict[str, OAuthProvider] = {}
         self._devices: dict[str, asyncio.Task[None]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self._failures: dict[str, int] = {}  # provider → refreshes failed in a row
         self._backoff: dict[str, float] = {}  # provider → the last backoff delay, seconds
         self._retry_at: dict[str, float] = {}  # provider → no refresh before (monotonic)
         self._status: dict[str, ev.AuthStatusUpdated] = {}
@@ -532,12 +537,13 @@ class AuthService:
 
     def _back_off(self, name: str) -> None:
         """After a failed refresh: wait 1 s, then twice as long after each further failure, at
-        most :data:`REFRESH_BACKOFF_MAX_S`."""
-        delay = min(self._backoff.get(name, REFRESH_BACKOFF_MIN_S / 2) * 2, REFRESH_BACKOFF_MAX_S)
-        self._backoff[name] = delay
+        most :data:`REFRESH_BACKOFF_MAX_S` (:data:`REFRESH_WAIT`)."""
+        failures = self._failures[name] = self._failures.get(name, 0) + 1
+        delay = self._backoff[name] = wait_after(REFRESH_WAIT, failures)
         self._retry_at[name] = time.monotonic() + delay
 
     def _reset_backoff(self, name: str) -> None:
+        self._failures.pop(name, None)
         self._backoff.pop(name, None)
         self._retry_at.pop(name, None)
 

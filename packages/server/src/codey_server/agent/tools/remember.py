@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from codey_protocol import worker as wk
-from codey_server.agent.instructions import memory_of
 from codey_server.agent.tools.base import (
     BadToolCall,
     Finish,
@@ -23,7 +22,7 @@ from codey_server.agent.tools.base import (
     string,
 )
 from codey_server.core.decide import MEMORY_MAX
-from codey_server.core.memory import memory_written
+from codey_server.core.memory import memory_text, memory_written
 
 __all__ = ["REMEMBER", "NoteArgs"]
 
@@ -51,7 +50,7 @@ class Remember(ServerTool[NoteArgs]):
 
     def start(self, args: NoteArgs, call: ServerCall) -> Finish:
         s = call.session
-        text = memory_of(call.state, s)
+        text = memory_text(call.state, s)
         if any(_same_note(line, args.note) for line in text.splitlines()):
             return Finish("done", "already in the project memory: nothing added")
         text = (text.rstrip("\n") + "\n" if text.strip() else "") + f"- {args.note}"

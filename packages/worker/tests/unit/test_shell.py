@@ -23,7 +23,9 @@ from codey_protocol.worker import (
 from codey_testkit.outputs import Sink, arun
 from codey_testkit.waiting import until, wait_until
 from codey_worker.confine import ActionRefused
-from codey_worker.exec import (
+from codey_worker.frames import FRAME_BUDGET
+from codey_worker.policy import LocalPolicy
+from codey_worker.shell import (
     CHUNK_MAX,
     CommandRegistry,
     build_env,
@@ -31,8 +33,6 @@ from codey_worker.exec import (
     run_command,
     truncation_marker,
 )
-from codey_worker.frames import FRAME_BUDGET
-from codey_worker.policy import LocalPolicy
 
 
 @pytest.fixture

@@ -1,4 +1,6 @@
-"""``run_command``: run an argv in a session workdir, stream its output, cap it, stop it.
+"""``run_command``: run an argv in a session workdir, stream its output, cap it, stop it — the
+``run_command`` action of the model's ``shell`` tool (a process that outlives its call, the
+``exec`` tool's, is :mod:`codey_worker.processes`).
 
 Order of a run (:func:`run_command`)::
 
@@ -72,6 +74,7 @@ from typing import Any
 from codey_protocol.worker import GIT_COMMAND_HARDENING, CommandResult, RunCommand
 from codey_worker.confine import ActionRefused, resolve_inside
 from codey_worker.frames import FRAME_BUDGET
+from codey_worker.home import codey_home
 from codey_worker.policy import LocalPolicy, check_protected_args
 from codey_worker.sandbox import Sandbox, SandboxSpec, sandbox_denial
 from codey_worker.warm import WarmBox, WarmBoxes, WarmError, WarmRun, supervisor_env
@@ -704,8 +707,6 @@ async def run_command(
     if not cwd.is_dir():
         raise ActionRefused("not_a_directory", f"cwd {action.cwd!r} is not a directory")
     if sandbox is None:
-        from codey_worker.config import codey_home  # (config imports this module)
-
         sandbox = Sandbox.detected(codey_home())
     check_protected_args(argv, cwd, sandbox.home)
     env = build_env(action.env, cwd=str(cwd))
