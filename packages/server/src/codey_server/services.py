@@ -43,9 +43,9 @@ from codey_server.workers.sockets import WorkerRegistry
 from codey_server.workspaces.service import Workspaces
 
 if TYPE_CHECKING:
+    from codey_server.cluster.db import SharedDb
     from codey_server.cluster.replicas import Cluster, ClusterRoutes, Janitor, Leases
     from codey_server.cluster.terminals import TerminalRelay
-    from codey_server.shared.db import SharedDb
 
 __all__ = ["Services"]
 
@@ -253,11 +253,11 @@ class _SharedStores:
         # psycopg and the stores' backends only when a database is configured
         from codey_server.blobs.store import PgBlobStore
         from codey_server.channels.telegram_store import PgTelegramStore
+        from codey_server.cluster.crypto import SecretKey
+        from codey_server.cluster.db import SharedDb
         from codey_server.http.access_store import PgAccessStore
         from codey_server.mcp.tokens import PgMcpTokenStore
         from codey_server.providers.store import PgCredentialStore, PgLoginStore
-        from codey_server.shared.crypto import SecretKey
-        from codey_server.shared.db import SharedDb
         from codey_server.workers.keys import PgWorkerKeys
         from codey_server.workers.pair_store import PgPairStore
 
@@ -276,8 +276,8 @@ class _SharedStores:
 
     async def open(self) -> None:
         """Open the database; bring in once what an older version kept in files."""
+        from codey_server.cluster.upgrade import import_once
         from codey_server.http.access_store import SESSIONS_FILE
-        from codey_server.shared.upgrade import import_once
 
         await self.db.open()
         await import_once(self.db, self.data_dir, {

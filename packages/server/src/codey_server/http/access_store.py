@@ -27,8 +27,8 @@ from typing import Protocol
 
 import msgspec
 
+from codey_server.cluster.db import SharedDb, lock_key
 from codey_server.secretfile import read_secret_file, write_secret_file
-from codey_server.shared.db import SharedDb, lock_key
 
 log = logging.getLogger("codey.access")
 

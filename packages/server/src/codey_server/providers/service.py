@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import msgspec
 
 from codey_protocol import events as ev
+from codey_server.cluster.errors import SecretKeyError
 from codey_server.core.background import Background
 from codey_server.core.engine import Engine
 from codey_server.errors import ServerError
@@ -53,7 +54,6 @@ from codey_server.providers.store import (
     PendingLogin,
 )
 from codey_server.settings import ProviderConfig, Settings, provider_config
-from codey_server.shared.errors import SecretKeyError
 
 if TYPE_CHECKING:
     import httpx  # loaded by the first login or refresh (the ``http`` property)
