@@ -125,14 +125,14 @@ class Services:
         self.presence = Presence(self.engine, replica)
         # actions on workers, exactly once (core/router.py); among replicas routed through
         # the database
-        self.actions = Delivery(self.engine, self.presence, routed=self.cluster is not None)
-        self.workers = WorkerRegistry(self.engine, self.keys, self.actions, replica=replica,
-                                      tails=self.tails)
         self.routes: ClusterRoutes | None = None
         if self.cluster is not None:
             from codey_server.cluster.replicas import ClusterRoutes
 
-            self.routes = ClusterRoutes(self.cluster, self.actions)
+            self.routes = ClusterRoutes(self.cluster)
+        self.actions = Delivery(self.engine, self.presence, routes=self.routes)
+        self.workers = WorkerRegistry(self.engine, self.keys, self.actions, replica=replica,
+                                      tails=self.tails)
         self.access = BrowserAccess(settings, shared.access if shared else None)
         self.auth = AuthService(settings, self.engine,
                                 store=shared.credentials if shared else None,
@@ -207,7 +207,7 @@ class Services:
             self.leases.start()
         await self.workers.start()
         if self.routes is not None:
-            self.routes.start()
+            self.routes.start(self.actions)
         if self.relay is not None:
             await self.relay.start()
         if self.janitor is not None:
