@@ -147,7 +147,8 @@ class AuthService:
 
     def __init__(self, settings: Settings, engine: Engine,
                  http: httpx.AsyncClient | None = None, *,
-                 store: CredentialStore | None = None, logins: LoginStore | None = None
+                 store: CredentialStore | None = None, logins: LoginStore | None = None,
+                 refresh_guard: Callable[[str], AbstractAsyncContextManager[None]] | None = None
                  ) -> None:
         self.settings = settings
         self.engine = engine
@@ -170,7 +171,7 @@ class AuthService:
         self._wake: asyncio.Event | None = None
         #: among replicas: held around a refresh (a lock in the database), so one replica
         #: refreshes and the others, reading the row after it, use its token
-        self.refresh_guard: Callable[[str], AbstractAsyncContextManager[None]] | None = None
+        self.refresh_guard = refresh_guard
         self._background = Background(log)
 
     # lifecycle ------------------------------------------------------------------------------
