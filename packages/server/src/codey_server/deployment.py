@@ -32,6 +32,7 @@ import abc
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from codey_server.blobs.store import BlobStore
@@ -56,6 +57,7 @@ from codey_server.workers.keys import FileWorkerKeys, WorkerKeys
 from codey_server.workers.pair_store import MemoryPairStore, PairStore
 
 if TYPE_CHECKING:
+    from codey_server.cluster.crypto import SecretKey
     from codey_server.cluster.db import SharedDb
     from codey_server.cluster.replicas import Cluster, ClusterRoutes, Janitor
     from codey_server.cluster.replicas import Leases as ClusterLeases
@@ -63,7 +65,8 @@ if TYPE_CHECKING:
     from codey_server.cluster.upgrade import Importer
     from codey_server.workers.pairing import Pairing
 
-__all__ = ["Deployment", "Replica", "SingleServer", "Stores", "deployment_for"]
+__all__ = ["Deployment", "Replica", "SingleServer", "Stores", "deployment_for", "file_stores",
+           "row_stores"]
 
 #: a job that must run on one server at a time asks this before each run (see ``gate``)
 Gate = Callable[[], Awaitable[bool]]
@@ -95,10 +98,9 @@ class Stores:
     telegram: TelegramStore
 
 
-def file_stores(settings: Settings) -> Stores:
-    """One server's stores: the data dir's files, and this process's memory for what a
-    restart may forget (pair requests, OAuth logins begun)."""
-    data = settings.data_dir
+def file_stores(data: Path) -> Stores:
+    """One server's stores: the files in its data dir ``data``, and this process's memory for
+    what a restart may forget (pair requests, OAuth logins begun)."""
     return Stores(access=FileAccessStore(data), worker_keys=FileWorkerKeys(data / "workers.json"),
                   pair_requests=MemoryPairStore(),
                   mcp_tokens=FileMcpTokenStore(data / "mcp_tokens.json"),
@@ -171,7 +173,7 @@ class SingleServer(Deployment):
 
     def __init__(self, settings: Settings) -> None:
         self.event_log = SqliteEventLog(settings.db_path)
-        self.stores = file_stores(settings)
+        self.stores = file_stores(settings.data_dir)
 
     def delivery(self, engine: Engine, presence: Presence) -> Delivery:
         return Delivery(engine, presence)
@@ -182,7 +184,7 @@ class SingleServer(Deployment):
     def gate(self, lease: str, engine: Engine) -> Gate | None:
         return None
 
-    # the files are opened by each store when first used; nothing joins, nothing to close
+    # each store reads its own files; nothing to open, join, leave or close
     async def open(self) -> None:
         pass
 
@@ -204,6 +206,7 @@ class Replica(Deployment):
     replicated = True
 
     def __init__(self, settings: Settings) -> None:
+        from codey_server.cluster.crypto import SecretKey
         from codey_server.cluster.db import SharedDb
         from codey_server.cluster.replicas import Cluster, ClusterRoutes, new_replica_id
         from codey_server.cluster.replicas import Leases as ClusterLeases
@@ -216,7 +219,8 @@ class Replica(Deployment):
         #: the shared state as rows (tokens, sessions, keys, pair requests, logins, files),
         #: read on every check, so a delete holds everywhere at once
         self.db: SharedDb = SharedDb(settings.database_url)
-        self.stores, self._importers = _row_stores(settings, self.db)
+        self.stores, self._importers = _row_stores(
+            self.db, settings.data_dir, SecretKey.load(settings.secret_key_file))
         #: leases, heartbeats and routed actions
         self.cluster: Cluster = Cluster(settings.database_url, self.replica)
         self._leases: ClusterLeases = ClusterLeases(self.cluster)
@@ -298,25 +302,30 @@ class Replica(Deployment):
         await self.db.close()
 
 
-def _row_stores(settings: Settings, db: SharedDb) -> tuple[Stores, dict[str, Importer]]:
-    """Every side store's PostgreSQL backend, on one :class:`SharedDb`; and what imports
-    each file an older version kept (by its name in the data dir)."""
+def row_stores(db: SharedDb, data: Path, key: SecretKey | None) -> Stores:
+    """Every side store's PostgreSQL backend, on one opened or unopened :class:`SharedDb`
+    (``data``: the data dir, for the blobs' copies; ``key``: what seals secrets)."""
+    return _row_stores(db, data, key)[0]
+
+
+def _row_stores(db: SharedDb, data: Path, key: SecretKey | None
+                ) -> tuple[Stores, dict[str, Importer]]:
+    """:func:`row_stores`, and what imports each file an older version kept (by its name in
+    the data dir)."""
     from codey_server.blobs.store import PgBlobStore
     from codey_server.channels.telegram_store import PgTelegramStore
-    from codey_server.cluster.crypto import SecretKey
     from codey_server.http.access_store import SESSIONS_FILE, PgAccessStore
     from codey_server.mcp.tokens import PgMcpTokenStore
     from codey_server.providers.store import PgCredentialStore, PgLoginStore
     from codey_server.workers.keys import PgWorkerKeys
     from codey_server.workers.pair_store import PgPairStore
 
-    key = SecretKey.load(settings.secret_key_file)
-    access, keys = PgAccessStore(db, settings.data_dir), PgWorkerKeys(db)
+    access, keys = PgAccessStore(db, data), PgWorkerKeys(db)
     mcp_tokens, credentials = PgMcpTokenStore(db), PgCredentialStore(db, key)
     stores = Stores(access=access, worker_keys=keys, pair_requests=PgPairStore(db),
                     mcp_tokens=mcp_tokens, credentials=credentials,
                     logins=PgLoginStore(db, key),
-                    blobs=PgBlobStore(settings.data_dir / "blobs", db),
+                    blobs=PgBlobStore(data / "blobs", db),
                     telegram=PgTelegramStore(db, key))
     return stores, {"workers.json": keys.import_file, SESSIONS_FILE: access.import_sessions,
                     "mcp_tokens.json": mcp_tokens.import_file,
