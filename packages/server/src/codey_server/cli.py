@@ -28,10 +28,10 @@ import uvicorn
 
 from codey_protocol import MAX_FRAME_BYTES
 from codey_server.app import create_app
+from codey_server.cluster.errors import SecretKeyError
 from codey_server.errors import ConfigError
 from codey_server.logsetup import configure_logging, install_redaction
 from codey_server.settings import Settings, load_config_file
-from codey_server.shared.errors import SecretKeyError
 
 if TYPE_CHECKING:
     from codey_server.agent.models import ModelProvider
@@ -119,7 +119,7 @@ def print_url(args: argparse.Namespace) -> int:
 def _check_secret_key(settings: Settings) -> None:
     """Among replicas, a malformed key stops the start (SecretKeyError); a missing one is
     said: provider logins then cannot be kept (the environment's API keys still work)."""
-    from codey_server.shared.crypto import KEY_ENV, SecretKey
+    from codey_server.cluster.crypto import KEY_ENV, SecretKey
 
     if SecretKey.load(settings.secret_key_file) is None:
         logging.getLogger("codey").warning(

@@ -10,7 +10,7 @@
       ├── AuthError              (auth/service.py) a provider login call that cannot be done
       ├── OAuthFailed            (auth/oauth.py) an OAuth/OIDC step failed
       ├── WheelsUnavailable      (downloads.py) no worker wheels to hand out under /dl/
-      ├── SharedStateError       (shared/errors.py) the replicas' shared state
+      ├── SharedStateError       (cluster/errors.py) the replicas' shared state
       │     └── SecretKeyError   no secret key, a malformed one, or a row sealed with another
       └── ConfigError            (settings.py) bad settings
 """

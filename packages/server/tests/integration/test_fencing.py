@@ -148,17 +148,13 @@ def test_a_stale_runners_action_is_refused_and_a_take_overs_re_send_gets_the_out
         pg: PostgresCluster) -> None:
     dsn = pg.create_database("routes")
 
-    class Nobody:  # the routes' Delivery: only what route() touches
-        routes: object = None
-        on_linked: list[object] = []
-
     async def main() -> None:
         a, b = Cluster(dsn, "a"), Cluster(dsn, "b")
         await a.open()
         await b.open()
         try:
             la, lb = Leases(a), Leases(b)
-            ra, rb = ClusterRoutes(a, Nobody()), ClusterRoutes(b, Nobody())  # type: ignore[arg-type]
+            ra, rb = ClusterRoutes(a), ClusterRoutes(b)
             action = wk.ReadFile(action_id="act_1", session_id="s", workdir="/w", path="f")
             assert await la.acquire("session:s")
             fa = la.fence("session:s")

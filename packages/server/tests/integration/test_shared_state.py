@@ -34,10 +34,10 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
+from codey_server.cluster.crypto import SecretKey
+from codey_server.cluster.db import SharedDb
+from codey_server.cluster.errors import SecretKeyError
 from codey_server.providers.store import PgCredentialStore
-from codey_server.shared.crypto import SecretKey
-from codey_server.shared.db import SharedDb
-from codey_server.shared.errors import SecretKeyError
 from codey_testkit.model_handle import ModelServerHandle, start_model_server
 from codey_testkit.nginx import NginxProcess, require_nginx
 from codey_testkit.oidc.process import OIDCProviderProcess

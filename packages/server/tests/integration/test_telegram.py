@@ -386,8 +386,8 @@ def test_among_replicas_a_code_is_taken_once_and_dies_after_the_wrong_tries(
     # two replicas' stores on one database, racing: the compare-and-set on the row decides
     from codey_server.channels.telegram import _PAIRING_TRIES
     from codey_server.channels.telegram_store import PgTelegramStore
-    from codey_server.shared.crypto import SecretKey
-    from codey_server.shared.db import SharedDb
+    from codey_server.cluster.crypto import SecretKey
+    from codey_server.cluster.db import SharedDb
 
     dsn = pg.create_database("telegram_codes")
     key = SecretKey(secrets.token_bytes(32))

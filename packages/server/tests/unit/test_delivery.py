@@ -155,9 +155,8 @@ def test_attach_once_per_connection() -> None:
 def test_routed_with_the_worker_here_nothing_is_read_back() -> None:
     async def main() -> None:
         engine = await _engine()
-        delivery = Delivery(engine, Presence(engine), routed=True)
         rows = Rows()
-        delivery.routes = rows
+        delivery = Delivery(engine, Presence(engine), routes=rows)
         link = Link()
         await delivery.linked("w1", link)
         output, on_progress = _collected()
@@ -181,9 +180,8 @@ def test_routed_with_the_worker_elsewhere_the_rows_answer() -> None:
     async def main() -> None:
         engine = await _engine()
         await _connected(engine, replica="r2")
-        delivery = Delivery(engine, Presence(engine, replica="r1"), routed=True)
         rows = Rows()
-        delivery.routes = rows
+        delivery = Delivery(engine, Presence(engine, replica="r1"), routes=rows)
         waiting = asyncio.create_task(delivery.run("w1", READ, timeout=5))
         await until(lambda: delivery.router.awaiting_elsewhere() == ["a1"],
                     what="the action written")
@@ -201,8 +199,7 @@ def test_routed_with_the_worker_elsewhere_the_rows_answer() -> None:
 def test_routed_an_outcome_from_before_a_take_over_answers_at_once() -> None:
     async def main() -> None:
         engine = await _engine()
-        delivery = Delivery(engine, Presence(engine), routed=True)
-        delivery.routes = Rows(outcome=CONTENT)
+        delivery = Delivery(engine, Presence(engine), routes=Rows(outcome=CONTENT))
         link = Link()
         await delivery.linked("w1", link)
         assert await delivery.run("w1", READ, timeout=5) == CONTENT
@@ -228,9 +225,8 @@ def test_routed_a_take_over_gets_the_output_from_its_start_less_what_the_log_sho
     async def main() -> None:
         engine = await _engine()
         await _connected(engine, replica="r2")
-        delivery = Delivery(engine, Presence(engine, replica="r1"), routed=True)
         rows = Rows(existed=True)
-        delivery.routes = rows
+        delivery = Delivery(engine, Presence(engine, replica="r1"), routes=rows)
         fence = Fence("session:s", 3, "r1")
         output, on_progress = _collected()
         waiting = asyncio.create_task(delivery.run("w1", READ, on_progress=on_progress,
@@ -275,8 +271,7 @@ def test_routed_a_stale_runners_action_is_refused_and_never_sent() -> None:
 
     async def main() -> None:
         engine = await _engine()
-        delivery = Delivery(engine, Presence(engine), routed=True)
-        delivery.routes = Refusing()
+        delivery = Delivery(engine, Presence(engine), routes=Refusing())
         link = Link()
         await delivery.linked("w1", link)
         with pytest.raises(LeaseLost):

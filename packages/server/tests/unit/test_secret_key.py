@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from codey_server.cluster.crypto import KEY_ENV, SecretKey, parse_key
+from codey_server.cluster.errors import SecretKeyError, SharedStateError
 from codey_server.providers.store import Credential, PgCredentialStore
-from codey_server.shared.crypto import KEY_ENV, SecretKey, parse_key
-from codey_server.shared.errors import SecretKeyError, SharedStateError
 
 RAW = bytes(range(32))
 

@@ -16,8 +16,8 @@ from codey_server.channels.telegram_store import (
     code_digest,
     normalize_code,
 )
-from codey_server.shared.crypto import KEY_ENV, SecretKey
-from codey_server.shared.errors import SecretKeyError
+from codey_server.cluster.crypto import KEY_ENV, SecretKey
+from codey_server.cluster.errors import SecretKeyError
 
 TOKEN = "123456789:AAtestTOKENdoNotLog-xyz_0123456789"
 

@@ -23,8 +23,8 @@ import secrets
 from pathlib import Path
 
 from codey_protocol.events import IMAGE_MIMES
+from codey_server.cluster.db import SharedDb
 from codey_server.core.decide import clean_file_name
-from codey_server.shared.db import SharedDb
 
 __all__ = ["IMAGE_MIMES", "MAX_BLOB_BYTES", "MIME", "BlobStore", "PgBlobStore", "clean_name"]
 

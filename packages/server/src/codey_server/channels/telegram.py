@@ -57,12 +57,12 @@ from codey_protocol.events import Envelope
 from codey_protocol.state import SessionInfo, TelegramChat
 from codey_server.channels import chat, decide
 from codey_server.channels.telegram_store import FileTelegramStore, TelegramStore
+from codey_server.cluster.errors import SecretKeyError
 from codey_server.core.engine import Engine
 from codey_server.core.leases import Leases
 from codey_server.core.rules import CommandRejected
 from codey_server.errors import ServerError
 from codey_server.settings import Settings
-from codey_server.shared.errors import SecretKeyError
 
 __all__ = ["PAIRING_TTL_S", "TOKEN_PATTERN", "PairingCode", "TelegramChannel", "TelegramError",
            "TelegramStatus"]

@@ -32,10 +32,10 @@ from typing import Protocol
 
 import msgspec
 
+from codey_server.cluster.crypto import KEY_ENV, SecretKey
+from codey_server.cluster.db import SharedDb
+from codey_server.cluster.errors import SecretKeyError
 from codey_server.secretfile import read_secret_file, write_secret_file
-from codey_server.shared.crypto import KEY_ENV, SecretKey
-from codey_server.shared.db import SharedDb
-from codey_server.shared.errors import SecretKeyError
 
 __all__ = ["FileTelegramStore", "PgTelegramStore", "TelegramStore", "code_digest",
            "normalize_code"]

@@ -307,19 +307,27 @@ class ClusterRoutes:
       linked here needs neither: its output and outcome come from the socket.
     """
 
-    def __init__(self, cluster: Cluster, delivery: Delivery) -> None:
+    def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
-        self.delivery = delivery
-        delivery.routes = self
+        self._fed: Delivery | None = None  # set by start()
         self._progress_after: dict[str, int] = {}  # read-back: the last output row read
         self._recording: set[str] = set()  # outcomes being written: not picked up meanwhile
         self._tasks: list[asyncio.Task[None]] = []
         self._pick = asyncio.Event()
         self._read = asyncio.Event()
-        cluster.on_notify.append(self._on_notify)
-        delivery.on_linked.append(self._worker_linked)
 
-    def start(self) -> None:
+    @property
+    def delivery(self) -> Delivery:
+        if self._fed is None:
+            raise RuntimeError("ClusterRoutes.start(delivery) was not called")
+        return self._fed
+
+    def start(self, delivery: Delivery) -> None:
+        """Start the loops that feed ``delivery`` (the one built with these routes) what they
+        pick up and read back; its worker links and the cluster's notifications wake them."""
+        self._fed = delivery
+        self.cluster.on_notify.append(self._on_notify)
+        delivery.on_linked.append(self._worker_linked)
         self._pick, self._read = asyncio.Event(), asyncio.Event()
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(kicked_loop(self._pick, self._pick_up,

@@ -64,12 +64,13 @@ class _Doing:
 class Delivery:
     """Actions on workers, exactly once per ``action_id``. See the module docstring."""
 
-    def __init__(self, engine: Engine, presence: Presence, *, routed: bool = False) -> None:
+    def __init__(self, engine: Engine, presence: Presence, *,
+                 routes: Routes | None = None) -> None:
         self.engine = engine
         self.presences = presence
-        self.router = Router(routed=routed)
-        #: among replicas, the database (set by the cluster before anything runs)
-        self.routes: Routes | None = None
+        #: among replicas, the database between them (None: one server, nothing routed)
+        self.routes = routes
+        self.router = Router(routed=routes is not None)
         #: called with the worker id when a worker is linked here (the cluster picks up
         #: the actions written for it)
         self.on_linked: list[Callable[[str], None]] = []
@@ -240,8 +241,8 @@ class Delivery:
 
     @property
     def _routes(self) -> Routes:
-        if self.routes is None:
-            raise RuntimeError("a routed Delivery needs its routes (the cluster) set")
+        if self.routes is None:  # the router asks for a route only when it is routed
+            raise RuntimeError("a Delivery without routes was asked to route an action")
         return self.routes
 
     def _on_event(self, env: ev.Envelope) -> None:

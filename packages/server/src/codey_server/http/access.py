@@ -186,9 +186,10 @@ class BrowserAccess:
         self._extra_origins = frozenset(extra)
 
     async def start(self) -> None:
-        """Load the token (also without auth: the cookie's name comes from it); with a
-        shared store, follow logouts made elsewhere."""
+        """Load the token (also without auth: the cookie's name comes from it) and delete the
+        expired sessions; with a shared store, follow logouts made elsewhere."""
         self._token = await self.store.load_token()
+        await self.store.forget_expired()
         if self.store.shared:
             self.store.on_removed.append(self._ended_elsewhere)
             self._sweeper = asyncio.get_running_loop().create_task(self._sweep_loop(),
@@ -223,6 +224,7 @@ class BrowserAccess:
         if not secrets.compare_digest(token.encode(), self.token.encode()):
             return None
         session_id = secrets.token_urlsafe(32)
+        await self.store.forget_expired()  # so expired sessions do not pile up between starts
         await self.store.add_session(_digest(session_id))
         return session_id
 

@@ -3,7 +3,8 @@ browser sessions: the port, its file backend (one server) and its PostgreSQL bac
 (replicas).
 
 Sessions are kept as the SHA-256 of their id (``digest``), never the id, with the time they
-were made; one older than :data:`SESSION_MAX_AGE_S` does not count.
+were made; one older than :data:`SESSION_MAX_AGE_S` does not count, and is deleted by the next
+:meth:`~AccessStore.forget_expired` (a server's start, each login).
 
 - :class:`FileAccessStore`: ``DATA_DIR/access_token`` and ``DATA_DIR/browser_sessions.json``
   (0600, replaced atomically), held in memory: nothing else writes them.
@@ -27,8 +28,8 @@ from typing import Protocol
 
 import msgspec
 
+from codey_server.cluster.db import SharedDb, lock_key
 from codey_server.secretfile import read_secret_file, write_secret_file
-from codey_server.shared.db import SharedDb, lock_key
 
 log = logging.getLogger("codey.access")
 
@@ -87,6 +88,11 @@ class AccessStore(Protocol):
         """Of ``digests``, those that still count."""
         ...
 
+    async def forget_expired(self) -> None:
+        """Delete the sessions older than :data:`SESSION_MAX_AGE_S` (they no longer count;
+        this keeps them from piling up)."""
+        ...
+
 
 class FileAccessStore:
     """The data dir's files, as one server keeps them."""
@@ -142,6 +148,15 @@ class FileAccessStore:
 
     async def existing(self, digests: Iterable[str]) -> set[str]:
         return {d for d in digests if self.has(d)}
+
+    async def forget_expired(self) -> None:
+        sessions = self._store()
+        now = time.time()
+        expired = [d for d, created in sessions.items() if now - created >= SESSION_MAX_AGE_S]
+        for digest in expired:
+            del sessions[digest]
+        if expired:
+            self._save()
 
 
 class PgAccessStore:

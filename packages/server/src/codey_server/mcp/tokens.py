@@ -21,8 +21,8 @@ from typing import Literal, Protocol
 import msgspec
 
 from codey_protocol.events import ApprovalPolicy
+from codey_server.cluster.db import SharedDb
 from codey_server.secretfile import write_secret_file
-from codey_server.shared.db import SharedDb
 
 __all__ = ["DEFAULT_MAX_POLICY", "DEFAULT_SCOPE", "POLICIES", "SCOPES", "TOKEN_PREFIX",
            "FileMcpTokenStore", "McpScope", "McpToken", "McpTokenStore", "McpTokens",

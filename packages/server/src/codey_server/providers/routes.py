@@ -21,6 +21,7 @@ from litestar.response import Redirect
 from codey_protocol import client as cl
 from codey_protocol import events as ev
 from codey_protocol.events import ProviderAuth, ProviderKind
+from codey_server.cluster.errors import SecretKeyError
 from codey_server.core.engine import Engine
 from codey_server.http.access import PUBLIC, BrowserAccess, browser_session
 from codey_server.http.errors import errors
@@ -37,7 +38,6 @@ from codey_server.providers.service import (
     DeviceLogin,
     ProviderStatus,
 )
-from codey_server.shared.errors import SecretKeyError
 
 __all__ = ["CALLBACK_PATH", "ApiKey", "AuthController", "LoginLinkAnswer", "ProviderBody",
            "ProviderChoice", "ProvidersController", "redirect_uri"]

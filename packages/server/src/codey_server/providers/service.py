@@ -38,6 +38,7 @@ import msgspec
 from tenacity import wait_exponential
 
 from codey_protocol import events as ev
+from codey_server.cluster.errors import SecretKeyError
 from codey_server.core.background import Background
 from codey_server.core.engine import Engine
 from codey_server.core.retry import wait_after
@@ -55,7 +56,6 @@ from codey_server.providers.store import (
     PendingLogin,
 )
 from codey_server.settings import ProviderConfig, Settings, provider_config
-from codey_server.shared.errors import SecretKeyError
 
 if TYPE_CHECKING:
     import httpx  # loaded by the first login or refresh (the ``http`` property)
@@ -151,7 +151,8 @@ class AuthService:
 
     def __init__(self, settings: Settings, engine: Engine,
                  http: httpx.AsyncClient | None = None, *,
-                 store: CredentialStore | None = None, logins: LoginStore | None = None
+                 store: CredentialStore | None = None, logins: LoginStore | None = None,
+                 refresh_guard: Callable[[str], AbstractAsyncContextManager[None]] | None = None
                  ) -> None:
         self.settings = settings
         self.engine = engine
@@ -170,12 +171,11 @@ class AuthService:
         self._failures: dict[str, int] = {}  # provider → refreshes failed in a row
         self._backoff: dict[str, float] = {}  # provider → the last backoff delay, seconds
         self._retry_at: dict[str, float] = {}  # provider → no refresh before (monotonic)
-        self._status: dict[str, ev.AuthStatusUpdated] = {}
         self._refresher: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
         #: among replicas: held around a refresh (a lock in the database), so one replica
         #: refreshes and the others, reading the row after it, use its token
-        self.refresh_guard: Callable[[str], AbstractAsyncContextManager[None]] | None = None
+        self.refresh_guard = refresh_guard
         self._background = Background(log)
 
     # lifecycle ------------------------------------------------------------------------------
@@ -228,12 +228,10 @@ class AuthService:
     def _on_event(self, env: ev.Envelope) -> None:
         e = env.event
         if isinstance(e, ev.AuthStatusUpdated) and self.engine.applying_foreign:
-            # another replica's login, logout or refresh: this one answers as it does, and
-            # its refresher recomputes when the next refresh is due (it takes its turn)
-            if e.provider in self._configs:
-                self._status[e.provider] = e
-                if self._wake is not None:
-                    self._wake.set()
+            # another replica's login, logout or refresh (folded: this one answers as it
+            # does): the refresher recomputes when the next refresh is due (it takes its turn)
+            if e.provider in self._configs and self._wake is not None:
+                self._wake.set()
         elif isinstance(e, ev.ProviderSaved):
             if self._define(e.provider) and not self.engine.applying_foreign:
                 self._background.spawn(self._publish_stored(self._configs[e.provider.name]),
@@ -241,7 +239,6 @@ class AuthService:
         elif isinstance(e, ev.ProviderRemoved) and e.name not in self._file_providers:
             self._configs.pop(e.name, None)
             self._oauth.pop(e.name, None)
-            self._status.pop(e.name, None)
             self._cancel_device(e.name)
             if not self.engine.applying_foreign:
                 # a delete is a delete: its key or tokens go with it
@@ -251,20 +248,21 @@ class AuthService:
 
     async def status(self) -> list[ProviderStatus]:
         """One entry per configured provider (no secrets in it)."""
-        return [_public(await self._current(config)) for config in list(self._configs.values())]
+        return [await self._current(config) for config in list(self._configs.values())]
 
     async def status_of(self, name: str) -> ProviderStatus:
         """One provider's login state (no secret in it)."""
-        return _public(await self._current(self._config(name)))
+        return await self._current(self._config(name))
 
-    async def _current(self, config: ProviderConfig) -> ev.AuthStatusUpdated:
-        """The last status published (here, or by another replica and folded here), except
-        that whether a login is stored is read from the store: among replicas a login or
-        logout elsewhere is seen on the next request, before its event is folded here."""
-        cached = self._status.get(config.name)
-        if cached is not None and cached.state not in ("logged_in", "logged_out"):
-            return cached  # pending, error, expired: only the log knows those
-        return await self._stored_status(config)
+    async def _current(self, config: ProviderConfig) -> ProviderStatus:
+        """The status folded (published here, or by another replica), except that whether a
+        login is stored is read from the store: among replicas a login or logout elsewhere is
+        seen on the next request, before its event is folded here."""
+        folded = self.engine.state.auth.get(config.name)
+        if folded is not None and folded.state not in ("logged_in", "logged_out"):
+            # pending, error, expired: only the log knows those
+            return ProviderStatus(**msgspec.structs.asdict(folded))
+        return _public(await self._stored_status(config))
 
     async def token_for(self, provider_name: str) -> str | None:
         """The bearer for ``provider_name``: its API key or access token (refreshed when it is
@@ -663,6 +661,5 @@ class AuthService:
                                                  error=message[:500]))
 
     async def _publish(self, status: ev.AuthStatusUpdated) -> ProviderStatus:
-        self._status[status.provider] = status
         await self.engine.submit(decide.status_changed, status)
         return _public(status)

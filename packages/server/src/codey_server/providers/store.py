@@ -2,9 +2,9 @@
 
 - :class:`FileCredentialStore`: ``auth.json`` in the data dir (0600, atomic), one server;
 - :class:`PgCredentialStore`: ``codey_credentials`` rows every replica reads, each sealed
-  with AES-256-GCM under the cluster's secret key (:mod:`codey_server.shared.crypto`; the
+  with AES-256-GCM under the cluster's secret key (:mod:`codey_server.cluster.crypto`; the
   provider's name is the associated data). Without a key nothing can be stored or read there:
-  :class:`~codey_server.shared.SecretKeyError` says how to set one.
+  :class:`~codey_server.cluster.SecretKeyError` says how to set one.
 
 Nothing in here is ever put in an event, a response, a log line or a frame to a worker; the
 only way out is :meth:`codey_server.providers.AuthService.token_for`, which the agent loop calls.
@@ -20,10 +20,10 @@ from typing import Literal, Protocol
 
 import msgspec
 
+from codey_server.cluster.crypto import KEY_ENV, SecretKey
+from codey_server.cluster.db import SharedDb
+from codey_server.cluster.errors import SecretKeyError
 from codey_server.secretfile import read_secret_file, write_secret_file
-from codey_server.shared.crypto import KEY_ENV, SecretKey
-from codey_server.shared.db import SharedDb
-from codey_server.shared.errors import SecretKeyError
 
 log = logging.getLogger("codey.auth")
 

@@ -18,8 +18,8 @@ import json
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from codey_server.cluster.db import SharedDb
 from codey_server.secretfile import write_secret_file
-from codey_server.shared.db import SharedDb
 
 __all__ = ["FileWorkerKeys", "KeyStore", "PgWorkerKeys", "WorkerKeys", "credential_hash"]
 

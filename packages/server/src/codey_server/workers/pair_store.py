@@ -26,8 +26,8 @@ from typing import Any, Literal, Protocol
 import msgspec
 
 from codey_protocol.worker import PairRequest
+from codey_server.cluster.db import SharedDb, lock_key
 from codey_server.errors import ServerError
-from codey_server.shared.db import SharedDb, lock_key
 
 __all__ = ["MemoryPairStore", "PairRecord", "PairStatusName", "PairStore", "PairingError",
            "PgPairStore"]

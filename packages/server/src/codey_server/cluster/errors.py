@@ -1,4 +1,4 @@
-"""The exceptions of :mod:`codey_server.shared` (drawn in the package's docstring)."""
+"""The exceptions of :mod:`codey_server.cluster` (drawn in the package's docstring)."""
 
 from __future__ import annotations
 

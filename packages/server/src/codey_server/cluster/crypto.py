@@ -29,8 +29,8 @@ import secrets
 from collections.abc import Mapping
 from pathlib import Path
 
+from codey_server.cluster.errors import SecretKeyError
 from codey_server.secretfile import read_secret_file
-from codey_server.shared.errors import SecretKeyError
 
 __all__ = ["KEY_ENV", "SecretKey", "parse_key"]
 

@@ -18,9 +18,9 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 
+from codey_server.cluster.db import SharedDb
+from codey_server.cluster.errors import SharedStateError
 from codey_server.secretfile import read_secret_file
-from codey_server.shared.db import SharedDb
-from codey_server.shared.errors import SharedStateError
 
 log = logging.getLogger("codey.shared")
 
