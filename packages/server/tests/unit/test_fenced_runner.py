@@ -250,3 +250,41 @@ def test_a_runner_whose_holding_is_current_finishes_its_turn() -> None:
 
     call = ToolCallRequested("c1", "shell", json.dumps({"command": ["sh", "-c", "x"]}))
     run([[call, Finished()], [TextDelta("Done."), Finished()]], check)
+
+
+def test_the_sweep_takes_over_a_session_once_its_lease_is_free() -> None:
+    """A prompt committed while another replica held the session (which then died): nothing
+    runs here while that lease holds; once it lapses the sweep claims the session (a new
+    epoch), runs its turn fenced by it, and releases the lease when the turn ends."""
+    async def main() -> None:
+        leases = Leases()
+        leases.rows[LEASE] = ("r2", 4)  # the replica that took the prompt
+        log = FencedLog(leases)
+        engine = Engine(log, RULES, context=Context())
+        await engine.start()
+        worker = Worker()
+        await engine.submit(_events, [
+            (None, ev.WorkerPaired(worker_id=W, request_id="r", hostname="h", os="Linux",
+                                   python_version="3.11", worker_version="0", roots=["/w"],
+                                   public_key="k")),
+            (S, ev.SessionCreated(title="t", worker_id=W, workdir="/w/p", provider="p",
+                                  model="m", policy="full-auto")),
+            (S, ev.SessionItemAppended(item=ev.UserMessage(id="itm_0", ts=0.0, text="go")))])
+        service = AgentService(engine, worker, Settings(action_timeout_s=5),  # type: ignore[arg-type]
+                               _no_token, actions=worker, leases=leases)  # type: ignore[arg-type]
+        service.providers = {"p": Gated([[TextDelta("Done."), Finished()]])}
+        await service.start()
+        seq = engine.state.seq
+        await asyncio.sleep(1.5)  # a sweep or two: the lease is r2's
+        assert engine.state.seq == seq and not service.running(S)
+        leases.rows[LEASE] = ("", 4)  # r2 died: its lease lapsed
+        await until(lambda: engine.state.sessions[S].status == "idle" and any(
+            isinstance(i, ev.AssistantMessage) for i in engine.state.sessions[S].items),
+            what="the turn to run here")
+        await until(lambda: not service.running(S) and LEASE not in leases.held,
+                    what="the lease released")
+        assert leases.rows[LEASE] == ("", 5) and log.refused == []
+        await service.stop()
+        await engine.stop()
+
+    asyncio.run(main())

@@ -1,7 +1,9 @@
 """The agent loop: a session's turn, its tools, the model providers.
 
-- :mod:`.service`: starts, stops and resumes turns; the waits for approvals, answers and
-  sub-agents; providers and histories.
+- :mod:`.supervisor`: which sessions' turns run here, without I/O — starting, queueing,
+  cancelling, claiming, sweeping and releasing, and which processes to stop, forward or list;
+  :mod:`.service` carries its effects out (turn tasks, leases, the sweep loop), and holds the
+  waits for approvals, answers and sub-agents, providers and histories.
 - :mod:`.machine`: a turn as a state machine without I/O — its inputs, its effects, and what
   both turns share; :mod:`.turn`: Codey's own turn; :mod:`.acp`: a turn an external ACP agent
   runs. :mod:`.driver`: the one async driver both run on (effects carried out, results fed

@@ -4,7 +4,12 @@ running sessions after a restart.
 
 A turn is a machine (:class:`~codey_server.agent.turn.CodeyTurn`, or
 :class:`~codey_server.agent.acp.AcpTurn` for a session an ACP agent runs) on a
-:class:`~codey_server.agent.driver.TurnDriver`, whose ``run`` is the session's task.
+:class:`~codey_server.agent.driver.TurnDriver`, whose ``run`` is the session's task. Which
+turns run, and what is claimed, queued, swept, released and reconciled around them, is decided
+by the session supervisor (:mod:`~codey_server.agent.supervisor`, a pure ``step``): this
+service feeds it inputs (folded events, a turn's end, a claim's answer, the sweep's tick) and
+carries out its effects (start or cancel a turn's task, take or release a lease, ask a worker
+for its processes).
 
 It reacts to folded events (an engine listener), so a command from any path — the browser
 socket, the REST API — has the same effect. It owns the model providers (one pooled client
@@ -23,8 +28,8 @@ from codey_protocol import events as ev
 from codey_protocol import worker as wk
 from codey_protocol.events import Envelope
 from codey_protocol.state import Approval, Question, SessionInfo, State
+from codey_server.agent import supervisor as sv
 from codey_server.agent.acp import AcpTurn
-from codey_server.agent.conversation import needs_turn
 from codey_server.agent.driver import TurnDriver
 from codey_server.agent.history import History
 from codey_server.agent.machine import ContextChanged, TurnMachine
@@ -36,8 +41,34 @@ from codey_server.agent.processes import (
     Stopped,
     forwarded,
     listed,
-    live_processes,
     stopped,
+)
+from codey_server.agent.supervisor import (
+    Boot,
+    CancelTurn,
+    Claim,
+    ClaimFailed,
+    Detach,
+    FindFree,
+    Folded,
+    ForwardPort,
+    FreeFound,
+    Halt,
+    Holding,
+    HoldingLost,
+    LeaseTaken,
+    ListProcesses,
+    ProcessesListed,
+    Release,
+    ReloadContext,
+    Say,
+    StartTurn,
+    StopProcess,
+    Supervisor,
+    SweepTick,
+    TurnEnded,
+    TurnWanted,
+    lease_name,
 )
 from codey_server.agent.turn import CodeyTurn
 from codey_server.agent.wire import Loader, wire_for
@@ -55,14 +86,10 @@ log = logging.getLogger("codey.agent")
 
 __all__ = ["AgentService"]
 
-_RESUME = ("running", "waiting_approval", "waiting_worker")
 #: how often a replica looks for sessions whose turn nobody runs (a dead replica's)
 SWEEP_S = 1.0
-#: a prompt another replica committed is claimed after this head start: the replica that took
-#: the browser's command runs the turn, unless it does not
-FOREIGN_CLAIM_DELAY_S = 0.5
-#: files whose change on disk reloads a session's context before its next model call
-_CONTEXT_FILES = frozenset({"AGENTS.md", "SKILL.md"})
+#: what one server knows of a lease: nothing (it has none)
+_NO_HOLDING = Holding()
 #: how long a process's stop (or a worker's list of processes) may take to answer
 PROCESS_ACTION_TIMEOUT_S = 60.0
 
@@ -125,8 +152,9 @@ class AgentService:
         self.engine = engine
         #: among replicas: a session's turn runs where its lease is held (None: one server)
         self.leases = leases
-        self._claiming: set[str] = set()
-        self._lost: set[str] = set()  # sessions whose lease went elsewhere while running here
+        #: which sessions' turns run here, and what is under way for them (a value, changed
+        #: only by :func:`~codey_server.agent.supervisor.step`)
+        self.supervisor = Supervisor(leased=leases is not None)
         self._sweeper: asyncio.Task[None] | None = None
         if leases is not None:
             leases.on_lost.append(self._lease_lost)
@@ -141,14 +169,13 @@ class AgentService:
             config.name: self._build(config) for config in settings.providers}
         self._file_providers = frozenset(self.providers)
         self.histories: dict[tuple[str, str], History] = {}
+        #: the live side of the supervisor's ``running``: each such session's task and driver
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self.drivers: dict[str, TurnDriver] = {}
-        self._rerun: set[str] = set()  # prompted while the old task was still finishing
         #: the waits (ports.Waits): approvals and questions by id, sessions' turns by id
         self._approvals = _Waiters()
         self._answers = _Waiters()
         self._turns = _Waiters()
-        self.stopping = False
         self._background = Background(log)
         self.deps = TurnDeps(
             store=engine, actions=actions or workers, models=self, waits=self,
@@ -222,84 +249,115 @@ class AgentService:
                 provider.models = found or provider.models
                 if found and not self.engine.context.default_models.get(provider.name):
                     self.engine.context.default_models[provider.name] = found[0]
+        # one server: each session left with work begins it; among replicas the sweep takes
+        # the sessions whose lease nobody holds
+        self._feed(Boot())
         if self.leases is not None:
-            # among replicas, the sweep takes the sessions whose lease nobody holds
             self._sweeper = asyncio.get_running_loop().create_task(self._sweep(),
                                                                    name="agent-sweep")
-            return
-        for session in self.engine.state.sessions.values():
-            work = _work_for(session)
-            if work == "resume":
-                log.info("resuming session %s (%s)", session.session_id, session.status)
-            elif work == "turn":
-                # its prompt was committed, the server died before the turn began (a browser's
-                # new session, a schedule's run): begin it now rather than wait for another
-                log.info("starting the waiting turn of session %s", session.session_id)
-            if work is not None:
-                self.start_turn(session.session_id, resume=work == "resume",
-                                compact_only=work == "compact")
 
     async def stop(self) -> None:
         # Runners stop without touching the sessions: they resume at the next start.
-        self.stopping = True
+        self._feed(Halt())  # (cancels every turn task)
         if self._sweeper is not None:
             self._sweeper.cancel()
-        tasks = list(self.tasks.values())
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*self.tasks.values(), return_exceptions=True)
         await self._background.cancel()
         for provider in self.providers.values():
             await provider.aclose()
 
+    @property
+    def stopping(self) -> bool:
+        return self.supervisor.stopping
+
     def running(self, session_id: str) -> bool:
-        task = self.tasks.get(session_id)
-        return task is not None and not task.done()
+        return session_id in self.supervisor.running
 
     def start_turn(self, session_id: str, *, resume: bool = False,
                    compact_only: bool = False) -> None:
-        if self.stopping:
-            return
-        waiting = self.engine.state.sessions.get(session_id)
-        if waiting is not None and waiting.worktree is not None and \
-                waiting.worktree.status in ("creating", "failed", "removed"):
-            # its turn begins once its worktree is there (worktree_updated); a removed one
-            # is made again, or the session forked, by the user first
-            return
-        if self.running(session_id):
-            if not compact_only:  # a running turn compacts before its next model call
-                self._rerun.add(session_id)
-            return
-        if self.leases is not None and _lease(session_id) not in self.leases.held:
-            delay = FOREIGN_CLAIM_DELAY_S if self.engine.applying_foreign else 0.0
-            want = "compact" if compact_only else "resume" if resume else "turn"
-            self._background.spawn(self._claim(session_id, delay, want), f"claim-{session_id}")
-            return
-        session = self.engine.state.sessions.get(session_id)
+        """Start the session's turn here, claim the session first (among replicas), or queue
+        a turn behind the one running; what decides is the supervisor."""
+        want: sv.Want = "compact" if compact_only else "resume" if resume else "turn"
+        self._feed(TurnWanted(session_id, want, self._holding(session_id),
+                              self.engine.applying_foreign))
+
+    # the supervisor's inputs and effects ------------------------------------------------------
+
+    def _holding(self, session_id: str | None) -> Holding:
+        """What this replica knows of the session's lease now (one server: nothing)."""
+        if self.leases is None or session_id is None:
+            return _NO_HOLDING
+        name = lease_name(session_id)
+        return Holding(name in self.leases.held, self.leases.fence(name))
+
+    def _step(self, input: sv.Input) -> list[sv.Effect]:
+        """One step of the supervisor; its effects, for the caller to carry out in order."""
+        self.supervisor, effects = sv.step(self.supervisor, self.engine.state, input)
+        return effects
+
+    def _feed(self, input: sv.Input) -> None:
+        """One step of the supervisor, its effects carried out at once (or started as tasks)."""
+        for effect in self._step(input):
+            self._carry_out(effect)
+
+    def _carry_out(self, effect: sv.Effect) -> None:
+        spawn = self._background.spawn
+        match effect:
+            case StartTurn():
+                self._start_turn(effect)
+            case CancelTurn(session_id):
+                task = self.tasks.get(session_id)
+                if task is not None:
+                    task.cancel()
+            case ReloadContext(session_id, now):
+                driver = self.drivers.get(session_id)
+                if driver is not None:
+                    driver.tell(ContextChanged(now=now))
+            case Claim(session_id, delay, want):
+                spawn(self._claim(session_id, delay, want), f"claim-{session_id}")
+            case Release(session_id):
+                assert self.leases is not None
+                spawn(self.leases.release(lease_name(session_id)), f"release-{session_id}")
+            case FindFree():
+                spawn(self._find_free(effect), "agent-find-free")
+            case ListProcesses(session_id, worker_id):
+                spawn(self._reconcile(session_id, worker_id), f"processes-{session_id}")
+            case StopProcess(session_id, process_id):
+                spawn(self._stop_process(session_id, process_id), f"stop-{process_id}")
+            case ForwardPort(session_id, process_id, port):
+                spawn(self._forward(session_id, process_id, port),
+                      f"forward-{process_id}-{port}")
+            case Detach(session_id, worker_id):
+                self._detach(session_id, worker_id)
+            case Say(level, message):
+                log.log(level, "%s", message)
+
+    def _start_turn(self, effect: StartTurn) -> None:
+        session_id = effect.session_id
         deps = self.deps
-        if self.leases is not None:
-            fence = self.leases.fence(_lease(session_id))
-            if fence is None:  # (held, but not as a holding this replica knows): take it
-                self._background.spawn(self._claim(session_id), f"claim-{session_id}")
-                return
-            # a lost lease stops this runner as a shutdown would; every write and action of
-            # it carries the epoch it was started under, and the database refuses them once
+        if effect.fence is not None:
+            # a lost lease stops this runner as a shutdown would; every write and action of it
+            # carries the epoch it was started under, and the database refuses them once
             # another replica took the session over
-            self._lost.discard(session_id)
             deps = dataclasses.replace(
-                deps, stopping=lambda: self.stopping or session_id in self._lost,
-                store=_FencedStore(self.engine, fence),
-                actions=_FencedActions(deps.actions, fence))
-        machine: TurnMachine
-        if session is not None and session.agent:
-            if compact_only:
-                return  # an external agent keeps its own context
-            machine = AcpTurn(session_id, limits=deps.limits, resume=resume)
-        else:
-            machine = CodeyTurn(session_id, models=self, limits=deps.limits, roles=deps.roles,
-                                resume=resume, compact_only=compact_only)
-        driver = self.drivers[session_id] = TurnDriver(machine, deps)
-        task = asyncio.get_running_loop().create_task(driver.run(), name=f"turn-{session_id}")
+                deps, stopping=lambda: self.stopping or session_id in self.supervisor.lost,
+                store=_FencedStore(self.engine, effect.fence),
+                actions=_FencedActions(deps.actions, effect.fence))
+        try:
+            machine: TurnMachine
+            if effect.acp:
+                machine = AcpTurn(session_id, limits=deps.limits, resume=effect.resume)
+            else:
+                machine = CodeyTurn(session_id, models=self, limits=deps.limits,
+                                    roles=deps.roles, resume=effect.resume,
+                                    compact_only=effect.compact_only)
+            driver = TurnDriver(machine, deps)
+            task = asyncio.get_running_loop().create_task(driver.run(),
+                                                          name=f"turn-{session_id}")
+        except BaseException:  # (a bug) no task runs: the supervisor must know it
+            self._feed(TurnEnded(session_id, holding=self._holding(session_id)))
+            raise
+        self.drivers[session_id] = driver
         self.tasks[session_id] = task
         task.add_done_callback(lambda t: self._done(session_id, t))
 
@@ -308,85 +366,68 @@ class AgentService:
         if self.tasks.get(session_id) is task:
             del self.tasks[session_id]
             driver = self.drivers.pop(session_id, None)
-        if driver is not None and driver.lease_lost is not None:
-            # a fenced write was refused: the replica that took the session over goes on
-            # from the log; this one forgets its holding (the release below changes no row
-            # of a newer epoch) and starts nothing for it
-            log.warning("session %s: stopped its turn here at once (%s); the replica that "
-                        "took it over goes on", session_id, driver.lease_lost)
-            self._rerun.discard(session_id)
+        lost = driver.lease_lost if driver is not None else None
+        self._feed(TurnEnded(session_id, None if lost is None else str(lost),
+                             self._holding(session_id)))
         self._turns.wake(session_id)  # a parent may be waiting for this sub-agent
-        if session_id in self._rerun:
-            self._rerun.discard(session_id)
-            session = self.engine.state.sessions.get(session_id)
-            if session is not None and not self.stopping and needs_turn(session):
-                self.start_turn(session_id)
-        if self.leases is not None and not self.stopping and not self.running(session_id) \
-                and session_id not in self._lost:
-            # the turn is over: the next prompt may start it on any replica
-            self._background.spawn(self.leases.release(_lease(session_id)), f"release-{session_id}")
 
     # among replicas -------------------------------------------------------------------------
 
-    async def _claim(self, session_id: str, delay: float = 0.0,
-                     want: str | None = None) -> None:
-        """Take the session's lease, fold everything committed before it was free, and start
-        what the session needs, if anything still (its last owner may have finished it)."""
+    async def _claim(self, session_id: str, delay: float, want: sv.Want | None) -> None:
+        """Take the session's lease and fold everything committed before it was free; then
+        the supervisor starts what the session needs, if anything still (its last owner may
+        have finished it)."""
         assert self.leases is not None
-        if session_id in self._claiming or self.stopping:
-            return
-        self._claiming.add(session_id)
+        taken = False
         try:
+            if self.stopping:
+                return
             if delay:
                 await asyncio.sleep(delay)
-            if not await self.leases.acquire(_lease(session_id)):
+            if not await self.leases.acquire(lease_name(session_id)):
                 return  # another replica runs it
             await self.engine.catch_up()
-            session = self.engine.state.sessions.get(session_id)
-            work = _work_for(session) if session is not None else None
-            if work is None and session is not None and want == "turn" and needs_turn(session):
-                work = "turn"  # a prompt to an interrupted or failed session
-            if work is None or self.stopping:
-                if not self.running(session_id):
-                    await self.leases.release(_lease(session_id))
-                return
-            if work == "resume":
-                log.info("taking over session %s (%s)", session_id,
-                         session.status if session else "")
-            self.start_turn(session_id, resume=work == "resume",
-                            compact_only=work == "compact")
+            taken = True
         except Exception as err:  # the next sweep tries again
             log.warning("could not claim session %s (%s)", session_id, err)
         finally:
-            self._claiming.discard(session_id)
+            if not taken:
+                self._feed(ClaimFailed(session_id))
+        if not taken:
+            return
+        try:
+            for effect in self._step(LeaseTaken(session_id, want, self._holding(session_id))):
+                if isinstance(effect, Release):  # nothing to do after all: let it go now
+                    await self.leases.release(lease_name(session_id))
+                else:
+                    self._carry_out(effect)
+        except Exception as err:
+            log.warning("could not claim session %s (%s)", session_id, err)
 
     async def _sweep(self) -> None:
         assert self.leases is not None
         while not self.stopping:
             try:
-                wanting = [sid for sid, s in self.engine.state.sessions.items()
-                           if _work_for(s) is not None and not self.running(sid)
-                           and sid not in self._claiming]
-                free = await self.leases.free([_lease(sid) for sid in wanting])
-                for sid in wanting:
-                    if _lease(sid) in free:
-                        self._background.spawn(self._claim(sid), f"claim-{sid}")
+                for effect in self._step(SweepTick()):
+                    if isinstance(effect, FindFree):
+                        await self._find_free(effect)
+                    else:
+                        self._carry_out(effect)
             except asyncio.CancelledError:
                 raise
             except Exception as err:
                 log.warning("session sweep failed (%s)", err)
             await asyncio.sleep(SWEEP_S)
 
+    async def _find_free(self, effect: FindFree) -> None:
+        assert self.leases is not None
+        free = await self.leases.free([lease_name(sid) for sid in effect.session_ids])
+        self._feed(FreeFound(tuple(sid for sid in effect.session_ids
+                                   if lease_name(sid) in free)))
+
     def _lease_lost(self, name: str) -> None:
-        if not name.startswith("session:"):
-            return
-        session_id = name.removeprefix("session:")
-        task = self.tasks.get(session_id)
-        if task is not None and not task.done():
-            log.warning("session %s: its lease went to another replica; stopping here",
-                        session_id)
-            self._lost.add(session_id)
-            task.cancel()
+        if name.startswith("session:"):
+            self._feed(HoldingLost(name.removeprefix("session:")))
 
     # ports.Waits ----------------------------------------------------------------------------
 
@@ -412,7 +453,7 @@ class AgentService:
         def over() -> bool:
             session = self.engine.state.sessions.get(session_id)
             return session is None or (not self.running(session_id)
-                                       and session.status not in _RESUME)
+                                       and session.status not in sv.RESUME)
 
         # woken when its turn task ends, and on each of its status changes
         await self._turns.until(session_id, over)
@@ -424,50 +465,17 @@ class AgentService:
             self._approvals.wake(e.approval_id)
         elif isinstance(e, ev.QuestionAnswered):
             self._answers.wake(e.question_id)
-        elif isinstance(e, ev.WorkerConnected) and not self.engine.applying_foreign:
-            self._reconcile_processes(e.worker_id)
         elif isinstance(e, ev.ProviderSaved):  # on every replica
             self._define(e.provider)
         elif isinstance(e, ev.ProviderRemoved):
             self._forget(e.name)
-        if sid is None:
-            return
-        if isinstance(e, ev.ProcessStopRequested):
-            if not self.engine.applying_foreign:  # the replica that decided it stops it
-                self._background.spawn(self._stop_process(sid, e.process_id),
-                                       f"stop-{e.process_id}")
-            return
-        if isinstance(e, ev.ProcessForwardRequested):
-            if not self.engine.applying_foreign:  # the same: the replica that decided it
-                self._background.spawn(self._forward(sid, e.process_id, e.port),
-                                       f"forward-{e.process_id}-{e.port}")
-            return
-        if isinstance(e, ev.SessionItemAppended) and isinstance(e.item, ev.UserMessage):
-            self.start_turn(sid)
-        elif isinstance(e, ev.SessionWorkspaceChanged):
-            driver = self.drivers.get(sid)
-            if driver is not None and any(p.rsplit("/", 1)[-1] in _CONTEXT_FILES
-                                          for p in e.paths):
-                driver.tell(ContextChanged(now=env.ts))  # (a new turn loads it anyway)
-        elif isinstance(e, ev.WorktreeUpdated) and e.status in ("ready", "in_place"):
-            session = self.engine.state.sessions.get(sid)
-            if session is not None and needs_turn(session):
-                self.start_turn(sid)  # the prompt that waited for the worktree
-        elif isinstance(e, ev.CompactionRequested):
-            self.start_turn(sid, compact_only=True)
-        elif isinstance(e, ev.TurnRequested):
-            self.start_turn(sid)
-        elif isinstance(e, ev.SessionStatusChanged):
+        elif isinstance(e, ev.SessionStatusChanged) and sid is not None:
             self._turns.wake(sid)  # a parent may be waiting for this sub-agent
-            if e.status in ("interrupted", "closed"):
-                task = self.tasks.get(sid)
-                if task is not None and not task.done():
-                    task.cancel()
-                if e.status == "closed":
-                    self._detach(sid)
         elif isinstance(e, ev.SessionDeleted):
             for key in [k for k in self.histories if k[0] == sid]:
                 del self.histories[key]
+        # turns to start, queue or cancel, processes to stop, forward or list
+        self._feed(Folded(env, self.engine.applying_foreign, self._holding(sid)))
 
     # a session's processes ----------------------------------------------------------------
 
@@ -518,14 +526,10 @@ class AgentService:
         await self.engine.submit(forwarded, Forwarded(session_id, process_id, port, outcome,
                                                       error))
 
-    def _reconcile_processes(self, worker_id: str) -> None:
-        """A worker (re)connected: ask it which of the live processes it still runs."""
-        for session in self.engine.state.sessions.values():
-            if live_processes(session, worker_id):
-                self._background.spawn(self._reconcile(session.session_id, worker_id),
-                                       f"processes-{session.session_id}")
-
     async def _reconcile(self, session_id: str, worker_id: str) -> None:
+        """A worker (re)connected with live processes of the session: ask it which it still
+        runs, record its answer, then carry out the stops and forwards asked while it was
+        away (one after the other, here)."""
         action = wk.ExecList(action_id=self.engine.context.new_id("act"),
                              session_id=session_id)
         try:
@@ -538,26 +542,22 @@ class AgentService:
         if not isinstance(listing, wk.ExecProcesses):
             return
         await self.engine.submit(listed, Listed(session_id, worker_id, listing))
-        session = self.engine.state.sessions.get(session_id)
-        for p in live_processes(session, worker_id) if session is not None else []:
-            if p.status == "stopping":  # asked while the worker was away: stop it now
-                await self._stop_process(session_id, p.process_id)
-            for f in [f for f in p.forwards if f.status == "opening"]:  # the same
-                await self._forward(session_id, p.process_id, f.port)
+        for effect in self._step(ProcessesListed(session_id, worker_id)):
+            if isinstance(effect, StopProcess):
+                await self._stop_process(effect.session_id, effect.process_id)
+            elif isinstance(effect, ForwardPort):
+                await self._forward(effect.session_id, effect.process_id, effect.port)
+            else:
+                self._carry_out(effect)
 
-    def _detach(self, session_id: str) -> None:
+    def _detach(self, session_id: str, worker_id: str) -> None:
         """A closed session's worker stops watching its workdir (best effort: a worker that
         is away has no watch to stop)."""
-        session = self.engine.state.sessions.get(session_id)
-        worker = self.engine.state.workers.get(session.worker_id) if session else None
-        if session is None or worker is None or not worker.connected \
-                or "detach_session" not in worker.capabilities.executors:
-            return
         action = wk.DetachSession(action_id=self.engine.context.new_id("act"),
                                   session_id=session_id)
 
         # the session is closed either way: a failure is only logged
-        self._background.spawn(self.deps.actions.run(session.worker_id, action, timeout=30),
+        self._background.spawn(self.deps.actions.run(worker_id, action, timeout=30),
                                f"detach-{session_id}")
 
 
@@ -609,21 +609,3 @@ class _FencedActions:
 
     def absence(self, worker_id: str) -> asyncio.Event:
         return self.actions.absence(worker_id)
-
-
-def _lease(session_id: str) -> str:
-    return f"session:{session_id}"
-
-
-def _work_for(session: SessionInfo) -> str | None:
-    """What a session left without a runner needs: ``resume`` its turn, a ``turn`` for a
-    prompt that was committed before anyone began it, ``compact``, or nothing (None)."""
-    asking = session.status == "waiting_user" and any(
-        q.status == "pending" for q in session.questions.values())
-    if session.status in _RESUME or asking:
-        return "resume"
-    if session.compaction_requested:
-        return "compact"
-    if session.status == "idle" and needs_turn(session):
-        return "turn"
-    return None
