@@ -1,6 +1,12 @@
 // The browser's state: the same fold as `codey_server.features.apply` (every feature's
 // `fold.py`, composed), in JavaScript.
 //
+// Written by hand, on purpose: what in it is data (constants, defaults, the update rule) is
+// generated; the handlers are logic with no declaration to generate them from. Its guard is
+// the parity of generated logs (packages/server/tests/unit/test_fold_parity_node.py): a
+// handler missing or different here fails it. Why: docs/architecture.md, "web/store.js is
+// written by hand".
+//
 // `apply(state, envelope)` mutates `state` in place and returns it, exactly like the Python
 // fold; parity tests fold logs through both and compare the JSON. Every object created here
 // has the same keys and defaults as its Python struct (codey_protocol.state), because the

@@ -1,6 +1,7 @@
 // Helpers shared by the views.
 
 import { fmtTime, h } from "../dom.js";
+import { DEFAULT_DISPLAY, MCP_DISPLAY, MCP_PREFIX, TOOL_DISPLAY } from "../tool_display.js";
 
 /**
  * Batch DOM work to one animation frame: `schedule()` many times, `fn` runs once.
@@ -196,13 +197,22 @@ export function activity(s, state) {
   const running = [...s.items].reverse().find((i) => i.kind === "tool_call" && i.status === "running");
   if (running) {
     const what = running.command ? `running \`${running.command.join(" ").slice(0, 60)}\``
-      : running.name === "delegate" ? "waiting for a sub-agent" : `${running.name.replace(/_/g, " ")}`;
+      : toolDisplay(running).busy || running.name.replace(/_/g, " ");
     return { text: what, since: running.ts };
   }
   if (last && (last.kind === "assistant_message" || last.kind === "reasoning") && last.streaming) {
     return { text: last.kind === "reasoning" ? "thinking" : "writing", since: last.ts };
   }
   return { text: "thinking", since: s.updated_at };
+}
+
+/**
+ * How a tool call shows: its tool's display (web/tool_display.js, generated from the server's
+ * tools), an MCP tool's, or, for a tool the server does not know (an ACP agent's), the default.
+ */
+export function toolDisplay(item) {
+  if (item.mcp_server || item.name.startsWith(MCP_PREFIX)) return MCP_DISPLAY;
+  return Object.hasOwn(TOOL_DISPLAY, item.name) ? TOOL_DISPLAY[item.name] : DEFAULT_DISPLAY;
 }
 
 /** Statuses that need the user. */

@@ -8,7 +8,7 @@ import { AnsiStream } from "../ansi.js";
 import { renderDiff } from "../diff.js";
 import { api } from "../api.js";
 import { fmtBytes, h, shellJoin, svgIcon } from "../dom.js";
-import { TOOL_WORDS, sessionWords, statusChip, workerUp } from "./common.js";
+import { TOOL_WORDS, sessionWords, statusChip, toolDisplay, workerUp } from "./common.js";
 import { highlightCode, languageForPath, renderMarkdown } from "../markdown.js";
 
 const streams = new WeakMap(); // output <pre> -> {stream: AnsiStream, lines: its line count}
@@ -106,31 +106,14 @@ function shownOutput(item) {
   return size(full) > size(streamed) ? `${full}\n` : streamed;
 }
 
-function toolTitle(item) {
-  if (item.mcp_server || item.name.startsWith("mcp__")) {
+/** A tool call's title: its tool's label, an MCP tool's server and name, else its name. */
+function toolTitle(item, display) {
+  if (display.body === "mcp") {
     const server = item.mcp_server || item.name.split("__")[1] || "";
     const tool = item.mcp_tool || item.name.split("__").slice(2).join("__");
-    return ["mcp", `${server} · ${tool}`];
+    return `${server} · ${tool}`;
   }
-  switch (item.name) {
-    case "shell": return ["shell", "Command"];
-    case "exec": return ["process", "Process"];
-    case "write_stdin": return ["process", "Input to process"];
-    case "kill": return ["process", "Stop process"];
-    case "apply_patch": return ["patch", "Edit files"];
-    case "edit": return ["patch", "Edit file"];
-    case "grep": return ["search", "Search"];
-    case "glob": return ["search", "Find files"];
-    case "view_image": return ["image", "View image"];
-    case "read_file": return ["file", "Read file"];
-    case "write_file": return ["file", "Write file"];
-    case "list_dir": return ["file", "List folder"];
-    case "update_plan": return ["plan", "Update plan"];
-    case "ask_user": return ["question", "Question for you"];
-    case "remember": return ["memory", "Remember"];
-    case "delegate": return ["agent", "Sub-agent"];
-    default: return ["tool", item.name];
-  }
+  return display.label || item.name;
 }
 
 function prettyJson(text) {
@@ -258,21 +241,25 @@ export function processChip(p) {
     "data-status": p.status, title: p.process_id }, processWords(p));
 }
 
-/** exec, write_stdin, kill: the command or the input, the process's state, what was read. */
-function processBody(item, session) {
+/**
+ * A call on a process (exec, write_stdin, kill): the command that started it or what was
+ * typed into it (`display.content`), the process's state, what was read. The process is the
+ * one the call names (`process_id`), else the one it started.
+ */
+function processBody(item, session, display) {
   const args = parsedArguments(item);
   const parts = [];
-  const pid = item.name === "exec"
-    ? (session.processes.find((p) => p.item_id === item.id) || {}).process_id
-    : args.process_id;
+  const pid = args.process_id
+    || (session.processes.find((p) => p.item_id === item.id) || {}).process_id;
   const p = pid && session.processes.find((x) => x.process_id === pid);
-  if (item.name === "exec") {
-    const argv = item.command || argvFromArguments(item);
-    if (argv) parts.push(h("pre", { class: "command", "data-testid": "tool-command" },
+  const argv = item.command || argvFromArguments(item);
+  if (argv) {
+    parts.push(h("pre", { class: "command", "data-testid": "tool-command" },
       h("span", { class: "prompt-sign", "aria-hidden": "true" }, "$ "), shellJoin(argv)));
-  } else if (item.name === "write_stdin") {
-    parts.push(h("p", { class: "small" }, args.input
-      ? h("code", { class: "mono", "data-testid": "process-input" }, JSON.stringify(args.input))
+  } else if (display.content) {
+    const typed = args[display.content];
+    parts.push(h("p", { class: "small" }, typed
+      ? h("code", { class: "mono", "data-testid": "process-input" }, JSON.stringify(typed))
       : h("span", { class: "muted" }, "read its new output")));
   }
   if (pid) {
@@ -285,7 +272,7 @@ function processBody(item, session) {
 }
 
 /** grep and glob: what was searched for, where, and the answer. */
-function searchBody(item) {
+function searchBody(item, display) {
   const args = parsedArguments(item);
   const where = [`in ${args.path && args.path !== "." ? args.path : "the workdir"}`];
   if (args.include) where.push([].concat(args.include).join(", "));
@@ -294,22 +281,22 @@ function searchBody(item) {
     h("p", { class: "small" }, h("code", { class: "mono", "data-testid": "search-pattern" },
       args.pattern || ""), h("span", { class: "muted" }, ` · ${where.join(" · ")}`)),
     item.result !== null && item.result !== undefined
-      ? collapsible(item.name === "grep" ? "Matches" : "Files",
+      ? collapsible(display.result_label,
         h("pre", { class: "code", "data-testid": "search-result" }, item.result)) : null,
   ];
 }
 
-function toolBody(item, ctx, session) {
+/** The card's body, as the call's tool's display says (web/tool_display.js). */
+function toolBody(item, ctx, session, display) {
   const parts = [];
-  const [kind] = toolTitle(item);
-  if (item.name === "ask_user") return questionBody(item, ctx, session);
-  if (item.name === "delegate") return delegateBody(item, ctx, session);
-  if (kind === "process") {
-    return [...processBody(item, session),
+  if (display.body === "question") return questionBody(item, ctx, session);
+  if (display.body === "delegate") return delegateBody(item, ctx, session);
+  if (display.body === "process") {
+    return [...processBody(item, session, display),
       item.error ? h("p", { class: "tool-error", role: "alert" }, item.error) : null];
   }
-  if (kind === "search") return searchBody(item);
-  if (item.name === "view_image") {
+  if (display.body === "search") return searchBody(item, display);
+  if (display.body === "image") {
     const image = item.image;
     return [h("div", { class: "mono path" }, item.path || parsedArguments(item).path || ""),
       image ? h("a", { href: api.blobUrl(image), target: "_blank", rel: "noopener" },
@@ -317,7 +304,7 @@ function toolBody(item, ctx, session) {
           "data-testid": "tool-image" })) : null,
       item.error ? h("p", { class: "tool-error", role: "alert" }, item.error) : null];
   }
-  if (item.name === "remember") {
+  if (display.body === "memory") {
     return [h("p", { class: "memory-note" }, parsedArguments(item).note || ""),
       (item.result || "").startsWith("already in the project memory")
         ? h("p", { class: "muted small", "data-testid": "memory-already" },
@@ -325,7 +312,7 @@ function toolBody(item, ctx, session) {
       item.error ? h("p", { class: "tool-error", role: "alert" }, item.error) : null];
   }
   // an ACP agent's command (its argv in the call's raw input) shows as Codey's own does
-  if (item.name === "shell" || (item.command && item.command.length)) {
+  if (display.body === "command" || (item.command && item.command.length)) {
     const argv = item.command || argvFromArguments(item);
     if (argv) parts.push(h("pre", { class: "command", "data-testid": "tool-command" },
       h("span", { class: "prompt-sign", "aria-hidden": "true" }, "$ "), shellJoin(argv)));
@@ -337,8 +324,8 @@ function toolBody(item, ctx, session) {
       h("summary", { class: "muted small", "data-testid": "output-summary" },
         outputSummary(lineCount(text))), output));
     if (item.truncated) parts.push(h("p", { class: "muted small" }, "Output truncated."));
-  } else if (item.name === "apply_patch" || item.diff || item.patch) {
-    if (item.name === "edit" && item.path && !(item.files && item.files.length)) {
+  } else if (display.body === "patch" || item.diff || item.patch) {
+    if (display.path_over_diff && item.path && !(item.files && item.files.length)) {
       parts.push(h("div", { class: "mono path" }, item.path));
     }
     if (item.files && item.files.length) {
@@ -351,7 +338,7 @@ function toolBody(item, ctx, session) {
     const text = item.diff || item.patch;
     if (text) parts.push(renderDiff(text));
     if (item.output) parts.push(outputBlock(item.output));
-  } else if (kind === "mcp") {
+  } else if (display.body === "mcp") {
     parts.push(collapsible("Arguments", codeView(prettyJson(item.arguments), "json")));
     if (item.output) parts.push(outputBlock(item.output));
     if (item.result !== null) {
@@ -359,19 +346,19 @@ function toolBody(item, ctx, session) {
     }
   } else {
     if (item.path) parts.push(h("div", { class: "mono path" }, item.path));
-    else if (item.name !== "update_plan") {
+    else if (display.arguments) {
       parts.push(collapsible("Arguments", codeView(prettyJson(item.arguments), "json")));
     }
     // a write that asked nothing has no diff: what it writes is still on its card
-    const content = item.name === "write_file" ? parsedArguments(item).content : undefined;
+    const content = display.content ? parsedArguments(item)[display.content] : undefined;
     if (typeof content === "string") {
       parts.push(collapsible("Content", fileView(content, item.path)));
     }
     if (item.output) parts.push(outputBlock(item.output));
-    if (item.result !== null && item.name === "read_file" && !item.error) {
-      parts.push(collapsible("Result", fileView(item.result, item.path)));
-    } else if (item.result !== null && item.name !== "update_plan") {
-      parts.push(collapsible("Result", h("pre", { class: "code" }, item.result)));
+    if (item.result !== null && display.result === "file" && !item.error) {
+      parts.push(collapsible(display.result_label, fileView(item.result, item.path)));
+    } else if (item.result !== null && display.result !== "none") {
+      parts.push(collapsible(display.result_label, h("pre", { class: "code" }, item.result)));
     }
   }
   if (item.error) parts.push(h("p", { class: "tool-error", role: "alert" }, item.error));
@@ -461,7 +448,7 @@ export function approvalNode(approval, ctx, sessionId, standalone = false) {
 }
 
 function toolCall(item, ctx, session) {
-  const [kind, title] = toolTitle(item);
+  const display = toolDisplay(item);
   const approvals = Object.values(session.approvals).filter((a) => a.item_id === item.id);
   const offline = item.status === "running" && !workerUp(ctx.store.state, session.worker_id);
   const words = offline ? "waiting for machine" : (TOOL_WORDS[item.status] || item.status);
@@ -471,12 +458,12 @@ function toolCall(item, ctx, session) {
     : null;
   return [
     h("div", { class: "tool-head" },
-      h("span", { class: `tool-icon icon-${kind}`, "aria-hidden": "true" }),
-      h("span", { class: "tool-title" }, title),
+      h("span", { class: `tool-icon icon-${display.icon}`, "aria-hidden": "true" }),
+      h("span", { class: "tool-title" }, toolTitle(item, display)),
       h("span", { class: `chip tool-status status-${offline ? "offline" : item.status}`,
         "data-testid": "tool-status", "data-status": item.status }, words),
       exit),
-    toolBody(item, ctx, session),
+    toolBody(item, ctx, session, display),
     approvals.map((a) => approvalNode(a, ctx, session.session_id)),
   ];
 }

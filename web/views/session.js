@@ -13,7 +13,7 @@ import { memoryOfRepository, memoryPlaces, memoryText } from "../memory.js";
 import { missing, processNames, toggleEffects } from "../toggles.js";
 import {
   FrameBatch, activity, fmtDuration, isBusy, machineLabel, needsAttention, sessionWords,
-  statusChip, titleNode, workerUp,
+  statusChip, titleNode, toolDisplay, workerUp,
 } from "./common.js";
 import {
   appendOutput, approvalNode, planSteps, processChip, renderItem, retryable,
@@ -768,7 +768,7 @@ export class SessionView {
     }
     const env = ctx.environment || {};
     const read = new Set(s.items.filter((i) => i.kind === "tool_call" &&
-      i.name === "read_file" && i.path).map((i) => i.path));
+      toolDisplay(i).result === "file" && i.path).map((i) => i.path));
     const loaded = (skill) => [...read].some((p) => skill.path === p ||
       skill.path.endsWith(`/${p.replace(/^\.\//, "")}`));
     return h("section", { class: "side-box", "aria-label": "Project", "data-testid": "context" },

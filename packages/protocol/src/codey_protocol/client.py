@@ -338,6 +338,7 @@ class ProcessTailText(msgspec.Struct, kw_only=True):
 
     session_id: str
     process_id: str
+    #: its whole tail (``reset``), or what follows what the browser has
     text: str
     reset: bool = False
 

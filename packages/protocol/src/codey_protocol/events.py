@@ -98,10 +98,12 @@ class Reasoning(ItemBase, kw_only=True):
     streams that). ``encrypted_content`` is the provider's opaque reasoning, sent back on the
     next calls so a stateless (``store: false``) reasoning model keeps its chain of thought."""
 
+    #: the summary (or raw reasoning text)
     text: str = ""
     streaming: bool = False
     partial: bool = False
     reasoning_id: str | None = None  # the provider's id of the reasoning item
+    #: sent back on later calls (Responses API, ``store: false``)
     encrypted_content: str | None = None
 
 
@@ -112,8 +114,9 @@ class ToolCall(ItemBase, kw_only=True):
     """
 
     call_id: str
-    name: str  # shell, apply_patch, read_file, list_dir, write_file, update_plan, mcp__s__t
+    name: str  # the tool's: ``shell``, ``read_file``, …, ``mcp__<server>__<tool>``
     arguments: str  # the JSON text the model produced
+    #: ``waiting_user`` while an ``ask_user`` question waits
     status: ToolStatus = "pending"
     command: list[str] | None = None
     patch: str | None = None
@@ -137,6 +140,11 @@ class ToolCall(ItemBase, kw_only=True):
 
 
 class ErrorItem(ItemBase, kw_only=True):
+    """A turn that ended in an error, in words. Codes: ``model`` (the model's provider failed, or
+    none is set up), ``acp`` (an ACP agent's), ``internal`` (a bug), ``worker_lost`` (a call was
+    lost with its worker and the session waits for its user: not under full-auto, where a notice
+    of that code says it went on)."""
+
     message: str
     code: str = "error"
 
@@ -233,6 +241,7 @@ class WorkerRenamed(EventBase, kw_only=True):
     """The user named a machine; "" gives it back its hostname as its name."""
 
     worker_id: str
+    #: ``""``: the machine goes by its hostname
     name: str
 
 
@@ -505,16 +514,20 @@ class ProcessStarted(EventBase, kw_only=True):
     """The model's ``exec`` call ``item_id`` started ``process_id`` on ``worker_id``;
     ``output`` is what it wrote before the call answered."""
 
+    #: the worker's id (``proc_…``)
     process_id: str
+    #: the ``exec`` call
     item_id: str
     worker_id: str
     argv: list[str]
     cwd: str | None = None
     tty: bool = False
+    #: what it wrote before the call answered
     output: str = ""
     #: the sandbox mode and network it was started with (its ``exec_start``'s: an escalated
     #: one's are ``full-access``); None in events from before they were recorded
     sandbox: SandboxMode | None = None
+    #: whether it was started with the network
     network: bool | None = None
 
 
@@ -541,7 +554,12 @@ class ProcessEnded(EventBase, kw_only=True):
     process_id: str
     exit_code: int | None = None
     signal: int | None = None
+    #: ``''`` it ended by itself; ``exec_kill`` the model's ``kill``; ``user``, ``interrupt``,
+    #: ``close`` whoever asked; ``settings`` a narrower sandbox or the network turned off;
+    #: ``timeout``, ``cancel``, ``detach``, ``worker_exit`` as the worker says; ``gone`` the worker
+    #: no longer knows it
     stopped_by: ProcessStopper = ""
+    #: its last output
     output_delta: str = ""
 
 
@@ -552,6 +570,7 @@ class ProcessListening(EventBase, kw_only=True):
     change; ``[]``: it listens on none any more."""
 
     process_id: str
+    #: all it listens on now (sorted, at most 32)
     ports: list[int] = msgspec.field(default_factory=list)
 
 
@@ -569,7 +588,9 @@ class ProcessForwarded(EventBase, kw_only=True):
 
     process_id: str
     port: int
+    #: where it is reachable, on the worker's machine
     address: str = ""
+    #: why it is not
     error: str = ""
 
 
@@ -588,6 +609,7 @@ class TokenUsageRecorded(EventBase, kw_only=True):
     cached_tokens: int = 0  # input tokens served from the provider's prompt cache
     #: input tokens written to the provider's prompt cache (Anthropic bills them apart)
     cache_write_tokens: int = 0
+    #: the model's window; ``input_tokens + output_tokens`` is the context this call used
     context_window: int | None = None
     model: str | None = None
 

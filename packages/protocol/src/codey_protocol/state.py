@@ -117,6 +117,7 @@ class PendingAction(msgspec.Struct, kw_only=True):
     #: snapshot from before they were kept): a process it starts after the user narrowed
     #: them is stopped as a running one would have been
     sandbox: SandboxMode | None = None
+    #: the session's network toggle then
     network: bool | None = None
 
 
@@ -126,8 +127,11 @@ class PortForward(msgspec.Struct, kw_only=True):
     process ended)."""
 
     port: int
+    #: ``closed`` once the process ended
     status: Literal["opening", "open", "failed", "closed"] = "opening"
+    #: ``127.0.0.1:<port>`` on the worker's machine, when ``open``
     address: str = ""
+    #: when ``failed``
     error: str = ""
 
 
@@ -140,6 +144,7 @@ class SessionProcess(msgspec.Struct, kw_only=True):
     off), which only ``forwards`` reach from outside."""
 
     process_id: str
+    #: the ``exec`` call that started it
     item_id: str
     worker_id: str
     argv: list[str]
@@ -149,6 +154,7 @@ class SessionProcess(msgspec.Struct, kw_only=True):
     #: what it runs with (see ``ProcessStarted``; None: not recorded)
     sandbox: SandboxMode | None = None
     network: bool | None = None
+    #: who asked it to stop
     stop_by: ProcessStopper = ""
     exit_code: int | None = None
     signal: int | None = None
@@ -157,7 +163,10 @@ class SessionProcess(msgspec.Struct, kw_only=True):
     output_cut: bool = False
     started_at: float = 0.0
     ended_at: float | None = None
+    #: the TCP ports it listens on inside a network of its own (``process_listening``); ``[]`` once
+    #: it ended
     ports: list[int] = msgspec.field(default_factory=list)
+    #: the ports the user asked to reach
     forwards: list[PortForward] = msgspec.field(default_factory=list)
 
 
@@ -362,12 +371,16 @@ class State(msgspec.Struct, kw_only=True):
     #: model providers defined in Settings → Models (those of config.json are not here)
     providers: dict[str, ProviderEntry] = msgspec.field(default_factory=dict)
     rate_limits: dict[str, RateLimit] = msgspec.field(default_factory=dict)
+    #: key ``worker_id:workdir``
     memories: dict[str, ProjectMemory] = msgspec.field(default_factory=dict)
     terminals: dict[str, TerminalInfo] = msgspec.field(default_factory=dict)
     schedules: dict[str, ScheduleInfo] = msgspec.field(default_factory=dict)
     tasks: dict[str, TaskInfo] = msgspec.field(default_factory=dict)
+    #: key: the chat id as a string; each ``{"chat_id", "title", "paired_at", "session_id", "sent":
+    #: {key: message_id}}``
     telegram_chats: dict[str, TelegramChat] = msgspec.field(default_factory=dict)
     #: the next Telegram update id to ask for (every one before it was handled), of the bot
     #: ``telegram_bot_id``
     telegram_offset: int = 0
+    #: the bot whose update ids ``telegram_offset`` counts
     telegram_bot_id: int = 0

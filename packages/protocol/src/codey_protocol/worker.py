@@ -375,6 +375,7 @@ class ExecStart(Action, kw_only=True):
     timeout_s: float | None = None
     sandbox: SandboxMode = "workspace-write"
     network: bool = False
+    #: push its tail, ports and end (``process_tail``, ``process_ports``, ``process_exited``)
     live: bool = False
 
 
@@ -840,6 +841,8 @@ class AcpUpdate(msgspec.Struct, kw_only=True):
     status: str | None = None  # pending | in_progress | completed | failed
     tool_kind: str | None = None  # read | edit | execute | …
     request_id: str | None = None
+    #: ``{"option_id", "name", "kind"}``, kind ``allow_once`` / ``allow_always`` / ``reject_once`` /
+    #: ``reject_always``
     options: list[AcpOption] = msgspec.field(default_factory=list)
     entries: list[tuple[str, str]] = msgspec.field(default_factory=list)  # (text, status)
     command: list[str] | None = None  # the argv of an ``execute`` call (its raw input)
@@ -974,7 +977,9 @@ class Hello(WorkerToServerMessage, kw_only=True):
     hostname: str
     os: str
     python_version: str = ""
+    #: sessions attached in this worker process (not attached again)
     known_sessions: list[str] = msgspec.field(default_factory=list)
+    #: actions still running from an earlier connection (not sent again)
     running_actions: list[str] = msgspec.field(default_factory=list)
     capabilities: Capabilities = msgspec.field(default_factory=Capabilities)
 
@@ -1038,6 +1043,7 @@ class ProcessTail(WorkerToServerMessage, kw_only=True):
     session_id: str
     process_id: str
     data: str
+    #: ``data`` is its whole tail (the newest 16 KiB)
     reset: bool = False
 
 

@@ -14,11 +14,13 @@ from codey_protocol import events as ev
 from codey_protocol import worker as wk
 from codey_protocol.state import State
 from codey_server.agent.history import History
-from codey_server.agent.instructions import TOOL_GUIDE, build_instructions
+from codey_server.agent.instructions import build_instructions
 from codey_server.agent.machine import CallModel, Proceed, Start
 from codey_server.agent.models import ModelProvider
 from codey_server.agent.ports import Limits
 from codey_server.agent.tools import BUILTIN
+from codey_server.agent.tools.delegate import DELEGATE
+from codey_server.agent.tools.exec import EXEC
 from codey_server.agent.turn import CodeyTurn
 from codey_server.agent.wire import wire_for
 from codey_server.core.rules import Context
@@ -111,10 +113,11 @@ def test_every_offered_tool_the_policy_and_the_sandbox_are_described(
 
 
 def test_every_tool_has_a_line_of_guidance() -> None:
-    assert {t.name for t in BUILTIN} | {"delegate"} <= set(TOOL_GUIDE) | {"write_stdin",
-                                                                         "kill"}
-    for name in ("write_stdin", "kill"):  # described with exec, the tool that starts them
-        assert f"`{name}`" in TOOL_GUIDE["exec"]
+    for tool in (*BUILTIN, DELEGATE):
+        if tool.name in ("write_stdin", "kill"):  # described with exec, which starts them
+            assert f"`{tool.name}`" in EXEC.guide
+        else:
+            assert tool.guide.startswith(f"`{tool.name}` "), tool.name
 
 
 def test_the_network_and_escalation_are_said_inside_a_sandbox_only() -> None:

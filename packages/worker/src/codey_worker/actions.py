@@ -39,8 +39,9 @@ import os
 import sys
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from codey_protocol import codec
 from codey_protocol.worker import (
@@ -111,34 +112,13 @@ if TYPE_CHECKING:
 # memory is mostly the code it imported): codey_worker.context, .edit, .images, .patch,
 # .processes, .search and .workspaces (test_lazy_imports.py holds them to it).
 
-__all__ = ["EXECUTORS", "ActionDispatcher", "Send"]
+__all__ = ["EXECUTORS", "ActionDispatcher", "Executor", "Send"]
 
 log = logging.getLogger(__name__)
 
 Send = Callable[[bytes], Awaitable[None]]
 """``await send(frame)``: one encoded worker→server frame. May raise when disconnected."""
 
-EXECUTORS = [
-    "run_command", "read_file", "write_file", "list_dir", "apply_patch",
-    "mcp_list", "mcp_call", "attach_session", "detach_session", "load_context", "cancel",
-    "acp_prompt", "acp_permission", "edit", "view_image", "grep", "glob",
-    "exec_start", "exec_write", "exec_kill", "exec_list", "exec_forward",
-    "workspace_create", "workspace_diff", "workspace_remove", "workspace_commit",
-    "workspace_merge", "workspace_push",
-]  # fmt: skip
-
-
-#: actions that change nothing: running one again is harmless, so their answers are kept in
-#: memory only (the last READ_RESULTS_KEPT of them, READ_RESULTS_BYTES in all at most), not in
-#: the record store
-_READ_ONLY = (ReadFile, ListDir, McpList, LoadContext, ViewImage, Grep, Glob, WorkspaceDiff)
-#: not recorded on disk either, though they change something: they act on a process of
-#: this worker, and after a restart there is none (a re-sent one is answered process_gone,
-#: never carried out twice); a repeat within this process is answered from memory
-_UNRECORDED = (*_READ_ONLY, ExecWrite, ExecKill, ExecList, ExecForward)
-#: actions that change no file of the workdir: what changes meanwhile is not their session's
-_NO_WORKDIR_CHANGE = (*_READ_ONLY, AttachSession, DetachSession, Cancel, ExecList, ExecKill,
-                      ExecForward)
 READ_RESULTS_KEPT = 500
 READ_RESULTS_BYTES = 32 * 1024 * 1024
 #: how long attach_session waits for MCP servers to list their tools before answering with
@@ -148,8 +128,35 @@ ATTACH_MCP_TIMEOUT_S = 20.0
 INLINE_READ_BYTES = 64 * 1024
 
 
-#: actions that run in a thread: a cancel cannot stop them halfway
-_THREADED = (ReadFile, WriteFile, ListDir, ApplyPatch, Edit, ViewImage)
+A = TypeVar("A")
+
+
+@dataclass(frozen=True, slots=True)
+class Executor(Generic[A]):
+    """How :class:`ActionDispatcher` carries out one type of action: an entry of
+    :data:`_EXECUTORS`, the one table from action type to executor."""
+
+    #: ``await run(dispatcher, action)``: the action's outcome; raises ActionRefused & co.
+    run: Callable[[ActionDispatcher, A], Awaitable[ActionOutcome]]
+    #: its answer is kept in the record store, so a re-sent action is answered from there
+    #: after a restart. False for actions that change nothing (running one again is
+    #: harmless) and for those that act on a process of this worker (after a restart there
+    #: is none: a re-sent one is answered process_gone, never carried out twice); their
+    #: answers are kept in memory only (the last READ_RESULTS_KEPT of them,
+    #: READ_RESULTS_BYTES in all at most), so a repeat within this process is answered from
+    #: there
+    recorded: bool = True
+    #: it may change files of the workdir: what changes meanwhile is its session's
+    changes_workdir: bool = True
+    #: it runs in a thread: a cancel cannot stop it halfway
+    threaded: bool = False
+
+
+def _looks(run: Callable[[ActionDispatcher, A], Awaitable[ActionOutcome]],
+           threaded: bool = False) -> Executor[A]:
+    """An action that changes nothing."""
+    return Executor(run, recorded=False, changes_workdir=False, threaded=threaded)
+
 
 class ActionDispatcher:
     """Runs actions exactly once and reports them through ``send``. See the module docstring.
@@ -243,7 +250,7 @@ class ActionDispatcher:
         ``raw`` is the frame as received, kept in the record; encoded again when omitted.
         """
         action_id = action.action_id
-        if isinstance(action, _UNRECORDED):
+        if not _executor(action).recorded:
             await self._handle_read(action)
             return
         existing = self.records.mark_started(action_id, raw or codec.encode(action))
@@ -297,7 +304,8 @@ class ActionDispatcher:
             await self.acp.close()
 
     async def _handle_read(self, action: ActionMessage) -> None:
-        """A read-only action: answered from memory when repeated, else run.
+        """An action not recorded on disk (:attr:`Executor.recorded`): answered from memory
+        when repeated, else run.
 
         Reads change nothing, so they are not written to the record store: after a worker
         restart a repeated read simply runs again, with the same effect as answering it from
@@ -361,7 +369,7 @@ class ActionDispatcher:
 
     async def _run(self, action: ActionMessage) -> None:
         # what changes in the workdir while it runs is this session's (watch.py)
-        watcher = None if isinstance(action, _NO_WORKDIR_CHANGE) else self.watcher
+        watcher = self.watcher if _executor(action).changes_workdir else None
         if watcher is not None:
             watcher.acting(action.session_id)
         try:
@@ -398,7 +406,7 @@ class ActionDispatcher:
         action_id = action.action_id
         self._cancel_requested.discard(action_id)
         frame = encode_fitted(response)
-        if isinstance(action, _UNRECORDED):
+        if not _executor(action).recorded:
             old = self._reads.pop(action_id, None)
             self._reads_bytes -= len(old) if old is not None else 0
             self._reads[action_id] = frame
@@ -443,98 +451,111 @@ class ActionDispatcher:
         workdir = getattr(action, "workdir", None)
         if workdir:  # said as such, not as "not_found": the server stops the session's turns
             self.policy.check_not_gone(self.policy.check_workdir(workdir))
-        match action:
-            case RunCommand():
-                return await self._run_command(action)
-            case ApplyPatch():
-                return await self._apply_patch(action)
-            case ReadFile():  # small files never get here: they are read at once
-                return await asyncio.to_thread(fs.read_file, action, self.policy,
-                                               fs.MAX_READ_BYTES, self.sandbox.boundary)
-            case WriteFile():
-                return await asyncio.to_thread(fs.write_file, action, self.policy,
-                                               self.sandbox.boundary)
-            case ListDir():
-                return await asyncio.to_thread(fs.list_dir, action, self.policy,
-                                               fs.MAX_ENTRIES, self.sandbox.boundary)
-            case Edit():
-                from codey_worker.edit import edit_file
+        return await _executor(action).run(self, action)
 
-                return await asyncio.to_thread(edit_file, action, self.policy,
-                                               self.sandbox.boundary)
-            case ViewImage():
-                from codey_worker.images import MAX_IMAGE_BYTES, view_image
+    # -- the executors (see _EXECUTORS) ------------------------------------------------------
 
-                return await asyncio.to_thread(view_image, action, self.policy,
-                                               MAX_IMAGE_BYTES, self.sandbox.boundary)
-            case ExecStart():
-                if self.console is not None:
-                    self.console.running(action.session_id, action.argv)
-                return await self.processes.start(action)
-            case ExecWrite():
-                return await self.processes.write(action)
-            case ExecKill():
-                return await self.processes.kill(action)
-            case ExecList():
-                return self.processes.listing(action.session_id)
-            case ExecForward():
-                return await self.processes.forward(action)
-            case Grep():
-                from codey_worker.search import grep
+    async def _read_file(self, action: ReadFile) -> ActionOutcome:
+        # small files never get here: they are read at once
+        return await asyncio.to_thread(fs.read_file, action, self.policy, fs.MAX_READ_BYTES,
+                                       self.sandbox.boundary)
 
-                return await grep(action, self.policy, sandbox=self.sandbox,
-                                  boundary=self.sandbox.boundary)
-            case Glob():
-                from codey_worker.search import glob
+    async def _write_file(self, action: WriteFile) -> ActionOutcome:
+        return await asyncio.to_thread(fs.write_file, action, self.policy,
+                                       self.sandbox.boundary)
 
-                return await glob(action, self.policy, sandbox=self.sandbox,
-                                  boundary=self.sandbox.boundary)
-            case AttachSession():
-                return await self._attach(action)
-            case DetachSession():
-                was = self._attached.pop(action.session_id, None) is not None
-                self._attached_as.pop(action.session_id, None)
-                if self.watcher is not None:
-                    was = self.watcher.unwatch(action.session_id) or was
-                # its processes and its private /tmp go with it
-                if self._processes is not None:
-                    await self._processes.stop_session(action.session_id)
-                self.sandbox.close_box(action.session_id)
-                await asyncio.to_thread(self.sandbox.drop_session, action.session_id)
-                return Detached(was_attached=was)
-            case LoadContext():
-                workdir = self._check_workdir(action.workdir)
-                roots = [Path(os.path.realpath(r)) for r in self.policy.allowed_roots]
-                from codey_worker.context import load_context
+    async def _list_dir(self, action: ListDir) -> ActionOutcome:
+        return await asyncio.to_thread(fs.list_dir, action, self.policy, fs.MAX_ENTRIES,
+                                       self.sandbox.boundary)
 
-                return await load_context(workdir, roots, self.home, self.git,
-                                          self.sandbox.boundary, action.session_id)
-            case McpList():
-                where = self._check_workdir(action.workdir) if action.workdir else None
-                return McpTools(servers=await self._mcp().list_all(where))
-            case McpCall():
-                self.policy.check_mcp_tool(action.server, action.tool)
-                return await self._mcp().call(action.server, action.tool, action.arguments,
-                                              workdir=self._mcp_workdir(action),
-                                              sandbox=action.sandbox)
-            case Cancel():
-                return self._cancel(action)
-            case AcpPrompt():
-                return await self._acp_prompt(action)
-            case AcpPermission():
-                return self._acp().answer(action)
-            case WorkspaceCreate():
-                return await self._workspace_create(action)
-            case WorkspaceDiff():
-                return await self.workspaces.diff(action)
-            case WorkspaceRemove():
-                return await self.workspaces.remove(action)
-            case WorkspaceCommit():
-                return await self.workspaces.commit(action)
-            case WorkspaceMerge():
-                return await self.workspaces.merge(action)
-            case WorkspacePush():
-                return await self.workspaces.push(action)
+    async def _edit(self, action: Edit) -> ActionOutcome:
+        from codey_worker.edit import edit_file
+
+        return await asyncio.to_thread(edit_file, action, self.policy, self.sandbox.boundary)
+
+    async def _view_image(self, action: ViewImage) -> ActionOutcome:
+        from codey_worker.images import MAX_IMAGE_BYTES, view_image
+
+        return await asyncio.to_thread(view_image, action, self.policy, MAX_IMAGE_BYTES,
+                                       self.sandbox.boundary)
+
+    async def _exec_start(self, action: ExecStart) -> ActionOutcome:
+        if self.console is not None:
+            self.console.running(action.session_id, action.argv)
+        return await self.processes.start(action)
+
+    async def _exec_write(self, action: ExecWrite) -> ActionOutcome:
+        return await self.processes.write(action)
+
+    async def _exec_kill(self, action: ExecKill) -> ActionOutcome:
+        return await self.processes.kill(action)
+
+    async def _exec_list(self, action: ExecList) -> ActionOutcome:
+        return self.processes.listing(action.session_id)
+
+    async def _exec_forward(self, action: ExecForward) -> ActionOutcome:
+        return await self.processes.forward(action)
+
+    async def _grep(self, action: Grep) -> ActionOutcome:
+        from codey_worker.search import grep
+
+        return await grep(action, self.policy, sandbox=self.sandbox,
+                          boundary=self.sandbox.boundary)
+
+    async def _glob(self, action: Glob) -> ActionOutcome:
+        from codey_worker.search import glob
+
+        return await glob(action, self.policy, sandbox=self.sandbox,
+                          boundary=self.sandbox.boundary)
+
+    async def _detach(self, action: DetachSession) -> ActionOutcome:
+        was = self._attached.pop(action.session_id, None) is not None
+        self._attached_as.pop(action.session_id, None)
+        if self.watcher is not None:
+            was = self.watcher.unwatch(action.session_id) or was
+        # its processes and its private /tmp go with it
+        if self._processes is not None:
+            await self._processes.stop_session(action.session_id)
+        self.sandbox.close_box(action.session_id)
+        await asyncio.to_thread(self.sandbox.drop_session, action.session_id)
+        return Detached(was_attached=was)
+
+    async def _load_context(self, action: LoadContext) -> ActionOutcome:
+        workdir = self._check_workdir(action.workdir)
+        roots = [Path(os.path.realpath(r)) for r in self.policy.allowed_roots]
+        from codey_worker.context import load_context
+
+        return await load_context(workdir, roots, self.home, self.git, self.sandbox.boundary,
+                                  action.session_id)
+
+    async def _mcp_list(self, action: McpList) -> ActionOutcome:
+        where = self._check_workdir(action.workdir) if action.workdir else None
+        return McpTools(servers=await self._mcp().list_all(where))
+
+    async def _mcp_call(self, action: McpCall) -> ActionOutcome:
+        self.policy.check_mcp_tool(action.server, action.tool)
+        return await self._mcp().call(action.server, action.tool, action.arguments,
+                                      workdir=self._mcp_workdir(action), sandbox=action.sandbox)
+
+    async def _acp_permission(self, action: AcpPermission) -> ActionOutcome:
+        return self._acp().answer(action)
+
+    async def _workspace_diff(self, action: WorkspaceDiff) -> ActionOutcome:
+        return await self.workspaces.diff(action)
+
+    async def _workspace_remove(self, action: WorkspaceRemove) -> ActionOutcome:
+        return await self.workspaces.remove(action)
+
+    async def _workspace_commit(self, action: WorkspaceCommit) -> ActionOutcome:
+        return await self.workspaces.commit(action)
+
+    async def _workspace_merge(self, action: WorkspaceMerge) -> ActionOutcome:
+        return await self.workspaces.merge(action)
+
+    async def _workspace_push(self, action: WorkspacePush) -> ActionOutcome:
+        return await self.workspaces.push(action)
+
+    async def _unknown(self, action: ActionMessage) -> ActionOutcome:
         raise ActionRefused("bad_request", f"this worker cannot run {type(action).__name__}")
 
     def _acp(self) -> AcpAgents:
@@ -691,12 +712,13 @@ class ActionDispatcher:
                 servers = self.mcp.cached()
         return Attached(workdir=str(workdir), created=created, mcp_servers=servers)
 
-    def _cancel(self, action: Cancel) -> ActionOutcome:
+    async def _cancel(self, action: Cancel) -> ActionOutcome:
         target = action.target_action_id
         if self.registry.cancel(target):
             return Cancelled(target_action_id=target, was_running=True)
         task = self._tasks.get(target)
-        if isinstance(self._running_actions.get(target), _THREADED):
+        running = self._running_actions.get(target)
+        if running is not None and _executor(running).threaded:
             # a write or patch in a thread cannot be stopped halfway: let it finish and report
             # what really happened, rather than "cancelled" for a change that still lands
             return Cancelled(target_action_id=target, was_running=True)
@@ -706,3 +728,45 @@ class ActionDispatcher:
             return Cancelled(target_action_id=target, was_running=True)
         return Cancelled(target_action_id=target, was_running=False)
 
+
+#: The one table from action type to executor: what each action runs, and how the dispatcher
+#: keeps its answer. ``EXECUTORS`` (the tags a worker announces in its hello) is read from it.
+_EXECUTORS: dict[type[ActionMessage], Executor[Any]] = {
+    RunCommand: Executor(ActionDispatcher._run_command),
+    ReadFile: _looks(ActionDispatcher._read_file, threaded=True),
+    WriteFile: Executor(ActionDispatcher._write_file, threaded=True),
+    ListDir: _looks(ActionDispatcher._list_dir, threaded=True),
+    ApplyPatch: Executor(ActionDispatcher._apply_patch, threaded=True),
+    McpList: _looks(ActionDispatcher._mcp_list),
+    McpCall: Executor(ActionDispatcher._mcp_call),
+    AttachSession: Executor(ActionDispatcher._attach, changes_workdir=False),
+    DetachSession: Executor(ActionDispatcher._detach, changes_workdir=False),
+    LoadContext: _looks(ActionDispatcher._load_context),
+    Cancel: Executor(ActionDispatcher._cancel, changes_workdir=False),
+    AcpPrompt: Executor(ActionDispatcher._acp_prompt),
+    AcpPermission: Executor(ActionDispatcher._acp_permission),
+    Edit: Executor(ActionDispatcher._edit, threaded=True),
+    ViewImage: _looks(ActionDispatcher._view_image, threaded=True),
+    Grep: _looks(ActionDispatcher._grep),
+    Glob: _looks(ActionDispatcher._glob),
+    ExecStart: Executor(ActionDispatcher._exec_start),
+    ExecWrite: Executor(ActionDispatcher._exec_write, recorded=False),
+    ExecKill: Executor(ActionDispatcher._exec_kill, recorded=False, changes_workdir=False),
+    ExecList: Executor(ActionDispatcher._exec_list, recorded=False, changes_workdir=False),
+    ExecForward: Executor(ActionDispatcher._exec_forward, recorded=False,
+                          changes_workdir=False),
+    WorkspaceCreate: Executor(ActionDispatcher._workspace_create),
+    WorkspaceDiff: _looks(ActionDispatcher._workspace_diff),
+    WorkspaceRemove: Executor(ActionDispatcher._workspace_remove),
+    WorkspaceCommit: Executor(ActionDispatcher._workspace_commit),
+    WorkspaceMerge: Executor(ActionDispatcher._workspace_merge),
+    WorkspacePush: Executor(ActionDispatcher._workspace_push),
+}
+_UNKNOWN: Executor[Any] = Executor(ActionDispatcher._unknown)
+
+#: the action types this worker runs, by tag (``Capabilities.executors`` in its hello)
+EXECUTORS: list[str] = [str(cls.__struct_config__.tag) for cls in _EXECUTORS]
+
+
+def _executor(action: ActionMessage) -> Executor[Any]:
+    return _EXECUTORS.get(type(action), _UNKNOWN)

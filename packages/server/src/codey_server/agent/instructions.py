@@ -3,7 +3,7 @@ folded state (like the conversation, never stored apart):
 
 1. Codey's own: how to work (:data:`INSTRUCTIONS`: persistence, plans, preambles, searching,
    editing, validating, the final answer), then a line for each tool this call offers
-   (:data:`TOOL_GUIDE`), then what this session's approval policy and sandbox mode mean for
+   (each tool's ``guide``), then what this session's approval policy and sandbox mode mean for
    the model and when to ask to leave the sandbox (:func:`permissions`), plus a few lines for
    the provider's kind of model (:data:`BY_KIND`; Ollama's models, usually served with a
    small window, get the same briefing in short, :data:`BRIEF`, the tools only named, and
@@ -24,7 +24,7 @@ from codey_protocol.state import SessionInfo, State
 from codey_server.agent.tools.base import ToolSpec
 from codey_server.core.memory import memory_text
 
-__all__ = ["BRIEF", "BY_KIND", "INSTRUCTIONS", "TOOL_GUIDE", "build_instructions", "memory_of",
+__all__ = ["BRIEF", "BY_KIND", "INSTRUCTIONS", "build_instructions", "memory_of",
            "permissions"]
 
 INSTRUCTIONS = """You are Codey, a coding agent. You work in a developer's project on their \
@@ -99,40 +99,6 @@ reformat untouched code, revert others' changes or run destructive commands.
 were there before you.
 - End with a short answer: what changed (as `path:line`), what you ran and what it showed, \
 what is left. Do not paste whole files."""
-
-#: one line per tool about when to use it (the tool's own description says how); tools a
-#: call does not offer are left out
-TOOL_GUIDE: dict[str, str] = {
-    "shell": "`shell` runs a command that finishes by itself (tests, builds, git, package "
-             "managers). `command` is an argv list; use [\"bash\", \"-lc\", \"...\"] only "
-             "when you need pipes, redirection or globbing.",
-    "exec": "`exec` starts something that keeps running (a dev server, a watcher, a REPL, a "
-            "long test run you want to check on) and returns after a short wait with its "
-            "process id: read or type into it with `write_stdin`, and stop it with `kill` "
-            "once you no longer need it.",
-    "apply_patch": "`apply_patch` changes files with a patch: several edits or files at "
-                   "once, new files, moves and deletions; all of it applies or none does.",
-    "edit": "`edit` replaces one exact piece of text in a file (or every copy of it with "
-            "replace_all): copy the text exactly as read_file showed it, without the line "
-            "numbers, with enough context to be unique.",
-    "read_file": "`read_file` reads a file, its lines numbered; read a long one in pieces "
-                 "with offset and limit.",
-    "grep": "`grep` searches the contents of files; narrow it with path and include.",
-    "glob": "`glob` lists files matching a name pattern such as **/*.py, newest first.",
-    "list_dir": "`list_dir` shows a folder's tree.",
-    "view_image": "`view_image` lets you look at an image file: a screenshot your test "
-                  "took, a chart, a design to match.",
-    "write_file": "`write_file` creates a file or replaces a whole one; prefer editing for "
-                  "changes to an existing file.",
-    "update_plan": "`update_plan` shows the user your plan and where you are in it.",
-    "ask_user": "`ask_user` asks the user a question and waits for the answer: only when "
-                "you cannot reasonably go on without it.",
-    "remember": "`remember` keeps a short note for later sessions in this project (a "
-                "convention, a command that works, a pitfall).",
-    "delegate": "`delegate` hands a self-contained task to a sub-agent with a role; "
-                "independent tasks delegated in one answer run in parallel, and each "
-                "sub-agent's final answer comes back to you.",
-}
 
 #: where both ways of editing are offered, when to use which
 _BOTH_EDITORS = ("Use `edit` for a small change in one place, `apply_patch` for changes "
@@ -216,7 +182,7 @@ def _tools(tools: Sequence[ToolSpec], *, brief: bool = False) -> str:
                 + ": each is described in its definition."
                 + (" `exec` starts a process that keeps running; `write_stdin` and `kill` "
                    "act on it." if "exec" in names else ""))
-    lines = [TOOL_GUIDE[n] for n in names if n in TOOL_GUIDE]
+    lines = [t.guide for t in tools if t.guide]
     if "edit" in names and "apply_patch" in names:
         lines.append(_BOTH_EDITORS)
     if any(n.startswith("mcp__") for n in names):

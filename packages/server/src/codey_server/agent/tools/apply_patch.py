@@ -10,6 +10,7 @@ from codey_server.agent.approvals import asks_for_edit, patch_paths
 from codey_server.agent.tools.base import (
     SANDBOXED,
     Ask,
+    Display,
     Gate,
     Sandboxing,
     Settled,
@@ -28,6 +29,9 @@ class PatchArgs:
 
 class ApplyPatch(WorkerTool[PatchArgs]):
     name = "apply_patch"
+    guide = ("`apply_patch` changes files with a patch: several edits or files at once, new "
+             "files, moves and deletions; all of it applies or none does.")
+    display = Display("Edit files", "patch", "patch")
     description = (
         "Edit files with a patch in the apply_patch format: "
         "*** Begin Patch / *** Add File: p / *** Update File: p (optionally *** Move "

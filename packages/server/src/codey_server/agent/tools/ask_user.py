@@ -13,6 +13,7 @@ from codey_protocol import events as ev
 from codey_protocol import worker as wk
 from codey_server.agent.tools.base import (
     BadToolCall,
+    Display,
     Finish,
     ForAnswer,
     ServerCall,
@@ -33,6 +34,9 @@ class AskArgs:
 
 class AskUser(ServerTool[AskArgs]):
     name = "ask_user"
+    guide = ("`ask_user` asks the user a question and waits for the answer: only when you "
+             "cannot reasonably go on without it.")
+    display = Display("Question for you", "question", "question")
     description = ("Ask the user a question and wait for the answer. Use it when you "
                    "cannot go on without a decision only they can make; offer `choices` when "
                    "the answer is one of a few.")

@@ -17,7 +17,10 @@ A :class:`Tool` has
   status, the text the model gets, the item's fields); a :class:`ServerTool` is carried out by
   the server itself (:meth:`~ServerTool.start`, then :meth:`~ServerTool.resume` after what it
   waited for);
-- how the call **shows** on its item (:meth:`~Tool.shows`: the command, patch, path, …).
+- how the call **shows** on its item (:meth:`~Tool.shows`: the command, patch, path, …), and
+  in the browser (:attr:`~Tool.display`: its card's title, icon and body, generated into
+  ``web/tool_display.js`` by :mod:`codey_server.agent.tools.display`);
+- when the model should use it (:attr:`~Tool.guide`, a line of the instructions).
 
 The turn (:mod:`codey_server.agent.turn`) reads these and never a tool's name. Every tool is
 registered once in :mod:`codey_server.agent.tools.registry`.
@@ -43,6 +46,7 @@ __all__ = [
     "ApprovalKind",
     "Ask",
     "BadToolCall",
+    "Display",
     "Finish",
     "ForAnswer",
     "ForChild",
@@ -74,12 +78,14 @@ class ToolSpec:
     name: str
     description: str
     parameters: dict[str, Any]
+    #: one line of the instructions: when to use it (the description says how)
+    guide: str = ""
 
     def brief(self) -> ToolSpec:
         """The same tool told in short, for a model with a small window: the description's
         first sentence, the parameters without their descriptions."""
         first = self.description.split(". ", 1)[0].rstrip(".") + "."
-        return ToolSpec(self.name, first, _without_descriptions(self.parameters))
+        return ToolSpec(self.name, first, _without_descriptions(self.parameters), self.guide)
 
 
 def _without_descriptions(schema: Any) -> Any:
@@ -198,6 +204,41 @@ class Waiting:
     events: Decided = field(default_factory=list)
 
 
+@dataclass(frozen=True, slots=True)
+class Display:
+    """How a call of a tool shows in the browser: ``web/tool_display.js`` holds every tool's,
+    generated (:mod:`codey_server.agent.tools.display`), and ``web/views/items.js`` renders
+    the card from it, never from the tool's name."""
+
+    #: the card's title ("" : the tool's name)
+    label: str = ""
+    #: its icon (the CSS class ``icon-<icon>``)
+    icon: str = "tool"
+    #: how its body renders: ``command`` (the argv and its streamed output), ``process`` (a
+    #: process of ``exec``: its command or input, its state, what was read), ``patch`` (the
+    #: files and the diff), ``search`` (the pattern, where, what was found), ``image``,
+    #: ``memory`` (the note), ``question`` (the question, and how to answer it),
+    #: ``delegate`` (the role, the task, the sub-agent's session), ``mcp`` (titled by server
+    #: and tool; the arguments and the result), ``file`` (the path, or the arguments; the
+    #: result). A ``file`` card with a command or a diff shows as ``command`` or ``patch``
+    body: str = "file"
+    #: a ``patch`` card shows its path above the diff when it has no list of files (``edit``)
+    path_over_diff: bool = False
+    #: a ``file`` card without a path shows the call's arguments (as JSON)
+    arguments: bool = True
+    #: the argument whose text the card shows: a ``file`` card shows it as a file
+    #: (``write_file``'s ``content``), a ``process`` card as what was typed into the process
+    #: (``write_stdin``'s ``input``)
+    content: str = ""
+    #: how the result shows: ``text``, ``file`` (coloured as the file at its path: what it
+    #: read), ``none``
+    result: str = "text"
+    #: the title of the folded result
+    result_label: str = "Result"
+    #: what a running call is doing, for the session's status line ("": the tool's name)
+    busy: str = ""
+
+
 class Tool(Generic[A]):
     """One tool: see the module's docstring. Subclass :class:`WorkerTool` or
     :class:`ServerTool`, set the class attributes, and register an instance."""
@@ -220,9 +261,13 @@ class Tool(Generic[A]):
     #: one of the ways to change a file that a provider may choose between
     #: (``ProviderConfig.edit_tools``): ``apply_patch`` or ``edit``
     editor: str | None = None
+    #: one line of the instructions: when to use it (the description says how)
+    guide: str = ""
+    #: how its calls show in the browser
+    display: Display = Display()
 
     def spec(self) -> ToolSpec:
-        return ToolSpec(self.name, self.description, self.parameters)
+        return ToolSpec(self.name, self.description, self.parameters, self.guide)
 
     def parse(self, args: dict[str, Any], *, name: str,
               capabilities: wk.Capabilities | None) -> A:

@@ -30,6 +30,7 @@ from codey_protocol import worker as wk
 from codey_protocol.state import SessionInfo
 from codey_server.agent.tools.base import (
     Ask,
+    Display,
     Finish,
     ForChild,
     Gate,
@@ -80,6 +81,10 @@ class DelegateArgs:
 
 class Delegate(ServerTool[DelegateArgs]):
     name = "delegate"
+    guide = ("`delegate` hands a self-contained task to a sub-agent with a role; "
+             "independent tasks delegated in one answer run in parallel, and each sub-agent's "
+             "final answer comes back to you.")
+    display = Display("Sub-agent", "agent", "delegate", busy="waiting for a sub-agent")
     parallel = True
 
     def spec(self) -> ToolSpec:
@@ -100,7 +105,8 @@ class Delegate(ServerTool[DelegateArgs]):
                              "other waits for the user's approval"},
                  "worker_id": {"type": "string", "description": "another machine's worker id "
                                "(default: this session's; another machine waits for the "
-                               "user's approval)"}}, ["role", "task"]))
+                               "user's approval)"}}, ["role", "task"]),
+            self.guide)
 
     def parse(self, args: dict[str, Any], *, name: str,
               capabilities: wk.Capabilities | None) -> DelegateArgs:

@@ -11,6 +11,7 @@ from codey_server.agent.tools.base import (
     SANDBOXED,
     Ask,
     BadToolCall,
+    Display,
     Gate,
     Sandboxing,
     Settled,
@@ -47,6 +48,10 @@ def proposed_diff(args: EditArgs) -> str:
 
 class Edit(WorkerTool[EditArgs]):
     name = "edit"
+    guide = ("`edit` replaces one exact piece of text in a file (or every copy of it with "
+             "replace_all): copy the text exactly as read_file showed it, without the line "
+             "numbers, with enough context to be unique.")
+    display = Display("Edit file", "patch", path_over_diff=True)
     description = (
         "Change a file by replacing an exact piece of its text: `old_string` becomes "
         "`new_string`. Read the file first and copy `old_string` exactly as it is there, "

@@ -23,6 +23,7 @@ from codey_server.agent.tools.base import (
     SANDBOXED,
     Ask,
     BadToolCall,
+    Display,
     Gate,
     Sandboxing,
     Settled,
@@ -71,6 +72,11 @@ def yield_ms(args: dict[str, Any], default: int) -> int:
 
 class Exec(WorkerTool[ExecArgs]):
     name = "exec"
+    guide = ("`exec` starts something that keeps running (a dev server, a watcher, a REPL, a "
+             "long test run you want to check on) and returns after a short wait with its "
+             "process id: read or type into it with `write_stdin`, and stop it with `kill` "
+             "once you no longer need it.")
+    display = Display("Process", "process", "process")
     description = (
         "Start a command that keeps running after this call returns (a dev server, a "
         "watcher, a REPL, a long test run to check on). `command` is an argv list, as for "

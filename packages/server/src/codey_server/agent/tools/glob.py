@@ -9,6 +9,7 @@ from codey_protocol import worker as wk
 from codey_server.agent.tools.base import (
     SANDBOXED,
     BadToolCall,
+    Display,
     Sandboxing,
     WorkerTool,
     cap,
@@ -33,6 +34,8 @@ class GlobArgs:
 
 class Glob(WorkerTool[GlobArgs]):
     name = "glob"
+    guide = "`glob` lists files matching a name pattern such as **/*.py, newest first."
+    display = Display("Find files", "search", "search", result_label="Files")
     description = (
         "Find files by name: the workdir's paths matching a glob pattern (\"**/*.py\", "
         "\"src/**/test_*.ts\", \"*.md\"; relative to `path`), the most recently modified "

@@ -9,6 +9,7 @@ from codey_protocol import worker as wk
 from codey_server.agent.tools.base import (
     SANDBOXED,
     BadToolCall,
+    Display,
     Sandboxing,
     WorkerTool,
     cap,
@@ -63,6 +64,8 @@ def _flag(args: dict[str, Any], key: str) -> bool:
 
 class Grep(WorkerTool[GrepArgs]):
     name = "grep"
+    guide = "`grep` searches the contents of files; narrow it with path and include."
+    display = Display("Search", "search", "search", result_label="Matches")
     description = (
         "Search the contents of the workdir's files for a regular expression (ripgrep's "
         "syntax: escape literal braces and parentheses, or set `literal`). Prefer it to "

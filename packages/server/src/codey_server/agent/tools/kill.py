@@ -8,6 +8,7 @@ from typing import Any
 from codey_protocol import worker as wk
 from codey_server.agent.tools.base import (
     SANDBOXED,
+    Display,
     Sandboxing,
     obj,
     string,
@@ -24,6 +25,7 @@ class KillArgs:
 
 class Kill(OnProcess[KillArgs]):
     name = "kill"
+    display = Display("Stop process", "process", "process")
     description = (
         "Stop a process you started with exec (SIGTERM, then SIGKILL after a few seconds, to "
         "it and everything it started) and return its last output. Stop what you started "

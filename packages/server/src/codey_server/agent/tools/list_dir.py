@@ -8,6 +8,7 @@ from typing import Any
 from codey_protocol import worker as wk
 from codey_server.agent.tools.base import (
     SANDBOXED,
+    Display,
     Sandboxing,
     WorkerTool,
     cap,
@@ -27,6 +28,8 @@ class ListArgs:
 
 class ListDir(WorkerTool[ListArgs]):
     name = "list_dir"
+    guide = "`list_dir` shows a folder's tree."
+    display = Display("List folder", "file")
     description = "List a directory of the workdir (skips .git)."
     parameters = obj({"path": {"type": "string"}, "depth": {"type": "integer", "minimum": 1,
                                                             "maximum": 5}}, [])

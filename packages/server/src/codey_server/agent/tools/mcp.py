@@ -19,6 +19,7 @@ from codey_server.agent.tools.base import (
     SANDBOXED,
     Ask,
     BadToolCall,
+    Display,
     Gate,
     Sandboxing,
     Settled,
@@ -49,6 +50,7 @@ class McpArgs:
 
 class Mcp(WorkerTool[McpArgs]):
     name = PREFIX
+    display = Display(icon="mcp", body="mcp")
     description = "the worker's MCP tools"
     parameters: dict[str, Any] = {}
 

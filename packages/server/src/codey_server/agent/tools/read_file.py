@@ -8,6 +8,7 @@ from typing import Any
 from codey_protocol import worker as wk
 from codey_server.agent.tools.base import (
     SANDBOXED,
+    Display,
     Sandboxing,
     WorkerTool,
     cap,
@@ -28,6 +29,9 @@ class ReadArgs:
 
 class ReadFile(WorkerTool[ReadArgs]):
     name = "read_file"
+    guide = ("`read_file` reads a file, its lines numbered; read a long one in pieces with "
+             "offset and limit.")
+    display = Display("Read file", "file", result="file")
     description = (
         "Read a text file of the workdir. Each line comes back numbered (`   12\\tcode`; "
         "the number and tab are not part of the file: leave them out of edits). `offset` is "

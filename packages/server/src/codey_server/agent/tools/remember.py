@@ -15,6 +15,7 @@ from typing import Any
 from codey_protocol import worker as wk
 from codey_server.agent.tools.base import (
     BadToolCall,
+    Display,
     Finish,
     ServerCall,
     ServerTool,
@@ -34,6 +35,9 @@ class NoteArgs:
 
 class Remember(ServerTool[NoteArgs]):
     name = "remember"
+    guide = ("`remember` keeps a short note for later sessions in this project (a "
+             "convention, a command that works, a pitfall).")
+    display = Display("Remember", "memory", "memory")
     description = ("Add a short note to this project's memory: it is part of the "
                    "instructions of every later session in this repository (or this folder, "
                    "outside one). Keep notes durable and brief (conventions, commands, "

@@ -20,6 +20,7 @@ from codey_server.agent.tools.base import (
     SANDBOXED,
     Ask,
     BadToolCall,
+    Display,
     Gate,
     Sandboxing,
     Settled,
@@ -123,6 +124,10 @@ def denied_hint(outcome: wk.CommandResult | wk.ExecOutput, tool: str) -> str:
 
 class Shell(WorkerTool[ShellArgs]):
     name = "shell"
+    guide = ("`shell` runs a command that finishes by itself (tests, builds, git, package "
+             "managers). `command` is an argv list; use [\"bash\", \"-lc\", \"...\"] only "
+             "when you need pipes, redirection or globbing.")
+    display = Display("Command", "shell", "command")
     description = ("Run a command in the session's workdir. `command` is an argv list "
                    "(no shell string); use [\"bash\", \"-lc\", \"...\"] when you need a shell.")
     parameters = obj({"command": {"type": "array", "items": {"type": "string"}, "minItems": 1},

@@ -7,7 +7,7 @@ from typing import Any
 
 from codey_protocol import events as ev
 from codey_protocol import worker as wk
-from codey_server.agent.tools.base import BadToolCall, Finish, ServerCall, ServerTool, obj
+from codey_server.agent.tools.base import BadToolCall, Display, Finish, ServerCall, ServerTool, obj
 
 __all__ = ["UPDATE_PLAN", "PlanArgs"]
 
@@ -20,6 +20,8 @@ class PlanArgs:
 
 class UpdatePlan(ServerTool[PlanArgs]):
     name = "update_plan"
+    guide = "`update_plan` shows the user your plan and where you are in it."
+    display = Display("Update plan", "plan", arguments=False, result="none")
     description = "Share your plan: steps with status pending, in_progress or done."
     parameters = obj({"explanation": {"type": "string"},
                       "plan": {"type": "array", "items": obj(

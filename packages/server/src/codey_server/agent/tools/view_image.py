@@ -19,6 +19,7 @@ from codey_protocol import events as ev
 from codey_protocol import worker as wk
 from codey_server.agent.tools.base import (
     SANDBOXED,
+    Display,
     Sandboxing,
     Settled,
     WorkerTool,
@@ -43,6 +44,9 @@ def image_bytes(outcome: wk.ImageContent) -> bytes | None:
 
 class ViewImage(WorkerTool[ViewImageArgs]):
     name = "view_image"
+    guide = ("`view_image` lets you look at an image file: a screenshot your test took, a "
+             "chart, a design to match.")
+    display = Display("View image", "image", "image")
     description = (
         "Look at an image file of the workdir (PNG, JPEG, GIF or WebP, up to about 700 KiB): "
         "a screenshot your test took, a chart, a diagram, a UI to match. The image comes "

@@ -18,6 +18,7 @@ from codey_server.agent.tools.base import (
     SANDBOXED,
     Ask,
     BadToolCall,
+    Display,
     Gate,
     Sandboxing,
     WorkerTool,
@@ -36,6 +37,9 @@ class WriteArgs:
 
 class WriteFile(WorkerTool[WriteArgs]):
     name = "write_file"
+    guide = ("`write_file` creates a file or replaces a whole one; prefer editing for "
+             "changes to an existing file.")
+    display = Display("Write file", "file", content="content")
     description = "Write a whole file of the workdir (creates parent directories)."
     parameters = obj({"path": {"type": "string"}, "content": {"type": "string"}},
                      ["path", "content"])

@@ -9,6 +9,7 @@ from codey_protocol import worker as wk
 from codey_server.agent.tools.base import (
     SANDBOXED,
     BadToolCall,
+    Display,
     Sandboxing,
     obj,
     string,
@@ -30,6 +31,7 @@ class WriteStdinArgs:
 
 class WriteStdin(OnProcess[WriteStdinArgs]):
     name = "write_stdin"
+    display = Display("Input to process", "process", "process", content="input")
     description = (
         "Send `input` to a process you started with exec (its stdin, or its terminal when "
         "started with tty: \"\\u0003\" is Ctrl-C there), then wait `yield_ms` (default 250, at "
