@@ -163,7 +163,7 @@ def release_free_memory() -> bool:
     return True
 
 
-class _Lost(Exception):
+class _Lost(WorkerError):
     """A connection that failed or ended, and is to be made again; ``reason`` says how."""
 
     def __init__(self, reason: str) -> None:

@@ -67,6 +67,7 @@ from codey_server.agent.wire import Wire, wire_for
 from codey_server.agent.wire.errors import error_from_body
 from codey_server.agent.wire.sse import Sse, SseDecoder
 from codey_server.core.retry import wait_after
+from codey_server.errors import ServerError
 from codey_server.settings import ProviderConfig
 
 if TYPE_CHECKING:
@@ -138,7 +139,7 @@ def backoff(attempt: int) -> float:
     return wait_after(MODEL_WAIT, attempt)
 
 
-class _Busy(Exception):
+class _Busy(ServerError):
     """A try that failed before the answer started and may be tried again: ``error`` is what
     the call raises once there are no tries left, ``reason`` what the ``Retrying`` event
     says, ``retry_after`` the provider's ``Retry-After``."""
