@@ -11,9 +11,11 @@ the stream), ``not_configured``, ``not_logged_in``, ``empty`` (nothing usable ca
 
 from __future__ import annotations
 
+import random
+
 from codey_server.errors import ServerError
 
-__all__ = ["RETRYABLE_BY_FALLBACK", "ModelError"]
+__all__ = ["RETRYABLE_BY_FALLBACK", "ModelError", "backoff"]
 
 #: failures a fallback provider may rescue: the primary is down, not the request wrong
 RETRYABLE_BY_FALLBACK = frozenset({"server", "connection", "stream_cut", "rate_limited"})
@@ -28,3 +30,10 @@ class ModelError(ServerError):
 
     def __repr__(self) -> str:
         return f"ModelError({self.code!r}, {self.message!r}, status={self.status})"
+
+
+def backoff(attempt: int) -> float:
+    """Seconds to wait before retry ``attempt`` (1, 2, …): doubling from 0.5 s up to 30 s,
+    with jitter (between half and all of it)."""
+    base: float = min(30.0, 0.5 * 2.0 ** (attempt - 1))
+    return base * (0.5 + random.random() / 2)

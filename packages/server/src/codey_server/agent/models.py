@@ -38,7 +38,6 @@ import email.utils
 import importlib
 import json
 import logging
-import random
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -48,7 +47,7 @@ from codey_protocol.ratelimits import RATE_LIMIT_HEADERS
 from codey_server.agent.connections import SetupGate, http_client
 from codey_server.agent.connections import prepare as prepare_connections
 from codey_server.agent.context import window_for
-from codey_server.agent.errors import ModelError
+from codey_server.agent.errors import ModelError, backoff
 from codey_server.agent.stream import ModelEvent, RateLimits, Retrying
 from codey_server.agent.wire import Wire, wire_for
 from codey_server.agent.wire.errors import error_from_body
@@ -104,11 +103,6 @@ def retry_after(headers: Mapping[str, str] | None) -> float | None:
             return None
         seconds: float = parsed.timestamp() - time.time()
         return max(0.0, seconds)
-
-
-def backoff(attempt: int) -> float:
-    base: float = min(30.0, 0.5 * 2.0 ** (attempt - 1))
-    return base * (0.5 + random.random() / 2)
 
 
 #: rate-limit headers are reported (as an event) at most this often per provider

@@ -48,7 +48,7 @@ from codey_server.agent.compaction import (
 )
 from codey_server.agent.context import estimate_tokens
 from codey_server.agent.conversation import attachment_path, base_of, model_call_needed
-from codey_server.agent.errors import RETRYABLE_BY_FALLBACK, ModelError
+from codey_server.agent.errors import RETRYABLE_BY_FALLBACK, ModelError, backoff
 from codey_server.agent.history import History
 from codey_server.agent.instructions import build_instructions, memory_of
 from codey_server.agent.machine import (
@@ -79,7 +79,7 @@ from codey_server.agent.machine import (
     WaitChild,
     WorkerPresence,
 )
-from codey_server.agent.models import ModelProvider, backoff
+from codey_server.agent.models import ModelProvider
 from codey_server.agent.ports import Limits, Models
 from codey_server.agent.stream import (
     Finished,
