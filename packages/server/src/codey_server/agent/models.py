@@ -48,6 +48,7 @@ from codey_server.agent.connections import SetupGate, http_client
 from codey_server.agent.connections import prepare as prepare_connections
 from codey_server.agent.context import window_for
 from codey_server.agent.errors import ModelError, backoff
+from codey_server.agent.route import ProviderInfo
 from codey_server.agent.stream import ModelEvent, RateLimits, Retrying
 from codey_server.agent.wire import Wire, wire_for
 from codey_server.agent.wire.errors import error_from_body
@@ -151,6 +152,11 @@ class ModelProvider:
 
     def context_window(self, model: str) -> int:
         return window_for(self.config, model)
+
+    @property
+    def info(self) -> ProviderInfo:
+        """The provider as a turn sees it (a value: its settings, wire and default model)."""
+        return ProviderInfo(self.name, self.config, self.wire, self.default_model)
 
     def prepare(self) -> None:
         """Start loading the provider's SDK in a thread, if nothing has yet (it returns at

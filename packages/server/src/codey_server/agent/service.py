@@ -2,7 +2,7 @@
 wakes turns waiting for approvals, answers and sub-agents, compacts on request, and resumes
 running sessions after a restart.
 
-A turn is a machine (:class:`~codey_server.agent.turn.CodeyTurn`, or
+A turn is a value (:class:`~codey_server.agent.turn.CodeyTurn`, or
 :class:`~codey_server.agent.acp.AcpTurn` for a session an ACP agent runs) on a
 :class:`~codey_server.agent.driver.TurnDriver`, whose ``run`` is the session's task.
 
@@ -23,13 +23,13 @@ from codey_protocol import events as ev
 from codey_protocol import worker as wk
 from codey_protocol.events import Envelope
 from codey_protocol.state import Approval, Question, SessionInfo, State
-from codey_server.agent.acp import AcpTurn
+from codey_server.agent.acp import ACP, acp_turn
 from codey_server.agent.conversation import needs_turn
 from codey_server.agent.driver import TurnDriver
 from codey_server.agent.history import History
-from codey_server.agent.machine import ContextChanged, TurnMachine
+from codey_server.agent.machine import ContextChanged
 from codey_server.agent.models import ModelProvider, build_provider, discover_ollama_models
-from codey_server.agent.ports import Actions, Limits, TurnDeps
+from codey_server.agent.ports import Actions, Limits, TurnDeps, provider_infos
 from codey_server.agent.processes import (
     Forwarded,
     Listed,
@@ -39,7 +39,7 @@ from codey_server.agent.processes import (
     live_processes,
     stopped,
 )
-from codey_server.agent.turn import CodeyTurn
+from codey_server.agent.turn import CodeyMachine, codey_turn
 from codey_server.agent.wire import Loader, wire_for
 from codey_server.core.actions import ActionFailed, ProgressCallback
 from codey_server.core.background import Background
@@ -290,15 +290,16 @@ class AgentService:
                 deps, stopping=lambda: self.stopping or session_id in self._lost,
                 store=_FencedStore(self.engine, fence),
                 actions=_FencedActions(deps.actions, fence))
-        machine: TurnMachine
         if session is not None and session.agent:
             if compact_only:
                 return  # an external agent keeps its own context
-            machine = AcpTurn(session_id, limits=deps.limits, resume=resume)
+            driver = TurnDriver(ACP, acp_turn(session_id, limits=deps.limits, resume=resume),
+                                deps)
         else:
-            machine = CodeyTurn(session_id, models=self, limits=deps.limits, roles=deps.roles,
-                                resume=resume, compact_only=compact_only)
-        driver = self.drivers[session_id] = TurnDriver(machine, deps)
+            driver = TurnDriver(CodeyMachine(provider_infos(self)),
+                                codey_turn(session_id, limits=deps.limits, roles=deps.roles,
+                                           resume=resume, compact_only=compact_only), deps)
+        self.drivers[session_id] = driver
         task = asyncio.get_running_loop().create_task(driver.run(), name=f"turn-{session_id}")
         self.tasks[session_id] = task
         task.add_done_callback(lambda t: self._done(session_id, t))
