@@ -730,6 +730,33 @@ def test_a_command_runs_in_the_sessions_sandbox_with_gits_hardening() -> None:
     assert pairs["safe.bareRepository"] == "explicit"
 
 
+def test_a_calls_sandbox_is_the_gates_and_only_the_tool_escalates_out_of_it() -> None:
+    """The sandbox a call runs in is decided once, by the session's gate (issue 35)."""
+    from codey_server.agent.tools import Gate, Sandboxing
+
+    pilot = _codey(sandbox="read-only")
+    pilot.record((S, ev.SessionSandboxChanged(sandbox="read-only", network=True)))
+    workers = pilot.state.workers
+    gate = Gate.of(pilot.session, workers[W].capabilities, workers)
+    assert (gate.sandbox, gate.sandboxed, gate.can_sandbox) == (
+        Sandboxing("read-only", True), True, True)
+    action = _run(_call(pilot, _shell("ls")))
+    assert Sandboxing(action.sandbox, action.network) == gate.sandbox  # type: ignore[arg-type]
+    bare = _codey(machine_sandbox="none")
+    gate = Gate.of(bare.session, bare.state.workers[W].capabilities, bare.state.workers)
+    assert (gate.sandboxed, gate.can_sandbox) == (False, False)
+    assert "no OS sandbox" in str(gate.route(*_parsed(_shell("ls"), gate)))
+    escalated = _parsed(_escalate("ls"), gate)
+    assert getattr(gate.route(*escalated), "kind", None) == "escalate"
+
+
+def _parsed(part: ToolCallRequested, gate: Any) -> tuple[Any, Any]:
+    from codey_server.agent.tools import parse_call
+
+    parsed = parse_call(part.name, part.arguments, gate.capabilities)
+    return parsed.tool, parsed.args
+
+
 def test_escalating_asks_even_under_full_auto_and_says_why() -> None:
     pilot = _codey("full-auto")
     step = _call(pilot, _escalate("npm", "install"))

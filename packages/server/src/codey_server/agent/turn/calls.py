@@ -30,7 +30,6 @@ from codey_server.agent.tools import (
     ForAnswer,
     Gate,
     ParsedCall,
-    Sandboxing,
     ServerCall,
     ServerTool,
     Waiting,
@@ -133,42 +132,16 @@ def _approval_pending(k: K) -> bool:
     return k.turn.approving is not None or k.turn.previewing is not None
 
 
-def route_call(k: K, parsed: ParsedCall[Any]) -> str | Ask | None:
-    """What a call needs before it runs: a refusal (its reason: plan mode, a read-only
-    session, a machine without the sandbox the session runs in), the user's approval, or
-    nothing. The one place that decides."""
-    s = k.session
-    tool, args = parsed.tool, parsed.args
-    worker_info = k.state.workers.get(s.worker_id)
-    caps = capabilities(k)
-    can_sandbox = caps is not None and caps.sandbox.kind != "none"
-    sandboxed = s.sandbox != "full-access" and can_sandbox
-    if isinstance(tool, WorkerTool):
-        # a "read-only" command is read-only only inside the sandbox
-        looks_only = tool.looks_only(args) and (sandboxed or not tool.runs_commands)
-        if (s.plan_mode or s.read_only) and not looks_only:
-            return ("refused in plan mode: nothing changes before the user approves your "
-                    "plan (propose it with update_plan)") if s.plan_mode else (
-                "refused: this session only reads (read_file, grep, glob, list_dir, "
-                "read-only commands)")
-        if tool.runs_commands and s.sandbox != "full-access" and not can_sandbox \
-                and not tool.escalates(args):
-            why = caps.sandbox.reason if caps is not None else "it is not connected"
-            host = worker_info.hostname if worker_info else s.worker_id
-            return (f"refused: {host} has no OS sandbox ({why or 'none reported'}), and "
-                    f"this session's commands run in one ({s.sandbox}): no command runs "
-                    "there until the user chooses full access for this session")
-    elif s.plan_mode and not tool.in_plan_mode:
-        # not offered in plan mode, but a model may call it by name: a sub-agent started
-        # now would do the work before the user approved the plan
-        return ("refused in plan mode: nothing changes before the user approves your "
-                "plan (propose it with update_plan)")
-    gate = Gate(s.policy, s.approved_prefixes, caps, sandboxed=sandboxed,
-                sandbox_mode=s.sandbox, escalated_prefixes=s.escalated_prefixes,
-                worker_id=s.worker_id, workdir=s.workdir,
-                workers=k.state.workers,
-                processes={p.process_id: p.status for p in s.processes})
-    return tool.refuses(args, gate) or tool.ask(args, gate)
+def gate(k: K) -> Gate:
+    """The session's gate as of this step: its policy and approvals, and its sandbox —
+    decided there, once, from the session and its machine (:meth:`Gate.of`)."""
+    return Gate.of(k.session, capabilities(k), k.state.workers)
+
+
+def route_call(k: K, parsed: ParsedCall[Any], g: Gate | None = None) -> str | Ask | None:
+    """What a call needs before it runs: a refusal, the user's approval, or nothing
+    (:meth:`Gate.route`)."""
+    return (g or gate(k)).route(parsed.tool, parsed.args)
 
 
 def settle_call(k: K, item: ev.ToolCall) -> bool:
@@ -180,14 +153,15 @@ def settle_call(k: K, item: ev.ToolCall) -> bool:
         return True
     tool = parsed.tool
     s = k.session
-    fate = route_call(k, parsed)
+    g = gate(k)
+    fate = route_call(k, parsed, g)
     if isinstance(fate, str):
         finish(k, item.id, "rejected", fate)
         return True
     if isinstance(tool, WorkerTool) and item.action_id is not None:
         pending = s.pending_actions.get(item.action_id)
         if pending is None:
-            return _request(k, item, parsed, item.action_id)
+            return _request(k, item, parsed, item.action_id, g)
         worker.run(k, item, tool, pending.action)
         return False
     if item.approval_id is not None:
@@ -212,7 +186,7 @@ def settle_call(k: K, item: ev.ToolCall) -> bool:
                 return False
         _ask(k, item, fate)
         return False
-    return _go(k, item, parsed)
+    return _go(k, item, parsed, g)
 
 
 def _ask(k: K, item: ev.ToolCall, fate: Ask, fields: dict[str, Any] | None = None) -> None:
@@ -249,29 +223,31 @@ def previewed(k: K, i: ActionOutcomeInput) -> None:
     _ask(k, item, ask, fields)
 
 
-def _go(k: K, item: ev.ToolCall, parsed: ParsedCall[Any]) -> bool:
+def _go(k: K, item: ev.ToolCall, parsed: ParsedCall[Any], g: Gate) -> bool:
     """Carry out a call that needs nothing more: its action, or the server's own work."""
     if isinstance(parsed.tool, ServerTool):
         return _on_server(k, item, parsed.tool.start(parsed.args, _server_call(k, item)))
-    return _request(k, item, parsed, k.new_id("act"))
+    return _request(k, item, parsed, k.new_id("act"), g)
 
 
-def _request(k: K, item: ev.ToolCall, parsed: ParsedCall[Any], action_id: str) -> bool:
+def _request(k: K, item: ev.ToolCall, parsed: ParsedCall[Any], action_id: str,
+             g: Gate) -> bool:
     """Record the call's action; it runs at the next settle, once that is folded."""
-    k.emit(*requested(k, item.id, parsed, action_id),
+    k.emit(*requested(k, item.id, parsed, action_id, g),
            ev.SessionItemUpdated(item_id=item.id, status="running", action_id=action_id))
     return True
 
 
-def requested(k: K, item_id: str, parsed: ParsedCall[Any],
-              action_id: str) -> list[ev.ActionRequested]:
+def requested(k: K, item_id: str, parsed: ParsedCall[Any], action_id: str,
+              g: Gate) -> list[ev.ActionRequested]:
+    """The call's action, in the sandbox the gate ``g`` that let it through decided (the
+    tool moves an escalated command out of it)."""
     s = k.session
     tool = parsed.tool
     assert isinstance(tool, WorkerTool)
     return [ev.ActionRequested(action_id=action_id, item_id=item_id, worker_id=s.worker_id,
                                action=tool.action(parsed.args, action_id, s.session_id,
-                                                  s.workdir,
-                                                  sandbox=Sandboxing(s.sandbox, s.network)))]
+                                                  s.workdir, sandbox=g.sandbox))]
 
 
 def approval_over(k: K, approval_id: str) -> None:
@@ -289,7 +265,7 @@ def _approved_or_not(k: K, item: ev.ToolCall, decision: str, message: str) -> bo
     if decision == "approved":
         parsed = parse(k, item)
         assert not isinstance(parsed, BadToolCall)
-        return _go(k, item, parsed)
+        return _go(k, item, parsed, gate(k))
     finish(k, item.id, "rejected", "rejected by the user" + (f": {message}" if message else ""))
     return True
 

@@ -133,11 +133,13 @@ def build(k: K, why: str) -> None:
     call = _call(k)
     s = k.session
     info = call.route.info
-    caps = calls.capabilities(k)
+    gate = calls.gate(k)
+    caps = gate.capabilities
     specs, tools = _tools(k, info, caps)
-    instructions = build_instructions(
-        s, memory_of(k.state, s), tools=specs, kind=info.config.kind,
-        can_sandbox=caps is None or caps.sandbox.kind != "none")
+    # (a worker not known yet is not said to have no sandbox)
+    instructions = build_instructions(s, memory_of(k.state, s), tools=specs,
+                                      kind=info.config.kind,
+                                      can_sandbox=caps is None or gate.can_sandbox)
     k.turn = replace(k.turn, building="check" if why == "check" else "send")
     k.effect(BuildBody(s.session_id, info.wire, tuple(s.items), call.route.model, instructions,
                        tools, options(k, info)))
@@ -290,15 +292,16 @@ def done(k: K) -> None:
     events += [ev.SessionItemAppended(item=item) for item in items]
     first = calls.parse(k, items[0]) if items else None
     run: ActionRequested | None = None
-    if first is not None and not isinstance(first, BadToolCall) \
-            and isinstance(first.tool, WorkerTool) and calls.route_call(k, first) is None:
+    gate = calls.gate(k) if isinstance(first, ParsedCall) else None
+    if gate is not None and isinstance(first, ParsedCall) \
+            and isinstance(first.tool, WorkerTool) and calls.route_call(k, first, gate) is None:
         # the first call goes to its worker in the same append when nothing asks: one
         # commit less per step (later calls still show "pending" until their turn, so
         # the view never says two run at once)
         item = items[0]
         item.status = "running"
         item.action_id = k.new_id("act")
-        [run] = calls.requested(k, item.id, first, item.action_id)
+        [run] = calls.requested(k, item.id, first, item.action_id, gate)
         events.append(run)
     k.emit(*events)
     if k.status_reason.startswith(_BUSY_REASONS):
