@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
@@ -51,6 +51,7 @@ from codey_server.agent.machine import (
     Start,
     Stepper,
     Streamed,
+    evolve,
 )
 
 log = logging.getLogger("codey.agent.acp")
@@ -178,7 +179,7 @@ def _pick_up(k: K) -> None:
             k.emit(ev.SessionItemUpdated(item_id=item.id, streaming=False, partial=True))
         elif isinstance(item, ev.ToolCall) and item.result is None:
             tools[item.call_id] = item.id
-    k.turn = replace(k.turn, tools=tools)
+    k.turn = evolve(k.turn, tools=tools)
 
 
 def _in_flight(k: K) -> wk.AcpPrompt | None:
@@ -225,13 +226,13 @@ def _take_prompt(k: K) -> tuple[str, str] | None:
     if not fresh:
         return None
     k.emit(*[ev.SessionItemUpdated(item_id=m.id, queued=False) for m in queued])
-    k.turn = replace(k.turn, sent=sent | {m.id for m in fresh})
+    k.turn = evolve(k.turn, sent=sent | {m.id for m in fresh})
     return fresh[-1].id, "\n\n".join(m.text for m in fresh if m.text.strip())
 
 
 def _run_prompt(k: K, action: wk.AcpPrompt) -> None:
     s = k.session
-    k.turn = replace(k.turn, prompt=action, message=None)
+    k.turn = evolve(k.turn, prompt=action, message=None)
     timeout = k.turn.action_timeout_s
     k.effect(RunAction(s.worker_id, action, timeout, workdir=s.workdir,
                        attach_timeout=timeout, progress=True))
@@ -241,7 +242,7 @@ def _action_over(k: K, i: ActionOutcomeInput) -> None:
     prompt = k.turn.prompt
     if prompt is None or prompt.action_id != i.action_id:
         return
-    k.turn = replace(k.turn, prompt=None)
+    k.turn = evolve(k.turn, prompt=None)
     if isinstance(i, ActionDone):
         _end_items(k, "done")
         k.emit(ev.ActionFinished(action_id=i.action_id, outcome="result"))
@@ -288,25 +289,25 @@ def _chunk(k: K, kind: Any, text: str) -> None:
     if message is None or message.kind != kind:
         _close_message(k)
         message = Streamed(kind)
-    k.turn = replace(k.turn, message=k.stream(message, text))
+    k.turn = evolve(k.turn, message=k.stream(message, text))
 
 
 def _close_message(k: K) -> None:
     if k.turn.message is not None:
         k.close(k.turn.message, partial=False)
-        k.turn = replace(k.turn, message=None)
+        k.turn = evolve(k.turn, message=None)
 
 
 def _tool(k: K, update: wk.AcpUpdate) -> str:
     """The tool call item of ``update``, created or changed; returns its id."""
     call_id = update.tool_call_id or k.new_id("call")
     if update.tool_kind:
-        k.turn = replace(k.turn, kinds={**k.turn.kinds, call_id: update.tool_kind})
+        k.turn = evolve(k.turn, kinds={**k.turn.kinds, call_id: update.tool_kind})
     item_id = k.turn.tools.get(call_id)
     status = _TOOL_STATUS.get(update.status or "")
     if item_id is None:
         item_id = k.new_id("itm")
-        k.turn = replace(k.turn, tools={**k.turn.tools, call_id: item_id})
+        k.turn = evolve(k.turn, tools={**k.turn.tools, call_id: item_id})
         arguments: dict[str, Any] = {"kind": update.tool_kind, "title": update.title}
         if update.command:
             arguments["command"] = update.command
@@ -345,7 +346,7 @@ def _end_items(k: K, status: ev.ToolStatus) -> None:
                 item_id=item_id, status=item.status if kept else status,
                 result=item.output or ("rejected by the user"
                                        if item.status == "rejected" else "")))
-    k.turn = replace(k.turn, tools={})
+    k.turn = evolve(k.turn, tools={})
 
 
 def _item(k: K, item_id: str) -> ev.ToolCall | None:
@@ -373,14 +374,14 @@ def _permission(k: K, prompt: wk.AcpPrompt, update: wk.AcpUpdate) -> None:
                                 reason=reason or "the agent asks for permission"),
            ev.SessionItemUpdated(item_id=item_id, status="waiting_approval",
                                  approval_id=approval_id))
-    k.turn = replace(k.turn, asks={**k.turn.asks, approval_id: _Ask(prompt, update, item_id)})
+    k.turn = evolve(k.turn, asks={**k.turn.asks, approval_id: _Ask(prompt, update, item_id)})
     k.await_approval(approval_id, k.now)
 
 
 def _approval_over(k: K, approval_id: str) -> None:
     ask = k.turn.asks.get(approval_id)
     if ask is not None:
-        k.turn = replace(k.turn, asks={a: v for a, v in k.turn.asks.items()
+        k.turn = evolve(k.turn, asks={a: v for a, v in k.turn.asks.items()
                                        if a != approval_id})
     approval = k.session.approvals.get(approval_id)
     if ask is None or approval is None:

@@ -59,8 +59,8 @@ driver keeps), :class:`CallModel` (a provider by name), :class:`RunAction`,
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
@@ -120,6 +120,7 @@ __all__ = [
     "WaitApproval",
     "WaitChild",
     "WorkerPresence",
+    "evolve",
     "step",
 ]
 
@@ -415,6 +416,37 @@ class Limits:
 
 # the shared part of both turns' values -------------------------------------------------------
 
+D = TypeVar("D")
+_EVOLVERS: dict[type[Any], Callable[..., Any]] = {}
+
+
+def evolve(obj: D, **changes: Any) -> D:
+    """A copy of the frozen, slotted dataclass ``obj`` with ``changes``: what
+    ``dataclasses.replace`` does, without its checks and its ``__init__`` (a step makes a few
+    dozen, and a turn's value has many fields). A field it does not have raises TypeError."""
+    cls = type(obj)
+    evolver = _EVOLVERS.get(cls)
+    if evolver is None:
+        evolver = _EVOLVERS[cls] = _evolver(cls)
+    result: D = evolver(obj, **changes)
+    return result
+
+
+def _evolver(cls: type[Any]) -> Callable[..., Any]:
+    # generated, as dataclasses generates __init__: one keyword per field, unset ones copied
+    names: tuple[str, ...] = cls.__slots__
+    source = (f"def evolve(o, *, {', '.join(f'{n}=_UNSET' for n in names)}):\n"
+              + "".join(f"    if {n} is _UNSET: {n} = o.{n}\n" for n in names)
+              + "    new = _new(_cls)\n"
+              + "".join(f"    _set(new, {n!r}, {n})\n" for n in names)
+              + "    return new\n")
+    scope: dict[str, Any] = {"_UNSET": object(), "_set": object.__setattr__,
+                             "_new": object.__new__, "_cls": cls}
+    exec(source, scope)
+    made: Callable[..., Any] = scope["evolve"]
+    return made
+
+
 class Shared(Enum):
     """The steps of the shared part a ``Proceed`` goes on with."""
 
@@ -515,14 +547,14 @@ class Stepper(Generic[T]):
 
     def end(self) -> None:
         """The turn is over."""
-        self.core = replace(self.core, done=True, then=None)
+        self.core = evolve(self.core, done=True, then=None)
 
     def wait(self, then: Enum) -> bool:
         """Go on with ``then`` once this step's events are folded: True, and ``Proceed``
         comes; False when there are none (go on at once)."""
         if not self.out.events:
             return False
-        self.core = replace(self.core, then=then)
+        self.core = evolve(self.core, then=then)
         self.out.proceed = True
         return True
 
@@ -565,16 +597,16 @@ class Stepper(Generic[T]):
                 self._drop_empty()
             return
         if at is None:
-            self.core = replace(self.core, deltas=(*deltas, Delta(item_id, field, joined)))
+            self.core = evolve(self.core, deltas=(*deltas, Delta(item_id, field, joined)))
         else:
             self._set_delta(at, Delta(item_id, field, joined))
         if not self.core.timer_set:
-            self.core = replace(self.core, timer_set=True)
+            self.core = evolve(self.core, timer_set=True)
             self.effect(SetTimer(FLUSH, COALESCE_S))
 
     def _set_delta(self, at: int, delta: Delta) -> None:
         deltas = self.core.deltas
-        self.core = replace(self.core, deltas=(*deltas[:at], delta, *deltas[at + 1:]))
+        self.core = evolve(self.core, deltas=(*deltas[:at], delta, *deltas[at + 1:]))
 
     def _append_delta(self, item_id: str, field: str, text: str) -> None:
         if text:
@@ -585,7 +617,7 @@ class Stepper(Generic[T]):
         # with no flush timer set, nothing waits (every delta kept sets it): the entries
         # kept only for their order can go
         if not self.core.timer_set:
-            self.core = replace(self.core, deltas=())
+            self.core = evolve(self.core, deltas=())
 
     def flush(self, item_id: str) -> None:
         """Append what waits for ``item_id``."""
@@ -598,7 +630,7 @@ class Stepper(Generic[T]):
     def flush_all(self) -> None:
         for d in self.core.deltas:
             self._append_delta(d.item_id, d.field, d.text)
-        self.core = replace(self.core, deltas=())
+        self.core = evolve(self.core, deltas=())
 
     def stream(self, streamed: Streamed, text: str) -> Streamed:
         """A delta of a streamed item: the item is appended with the first one. Returns the
@@ -609,7 +641,7 @@ class Stepper(Generic[T]):
                                                                 self.now, text)))
             return Streamed(streamed.kind, item_id, True)
         self.add_delta(streamed.item_id, "text_delta", text)
-        return streamed if streamed.said else replace(streamed, said=True)
+        return streamed if streamed.said else evolve(streamed, said=True)
 
     def close(self, streamed: Streamed, *, partial: bool, **fields: Any) -> Streamed:
         """Close the streamed item (its deltas appended first); returns its new value."""
@@ -618,7 +650,7 @@ class Stepper(Generic[T]):
         self.flush(streamed.item_id)
         self.emit(ev.SessionItemUpdated(item_id=streamed.item_id, streaming=False,
                                         partial=True if partial else None, **fields))
-        return replace(streamed, item_id=None)
+        return evolve(streamed, item_id=None)
 
     # approvals -----------------------------------------------------------------------------
 
@@ -669,21 +701,21 @@ def step(machine: Machine[T], turn: T, state: State, input: Input,
     changes it, nor ``turn``."""
     session = state.sessions.get(turn.core.session_id)
     if session is None:  # deleted meanwhile: nothing left to do
-        return replace(turn, core=replace(turn.core, done=True)), Step()  # type: ignore[type-var]
+        return evolve(turn, core=evolve(turn.core, done=True)), Step()
     k = Stepper(machine, turn, state, session, ctx, input.now)
     if isinstance(input, Proceed):
         then = k.core.then
-        k.core = replace(k.core, then=None)
+        k.core = evolve(k.core, then=None)
         if then is Shared.APPROVAL_OVER:
             expired = k.core.expired
-            k.core = replace(k.core, expired=None)
+            k.core = evolve(k.core, expired=None)
             if expired is not None:
                 machine.approval_over(k, expired)
         elif then is not None:
             machine.proceed(k, then)
     elif isinstance(input, TimerFired):
         if input.key == FLUSH:
-            k.core = replace(k.core, timer_set=False)
+            k.core = evolve(k.core, timer_set=False)
             k.flush_all()
         else:
             machine.on_timer(k, input.key)
@@ -702,7 +734,7 @@ def step(machine: Machine[T], turn: T, state: State, input: Input,
         k.error(f"internal error: {input.message}", "internal", "internal error")
     else:
         machine.handle(k, input)
-    return replace(k.turn, core=k.core), k.out  # type: ignore[type-var]
+    return evolve(k.turn, core=k.core), k.out
 
 
 def _approval_expired(machine: Machine[T], k: Stepper[T], approval_id: str) -> None:
@@ -715,7 +747,7 @@ def _approval_expired(machine: Machine[T], k: Stepper[T], approval_id: str) -> N
     k.emit(ev.ApprovalResolved(
         approval_id=approval_id, decision="expired",
         message=f"no decision within {_duration(k.core.approval_timeout_s or 0.0)}"))
-    k.core = replace(k.core, expired=approval_id)
+    k.core = evolve(k.core, expired=approval_id)
     k.wait(Shared.APPROVAL_OVER)
 
 

@@ -4,7 +4,6 @@ server, or handed to the worker (:mod:`.worker`) — settled one at a time (the 
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 import msgspec
@@ -22,6 +21,7 @@ from codey_server.agent.machine import (
     Stepper,
     WaitAnswer,
     WaitChild,
+    evolve,
 )
 from codey_server.agent.tools import (
     Ask,
@@ -58,7 +58,7 @@ def finish(k: K, item_id: str, status: ev.ToolStatus, result: str, *before: ev.E
 # the worker's capabilities, as the session sees them -------------------------------------
 
 def attached(k: K, i: SessionAttached) -> None:
-    k.turn = replace(k.turn, mcp_servers=i.mcp_servers)
+    k.turn = evolve(k.turn, mcp_servers=i.mcp_servers)
 
 
 def capabilities(k: K) -> wk.Capabilities | None:
@@ -80,7 +80,7 @@ def capabilities(k: K) -> wk.Capabilities | None:
     own = {server.name: server for server in mine}
     servers = [own.pop(server.name, server) for server in caps.mcp_servers]
     merged = msgspec.structs.replace(caps, mcp_servers=servers + list(own.values()))
-    k.turn = replace(k.turn, laid=(caps, mine, merged))
+    k.turn = evolve(k.turn, laid=(caps, mine, merged))
     return merged
 
 
@@ -93,7 +93,7 @@ def parse(k: K, item: ev.ToolCall) -> ParsedCall[Any] | BadToolCall:
             parsed = parse_call(item.name, item.arguments, capabilities(k))
         except BadToolCall as err:
             parsed = err
-        k.turn = replace(k.turn, parsed={**k.turn.parsed, item.id: parsed})
+        k.turn = evolve(k.turn, parsed={**k.turn.parsed, item.id: parsed})
     return parsed
 
 
@@ -171,7 +171,7 @@ def settle_call(k: K, item: ev.ToolCall) -> bool:
             return True
         if approval.status != "pending":
             return _approved_or_not(k, item, approval.status, approval.message)
-        k.turn = replace(k.turn, approving=item.id)
+        k.turn = evolve(k.turn, approving=item.id)
         k.await_approval(approval.approval_id, approval.requested_at)
         return False
     if isinstance(fate, Ask):
@@ -179,7 +179,7 @@ def settle_call(k: K, item: ev.ToolCall) -> bool:
             # what the approval shows may need the worker first (a write: the file now)
             read = tool.preview(parsed.args, k.new_id("act"), s.session_id, s.workdir)
             if read is not None:
-                k.turn = replace(k.turn, previewing=Previewing(item.id, parsed, fate,
+                k.turn = evolve(k.turn, previewing=Previewing(item.id, parsed, fate,
                                                                read.action_id))
                 k.effect(RunAction(s.worker_id, read, CONTEXT_TIMEOUT_S, workdir=s.workdir,
                                    attach_timeout=CONTEXT_TIMEOUT_S))
@@ -198,7 +198,7 @@ def _ask(k: K, item: ev.ToolCall, fate: Ask, fields: dict[str, Any] | None = Non
                                 reason=fate.reason or f"{item.name} wants to run"),
            ev.SessionItemUpdated(item_id=item.id, status="waiting_approval",
                                  approval_id=approval_id, **(fields or {})))
-    k.turn = replace(k.turn, approving=item.id)
+    k.turn = evolve(k.turn, approving=item.id)
     k.await_approval(approval_id, k.now)
 
 
@@ -206,7 +206,7 @@ def previewed(k: K, i: ActionOutcomeInput) -> None:
     """What the approval shows has been read (or could not be): ask now."""
     p = k.turn.previewing
     assert p is not None
-    k.turn = replace(k.turn, previewing=None)
+    k.turn = evolve(k.turn, previewing=None)
     item = find(k, p.item_id)
     if item is None or item.result is not None:
         loop.go(k, Then.SETTLE)
@@ -252,7 +252,7 @@ def requested(k: K, item_id: str, parsed: ParsedCall[Any], action_id: str,
 
 def approval_over(k: K, approval_id: str) -> None:
     item_id = k.turn.approving
-    k.turn = replace(k.turn, approving=None)
+    k.turn = evolve(k.turn, approving=None)
     item = find(k, item_id) if item_id is not None else None
     approval = k.session.approvals.get(approval_id)
     k.status("running")
@@ -291,11 +291,11 @@ def _on_server(k: K, item: ev.ToolCall, step: Finish | Waiting) -> bool:
         return True
     k.emit_all(step.events)
     if isinstance(step.on, ForAnswer):
-        k.turn = replace(k.turn, asking=(step.on.question_id, item.id))
+        k.turn = evolve(k.turn, asking=(step.on.question_id, item.id))
         k.status("waiting_user", "a question for you")
         k.effect(WaitAnswer(k.session_id, step.on.question_id))
     else:
-        k.turn = replace(k.turn, children={**k.turn.children, step.on.session_id: item.id})
+        k.turn = evolve(k.turn, children={**k.turn.children, step.on.session_id: item.id})
         k.effect(WaitChild(step.on.session_id))
     return False
 
@@ -318,7 +318,7 @@ def answered(k: K, i: Answered) -> None:
     asking = k.turn.asking
     if asking is None or asking[0] != i.question_id:
         return
-    k.turn = replace(k.turn, asking=None)
+    k.turn = evolve(k.turn, asking=None)
     k.status("running")
     _resume_server(k, asking[1])
     loop.go(k, Then.SETTLE)
@@ -328,7 +328,7 @@ def child_done(k: K, i: ChildDone) -> None:
     item_id = k.turn.children.get(i.session_id)
     if item_id is None:
         return
-    k.turn = replace(k.turn, children={sid: item for sid, item in k.turn.children.items()
+    k.turn = evolve(k.turn, children={sid: item for sid, item in k.turn.children.items()
                                        if sid != i.session_id})
     _resume_server(k, item_id)
     if not k.turn.children:

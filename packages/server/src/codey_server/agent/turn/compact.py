@@ -3,8 +3,6 @@ asked for by the user, or done when the input nears (or is over) the model's win
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from codey_protocol import events as ev
 from codey_server.agent.compaction import (
     COMPACT_INSTRUCTIONS,
@@ -16,7 +14,7 @@ from codey_server.agent.compaction import (
 from codey_server.agent.context import estimate_tokens
 from codey_server.agent.conversation import base_of
 from codey_server.agent.errors import ModelError
-from codey_server.agent.machine import CallModel, NoteBody, Stepper
+from codey_server.agent.machine import CallModel, NoteBody, Stepper, evolve
 from codey_server.agent.stream import ModelEvent, Retrying, TextDelta, Usage
 from codey_server.agent.turn import loop, model
 from codey_server.agent.turn.state import (
@@ -62,7 +60,7 @@ def compact(k: K, reason: Reason, after: After, *, error: ModelError | None = No
                                        "conversation has no finished part.")
         _over(k, Compacted(after, False, restore, error, body))
         return
-    k.turn = replace(k.turn, compaction=Compaction(
+    k.turn = evolve(k.turn, compaction=Compaction(
         reason, after, restore, start, cut, previous,
         int(window * INPUT_SHARE) - estimate_tokens(len(COMPACT_INSTRUCTIONS)),
         s.usage.context_tokens, error=error, body=body))
@@ -81,17 +79,17 @@ def _summarize(k: K) -> None:
     body = wire.body(model=route.model, instructions=COMPACT_INSTRUCTIONS,
                      messages=assembler.finish(), tools=b"[]", session_id=s.session_id,
                      options=model.options(k, route.info))
-    k.turn = replace(k.turn, compaction=replace(c, parts=(), tail=()))
+    k.turn = evolve(k.turn, compaction=evolve(c, parts=(), tail=()))
     k.effect(CallModel(route.info.name, route.model, body))
 
 
 def part(k: K, part: ModelEvent) -> None:
     c = _compaction(k)
     if isinstance(part, TextDelta):
-        k.turn = replace(k.turn, compaction=replace(c, parts=(*c.parts, part.text)))
+        k.turn = evolve(k.turn, compaction=evolve(c, parts=(*c.parts, part.text)))
     elif isinstance(part, Usage):
         tail = (*c.tail, model.usage(part, _call(k), part.total_tokens))
-        k.turn = replace(k.turn, compaction=replace(c, tail=tail))
+        k.turn = evolve(k.turn, compaction=evolve(c, tail=tail))
     elif isinstance(part, Retrying):
         k.status("running", f"compacting: model busy ({part.reason}); retrying in "
                             f"{part.delay_s:.1f} s")
@@ -99,7 +97,7 @@ def part(k: K, part: ModelEvent) -> None:
 
 def summary_done(k: K) -> None:
     c = _compaction(k)
-    k.turn = replace(k.turn, compaction=None)
+    k.turn = evolve(k.turn, compaction=None)
     route = _call(k).route
     k.emit(*c.tail)
     text = "".join(c.parts).strip()
@@ -122,17 +120,17 @@ def summary_done(k: K) -> None:
 def summary_failed(k: K, err: ModelError) -> None:
     c = _compaction(k)
     if err.code == "context_length" and c.attempt < 2:
-        k.turn = replace(k.turn, compaction=replace(c, attempt=c.attempt + 1,
+        k.turn = evolve(k.turn, compaction=evolve(c, attempt=c.attempt + 1,
                                                     budget=c.budget // 2))
         _summarize(k)
         return
-    k.turn = replace(k.turn, compaction=None)
+    k.turn = evolve(k.turn, compaction=None)
     model.fail(k, ModelError(f"compacting the conversation failed: {err.message}",
                              err.status, err.code))
 
 
 def _over(k: K, done: Compacted) -> None:
-    k.turn = replace(k.turn, compacted=done)
+    k.turn = evolve(k.turn, compacted=done)
     loop.go(k, Then.COMPACTED)
 
 
@@ -140,7 +138,7 @@ def compacted(k: K) -> None:
     """Go on after a compaction, as it was asked to."""
     done = k.turn.compacted
     assert done is not None
-    k.turn = replace(k.turn, compacted=None)
+    k.turn = evolve(k.turn, compacted=None)
     if done.after is After.ALONE:
         k.status(*done.restore)
         k.end()

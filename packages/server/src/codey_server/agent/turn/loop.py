@@ -5,7 +5,6 @@ the table of the steps a ``Proceed`` goes on with (:func:`run`)."""
 from __future__ import annotations
 
 import base64
-from dataclasses import replace
 
 import msgspec
 
@@ -22,6 +21,7 @@ from codey_server.agent.machine import (
     LoadBlob,
     RunAction,
     Stepper,
+    evolve,
 )
 from codey_server.agent.turn import calls, compact, model
 from codey_server.agent.turn.state import (
@@ -78,7 +78,7 @@ def start(k: K) -> None:
     if config.resume:
         for item in k.session.items:
             if isinstance(item, (ev.AssistantMessage, ev.Reasoning)) and item.streaming:
-                k.turn = replace(k.turn, force_call=True)
+                k.turn = evolve(k.turn, force_call=True)
                 k.emit(ev.SessionItemUpdated(item_id=item.id, streaming=False, partial=True))
     go(k, Then.CONTEXT_THEN_LOOP)
 
@@ -110,7 +110,7 @@ def _before_call(k: K) -> None:
         return
     cap = k.session.turn_cap or t.config.limits.turn_iteration_cap
     if t.iterations >= cap:
-        k.turn = replace(t, force_call=False)
+        k.turn = evolve(t, force_call=False)
         k.emit(ev.SessionItemAppended(item=ev.AssistantMessage(
             id=k.new_id("itm"), ts=k.now,
             text=f"I have taken {cap} steps in this turn without finishing. Should I go "
@@ -118,7 +118,7 @@ def _before_call(k: K) -> None:
         k.status("waiting_user", "iteration cap reached")
         k.end()
         return
-    k.turn = replace(t, force_call=False, iterations=t.iterations + 1)
+    k.turn = evolve(t, force_call=False, iterations=t.iterations + 1)
     _write_attachments(k)
 
 
@@ -139,14 +139,14 @@ def load_context(k: K, then: Then) -> None:
     then ``then``. A worker that is away or cannot do it leaves the last known context in
     place: the turn does not wait for it."""
     s = k.session
-    k.turn = replace(k.turn, context_stale=False)
+    k.turn = evolve(k.turn, context_stale=False)
     worker = k.state.workers.get(s.worker_id)
     if worker is None or "load_context" not in worker.capabilities.executors:
         run(k, then)
         return
     action = wk.LoadContext(action_id=k.new_id("act"), session_id=s.session_id,
                             workdir=s.workdir)
-    k.turn = replace(k.turn, context=Loading(action.action_id, then))
+    k.turn = evolve(k.turn, context=Loading(action.action_id, then))
     k.effect(RunAction(s.worker_id, action, CONTEXT_TIMEOUT_S, workdir=s.workdir,
                        attach_timeout=CONTEXT_TIMEOUT_S, if_present=True))
 
@@ -154,7 +154,7 @@ def load_context(k: K, then: Then) -> None:
 def context_loaded(k: K, i: ActionOutcomeInput) -> None:
     loading = k.turn.context
     assert loading is not None
-    k.turn = replace(k.turn, context=None)
+    k.turn = evolve(k.turn, context=None)
     if isinstance(i, ActionErrored) and i.code == "worktree_gone":
         _stop_gone(k, i.message)  # nothing runs in a folder that is not there
         return
@@ -181,7 +181,7 @@ def _stop_gone(k: K, message: str) -> None:
 
 
 def context_changed(k: K) -> None:
-    k.turn = replace(k.turn, context_stale=True)
+    k.turn = evolve(k.turn, context_stale=True)
 
 
 def _same_context(old: SessionContext | None, new: ev.SessionContextUpdated) -> bool:
@@ -215,12 +215,12 @@ def _next_attachment(k: K, job: Attaching) -> None:
     while messages:
         item_id, files = messages[0]
         if index < len(files):
-            k.turn = replace(k.turn, attaching=replace(job, messages=messages, index=index))
+            k.turn = evolve(k.turn, attaching=evolve(job, messages=messages, index=index))
             k.effect(LoadBlob(files[index].hash))
             return
         k.emit(ev.SessionItemUpdated(item_id=item_id, attachments_written=True))
         messages, index = messages[1:], 0
-    k.turn = replace(k.turn, attaching=None)
+    k.turn = evolve(k.turn, attaching=None)
     go(k, Then.MODEL_STEP)
 
 
@@ -236,7 +236,7 @@ def blob_loaded(k: K, i: BlobLoaded) -> None:
     if i.data is None:
         k.notice("attachment_missing", f"{a.name} is no longer stored on the server; it "
                                        "was not written.")
-        _next_attachment(k, replace(job, index=job.index + 1))
+        _next_attachment(k, evolve(job, index=job.index + 1))
         return
     try:
         content, encoding = i.data.decode("utf-8"), "utf-8"
@@ -246,7 +246,7 @@ def blob_loaded(k: K, i: BlobLoaded) -> None:
     action = wk.WriteFile(action_id=k.new_id("act"), session_id=s.session_id,
                           workdir=s.workdir, path=attachment_path(a), content=content,
                           encoding=encoding)  # type: ignore[arg-type]
-    k.turn = replace(k.turn, attaching=replace(job, action_id=action.action_id))
+    k.turn = evolve(k.turn, attaching=evolve(job, action_id=action.action_id))
     k.effect(RunAction(s.worker_id, action, k.turn.config.limits.action_timeout_s,
                        workdir=s.workdir, attach_timeout=CONTEXT_TIMEOUT_S))
 
@@ -258,4 +258,4 @@ def attachment_written(k: K, i: ActionOutcomeInput) -> None:
         err = f"{i.code}: {i.message}" if isinstance(i, ActionErrored) else ""
         k.notice("attachment_failed", f"{_attachment(job).name} could not be written "
                                       f"into the workdir: {err}")
-    _next_attachment(k, replace(job, index=job.index + 1, action_id=None))
+    _next_attachment(k, evolve(job, index=job.index + 1, action_id=None))

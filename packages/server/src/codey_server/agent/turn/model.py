@@ -9,7 +9,6 @@ for it (``BuildBody``, with everything but the conversation) and gets it back
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Protocol, cast
 
 from codey_protocol import events as ev
@@ -28,6 +27,7 @@ from codey_server.agent.machine import (
     NoteBody,
     SetTimer,
     Stepper,
+    evolve,
 )
 from codey_server.agent.route import ProviderInfo
 from codey_server.agent.stream import (
@@ -97,8 +97,8 @@ def begin_call(k: K) -> bool:
             fail(k, ModelError(why, code="not_configured"))
             return False
         route = Route(info, s.model or info.default_model)
-        k.turn = replace(k.turn, route=route)
-    k.turn = replace(k.turn, call=Call(route))
+        k.turn = evolve(k.turn, route=route)
+    k.turn = evolve(k.turn, call=Call(route))
     return True
 
 
@@ -122,7 +122,7 @@ def _call(k: K) -> Call:
 
 
 def _set_call(k: K, **fields: object) -> None:
-    k.turn = replace(k.turn, call=replace(_call(k), **fields))  # type: ignore[arg-type]
+    k.turn = evolve(k.turn, call=evolve(_call(k), **fields))
 
 
 # the body ----------------------------------------------------------------------------------
@@ -140,7 +140,7 @@ def build(k: K, why: str) -> None:
     instructions = build_instructions(s, memory_of(k.state, s), tools=specs,
                                       kind=info.config.kind,
                                       can_sandbox=caps is None or gate.can_sandbox)
-    k.turn = replace(k.turn, building="check" if why == "check" else "send")
+    k.turn = evolve(k.turn, building="check" if why == "check" else "send")
     k.effect(BuildBody(s.session_id, info.wire, tuple(s.items), call.route.model, instructions,
                        tools, options(k, info)))
 
@@ -149,7 +149,7 @@ def body_built(k: K, i: BodyBuilt) -> None:
     why = k.turn.building
     if why is None:
         return
-    k.turn = replace(k.turn, building=None)
+    k.turn = evolve(k.turn, building=None)
     if why == "check" and not _call(k).compacted and _near_window(k, i.body, i.last_size):
         _set_call(k, compacted=True)
         compact.compact(k, "threshold", After.THRESHOLD, body=i.body)
@@ -181,7 +181,7 @@ def _tools(k: K, info: ProviderInfo,
     specs = tools_for(capabilities, plan_mode=s.plan_mode, read_only=s.read_only,
                       roles=roles, edit_tools=edit_tools)
     encoded = info.wire.encode_tools([t.brief() for t in specs] if brief else specs)
-    k.turn = replace(k.turn, tools=(key, capabilities, specs, encoded))
+    k.turn = evolve(k.turn, tools=(key, capabilities, specs, encoded))
     return specs, encoded
 
 
@@ -200,7 +200,7 @@ def send(k: K, body: bytes) -> None:
     _set_call(k, body=body)
     route = _call(k).route
     k.effect(NoteBody(k.session_id, route.info.wire.name, text_size(body)))
-    k.turn = replace(k.turn, answer=Answer())
+    k.turn = evolve(k.turn, answer=Answer())
     k.effect(CallModel(route.info.name, route.model, body))
 
 
@@ -222,35 +222,35 @@ def parts(k: K, i: ModelParts) -> None:
         return
     for part in i.parts:
         a = _answer_part(k, a, call, part)
-    k.turn = replace(k.turn, answer=a)
+    k.turn = evolve(k.turn, answer=a)
 
 
 def _answer_part(k: K, a: Answer, call: Call, part: ModelEvent) -> Answer:
     if isinstance(part, TextDelta):
-        return replace(a, text=k.stream(a.text, part.text))
+        return evolve(a, text=k.stream(a.text, part.text))
     if isinstance(part, ReasoningDelta):
-        return replace(a, reasoning=k.stream(a.reasoning, part.text))
+        return evolve(a, reasoning=k.stream(a.reasoning, part.text))
     if isinstance(part, ReasoningDone):
         reasoning = a.reasoning
         if reasoning.item_id is None and part.encrypted_content:
             reasoning = k.stream(reasoning, "")
-        return replace(a, reasoning=k.close(reasoning, partial=False,
+        return evolve(a, reasoning=k.close(reasoning, partial=False,
                                             reasoning_id=part.reasoning_id,
                                             encrypted_content=part.encrypted_content))
     if isinstance(part, RefusalDelta):
-        return replace(a, refusal=k.stream(a.refusal, part.text))
+        return evolve(a, refusal=k.stream(a.refusal, part.text))
     if isinstance(part, ToolCallRequested):
-        return replace(a, calls=(*a.calls, part))
+        return evolve(a, calls=(*a.calls, part))
     if isinstance(part, Usage):
-        return replace(a, tail=(*a.tail, usage(part, call, part.total_tokens
+        return evolve(a, tail=(*a.tail, usage(part, call, part.total_tokens
                                                or part.input_tokens + part.output_tokens)))
     if isinstance(part, RateLimits):
         limits = rate_limit_event(call.route.info.name, part.headers)
-        return a if limits is None else replace(a, tail=(*a.tail, limits))
+        return a if limits is None else evolve(a, tail=(*a.tail, limits))
     if isinstance(part, Retrying):
         k.status("running", f"model busy ({part.reason}); retrying in {part.delay_s:.1f} s")
     elif isinstance(part, Finished):
-        return replace(a, finished=part)
+        return evolve(a, finished=part)
     return a
 
 
@@ -270,7 +270,7 @@ def done(k: K) -> None:
     a = k.turn.answer
     if a is None:
         return
-    k.turn = replace(k.turn, answer=None)
+    k.turn = evolve(k.turn, answer=None)
     for streamed in (a.text, a.refusal, a.reasoning):
         k.close(streamed, partial=False)
     events: list[ev.Event] = list(a.tail)
@@ -332,14 +332,14 @@ def failed(k: K, i: ModelFailed) -> None:
     a, call = k.turn.answer, k.turn.call
     if a is None or call is None:
         return
-    k.turn = replace(k.turn, answer=None)
+    k.turn = evolve(k.turn, answer=None)
     for streamed in (a.text, a.refusal, a.reasoning):
         k.close(streamed, partial=True)
     k.emit(*a.tail)
     err = i.error
     if err.code == "context_length" and not call.compacted:
         _set_call(k, compacted=True)
-        k.turn = replace(k.turn, error=err)
+        k.turn = evolve(k.turn, error=err)
         loop.go(k, Then.COMPACT_FOR_LENGTH)
     elif err.code == "stream_cut" and call.cuts < call.route.info.config.max_retries:
         _set_call(k, cuts=call.cuts + 1)
@@ -366,7 +366,7 @@ def _fall_back(k: K, err: ModelError) -> bool:
     k.notice("fallback", f"{info.name}/{call.route.model} failed: {err.message}. "
                          f"This turn goes on with {other.name}/{other_model}.")
     route = Route(other, other_model)
-    k.turn = replace(k.turn, on_fallback=True, route=route, call=replace(call, route=route))
+    k.turn = evolve(k.turn, on_fallback=True, route=route, call=evolve(call, route=route))
     return True
 
 

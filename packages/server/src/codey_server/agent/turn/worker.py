@@ -3,7 +3,7 @@ its outcome settling the call, and what happens when the worker goes away meanwh
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from codey_protocol import events as ev
@@ -19,6 +19,7 @@ from codey_server.agent.machine import (
     Stepper,
     StoreBlob,
     WorkerPresence,
+    evolve,
 )
 from codey_server.agent.tools import ParsedCall, WorkerTool
 from codey_server.agent.tools.shell import ITEM_OUTPUT_CAP
@@ -36,7 +37,7 @@ def run(k: K, item: ev.ToolCall, tool: WorkerTool[Any], action: wk.ActionMessage
     # a resumed call's item already shows output: it counts towards the cap, and is
     # not streamed again when the output comes again from its start (a take-over)
     shown = len(item.output)
-    k.turn = replace(k.turn, running=Running(item.id, action.action_id, tool, streamed=shown))
+    k.turn = evolve(k.turn, running=Running(item.id, action.action_id, tool, streamed=shown))
     k.effect(RunAction(s.worker_id, action, timeout, workdir=s.workdir,
                        attach_timeout=timeout, progress=True, watch=True, skip=shown))
 
@@ -47,10 +48,10 @@ def progressed(k: K, i: ActionProgressed) -> None:
         return
     if r.streamed >= ITEM_OUTPUT_CAP:
         if not r.truncated:
-            k.turn = replace(k.turn, running=replace(r, truncated=True))
+            k.turn = evolve(k.turn, running=evolve(r, truncated=True))
         return
     chunk = i.progress.data[: ITEM_OUTPUT_CAP - r.streamed]
-    k.turn = replace(k.turn, running=replace(r, streamed=r.streamed + len(chunk)))
+    k.turn = evolve(k.turn, running=evolve(r, streamed=r.streamed + len(chunk)))
     k.add_delta(r.item_id, "output_delta", chunk)
 
 
@@ -67,7 +68,7 @@ def action_over(k: K, i: ActionOutcomeInput) -> None:
     """The outcome of the running call's action (or its failure, or its time-out)."""
     r = k.turn.running
     assert r is not None
-    k.turn = replace(k.turn, running=None)
+    k.turn = evolve(k.turn, running=None)
     k.flush(r.item_id)
     lost = _lost_with_its_worker(i, r.tool)
     if lost is not None:
@@ -78,7 +79,7 @@ def action_over(k: K, i: ActionOutcomeInput) -> None:
     if isinstance(i, ActionDone):
         data = r.tool.stores(i.outcome)
         if data is not None:  # kept before the call settles (an image): BlobStored
-            k.turn = replace(k.turn, storing=(r, i.outcome))
+            k.turn = evolve(k.turn, storing=(r, i.outcome))
             k.effect(StoreBlob(data))
             return
         status, result, fields = r.tool.settle(i.outcome, r.truncated)
@@ -90,7 +91,7 @@ def action_over(k: K, i: ActionOutcomeInput) -> None:
                      ev.ActionFinished(action_id=r.action_id, outcome="errored"),
                      *_tool_events(k, r, i.code), error=i.message)
         if i.code == "worktree_gone":  # removed under the turn: it ends, not the model
-            k.turn = replace(k.turn, gone=i.message)
+            k.turn = evolve(k.turn, gone=i.message)
     else:
         k.effect(CancelAction(k.session.worker_id, r.action_id, k.session_id))
         calls.finish(k, r.item_id, "failed", f"error: the worker did not finish within "
@@ -116,7 +117,7 @@ def blob_stored(k: K, i: BlobStored) -> None:
     if k.turn.storing is None:
         return
     r, outcome = k.turn.storing
-    k.turn = replace(k.turn, storing=None)
+    k.turn = evolve(k.turn, storing=None)
     done = ev.ActionFinished(action_id=r.action_id, outcome="result")
     if i.stored:
         status, result, fields = r.tool.settle(outcome, r.truncated)
