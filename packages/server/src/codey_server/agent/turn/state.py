@@ -1,8 +1,10 @@
 """Codey's turn as a value: :class:`CodeyTurn` and its parts, all immutable.
 
-A step never changes a turn: it makes the next one (``dataclasses.replace``). The maps in it
-(``parsed``, ``children``) are never changed in place either: a step that changes one makes a
-new one. What the turn is doing reads from its fields: :attr:`CodeyTurn.phase` names it.
+A step never changes a turn: it makes the next one (:func:`~codey_server.agent.machine.evolve`).
+The maps in it (``parsed``, ``children``) are never changed in place either: a step that
+changes one makes a new one. The step a ``Proceed`` goes on with is ``core.then`` (a
+:class:`Then`); what the turn waits for reads from its fields: :attr:`CodeyTurn.phase` names
+it.
 """
 
 from __future__ import annotations
