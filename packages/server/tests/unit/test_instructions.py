@@ -15,13 +15,13 @@ from codey_protocol import worker as wk
 from codey_protocol.state import State
 from codey_server.agent.history import History
 from codey_server.agent.instructions import build_instructions
-from codey_server.agent.machine import CallModel, Proceed, Start
+from codey_server.agent.machine import BodyBuilt, BuildBody, CallModel, Proceed, Start, step
 from codey_server.agent.models import ModelProvider
-from codey_server.agent.ports import Limits
+from codey_server.agent.ports import Limits, provider_infos
 from codey_server.agent.tools import BUILTIN
 from codey_server.agent.tools.delegate import DELEGATE
 from codey_server.agent.tools.exec import EXEC
-from codey_server.agent.turn import CodeyTurn
+from codey_server.agent.turn import CodeyMachine, codey_turn
 from codey_server.agent.wire import wire_for
 from codey_server.core.rules import Context
 from codey_server.features import apply_all
@@ -75,16 +75,28 @@ def _first_body(*, policy: str = "suggest", sandbox: str = "workspace-write",
         (S, ev.SessionItemAppended(item=ev.UserMessage(id="u", ts=0.0, text="go")))]
     state = apply_all(State(), [ev.Envelope(seq=n, ts=float(n), session_id=sid, event=e)
                                 for n, (sid, e) in enumerate(events, start=1)])
-    turn = CodeyTurn(S, models=_Models(kind, edit_tools), limits=Limits(),  # type: ignore[arg-type]
-                     roles={"explorer": RoleConfig(description="reads")} if roles else None)
+    models = _Models(kind, edit_tools)
+    machine = CodeyMachine(provider_infos(models))  # type: ignore[arg-type]
+    turn = codey_turn(S, limits=Limits(),
+                      roles={"explorer": RoleConfig(description="reads")} if roles else None)
     ctx, seq = Context(), len(events)
-    step = turn.step(state, Start(now=10.0), ctx)
-    while step.proceed:  # fold the step's events, as the engine does, and go on
-        for sid, e in step.events:
+    turn, made = step(machine, turn, state, Start(now=10.0), ctx)
+    while True:  # fold the step's events, as the engine does, and go on
+        for sid, e in made.events:
             seq += 1
             apply_all(state, [ev.Envelope(seq=seq, ts=10.0, session_id=sid, event=e)])
-        step = turn.step(state, Proceed(now=10.0), ctx)
-    [call] = [e for e in step.effects if isinstance(e, CallModel)]
+        [build] = [e for e in made.effects if isinstance(e, BuildBody)] or [None]
+        if made.proceed:
+            turn, made = step(machine, turn, state, Proceed(now=10.0), ctx)
+        elif build is not None:  # the driver builds the body from the session's history
+            body = build.wire.body(model=build.model, instructions=build.instructions,
+                                   messages=models.history(S, build.wire.name).messages(
+                                       build.items), tools=build.tools, session_id=S,
+                                   options=build.options)
+            turn, made = step(machine, turn, state, BodyBuilt(body, 0, now=10.0), ctx)
+        else:
+            break
+    [call] = [e for e in made.effects if isinstance(e, CallModel)]
     body: dict[str, Any] = json.loads(call.body)
     return body
 

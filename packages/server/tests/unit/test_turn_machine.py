@@ -1,5 +1,7 @@
-"""The turn machines on their inputs alone: no engine, no tasks, no clock. A pilot folds each
-step's events into the state (as the engine would) and checks what the machine asks for."""
+"""The turn machines on their inputs alone: no engine, no tasks, no clock. A turn is a value
+moved on by the pure ``step``; a pilot folds each step's events into the state (as the engine
+would), answers the history's effects (as the driver would) and checks what the turn asks
+for."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import msgspec
 from codey_protocol import events as ev
 from codey_protocol import worker as wk
 from codey_protocol.state import State
-from codey_server.agent.acp import AcpTurn
+from codey_server.agent.acp import ACP, acp_turn
 from codey_server.agent.errors import ModelError
 from codey_server.agent.history import History
 from codey_server.agent.machine import (
@@ -21,28 +23,35 @@ from codey_server.agent.machine import (
     ActionProgressed,
     ApprovalDecided,
     ApprovalExpired,
+    BodyBuilt,
+    BuildBody,
     CallModel,
     CancelAction,
     Input,
     Interrupted,
+    Machine,
     ModelDone,
     ModelFailed,
     ModelParts,
+    NoteBody,
     Proceed,
     RunAction,
     SessionAttached,
     SetTimer,
     Start,
     Step,
+    Stepper,
     TimerFired,
-    TurnMachine,
+    TurnValue,
     WaitApproval,
     WorkerPresence,
+    step,
 )
 from codey_server.agent.models import ModelProvider
-from codey_server.agent.ports import Limits
+from codey_server.agent.ports import Limits, provider_infos
 from codey_server.agent.stream import Finished, TextDelta, ToolCallRequested, Usage
-from codey_server.agent.turn import CodeyTurn
+from codey_server.agent.turn import CodeyMachine, CodeyTurn, codey_turn
+from codey_server.agent.turn import calls as turn_calls
 from codey_server.agent.wire import wire_for
 from codey_server.core.rules import Context
 from codey_server.features import apply
@@ -69,11 +78,16 @@ class Models:
 
 
 class Pilot:
-    """Feeds a machine and folds its events, as the driver and the engine do; ``Proceed`` is
-    fed at once when a step asks for it (its steps are kept in :attr:`steps`)."""
+    """Feeds a turn through ``step`` and folds its events, as the driver and the engine do;
+    ``Proceed`` is fed at once when a step asks for it, and the history's effects
+    (``BuildBody``, ``NoteBody``) are carried out here, as the driver does, on
+    :attr:`models`' histories."""
 
-    def __init__(self, machine: TurnMachine, state: State) -> None:
+    def __init__(self, machine: Machine[Any], turn: TurnValue, state: State,
+                 models: Models | None = None) -> None:
         self.machine = machine
+        self.turn = turn
+        self.models = models or Models()
         self.state = state
         self.now = 1000.0
         self._ids = 0
@@ -93,14 +107,41 @@ class Pilot:
         at the input's time (or a second after the last)."""
         self.now = input.now or self.now + 1.0
         out = Step()
-        step = self.machine.step(self.state, input, self.ctx)
+        made = self._step(input)
         while True:
-            self.record(*step.events)
-            out.events += step.events
-            out.effects += step.effects
-            if not step.proceed:
+            self.record(*made.events)
+            out.events += made.events
+            built: BodyBuilt | None = None
+            for effect in made.effects:
+                if isinstance(effect, BuildBody):
+                    built = self._build(effect)
+                elif isinstance(effect, NoteBody):
+                    self.models.history(effect.session_id, effect.wire_name).last_body_len = \
+                        effect.size
+                else:
+                    out.effects.append(effect)
+            if made.proceed:
+                made = self._step(Proceed(now=self.now))
+            elif built is not None:
+                made = self._step(built)
+            else:
                 return out
-            step = self.machine.step(self.state, Proceed(now=self.now), self.ctx)
+
+    def _step(self, input: Input) -> Step:
+        self.turn, made = step(self.machine, self.turn, self.state, input, self.ctx)
+        return made
+
+    def _build(self, e: BuildBody) -> BodyBuilt:
+        history = self.models.history(e.session_id, e.wire.name)
+        last = history.last_body_len
+        body = e.wire.body(model=e.model, instructions=e.instructions,
+                           messages=history.messages(e.items), tools=e.tools,
+                           session_id=e.session_id, options=e.options)
+        return BodyBuilt(body, last, now=self.now)
+
+    @property
+    def done(self) -> bool:
+        return self.turn.core.done
 
     @property
     def session(self) -> Any:
@@ -115,7 +156,7 @@ def _session(policy: str = "full-auto", agent: str | None = None,
              prompt: str = "fix it", *, machine_sandbox: str = "bwrap",
              sandbox: str = "workspace-write") -> State:
     state = State()
-    pilot = Pilot(CodeyTurn(S, models=Models(), limits=LIMITS), state)
+    pilot = Pilot(*_codey_turn(), state)
     pilot.record(
         (None, ev.WorkerPaired(worker_id=W, request_id="r", hostname="h", os="Linux",
                                python_version="3.11", worker_version="0", roots=["/w"],
@@ -132,9 +173,14 @@ def _session(policy: str = "full-auto", agent: str | None = None,
     return state
 
 
+def _codey_turn(**kwargs: Any) -> tuple[CodeyMachine, CodeyTurn]:
+    """Codey's machine, and a new turn of S (``kwargs``: :func:`codey_turn`'s)."""
+    return CodeyMachine(provider_infos(Models())), codey_turn(S, limits=LIMITS, **kwargs)
+
+
 def _codey(policy: str = "full-auto", *, machine_sandbox: str = "bwrap",
            sandbox: str = "workspace-write", **kwargs: Any) -> Pilot:
-    return Pilot(CodeyTurn(S, models=Models(), limits=LIMITS, **kwargs),
+    return Pilot(*_codey_turn(**kwargs),
                  _session(policy, machine_sandbox=machine_sandbox, sandbox=sandbox))
 
 
@@ -149,6 +195,26 @@ def test_a_turn_starts_running_and_calls_the_model() -> None:
     [call] = step.effects
     assert isinstance(call, CallModel) and call.model == "m"
     assert json.loads(call.body)["messages"][-1] == {"role": "user", "content": "fix it"}
+
+
+def test_a_turn_is_a_value_made_anew_by_each_step_and_replayed_from_its_inputs() -> None:
+    """The turn's state is a value (issue 35, item 1): a step makes a new one and leaves the
+    one it was given as it was; the same inputs on the same state make equal turns and equal
+    events; it prints, compares, and names its phase."""
+    machine = _codey_turn()[0]
+    inputs = [Start(), ModelParts([_shell("ls"), Usage(10, 2)]), ModelDone(now=2000.0)]
+    runs = []
+    for _ in range(2):
+        pilot = Pilot(machine, codey_turn(S, limits=LIMITS), _session())
+        runs.append((pilot, [pilot.feed(i).events for i in inputs]))
+    (a, a_events), (b, b_events) = runs
+    assert a.turn == b.turn and a_events == b_events
+    assert a.turn.phase == "running" and repr(a.turn).startswith("CodeyTurn(core=Core(")
+    before = a.turn
+    [action_id] = a.session.pending_actions
+    a.feed(ActionDone(action_id, wk.CommandResult(exit_code=0, stdout="a\n")))
+    assert a.turn != before and before == b.turn  # the step left the old value alone
+    assert a.turn.phase == "answer" and a.turn.iterations == 2  # the model is called again
 
 
 def test_the_first_call_is_requested_with_the_answer_and_runs_at_once() -> None:
@@ -198,7 +264,7 @@ def test_deltas_are_coalesced_by_the_timer_or_by_size() -> None:
     assert _events(step)[:2] == [ev.SessionItemUpdated(item_id=item_id, text_delta="!"),
                                  ev.SessionItemUpdated(item_id=item_id, streaming=False)]
     assert pilot.session.items[-1].text == "He" + "llo," + big + "!"
-    assert pilot.session.status == "idle" and pilot.machine.done
+    assert pilot.session.status == "idle" and pilot.done
 
 
 def test_an_approval_waits_until_its_deadline_from_the_request() -> None:
@@ -215,7 +281,7 @@ def test_an_approval_waits_until_its_deadline_from_the_request() -> None:
     assert pilot.session.status == "waiting_approval"
 
     # a turn resumed later waits until the same moment, not 600 s from now
-    resumed = Pilot(CodeyTurn(S, models=Models(), limits=LIMITS, resume=True), pilot.state)
+    resumed = Pilot(*_codey_turn(resume=True), pilot.state)
     resumed.now = 5300.0
     waits = [e for e in resumed.feed(Start()).effects if isinstance(e, WaitApproval)]
     assert waits == [WaitApproval(S, approval.approval_id, approval.requested_at + 600)]
@@ -393,12 +459,12 @@ def test_a_command_lost_with_its_dead_worker_fails_saying_so_and_the_turn_stops(
     error = pilot.session.items[-1]
     assert isinstance(error, ev.ErrorItem) and error.code == "worker_lost"
     assert error.message.startswith("The worker restarted while a command ran")
-    assert pilot.machine.done
+    assert pilot.done
 
     # the next prompt goes on: the model reads what happened
     pilot.record((S, ev.SessionItemAppended(item=ev.UserMessage(id="itm_2", ts=0.0,
                                                                 text="go on"))))
-    again = Pilot(CodeyTurn(S, models=Models(), limits=LIMITS), pilot.state)
+    again = Pilot(*_codey_turn(), pilot.state)
     [call] = again.feed(Start()).effects
     assert isinstance(call, CallModel)
     told = [m for m in json.loads(call.body)["messages"] if m["role"] == "tool"]
@@ -445,7 +511,7 @@ def test_under_full_auto_a_command_lost_with_its_dead_worker_is_told_and_the_tur
     assert told[0]["content"].startswith(
         "error: the worker restarted while this command ran. It was not run again, and "
         "whether it finished is unknown")
-    assert not pilot.machine.done
+    assert not pilot.done
 
 
 def test_under_full_auto_a_command_its_stopping_worker_stopped_is_told_and_the_turn_goes_on(
@@ -472,14 +538,14 @@ def test_a_command_cancelled_on_request_is_not_lost_with_its_worker() -> None:
     pilot, _ = _lost_command(result, policy="full-auto")
     first, _second = [i for i in pilot.session.items if isinstance(i, ev.ToolCall)]
     assert (first.status, first.error) == ("failed", None)
-    assert pilot.session.status == "running" and not pilot.machine.done
+    assert pilot.session.status == "running" and not pilot.done
 
 
 def test_a_session_whose_provider_is_not_there_says_what_to_do() -> None:
     """With no provider at all, the error names none (a session started before one was set
     up named "default", which nobody made); with some, it names the session's."""
     def failed(state: State) -> str:
-        pilot = Pilot(CodeyTurn(S, models=Models(), limits=LIMITS), state)
+        pilot = Pilot(*_codey_turn(), state)
         pilot.record((S, ev.SessionModelChanged(provider="default", model="")))
         pilot.feed(Start())
         error = pilot.session.items[-1]
@@ -524,7 +590,7 @@ def test_an_interrupt_cancels_the_action_and_closes_what_is_open() -> None:
     assert step.effects == [CancelAction(W, run.action.action_id, S)]
     assert ev.ActionFinished(action_id=run.action.action_id, outcome="cancelled") \
         in _events(step)
-    assert pilot.session.status == "interrupted" and pilot.machine.done
+    assert pilot.session.status == "interrupted" and pilot.done
     [tool] = [i for i in pilot.session.items if isinstance(i, ev.ToolCall)]
     assert tool.status == "cancelled"
 
@@ -536,7 +602,7 @@ _PERMISSION = wk.AcpUpdate(kind="permission", tool_call_id="t1", title="Write a.
 
 
 def test_an_acp_permission_request_asks_then_answers_the_agent() -> None:
-    pilot = Pilot(AcpTurn(S, limits=LIMITS), _session("suggest", agent="scripted"))
+    pilot = Pilot(ACP, acp_turn(S, limits=LIMITS), _session("suggest", agent="scripted"))
     step = pilot.feed(Start())
     [requested] = [e for e in _events(step) if isinstance(e, ev.ActionRequested)]
     [run] = step.effects
@@ -566,12 +632,12 @@ def test_an_acp_permission_request_asks_then_answers_the_agent() -> None:
 
     step = pilot.feed(ActionDone(prompt_id, wk.AcpTurnEnded(stop_reason="end_turn",
                                                                   acp_session_id="a")))
-    assert pilot.session.status == "idle" and pilot.machine.done
+    assert pilot.session.status == "idle" and pilot.done
     assert not pilot.session.pending_actions
 
 
 def test_an_acp_turn_interrupted_while_a_permission_waits_stays_interrupted() -> None:
-    pilot = Pilot(AcpTurn(S, limits=LIMITS), _session("suggest", agent="scripted"))
+    pilot = Pilot(ACP, acp_turn(S, limits=LIMITS), _session("suggest", agent="scripted"))
     step = pilot.feed(Start())
     [requested] = [e for e in _events(step) if isinstance(e, ev.ActionRequested)]
     prompt_id = requested.action_id
@@ -590,7 +656,7 @@ def test_an_acp_turn_interrupted_while_a_permission_waits_stays_interrupted() ->
 
 
 def test_a_rejected_acp_call_stays_rejected_to_the_end_of_the_turn() -> None:
-    pilot = Pilot(AcpTurn(S, limits=LIMITS), _session("suggest", agent="scripted"))
+    pilot = Pilot(ACP, acp_turn(S, limits=LIMITS), _session("suggest", agent="scripted"))
     step = pilot.feed(Start())
     [requested] = [e for e in _events(step) if isinstance(e, ev.ActionRequested)]
     prompt_id = requested.action_id
@@ -664,6 +730,33 @@ def test_a_command_runs_in_the_sessions_sandbox_with_gits_hardening() -> None:
     assert pairs["safe.bareRepository"] == "explicit"
 
 
+def test_a_calls_sandbox_is_the_gates_and_only_the_tool_escalates_out_of_it() -> None:
+    """The sandbox a call runs in is decided once, by the session's gate (issue 35)."""
+    from codey_server.agent.tools import Gate, Sandboxing
+
+    pilot = _codey(sandbox="read-only")
+    pilot.record((S, ev.SessionSandboxChanged(sandbox="read-only", network=True)))
+    workers = pilot.state.workers
+    gate = Gate.of(pilot.session, workers[W].capabilities, workers)
+    assert (gate.sandbox, gate.sandboxed, gate.can_sandbox) == (
+        Sandboxing("read-only", True), True, True)
+    action = _run(_call(pilot, _shell("ls")))
+    assert Sandboxing(action.sandbox, action.network) == gate.sandbox  # type: ignore[arg-type]
+    bare = _codey(machine_sandbox="none")
+    gate = Gate.of(bare.session, bare.state.workers[W].capabilities, bare.state.workers)
+    assert (gate.sandboxed, gate.can_sandbox) == (False, False)
+    assert "no OS sandbox" in str(gate.route(*_parsed(_shell("ls"), gate)))
+    escalated = _parsed(_escalate("ls"), gate)
+    assert getattr(gate.route(*escalated), "kind", None) == "escalate"
+
+
+def _parsed(part: ToolCallRequested, gate: Any) -> tuple[Any, Any]:
+    from codey_server.agent.tools import parse_call
+
+    parsed = parse_call(part.name, part.arguments, gate.capabilities)
+    return parsed.tool, parsed.args
+
+
 def test_escalating_asks_even_under_full_auto_and_says_why() -> None:
     pilot = _codey("full-auto")
     step = _call(pilot, _escalate("npm", "install"))
@@ -707,11 +800,11 @@ def test_escalated_for_the_session_is_remembered_apart_from_approved_commands() 
 def _gate_ask(pilot: Pilot, part: ToolCallRequested) -> Any:
     from codey_server.agent.tools import parse_call
 
-    turn = pilot.machine
-    assert isinstance(turn, CodeyTurn)
+    assert isinstance(pilot.turn, CodeyTurn)
     worker = pilot.state.workers[W]
     parsed = parse_call(part.name, part.arguments, worker.capabilities)
-    return turn._route_call(parsed)
+    k = Stepper(pilot.machine, pilot.turn, pilot.state, pilot.session, pilot.ctx, pilot.now)
+    return turn_calls.route_call(k, parsed)
 
 
 def test_a_known_safe_command_is_safe_only_inside_the_sandbox() -> None:
@@ -912,8 +1005,7 @@ def test_an_image_is_kept_in_the_blob_store_before_its_call_settles_then_sent_wi
     png = b"\x89PNG\r\n\x1a\n" + b"\0" * 30
     pilot = _codey()
     stored: dict[str, bytes] = {}
-    models = pilot.machine.models  # type: ignore[attr-defined]
-    models.histories[S] = History(wire_for("chat"), stored.get)
+    pilot.models.histories[S] = History(wire_for("chat"), stored.get)
     step = _call(pilot, ToolCallRequested("c1", "view_image", json.dumps({"path": "s.png"})))
     [run] = [e for e in step.effects if isinstance(e, RunAction)]
     assert isinstance(run.action, wk.ViewImage) and run.action.path == "s.png"
@@ -1107,7 +1199,7 @@ def test_a_worktree_gone_at_the_turns_start_ends_it_before_the_model_is_called()
     step = pilot.feed(ActionErrored(load.action.action_id, "worktree_gone", GONE))
     assert _events(step) == [ev.WorktreeUpdated(status="removed", error=GONE),
                              ev.SessionStatusChanged(status="error", reason=GONE)]
-    assert step.effects == [] and pilot.machine.done
+    assert step.effects == [] and pilot.done
     s = pilot.session
     assert s.worktree.status == "removed" and isinstance(s.items[-1], ev.UserMessage)
 
@@ -1122,5 +1214,5 @@ def test_a_worktree_gone_under_a_running_turn_fails_the_call_and_ends_the_turn()
     [tool] = [i for i in pilot.session.items if isinstance(i, ev.ToolCall)]
     assert tool.status == "failed" and "worktree_gone" in (tool.result or "")
     assert not any(isinstance(e, CallModel) for e in step.effects)  # the model is not asked
-    assert pilot.machine.done and pilot.session.status == "error"
+    assert pilot.done and pilot.session.status == "error"
     assert pilot.session.status_reason == GONE

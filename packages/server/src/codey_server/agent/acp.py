@@ -1,6 +1,6 @@
 """``AcpTurn``: a turn of a session run by an external agent over ACP, on its worker, as a
 state machine without I/O (:mod:`~codey_server.agent.machine`), run by the same driver as
-Codey's own turn.
+Codey's own turn. The turn is a value (:class:`AcpTurn`); :data:`ACP` steps it.
 
 The :class:`~codey_server.agent.service.AgentService` starts it instead of a
 :class:`~codey_server.agent.turn.CodeyTurn` when the session has an ``agent``. The turn is
@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 import msgspec
@@ -42,16 +44,19 @@ from codey_server.agent.machine import (
     ActionErrored,
     ActionOutcomeInput,
     ActionProgressed,
+    Core,
+    Input,
+    Limits,
     RunAction,
     Start,
+    Stepper,
     Streamed,
-    TurnMachine,
+    evolve,
 )
-from codey_server.agent.ports import Limits
 
 log = logging.getLogger("codey.agent.acp")
 
-__all__ = ["AcpTurn", "pick_option"]
+__all__ = ["ACP", "AcpMachine", "AcpTurn", "acp_turn", "pick_option"]
 
 #: how long an ``acp_permission`` action may take to reach the agent's request
 PERMISSION_TIMEOUT_S = 60.0
@@ -89,245 +94,313 @@ class _Ask:
     item_id: str
 
 
-class AcpTurn(TurnMachine):
-    """One turn of a session an ACP agent runs (see the module's docstring)."""
+@dataclass(frozen=True, slots=True)
+class AcpTurn:
+    """One turn of a session an ACP agent runs, as a value (see the module's docstring).
+    Its maps are never changed in place: a step that changes one makes a new one."""
 
-    def __init__(self, session_id: str, *, limits: Limits, resume: bool = False) -> None:
-        super().__init__(session_id, approval_timeout_s=limits.approval_timeout_s)
-        self.limits = limits
-        self.resume = resume
-        self._tools: dict[str, str] = {}  # ACP tool call id → item id
-        self._kinds: dict[str, str] = {}  # ACP tool call id → its kind (read, edit, …)
-        self._message: Streamed | None = None  # the item of the current text run
-        self._message_kind = ""
-        self._prompt: wk.AcpPrompt | None = None  # the agent's turn under way
-        self._asks: dict[str, _Ask] = {}  # approval id → the request it answers
-        self._sent: set[str] = set()  # user messages given to the agent by this turn
+    core: Core
+    action_timeout_s: float = 900.0
+    resume: bool = False
+    #: ACP tool call id → item id
+    tools: Mapping[str, str] = field(default_factory=dict)
+    #: ACP tool call id → its kind (read, edit, …)
+    kinds: Mapping[str, str] = field(default_factory=dict)
+    #: the item of the current text run
+    message: Streamed | None = None
+    #: the agent's turn under way
+    prompt: wk.AcpPrompt | None = None
+    #: approval id → the request it answers
+    asks: Mapping[str, _Ask] = field(default_factory=dict)
+    #: user messages given to the agent by this turn
+    sent: frozenset[str] = frozenset()
 
-    # the turn ------------------------------------------------------------------------------
 
-    def _on_start(self, _: Start) -> None:
-        resumed = self._in_flight() if self.resume else None
-        if resumed is None:
-            self._next_prompt()
-            return
-        self._pick_up()
-        self.status("running")
-        self._run_prompt(resumed)
+def acp_turn(session_id: str, *, limits: Limits, resume: bool = False) -> AcpTurn:
+    """A new ACP turn of ``session_id`` (``resume``: after a restart, follow the agent's
+    turn that was running)."""
+    return AcpTurn(Core(session_id, approval_timeout_s=limits.approval_timeout_s),
+                   action_timeout_s=limits.action_timeout_s, resume=resume)
 
-    def _pick_up(self) -> None:
-        """After a restart, before following the agent's turn again: text cut by the restart
-        is marked partial (what the agent said meanwhile was not seen), and its open tool
-        calls are found again by their ACP ids."""
-        for item in self.session.items:
-            if isinstance(item, (ev.AssistantMessage, ev.Reasoning)) and item.streaming:
-                self.emit(ev.SessionItemUpdated(item_id=item.id, streaming=False, partial=True))
-            elif isinstance(item, ev.ToolCall) and item.result is None:
-                self._tools[item.call_id] = item.id
 
-    def _in_flight(self) -> wk.AcpPrompt | None:
-        """After a restart: the agent's turn that was running (the worker still runs it or
-        kept its answer; the action id finds it)."""
-        for pending in self.session.pending_actions.values():
-            if isinstance(pending.action, wk.AcpPrompt):
-                return pending.action
+class _Then(Enum):
+    NEXT_PROMPT = "next_prompt"
+
+
+K = Stepper[AcpTurn]
+
+
+class AcpMachine:
+    """The ACP turn's handlers (:class:`~codey_server.agent.machine.Machine`)."""
+
+    def handle(self, k: K, input: Input) -> None:
+        if isinstance(input, Start):
+            _start(k)
+        elif isinstance(input, ActionProgressed):
+            _progressed(k, input)
+
+    def proceed(self, k: K, then: Enum) -> None:
+        if then is _Then.NEXT_PROMPT:
+            _next_prompt(k)
+
+    def action_over(self, k: K, i: ActionOutcomeInput) -> None:
+        _action_over(k, i)
+
+    def approval_over(self, k: K, approval_id: str) -> None:
+        _approval_over(k, approval_id)
+
+    def on_timer(self, k: K, key: str) -> None:
+        pass
+
+
+#: the ACP turn's machine (it holds nothing)
+ACP = AcpMachine()
+
+
+# the turn --------------------------------------------------------------------------------
+
+def _start(k: K) -> None:
+    resumed = _in_flight(k) if k.turn.resume else None
+    if resumed is None:
+        _next_prompt(k)
+        return
+    _pick_up(k)
+    k.status("running")
+    _run_prompt(k, resumed)
+
+
+def _pick_up(k: K) -> None:
+    """After a restart, before following the agent's turn again: text cut by the restart
+    is marked partial (what the agent said meanwhile was not seen), and its open tool
+    calls are found again by their ACP ids."""
+    tools = dict(k.turn.tools)
+    for item in k.session.items:
+        if isinstance(item, (ev.AssistantMessage, ev.Reasoning)) and item.streaming:
+            k.emit(ev.SessionItemUpdated(item_id=item.id, streaming=False, partial=True))
+        elif isinstance(item, ev.ToolCall) and item.result is None:
+            tools[item.call_id] = item.id
+    k.turn = evolve(k.turn, tools=tools)
+
+
+def _in_flight(k: K) -> wk.AcpPrompt | None:
+    """After a restart: the agent's turn that was running (the worker still runs it or
+    kept its answer; the action id finds it)."""
+    for pending in k.session.pending_actions.values():
+        if isinstance(pending.action, wk.AcpPrompt):
+            return pending.action
+    return None
+
+
+def _next_prompt(k: K) -> None:
+    """Give the agent the user's messages it has not had, or end the turn."""
+    prompt = _take_prompt(k)
+    if prompt is None:
+        if k.current_status in ("running", "waiting_approval", "waiting_worker"):
+            k.status("idle")
+        k.end()
+        return
+    k.status("running")
+    s = k.session
+    action = wk.AcpPrompt(action_id=k.new_id("act"), session_id=s.session_id,
+                          agent=s.agent or "", workdir=s.workdir, prompt=prompt[1])
+    k.emit(ev.ActionRequested(action_id=action.action_id, item_id=prompt[0],
+                              worker_id=s.worker_id, action=action))
+    _run_prompt(k, action)
+
+
+def _take_prompt(k: K) -> tuple[str, str] | None:
+    """The user's messages the agent has not had: those queued during its turn, or the
+    ones that end the session (a new prompt). Returns (the last one's id, their text)."""
+    items = k.session.items
+    sent = k.turn.sent
+    trailing: list[ev.UserMessage] = []
+    for item in reversed(items):
+        if not isinstance(item, ev.UserMessage):
+            break
+        trailing.insert(0, item)
+    if trailing and trailing[-1].id in sent:
+        trailing = []
+    queued = [i for i in items if isinstance(i, ev.UserMessage) and i.queued]
+    fresh = [m for m in items if isinstance(m, ev.UserMessage)
+             and (m in queued or m in trailing) and m.id not in sent]
+    if not fresh:
         return None
+    k.emit(*[ev.SessionItemUpdated(item_id=m.id, queued=False) for m in queued])
+    k.turn = evolve(k.turn, sent=sent | {m.id for m in fresh})
+    return fresh[-1].id, "\n\n".join(m.text for m in fresh if m.text.strip())
 
-    def _next_prompt(self) -> None:
-        """Give the agent the user's messages it has not had, or end the turn."""
-        prompt = self._take_prompt()
-        if prompt is None:
-            if self.current_status in ("running", "waiting_approval", "waiting_worker"):
-                self.status("idle")
-            self.done = True
-            return
-        self.status("running")
-        s = self.session
-        action = wk.AcpPrompt(action_id=self.new_id("act"), session_id=s.session_id,
-                              agent=s.agent or "", workdir=s.workdir, prompt=prompt[1])
-        self.emit(ev.ActionRequested(action_id=action.action_id, item_id=prompt[0],
-                                     worker_id=s.worker_id, action=action))
-        self._run_prompt(action)
 
-    def _take_prompt(self) -> tuple[str, str] | None:
-        """The user's messages the agent has not had: those queued during its turn, or the
-        ones that end the session (a new prompt). Returns (the last one's id, their text)."""
-        items = self.session.items
-        trailing: list[ev.UserMessage] = []
-        for item in reversed(items):
-            if not isinstance(item, ev.UserMessage):
-                break
-            trailing.insert(0, item)
-        if trailing and trailing[-1].id in self._sent:
-            trailing = []
-        queued = [i for i in items if isinstance(i, ev.UserMessage) and i.queued]
-        fresh = [m for m in items if isinstance(m, ev.UserMessage)
-                 and (m in queued or m in trailing) and m.id not in self._sent]
-        if not fresh:
-            return None
-        self.emit(*[ev.SessionItemUpdated(item_id=m.id, queued=False) for m in queued])
-        self._sent.update(m.id for m in fresh)
-        return fresh[-1].id, "\n\n".join(m.text for m in fresh if m.text.strip())
+def _run_prompt(k: K, action: wk.AcpPrompt) -> None:
+    s = k.session
+    k.turn = evolve(k.turn, prompt=action, message=None)
+    timeout = k.turn.action_timeout_s
+    k.effect(RunAction(s.worker_id, action, timeout, workdir=s.workdir,
+                       attach_timeout=timeout, progress=True))
 
-    def _run_prompt(self, action: wk.AcpPrompt) -> None:
-        s = self.session
-        self._prompt = action
-        self._message = None
-        timeout = self.limits.action_timeout_s
-        self.effect(RunAction(s.worker_id, action, timeout, workdir=s.workdir,
-                              attach_timeout=timeout, progress=True))
 
-    def action_over(self, i: ActionOutcomeInput) -> None:
-        if self._prompt is None or self._prompt.action_id != i.action_id:
-            return
-        self._prompt = None
-        if isinstance(i, ActionDone):
-            self._end_items("done")
-            self.emit(ev.ActionFinished(action_id=i.action_id, outcome="result"))
-            outcome = i.outcome
-            if isinstance(outcome, wk.AcpTurnEnded) \
-                    and outcome.stop_reason not in ("end_turn", "cancelled"):
-                self.notice("acp_stop", f"the agent stopped: {outcome.stop_reason}")
-            self.next(self._next_prompt)
-            return
-        message = i.message if isinstance(i, ActionErrored) else "the worker timed out"
-        self._end_items("failed")
-        self.emit(ev.ActionFinished(action_id=i.action_id, outcome="errored"))
-        self.error(message, "acp", message[:200])
+def _action_over(k: K, i: ActionOutcomeInput) -> None:
+    prompt = k.turn.prompt
+    if prompt is None or prompt.action_id != i.action_id:
+        return
+    k.turn = evolve(k.turn, prompt=None)
+    if isinstance(i, ActionDone):
+        _end_items(k, "done")
+        k.emit(ev.ActionFinished(action_id=i.action_id, outcome="result"))
+        outcome = i.outcome
+        if isinstance(outcome, wk.AcpTurnEnded) \
+                and outcome.stop_reason not in ("end_turn", "cancelled"):
+            k.notice("acp_stop", f"the agent stopped: {outcome.stop_reason}")
+        if not k.wait(_Then.NEXT_PROMPT):
+            _next_prompt(k)
+        return
+    message = i.message if isinstance(i, ActionErrored) else "the worker timed out"
+    _end_items(k, "failed")
+    k.emit(ev.ActionFinished(action_id=i.action_id, outcome="errored"))
+    k.error(message, "acp", message[:200])
 
-    # the agent's updates -------------------------------------------------------------------
 
-    def _on_action_progressed(self, i: ActionProgressed) -> None:
-        prompt = self._prompt
-        if prompt is None or prompt.action_id != i.action_id or i.progress.stream != "acp":
-            return
-        try:
-            update = _UPDATE.decode(i.progress.data)
-        except msgspec.DecodeError:
-            log.warning("session %s: an ACP update that does not decode", self.session_id)
-            return
-        if update.kind in ("text", "thought"):
-            self._chunk(update.kind, update.text)
-            return
-        self._close_message()
-        if update.kind == "tool":
-            self._tool(update)
-        elif update.kind == "plan":
-            self.emit(ev.PlanUpdated(steps=[
-                ev.PlanStep(step=text, status=_PLAN_STATUS.get(status, "pending"))
-                for text, status in update.entries]))
-        elif update.kind == "permission":
-            self._permission(prompt, update)
+# the agent's updates -----------------------------------------------------------------------
 
-    def _chunk(self, kind: str, text: str) -> None:
-        if self._message is None or self._message_kind != kind:
-            self._close_message()
-            self._message = Streamed(
-                (lambda i, ts, t: ev.AssistantMessage(id=i, ts=ts, text=t, streaming=True))
-                if kind == "text" else
-                (lambda i, ts, t: ev.Reasoning(id=i, ts=ts, text=t, streaming=True)))
-            self._message_kind = kind
-        self.stream(self._message, text)
+def _progressed(k: K, i: ActionProgressed) -> None:
+    prompt = k.turn.prompt
+    if prompt is None or prompt.action_id != i.action_id or i.progress.stream != "acp":
+        return
+    try:
+        update = _UPDATE.decode(i.progress.data)
+    except msgspec.DecodeError:
+        log.warning("session %s: an ACP update that does not decode", k.session_id)
+        return
+    if update.kind in ("text", "thought"):
+        _chunk(k, "text" if update.kind == "text" else "reasoning", update.text)
+        return
+    _close_message(k)
+    if update.kind == "tool":
+        _tool(k, update)
+    elif update.kind == "plan":
+        k.emit(ev.PlanUpdated(steps=[
+            ev.PlanStep(step=text, status=_PLAN_STATUS.get(status, "pending"))
+            for text, status in update.entries]))
+    elif update.kind == "permission":
+        _permission(k, prompt, update)
 
-    def _close_message(self) -> None:
-        if self._message is not None:
-            self.close(self._message, partial=False)
-            self._message = None
 
-    def _tool(self, update: wk.AcpUpdate) -> str:
-        """The tool call item of ``update``, created or changed; returns its id."""
-        call_id = update.tool_call_id or self.new_id("call")
-        if update.tool_kind:
-            self._kinds[call_id] = update.tool_kind
-        item_id = self._tools.get(call_id)
-        status = _TOOL_STATUS.get(update.status or "")
-        if item_id is None:
-            item_id = self._tools[call_id] = self.new_id("itm")
-            arguments: dict[str, Any] = {"kind": update.tool_kind, "title": update.title}
-            if update.command:
-                arguments["command"] = update.command
-            self.emit(ev.SessionItemAppended(item=ev.ToolCall(
-                id=item_id, ts=self.now, call_id=call_id,
-                name=update.title or update.tool_kind or "tool",
-                arguments=json.dumps(arguments), command=update.command,
-                status=status or "pending", output=update.text)))
-            return item_id
-        fields: dict[str, Any] = {}
-        item = self._item(item_id)
-        if item is not None and item.status == "rejected":
-            # the user said no: the agent's later "failed" or "completed" for the call (or
-            # the end of its turn) does not make it look run
-            status = None
-        if status is not None and update.kind == "tool":
-            fields["status"] = status
-            if status in ("done", "failed"):
-                fields["result"] = update.text
-        if update.text:
-            fields["output"] = update.text
-        if fields:
-            self.emit(ev.SessionItemUpdated(item_id=item_id, **fields))
+def _chunk(k: K, kind: Any, text: str) -> None:
+    message = k.turn.message
+    if message is None or message.kind != kind:
+        _close_message(k)
+        message = Streamed(kind)
+    k.turn = evolve(k.turn, message=k.stream(message, text))
+
+
+def _close_message(k: K) -> None:
+    if k.turn.message is not None:
+        k.close(k.turn.message, partial=False)
+        k.turn = evolve(k.turn, message=None)
+
+
+def _tool(k: K, update: wk.AcpUpdate) -> str:
+    """The tool call item of ``update``, created or changed; returns its id."""
+    call_id = update.tool_call_id or k.new_id("call")
+    if update.tool_kind:
+        k.turn = evolve(k.turn, kinds={**k.turn.kinds, call_id: update.tool_kind})
+    item_id = k.turn.tools.get(call_id)
+    status = _TOOL_STATUS.get(update.status or "")
+    if item_id is None:
+        item_id = k.new_id("itm")
+        k.turn = evolve(k.turn, tools={**k.turn.tools, call_id: item_id})
+        arguments: dict[str, Any] = {"kind": update.tool_kind, "title": update.title}
+        if update.command:
+            arguments["command"] = update.command
+        k.emit(ev.SessionItemAppended(item=ev.ToolCall(
+            id=item_id, ts=k.now, call_id=call_id,
+            name=update.title or update.tool_kind or "tool",
+            arguments=json.dumps(arguments), command=update.command,
+            status=status or "pending", output=update.text)))
         return item_id
+    fields: dict[str, Any] = {}
+    item = _item(k, item_id)
+    if item is not None and item.status == "rejected":
+        # the user said no: the agent's later "failed" or "completed" for the call (or
+        # the end of its turn) does not make it look run
+        status = None
+    if status is not None and update.kind == "tool":
+        fields["status"] = status
+        if status in ("done", "failed"):
+            fields["result"] = update.text
+    if update.text:
+        fields["output"] = update.text
+    if fields:
+        k.emit(ev.SessionItemUpdated(item_id=item_id, **fields))
+    return item_id
 
-    def _end_items(self, status: ev.ToolStatus) -> None:
-        """At the end of the agent's turn: close the text run and settle every call left
-        open (an agent may not report each one's end)."""
-        self._close_message()
-        for item_id in self._tools.values():
-            item = self._item(item_id)
-            if item is not None and item.result is None:
-                kept = item.status in ("failed", "rejected")
-                self.emit(ev.SessionItemUpdated(
-                    item_id=item_id, status=item.status if kept else status,
-                    result=item.output or ("rejected by the user"
-                                           if item.status == "rejected" else "")))
-        self._tools.clear()
 
-    def _item(self, item_id: str) -> ev.ToolCall | None:
-        item = next((i for i in reversed(self.session.items) if i.id == item_id), None)
-        return item if isinstance(item, ev.ToolCall) else None
+def _end_items(k: K, status: ev.ToolStatus) -> None:
+    """At the end of the agent's turn: close the text run and settle every call left
+    open (an agent may not report each one's end)."""
+    _close_message(k)
+    for item_id in k.turn.tools.values():
+        item = _item(k, item_id)
+        if item is not None and item.result is None:
+            kept = item.status in ("failed", "rejected")
+            k.emit(ev.SessionItemUpdated(
+                item_id=item_id, status=item.status if kept else status,
+                result=item.output or ("rejected by the user"
+                                       if item.status == "rejected" else "")))
+    k.turn = evolve(k.turn, tools={})
 
-    # permission requests -------------------------------------------------------------------
 
-    def _permission(self, prompt: wk.AcpPrompt, update: wk.AcpUpdate) -> None:
-        item_id = self._tool(update)
-        # what "approve for session" remembers: this kind of request (a request names the
-        # call; its kind came with the call's start)
-        kind = update.tool_kind or self._kinds.get(update.tool_call_id or "")
-        what = ["acp", kind or update.title or "tool"]
-        s = self.session
-        remembered = what in s.approved_prefixes
-        if s.policy == "full-auto" or remembered:
-            self._answer(prompt, update, pick_option(update.options, "approved"))
-            return
-        approval_id = self.new_id("apr")
-        reason = " — ".join(p for p in (update.title, update.reason) if p)
-        self.emit(ev.ApprovalRequested(approval_id=approval_id, item_id=item_id, kind="acp",
-                                       command=what,
-                                       reason=reason or "the agent asks for permission"),
-                  ev.SessionItemUpdated(item_id=item_id, status="waiting_approval",
-                                        approval_id=approval_id))
-        self._asks[approval_id] = _Ask(prompt, update, item_id)
-        self.await_approval(approval_id, self.now)
+def _item(k: K, item_id: str) -> ev.ToolCall | None:
+    item = next((i for i in reversed(k.session.items) if i.id == item_id), None)
+    return item if isinstance(item, ev.ToolCall) else None
 
-    def approval_over(self, approval_id: str) -> None:
-        ask = self._asks.pop(approval_id, None)
-        approval = self.session.approvals.get(approval_id)
-        if ask is None or approval is None:
-            return
-        if approval.status == "cancelled":
-            return  # the turn was interrupted: the worker refuses the agent's request itself
-        self.status("running")
-        option = pick_option(ask.update.options, approval.status)
-        self.emit(ev.SessionItemUpdated(
-            item_id=ask.item_id,
-            status="running" if approval.status == "approved" else "rejected"))
-        self._answer(ask.prompt, ask.update, option)
 
-    def _answer(self, prompt: wk.AcpPrompt, update: wk.AcpUpdate, option: str | None) -> None:
-        """Send the decision to the agent's waiting request (an ``acp_permission`` action;
-        if it does not arrive, the agent's turn goes on without it)."""
-        s = self.session
-        answer = wk.AcpPermission(action_id=self.new_id("act"), session_id=s.session_id,
-                                  target_action_id=prompt.action_id,
-                                  request_id=update.request_id or "", option_id=option)
-        self.effect(RunAction(s.worker_id, answer, PERMISSION_TIMEOUT_S, report=False))
+# permission requests -----------------------------------------------------------------------
+
+def _permission(k: K, prompt: wk.AcpPrompt, update: wk.AcpUpdate) -> None:
+    item_id = _tool(k, update)
+    # what "approve for session" remembers: this kind of request (a request names the
+    # call; its kind came with the call's start)
+    kind = update.tool_kind or k.turn.kinds.get(update.tool_call_id or "")
+    what = ["acp", kind or update.title or "tool"]
+    s = k.session
+    remembered = what in s.approved_prefixes
+    if s.policy == "full-auto" or remembered:
+        _answer(k, prompt, update, pick_option(update.options, "approved"))
+        return
+    approval_id = k.new_id("apr")
+    reason = " — ".join(p for p in (update.title, update.reason) if p)
+    k.emit(ev.ApprovalRequested(approval_id=approval_id, item_id=item_id, kind="acp",
+                                command=what,
+                                reason=reason or "the agent asks for permission"),
+           ev.SessionItemUpdated(item_id=item_id, status="waiting_approval",
+                                 approval_id=approval_id))
+    k.turn = evolve(k.turn, asks={**k.turn.asks, approval_id: _Ask(prompt, update, item_id)})
+    k.await_approval(approval_id, k.now)
+
+
+def _approval_over(k: K, approval_id: str) -> None:
+    ask = k.turn.asks.get(approval_id)
+    if ask is not None:
+        k.turn = evolve(k.turn, asks={a: v for a, v in k.turn.asks.items()
+                                       if a != approval_id})
+    approval = k.session.approvals.get(approval_id)
+    if ask is None or approval is None:
+        return
+    if approval.status == "cancelled":
+        return  # the turn was interrupted: the worker refuses the agent's request itself
+    k.status("running")
+    option = pick_option(ask.update.options, approval.status)
+    k.emit(ev.SessionItemUpdated(
+        item_id=ask.item_id,
+        status="running" if approval.status == "approved" else "rejected"))
+    _answer(k, ask.prompt, ask.update, option)
+
+
+def _answer(k: K, prompt: wk.AcpPrompt, update: wk.AcpUpdate, option: str | None) -> None:
+    """Send the decision to the agent's waiting request (an ``acp_permission`` action;
+    if it does not arrive, the agent's turn goes on without it)."""
+    s = k.session
+    answer = wk.AcpPermission(action_id=k.new_id("act"), session_id=s.session_id,
+                              target_action_id=prompt.action_id,
+                              request_id=update.request_id or "", option_id=option)
+    k.effect(RunAction(s.worker_id, answer, PERMISSION_TIMEOUT_S, report=False))

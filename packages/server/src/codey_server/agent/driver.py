@@ -2,12 +2,18 @@
 results back as inputs. Both turns — Codey's (:class:`~codey_server.agent.turn.CodeyTurn`) and
 an ACP agent's (:class:`~codey_server.agent.acp.AcpTurn`) — run on it.
 
-:meth:`TurnDriver.run` is the turn's asyncio task (started by the agent service). It feeds
-``Start``, then one input at a time from its inbox. Each input goes through the engine's write
-path: ``Engine.submit(machine.step, input, exclusive=False)`` — the turn is the only writer of
-its session's steps, so its appends group-commit with everyone else's — and only once the
-step's events are folded are its effects started (so an effect never runs ahead of the record
-that explains it) and, when the step asks, ``Proceed`` fed.
+:meth:`TurnDriver.run` is the turn's asyncio task (started by the agent service). It holds the
+turn's current value and feeds ``Start``, then one input at a time from its inbox. Each input
+goes through the engine's write path: ``Engine.submit(step, input, exclusive=False)``, where
+the decision is the pure :func:`~codey_server.agent.machine.step` of the turn's value (the turn
+is the only writer of its session's steps, so its appends group-commit with everyone else's)
+and the step's new value replaces the old one; only once the step's events are folded are its
+effects started (so an effect never runs ahead of the record that explains it) and, when the
+step asks, ``Proceed`` fed.
+
+The driver keeps what is not the turn's to hold: the model providers (a ``CallModel`` names
+one) and each session's encoded history (``BuildBody`` reads it, ``NoteBody`` records the
+size of a body sent).
 
 Effects run as tasks (a model stream, an action, a wait) or timers; what they learn comes back
 through the inbox, so the machine sees one input at a time, in order.
@@ -47,6 +53,8 @@ from codey_server.agent.machine import (
     ApprovalExpired,
     BlobLoaded,
     BlobStored,
+    BodyBuilt,
+    BuildBody,
     CallModel,
     CancelAction,
     ChildDone,
@@ -54,9 +62,11 @@ from codey_server.agent.machine import (
     Input,
     Interrupted,
     LoadBlob,
+    Machine,
     ModelDone,
     ModelFailed,
     ModelParts,
+    NoteBody,
     Proceed,
     RunAction,
     SessionAttached,
@@ -65,11 +75,12 @@ from codey_server.agent.machine import (
     Step,
     StoreBlob,
     TimerFired,
-    TurnMachine,
+    TurnValue,
     WaitAnswer,
     WaitApproval,
     WaitChild,
     WorkerPresence,
+    step,
 )
 from codey_server.agent.ports import TurnDeps
 from codey_server.agent.stream import ModelEvent
@@ -126,10 +137,14 @@ class _Inbox:
 
 
 class TurnDriver:
-    def __init__(self, machine: TurnMachine, deps: TurnDeps) -> None:
+    """Runs one turn: ``machine`` (its kind's handlers) from the value ``turn``."""
+
+    def __init__(self, machine: Machine[Any], turn: TurnValue, deps: TurnDeps) -> None:
         self.machine = machine
+        #: the turn's current value (each step makes the next)
+        self.turn = turn
         self.deps = deps
-        self.session_id = machine.session_id
+        self.session_id = turn.core.session_id
         self._inbox = _Inbox()
         self._tasks: set[asyncio.Task[None]] = set()
         self._timers: dict[str, asyncio.TimerHandle] = {}
@@ -139,6 +154,7 @@ class TurnDriver:
         #: set when the turn ended because a fenced write or action was refused
         self.lease_lost: LeaseLost | None = None
         self._start: dict[type[Any], Callable[[Any], None]] = {
+            BuildBody: self._build_body, NoteBody: self._note_body,
             CallModel: self._call_model, RunAction: self._run_action,
             CancelAction: self._cancel, WaitApproval: self._wait_approval,
             WaitAnswer: self._wait_answer, WaitChild: self._wait_child,
@@ -153,7 +169,7 @@ class TurnDriver:
     async def run(self) -> None:
         try:
             await self._feed(Start(now=time.time()))
-            while not self.machine.done:
+            while not self.turn.core.done:
                 if not self._inbox and not self._tasks and not self._timers:
                     raise RuntimeError("the turn waits, but for nothing")
                 await self._feed(await self._inbox.get())
@@ -202,7 +218,7 @@ class TurnDriver:
         return self._step
 
     def _decide(self, state: State, input: Input, ctx: Context) -> Decided:
-        self._step = self.machine.step(state, input, ctx)
+        self.turn, self._step = step(self.machine, self.turn, state, input, ctx)
         return self._step.events
 
     def _stop(self) -> None:
@@ -224,14 +240,30 @@ class TurnDriver:
 
     # effects -------------------------------------------------------------------------------
 
+    def _build_body(self, e: BuildBody) -> None:
+        history = self.deps.models.history(e.session_id, e.wire.name)
+        last = history.last_body_len
+        body = e.wire.body(model=e.model, instructions=e.instructions,
+                           messages=history.messages(e.items), tools=e.tools,
+                           session_id=e.session_id, options=e.options)
+        self.tell(BodyBuilt(body, last, now=time.time()))
+
+    def _note_body(self, e: NoteBody) -> None:
+        self.deps.models.history(e.session_id, e.wire_name).last_body_len = e.size
+
     def _call_model(self, e: CallModel) -> None:
         self._spawn(self._stream(e))
 
     async def _stream(self, e: CallModel) -> None:
         put = self._inbox.put
         now = time.time
+        provider = self.deps.models.provider(e.provider)
+        if provider is None:  # removed since the step named it
+            put(ModelFailed(ModelError(f"the provider {e.provider!r} is no longer configured "
+                                       "on this server", code="not_configured"), now=now()))
+            return
         try:
-            async for part in e.provider.stream(model=e.model, body=e.body):
+            async for part in provider.stream(model=e.model, body=e.body):
                 self._inbox.put_part(part, now())
         except ModelError as err:
             put(ModelFailed(err, now=now()))

@@ -2,21 +2,32 @@
 (Codey's own, :mod:`~codey_server.agent.turn`, and an ACP agent's, :mod:`~codey_server.agent.acp`)
 share.
 
-The shape is the websockets library's: the machine never touches a socket, a clock or a task.
-:meth:`TurnMachine.step` takes the folded :class:`~codey_protocol.state.State` (read-only), one
-:data:`Input` and the decision :class:`~codey_server.core.rules.Context` (fresh ids), and returns
-a :class:`Step`: the events to append (``[(session_id, event)]``, like every decision) and the
-:data:`Effect` values for the driver (:mod:`~codey_server.agent.driver`) to carry out. The driver
-runs ``step`` as a decision through ``Engine.submit`` — the turn's events take the one write
-path — then starts the effects, whose results come back as inputs. Times come in the inputs
-(``now``), never from a clock.
+The shape is the websockets library's: the machine never touches a socket, a clock or a task,
+and its state is a value. A turn is an immutable struct (``CodeyTurn``, ``AcpTurn``) whose
+:class:`Core` holds what both kinds share, among it the turn's explicit phase
+(:attr:`Core.then`: the step it takes when fed ``Proceed``; :attr:`Core.done`: over). One
+function moves it on::
+
+    step(machine, turn, state, input, ctx) -> (turn, Step)
+
+It takes the folded :class:`~codey_protocol.state.State` (read-only), one :data:`Input` and
+the decision :class:`~codey_server.core.rules.Context` (fresh ids), and returns the turn's
+next value and a :class:`Step`: the events to append (``[(session_id, event)]``, like every
+decision) and the :data:`Effect` values for the driver (:mod:`~codey_server.agent.driver`) to
+carry out. The ``machine`` (:class:`Machine`) is the kind's handlers, holding nothing that
+changes. Nothing is stored as a callback: where a turn must read the state its own events made
+before going on, it records the name of its next step (an enum) and asks for ``Proceed``. So
+a turn can be printed, compared and replayed from its inputs.
+
+The driver runs ``step`` as a decision through ``Engine.submit`` — the turn's events take the
+one write path — then starts the effects, whose results come back as inputs. Times come in
+the inputs (``now``), never from a clock.
 
 Order of calls: ``Start`` first; then any inputs, one at a time, each after the previous
 step's events are folded; when a step sets :attr:`Step.proceed`, the next input is
-``Proceed`` (the machine wanted to read the state its own events made before going on). The
-turn is over when :attr:`TurnMachine.done` is true. ``Interrupted`` (the user stopped the
-turn: close what is open, cancel the worker's actions) and ``Crashed`` (a bug: an error item)
-end it from any point.
+``Proceed``. The turn is over when ``turn.core.done`` is true. ``Interrupted`` (the user
+stopped the turn: close what is open, cancel the worker's actions) and ``Crashed`` (a bug: an
+error item) end it from any point.
 
 Inputs and what sends them:
 
@@ -24,6 +35,7 @@ Inputs and what sends them:
 input                         sent by the driver when …
 ============================  ===============================================================
 Start, Proceed                the turn begins; a step asked to go on
+BodyBuilt                     a request body asked for with ``BuildBody`` is ready
 ModelParts / Done / Failed    parts of the model's stream arrived; the stream ended; failed
 ActionProgressed              an action streamed output (or an ACP update)
 SessionAttached               before an action: the session's attach on this connection
@@ -39,24 +51,26 @@ ContextChanged                AGENTS.md or a skill changed in the workdir
 Interrupted, Crashed          the turn was stopped; the machine raised
 ============================  ===============================================================
 
-Effects: :class:`CallModel`, :class:`RunAction`, :class:`CancelAction`, :class:`WaitApproval`
-(with a deadline), :class:`WaitAnswer`, :class:`WaitChild`, :class:`LoadBlob`,
-:class:`StoreBlob`, :class:`SetTimer`.
+Effects: :class:`BuildBody` and :class:`NoteBody` (the session's encoded history, which the
+driver keeps), :class:`CallModel` (a provider by name), :class:`RunAction`,
+:class:`CancelAction`, :class:`WaitApproval` (with a deadline), :class:`WaitAnswer`,
+:class:`WaitChild`, :class:`LoadBlob`, :class:`StoreBlob`, :class:`SetTimer`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from enum import Enum
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from codey_protocol import events as ev
 from codey_protocol import worker as wk
 from codey_protocol.state import SessionInfo, State
 from codey_server.agent.conversation import interrupt_events
 from codey_server.agent.errors import ModelError
-from codey_server.agent.models import ModelProvider
 from codey_server.agent.stream import ModelEvent
+from codey_server.agent.wire import CallOptions, Wire
 from codey_server.core.rules import Context, Decided
 
 __all__ = [
@@ -72,33 +86,42 @@ __all__ = [
     "ApprovalExpired",
     "BlobLoaded",
     "BlobStored",
+    "BodyBuilt",
+    "BuildBody",
     "CallModel",
     "CancelAction",
     "ChildDone",
-    "Coalesced",
     "ContextChanged",
+    "Core",
     "Crashed",
+    "Delta",
     "Effect",
     "Input",
     "Interrupted",
+    "Limits",
     "LoadBlob",
+    "Machine",
     "ModelDone",
     "ModelFailed",
     "ModelParts",
+    "NoteBody",
     "Proceed",
     "RunAction",
     "SessionAttached",
     "SetTimer",
     "Start",
     "Step",
+    "Stepper",
     "StoreBlob",
     "Streamed",
     "TimerFired",
-    "TurnMachine",
+    "TurnValue",
     "WaitAnswer",
     "WaitApproval",
     "WaitChild",
     "WorkerPresence",
+    "evolve",
+    "step",
 ]
 
 #: streamed text/output is appended as one event per this many seconds (or STREAM_CHUNK chars)
@@ -124,6 +147,15 @@ class Start(Input):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Proceed(Input):
     pass
+
+
+@dataclass(frozen=True, slots=True)
+class BodyBuilt(Input):
+    """The request body a :class:`BuildBody` asked for, and the size of the body last built
+    from the same history (its :class:`NoteBody`; 0: none since the history was reset)."""
+
+    body: bytes
+    last_size: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,10 +279,37 @@ ActionOutcomeInput = ActionDone | ActionErrored | ActionTimedOut
 # effects -------------------------------------------------------------------------------------
 
 @dataclass(frozen=True, slots=True)
-class CallModel:
-    """Stream ``body`` to the provider: ``ModelParts``, then ``ModelDone`` or ``ModelFailed``."""
+class BuildBody:
+    """Build a request body from the session's encoded history (kept by the driver, per
+    session and wire): ``wire.body`` of the conversation of ``items`` with these parts.
+    ``BodyBuilt`` comes back."""
 
-    provider: ModelProvider
+    session_id: str
+    wire: Wire
+    items: Sequence[ev.Item]
+    model: str
+    instructions: str
+    tools: bytes
+    options: CallOptions
+
+
+@dataclass(frozen=True, slots=True)
+class NoteBody:
+    """Remember ``size`` as the size of the last body built from the session's history for
+    ``wire_name`` (0: the history was compacted), for the next call's context estimate.
+    Nothing comes back."""
+
+    session_id: str
+    wire_name: str
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class CallModel:
+    """Stream ``body`` to the provider named ``provider``: ``ModelParts``, then ``ModelDone``
+    or ``ModelFailed``."""
+
+    provider: str
     model: str
     body: bytes
 
@@ -333,8 +392,8 @@ class SetTimer:
     delay: float
 
 
-Effect = (CallModel | RunAction | CancelAction | WaitApproval | WaitAnswer | WaitChild
-          | LoadBlob | StoreBlob | SetTimer)
+Effect = (BuildBody | NoteBody | CallModel | RunAction | CancelAction | WaitApproval
+          | WaitAnswer | WaitChild | LoadBlob | StoreBlob | SetTimer)
 
 
 @dataclass(slots=True)
@@ -347,106 +406,157 @@ class Step:
     proceed: bool = False
 
 
-# the shared part of both turns ---------------------------------------------------------------
-
-class Coalesced:
-    """Deltas for one field of one item (``text_delta``, ``output_delta``), appended as few
-    events as possible: at :data:`STREAM_CHUNK` characters, or when the flush timer fires."""
-
-    __slots__ = ("buf", "field", "item_id", "size")
-
-    def __init__(self, field: str, item_id: str | None = None) -> None:
-        self.field = field
-        self.item_id = item_id
-        self.buf: list[str] = []
-        self.size = 0
+@dataclass(frozen=True)
+class Limits:
+    turn_iteration_cap: int = 50
+    action_timeout_s: float = 900.0
+    #: an approval nobody decides in this long expires (None: approvals wait for ever)
+    approval_timeout_s: float | None = None
 
 
-class Streamed(Coalesced):
-    """One streamed item (text, refusal, reasoning): appended with its first delta, its later
-    deltas coalesced, closed (``streaming: false``) at the end."""
+# the shared part of both turns' values -------------------------------------------------------
 
-    __slots__ = ("make", "said")
-
-    def __init__(self, make: Callable[[str, float, str], ev.Item]) -> None:
-        super().__init__("text_delta")
-        self.make = make  # (item id, time, first text) -> the item
-        self.said = False  # anything was said
+D = TypeVar("D")
+_EVOLVERS: dict[type[Any], Callable[..., Any]] = {}
 
 
-class TurnMachine:
-    """The part of a turn both kinds share: one step at a time, the status as this step left
-    it, coalesced deltas, approvals with a deadline, the interrupt and the crash.
+def evolve(obj: D, **changes: Any) -> D:
+    """A copy of the frozen, slotted dataclass ``obj`` with ``changes``: what
+    ``dataclasses.replace`` does, without its checks and its ``__init__`` (a step makes a few
+    dozen, and a turn's value has many fields). A field it does not have raises TypeError."""
+    cls = type(obj)
+    evolver = _EVOLVERS.get(cls)
+    if evolver is None:
+        evolver = _EVOLVERS[cls] = _evolver(cls)
+    result: D = evolver(obj, **changes)
+    return result
 
-    A subclass handles the inputs it cares about (``_on_<input>`` methods) and calls
-    :meth:`emit`, :meth:`effect`, :meth:`status`, :meth:`next` from them.
-    """
 
-    def __init__(self, session_id: str, *, approval_timeout_s: float | None = None) -> None:
-        self.session_id = session_id
-        self.approval_timeout_s = approval_timeout_s
-        #: the turn is over: the driver stops
-        self.done = False
-        self._then: Callable[[], None] | None = None
-        self._flushing: list[Coalesced] = []  # buffers the flush timer empties
-        self._timer_set = False
-        # as of the current step
-        self.state: State = State()
-        self.session: SessionInfo = SessionInfo(session_id="", title="", worker_id="",
-                                                workdir="", provider="", model="")
-        self.ctx = Context()
-        self.now = 0.0
-        self._step = Step()
-        self._status: tuple[ev.SessionStatus, str] = ("idle", "")
-        self._handlers: dict[type[Input], Callable[[Any], None] | None] = {
-            cls: getattr(self, name, None) for cls, name in _HANDLERS.items()}
+def _evolver(cls: type[Any]) -> Callable[..., Any]:
+    # generated, as dataclasses generates __init__: one keyword per field, unset ones copied
+    names: tuple[str, ...] = cls.__slots__
+    source = (f"def evolve(o, *, {', '.join(f'{n}=_UNSET' for n in names)}):\n"
+              + "".join(f"    if {n} is _UNSET: {n} = o.{n}\n" for n in names)
+              + "    new = _new(_cls)\n"
+              + "".join(f"    _set(new, {n!r}, {n})\n" for n in names)
+              + "    return new\n")
+    scope: dict[str, Any] = {"_UNSET": object(), "_set": object.__setattr__,
+                             "_new": object.__new__, "_cls": cls}
+    exec(source, scope)
+    made: Callable[..., Any] = scope["evolve"]
+    return made
 
-    # the step ------------------------------------------------------------------------------
 
-    def step(self, state: State, input: Input, ctx: Context) -> Step:
-        """Feed one input; returns the events to append and the effects to start. Reads
-        ``state`` (the fold, as of this step); never changes it."""
-        session = state.sessions.get(self.session_id)
-        self._step = step = Step()
-        if session is None:  # deleted meanwhile: nothing left to do
-            self.done = True
-            return step
-        self.state, self.session, self.ctx, self.now = state, session, ctx, input.now
-        self._status = (session.status, session.status_reason)
-        handler = self._handlers[type(input)]
-        if handler is not None:
-            handler(input)
-        return step
+class Shared(Enum):
+    """The steps of the shared part a ``Proceed`` goes on with."""
 
-    def _on_proceed(self, _: Proceed) -> None:
-        then, self._then = self._then, None
-        if then is not None:
-            then()
+    #: an approval expired (its record is folded): the machine reads it (``Core.expired``)
+    APPROVAL_OVER = "approval_over"
 
-    # what a handler calls ------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Delta:
+    """Text for one field of one item (``text_delta``, ``output_delta``) not appended yet."""
+
+    item_id: str
+    field: str
+    text: str = ""
+
+
+StreamedKind = Literal["text", "refusal", "reasoning"]
+
+
+@dataclass(frozen=True, slots=True)
+class Streamed:
+    """One streamed item (text, refusal, reasoning): appended with its first delta
+    (``item_id`` then set), its later deltas coalesced, closed (``streaming: false``) at the
+    end (``item_id`` None again)."""
+
+    kind: StreamedKind
+    item_id: str | None = None
+    #: anything was said
+    said: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Core:
+    """What every turn's value holds: its session, its phase and its coalesced deltas."""
+
+    session_id: str
+    #: an approval nobody decides in this long expires (None: never)
+    approval_timeout_s: float | None = None
+    #: the turn is over: the driver stops
+    done: bool = False
+    #: the step to take when ``Proceed`` comes (None: the turn waits for another input)
+    then: Enum | None = None
+    #: the approval whose expiry ``Shared.APPROVAL_OVER`` goes on with
+    expired: str | None = None
+    #: deltas not appended yet, in the order they came (an empty one was flushed by size)
+    deltas: tuple[Delta, ...] = ()
+    #: the flush timer is set
+    timer_set: bool = False
+
+
+class TurnValue(Protocol):
+    """A turn's value: an immutable struct with a :class:`Core`."""
+
+    @property
+    def core(self) -> Core: ...
+
+
+T = TypeVar("T", bound=TurnValue)
+
+
+class Stepper(Generic[T]):
+    """One step in the making: the turn's value as the step changes it (``turn``, ``core``),
+    what the step reads (the state, the session, the context, the time) and what it makes.
+    It lives for one call of :func:`step`; handlers call its methods."""
+
+    __slots__ = ("_status", "core", "ctx", "machine", "now", "out", "session", "state", "turn")
+
+    def __init__(self, machine: Machine[T], turn: T, state: State, session: SessionInfo,
+                 ctx: Context, now: float) -> None:
+        #: the kind's handlers (and what they may look up: a Codey turn's providers)
+        self.machine = machine
+        self.turn = turn
+        self.core = turn.core
+        self.state = state
+        self.session = session
+        self.ctx = ctx
+        self.now = now
+        self.out = Step()
+        self._status: tuple[ev.SessionStatus, str] = (session.status, session.status_reason)
+
+    @property
+    def session_id(self) -> str:
+        return self.core.session_id
 
     def emit(self, *events: ev.Event) -> None:
         """Append ``events`` to this session (at the end of the step)."""
-        sid = self.session_id
-        self._step.events += [(sid, e) for e in events]
+        sid = self.core.session_id
+        self.out.events += [(sid, e) for e in events]
 
     def emit_all(self, events: Decided) -> None:
-        self._step.events.extend(events)
+        self.out.events.extend(events)
 
     def effect(self, effect: Effect) -> None:
-        self._step.effects.append(effect)
-
-    def next(self, then: Callable[[], None]) -> None:
-        """Go on with ``then`` once this step's events are folded (at once if there are
-        none): whatever reads the session's items after a change of ours calls this first."""
-        if self._step.events:
-            self._then = then
-            self._step.proceed = True
-        else:
-            then()
+        self.out.effects.append(effect)
 
     def new_id(self, prefix: str) -> str:
         return self.ctx.new_id(prefix)
+
+    def end(self) -> None:
+        """The turn is over."""
+        self.core = evolve(self.core, done=True, then=None)
+
+    def wait(self, then: Enum) -> bool:
+        """Go on with ``then`` once this step's events are folded: True, and ``Proceed``
+        comes; False when there are none (go on at once)."""
+        if not self.out.events:
+            return False
+        self.core = evolve(self.core, then=then)
+        self.out.proceed = True
+        return True
 
     def status(self, status: ev.SessionStatus, reason: str = "") -> None:
         """Change the session's status, unless it is already that (as this step left it)."""
@@ -466,78 +576,81 @@ class TurnMachine:
         self.emit(ev.SessionItemAppended(item=ev.Notice(id=self.new_id("itm"), ts=self.now,
                                                         code=code, text=text)))
 
-    def finish(self, item_id: str, status: ev.ToolStatus, result: str, *before: ev.Event,
-               **fields: Any) -> None:
-        """Settle a tool call: ``before`` (an action's end, a plan), then the item's update."""
-        self.emit(*before, ev.SessionItemUpdated(item_id=item_id, status=status, result=result,
-                                                 **fields))
+    def error(self, message: str, code: str, reason: str) -> None:
+        """End the turn with an error item and status ``error`` (the session stays usable)."""
+        self.emit(ev.SessionItemAppended(item=ev.ErrorItem(id=self.new_id("itm"), ts=self.now,
+                                                           message=message, code=code)))
+        self.status("error", reason)
+        self.end()
 
     # coalesced deltas ----------------------------------------------------------------------
 
-    def add_delta(self, buffer: Coalesced, text: str) -> None:
-        buffer.buf.append(text)
-        buffer.size += len(text)
-        if buffer.size >= STREAM_CHUNK:
-            self.flush(buffer)
+    def add_delta(self, item_id: str, field: str, text: str) -> None:
+        deltas = self.core.deltas
+        at = next((n for n, d in enumerate(deltas)
+                   if d.item_id == item_id and d.field == field), None)
+        joined = text if at is None else deltas[at].text + text
+        if len(joined) >= STREAM_CHUNK:
+            self._append_delta(item_id, field, joined)
+            if at is not None:
+                self._set_delta(at, Delta(item_id, field))
+                self._drop_empty()
             return
-        if buffer not in self._flushing:
-            self._flushing.append(buffer)
-        if not self._timer_set:
-            self._timer_set = True
+        if at is None:
+            self.core = evolve(self.core, deltas=(*deltas, Delta(item_id, field, joined)))
+        else:
+            self._set_delta(at, Delta(item_id, field, joined))
+        if not self.core.timer_set:
+            self.core = evolve(self.core, timer_set=True)
             self.effect(SetTimer(FLUSH, COALESCE_S))
 
-    def flush(self, buffer: Coalesced) -> None:
-        if buffer.buf:
-            text = "".join(buffer.buf)
-            buffer.buf.clear()
-            buffer.size = 0
-            if buffer.item_id is not None:
-                delta: dict[str, Any] = {buffer.field: text}
-                self.emit(ev.SessionItemUpdated(item_id=buffer.item_id, **delta))
+    def _set_delta(self, at: int, delta: Delta) -> None:
+        deltas = self.core.deltas
+        self.core = evolve(self.core, deltas=(*deltas[:at], delta, *deltas[at + 1:]))
 
-    def stream(self, streamed: Streamed, text: str) -> None:
-        """A delta of a streamed item: the item is appended with the first one."""
-        streamed.said = True
+    def _append_delta(self, item_id: str, field: str, text: str) -> None:
+        if text:
+            delta: dict[str, Any] = {field: text}
+            self.emit(ev.SessionItemUpdated(item_id=item_id, **delta))
+
+    def _drop_empty(self) -> None:
+        # with no flush timer set, nothing waits (every delta kept sets it): the entries
+        # kept only for their order can go
+        if not self.core.timer_set:
+            self.core = evolve(self.core, deltas=())
+
+    def flush(self, item_id: str) -> None:
+        """Append what waits for ``item_id``."""
+        for n, d in enumerate(self.core.deltas):
+            if d.item_id == item_id and d.text:
+                self._append_delta(d.item_id, d.field, d.text)
+                self._set_delta(n, Delta(d.item_id, d.field))
+        self._drop_empty()
+
+    def flush_all(self) -> None:
+        for d in self.core.deltas:
+            self._append_delta(d.item_id, d.field, d.text)
+        self.core = evolve(self.core, deltas=())
+
+    def stream(self, streamed: Streamed, text: str) -> Streamed:
+        """A delta of a streamed item: the item is appended with the first one. Returns the
+        streamed item's new value."""
         if streamed.item_id is None:
-            streamed.item_id = self.new_id("itm")
-            self.emit(ev.SessionItemAppended(item=streamed.make(streamed.item_id, self.now,
-                                                                text)))
-        else:
-            self.add_delta(streamed, text)
+            item_id = self.new_id("itm")
+            self.emit(ev.SessionItemAppended(item=streamed_item(streamed.kind, item_id,
+                                                                self.now, text)))
+            return Streamed(streamed.kind, item_id, True)
+        self.add_delta(streamed.item_id, "text_delta", text)
+        return streamed if streamed.said else evolve(streamed, said=True)
 
-    def close(self, streamed: Streamed, *, partial: bool, **fields: Any) -> None:
-        self.flush(streamed)
-        if streamed.item_id is not None:
-            self.emit(ev.SessionItemUpdated(item_id=streamed.item_id, streaming=False,
-                                            partial=True if partial else None, **fields))
-        streamed.item_id = None
-
-    def _on_timer_fired(self, i: TimerFired) -> None:
-        if i.key == FLUSH:
-            self._timer_set = False
-            flushing, self._flushing = self._flushing, []
-            for buffer in flushing:
-                self.flush(buffer)
-        else:
-            self.on_timer(i.key)
-
-    def on_timer(self, key: str) -> None:
-        """A timer of the subclass's own fired."""
-
-    # actions -------------------------------------------------------------------------------
-
-    def _on_action_done(self, i: ActionDone) -> None:
-        self.action_over(i)
-
-    def _on_action_errored(self, i: ActionErrored) -> None:
-        self.action_over(i)
-
-    def _on_action_timed_out(self, i: ActionTimedOut) -> None:
-        self.action_over(i)
-
-    def action_over(self, i: ActionOutcomeInput) -> None:
-        """An action this turn ran has its outcome, or failed, or timed out (by action id;
-        an action sent with ``report=False`` never comes back)."""
+    def close(self, streamed: Streamed, *, partial: bool, **fields: Any) -> Streamed:
+        """Close the streamed item (its deltas appended first); returns its new value."""
+        if streamed.item_id is None:
+            return streamed
+        self.flush(streamed.item_id)
+        self.emit(ev.SessionItemUpdated(item_id=streamed.item_id, streaming=False,
+                                        partial=True if partial else None, **fields))
+        return evolve(streamed, item_id=None)
 
     # approvals -----------------------------------------------------------------------------
 
@@ -545,55 +658,109 @@ class TurnMachine:
         """Wait for a pending approval: until it is decided, or until ``requested_at`` + the
         approval timeout (measured from the request, so a restart does not reset it)."""
         self.status("waiting_approval", "waiting for your approval")
-        limit = self.approval_timeout_s
+        limit = self.core.approval_timeout_s
         self.effect(WaitApproval(self.session_id, approval_id,
                                  None if limit is None else requested_at + limit))
 
-    def _on_approval_decided(self, i: ApprovalDecided) -> None:
-        # after an interrupt the waiter still wakes (its approval was cancelled): the turn is
-        # over, and nothing may set the session running again
-        if not self.done:
-            self.approval_over(i.approval_id)
 
-    def _on_approval_expired(self, i: ApprovalExpired) -> None:
-        if self.done:
-            return
-        approval = self.session.approvals.get(i.approval_id)
-        if approval is None or approval.status != "pending":
-            self.approval_over(i.approval_id)
-            return
-        self.emit(ev.ApprovalResolved(
-            approval_id=i.approval_id, decision="expired",
-            message=f"no decision within {_duration(self.approval_timeout_s or 0.0)}"))
-        self.next(lambda: self.approval_over(i.approval_id))
+def streamed_item(kind: StreamedKind, item_id: str, ts: float, text: str) -> ev.Item:
+    """The item a streamed ``kind`` of text is appended as, with its first text."""
+    if kind == "reasoning":
+        return ev.Reasoning(id=item_id, ts=ts, text=text, streaming=True)
+    return ev.AssistantMessage(id=item_id, ts=ts, text=text, streaming=True,
+                               refusal=kind == "refusal")
 
-    def approval_over(self, approval_id: str) -> None:
+
+class Machine(Protocol[T]):
+    """A kind of turn: its handlers, which read and change a :class:`Stepper`. It holds
+    nothing that changes (a turn's state is its value)."""
+
+    def handle(self, k: Stepper[T], input: Input) -> None:
+        """An input the shared part does not take (``Start``, the model's, …)."""
+
+    def proceed(self, k: Stepper[T], then: Enum) -> None:
+        """Go on with the kind's step ``then`` (asked for with :meth:`Stepper.wait`)."""
+
+    def action_over(self, k: Stepper[T], i: ActionOutcomeInput) -> None:
+        """An action this turn ran has its outcome, or failed, or timed out (by action id;
+        an action sent with ``report=False`` never comes back)."""
+
+    def approval_over(self, k: Stepper[T], approval_id: str) -> None:
         """The approval is decided, expired or cancelled (read it from the session)."""
 
-    # the end -------------------------------------------------------------------------------
+    def on_timer(self, k: Stepper[T], key: str) -> None:
+        """A timer of the kind's own fired."""
 
-    def _on_interrupted(self, _: Interrupted) -> None:
-        """Stop the worker's actions, close open calls, approvals, questions and streams."""
-        s = self.session
-        for action_id, pending in s.pending_actions.items():
-            self.effect(CancelAction(pending.worker_id, action_id, self.session_id))
-        flushing, self._flushing = self._flushing, []
-        for buffer in flushing:  # what was said before the interrupt is kept
-            self.flush(buffer)
-        self.emit(*interrupt_events(s))
-        if self.current_status not in ("interrupted", "closed"):
-            self.status("interrupted", "interrupted by the user")
-        self.done = True
 
-    def _on_crashed(self, i: Crashed) -> None:
-        self.error(f"internal error: {i.message}", "internal", "internal error")
+# the step ----------------------------------------------------------------------------------
 
-    def error(self, message: str, code: str, reason: str) -> None:
-        """End the turn with an error item and status ``error`` (the session stays usable)."""
-        self.emit(ev.SessionItemAppended(item=ev.ErrorItem(id=self.new_id("itm"), ts=self.now,
-                                                           message=message, code=code)))
-        self.status("error", reason)
-        self.done = True
+def step(machine: Machine[T], turn: T, state: State, input: Input,
+         ctx: Context) -> tuple[T, Step]:
+    """Feed one input to ``turn``; returns its next value and the step (the events to
+    append, the effects to start). Reads ``state`` (the fold, as of this step); never
+    changes it, nor ``turn``."""
+    session = state.sessions.get(turn.core.session_id)
+    if session is None:  # deleted meanwhile: nothing left to do
+        return evolve(turn, core=evolve(turn.core, done=True)), Step()
+    k = Stepper(machine, turn, state, session, ctx, input.now)
+    if isinstance(input, Proceed):
+        then = k.core.then
+        k.core = evolve(k.core, then=None)
+        if then is Shared.APPROVAL_OVER:
+            expired = k.core.expired
+            k.core = evolve(k.core, expired=None)
+            if expired is not None:
+                machine.approval_over(k, expired)
+        elif then is not None:
+            machine.proceed(k, then)
+    elif isinstance(input, TimerFired):
+        if input.key == FLUSH:
+            k.core = evolve(k.core, timer_set=False)
+            k.flush_all()
+        else:
+            machine.on_timer(k, input.key)
+    elif isinstance(input, (ActionDone, ActionErrored, ActionTimedOut)):
+        machine.action_over(k, input)
+    elif isinstance(input, ApprovalDecided):
+        # after an interrupt the waiter still wakes (its approval was cancelled): the turn is
+        # over, and nothing may set the session running again
+        if not k.core.done:
+            machine.approval_over(k, input.approval_id)
+    elif isinstance(input, ApprovalExpired):
+        _approval_expired(machine, k, input.approval_id)
+    elif isinstance(input, Interrupted):
+        _interrupted(k)
+    elif isinstance(input, Crashed):
+        k.error(f"internal error: {input.message}", "internal", "internal error")
+    else:
+        machine.handle(k, input)
+    return evolve(k.turn, core=k.core), k.out
+
+
+def _approval_expired(machine: Machine[T], k: Stepper[T], approval_id: str) -> None:
+    if k.core.done:
+        return
+    approval = k.session.approvals.get(approval_id)
+    if approval is None or approval.status != "pending":
+        machine.approval_over(k, approval_id)
+        return
+    k.emit(ev.ApprovalResolved(
+        approval_id=approval_id, decision="expired",
+        message=f"no decision within {_duration(k.core.approval_timeout_s or 0.0)}"))
+    k.core = evolve(k.core, expired=approval_id)
+    k.wait(Shared.APPROVAL_OVER)
+
+
+def _interrupted(k: Stepper[Any]) -> None:
+    """Stop the worker's actions, close open calls, approvals, questions and streams."""
+    s = k.session
+    for action_id, pending in s.pending_actions.items():
+        k.effect(CancelAction(pending.worker_id, action_id, k.session_id))
+    k.flush_all()  # what was said before the interrupt is kept
+    k.emit(*interrupt_events(s))
+    if k.current_status not in ("interrupted", "closed"):
+        k.status("interrupted", "interrupted by the user")
+    k.end()
 
 
 def _duration(seconds: float) -> str:
@@ -602,17 +769,3 @@ def _duration(seconds: float) -> str:
     if seconds < 7200:
         return f"{seconds / 60:.0f} min"
     return f"{seconds / 3600:.1f} h"
-
-
-def _snake(name: str) -> str:
-    return "".join("_" + c.lower() if c.isupper() else c for c in name).lstrip("_")
-
-
-#: each input's handler method: ``_on_<input in snake case>``
-_HANDLERS: dict[type[Input], str] = {
-    cls: f"_on_{_snake(cls.__name__)}"
-    for cls in (Start, Proceed, ModelParts, ModelDone, ModelFailed, ActionProgressed,
-                SessionAttached, ActionDone, ActionErrored, ActionTimedOut, WorkerPresence,
-                ApprovalDecided, ApprovalExpired, Answered, ChildDone, BlobLoaded, BlobStored,
-                TimerFired,
-                ContextChanged, Interrupted, Crashed)}

@@ -53,20 +53,18 @@ from tenacity import (
     RetryCallState,
     retry_if_exception_type,
     stop_after_attempt,
-    wait_exponential,
-    wait_random_exponential,
 )
 
 from codey_protocol.ratelimits import RATE_LIMIT_HEADERS
 from codey_server.agent.connections import SetupGate, http_client, with_platform
 from codey_server.agent.connections import prepare as prepare_connections
 from codey_server.agent.context import window_for
-from codey_server.agent.errors import ModelError
+from codey_server.agent.errors import MODEL_WAIT, ModelError, backoff
+from codey_server.agent.route import ProviderInfo
 from codey_server.agent.stream import ModelEvent, RateLimits, Retrying
 from codey_server.agent.wire import Wire, wire_for
 from codey_server.agent.wire.errors import error_from_body
 from codey_server.agent.wire.sse import Sse, SseDecoder
-from codey_server.core.retry import wait_after
 from codey_server.errors import ServerError
 from codey_server.settings import ProviderConfig
 
@@ -124,19 +122,8 @@ def retry_after(headers: Mapping[str, str] | None) -> float | None:
         return max(0.0, seconds)
 
 
-#: the wait after a model call's failed try (tenacity): 0.5 s doubling to 30 s, in its upper
-#: half at random ("equal jitter": half of it fixed, so a retry never comes at once, half
-#: random, so sessions that failed together do not come back together)
-MODEL_WAIT = wait_exponential(multiplier=0.25, max=15.0) + \
-    wait_random_exponential(multiplier=0.25, max=15.0)
 #: the longest wait, whatever ``Retry-After`` asks for
 RETRY_AFTER_MAX_S = 120.0
-
-
-def backoff(attempt: int) -> float:
-    """The wait after try number ``attempt`` failed (:data:`MODEL_WAIT`); the turn waits it
-    before it asks again for an answer that was cut off."""
-    return wait_after(MODEL_WAIT, attempt)
 
 
 class _Busy(ServerError):
@@ -212,6 +199,11 @@ class ModelProvider:
 
     def context_window(self, model: str) -> int:
         return window_for(self.config, model)
+
+    @property
+    def info(self) -> ProviderInfo:
+        """The provider as a turn sees it (a value: its settings, wire and default model)."""
+        return ProviderInfo(self.name, self.config, self.wire, self.default_model)
 
     def prepare(self) -> None:
         """Start loading the provider's SDK in a thread, if nothing has yet (it returns at

@@ -1,10 +1,12 @@
 """What a turn needs from the rest of the server, as narrow interfaces.
 
 The turn machines (:mod:`~codey_server.agent.turn`, :mod:`~codey_server.agent.acp`) read the
-folded state and the :class:`Models`; the driver (:mod:`~codey_server.agent.driver`) uses the
-rest: the write path (:class:`Store`, the engine), the workers' :class:`Actions`, and the
-:class:`Waits` of the agent service. Tests drive a turn through the real engine (on the
-in-memory log) and the real service, with a scripted model and a stand-in worker.
+folded state and the providers' settings (:func:`provider_infos`); the driver
+(:mod:`~codey_server.agent.driver`) uses the rest — the :class:`Models` (providers' clients
+and each session's encoded history), the write path (:class:`Store`, the engine), the
+workers' :class:`Actions`, and the :class:`Waits` of the agent service. Tests drive a turn
+through the real engine (on the in-memory log) and the real service, with a scripted model
+and a stand-in worker.
 """
 
 from __future__ import annotations
@@ -16,12 +18,14 @@ from typing import Protocol, TypeVar
 from codey_protocol import events as ev
 from codey_protocol.state import State
 from codey_server.agent.history import History
+from codey_server.agent.machine import Limits
 from codey_server.agent.models import ModelProvider
+from codey_server.agent.route import ProviderInfo
 from codey_server.core.actions import Actions
 from codey_server.core.rules import Context, Decided
 from codey_server.settings import RoleConfig
 
-__all__ = ["Actions", "Limits", "Models", "Store", "TurnDeps", "Waits"]
+__all__ = ["Actions", "Limits", "Models", "Store", "TurnDeps", "Waits", "provider_infos"]
 
 In = TypeVar("In")
 
@@ -49,6 +53,16 @@ class Models(Protocol):
     def history(self, session_id: str, wire_name: str) -> History: ...
 
 
+def provider_infos(models: Models) -> Callable[[str], ProviderInfo | None]:
+    """The providers of ``models`` as a turn machine looks them up: values, no clients."""
+
+    def info(name: str) -> ProviderInfo | None:
+        provider = models.provider(name)
+        return None if provider is None else provider.info
+
+    return info
+
+
 class Waits(Protocol):
     """Waiting for what someone else decides. Each returns at once when it is already so."""
 
@@ -61,14 +75,6 @@ class Waits(Protocol):
     async def turn_over(self, session_id: str) -> None:
         """Return once the session's turn is over (it is not running and not busy), or the
         session is gone: a sub-agent's, for the ``delegate`` call that started it."""
-
-
-@dataclass(frozen=True)
-class Limits:
-    turn_iteration_cap: int = 50
-    action_timeout_s: float = 900.0
-    #: an approval nobody decides in this long expires (None: approvals wait for ever)
-    approval_timeout_s: float | None = None
 
 
 @dataclass

@@ -2,7 +2,7 @@
 wakes turns waiting for approvals, answers and sub-agents, compacts on request, and resumes
 running sessions after a restart.
 
-A turn is a machine (:class:`~codey_server.agent.turn.CodeyTurn`, or
+A turn is a value (:class:`~codey_server.agent.turn.CodeyTurn`, or
 :class:`~codey_server.agent.acp.AcpTurn` for a session an ACP agent runs) on a
 :class:`~codey_server.agent.driver.TurnDriver`, whose ``run`` is the session's task. Which
 turns run, and what is claimed, queued, swept, released and reconciled around them, is decided
@@ -29,12 +29,12 @@ from codey_protocol import worker as wk
 from codey_protocol.events import Envelope
 from codey_protocol.state import Approval, Question, SessionInfo, State
 from codey_server.agent import supervisor as sv
-from codey_server.agent.acp import AcpTurn
+from codey_server.agent.acp import ACP, acp_turn
 from codey_server.agent.driver import TurnDriver
 from codey_server.agent.history import History
-from codey_server.agent.machine import ContextChanged, TurnMachine
+from codey_server.agent.machine import ContextChanged
 from codey_server.agent.models import ModelProvider, build_provider, discover_ollama_models
-from codey_server.agent.ports import Actions, Limits, TurnDeps
+from codey_server.agent.ports import Actions, Limits, TurnDeps, provider_infos
 from codey_server.agent.processes import (
     Forwarded,
     Listed,
@@ -70,7 +70,7 @@ from codey_server.agent.supervisor import (
     TurnWanted,
     lease_name,
 )
-from codey_server.agent.turn import CodeyTurn
+from codey_server.agent.turn import CodeyMachine, codey_turn
 from codey_server.agent.wire import Loader, wire_for
 from codey_server.core.actions import ActionFailed, ProgressCallback
 from codey_server.core.background import Background
@@ -344,14 +344,14 @@ class AgentService:
                 store=_FencedStore(self.engine, effect.fence),
                 actions=_FencedActions(deps.actions, effect.fence))
         try:
-            machine: TurnMachine
             if effect.acp:
-                machine = AcpTurn(session_id, limits=deps.limits, resume=effect.resume)
+                driver = TurnDriver(ACP, acp_turn(session_id, limits=deps.limits,
+                                                  resume=effect.resume), deps)
             else:
-                machine = CodeyTurn(session_id, models=self, limits=deps.limits,
-                                    roles=deps.roles, resume=effect.resume,
-                                    compact_only=effect.compact_only)
-            driver = TurnDriver(machine, deps)
+                driver = TurnDriver(CodeyMachine(provider_infos(self)),
+                                    codey_turn(session_id, limits=deps.limits, roles=deps.roles,
+                                               resume=effect.resume,
+                                               compact_only=effect.compact_only), deps)
             task = asyncio.get_running_loop().create_task(driver.run(),
                                                           name=f"turn-{session_id}")
         except BaseException:  # (a bug) no task runs: the supervisor must know it

@@ -102,7 +102,10 @@ class BadToolCall(ServerError):
 
 @dataclass(frozen=True, slots=True)
 class Gate:
-    """What an approval rule may look at besides the call's arguments."""
+    """What an approval rule may look at besides the call's arguments, and where the
+    session's calls run: the one place a call's sandbox is decided (:meth:`of` builds it
+    from the session and its machine; :meth:`route` judges a call; :attr:`sandbox` is what
+    its action runs in, unless the tool's own arguments escalate out of it)."""
 
     #: the session's approval policy: suggest | auto-edit | full-auto
     policy: str
@@ -114,7 +117,7 @@ class Gate:
     #: the machine has one): only then is a "known-safe" command safe
     sandboxed: bool = True
     #: the session's sandbox mode (``full-access``: it chose none, so nothing escalates)
-    sandbox_mode: str = "workspace-write"
+    sandbox_mode: wk.SandboxMode = "workspace-write"
     #: commands the user let run outside the sandbox "for this session"
     escalated_prefixes: Sequence[Sequence[str]] = ()
     #: the session's own worker (a call that reaches another machine asks)
@@ -125,6 +128,67 @@ class Gate:
     workers: Mapping[str, WorkerInfo] = field(default_factory=dict)
     #: the session's processes (``exec``): id → status (running, stopping, ended, gone)
     processes: Mapping[str, str] = field(default_factory=dict)
+    #: the session's network toggle: with ``sandbox_mode``, where its actions run
+    network: bool = False
+    #: the session changes nothing until its plan is approved (plan mode), or ever
+    plan_mode: bool = False
+    read_only: bool = False
+
+    @classmethod
+    def of(cls, session: SessionInfo, capabilities: wk.Capabilities | None,
+           workers: Mapping[str, WorkerInfo]) -> Gate:
+        """The gate of ``session`` on its worker with ``capabilities`` (None: not known)."""
+        s = session
+        can_sandbox = capabilities is not None and capabilities.sandbox.kind != "none"
+        return cls(s.policy, s.approved_prefixes, capabilities,
+                   sandboxed=s.sandbox != "full-access" and can_sandbox,
+                   sandbox_mode=s.sandbox, escalated_prefixes=s.escalated_prefixes,
+                   worker_id=s.worker_id, workdir=s.workdir, workers=workers,
+                   processes={p.process_id: p.status for p in s.processes},
+                   network=s.network, plan_mode=s.plan_mode, read_only=s.read_only)
+
+    @property
+    def can_sandbox(self) -> bool:
+        """The session's machine has an OS sandbox (False while it is not known)."""
+        caps = self.capabilities
+        return caps is not None and caps.sandbox.kind != "none"
+
+    @property
+    def sandbox(self) -> Sandboxing:
+        """Where the session's actions run (a command may escalate out of it: its tool's
+        :meth:`~WorkerTool.action` says)."""
+        return Sandboxing(self.sandbox_mode, self.network)
+
+    def route(self, tool: Tool[A], args: A) -> str | Ask | None:
+        """What a call needs before it runs: a refusal (its reason: plan mode, a read-only
+        session, a machine without the sandbox the session runs in, the tool's own
+        :meth:`~Tool.refuses`), the user's approval (the tool's :meth:`~Tool.ask`), or
+        nothing."""
+        if isinstance(tool, WorkerTool):
+            # a "read-only" command is read-only only inside the sandbox
+            looks_only = tool.looks_only(args) and (self.sandboxed or not tool.runs_commands)
+            if (self.plan_mode or self.read_only) and not looks_only:
+                return _PLAN_REFUSAL if self.plan_mode else (
+                    "refused: this session only reads (read_file, grep, glob, list_dir, "
+                    "read-only commands)")
+            if tool.runs_commands and self.sandbox_mode != "full-access" \
+                    and not self.can_sandbox and not tool.escalates(args):
+                caps, worker = self.capabilities, self.workers.get(self.worker_id)
+                why = caps.sandbox.reason if caps is not None else "it is not connected"
+                host = worker.hostname if worker else self.worker_id
+                return (f"refused: {host} has no OS sandbox ({why or 'none reported'}), and "
+                        f"this session's commands run in one ({self.sandbox_mode}): no "
+                        "command runs there until the user chooses full access for this "
+                        "session")
+        elif self.plan_mode and not tool.in_plan_mode:
+            # not offered in plan mode, but a model may call it by name: a sub-agent started
+            # now would do the work before the user approved the plan
+            return _PLAN_REFUSAL
+        return tool.refuses(args, self) or tool.ask(args, self)
+
+
+_PLAN_REFUSAL = ("refused in plan mode: nothing changes before the user approves your plan "
+                 "(propose it with update_plan)")
 
 
 @dataclass(frozen=True, slots=True)
