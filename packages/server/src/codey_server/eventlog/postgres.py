@@ -24,6 +24,14 @@ The same contract as the SQLite log (``codey_server.eventlog.contract``):
   append to commit, and its new holder reads it; an append after the take-over sees the new
   epoch and fails with :class:`~codey_server.errors.LeaseLost` before it takes a seq, while
   the rest of its group commits.
+- **Appends decided on a position** (``expected``, optimistic concurrency): in the same
+  transaction, once the counter row is locked, the last seq of each session the checked
+  appends touch is read (one statement, an index lookup per session); an append whose
+  session has an event after its ``expected`` — committed by any replica, or earlier in
+  its own group — fails with :class:`~codey_server.errors.AppendConflict` before it takes a
+  seq, while the rest of its group commits. Every replica's append locks the counter row
+  first, so no commit can come between that read and the insert: two replicas cannot both
+  commit a decision taken on the same state of a session.
 - **A paused process does not stall the others for long.** A process stopped (``SIGSTOP``,
   a debugger) inside an append's transaction would hold the counter row, and every
   replica's appends with it; the server ends such a transaction after
@@ -43,8 +51,15 @@ from typing import Any
 
 from codey_protocol.codec import decode_envelope, encode
 from codey_protocol.events import Envelope, Event
-from codey_server.errors import LeaseLost, LogClosed, ServerError
-from codey_server.eventlog.base import SNAPSHOTS_KEPT, EventLog, Fence, _decode_many, _tag
+from codey_server.errors import AppendConflict, LeaseLost, LogClosed, ServerError
+from codey_server.eventlog.base import (
+    SNAPSHOTS_KEPT,
+    EventLog,
+    Fence,
+    _decode_many,
+    _tag,
+    sessions_of,
+)
 
 __all__ = ["CHANNEL", "PostgresEventLog", "listen"]
 
@@ -65,7 +80,10 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS codey_events (
     seq bigint PRIMARY KEY, ts double precision NOT NULL, session_id text, type text NOT NULL,
     envelope bytea NOT NULL);
-CREATE INDEX IF NOT EXISTS codey_events_session ON codey_events (session_id);
+-- a session's events in order, and its last seq (the expected-position check) at the
+-- top of the index; it replaces the index on session_id alone of earlier releases
+CREATE INDEX IF NOT EXISTS codey_events_session_seq ON codey_events (session_id, seq);
+DROP INDEX IF EXISTS codey_events_session;
 -- the process that appended the row (its replica id, then a token of the process): a
 -- follower knows its own commits by it
 ALTER TABLE codey_events ADD COLUMN IF NOT EXISTS origin text;
@@ -75,8 +93,13 @@ INSERT INTO codey_meta (key, value) VALUES ('last_seq', 0), ('trimmed_through', 
     ON CONFLICT (key) DO NOTHING;
 """
 
+#: each session's last seq, for the sessions in %s (a text[]): an index lookup per session
+_HEADS = ("SELECT s, (SELECT seq FROM codey_events WHERE session_id = s "
+          "ORDER BY seq DESC LIMIT 1) FROM unnest(%s::text[]) AS s")
+
+# (events, future, fence, expected)
 _Request = tuple[list[tuple[str | None, Event]], "asyncio.Future[list[Envelope]]",
-                 Fence | None]
+                 Fence | None, int | None]
 
 
 class PostgresEventLog(EventLog):
@@ -147,7 +170,8 @@ class PostgresEventLog(EventLog):
     # -- appends ----------------------------------------------------------------------------------
 
     async def append(self, events: Sequence[tuple[str | None, Event]], *,
-                     fence: Fence | None = None) -> list[Envelope]:
+                     fence: Fence | None = None,
+                     expected: int | None = None) -> list[Envelope]:
         if self._closed:
             raise LogClosed("the event log is closed")
         if not events:
@@ -155,7 +179,7 @@ class PostgresEventLog(EventLog):
         for _, event in events:
             _tag(event)  # refuse what cannot be stored before it takes a seq
         future: asyncio.Future[list[Envelope]] = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait((list(events), future, fence))
+        self._queue.put_nowait((list(events), future, fence, expected))
         return await future
 
     async def _write_loop(self) -> None:
@@ -189,12 +213,13 @@ class PostgresEventLog(EventLog):
             done = await self._insert(ready)
         except Exception as err:
             log.exception("event-log commit failed")
-            for _, future, _ in ready:
-                if not future.done():
-                    future.set_exception(err)
+            for request in ready:
+                if not request[1].done():
+                    request[1].set_exception(err)
             return
-        for (_, future, _), envs in zip(ready, done, strict=True):
-            if isinstance(envs, LeaseLost):
+        for request, envs in zip(ready, done, strict=True):
+            future = request[1]
+            if isinstance(envs, Exception):  # LeaseLost, AppendConflict: this one only
                 if not future.done():
                     future.set_exception(envs)
                 continue
@@ -202,11 +227,12 @@ class PostgresEventLog(EventLog):
             if not future.done():
                 future.set_result(envs)
 
-    async def _insert(self, ready: list[_Request]) -> list[list[Envelope] | LeaseLost]:
-        """One transaction for the group: the counter row locked, the fences checked, the
-        rows of the appends whose fence holds (or that carry none) inserted; per append, its
-        envelopes or the LeaseLost that refused it."""
-        fences = [fence for _, _, fence in ready if fence is not None]
+    async def _insert(self, ready: list[_Request]
+                      ) -> list[list[Envelope] | LeaseLost | AppendConflict]:
+        """One transaction for the group: the counter row locked, the fences and expected
+        positions checked, the rows of the appends that pass inserted; per append, its
+        envelopes or the LeaseLost or AppendConflict that refused it."""
+        fences = [r[2] for r in ready if r[2] is not None]
         async with self._pool.connection() as conn, conn.transaction():
             if fences:  # (one round trip for both)
                 seq, stale = await _locked_and_stale(conn, fences)
@@ -215,19 +241,35 @@ class PostgresEventLog(EventLog):
                     "SELECT value FROM codey_meta WHERE key = 'last_seq' FOR UPDATE")
                 ).fetchone()
                 seq, stale = int(row[0]), {}
+            # read after the lock (a statement of its own: one that waited for the lock
+            # would still read as of its start), so no replica commits before the insert
+            checked = sessions_of([e for r in ready if r[3] is not None for e in r[0]])
+            heads: dict[str, int] = {}
+            if checked:
+                found = await (await conn.execute(_HEADS, (checked,))).fetchall()
+                heads = {sid: int(head or 0) for sid, head in found}
             ts = time.time()
-            out: list[list[Envelope] | LeaseLost] = []
+            out: list[list[Envelope] | LeaseLost | AppendConflict] = []
             rows: list[tuple[int, float, str | None, str, bytes, str]] = []
-            for events, _, fence in ready:
+            for events, _, fence, expected in ready:
                 if fence is not None and fence in stale:
                     out.append(LeaseLost(fence.lease, stale[fence]))
                     continue
+                if expected is not None:
+                    conflict = next((AppendConflict(sid, heads[sid], expected)
+                                     for sid in sessions_of(events)
+                                     if heads[sid] > expected), None)
+                    if conflict is not None:
+                        out.append(conflict)
+                        continue
                 envs = []
                 for session_id, event in events:
                     seq += 1
                     env = Envelope(seq=seq, ts=ts, session_id=session_id, event=event)
                     rows.append((seq, ts, session_id, _tag(event), encode(env), self._origin))
                     envs.append(env)
+                    if session_id in heads:  # the appends after this one in the group
+                        heads[session_id] = seq
                 out.append(envs)
             if not rows:
                 return out  # every append was refused: nothing to write
