@@ -9,6 +9,14 @@ its session's steps, so its appends group-commit with everyone else's — and on
 step's events are folded are its effects started (so an effect never runs ahead of the record
 that explains it) and, when the step asks, ``Proceed`` fed.
 
+When the session moves on between a step's decision and its commit (a browser's command,
+a process's output, another replica's write), the engine refuses the append and decides
+again on the new state. The machine takes each input once — it keeps the turn's progress
+(its buffers, ids, what it waits for) in itself, not in the state — so the second decision
+offers the same step's events again, now checked against the new state: the status table,
+and the session's position once more. (An interrupt that commits first cancels the turn's
+task as it is folded, before that: the turn's step never lands on an interrupted session.)
+
 Effects run as tasks (a model stream, an action, a wait) or timers; what they learn comes back
 through the inbox, so the machine sees one input at a time, in order.
 
@@ -134,6 +142,7 @@ class TurnDriver:
         self._tasks: set[asyncio.Task[None]] = set()
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._step = Step()
+        self._stepped: Input | None = None  # the input the machine took for ``_step``
         #: the last MCP list fed as SessionAttached
         self._mcp_servers: list[wk.McpServerInfo] | None = None
         #: set when the turn ended because a fenced write or action was refused
@@ -198,10 +207,16 @@ class TurnDriver:
 
     async def _submit(self, input: Input) -> Step:
         """One step of the machine, as a decision on the write path; returns the step."""
+        self._stepped = None
         await self.deps.store.submit(self._decide, input, exclusive=False)
         return self._step
 
     def _decide(self, state: State, input: Input, ctx: Context) -> Decided:
+        if self._stepped is input:
+            # decided again (the session moved on before the step committed): the machine
+            # has taken this input; its step is offered again, checked on the new state
+            return self._step.events
+        self._stepped = input
         self._step = self.machine.step(state, input, ctx)
         return self._step.events
 
