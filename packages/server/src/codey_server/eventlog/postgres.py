@@ -80,13 +80,25 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS codey_events (
     seq bigint PRIMARY KEY, ts double precision NOT NULL, session_id text, type text NOT NULL,
     envelope bytea NOT NULL);
--- a session's events in order, and its last seq (the expected-position check) at the
--- top of the index; it replaces the index on session_id alone of earlier releases
-CREATE INDEX IF NOT EXISTS codey_events_session_seq ON codey_events (session_id, seq);
-DROP INDEX IF EXISTS codey_events_session;
--- the process that appended the row (its replica id, then a token of the process): a
--- follower knows its own commits by it
-ALTER TABLE codey_events ADD COLUMN IF NOT EXISTS origin text;
+-- Each change below only when it is missing: a replica opening the log while the others
+-- append must not lock their table (an ALTER TABLE or CREATE INDEX that has nothing to do
+-- still takes the table's lock, and an append reads the table before it inserts).
+DO $$ BEGIN
+    -- the process that appended the row (its replica id, then a token of the process): a
+    -- follower knows its own commits by it
+    IF NOT EXISTS (SELECT FROM pg_attribute WHERE attrelid = 'codey_events'::regclass
+                   AND attname = 'origin' AND NOT attisdropped) THEN
+        ALTER TABLE codey_events ADD COLUMN origin text;
+    END IF;
+    -- a session's events in order, and its last seq (the expected-position check) at the
+    -- top of the index; it replaces the index on session_id alone of earlier releases
+    IF to_regclass('codey_events_session_seq') IS NULL THEN
+        CREATE INDEX codey_events_session_seq ON codey_events (session_id, seq);
+    END IF;
+    IF to_regclass('codey_events_session') IS NOT NULL THEN
+        DROP INDEX codey_events_session;
+    END IF;
+END $$;
 CREATE TABLE IF NOT EXISTS codey_snapshots (seq bigint PRIMARY KEY, data bytea NOT NULL);
 CREATE TABLE IF NOT EXISTS codey_meta (key text PRIMARY KEY, value bigint NOT NULL);
 INSERT INTO codey_meta (key, value) VALUES ('last_seq', 0), ('trimmed_through', 0)
@@ -233,19 +245,13 @@ class PostgresEventLog(EventLog):
         positions checked, the rows of the appends that pass inserted; per append, its
         envelopes or the LeaseLost or AppendConflict that refused it."""
         fences = [r[2] for r in ready if r[2] is not None]
+        checked = sessions_of([e for r in ready if r[3] is not None for e in r[0]])
         async with self._pool.connection() as conn, conn.transaction():
-            if fences:  # (one round trip for both)
-                seq, stale = await _locked_and_stale(conn, fences)
-            else:
-                row = await (await conn.execute(
-                    "SELECT value FROM codey_meta WHERE key = 'last_seq' FOR UPDATE")
-                ).fetchone()
-                seq, stale = int(row[0]), {}
-            # read after the lock (a statement of its own: one that waited for the lock
-            # would still read as of its start), so no replica commits before the insert
-            checked = sessions_of([e for r in ready if r[3] is not None for e in r[0]])
-            heads: dict[str, int] = {}
-            if checked:
+            # one round trip for the locks, the fences and the sessions' last seqs
+            seq, stale, heads = await _locked(conn, fences, checked)
+            if heads is None:
+                # another process committed between that statement's snapshot and its lock:
+                # read them again, now that no replica can commit before this insert
                 found = await (await conn.execute(_HEADS, (checked,))).fetchall()
                 heads = {sid: int(head or 0) for sid, head in found}
             ts = time.time()
@@ -448,19 +454,39 @@ async def _configure(conn: Any) -> None:
                        f"{int(IDLE_IN_TRANSACTION_S * 1000)}")
 
 
-async def _locked_and_stale(conn: Any, fences: list[Fence]) -> tuple[int, dict[Fence, str]]:
+async def _locked(conn: Any, fences: list[Fence], checked: list[str]
+                  ) -> tuple[int, dict[Fence, str], dict[str, int] | None]:
     """Lock the counter row (``FOR UPDATE``) and the fences' lease rows (``FOR SHARE``, in
-    name order) until the transaction ends, so no take-over commits in between; return the
-    last seq, and of ``fences`` those that are not current, with why."""
+    name order) until the transaction ends, so no append or take-over commits in between;
+    return the last seq, the ``fences`` that are not current (with why), and the last seq of
+    each ``checked`` session — or None for those when they cannot be trusted.
+
+    They are read in the same statement, as of its snapshot, which may be older than the
+    lock (the lock waited for another append, or one committed just before it was taken):
+    only when the counter as of the snapshot is the counter the lock returned (every append
+    that stores rows raises it) did no append commit in between, and they hold."""
     names = sorted({fence.lease for fence in fences})
+    held = ("held AS (SELECT name, owner, epoch FROM codey_leases WHERE name = ANY(%(names)s) "
+            "ORDER BY name FOR SHARE), " if fences else "")
     cur = await conn.execute(
         "WITH counter AS (SELECT value FROM codey_meta WHERE key = 'last_seq' FOR UPDATE), "
-        "held AS (SELECT name, owner, epoch FROM codey_leases WHERE name = ANY(%s) "
-        "ORDER BY name FOR SHARE) "
-        "SELECT (SELECT value FROM counter), held.name, held.owner, held.epoch "
-        "FROM (SELECT 1) AS one LEFT JOIN held ON true", (names,))
+        f"{held}"
+        "seen AS (SELECT (SELECT value FROM codey_meta WHERE key = 'last_seq') AS seq, "
+        "(SELECT array_agg((SELECT seq FROM codey_events WHERE session_id = s "
+        "ORDER BY seq DESC LIMIT 1) ORDER BY n) "
+        "FROM unnest(%(checked)s::text[]) WITH ORDINALITY AS u(s, n)) AS heads) "
+        "SELECT (SELECT value FROM counter), seen.seq, seen.heads, "
+        + ("held.name, held.owner, held.epoch FROM seen LEFT JOIN held ON true"
+           if fences else "NULL, NULL, NULL FROM seen"),
+        {"names": names, "checked": checked})
     found = await cur.fetchall()
-    rows = {name: (owner, int(epoch)) for _, name, owner, epoch in found if name is not None}
+    seq, seen, last = int(found[0][0]), int(found[0][1]), found[0][2]
+    heads: dict[str, int] | None = None
+    if not checked:
+        heads = {}
+    elif seen == seq:
+        heads = {sid: int(head or 0) for sid, head in zip(checked, last, strict=True)}
+    rows = {name: (owner, int(epoch)) for *_, name, owner, epoch in found if name is not None}
     stale: dict[Fence, str] = {}
     for fence in fences:
         holding = rows.get(fence.lease)
@@ -469,7 +495,7 @@ async def _locked_and_stale(conn: Any, fences: list[Fence]) -> tuple[int, dict[F
         elif holding != (fence.owner, fence.epoch):
             stale[fence] = f"{holding[0]} holds it now (epoch {holding[1]}, this write's " \
                            f"{fence.epoch})"
-    return int(found[0][0]), stale
+    return seq, stale, heads
 
 
 async def listen(url: str, channel: str, on_payload: Callable[[str], None]) -> None:
