@@ -257,3 +257,31 @@ def test_a_database_the_previous_release_wrote_gives_each_session_its_position(
         indexes = {r[0] for r in conn.execute(
             "SELECT indexname FROM pg_indexes WHERE tablename = 'codey_events'")}
     assert indexes == {"codey_events_pkey", "codey_events_session_seq"}
+
+
+def test_what_a_replica_knew_of_a_session_does_not_outlive_another_replicas_append(
+        cluster: PostgresCluster) -> None:
+    """A log keeps the sessions' last seqs it saw while the counter stays where its own last
+    commit left it; another replica's append moves the counter, and they are read again."""
+    dsn = cluster.create_database("known")
+
+    async def main() -> None:
+        a, b = PostgresEventLog(dsn, name="a"), PostgresEventLog(dsn, name="b")
+        for one in (a, b):
+            await one.open()
+        try:
+            assert seqs(await a.append([("s", title(1))], expected=0)) == [1]
+            assert seqs(await a.append([("s", title(2))], expected=1)) == [2]  # known here
+            assert seqs(await b.append([("s", title(3))], expected=2)) == [3]
+            with pytest.raises(AppendConflict) as moved:
+                await a.append([("s", title(4))], expected=2)  # a knew 2; b moved it to 3
+            assert moved.value.seq == 3
+            assert seqs(await a.append([(None, title(4))])) == [4]  # no session: nothing read
+            with pytest.raises(AppendConflict):
+                await a.append([("s", title(5))], expected=2)
+            assert seqs(await a.append([("s", title(5))], expected=4)) == [5]
+        finally:
+            for one in (a, b):
+                await one.close()
+
+    asyncio.run(main())

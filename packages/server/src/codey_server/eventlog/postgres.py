@@ -131,6 +131,11 @@ class PostgresEventLog(EventLog):
         self._on_foreign: Callable[[list[Envelope]], None] | None = None
         self._following = False
         self._origin = f"{name}/{secrets.token_hex(6)}" if name else secrets.token_hex(8)
+        # sessions' last seqs as this process last saw them in an appending transaction, and
+        # the counter they hold at (None: not to be trusted); a trim of its own forgets them
+        self._heads: dict[str, int] = {}
+        self._heads_at: int | None = None
+        self._generation = 0
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -151,6 +156,7 @@ class PostgresEventLog(EventLog):
                 "SELECT value FROM codey_meta WHERE key = 'last_seq'")).fetchone()
         self._last_seq = int(last[0]) if last else 0
         self._own = {}
+        self._heads, self._heads_at = {}, None
         self._wake = asyncio.Event()
         self._pool = AsyncConnectionPool(self.url, min_size=1, max_size=self.pool_size,
                                          open=False, kwargs={"autocommit": True},
@@ -246,14 +252,29 @@ class PostgresEventLog(EventLog):
         envelopes or the LeaseLost or AppendConflict that refused it."""
         fences = [r[2] for r in ready if r[2] is not None]
         checked = sessions_of([e for r in ready if r[3] is not None for e in r[0]])
+        # the last seqs this process knows hold while the counter is still the one its last
+        # commit left (no other process appended since): only the others are read
+        at, generation = self._heads_at, self._generation
+        self._heads_at = None  # (until this transaction is known to have committed)
+        known = {sid: self._heads[sid] for sid in checked if sid in self._heads} \
+            if at is not None else {}
+        unknown = [sid for sid in checked if sid not in known]
         async with self._pool.connection() as conn, conn.transaction():
             # one round trip for the locks, the fences and the sessions' last seqs
-            seq, stale, heads = await _locked(conn, fences, checked)
-            if heads is None:
-                # another process committed between that statement's snapshot and its lock:
-                # read them again, now that no replica can commit before this insert
-                found = await (await conn.execute(_HEADS, (checked,))).fetchall()
-                heads = {sid: int(head or 0) for sid, head in found}
+            seq, stale, read = await _locked(conn, fences, unknown)
+            if seq != at:  # another process appended meanwhile: what was known may be old
+                self._heads.clear()
+                known = {}
+                if unknown != checked:
+                    read, unknown = None, checked
+            if read is None:
+                # another process committed between that statement's snapshot and its lock,
+                # or what this one knew is old: read them now that no replica can commit
+                # before this insert
+                found = await (await conn.execute(_HEADS, (unknown,))).fetchall()
+                read = {sid: int(head or 0) for sid, head in found}
+            heads = {sid: read[sid] if sid in read else known[sid] for sid in checked}
+            last: dict[str, int] = {}  # each session's last seq among the rows inserted
             ts = time.time()
             out: list[list[Envelope] | LeaseLost | AppendConflict] = []
             rows: list[tuple[int, float, str | None, str, bytes, str]] = []
@@ -274,19 +295,25 @@ class PostgresEventLog(EventLog):
                     env = Envelope(seq=seq, ts=ts, session_id=session_id, event=event)
                     rows.append((seq, ts, session_id, _tag(event), encode(env), self._origin))
                     envs.append(env)
-                    if session_id in heads:  # the appends after this one in the group
-                        heads[session_id] = seq
+                    if session_id is not None:
+                        last[session_id] = seq
+                        if session_id in heads:  # the appends after this one in the group
+                            heads[session_id] = seq
                 out.append(envs)
-            if not rows:
-                return out  # every append was refused: nothing to write
-            async with conn.cursor() as cur:
-                await cur.executemany(
-                    "INSERT INTO codey_events (seq, ts, session_id, type, envelope, origin) "
-                    "VALUES (%s, %s, %s, %s, %s, %s)", rows)
-            await conn.execute("UPDATE codey_meta SET value = %s WHERE key = 'last_seq'",
-                               (seq,))
-            # delivered at commit, to the other replicas' followers
-            await conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, str(seq)))
+            if rows:  # (else every append was refused: nothing to write)
+                async with conn.cursor() as cur:
+                    await cur.executemany(
+                        "INSERT INTO codey_events (seq, ts, session_id, type, envelope, "
+                        "origin) VALUES (%s, %s, %s, %s, %s, %s)", rows)
+                await conn.execute("UPDATE codey_meta SET value = %s WHERE key = 'last_seq'",
+                                   (seq,))
+                # delivered at commit, to the other replicas' followers
+                await conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, str(seq)))
+        # committed: the counter is ``seq``, and these are the sessions' last seqs at it
+        if generation == self._generation:  # (no trim of this process's came in between)
+            self._heads.update(read)
+            self._heads.update(last)
+            self._heads_at = seq
         return out
 
     async def committed_seq(self) -> int:
@@ -436,6 +463,13 @@ class PostgresEventLog(EventLog):
     async def trim(self, keep: Collection[str], through_seq: int) -> int:
         if self._closed or self._pool is None:
             raise LogClosed("the event log is closed")
+        # the trimmed sessions' last seqs go back (another process's trim leaves them higher
+        # here than stored until another process appends: that can refuse an append decided
+        # before the trimmed seq — which a decision taken on the state never is — and never
+        # lets one through)
+        self._generation += 1
+        self._heads.clear()
+        self._heads_at = None
         async with self._pool.connection() as conn, conn.transaction():
             cur = await conn.execute(
                 "DELETE FROM codey_events WHERE seq <= %s AND session_id IS NOT NULL "
@@ -465,6 +499,10 @@ async def _locked(conn: Any, fences: list[Fence], checked: list[str]
     lock (the lock waited for another append, or one committed just before it was taken):
     only when the counter as of the snapshot is the counter the lock returned (every append
     that stores rows raises it) did no append commit in between, and they hold."""
+    if not fences and not checked:  # the lock alone (the common case: all known)
+        row = await (await conn.execute(
+            "SELECT value FROM codey_meta WHERE key = 'last_seq' FOR UPDATE")).fetchone()
+        return int(row[0]), {}, {}
     names = sorted({fence.lease for fence in fences})
     held = ("held AS (SELECT name, owner, epoch FROM codey_leases WHERE name = ANY(%(names)s) "
             "ORDER BY name FOR SHARE), " if fences else "")
