@@ -26,7 +26,9 @@ The same contract as the SQLite log (``codey_server.eventlog.contract``):
   the rest of its group commits.
 - **Appends decided on a position** (``expected``, optimistic concurrency): in the same
   transaction, once the counter row is locked, the last seq of each session the checked
-  appends touch is read (one statement, an index lookup per session); an append whose
+  appends touch is known — kept from this process's last commit when no other process
+  appended since (the counter is where that commit left it), else read (an index lookup
+  per session, in the statement that takes the locks when its snapshot is current); an append whose
   session has an event after its ``expected`` — committed by any replica, or earlier in
   its own group — fails with :class:`~codey_server.errors.AppendConflict` before it takes a
   seq, while the rest of its group commits. Every replica's append locks the counter row
