@@ -31,7 +31,10 @@ def _event(i: int) -> SessionItemUpdated:
     return SessionItemUpdated(item_id=f"item-{i % 97}", output_delta=f"line {i} of output\n")
 
 
-async def bench_log(path: Path, events: int, tasks: int) -> tuple[float, int, float, float]:
+async def bench_log(path: Path, events: int, tasks: int,
+                    expected: bool = False) -> tuple[float, int, float, float]:
+    """``expected``: each append carries the position it was decided on, as the engine's
+    do (the log's last seq then; each task writes its own session, so none is refused)."""
     log = SqliteEventLog(path)
     await log.open()
     per_task = events // tasks
@@ -39,7 +42,8 @@ async def bench_log(path: Path, events: int, tasks: int) -> tuple[float, int, fl
     async def appender(t: int) -> None:
         session = f"s{t}"
         for i in range(per_task):
-            await log.append([(session, _event(i))])
+            await log.append([(session, _event(i))],
+                             expected=log.last_seq if expected else None)
 
     start = time.perf_counter()
     await asyncio.gather(*(appender(t) for t in range(tasks)))

@@ -5,6 +5,7 @@
       ├── SubscriberOverflow     (eventlog.py) a subscriber fell too far behind
       ├── LogClosed              (eventlog.py) the log is closed
       ├── LeaseLost              (errors.py) a write fenced by a lease this replica no longer holds
+      ├── AppendConflict         (errors.py) an append whose session moved on since its decision
       ├── PairingError           (workers/pair_store.py) a pairing call that cannot be carried out
       ├── ModelError             (agent/errors.py) a model call failed after its retries
       ├── AuthError              (auth/service.py) a provider login call that cannot be done
@@ -44,6 +45,20 @@ class LeaseLost(ServerError):
     def __init__(self, lease: str, why: str = "another replica holds it now") -> None:
         super().__init__(f"lost the lease {lease}: {why}")
         self.lease = lease
+
+
+class AppendConflict(ServerError):
+    """An append decided on the log as of seq ``expected`` touches a session that has an
+    event after it (at ``seq``): the session moved on since the decision. Nothing of that
+    append was stored and it used no seq; the decider decides again on the new state
+    (:meth:`~codey_server.core.engine.Engine.submit` does)."""
+
+    def __init__(self, session_id: str, seq: int, expected: int) -> None:
+        super().__init__(f"session {session_id} moved on: its event {seq} came after "
+                         f"{expected}, the seq this append was decided on")
+        self.session_id = session_id
+        self.seq = seq
+        self.expected = expected
 
 
 class ConfigError(ServerError):

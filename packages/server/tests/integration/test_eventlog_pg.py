@@ -15,11 +15,12 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from codey_protocol.codec import decode_envelope
-from codey_protocol.events import SessionTitleChanged
+from codey_protocol.codec import decode_envelope, encode
+from codey_protocol.events import Envelope, SessionTitleChanged
 from codey_server.cluster.replicas import Cluster, Leases
+from codey_server.errors import AppendConflict
 from codey_server.eventlog import EventLog, Fence
-from codey_server.eventlog.contract import EventLogContract
+from codey_server.eventlog.contract import EventLogContract, seqs, title
 from codey_server.eventlog.postgres import PostgresEventLog
 from codey_testkit.postgres import PostgresCluster, pg_bin
 from codey_testkit.stack import ServerProcess
@@ -168,3 +169,119 @@ def test_a_server_on_postgres_keeps_its_state_across_a_restart(
         server.start()
         tasks = server.http.get("/api/tasks").json()
         assert [t["title"] for t in tasks] == ["survives"]
+
+
+def test_replicas_deciding_on_the_same_position_of_a_session_commit_one_decision(
+        cluster: PostgresCluster) -> None:
+    """Two replicas (two logs, each its own connections) append to one session, each on the
+    position it read: of two decisions taken on the same position one commits, whichever
+    replica's transaction comes second is refused; deciding again, both go on."""
+    dsn = cluster.create_database("positions")
+
+    async def main() -> None:
+        logs = [PostgresEventLog(dsn, name=f"r{n}") for n in range(2)]
+        for one in logs:
+            await one.open()
+        try:
+            await logs[0].append([("s", title(0))])
+            for n in range(20):
+                at = await logs[0].committed_seq()
+                results = await asyncio.gather(
+                    *(one.append([("s", title(n)), (None, title(-n))], expected=at)
+                      for one in logs), return_exceptions=True)
+                won = [r for r in results if isinstance(r, list)]
+                lost = [r for r in results if isinstance(r, AppendConflict)]
+                assert len(won) == 1 and len(lost) == 1, results
+                assert seqs(won[0]) == [at + 1, at + 2] and lost[0].seq == at + 1
+
+            async def decider(one: PostgresEventLog, k: int) -> None:
+                at = await one.committed_seq()
+                for _ in range(k):
+                    while True:
+                        try:
+                            await one.append([("s", title(k))], expected=at)
+                            break
+                        except AppendConflict as err:
+                            at = err.seq
+                    at = await one.committed_seq()
+
+            await asyncio.gather(decider(logs[0], 15), decider(logs[1], 15))
+            with psycopg.connect(dsn) as conn:
+                rows = conn.execute("SELECT seq FROM codey_events ORDER BY seq").fetchall()
+            assert [r[0] for r in rows] == list(range(1, 1 + 1 + 2 * 20 + 30))
+        finally:
+            for one in logs:
+                await one.close()
+
+    asyncio.run(main())
+
+
+def test_a_database_the_previous_release_wrote_gives_each_session_its_position(
+        cluster: PostgresCluster) -> None:
+    """The previous release's tables (its index on session_id alone, no position stored):
+    opening them replaces the index, and a session's position is its last event's seq."""
+    dsn = cluster.create_database("previous")
+    old = [Envelope(seq=n, ts=1.0, session_id=sid, event=title(n))
+           for n, sid in enumerate(["a", "b", None, "a"], start=1)]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("""
+            CREATE TABLE codey_events (
+                seq bigint PRIMARY KEY, ts double precision NOT NULL, session_id text,
+                type text NOT NULL, envelope bytea NOT NULL, origin text);
+            CREATE INDEX codey_events_session ON codey_events (session_id);
+            CREATE TABLE codey_snapshots (seq bigint PRIMARY KEY, data bytea NOT NULL);
+            CREATE TABLE codey_meta (key text PRIMARY KEY, value bigint NOT NULL);
+            INSERT INTO codey_meta (key, value) VALUES ('last_seq', 4), ('trimmed_through', 0);
+        """)
+        with conn.cursor() as cur:
+            cur.executemany("INSERT INTO codey_events VALUES (%s, %s, %s, %s, %s, 'old')",
+                            [(e.seq, e.ts, e.session_id, "session_title_changed", encode(e))
+                             for e in old])
+
+    async def main() -> None:
+        log = PostgresEventLog(dsn)
+        await log.open()
+        try:
+            assert await log.read(0) == old and log.last_seq == 4
+            with pytest.raises(AppendConflict) as moved:
+                await log.append([("a", title(5))], expected=3)
+            assert (moved.value.session_id, moved.value.seq) == ("a", 4)
+            assert seqs(await log.append([("b", title(5))], expected=2)) == [5]
+            assert seqs(await log.append([("a", title(6))], expected=4)) == [6]
+            assert (await log.read(0))[:4] == old
+        finally:
+            await log.close()
+
+    asyncio.run(main())
+    with psycopg.connect(dsn) as conn:
+        indexes = {r[0] for r in conn.execute(
+            "SELECT indexname FROM pg_indexes WHERE tablename = 'codey_events'")}
+    assert indexes == {"codey_events_pkey", "codey_events_session_seq"}
+
+
+def test_what_a_replica_knew_of_a_session_does_not_outlive_another_replicas_append(
+        cluster: PostgresCluster) -> None:
+    """A log keeps the sessions' last seqs it saw while the counter stays where its own last
+    commit left it; another replica's append moves the counter, and they are read again."""
+    dsn = cluster.create_database("known")
+
+    async def main() -> None:
+        a, b = PostgresEventLog(dsn, name="a"), PostgresEventLog(dsn, name="b")
+        for one in (a, b):
+            await one.open()
+        try:
+            assert seqs(await a.append([("s", title(1))], expected=0)) == [1]
+            assert seqs(await a.append([("s", title(2))], expected=1)) == [2]  # known here
+            assert seqs(await b.append([("s", title(3))], expected=2)) == [3]
+            with pytest.raises(AppendConflict) as moved:
+                await a.append([("s", title(4))], expected=2)  # a knew 2; b moved it to 3
+            assert moved.value.seq == 3
+            assert seqs(await a.append([(None, title(4))])) == [4]  # no session: nothing read
+            with pytest.raises(AppendConflict):
+                await a.append([("s", title(5))], expected=2)
+            assert seqs(await a.append([("s", title(5))], expected=4)) == [5]
+        finally:
+            for one in (a, b):
+                await one.close()
+
+    asyncio.run(main())

@@ -55,6 +55,7 @@ def test_metrics_count_a_real_turn_and_need_the_login(tmp_path: Path, model: Any
         assert _value(text, "codey_action_seconds_count") == 1
         assert _value(text, "codey_model_call_seconds_count", '{provider="scripted"}') == 2
         assert _value(text, "codey_event_log_append_seconds_count") > 5
+        assert _value(text, "codey_event_log_append_conflicts_total") >= 0
         assert not re.search(r"^codey_model_errors_total\{", text, re.M)  # none failed
         # the log: one JSON object per line, the access token masked
         lines = [line for line in server.log_text().splitlines() if line.startswith("{")]

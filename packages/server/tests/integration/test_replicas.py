@@ -52,17 +52,12 @@ def model(tmp_path: Path) -> Iterator[ModelServerHandle]:
         handle.stop()
 
 
-def _last_holder(dsn: str, session_id: str) -> str | None:
-    """The replica that last took the session's lease, held still or not (rows stay)."""
+def _lease_owner(dsn: str, session_id: str, *, held: bool = True) -> str | None:
+    """Who holds the session's lease now; with ``held=False``, who took it last, even if it
+    has released it since (a release expires the row and keeps its owner)."""
     with psycopg.connect(dsn) as conn:
-        row = conn.execute("SELECT owner FROM codey_leases WHERE name = %s",
-                           (f"session:{session_id}",)).fetchone()
-    return str(row[0]) if row else None
-
-
-def _lease_owner(dsn: str, session_id: str) -> str | None:
-    with psycopg.connect(dsn) as conn:
-        row = conn.execute("SELECT owner FROM codey_leases WHERE name = %s AND expires > now()",
+        row = conn.execute("SELECT owner FROM codey_leases WHERE name = %s"
+                           + (" AND expires > now()" if held else ""),
                            (f"session:{session_id}",)).fetchone()
     return str(row[0]) if row else None
 
@@ -104,10 +99,10 @@ def test_killing_the_replica_that_runs_a_session_loses_and_repeats_nothing(
 
         owner.kill9()
         killed_at = time.monotonic()
-        # the last holder, expired or released too: a survivor that takes the session over
-        # once the command has ended finishes the turn and releases the lease within a
-        # poll's interval (a wait for a live lease then saw None, and failed)
-        taken_by = wait_until(lambda: _last_holder(dsn, sid), ok=lambda o: o in ("r1", "r2"),
+        # (held or not: when the command has finished before the take-over, the new owner's
+        # turn only calls the model and ends, and releases the lease, within one poll)
+        taken_by = wait_until(lambda: _lease_owner(dsn, sid, held=False),
+                              ok=lambda o: o in ("r1", "r2"),
                               timeout=15, interval=0.1,
                               what="another replica to take the session over")
         took_over_in = time.monotonic() - killed_at

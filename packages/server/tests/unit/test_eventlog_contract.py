@@ -14,7 +14,9 @@ from typing import Any
 
 import pytest
 
-from codey_protocol.codec import decode_envelope
+from codey_protocol.codec import decode_envelope, encode
+from codey_protocol.events import Envelope
+from codey_server.errors import AppendConflict
 from codey_server.eventlog import EventLog, LogClosed, MemoryEventLog, SqliteEventLog
 from codey_server.eventlog.contract import EventLogContract, seqs, title
 
@@ -111,6 +113,44 @@ class TestSqliteEventLog(EventLogContract):
                 assert stored[:5] == first
                 assert seqs(stored) == [1, 2, 3, 4, 5, 6]
                 assert await log.latest_snapshot() == (5, b"state at 5")
+            finally:
+                await log.close()
+
+        asyncio.run(main())
+
+    def test_a_log_the_previous_release_wrote_gives_each_session_its_position(
+            self, tmp_path: Path) -> None:
+        """The previous release stored no position: a session's is the seq of its last
+        event, so the events it wrote place every session, and mean what they meant."""
+        path = tmp_path / "log.db"
+        conn = sqlite3.connect(path)
+        # the tables exactly as the previous release created them (and sqlite-utils before)
+        conn.executescript("""
+            CREATE TABLE "events" ("seq" INTEGER PRIMARY KEY, "ts" REAL, "session_id" TEXT,
+                                   "type" TEXT, "envelope" BLOB);
+            CREATE INDEX "idx_events_session_id" ON "events" ("session_id");
+            CREATE TABLE "snapshots" ("seq" INTEGER PRIMARY KEY, "data" BLOB);
+            CREATE TABLE "meta" ("key" TEXT PRIMARY KEY, "value" INTEGER);
+        """)
+        old = [Envelope(seq=n, ts=1.0, session_id=sid, event=title(n))
+               for n, sid in enumerate(["a", "b", None, "a"], start=1)]
+        conn.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?)",
+                         [(e.seq, e.ts, e.session_id, "session_title_changed", encode(e))
+                          for e in old])
+        conn.commit()
+        conn.close()
+
+        async def main() -> None:
+            log = SqliteEventLog(path)
+            await log.open()
+            try:
+                assert await log.read(0) == old and log.last_seq == 4
+                with pytest.raises(AppendConflict) as moved:
+                    await log.append([("a", title(5))], expected=3)
+                assert (moved.value.session_id, moved.value.seq) == ("a", 4)
+                assert seqs(await log.append([("b", title(5))], expected=2)) == [5]
+                assert seqs(await log.append([("a", title(6))], expected=4)) == [6]
+                assert (await log.read(0))[:4] == old
             finally:
                 await log.close()
 

@@ -78,12 +78,13 @@ class FencedLog(MemoryEventLog):
         self.refused: list[list[Event]] = []
 
     async def append(self, events: Sequence[tuple[str | None, Event]], *,
-                     fence: Fence | None = None) -> list[Envelope]:
+                     fence: Fence | None = None,
+                     expected: int | None = None) -> list[Envelope]:
         if fence is not None and self.leases.rows.get(fence.lease) != (fence.owner,
                                                                          fence.epoch):
             self.refused.append([e for _, e in events])
             raise LeaseLost(fence.lease)
-        return await super().append(events)
+        return await super().append(events, expected=expected)
 
 
 class Gated(ModelProvider):

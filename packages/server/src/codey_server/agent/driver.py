@@ -15,6 +15,14 @@ The driver keeps what is not the turn's to hold: the model providers (a ``CallMo
 one) and each session's encoded history (``BuildBody`` reads it, ``NoteBody`` records the
 size of a body sent).
 
+When the session moves on between a step's decision and its commit (a browser's command,
+a process's output, another replica's write), the engine refuses the append and decides
+again on the new state. The turn being a value, the second decision is the step taken afresh
+from the value it had before the input, on the new state: what it decides may differ (the
+status table, the session's position, what the new state holds). (An interrupt that commits
+first cancels the turn's task as it is folded, before that: the turn's step never lands on
+an interrupted session.)
+
 Effects run as tasks (a model stream, an action, a wait) or timers; what they learn comes back
 through the inbox, so the machine sees one input at a time, in order.
 
@@ -149,6 +157,8 @@ class TurnDriver:
         self._tasks: set[asyncio.Task[None]] = set()
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._step = Step()
+        #: the turn's value before the input being decided (see :meth:`_decide`)
+        self._before: TurnValue = turn
         #: the last MCP list fed as SessionAttached
         self._mcp_servers: list[wk.McpServerInfo] | None = None
         #: set when the turn ended because a fenced write or action was refused
@@ -214,11 +224,14 @@ class TurnDriver:
 
     async def _submit(self, input: Input) -> Step:
         """One step of the machine, as a decision on the write path; returns the step."""
+        self._before = self.turn
         await self.deps.store.submit(self._decide, input, exclusive=False)
         return self._step
 
     def _decide(self, state: State, input: Input, ctx: Context) -> Decided:
-        self.turn, self._step = step(self.machine, self.turn, state, input, ctx)
+        # from the value before this input, every time: a decision taken again (the session
+        # moved on before its step committed) is the step taken afresh on the new state
+        self.turn, self._step = step(self.machine, self._before, state, input, ctx)
         return self._step.events
 
     def _stop(self) -> None:

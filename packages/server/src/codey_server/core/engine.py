@@ -11,6 +11,15 @@ path: nothing else appends (``tests/unit/test_write_path.py`` checks every modul
 returns only once its events are folded into :attr:`state`, so a caller always reads its own
 writes.
 
+Optimistic concurrency: each append carries the seq of the state its decision was taken on
+(``expected``), and the log refuses it with :class:`~codey_server.errors.AppendConflict`
+when one of its sessions has an event after that seq — another decision on the same state
+of that session committed first (a turn's own step and a browser's command, or another
+replica's). The engine then waits until that event is folded and takes the decision again,
+on the new state, at most :data:`DECIDE_ATTEMPTS` times in all. So the status table
+(:mod:`~codey_server.core.status`), checked on the state a decision was taken on, holds in
+commit order too: two decisions taken on the same state of a session never both commit.
+
 :attr:`state` is one object, set by ``start`` (from the latest snapshot) and from then on
 changed in place by every fold (:mod:`codey_server.core.fold` mutates; it does not return a
 new state). So anything read out of it — ``engine.state.sessions[sid]``, an item, a worker —
@@ -36,11 +45,16 @@ from codey_protocol.events import Envelope, Event
 from codey_protocol.state import State
 from codey_server.core import status
 from codey_server.core.rules import Context, Decided, Rules
+from codey_server.errors import AppendConflict
 from codey_server.eventlog import EventLog, Fence
 
 log = logging.getLogger("codey.engine")
 
-__all__ = ["Engine"]
+__all__ = ["DECIDE_ATTEMPTS", "Engine"]
+
+#: how many times one write decides, when each time a session it touches moves on before its
+#: append commits (then the last AppendConflict is raised)
+DECIDE_ATTEMPTS = 10
 
 In = TypeVar("In")
 
@@ -68,6 +82,8 @@ class Engine:
         self._foreign: set[int] = set()
         #: told how long each append took, call to commit and fold (/metrics)
         self.append_timers: list[Callable[[float], None]] = []
+        #: appends refused because a session moved on after their decision (each decided again)
+        self.conflicts = 0
 
     # lifecycle ----------------------------------------------------------------------------
 
@@ -118,7 +134,8 @@ class Engine:
     # writes -------------------------------------------------------------------------------
 
     async def _append(self, events: Sequence[tuple[str | None, Event]], *,
-                      fence: Fence | None = None) -> list[Envelope]:
+                      fence: Fence | None = None, expected: int | None = None
+                      ) -> list[Envelope]:
         """Append events atomically; returns once they are committed and folded. Private:
         every writer goes through :meth:`execute` or :meth:`submit`, which decide first."""
         if not events:
@@ -127,16 +144,33 @@ class Engine:
         started = time.perf_counter()
         # The fold must not depend on this caller: a task cancelled while its events commit
         # would otherwise leave them unfolded, and every later append would wait forever.
-        appended = asyncio.ensure_future(self.log.append(events, fence=fence))
+        appended = asyncio.ensure_future(self.log.append(events, fence=fence,
+                                                         expected=expected))
         appended.add_done_callback(self._fold_when_done)
         envs = await asyncio.shield(appended)
-        last = envs[-1].seq
-        if self.state.seq < last:
-            async with self._applied:
-                await self._applied.wait_for(lambda: self.state.seq >= last)
+        await self._folded(envs[-1].seq)
         for timer in self.append_timers:
             timer(time.perf_counter() - started)
         return envs
+
+    async def _decide_and_append(self, decide: Callable[[], Decided],
+                                 fence: Fence | None) -> list[Envelope]:
+        """Run ``decide`` on the current state and append what it decided at that state's
+        seq; when a session of it moved on meanwhile (:class:`AppendConflict`), wait until
+        what moved it is folded and decide again (:data:`DECIDE_ATTEMPTS` in all)."""
+        attempt = 1
+        while True:
+            at = self.state.seq  # (no await between here and the append's queueing)
+            try:
+                return await self._append(decide(), fence=fence, expected=at)
+            except AppendConflict as err:
+                self.conflicts += 1
+                if attempt >= DECIDE_ATTEMPTS:
+                    log.warning("gave up deciding after %d attempts: %s", attempt, err)
+                    raise
+                attempt += 1
+                log.debug("deciding again (attempt %d): %s", attempt, err)
+                await self._folded(err.seq)
 
     async def execute(self, command: cl.ClientToServer, *, origin: str = "") -> list[Envelope]:
         """Decide a browser command against the current state and append its events.
@@ -145,10 +179,13 @@ class Engine:
         command cannot be carried out. Commands are decided one at a time so that each sees
         the effects of the one before (the first decision on an approval wins). ``origin``
         says who sent it when not a browser (``mcp:<token id>``); the decision records it.
+        When a session of it moved on before its append committed (a turn's step, another
+        replica's write), it is decided again on the new state (see the module docstring).
         """
         ctx = dataclasses.replace(self.context, origin=origin) if origin else self.context
         async with self._command_lock:
-            return await self._append(self.rules.decide(self.state, command, ctx))
+            return await self._decide_and_append(
+                lambda: self.rules.decide(self.state, command, ctx), None)
 
     async def submit(self, decision: Callable[[State, In, Context], Decided], input: In, *,
                      exclusive: bool = True, fence: Fence | None = None) -> list[Envelope]:
@@ -163,19 +200,30 @@ class Engine:
         A decision may raise :class:`~codey_server.core.rules.CommandRejected`; nothing is
         appended then.
 
+        Either way the append carries the seq the decision was taken on: when a session of
+        it moved on before the append committed, ``decision`` is called again, with the same
+        ``input``, on the new state (so it must be pure); after :data:`DECIDE_ATTEMPTS`
+        refusals the last :class:`~codey_server.errors.AppendConflict` is raised.
+
         ``fence`` (among replicas, a session's runner): the events are committed only while
         that lease holding is current; raises :class:`~codey_server.errors.LeaseLost`
         otherwise, with nothing appended (see :class:`~codey_server.eventlog.EventLog`).
         """
+        def decide() -> Decided:
+            return decision(self.state, input, self.context)
+
         if not exclusive:
-            return await self._append(decision(self.state, input, self.context), fence=fence)
+            return await self._decide_and_append(decide, fence)
         async with self._command_lock:
-            return await self._append(decision(self.state, input, self.context), fence=fence)
+            return await self._decide_and_append(decide, fence)
 
     async def catch_up(self) -> None:
         """Return once the state has folded every event committed so far, by any replica (the
         others' arrive through the log's follower): a decision taken next sees them all."""
-        seq = await self.log.committed_seq()
+        await self._folded(await self.log.committed_seq())
+
+    async def _folded(self, seq: int) -> None:
+        """Return once the state has folded ``seq`` (a committed one)."""
         if self.state.seq < seq:
             async with self._applied:
                 await self._applied.wait_for(lambda: self.state.seq >= seq)

@@ -28,7 +28,16 @@ which each backend's tests subclass):
   nothing and uses no seq, and the other appends of its group commit as if it had not been
   there. Only a log that several servers share has leases (PostgreSQL checks the fence
   against ``codey_leases`` in the appending transaction); the others (SQLite, memory: one
-  server, no leases) cannot prove any fence current, so they refuse every fence.
+  server, no leases) cannot prove any fence current, so they refuse every fence;
+- an append that carries ``expected`` (the seq of the log its events were decided on) is
+  committed only if no session among its events has an event after ``expected`` when its
+  transaction commits — counting the appends committed before it in its own group;
+  otherwise it raises :class:`~codey_server.errors.AppendConflict`, stores nothing and uses
+  no seq, and the rest of its group commits. That is optimistic concurrency, per session
+  (pyeventsourcing's aggregate version, with the log's own seq as the version): two
+  decisions taken on the same state of a session cannot both commit. Events of no session
+  are never checked. The check holds among every process that appends to the store (on
+  PostgreSQL it runs under the counter row's lock, which every replica's append takes).
 
 Retention (:meth:`EventLog.trim`, driven by :mod:`~codey_server.core.retention`) deletes the
 of finished sessions up to a snapshot. The seqs stay gapless as numbers handed out, but the
@@ -52,10 +61,10 @@ import msgspec
 
 from codey_protocol.errors import ProtocolError
 from codey_protocol.events import Envelope, Event
-from codey_server.errors import LeaseLost, LogClosed, SubscriberOverflow
+from codey_server.errors import AppendConflict, LeaseLost, LogClosed, SubscriberOverflow
 
-__all__ = ["SNAPSHOTS_KEPT", "EventLog", "Fence", "LogClosed", "SubscriberOverflow",
-           "Subscription"]
+__all__ = ["SNAPSHOTS_KEPT", "AppendConflict", "EventLog", "Fence", "LogClosed",
+           "SubscriberOverflow", "Subscription"]
 
 #: How many snapshots :meth:`EventLog.save_snapshot` keeps (the newest ones).
 SNAPSHOTS_KEPT = 3
@@ -81,6 +90,11 @@ class Fence:
     lease: str
     epoch: int
     owner: str
+
+
+def sessions_of(events: Sequence[tuple[str | None, Event]]) -> list[str]:
+    """The sessions among ``events``, each once, in the order they first appear."""
+    return list(dict.fromkeys(sid for sid, _ in events if sid is not None))
 
 
 def no_leases(fence: Fence) -> LeaseLost:
@@ -225,7 +239,8 @@ class EventLog(abc.ABC):
 
     @abc.abstractmethod
     async def append(self, events: Sequence[tuple[str | None, Event]], *,
-                     fence: Fence | None = None) -> list[Envelope]:
+                     fence: Fence | None = None,
+                     expected: int | None = None) -> list[Envelope]:
         """Append ``(session_id, event)`` pairs as one atomic group; return their envelopes.
 
         The events get consecutive seqs and are committed together. Returns after the commit;
@@ -235,6 +250,12 @@ class EventLog(abc.ABC):
         ``fence``: commit only while that lease holding is current, else raise
         :class:`~codey_server.errors.LeaseLost` (nothing stored, no seq used). A log without
         leases refuses every fence that way (see the module docstring).
+
+        ``expected``: the seq of the log these events were decided on. Commit only if no
+        session among ``events`` has an event after it, else raise
+        :class:`~codey_server.errors.AppendConflict` (nothing stored, no seq used) naming
+        the first such session and its last seq: decide again once that seq is folded.
+        ``None``: no check.
 
         Cancelling the awaiting task does not withdraw the events: they may still be committed.
         """

@@ -30,7 +30,13 @@ from codey_protocol.events import (
     SessionTitleChanged,
     WorkerDisconnected,
 )
-from codey_server.errors import LeaseLost, LogClosed, ServerError, SubscriberOverflow
+from codey_server.errors import (
+    AppendConflict,
+    LeaseLost,
+    LogClosed,
+    ServerError,
+    SubscriberOverflow,
+)
 from codey_server.eventlog.base import SNAPSHOTS_KEPT, EventLog, Fence, Subscription
 
 __all__ = ["Body", "EventLogContract", "seqs", "title"]
@@ -193,6 +199,110 @@ class EventLogContract(abc.ABC):
                 await log.append([("s", title(6))], fence=stale)
             assert seqs(await log.append([("s", title(7))])) == [5]
             assert log.last_seq == 5 and seqs(await log.read(0)) == [1, 2, 3, 4, 5]
+
+        self.run(tmp_path, body)
+
+    # expected positions (optimistic concurrency) -----------------------------------------
+
+    def test_an_append_decided_on_its_sessions_last_events_commits(self, tmp_path: Path) -> None:
+        async def body(log: EventLog) -> None:
+            await log.append([("a", title(1)), ("b", title(2))])
+            # decided at seq 2: neither a (last event 1) nor b (2) moved on after it
+            assert seqs(await log.append([("a", title(3)), ("b", title(4))], expected=2)) \
+                == [3, 4]
+            # decided at 3: b has moved on (4), but this append is a's alone
+            assert seqs(await log.append([("a", title(5))], expected=3)) == [5]
+            # a session without events, and events of no session, cannot have moved on
+            assert seqs(await log.append([("new", title(6)), (None, title(7))],
+                                         expected=0)) == [6, 7]
+            assert seqs(await log.append([(None, title(8))], expected=0)) == [8]
+            assert log.last_seq == 8 and seqs(await log.read(0)) == list(range(1, 9))
+
+        self.run(tmp_path, body)
+
+    def test_an_append_whose_session_moved_on_is_refused_and_the_rest_of_its_group_commits(
+            self, tmp_path: Path) -> None:
+        async def body(log: EventLog) -> None:
+            await log.append([("s", title(0)), ("t", title(1))])
+            sub = log.subscribe()
+            # four decisions taken on the log at seq 2, queued together (one group commit
+            # on PostgreSQL and SQLite): the second one's session moves on with the first
+            results = await asyncio.gather(
+                log.append([("s", title(2))], expected=2),
+                log.append([("u", title(3)), ("s", title(4))], expected=2),
+                log.append([("t", title(5))], expected=2),
+                log.append([("s", title(6))]),  # no expected position: never checked
+                return_exceptions=True)
+            refused = results[1]
+            assert isinstance(refused, AppendConflict) and isinstance(refused, ServerError)
+            assert (refused.session_id, refused.seq, refused.expected) == ("s", 3, 2)
+            assert [seqs(r) for r in results if isinstance(r, list)] == [[3], [4], [5]]
+            # it stored nothing and used no seq (not even its "u" event's)
+            stored = await log.read(0)
+            assert seqs(stored) == [1, 2, 3, 4, 5]
+            assert [env.event for env in stored] == [title(0), title(1), title(2), title(5),
+                                                     title(6)]
+            assert await log.read_session("u") == []
+            published: list[Envelope] = []
+            while len(published) < 3:
+                published += await asyncio.wait_for(sub.get(), 5)
+            assert seqs(published) == [3, 4, 5]
+            # decided again on what it missed: it commits, where the seq goes on
+            with pytest.raises(AppendConflict) as alone:
+                await log.append([("s", title(7))], expected=4)
+            assert (alone.value.seq, alone.value.expected) == (5, 4)
+            assert seqs(await log.append([("u", title(3)), ("s", title(4))], expected=5)) \
+                == [6, 7]
+            assert log.last_seq == 7 and seqs(await log.read(0)) == list(range(1, 8))
+
+        self.run(tmp_path, body)
+
+    def test_of_decisions_taken_on_the_same_position_one_commits(self, tmp_path: Path) -> None:
+        rounds, deciders = 5, 8
+
+        async def body(log: EventLog) -> None:
+            await log.append([("s", title(0))])
+            for n in range(rounds):
+                at = log.last_seq
+                results = await asyncio.gather(
+                    *(log.append([("s", title(n * 100 + k))], expected=at)
+                      for k in range(deciders)), return_exceptions=True)
+                won = [r for r in results if isinstance(r, list)]
+                assert len(won) == 1 and seqs(won[0]) == [at + 1]
+                assert all(isinstance(r, AppendConflict) and r.seq == at + 1
+                           for r in results if not isinstance(r, list))
+            assert seqs(await log.read(0)) == list(range(1, rounds + 2))
+
+            # deciders that decide again on each refusal: all commit, one after the other
+            async def decider(k: int) -> list[Envelope]:
+                at = log.last_seq
+                while True:
+                    try:
+                        return await log.append([("s", title(k)), ("s", title(-k))],
+                                                expected=at)
+                    except AppendConflict as err:
+                        at = err.seq
+
+            groups = await asyncio.gather(*(decider(k) for k in range(deciders)))
+            assert sorted(seq for g in groups for seq in seqs(g)) == \
+                list(range(rounds + 2, rounds + 2 + 2 * deciders))
+            assert all(seqs(g) == [g[0].seq, g[0].seq + 1] for g in groups)
+
+        self.run(tmp_path, body)
+
+    def test_a_trimmed_session_has_no_position_left_to_conflict_with(
+            self, tmp_path: Path) -> None:
+        async def body(log: EventLog) -> None:
+            await log.append([("old", title(1)), ("kept", title(2)), ("old", title(3))])
+            await log.save_snapshot(3, b"three")
+            assert await log.trim({"kept"}, 3) == 2
+            # the kept session still has its event 2; the trimmed one has none stored
+            with pytest.raises(AppendConflict):
+                await log.append([("kept", title(4))], expected=1)
+            assert seqs(await log.append([("old", title(4))], expected=1)) == [4]
+            with pytest.raises(AppendConflict):
+                await log.append([("old", title(5))], expected=3)
+            assert seqs(await log.append([("old", title(5))], expected=4)) == [5]
 
         self.run(tmp_path, body)
 

@@ -8,8 +8,15 @@ from collections.abc import Collection, Sequence
 
 from codey_protocol.codec import encode
 from codey_protocol.events import Envelope, Event
-from codey_server.errors import LogClosed
-from codey_server.eventlog.base import SNAPSHOTS_KEPT, EventLog, Fence, _tag, no_leases
+from codey_server.errors import AppendConflict, LogClosed
+from codey_server.eventlog.base import (
+    SNAPSHOTS_KEPT,
+    EventLog,
+    Fence,
+    _tag,
+    no_leases,
+    sessions_of,
+)
 
 __all__ = ["MemoryEventLog"]
 
@@ -23,6 +30,7 @@ class MemoryEventLog(EventLog):
         self._raw: list[bytes] = []
         self._snapshots: list[tuple[int, bytes]] = []
         self._trimmed_through = 0
+        self._heads: dict[str, int] = {}  # each session's last stored seq
 
     async def open(self) -> None:
         self._closed = False
@@ -33,13 +41,19 @@ class MemoryEventLog(EventLog):
         self._end_subscribers()
 
     async def append(self, events: Sequence[tuple[str | None, Event]], *,
-                     fence: Fence | None = None) -> list[Envelope]:
+                     fence: Fence | None = None,
+                     expected: int | None = None) -> list[Envelope]:
         if self._closed:
             raise LogClosed("the event log is closed")
         if fence is not None:
             raise no_leases(fence)
         if not events:
             return []
+        if expected is not None:
+            for sid in sessions_of(events):
+                head = self._heads.get(sid, 0)
+                if head > expected:
+                    raise AppendConflict(sid, head, expected)
         seq = self._last_seq
         ts = time.time()
         envs: list[Envelope] = []
@@ -52,6 +66,9 @@ class MemoryEventLog(EventLog):
             envs.append(env)
         self._envelopes.extend(envs)
         self._raw.extend(raws)
+        for env in envs:
+            if env.session_id is not None:
+                self._heads[env.session_id] = env.seq
         self._publish(envs)
         return envs
 
@@ -95,5 +112,7 @@ class MemoryEventLog(EventLog):
             self._trimmed_through = max(self._trimmed_through, through_seq)
         self._envelopes = [env for env, _ in pairs]
         self._raw = [raw for _, raw in pairs]
+        self._heads = {env.session_id: env.seq for env in self._envelopes
+                       if env.session_id is not None}
         self._snapshots = [(s, d) for s, d in self._snapshots if s >= through_seq]
         return gone

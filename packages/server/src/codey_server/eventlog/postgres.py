@@ -24,6 +24,16 @@ The same contract as the SQLite log (``codey_server.eventlog.contract``):
   append to commit, and its new holder reads it; an append after the take-over sees the new
   epoch and fails with :class:`~codey_server.errors.LeaseLost` before it takes a seq, while
   the rest of its group commits.
+- **Appends decided on a position** (``expected``, optimistic concurrency): in the same
+  transaction, once the counter row is locked, the last seq of each session the checked
+  appends touch is known — kept from this process's last commit when no other process
+  appended since (the counter is where that commit left it), else read (an index lookup
+  per session, in the statement that takes the locks when its snapshot is current); an append whose
+  session has an event after its ``expected`` — committed by any replica, or earlier in
+  its own group — fails with :class:`~codey_server.errors.AppendConflict` before it takes a
+  seq, while the rest of its group commits. Every replica's append locks the counter row
+  first, so no commit can come between that read and the insert: two replicas cannot both
+  commit a decision taken on the same state of a session.
 - **A paused process does not stall the others for long.** A process stopped (``SIGSTOP``,
   a debugger) inside an append's transaction would hold the counter row, and every
   replica's appends with it; the server ends such a transaction after
@@ -43,8 +53,15 @@ from typing import Any
 
 from codey_protocol.codec import decode_envelope, encode
 from codey_protocol.events import Envelope, Event
-from codey_server.errors import LeaseLost, LogClosed, ServerError
-from codey_server.eventlog.base import SNAPSHOTS_KEPT, EventLog, Fence, _decode_many, _tag
+from codey_server.errors import AppendConflict, LeaseLost, LogClosed, ServerError
+from codey_server.eventlog.base import (
+    SNAPSHOTS_KEPT,
+    EventLog,
+    Fence,
+    _decode_many,
+    _tag,
+    sessions_of,
+)
 
 __all__ = ["CHANNEL", "PostgresEventLog", "listen"]
 
@@ -65,18 +82,38 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS codey_events (
     seq bigint PRIMARY KEY, ts double precision NOT NULL, session_id text, type text NOT NULL,
     envelope bytea NOT NULL);
-CREATE INDEX IF NOT EXISTS codey_events_session ON codey_events (session_id);
--- the process that appended the row (its replica id, then a token of the process): a
--- follower knows its own commits by it
-ALTER TABLE codey_events ADD COLUMN IF NOT EXISTS origin text;
+-- Each change below only when it is missing: a replica opening the log while the others
+-- append must not lock their table (an ALTER TABLE or CREATE INDEX that has nothing to do
+-- still takes the table's lock, and an append reads the table before it inserts).
+DO $$ BEGIN
+    -- the process that appended the row (its replica id, then a token of the process): a
+    -- follower knows its own commits by it
+    IF NOT EXISTS (SELECT FROM pg_attribute WHERE attrelid = 'codey_events'::regclass
+                   AND attname = 'origin' AND NOT attisdropped) THEN
+        ALTER TABLE codey_events ADD COLUMN origin text;
+    END IF;
+    -- a session's events in order, and its last seq (the expected-position check) at the
+    -- top of the index; it replaces the index on session_id alone of earlier releases
+    IF to_regclass('codey_events_session_seq') IS NULL THEN
+        CREATE INDEX codey_events_session_seq ON codey_events (session_id, seq);
+    END IF;
+    IF to_regclass('codey_events_session') IS NOT NULL THEN
+        DROP INDEX codey_events_session;
+    END IF;
+END $$;
 CREATE TABLE IF NOT EXISTS codey_snapshots (seq bigint PRIMARY KEY, data bytea NOT NULL);
 CREATE TABLE IF NOT EXISTS codey_meta (key text PRIMARY KEY, value bigint NOT NULL);
 INSERT INTO codey_meta (key, value) VALUES ('last_seq', 0), ('trimmed_through', 0)
     ON CONFLICT (key) DO NOTHING;
 """
 
+#: each session's last seq, for the sessions in %s (a text[]): an index lookup per session
+_HEADS = ("SELECT s, (SELECT seq FROM codey_events WHERE session_id = s "
+          "ORDER BY seq DESC LIMIT 1) FROM unnest(%s::text[]) AS s")
+
+# (events, future, fence, expected)
 _Request = tuple[list[tuple[str | None, Event]], "asyncio.Future[list[Envelope]]",
-                 Fence | None]
+                 Fence | None, int | None]
 
 
 class PostgresEventLog(EventLog):
@@ -96,6 +133,11 @@ class PostgresEventLog(EventLog):
         self._on_foreign: Callable[[list[Envelope]], None] | None = None
         self._following = False
         self._origin = f"{name}/{secrets.token_hex(6)}" if name else secrets.token_hex(8)
+        # sessions' last seqs as this process last saw them in an appending transaction, and
+        # the counter they hold at (None: not to be trusted); a trim of its own forgets them
+        self._heads: dict[str, int] = {}
+        self._heads_at: int | None = None
+        self._generation = 0
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -116,6 +158,7 @@ class PostgresEventLog(EventLog):
                 "SELECT value FROM codey_meta WHERE key = 'last_seq'")).fetchone()
         self._last_seq = int(last[0]) if last else 0
         self._own = {}
+        self._heads, self._heads_at = {}, None
         self._wake = asyncio.Event()
         self._pool = AsyncConnectionPool(self.url, min_size=1, max_size=self.pool_size,
                                          open=False, kwargs={"autocommit": True},
@@ -147,7 +190,8 @@ class PostgresEventLog(EventLog):
     # -- appends ----------------------------------------------------------------------------------
 
     async def append(self, events: Sequence[tuple[str | None, Event]], *,
-                     fence: Fence | None = None) -> list[Envelope]:
+                     fence: Fence | None = None,
+                     expected: int | None = None) -> list[Envelope]:
         if self._closed:
             raise LogClosed("the event log is closed")
         if not events:
@@ -155,7 +199,7 @@ class PostgresEventLog(EventLog):
         for _, event in events:
             _tag(event)  # refuse what cannot be stored before it takes a seq
         future: asyncio.Future[list[Envelope]] = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait((list(events), future, fence))
+        self._queue.put_nowait((list(events), future, fence, expected))
         return await future
 
     async def _write_loop(self) -> None:
@@ -189,12 +233,13 @@ class PostgresEventLog(EventLog):
             done = await self._insert(ready)
         except Exception as err:
             log.exception("event-log commit failed")
-            for _, future, _ in ready:
-                if not future.done():
-                    future.set_exception(err)
+            for request in ready:
+                if not request[1].done():
+                    request[1].set_exception(err)
             return
-        for (_, future, _), envs in zip(ready, done, strict=True):
-            if isinstance(envs, LeaseLost):
+        for request, envs in zip(ready, done, strict=True):
+            future = request[1]
+            if isinstance(envs, Exception):  # LeaseLost, AppendConflict: this one only
                 if not future.done():
                     future.set_exception(envs)
                 continue
@@ -202,43 +247,75 @@ class PostgresEventLog(EventLog):
             if not future.done():
                 future.set_result(envs)
 
-    async def _insert(self, ready: list[_Request]) -> list[list[Envelope] | LeaseLost]:
-        """One transaction for the group: the counter row locked, the fences checked, the
-        rows of the appends whose fence holds (or that carry none) inserted; per append, its
-        envelopes or the LeaseLost that refused it."""
-        fences = [fence for _, _, fence in ready if fence is not None]
+    async def _insert(self, ready: list[_Request]
+                      ) -> list[list[Envelope] | LeaseLost | AppendConflict]:
+        """One transaction for the group: the counter row locked, the fences and expected
+        positions checked, the rows of the appends that pass inserted; per append, its
+        envelopes or the LeaseLost or AppendConflict that refused it."""
+        fences = [r[2] for r in ready if r[2] is not None]
+        checked = sessions_of([e for r in ready if r[3] is not None for e in r[0]])
+        # the last seqs this process knows hold while the counter is still the one its last
+        # commit left (no other process appended since): only the others are read
+        at, generation = self._heads_at, self._generation
+        self._heads_at = None  # (until this transaction is known to have committed)
+        known = {sid: self._heads[sid] for sid in checked if sid in self._heads} \
+            if at is not None else {}
+        unknown = [sid for sid in checked if sid not in known]
         async with self._pool.connection() as conn, conn.transaction():
-            if fences:  # (one round trip for both)
-                seq, stale = await _locked_and_stale(conn, fences)
-            else:
-                row = await (await conn.execute(
-                    "SELECT value FROM codey_meta WHERE key = 'last_seq' FOR UPDATE")
-                ).fetchone()
-                seq, stale = int(row[0]), {}
+            # one round trip for the locks, the fences and the sessions' last seqs
+            seq, stale, read = await _locked(conn, fences, unknown)
+            if seq != at:  # another process appended meanwhile: what was known may be old
+                self._heads.clear()
+                known = {}
+                if unknown != checked:
+                    read, unknown = None, checked
+            if read is None:
+                # another process committed between that statement's snapshot and its lock,
+                # or what this one knew is old: read them now that no replica can commit
+                # before this insert
+                found = await (await conn.execute(_HEADS, (unknown,))).fetchall()
+                read = {sid: int(head or 0) for sid, head in found}
+            heads = {sid: read[sid] if sid in read else known[sid] for sid in checked}
+            last: dict[str, int] = {}  # each session's last seq among the rows inserted
             ts = time.time()
-            out: list[list[Envelope] | LeaseLost] = []
+            out: list[list[Envelope] | LeaseLost | AppendConflict] = []
             rows: list[tuple[int, float, str | None, str, bytes, str]] = []
-            for events, _, fence in ready:
+            for events, _, fence, expected in ready:
                 if fence is not None and fence in stale:
                     out.append(LeaseLost(fence.lease, stale[fence]))
                     continue
+                if expected is not None:
+                    conflict = next((AppendConflict(sid, heads[sid], expected)
+                                     for sid in sessions_of(events)
+                                     if heads[sid] > expected), None)
+                    if conflict is not None:
+                        out.append(conflict)
+                        continue
                 envs = []
                 for session_id, event in events:
                     seq += 1
                     env = Envelope(seq=seq, ts=ts, session_id=session_id, event=event)
                     rows.append((seq, ts, session_id, _tag(event), encode(env), self._origin))
                     envs.append(env)
+                    if session_id is not None:
+                        last[session_id] = seq
+                        if session_id in heads:  # the appends after this one in the group
+                            heads[session_id] = seq
                 out.append(envs)
-            if not rows:
-                return out  # every append was refused: nothing to write
-            async with conn.cursor() as cur:
-                await cur.executemany(
-                    "INSERT INTO codey_events (seq, ts, session_id, type, envelope, origin) "
-                    "VALUES (%s, %s, %s, %s, %s, %s)", rows)
-            await conn.execute("UPDATE codey_meta SET value = %s WHERE key = 'last_seq'",
-                               (seq,))
-            # delivered at commit, to the other replicas' followers
-            await conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, str(seq)))
+            if rows:  # (else every append was refused: nothing to write)
+                async with conn.cursor() as cur:
+                    await cur.executemany(
+                        "INSERT INTO codey_events (seq, ts, session_id, type, envelope, "
+                        "origin) VALUES (%s, %s, %s, %s, %s, %s)", rows)
+                await conn.execute("UPDATE codey_meta SET value = %s WHERE key = 'last_seq'",
+                                   (seq,))
+                # delivered at commit, to the other replicas' followers
+                await conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, str(seq)))
+        # committed: the counter is ``seq``, and these are the sessions' last seqs at it
+        if generation == self._generation:  # (no trim of this process's came in between)
+            self._heads.update(read)
+            self._heads.update(last)
+            self._heads_at = seq
         return out
 
     async def committed_seq(self) -> int:
@@ -388,6 +465,13 @@ class PostgresEventLog(EventLog):
     async def trim(self, keep: Collection[str], through_seq: int) -> int:
         if self._closed or self._pool is None:
             raise LogClosed("the event log is closed")
+        # the trimmed sessions' last seqs go back (another process's trim leaves them higher
+        # here than stored until another process appends: that can refuse an append decided
+        # before the trimmed seq — which a decision taken on the state never is — and never
+        # lets one through)
+        self._generation += 1
+        self._heads.clear()
+        self._heads_at = None
         async with self._pool.connection() as conn, conn.transaction():
             cur = await conn.execute(
                 "DELETE FROM codey_events WHERE seq <= %s AND session_id IS NOT NULL "
@@ -406,19 +490,43 @@ async def _configure(conn: Any) -> None:
                        f"{int(IDLE_IN_TRANSACTION_S * 1000)}")
 
 
-async def _locked_and_stale(conn: Any, fences: list[Fence]) -> tuple[int, dict[Fence, str]]:
+async def _locked(conn: Any, fences: list[Fence], checked: list[str]
+                  ) -> tuple[int, dict[Fence, str], dict[str, int] | None]:
     """Lock the counter row (``FOR UPDATE``) and the fences' lease rows (``FOR SHARE``, in
-    name order) until the transaction ends, so no take-over commits in between; return the
-    last seq, and of ``fences`` those that are not current, with why."""
+    name order) until the transaction ends, so no append or take-over commits in between;
+    return the last seq, the ``fences`` that are not current (with why), and the last seq of
+    each ``checked`` session — or None for those when they cannot be trusted.
+
+    They are read in the same statement, as of its snapshot, which may be older than the
+    lock (the lock waited for another append, or one committed just before it was taken):
+    only when the counter as of the snapshot is the counter the lock returned (every append
+    that stores rows raises it) did no append commit in between, and they hold."""
+    if not fences and not checked:  # the lock alone (the common case: all known)
+        row = await (await conn.execute(
+            "SELECT value FROM codey_meta WHERE key = 'last_seq' FOR UPDATE")).fetchone()
+        return int(row[0]), {}, {}
     names = sorted({fence.lease for fence in fences})
+    held = ("held AS (SELECT name, owner, epoch FROM codey_leases WHERE name = ANY(%(names)s) "
+            "ORDER BY name FOR SHARE), " if fences else "")
     cur = await conn.execute(
         "WITH counter AS (SELECT value FROM codey_meta WHERE key = 'last_seq' FOR UPDATE), "
-        "held AS (SELECT name, owner, epoch FROM codey_leases WHERE name = ANY(%s) "
-        "ORDER BY name FOR SHARE) "
-        "SELECT (SELECT value FROM counter), held.name, held.owner, held.epoch "
-        "FROM (SELECT 1) AS one LEFT JOIN held ON true", (names,))
+        f"{held}"
+        "seen AS (SELECT (SELECT value FROM codey_meta WHERE key = 'last_seq') AS seq, "
+        "(SELECT array_agg((SELECT seq FROM codey_events WHERE session_id = s "
+        "ORDER BY seq DESC LIMIT 1) ORDER BY n) "
+        "FROM unnest(%(checked)s::text[]) WITH ORDINALITY AS u(s, n)) AS heads) "
+        "SELECT (SELECT value FROM counter), seen.seq, seen.heads, "
+        + ("held.name, held.owner, held.epoch FROM seen LEFT JOIN held ON true"
+           if fences else "NULL, NULL, NULL FROM seen"),
+        {"names": names, "checked": checked})
     found = await cur.fetchall()
-    rows = {name: (owner, int(epoch)) for _, name, owner, epoch in found if name is not None}
+    seq, seen, last = int(found[0][0]), int(found[0][1]), found[0][2]
+    heads: dict[str, int] | None = None
+    if not checked:
+        heads = {}
+    elif seen == seq:
+        heads = {sid: int(head or 0) for sid, head in zip(checked, last, strict=True)}
+    rows = {name: (owner, int(epoch)) for *_, name, owner, epoch in found if name is not None}
     stale: dict[Fence, str] = {}
     for fence in fences:
         holding = rows.get(fence.lease)
@@ -427,7 +535,7 @@ async def _locked_and_stale(conn: Any, fences: list[Fence]) -> tuple[int, dict[F
         elif holding != (fence.owner, fence.epoch):
             stale[fence] = f"{holding[0]} holds it now (epoch {holding[1]}, this write's " \
                            f"{fence.epoch})"
-    return int(found[0][0]), stale
+    return seq, stale, heads
 
 
 async def listen(url: str, channel: str, on_payload: Callable[[str], None]) -> None:

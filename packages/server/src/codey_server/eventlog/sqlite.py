@@ -19,7 +19,7 @@ import msgspec
 
 from codey_protocol.codec import encode
 from codey_protocol.events import Envelope, Event
-from codey_server.errors import LogClosed, ServerError
+from codey_server.errors import AppendConflict, LogClosed, ServerError
 from codey_server.eventlog.base import (
     SNAPSHOTS_KEPT,
     EventLog,
@@ -27,6 +27,7 @@ from codey_server.eventlog.base import (
     _decode_many,
     _tag,
     no_leases,
+    sessions_of,
 )
 
 __all__ = ["SqliteEventLog"]
@@ -63,10 +64,14 @@ CREATE TABLE IF NOT EXISTS "meta" (
 """
 
 _INSERT = "INSERT INTO events (seq, ts, session_id, type, envelope) VALUES (?, ?, ?, ?, ?)"
+#: a session's last stored seq (the session index holds the seq: one step down the b-tree)
+_HEAD = "SELECT seq FROM events WHERE session_id = ? ORDER BY seq DESC LIMIT 1"
 
 
 # An append request is a plain tuple: building it is on the hot path of every append.
-_AppendRequest = tuple[list[tuple[str | None, Event]], "asyncio.Future[list[Envelope]]"]
+# (events, future, expected)
+_AppendRequest = tuple[list[tuple[str | None, Event]], "asyncio.Future[list[Envelope]]",
+                       int | None]
 
 
 class _CallRequest:
@@ -90,6 +95,24 @@ def _resolve(future: asyncio.Future[T], value: T) -> None:
 def _reject(future: asyncio.Future[Any], exc: BaseException) -> None:
     if not future.done():
         future.set_exception(exc)
+
+
+def _conflict(conn: sqlite3.Connection, heads: dict[str, int], known: dict[str, int],
+              events: list[tuple[str | None, Event]], expected: int) -> AppendConflict | None:
+    """The refusal of an append decided at ``expected`` whose sessions moved on after it, or
+    None. A session's last seq is read from ``heads`` (what this group has set so far), then
+    ``known`` (what the commits before left), then the table (and kept in ``heads``)."""
+    for sid in sessions_of(events):
+        head = heads.get(sid)
+        if head is None:
+            head = known.get(sid)
+            if head is None:
+                row = conn.execute(_HEAD, (sid,)).fetchone()
+                head = row[0] if row else 0
+            heads[sid] = head
+        if head > expected:
+            return AppendConflict(sid, head, expected)
+    return None
 
 
 class SqliteEventLog(EventLog):
@@ -117,6 +140,9 @@ class SqliteEventLog(EventLog):
         self._closing: asyncio.Future[None] | None = None
         self._broken: BaseException | None = None  # why the writer thread died, if it did
         self._next_seq = 1  # owned by the writer thread once it runs
+        # each session's last stored seq, as far as the writer thread has read or written it
+        # (it is the file's only writer); owned by that thread, forgotten by a trim
+        self._heads: dict[str, int] = {}
         self._readers: ThreadPoolExecutor | None = None
         self._reader_local = threading.local()
         self._reader_conns: list[sqlite3.Connection] = []
@@ -181,7 +207,8 @@ class SqliteEventLog(EventLog):
     # writing ------------------------------------------------------------------------------
 
     async def append(self, events: Sequence[tuple[str | None, Event]], *,
-                     fence: Fence | None = None) -> list[Envelope]:
+                     fence: Fence | None = None,
+                     expected: int | None = None) -> list[Envelope]:
         if self._closed or self._loop is None or self._broken is not None:
             raise self._refusal()
         if fence is not None:  # one server: no leases (see EventLog)
@@ -189,7 +216,7 @@ class SqliteEventLog(EventLog):
         if not events:
             return []
         future: asyncio.Future[list[Envelope]] = self._loop.create_future()
-        self._queue.put((list(events), future))
+        self._queue.put((list(events), future, expected))
         return await future
 
     async def save_snapshot(self, seq: int, data: bytes) -> None:
@@ -274,6 +301,7 @@ class SqliteEventLog(EventLog):
             raise
         # a trim may have deleted the newest events: never hand their seqs out again
         self._next_seq = max(last or 0, trimmed) + 1
+        self._heads = {}
         return conn
 
     def _writer_loop(
@@ -316,35 +344,51 @@ class SqliteEventLog(EventLog):
         batch: list[Envelope] = []
         answers: list[tuple[asyncio.Future[list[Envelope]], list[Envelope]]] = []
         refused: list[tuple[asyncio.Future[list[Envelope]], BaseException]] = []
-        for events, future in requests:
-            envs: list[Envelope] = []
-            mark = len(rows)
-            try:
-                for session_id, event in events:
-                    env = Envelope(seq=seq, ts=ts, session_id=session_id, event=event)
-                    rows.append((seq, ts, session_id, _tag(event), encode(env)))
-                    envs.append(env)
-                    seq += 1
-            except Exception as exc:
-                # Only this request is refused; its seqs go to the next one (no gap).
-                del rows[mark:]
-                seq -= len(envs)
-                refused.append((future, exc))
-                continue
-            answers.append((future, envs))
-            batch.extend(envs)
+        # each session's last seq as the appends before in this group leave it
+        heads: dict[str, int] = {}
         failed: BaseException | None = None
-        if rows:
-            try:
-                conn.execute("BEGIN IMMEDIATE")
+        try:
+            # the expected positions are read inside the transaction that inserts
+            conn.execute("BEGIN IMMEDIATE")
+            for events, future, expected in requests:
+                if expected is not None:
+                    conflict = _conflict(conn, heads, self._heads, events, expected)
+                    if conflict is not None:  # this request only; it takes no seq
+                        refused.append((future, conflict))
+                        continue
+                envs: list[Envelope] = []
+                mark = len(rows)
+                try:
+                    for session_id, event in events:
+                        env = Envelope(seq=seq, ts=ts, session_id=session_id, event=event)
+                        rows.append((seq, ts, session_id, _tag(event), encode(env)))
+                        envs.append(env)
+                        seq += 1
+                except Exception as exc:
+                    # Only this request is refused; its seqs go to the next one (no gap).
+                    del rows[mark:]
+                    seq -= len(envs)
+                    refused.append((future, exc))
+                    continue
+                for env in envs:
+                    if env.session_id is not None:
+                        heads[env.session_id] = env.seq
+                answers.append((future, envs))
+                batch.extend(envs)
+            if rows:
                 conn.executemany(_INSERT, rows)
-                conn.execute("COMMIT")
-            except Exception as exc:
-                failed = exc
-                if conn.in_transaction:
-                    with contextlib.suppress(sqlite3.Error):
-                        conn.execute("ROLLBACK")
-            else:
+            conn.execute("COMMIT")
+        except Exception as exc:
+            failed = exc
+            if conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+            # every request not yet answered (the failure came before its turn) gets it too
+            handled = {id(f) for f, _ in answers} | {id(f) for f, _ in refused}
+            answers += [(r[1], []) for r in requests if id(r[1]) not in handled]
+        else:
+            self._heads.update(heads)
+            if rows:
                 self._next_seq = seq
                 self.commits += 1
         loop.call_soon_threadsafe(self._deliver, answers, refused, batch, failed)
@@ -358,7 +402,9 @@ class SqliteEventLog(EventLog):
     ) -> None:
         """On the event loop, after the commit: answer callers, then publish the batch."""
         for future, exc in refused:
-            _reject(future, exc)
+            # a conflict with an append of the failed group would name a seq never committed
+            _reject(future, failed if failed is not None and isinstance(exc, AppendConflict)
+                    else exc)
         if failed is not None:
             for future, _ in answers:
                 _reject(future, failed)
@@ -457,6 +503,7 @@ class SqliteEventLog(EventLog):
         kept = msgspec.json.encode(sorted(keep)).decode()
 
         def delete(conn: sqlite3.Connection) -> int:  # one transaction (_run_call)
+            self._heads.clear()  # (on the writer thread) the trimmed sessions' go back
             gone = conn.execute(
                 "DELETE FROM events WHERE seq <= ? AND session_id IS NOT NULL AND "
                 "session_id NOT IN (SELECT value FROM json_each(?))",

@@ -70,6 +70,11 @@ def _state(m: Figures) -> Iterator[Metric]:
     seq = GaugeMetricFamily("codey_event_log_seq", "The last event's seq.")
     seq.add_metric([], state.seq)
     yield seq
+    conflicts = CounterMetricFamily(
+        "codey_event_log_append_conflicts", "Appends refused because a session moved on "
+        "after their decision (each decided again).")
+    conflicts.add_metric([], m.engine.conflicts)
+    yield conflicts
 
 
 def _counter(counter: Counter) -> Metric:
