@@ -53,7 +53,7 @@ class _Figures:  # a prometheus_client Collector
 
 
 def _state(m: Figures) -> Iterator[Metric]:
-    from prometheus_client.core import GaugeMetricFamily
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
     state = m.engine.state
     workers = GaugeMetricFamily("codey_workers_connected", "Workers connected now.")
