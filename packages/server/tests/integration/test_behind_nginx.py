@@ -147,7 +147,12 @@ def test_a_worker_pairs_and_connects_through_the_proxy_and_a_session_runs(
     with worker.start(timeout=60):
         # the worker knows only the proxy's URL; the pair request, its poll and the approval
         # went through nginx
-        paths = " ".join(proxy.access_lines())
+        # (waited for: nginx logs a request just after its response is sent)
+        paths = " ".join(wait_until(
+            proxy.access_lines, timeout=10, show=lambda lines: lines[-5:],
+            ok=lambda lines: all(p in " ".join(lines) for p in (
+                "POST /api/pairing/requests ", "/wait?", "/approve ")),
+            what="the pairing's requests in nginx's log"))
         assert "POST /api/pairing/requests " in paths
         assert "/wait?" in paths and "/approve " in paths
         wd = Path(worker.workdir("p"))
@@ -195,7 +200,10 @@ def test_a_header_forged_through_the_proxy_does_not_dodge_the_limit(
                              headers={"X-Forwarded-For": f"203.0.113.{n}"}).status_code
                  for n in range(7)]
         assert codes == [201] * 5 + [429, 429]
-    assert any('xff="203.0.113.6"' in line for line in proxy.access_lines())
+    # nginx logs a request after its response is sent: the client may read it first
+    wait_until(proxy.access_lines,
+               ok=lambda lines: any('xff="203.0.113.6"' in line for line in lines),
+               timeout=10, show=lambda lines: lines[-3:], what="the last request's log line")
     # the budget was 127.0.0.3's, not everyone's behind the proxy
     with _client(proxy, "127.0.0.4") as other:
         assert _pair_codes(other, 1) == [201]
