@@ -8,6 +8,11 @@ conversation, not Codex's sandbox.)
 What this holds against the real adapter: a command's argv on the card and its output on the
 item; "approve for session" answered ``allow_once`` (Codex's "always" would write a permanent
 rule under ``$CODEX_HOME/rules``); a rejection that stays rejected.
+
+Codex runs with its classic ``shell_command`` tool, not its unified exec (``exec_command``):
+codex-acp 0.16 reports a unified exec command's end only sometimes (its end event can come
+before the start it registers, and is then dropped), so a call's output would reach a client
+one run in two. Codey settles a call whose end never came as done at the end of the turn.
 """
 
 from __future__ import annotations
@@ -28,11 +33,11 @@ pytestmark = pytest.mark.skipif(
 
 SCRIPT = {"model": "scripted-1", "steps": [
     {"match": {"user": "make a file"}, "reply": {"calls": [
-        {"name": "exec_command", "arguments": {"cmd": "touch made.txt && echo codex-ran"}}]}},
+        {"name": "shell_command", "arguments": {"command": "touch made.txt && echo codex-ran"}}]}},
     {"match": {"user": "remove it"}, "reply": {"calls": [
-        {"name": "exec_command", "arguments": {"cmd": "rm made.txt && echo removed"}}]}},
-    {"match": {"tool": "exec_command", "tool_output": "codex-ran"}, "reply": {"text": "Made."}},
-    {"match": {"tool": "exec_command", "tool_output": "removed"}, "reply": {"text": "Removed."}},
+        {"name": "shell_command", "arguments": {"command": "rm made.txt && echo removed"}}]}},
+    {"match": {"tool": "shell_command", "tool_output": "codex-ran"}, "reply": {"text": "Made."}},
+    {"match": {"tool": "shell_command", "tool_output": "removed"}, "reply": {"text": "Removed."}},
     {"match": {"any": True}, "reply": {"text": "unexpected"}},
 ]}
 

@@ -64,6 +64,7 @@ class Swapper:
         self.a, self.b = os.fsencode(a), os.fsencode(b)
         self.swaps = 0
         self._stop = threading.Event()
+        self._swapped = threading.Condition()
         libc = ctypes.CDLL(None, use_errno=True)
         self._renameat2 = libc.renameat2
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -72,7 +73,16 @@ class Swapper:
         at_fdcwd, exchange = -100, 2
         while not self._stop.is_set():
             if self._renameat2(at_fdcwd, self.a, at_fdcwd, self.b, exchange) == 0:
-                self.swaps += 1
+                with self._swapped:
+                    self.swaps += 1
+                    self._swapped.notify_all()
+
+    def after(self, swaps: int) -> None:
+        """Wait until more than ``swaps`` swaps were made. Under load the GIL can starve the
+        swapping thread through a run of calls; each call then still meets a fresh swap."""
+        with self._swapped:
+            if not self._swapped.wait_for(lambda: self.swaps > swaps, timeout=10):
+                raise AssertionError(f"the swapper made no swap in 10 s (at {swaps})")
 
     def __enter__(self) -> Swapper:
         self._thread.start()
@@ -129,6 +139,7 @@ def _race(machine: Machine, call: Callable[[], str | None], calls: int) -> tuple
     leaks = answered = 0
     with Swapper(machine.ws / "d", machine.ws / "x") as swapper:
         for _ in range(calls):
+            swapper.after(swapper.swaps)
             try:
                 text = call()
             except (ActionRefused, WorkerError, OSError):
@@ -139,7 +150,6 @@ def _race(machine: Machine, call: Callable[[], str | None], calls: int) -> tuple
             if CREDENTIAL in text or "key.pem" in text or base64.b64encode(
                     SECRET_PNG).decode() in text:
                 leaks += 1
-    assert swapper.swaps > calls  # the race really ran
     machine.reset()
     _untouched(machine)
     return leaks, answered
