@@ -31,15 +31,6 @@ export const BUSY_STATUSES = Object.freeze(["running", "waiting_worker"]);
 /** The code of the notice the fold adds where a session's model changed. */
 export const MODEL_CHANGED = "model_changed";
 
-/**
- * Fill in, in place, the fields an event stored by an older version lacks, with their
- * defaults, at every level: what msgspec does when the server decodes it. Returns the
- * event.
- */
-export function withDefaults(event) {
-  return fillEventBase(event);
-}
-
 const ITEM_BASE = {
   user_message: fillUserMessage,
   assistant_message: fillAssistantMessage,
@@ -92,74 +83,94 @@ export function fillAction(v) {
   return v;
 }
 
-const EVENT_BASE = {
-  worker_pair_resolved: fillWorkerPairResolved,
-  worker_paired: fillWorkerPaired,
-  worker_connected: fillWorkerConnected,
-  worker_disconnected: fillWorkerDisconnected,
-  session_created: fillSessionCreated,
-  session_status_changed: fillSessionStatusChanged,
-  session_model_changed: fillSessionModelChanged,
-  worktree_updated: fillWorktreeUpdated,
-  session_item_appended: fillSessionItemAppended,
-  session_item_updated: fillSessionItemUpdated,
-  plan_updated: fillPlanUpdated,
-  plan_approved: fillPlanApproved,
-  approval_requested: fillApprovalRequested,
-  approval_resolved: fillApprovalResolved,
-  action_requested: fillActionRequested,
-  process_started: fillProcessStarted,
-  process_stop_requested: fillProcessStopRequested,
-  process_ended: fillProcessEnded,
-  process_listening: fillProcessListening,
-  process_forwarded: fillProcessForwarded,
-  token_usage_recorded: fillTokenUsageRecorded,
-  compaction_requested: fillCompactionRequested,
-  turn_requested: fillTurnRequested,
-  session_context_updated: fillSessionContextUpdated,
-  session_archived: fillSessionArchived,
-  session_deleted: fillSessionDeleted,
-  session_forked: fillSessionForked,
-  session_moved: fillSessionMoved,
-  question_asked: fillQuestionAsked,
-  question_answered: fillQuestionAnswered,
-  rate_limit_updated: fillRateLimitUpdated,
-  auth_status_updated: fillAuthStatusUpdated,
-  provider_saved: fillProviderSaved,
-  task_created: fillTaskCreated,
-  task_updated: fillTaskUpdated,
-  schedule_saved: fillScheduleSaved,
-  schedule_fired: fillScheduleFired,
-  terminal_closed: fillTerminalClosed,
-  telegram_chat_paired: fillTelegramChatPaired,
-  telegram_message_sent: fillTelegramMessageSent,
-  telegram_update_handled: fillTelegramUpdateHandled,
-};
-
-/**
- * Any `EventBase` subclass, by its `type`: its defaults filled in (an unknown `type`
- * is left as it is).
- */
-export function fillEventBase(v) {
-  const fill = EVENT_BASE[v.type];
-  if (fill !== undefined) fill(v);
+/** `State` (state.py): its defaults filled in. */
+export function fillState(v) {
+  if (v.seq === undefined) v.seq = 0;
+  if (v.workers === undefined) {
+    v.workers = {};
+  } else {
+    for (const x of Object.values(v.workers)) {
+      fillWorkerInfo(x);
+    }
+  }
+  if (v.pair_requests === undefined) v.pair_requests = {};
+  if (v.sessions === undefined) {
+    v.sessions = {};
+  } else {
+    for (const x of Object.values(v.sessions)) {
+      fillSessionInfo(x);
+    }
+  }
+  if (v.auth === undefined) {
+    v.auth = {};
+  } else {
+    for (const x of Object.values(v.auth)) {
+      fillAuthInfo(x);
+    }
+  }
+  if (v.providers === undefined) {
+    v.providers = {};
+  } else {
+    for (const x of Object.values(v.providers)) {
+      fillProviderEntry(x);
+    }
+  }
+  if (v.rate_limits === undefined) {
+    v.rate_limits = {};
+  } else {
+    for (const x of Object.values(v.rate_limits)) {
+      fillRateLimit(x);
+    }
+  }
+  if (v.memories === undefined) {
+    v.memories = {};
+  } else {
+    for (const x of Object.values(v.memories)) {
+      fillProjectMemory(x);
+    }
+  }
+  if (v.terminals === undefined) {
+    v.terminals = {};
+  } else {
+    for (const x of Object.values(v.terminals)) {
+      fillTerminalInfo(x);
+    }
+  }
+  if (v.schedules === undefined) {
+    v.schedules = {};
+  } else {
+    for (const x of Object.values(v.schedules)) {
+      fillScheduleInfo(x);
+    }
+  }
+  if (v.tasks === undefined) {
+    v.tasks = {};
+  } else {
+    for (const x of Object.values(v.tasks)) {
+      fillTaskInfo(x);
+    }
+  }
+  if (v.telegram_chats === undefined) {
+    v.telegram_chats = {};
+  } else {
+    for (const x of Object.values(v.telegram_chats)) {
+      fillTelegramChat(x);
+    }
+  }
+  if (v.telegram_offset === undefined) v.telegram_offset = 0;
+  if (v.telegram_bot_id === undefined) v.telegram_bot_id = 0;
   return v;
 }
 
-/** `WorkerPairResolved` (events.py): its defaults filled in. */
-export function fillWorkerPairResolved(v) {
-  if (v.worker_id === undefined) v.worker_id = null;
-  return v;
-}
-
-/** `WorkerPaired` (events.py): its defaults filled in. */
-export function fillWorkerPaired(v) {
-  if (v.fingerprint === undefined) v.fingerprint = "";
-  return v;
-}
-
-/** `WorkerConnected` (events.py): its defaults filled in. */
-export function fillWorkerConnected(v) {
+/** `WorkerInfo` (state.py): its defaults filled in. */
+export function fillWorkerInfo(v) {
+  if (v.python_version === undefined) v.python_version = "";
+  if (v.worker_version === undefined) v.worker_version = "";
+  if (v.roots === undefined) v.roots = [];
+  if (v.connected === undefined) v.connected = false;
+  if (v.revoked === undefined) v.revoked = false;
+  if (v.paired_at === undefined) v.paired_at = 0.0;
+  if (v.last_seen === undefined) v.last_seen = null;
   if (v.capabilities === undefined) {
     v.capabilities = {
       "executors": [],
@@ -172,6 +183,8 @@ export function fillWorkerConnected(v) {
     fillCapabilities(v.capabilities);
   }
   if (v.replica === undefined) v.replica = "";
+  if (v.name === undefined) v.name = "";
+  if (v.fingerprint === undefined) v.fingerprint = "";
   return v;
 }
 
@@ -225,31 +238,101 @@ export function fillSandboxInfo(v) {
   return v;
 }
 
-/** `WorkerDisconnected` (events.py): its defaults filled in. */
-export function fillWorkerDisconnected(v) {
-  if (v.reason === undefined) v.reason = "";
-  if (v.replica === undefined) v.replica = "";
-  return v;
-}
-
-/** `SessionCreated` (events.py): its defaults filled in. */
-export function fillSessionCreated(v) {
-  if (v.policy === undefined) v.policy = "suggest";
-  if (v.plan_mode === undefined) v.plan_mode = false;
-  if (v.parent_id === undefined) v.parent_id = null;
-  if (v.parent_item === undefined) v.parent_item = null;
-  if (v.role === undefined) v.role = null;
-  if (v.read_only === undefined) v.read_only = false;
-  if (v.turn_cap === undefined) v.turn_cap = null;
-  if (v.agent === undefined) v.agent = null;
-  if (v.origin === undefined) v.origin = "";
-  if (v.sandbox === undefined) v.sandbox = "workspace-write";
-  if (v.network === undefined) v.network = false;
+/** `SessionInfo` (state.py): its defaults filled in. */
+export function fillSessionInfo(v) {
+  if (v.effort === undefined) v.effort = null;
   if (v.worktree === undefined) {
     v.worktree = null;
   } else if (v.worktree != null) {
     fillWorktree(v.worktree);
   }
+  if (v.policy === undefined) v.policy = "suggest";
+  if (v.status === undefined) v.status = "idle";
+  if (v.status_reason === undefined) v.status_reason = "";
+  if (v.created_at === undefined) v.created_at = 0.0;
+  if (v.updated_at === undefined) v.updated_at = 0.0;
+  if (v.items === undefined) {
+    v.items = [];
+  } else {
+    for (const x of v.items) {
+      fillItemBase(x);
+    }
+  }
+  if (v.plan === undefined) {
+    v.plan = [];
+  } else {
+    for (const x of v.plan) {
+      fillPlanStep(x);
+    }
+  }
+  if (v.plan_explanation === undefined) v.plan_explanation = "";
+  if (v.approvals === undefined) {
+    v.approvals = {};
+  } else {
+    for (const x of Object.values(v.approvals)) {
+      fillApproval(x);
+    }
+  }
+  if (v.approved_prefixes === undefined) v.approved_prefixes = [];
+  if (v.escalated_prefixes === undefined) v.escalated_prefixes = [];
+  if (v.pending_actions === undefined) {
+    v.pending_actions = {};
+  } else {
+    for (const x of Object.values(v.pending_actions)) {
+      fillPendingAction(x);
+    }
+  }
+  if (v.changed_paths === undefined) v.changed_paths = [];
+  if (v.usage === undefined) {
+    v.usage = {
+      "input_tokens": 0,
+      "output_tokens": 0,
+      "reasoning_tokens": 0,
+      "total_tokens": 0,
+      "cached_tokens": 0,
+      "cache_write_tokens": 0,
+      "turns": 0,
+      "context_tokens": 0,
+      "context_window": null,
+    };
+  } else {
+    fillTokenUsage(v.usage);
+  }
+  if (v.compaction_requested === undefined) v.compaction_requested = false;
+  if (v.context === undefined) {
+    v.context = null;
+  } else if (v.context != null) {
+    fillSessionContext(v.context);
+  }
+  if (v.questions === undefined) {
+    v.questions = {};
+  } else {
+    for (const x of Object.values(v.questions)) {
+      fillQuestion(x);
+    }
+  }
+  if (v.parent_id === undefined) v.parent_id = null;
+  if (v.parent_item === undefined) v.parent_item = null;
+  if (v.role === undefined) v.role = null;
+  if (v.read_only === undefined) v.read_only = false;
+  if (v.turn_cap === undefined) v.turn_cap = null;
+  if (v.plan_mode === undefined) v.plan_mode = false;
+  if (v.plan_status === undefined) v.plan_status = "none";
+  if (v.archived === undefined) v.archived = false;
+  if (v.forked_from === undefined) v.forked_from = null;
+  if (v.agent === undefined) v.agent = null;
+  if (v.task_id === undefined) v.task_id = null;
+  if (v.sandbox === undefined) v.sandbox = "workspace-write";
+  if (v.network === undefined) v.network = false;
+  if (v.processes === undefined) {
+    v.processes = [];
+  } else {
+    for (const x of v.processes) {
+      fillSessionProcess(x);
+    }
+  }
+  if (v.busy_seconds === undefined) v.busy_seconds = 0.0;
+  if (v.busy_since === undefined) v.busy_since = null;
   return v;
 }
 
@@ -268,42 +351,6 @@ export function fillWorktree(v) {
   if (v.pr_url === undefined) v.pr_url = "";
   if (v.error === undefined) v.error = "";
   if (v.branch_deleted === undefined) v.branch_deleted = false;
-  return v;
-}
-
-/** `SessionStatusChanged` (events.py): its defaults filled in. */
-export function fillSessionStatusChanged(v) {
-  if (v.reason === undefined) v.reason = "";
-  return v;
-}
-
-/** `SessionModelChanged` (events.py): its defaults filled in. */
-export function fillSessionModelChanged(v) {
-  if (v.effort === undefined) v.effort = null;
-  if (v.reason === undefined) v.reason = "";
-  return v;
-}
-
-/** `WorktreeUpdated` (events.py): its defaults filled in. */
-export function fillWorktreeUpdated(v) {
-  if (v.status === undefined) v.status = null;
-  if (v.path === undefined) v.path = null;
-  if (v.base === undefined) v.base = null;
-  if (v.base_commit === undefined) v.base_commit = null;
-  if (v.repo_root === undefined) v.repo_root = null;
-  if (v.files === undefined) v.files = null;
-  if (v.added === undefined) v.added = null;
-  if (v.deleted === undefined) v.deleted = null;
-  if (v.merged === undefined) v.merged = null;
-  if (v.pr_url === undefined) v.pr_url = null;
-  if (v.error === undefined) v.error = null;
-  if (v.branch_deleted === undefined) v.branch_deleted = null;
-  return v;
-}
-
-/** `SessionItemAppended` (events.py): its defaults filled in. */
-export function fillSessionItemAppended(v) {
-  fillItemBase(v.item);
   return v;
 }
 
@@ -411,70 +458,24 @@ export function fillGitOp(v) {
   return v;
 }
 
-/** `SessionItemUpdated` (events.py): its defaults filled in. */
-export function fillSessionItemUpdated(v) {
-  if (v.text_delta === undefined) v.text_delta = "";
-  if (v.output_delta === undefined) v.output_delta = "";
-  if (v.status === undefined) v.status = null;
-  if (v.streaming === undefined) v.streaming = null;
-  if (v.queued === undefined) v.queued = null;
-  if (v.attachments_written === undefined) v.attachments_written = null;
-  if (v.exit_code === undefined) v.exit_code = null;
-  if (v.truncated === undefined) v.truncated = null;
-  if (v.diff === undefined) v.diff = null;
-  if (v.files === undefined) {
-    v.files = null;
-  } else if (v.files != null) {
-    for (const x of v.files) {
-      fillFileChange(x);
-    }
-  }
-  if (v.error === undefined) v.error = null;
-  if (v.result === undefined) v.result = null;
-  if (v.action_id === undefined) v.action_id = null;
-  if (v.approval_id === undefined) v.approval_id = null;
-  if (v.output === undefined) v.output = null;
-  if (v.partial === undefined) v.partial = null;
-  if (v.reasoning_id === undefined) v.reasoning_id = null;
-  if (v.encrypted_content === undefined) v.encrypted_content = null;
-  if (v.image === undefined) v.image = null;
-  return v;
-}
-
-/** `PlanUpdated` (events.py): its defaults filled in. */
-export function fillPlanUpdated(v) {
-  for (const x of v.steps) {
-    fillPlanStep(x);
-  }
-  if (v.explanation === undefined) v.explanation = "";
-  return v;
-}
-
-/** `PlanApproved` (events.py): its defaults filled in. */
-export function fillPlanApproved(v) {
-  if (v.note === undefined) v.note = "";
-  return v;
-}
-
-/** `ApprovalRequested` (events.py): its defaults filled in. */
-export function fillApprovalRequested(v) {
+/** `Approval` (state.py): its defaults filled in. */
+export function fillApproval(v) {
+  if (v.status === undefined) v.status = "pending";
   if (v.command === undefined) v.command = null;
   if (v.patch === undefined) v.patch = null;
   if (v.path === undefined) v.path = null;
   if (v.reason === undefined) v.reason = "";
-  return v;
-}
-
-/** `ApprovalResolved` (events.py): its defaults filled in. */
-export function fillApprovalResolved(v) {
   if (v.message === undefined) v.message = "";
-  if (v.for_session === undefined) v.for_session = false;
+  if (v.requested_at === undefined) v.requested_at = 0.0;
+  if (v.decided_at === undefined) v.decided_at = null;
   return v;
 }
 
-/** `ActionRequested` (events.py): its defaults filled in. */
-export function fillActionRequested(v) {
+/** `PendingAction` (state.py): its defaults filled in. */
+export function fillPendingAction(v) {
   fillAction(v.action);
+  if (v.sandbox === undefined) v.sandbox = null;
+  if (v.network === undefined) v.network = null;
   return v;
 }
 
@@ -631,502 +632,6 @@ export function fillWorkspacePush(v) {
   return v;
 }
 
-/** `ProcessStarted` (events.py): its defaults filled in. */
-export function fillProcessStarted(v) {
-  if (v.cwd === undefined) v.cwd = null;
-  if (v.tty === undefined) v.tty = false;
-  if (v.output === undefined) v.output = "";
-  if (v.sandbox === undefined) v.sandbox = null;
-  if (v.network === undefined) v.network = null;
-  return v;
-}
-
-/** `ProcessStopRequested` (events.py): its defaults filled in. */
-export function fillProcessStopRequested(v) {
-  if (v.by === undefined) v.by = "user";
-  return v;
-}
-
-/** `ProcessEnded` (events.py): its defaults filled in. */
-export function fillProcessEnded(v) {
-  if (v.exit_code === undefined) v.exit_code = null;
-  if (v.signal === undefined) v.signal = null;
-  if (v.stopped_by === undefined) v.stopped_by = "";
-  if (v.output_delta === undefined) v.output_delta = "";
-  return v;
-}
-
-/** `ProcessListening` (events.py): its defaults filled in. */
-export function fillProcessListening(v) {
-  if (v.ports === undefined) v.ports = [];
-  return v;
-}
-
-/** `ProcessForwarded` (events.py): its defaults filled in. */
-export function fillProcessForwarded(v) {
-  if (v.address === undefined) v.address = "";
-  if (v.error === undefined) v.error = "";
-  return v;
-}
-
-/** `TokenUsageRecorded` (events.py): its defaults filled in. */
-export function fillTokenUsageRecorded(v) {
-  if (v.input_tokens === undefined) v.input_tokens = 0;
-  if (v.output_tokens === undefined) v.output_tokens = 0;
-  if (v.reasoning_tokens === undefined) v.reasoning_tokens = 0;
-  if (v.total_tokens === undefined) v.total_tokens = 0;
-  if (v.cached_tokens === undefined) v.cached_tokens = 0;
-  if (v.cache_write_tokens === undefined) v.cache_write_tokens = 0;
-  if (v.context_window === undefined) v.context_window = null;
-  if (v.model === undefined) v.model = null;
-  return v;
-}
-
-/** `CompactionRequested` (events.py): its defaults filled in. */
-export function fillCompactionRequested(v) {
-  if (v.reason === undefined) v.reason = "manual";
-  return v;
-}
-
-/** `TurnRequested` (events.py): its defaults filled in. */
-export function fillTurnRequested(v) {
-  if (v.reason === undefined) v.reason = "retry";
-  return v;
-}
-
-/** `SessionContextUpdated` (events.py): its defaults filled in. */
-export function fillSessionContextUpdated(v) {
-  if (v.instructions === undefined) {
-    v.instructions = [];
-  } else {
-    for (const x of v.instructions) {
-      fillInstructionFile(x);
-    }
-  }
-  if (v.skills === undefined) {
-    v.skills = [];
-  } else {
-    for (const x of v.skills) {
-      fillSkillInfo(x);
-    }
-  }
-  if (v.environment === undefined) {
-    v.environment = {
-      "os": "",
-      "os_version": "",
-      "shell": "",
-      "workdir": "",
-      "git_branch": null,
-      "git_dirty": null,
-      "repo_root": null,
-      "date": "",
-      "timezone": "",
-    };
-  } else {
-    fillEnvironment(v.environment);
-  }
-  if (v.warnings === undefined) v.warnings = [];
-  return v;
-}
-
-/** `InstructionFile` (worker.py): its defaults filled in. */
-export function fillInstructionFile(v) {
-  if (v.truncated === undefined) v.truncated = false;
-  if (v.scope === undefined) v.scope = "project";
-  return v;
-}
-
-/** `SkillInfo` (worker.py): its defaults filled in. */
-export function fillSkillInfo(v) {
-  if (v.scope === undefined) v.scope = "project";
-  return v;
-}
-
-/** `Environment` (worker.py): its defaults filled in. */
-export function fillEnvironment(v) {
-  if (v.os === undefined) v.os = "";
-  if (v.os_version === undefined) v.os_version = "";
-  if (v.shell === undefined) v.shell = "";
-  if (v.workdir === undefined) v.workdir = "";
-  if (v.git_branch === undefined) v.git_branch = null;
-  if (v.git_dirty === undefined) v.git_dirty = null;
-  if (v.repo_root === undefined) v.repo_root = null;
-  if (v.date === undefined) v.date = "";
-  if (v.timezone === undefined) v.timezone = "";
-  return v;
-}
-
-/** `SessionArchived` (events.py): its defaults filled in. */
-export function fillSessionArchived(v) {
-  if (v.archived === undefined) v.archived = true;
-  return v;
-}
-
-/** `SessionDeleted` (events.py): its defaults filled in. */
-export function fillSessionDeleted(v) {
-  if (v.reason === undefined) v.reason = "";
-  return v;
-}
-
-/** `SessionForked` (events.py): its defaults filled in. */
-export function fillSessionForked(v) {
-  if (v.worktree === undefined) {
-    v.worktree = null;
-  } else if (v.worktree != null) {
-    fillWorktree(v.worktree);
-  }
-  return v;
-}
-
-/** `SessionMoved` (events.py): its defaults filled in. */
-export function fillSessionMoved(v) {
-  if (v.from_worker === undefined) v.from_worker = "";
-  return v;
-}
-
-/** `QuestionAsked` (events.py): its defaults filled in. */
-export function fillQuestionAsked(v) {
-  if (v.choices === undefined) v.choices = [];
-  return v;
-}
-
-/** `QuestionAnswered` (events.py): its defaults filled in. */
-export function fillQuestionAnswered(v) {
-  if (v.answer === undefined) v.answer = "";
-  if (v.cancelled === undefined) v.cancelled = false;
-  return v;
-}
-
-/** `RateLimitUpdated` (events.py): its defaults filled in. */
-export function fillRateLimitUpdated(v) {
-  if (v.limit_requests === undefined) v.limit_requests = null;
-  if (v.remaining_requests === undefined) v.remaining_requests = null;
-  if (v.reset_requests === undefined) v.reset_requests = null;
-  if (v.limit_tokens === undefined) v.limit_tokens = null;
-  if (v.remaining_tokens === undefined) v.remaining_tokens = null;
-  if (v.reset_tokens === undefined) v.reset_tokens = null;
-  return v;
-}
-
-/** `AuthStatusUpdated` (events.py): its defaults filled in. */
-export function fillAuthStatusUpdated(v) {
-  if (v.method === undefined) v.method = "none";
-  if (v.account === undefined) v.account = null;
-  if (v.expires_at === undefined) v.expires_at = null;
-  if (v.error === undefined) v.error = null;
-  if (v.verification_uri === undefined) v.verification_uri = null;
-  if (v.user_code === undefined) v.user_code = null;
-  return v;
-}
-
-/** `ProviderSaved` (events.py): its defaults filled in. */
-export function fillProviderSaved(v) {
-  fillProviderEntry(v.provider);
-  return v;
-}
-
-/** `ProviderEntry` (events.py): its defaults filled in. */
-export function fillProviderEntry(v) {
-  if (v.kind === undefined) v.kind = "chat";
-  if (v.models === undefined) v.models = [];
-  if (v.default_model === undefined) v.default_model = null;
-  if (v.auth === undefined) v.auth = "api_key";
-  if (v.issuer === undefined) v.issuer = null;
-  if (v.client_id === undefined) v.client_id = null;
-  if (v.updated_at === undefined) v.updated_at = 0.0;
-  return v;
-}
-
-/** `TaskCreated` (events.py): its defaults filled in. */
-export function fillTaskCreated(v) {
-  if (v.description === undefined) v.description = "";
-  if (v.depends_on === undefined) v.depends_on = [];
-  if (v.status === undefined) v.status = "todo";
-  if (v.order === undefined) v.order = 0.0;
-  return v;
-}
-
-/** `TaskUpdated` (events.py): its defaults filled in. */
-export function fillTaskUpdated(v) {
-  if (v.depends_on === undefined) v.depends_on = [];
-  return v;
-}
-
-/** `ScheduleSaved` (events.py): its defaults filled in. */
-export function fillScheduleSaved(v) {
-  fillScheduleSpec(v.spec);
-  return v;
-}
-
-/** `ScheduleSpec` (events.py): its defaults filled in. */
-export function fillScheduleSpec(v) {
-  if (v.cron === undefined) v.cron = null;
-  if (v.at === undefined) v.at = null;
-  if (v.timezone === undefined) v.timezone = "UTC";
-  if (v.policy === undefined) v.policy = "suggest";
-  if (v.target_session === undefined) v.target_session = null;
-  if (v.enabled === undefined) v.enabled = true;
-  return v;
-}
-
-/** `ScheduleFired` (events.py): its defaults filled in. */
-export function fillScheduleFired(v) {
-  if (v.session_id === undefined) v.session_id = null;
-  if (v.error === undefined) v.error = "";
-  if (v.skipped === undefined) v.skipped = 0;
-  if (v.item_id === undefined) v.item_id = "";
-  return v;
-}
-
-/** `TerminalClosed` (events.py): its defaults filled in. */
-export function fillTerminalClosed(v) {
-  if (v.reason === undefined) v.reason = "closed";
-  if (v.by === undefined) v.by = "";
-  return v;
-}
-
-/** `TelegramChatPaired` (events.py): its defaults filled in. */
-export function fillTelegramChatPaired(v) {
-  if (v.title === undefined) v.title = "";
-  return v;
-}
-
-/** `TelegramMessageSent` (events.py): its defaults filled in. */
-export function fillTelegramMessageSent(v) {
-  if (v.message_id === undefined) v.message_id = 0;
-  return v;
-}
-
-/** `TelegramUpdateHandled` (events.py): its defaults filled in. */
-export function fillTelegramUpdateHandled(v) {
-  if (v.bot_id === undefined) v.bot_id = 0;
-  return v;
-}
-
-/** `State` (state.py): its defaults filled in. */
-export function fillState(v) {
-  if (v.seq === undefined) v.seq = 0;
-  if (v.workers === undefined) {
-    v.workers = {};
-  } else {
-    for (const x of Object.values(v.workers)) {
-      fillWorkerInfo(x);
-    }
-  }
-  if (v.pair_requests === undefined) v.pair_requests = {};
-  if (v.sessions === undefined) {
-    v.sessions = {};
-  } else {
-    for (const x of Object.values(v.sessions)) {
-      fillSessionInfo(x);
-    }
-  }
-  if (v.auth === undefined) {
-    v.auth = {};
-  } else {
-    for (const x of Object.values(v.auth)) {
-      fillAuthInfo(x);
-    }
-  }
-  if (v.providers === undefined) {
-    v.providers = {};
-  } else {
-    for (const x of Object.values(v.providers)) {
-      fillProviderEntry(x);
-    }
-  }
-  if (v.rate_limits === undefined) {
-    v.rate_limits = {};
-  } else {
-    for (const x of Object.values(v.rate_limits)) {
-      fillRateLimit(x);
-    }
-  }
-  if (v.memories === undefined) {
-    v.memories = {};
-  } else {
-    for (const x of Object.values(v.memories)) {
-      fillProjectMemory(x);
-    }
-  }
-  if (v.terminals === undefined) {
-    v.terminals = {};
-  } else {
-    for (const x of Object.values(v.terminals)) {
-      fillTerminalInfo(x);
-    }
-  }
-  if (v.schedules === undefined) {
-    v.schedules = {};
-  } else {
-    for (const x of Object.values(v.schedules)) {
-      fillScheduleInfo(x);
-    }
-  }
-  if (v.tasks === undefined) {
-    v.tasks = {};
-  } else {
-    for (const x of Object.values(v.tasks)) {
-      fillTaskInfo(x);
-    }
-  }
-  if (v.telegram_chats === undefined) {
-    v.telegram_chats = {};
-  } else {
-    for (const x of Object.values(v.telegram_chats)) {
-      fillTelegramChat(x);
-    }
-  }
-  if (v.telegram_offset === undefined) v.telegram_offset = 0;
-  if (v.telegram_bot_id === undefined) v.telegram_bot_id = 0;
-  return v;
-}
-
-/** `WorkerInfo` (state.py): its defaults filled in. */
-export function fillWorkerInfo(v) {
-  if (v.python_version === undefined) v.python_version = "";
-  if (v.worker_version === undefined) v.worker_version = "";
-  if (v.roots === undefined) v.roots = [];
-  if (v.connected === undefined) v.connected = false;
-  if (v.revoked === undefined) v.revoked = false;
-  if (v.paired_at === undefined) v.paired_at = 0.0;
-  if (v.last_seen === undefined) v.last_seen = null;
-  if (v.capabilities === undefined) {
-    v.capabilities = {
-      "executors": [],
-      "mcp_servers": [],
-      "terminal": false,
-      "acp_agents": [],
-      "sandbox": {"kind": "none", "version": "", "reason": ""},
-    };
-  } else {
-    fillCapabilities(v.capabilities);
-  }
-  if (v.replica === undefined) v.replica = "";
-  if (v.name === undefined) v.name = "";
-  if (v.fingerprint === undefined) v.fingerprint = "";
-  return v;
-}
-
-/** `SessionInfo` (state.py): its defaults filled in. */
-export function fillSessionInfo(v) {
-  if (v.effort === undefined) v.effort = null;
-  if (v.worktree === undefined) {
-    v.worktree = null;
-  } else if (v.worktree != null) {
-    fillWorktree(v.worktree);
-  }
-  if (v.policy === undefined) v.policy = "suggest";
-  if (v.status === undefined) v.status = "idle";
-  if (v.status_reason === undefined) v.status_reason = "";
-  if (v.created_at === undefined) v.created_at = 0.0;
-  if (v.updated_at === undefined) v.updated_at = 0.0;
-  if (v.items === undefined) {
-    v.items = [];
-  } else {
-    for (const x of v.items) {
-      fillItemBase(x);
-    }
-  }
-  if (v.plan === undefined) {
-    v.plan = [];
-  } else {
-    for (const x of v.plan) {
-      fillPlanStep(x);
-    }
-  }
-  if (v.plan_explanation === undefined) v.plan_explanation = "";
-  if (v.approvals === undefined) {
-    v.approvals = {};
-  } else {
-    for (const x of Object.values(v.approvals)) {
-      fillApproval(x);
-    }
-  }
-  if (v.approved_prefixes === undefined) v.approved_prefixes = [];
-  if (v.escalated_prefixes === undefined) v.escalated_prefixes = [];
-  if (v.pending_actions === undefined) {
-    v.pending_actions = {};
-  } else {
-    for (const x of Object.values(v.pending_actions)) {
-      fillPendingAction(x);
-    }
-  }
-  if (v.changed_paths === undefined) v.changed_paths = [];
-  if (v.usage === undefined) {
-    v.usage = {
-      "input_tokens": 0,
-      "output_tokens": 0,
-      "reasoning_tokens": 0,
-      "total_tokens": 0,
-      "cached_tokens": 0,
-      "cache_write_tokens": 0,
-      "turns": 0,
-      "context_tokens": 0,
-      "context_window": null,
-    };
-  } else {
-    fillTokenUsage(v.usage);
-  }
-  if (v.compaction_requested === undefined) v.compaction_requested = false;
-  if (v.context === undefined) {
-    v.context = null;
-  } else if (v.context != null) {
-    fillSessionContext(v.context);
-  }
-  if (v.questions === undefined) {
-    v.questions = {};
-  } else {
-    for (const x of Object.values(v.questions)) {
-      fillQuestion(x);
-    }
-  }
-  if (v.parent_id === undefined) v.parent_id = null;
-  if (v.parent_item === undefined) v.parent_item = null;
-  if (v.role === undefined) v.role = null;
-  if (v.read_only === undefined) v.read_only = false;
-  if (v.turn_cap === undefined) v.turn_cap = null;
-  if (v.plan_mode === undefined) v.plan_mode = false;
-  if (v.plan_status === undefined) v.plan_status = "none";
-  if (v.archived === undefined) v.archived = false;
-  if (v.forked_from === undefined) v.forked_from = null;
-  if (v.agent === undefined) v.agent = null;
-  if (v.task_id === undefined) v.task_id = null;
-  if (v.sandbox === undefined) v.sandbox = "workspace-write";
-  if (v.network === undefined) v.network = false;
-  if (v.processes === undefined) {
-    v.processes = [];
-  } else {
-    for (const x of v.processes) {
-      fillSessionProcess(x);
-    }
-  }
-  if (v.busy_seconds === undefined) v.busy_seconds = 0.0;
-  if (v.busy_since === undefined) v.busy_since = null;
-  return v;
-}
-
-/** `Approval` (state.py): its defaults filled in. */
-export function fillApproval(v) {
-  if (v.status === undefined) v.status = "pending";
-  if (v.command === undefined) v.command = null;
-  if (v.patch === undefined) v.patch = null;
-  if (v.path === undefined) v.path = null;
-  if (v.reason === undefined) v.reason = "";
-  if (v.message === undefined) v.message = "";
-  if (v.requested_at === undefined) v.requested_at = 0.0;
-  if (v.decided_at === undefined) v.decided_at = null;
-  return v;
-}
-
-/** `PendingAction` (state.py): its defaults filled in. */
-export function fillPendingAction(v) {
-  fillAction(v.action);
-  if (v.sandbox === undefined) v.sandbox = null;
-  if (v.network === undefined) v.network = null;
-  return v;
-}
-
 /** `TokenUsage` (state.py): its defaults filled in. */
 export function fillTokenUsage(v) {
   if (v.input_tokens === undefined) v.input_tokens = 0;
@@ -1174,6 +679,33 @@ export function fillSessionContext(v) {
   }
   if (v.warnings === undefined) v.warnings = [];
   if (v.loaded_at === undefined) v.loaded_at = 0.0;
+  return v;
+}
+
+/** `InstructionFile` (worker.py): its defaults filled in. */
+export function fillInstructionFile(v) {
+  if (v.truncated === undefined) v.truncated = false;
+  if (v.scope === undefined) v.scope = "project";
+  return v;
+}
+
+/** `SkillInfo` (worker.py): its defaults filled in. */
+export function fillSkillInfo(v) {
+  if (v.scope === undefined) v.scope = "project";
+  return v;
+}
+
+/** `Environment` (worker.py): its defaults filled in. */
+export function fillEnvironment(v) {
+  if (v.os === undefined) v.os = "";
+  if (v.os_version === undefined) v.os_version = "";
+  if (v.shell === undefined) v.shell = "";
+  if (v.workdir === undefined) v.workdir = "";
+  if (v.git_branch === undefined) v.git_branch = null;
+  if (v.git_dirty === undefined) v.git_dirty = null;
+  if (v.repo_root === undefined) v.repo_root = null;
+  if (v.date === undefined) v.date = "";
+  if (v.timezone === undefined) v.timezone = "";
   return v;
 }
 
@@ -1233,6 +765,18 @@ export function fillAuthInfo(v) {
   return v;
 }
 
+/** `ProviderEntry` (events.py): its defaults filled in. */
+export function fillProviderEntry(v) {
+  if (v.kind === undefined) v.kind = "chat";
+  if (v.models === undefined) v.models = [];
+  if (v.default_model === undefined) v.default_model = null;
+  if (v.auth === undefined) v.auth = "api_key";
+  if (v.issuer === undefined) v.issuer = null;
+  if (v.client_id === undefined) v.client_id = null;
+  if (v.updated_at === undefined) v.updated_at = 0.0;
+  return v;
+}
+
 /** `RateLimit` (state.py): its defaults filled in. */
 export function fillRateLimit(v) {
   if (v.limit_requests === undefined) v.limit_requests = null;
@@ -1277,6 +821,17 @@ export function fillScheduleInfo(v) {
   }
   if (v.created_at === undefined) v.created_at = 0.0;
   if (v.done === undefined) v.done = false;
+  return v;
+}
+
+/** `ScheduleSpec` (events.py): its defaults filled in. */
+export function fillScheduleSpec(v) {
+  if (v.cron === undefined) v.cron = null;
+  if (v.at === undefined) v.at = null;
+  if (v.timezone === undefined) v.timezone = "UTC";
+  if (v.policy === undefined) v.policy = "suggest";
+  if (v.target_session === undefined) v.target_session = null;
+  if (v.enabled === undefined) v.enabled = true;
   return v;
 }
 

@@ -13,10 +13,10 @@
 // server's snapshots contain every field and the two must compare equal: the `fillX`
 // functions of fold_constants.js, generated from the structs, fill in the defaults.
 //
-// The server sends events as they were stored, and one stored by an older version lacks the
-// fields added since; `apply` first fills in their defaults (`withDefaults`, at every level,
-// as msgspec does when Python decodes it). So every event a handler sees is complete, an
-// appended item is stored as received, and "has attribute X" in Python is `X in item` here.
+// The server sends every event complete, in the current shape: one stored by an older release
+// is upcast there (codey_protocol/upcasting.py: each missing field set to what it meant then)
+// and sent with every field. So every event a handler sees is complete, an appended item is
+// stored as received, and "has attribute X" in Python is `X in item` here.
 
 import { APPEND_FIELDS, REPLACE_FIELDS, applyUpdate } from "./item_fields.js";
 import { Tails } from "./tails.js";
@@ -26,7 +26,7 @@ import {
   fillPortForward, fillProjectMemory, fillQuestion, fillRateLimit, fillScheduleInfo,
   fillScheduleRun, fillSessionContext,
   fillSessionInfo, fillSessionProcess, fillState, fillTaskInfo, fillTelegramChat,
-  fillTerminalInfo, fillWorkerInfo, withDefaults,
+  fillTerminalInfo, fillWorkerInfo,
 } from "./fold_constants.js";
 
 export { MAX_CHANGED_PATHS };
@@ -127,12 +127,15 @@ function session(state, env) {
 
 function sessionCreated(state, env, e) {
   if (env.session_id == null) return;
+  // "none": created before the sandbox existed; it runs sandboxed now (as core/fold.py)
+  const before = e.sandbox === "none";
   state.sessions[env.session_id] = fillSessionInfo({
     session_id: env.session_id, title: e.title, worker_id: e.worker_id, workdir: e.workdir,
     provider: e.provider, model: e.model, policy: e.policy, created_at: env.ts,
     updated_at: env.ts, plan_mode: e.plan_mode, parent_id: e.parent_id,
     parent_item: e.parent_item, role: e.role, read_only: e.read_only, turn_cap: e.turn_cap,
-    agent: e.agent, sandbox: e.sandbox, network: e.network,
+    agent: e.agent, sandbox: before ? "workspace-write" : e.sandbox,
+    network: before ? false : e.network,
     worktree: e.worktree ? structuredClone(e.worktree) : null,
   });
 }
@@ -711,11 +714,11 @@ const HANDLERS = {
 
 /**
  * Fold one envelope `{seq, ts, session_id, event: {type, ...}}` into `state` (in place). The
- * event's missing fields are filled in with their defaults first, in place too.
+ * event is complete (see the top of this file).
  */
 export function apply(state, env) {
   const handler = HANDLERS[env.event.type];
-  if (handler !== undefined) handler(state, env, withDefaults(env.event));
+  if (handler !== undefined) handler(state, env, env.event);
   state.seq = env.seq;
   return state;
 }

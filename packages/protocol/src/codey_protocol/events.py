@@ -7,6 +7,10 @@ Session items (what a session view shows, and what the model's conversation is r
 are a second tagged union, :data:`Item`, tagged by ``kind``.
 
 Evolution: new fields get defaults; a field's type never changes; a tag is never reused.
+Each event type has a version, stored in its envelope; an event stored in an older shape is
+read through that type's upcasters (:mod:`codey_protocol.upcasting`), which say what its
+missing fields meant then, so no default is presented as something recorded. A change of an
+event's shape raises its type's version and adds the upcaster from the one before.
 Secrets (API keys, tokens, credentials) never appear in an event.
 """
 
@@ -23,6 +27,7 @@ from codey_protocol.worker import (
     Environment,
     FileChange,
     InstructionFile,
+    RecordedSandbox,
     SandboxMode,
     SkillInfo,
 )
@@ -81,7 +86,8 @@ class UserMessage(ItemBase, kw_only=True):
     attachments: list[Attachment] = msgspec.field(default_factory=list)
     #: the non-image attachments are in the workdir (``.codey/attachments/``)
     attachments_written: bool = False
-    #: who sent it, when not a browser (as ``SessionCreated.origin``)
+    #: who sent it, when not a browser (as ``SessionCreated.origin``); ``unknown``: sent
+    #: before origins were recorded
     origin: str = ""
 
 
@@ -373,13 +379,17 @@ class SessionCreated(EventBase, kw_only=True):
     #: an external ACP agent on the worker runs the session instead of Codey's loop
     agent: str | None = None
     #: who started it, when not a browser: ``mcp:<token id>`` (an MCP client's token),
-    #: ``telegram:<chat id>``, ``schedule:<id>``
+    #: ``telegram:<chat id>``, ``schedule:<id>``; ``unknown``: started before origins were
+    #: recorded
     origin: str = ""
     #: the OS sandbox its commands run in on the worker: read-only, workspace-write (writes
     #: only in the workdir and a private temp dir; .git and .codey read-only) or full-access
-    #: (no sandbox: the user chose it)
-    sandbox: SandboxMode = "workspace-write"
-    #: whether its sandboxed commands may use the network
+    #: (no sandbox: the user chose it). ``none``: created before Codey had a sandbox (its
+    #: commands ran without one); such a session runs in workspace-write from the release that
+    #: upcast it on (the fold says so, and the upgrade's notice tells the user)
+    sandbox: RecordedSandbox = "workspace-write"
+    #: whether its sandboxed commands may use the network (``true`` in a session created
+    #: before the sandbox: its commands had the machine's network)
     network: bool = False
     #: a worktree of its own (``status: creating``): its first turn waits for it
     worktree: Worktree | None = None
@@ -965,3 +975,7 @@ class Envelope(msgspec.Struct, kw_only=True):
     ts: float
     session_id: str | None
     event: Event
+    #: the version of its event type's shape (``codey_protocol.upcasting.VERSIONS``): the one
+    #: it was stored in, and the current one once read (a stored envelope is read through its
+    #: type's upcasters). 0: stored before versions were kept, in the shape of its release.
+    version: int = 0

@@ -60,6 +60,19 @@ class McpServerInfo(msgspec.Struct, kw_only=True):
 #: session's private ``/tmp``; ``full-access`` runs without the OS sandbox.
 SandboxMode = Literal["read-only", "workspace-write", "full-access"]
 
+#: A sandbox mode as an event records it: a :data:`SandboxMode`, or ``none`` — recorded before
+#: Codey had an OS sandbox, when every command and MCP server ran without one. Only an event
+#: stored by such a release reads ``none`` (its upcaster, :mod:`codey_protocol.upcasting`,
+#: says so rather than claim today's default); nothing decided now is ``none``.
+RecordedSandbox = Literal["none", "read-only", "workspace-write", "full-access"]
+
+
+def runs_in(sandbox: RecordedSandbox) -> SandboxMode:
+    """The mode an action recorded with ``sandbox`` runs in: ``none`` ran without a sandbox,
+    and a worker given it again (a command in flight across the upgrade, re-sent) runs it
+    so, as it was decided — ``full-access``."""
+    return "full-access" if sandbox == "none" else sandbox
+
 
 class SandboxInfo(msgspec.Struct, kw_only=True):
     """The OS sandbox this worker can enforce: ``bwrap`` (bubblewrap, Linux), ``seatbelt``
@@ -201,8 +214,9 @@ class RunCommand(Action, kw_only=True):
     env: dict[str, str] = msgspec.field(default_factory=dict)
     output_cap: int = 1024 * 1024
     #: the OS sandbox around the command; a worker without one refuses anything but
-    #: ``full-access`` (``sandbox_unavailable``) rather than run it bare
-    sandbox: SandboxMode = "workspace-write"
+    #: ``full-access`` (``sandbox_unavailable``) rather than run it bare. ``none``: recorded
+    #: before the sandbox existed (it ran without one, as ``full-access`` runs: :func:`runs_in`)
+    sandbox: RecordedSandbox = "workspace-write"
     #: network access inside the sandbox (ignored under ``full-access``, which has it)
     network: bool = False
 
@@ -255,8 +269,8 @@ class McpCall(Action, kw_only=True):
     workdir: str = ""
     #: the sandbox the server's process runs in (one process per mode and workdir); its
     #: network is the worker owner's choice per server (``network`` in its config), not the
-    #: action's
-    sandbox: SandboxMode = "workspace-write"
+    #: action's. ``none``: recorded before the sandbox existed (:func:`runs_in`)
+    sandbox: RecordedSandbox = "workspace-write"
 
 
 class Cancel(Action, kw_only=True):
@@ -1201,6 +1215,7 @@ __all__ = [
     "ProcessTail",
     "ProjectContext",
     "ReadFile",
+    "RecordedSandbox",
     "RunCommand",
     "SandboxInfo",
     "SandboxMode",
@@ -1223,4 +1238,5 @@ __all__ = [
     "WorkspaceChanged",
     "WriteFile",
     "WriteResult",
+    "runs_in",
 ]

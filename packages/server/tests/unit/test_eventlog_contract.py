@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from codey_protocol.codec import decode_envelope, encode
@@ -132,11 +133,13 @@ class TestSqliteEventLog(EventLogContract):
             CREATE TABLE "snapshots" ("seq" INTEGER PRIMARY KEY, "data" BLOB);
             CREATE TABLE "meta" ("key" TEXT PRIMARY KEY, "value" INTEGER);
         """)
-        old = [Envelope(seq=n, ts=1.0, session_id=sid, event=title(n))
-               for n, sid in enumerate(["a", "b", None, "a"], start=1)]
+        stored = [Envelope(seq=n, ts=1.0, session_id=sid, event=title(n))
+                  for n, sid in enumerate(["a", "b", None, "a"], start=1)]
         conn.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?)",
                          [(e.seq, e.ts, e.session_id, "session_title_changed", encode(e))
-                          for e in old])
+                          for e in stored])
+        # read back in the current version of their shape (which did not change)
+        old = [msgspec.structs.replace(e, version=1) for e in stored]
         conn.commit()
         conn.close()
 

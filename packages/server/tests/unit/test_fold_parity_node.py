@@ -10,13 +10,15 @@ seed, length and how much of it is left out (see ``LOGS``), and shrinks a failin
 shortest failing start.
 
 Each event is stored in an *older form* at random: fields that have a default are left out,
-at every level, as in an event stored by an older version, which lacks the fields added
-since. The server sends stored events as they are, so msgspec's defaults (Python) and the
-browser's (``withDefaults`` in the generated ``web/fold_constants.js``) must agree.
+at every level, and the envelope has no version, as in an event stored by an older release,
+which lacks the fields added since. The server reads such an event through its upcasters
+(``codey_protocol.upcasting``) and sends the browser the result, complete; so the Python fold
+folds what the log reads (``decode_stored``), and the browser's what a browser is sent
+(``current_json_many``, as ``EventLog.read_raw``).
 
-Each log is folded by ``codey_server.features.apply`` (decoding the stored form, as a replay
-does) and by ``web/store.js`` in one node process kept for the module; the states, taken at
-three points of the log, must be equal as JSON. No browser: ``integration/test_fold_parity.py``
+Each log is folded by ``codey_server.features.apply`` and by ``web/store.js`` in one node
+process kept for the module; the states, taken at three points of the log, must be equal as
+JSON. No browser: ``integration/test_fold_parity.py``
 checks the page end to end.
 """
 
@@ -39,10 +41,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from codey_protocol import codec
 from codey_protocol import events as ev
 from codey_protocol import worker as wk
 from codey_protocol.state import MAX_CHANGED_PATHS, SCHEDULE_RUNS_KEPT, State
+from codey_protocol.upcasting import current_json_many, decode_stored, version_of
 from codey_server.features import apply
 from codey_testkit.compare import differences
 from codey_testkit.samples import sample_struct
@@ -50,13 +52,11 @@ from codey_testkit.samples import sample_struct
 WEB = Path(__file__).resolve().parents[4] / "web"
 
 # One node process for the module. Each line on stdin is a request, its answer one line on
-# stdout: {"fold": [envelope...], "cuts": [n...]} → {"states": [the state after n events...]};
-# {"defaults": [event...]} → {"events": [each event through withDefaults]}.
+# stdout: {"fold": [envelope...], "cuts": [n...]} → {"states": [the state after n events...]}.
 _NODE = """
 import { createInterface } from "node:readline";
-const [storeUrl, constantsUrl] = process.argv.slice(1);
+const [storeUrl] = process.argv.slice(1);
 const { apply, emptyState } = await import(storeUrl);
-const { withDefaults } = await import(constantsUrl);
 
 function fold({ fold: envelopes, cuts }) {
   const state = emptyState();
@@ -72,7 +72,7 @@ for await (const line of createInterface({ input: process.stdin, crlfDelay: Infi
   let out;
   try {
     const request = JSON.parse(line);
-    out = "fold" in request ? fold(request) : { events: request.defaults.map(withDefaults) };
+    out = fold(request);
   } catch (err) {
     out = { error: String((err && err.stack) || err) };
   }
@@ -82,7 +82,7 @@ for await (const line of createInterface({ input: process.stdin, crlfDelay: Infi
 
 
 class Node:
-    """``web/store.js`` and ``web/fold_constants.js`` in a node process."""
+    """``web/store.js`` (and the modules it imports) in a node process."""
 
     def __init__(self, web: Path = WEB) -> None:
         node = shutil.which("node")
@@ -90,20 +90,16 @@ class Node:
             pytest.fail("node is not installed: this test runs web/store.js under Node.js "
                         "(Debian's nodejs; ./scripts/test installs it)", pytrace=False)
         self.proc = subprocess.Popen(
-            [node, "--input-type=module", "-e", _NODE, (web / "store.js").as_uri(),
-             (web / "fold_constants.js").as_uri()],
+            [node, "--input-type=module", "-e", _NODE, (web / "store.js").as_uri()],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
     def fold(self, stored: list[bytes], cuts: list[int]) -> list[Any]:
         """The JS fold's states after the first ``n`` stored envelopes, for each ``n`` in
-        ``cuts`` (ascending)."""
-        line = b'{"cuts":%s,"fold":[%s]}' % (json.dumps(cuts).encode(), b",".join(stored))
+        ``cuts`` (ascending), each envelope as a browser is sent it."""
+        sent = current_json_many(stored)
+        line = b'{"cuts":%s,"fold":[%s]}' % (json.dumps(cuts).encode(), b",".join(sent))
         states: list[Any] = self._ask(line)["states"]
         return states
-
-    def with_defaults(self, events: list[bytes]) -> list[Any]:
-        filled: list[Any] = self._ask(b'{"defaults":[%s]}' % b",".join(events))["events"]
-        return filled
 
     def _ask(self, line: bytes) -> Any:
         assert self.proc.stdin is not None and self.proc.stdout is not None
@@ -472,7 +468,7 @@ def python_fold(stored: list[bytes], cuts: list[int]) -> list[dict[str, Any]]:
     ``cuts``."""
     state, states = State(), []
     for n, raw in enumerate(stored, start=1):
-        apply(state, codec.decode_envelope(raw))
+        apply(state, decode_stored(raw))
         if n in cuts:
             states.append(msgspec.to_builtins(state))
     return states
@@ -627,11 +623,15 @@ def _oldest_forms() -> list[Any]:
     return events
 
 
-def test_with_defaults_fills_in_what_msgspec_fills_in(node: Node) -> None:
-    """Every field, those no state keeps included (a reason, a note, a model's name)."""
-    stored = [msgspec.json.encode(old_form(e, lambda: True)) for e in _oldest_forms()]
-    filled = node.with_defaults(stored)
-    for raw, js in zip(stored, filled, strict=True):
-        py = msgspec.to_builtins(codec.decode_event(raw))
+def test_a_browser_is_sent_every_field_of_an_event_stored_in_an_older_form() -> None:
+    """Every field, those no state keeps included (a reason, a note, a model's name): what a
+    browser is sent for an event stored without any field that has a default is the event
+    the server reads, whole — so the browser's fold fills in nothing."""
+    stored = [msgspec.json.encode(old_form(ev.Envelope(seq=n, ts=1.0, session_id="s1",
+                                                       event=e), lambda: True))
+              for n, e in enumerate(_oldest_forms(), start=1)]
+    for raw, sent in zip(stored, current_json_many(stored), strict=True):
+        py = msgspec.to_builtins(decode_stored(raw))
+        js = json.loads(sent)
         assert differences(js, py) == [], raw
-        assert js == py
+        assert js == py and js["version"] == version_of(js["event"]["type"])

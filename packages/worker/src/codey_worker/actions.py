@@ -88,6 +88,7 @@ from codey_protocol.worker import (
     WorkspacePush,
     WorkspaceRemove,
     WriteFile,
+    runs_in,
 )
 from codey_worker import fs
 from codey_worker.acp import AcpAgents
@@ -535,7 +536,8 @@ class ActionDispatcher:
     async def _mcp_call(self, action: McpCall) -> ActionOutcome:
         self.policy.check_mcp_tool(action.server, action.tool)
         return await self._mcp().call(action.server, action.tool, action.arguments,
-                                      workdir=self._mcp_workdir(action), sandbox=action.sandbox)
+                                      workdir=self._mcp_workdir(action),
+                                      sandbox=runs_in(action.sandbox))
 
     async def _acp_permission(self, action: AcpPermission) -> ActionOutcome:
         return self._acp().answer(action)

@@ -71,7 +71,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from codey_protocol.worker import GIT_COMMAND_HARDENING, CommandResult, RunCommand
+from codey_protocol.worker import GIT_COMMAND_HARDENING, CommandResult, RunCommand, runs_in
 from codey_worker.confine import ActionRefused, resolve_inside
 from codey_worker.frames import FRAME_BUDGET
 from codey_worker.home import codey_home
@@ -711,13 +711,15 @@ async def run_command(
     check_protected_args(argv, cwd, sandbox.home)
     env = build_env(action.env, cwd=str(cwd))
     box: _Box | None = None
-    if action.sandbox != "full-access":
+    # ``none`` (recorded before the sandbox, re-sent) runs as it was decided: without one
+    mode = runs_in(action.sandbox)
+    if mode != "full-access":
         sandbox.require()
         missing = _program_problem(argv[0], cwd, env)
         if missing is not None:
             return missing
-        spec = sandbox.spec(mode=action.sandbox, network=action.network, workdir=workdir,
-                            cwd=cwd, tmp=sandbox.tmp_for(action.sandbox, action.session_id))
+        spec = sandbox.spec(mode=mode, network=action.network, workdir=workdir,
+                            cwd=cwd, tmp=sandbox.tmp_for(mode, action.session_id))
         box = _Box(spec, bwrap=sandbox.support.kind == "bwrap")
         env = sandbox.env(env, spec)
 
@@ -727,7 +729,7 @@ async def run_command(
             return await _run(argv, str(cwd), env, action, on_output, cancel_event, grace_s,
                               drain_s)
         assert sandbox is not None
-        boxes = sandbox.boxes if action.sandbox == "workspace-write" else None
+        boxes = sandbox.boxes if mode == "workspace-write" else None
         if boxes is not None and action.session_id:
             warm = await _run_warm(boxes, sandbox, box.spec, argv, str(cwd), env, action,
                                    on_output, cancel_event, grace_s, drain_s)

@@ -1,8 +1,10 @@
 """The engine: the event log, the folded state, and the one way to change it.
 
 Order of calls: ``await Engine.start()`` (opens the log, loads the latest snapshot, replays
-the tail) → any number of ``execute`` / ``submit`` → ``await stop()`` (finishes in-flight
-appends, writes a final snapshot, closes the log).
+the tail; a snapshot made by other code is not trusted: the state is rebuilt from the log and
+a fresh snapshot written, :mod:`~codey_server.core.snapshots`) → any number of ``execute`` /
+``submit`` → ``await stop()`` (finishes in-flight appends, writes a final snapshot, closes the
+log).
 
 Every change goes a pure decision (``execute``: a browser command through the features'
 rules; ``submit``: any other decision) → ``log.append`` → ``apply`` (here, in seq order) →
@@ -33,18 +35,18 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import gc
 import logging
 import time
 from collections.abc import Callable, Collection, Sequence
 from typing import TypeVar
 
 from codey_protocol import client as cl
-from codey_protocol import codec
 from codey_protocol.events import Envelope, Event
+from codey_protocol.foldversion import encode_snapshot
 from codey_protocol.state import State
 from codey_server.core import status
 from codey_server.core.rules import Context, Decided, Rules
+from codey_server.core.snapshots import load_state
 from codey_server.errors import AppendConflict
 from codey_server.eventlog import EventLog, Fence
 
@@ -90,31 +92,17 @@ class Engine:
     async def start(self) -> None:
         t0 = time.perf_counter()
         await self.log.open()
-        snap = await self.log.latest_snapshot()
-        if snap is not None:
-            self._snapshot_seq, data = snap
-            # the snapshot is millions of new objects, none of them in a cycle: without the
-            # collector walking them again and again as they are made, decoding takes ~1/3 less
-            gc.disable()
-            try:
-                self.state = codec.decode_state(data)
-            finally:
-                gc.enable()
-        after = self.state.seq
-        while True:
-            batch = await self.log.read(after, limit=20000)
-            if not batch:
-                break
-            for env in batch:
-                self.rules.apply(self.state, env)
-            self.replayed += len(batch)
-            after = batch[-1].seq
+        loaded = await load_state(self.log, self.rules.apply)
+        self.state, self._snapshot_seq = loaded.state, loaded.snapshot_seq
+        self.replayed += loaded.replayed
         self.started_at = time.time()
         # other replicas' appends (PostgreSQL): folded in seq order among this one's
         self.log.follow(self.state.seq, self._fold_foreign)
         log.info("state at seq %d (snapshot %d, replayed %d events) in %.3f s",
                  self.state.seq, self._snapshot_seq, self.replayed, time.perf_counter() - t0)
-        if self.state.seq - self._snapshot_seq >= self.snapshot_every:
+        # a snapshot of other code is replaced at once: the next start trusts this one
+        if (loaded.foreign is not None and self.state.seq > 0) \
+                or self.state.seq - self._snapshot_seq >= self.snapshot_every:
             await self.snapshot()
 
     async def stop(self) -> None:
@@ -276,7 +264,7 @@ class Engine:
     async def snapshot(self) -> None:
         # Encoding runs on the loop thread, so it sees one consistent state at one seq.
         seq = self.state.seq
-        data = codec.encode(self.state)
+        data = encode_snapshot(self.state)
         await self.log.save_snapshot(seq, data)
         self._snapshot_seq = seq
         log.debug("snapshot at seq %d (%d bytes)", seq, len(data))

@@ -63,6 +63,7 @@ from codey_protocol.state import (
     memory_key,
 )
 from codey_protocol.updates import APPEND_FIELDS, REPLACE_FIELDS
+from codey_protocol.worker import SandboxMode
 from codey_server.core.rules import FoldHandler
 
 __all__ = ["FOLD", "MAX_CHANGED_PATHS", "copy_state", "find_item", "find_process"]
@@ -104,12 +105,17 @@ def _session_created(state: State, env: ev.Envelope) -> None:
     assert isinstance(e, ev.SessionCreated)
     if env.session_id is None:
         return
+    # ``none``: created before the sandbox existed. It runs sandboxed now, without the
+    # network, as a new session does (issue 36: that default is right, and the upgrade's
+    # notice tells the user); its event keeps saying how it ran then
+    sandbox: SandboxMode = "workspace-write" if e.sandbox == "none" else e.sandbox
+    network = False if e.sandbox == "none" else e.network
     state.sessions[env.session_id] = SessionInfo(
         session_id=env.session_id, title=e.title, worker_id=e.worker_id, workdir=e.workdir,
         provider=e.provider, model=e.model, policy=e.policy, created_at=env.ts,
         updated_at=env.ts, plan_mode=e.plan_mode, parent_id=e.parent_id,
         parent_item=e.parent_item, role=e.role, read_only=e.read_only, turn_cap=e.turn_cap,
-        agent=e.agent, sandbox=e.sandbox, network=e.network,
+        agent=e.agent, sandbox=sandbox, network=network,
         worktree=msgspec.structs.replace(e.worktree) if e.worktree is not None else None,
     )
 

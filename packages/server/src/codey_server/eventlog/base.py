@@ -2,7 +2,14 @@
 
 Each event is stored as an :class:`~codey_protocol.events.Envelope` with a global ``seq``
 (1, 2, 3, … with no gaps), ``ts`` (unix time of its commit), ``session_id`` (``None`` for global
-events) and the event itself, tagged by ``type``.
+events), the event itself, tagged by ``type``, and the ``version`` of its type's shape
+(:func:`codey_protocol.upcasting.version_of`).
+
+What is stored is never rewritten, and what is read is the current shape: :meth:`~EventLog.read`,
+:meth:`~EventLog.read_session` and :meth:`~EventLog.read_raw` pass an envelope stored in an
+older shape (by an older release) through its type's upcasters
+(:mod:`codey_protocol.upcasting`); :meth:`~EventLog.read_session_stored` returns the stored
+bytes as they were written (a session's export).
 
 Order of calls::
 
@@ -29,6 +36,8 @@ which each backend's tests subclass):
   there. Only a log that several servers share has leases (PostgreSQL checks the fence
   against ``codey_leases`` in the appending transaction); the others (SQLite, memory: one
   server, no leases) cannot prove any fence current, so they refuse every fence;
+- an envelope is stored with its type's current version, and read back upcast to the current
+  shape (the stored bytes unchanged); a snapshot comes back byte for byte as it was saved;
 - an append that carries ``expected`` (the seq of the log its events were decided on) is
   committed only if no session among its events has an event after ``expected`` when its
   transaction commits — counting the appends committed before it in its own group;
@@ -57,10 +66,8 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from dataclasses import dataclass
 
-import msgspec
-
-from codey_protocol.errors import ProtocolError
 from codey_protocol.events import Envelope, Event
+from codey_protocol.upcasting import decode_stored_many, version_of
 from codey_server.errors import AppendConflict, LeaseLost, LogClosed, SubscriberOverflow
 
 __all__ = ["SNAPSHOTS_KEPT", "AppendConflict", "EventLog", "Fence", "LogClosed",
@@ -69,17 +76,16 @@ __all__ = ["SNAPSHOTS_KEPT", "AppendConflict", "EventLog", "Fence", "LogClosed",
 #: How many snapshots :meth:`EventLog.save_snapshot` keeps (the newest ones).
 SNAPSHOTS_KEPT = 3
 
-# Decoding a whole page as one JSON array is several times faster than one decode per row.
-_envelope_list = msgspec.json.Decoder(list[Envelope])
-
-
 def _decode_many(blobs: list[bytes]) -> list[Envelope]:
-    if not blobs:
-        return []
-    try:
-        return _envelope_list.decode(b"[" + b",".join(blobs) + b"]")
-    except (msgspec.DecodeError, msgspec.ValidationError) as err:
-        raise ProtocolError("bad_frame", f"stored envelope does not decode: {err}") from None
+    """Stored envelopes, read in the current shape (upcast where stored in an older one)."""
+    return decode_stored_many(blobs)
+
+
+def _envelope(seq: int, ts: float, session_id: str | None, event: Event,
+              tag: str) -> Envelope:
+    """The envelope an append stores: with the current version of its type's shape."""
+    return Envelope(seq=seq, ts=ts, session_id=session_id, event=event,
+                    version=version_of(tag))
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,10 +279,17 @@ class EventLog(abc.ABC):
 
     @abc.abstractmethod
     async def read_raw(self, after_seq: int, limit: int) -> list[bytes]:
-        """Like :meth:`read`, but each item is the stored Envelope JSON (no decode).
+        """Like :meth:`read`, but each item is the Envelope's JSON in the current shape, what a
+        browser is sent: the stored bytes when stored in it (no decode), else the envelope
+        upcast and encoded (:func:`codey_protocol.upcasting.current_json_many`).
 
         A negative ``limit`` means no limit.
         """
+
+    @abc.abstractmethod
+    async def read_session_stored(self, session_id: str) -> list[bytes]:
+        """Every stored envelope of one session, in seq order, byte for byte as it was
+        written, never upcast: the session's export."""
 
     @abc.abstractmethod
     async def save_snapshot(self, seq: int, data: bytes) -> None:

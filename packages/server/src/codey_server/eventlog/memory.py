@@ -8,11 +8,13 @@ from collections.abc import Collection, Sequence
 
 from codey_protocol.codec import encode
 from codey_protocol.events import Envelope, Event
+from codey_protocol.upcasting import current_json_many
 from codey_server.errors import AppendConflict, LogClosed
 from codey_server.eventlog.base import (
     SNAPSHOTS_KEPT,
     EventLog,
     Fence,
+    _envelope,
     _tag,
     no_leases,
     sessions_of,
@@ -59,9 +61,9 @@ class MemoryEventLog(EventLog):
         envs: list[Envelope] = []
         raws: list[bytes] = []
         for session_id, event in events:
-            _tag(event)  # refuse what the SQLite log would refuse
+            tag = _tag(event)  # refuse what the SQLite log would refuse
             seq += 1
-            env = Envelope(seq=seq, ts=ts, session_id=session_id, event=event)
+            env = _envelope(seq, ts, session_id, event, tag)
             raws.append(encode(env))
             envs.append(env)
         self._envelopes.extend(envs)
@@ -84,7 +86,11 @@ class MemoryEventLog(EventLog):
         return [env for env in self._envelopes if env.session_id == session_id]
 
     async def read_raw(self, after_seq: int, limit: int) -> list[bytes]:
-        return self._raw[self._slice(after_seq, limit)]
+        return current_json_many(self._raw[self._slice(after_seq, limit)])
+
+    async def read_session_stored(self, session_id: str) -> list[bytes]:
+        return [raw for env, raw in zip(self._envelopes, self._raw, strict=True)
+                if env.session_id == session_id]
 
     async def save_snapshot(self, seq: int, data: bytes) -> None:
         if self._closed:

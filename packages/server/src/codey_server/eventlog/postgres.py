@@ -51,14 +51,16 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
-from codey_protocol.codec import decode_envelope, encode
+from codey_protocol.codec import encode
 from codey_protocol.events import Envelope, Event
+from codey_protocol.upcasting import current_json_many, decode_stored
 from codey_server.errors import AppendConflict, LeaseLost, LogClosed, ServerError
 from codey_server.eventlog.base import (
     SNAPSHOTS_KEPT,
     EventLog,
     Fence,
     _decode_many,
+    _envelope,
     _tag,
     sessions_of,
 )
@@ -294,8 +296,9 @@ class PostgresEventLog(EventLog):
                 envs = []
                 for session_id, event in events:
                     seq += 1
-                    env = Envelope(seq=seq, ts=ts, session_id=session_id, event=event)
-                    rows.append((seq, ts, session_id, _tag(event), encode(env), self._origin))
+                    tag = _tag(event)
+                    env = _envelope(seq, ts, session_id, event, tag)
+                    rows.append((seq, ts, session_id, tag, encode(env), self._origin))
                     envs.append(env)
                     if session_id is not None:
                         last[session_id] = seq
@@ -396,7 +399,7 @@ class PostgresEventLog(EventLog):
                     run, foreign = [], []
                 self._publish(own)
                 continue
-            env = decode_envelope(bytes(blob))
+            env = decode_stored(bytes(blob))
             run.append(env)
             foreign.append(env)
             self._last_seq = seq  # the next row must follow this one
@@ -422,19 +425,25 @@ class PostgresEventLog(EventLog):
             return list(await (await conn.execute(query, params)).fetchall())
 
     async def read(self, after_seq: int, limit: int | None = None) -> list[Envelope]:
-        return _decode_many(await self.read_raw(after_seq, -1 if limit is None else limit))
+        return _decode_many(await self._read_stored(after_seq, -1 if limit is None else limit))
 
     async def read_raw(self, after_seq: int, limit: int) -> list[bytes]:
+        return current_json_many(await self._read_stored(after_seq, limit))
+
+    async def _read_stored(self, after_seq: int, limit: int) -> list[bytes]:
         rows = await self._rows(
             "SELECT envelope FROM codey_events WHERE seq > %s ORDER BY seq LIMIT %s",
             (after_seq, None if limit < 0 else limit))
         return [bytes(r[0]) for r in rows]
 
     async def read_session(self, session_id: str) -> list[Envelope]:
+        return _decode_many(await self.read_session_stored(session_id))
+
+    async def read_session_stored(self, session_id: str) -> list[bytes]:
         rows = await self._rows(
             "SELECT envelope FROM codey_events WHERE session_id = %s ORDER BY seq",
             (session_id,))
-        return _decode_many([bytes(r[0]) for r in rows])
+        return [bytes(r[0]) for r in rows]
 
     async def save_snapshot(self, seq: int, data: bytes) -> None:
         if self._closed or self._pool is None:

@@ -19,12 +19,14 @@ import msgspec
 
 from codey_protocol.codec import encode
 from codey_protocol.events import Envelope, Event
+from codey_protocol.upcasting import current_json_many
 from codey_server.errors import AppendConflict, LogClosed, ServerError
 from codey_server.eventlog.base import (
     SNAPSHOTS_KEPT,
     EventLog,
     Fence,
     _decode_many,
+    _envelope,
     _tag,
     no_leases,
     sessions_of,
@@ -360,8 +362,9 @@ class SqliteEventLog(EventLog):
                 mark = len(rows)
                 try:
                     for session_id, event in events:
-                        env = Envelope(seq=seq, ts=ts, session_id=session_id, event=event)
-                        rows.append((seq, ts, session_id, _tag(event), encode(env)))
+                        tag = _tag(event)
+                        env = _envelope(seq, ts, session_id, event, tag)
+                        rows.append((seq, ts, session_id, tag, encode(env)))
                         envs.append(env)
                         seq += 1
                 except Exception as exc:
@@ -460,18 +463,24 @@ class SqliteEventLog(EventLog):
         return await asyncio.get_running_loop().run_in_executor(readers, lambda: fn(local.conn))
 
     async def read(self, after_seq: int, limit: int | None = None) -> list[Envelope]:
-        return _decode_many(await self.read_raw(after_seq, -1 if limit is None else limit))
+        return _decode_many(await self._read_stored(after_seq, -1 if limit is None else limit))
 
     async def read_session(self, session_id: str) -> list[Envelope]:
+        return _decode_many(await self.read_session_stored(session_id))
+
+    async def read_session_stored(self, session_id: str) -> list[bytes]:
         def query(conn: sqlite3.Connection) -> list[bytes]:
             cur = conn.execute(
                 "SELECT envelope FROM events WHERE session_id = ? ORDER BY seq", (session_id,)
             )
-            return [row[0] for row in cur]
+            return [bytes(row[0]) for row in cur]
 
-        return _decode_many(await self._read(query))
+        return await self._read(query)
 
     async def read_raw(self, after_seq: int, limit: int) -> list[bytes]:
+        return current_json_many(await self._read_stored(after_seq, limit))
+
+    async def _read_stored(self, after_seq: int, limit: int) -> list[bytes]:
         def query(conn: sqlite3.Connection) -> list[bytes]:
             cur = conn.execute(
                 "SELECT envelope FROM events WHERE seq > ? ORDER BY seq LIMIT ?",

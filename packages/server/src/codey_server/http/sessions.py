@@ -20,7 +20,6 @@ from litestar.params import FromPath, JSONBody
 from litestar.response import Stream
 
 from codey_protocol import client as cl
-from codey_protocol import codec
 from codey_protocol.events import (
     ApprovalPolicy,
     Attachment,
@@ -146,7 +145,9 @@ class Seq(msgspec.Struct, kw_only=True):
 
 _LOG = ResponseSpec(Envelope, media_type=NDJSON, generate_examples=False,
                     description="The session's envelopes in seq order, one JSON `Envelope` per "
-                                "line (NDJSON), as an attachment.")
+                                "line (NDJSON), as an attachment: each as it was stored, so "
+                                "one stored by an older release has that release's shape "
+                                "(no `version`, fields added since missing).")
 
 
 class SessionsController(Resource):
@@ -248,14 +249,15 @@ class SessionsController(Resource):
     @get("/{session_id:str}/log", responses={200: _LOG, **errors(404)})
     async def session_log(self, session_id: FromPath[str],
                           engine: NamedDependency[Engine]) -> Stream:
-        """Download the session's events as NDJSON."""
+        """Download the session's events as NDJSON: each line an envelope exactly as it was
+        stored (an event stored by an older release in its own shape, not upcast)."""
         if session_id not in engine.state.sessions:
             raise NotFoundException(f"no session {session_id!r}")
-        envs = await engine.log.read_session(session_id)
+        stored = await engine.log.read_session_stored(session_id)
 
         async def lines() -> AsyncIterator[bytes]:
-            for env in envs:
-                yield codec.encode(env) + b"\n"
+            for raw in stored:
+                yield raw + b"\n"
 
         return Stream(lines(), media_type=NDJSON, headers={
             "content-disposition": f'attachment; filename="{session_id}.ndjson"'})
