@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -43,6 +44,23 @@ class TestPostgresEventLog(EventLogContract):
 
     def make_log(self, tmp_path: Path) -> EventLog:
         return PostgresEventLog(self.dsn)
+
+    def store_rows(self, tmp_path: Path, rows: list[bytes]) -> None:
+        async def schema() -> None:  # the tables (an older release's were the same)
+            log = PostgresEventLog(self.dsn)
+            await log.open()
+            await log.close()
+
+        asyncio.run(schema())
+        with psycopg.connect(self.dsn) as conn:
+            for raw in rows:
+                env = json.loads(raw)
+                conn.execute("INSERT INTO codey_events (seq, ts, session_id, type, envelope) "
+                             "VALUES (%s, %s, %s, %s, %s)",
+                             (env["seq"], env["ts"], env["session_id"], env["event"]["type"],
+                              raw))
+            conn.execute("UPDATE codey_meta SET value = %s WHERE key = 'last_seq'",
+                         (len(rows),))
 
     def assert_readable(self, log: EventLog, tmp_path: Path, seq: int) -> None:
         with psycopg.connect(self.dsn) as conn:

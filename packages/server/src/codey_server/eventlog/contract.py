@@ -1,8 +1,8 @@
 """The EventLog contract, importable: every backend's tests subclass :class:`EventLogContract`.
 
 The way eventsourcing ships its persistence tests: a new backend (PostgreSQL) gets the whole
-suite by one subclass giving :meth:`~EventLogContract.make_log`, ``assert_readable`` and
-``snapshot_count``::
+suite by one subclass giving :meth:`~EventLogContract.make_log`, ``assert_readable``,
+``snapshot_count`` and ``store_rows`` (rows as an older release wrote them)::
 
     class TestPostgresEventLog(EventLogContract):
         def make_log(self, tmp_path): return PostgresEventLog(DSN)
@@ -16,20 +16,31 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from codey_protocol.codec import decode_envelope
+from codey_protocol.codec import decode_envelope, encode
+from codey_protocol.errors import ProtocolError
 from codey_protocol.events import (
+    ActionRequested,
     Envelope,
     Event,
+    SessionCreated,
+    SessionItemAppended,
     SessionStatusChanged,
     SessionTitleChanged,
+    UserMessage,
+    WorkerConnected,
     WorkerDisconnected,
 )
+from codey_protocol.foldversion import encode_snapshot
+from codey_protocol.state import State
+from codey_protocol.upcasting import version_of
+from codey_protocol.worker import RunCommand
 from codey_server.errors import (
     AppendConflict,
     LeaseLost,
@@ -39,7 +50,7 @@ from codey_server.errors import (
 )
 from codey_server.eventlog.base import SNAPSHOTS_KEPT, EventLog, Fence, Subscription
 
-__all__ = ["Body", "EventLogContract", "seqs", "title"]
+__all__ = ["OLD_ROWS", "Body", "EventLogContract", "seqs", "title"]
 
 
 def _overflowed(sub: Subscription) -> bool:
@@ -56,6 +67,28 @@ def seqs(envs: list[Envelope]) -> list[int]:
     return [env.seq for env in envs]
 
 
+#: Envelopes as release 745192a stored them (its ``SqliteEventLog``, its structs: see
+#: ``scripts/old_event_rows.py``), byte for byte: no ``version``, and none of the fields added
+#: since — a session made before the OS sandbox, a command it ran without one, a worker too old
+#: to have one, a prompt whose origin was not recorded.
+OLD_ROWS: list[bytes] = [
+    b'{"seq":1,"ts":1795876825.5401223,"session_id":null,"event":{"type":"worker_connected",'
+    b'"worker_id":"w1","hostname":"vm","os":"Linux","worker_version":"0.1.0","capabilities":'
+    b'{"executors":["run_command"],"mcp_servers":[],"terminal":false,"acp_agents":[]}}}',
+    b'{"seq":2,"ts":1795876825.5401223,"session_id":"s1","event":{"type":"session_created",'
+    b'"title":"fix it","worker_id":"w1","workdir":"/w","provider":"p","model":"m",'
+    b'"policy":"full-auto","plan_mode":false,"parent_id":null,"parent_item":null,"role":null,'
+    b'"read_only":false,"turn_cap":null,"agent":null}}',
+    b'{"seq":3,"ts":1795876825.5401223,"session_id":"s1","event":{"type":"session_item_appended'
+    b'","item":{"kind":"user_message","id":"i1","ts":1.5,"text":"run the tests","queued":false,'
+    b'"attachments":[],"attachments_written":false}}}',
+    b'{"seq":4,"ts":1795876825.5401223,"session_id":"s1","event":{"type":"action_requested",'
+    b'"action_id":"a1","item_id":"i2","worker_id":"w1","action":{"type":"run_command",'
+    b'"action_id":"a1","session_id":"s1","argv":["pytest","-q"],"workdir":"/w","cwd":null,'
+    b'"timeout_s":600.0,"env":{},"output_cap":1048576}}}',
+]
+
+
 class EventLogContract(abc.ABC):
     """Tests every EventLog must pass. Subclasses provide :meth:`make_log`."""
 
@@ -66,6 +99,11 @@ class EventLogContract(abc.ABC):
     @abc.abstractmethod
     def assert_readable(self, log: EventLog, tmp_path: Path, seq: int) -> None:
         """Assert, synchronously, that ``seq`` is durably stored (overridden per backend)."""
+
+    @abc.abstractmethod
+    def store_rows(self, tmp_path: Path, rows: list[bytes]) -> None:
+        """Store ``rows`` (stored envelopes' JSON, seqs 1, 2, …) in the backend's store as an
+        older release did, before the log :meth:`make_log` gives is opened on it."""
 
     def run(self, tmp_path: Path, body: Body) -> None:
         async def main() -> None:
@@ -331,6 +369,73 @@ class EventLogContract(abc.ABC):
 
         self.run(tmp_path, body)
 
+    # what older code stored --------------------------------------------------------------
+
+    def test_an_appended_envelope_carries_its_types_version(self, tmp_path: Path) -> None:
+        async def body(log: EventLog) -> None:
+            envs = await log.append([("s", title(1)), (None, WorkerDisconnected(worker_id="w"))])
+            assert [env.version for env in envs] == [version_of("session_title_changed"),
+                                                     version_of("worker_disconnected")]
+            assert await log.read(0) == envs
+            stored = await log.read_session_stored("s")
+            assert stored == [encode(envs[0])]
+            assert json.loads(stored[0])["version"] == version_of("session_title_changed")
+
+        self.run(tmp_path, body)
+
+    def test_events_stored_by_an_older_release_read_as_they_were_meant(
+            self, tmp_path: Path) -> None:
+        """Read, they are upcast (a command run before the sandbox reads ``sandbox: none``,
+        not today's default); stored, they stay as written, and the export returns them so."""
+        self.store_rows(tmp_path, OLD_ROWS)
+
+        async def body(log: EventLog) -> None:
+            assert log.last_seq == 4
+            envs = await log.read(0)
+            assert seqs(envs) == [1, 2, 3, 4]
+            assert all(env.version == version_of(type(env.event).__struct_config__.tag)
+                       for env in envs)
+            worker, created, prompt, action = (env.event for env in envs)
+            assert isinstance(worker, WorkerConnected)
+            assert worker.capabilities.sandbox.kind == "none"
+            assert "0.1.0" in worker.capabilities.sandbox.reason
+            assert isinstance(created, SessionCreated)
+            assert (created.sandbox, created.network, created.origin) == ("none", True, "unknown")
+            assert isinstance(prompt, SessionItemAppended)
+            assert isinstance(prompt.item, UserMessage) and prompt.item.origin == "unknown"
+            assert isinstance(action, ActionRequested)
+            assert isinstance(action.action, RunCommand)
+            assert (action.action.sandbox, action.action.network) == ("none", True)
+            assert await log.read_session("s1") == envs[1:]
+            # what a browser is sent: the upcast envelope, every field in it
+            sent = await log.read_raw(0, -1)
+            assert [decode_envelope(raw) for raw in sent] == envs
+            assert json.loads(sent[3])["event"]["action"]["sandbox"] == "none"
+            assert "version" in json.loads(sent[1]) and "worktree" in json.loads(sent[1])["event"]
+            # the export: the stored bytes, as written
+            assert await log.read_session_stored("s1") == OLD_ROWS[1:]
+            # a new event after them is stored in the current shape and sent as it is stored
+            new = await log.append([("s1", title(5))])
+            assert seqs(new) == [5]
+            assert (await log.read_raw(4, 10)) == [encode(new[0])]
+            assert await log.read_session_stored("s1") == [*OLD_ROWS[1:], encode(new[0])]
+
+        self.run(tmp_path, body)
+
+    def test_an_envelope_stored_by_newer_code_is_refused(self, tmp_path: Path) -> None:
+        """A version above the current one means what this code does not know: not read as
+        something else (the data format check refuses such a data directory before this)."""
+        newer = json.loads(encode(Envelope(seq=1, ts=1.0, session_id="s", event=title(1))))
+        newer["version"] = version_of("session_title_changed") + 1
+        self.store_rows(tmp_path, [json.dumps(newer, separators=(",", ":")).encode()])
+
+        async def body(log: EventLog) -> None:
+            with pytest.raises(ProtocolError) as refused:
+                await log.read(0)
+            assert refused.value.code == "newer_data"
+
+        self.run(tmp_path, body)
+
     def test_read_raw_bytes_decode_to_the_same_envelopes(self, tmp_path: Path) -> None:
         async def body(log: EventLog) -> None:
             await log.append([("s", title(n)) for n in range(7)])
@@ -466,6 +571,21 @@ class EventLogContract(abc.ABC):
         asyncio.run(main())
 
     # snapshots ----------------------------------------------------------------------------
+
+    def test_a_snapshot_comes_back_as_saved_whatever_code_made_it(self, tmp_path: Path) -> None:
+        """The log never reads inside a snapshot: which fold made it is the engine's to judge
+        (``codey_server.core.snapshots``), so a bare state an older release saved and one that
+        names its fold both come back byte for byte."""
+
+        async def body(log: EventLog) -> None:
+            old = encode(State(seq=2))
+            await log.save_snapshot(2, old)
+            assert await log.latest_snapshot() == (2, old)
+            mine = encode_snapshot(State(seq=2))
+            await log.save_snapshot(2, mine)  # the fresh one replaces it
+            assert await log.latest_snapshot() == (2, mine)
+
+        self.run(tmp_path, body)
 
     def test_snapshots_keep_the_latest_few(self, tmp_path: Path) -> None:
         async def body(log: EventLog) -> None:
