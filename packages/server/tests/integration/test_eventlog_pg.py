@@ -13,6 +13,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgspec
 import psycopg
 import pytest
 
@@ -23,6 +24,7 @@ from codey_server.errors import AppendConflict
 from codey_server.eventlog import EventLog, Fence
 from codey_server.eventlog.contract import EventLogContract, seqs, title
 from codey_server.eventlog.postgres import PostgresEventLog
+from codey_server.testing.snapshots import new_old_new
 from codey_testkit.postgres import PostgresCluster, pg_bin
 from codey_testkit.stack import ServerProcess
 
@@ -239,8 +241,10 @@ def test_a_database_the_previous_release_wrote_gives_each_session_its_position(
     """The previous release's tables (its index on session_id alone, no position stored):
     opening them replaces the index, and a session's position is its last event's seq."""
     dsn = cluster.create_database("previous")
-    old = [Envelope(seq=n, ts=1.0, session_id=sid, event=title(n))
-           for n, sid in enumerate(["a", "b", None, "a"], start=1)]
+    stored = [Envelope(seq=n, ts=1.0, session_id=sid, event=title(n))
+              for n, sid in enumerate(["a", "b", None, "a"], start=1)]
+    # read back in the current version of their shape (which did not change)
+    old = [msgspec.structs.replace(e, version=1) for e in stored]
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("""
             CREATE TABLE codey_events (
@@ -254,7 +258,7 @@ def test_a_database_the_previous_release_wrote_gives_each_session_its_position(
         with conn.cursor() as cur:
             cur.executemany("INSERT INTO codey_events VALUES (%s, %s, %s, %s, %s, 'old')",
                             [(e.seq, e.ts, e.session_id, "session_title_changed", encode(e))
-                             for e in old])
+                             for e in stored])
 
     async def main() -> None:
         log = PostgresEventLog(dsn)
@@ -275,6 +279,12 @@ def test_a_database_the_previous_release_wrote_gives_each_session_its_position(
         indexes = {r[0] for r in conn.execute(
             "SELECT indexname FROM pg_indexes WHERE tablename = 'codey_events'")}
     assert indexes == {"codey_events_pkey", "codey_events_session_seq"}
+
+
+def test_after_new_old_new_nothing_the_log_says_is_lost(cluster: PostgresCluster) -> None:
+    """Issue 36, problem 6, on PostgreSQL: a snapshot other code wrote is not trusted."""
+    dsn = cluster.create_database("newoldnew")
+    asyncio.run(new_old_new(lambda: PostgresEventLog(dsn)))
 
 
 def test_what_a_replica_knew_of_a_session_does_not_outlive_another_replicas_append(
