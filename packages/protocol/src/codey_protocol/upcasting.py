@@ -294,6 +294,8 @@ def _upcast_stored(raw: bytes) -> Envelope:
 
 
 def _current(env: Envelope) -> bool:
+    if env.version == 1 and not VERSIONS:  # (every type at 1: no need to know its type)
+        return True
     return env.version == version_of(_tag_of(env.event))
 
 
@@ -315,6 +317,8 @@ def decode_stored_many(raws: Sequence[bytes]) -> list[Envelope]:
         envs = _envelopes.decode(b"[" + b",".join(raws) + b"]")
     except (msgspec.DecodeError, msgspec.ValidationError):
         return [decode_stored(raw) for raw in raws]
+    if not VERSIONS and all(env.version == 1 for env in envs):
+        return envs
     for i, env in enumerate(envs):
         if not _current(env):
             envs[i] = _upcast_stored(raws[i])
@@ -332,12 +336,37 @@ class _Head(msgspec.Struct):
     version: int = 0
 
 
-_heads = msgspec.json.Decoder(list[_Head])
 _head = msgspec.json.Decoder(_Head)
 _encoder = msgspec.json.Encoder()
 
+# How this code's encoder lays out an envelope: its fields in order (seq, ts, session_id,
+# event, version), compact. The first ``"event":{"type":"`` is the envelope's own (nothing
+# before it can hold a bare quote), and ``version``, the last field, ends it.
+_EVENT_TYPE = b'"event":{"type":"'
+_ENDS: dict[int, bytes] = {}
+_END_1 = b',"version":1}'
+
+
+def _laid_out_current(raw: bytes) -> bool:
+    """True when ``raw`` is an envelope this code encoded at its type's current version:
+    read from its bytes, without decoding (a few hundred times faster). False says nothing:
+    :func:`_is_current` decides then."""
+    if not VERSIONS:  # every type at 1
+        return raw.endswith(_END_1)
+    at = raw.find(_EVENT_TYPE)
+    if at < 0:
+        return False
+    start = at + len(_EVENT_TYPE)
+    version = version_of(raw[start:raw.find(b'"', start)].decode("utf-8", "replace"))
+    end = _ENDS.get(version)
+    if end is None:
+        end = _ENDS[version] = b',"version":%d}' % version
+    return raw.endswith(end)
+
 
 def _is_current(raw: bytes) -> bool:
+    if _laid_out_current(raw):
+        return True
     try:
         head = _head.decode(raw)
     except (msgspec.DecodeError, msgspec.ValidationError):
@@ -349,13 +378,9 @@ def current_json_many(raws: Sequence[bytes]) -> list[bytes]:
     """Stored envelopes as JSON in the current shape, for a browser: the stored bytes of a
     current one as they are (no decode, no re-encode), an older one upcast and encoded (every
     field present, so the browser's fold never fills in a default)."""
-    if not raws:
-        return []
-    try:
-        heads = _heads.decode(b"[" + b",".join(raws) + b"]")
-        current = [head.version == version_of(head.event.type) for head in heads]
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        current = [_is_current(raw) for raw in raws]
+    if not VERSIONS and all(raw.endswith(_END_1) for raw in raws):
+        return list(raws)  # the common case, at the cost of a loop over the bytes' ends
+    current = [_is_current(raw) for raw in raws]
     if all(current):
         return list(raws)
     return [raw if ok else _encoder.encode(_upcast_stored(raw))

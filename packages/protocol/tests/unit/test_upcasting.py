@@ -202,6 +202,15 @@ def test_upcasters_run_in_order_from_the_stored_version(monkeypatch: pytest.Monk
         assert seen == steps
         assert env.version == 2
         assert env.event == ev.SessionTitleChanged(title="t" if version == 2 else "t (upcast)")
+    # what a browser is sent: a current one as stored, the others upcast
+    stored = [encode(ev.Envelope(seq=1, ts=1.0, session_id="s", event=ev.SessionTitleChanged(
+        title="t"), version=version)) for version in (1, 2)]
+    other = encode(ev.Envelope(seq=3, ts=1.0, session_id="s",
+                               event=ev.WorkerRevoked(worker_id="w"), version=1))
+    sent = current_json_many([*stored, other])
+    assert sent[1] is stored[1] and sent[2] is other
+    assert json.loads(sent[0])["event"]["title"] == "t (upcast)"
+    assert json.loads(sent[0])["version"] == 2
 
 
 # --- every shape change raises its type's version ------------------------------------------

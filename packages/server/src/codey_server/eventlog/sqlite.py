@@ -117,6 +117,13 @@ def _conflict(conn: sqlite3.Connection, heads: dict[str, int], known: dict[str, 
     return None
 
 
+def _stored(conn: sqlite3.Connection, after_seq: int, limit: int) -> list[bytes]:
+    """The stored envelopes after ``after_seq``, at most ``limit`` (negative: all)."""
+    cur = conn.execute("SELECT envelope FROM events WHERE seq > ? ORDER BY seq LIMIT ?",
+                       (after_seq, limit))
+    return [row[0] for row in cur]
+
+
 class SqliteEventLog(EventLog):
     """The log in one SQLite file (WAL, ``synchronous=FULL``), with group commit.
 
@@ -478,17 +485,11 @@ class SqliteEventLog(EventLog):
         return await self._read(query)
 
     async def read_raw(self, after_seq: int, limit: int) -> list[bytes]:
-        return current_json_many(await self._read_stored(after_seq, limit))
+        # (in the reader thread: an older envelope's upcasting costs the loop nothing)
+        return await self._read(lambda conn: current_json_many(_stored(conn, after_seq, limit)))
 
     async def _read_stored(self, after_seq: int, limit: int) -> list[bytes]:
-        def query(conn: sqlite3.Connection) -> list[bytes]:
-            cur = conn.execute(
-                "SELECT envelope FROM events WHERE seq > ? ORDER BY seq LIMIT ?",
-                (after_seq, limit),
-            )
-            return [row[0] for row in cur]
-
-        return await self._read(query)
+        return await self._read(lambda conn: _stored(conn, after_seq, limit))
 
     async def latest_snapshot(self) -> tuple[int, bytes] | None:
         def query(conn: sqlite3.Connection) -> tuple[int, bytes] | None:
