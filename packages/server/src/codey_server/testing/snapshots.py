@@ -82,9 +82,9 @@ def as_old_code_saw_it(stored: list[ev.Envelope]) -> State:
 
 
 async def new_old_new(make_log: MakeLog) -> Engine:
-    """New code writes the story and its snapshot; old code then saves its own (bare, as every
-    release before stored one, lacking what it did not know) and appends after it; new code
-    starts again. It must not trust that snapshot: the provider, the session's full access,
+    """New code writes the story and its snapshot; old code then appends and saves its own
+    (bare, as every release before stored one, lacking what it did not know); new code starts
+    again. It must not trust that snapshot: the provider, the session's full access,
     its model switch and the time its turn took are all in the state, rebuilt from the log, and
     a snapshot of this fold replaces the old one. Returns the last engine, stopped."""
     first = Engine(make_log(), RULES)
@@ -92,13 +92,18 @@ async def new_old_new(make_log: MakeLog) -> Engine:
     stored = await tell_story(first)
     await first.stop()
 
-    log = make_log()  # the old server
+    # the old server: it writes (its writes are events as any), then saves its own snapshot
+    second = Engine(make_log(), RULES)
+    await second.start()
+    after = await record(second, [("s1", ev.SessionTitleChanged(title="renamed by the old one"))])
+    stored = await second.log.read(0)
+    await second.log.close()  # (its own stop below: this code's would save this fold's)
+    log = make_log()
     await log.open()
     try:
         old = as_old_code_saw_it(stored)
         assert not old.providers and old.sessions["s1"].sandbox == "workspace-write"
         await log.save_snapshot(old.seq, encode(old))
-        after = await log.append([("s1", ev.SessionTitleChanged(title="renamed by the old one"))])
     finally:
         await log.close()
 
@@ -106,7 +111,7 @@ async def new_old_new(make_log: MakeLog) -> Engine:
     await last.start()
     try:
         state = last.state
-        assert last.replayed == len(stored) + 1, "rebuilt from the whole log"
+        assert last.replayed == len(stored), "rebuilt from the whole log"
         assert state.seq == after[-1].seq
         assert "lab" in state.providers and state.providers["lab"].models == ["qwen"]
         s = state.sessions["s1"]
