@@ -393,7 +393,7 @@ class EventLogContract(abc.ABC):
             assert log.last_seq == 4
             envs = await log.read(0)
             assert seqs(envs) == [1, 2, 3, 4]
-            assert all(env.version == version_of(type(env.event).__struct_config__.tag)
+            assert all(env.version == version_of(str(type(env.event).__struct_config__.tag))
                        for env in envs)
             worker, created, prompt, action = (env.event for env in envs)
             assert isinstance(worker, WorkerConnected)
