@@ -57,6 +57,8 @@ class Old:
     state: dict[str, Any]
     data_dir: Path
     worker_home: Path
+    #: the fixture's own folder (read, never written)
+    here: Path
 
     def sid(self, name: str) -> str:
         return str(self.fixture["sessions"][name])
@@ -76,7 +78,7 @@ def old(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Old]:
         shutil.copytree(here / "worker", root / "worker", symlinks=True)
         shutil.copytree(here / "server", tmp_path / "server", symlinks=True)
         try:
-            yield Old(fixture, state, tmp_path / "server", root / "worker")
+            yield Old(fixture, state, tmp_path / "server", root / "worker", here)
         finally:
             shutil.rmtree(root, ignore_errors=True)
 
@@ -143,7 +145,8 @@ async def _mcp_sessions(url: str, token: str) -> list[str]:
 def test_todays_server_and_worker_open_the_old_data_and_everything_goes_on(
         old: Old, server: ServerProcess, model: ModelServerHandle) -> None:
     fixture = old.fixture
-    # the old access token still logs in (ServerProcess used the one in the data dir)
+    # the old access token still logs in: the server printed it, the client swapped it
+    assert server.token == (old.here / "server" / "access_token").read_text().strip()
     state = _state(server)
 
     # every session, with its title, items, approvals and questions, as the old server had it
@@ -223,7 +226,9 @@ def test_todays_server_and_worker_open_the_old_data_and_everything_goes_on(
         question = old.sid("question")
         _command(server, {"type": "answer_question", "session_id": question,
                           "question_id": fixture["question_id"], "answer": "SQLite"})
-        s = wait_for(server, question, idle, what="the answered question's turn")
+        # (it waited in waiting_user: idle() would hold before the answer is read)
+        s = wait_for(server, question, lambda s: s["status"] == "idle",
+                     what="the answered question's turn")
         assert s["questions"][fixture["question_id"]]["status"] == "answered"
         assert s["items"][-1]["text"] == "SQLite it is."
 
