@@ -22,9 +22,11 @@ from codey_protocol.codec import (
 from codey_protocol.errors import FrameTooLarge, ProtocolError
 from codey_protocol.events import Envelope, Event, Item
 from codey_protocol.state import State
+from codey_protocol.version import __version__
 from codey_protocol.worker import PROTOCOL_VERSION, ServerToWorker, WorkerToServer
 
 __all__ = [
+    "__version__",
     "MAX_FRAME_BYTES",
     "PROTOCOL_VERSION",
     "ClientToServer",
