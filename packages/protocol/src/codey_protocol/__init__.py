@@ -26,7 +26,6 @@ from codey_protocol.version import __version__
 from codey_protocol.worker import PROTOCOL_VERSION, ServerToWorker, WorkerToServer
 
 __all__ = [
-    "__version__",
     "MAX_FRAME_BYTES",
     "PROTOCOL_VERSION",
     "ClientToServer",
@@ -39,6 +38,7 @@ __all__ = [
     "ServerToWorker",
     "State",
     "WorkerToServer",
+    "__version__",
     "client",
     "decode_action",
     "decode_client_to_server",
