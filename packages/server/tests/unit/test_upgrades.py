@@ -270,7 +270,7 @@ def test_restore_refuses_a_data_dir_that_is_not_empty_unless_forced(tmp_path: Pa
     data = _old_data_dir(tmp_path / "data")
     backup(data, tmp_path / "copy", db_path=data / "events.db")
     prepare(_settings(data))  # now migrated, with backups/ of its own
-    with pytest.raises(BackupRefused, match="not empty .* --force"):
+    with pytest.raises(BackupRefused, match=r"not empty .* --force"):
         restore(tmp_path / "copy", data)
     restore(tmp_path / "copy", data, force=True)
     assert json.loads((data / "mcp_tokens.json").read_text()) == OLD_TOKENS

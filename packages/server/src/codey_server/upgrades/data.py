@@ -25,7 +25,7 @@ from codey_server.upgrades.errors import UpgradeError
 from codey_server.upgrades.plan import Found
 
 __all__ = ["FORMAT_FILE", "STATE_FILES", "LogDatabase", "PostgresDatabase", "SqliteDatabase",
-           "open_database", "read_file_marker", "write_file_marker"]
+           "mark_current", "open_database", "read_file_marker", "write_file_marker"]
 
 #: the data dir's marker
 FORMAT_FILE = "format.json"
@@ -84,7 +84,7 @@ class LogDatabase(Protocol):
     def mark(self, number: int, version: str) -> None: ...
 
     def has_data(self) -> bool:
-        """Whether it holds events or a snapshot."""
+        """Whether it holds anything: events, a snapshot (among replicas, shared state)."""
         ...
 
     def has_event(self, type_: str) -> bool:
@@ -191,9 +191,11 @@ class PostgresDatabase:
                     "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (key, value))
 
     def has_data(self) -> bool:
+        # the log, and the shared state an older cluster may have left without a log of
+        # this database (its tokens, its copies of the data dirs' files)
         return any(self._table(t) and self.conn.execute(
             f"SELECT EXISTS (SELECT 1 FROM {t})").fetchone()[0]
-            for t in ("codey_events", "codey_snapshots"))
+            for t in ("codey_events", "codey_snapshots", "codey_mcp_tokens", "codey_files"))
 
     def has_event(self, type_: str) -> bool:
         if not self._table("codey_events"):
@@ -216,6 +218,21 @@ def _without_password(url: str) -> str:
         return url
     netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
     return urlunsplit(parts._replace(netloc=netloc))
+
+
+def mark_current(data_dir: Path, db_name: str = "events.db") -> None:
+    """Mark a data dir whose log was written by hand (a test's seeded log, a benchmark's) as
+    data of this release: the server then opens it as it is, where it would take an unmarked
+    log for codey 0.1.0's and migrate it."""
+    from codey_protocol.version import __version__
+    from codey_server.upgrades.plan import FORMAT
+
+    db = SqliteDatabase(data_dir / db_name)
+    try:
+        db.mark(FORMAT, __version__)
+    finally:
+        db.close()
+    write_file_marker(data_dir, FORMAT, __version__)
 
 
 def open_database(db_path: Path, database_url: str | None) -> LogDatabase:
