@@ -47,7 +47,7 @@ export class ModelsPage {
     }, (err) => {
       replaceChildren(line, `The server did not say its version (${err.message}).`);
     });
-    return h("section", { class: "about", "data-testid": "about", "aria-label": "About" },
+    return h("section", { class: "card about", "data-testid": "about", "aria-label": "About" },
       h("h3", {}, "About"), line,
       h("p", { class: "muted small" }, "Every Codey package (server, worker, protocol) has " +
         "this version; docs/CHANGELOG.md says what each release does to the data."));
