@@ -329,3 +329,18 @@ def test_announce_records_the_kept_notice_through_the_engine_once(tmp_path: Path
     state = asyncio.run(run())
     assert [n.from_format for n in state.upgrades] == [UNMARKED]
     assert not (data / PENDING).exists()
+
+
+# the changelog -------------------------------------------------------------------------------
+
+
+def test_the_changelog_says_what_this_release_does_to_the_data() -> None:
+    """A new migration is a new format, so a new release with its entry: the version rises
+    with the data's format (docs/CHANGELOG.md)."""
+    text = (Path(__file__).resolve().parents[4] / "docs" / "CHANGELOG.md").read_text()
+    release = text.split(f"\n## [{__version__}]\n", 1)
+    assert len(release) == 2, f"docs/CHANGELOG.md has no section for {__version__}"
+    section = release[1].split("\n## ", 1)[0]
+    assert f"data format {FORMAT}" in section
+    for migration in MIGRATIONS:
+        assert f"Migration {migration.number} —" in section, migration

@@ -153,6 +153,10 @@ async def announce(engine: Engine, data_dir: Path) -> None:
     """Record the notices :func:`prepare` kept (once the engine has started), then forget
     them. Each is recorded once, even if this runs again before the file is gone."""
     path = data_dir / PENDING
-    for notice in _read_pending(path):
-        await engine.submit(decide.upgraded, notice)
+    try:
+        for notice in _read_pending(path):
+            await engine.submit(decide.upgraded, notice)
+    except Exception:  # the server runs on; the file stays for the next start
+        log.exception("the upgrade's notice could not be recorded; the next start tries again")
+        return
     path.unlink(missing_ok=True)
