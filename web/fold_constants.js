@@ -134,6 +134,7 @@ const EVENT_BASE = {
   telegram_chat_paired: fillTelegramChatPaired,
   telegram_message_sent: fillTelegramMessageSent,
   telegram_update_handled: fillTelegramUpdateHandled,
+  data_upgraded: fillDataUpgraded,
 };
 
 /**
@@ -903,6 +904,13 @@ export function fillTelegramUpdateHandled(v) {
   return v;
 }
 
+/** `DataUpgraded` (events.py): its defaults filled in. */
+export function fillDataUpgraded(v) {
+  if (v.changes === undefined) v.changes = [];
+  if (v.backup === undefined) v.backup = "";
+  return v;
+}
+
 /** `State` (state.py): its defaults filled in. */
 export function fillState(v) {
   if (v.seq === undefined) v.seq = 0;
@@ -979,6 +987,13 @@ export function fillState(v) {
   }
   if (v.telegram_offset === undefined) v.telegram_offset = 0;
   if (v.telegram_bot_id === undefined) v.telegram_bot_id = 0;
+  if (v.upgrades === undefined) {
+    v.upgrades = [];
+  } else {
+    for (const x of v.upgrades) {
+      fillUpgradeNotice(x);
+    }
+  }
   return v;
 }
 
@@ -1307,5 +1322,14 @@ export function fillTelegramChat(v) {
   if (v.paired_at === undefined) v.paired_at = 0.0;
   if (v.session_id === undefined) v.session_id = null;
   if (v.sent === undefined) v.sent = {};
+  return v;
+}
+
+/** `UpgradeNotice` (state.py): its defaults filled in. */
+export function fillUpgradeNotice(v) {
+  if (v.changes === undefined) v.changes = [];
+  if (v.backup === undefined) v.backup = "";
+  if (v.upgraded_at === undefined) v.upgraded_at = 0.0;
+  if (v.dismissed === undefined) v.dismissed = false;
   return v;
 }

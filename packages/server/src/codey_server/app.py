@@ -36,6 +36,7 @@ from codey_server.schedules.routes import SchedulesController
 from codey_server.services import Services
 from codey_server.settings import Settings
 from codey_server.terminals.routes import TerminalsController, terminal_socket
+from codey_server.upgrades.routes import AboutController
 from codey_server.workers.downloads import downloads_router
 from codey_server.workers.pairing_routes import PairingController
 from codey_server.workers.routes import WorkersController, worker_socket
@@ -55,7 +56,8 @@ def route_handlers(settings: Settings) -> list[ControllerRouterHandler]:
             WorkersController, AuthController, ProvidersController, TelegramController, logout,
             client_socket, worker_socket, TerminalsController, terminal_socket, BlobsController,
             qr_svg, downloads_router, McpTokensController, mcp_endpoint, metrics,
-            SchedulesController, TasksController, WorktreeController, *web_routes(settings)]
+            SchedulesController, TasksController, WorktreeController, AboutController,
+            *web_routes(settings)]
 
 
 class _App(Litestar):

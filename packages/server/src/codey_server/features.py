@@ -19,6 +19,8 @@ from codey_server.providers import fold as providers_fold
 from codey_server.schedules import decide as schedules_decide
 from codey_server.schedules import fold as schedules_fold
 from codey_server.terminals import fold as terminals_fold
+from codey_server.upgrades import decide as upgrades_decide
+from codey_server.upgrades import fold as upgrades_fold
 from codey_server.workers import decide as workers_decide
 from codey_server.workers import fold as workers_fold
 from codey_server.workspaces import fold as workspaces_fold
@@ -35,6 +37,7 @@ FEATURES = (
     Feature("terminals", fold=terminals_fold.FOLD),
     Feature("channels", fold=channels_fold.FOLD),
     Feature("providers", commands=providers_decide.COMMANDS, fold=providers_fold.FOLD),
+    Feature("upgrades", commands=upgrades_decide.COMMANDS, fold=upgrades_fold.FOLD),
 )
 
 RULES = Rules(FEATURES)

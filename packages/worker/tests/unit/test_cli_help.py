@@ -48,6 +48,15 @@ def test_every_subcommand_is_covered() -> None:
     assert sorted(sub.choices) == sorted(c[0] for c in COMMANDS if c)  # type: ignore[arg-type]
 
 
+def test_version_is_every_codey_packages_one(capsys: pytest.CaptureFixture[str]) -> None:
+    from codey_protocol.version import __version__
+
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out == f"codey-worker {__version__}\n"
+
+
 @pytest.fixture()
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("CODEY_HOME", str(tmp_path / "home"))
