@@ -33,6 +33,7 @@ async function request(method, path, body) {
 
 export const api = {
   config: () => request("GET", "/api/config"),
+  about: () => request("GET", "/api/about"),
   bootstrap: () => request("GET", "/api/state/bootstrap"),
   pairRequests: () => request("GET", "/api/pairing/requests"),
   pairByCode: (code) => request("GET", `/api/pairing/code/${encodeURIComponent(code)}`),

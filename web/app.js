@@ -23,6 +23,7 @@ import { ModelsPage } from "./views/models.js";
 import { TelegramDialog } from "./views/telegram.js";
 import { Shortcuts } from "./views/shortcuts.js";
 import { Toasts } from "./views/toasts.js";
+import { UpgradeNotice } from "./views/upgrade.js";
 
 const THEME_KEY = "codey-theme";
 
@@ -51,6 +52,7 @@ class App {
     });
     ctx.socket = this.socket;
     this.banner = new LoginBanner(document.getElementById("banner"), ctx);
+    this.upgradeNotice = new UpgradeNotice(document.getElementById("upgrade-notice"), ctx);
     this.notifier = new Notifier(this.store, document.querySelector("[data-testid=notify-toggle]"));
     this.store.subscribe((change) => this._onChange(change));
     window.addEventListener("hashchange", () => this.route());
@@ -151,6 +153,8 @@ class App {
     if (change.kind === "reset" || change.env.event.type === "auth_status_updated") {
       this.banner.update();
     }
+    if (change.kind === "reset" || change.env.event.type === "data_upgraded" ||
+        change.env.event.type === "upgrade_notice_dismissed") this.upgradeNotice.update();
     // a provider added, changed or removed in Settings → Models (here or in another tab):
     // the lists of models everywhere follow
     if (change.kind === "event" && (change.env.event.type === "provider_saved" ||

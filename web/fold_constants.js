@@ -159,6 +159,13 @@ export function fillState(v) {
   }
   if (v.telegram_offset === undefined) v.telegram_offset = 0;
   if (v.telegram_bot_id === undefined) v.telegram_bot_id = 0;
+  if (v.upgrades === undefined) {
+    v.upgrades = [];
+  } else {
+    for (const x of v.upgrades) {
+      fillUpgradeNotice(x);
+    }
+  }
   return v;
 }
 
@@ -862,5 +869,14 @@ export function fillTelegramChat(v) {
   if (v.paired_at === undefined) v.paired_at = 0.0;
   if (v.session_id === undefined) v.session_id = null;
   if (v.sent === undefined) v.sent = {};
+  return v;
+}
+
+/** `UpgradeNotice` (state.py): its defaults filled in. */
+export function fillUpgradeNotice(v) {
+  if (v.changes === undefined) v.changes = [];
+  if (v.backup === undefined) v.backup = "";
+  if (v.upgraded_at === undefined) v.upgraded_at = 0.0;
+  if (v.dismissed === undefined) v.dismissed = false;
   return v;
 }

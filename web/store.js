@@ -26,7 +26,7 @@ import {
   fillPortForward, fillProjectMemory, fillQuestion, fillRateLimit, fillScheduleInfo,
   fillScheduleRun, fillSessionContext,
   fillSessionInfo, fillSessionProcess, fillState, fillTaskInfo, fillTelegramChat,
-  fillTerminalInfo, fillWorkerInfo,
+  fillTerminalInfo, fillUpgradeNotice, fillWorkerInfo,
 } from "./fold_constants.js";
 
 export { MAX_CHANGED_PATHS };
@@ -640,6 +640,22 @@ function telegramSent(state, env, e) {
   if (chat) chat.sent[e.key] = e.message_id;
 }
 
+// --- upgrades of the data (codey_server/upgrades/fold.py) -----------------------------------
+
+function dataUpgraded(state, env, e) {
+  if (state.upgrades.some((n) => n.upgrade_id === e.upgrade_id)) return;
+  state.upgrades.push(fillUpgradeNotice({
+    upgrade_id: e.upgrade_id, from_format: e.from_format, to_format: e.to_format,
+    version: e.version, changes: [...e.changes], backup: e.backup, upgraded_at: env.ts,
+  }));
+}
+
+function upgradeNoticeDismissed(state, env, e) {
+  for (const notice of state.upgrades) {
+    if (notice.upgrade_id === e.upgrade_id) notice.dismissed = true;
+  }
+}
+
 const HANDLERS = {
   worker_pair_requested: pairRequested,
   worker_pair_resolved: pairResolved,
@@ -710,6 +726,8 @@ const HANDLERS = {
       state.telegram_offset = Math.max(state.telegram_offset, e.update_id + 1);
     }
   },
+  data_upgraded: dataUpgraded,
+  upgrade_notice_dismissed: upgradeNoticeDismissed,
 };
 
 /**

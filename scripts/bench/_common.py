@@ -152,6 +152,7 @@ async def fill_log(db: Path, n: int, batch: int = 10_000) -> None:
             await log.append(group)
     finally:
         await log.close()
+    mark_current(db)
 
 
 def fill_log_fast(db: Path, n: int, batch: int = 20_000) -> None:
@@ -182,6 +183,15 @@ def fill_log_fast(db: Path, n: int, batch: int = 20_000) -> None:
         conn.execute("COMMIT")
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     conn.close()
+    mark_current(db)
+
+
+def mark_current(db: Path) -> None:
+    """A log written here is this release's data: marked so, the server opens it as it is
+    (an unmarked one it would take for codey 0.1.0's, and back up and migrate first)."""
+    from codey_server.upgrades.data import mark_current as mark
+
+    mark(db.parent, db.name)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -52,7 +52,7 @@ import httpx
 import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import figure, info
+from _common import figure, info, mark_current
 
 from codey_protocol import events as ev
 from codey_server.agent.history import History
@@ -272,6 +272,7 @@ def bench_memory(root: Path, sessions: int, items: int) -> None:
         data = root / "server-full"
         data.mkdir()
         fill_sessions(data / "events.db", sessions, items)
+        mark_current(data / "events.db")
         with ServerProcess(data, config=config) as full:
             assert full.proc is not None
             loaded = rss_mib(full.proc.pid)

@@ -1,5 +1,6 @@
 // `#/settings`: Settings → Models. The model providers sessions can use: add one (its kind,
-// base URL, credential and models, listed from its API), test it, change or remove it.
+// base URL, credential and models, listed from its API), test it, change or remove it. At the
+// bottom, About: the server's version (GET /api/about).
 //
 // The list comes from GET /api/config (reloaded by the app on `provider_saved` and
 // `provider_removed`); login states from the store (`auth_status_updated`). Providers of the
@@ -32,9 +33,24 @@ export class ModelsPage {
       h("p", { class: "muted" }, "The model providers sessions can use. One added here is " +
         "used at once, with no restart; its key is kept by the server and never shown again. " +
         "Those of the server's config.json are changed in that file."),
-      this._list, this._form, this._error);
+      this._list, this._form, this._error, this._about());
     document.title = "Models · Codey";
     this.render();
+  }
+
+  /** Settings → About: the server's release (GET /api/about). */
+  _about() {
+    const line = h("p", { class: "muted", "data-testid": "about-version" }, "…");
+    api.about().then((a) => {
+      replaceChildren(line, "Codey server ", h("strong", {}, a.version),
+        ` · data format ${a.data_format} · worker protocol ${a.protocol_version}`);
+    }, (err) => {
+      replaceChildren(line, `The server did not say its version (${err.message}).`);
+    });
+    return h("section", { class: "card about", "data-testid": "about", "aria-label": "About" },
+      h("h3", {}, "About"), line,
+      h("p", { class: "muted small" }, "Every Codey package (server, worker, protocol) has " +
+        "this version; docs/CHANGELOG.md says what each release does to the data."));
   }
 
   onChange(change) {

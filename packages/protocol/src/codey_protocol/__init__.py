@@ -22,6 +22,7 @@ from codey_protocol.codec import (
 from codey_protocol.errors import FrameTooLarge, ProtocolError
 from codey_protocol.events import Envelope, Event, Item
 from codey_protocol.state import State
+from codey_protocol.version import __version__
 from codey_protocol.worker import PROTOCOL_VERSION, ServerToWorker, WorkerToServer
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "ServerToWorker",
     "State",
     "WorkerToServer",
+    "__version__",
     "client",
     "decode_action",
     "decode_client_to_server",

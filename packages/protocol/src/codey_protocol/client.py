@@ -283,6 +283,12 @@ class RunSchedule(ClientToServerMessage, kw_only=True):
     schedule_id: str
 
 
+class DismissUpgradeNotice(ClientToServerMessage, kw_only=True):
+    """The user read an upgrade's notice (``State.upgrades``): no browser shows it again."""
+
+    upgrade_id: str
+
+
 ClientToServer = (
     Subscribe | CreateSession | SendPrompt | DecideApproval | SetApprovalPolicy | SetSandbox
     | SetSessionModel | SaveProvider | RemoveProvider | Interrupt | StopProcess | ForwardPort
@@ -291,6 +297,7 @@ ClientToServer = (
     | RenameWorker
     | SaveSchedule | DeleteSchedule | RunSchedule
     | CreateTask | UpdateTask | MoveTask | DeleteTask | RunTask
+    | DismissUpgradeNotice
 )
 
 

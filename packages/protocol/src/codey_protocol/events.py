@@ -902,6 +902,31 @@ class TelegramUpdateHandled(EventBase, kw_only=True):
     bot_id: int = 0
 
 
+# upgrades ---------------------------------------------------------------------------------
+
+
+class DataUpgraded(EventBase, kw_only=True):
+    """At start the server brought the data from an older format to its own, after backing it
+    up (``codey_server.upgrades``): ``changes`` says, one line each, what the user should know
+    of it. Browsers show it until it is dismissed (``upgrade_notice_dismissed``)."""
+
+    #: the upgrade's name: the backup's folder name (``<time>-format<N>``)
+    upgrade_id: str
+    from_format: int
+    to_format: int
+    #: the release that did it
+    version: str
+    changes: list[str] = msgspec.field(default_factory=list)
+    #: the folder of the backup made before it ("": none)
+    backup: str = ""
+
+
+class UpgradeNoticeDismissed(EventBase, kw_only=True):
+    """The user read the notice of an upgrade; no browser shows it again."""
+
+    upgrade_id: str
+
+
 Event = (
     WorkerPairRequested
     | WorkerPairResolved
@@ -965,6 +990,8 @@ Event = (
     | TelegramSessionChosen
     | TelegramMessageSent
     | TelegramUpdateHandled
+    | DataUpgraded
+    | UpgradeNoticeDismissed
 )
 
 

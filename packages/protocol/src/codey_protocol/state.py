@@ -360,6 +360,20 @@ class TelegramChat(msgspec.Struct, kw_only=True):
     sent: dict[str, int] = msgspec.field(default_factory=dict)
 
 
+class UpgradeNotice(msgspec.Struct, kw_only=True):
+    """What an upgrade of the data changed for the user (``data_upgraded``), shown until
+    dismissed."""
+
+    upgrade_id: str
+    from_format: int
+    to_format: int
+    version: str
+    changes: list[str] = msgspec.field(default_factory=list)
+    backup: str = ""
+    upgraded_at: float = 0.0
+    dismissed: bool = False
+
+
 class State(msgspec.Struct, kw_only=True):
     """Everything a browser can see. ``seq`` is the last event folded in (0: none)."""
 
@@ -384,3 +398,5 @@ class State(msgspec.Struct, kw_only=True):
     telegram_offset: int = 0
     #: the bot whose update ids ``telegram_offset`` counts
     telegram_bot_id: int = 0
+    #: the upgrades of the data, oldest first, and whether the user dismissed their notice
+    upgrades: list[UpgradeNotice] = msgspec.field(default_factory=list)

@@ -4,9 +4,14 @@
     codey-server serve --port 0 --data-dir /tmp/codey   # any free port (printed)
     codey-server serve --host 0.0.0.0 --config cfg.json # beyond loopback: docs/security.md
     codey-server url                                    # print the link to open again
+    codey-server backup /safe/codey-2026-12-01          # a copy of the data, server running
+    codey-server restore /safe/codey-2026-12-01 --data-dir /tmp/new   # into a new data dir
+    codey-server --version
 
-On start it prints the URL to open. SIGINT/SIGTERM: every socket is told ``shutdown``,
-in-flight appends finish, the process exits 0.
+On start it checks the data's format (codey_server.upgrades) before anything reads the data:
+data written by a newer release is refused with one line and exit status 3; older data is
+backed up and migrated. Then it prints the URL to open. SIGINT/SIGTERM: every socket is told
+``shutdown``, in-flight appends finish, the process exits 0.
 """
 
 from __future__ import annotations
@@ -27,11 +32,14 @@ import msgspec
 import uvicorn
 
 from codey_protocol import MAX_FRAME_BYTES
+from codey_protocol.version import __version__
 from codey_server.app import create_app
 from codey_server.cluster.errors import SecretKeyError
 from codey_server.errors import ConfigError
 from codey_server.logsetup import configure_logging, install_redaction
 from codey_server.settings import Settings, load_config_file
+from codey_server.upgrades import startup as upgrades
+from codey_server.upgrades.errors import DataTooNew, UpgradeError
 
 if TYPE_CHECKING:
     from codey_server.agent.models import ModelProvider
@@ -45,6 +53,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="codey-server", description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"codey-server {__version__}",
+                        help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser(
         "serve", help="run the server",
@@ -94,6 +104,36 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter)
     url.add_argument("--data-dir", type=Path, default=Path.home() / ".codey" / "server",
                      help="the server's data dir (default ~/.codey/server)")
+    backup = sub.add_parser(
+        "backup", help="copy the data (the event log and the data dir's files) into a folder",
+        description="Copy a server's data into PATH (a new or empty folder): the event log "
+                    "with SQLite's online backup, so the server may keep running, and every "
+                    "other file of the data dir. With PostgreSQL the folder gets the data "
+                    "dir's files, and the database is pg_dump's (docs/deploy.md).\n\n"
+                    "Example:\n  codey-server backup /safe/codey-2026-12-01\n"
+                    "  codey-server backup /safe/codey --data-dir /srv/codey",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    backup.add_argument("path", type=Path, metavar="PATH", help="a new or empty folder")
+    backup.add_argument("--data-dir", type=Path, default=Path.home() / ".codey" / "server",
+                        help="the server's data dir (default ~/.codey/server)")
+    backup.add_argument("--database-url", default=os.environ.get("CODEY_DATABASE_URL"),
+                        help="the server's PostgreSQL, if it has one (also "
+                             "$CODEY_DATABASE_URL): only the data dir's files are copied")
+    restore = sub.add_parser(
+        "restore", help="put a backup into a data dir",
+        description="Restore the backup in PATH (made by `codey-server backup`, or by the "
+                    "server before a migration, under DATA_DIR/backups/) into a data dir "
+                    "that is new or empty. Stop the server of that data dir first.\n\n"
+                    "Example:\n  codey-server restore /safe/codey-2026-12-01 "
+                    "--data-dir ~/.codey/server-restored\n"
+                    "  codey-server restore /safe/codey-2026-12-01 --force   # replace the "
+                    "data in ~/.codey/server",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    restore.add_argument("path", type=Path, metavar="PATH", help="the backup's folder")
+    restore.add_argument("--data-dir", type=Path, default=Path.home() / ".codey" / "server",
+                         help="where to restore it (default ~/.codey/server)")
+    restore.add_argument("--force", action="store_true",
+                         help="replace what the data dir holds (its backups/ stay)")
     return parser
 
 
@@ -113,6 +153,48 @@ def print_url(args: argparse.Namespace) -> int:
     token = token_path.read_text().strip() if token_path.exists() else ""
     query = f"?token={token}" if token else ""
     _line(f"Open {base}/{query} in your browser")
+    return 0
+
+
+def backup_data(args: argparse.Namespace) -> int:
+    from codey_server.upgrades.backup import backup
+
+    data_dir, dest = args.data_dir.expanduser(), args.path.expanduser()
+    os.umask(0o077)  # the copy holds credentials and the log: for this user only
+    if not data_dir.is_dir():
+        print(f"codey-server: no data dir at {data_dir}", file=sys.stderr)
+        return 2
+    try:
+        manifest = backup(data_dir, dest,
+                          db_path=None if args.database_url else data_dir / "events.db")
+    except UpgradeError as err:
+        print(err, file=sys.stderr)
+        return 2
+    if args.database_url:
+        _line(f"codey-server: backed up the {manifest.files} files of {data_dir} to {dest}; "
+              "the log and the shared state are in PostgreSQL: pg_dump --format=custom "
+              f"--file {dest}/codey.pgdump \"$CODEY_DATABASE_URL\" (docs/deploy.md)")
+    else:
+        _line(f"codey-server: backed up {data_dir} (the log to seq {manifest.seq}, "
+              f"{manifest.files} other files, data format {manifest.format}) to {dest}")
+    return 0
+
+
+def restore_data(args: argparse.Namespace) -> int:
+    from codey_server.upgrades.backup import restore
+
+    data_dir, folder = args.data_dir.expanduser(), args.path.expanduser()
+    os.umask(0o077)
+    try:
+        manifest = restore(folder, data_dir, force=args.force)
+    except UpgradeError as err:
+        print(err, file=sys.stderr)
+        return 2
+    more = (" (its database is PostgreSQL: restore that with pg_restore, docs/deploy.md)"
+            if manifest.database == "postgresql" else "")
+    _line(f"codey-server: restored {folder} (made by codey {manifest.version}, data format "
+          f"{manifest.format}, the log to seq {manifest.seq}) into {data_dir}{more}; start "
+          f"it with: codey-server serve --data-dir {data_dir}")
     return 0
 
 
@@ -193,6 +275,16 @@ def serve(args: argparse.Namespace) -> int:
     except (ConfigError, SecretKeyError) as err:
         print(f"codey-server: {err}", file=sys.stderr)
         return 2
+    # the data's format, before anything reads the data: a newer release's data is refused
+    # (one line, no traceback), older data backed up and migrated
+    try:
+        upgrades.prepare(settings)
+    except DataTooNew as err:
+        print(err, file=sys.stderr)
+        return 3
+    except UpgradeError as err:
+        print(err, file=sys.stderr)
+        return 2
 
     # IPPROTO_TCP: asyncio sets TCP_NODELAY only on TCP sockets it can tell are TCP; without
     # it every keep-alive response waits ~40 ms for a delayed ACK
@@ -232,6 +324,8 @@ def serve(args: argparse.Namespace) -> int:
             # the token is known once the services started: among replicas it is the
             # cluster's, read from the database
             services = app.state.services
+            # what an upgrade of the data changed, told to the browsers once (an event)
+            await upgrades.announce(services.engine, settings.data_dir)
             token = services.access.token if settings.auth_required else None
             query = f"?token={token}" if token else ""
             # one write per line: unbuffered print() writes the text and its newline apart,
@@ -292,6 +386,10 @@ def main(argv: list[str] | None = None) -> int:
         return serve(args)
     if args.command == "url":
         return print_url(args)
+    if args.command == "backup":
+        return backup_data(args)
+    if args.command == "restore":
+        return restore_data(args)
     return 2
 
 

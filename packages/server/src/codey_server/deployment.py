@@ -29,8 +29,6 @@ at once, the loops stopped) → the delivery stops → ``await close()`` (the po
 from __future__ import annotations
 
 import abc
-from collections.abc import Awaitable, Callable
-from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -40,6 +38,7 @@ from codey_server.channels.telegram_store import FileTelegramStore, TelegramStor
 from codey_server.core.actions import WorkerLink
 from codey_server.core.delivery import Delivery
 from codey_server.core.engine import Engine
+from codey_server.core.hosting import Gate, Hosting, RefreshGuard
 from codey_server.core.leases import Leases
 from codey_server.core.presence import Presence
 from codey_server.eventlog import EventLog, SqliteEventLog
@@ -67,12 +66,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Deployment", "Replica", "SingleServer", "Stores", "deployment_for", "file_stores",
            "row_stores"]
-
-#: a job that must run on one server at a time asks this before each run (see ``gate``)
-Gate = Callable[[], Awaitable[bool]]
-#: held around a provider's token refresh
-RefreshGuard = Callable[[str], AbstractAsyncContextManager[None]]
-
 
 @dataclass(frozen=True)
 class Stores:
@@ -109,8 +102,9 @@ def file_stores(data: Path) -> Stores:
                   telegram=FileTelegramStore(data / "telegram.json"))
 
 
-class Deployment(abc.ABC):
-    """What differs between one server and a replica of a cluster (see the module)."""
+class Deployment(Hosting, abc.ABC):
+    """What differs between one server and a replica of a cluster (see the module). The
+    features' parts see it through :class:`~codey_server.core.hosting.Hosting`."""
 
     #: this server's name among replicas ("" alone): put on the events of its sockets
     replica: str

@@ -1,43 +1,67 @@
-"""The features, put together: every browser command's decision and the whole fold.
+"""The server's features, listed once: :data:`PLUGINS`.
 
-Each feature package declares what it decides and folds (its ``decide.py`` and ``fold.py``);
-this is the one list of them. Adding a feature is a package plus one line here (and its routes
-in :mod:`codey_server.app`). The engine gets :data:`RULES`; tests fold and decide with
-:func:`apply` and :func:`decide`.
+Each feature package exports one plugin (``<feature>/plugin.py``'s ``PLUGIN``, a
+:class:`~codey_server.http.plugin.FeaturePlugin`): its routes, its decisions, its part of the
+fold and its long-lived parts. Everything else is derived from this list: the engine's rules
+(:data:`RULES`; tests fold and decide with :func:`apply` and :func:`decide`), the app's routes
+(:func:`codey_server.app.create_app`) and the parts :class:`~codey_server.services.Services`
+builds, starts, stops and hands to handlers. Adding a feature is its package and one line here
+(and its name in the layers contract of ``pyproject.toml``; ``test_plugins.py`` says so when it
+is missing).
+
+The order matters three ways: a part is built from the parts listed before it; the parts start
+and stop in the list's order (:mod:`codey_server.http.plugin` gives the steps); and when
+several features fold one event, they fold it in this order.
 """
 
 from __future__ import annotations
 
-from codey_server.board import decide as board_decide
-from codey_server.board import fold as board_fold
-from codey_server.channels import fold as channels_fold
+from codey_server.agent import plugin as agent
+from codey_server.blobs import plugin as blobs
+from codey_server.board import plugin as board
+from codey_server.browsers import plugin as browsers
+from codey_server.channels import plugin as channels
 from codey_server.core import decide as core_decide
 from codey_server.core import fold as core_fold
-from codey_server.core.rules import Feature, Rules
-from codey_server.providers import decide as providers_decide
-from codey_server.providers import fold as providers_fold
-from codey_server.schedules import decide as schedules_decide
-from codey_server.schedules import fold as schedules_fold
-from codey_server.terminals import fold as terminals_fold
-from codey_server.workers import decide as workers_decide
-from codey_server.workers import fold as workers_fold
-from codey_server.workspaces import fold as workspaces_fold
+from codey_server.core.rules import Rules
+from codey_server.http.plugin import FeaturePlugin
+from codey_server.http.sessions import SessionsController
+from codey_server.http.state import StateController
+from codey_server.mcp import plugin as mcp
+from codey_server.metrics import plugin as metrics
+from codey_server.providers import plugin as providers
+from codey_server.schedules import plugin as schedules
+from codey_server.terminals import plugin as terminals
+from codey_server.upgrades import plugin as upgrades
+from codey_server.workers import plugin as workers
+from codey_server.workspaces import plugin as workspaces
 
-__all__ = ["FEATURES", "RULES", "apply", "apply_all", "decide"]
+__all__ = ["CORE", "PLUGINS", "RULES", "apply", "apply_all", "decide"]
 
-FEATURES = (
-    Feature("core", commands=core_decide.COMMANDS, fold=core_fold.FOLD),
-    Feature("workers", commands=workers_decide.COMMANDS, fold=workers_fold.FOLD),
-    Feature("workspaces", fold=workspaces_fold.FOLD),
-    # after the core: a task follows its session's status once the session has it
-    Feature("board", commands=board_decide.COMMANDS, fold=board_fold.FOLD),
-    Feature("schedules", commands=schedules_decide.COMMANDS, fold=schedules_fold.FOLD),
-    Feature("terminals", fold=terminals_fold.FOLD),
-    Feature("channels", fold=channels_fold.FOLD),
-    Feature("providers", commands=providers_decide.COMMANDS, fold=providers_fold.FOLD),
+#: the core's own: the sessions' and the state's routes (``http/``), its commands and its fold
+#: (``core/``: a session's life, project memory); it builds no part of its own (the engine,
+#: presence, the delivery and retention are the services' own, built before every plugin)
+CORE = FeaturePlugin("core", routes=(StateController, SessionsController),
+                     commands=core_decide.COMMANDS, fold=core_fold.FOLD)
+
+PLUGINS: tuple[FeaturePlugin, ...] = (
+    CORE,  # first: the other features fold a session's events after it has them
+    browsers.PLUGIN,
+    workers.PLUGIN,
+    providers.PLUGIN,
+    agent.PLUGIN,  # after the providers: its model calls take their tokens
+    workspaces.PLUGIN,
+    terminals.PLUGIN,  # after the workers: it reaches their sockets
+    blobs.PLUGIN,
+    mcp.PLUGIN,
+    schedules.PLUGIN,
+    board.PLUGIN,
+    metrics.PLUGIN,  # after the browsers and the agent: it counts their sockets and calls
+    channels.PLUGIN,
+    upgrades.PLUGIN,
 )
 
-RULES = Rules(FEATURES)
+RULES = Rules(plugin.feature for plugin in PLUGINS)
 decide = RULES.decide
 apply = RULES.apply
 apply_all = RULES.apply_all

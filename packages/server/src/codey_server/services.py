@@ -1,47 +1,55 @@
-"""``Services``: the server's long-lived parts, built from settings, started and stopped once.
+"""``Services``: the server's long-lived parts, built from settings and the feature plugins,
+started and stopped once.
 
 Order of calls: ``Services(settings)`` (no I/O beyond creating the data dir) → ``await
-start()`` in the app's lifespan → handlers use the parts → ``await stop()``. Each part starts
-itself: the engine replays the log, the worker registry marks the sockets that did not survive
-a restart, pairing expires requests from before it, the auth service publishes login states,
-the agent resumes the sessions that were running, retention starts trimming the log.
+start()`` in the app's lifespan → handlers use the parts → ``await stop()``.
 
-What differs between one server and a replica of a cluster (the log, the side stores, the
-leases, how actions and terminal frames reach the workers) is the :class:`~codey_server.
-deployment.Deployment`'s, chosen once here; this module has no branch on it.
-Handlers get this object by dependency injection (``services: Services``), never from a
-global.
+What it builds itself, the parts every feature is built on: the deployment (one server alone,
+or one replica of a cluster: the log, the side stores, the leases, how actions and terminal
+frames reach the workers — :class:`~codey_server.deployment.Deployment`, chosen once here;
+this module has no branch on it), the engine, the processes' live output, presence, the
+delivery of actions, retention and browser access. Then each plugin's parts
+(:class:`~codey_server.http.plugin.Part`), in the order of
+:data:`codey_server.features.PLUGINS`, each from the parts it names; and browser access last,
+with what a logout closes. :mod:`codey_server.http.plugin` gives the order of the hooks.
+
+Each part starts itself: the engine replays the log, the worker registry marks the sockets
+that did not survive a restart, pairing expires requests from before it, the auth service
+publishes login states, the agent resumes the sessions that were running, retention starts
+trimming the log. Handlers get the parts by dependency injection, by name (``engine:
+NamedDependency[Engine]``: :attr:`Services.provided`), never from a global.
 """
 
 from __future__ import annotations
 
-import time
+import functools
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import Any
 
-from codey_server.agent.service import AgentService
 from codey_server.blobs.store import BlobStore
-from codey_server.browsers.sockets import ClientHub
-from codey_server.channels.telegram import TelegramChannel
 from codey_server.core.engine import Engine
 from codey_server.core.presence import Presence
 from codey_server.core.retention import Retention
 from codey_server.core.rules import Context
 from codey_server.core.tails import ProcessTails
 from codey_server.deployment import deployment_for
-from codey_server.features import RULES
+from codey_server.errors import ServerError
+from codey_server.features import PLUGINS, RULES
 from codey_server.http.access import BrowserAccess
-from codey_server.mcp.server import CodeyMcp
-from codey_server.mcp.tokens import McpTokens
-from codey_server.metrics.collector import ServerMetrics
-from codey_server.providers.service import AuthService
-from codey_server.schedules.scheduler import Scheduler, file_clock
+from codey_server.http.plugin import FeaturePlugin, Part
 from codey_server.secretfile import ensure_private_dir
 from codey_server.settings import Settings
-from codey_server.terminals.service import TerminalService
 from codey_server.workers.pairing import Pairing
-from codey_server.workers.sockets import WorkerRegistry
-from codey_server.workspaces.service import Workspaces
 
-__all__ = ["Services"]
+__all__ = ["PluginError", "Services"]
+
+#: the server's own parts handed to handlers by name (each plugin's parts are handed too)
+_PROVIDED = ("settings", "engine", "actions", "blobs", "access")
+
+
+class PluginError(ServerError):
+    """A plugin's part asks for a name nothing built before it provides."""
 
 
 def _context(settings: Settings, blobs: BlobStore) -> Context:
@@ -58,6 +66,9 @@ def _context(settings: Settings, blobs: BlobStore) -> Context:
                         for p in settings.providers},
         file_providers=frozenset(p.name for p in settings.providers),
     )
+
+
+Step = Callable[[], Awaitable[None] | None]
 
 
 class Services:
@@ -78,74 +89,99 @@ class Services:
         # processes' live output for the browsers: in memory, not in the log (core/tails.py)
         self.tails = ProcessTails()
         self.engine.listeners.append(self.tails.on_event)
-        self.clients = ClientHub(self.tails)
-        self.keys = stores.worker_keys
-        self.pairing = Pairing(self.engine, self.keys, store=stores.pair_requests)
         # is a worker connected: the fold's answer, for runners, routes and terminals
         self.presence = Presence(self.engine, deployment.replica)
         # actions on workers, exactly once (core/router.py); among replicas routed through
         # the database
         self.actions = deployment.delivery(self.engine, self.presence)
-        self.workers = WorkerRegistry(self.engine, self.keys, self.actions,
-                                      replica=deployment.replica, tails=self.tails)
-        self.access = BrowserAccess(settings, stores.access)
-        # one replica at a time refreshes a provider's token (deployment.refresh_guard)
-        self.auth = AuthService(settings, self.engine, store=stores.credentials,
-                                logins=stores.logins, refresh_guard=deployment.refresh_guard)
-        # the model's bearer: a stored login or API key, else the provider's api_key_env; a
-        # token the provider rejects is refreshed once
-        self.agent = AgentService(self.engine, self.actions, settings, self.auth.token_for,
-                                  self.auth.refresh_rejected, self.blobs.get,
-                                  leases=deployment.leases, store_blob=self.blobs.put)
-        # a session's git worktree: made before its first turn, shipped on the user's word
-        self.workspaces = Workspaces(self.engine, self.actions)
         self.retention = Retention(self.engine, settings.retention,
                                    gate=deployment.gate("retention", self.engine))
-        # among replicas a browser's terminal reaches the worker's replica through the database
-        self.terminals = TerminalService(
-            self.engine, deployment.terminal_link(self.workers, self.presence), self.presence,
-            routed=deployment.replicated)
-        # a logout closes every socket that browser login opened
-        self.access.on_logout += [self.clients.close_session, self.terminals.close_views_of]
-        # Codey as an MCP server, with tokens of its own (shown once, kept as hashes)
-        self.mcp_tokens = McpTokens(settings.data_dir / "mcp_tokens.json", stores.mcp_tokens)
-        self.mcp = CodeyMcp(self.engine, self.mcp_tokens)
-        self.scheduler = Scheduler(
-            self.engine, grace_s=settings.schedule_grace_s,
-            clock=file_clock(settings.clock_file) if settings.clock_file else time.time,
-            gate=deployment.gate("scheduler", self.engine))
-        # last: it hooks into the parts above
-        self.metrics = ServerMetrics(self.engine, lambda: len(self.clients),
-                                     self.agent.providers.values())
-        self.telegram = TelegramChannel(settings, self.engine, deployment.leases,
-                                        store=stores.telegram)
+        #: every part by name: the server's own (what a plugin's part may be built from), then
+        #: each plugin's
+        self.parts: dict[str, Any] = {
+            "settings": settings, "deployment": deployment, "stores": stores,
+            "blobs": self.blobs, "engine": self.engine, "tails": self.tails,
+            "presence": self.presence, "actions": self.actions}
+        self._own = frozenset(self.parts)
+        self._starts: list[Step] = []
+        self._intake_starts: list[Step] = []
+        self._intake_stops: list[Step] = []
+        self._stops: list[Step] = []
+        self._closes: list[Step] = []
+        on_logout: list[Callable[[str], Awaitable[None]]] = []
+        for plugin in PLUGINS:
+            for part in plugin.parts:
+                self._build(plugin, part, on_logout)
+        # last: a logout closes every socket that browser login opened
+        self.access = BrowserAccess(settings, stores.access, on_logout=on_logout)
+
+    def _build(self, plugin: FeaturePlugin, part: Part,
+               on_logout: list[Callable[[str], Awaitable[None]]]) -> None:
+        if part.name in self.parts:
+            raise PluginError(f"{plugin.name}'s part {part.name!r}: the name is taken")
+        built = part.build(**self._named(plugin, part, part.build))
+        self.parts[part.name] = built
+        for hook, steps in ((part.start, self._intake_starts if part.intake else self._starts),
+                            (part.stop, self._intake_stops if part.intake else self._stops),
+                            (part.close, self._closes)):
+            if hook is not None:
+                steps.append(functools.partial(hook, built,
+                                               **self._named(plugin, part, hook, skip=1)))
+        if part.on_logout is not None:
+            on_logout.append(functools.partial(part.on_logout, built))
+
+    def _named(self, plugin: FeaturePlugin, part: Part, fn: Callable[..., Any],
+               skip: int = 0) -> dict[str, Any]:
+        """The parts ``fn``'s parameters name (after the first ``skip``)."""
+        names = list(inspect.signature(fn).parameters)[skip:]
+        missing = [n for n in names if n not in self.parts]
+        if missing:
+            raise PluginError(f"{plugin.name}'s part {part.name!r} needs {', '.join(missing)}: "
+                              "nothing listed before it has that name")
+        return {n: self.parts[n] for n in names}
+
+    @property
+    def provided(self) -> dict[str, Any]:
+        """What handlers may ask for, by name: the engine, settings, actions, blobs, browser
+        access, and every plugin's parts."""
+        return {**{name: getattr(self, name) for name in _PROVIDED},
+                **{name: part for name, part in self.parts.items() if name not in self._own}}
+
+    def __getattr__(self, name: str) -> Any:
+        # a plugin's part as an attribute (``services.agent``, ``services.clients``), as the
+        # CLI and the app's state use them
+        parts = self.__dict__.get("parts", {})
+        if name in parts:
+            return parts[name]
+        raise AttributeError(name)
 
     async def start(self) -> None:
         await self.deployment.open()  # among replicas: the rows, older files imported once
         await self.access.start()
         await self.engine.start()
         # among replicas: heartbeat and leases, routed actions, the terminal relay, the janitor
-        await self.deployment.join(self.engine, self.pairing)
-        await self.workers.start()
-        await self.pairing.start(shared=self.deployment.replicated)
-        await self.auth.start()
-        await self.agent.start()
-        await self.workspaces.start()
+        # (which expires the pair requests a dead replica left: the workers' pairing)
+        pairing: Pairing = self.parts["pairing"]
+        await self.deployment.join(self.engine, pairing)
+        await _run(self._starts)
         self.retention.start()
-        self.scheduler.start()  # its first tick runs what was missed while the server was down
-        await self.telegram.start()
+        # the scheduler's first tick runs what was missed while the server was down
+        await _run(self._intake_starts)
 
     async def stop(self) -> None:
-        self.clients.begin_shutdown()
-        await self.mcp.stop()
-        await self.scheduler.stop()
-        await self.telegram.stop()
+        await _run(self._intake_stops)  # nothing new comes in while the rest stops
         await self.retention.stop()
-        await self.agent.stop()
-        await self.workspaces.stop()
+        await _run(self._stops)
         await self.deployment.leave()  # among replicas the sessions are taken over at once
         await self.actions.stop()
-        await self.auth.stop()
+        await _run(self._closes)
         await self.access.stop()
         await self.deployment.close()
         await self.engine.stop()
+
+
+async def _run(steps: list[Step]) -> None:
+    for step in steps:
+        result = step()
+        if inspect.isawaitable(result):
+            await result

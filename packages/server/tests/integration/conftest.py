@@ -12,6 +12,7 @@ import pytest
 
 from codey_protocol import events as ev
 from codey_server.eventlog import SqliteEventLog
+from codey_server.upgrades.data import mark_current
 from codey_testkit.model_handle import ModelServerHandle, start_model_server
 from codey_testkit.scenarios import provider_config
 from codey_testkit.stack import ServerProcess, WorkerProcess
@@ -20,7 +21,8 @@ WORKER_ID = "wrk_test"
 
 
 def seed_worker(data_dir: Path, worker_id: str = WORKER_ID) -> None:
-    """Put a paired worker into a fresh log, as pairing would have."""
+    """Put a paired worker into a fresh log, as pairing would have (a log of this release:
+    marked so, or the server would migrate it as codey 0.1.0's)."""
 
     async def run() -> None:
         log = SqliteEventLog(data_dir / "events.db")
@@ -32,6 +34,7 @@ def seed_worker(data_dir: Path, worker_id: str = WORKER_ID) -> None:
 
     data_dir.mkdir(parents=True, exist_ok=True)
     asyncio.run(run())
+    mark_current(data_dir)
 
 
 @pytest.fixture

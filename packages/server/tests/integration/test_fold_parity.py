@@ -397,6 +397,15 @@ def build_log() -> list[ev.Envelope]:
     log.add(None, ev.TelegramUpdateHandled(update_id=1))
     log.add(None, ev.TelegramChatRemoved(chat_id=-1001))
     log.add(None, ev.TelegramChatRemoved(chat_id=99))
+    # upgrades of the data: told once (a second record of the same one changes nothing),
+    # dismissed; an unknown one's dismissal is ignored
+    upgraded = ev.DataUpgraded(upgrade_id="u1", from_format=1, to_format=3, version="0.2.0",
+                               changes=["tokens keep their rights"], backup="/data/backups/u1")
+    log.add(None, upgraded)
+    log.add(None, upgraded)
+    log.add(None, ev.DataUpgraded(upgrade_id="u2", from_format=3, to_format=4, version="0.3.0"))
+    log.add(None, ev.UpgradeNoticeDismissed(upgrade_id="u1"))
+    log.add(None, ev.UpgradeNoticeDismissed(upgrade_id="nope"))
     return log.envelopes
 
 

@@ -110,6 +110,7 @@ def _exercise(api: _Contract, server: ServerProcess, worker: WorkerProcess) -> N
     assert "codey_workers_connected" in metrics.text
     api.check("GET", "/api/state/bootstrap", 200)
     api.check("GET", "/api/config", 200)
+    api.check("GET", "/api/about", 200)
 
     # sessions: a turn that stops at an approval, approved, then steered
     api.check("POST", "/api/sessions", 404, json={"worker_id": "wrk_none", "workdir": "/w"})

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from codey_protocol.version import __version__ as VERSION
+
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[4]
@@ -61,13 +63,13 @@ def test_no_symlink_in_a_package_points_outside_it() -> None:
 
 @pytest.mark.parametrize("pkg", PACKAGES)
 def test_sdist_and_wheel_carry_what_pypi_wants(dist: Path, pkg: str) -> None:
-    sdist = dist / f"codey_{pkg}-0.1.0.tar.gz"
-    wheel = dist / f"codey_{pkg}-0.1.0-py3-none-any.whl"
+    sdist = dist / f"codey_{pkg}-{VERSION}.tar.gz"
+    wheel = dist / f"codey_{pkg}-{VERSION}-py3-none-any.whl"
     assert sdist.is_file() and wheel.is_file(), sorted(p.name for p in dist.iterdir())
     with tarfile.open(sdist) as tar:
         names = tar.getnames()
-        assert f"codey_{pkg}-0.1.0/README.md" in names
-        assert f"codey_{pkg}-0.1.0/LICENSE" in names
+        assert f"codey_{pkg}-{VERSION}/README.md" in names
+        assert f"codey_{pkg}-{VERSION}/LICENSE" in names
         for member in tar.getmembers():
             assert not (member.issym() and os.path.isabs(member.linkname)), member.name
     meta = _metadata(wheel)
@@ -88,7 +90,7 @@ def test_sdist_and_wheel_carry_what_pypi_wants(dist: Path, pkg: str) -> None:
 
 
 def test_server_wheel_ships_the_web_client_and_the_worker_wheels(dist: Path) -> None:
-    with zipfile.ZipFile(dist / "codey_server-0.1.0-py3-none-any.whl") as z:
+    with zipfile.ZipFile(dist / f"codey_server-{VERSION}-py3-none-any.whl") as z:
         names = set(z.namelist())
         shipped = {n.rsplit("/", 1)[1]: z.read(n) for n in names
                    if n.startswith("codey_server/dl/")}
@@ -96,8 +98,8 @@ def test_server_wheel_ships_the_web_client_and_the_worker_wheels(dist: Path) -> 
     for path in (REPO / "web").rglob("*"):
         if path.is_file():
             assert f"codey_server/web/{path.relative_to(REPO / 'web').as_posix()}" in web
-    assert set(shipped) == {"codey_protocol-0.1.0-py3-none-any.whl",
-                            "codey_worker-0.1.0-py3-none-any.whl"}
+    assert set(shipped) == {f"codey_protocol-{VERSION}-py3-none-any.whl",
+                            f"codey_worker-{VERSION}-py3-none-any.whl"}
     # the same packages as their own wheels: same files, same metadata
     for name, data in shipped.items():
         inner = dist / f"inner-{name}"

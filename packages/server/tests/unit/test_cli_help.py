@@ -55,3 +55,21 @@ def test_url_prints_the_link_again(tmp_path, capsys: pytest.CaptureFixture[str])
     with pytest.raises(SystemExit):
         main(["url", "--help"])
     assert "codey-server url" in capsys.readouterr().out
+
+
+def test_version_is_the_packages_one(capsys: pytest.CaptureFixture[str]) -> None:
+    from codey_protocol.version import __version__
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out == f"codey-server {__version__}\n"
+
+
+@pytest.mark.parametrize("command", ["backup", "restore"])
+def test_backup_and_restore_have_help_with_an_example(
+        command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    out = capsys.readouterr().out
+    assert f"codey-server {command} /safe/" in out and "--data-dir" in out

@@ -67,3 +67,16 @@ def test_services_never_asks_which_deployment_it_has() -> None:
              if isinstance(node, ast.If | ast.IfExp | ast.While)]
     words = ("deployment", "database", "cluster", "leases", "replica", "shared", "routes")
     assert not [a for a in asked if any(w in a for w in words)], asked
+
+
+def test_no_feature_plugin_asks_which_deployment_it_has() -> None:
+    """The parts' builders (``<feature>/plugin.py``) take the deployment's parts too, without
+    asking which it is."""
+    words = ("deployment", "database", "cluster", "leases", "replica", "shared", "routes")
+    plugins = sorted(Path(services.__file__).parent.glob("*/plugin.py"))
+    assert len(plugins) >= 12
+    for module in plugins:
+        tree = ast.parse(module.read_text())
+        asked = [ast.unparse(node.test) for node in ast.walk(tree)
+                 if isinstance(node, ast.If | ast.IfExp | ast.While)]
+        assert not [a for a in asked if any(w in a for w in words)], (module, asked)

@@ -657,6 +657,9 @@ GLOBAL_EVENTS: list[ev.Event] = [
     ev.TelegramMessageSent(chat_id=1, key="answer:i", message_id=2),
     ev.TelegramUpdateHandled(update_id=3),
     ev.TelegramChatRemoved(chat_id=1),
+    ev.DataUpgraded(upgrade_id="u1", from_format=1, to_format=3, version="0.2.0",
+                    changes=["sessions run in the sandbox"], backup="/data/backups/u1"),
+    ev.UpgradeNoticeDismissed(upgrade_id="u1"),
 ]
 
 

@@ -27,6 +27,7 @@ from codey_server.agent.machine import (
     BuildBody,
     CallModel,
     CancelAction,
+    Crashed,
     Input,
     Interrupted,
     Machine,
@@ -44,6 +45,8 @@ from codey_server.agent.machine import (
     TimerFired,
     TurnValue,
     WaitApproval,
+    WaitHello,
+    WorkerHello,
     WorkerPresence,
     step,
 )
@@ -1216,3 +1219,195 @@ def test_a_worktree_gone_under_a_running_turn_fails_the_call_and_ends_the_turn()
     assert not any(isinstance(e, CallModel) for e in step.effects)  # the model is not asked
     assert pilot.done and pilot.session.status == "error"
     assert pilot.session.status_reason == GONE
+
+
+# a resumed turn waits for its machine's hello (issue 36) ------------------------------------
+
+def _hello(sandbox: str = "bwrap") -> ev.WorkerConnected:
+    """The machine's hello, with an OS sandbox or (an older worker) none."""
+    return ev.WorkerConnected(worker_id=W, hostname="h", os="Linux", worker_version="0",
+                              capabilities=wk.Capabilities(sandbox=wk.SandboxInfo(
+                                  kind=sandbox,  # type: ignore[arg-type]
+                                  reason="" if sandbox != "none" else "none reported")))
+
+
+class _Hellos:
+    """The workers that said hello to this server since it started (the service's lookup)."""
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+
+    def __call__(self, worker_id: str) -> bool:
+        return worker_id in self.seen
+
+
+def _restarted_waiting(policy: str = "suggest",
+                       call: ToolCallRequested | None = None) -> tuple[Pilot, _Hellos]:
+    """A session that waited on a command's approval (``suggest``; under ``full-auto`` its
+    action was requested) when the server stopped; the machine's last hello before that
+    reported no sandbox (a worker older than the sandbox); the server started again and
+    resumed the turn before anything said hello."""
+    pilot = _codey(policy)
+    pilot.feed(Start())
+    pilot.feed(ModelParts([call or _shell("make")]))
+    pilot.feed(ModelDone(now=5000.0))
+    pilot.record((None, _hello("none")),
+                 (None, ev.WorkerDisconnected(worker_id=W, reason="server restarted")))
+    hellos = _Hellos()
+    machine = CodeyMachine(provider_infos(Models()), hellos)
+    return Pilot(machine, codey_turn(S, limits=LIMITS, resume=True), pilot.state), hellos
+
+
+def _back(pilot: Pilot, hellos: _Hellos, sandbox: str = "bwrap") -> Step:
+    pilot.record((None, _hello(sandbox)))
+    hellos.seen.add(W)
+    return pilot.feed(WorkerHello(W))
+
+
+def _approval(pilot: Pilot) -> Any:
+    [approval] = pilot.session.approvals.values()
+    return approval
+
+
+def _decided(pilot: Pilot, decision: str) -> Step:
+    approval_id = _approval(pilot).approval_id
+    pilot.record((S, ev.ApprovalResolved(approval_id=approval_id,
+                                         decision=decision)))  # type: ignore[arg-type]
+    return pilot.feed(ApprovalDecided(approval_id))
+
+
+def test_a_resumed_call_waits_for_its_machines_hello_with_its_approval_open() -> None:
+    pilot, _ = _restarted_waiting()
+    step = pilot.feed(Start())
+    s = pilot.session
+    assert (s.status, s.status_reason) == ("waiting_worker", "waiting for the machine")
+    approval = _approval(pilot)
+    assert approval.status == "pending"  # not judged by the machine's old capabilities
+    [tool] = [i for i in s.items if isinstance(i, ev.ToolCall)]
+    assert tool.status == "waiting_approval" and tool.result is None
+    assert step.effects == [WaitHello(S, W),
+                            WaitApproval(S, approval.approval_id, approval.requested_at + 600)]
+    assert pilot.turn.phase == "hello" and not pilot.done
+
+
+def test_approved_while_the_machine_is_away_the_call_runs_once_it_says_hello() -> None:
+    pilot, hellos = _restarted_waiting()
+    pilot.feed(Start())
+    step = _decided(pilot, "approved")
+    assert step.events == [] and step.effects == []  # still waiting for the machine
+    assert pilot.session.status == "waiting_worker"
+    step = _back(pilot, hellos)
+    assert [type(e).__name__ for e in _events(step)] == [
+        "SessionStatusChanged", "ActionRequested", "SessionItemUpdated"]
+    [run] = step.effects
+    assert isinstance(run, RunAction) and isinstance(run.action, wk.RunCommand)
+    assert run.action.argv == ["make"] and run.action.sandbox == "workspace-write"
+    assert pilot.session.status == "running"
+
+
+def test_the_machine_back_first_the_same_approval_is_waited_for_then_runs() -> None:
+    pilot, hellos = _restarted_waiting()
+    pilot.feed(Start())
+    step = _back(pilot, hellos)
+    assert _events(step) == [ev.SessionStatusChanged(status="waiting_approval",
+                                                     reason="waiting for your approval")]
+    assert step.effects == []  # the approval's wait goes on
+    step = _decided(pilot, "approved")
+    [run] = [e for e in step.effects if isinstance(e, RunAction)]
+    assert isinstance(run.action, wk.RunCommand) and run.action.argv == ["make"]
+    assert len(pilot.session.approvals) == 1
+
+
+def test_a_machine_still_without_a_sandbox_refuses_and_cancels_the_approval_saying_why(
+        ) -> None:
+    pilot, hellos = _restarted_waiting()
+    pilot.feed(Start())
+    step = _back(pilot, hellos, sandbox="none")
+    approval = _approval(pilot)
+    assert approval.status == "cancelled" and "has no OS sandbox" in approval.message
+    [tool] = [i for i in pilot.session.items if isinstance(i, ev.ToolCall)]
+    assert tool.status == "rejected" and tool.result == approval.message
+    assert any(isinstance(e, CallModel) for e in step.effects)  # the model reads why
+    # the approval's wait wakes on its cancellation: nothing more happens
+    assert pilot.feed(ApprovalDecided(approval.approval_id)).events == []
+
+
+def test_rejected_while_the_machine_is_away_the_turn_goes_on_without_it() -> None:
+    pilot, _ = _restarted_waiting()
+    pilot.feed(Start())
+    step = _decided(pilot, "rejected")
+    [tool] = [i for i in pilot.session.items if isinstance(i, ev.ToolCall)]
+    assert tool.status == "rejected" and tool.result == "rejected by the user"
+    assert pilot.session.status == "running"
+    assert any(isinstance(e, CallModel) for e in step.effects)
+    assert pilot.feed(WorkerHello(W)).events == []  # the hello's wait comes to nothing
+
+
+def test_a_requested_action_is_sent_again_only_after_the_machines_hello() -> None:
+    pilot, hellos = _restarted_waiting("full-auto")
+    [pending] = pilot.session.pending_actions.values()
+    step = pilot.feed(Start())
+    assert not any(isinstance(e, RunAction) for e in step.effects)
+    assert step.effects == [WaitHello(S, W)]
+    assert pilot.session.status_reason == "waiting for the machine"
+    [run] = _back(pilot, hellos).effects
+    assert isinstance(run, RunAction) and run.action.action_id == pending.action_id
+
+
+def test_a_requested_action_refused_after_the_hello_is_over() -> None:
+    pilot, hellos = _restarted_waiting("full-auto")
+    [pending] = pilot.session.pending_actions.values()
+    pilot.feed(Start())
+    step = _back(pilot, hellos, sandbox="none")
+    assert ev.ActionFinished(action_id=pending.action_id, outcome="cancelled") in _events(step)
+    assert pilot.session.pending_actions == {}
+
+
+def test_a_new_answers_first_call_is_not_sent_before_the_machines_hello() -> None:
+    state = _session("full-auto")
+    hellos = _Hellos()
+    pilot = Pilot(CodeyMachine(provider_infos(Models()), hellos),
+                  codey_turn(S, limits=LIMITS), state)
+    pilot.feed(Start())
+    pilot.feed(ModelParts([_shell("make")]))
+    step = pilot.feed(ModelDone())
+    assert not any(isinstance(e, ev.ActionRequested) for e in _events(step))
+    assert step.effects == [WaitHello(S, W)]
+    [run] = _back(pilot, hellos).effects
+    assert isinstance(run, RunAction) and isinstance(run.action, wk.RunCommand)
+
+
+def test_a_server_side_call_needs_no_hello() -> None:
+    pilot, _ = _restarted_waiting("full-auto", ToolCallRequested(
+        "c1", "update_plan", json.dumps({"plan": [{"step": "look", "status": "pending"}]})))
+    step = pilot.feed(Start())
+    assert not any(isinstance(e, WaitHello) for e in step.effects)
+    [tool] = [i for i in pilot.session.items if isinstance(i, ev.ToolCall)]
+    assert tool.status == "done"
+
+
+def test_a_revoked_machine_is_not_waited_for() -> None:
+    pilot, _ = _restarted_waiting()
+    pilot.record((None, ev.WorkerRevoked(worker_id=W)))
+    step = pilot.feed(Start())
+    assert not any(isinstance(e, WaitHello) for e in step.effects)
+
+
+def test_a_turn_never_ends_with_its_approval_pending() -> None:
+    pilot, _ = _restarted_waiting()
+    pilot.feed(Start())
+    step = pilot.feed(Crashed("boom"))
+    approval = _approval(pilot)
+    assert approval.status == "cancelled"
+    assert approval.message == "the turn ended before it was decided (internal error)"
+    assert pilot.done and ev.ApprovalResolved(
+        approval_id=approval.approval_id, decision="cancelled",
+        message=approval.message) in _events(step)
+
+
+def test_an_interrupt_cancels_the_approval_once() -> None:
+    pilot, _ = _restarted_waiting()
+    pilot.feed(Start())
+    step = pilot.feed(Interrupted())
+    resolved = [e for e in _events(step) if isinstance(e, ev.ApprovalResolved)]
+    assert len(resolved) == 1 and _approval(pilot).status == "cancelled"

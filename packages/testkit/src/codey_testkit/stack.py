@@ -156,12 +156,16 @@ class WorkerProcess(StopsOnExit):
     user's home directory: ``CODEY_HOME`` is ``home/.codey`` (:attr:`codey_home`), as by
     default, and ``root`` = ``home/projects`` is an allowed root (the worker config written on
     first start allows only it); sessions' workdirs go inside. The worker refuses any path in
-    its own ``CODEY_HOME``, so workdirs must not be put there.
+    its own ``CODEY_HOME``, so workdirs must not be put there. ``env`` is laid over the
+    environment of its next starts (a ``PATH`` whose ``bwrap`` fails: a machine without a
+    sandbox).
     """
 
     def __init__(self, server: ServerProcess, home: Path, *,
-                 config: dict[str, Any] | None = None, name: str = "worker") -> None:
+                 config: dict[str, Any] | None = None, name: str = "worker",
+                 env: dict[str, str] | None = None) -> None:
         self.server = server
+        self.env = dict(env or {})
         self.home = Path(home)
         self.codey_home = self.home / ".codey"
         self.root = self.home / "projects"
@@ -201,7 +205,7 @@ class WorkerProcess(StopsOnExit):
         self.proc = ManagedProcess(f"{self.name}-{self.starts}", log_dir=self.home / "logs")
         was_paired = self.paired
         self.proc.start([sys.executable, "-m", "codey_worker.cli", "--server", self.server.url],
-                        env={"CODEY_HOME": str(self.codey_home)})
+                        env={**self.env, "CODEY_HOME": str(self.codey_home)})
         if not was_paired:
             match = self.proc.wait_for_line(r"Open (\S+)/#/pair/(\S+) to link this machine",
                                             timeout=timeout)

@@ -12,15 +12,13 @@ MCP libraries load only when used).
 
 from __future__ import annotations
 
-from importlib import import_module, metadata
+from importlib import import_module
 from typing import Any
 
-try:
-    __version__ = metadata.version("codey-worker")
-except metadata.PackageNotFoundError:  # running from a source tree without metadata
-    __version__ = "0.0.0"
-
 _EXPORTS = {
+    # every Codey package has one version, kept in the protocol package (true from a source
+    # tree too, where the installed metadata may be older)
+    "__version__": "codey_protocol.version",
     "ActionDispatcher": "codey_worker.actions",
     "ActionRecords": "codey_worker.records",
     "ActionRefused": "codey_worker.confine",
@@ -41,7 +39,7 @@ _EXPORTS = {
     "pair": "codey_worker.pairing",
 }
 
-__all__ = ["__version__", *sorted(_EXPORTS)]
+__all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from codey_protocol.version import __version__
 from codey_protocol.worker import (
     AcpOption,
     AcpPermission,
@@ -227,7 +228,7 @@ class AcpAgents:
                 client_capabilities=ClientCapabilities(
                     fs=FileSystemCapabilities(read_text_file=True, write_text_file=True),
                     terminal=False),
-                client_info=Implementation(name="codey-worker", version="0.1.0"))
+                client_info=Implementation(name="codey-worker", version=__version__))
             known = self._known().get(action.session_id)
             can_load = bool(init.agent_capabilities and init.agent_capabilities.load_session)
             loaded = False

@@ -3,6 +3,7 @@
 Commands (each has ``--help`` with an example)::
 
     codey-worker [--server URL]          pair if needed, then connect and serve
+    codey-worker --version               print the version (every Codey package has the same)
     codey-worker status                  paired? worker id, server, roots, MCP servers, sandbox
     codey-worker unpair                  forget this machine's identity (worker.json)
     codey-worker apply-patch PATCH       apply a Codex-format patch in the current directory
@@ -23,6 +24,7 @@ from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from codey_protocol.version import __version__
 from codey_worker.config import (
     ConfigError,
     codey_home,
@@ -83,6 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="codey-worker", description=_RUN_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"codey-worker {__version__}",
+                        help="print the version and exit")
     parser.add_argument("--server", metavar="URL",
                         help="the Codey server, e.g. http://127.0.0.1:8600")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -77,7 +77,7 @@ class PairingRefused(PairingError):
 
 
 def worker_version() -> str:
-    from codey_worker import __version__
+    from codey_protocol.version import __version__
 
     return __version__
 

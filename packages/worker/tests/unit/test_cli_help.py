@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,19 @@ from codey_worker.config import Identity, save_identity
 from codey_worker.sandbox import detect
 
 COMMANDS = [[], ["status"], ["unpair"], ["apply-patch"]]
+
+
+@pytest.fixture(autouse=True)
+def _child_watcher_restored() -> Iterator[None]:
+    """``run_loop`` installs a pidfd child watcher for the process (Python 3.11), as the
+    worker's CLI should. Left in this test process it is attached to no loop, and a later
+    test's subprocess on a loop of its own (Playwright's driver) fails with "child watcher
+    is not activated"."""
+    policy = asyncio.get_event_loop_policy()
+    saved = getattr(policy, "_watcher", None)
+    yield
+    if sys.version_info < (3, 12):
+        policy._watcher = saved  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "run")
@@ -31,6 +46,15 @@ def test_every_subcommand_is_covered() -> None:
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")
     assert sorted(sub.choices) == sorted(c[0] for c in COMMANDS if c)  # type: ignore[arg-type]
+
+
+def test_version_is_every_codey_packages_one(capsys: pytest.CaptureFixture[str]) -> None:
+    from codey_protocol.version import __version__
+
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out == f"codey-worker {__version__}\n"
 
 
 @pytest.fixture()

@@ -87,6 +87,8 @@ from codey_server.agent.machine import (
     WaitAnswer,
     WaitApproval,
     WaitChild,
+    WaitHello,
+    WorkerHello,
     WorkerPresence,
     step,
 )
@@ -168,7 +170,8 @@ class TurnDriver:
             CallModel: self._call_model, RunAction: self._run_action,
             CancelAction: self._cancel, WaitApproval: self._wait_approval,
             WaitAnswer: self._wait_answer, WaitChild: self._wait_child,
-            LoadBlob: self._load_blob, StoreBlob: self._store_blob, SetTimer: self._set_timer}
+            WaitHello: self._wait_hello, LoadBlob: self._load_blob,
+            StoreBlob: self._store_blob, SetTimer: self._set_timer}
 
     def tell(self, input: Input) -> None:
         """Feed an input from outside the turn (``ContextChanged``); safe at any time."""
@@ -362,6 +365,10 @@ class TurnDriver:
     def _wait_child(self, e: WaitChild) -> None:
         self._spawn(self._then(self.deps.waits.turn_over(e.session_id),
                                lambda: ChildDone(e.session_id, now=time.time())))
+
+    def _wait_hello(self, e: WaitHello) -> None:
+        self._spawn(self._then(self.deps.waits.hello(e.worker_id),
+                               lambda: WorkerHello(e.worker_id, now=time.time())))
 
     async def _then(self, waiting: Awaitable[None], done: Callable[[], Input]) -> None:
         await waiting

@@ -43,6 +43,7 @@ SessionAttached               before an action: the session's attach on this con
 ActionDone / Errored /        an action's outcome arrived; the worker refused or failed it;
 ActionTimedOut                it did not finish in time
 WorkerPresence                the worker of a running action went away, or came back
+WorkerHello                   the worker a ``WaitHello`` waits for said hello to this server
 ApprovalDecided / Expired     an approval was resolved (by anyone); its deadline passed
 Answered, ChildDone           a question was answered; a sub-agent's turn ended
 BlobLoaded, BlobStored        a stored file was read; bytes were kept in the blob store
@@ -54,7 +55,11 @@ Interrupted, Crashed          the turn was stopped; the machine raised
 Effects: :class:`BuildBody` and :class:`NoteBody` (the session's encoded history, which the
 driver keeps), :class:`CallModel` (a provider by name), :class:`RunAction`,
 :class:`CancelAction`, :class:`WaitApproval` (with a deadline), :class:`WaitAnswer`,
-:class:`WaitChild`, :class:`LoadBlob`, :class:`StoreBlob`, :class:`SetTimer`.
+:class:`WaitChild`, :class:`WaitHello`, :class:`LoadBlob`, :class:`StoreBlob`,
+:class:`SetTimer`.
+
+A turn never ends with an approval of its session still pending: :meth:`Stepper.end`
+cancels what is left, saying why, so no card offers a decision nothing waits for.
 """
 
 from __future__ import annotations
@@ -119,6 +124,8 @@ __all__ = [
     "WaitAnswer",
     "WaitApproval",
     "WaitChild",
+    "WaitHello",
+    "WorkerHello",
     "WorkerPresence",
     "evolve",
     "step",
@@ -216,6 +223,14 @@ class WorkerPresence(Input):
 
     action_id: str
     present: bool
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerHello(Input):
+    """The worker a :class:`WaitHello` waits for said hello to this server (or never will:
+    it is revoked, or not known)."""
+
+    worker_id: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -371,6 +386,16 @@ class WaitChild:
 
 
 @dataclass(frozen=True, slots=True)
+class WaitHello:
+    """``WorkerHello`` once the worker said hello to this server since it started (at once
+    if it has), or is revoked or not known: only then are its capabilities in the state its
+    own, not those of the machine as it was before the server's restart."""
+
+    session_id: str
+    worker_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class LoadBlob:
     """``BlobLoaded`` with a stored file's bytes (None: no longer stored)."""
 
@@ -393,7 +418,7 @@ class SetTimer:
 
 
 Effect = (BuildBody | NoteBody | CallModel | RunAction | CancelAction | WaitApproval
-          | WaitAnswer | WaitChild | LoadBlob | StoreBlob | SetTimer)
+          | WaitAnswer | WaitChild | WaitHello | LoadBlob | StoreBlob | SetTimer)
 
 
 @dataclass(slots=True)
@@ -546,8 +571,18 @@ class Stepper(Generic[T]):
         return self.ctx.new_id(prefix)
 
     def end(self) -> None:
-        """The turn is over."""
+        """The turn is over. An approval of the session still pending is cancelled, with the
+        session's status reason: nothing waits for it any more, and a card that offered a
+        decision would take one that runs nothing."""
         self.core = evolve(self.core, done=True, then=None)
+        resolved = {e.approval_id for _, e in self.out.events
+                    if isinstance(e, ev.ApprovalResolved)}
+        reason = self._status[1]
+        self.emit(*[ev.ApprovalResolved(
+            approval_id=a.approval_id, decision="cancelled",
+            message="the turn ended before it was decided" + (f" ({reason})" if reason else ""))
+            for a in self.session.approvals.values()
+            if a.status == "pending" and a.approval_id not in resolved])
 
     def wait(self, then: Enum) -> bool:
         """Go on with ``then`` once this step's events are folded: True, and ``Proceed``
@@ -654,10 +689,14 @@ class Stepper(Generic[T]):
 
     # approvals -----------------------------------------------------------------------------
 
-    def await_approval(self, approval_id: str, requested_at: float) -> None:
+    def await_approval(self, approval_id: str, requested_at: float, *,
+                       show: bool = True) -> None:
         """Wait for a pending approval: until it is decided, or until ``requested_at`` + the
-        approval timeout (measured from the request, so a restart does not reset it)."""
-        self.status("waiting_approval", "waiting for your approval")
+        approval timeout (measured from the request, so a restart does not reset it).
+        ``show``: the session's status says so (False: it says what else the turn waits
+        for meanwhile)."""
+        if show:
+            self.status("waiting_approval", "waiting for your approval")
         limit = self.core.approval_timeout_s
         self.effect(WaitApproval(self.session_id, approval_id,
                                  None if limit is None else requested_at + limit))

@@ -76,6 +76,10 @@ class Waits(Protocol):
         """Return once the session's turn is over (it is not running and not busy), or the
         session is gone: a sub-agent's, for the ``delegate`` call that started it."""
 
+    async def hello(self, worker_id: str) -> None:
+        """Return once the worker said hello to this server since it started (or is
+        connected, among replicas to another one), or is revoked or not known."""
+
 
 @dataclass
 class TurnDeps:

@@ -176,6 +176,10 @@ class AgentService:
         self._approvals = _Waiters()
         self._answers = _Waiters()
         self._turns = _Waiters()
+        self._hellos = _Waiters()
+        #: the workers that said hello to this server since it started (seen connecting: a
+        #: replay at the start tells no listener), by id
+        self._greeted: set[str] = set()
         self._background = Background(log)
         self.deps = TurnDeps(
             store=engine, actions=actions or workers, models=self, waits=self,
@@ -348,7 +352,7 @@ class AgentService:
                 driver = TurnDriver(ACP, acp_turn(session_id, limits=deps.limits,
                                                   resume=effect.resume), deps)
             else:
-                driver = TurnDriver(CodeyMachine(provider_infos(self)),
+                driver = TurnDriver(CodeyMachine(provider_infos(self), self.greeted),
                                     codey_turn(session_id, limits=deps.limits, roles=deps.roles,
                                                resume=effect.resume,
                                                compact_only=effect.compact_only), deps)
@@ -439,6 +443,24 @@ class AgentService:
         await self._answers.until(question_id, self._decided(
             session_id, lambda s: s.questions.get(question_id)))
 
+    def greeted(self, worker_id: str) -> bool:
+        """Whether the worker said hello to this server since it started, or is connected
+        now (among replicas, to another one): only then are its capabilities in the state
+        its own. At the start every worker of this server is disconnected (``restarted``),
+        and what the state holds of one is the machine as it was before: perhaps an older
+        worker, without the sandbox today's has (issue 36)."""
+        info = self.engine.state.workers.get(worker_id)
+        return worker_id in self._greeted or (info is not None and info.connected
+                                              and not info.revoked)
+
+    async def hello(self, worker_id: str) -> None:
+        def over() -> bool:
+            info = self.engine.state.workers.get(worker_id)
+            return info is None or info.revoked or self.greeted(worker_id)
+
+        # woken as the worker connects or is revoked
+        await self._hellos.until(worker_id, over)
+
     def _decided(self, session_id: str,
                  find: Callable[[SessionInfo], Approval | Question | None]) -> Callable[[], bool]:
         """A condition: the approval or question ``find`` picks is no longer pending."""
@@ -465,6 +487,11 @@ class AgentService:
             self._approvals.wake(e.approval_id)
         elif isinstance(e, ev.QuestionAnswered):
             self._answers.wake(e.question_id)
+        elif isinstance(e, ev.WorkerConnected):
+            self._greeted.add(e.worker_id)
+            self._hellos.wake(e.worker_id)
+        elif isinstance(e, ev.WorkerRevoked):
+            self._hellos.wake(e.worker_id)
         elif isinstance(e, ev.ProviderSaved):  # on every replica
             self._define(e.provider)
         elif isinstance(e, ev.ProviderRemoved):

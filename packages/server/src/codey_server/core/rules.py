@@ -2,9 +2,10 @@
 
 Every event comes from a pure decision ``(state, input, ctx) -> [(session_id, event)]`` and
 is folded by pure handlers ``(state, envelope) -> None``. Each feature package declares its own
-in a :class:`Feature`: the browser commands it decides and the events it folds. The core is
-one feature too. :class:`Rules` puts them together (``codey_server.features`` lists them);
-the engine holds one and never imports a feature.
+in a :class:`Feature` (carried by its plugin, ``<feature>/plugin.py``): the browser commands
+it decides and the events it folds. The core is one feature too. :class:`Rules` puts them
+together (``codey_server.features.PLUGINS`` lists them); the engine holds one and never
+imports a feature.
 
 Decisions that are not browser commands (a worker connecting, a pairing request, a Telegram
 update, a turn's step) are plain functions of the same shape in each feature's ``decide``

@@ -11,9 +11,12 @@
     state.py     GET /api/health, /api/state/bootstrap
     sessions.py  /api/sessions/...: create, read, prompt, approvals, policy, interrupt,
                  compact, log
+    plugin.py    ``FeaturePlugin`` and ``Part``: what a feature brings to the server (its
+                 routes, decisions, fold and long-lived parts), as a Litestar plugin
 
 Each feature keeps its own routes in its package (``board/routes.py``, ``workers/routes.py``,
-…); :func:`codey_server.app.create_app` lists them all.
+…) and lists them in its plugin (``board/plugin.py``); the core's (state, sessions) are in
+``codey_server.features.CORE``. :func:`codey_server.app.create_app` takes every plugin.
 
 Who may call a route is marked on the route (``opt=PUBLIC`` / ``opt=UNPAIRED_WORKER`` from
 :mod:`codey_server.http.access`; no mark: a logged-in browser). Handlers ask for the parts
@@ -21,9 +24,9 @@ they use by name (``engine: NamedDependency[Engine]``). Bodies and answers are m
 structs, so the OpenAPI document at ``/schema`` describes every one of them.
 
 To add a route: put it in its feature's controller (or a new module with its own
-``Resource`` controller, listed in ``create_app``), type its body and answer as structs, with
-the body's rules in its types (``fields.py``), mark it if it is not for a logged-in browser,
-list its error statuses with ``errors(...)``, and add a real request for it to
+``Resource`` controller, listed in its feature's ``plugin.py``), type its body and answer as
+structs, with the body's rules in its types (``fields.py``), mark it if it is not for a
+logged-in browser, list its error statuses with ``errors(...)``, and add a real request for it to
 ``tests/integration/test_openapi.py`` (``test_schemathesis.py`` then tries many).
 """
 

@@ -161,11 +161,12 @@ class BrowserAccess:
     of a browser logged out on another replica from staying open here.
     """
 
-    def __init__(self, settings: Settings, store: AccessStore | None = None) -> None:
+    def __init__(self, settings: Settings, store: AccessStore | None = None, *,
+                 on_logout: Iterable[Callable[[str], Awaitable[None]]] = ()) -> None:
         self.settings = settings
         self.store: AccessStore = store or FileAccessStore(settings.data_dir)
         #: called with a browser login's id when it logs out: close what it opened
-        self.on_logout: list[Callable[[str], Awaitable[None]]] = []
+        self.on_logout: list[Callable[[str], Awaitable[None]]] = list(on_logout)
         self._token: str | None = None
         #: the logins that authenticated here (digest -> id): what a logout elsewhere closes
         self._seen: dict[str, str] = {}
@@ -243,7 +244,7 @@ class BrowserAccess:
 
     async def log_out(self, session_id: str) -> None:
         """End a browser login and close everything it opened (each part that keeps sockets
-        of a login registers in :attr:`on_logout`: the browser sockets, the terminals)."""
+        of a login is in :attr:`on_logout`: the browser sockets, the terminals)."""
         await self.end_session(session_id)
         await self._close_all(session_id)
 

@@ -14,7 +14,6 @@ are taken.
 from __future__ import annotations
 
 import dataclasses
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -26,6 +25,7 @@ from litestar.openapi.plugins import JsonRenderPlugin
 from litestar.openapi.spec import Schema
 from litestar.router import Router
 
+from codey_protocol.version import __version__
 from codey_server.http.access import PUBLIC
 
 if TYPE_CHECKING:
@@ -100,10 +100,7 @@ def _item_constraints(t: msgspec.inspect.Type) -> dict[str, Any]:
 
 
 def _version() -> str:
-    try:
-        return version("codey-server")
-    except PackageNotFoundError:  # run from a source tree that was never installed
-        return "0"
+    return __version__
 
 
 def openapi_config() -> OpenAPIConfig:

@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from litestar import get
+from litestar.config.app import AppConfig
+from litestar.plugins import InitPlugin
 from litestar.response import File
 from litestar.static_files import create_static_files_router
 from litestar.types import ControllerRouterHandler
@@ -13,7 +15,7 @@ from litestar.types import ControllerRouterHandler
 from codey_server.http.access import PUBLIC
 from codey_server.settings import Settings
 
-__all__ = ["web_dir", "web_routes"]
+__all__ = ["WebClient", "web_dir", "web_routes"]
 
 FAVICON = "favicon.svg"
 
@@ -39,3 +41,17 @@ def web_routes(settings: Settings) -> list[ControllerRouterHandler]:
 
     return [favicon, create_static_files_router(path="/", directories=[root], html_mode=True,
                                                 include_in_schema=False, opt=PUBLIC)]
+
+
+class WebClient(InitPlugin):
+    """Adds :func:`web_routes`; listed after every feature plugin, so the static files router,
+    which answers every other path, comes last."""
+
+    __slots__ = ("settings",)
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def on_app_init(self, app_config: AppConfig) -> AppConfig:
+        app_config.route_handlers.extend(web_routes(self.settings))
+        return app_config

@@ -3,8 +3,8 @@
 A machine gets a worker that matches its server with one line the "Link a machine" dialog
 shows (docs/worker.md)::
 
-    uvx --from http://HOST/dl/KEY/codey_worker-0.1.0-py3-none-any.whl \\
-        --with http://HOST/dl/KEY/codey_protocol-0.1.0-py3-none-any.whl \\
+    uvx --from http://HOST/dl/KEY/codey_worker-0.2.0-py3-none-any.whl \\
+        --with http://HOST/dl/KEY/codey_protocol-0.2.0-py3-none-any.whl \\
         codey-worker --server http://HOST
 
 Where the wheels come from, first found wins:

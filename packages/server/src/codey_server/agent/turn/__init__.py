@@ -13,7 +13,9 @@ Everything it knows comes from the folded session, so after a restart a new turn
 (``resume=True``) picks up exactly where the old one stopped: streams left open are closed as
 partial, unfinished tool calls are settled first (a pending action is run again with its
 action id, a pending approval or question is waited for, a sub-agent is found again by its
-call), then the model is called.
+call), then the model is called. A call for the worker is judged only once its machine said
+hello to this server (:data:`~.calls.MACHINE_AWAY`): the state's capabilities of it are
+otherwise those of the machine as it was before the restart.
 
 One pass of the loop, each arrow a step (or several, when a step waits for an input):
 
@@ -40,7 +42,7 @@ action on the worker), :mod:`.model` (the model call and its answer), :mod:`.com
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 
 from codey_server.agent.machine import (
@@ -59,6 +61,7 @@ from codey_server.agent.machine import (
     SessionAttached,
     Start,
     Stepper,
+    WorkerHello,
     WorkerPresence,
 )
 from codey_server.agent.route import ProviderInfo
@@ -70,12 +73,22 @@ __all__ = ["CONTEXT_TIMEOUT_S", "CodeyMachine", "CodeyTurn", "codey_turn"]
 K = Stepper[CodeyTurn]
 
 
+def _everyone(worker_id: str) -> bool:
+    return True
+
+
 @dataclass(frozen=True, slots=True)
 class CodeyMachine:
     """Codey's turn's handlers (:class:`~codey_server.agent.machine.Machine`). It holds the
-    providers as configured when asked, by name (a lookup, read like the state: no I/O)."""
+    providers as configured when asked, by name, and whether a worker said hello to this
+    server since it started (lookups, read like the state: no I/O)."""
 
     providers: Callable[[str], ProviderInfo | None]
+    #: True once the worker said hello to this server (or to a replica it is connected to):
+    #: until then its capabilities in the state are those of its last hello before the
+    #: server's start, and a call is not judged by them (it waits: ``WaitHello``). The
+    #: default, for a machine on its own: every worker has
+    greeted: Callable[[str], bool] = field(default=_everyone)
 
     def handle(self, k: K, input: Input) -> None:
         if isinstance(input, ModelParts):
@@ -94,6 +107,8 @@ class CodeyMachine:
             calls.attached(k, input)
         elif isinstance(input, WorkerPresence):
             worker.presence(k, input)
+        elif isinstance(input, WorkerHello):
+            calls.hello(k, input)
         elif isinstance(input, Answered):
             calls.answered(k, input)
         elif isinstance(input, ChildDone):

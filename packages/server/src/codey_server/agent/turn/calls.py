@@ -1,10 +1,19 @@
 """Codey's turn: the model's tool calls — parsed, gated, asked about, carried out on the
 server, or handed to the worker (:mod:`.worker`) — settled one at a time (the parallel ones,
-``delegate``, together first)."""
+``delegate``, together first).
+
+A call for the worker is judged (parsed against its tools, routed through the gate) only by
+capabilities its machine reported to this server: after a restart, until the machine says
+hello again, the state holds those of the machine as it was (a worker older than the sandbox
+reported none, and every command would be refused). Such a call waits for the hello, the
+session ``waiting_worker`` ("waiting for the machine"); its approval, if one is pending, can
+be decided meanwhile, and an approved call runs once the machine is back. A call settled
+while its approval is pending (refused, bad) cancels the approval, saying why."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol, cast
 
 import msgspec
 
@@ -21,6 +30,8 @@ from codey_server.agent.machine import (
     Stepper,
     WaitAnswer,
     WaitChild,
+    WaitHello,
+    WorkerHello,
     evolve,
 )
 from codey_server.agent.tools import (
@@ -41,18 +52,43 @@ from codey_server.agent.tools.base import cap
 from codey_server.agent.turn import loop, worker
 from codey_server.agent.turn.state import CONTEXT_TIMEOUT_S, CodeyTurn, Previewing, Then
 
-__all__ = ["capabilities", "parse", "requested", "route_call", "settle"]
+__all__ = ["MACHINE_AWAY", "capabilities", "hello", "parse", "requested", "route_call",
+           "settle", "waits_for_hello"]
 
 K = Stepper[CodeyTurn]
+
+#: the session's status reason while a call waits for its machine's hello
+MACHINE_AWAY = "waiting for the machine"
+#: the most of a call's result an approval it cancels quotes
+_CANCEL_MESSAGE_CAP = 1000
+
+
+class _Greets(Protocol):
+    """What the machine holds: whether a worker said hello to this server."""
+
+    greeted: Callable[[str], bool]
 
 
 def finish(k: K, item_id: str, status: ev.ToolStatus, result: str, *before: ev.Event,
            **fields: Any) -> None:
     """Settle a tool call: ``before`` (an action's end, a plan), then the item's update.
     Every result the model reads is capped here, whichever tool made it (head and tail
-    kept, the cut said in the middle)."""
-    k.emit(*before, ev.SessionItemUpdated(item_id=item_id, status=status, result=cap(result),
-                                          **fields))
+    kept, the cut said in the middle). An approval of the call still pending is cancelled
+    with the result (a refusal, a bad call): the card says why, and offers no decision that
+    nothing would carry out."""
+    item = find(k, item_id)
+    approval = k.session.approvals.get(item.approval_id or "") if item is not None else None
+    cancel = [ev.ApprovalResolved(approval_id=approval.approval_id, decision="cancelled",
+                                  message=result[:_CANCEL_MESSAGE_CAP])] \
+        if approval is not None and approval.status == "pending" \
+        and not _resolved_in_this_step(k, approval.approval_id) else []
+    k.emit(*before, *cancel, ev.SessionItemUpdated(item_id=item_id, status=status,
+                                                   result=cap(result), **fields))
+
+
+def _resolved_in_this_step(k: K, approval_id: str) -> bool:
+    return any(isinstance(e, ev.ApprovalResolved) and e.approval_id == approval_id
+               for _, e in k.out.events)
 
 
 # the worker's capabilities, as the session sees them -------------------------------------
@@ -102,7 +138,7 @@ def settle(k: K) -> None:
     order, one at a time; then go on with the loop."""
     t = k.turn
     if t.running is not None or t.storing is not None or t.approving is not None \
-            or t.asking or t.previewing is not None:
+            or t.asking or t.previewing is not None or t.hello is not None:
         return  # a call is under way: its end settles the next
     open_calls = [i for i in k.session.items if isinstance(i, ev.ToolCall) and i.result is None]
     waiting = set(t.children.values())
@@ -147,16 +183,21 @@ def route_call(k: K, parsed: ParsedCall[Any], g: Gate | None = None) -> str | As
 def settle_call(k: K, item: ev.ToolCall) -> bool:
     """Settle one open call as far as it goes now. True: it finished, or its action was
     requested (settle again once that is folded); False: it waits for an input."""
+    if waits_for_hello(k, item):
+        return _await_hello(k, item)
     parsed = parse(k, item)
+    s = k.session
+    # an action requested before (a restart) that is not run after all is over
+    dropped = [ev.ActionFinished(action_id=item.action_id, outcome="cancelled")] \
+        if item.action_id is not None and item.action_id in s.pending_actions else []
     if isinstance(parsed, BadToolCall):
-        finish(k, item.id, "failed", f"error: {parsed}", error=str(parsed))
+        finish(k, item.id, "failed", f"error: {parsed}", *dropped, error=str(parsed))
         return True
     tool = parsed.tool
-    s = k.session
     g = gate(k)
     fate = route_call(k, parsed, g)
     if isinstance(fate, str):
-        finish(k, item.id, "rejected", fate)
+        finish(k, item.id, "rejected", fate, *dropped)
         return True
     if isinstance(tool, WorkerTool) and item.action_id is not None:
         pending = s.pending_actions.get(item.action_id)
@@ -187,6 +228,62 @@ def settle_call(k: K, item: ev.ToolCall) -> bool:
         _ask(k, item, fate)
         return False
     return _go(k, item, parsed, g)
+
+
+def waits_for_hello(k: K, item: ev.ToolCall) -> bool:
+    """Whether the call is for the worker and its machine has not said hello to this server
+    yet (see the module's docstring). A revoked or removed machine is not waited for:
+    nothing would come, and the call fails as it would have."""
+    if not isinstance(tool_named(item.name), WorkerTool):
+        return False
+    worker_id = k.session.worker_id
+    info = k.state.workers.get(worker_id)
+    return info is not None and not info.revoked \
+        and not cast(_Greets, k.machine).greeted(worker_id)
+
+
+def _await_hello(k: K, item: ev.ToolCall) -> bool:
+    """Wait for the machine's hello before judging the call. A rejected, expired or
+    cancelled approval needs no machine: the call is settled as rejected now. A pending
+    one is waited for too: the user may decide it meanwhile."""
+    approval = k.session.approvals.get(item.approval_id) if item.approval_id else None
+    if approval is not None and approval.status not in ("pending", "approved"):
+        return _approved_or_not(k, item, approval.status, approval.message)
+    # parsed again once the machine says what it has (its MCP tools may differ)
+    k.turn = evolve(k.turn, hello=item.id,
+                    parsed={i: p for i, p in k.turn.parsed.items() if i != item.id})
+    k.status("waiting_worker", MACHINE_AWAY)
+    k.effect(WaitHello(k.session_id, k.session.worker_id))
+    if approval is not None and approval.status == "pending":
+        k.turn = evolve(k.turn, approving=item.id)
+        k.await_approval(approval.approval_id, approval.requested_at, show=False)
+    return False
+
+
+def hello(k: K, i: WorkerHello) -> None:
+    """The machine said hello: judge the waiting call by what it has now. Its approval, if
+    still pending, goes on being waited for — unless the call is refused now (a machine
+    still without the sandbox the session runs in): then the approval is cancelled with
+    the reason, and the turn goes on."""
+    item_id = k.turn.hello
+    if item_id is None or i.worker_id != k.session.worker_id:
+        return  # (a wait this turn no longer has)
+    k.turn = evolve(k.turn, hello=None)
+    item = find(k, item_id)
+    if k.turn.approving is not None and item is not None and item.result is None:
+        parsed = parse(k, item)
+        fate = route_call(k, parsed) if isinstance(parsed, ParsedCall) else None
+        if isinstance(parsed, BadToolCall) or isinstance(fate, str):
+            k.turn = evolve(k.turn, approving=None)
+            k.status("running")
+            settle_call(k, item)  # refused, or bad: settled now, its approval cancelled
+            loop.go(k, Then.SETTLE)
+            return
+        k.status("waiting_approval", "waiting for your approval")
+        return
+    k.turn = evolve(k.turn, approving=None)
+    k.status("running")
+    loop.go(k, Then.SETTLE)
 
 
 def _ask(k: K, item: ev.ToolCall, fate: Ask, fields: dict[str, Any] | None = None) -> None:
@@ -252,9 +349,21 @@ def requested(k: K, item_id: str, parsed: ParsedCall[Any], action_id: str,
 
 def approval_over(k: K, approval_id: str) -> None:
     item_id = k.turn.approving
+    if item_id is None:
+        return  # (its call was settled otherwise: refused once its machine said hello)
     k.turn = evolve(k.turn, approving=None)
-    item = find(k, item_id) if item_id is not None else None
+    item = find(k, item_id)
     approval = k.session.approvals.get(approval_id)
+    if k.turn.hello is not None:
+        # the machine has not said hello yet: an approved call waits for it; a rejected
+        # one needs no machine, and the turn goes on without it
+        if item is not None and approval is not None and item.result is None \
+                and approval.status != "approved":
+            k.turn = evolve(k.turn, hello=None)
+            k.status("running")
+            _approved_or_not(k, item, approval.status, approval.message)
+            loop.go(k, Then.SETTLE)
+        return
     k.status("running")
     if item is not None and approval is not None and item.result is None:
         _approved_or_not(k, item, approval.status, approval.message)

@@ -294,7 +294,8 @@ def done(k: K) -> None:
     run: ActionRequested | None = None
     gate = calls.gate(k) if isinstance(first, ParsedCall) else None
     if gate is not None and isinstance(first, ParsedCall) \
-            and isinstance(first.tool, WorkerTool) and calls.route_call(k, first, gate) is None:
+            and isinstance(first.tool, WorkerTool) and not calls.waits_for_hello(k, items[0]) \
+            and calls.route_call(k, first, gate) is None:
         # the first call goes to its worker in the same append when nothing asks: one
         # commit less per step (later calls still show "pending" until their turn, so
         # the view never says two run at once)

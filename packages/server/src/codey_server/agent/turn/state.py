@@ -231,6 +231,9 @@ class CodeyTurn:
     asking: tuple[str, str] | None = None  # (question id, item id)
     children: Mapping[str, str] = field(default_factory=dict)  # sub-agent session → item id
     approving: str | None = None  # the item whose approval is waited for
+    #: the item whose call waits for its machine's hello to this server before it is judged
+    #: (its approval, if pending, waited for meanwhile: ``approving``)
+    hello: str | None = None
     previewing: Previewing | None = None  # read before asking
     #: the MCP servers as the worker listed them in the session's workdir (its attach)
     mcp_servers: list[wk.McpServerInfo] = field(default_factory=list)
@@ -249,7 +252,7 @@ class CodeyTurn:
         if core.then is not None:
             return f"then:{core.then.value}"
         for name in ("context", "attaching", "building", "compaction", "answer", "running",
-                     "storing", "previewing", "approving", "asking"):
+                     "storing", "previewing", "hello", "approving", "asking"):
             if getattr(self, name) is not None:
                 return name
         if self.children:
