@@ -23,6 +23,9 @@ export class McpDialog {
     this.ctx = ctx;
     this.tokens = [];
     this.fresh = null; // {name, token}: shown until the dialog closes
+    // what the user typed and chose: kept across renders (the token list's fetch renders
+    // again, and would otherwise put the choices back to their defaults under the user)
+    this.form = { name: "", scope: "sessions", policy: "suggest" };
     this.el = h("dialog", { class: "dialog", "data-testid": "mcp-dialog",
       "aria-labelledby": "mcp-title" });
     this.el.addEventListener("close", () => this.el.remove());
@@ -58,21 +61,25 @@ export class McpDialog {
   _render() {
     const url = `${location.origin}/mcp`;
     const name = h("input", { id: "mcp-name", class: "input", "data-testid": "mcp-name",
-      placeholder: "who uses it, e.g. claude on my laptop", maxlength: 80 });
-    const choice = (id, label, options, value) => {
-      const select = h("select", { id, class: "input", "data-testid": id },
-        options.map(([v, text]) => h("option", { value: v, selected: v === value }, text)));
+      placeholder: "who uses it, e.g. claude on my laptop", maxlength: 80,
+      value: this.form.name, oninput: () => { this.form.name = name.value; } });
+    const choice = (id, key, label, options) => {
+      const select = h("select", { id, class: "input", "data-testid": id,
+        onchange: () => { this.form[key] = select.value; } },
+        options.map(([v, text]) => h("option", { value: v, selected: v === this.form[key] },
+          text)));
       return [h("label", { for: id, class: "offscreen" }, label), select];
     };
-    const [scopeLabel, scope] = choice("mcp-scope", "What it may do", SCOPES, "sessions");
-    const [policyLabel, policy] = choice("mcp-policy", "The most its sessions may do", POLICIES,
-      "suggest");
+    const [scopeLabel, scope] = choice("mcp-scope", "scope", "What it may do", SCOPES);
+    const [policyLabel, policy] = choice("mcp-policy", "policy", "The most its sessions may do",
+      POLICIES);
     const form = h("form", { class: "col gap", onsubmit: (ev) => {
       ev.preventDefault();
       this._do(async () => {
         const made = await api.createMcpToken(name.value.trim() || "agent", scope.value,
           policy.value);
         this.fresh = made;
+        this.form = { name: "", scope: "sessions", policy: "suggest" };
       });
     } },
     h("div", { class: "row gap" },
