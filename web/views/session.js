@@ -2,6 +2,8 @@
 //
 // Rendering is lazy and incremental:
 // * only the last WINDOW items are built on open; "Show earlier" builds more on demand;
+// * while the view follows the end, the oldest built items go again once more than
+//   WINDOW + WINDOW_SLACK are built, so a session followed for days keeps a bounded page;
 // * an appended item appends one node; an updated item re-renders one node at the next frame;
 // * streamed command output is appended to the existing <pre> without re-rendering.
 
@@ -21,6 +23,10 @@ import {
 
 /** Items built when a session opens, and per "Show earlier" click. */
 export const WINDOW = 200;
+
+/** How many items past WINDOW a followed view builds before it drops its oldest (in one go,
+ * not one per new item). */
+export const WINDOW_SLACK = 50;
 
 /** The layout of a phone (style.css says the same width). */
 const NARROW = "(max-width: 860px)";
@@ -310,6 +316,25 @@ export class SessionView {
     this._renderOrphans();
   }
 
+  /** While the view follows the end, the items built above the last WINDOW go once more
+   * than WINDOW + WINDOW_SLACK are built ("Show earlier" builds them again): followed for
+   * hours, the page held every item streamed since it opened (issue 36). Not while the user
+   * reads further up. */
+  _dropOldest(s) {
+    if (!this._stick || this._built - this._start <= WINDOW + WINDOW_SLACK) return;
+    const from = this._built - WINDOW;
+    for (let i = this._start; i < from; i++) {
+      const id = s.items[i].id;
+      const node = this._nodes.get(id);
+      if (node) node.remove();
+      this._nodes.delete(id);
+      this._dirty.delete(id);
+    }
+    this._start = from;
+    this._earlier.hidden = false;
+    this._earlier.textContent = `Show earlier (${from} more)`;
+  }
+
   /** Called by the router once `el` is in the document (scrolling needs layout). */
   mounted() {
     this._scrollToEnd();
@@ -429,6 +454,7 @@ export class SessionView {
       }
       this._built = s.items.length;
       this._list.append(frag);
+      this._dropOldest(s);
     }
     for (const id of this._dirty) {
       const old = this._nodes.get(id);

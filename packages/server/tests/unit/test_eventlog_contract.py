@@ -10,6 +10,8 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import time
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -345,3 +347,30 @@ class TestSqliteEventLog(EventLogContract):
             await asyncio.gather(*closers)
 
         asyncio.run(main())
+
+    def test_a_saved_snapshot_is_not_kept_in_memory(self, tmp_path: Path) -> None:
+        """Once stored, a snapshot's bytes (the whole state, encoded) are the log's no more:
+        the writer thread kept the last one referenced until the next snapshot, as much
+        memory again as the state (issue 36)."""
+        size = 32 * 2**20
+
+        async def body(log: EventLog) -> None:
+            await log.append([("s", title(1))])
+            tracemalloc.start()
+            try:
+                before = tracemalloc.get_traced_memory()[0]
+                data = bytes(size)
+                await log.save_snapshot(1, data)
+                del data
+                # the writer thread answers the caller, then drops what it held: let it
+                deadline = time.monotonic() + 5
+                while tracemalloc.get_traced_memory()[0] - before > size // 4:
+                    assert time.monotonic() < deadline, "the snapshot's bytes are still held"
+                    await asyncio.sleep(0.01)
+                await log.append([("s", title(2))])  # and the log goes on as before
+            finally:
+                tracemalloc.stop()
+            stored = await log.latest_snapshot()
+            assert stored is not None and stored[0] == 1 and len(stored[1]) == size
+
+        self.run(tmp_path, body)

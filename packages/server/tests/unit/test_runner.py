@@ -348,6 +348,37 @@ def test_manual_compaction_while_idle() -> None:
     run([[TextDelta("hi"), Finished()], [TextDelta("- said hi"), Finished()]], check)
 
 
+def test_idle_sessions_encoded_conversations_are_a_bounded_cache() -> None:
+    """Only the last :attr:`AgentService.histories_kept` idle sessions keep their encoded
+    conversation (a server up for weeks kept every session's, issue 36); a session whose went
+    sends the same conversation at its next call, encoded afresh."""
+    other = "ses_2"
+
+    async def check(h: Harness) -> None:
+        h.service.histories_kept = 1
+        await h.turn()
+        assert [key[0] for key in h.service.histories] == [S]
+        await h.record([
+            (other, ev.SessionCreated(title="t2", worker_id=W, workdir="/w/q", provider="p",
+                                      model="m", policy="full-auto")),
+            (other, ev.SessionItemAppended(item=ev.UserMessage(id=h.new_id("itm"), ts=0.0,
+                                                               text="other work")))])
+        assert other in h.service.tasks  # its turn started with the prompt
+        await waiting.until(lambda: other not in h.service.tasks, timeout=DEADLINE_S,
+                            interval=0.01, what="the other turn to end")
+        assert h.engine.state.sessions[other].items[-1].text == "two"
+        assert [key[0] for key in h.service.histories] == [other]  # S's cache went
+        await h.prompt("go on")
+        await h.turn()
+        assert [m["content"] for m in provider(h).bodies[-1]["input"]
+                if m.get("role") in ("user", "assistant")] == [
+            "fix the tests", "one", "go on"]
+        assert [key[0] for key in h.service.histories] == [S]
+
+    run([[TextDelta("one"), Finished()], [TextDelta("two"), Finished()],
+         [TextDelta("three"), Finished()]], check)
+
+
 @pytest.mark.parametrize("decision", ["approve", "reject"])
 def test_the_approval_gate(decision: str) -> None:
     async def check(h: Harness) -> None:

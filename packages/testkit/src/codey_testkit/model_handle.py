@@ -113,12 +113,15 @@ def start_model_server(
     timeout: float = 20.0,
     name: str = "model-server",
     backlog: int | None = None,
+    max_records: int | None = None,
 ) -> ModelServerHandle:
     """Start ``codey-model-server`` on port 0 and wait until it listens.
 
     A mapping/list script is written as JSON into ``tmp_path``; a Path is used as is. The log
     goes to ``tmp_path/<name>.log``. ``backlog``: its listen backlog (uvicorn's 2048 when
-    None); 5 is a small accept queue, as many self-hosted model servers have. Raises
+    None); 5 is a small accept queue, as many self-hosted model servers have. ``max_records``:
+    how many requests it keeps for :meth:`ModelServerHandle.requests` (its 10,000 when None;
+    a long benchmark keeps few, or the bodies fill the machine's memory). Raises
     ProcessExitedError (bad script, crash) or ProcessTimeoutError, both with the log tail.
     """
     tmp_path.mkdir(parents=True, exist_ok=True)
@@ -137,6 +140,8 @@ def start_model_server(
         argv += ["--oidc-audience", oidc_audience]
     if backlog is not None:
         argv += ["--backlog", str(backlog)]
+    if max_records is not None:
+        argv += ["--max-records", str(max_records)]
     process = ManagedProcess(name, log_dir=tmp_path)
     process.start(argv)
     try:

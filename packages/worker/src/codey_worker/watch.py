@@ -14,6 +14,12 @@ folder: another session's files, or the user's own edits between turns, are not 
 "changed files". Two sessions acting in one folder at the same moment see each other's
 changes (a watcher cannot tell who wrote a file). An AGENTS.md someone else edits mid-turn is
 read at the next turn's start.
+
+At most :data:`MAX_WATCHES` watches run at once (the sessions that acted last keep theirs):
+outside its actions a session's watch reports nothing anyway, so a session whose watch was
+stopped gets it back at its next action that may change files, as at its attach (best
+effort: what that action writes before the watch is up is not seen). A worker up for weeks
+kept a watch for every session it ever attached, two threads and five descriptors each.
 """
 
 from __future__ import annotations
@@ -44,6 +50,9 @@ MAX_PATHS = 500  # paths per event; a huge checkout or build is summarised by it
 #: changes reported this long after a session's last action ended are still its own: a burst
 #: is reported DEBOUNCE_MS after it settles, later on a busy machine
 ATTRIBUTION_SLACK_S = 2.0
+
+#: watches running at once (issue 36)
+MAX_WATCHES = 32
 
 #: suffix of the temporary files patch.py and fs.py write before renaming into place
 TEMP_SUFFIX = ".codey-tmp"
@@ -76,17 +85,28 @@ class WorkspaceWatcher:
     """Watches attached workdirs; ``send`` gets encoded ``WorkspaceChanged`` frames."""
 
     def __init__(self, send: Send, debounce_ms: int = DEBOUNCE_MS,
-                 slack_s: float = ATTRIBUTION_SLACK_S) -> None:
+                 slack_s: float = ATTRIBUTION_SLACK_S, max_watches: int = MAX_WATCHES) -> None:
         self._send = send
         self._debounce_ms = debounce_ms
         self._slack_s = slack_s
+        self._max_watches = max_watches
+        self._workdirs: dict[str, Path] = {}  # session id → its workdir: the attached ones
+        #: the watches running, the session that acted last at the end
         self._tasks: dict[str, tuple[Path, asyncio.Task[None], asyncio.Event]] = {}
+        self._stopping: set[asyncio.Task[None]] = set()  # told to stop, not yet ended
         self._acting: dict[str, int] = {}  # session id → its actions running now
         self._acted: dict[str, float] = {}  # session id → when its last action ended
 
     def acting(self, session_id: str) -> None:
-        """An action of ``session_id`` that may change files starts: what changes is its."""
+        """An action of ``session_id`` that may change files starts: what changes is its
+        (and its watch runs, again if it was stopped)."""
         self._acting[session_id] = self._acting.get(session_id, 0) + 1
+        workdir = self._workdirs.get(session_id)
+        current = self._tasks.pop(session_id, None)
+        if current is not None:  # it runs (or it ended on its own: not again per action)
+            self._tasks[session_id] = current  # used last now
+        elif workdir is not None:  # stopped for the others'
+            self._start(session_id, workdir)
 
     def acted(self, session_id: str) -> None:
         """That action ended (call once per :meth:`acting`)."""
@@ -106,20 +126,42 @@ class WorkspaceWatcher:
 
     @property
     def sessions(self) -> list[str]:
-        """Session ids being watched (the worker's ``known_sessions``)."""
-        return list(self._tasks)
+        """Session ids being watched, their watch running or not."""
+        return list(self._workdirs)
+
+    @property
+    def running(self) -> list[str]:
+        """Session ids whose watch runs now, the one that acted last at the end."""
+        return [sid for sid, (_, task, _) in self._tasks.items() if not task.done()]
 
     def watch(self, session_id: str, workdir: Path) -> None:
         """Start watching ``workdir`` for ``session_id`` (again: a no-op for the same dir)."""
-        current = self._tasks.get(session_id)
+        self._workdirs[session_id] = workdir
+        self._start(session_id, workdir)
+
+    def _start(self, session_id: str, workdir: Path) -> None:
+        current = self._tasks.pop(session_id, None)  # and in again, last
+        if current is not None and current[0] == workdir and not current[1].done():
+            self._tasks[session_id] = current
+            return
         if current is not None:
-            if current[0] == workdir and not current[1].done():
-                return
-            current[2].set()
+            self._stop(current)
         stop = asyncio.Event()
         task = asyncio.create_task(self._run(session_id, workdir, stop),
                                    name=f"watch-{session_id}")
         self._tasks[session_id] = (workdir, task, stop)
+        # the watches of the sessions that acted longest ago stop (not one acting now)
+        for sid in list(self._tasks)[:-1]:
+            if len(self._tasks) <= self._max_watches:
+                break
+            if not self._acting.get(sid):
+                self._stop(self._tasks.pop(sid))
+
+    def _stop(self, watch: tuple[Path, asyncio.Task[None], asyncio.Event]) -> None:
+        _, task, stop = watch
+        stop.set()
+        self._stopping.add(task)
+        task.add_done_callback(self._stopping.discard)
 
     async def _run(self, session_id: str, workdir: Path, stop: asyncio.Event) -> None:
         # imported on the first attach, not at the worker's start (an idle worker stays
@@ -154,19 +196,20 @@ class WorkspaceWatcher:
 
     def unwatch(self, session_id: str) -> bool:
         """Stop watching for ``session_id``; False if it was not watched."""
+        was = self._workdirs.pop(session_id, None) is not None
         current = self._tasks.pop(session_id, None)
         self._acted.pop(session_id, None)
-        if current is None:
-            return False
-        current[2].set()
-        return True
+        if current is not None:
+            self._stop(current)
+        return was
 
     async def close(self) -> None:
         """Stop every watch."""
         tasks = list(self._tasks.values())
         self._tasks.clear()
-        for _, _task, stop in tasks:
-            stop.set()
-        for _, task, _ in tasks:
+        self._workdirs.clear()
+        for watch in tasks:
+            self._stop(watch)
+        for task in list(self._stopping):
             with contextlib.suppress(BaseException):
                 await asyncio.wait_for(task, 2)

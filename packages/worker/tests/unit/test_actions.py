@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -525,6 +526,61 @@ def test_a_session_reports_only_what_changed_while_it_acted(
     s1, s2 = reported("s1"), reported("s2")
     assert s1 and all(p.startswith("a") for p in s1), s1
     assert s2 == {"b.txt"}, s2
+
+
+def _inotify_fds() -> int:
+    """This process's inotify descriptors: one per running watch."""
+    fds = Path("/proc/self/fd")
+    count = 0
+    for fd in fds.iterdir():
+        with contextlib.suppress(OSError):
+            count += os.readlink(fd) == "anon_inode:inotify"
+    return count
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="counts /proc/self/fd")
+def test_only_the_sessions_that_acted_last_keep_a_running_watch(
+        tmp_path: Path, root: Path) -> None:
+    """Sessions stay attached, but at most ``max_watches`` watches run (a worker up for weeks
+    kept one per session it ever attached: two threads and five descriptors each, issue 36);
+    a session whose watch was stopped gets it back at its next action."""
+    send = FakeSend()
+
+    async def main() -> None:
+        before = _inotify_fds()
+        watcher = WorkspaceWatcher(send, debounce_ms=50, max_watches=2)
+        d = make(tmp_path, root, send, watcher=watcher)
+        sids = [f"s{n}" for n in range(6)]
+        for sid in sids:
+            (root / sid).mkdir()
+            await d.handle(AttachSession(action_id=f"at-{sid}", session_id=sid,
+                                         workdir=str(root / sid)))
+            await d.wait_idle()
+        assert watcher.sessions == sids == d.known_sessions()  # all of them still attached
+        await until(lambda: not watcher._stopping, what="the stopped watches to end")
+        assert watcher.running == ["s4", "s5"]
+        await until(lambda: _inotify_fds() - before == 2, what="two watches' inotify")
+
+        # s0 acts again: its watch runs again, and reports what the action writes
+        for n in range(40):
+            await d.handle(WriteFile(action_id=f"w{n}", session_id="s0",
+                                     workdir=str(root / "s0"), path=f"a{n}.txt", content="a"))
+            await d.wait_idle()
+            with contextlib.suppress(WaitTimedOut):
+                await until(lambda n=n: any(  # type: ignore[misc]
+                    isinstance(m, WorkspaceChanged) and m.session_id == "s0"
+                    and f"a{n}.txt" in m.paths for m in send.messages()), timeout=0.5)
+            if any(isinstance(m, WorkspaceChanged) and m.session_id == "s0"
+                   for m in send.messages()):
+                break
+        assert watcher.running == ["s5", "s0"]
+        await until(lambda: not watcher._stopping, what="s4's watch to end")
+        assert _inotify_fds() - before == 2
+        await d.shutdown()
+        assert _inotify_fds() == before
+
+    run(main)
+    assert {m.session_id for m in send.messages() if isinstance(m, WorkspaceChanged)} == {"s0"}
 
 
 def test_kept_read_answers_are_capped_in_total_bytes(

@@ -144,6 +144,12 @@ class _Waiters:
 
 
 class AgentService:
+    #: idle sessions whose encoded conversation (:class:`History`, about the size of their
+    #: items again) stays cached, the ones used last; a session whose cache went encodes its
+    #: conversation afresh at its next call, once. A server up for weeks kept one for every
+    #: session it ever ran (issue 36). Those of running turns always stay.
+    histories_kept = 32
+
     def __init__(self, engine: Engine, workers: Actions, settings: Settings,
                  token_for: TokenFor, refresh_for: RefreshFor | None = None,
                  load_blob: Loader | None = None, *, actions: Actions | None = None,
@@ -231,10 +237,17 @@ class AgentService:
 
     def history(self, session_id: str, wire_name: str) -> History:
         key = (session_id, wire_name)
-        history = self.histories.get(key)
+        history = self.histories.pop(key, None)  # and in again, last: the dict is LRU order
         if history is None:
-            history = self.histories[key] = History(wire_for(wire_name), self.load_blob)
+            history = History(wire_for(wire_name), self.load_blob)
+        self.histories[key] = history
         return history
+
+    def _drop_idle_histories(self) -> None:
+        """Keep the histories of :attr:`histories_kept` idle sessions, the ones used last."""
+        idle = [key for key in self.histories if key[0] not in self.tasks]
+        for key in idle[:max(0, len(idle) - self.histories_kept)]:
+            del self.histories[key]
 
     # lifecycle ------------------------------------------------------------------------------
 
@@ -370,6 +383,7 @@ class AgentService:
         if self.tasks.get(session_id) is task:
             del self.tasks[session_id]
             driver = self.drivers.pop(session_id, None)
+            self._drop_idle_histories()
         lost = driver.lease_lost if driver is not None else None
         self._feed(TurnEnded(session_id, None if lost is None else str(lost),
                              self._holding(session_id)))

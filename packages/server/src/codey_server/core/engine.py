@@ -45,6 +45,7 @@ from codey_protocol.events import Envelope, Event
 from codey_protocol.foldversion import encode_snapshot
 from codey_protocol.state import State
 from codey_server.core import status
+from codey_server.core.heap import release_free_memory
 from codey_server.core.rules import Context, Decided, Rules
 from codey_server.core.snapshots import load_state
 from codey_server.errors import AppendConflict
@@ -267,7 +268,14 @@ class Engine:
         data = encode_snapshot(self.state)
         await self.log.save_snapshot(seq, data)
         self._snapshot_seq = seq
-        log.debug("snapshot at seq %d (%d bytes)", seq, len(data))
+        size = len(data)
+        del data
+        # the biggest transient buffer there is, just freed: the heap's free pages go back
+        # now, or they stay resident (core/heap.py)
+        t0 = time.perf_counter()
+        release_free_memory()
+        log.debug("snapshot at seq %d (%d bytes); free memory released in %.1f ms", seq, size,
+                  (time.perf_counter() - t0) * 1000)
 
     async def trim(self, keep: Collection[str]) -> int:
         """Delete the stored events of every session not in ``keep`` (retention), up to a

@@ -335,11 +335,13 @@ class SqliteEventLog(EventLog):
             if appends:
                 self._commit_group(conn, loop, appends)
             if len(appends) != len(requests):
-                for req in requests:
-                    if type(req) is _CallRequest:
-                        self._run_call(conn, loop, req)
+                self._run_calls(conn, loop, requests)
             if stop:
                 return
+            # Nothing of this group may stay referenced while get() waits for the next: a
+            # loop variable kept the last snapshot's payload (the whole state, encoded) alive
+            # until the next call, as much memory again as the state took (issue 36).
+            del appends
 
     def _commit_group(
         self,
@@ -424,6 +426,12 @@ class SqliteEventLog(EventLog):
                 future.set_result(envs)
         if batch:
             self._publish(batch)
+
+    def _run_calls(self, conn: sqlite3.Connection, loop: asyncio.AbstractEventLoop,
+                   requests: list[Any]) -> None:
+        for req in requests:
+            if type(req) is _CallRequest:
+                self._run_call(conn, loop, req)
 
     def _run_call(
         self, conn: sqlite3.Connection, loop: asyncio.AbstractEventLoop, req: _CallRequest
