@@ -56,7 +56,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import figure, info
 
-from codey_testkit.model_handle import ModelServerHandle, start_model_server
+from codey_testkit.model_handle import start_model_server
 from codey_testkit.scenarios import provider_config
 from codey_testkit.stack import ServerProcess, WorkerProcess
 from codey_testkit.waiting import wait_until
@@ -160,7 +160,7 @@ def run_rounds(server: ServerProcess, worker: WorkerProcess, *, sessions: int, p
         # each turn adds its prompt, per_turn calls and the answer
         want = (1 if fresh else k + 1) * (per_turn + 2)
 
-        def done(want: int = want) -> bool:
+        def done(want: int = want, sids: list[str] = sids) -> bool:
             listed = {s["session_id"]: s for s in server.http.get("/api/sessions").json()}
             bad = [listed[s] for s in sids if listed[s]["status"] == "error"]
             if bad:
