@@ -374,6 +374,8 @@ class ActionDispatcher:
         if watcher is not None:
             watcher.acting(action.session_id)
         try:
+            if watcher is not None:
+                await watcher.until_ready(action.session_id)
             await self._run_action(action)
         finally:
             if watcher is not None:

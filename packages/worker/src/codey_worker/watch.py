@@ -94,6 +94,8 @@ class WorkspaceWatcher:
         #: the watches running, the session that acted last at the end
         self._tasks: dict[str, tuple[Path, asyncio.Task[None], asyncio.Event]] = {}
         self._stopping: set[asyncio.Task[None]] = set()  # told to stop, not yet ended
+        #: session id → set once its watch has its inotify watches (or gave up)
+        self._ready: dict[str, asyncio.Event] = {}
         self._acting: dict[str, int] = {}  # session id → its actions running now
         self._acted: dict[str, float] = {}  # session id → when its last action ended
 
@@ -147,7 +149,8 @@ class WorkspaceWatcher:
         if current is not None:
             self._stop(current)
         stop = asyncio.Event()
-        task = asyncio.create_task(self._run(session_id, workdir, stop),
+        ready = self._ready[session_id] = asyncio.Event()
+        task = asyncio.create_task(self._run(session_id, workdir, stop, ready),
                                    name=f"watch-{session_id}")
         self._tasks[session_id] = (workdir, task, stop)
         # the watches of the sessions that acted longest ago stop (not one acting now)
@@ -163,7 +166,26 @@ class WorkspaceWatcher:
         self._stopping.add(task)
         task.add_done_callback(self._stopping.discard)
 
-    async def _run(self, session_id: str, workdir: Path, stop: asyncio.Event) -> None:
+    async def until_ready(self, session_id: str, timeout: float = 2.0) -> None:
+        """Wait (at most ``timeout``) until ``session_id``'s watch sees changes: the watch
+        starts in a task that first imports watchfiles in a thread, and on a loaded machine
+        a session's first write, right after its attach, came before it and was never
+        listed as changed."""
+        ready = self._ready.get(session_id)
+        if ready is None or ready.is_set():
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(ready.wait(), timeout)
+
+    async def _run(self, session_id: str, workdir: Path, stop: asyncio.Event,
+                   ready: asyncio.Event) -> None:
+        try:
+            await self._watch(session_id, workdir, stop, ready)
+        finally:
+            ready.set()  # nobody waits on a watch that ended
+
+    async def _watch(self, session_id: str, workdir: Path, stop: asyncio.Event,
+                     ready: asyncio.Event) -> None:
         # imported on the first attach, not at the worker's start (an idle worker stays
         # small), and in a thread: watchfiles and the anyio backend it runs on took the
         # loop ~20-40 ms, which the session's first command (attached at the same moment)
@@ -174,6 +196,9 @@ class WorkspaceWatcher:
         def keep(change: Change, path: str) -> bool:
             return relevant(workdir, path) is not None
 
+        # awatch makes its inotify watches (RustNotify) before its first await: a callback
+        # scheduled now runs after they are in place
+        asyncio.get_running_loop().call_soon(ready.set)
         try:
             async for changes in awatch(workdir, watch_filter=keep, debounce=self._debounce_ms,
                                         step=50, stop_event=stop, recursive=True):
@@ -197,6 +222,7 @@ class WorkspaceWatcher:
     def unwatch(self, session_id: str) -> bool:
         """Stop watching for ``session_id``; False if it was not watched."""
         was = self._workdirs.pop(session_id, None) is not None
+        self._ready.pop(session_id, None)
         current = self._tasks.pop(session_id, None)
         self._acted.pop(session_id, None)
         if current is not None:
@@ -208,6 +234,7 @@ class WorkspaceWatcher:
         tasks = list(self._tasks.values())
         self._tasks.clear()
         self._workdirs.clear()
+        self._ready.clear()
         for watch in tasks:
             self._stop(watch)
         for task in list(self._stopping):
