@@ -28,6 +28,9 @@ import pytest
 from mcp.client.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from codey_server.upgrades.backup import BACKUPS_DIR, read_manifest
+from codey_server.upgrades.data import FORMAT_FILE
+from codey_server.upgrades.plan import FORMAT, UNMARKED
 from codey_testkit.model_handle import ModelServerHandle, start_model_server
 from codey_testkit.scenarios import idle, session, tools, wait_for
 from codey_testkit.stack import ServerProcess, WorkerProcess
@@ -208,11 +211,18 @@ def test_todays_server_and_worker_open_the_old_data_and_everything_goes_on(
     assert tokens[token["token_id"]]["name"] == token["name"]
     seen = asyncio.run(_mcp_sessions(f"{server.url}/mcp", token["token"]))
     assert set(seen) == {sid for sid, s in old.state["sessions"].items() if not s["archived"]}
-    # TODO(issue 36, item 5, the migrations' branch): the token keeps the rights it had
-    # before scopes (admin, full-auto) and the one-time notice says so; assert both here.
-    # TODO(issue 36, item 1, the format-version branch): the data's format version is
-    # raised by the migration, a backup was made first, and the one-time notice lists what
-    # changed (sessions now run in the sandbox); assert them here.
+    # made before scopes, the token keeps the rights it had (admin, full-auto), and the data
+    # was backed up, then raised to this format, with a one-time notice of what changed
+    assert (tokens[token["token_id"]]["scope"],
+            tokens[token["token_id"]]["max_policy"]) == ("admin", "full-auto")
+    data_dir = server.data_dir
+    [backup] = (data_dir / BACKUPS_DIR).iterdir()
+    assert read_manifest(backup).format == UNMARKED
+    assert json.loads((data_dir / FORMAT_FILE).read_text())["format"] == FORMAT
+    [notice] = server.http.get("/api/state/bootstrap").json()["state"]["upgrades"]
+    assert (notice["from_format"], notice["to_format"]) == (UNMARKED, FORMAT)
+    assert any("full-auto" in c for c in notice["changes"])
+    assert any("workspace-write" in c for c in notice["changes"])
 
     # the session waiting on a command: nothing judged it before its machine said hello
     asking = old.sid("approval")
