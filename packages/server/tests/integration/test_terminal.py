@@ -3,7 +3,6 @@ server's sockets, the same shell after the browser left and came back."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import sqlite3
 import subprocess
@@ -15,7 +14,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 
 from codey_testkit.stack import ServerProcess, WorkerProcess
-from codey_testkit.waiting import Deadline, WaitTimedOut, wait_until
+from codey_testkit.waiting import wait_until
 from codey_testkit.wsclient import TerminalView
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
@@ -71,18 +70,7 @@ def test_a_shell_survives_its_browser_and_two_browsers_share_it(
     again = TerminalView(server, terminal_id)  # the tab reopened: the same shell, its variable kept
     again.type("echo again-$MARK; echo secret-never-logged\r")
     again.until(b"again-42")
-    again.ws.send(json.dumps({"type": "resize", "cols": 61, "rows": 17}))
-    # tmux applies a resize on its own time: under load a shell once saw 100x17 (the rows
-    # changed, the columns not yet). Ask again until the shell sees the new size
-    deadline = Deadline(20, what="the shell to see 61x17")
-    while True:
-        left = deadline.left(last=again.screen[-400:])  # (raises once the 20 s are over)
-        again.type("echo size-$(tput cols)x$(tput lines)\r")
-        try:
-            again.until(b"size-61x17", timeout=min(3.0, left))
-            break
-        except WaitTimedOut:
-            continue
+    again.resize_and_see(61, 17)
     assert server.http.post(f"/api/terminals/{terminal_id}/close").status_code == 200
     assert again.close_code() == 1000
     assert again.ended is not None and again.ended["shell_alive"] is False

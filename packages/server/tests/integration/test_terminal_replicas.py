@@ -4,7 +4,6 @@ socket on another. The bytes cross through the database both ways, flow control 
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -75,9 +74,7 @@ def test_a_browser_on_one_replica_types_into_a_shell_on_another_replicas_worker(
     view.type("seq 1 100000 | tr '\\n' ' ' | fold -w 80; echo; echo end-$MARK\r")
     view.until(b"end-42", timeout=60)
     assert b"99999 100000" in view.screen
-    view.ws.send(json.dumps({"type": "resize", "cols": 61, "rows": 17}))
-    view.type("echo size-$(tput cols)x$(tput lines)\r")
-    view.until(b"size-61x17")
+    view.resize_and_see(61, 17)
     # a second browser on the worker's own replica watches the same shell
     local = TerminalView(worker_side, terminal_id)
     view.type("echo both-$MARK\r")

@@ -11,7 +11,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
 from codey_testkit.stack import ServerProcess
-from codey_testkit.waiting import Deadline
+from codey_testkit.waiting import Deadline, WaitTimedOut
 
 
 class BrowserSocket:
@@ -114,6 +114,22 @@ class TerminalView:
                 self.screen += frame
             else:
                 self.ended = json.loads(frame)
+
+    def resize_and_see(self, cols: int, rows: int, timeout: float = 20.0) -> None:
+        """Resize the view and wait until its shell sees the new size. tmux applies a resize on
+        its own time: under load a shell once saw 100x17 (the rows changed, the columns not
+        yet), so the shell is asked again until it answers with both."""
+        self.ws.send(json.dumps({"type": "resize", "cols": cols, "rows": rows}))
+        want = f"size-{cols}x{rows}".encode()
+        deadline = Deadline(timeout, what=f"the shell to see {cols}x{rows}")
+        while True:
+            left = deadline.left(last=self.screen[-400:])  # (raises once the time is over)
+            self.type("echo size-$(tput cols)x$(tput lines)\r")
+            try:
+                self.until(want, timeout=min(3.0, left))
+                return
+            except WaitTimedOut:
+                continue
 
     def close_code(self, timeout: float = 20.0) -> int | None:
         deadline = Deadline(timeout, what="the view to be closed")
