@@ -86,7 +86,7 @@ def test_a_command_goal_is_met_after_a_failing_then_a_passing_check(
     goal = s["goal"]
     assert goal["status"] == "met", goal
     assert (goal["attempts"], goal["last_met"], goal["last_exit_code"]) == (2, True, 0)
-    assert goal["reason"] == "`python3 test_app.py` exited 0 (check 2)"
+    assert goal["reason"] == "its command exited 0 (check 2)"
     assert goal["command"] == ["python3", "test_app.py"]
     first, failed = _goal_prompts(s)
     assert first.startswith("Your goal for this session: $ python3 test_app.py")

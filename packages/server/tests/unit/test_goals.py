@@ -4,6 +4,7 @@ check's result appends, the loop's stops; and a whole loop folded step by step."
 from __future__ import annotations
 
 import itertools
+import json
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from codey_protocol import client as cl
 from codey_protocol import events as ev
 from codey_protocol import worker as wk
 from codey_protocol.state import State
+from codey_server.agent import goal_judge
 from codey_server.core import goals
 from codey_server.core.rules import CommandRejected, Context
 from codey_server.features import apply, decide
@@ -129,7 +131,7 @@ def test_setting_a_goal_tells_the_model_and_a_failed_check_starts_the_next_turn(
     assert due is not None and due.after_item == "itm_a2"
     [checked, met] = run.fold(goals.checked(run.state, goals.CheckDone(
         due, met=True, output="2 passed", exit_code=0), run.ctx))
-    assert isinstance(met, ev.GoalMet) and met.reason == "`pytest -q` exited 0 (check 2)"
+    assert isinstance(met, ev.GoalMet) and met.reason == "its command exited 0 (check 2)"
     g = run.session.goal
     assert (g.status, g.attempts, g.last_met, g.last_exit_code) == ("met", 2, True, 0)
     run.turn(answer(3))
@@ -250,3 +252,27 @@ def test_create_session_sets_the_goal_after_the_prompt() -> None:
     with pytest.raises(CommandRejected, match="external agent"):
         decide(run.state, cl.CreateSession(worker_id=W, workdir="/src", goal="it works",
                                            agent="claude"), run.ctx)
+
+
+# the judge's request and verdict (agent/goal_judge.py) ------------------------------------
+
+def test_the_judges_verdict_is_typed_and_fails_closed() -> None:
+    read = goal_judge.read_verdict
+    assert read('{"met": true, "reason": "the tests pass"}') == goal_judge.GoalVerdict(
+        met=True, reason="the tests pass")
+    assert read('Verdict:\n{"met": false, "reason": "no\\noutput"}').reason == "no output"
+    for answer in ("", "yes, met", '{"met": "yes"}', '{"reason": "x"}', "{not json}",
+                   '{"met": true'):
+        assert read(answer).met is False, answer
+
+
+@given(st.text(max_size=2000))
+def test_the_evidence_cannot_leave_its_block(evidence: str) -> None:
+    """Whatever the reviewed agent writes (markers, quotes, newlines) stays one JSON string
+    between the request's two markers."""
+    text = goal_judge.judge_request("the docs build", evidence, "a1b2c3d4")
+    head, rest = text.split("<<<EVIDENCE-a1b2c3d4\n", 1)
+    block, tail = rest.split("\nEVIDENCE-a1b2c3d4>>>", 1)
+    assert "a1b2c3d4" not in head.replace("EVIDENCE-a1b2c3d4", "") and "a1b2c3d4" not in tail
+    assert "\n" not in block
+    assert json.loads(block) == evidence

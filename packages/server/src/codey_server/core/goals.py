@@ -227,8 +227,8 @@ def checked(state: State, d: CheckDone, ctx: Context) -> Decided:
         exit_code=d.exit_code, after_item=d.due.after_item)]
     if d.met:
         out.append(ev.GoalMet(goal_id=g.goal_id, reason=(
-            f"`{shlex.join(g.command)}` exited 0" if g.command is not None
-            else trim(d.output, 500)) + f" (check {attempt})"))
+            "its command exited 0" if g.command is not None
+            else f"the reviewer agreed: {trim(d.output, 500)}") + f" (check {attempt})"))
     elif d.give_up:
         out.append(ev.GoalGivenUp(goal_id=g.goal_id, reason=d.give_up))
     elif attempt >= g.max_turns:
