@@ -200,6 +200,7 @@ def test_a_session_stopped_any_other_way_gives_its_goal_up(status: ev.SessionSta
     run = Run()
     run.command(cl.SetGoal(session_id=S, condition="$ pytest"))
     run.add(S, ev.SessionStatusChanged(status="running"))
+    run.add(S, ev.SessionItemAppended(item=answer(1)))
     for going in ("running", "waiting_approval", "waiting_user", "idle"):
         run.add(S, ev.SessionStatusChanged(status=going))
         assert goals.stopped(run.state, S, run.ctx) == []
@@ -209,6 +210,35 @@ def test_a_session_stopped_any_other_way_gives_its_goal_up(status: ev.SessionSta
     assert given_up.reason == f"the session stopped ({status}: why)"
     run.add(sid, given_up)
     assert goals.stopped(run.state, S, run.ctx) == []
+
+
+def test_a_goal_set_on_a_stopped_session_waits_for_its_turn() -> None:
+    run = Run()
+    run.turn(answer(1), status="interrupted")
+    run.command(cl.SetGoal(session_id=S, condition="$ make"))
+    assert goals.stopped(run.state, S, run.ctx) == []  # its prompt starts a turn
+    run.turn(answer(2))
+    assert goals.due(run.session) is not None
+
+
+def test_a_proposed_plan_is_not_checked_until_approved() -> None:
+    run = Run()
+    p = "ses_plan"
+    run.add(p, ev.SessionCreated(title="t", worker_id=W, workdir="/src", provider="openai",
+                                 model="gpt-x", plan_mode=True))
+    run.fold(decide(run.state, cl.SetGoal(session_id=p, condition="$ make"), run.ctx))
+    for e in (ev.SessionStatusChanged(status="running"),
+              ev.PlanUpdated(steps=[ev.PlanStep(step="look")]),
+              ev.SessionItemAppended(item=answer(1)), ev.SessionStatusChanged(status="idle")):
+        run.add(p, e)
+    s = run.state.sessions[p]
+    assert s.plan_status == "proposed" and goals.due(s) is None
+    run.fold(decide(run.state, cl.ApprovePlan(session_id=p), run.ctx))
+    for e in (ev.SessionStatusChanged(status="running"),
+              ev.SessionItemAppended(item=answer(2)), ev.SessionStatusChanged(status="idle")):
+        run.add(p, e)
+    due = goals.due(s)
+    assert due is not None and due.after_item == "itm_a2"
 
 
 def test_set_goal_refusals_and_clearing() -> None:

@@ -172,10 +172,13 @@ def _evidence(call: ev.ToolCall) -> str:
 
 def due(s: SessionInfo) -> Due | None:
     """The check ``s``'s goal needs now, if any: its goal is active, its turn ended (idle, and
-    its last item is not a prompt about to run) and that turn was not checked yet."""
+    its last item is not a prompt about to run; no plan waits for the user's approval) and
+    that turn was not checked yet."""
     g = s.goal
     if g is None or g.status != "active" or s.status != "idle" or not s.items:
         return None
+    if s.plan_status == "proposed":
+        return None  # its plan waits for the user's approval: no turn was meant to do it yet
     last = s.items[-1]
     if last.id == g.checked_item or isinstance(last, ev.UserMessage):
         return None
@@ -241,10 +244,13 @@ def checked(state: State, d: CheckDone, ctx: Context) -> Decided:
 
 def stopped(state: State, session_id: str, ctx: Context) -> Decided:
     """Give the goal up when its session stopped other than by finishing a turn (an error, an
-    interrupt, its budget reached, closed): the loop goes on only while turns end idle."""
+    interrupt, its budget reached, closed): the loop goes on only while turns end idle. Not
+    while a prompt waits to start a turn there (a goal set on a stopped session)."""
     s = state.sessions.get(session_id)
     if s is None or s.goal is None or s.goal.status != "active" or s.status in _GOING:
         return []
+    if s.items and isinstance(s.items[-1], ev.UserMessage):
+        return []  # a prompt (the goal's own, a retry's) is about to start a turn
     why = f"the session stopped ({s.status}{': ' + s.status_reason if s.status_reason else ''})"
     return [(session_id, ev.GoalGivenUp(goal_id=s.goal.goal_id, reason=why))]
 
