@@ -176,7 +176,7 @@ def _exercise(api: _Contract, server: ServerProcess, worker: WorkerProcess) -> N
     goal = "/api/sessions/{session_id}/goal"
     api.check("POST", goal, 409, path={"session_id": sid}, json={"condition": "clear"})
     api.check("POST", goal, 404, path={"session_id": "ses_none"}, json={"condition": "x"})
-    api.check("POST", goal, 400, path={"session_id": sid}, json={"condition": "$ 'open"})
+    api.check("POST", goal, 400, path={"session_id": sid}, json={"condition": " $ "})
     compact = "/api/sessions/{session_id}/compact"
     api.check("POST", compact, 200, path={"session_id": sid})
     api.check("POST", compact, 404, path={"session_id": "ses_none"})

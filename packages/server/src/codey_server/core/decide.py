@@ -158,8 +158,8 @@ def create_session(state: State, c: cl.CreateSession, ctx: Context) -> Decided:
         created = SessionInfo(session_id=session_id, title=title, worker_id=c.worker_id,
                               workdir=c.workdir.strip(), provider=provider, model=model,
                               agent=c.agent)
-        out += [(session_id, e) for e in goals.goal_events(created, c.goal, c.goal_max_turns,
-                                                            ctx)]
+        out += [(session_id, e) for e in goals.goal_events(
+            created, c.goal, c.goal_max_turns, ctx, code="bad_request")]
     return out
 
 

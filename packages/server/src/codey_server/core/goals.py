@@ -61,9 +61,8 @@ def parse_goal(text: str) -> tuple[str, list[str] | None]:
         return t, None
     try:
         argv = shlex.split(t[1:])
-    except ValueError as err:
-        raise CommandRejected("bad_request", f"the goal's command does not parse: {err}") \
-            from None
+    except ValueError:  # an unclosed quote: its words as they stand (the run says the rest)
+        argv = t[1:].split()
     if not argv:
         raise CommandRejected("bad_request", "the goal's command is empty: /goal $ pytest -q")
     return t, argv
@@ -93,20 +92,22 @@ def _prompt(s: SessionInfo, goal: GoalInfo, ctx: Context, text: str) -> ev.Event
         id=ctx.new_id("itm"), ts=ctx.now(), text=text, queued=busy, origin=GOAL_ORIGIN))
 
 
-def goal_events(s: SessionInfo, text: str, max_turns: int | None,
-                ctx: Context) -> list[ev.Event]:
+def goal_events(s: SessionInfo, text: str, max_turns: int | None, ctx: Context, *,
+                code: str = "conflict") -> list[ev.Event]:
     """Set the goal ``text`` on ``s``: ``goal_set`` and the prompt that tells the model (queued
-    when a turn runs). Raises :class:`CommandRejected` for a goal that cannot be."""
+    when a turn runs). Raises :class:`CommandRejected` for a goal that cannot be: ``code``
+    for one this session cannot take (``bad_request`` for a session being created, whose
+    fields say it), ``bad_request`` for a ``$`` without a command or a cap out of bounds."""
     condition, argv = parse_goal(text)
     cap = max_turns if max_turns is not None else ctx.goal_max_turns
     if not 1 <= cap <= MAX_TURNS_LIMIT:
         raise CommandRejected("bad_request",
                               f"a goal's turns must be between 1 and {MAX_TURNS_LIMIT}")
     if argv is None and s.agent is not None:
-        raise CommandRejected("bad_request", f"an external agent cannot call {GOAL_TOOL}: give "
-                                             "the goal a command (/goal $ pytest -q)")
+        raise CommandRejected(code, f"an external agent cannot call {GOAL_TOOL}: give the goal "
+                                    "a command (/goal $ pytest -q)")
     if s.read_only or s.parent_id is not None:
-        raise CommandRejected("bad_request", "a read-only session or a sub-agent takes no goal")
+        raise CommandRejected(code, "a read-only session or a sub-agent takes no goal")
     goal_set = ev.GoalSet(goal_id=ctx.new_id("goal"), condition=condition, command=argv,
                           max_turns=cap)
     goal = GoalInfo(goal_id=goal_set.goal_id, condition=condition, command=argv,

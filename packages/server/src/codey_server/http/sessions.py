@@ -34,7 +34,7 @@ from codey_server.core.decide import ATTACHMENTS_MAX
 from codey_server.core.engine import Engine
 from codey_server.core.goals import MAX_TURNS_LIMIT
 from codey_server.http.errors import errors
-from codey_server.http.fields import NOT_BLANK, NonBlank
+from codey_server.http.fields import GOAL_COMMAND_OR_NONE, NOT_BLANK, GoalText, NonBlank
 from codey_server.http.resource import Resource
 
 __all__ = ["ApprovalChoice", "Created", "GoalChoice", "NewSession", "PolicyChoice", "Prompt",
@@ -58,6 +58,9 @@ class NewSession(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
                    {"properties": {"plan_mode": {"const": False}}}]},
         {"anyOf": [{"properties": {"agent": {"type": "null"}}},
                    {"properties": {"worktree": {"type": "null"}}}]},
+        # an external agent cannot call goal_met: its goal, if any, is a command
+        {"anyOf": [{"properties": {"agent": {"type": "null"}}},
+                   {"properties": {"goal": {"pattern": GOAL_COMMAND_OR_NONE}}}]},
     ]}
 
     worker_id: str
@@ -78,7 +81,7 @@ class NewSession(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     worktree: WorktreeRequest | None = None
     #: a goal to work towards, checked after each turn (``$ argv``: a command that must exit 0
     #: in the sandbox; else the model proves it with ``goal_met``); "": none
-    goal: str = ""
+    goal: GoalText = ""
     #: at most this many turns towards the goal (None: the server's ``goal_max_turns``)
     goal_max_turns: Annotated[int, msgspec.Meta(ge=1, le=MAX_TURNS_LIMIT)] | None = None
 
@@ -88,7 +91,7 @@ class GoalChoice(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
     #: ``$ argv`` (a command that must exit 0), a condition the model proves with
     #: ``goal_met``, or ``clear``
-    condition: str
+    condition: GoalText
     max_turns: Annotated[int, msgspec.Meta(ge=1, le=MAX_TURNS_LIMIT)] | None = None
 
 
