@@ -108,6 +108,10 @@ def test_a_goal_typed_in_the_prompt_box_is_judged_through_goal_met(
     judged = [r for r in model.requests("/v1/chat/completions")
               if "<<<EVIDENCE-" in str(r["body"]["messages"][-1]["content"])]
     assert len(judged) == 1
+    # on a phone the goal stays above the transcript, as the plan does
+    page.set_viewport_size({"width": 390, "height": 844})
+    expect(box).to_be_visible()
+    expect(box.get_by_test_id("goal-status")).to_have_text("met after 1 check")
 
 
 def test_the_cap_stops_a_goal_that_is_never_met(stack: Stack, page: Page) -> None:
