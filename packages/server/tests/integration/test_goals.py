@@ -190,12 +190,13 @@ def test_a_restart_during_a_check_runs_it_again(
     wd = Path(worker.workdir("restart"))
     wd.mkdir(parents=True)
     started = wd / "started.txt"
-    # the check notes each run, then waits long enough for the restart
-    sid = _create(server, worker, wd, "$ sh -c 'echo run >> started.txt; sleep 2; exit 1'",
+    # the check notes each run; the first one then waits long enough for the restart
+    sid = _create(server, worker, wd, "$ sh -c 'echo run >> started.txt; "
+                  "[ \"$(wc -l < started.txt)\" -gt 1 ] || sleep 15; exit 1'",
                   goal_max_turns=2)
     wait_for(server, sid, lambda s: started.exists(), timeout=60, what="the first check")
     server.restart()
-    s = wait_for(server, sid, _goal_over, timeout=60, what="the goal to be decided")
+    s = wait_for(server, sid, _goal_over, timeout=90, what="the goal to be decided")
     goal = s["goal"]
     assert goal["status"] == "given_up" and goal["attempts"] == 2, goal
     # the check cut by the restart ran again, then the second turn's: three runs, two checks
