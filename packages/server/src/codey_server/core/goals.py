@@ -86,8 +86,10 @@ def describe(goal: GoalInfo) -> str:
             "did and how you verified it); a reviewer judges the evidence after your turn")
 
 
-def _prompt(s: SessionInfo, goal: GoalInfo, ctx: Context, text: str) -> ev.Event:
-    busy = s.status in ("running", "waiting_approval", "waiting_worker")
+def _prompt(s: SessionInfo, ctx: Context, text: str) -> ev.Event:
+    # as a user's prompt: queued while a turn runs or a question of the model waits
+    busy = s.status in ("running", "waiting_approval", "waiting_worker") or any(
+        q.status == "pending" for q in s.questions.values())
     return ev.SessionItemAppended(item=ev.UserMessage(
         id=ctx.new_id("itm"), ts=ctx.now(), text=text, queued=busy, origin=GOAL_ORIGIN))
 
@@ -115,7 +117,7 @@ def goal_events(s: SessionInfo, text: str, max_turns: int | None, ctx: Context, 
     told = (f"Your goal for this session: {condition}\n\nHow it is checked: {describe(goal)}. "
             f"Until it is met, each check that fails starts a new turn with what failed (at "
             f"most {cap} turns). Work towards it now.")
-    return [goal_set, _prompt(s, goal, ctx, told)]
+    return [goal_set, _prompt(s, ctx, told)]
 
 
 def set_goal(state: State, c: cl.SetGoal, ctx: Context) -> Decided:
@@ -130,6 +132,8 @@ def set_goal(state: State, c: cl.SetGoal, ctx: Context) -> Decided:
             raise CommandRejected("conflict", "the session has no goal to clear")
         return [(s.session_id, ev.GoalGivenUp(goal_id=s.goal.goal_id,
                                               reason="cleared by the user"))]
+    if s.worktree is not None and s.worktree.status == "removed":
+        raise CommandRejected("conflict", "its worktree was removed: no turn runs there")
     return [(s.session_id, e) for e in goal_events(s, c.condition, c.max_turns, ctx)]
 
 
@@ -239,7 +243,7 @@ def checked(state: State, d: CheckDone, ctx: Context) -> Decided:
         out.append(ev.GoalGivenUp(goal_id=g.goal_id, reason=(
             f"not met after {attempt} turns (the cap is {g.max_turns})")))
     else:
-        out.append(_prompt(s, g, ctx, _not_met_prompt(g, d, attempt)))
+        out.append(_prompt(s, ctx, _not_met_prompt(g, d, attempt)))
     return [(s.session_id, e) for e in out]
 
 
