@@ -19,6 +19,8 @@ photographs them with Playwright and Debian's Chromium (/usr/bin/chromium) at 12
     dark-dashboard.png  the dashboard in the dark theme, a machine's recent log open
     changes.png     a worktree session's Changes view: a review comment, a cache and an image
                     left out of the next commit
+    goal.png        a session's goal (/goal $ python3 -m unittest) met after a failing and a
+                    passing check: its box with the attempts and the last check's output
     login-screen.png    what a browser without the login cookie sees
     mobile-dashboard.png, mobile-session.png   the same at 390 px wide (a phone)
     mobile-approval.png   a pending approval on a phone, above the prompt box
@@ -204,6 +206,15 @@ SCRIPT: dict[str, Any] = {"model": ["gpt-scripted", "gpt-scripted-mini"],
     {"match": {"user": "Greet in French"},
      "reply": {"calls": [{"name": "write_file", "arguments": {
          "path": "cli.py", "content": CLI_PY.replace("Hello", "Bonjour")}}]}},
+    # 7. a goal (/goal $ python3 -m unittest): a turn that only looks, a failing check, the
+    # fix (the steps of 1.), a passing check
+    {"match": {"user": "Your goal for this session: $ python3 -m unittest"},
+     "reply": {"text": "Running the tests to see what fails.",
+               "calls": [_shell("python3", "-m", "unittest")]}},
+    {"match": {"tool": "shell", "tool_output": "FAILED (failures=1)"},
+     "reply": {"text": "`test_add` fails: `add()` subtracts."}},
+    {"match": {"user": "`python3 -m unittest` exited 1"},
+     "reply": {"calls": [{"name": "apply_patch", "arguments": {"input": FIX_PATCH}}]}},
     {"match": {"any": True}, "reply": {"text": "Done."}},
 ]}
 
@@ -341,6 +352,23 @@ class Shots:
         expect(page.get_by_test_id("approval")).to_be_visible()
         expect(page.get_by_test_id("diff")).to_be_visible()
         self.shoot(page, "write-approval.png")
+
+        # a goal: checked after each turn until its command exits 0
+        wd = self._workdir(self.a, "calc-goal", {"app.py": APP_PY, "test_app.py": TEST_APP_PY})
+        r = self.server.http.post("/api/sessions", json={
+            "worker_id": self.a.worker_id, "workdir": wd, "policy": "full-auto",
+            "goal": "$ python3 -m unittest", "title": "Make the tests pass"})
+        r.raise_for_status()
+        sid = r.json()["session_id"]
+        _wait(lambda: (self.server.http.get(f"/api/sessions/{sid}").json()["goal"] or {}).get(
+            "status") == "met", "the goal")
+        self.open(page, f"#/session/{sid}")
+        expect(page.get_by_test_id("goal-box")).to_have_attribute("data-goal-status", "met")
+        # the second turn's prompt at the top: what the failing check told the model
+        page.locator("[data-testid=session-items]").evaluate(
+            "(el) => { const g = el.querySelectorAll('[data-testid=goal-prompt]')[1];"
+            " el.scrollTop = g.closest('[data-testid=item]').offsetTop - el.offsetTop - 12; }")
+        self.shoot(page, "goal.png")
 
         newcomer = self._worker("new-laptop", pair=False)
         assert newcomer.pair_url is not None

@@ -340,6 +340,11 @@ export function fillSessionInfo(v) {
   }
   if (v.busy_seconds === undefined) v.busy_seconds = 0.0;
   if (v.busy_since === undefined) v.busy_since = null;
+  if (v.goal === undefined) {
+    v.goal = null;
+  } else if (v.goal != null) {
+    fillGoalInfo(v.goal);
+  }
   return v;
 }
 
@@ -757,6 +762,22 @@ export function fillPortForward(v) {
   if (v.status === undefined) v.status = "opening";
   if (v.address === undefined) v.address = "";
   if (v.error === undefined) v.error = "";
+  return v;
+}
+
+/** `GoalInfo` (state.py): its defaults filled in. */
+export function fillGoalInfo(v) {
+  if (v.command === undefined) v.command = null;
+  if (v.max_turns === undefined) v.max_turns = 10;
+  if (v.status === undefined) v.status = "active";
+  if (v.attempts === undefined) v.attempts = 0;
+  if (v.last_met === undefined) v.last_met = null;
+  if (v.last_output === undefined) v.last_output = "";
+  if (v.last_exit_code === undefined) v.last_exit_code = null;
+  if (v.checked_item === undefined) v.checked_item = "";
+  if (v.reason === undefined) v.reason = "";
+  if (v.set_at === undefined) v.set_at = 0.0;
+  if (v.updated_at === undefined) v.updated_at = 0.0;
   return v;
 }
 

@@ -235,7 +235,7 @@ export class Socket {
   /** Start a session. `provider`/`model` null or omitted mean the server's defaults. */
   createSession({ worker_id, workdir, prompt = "", provider = null, model = null,
     policy = "suggest", plan_mode = false, agent = null, sandbox = null, network = false,
-    worktree = null }) {
+    worktree = null, goal = "" }) {
     const fields = { worker_id, workdir, prompt, policy };
     if (plan_mode) fields.plan_mode = true;
     if (agent) fields.agent = agent;
@@ -246,6 +246,7 @@ export class Socket {
     if (sandbox) fields.sandbox = sandbox;
     if (network) fields.network = true;
     if (worktree) fields.worktree = worktree;
+    if (goal && goal.trim()) fields.goal = goal.trim();
     return this.command("create_session", fields);
   }
 
@@ -253,6 +254,12 @@ export class Socket {
     const fields = { session_id, text };
     if (attachments.length) fields.attachments = attachments;
     return this.command("send_prompt", fields);
+  }
+
+  /** `/goal <condition>`: `$ argv` (a command that must exit 0), a condition the model
+   * proves with `goal_met`, or `clear`. */
+  setGoal(session_id, condition) {
+    return this.command("set_goal", { session_id, condition });
   }
 
   /** `decision`: "approve" | "approve_for_session" | "reject". */

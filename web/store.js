@@ -26,7 +26,7 @@ import {
   fillPortForward, fillProjectMemory, fillQuestion, fillRateLimit, fillScheduleInfo,
   fillScheduleRun, fillSessionContext,
   fillSessionInfo, fillSessionProcess, fillState, fillTaskInfo, fillTelegramChat,
-  fillTerminalInfo, fillUpgradeNotice, fillWorkerInfo,
+  fillTerminalInfo, fillUpgradeNotice, fillWorkerInfo, fillGoalInfo,
 } from "./fold_constants.js";
 
 export { MAX_CHANGED_PATHS };
@@ -640,6 +640,39 @@ function telegramSent(state, env, e) {
   if (chat) chat.sent[e.key] = e.message_id;
 }
 
+// --- goals (codey_server/core/goals.py) ---------------------------------------------------
+
+function goalSet(state, env, e) {
+  const s = session(state, env);
+  if (!s) return;
+  s.goal = fillGoalInfo({
+    goal_id: e.goal_id, condition: e.condition, command: e.command ? [...e.command] : null,
+    max_turns: e.max_turns, checked_item: s.items.length ? s.items[s.items.length - 1].id : "",
+    set_at: env.ts, updated_at: env.ts,
+  });
+}
+
+function goalChecked(state, env, e) {
+  const s = session(state, env);
+  const g = s && s.goal;
+  if (!g || g.goal_id !== e.goal_id) return;
+  g.attempts = e.attempt;
+  g.last_met = e.met;
+  g.last_output = e.output;
+  g.last_exit_code = e.exit_code;
+  g.checked_item = e.after_item;
+  g.updated_at = env.ts;
+}
+
+function goalEnded(state, env, e) {
+  const s = session(state, env);
+  const g = s && s.goal;
+  if (!g || g.goal_id !== e.goal_id) return;
+  g.status = e.type === "goal_met" ? "met" : "given_up";
+  g.reason = e.reason;
+  g.updated_at = env.ts;
+}
+
 // --- upgrades of the data (codey_server/upgrades/fold.py) -----------------------------------
 
 function dataUpgraded(state, env, e) {
@@ -728,6 +761,10 @@ const HANDLERS = {
   },
   data_upgraded: dataUpgraded,
   upgrade_notice_dismissed: upgradeNoticeDismissed,
+  goal_set: goalSet,
+  goal_checked: goalChecked,
+  goal_met: goalEnded,
+  goal_given_up: goalEnded,
 };
 
 /**

@@ -69,6 +69,10 @@ export const TOOL_DISPLAY = Object.freeze({
     "arguments": true, "content": "", "result": "text", "result_label": "Result",
     "busy": "waiting for a sub-agent",
   }),
+  "goal_met": Object.freeze({
+    "label": "Goal met?", "icon": "plan", "body": "file", "path_over_diff": false,
+    "arguments": true, "content": "", "result": "text", "result_label": "Result", "busy": "",
+  }),
 });
 
 /** The start of every MCP tool's name (`mcp__<server>__<tool>`). */

@@ -163,6 +163,14 @@ export function statusChip(status, testid, words = null) {
     "data-status": status }, words || SESSION_WORDS[status] || status);
 }
 
+/** A session's goal in a few words: how far its checks went. */
+export function goalWords(g) {
+  if (g.status === "met") return `met after ${g.attempts} check${g.attempts === 1 ? "" : "s"}`;
+  if (g.status === "given_up") return `given up after ${g.attempts} of ${g.max_turns}`;
+  if (!g.attempts) return `working · not checked yet (at most ${g.max_turns})`;
+  return `working · check ${g.attempts} of ${g.max_turns} ${g.last_met ? "passed" : "failed"}`;
+}
+
 /** "4 s", "2 min 5 s", "1 h 3 min" for a number of seconds. */
 export function fmtDuration(seconds) {
   const s = Math.max(0, Math.round(seconds));

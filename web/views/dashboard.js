@@ -7,9 +7,9 @@ import { api } from "../api.js";
 import { fmtAgo, h } from "../dom.js";
 import { renderInline } from "../markdown.js";
 import {
-  FrameBatch, SESSION_WORDS, busySeconds, fmtDuration, keyedList, liveProcesses, machineLabel,
-  machineName, needsAttention, processesWords, sessionWords, statusChip, titleNode, twinWords,
-  workerUp,
+  FrameBatch, SESSION_WORDS, busySeconds, fmtDuration, goalWords, keyedList, liveProcesses,
+  machineLabel, machineName, needsAttention, processesWords, sessionWords, statusChip, titleNode,
+  twinWords, workerUp,
 } from "./common.js";
 import { NewSessionDialog } from "./newsession.js";
 import { PairPanel } from "./pair.js";
@@ -23,6 +23,8 @@ const RELEVANT = new Set([
   "session_forked", "session_moved",
   // a card says how many processes the session still runs
   "process_started", "process_ended",
+  // and how its goal's checks went
+  "goal_set", "goal_checked", "goal_met", "goal_given_up",
 ]);
 
 /** The worker card lists this many of its sessions, the newest first. */
@@ -390,6 +392,10 @@ export class Dashboard {
       ` · ${w ? machineLabel(state, w) : s.worker_id}`,
       up ? null : h("span", { class: "chip gone", "data-testid": "worker-gone",
         title: "The session's machine is not connected" }, "machine offline")),
+    s.goal ? h("p", { class: `small card-goal goal-${s.goal.status}`, "data-testid": "card-goal",
+      title: s.goal.condition },
+    h("span", { class: "goal-label" }, "Goal "), h("span", { class: "mono" }, s.goal.condition),
+    ` · ${goalWords(s.goal)}`) : null,
     s.status === "error" && s.status_reason
       ? h("p", { class: "small bad", "data-testid": "session-error" }, s.status_reason) : null,
     this._children(s));

@@ -549,7 +549,9 @@ export function renderItem(item, ctx, session) {
   switch (item.kind) {
     case "user_message":
       body = [
-        h("div", { class: "who" }, "You",
+        h("div", { class: "who" }, item.origin === "goal"
+          ? h("span", { "data-testid": "goal-prompt", title: "Written by the session's goal: " +
+            "what its last check said" }, "Goal") : "You",
           item.queued ? h("span", { class: "chip queued", "data-testid": "queued" }, "queued")
             : null),
         h("div", { class: "user-text" }, item.text),

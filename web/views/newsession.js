@@ -159,6 +159,9 @@ export class NewSessionDialog {
     this._baseField.hidden = true;
     this._prompt = h("textarea", { id: "ns-prompt", "data-testid": "ns-prompt", class: "input",
       rows: 4, placeholder: "What should Codey do?" });
+    // a goal: checked after each turn, the next turn started with what failed until it holds
+    this._goal = h("input", { id: "ns-goal", "data-testid": "ns-goal", class: "input mono",
+      autocomplete: "off", placeholder: "$ pytest -q   (or: the README explains setup)" });
     this._error = h("p", { class: "bad", "data-testid": "ns-error", role: "alert", hidden: true });
     this._submit = h("button", { class: "btn primary", type: "submit", "data-testid": "ns-submit",
       disabled: !workers.length }, "Start session");
@@ -188,6 +191,9 @@ export class NewSessionDialog {
       "run; without git it works in the folder"),
     this._baseField,
     field("ns-prompt", "First prompt", this._prompt),
+    field("ns-goal", "Goal (optional): keep going until it holds", this._goal),
+    h("p", { class: "muted small" }, "After each turn the goal is checked: \"$ command\" " +
+      "must exit 0 in the sandbox; otherwise the agent proves it and a reviewer judges."),
     this._error,
     h("div", { class: "row gap end" }, this._cancel, this._submit));
     replaceChildren(this.el, form);
@@ -236,6 +242,7 @@ export class NewSessionDialog {
         network: this._network.checked && this._sandbox.value !== "full-access",
         worktree: this._worktree.checked && !this._agent.value
           ? { base: this._base.value.trim(), setup: true } : null,
+        goal: this._goal.value,
       });
       rememberMachine(workerId, workdir);
       this.el.close();

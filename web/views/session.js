@@ -14,7 +14,7 @@ import { findItem, findProcess, updateFields } from "../store.js";
 import { memoryOfRepository, memoryPlaces, memoryText } from "../memory.js";
 import { missing, processNames, toggleEffects } from "../toggles.js";
 import {
-  FrameBatch, activity, fmtDuration, isBusy, machineLabel, needsAttention, sessionWords,
+  FrameBatch, activity, fmtDuration, goalWords, isBusy, machineLabel, needsAttention, sessionWords,
   statusChip, titleNode, toolDisplay, workerUp,
 } from "./common.js";
 import {
@@ -49,6 +49,7 @@ const HEADER_EVENTS = new Set([
   "question_asked", "question_answered", "compaction_requested", "session_deleted",
   "plan_approved", "process_started", "process_output", "process_stop_requested",
   "process_ended", "process_listening", "process_forward_requested", "process_forwarded",
+  "goal_set", "goal_checked", "goal_met", "goal_given_up",
 ]);
 
 // Keys that scroll the transcript (when no field has the focus), Tab moving to a control in it
@@ -571,6 +572,7 @@ export class SessionView {
 
   _renderSide(s) {
     const parts = [];
+    if (s.goal) parts.push(goalBox(s.goal, () => this._clearGoal()));
     if (s.processes.length) parts.push(this._processesBox(s));
     parts.push(this._planBox(s));
     if (s.changed_paths.length) {
@@ -1148,6 +1150,11 @@ export class SessionView {
     const text = this._input.value.trim();
     const attachments = this._attachments;
     if (!text && !attachments.length) return;
+    const goal = /^\/goal(?:\s+([\s\S]*))?$/.exec(text);
+    if (goal && !attachments.length) {
+      await this._setGoal(text, (goal[1] || "").trim());
+      return;
+    }
     this._send.disabled = true;
     try {
       await this.ctx.socket.sendPrompt(this.sessionId, text, attachments);
@@ -1160,6 +1167,32 @@ export class SessionView {
       this.ctx.toast(`Message not sent: ${err.message}`, "error");
     } finally {
       this._send.disabled = !this.session;
+    }
+  }
+
+  /** `/goal <condition>` typed in the prompt box (`/goal clear` drops it). */
+  async _setGoal(typed, condition) {
+    if (!condition) {
+      this.ctx.toast("Give the goal: /goal $ pytest -q, or /goal <what must hold>", "error");
+      return;
+    }
+    this._send.disabled = true;
+    try {
+      await this.ctx.socket.setGoal(this.sessionId, condition);
+      if (this._input.value.trim() === typed) this._input.value = "";
+      this._stick = true;
+    } catch (err) {
+      this.ctx.toast(`Goal not set: ${err.message}`, "error");
+    } finally {
+      this._send.disabled = !this.session;
+    }
+  }
+
+  async _clearGoal() {
+    try {
+      await this.ctx.socket.setGoal(this.sessionId, "clear");
+    } catch (err) {
+      this.ctx.toast(`Goal not cleared: ${err.message}`, "error");
     }
   }
 
@@ -1345,6 +1378,31 @@ function keepOpenState(old, fresh) {
 
 
 /** How full the model's context is: the last call's input + output over the window. */
+/** The session's goal: its condition, how it is checked, its attempts and the last check's
+ * output (what the next turn was told), and a button that drops it while it is active. */
+function goalBox(g, clear) {
+  const exit = g.last_exit_code === null || g.last_exit_code === undefined ? ""
+    : ` · exit ${g.last_exit_code}`;
+  return h("section", { class: `side-box goal-box goal-${g.status}`, "aria-label": "Goal",
+    "data-testid": "goal-box", "data-goal-status": g.status },
+  h("h3", {}, "Goal"),
+  h("p", { class: "goal-condition mono", "data-testid": "goal-condition" }, g.condition),
+  h("p", { class: "small goal-state", "data-testid": "goal-status" }, goalWords(g)),
+  h("dl", { class: "facts" },
+    h("dt", {}, "Checked by"), h("dd", {}, g.command ? "its command, in the sandbox"
+      : "a reviewer (goal_met)"),
+    h("dt", {}, "Attempts"), h("dd", { "data-testid": "goal-attempts" },
+      `${g.attempts} of ${g.max_turns}`)),
+  g.reason ? h("p", { class: "small muted", "data-testid": "goal-reason" }, g.reason) : null,
+  g.attempts ? h("details", { class: "goal-check", open: true },
+    h("summary", { class: "small" }, `Last check: ${g.last_met ? "met" : "not met"}${exit}`),
+    h("pre", { class: "code goal-output", "data-testid": "goal-output" },
+      g.last_output || "(no output)")) : null,
+  g.status === "active" ? h("button", { class: "btn small", type: "button",
+    "data-testid": "goal-clear", title: "Stop checking the goal and starting turns for it",
+    onclick: clear }, "Clear goal") : null);
+}
+
 function contextGauge(u) {
   if (!u.context_window) return null;
   const share = Math.min(1, (u.context_tokens || 0) / u.context_window);

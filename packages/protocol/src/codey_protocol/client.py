@@ -62,6 +62,11 @@ class CreateSession(ClientToServerMessage, kw_only=True):
     network: bool = False
     #: work in a git worktree of its own, on a new branch (None: in the folder as it is)
     worktree: WorktreeRequest | None = None
+    #: a goal to work towards (as ``/goal`` takes it: ``$ argv`` for a command that must exit
+    #: 0, else a condition the model proves with ``goal_met``); "" for none
+    goal: str = ""
+    #: at most this many turns towards the goal (None: the server's ``goal_max_turns``)
+    goal_max_turns: int | None = None
 
 
 class SendPrompt(ClientToServerMessage, kw_only=True):
@@ -127,6 +132,16 @@ class ForwardPort(ClientToServerMessage, kw_only=True):
     session_id: str
     process_id: str
     port: int
+
+
+class SetGoal(ClientToServerMessage, kw_only=True):
+    """``/goal <condition>``: work towards it, checked after each turn (``$ argv``: a command
+    that must exit 0 in the sandbox; else the model proves it with ``goal_met``). An empty
+    ``condition`` (``/goal clear``) drops the session's goal."""
+
+    session_id: str
+    condition: str
+    max_turns: int | None = None
 
 
 class CompactSession(ClientToServerMessage, kw_only=True):
@@ -298,6 +313,7 @@ ClientToServer = (
     | SaveSchedule | DeleteSchedule | RunSchedule
     | CreateTask | UpdateTask | MoveTask | DeleteTask | RunTask
     | DismissUpgradeNotice
+    | SetGoal
 )
 
 

@@ -927,6 +927,53 @@ class UpgradeNoticeDismissed(EventBase, kw_only=True):
     upgrade_id: str
 
 
+# goals --------------------------------------------------------------------------------------
+# A session's goal (``/goal``, or the New session dialog): after each turn it is checked, by a
+# command in the session's sandbox or by a model judging the evidence of ``goal_met``; until it
+# is met the next turn starts with what failed, up to a cap of turns.
+
+GoalCheckKind = Literal["command", "judge"]
+
+
+class GoalSet(EventBase, kw_only=True):
+    """The session works towards ``condition`` from now on (a goal set before is replaced).
+    ``command`` (an argv): met when it exits 0 in the session's sandbox; None: met when the
+    model calls ``goal_met`` and a model judging its evidence agrees. At most ``max_turns``
+    checks fail before the goal is given up."""
+
+    goal_id: str
+    condition: str
+    command: list[str] | None = None
+    max_turns: int = 10
+
+
+class GoalChecked(EventBase, kw_only=True):
+    """One check of the goal after a turn: ``met`` or not, and what it saw (the command's
+    output or the judge's reason, trimmed). ``after_item``: the session's last item when the
+    check began (the turn it checked)."""
+
+    goal_id: str
+    attempt: int
+    met: bool
+    by: GoalCheckKind = "command"
+    output: str = ""
+    exit_code: int | None = None
+    after_item: str = ""
+
+
+class GoalMet(EventBase, kw_only=True):
+    goal_id: str
+    reason: str = ""
+
+
+class GoalGivenUp(EventBase, kw_only=True):
+    """The loop stopped without the goal met: the cap of turns, the session stopped (an error,
+    an interrupt, its budget), or the user cleared it."""
+
+    goal_id: str
+    reason: str = ""
+
+
 Event = (
     WorkerPairRequested
     | WorkerPairResolved
@@ -992,6 +1039,10 @@ Event = (
     | TelegramUpdateHandled
     | DataUpgraded
     | UpgradeNoticeDismissed
+    | GoalSet
+    | GoalChecked
+    | GoalMet
+    | GoalGivenUp
 )
 
 

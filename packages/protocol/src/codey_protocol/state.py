@@ -271,6 +271,30 @@ def memory_key(worker_id: str, workdir: str) -> str:
     return f"{worker_id}:{workdir}"
 
 
+class GoalInfo(msgspec.Struct, kw_only=True):
+    """A session's goal and how its checks went (``goal_set`` … ``goal_given_up``)."""
+
+    goal_id: str
+    condition: str
+    #: the check's argv (None: the model's ``goal_met``, judged by a model)
+    command: list[str] | None = None
+    max_turns: int = 10
+    #: active (checked after each turn), met, given_up
+    status: Literal["active", "met", "given_up"] = "active"
+    #: checks done so far
+    attempts: int = 0
+    #: the last check: met or not, what it saw (trimmed), its exit code
+    last_met: bool | None = None
+    last_output: str = ""
+    last_exit_code: int | None = None
+    #: the session's last item when the last check began ("": none yet)
+    checked_item: str = ""
+    #: why it was met or given up
+    reason: str = ""
+    set_at: float = 0.0
+    updated_at: float = 0.0
+
+
 class SessionContext(msgspec.Struct, kw_only=True):
     """What applies to the session's workdir (see ``session_context_updated``)."""
 
@@ -336,6 +360,8 @@ class SessionInfo(msgspec.Struct, kw_only=True):
     busy_seconds: float = 0.0
     #: when the stretch in BUSY_STATUSES under way began (None: not busy now)
     busy_since: float | None = None
+    #: the goal it works towards, checked after each turn (None: none set)
+    goal: GoalInfo | None = None
 
 
 class AuthInfo(msgspec.Struct, kw_only=True):

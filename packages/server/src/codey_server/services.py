@@ -65,6 +65,7 @@ def _context(settings: Settings, blobs: BlobStore) -> Context:
         default_models={p.name: (p.default_model or (p.models[0] if p.models else ""))
                         for p in settings.providers},
         file_providers=frozenset(p.name for p in settings.providers),
+        goal_max_turns=settings.goal_max_turns,
     )
 
 

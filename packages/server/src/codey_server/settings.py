@@ -188,6 +188,9 @@ class Settings(msgspec.Struct, kw_only=True):
     trusted_proxies: list[str] = msgspec.field(default_factory=list)
     action_timeout_s: float = 900.0
     turn_iteration_cap: int = 50
+    #: a session's goal (``/goal``) is given up after this many turns that did not meet it,
+    #: unless the goal sets its own cap
+    goal_max_turns: int = 10
     #: an approval nobody decides in this many seconds expires (None: never)
     approval_timeout_s: float | None = None
     #: roles the model can delegate to (sub-agents)
@@ -287,6 +290,7 @@ class _ConfigFile(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     worker_silence_s: float | None = None
     schedule_grace_s: float | None = None
     turn_iteration_cap: int | None = None
+    goal_max_turns: int | None = None
     action_timeout_s: float | None = None
     approval_timeout_s: float | None = None
     #: more roles, or changed ones (merged over the defaults by name)
@@ -341,7 +345,7 @@ def load_config_file(settings: Settings, path: Path) -> Settings:
         changes["roles"] = {**settings.roles, **cfg.roles}
     for name in ("snapshot_every", "client_queue_max", "client_send_timeout_s",
                  "worker_silence_s", "schedule_grace_s",
-                 "turn_iteration_cap",
+                 "turn_iteration_cap", "goal_max_turns",
                  "action_timeout_s", "approval_timeout_s", "retention"):
         value = getattr(cfg, name)
         if value is not None:

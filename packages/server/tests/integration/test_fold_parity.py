@@ -406,6 +406,20 @@ def build_log() -> list[ev.Envelope]:
     log.add(None, ev.DataUpgraded(upgrade_id="u2", from_format=3, to_format=4, version="0.3.0"))
     log.add(None, ev.UpgradeNoticeDismissed(upgrade_id="u1"))
     log.add(None, ev.UpgradeNoticeDismissed(upgrade_id="nope"))
+    # goals: set, checked twice, met; another given up; one for an unknown goal id ignored
+    log.add("s1", ev.GoalSet(goal_id="g1", condition="$ pytest -q", command=["pytest", "-q"],
+                             max_turns=3))
+    log.add("s1", ev.GoalChecked(goal_id="g1", attempt=1, met=False, output="1 failed",
+                                 exit_code=1, after_item="s1-q"))
+    log.add("s1", ev.GoalChecked(goal_id="nope", attempt=9, met=True))
+    log.add("s1", ev.GoalChecked(goal_id="g1", attempt=2, met=True, output="1 passed",
+                                 exit_code=0, after_item="s1-e"))
+    log.add("s1", ev.GoalMet(goal_id="g1", reason="`pytest -q` exited 0 (check 2)"))
+    log.add("s2", ev.GoalSet(goal_id="g2", condition="the README explains setup"))
+    log.add("s2", ev.GoalChecked(goal_id="g2", attempt=1, met=False, by="judge",
+                                 output="no evidence"))
+    log.add("s2", ev.GoalGivenUp(goal_id="g2", reason="cleared by the user"))
+    log.add("s9", ev.GoalSet(goal_id="g9", condition="unknown session"))
     return log.envelopes
 
 

@@ -173,6 +173,10 @@ def _exercise(api: _Contract, server: ServerProcess, worker: WorkerProcess) -> N
         kwargs: dict[str, Any] = {"json": body} if body is not None else {}
         api.check(method, template, 409, path={"session_id": sid}, **kwargs)
         api.check(method, template, 404, path={"session_id": "ses_none"}, **kwargs)
+    goal = "/api/sessions/{session_id}/goal"
+    api.check("POST", goal, 409, path={"session_id": sid}, json={"condition": "clear"})
+    api.check("POST", goal, 404, path={"session_id": "ses_none"}, json={"condition": "x"})
+    api.check("POST", goal, 400, path={"session_id": sid}, json={"condition": " $ "})
     compact = "/api/sessions/{session_id}/compact"
     api.check("POST", compact, 200, path={"session_id": sid})
     api.check("POST", compact, 404, path={"session_id": "ses_none"})

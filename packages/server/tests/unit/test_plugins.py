@@ -97,16 +97,17 @@ def test_the_parts_start_and_stop_in_the_order_the_server_always_used(tmp_path: 
 
     assert names(built._starts) == ["WorkerRegistry.start", "_start_pairing",
                                     "AuthService.start", "AgentService.start",
-                                    "Workspaces.start"]
+                                    "GoalRunner.start", "Workspaces.start"]
     assert names(built._intake_starts) == ["Scheduler.start", "TelegramChannel.start"]
     assert names(built._intake_stops) == ["ClientHub.begin_shutdown", "CodeyMcp.stop",
                                           "Scheduler.stop", "TelegramChannel.stop"]
-    assert names(built._stops) == ["AgentService.stop", "Workspaces.stop"]
+    assert names(built._stops) == ["AgentService.stop", "GoalRunner.stop",
+                                   "Workspaces.stop"]
     assert names(built._closes) == ["AuthService.stop"]
     assert [getattr(f, "__qualname__", "") for f in built.engine.listeners] == [
         "ProcessTails.on_event", "Presence._on_event", "Delivery._on_event",
-        "WorkerRegistry._on_event", "AgentService._on_event", "Workspaces._on_event",
-        "ServerMetrics._on_event"]
+        "WorkerRegistry._on_event", "AgentService._on_event", "GoalRunner._on_event",
+        "Workspaces._on_event", "ServerMetrics._on_event"]
     assert names(built.access.on_logout) == ["ClientHub.close_session",
                                              "TerminalService.close_views_of"]
 

@@ -622,6 +622,11 @@ SESSION_EVENTS: list[ev.Event] = [
     ev.QuestionAnswered(question_id="q", answer="this"),
     ev.PlanApproved(),
     ev.TurnRequested(),
+    ev.GoalSet(goal_id="g", condition="$ pytest -q", command=["pytest", "-q"]),
+    ev.GoalChecked(goal_id="g", attempt=1, met=False, output="1 failed", exit_code=1,
+                   after_item="i"),
+    ev.GoalMet(goal_id="g", reason="`pytest -q` exited 0"),
+    ev.GoalGivenUp(goal_id="g", reason="cleared by the user"),
     ev.SessionDeleted(),
 ]
 GLOBAL_EVENTS: list[ev.Event] = [

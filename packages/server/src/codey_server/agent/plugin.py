@@ -1,12 +1,13 @@
 """The agent as a plugin: ``/api/config`` and Settings → Models' listing and test calls; the
 fold of what happens in a session's turns (:mod:`.fold`); the agent service, which runs the
-turns."""
+turns; the goal runner, which checks a session's goal after each turn (:mod:`.goals`)."""
 
 from __future__ import annotations
 
 from typing import Protocol
 
 from codey_server.agent import fold
+from codey_server.agent.goals import GoalRunner
 from codey_server.agent.routes import ConfigController
 from codey_server.agent.service import AgentService
 from codey_server.core.delivery import Delivery
@@ -42,9 +43,15 @@ def _agent(engine: Engine, actions: Delivery, settings: Settings, auth: _Credent
                         blobs.get, leases=deployment.leases, store_blob=blobs.put)
 
 
+def _goals(engine: Engine, actions: Delivery, agent: AgentService) -> GoalRunner:
+    # a session's goal checked after each of its turns, on the agent's providers
+    return GoalRunner(engine, actions, agent)
+
+
 PLUGIN = FeaturePlugin(
     "agent",
     routes=(ConfigController,),
     fold=fold.FOLD,
-    parts=(Part("agent", _agent, start=AgentService.start, stop=AgentService.stop),),
+    parts=(Part("agent", _agent, start=AgentService.start, stop=AgentService.stop),
+           Part("goals", _goals, start=GoalRunner.start, stop=GoalRunner.stop)),
 )

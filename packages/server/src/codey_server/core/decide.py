@@ -20,6 +20,7 @@ import msgspec
 from codey_protocol import client as cl
 from codey_protocol import events as ev
 from codey_protocol.state import SessionInfo, State
+from codey_server.core import goals
 from codey_server.core.memory import memory_written
 from codey_server.core.rules import CommandRejected, Context, Decided, Decider
 from codey_server.core.toggles import sandbox_changed
@@ -134,7 +135,7 @@ def create_session(state: State, c: cl.CreateSession, ctx: Context) -> Decided:
                                                  "plans in its own way")
         provider, model = "acp", c.agent
     session_id = ctx.new_id("ses")
-    title = c.title or title_from_prompt(c.prompt)
+    title = c.title or title_from_prompt(c.prompt or c.goal.strip().lstrip("$ "))
     worktree = None
     if c.worktree is not None:
         if c.agent is not None:
@@ -153,6 +154,12 @@ def create_session(state: State, c: cl.CreateSession, ctx: Context) -> Decided:
         out.append((session_id, ev.SessionItemAppended(
             item=ev.UserMessage(id=ctx.new_id("itm"), ts=ctx.now(), text=c.prompt,
                                 attachments=attachments, origin=ctx.origin))))
+    if c.goal.strip():
+        created = SessionInfo(session_id=session_id, title=title, worker_id=c.worker_id,
+                              workdir=c.workdir.strip(), provider=provider, model=model,
+                              agent=c.agent)
+        out += [(session_id, e) for e in goals.goal_events(
+            created, c.goal, c.goal_max_turns, ctx, code="bad_request")]
     return out
 
 
@@ -540,6 +547,7 @@ COMMANDS: Mapping[type[Any], Decider] = {
     cl.ForwardPort: _forward_port,
     cl.CompactSession: lambda state, c, ctx: _compact(state, c),
     **_SESSION_OPS,
+    **goals.COMMANDS,
 }
 
 

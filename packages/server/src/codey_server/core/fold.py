@@ -59,6 +59,7 @@ from codey_protocol.state import (
     memory_key,
 )
 from codey_protocol.worker import SandboxMode
+from codey_server.core import goals
 from codey_server.core.rules import FoldHandler
 
 __all__ = ["FOLD", "MAX_CHANGED_PATHS", "copy_state", "find_item", "find_process",
@@ -277,4 +278,5 @@ FOLD: Mapping[type[Any], FoldHandler] = {
     ev.SessionForked: _forked,
     ev.SessionMoved: _moved,
     ev.MemoryUpdated: _memory,
+    **goals.FOLD,
 }

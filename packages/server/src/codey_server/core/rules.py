@@ -66,6 +66,8 @@ class Context:
     #: who sends the command being decided, when not a browser (``mcp:<token id>``): recorded
     #: on the sessions and prompts it makes
     origin: str = ""
+    #: a goal's cap of turns when it sets none (``Settings.goal_max_turns``)
+    goal_max_turns: int = 10
 
 
 @dataclass(frozen=True)

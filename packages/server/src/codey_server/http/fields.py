@@ -26,7 +26,8 @@ from typing import Annotated
 
 import msgspec
 
-__all__ = ["NOT_BLANK", "SPACE", "AbsolutePath", "NonBlank", "pattern", "words_for"]
+__all__ = ["GOAL", "GOAL_COMMAND_OR_NONE", "NOT_BLANK", "SPACE", "AbsolutePath", "GoalText",
+           "NonBlank", "pattern", "words_for"]
 
 _WORDS: dict[str, str] = {}
 
@@ -62,3 +63,13 @@ NonBlank = Annotated[str, msgspec.Meta(
 AbsolutePath = Annotated[str, msgspec.Meta(
     pattern=pattern(r"^/", "must be an absolute path"),
     description="An absolute path on the worker.")]
+
+#: a session's goal (``/goal``): none (white space), a condition, or ``$`` and a command — not
+#: a ``$`` alone
+GOAL = pattern(f"^[{SPACE}]*([^{SPACE}$]|\\$[{SPACE}]*[^{SPACE}]|$)",
+               "a command goal needs its command, e.g. $ pytest -q")
+GoalText = Annotated[str, msgspec.Meta(
+    pattern=GOAL, description="`$ argv`: a command that must exit 0 in the session's sandbox; "
+                              "anything else: a condition the model proves with goal_met.")]
+#: a goal that is a command, or none (what an external agent's session may have)
+GOAL_COMMAND_OR_NONE = f"^[{SPACE}]*(\\$|$)"

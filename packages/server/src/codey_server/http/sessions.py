@@ -32,12 +32,13 @@ from codey_protocol.state import SessionInfo
 from codey_protocol.worker import SandboxMode
 from codey_server.core.decide import ATTACHMENTS_MAX
 from codey_server.core.engine import Engine
+from codey_server.core.goals import MAX_TURNS_LIMIT
 from codey_server.http.errors import errors
-from codey_server.http.fields import NOT_BLANK, NonBlank
+from codey_server.http.fields import GOAL_COMMAND_OR_NONE, NOT_BLANK, GoalText, NonBlank
 from codey_server.http.resource import Resource
 
-__all__ = ["ApprovalChoice", "Created", "NewSession", "PolicyChoice", "Prompt", "SandboxChoice",
-           "Seq",
+__all__ = ["ApprovalChoice", "Created", "GoalChoice", "NewSession", "PolicyChoice", "Prompt",
+           "SandboxChoice", "Seq",
            "SessionSummary", "SessionsController"]
 
 NDJSON = "application/x-ndjson"
@@ -57,6 +58,9 @@ class NewSession(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
                    {"properties": {"plan_mode": {"const": False}}}]},
         {"anyOf": [{"properties": {"agent": {"type": "null"}}},
                    {"properties": {"worktree": {"type": "null"}}}]},
+        # an external agent cannot call goal_met: its goal, if any, is a command
+        {"anyOf": [{"properties": {"agent": {"type": "null"}}},
+                   {"properties": {"goal": {"pattern": GOAL_COMMAND_OR_NONE}}}]},
     ]}
 
     worker_id: str
@@ -75,6 +79,20 @@ class NewSession(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     network: bool = False  # whether its sandboxed commands may use the network
     #: in a git worktree of its own, on a new branch (None: in the folder as it is)
     worktree: WorktreeRequest | None = None
+    #: a goal to work towards, checked after each turn (``$ argv``: a command that must exit 0
+    #: in the sandbox; else the model proves it with ``goal_met``); "": none
+    goal: GoalText = ""
+    #: at most this many turns towards the goal (None: the server's ``goal_max_turns``)
+    goal_max_turns: Annotated[int, msgspec.Meta(ge=1, le=MAX_TURNS_LIMIT)] | None = None
+
+
+class GoalChoice(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``POST /api/sessions/{id}/goal``: a ``set_goal`` command (``/goal``)."""
+
+    #: ``$ argv`` (a command that must exit 0), a condition the model proves with
+    #: ``goal_met``, or ``clear``
+    condition: GoalText
+    max_turns: Annotated[int, msgspec.Meta(ge=1, le=MAX_TURNS_LIMIT)] | None = None
 
 
 class Prompt(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -188,6 +206,14 @@ class SessionsController(Resource):
         """Send a prompt: it starts a turn, or is queued for the running one."""
         envs = await engine.execute(cl.SendPrompt(
             session_id=session_id, **msgspec.structs.asdict(data)))
+        return Seq(seq=envs[-1].seq)
+
+    @post("/{session_id:str}/goal", status_code=200, responses=errors(400, 404, 409))
+    async def set_goal(self, session_id: FromPath[str], data: JSONBody[GoalChoice],
+                       engine: NamedDependency[Engine]) -> Seq:
+        """Set the session's goal (``/goal``), checked after each turn; ``clear`` drops it."""
+        envs = await engine.execute(cl.SetGoal(session_id=session_id, condition=data.condition,
+                                               max_turns=data.max_turns))
         return Seq(seq=envs[-1].seq)
 
     @post("/{session_id:str}/approvals/{approval_id:str}", status_code=200,

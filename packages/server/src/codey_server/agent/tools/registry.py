@@ -20,6 +20,7 @@ from codey_server.agent.tools.delegate import DELEGATE
 from codey_server.agent.tools.edit import EDIT
 from codey_server.agent.tools.exec import EXEC
 from codey_server.agent.tools.glob import GLOB
+from codey_server.agent.tools.goal_met import GOAL_MET
 from codey_server.agent.tools.grep import GREP
 from codey_server.agent.tools.kill import KILL
 from codey_server.agent.tools.list_dir import LIST_DIR
@@ -58,7 +59,7 @@ BUILTIN: tuple[Tool[Any], ...] = (
 #: what the model is told about the built-in tools
 BUILTIN_TOOLS: list[ToolSpec] = [tool.spec() for tool in BUILTIN]
 
-_BY_NAME: dict[str, Tool[Any]] = {tool.name: tool for tool in (*BUILTIN, DELEGATE)}
+_BY_NAME: dict[str, Tool[Any]] = {tool.name: tool for tool in (*BUILTIN, DELEGATE, GOAL_MET)}
 
 
 def tool_named(name: str) -> Tool[Any] | None:
@@ -71,11 +72,12 @@ def tool_named(name: str) -> Tool[Any] | None:
 
 def tools_for(capabilities: wk.Capabilities | None, *, plan_mode: bool = False,
               read_only: bool = False, roles: Mapping[str, str] | None = None,
-              edit_tools: str = "both") -> list[ToolSpec]:
+              edit_tools: str = "both", goal: bool = False) -> list[ToolSpec]:
     """The tools a session offers: those for read-only sub-agents (``read_only``), those of
     plan mode, or all of them — with ``delegate`` when ``roles`` are given (never to
     sub-agents) and the worker's MCP tools. ``edit_tools`` (the provider's setting): which
-    of the two ways to change a file is offered, ``apply_patch``, ``edit`` or ``both``."""
+    of the two ways to change a file is offered, ``apply_patch``, ``edit`` or ``both``.
+    ``goal``: the session has a goal the model proves (``goal_met`` is offered)."""
     if read_only:
         return [spec for tool, spec in zip(BUILTIN, BUILTIN_TOOLS, strict=True)
                 if tool.for_readers]
@@ -86,6 +88,8 @@ def tools_for(capabilities: wk.Capabilities | None, *, plan_mode: bool = False,
              if edit_tools == "both" or tool.editor in (None, edit_tools)]
     if roles:
         tools.append(DELEGATE.spec_for(roles))
+    if goal:
+        tools.append(GOAL_MET.spec())
     tools += MCP.specs(capabilities)
     return tools
 

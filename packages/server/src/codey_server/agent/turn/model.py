@@ -172,14 +172,17 @@ def _tools(k: K, info: ProviderInfo,
     edit_tools = info.config.edit_tools
     # Ollama's models are usually served with a small window: its tools are told in short
     brief = info.config.kind == "ollama"
-    key = (info.wire.name, s.plan_mode, s.read_only, s.parent_id is None, edit_tools, brief)
+    # a goal the model proves with goal_met (not one a command checks)
+    goal = s.goal is not None and s.goal.status == "active" and s.goal.command is None
+    key = (info.wire.name, s.plan_mode, s.read_only, s.parent_id is None, edit_tools, brief,
+           goal)
     cached = k.turn.tools
     if cached is not None and cached[0] == key and cached[1] is capabilities:
         return cached[2], cached[3]
     roles = {name: role.description for name, role in k.turn.config.roles.items()} \
         if s.parent_id is None else None
     specs = tools_for(capabilities, plan_mode=s.plan_mode, read_only=s.read_only,
-                      roles=roles, edit_tools=edit_tools)
+                      roles=roles, edit_tools=edit_tools, goal=goal)
     encoded = info.wire.encode_tools([t.brief() for t in specs] if brief else specs)
     k.turn = evolve(k.turn, tools=(key, capabilities, specs, encoded))
     return specs, encoded
