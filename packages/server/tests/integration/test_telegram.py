@@ -217,6 +217,12 @@ def test_among_replicas_one_runs_the_bot_and_another_takes_it_over(
         bot.wait(lambda s: s["steps_done"] == s["steps_total"] and
                  sum(x["method"] == "sendMessage" for x in s["sent"]) >= 2,
                  what="the pairing and the first answer")
+        # the holder answers an update, then records it as handled (updates 1 and 2 here): a
+        # kill -9 between the two has the next holder answer it again, as it should (at least
+        # once). The handover this test means comes after both were recorded
+        wait_until(lambda: holder.http.get("/api/state/bootstrap").json()["state"]
+                   ["telegram_offset"] == 3, timeout=30,
+                   what="both updates to be recorded as handled")
 
         holder.kill9()
         wait_until(lambda: other.http.get("/api/telegram").json()["state"] == "running",
