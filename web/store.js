@@ -169,7 +169,7 @@ function statusChanged(state, env, e) {
       s.busy_since = null;
     }
     if (s.task_id != null) taskFollows(state, s.task_id, s.session_id, e.status, env.ts);
-    // agent/fold.py `_status_budget`: running again, no longer stopped at a budget
+    // running again: no longer stopped at a budget (core/fold.py `_status`)
     if (e.status === "running") s.budget_stop = null;
   }
 }

@@ -351,15 +351,6 @@ def _budget_reached(state: State, env: ev.Envelope) -> None:
                                    at=env.ts)
 
 
-def _status_budget(state: State, env: ev.Envelope) -> None:
-    # a session that runs again is no longer stopped at its budget
-    e = env.event
-    assert isinstance(e, ev.SessionStatusChanged)
-    s = session_of(state, env)
-    if s is not None and e.status == "running":
-        s.budget_stop = None
-
-
 def _prices_set(state: State, env: ev.Envelope) -> None:
     e = env.event
     assert isinstance(e, ev.PricesSet)
@@ -392,6 +383,5 @@ FOLD: Mapping[type[Any], FoldHandler] = {
     ev.RateLimitUpdated: _rate_limit,
     ev.BudgetSet: _budget_set,
     ev.BudgetReached: _budget_reached,
-    ev.SessionStatusChanged: _status_budget,
     ev.PricesSet: _prices_set,
 }

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from codey_server.agent import fold
+from codey_server.agent import budget, fold
 from codey_server.agent.routes import ConfigController
 from codey_server.agent.service import AgentService
 from codey_server.core.delivery import Delivery
@@ -45,6 +45,7 @@ def _agent(engine: Engine, actions: Delivery, settings: Settings, auth: _Credent
 PLUGIN = FeaturePlugin(
     "agent",
     routes=(ConfigController,),
+    commands=budget.COMMANDS,
     fold=fold.FOLD,
     parts=(Part("agent", _agent, start=AgentService.start, stop=AgentService.stop),),
 )

@@ -23,8 +23,8 @@ import time
 from codey_protocol import events as ev
 from codey_protocol.state import SessionInfo, State
 
-__all__ = ["CACHE_WRITE_FACTOR", "DEFAULT_PRICES", "budget_reached", "call_cost", "day_of",
-           "day_spent", "price_for"]
+__all__ = ["BUDGET_REACHED", "CACHE_WRITE_FACTOR", "DEFAULT_PRICES", "budget_reached",
+           "call_cost", "day_of", "day_spent", "price_for"]
 
 
 def _p(input: float, cached: float, output: float,
@@ -56,6 +56,9 @@ DEFAULT_PRICES: dict[str, ev.ModelPrice] = {
     "claude-haiku-4-5": _p(1.0, 0.10, 5.0, 1.25),
     "claude-3-5-haiku": _p(0.80, 0.08, 4.0, 1.0),
 }
+
+#: the status reason of a session stopped at a budget (``waiting_user``)
+BUDGET_REACHED = "budget reached"
 
 #: a cache write costs this many input tokens when the price does not say (Anthropic's
 #: five-minute cache)
