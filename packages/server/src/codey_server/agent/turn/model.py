@@ -33,6 +33,7 @@ from codey_server.agent.route import ProviderInfo
 from codey_server.agent.stream import (
     Finished,
     ModelEvent,
+    Queued,
     RateLimits,
     ReasoningDelta,
     ReasoningDone,
@@ -251,6 +252,8 @@ def _answer_part(k: K, a: Answer, call: Call, part: ModelEvent) -> Answer:
         return a if limits is None else evolve(a, tail=(*a.tail, limits))
     if isinstance(part, Retrying):
         k.status("running", f"model busy ({part.reason}); retrying in {part.delay_s:.1f} s")
+    elif isinstance(part, Queued):
+        k.status("running", part.reason)
     elif isinstance(part, Finished):
         return evolve(a, finished=part)
     return a
