@@ -7,9 +7,9 @@ import { api } from "../api.js";
 import { fmtAgo, h } from "../dom.js";
 import { renderInline } from "../markdown.js";
 import {
-  FrameBatch, SESSION_WORDS, busySeconds, fmtDuration, keyedList, liveProcesses, machineLabel,
-  machineName, needsAttention, processesWords, sessionWords, statusChip, titleNode, twinWords,
-  workerUp,
+  FrameBatch, QUEUED, SESSION_WORDS, budgetBox, busySeconds, fmtDuration, fmtUsd, keyedList,
+  liveProcesses, machineLabel, machineName, needsAttention, processesWords, sessionWords,
+  statusChip, titleNode, twinWords, workerUp,
 } from "./common.js";
 import { NewSessionDialog } from "./newsession.js";
 import { PairPanel } from "./pair.js";
@@ -201,7 +201,8 @@ export class Dashboard {
           workerUp(state, s.worker_id), w ? machineLabel(state, w) : null, fmtAgo(s.updated_at),
           s.items.length, Math.round(busySeconds(s)), sessionWords(s), liveProcesses(s),
           twinWords(s, state),
-          kids.map((k) => [k.session_id, k.title, k.status])]);
+          kids.map((k) => [k.session_id, k.title, k.status]),
+          s.usage.cost_micros, s.usage.turns, s.budget_stop]);
       },
       (s) => this._sessionCard(s));
     if (this._pairPanel) this._pairPanel.refresh();
@@ -387,11 +388,18 @@ export class Dashboard {
         ` · ${facts.files} file${facts.files === 1 ? "" : "s"} `,
         h("span", { class: "d-add" }, `+${facts.added}`), " ",
         h("span", { class: "d-del" }, `−${facts.removed}`)) : "",
+      s.usage.turns ? h("span", { "data-testid": "session-cost",
+        title: `${s.usage.total_tokens} tokens over ${s.usage.turns} model calls` +
+          (s.usage.unpriced_calls ? ` (${s.usage.unpriced_calls} without a price)` : "") },
+      ` · ${fmtUsd(s.usage.cost_micros)}`) : "",
       ` · ${w ? machineLabel(state, w) : s.worker_id}`,
       up ? null : h("span", { class: "chip gone", "data-testid": "worker-gone",
         title: "The session's machine is not connected" }, "machine offline")),
     s.status === "error" && s.status_reason
       ? h("p", { class: "small bad", "data-testid": "session-error" }, s.status_reason) : null,
+    s.status === "running" && (s.status_reason || "").startsWith(QUEUED)
+      ? h("p", { class: "small muted", "data-testid": "session-queued" }, s.status_reason) : null,
+    budgetBox(s, this.ctx.socket, this.ctx.toast),
     this._children(s));
   }
 

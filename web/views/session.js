@@ -14,7 +14,7 @@ import { findItem, findProcess, updateFields } from "../store.js";
 import { memoryOfRepository, memoryPlaces, memoryText } from "../memory.js";
 import { missing, processNames, toggleEffects } from "../toggles.js";
 import {
-  FrameBatch, activity, fmtDuration, isBusy, machineLabel, needsAttention, sessionWords,
+  FrameBatch, activity, budgetBox, fmtDuration, fmtUsd, isBusy, machineLabel, needsAttention, sessionWords,
   statusChip, titleNode, toolDisplay, workerUp,
 } from "./common.js";
 import {
@@ -221,6 +221,7 @@ export class SessionView {
     });
     this._missing = h("p", { class: "muted s-missing", "data-testid": "session-missing" },
       "Waiting for this session…");
+    this._budgetStop = h("div", { class: "budget-slot" });
     this._activity = h("div", { class: "activity", "data-testid": "activity",
       role: "status", "aria-live": "polite", hidden: true });
     // (an error's own Retry, beside it, is "retry": see items.js)
@@ -255,7 +256,8 @@ export class SessionView {
     this._toggleAsk,
     this._missing,
     h("div", { class: "s-body" }, h("div", { class: "s-main" }, this._scroller, this._jump,
-      h("div", { class: "activity-row" }, this._activity, this._retry)), this._side),
+      h("div", { class: "activity-row" }, this._activity, this._retry),
+      this._budgetStop), this._side),
     this._closedNote, this._worktreeGone, form);
     this._form = form;
     // toasts sit above the prompt box (style.css), whatever its height
@@ -526,8 +528,10 @@ export class SessionView {
       s.worktree.files ? ` +${s.worktree.added} −${s.worktree.deleted}` : ""), " · "] : null,
       h("span", { class: "mono", title: s.workdir }, s.workdir), " · ",
       h("span", { "data-testid": "session-model" }, modelWords(s, this.ctx.config)),
-      s.usage.turns ? h("span", { class: "muted" },
-        ` · ${s.usage.total_tokens.toLocaleString()} tokens`) : null);
+      s.usage.turns ? h("span", { class: "muted", "data-testid": "session-usage" },
+        ` · ${s.usage.total_tokens.toLocaleString()} tokens · ${fmtUsd(s.usage.cost_micros)}`)
+        : null);
+    replaceChildren(this._budgetStop, budgetBox(s, this.ctx.socket, this.ctx.toast));
     replaceChildren(this._badges, s.archived
       ? h("span", { class: "chip", "data-testid": "archived" }, "archived") : null);
     const status = statusChip(s.status, "session-status", sessionWords(s));
