@@ -5,6 +5,7 @@ a second apart, with no burst."""
 
 from __future__ import annotations
 
+import itertools
 import time
 from typing import TYPE_CHECKING
 
@@ -64,7 +65,7 @@ def test_a_429_pauses_every_session_of_the_provider_and_they_resume_one_by_one(
     assert sorted(order[:2]) == ["job B", "job C"] and order[2] == "job A", order
     times = [r["ts"] for r in answered]
     assert times[0] >= limited["ts"] + RESET_S - 0.5, (limited["ts"], times)
-    gaps = [later - earlier for earlier, later in zip(times, times[1:], strict=False)]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
     # no burst: each admitted a gap after the one before (and only once the first one's
     # answer began); arrivals differ from admissions by each request's own latency
     assert all(g >= GAP_S / 2 for g in gaps), gaps
