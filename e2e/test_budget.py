@@ -88,8 +88,7 @@ def test_a_session_stops_at_the_days_budget_and_goes_on_when_raised(
     expect(page.locator("[data-testid=usage-chart] rect[data-provider=scripted]")).to_have_count(1)
     row = page.locator(f"[data-testid=usage-sessions] tr[data-session-id='{sid}']")
     expect(row).to_contain_text("$3.60")
-    for close in page.locator("[data-testid=toast] .toast-close").all():
-        close.click()  # (the "saved" toasts would cover the page's screenshot)
-    expect(page.get_by_test_id("toast")).to_have_count(0)
+    # (the "saved" toasts, which go by themselves, would cover the page's screenshot)
+    page.evaluate("document.querySelectorAll('[data-testid=toast]').forEach((t) => t.remove())")
     page.set_viewport_size({"width": 1100, "height": 1000})
     page.screenshot(path=f"{SHOTS}/usage.png", full_page=True)

@@ -65,7 +65,7 @@ export function spendChart(spend, days, providers, unit) {
       svg.append(rect);
       base += v;
     });
-    if (i % 2 === days.length % 2 || days.length < 8) {
+    if ((days.length - 1 - i) % 2 === 0 || days.length < 8) { // today always labelled
       svg.append(el("text", { x: x + (bw - 6) / 2, y: H - 10, "text-anchor": "middle",
         class: "axis" }, d.slice(5)));
     }
