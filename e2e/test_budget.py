@@ -61,6 +61,7 @@ def test_a_session_stops_at_the_days_budget_and_goes_on_when_raised(
     expect(stop).to_contain_text("Budget reached")
     expect(stop).to_contain_text("$2.40")
     expect(card.get_by_test_id("session-cost")).to_have_text(" · $2.40")
+    expect(page.get_by_test_id("dashboard-spend")).to_have_text("today $2.40 · 2.4k tokens")
     assert len(model.requests()) == 2
     state = stack.browser_state(page)
     s = state["sessions"][sid]
