@@ -93,3 +93,46 @@ def test_a_session_stops_at_the_days_budget_and_goes_on_when_raised(
     page.evaluate("document.querySelectorAll('[data-testid=toast]').forEach((t) => t.remove())")
     page.set_viewport_size({"width": 1100, "height": 1000})
     page.screenshot(path=f"{SHOTS}/usage.png", full_page=True)
+
+
+def test_a_sessions_own_token_budget_set_from_its_menu_stops_it_and_raise_goes_on(
+        stack: Stack, page: Page) -> None:
+    model = stack.model({"model": "scripted-1", "steps": [
+        {"match": {"user": "first"}, "reply": {"text": "hello", "usage": USAGE}},
+        {"match": {"user": "second"},
+         "reply": {"text": "working", "calls": [stack.shell("echo", "two")], "usage": USAGE}},
+        {"match": {"tool": "shell", "tool_output": "two"},
+         "reply": {"text": "finished", "usage": USAGE}},
+        {"match": {"any": True}, "reply": {"text": "unexpected"}},
+    ]})
+    stack.server()
+    worker = stack.worker()
+    stack.open(page)
+    sid = stack.new_session(page, worker, stack.workdir(worker, "own"), "first")
+    expect(stack.status(page)).to_have_attribute("data-status", "idle", timeout=30_000)
+
+    # menu → Budget…: 2,000 tokens for this session (it has used 1,200)
+    page.get_by_test_id("session-menu-button").click()
+    page.get_by_test_id("menu-budget").click()
+    form = page.get_by_test_id("session-budget-form")
+    form.get_by_test_id("session-budget-tokens").fill("2000")
+    form.get_by_test_id("session-budget-save").click()
+    expect(form).to_be_hidden()
+    expect(page.get_by_test_id("session-budget")).to_have_text(" · budget 2,000 tokens")
+
+    page.get_by_test_id("prompt-input").fill("second")
+    page.get_by_test_id("prompt-send").click()
+    expect(stack.status(page)).to_have_text("budget reached", timeout=30_000)
+    stop = page.locator("[data-testid=session-view] [data-testid=budget-stop]")
+    expect(stop).to_contain_text("2.4k tokens of its budget (2.0k tokens)")
+    assert len(model.requests()) == 2
+    tool = stack.items(page, "tool_call")
+    expect(tool.get_by_test_id("tool-status")).to_have_text("done")
+
+    stop.get_by_test_id("budget-raise").click()  # "Raise by 1.0k tokens": 2,400 + 1,000
+    expect(stack.status(page)).to_have_attribute("data-status", "idle", timeout=30_000)
+    expect(stack.items(page, "assistant_message").last).to_have_text("finished")
+    expect(page.get_by_test_id("session-budget")).to_have_text(" · budget 3,400 tokens")
+    expect(stop).to_have_count(0)
+    assert len(model.requests()) == 3
+    assert stack.browser_state(page)["sessions"][sid]["budget"]["max_tokens"] == 3400
