@@ -107,3 +107,18 @@ def test_reset_headers_openai_durations_anthropic_times() -> None:
                                 "x-ratelimit-reset-tokens": "2s"}, 0.0) == gv.Limits(
         remaining_tokens=9, tokens_reset_s=2.0)
     assert limits_from_headers({"content-type": "text/event-stream"}, 0.0) is None
+
+
+def test_the_rate_limit_event_reads_openai_and_anthropic_headers() -> None:
+    from codey_protocol.ratelimits import rate_limit_event
+
+    openai = rate_limit_event("o", {"X-RateLimit-Remaining-Requests": "4",
+                                    "x-ratelimit-reset-requests": "1s"})
+    assert openai is not None and (openai.remaining_requests, openai.reset_requests) == (4, "1s")
+    anthropic = rate_limit_event("a", {"anthropic-ratelimit-tokens-limit": "80000",
+                                       "anthropic-ratelimit-tokens-remaining": "12",
+                                       "anthropic-ratelimit-tokens-reset": "2026-11-28T19:00:00Z"})
+    assert anthropic is not None
+    assert (anthropic.limit_tokens, anthropic.remaining_tokens, anthropic.reset_tokens) == (
+        80000, 12, "2026-11-28T19:00:00Z")
+    assert rate_limit_event("x", {"content-type": "text/plain"}) is None
