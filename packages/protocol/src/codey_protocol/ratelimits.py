@@ -1,8 +1,9 @@
 """Rate-limit headers of model providers, read into :class:`RateLimitUpdated` once.
 
 The names are the OpenAI ones (``x-ratelimit-*``), which most compatible servers copy, or
-Anthropic's (``anthropic-ratelimit-*``), read into the same fields. The server's model path calls :func:`rate_limit_event` with a response's headers; nothing else
-needs to know the header names.
+Anthropic's (``anthropic-ratelimit-*``), read into the same fields. The server's model path
+calls :func:`rate_limit_event` with a response's headers; nothing else needs to know the
+header names.
 """
 
 from __future__ import annotations
