@@ -29,6 +29,12 @@ starts is retried with backoff honouring ``Retry-After``, each announced as
 :class:`~codey_server.agent.stream.Retrying` with the delay it then waits. A 401 on an OAuth
 provider refreshes the token once and tries again (a new try, not a retry). Anything else
 raises :class:`~codey_server.agent.errors.ModelError`.
+
+The shared rate-limit window (:mod:`codey_server.agent.ratewindow`, the fleet governor): each
+try first takes a slot in its provider's window, shared by every session of the server. A
+slot that has to wait is announced as :class:`~codey_server.agent.stream.Queued` (the session
+shows "queued for rate limit (resets in N s)"); the response's rate-limit headers feed the
+window, and a 429 pauses every session of the provider until its reset.
 """
 
 from __future__ import annotations
