@@ -69,6 +69,8 @@ def test_a_429_pauses_every_session_of_the_provider_and_they_resume_one_by_one(
     # no burst: each admitted a gap after the one before (and only once the first one's
     # answer began); arrivals differ from admissions by each request's own latency
     assert all(g >= GAP_S / 2 for g in gaps), gaps
+    print(f"first call {times[0] - limited['ts']:.2f} s after the 429 (reset {RESET_S} s); "
+          f"gaps {', '.join(f'{g:.2f}' for g in gaps)} s")
     state = stack.browser_state(page)
     for sid in (a, b, c):
         assert state["sessions"][sid]["items"][-1]["text"] == "answered"
