@@ -11,28 +11,29 @@ export class FrameBatch {
   constructor(fn) {
     this._fn = fn;
     this._handle = null;
+    this._isTimeout = false; // which kind `_handle` is
   }
 
   schedule() {
     if (this._handle !== null) return;
     // rAF does not run in hidden tabs; a timeout keeps the DOM fresh for when they come back.
     const run = () => this.flushNow();
+    this._isTimeout = document.hidden;
     this._handle = document.hidden ? setTimeout(run, 100) : requestAnimationFrame(run);
   }
 
   flushNow() {
-    if (this._handle !== null) {
-      cancelAnimationFrame(this._handle);
-      clearTimeout(this._handle);
-    }
-    this._handle = null;
+    this.cancel();
     this._fn();
   }
 
   cancel() {
+    // each handle is cancelled by its own kind only: frame and timer ids are separate
+    // counters, and a frame's id given to clearTimeout cancels whatever timer has that
+    // number (a view's one-second ticker, say)
     if (this._handle !== null) {
-      cancelAnimationFrame(this._handle);
-      clearTimeout(this._handle);
+      if (this._isTimeout) clearTimeout(this._handle);
+      else cancelAnimationFrame(this._handle);
     }
     this._handle = null;
   }
