@@ -33,6 +33,8 @@ async function request(method, path, body) {
 
 export const api = {
   config: () => request("GET", "/api/config"),
+  prices: () => request("GET", "/api/prices"),
+  viewing: (session_ids) => request("POST", "/api/viewing", { session_ids }),
   about: () => request("GET", "/api/about"),
   bootstrap: () => request("GET", "/api/state/bootstrap"),
   pairRequests: () => request("GET", "/api/pairing/requests"),

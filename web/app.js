@@ -1,7 +1,7 @@
 // The page: one store, one socket, a hash router and the views.
 //
 // Routes: `#/` dashboard, `#/link` (the dashboard with "Link a machine" open),
-// `#/session/<id>`, `#/terminal/<id>`, `#/board`, `#/schedules`, `#/settings`
+// `#/session/<id>`, `#/terminal/<id>`, `#/board`, `#/schedules`, `#/usage`, `#/settings`
 // (Settings → Models), `#/pair/<CODE>`.
 // For tests: `window.__codey = {store, state(), seq(), socket, app}`.
 
@@ -20,6 +20,7 @@ import { McpDialog } from "./views/mcp.js";
 import { BoardPage } from "./views/board.js";
 import { SchedulesPage } from "./views/schedules.js";
 import { ModelsPage } from "./views/models.js";
+import { UsagePage } from "./views/usage.js";
 import { TelegramDialog } from "./views/telegram.js";
 import { Shortcuts } from "./views/shortcuts.js";
 import { Toasts } from "./views/toasts.js";
@@ -130,6 +131,8 @@ class App {
       this.view = new BoardPage(this.ctx);
     } else if (hash === "#/schedules") {
       this.view = new SchedulesPage(this.ctx);
+    } else if (hash === "#/usage") {
+      this.view = new UsagePage(this.ctx);
     } else if (hash === "#/settings") {
       this.view = new ModelsPage(this.ctx);
     } else if ((m = /^#\/terminal\/(.+)$/.exec(hash))) {
@@ -146,6 +149,21 @@ class App {
     this.main.replaceChildren(this.view.el);
     if (this.view.mounted) this.view.mounted();
     this.main.dataset.route = hash.split("/")[1] || "";
+    this._sayViewing();
+  }
+
+  /** Tell the server which session this page shows (its model calls go first when a rate
+   * limit runs low): at each route, then every half minute while the page is visible. */
+  _sayViewing() {
+    const m = /^#\/session\/(.+)$/.exec(location.hash || "");
+    const ids = m && !document.hidden && !this.unauthorized ? [decodeURIComponent(m[1])] : [];
+    if (ids.length) api.viewing(ids).catch(() => {});
+    if (!this._viewingTimer) {
+      this._viewingTimer = setInterval(() => this._sayViewing(), 30000);
+      document.addEventListener("visibilitychange", () => {
+        if (!document.hidden) this._sayViewing();
+      });
+    }
   }
 
   _onChange(change) {

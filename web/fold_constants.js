@@ -166,6 +166,27 @@ export function fillState(v) {
       fillUpgradeNotice(x);
     }
   }
+  if (v.day_budget === undefined) {
+    v.day_budget = {"max_tokens": null, "max_micros": null};
+  } else {
+    fillBudget(v.day_budget);
+  }
+  if (v.spend === undefined) {
+    v.spend = {};
+  } else {
+    for (const x of Object.values(v.spend)) {
+      for (const x of Object.values(x)) {
+        fillSpend(x);
+      }
+    }
+  }
+  if (v.prices === undefined) {
+    v.prices = {};
+  } else {
+    for (const x of Object.values(v.prices)) {
+      fillModelPrice(x);
+    }
+  }
   return v;
 }
 
@@ -301,6 +322,8 @@ export function fillSessionInfo(v) {
       "turns": 0,
       "context_tokens": 0,
       "context_window": null,
+      "cost_micros": 0,
+      "unpriced_calls": 0,
     };
   } else {
     fillTokenUsage(v.usage);
@@ -344,6 +367,16 @@ export function fillSessionInfo(v) {
     v.goal = null;
   } else if (v.goal != null) {
     fillGoalInfo(v.goal);
+  }
+  if (v.budget === undefined) {
+    v.budget = null;
+  } else if (v.budget != null) {
+    fillBudget(v.budget);
+  }
+  if (v.budget_stop === undefined) {
+    v.budget_stop = null;
+  } else if (v.budget_stop != null) {
+    fillBudgetStop(v.budget_stop);
   }
   return v;
 }
@@ -655,6 +688,8 @@ export function fillTokenUsage(v) {
   if (v.turns === undefined) v.turns = 0;
   if (v.context_tokens === undefined) v.context_tokens = 0;
   if (v.context_window === undefined) v.context_window = null;
+  if (v.cost_micros === undefined) v.cost_micros = 0;
+  if (v.unpriced_calls === undefined) v.unpriced_calls = 0;
   return v;
 }
 
@@ -781,6 +816,19 @@ export function fillGoalInfo(v) {
   return v;
 }
 
+/** `Budget` (state.py): its defaults filled in. */
+export function fillBudget(v) {
+  if (v.max_tokens === undefined) v.max_tokens = null;
+  if (v.max_micros === undefined) v.max_micros = null;
+  return v;
+}
+
+/** `BudgetStop` (state.py): its defaults filled in. */
+export function fillBudgetStop(v) {
+  if (v.at === undefined) v.at = 0.0;
+  return v;
+}
+
 /** `AuthInfo` (state.py): its defaults filled in. */
 export function fillAuthInfo(v) {
   if (v.state === undefined) v.state = "logged_out";
@@ -899,5 +947,20 @@ export function fillUpgradeNotice(v) {
   if (v.backup === undefined) v.backup = "";
   if (v.upgraded_at === undefined) v.upgraded_at = 0.0;
   if (v.dismissed === undefined) v.dismissed = false;
+  return v;
+}
+
+/** `Spend` (state.py): its defaults filled in. */
+export function fillSpend(v) {
+  if (v.tokens === undefined) v.tokens = 0;
+  if (v.cost_micros === undefined) v.cost_micros = 0;
+  if (v.calls === undefined) v.calls = 0;
+  if (v.unpriced_calls === undefined) v.unpriced_calls = 0;
+  return v;
+}
+
+/** `ModelPrice` (events.py): its defaults filled in. */
+export function fillModelPrice(v) {
+  if (v.cache_write === undefined) v.cache_write = null;
   return v;
 }

@@ -304,6 +304,20 @@ export class Socket {
     return this.command("retry_turn", { session_id });
   }
 
+  /** A session's budget (`session_id`), or the day's (`session_id` null); money in micros. */
+  setBudget(session_id, max_tokens, max_micros) {
+    return this.command("set_budget", { session_id, max_tokens, max_micros });
+  }
+
+  /** "Raise by …" on a session stopped at a budget: `by` tokens, or micros for money. */
+  raiseBudget(session_id, by) {
+    return this.command("raise_budget", { session_id, by });
+  }
+
+  setPrices(prices) {
+    return this.command("set_prices", { prices });
+  }
+
   answerQuestion(session_id, question_id, answer) {
     return this.command("answer_question", { session_id, question_id, answer });
   }

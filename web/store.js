@@ -27,6 +27,7 @@ import {
   fillScheduleRun, fillSessionContext,
   fillSessionInfo, fillSessionProcess, fillState, fillTaskInfo, fillTelegramChat,
   fillTerminalInfo, fillUpgradeNotice, fillWorkerInfo, fillGoalInfo,
+  fillBudget, fillBudgetStop, fillModelPrice, fillSpend,
 } from "./fold_constants.js";
 
 export { MAX_CHANGED_PATHS };
@@ -168,6 +169,8 @@ function statusChanged(state, env, e) {
       s.busy_since = null;
     }
     if (s.task_id != null) taskFollows(state, s.task_id, s.session_id, e.status, env.ts);
+    // running again: no longer stopped at a budget (core/fold.py `_status`)
+    if (e.status === "running") s.budget_stop = null;
   }
 }
 
@@ -568,7 +571,47 @@ function usageRecorded(state, env, e) {
     u.turns += 1;
     u.context_tokens = e.input_tokens + e.output_tokens;
     if (e.context_window != null) u.context_window = e.context_window;
+    if (e.cost_micros == null) u.unpriced_calls += 1;
+    else u.cost_micros += e.cost_micros;
+    // the day's spend by provider (agent/fold.py `_usage`)
+    const provider = e.provider || s.provider || "unknown";
+    const key = utcDay(env.ts);
+    const day = state.spend[key] || (state.spend[key] = {});
+    const spend = day[provider] || (day[provider] = fillSpend({}));
+    spend.tokens += e.total_tokens;
+    spend.calls += 1;
+    if (e.cost_micros == null) spend.unpriced_calls += 1;
+    else spend.cost_micros += e.cost_micros;
   }
+}
+
+/** The UTC day of `ts` (seconds) as YYYY-MM-DD: core/costs.py `day_of`. */
+export function utcDay(ts) {
+  return new Date(ts * 1000).toISOString().slice(0, 10);
+}
+
+function budgetSet(state, env, e) {
+  const limits = { max_tokens: e.max_tokens, max_micros: e.max_micros };
+  if (e.scope === "day") {
+    state.day_budget = fillBudget(limits);
+    return;
+  }
+  const s = session(state, env);
+  if (s) s.budget = e.max_tokens == null && e.max_micros == null ? null : fillBudget(limits);
+}
+
+function budgetReached(state, env, e) {
+  const s = session(state, env);
+  if (s) {
+    s.budget_stop = fillBudgetStop({
+      scope: e.scope, unit: e.unit, limit: e.limit, spent: e.spent, at: env.ts,
+    });
+  }
+}
+
+function pricesSet(state, env, e) {
+  state.prices = {};
+  for (const [name, p] of Object.entries(e.prices)) state.prices[name] = fillModelPrice({ ...p });
 }
 
 function rateLimit(state, env, e) {
@@ -732,6 +775,9 @@ const HANDLERS = {
   question_answered: questionAnswered,
   memory_updated: memoryUpdated,
   rate_limit_updated: rateLimit,
+  budget_set: budgetSet,
+  budget_reached: budgetReached,
+  prices_set: pricesSet,
   auth_status_updated: authUpdated,
   provider_saved: providerSaved,
   provider_removed: providerRemoved,

@@ -11,28 +11,29 @@ export class FrameBatch {
   constructor(fn) {
     this._fn = fn;
     this._handle = null;
+    this._isTimeout = false; // which kind `_handle` is
   }
 
   schedule() {
     if (this._handle !== null) return;
     // rAF does not run in hidden tabs; a timeout keeps the DOM fresh for when they come back.
     const run = () => this.flushNow();
+    this._isTimeout = document.hidden;
     this._handle = document.hidden ? setTimeout(run, 100) : requestAnimationFrame(run);
   }
 
   flushNow() {
-    if (this._handle !== null) {
-      cancelAnimationFrame(this._handle);
-      clearTimeout(this._handle);
-    }
-    this._handle = null;
+    this.cancel();
     this._fn();
   }
 
   cancel() {
+    // each handle is cancelled by its own kind only: frame and timer ids are separate
+    // counters, and a frame's id given to clearTimeout cancels whatever timer has that
+    // number (a view's one-second ticker, say)
     if (this._handle !== null) {
-      cancelAnimationFrame(this._handle);
-      clearTimeout(this._handle);
+      if (this._isTimeout) clearTimeout(this._handle);
+      else cancelAnimationFrame(this._handle);
     }
     this._handle = null;
   }
@@ -90,7 +91,67 @@ export function sessionWords(s) {
   if (s.status === "idle" && s.forked_from && !s.busy_seconds && s.busy_since == null) {
     return "forked";
   }
+  if (s.status === "waiting_user" && s.budget_stop) return "budget reached";
+  if (s.status === "running" && (s.status_reason || "").startsWith(QUEUED)) return "queued";
   return SESSION_WORDS[s.status] || s.status;
+}
+
+/** The status reason of a session waiting in its provider's rate-limit window. */
+export const QUEUED = "queued for rate limit";
+
+/** Money in millionths of a dollar, as "$0.0123", "$1.24", "$120". */
+export function fmtUsd(micros) {
+  const usd = (micros || 0) / 1e6;
+  if (usd === 0) return "$0";
+  if (usd < 0.01) return `$${usd.toFixed(4)}`;
+  if (usd < 100) return `$${usd.toFixed(2)}`;
+  return `$${Math.round(usd)}`;
+}
+
+/** Tokens as "950", "12.3k", "4.5M". */
+export function fmtTokens(n) {
+  if (n < 1000) return String(n);
+  if (n < 1e6) return `${(n / 1000).toFixed(n < 10000 ? 1 : 0)}k`;
+  return `${(n / 1e6).toFixed(1)}M`;
+}
+
+/** A budget amount in its unit: "10.0k tokens", "$2.00". */
+export function fmtBudget(unit, amount) {
+  return unit === "usd" ? fmtUsd(amount) : `${fmtTokens(amount)} tokens`;
+}
+
+/** What "Raise by …" adds to a budget stopped at `stop`: half the limit, at least a step. */
+export function raiseStep(stop) {
+  const min = stop.unit === "usd" ? 100_000 : 1000;
+  return Math.max(min, Math.round(stop.limit / 2));
+}
+
+/**
+ * The box of a session stopped at a budget: what stopped it, and the one-click "Raise by …"
+ * that lets it go on. Null when it is not stopped.
+ */
+export function budgetBox(s, socket, toast) {
+  const stop = s.budget_stop;
+  if (!stop || s.status !== "waiting_user") return null;
+  const by = raiseStep(stop);
+  const button = h("button", { class: "btn primary", type: "button",
+    "data-testid": "budget-raise" }, `Raise by ${fmtBudget(stop.unit, by)}`);
+  button.addEventListener("click", async (e) => {
+    e.preventDefault();
+    e.stopPropagation();
+    button.disabled = true;
+    try {
+      await socket.raiseBudget(s.session_id, by);
+    } catch (err) {
+      button.disabled = false;
+      if (toast) toast(`Could not raise the budget: ${err.message}`, "error");
+    }
+  });
+  const whose = stop.scope === "day" ? "today's budget for every session" : "its budget";
+  return h("div", { class: "budget-stop", "data-testid": "budget-stop", role: "status" },
+    h("strong", {}, "Budget reached"),
+    ` — spent ${fmtBudget(stop.unit, stop.spent)} of ${whose} (${fmtBudget(stop.unit,
+      stop.limit)}). `, button);
 }
 
 /** How many of a session's processes (the agent's `exec`: a dev server, a watcher) may
@@ -188,6 +249,7 @@ export function activity(s, state) {
   if (!isBusy(s.status) && s.status !== "waiting_worker") return null;
   const last = s.items[s.items.length - 1];
   if (s.status === "waiting_approval") return { text: "waiting for your approval", since: s.updated_at };
+  if (s.status === "waiting_user" && s.budget_stop) return { text: "budget reached", since: s.updated_at };
   if (s.status === "waiting_user") {
     return { text: s.plan_status === "proposed" ? "waiting for you to approve the plan"
       : "waiting for your answer", since: s.updated_at };
@@ -201,6 +263,7 @@ export function activity(s, state) {
     return { text: reason.replace(/^model busy \((.*)\); retrying in (.*)$/, "retrying in $2 ($1)"),
       since: s.updated_at };
   }
+  if (reason.startsWith(QUEUED)) return { text: reason, since: s.updated_at };
   if (reason.startsWith("compacting")) return { text: "compacting the conversation", since: s.updated_at };
   const running = [...s.items].reverse().find((i) => i.kind === "tool_call" && i.status === "running");
   if (running) {

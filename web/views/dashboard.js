@@ -6,10 +6,11 @@
 import { api } from "../api.js";
 import { fmtAgo, h } from "../dom.js";
 import { renderInline } from "../markdown.js";
+import { utcDay } from "../store.js";
 import {
-  FrameBatch, SESSION_WORDS, busySeconds, fmtDuration, goalWords, keyedList, liveProcesses,
-  machineLabel, machineName, needsAttention, processesWords, sessionWords, statusChip, titleNode,
-  twinWords, workerUp,
+  FrameBatch, QUEUED, SESSION_WORDS, budgetBox, busySeconds, fmtDuration, fmtTokens, fmtUsd,
+  goalWords, keyedList, liveProcesses, machineLabel, machineName, needsAttention,
+  processesWords, sessionWords, statusChip, titleNode, twinWords, workerUp,
 } from "./common.js";
 import { NewSessionDialog } from "./newsession.js";
 import { PairPanel } from "./pair.js";
@@ -25,7 +26,16 @@ const RELEVANT = new Set([
   "process_started", "process_ended",
   // and how its goal's checks went
   "goal_set", "goal_checked", "goal_met", "goal_given_up",
+  // cost on each card and today's spend; a session stopped at a budget
+  "token_usage_recorded", "budget_set", "budget_reached",
 ]);
+
+/** When a session queued for a rate limit expects the reset (epoch seconds; null: unknown),
+ * from its reason "queued for rate limit (resets in N s)" said at its last change. */
+function queuedUntil(s) {
+  const m = /resets in (\d+) s/.exec(s.status_reason || "");
+  return m ? s.updated_at + Number(m[1]) : null;
+}
 
 /** The worker card lists this many of its sessions, the newest first. */
 const WORKER_SESSIONS = 5;
@@ -81,6 +91,8 @@ export class Dashboard {
         this.render();
       } });
     this._counts = h("div", { class: "counts muted small", "data-testid": "session-counts" });
+    this._spend = h("a", { class: "chip spend-chip", href: "#/usage", "data-testid": "dashboard-spend",
+      title: "Today's cost of every session (UTC day): the usage page" });
     this._toolbar = h("div", { class: "toolbar", "data-testid": "session-toolbar" },
       search, this._statusFilter, this._workerFilter, sort,
       h("label", { for: "show-archived", class: "small" }, archived, " Archived"));
@@ -91,11 +103,13 @@ export class Dashboard {
         this._pairSlot, this._noWorkers, this._workers),
       h("section", { class: "panel sessions-panel", "aria-labelledby": "sessions-h" },
         h("div", { class: "panel-head" }, h("h2", { id: "sessions-h" }, "Sessions"),
+          this._spend,
           h("button", { class: "btn primary", type: "button", "data-testid": "new-session",
             onclick: () => new NewSessionDialog(this.ctx).open() }, "New session")),
         this._toolbar, this._counts, this._noSessions, this._sessions));
     this.render();
     this._ticker = setInterval(() => this._batch.schedule(), 30000); // "last seen" texts
+    this._countdown = setInterval(() => this._tickQueued(), 1000); // "resets in 42 s"
     if (link) this._togglePair();
   }
 
@@ -106,6 +120,7 @@ export class Dashboard {
   destroy() {
     this._batch.cancel();
     clearInterval(this._ticker);
+    clearInterval(this._countdown);
     for (const view of this._logViews.values()) clearInterval(view.timer);
   }
 
@@ -158,8 +173,21 @@ export class Dashboard {
     this._linkButton.setAttribute("aria-expanded", "true");
   }
 
+  /** The cards' "queued for rate limit (resets in N s)", counted down each second from
+   * the time the session said it (its status change). */
+  _tickQueued() {
+    for (const el of this.el.querySelectorAll("[data-testid=session-queued][data-until]")) {
+      const left = Math.max(0, Math.ceil(Number(el.dataset.until) - Date.now() / 1000));
+      el.textContent = `${QUEUED} (resets in ${left} s)`;
+    }
+  }
+
   render() {
     const state = this.ctx.store.state;
+    const today = Object.values(state.spend[utcDay(Date.now() / 1000)] || {});
+    const micros = today.reduce((a, c) => a + c.cost_micros, 0);
+    const tokens = today.reduce((a, c) => a + c.tokens, 0);
+    this._spend.textContent = `today ${fmtUsd(micros)} · ${fmtTokens(tokens)} tokens`;
     const all = Object.values(state.sessions);
     const f = this._filter;
     const text = f.text.trim().toLowerCase();
@@ -203,7 +231,8 @@ export class Dashboard {
           workerUp(state, s.worker_id), w ? machineLabel(state, w) : null, fmtAgo(s.updated_at),
           s.items.length, Math.round(busySeconds(s)), sessionWords(s), liveProcesses(s),
           twinWords(s, state),
-          kids.map((k) => [k.session_id, k.title, k.status])]);
+          kids.map((k) => [k.session_id, k.title, k.status]),
+          s.usage.cost_micros, s.usage.turns, s.budget_stop]);
       },
       (s) => this._sessionCard(s));
     if (this._pairPanel) this._pairPanel.refresh();
@@ -389,6 +418,10 @@ export class Dashboard {
         ` · ${facts.files} file${facts.files === 1 ? "" : "s"} `,
         h("span", { class: "d-add" }, `+${facts.added}`), " ",
         h("span", { class: "d-del" }, `−${facts.removed}`)) : "",
+      s.usage.turns ? h("span", { "data-testid": "session-cost",
+        title: `${s.usage.total_tokens} tokens over ${s.usage.turns} model calls` +
+          (s.usage.unpriced_calls ? ` (${s.usage.unpriced_calls} without a price)` : "") },
+      ` · ${fmtUsd(s.usage.cost_micros)}`) : "",
       ` · ${w ? machineLabel(state, w) : s.worker_id}`,
       up ? null : h("span", { class: "chip gone", "data-testid": "worker-gone",
         title: "The session's machine is not connected" }, "machine offline")),
@@ -398,6 +431,10 @@ export class Dashboard {
     ` · ${goalWords(s.goal)}`) : null,
     s.status === "error" && s.status_reason
       ? h("p", { class: "small bad", "data-testid": "session-error" }, s.status_reason) : null,
+    s.status === "running" && (s.status_reason || "").startsWith(QUEUED)
+      ? h("p", { class: "small muted", "data-testid": "session-queued",
+        "data-until": queuedUntil(s) }, s.status_reason) : null,
+    budgetBox(s, this.ctx.socket, this.ctx.toast),
     this._children(s));
   }
 

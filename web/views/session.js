@@ -9,12 +9,13 @@
 
 import { api } from "../api.js";
 import { ChangesDialog } from "./changes.js";
-import { fmtBytes, h, replaceChildren } from "../dom.js";
+import { fmtBytes, h, replaceChildren, showingErrors } from "../dom.js";
 import { findItem, findProcess, updateFields } from "../store.js";
 import { memoryOfRepository, memoryPlaces, memoryText } from "../memory.js";
 import { missing, processNames, toggleEffects } from "../toggles.js";
 import {
-  FrameBatch, activity, fmtDuration, goalWords, isBusy, machineLabel, needsAttention, sessionWords,
+  FrameBatch, activity, budgetBox, fmtDuration, fmtUsd, goalWords, isBusy, machineLabel,
+  needsAttention, sessionWords,
   statusChip, titleNode, toolDisplay, workerUp,
 } from "./common.js";
 import {
@@ -50,6 +51,7 @@ const HEADER_EVENTS = new Set([
   "plan_approved", "process_started", "process_output", "process_stop_requested",
   "process_ended", "process_listening", "process_forward_requested", "process_forwarded",
   "goal_set", "goal_checked", "goal_met", "goal_given_up",
+  "budget_set", "budget_reached",
 ]);
 
 // Keys that scroll the transcript (when no field has the focus), Tab moving to a control in it
@@ -222,6 +224,8 @@ export class SessionView {
     });
     this._missing = h("p", { class: "muted s-missing", "data-testid": "session-missing" },
       "Waiting for this session…");
+    this._budgetStop = h("div", { class: "budget-slot" });
+    this._budgetForm = this._buildBudgetForm();
     this._activity = h("div", { class: "activity", "data-testid": "activity",
       role: "status", "aria-live": "polite", hidden: true });
     // (an error's own Retry, beside it, is "retry": see items.js)
@@ -254,9 +258,11 @@ export class SessionView {
         this._status, this._gone, this._settings, this._sandboxBadge, this._interrupt,
         this._changes, this._terminal, this._download, this._menu)),
     this._toggleAsk,
+    this._budgetForm,
     this._missing,
     h("div", { class: "s-body" }, h("div", { class: "s-main" }, this._scroller, this._jump,
-      h("div", { class: "activity-row" }, this._activity, this._retry)), this._side),
+      h("div", { class: "activity-row" }, this._activity, this._retry),
+      this._budgetStop), this._side),
     this._closedNote, this._worktreeGone, form);
     this._form = form;
     // toasts sit above the prompt box (style.css), whatever its height
@@ -527,8 +533,14 @@ export class SessionView {
       s.worktree.files ? ` +${s.worktree.added} −${s.worktree.deleted}` : ""), " · "] : null,
       h("span", { class: "mono", title: s.workdir }, s.workdir), " · ",
       h("span", { "data-testid": "session-model" }, modelWords(s, this.ctx.config)),
-      s.usage.turns ? h("span", { class: "muted" },
-        ` · ${s.usage.total_tokens.toLocaleString()} tokens`) : null);
+      s.usage.turns ? h("span", { class: "muted", "data-testid": "session-usage" },
+        ` · ${s.usage.total_tokens.toLocaleString()} tokens · ${fmtUsd(s.usage.cost_micros)}`)
+        : null,
+      s.budget ? h("span", { class: "muted", "data-testid": "session-budget" },
+        ` · budget ${[s.budget.max_tokens != null ? `${s.budget.max_tokens.toLocaleString()} tokens`
+          : "", s.budget.max_micros != null ? fmtUsd(s.budget.max_micros) : ""]
+          .filter(Boolean).join(" or ")}`) : null);
+    replaceChildren(this._budgetStop, budgetBox(s, this.ctx.socket, this.ctx.toast));
     replaceChildren(this._badges, s.archived
       ? h("span", { class: "chip", "data-testid": "archived" }, "archived") : null);
     const status = statusChip(s.status, "session-status", sessionWords(s));
@@ -907,6 +919,46 @@ export class SessionView {
     input.select();
   }
 
+  /** The session's own budget (menu → Budget…): tokens and/or dollars, or none. */
+  _buildBudgetForm() {
+    const tokens = h("input", { type: "number", min: "1", step: "1", class: "input compact",
+      id: "session-budget-tokens", "data-testid": "session-budget-tokens",
+      placeholder: "no limit" });
+    const usd = h("input", { type: "number", min: "0.01", step: "0.01", class: "input compact",
+      id: "session-budget-usd", "data-testid": "session-budget-usd", placeholder: "no limit" });
+    const error = h("span", { class: "bad small", role: "alert", hidden: true });
+    const form = h("form", { class: "s-ask budget-edit", hidden: true,
+      "data-testid": "session-budget-form", "aria-label": "This session's budget" },
+    h("span", { class: "small" }, "This session's budget (the day's applies too):"),
+    h("label", { for: "session-budget-tokens", class: "small" }, "tokens"), tokens,
+    h("label", { for: "session-budget-usd", class: "small" }, "US dollars"), usd,
+    h("button", { class: "btn primary", type: "submit", "data-testid": "session-budget-save" },
+      "Save"),
+    h("button", { class: "btn", type: "button", onclick: () => { form.hidden = true; } },
+      "Cancel"), error);
+    form.addEventListener("submit", (e) => {
+      e.preventDefault();
+      showingErrors(error, async () => {
+        await this.ctx.socket.setBudget(this.sessionId,
+          tokens.value ? Number(tokens.value) : null,
+          usd.value ? Math.round(Number(usd.value) * 1e6) : null);
+        form.hidden = true;
+      });
+    });
+    form._fill = (budget) => {
+      tokens.value = budget && budget.max_tokens != null ? String(budget.max_tokens) : "";
+      usd.value = budget && budget.max_micros != null ? String(budget.max_micros / 1e6) : "";
+    };
+    return form;
+  }
+
+  _openBudget() {
+    const s = this.session;
+    this._budgetForm._fill(s ? s.budget : null);
+    this._budgetForm.hidden = false;
+    this._budgetForm.querySelector("input").focus();
+  }
+
   _renderMenu(s) {
     const state = this.ctx.store.state;
     const act = (testid, label, fn, cls = "") => h("button", { class: `btn menu-item ${cls}`,
@@ -929,6 +981,7 @@ export class SessionView {
       h("a", { class: "btn menu-item narrow-only", "data-testid": "menu-download-log",
         href: api.sessionLogUrl(this.sessionId), download: `session-${this.sessionId}.ndjson`,
         onclick: () => { this._menu.open = false; } }, "Download log"),
+      act("menu-budget", "Budget…", () => this._openBudget()),
       act("menu-rename", "Rename", () => this._startRename()),
       act("menu-fork", "Fork", () => this._fork(null)),
       act("menu-archive", s.archived ? "Unarchive" : "Archive",

@@ -22,6 +22,7 @@ from codey_protocol.events import (
     ApprovalPolicy,
     Attachment,
     Envelope,
+    ModelPrice,
     ProviderEntry,
     ReasoningEffort,
     TaskStatus,
@@ -304,6 +305,30 @@ class DismissUpgradeNotice(ClientToServerMessage, kw_only=True):
     upgrade_id: str
 
 
+class SetBudget(ClientToServerMessage, kw_only=True):
+    """Set (or, with both limits None, remove) a session's budget (``session_id``) or the
+    day's, every session together (``session_id`` None). Money in millionths of a dollar."""
+
+    session_id: str | None = None
+    max_tokens: int | None = None
+    max_micros: int | None = None
+
+
+class RaiseBudget(ClientToServerMessage, kw_only=True):
+    """"Raise by …" on a session stopped at a budget: the budget it stopped at (its own or
+    the day's) is raised by ``by`` (tokens, or micros for ``usd``) over what was spent, and
+    the sessions it stopped go on."""
+
+    session_id: str
+    by: int
+
+
+class SetPrices(ClientToServerMessage, kw_only=True):
+    """Settings → Usage: the user's whole price table (model name or prefix → price)."""
+
+    prices: dict[str, ModelPrice]
+
+
 ClientToServer = (
     Subscribe | CreateSession | SendPrompt | DecideApproval | SetApprovalPolicy | SetSandbox
     | SetSessionModel | SaveProvider | RemoveProvider | Interrupt | StopProcess | ForwardPort
@@ -313,7 +338,7 @@ ClientToServer = (
     | SaveSchedule | DeleteSchedule | RunSchedule
     | CreateTask | UpdateTask | MoveTask | DeleteTask | RunTask
     | DismissUpgradeNotice
-    | SetGoal
+    | SetGoal | SetBudget | RaiseBudget | SetPrices
 )
 
 

@@ -622,6 +622,13 @@ class TokenUsageRecorded(EventBase, kw_only=True):
     #: the model's window; ``input_tokens + output_tokens`` is the context this call used
     context_window: int | None = None
     model: str | None = None
+    #: the provider the call went to (None: not recorded, before version 2: the session's
+    #: provider then)
+    provider: str | None = None
+    #: what the call cost in millionths of a US dollar, priced when it was made by the price
+    #: table then (None: not priced — no price known for the model, or recorded before
+    #: version 2)
+    cost_micros: int | None = None
 
 
 class SessionArchived(EventBase, kw_only=True):
@@ -848,6 +855,52 @@ class RateLimitUpdated(EventBase, kw_only=True):
     reset_tokens: str | None = None
 
 
+# budgets ----------------------------------------------------------------------------------
+# What a fleet of sessions may spend (issue 37, "Stay within budget"). Money is counted in
+# millionths of a US dollar (``micros``), so every sum in both folds is an exact integer.
+
+BudgetScope = Literal["session", "day"]
+BudgetUnit = Literal["tokens", "usd"]
+
+
+class ModelPrice(msgspec.Struct, kw_only=True):
+    """What a model costs, in US dollars per million tokens. ``cache_write`` None: an input
+    token's price times 1.25 (Anthropic's five-minute cache writes)."""
+
+    input: float
+    cached_input: float
+    output: float
+    cache_write: float | None = None
+
+
+class BudgetSet(EventBase, kw_only=True):
+    """A budget set, raised or removed. ``scope`` ``session``: the envelope's session's own
+    total; ``day``: every session's together in one UTC day (a global event). A limit None
+    is no limit in that unit."""
+
+    scope: BudgetScope
+    max_tokens: int | None = None
+    max_micros: int | None = None
+
+
+class BudgetReached(EventBase, kw_only=True):
+    """The session stopped before a model call: ``spent`` reached ``limit`` (tokens, or
+    micros for ``usd``) of its own budget or of the day's. Nothing was left half-done: the
+    last call's answer and its tool calls were settled before."""
+
+    scope: BudgetScope
+    unit: BudgetUnit
+    limit: int
+    spent: int
+
+
+class PricesSet(EventBase, kw_only=True):
+    """Settings → Usage's price table: the user's prices by model name (or name prefix),
+    over the built-in defaults; the whole table each time."""
+
+    prices: dict[str, ModelPrice] = msgspec.field(default_factory=dict)
+
+
 # auth -------------------------------------------------------------------------------------
 
 
@@ -1017,6 +1070,9 @@ Event = (
     | QuestionAnswered
     | MemoryUpdated
     | RateLimitUpdated
+    | BudgetSet
+    | BudgetReached
+    | PricesSet
     | AuthStatusUpdated
     | ProviderSaved
     | ProviderRemoved

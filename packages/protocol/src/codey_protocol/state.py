@@ -15,7 +15,10 @@ import msgspec
 from codey_protocol.events import (
     ApprovalPolicy,
     AuthState,
+    BudgetScope,
+    BudgetUnit,
     Item,
+    ModelPrice,
     PlanStep,
     ProcessStopper,
     ProviderEntry,
@@ -183,6 +186,36 @@ class TokenUsage(msgspec.Struct, kw_only=True):
     #: input + output tokens of the last model call: how full the context is
     context_tokens: int = 0
     context_window: int | None = None
+    #: what its priced calls cost, in millionths of a US dollar
+    cost_micros: int = 0
+    #: calls with no price (no price known for the model then, or recorded before prices)
+    unpriced_calls: int = 0
+
+
+class Budget(msgspec.Struct, kw_only=True):
+    """Limits on what is spent; None: no limit in that unit."""
+
+    max_tokens: int | None = None
+    max_micros: int | None = None
+
+
+class BudgetStop(msgspec.Struct, kw_only=True):
+    """Why a session stopped at a budget (``budget_reached``), until it goes on."""
+
+    scope: BudgetScope
+    unit: BudgetUnit
+    limit: int
+    spent: int
+    at: float = 0.0
+
+
+class Spend(msgspec.Struct, kw_only=True):
+    """What one provider's calls used in one UTC day."""
+
+    tokens: int = 0
+    cost_micros: int = 0
+    calls: int = 0
+    unpriced_calls: int = 0
 
 
 class RateLimit(msgspec.Struct, kw_only=True):
@@ -362,6 +395,10 @@ class SessionInfo(msgspec.Struct, kw_only=True):
     busy_since: float | None = None
     #: the goal it works towards, checked after each turn (None: none set)
     goal: GoalInfo | None = None
+    #: its own budget (None: none; the day's applies anyway)
+    budget: Budget | None = None
+    #: set while it is stopped at a budget (cleared when a turn goes on)
+    budget_stop: BudgetStop | None = None
 
 
 class AuthInfo(msgspec.Struct, kw_only=True):
@@ -426,3 +463,9 @@ class State(msgspec.Struct, kw_only=True):
     telegram_bot_id: int = 0
     #: the upgrades of the data, oldest first, and whether the user dismissed their notice
     upgrades: list[UpgradeNotice] = msgspec.field(default_factory=list)
+    #: the budget of every session together per UTC day
+    day_budget: Budget = msgspec.field(default_factory=Budget)
+    #: UTC day (``YYYY-MM-DD``) → provider → what was spent
+    spend: dict[str, dict[str, Spend]] = msgspec.field(default_factory=dict)
+    #: the user's prices by model name or prefix (Settings → Usage), over the defaults
+    prices: dict[str, ModelPrice] = msgspec.field(default_factory=dict)

@@ -64,7 +64,9 @@ __all__ = ["UPCASTERS", "VERSIONS", "current_json_many", "decode_stored",
 
 #: each event type's current version, where it is above 1 (every other type is at 1). Raise
 #: it when the type's stored shape changes, and add the upcaster from the version before.
-VERSIONS: dict[str, int] = {}
+VERSIONS: dict[str, int] = {
+    "token_usage_recorded": 2,  # 2: provider, cost_micros
+}
 
 
 def version_of(tag: str) -> int:
@@ -215,6 +217,12 @@ def _usage_v0(event: dict[str, Any]) -> None:
                      "model": None})
 
 
+def _usage_v1(event: dict[str, Any]) -> None:
+    # calls were not priced then, and their provider was not recorded (the fold takes the
+    # session's provider as it stood then)
+    _missing(event, {"provider": None, "cost_micros": None})
+
+
 def _telegram_update_handled_v0(event: dict[str, Any]) -> None:
     _missing(event, {"bot_id": 0})  # which bot was not recorded: the one the fold starts with
 
@@ -235,6 +243,7 @@ UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("schedule_fired", 0): _schedule_fired_v0,
     ("session_context_updated", 0): _context_updated_v0,
     ("token_usage_recorded", 0): _usage_v0,
+    ("token_usage_recorded", 1): _usage_v1,
     ("telegram_update_handled", 0): _telegram_update_handled_v0,
 }
 

@@ -317,6 +317,17 @@ def build_log() -> list[ev.Envelope]:
     log.add(None, ev.RateLimitUpdated(provider="openai", limit_requests=500,
                                       remaining_requests=499, reset_requests="1s"))
     log.add(None, ev.RateLimitUpdated(provider="openai", remaining_tokens=1000))
+    # budgets and prices: a session priced, stopped at its budget, raised and running again
+    log.add(None, ev.PricesSet(prices={"gpt-5": ev.ModelPrice(input=1.5, cached_input=0.15,
+                                                              output=12.0, cache_write=None)}))
+    log.add(None, ev.BudgetSet(scope="day", max_micros=5_000_000))
+    log.add("s6", ev.BudgetSet(scope="session", max_tokens=300))
+    log.add("s6", ev.TokenUsageRecorded(input_tokens=250, output_tokens=80, total_tokens=330,
+                                        provider="openai", cost_micros=1335))
+    log.add("s6", ev.BudgetReached(scope="session", unit="tokens", limit=300, spent=330))
+    log.add("s6", ev.SessionStatusChanged(status="waiting_user", reason="budget reached"))
+    log.add("s6", ev.BudgetSet(scope="session", max_tokens=480))
+    log.add("s6", ev.SessionStatusChanged(status="running"))
     log.add(None, ev.AuthStatusUpdated(provider="openai", state="pending", method="device_code",
                                        verification_uri="https://example.test/device",
                                        user_code="ABCD-EFGH"))

@@ -111,6 +111,10 @@ def _exercise(api: _Contract, server: ServerProcess, worker: WorkerProcess) -> N
     api.check("GET", "/api/state/bootstrap", 200)
     api.check("GET", "/api/config", 200)
     api.check("GET", "/api/about", 200)
+    prices = api.check("GET", "/api/prices", 200).json()["defaults"]
+    assert prices["gpt-5"]["output"] > 0
+    api.check("POST", "/api/viewing", 200, json={"session_ids": ["ses_none"]})
+    api.check("POST", "/api/viewing", 400, json={"session_ids": "ses_none"})
 
     # sessions: a turn that stops at an approval, approved, then steered
     api.check("POST", "/api/sessions", 404, json={"worker_id": "wrk_none", "workdir": "/w"})

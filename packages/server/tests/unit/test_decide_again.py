@@ -230,7 +230,8 @@ class _Model(ModelProvider):
         super().__init__(ProviderConfig(name="p", base_url="http://127.0.0.1:9/v1",
                                         kind="responses"), FixedCredentials())
 
-    async def stream(self, *, model: str, body: bytes) -> AsyncIterator[ModelEvent]:
+    async def stream(self, *, model: str, body: bytes,
+                     session_id: str = "") -> AsyncIterator[ModelEvent]:
         yield TextDelta("Hello.")
         yield Finished()
 

@@ -97,7 +97,8 @@ class Gated(ModelProvider):
         self.go = asyncio.Event()
         self.waiting = asyncio.Event()
 
-    async def stream(self, *, model: str, body: bytes) -> AsyncIterator[ModelEvent]:
+    async def stream(self, *, model: str, body: bytes,
+                     session_id: str = "") -> AsyncIterator[ModelEvent]:
         for event in self.answers.pop(0):
             if event is None:
                 self.waiting.set()

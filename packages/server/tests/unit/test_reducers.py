@@ -555,6 +555,42 @@ def test_rate_limit_updated_replaces_per_provider(log: Log) -> None:
     assert st_.rate_limits["ollama"].limit_tokens == 1
 
 
+def test_usage_adds_cost_per_session_and_per_day_and_provider(log: Log) -> None:
+    st_ = apply(State(), log.env(paired(), None))
+    apply(st_, log.env(created()))
+    apply(st_, log.env(ev.TokenUsageRecorded(total_tokens=100, cost_micros=250,
+                                             provider="openai")))
+    apply(st_, log.env(ev.TokenUsageRecorded(total_tokens=50, cost_micros=None)))  # unpriced
+    apply(st_, log.env(ev.TokenUsageRecorded(total_tokens=7, cost_micros=3, provider="lab")))
+    u = st_.sessions[S].usage
+    assert (u.total_tokens, u.cost_micros, u.unpriced_calls) == (157, 253, 1)
+    day = st_.spend["1970-01-01"]
+    # a call without its provider (recorded before providers were) counts for the session's
+    provider = st_.sessions[S].provider
+    assert day["openai" if provider == "openai" else provider].calls >= 1
+    assert sum(x.tokens for x in day.values()) == 157
+    assert sum(x.cost_micros for x in day.values()) == 253
+    assert day["lab"].tokens == 7
+
+
+def test_budgets_set_reached_and_cleared_by_running_again(log: Log) -> None:
+    st_ = apply(State(), log.env(paired(), None))
+    apply(st_, log.env(created()))
+    apply(st_, log.env(ev.BudgetSet(scope="session", max_tokens=10)))
+    apply(st_, log.env(ev.BudgetSet(scope="day", max_micros=9), None))
+    assert st_.sessions[S].budget is not None and st_.sessions[S].budget.max_tokens == 10
+    assert st_.day_budget.max_micros == 9
+    apply(st_, log.env(ev.BudgetReached(scope="session", unit="tokens", limit=10, spent=12)))
+    stop = st_.sessions[S].budget_stop
+    assert stop is not None and (stop.limit, stop.spent) == (10, 12)
+    apply(st_, log.env(ev.SessionStatusChanged(status="waiting_user")))
+    assert st_.sessions[S].budget_stop is not None
+    apply(st_, log.env(ev.SessionStatusChanged(status="running")))
+    assert st_.sessions[S].budget_stop is None
+    apply(st_, log.env(ev.BudgetSet(scope="session")))  # no limit in either unit: none
+    assert st_.sessions[S].budget is None
+
+
 def test_auth_status_updated(log: Log) -> None:
     st_ = apply(State(), log.env(ev.AuthStatusUpdated(
         provider="openai", state="pending", method="device_code",
@@ -627,6 +663,8 @@ SESSION_EVENTS: list[ev.Event] = [
                    after_item="i"),
     ev.GoalMet(goal_id="g", reason="`pytest -q` exited 0"),
     ev.GoalGivenUp(goal_id="g", reason="cleared by the user"),
+    ev.BudgetSet(scope="session", max_tokens=10),
+    ev.BudgetReached(scope="session", unit="tokens", limit=10, spent=12),
     ev.SessionDeleted(),
 ]
 GLOBAL_EVENTS: list[ev.Event] = [
@@ -639,6 +677,8 @@ GLOBAL_EVENTS: list[ev.Event] = [
     ev.WorkerConnected(worker_id="w9", hostname="h", os="o", worker_version="v"),
     ev.WorkerDisconnected(worker_id="w9"),
     ev.RateLimitUpdated(provider="p"),
+    ev.BudgetSet(scope="day", max_micros=5_000_000),
+    ev.PricesSet(prices={"m": ev.ModelPrice(input=1.0, cached_input=0.1, output=2.0)}),
     ev.AuthStatusUpdated(provider="p", state="logged_out"),
     ev.ProviderSaved(provider=ev.ProviderEntry(name="p2", base_url="http://h/v1")),
     ev.ProviderRemoved(name="p2"),

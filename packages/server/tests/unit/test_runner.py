@@ -53,7 +53,8 @@ class ScriptedProvider(ModelProvider):
         self.answers: deque[Answer] = deque(answers)
         self.bodies: list[dict[str, Any]] = []
 
-    async def stream(self, *, model: str, body: bytes) -> AsyncIterator[ModelEvent]:
+    async def stream(self, *, model: str, body: bytes,
+                     session_id: str = "") -> AsyncIterator[ModelEvent]:
         self.bodies.append(json.loads(body))
         answer = self.answers.popleft()
         if isinstance(answer, ModelError):

@@ -279,7 +279,8 @@ class TurnDriver:
                                        "on this server", code="not_configured"), now=now()))
             return
         try:
-            async for part in provider.stream(model=e.model, body=e.body):
+            async for part in provider.stream(model=e.model, body=e.body,
+                                              session_id=self.session_id):
                 self._inbox.put_part(part, now())
         except ModelError as err:
             put(ModelFailed(err, now=now()))

@@ -22,15 +22,19 @@ from codey_protocol.state import (
     PROCESS_OUTPUT_KEPT,
     PROCESSES_ENDED_KEPT,
     Approval,
+    Budget,
+    BudgetStop,
     PendingAction,
     PortForward,
     Question,
     RateLimit,
     SessionContext,
     SessionProcess,
+    Spend,
     State,
 )
 from codey_protocol.updates import APPEND_FIELDS, REPLACE_FIELDS
+from codey_server.core.costs import day_of
 from codey_server.core.fold import find_item, find_process, session_of
 from codey_server.core.rules import FoldHandler
 
@@ -259,6 +263,23 @@ def _usage(state: State, env: ev.Envelope) -> None:
         u.context_tokens = e.input_tokens + e.output_tokens
         if e.context_window is not None:
             u.context_window = e.context_window
+        if e.cost_micros is None:
+            u.unpriced_calls += 1
+        else:
+            u.cost_micros += e.cost_micros
+        # the day's spend, by provider: the call's own, else (recorded before providers
+        # were) the session's as it stood then
+        provider = e.provider or s.provider or "unknown"
+        day = state.spend.setdefault(day_of(env.ts), {})
+        spend = day.get(provider)
+        if spend is None:
+            spend = day[provider] = Spend()
+        spend.tokens += e.total_tokens
+        spend.calls += 1
+        if e.cost_micros is None:
+            spend.unpriced_calls += 1
+        else:
+            spend.cost_micros += e.cost_micros
 
 
 def _context(state: State, env: ev.Envelope) -> None:
@@ -309,6 +330,33 @@ def _rate_limit(state: State, env: ev.Envelope) -> None:
     )
 
 
+def _budget_set(state: State, env: ev.Envelope) -> None:
+    e = env.event
+    assert isinstance(e, ev.BudgetSet)
+    if e.scope == "day":
+        state.day_budget = Budget(max_tokens=e.max_tokens, max_micros=e.max_micros)
+        return
+    s = session_of(state, env)
+    if s is not None:
+        none = e.max_tokens is None and e.max_micros is None
+        s.budget = None if none else Budget(max_tokens=e.max_tokens, max_micros=e.max_micros)
+
+
+def _budget_reached(state: State, env: ev.Envelope) -> None:
+    e = env.event
+    assert isinstance(e, ev.BudgetReached)
+    s = session_of(state, env)
+    if s is not None:
+        s.budget_stop = BudgetStop(scope=e.scope, unit=e.unit, limit=e.limit, spent=e.spent,
+                                   at=env.ts)
+
+
+def _prices_set(state: State, env: ev.Envelope) -> None:
+    e = env.event
+    assert isinstance(e, ev.PricesSet)
+    state.prices = {name: msgspec.structs.replace(p) for name, p in e.prices.items()}
+
+
 #: the events of a session's turns
 FOLD: Mapping[type[Any], FoldHandler] = {
     ev.SessionItemAppended: _item_appended,
@@ -333,4 +381,7 @@ FOLD: Mapping[type[Any], FoldHandler] = {
     ev.QuestionAsked: _question_asked,
     ev.QuestionAnswered: _question_answered,
     ev.RateLimitUpdated: _rate_limit,
+    ev.BudgetSet: _budget_set,
+    ev.BudgetReached: _budget_reached,
+    ev.PricesSet: _prices_set,
 }

@@ -29,6 +29,12 @@ starts is retried with backoff honouring ``Retry-After``, each announced as
 :class:`~codey_server.agent.stream.Retrying` with the delay it then waits. A 401 on an OAuth
 provider refreshes the token once and tries again (a new try, not a retry). Anything else
 raises :class:`~codey_server.agent.errors.ModelError`.
+
+The shared rate-limit window (:mod:`codey_server.agent.ratewindow`, the fleet governor): each
+try first takes a slot in its provider's window, shared by every session of the server. A
+slot that has to wait is announced as :class:`~codey_server.agent.stream.Queued` (the session
+shows "queued for rate limit (resets in N s)"); the response's rate-limit headers feed the
+window, and a 429 pauses every session of the provider until its reset.
 """
 
 from __future__ import annotations
@@ -60,8 +66,9 @@ from codey_server.agent.connections import SetupGate, http_client, with_platform
 from codey_server.agent.connections import prepare as prepare_connections
 from codey_server.agent.context import window_for
 from codey_server.agent.errors import MODEL_WAIT, ModelError, backoff
+from codey_server.agent.ratewindow import RateWindows, Slot
 from codey_server.agent.route import ProviderInfo
-from codey_server.agent.stream import ModelEvent, RateLimits, Retrying
+from codey_server.agent.stream import ModelEvent, Queued, RateLimits, Retrying
 from codey_server.agent.wire import Wire, wire_for
 from codey_server.agent.wire.errors import error_from_body
 from codey_server.agent.wire.sse import Sse, SseDecoder
@@ -192,6 +199,8 @@ class ModelProvider:
         #: that records the delays instead of waiting them
         self.retrying = MODEL_RETRYING
         self._rate_reported = -RATE_LIMITS_EVERY_S
+        #: the server's shared rate-limit windows (None: calls go at once, as in unit tests)
+        self.windows: RateWindows | None = None
 
     @property
     def default_model(self) -> str:
@@ -258,7 +267,8 @@ class ModelProvider:
 
     # one call -------------------------------------------------------------------------------
 
-    async def stream(self, *, model: str, body: bytes) -> AsyncIterator[ModelEvent]:
+    async def stream(self, *, model: str, body: bytes,
+                     session_id: str = "") -> AsyncIterator[ModelEvent]:
         """Run one model call with the ready ``body`` (see :meth:`Wire.body`).
 
         Raises ModelError; ``code == "stream_cut"`` when the answer had started (events were
@@ -267,7 +277,7 @@ class ModelProvider:
         started = time.perf_counter()
         error: str | None = None
         try:
-            async for event in self._stream(model=model, body=body):
+            async for event in self._stream(model=model, body=body, session_id=session_id):
                 yield event
         except ModelError as err:
             error = err.code
@@ -276,7 +286,8 @@ class ModelProvider:
             if self.observe is not None:
                 self.observe(self.name, time.perf_counter() - started, error)
 
-    async def _stream(self, *, model: str, body: bytes) -> AsyncIterator[ModelEvent]:
+    async def _stream(self, *, model: str, body: bytes,
+                      session_id: str = "") -> AsyncIterator[ModelEvent]:
         sdk = await self._sdk.load()
         # tenacity's loop, driven here rather than by ``async for``: a retry is announced
         # (yielded) between tenacity's decision and its sleep
@@ -297,26 +308,42 @@ class ModelProvider:
                 state.prepare_for_next_attempt()
                 await cast(Callable[[float], Awaitable[None]], retrying.sleep)(action)
             elif isinstance(action, DoAttempt):
-                try:
-                    # closed here, not by the loop's finalizer: the client is released as
-                    # soon as the caller stops reading
-                    async with contextlib.aclosing(self._try(sdk, body)) as events:
-                        async for event in events:
-                            yield event
-                except ModelError as err:
-                    if err.code == "auth" and self.config.auth == "oauth" and not refreshed:
-                        refreshed = True
-                        if await self.credentials.refresh():
-                            continue  # the same try again, with the new token
-                    raise
-                except _Busy:
-                    state.set_exception(sys.exc_info())  # type: ignore[arg-type]
-                else:
-                    state.set_result(None)
+                async with self._slot(session_id) as slot:
+                    if slot is not None and slot.waiting:
+                        # the provider's window is paused or low: the session says so
+                        # while it waits its turn
+                        yield Queued(slot.reason)
+                        await slot.ready()
+                        yield Queued("")
+                    try:
+                        # closed here, not by the loop's finalizer: the client is released
+                        # as soon as the caller stops reading
+                        async with contextlib.aclosing(self._try(sdk, body, slot)) as events:
+                            async for event in events:
+                                yield event
+                    except ModelError as err:
+                        if err.code == "auth" and self.config.auth == "oauth" \
+                                and not refreshed:
+                            refreshed = True
+                            if await self.credentials.refresh():
+                                continue  # the same try again, with the new token
+                        raise
+                    except _Busy as busy:
+                        if slot is not None and busy.reason == "HTTP 429":
+                            slot.limited(busy.retry_after)  # every session of it waits
+                        state.set_exception(sys.exc_info())  # type: ignore[arg-type]
+                    else:
+                        state.set_result(None)
             else:
                 return
 
-    async def _try(self, sdk: Any, body: bytes) -> AsyncGenerator[ModelEvent, None]:
+    def _slot(self, session_id: str) -> contextlib.AbstractAsyncContextManager[Slot | None]:
+        if self.windows is None:
+            return contextlib.nullcontext()
+        return self.windows.slot(self.name, session_id)
+
+    async def _try(self, sdk: Any, body: bytes,
+                   slot: Slot | None = None) -> AsyncGenerator[ModelEvent, None]:
         """One try of a call: its events, or :class:`_Busy` (to be retried) or a
         ModelError."""
         started = False
@@ -326,6 +353,9 @@ class ModelProvider:
                 self.wire.path, cast_to=object, content=body, stream=True,
                 stream_cls=self._sdk.raw_events(sdk, self.wire.skipped_events),
                 options={"headers": {"Content-Type": "application/json"}})
+            if slot is not None:  # the provider took the call: its window's counts
+                slot.seen(stream.response.headers)
+                slot.started()
             headers = _rate_headers(stream.response.headers)
             now = time.monotonic()
             if headers and now - self._rate_reported >= RATE_LIMITS_EVERY_S:

@@ -11,12 +11,14 @@ from litestar.di import NamedDependency
 from litestar.exceptions import ClientException, NotFoundException
 from litestar.params import FromPath, JSONBody
 
+from codey_protocol import events as ev
 from codey_protocol import worker as wk
 from codey_protocol.events import ProviderAuth, ProviderKind
 from codey_server.agent.errors import ModelError
 from codey_server.agent.probe import CallResult, draft_commit_message, list_models, try_call
 from codey_server.agent.service import AgentService
 from codey_server.core.actions import ActionFailed
+from codey_server.core.costs import DEFAULT_PRICES
 from codey_server.core.decide import default_model, default_provider
 from codey_server.core.engine import Engine
 from codey_server.http.errors import errors
@@ -25,7 +27,8 @@ from codey_server.http.resource import Resource
 from codey_server.http.urls import HTTP_URL, MAX_URL_CHARS, same_endpoint, url_problem
 from codey_server.settings import Settings
 
-__all__ = ["CommitMessage", "ConfigController", "ModelList", "ProviderInfo", "ServerConfig"]
+__all__ = ["CommitMessage", "ConfigController", "ModelList", "Prices", "ProviderInfo",
+           "ServerConfig", "Viewing", "Windows"]
 
 
 class ProviderInfo(msgspec.Struct, kw_only=True):
@@ -76,6 +79,27 @@ class CommitMessage(msgspec.Struct, kw_only=True):
     message: str
 
 
+class Prices(msgspec.Struct, kw_only=True):
+    """The built-in prices (USD per million tokens, by model name prefix) under the user's
+    (``state.prices``)."""
+
+    defaults: dict[str, ev.ModelPrice]
+
+
+class Viewing(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The sessions a browser shows now (the one open, or the dashboard's): their model
+    calls go first when a provider's rate limit runs low."""
+
+    session_ids: Annotated[list[Annotated[str, msgspec.Meta(max_length=100)]],
+                           msgspec.Meta(max_length=200)]
+
+
+class Windows(msgspec.Struct, kw_only=True):
+    """Model calls waiting in each provider's rate-limit window now."""
+
+    queued: dict[str, int]
+
+
 class ConfigController(Resource):
     path = "/api"
     tags = ["server"]
@@ -96,6 +120,19 @@ class ConfigController(Resource):
         default = default_provider(state, context)
         return ServerConfig(default_provider=default if default in agent.providers else "",
                             providers=providers)
+
+    @get("/prices", sync_to_thread=False, responses=errors())
+    def prices(self) -> Prices:
+        """The built-in price table; Settings → Usage's prices (``set_prices``) go over it."""
+        return Prices(defaults=dict(DEFAULT_PRICES))
+
+    @post("/viewing", status_code=200, responses=errors(400))
+    async def viewing(self, data: JSONBody[Viewing],
+                      agent: NamedDependency[AgentService]) -> Windows:
+        """This browser shows these sessions now (said again every half minute while it
+        does): they go first in a rate-limit queue. Answers what waits now."""
+        agent.windows.viewing(data.session_ids)
+        return Windows(queued=agent.windows.queued())
 
     @post("/providers/models", status_code=200, responses=errors(400))
     async def models(self, data: JSONBody[ModelQuery],

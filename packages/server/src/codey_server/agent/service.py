@@ -43,6 +43,7 @@ from codey_server.agent.processes import (
     listed,
     stopped,
 )
+from codey_server.agent.ratewindow import RateWindows
 from codey_server.agent.supervisor import (
     Boot,
     CancelTurn,
@@ -169,6 +170,8 @@ class AgentService:
         self.settings = settings
         self._token_for = token_for
         self._refresh_for = refresh_for
+        #: the providers' shared rate-limit windows (the fleet governor's driver)
+        self.windows = RateWindows()
         #: config.json's providers, then those of Settings → Models (defined from the log's
         #: ``provider_saved`` events at :meth:`start` and as they come; config.json's win)
         self.providers: dict[str, ModelProvider] = {
@@ -199,8 +202,10 @@ class AgentService:
     # providers of Settings → Models ---------------------------------------------------------
 
     def _build(self, config: ProviderConfig) -> ModelProvider:
-        return build_provider(config, _Credentials(config.name, self._token_for,
-                                                    self._refresh_for))
+        provider = build_provider(config, _Credentials(config.name, self._token_for,
+                                                        self._refresh_for))
+        provider.windows = self.windows
+        return provider
 
     def _define(self, entry: ev.ProviderEntry) -> None:
         """Use a provider saved in Settings → Models from now on: the next model call of every

@@ -81,6 +81,14 @@ class Retrying:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class Queued:
+    """The call waits in its provider's rate-limit window (``reason``: ``queued for rate
+    limit (resets in 42 s)``); ``reason`` "": it goes now."""
+
+    reason: str
+
+
 IncompleteReason = Literal["max_output_tokens", "content_filter", "other"]
 
 
@@ -94,5 +102,5 @@ class Finished:
 
 ModelEvent = (
     TextDelta | RefusalDelta | ReasoningDelta | ReasoningDone | ToolCallRequested | Usage
-    | RateLimits | Retrying | Finished
+    | RateLimits | Retrying | Finished | Queued
 )

@@ -138,6 +138,8 @@ def _status(state: State, env: ev.Envelope) -> None:
         elif s.busy_since is not None:
             s.busy_seconds += max(0.0, env.ts - s.busy_since)
             s.busy_since = None
+        if e.status == "running":
+            s.budget_stop = None  # running again: no longer stopped at a budget
 
 
 def _title(state: State, env: ev.Envelope) -> None:

@@ -88,7 +88,7 @@ def part(k: K, part: ModelEvent) -> None:
     if isinstance(part, TextDelta):
         k.turn = evolve(k.turn, compaction=evolve(c, parts=(*c.parts, part.text)))
     elif isinstance(part, Usage):
-        tail = (*c.tail, model.usage(part, _call(k), part.total_tokens))
+        tail = (*c.tail, model.usage(part, _call(k), part.total_tokens, k.state.prices))
         k.turn = evolve(k.turn, compaction=evolve(c, tail=tail))
     elif isinstance(part, Retrying):
         k.status("running", f"compacting: model busy ({part.reason}); retrying in "

@@ -32,6 +32,7 @@ from codey_server.agent.turn.state import (
     Loading,
     Then,
 )
+from codey_server.core.costs import BUDGET_REACHED, budget_reached
 
 __all__ = ["go", "run", "start"]
 
@@ -107,6 +108,15 @@ def _before_call(k: K) -> None:
     if not (t.force_call or model_call_needed(k.session)):
         k.status("idle")
         go(k, Then.AFTER_IDLE)
+        return
+    reached = budget_reached(k.state, k.session, k.now)
+    if reached is not None:
+        # between two model calls: the last answer and its tool calls are settled, nothing
+        # is half-done; raising the budget (``raise_budget``) starts the turn again here
+        k.turn = evolve(t, force_call=False)
+        k.emit(reached)
+        k.status("waiting_user", BUDGET_REACHED)
+        k.end()
         return
     cap = k.session.turn_cap or t.config.limits.turn_iteration_cap
     if t.iterations >= cap:

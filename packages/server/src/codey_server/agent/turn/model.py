@@ -33,6 +33,7 @@ from codey_server.agent.route import ProviderInfo
 from codey_server.agent.stream import (
     Finished,
     ModelEvent,
+    Queued,
     RateLimits,
     ReasoningDelta,
     ReasoningDone,
@@ -53,6 +54,7 @@ from codey_server.agent.tools import (
 from codey_server.agent.turn import calls, compact, loop, worker
 from codey_server.agent.turn.state import After, Answer, Call, CodeyTurn, Route, Then
 from codey_server.agent.wire import CallOptions
+from codey_server.core.costs import call_cost, price_for
 from codey_server.core.decide import known_providers
 
 __all__ = ["IMAGE_AS_TEXT", "RETRY", "text_size"]
@@ -246,24 +248,34 @@ def _answer_part(k: K, a: Answer, call: Call, part: ModelEvent) -> Answer:
         return evolve(a, calls=(*a.calls, part))
     if isinstance(part, Usage):
         return evolve(a, tail=(*a.tail, usage(part, call, part.total_tokens
-                                               or part.input_tokens + part.output_tokens)))
+                                               or part.input_tokens + part.output_tokens,
+                                               k.state.prices)))
     if isinstance(part, RateLimits):
         limits = rate_limit_event(call.route.info.name, part.headers)
         return a if limits is None else evolve(a, tail=(*a.tail, limits))
     if isinstance(part, Retrying):
         k.status("running", f"model busy ({part.reason}); retrying in {part.delay_s:.1f} s")
+    elif isinstance(part, Queued):
+        k.status("running", part.reason)
     elif isinstance(part, Finished):
         return evolve(a, finished=part)
     return a
 
 
-def usage(part: Usage, call: Call, total: int) -> ev.TokenUsageRecorded:
+def usage(part: Usage, call: Call, total: int,
+          prices: dict[str, ev.ModelPrice] | None = None) -> ev.TokenUsageRecorded:
+    """The call's usage, priced by the price table as it stands now (``prices``: the
+    user's, over the defaults)."""
     route = call.route
+    cost = call_cost(price_for(prices or {}, route.model), input_tokens=part.input_tokens,
+                     output_tokens=part.output_tokens, cached_tokens=part.cached_tokens,
+                     cache_write_tokens=part.cache_write_tokens)
     return ev.TokenUsageRecorded(
         input_tokens=part.input_tokens, output_tokens=part.output_tokens,
         reasoning_tokens=part.reasoning_tokens, total_tokens=total,
         cached_tokens=part.cached_tokens, cache_write_tokens=part.cache_write_tokens,
-        context_window=route.info.context_window(route.model), model=route.model)
+        context_window=route.info.context_window(route.model), model=route.model,
+        provider=route.info.name, cost_micros=cost)
 
 
 def done(k: K) -> None:
