@@ -166,6 +166,13 @@ export function fillState(v) {
       fillUpgradeNotice(x);
     }
   }
+  if (v.push_devices === undefined) {
+    v.push_devices = {};
+  } else {
+    for (const x of Object.values(v.push_devices)) {
+      fillPushDevice(x);
+    }
+  }
   return v;
 }
 
@@ -878,5 +885,14 @@ export function fillUpgradeNotice(v) {
   if (v.backup === undefined) v.backup = "";
   if (v.upgraded_at === undefined) v.upgraded_at = 0.0;
   if (v.dismissed === undefined) v.dismissed = false;
+  return v;
+}
+
+/** `PushDevice` (state.py): its defaults filled in. */
+export function fillPushDevice(v) {
+  if (v.name === undefined) v.name = "";
+  if (v.endpoint_host === undefined) v.endpoint_host = "";
+  if (v.kinds === undefined) v.kinds = [];
+  if (v.added_at === undefined) v.added_at = 0.0;
   return v;
 }

@@ -360,6 +360,18 @@ class TelegramChat(msgspec.Struct, kw_only=True):
     sent: dict[str, int] = msgspec.field(default_factory=dict)
 
 
+class PushDevice(msgspec.Struct, kw_only=True):
+    """A browser that receives Web Push notifications (key: its device id); its subscription
+    is not here (see ``push_device_added``)."""
+
+    device_id: str
+    name: str = ""
+    endpoint_host: str = ""
+    #: what is pushed to it: notice kinds (approval, question, failed, finished, budget)
+    kinds: list[str] = msgspec.field(default_factory=list)
+    added_at: float = 0.0
+
+
 class UpgradeNotice(msgspec.Struct, kw_only=True):
     """What an upgrade of the data changed for the user (``data_upgraded``), shown until
     dismissed."""
@@ -400,3 +412,5 @@ class State(msgspec.Struct, kw_only=True):
     telegram_bot_id: int = 0
     #: the upgrades of the data, oldest first, and whether the user dismissed their notice
     upgrades: list[UpgradeNotice] = msgspec.field(default_factory=list)
+    #: the browsers Web Push reaches, by device id
+    push_devices: dict[str, PushDevice] = msgspec.field(default_factory=dict)
