@@ -166,8 +166,8 @@ def _handler(service: PushService) -> type[BaseHTTPRequestHandler]:
             return self.rfile.read(int(self.headers.get("Content-Length") or 0))
 
         def _base(self) -> str:
-            host, port = self.server.server_address[:2]
-            return f"http://{host}:{port}"
+            address: Any = self.server.server_address
+            return f"http://{address[0]}:{address[1]}"
 
         def do_GET(self) -> None:
             if self.path == "/_messages":
