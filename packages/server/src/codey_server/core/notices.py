@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -162,7 +163,7 @@ def approval_notice(session: SessionInfo, approval: Approval) -> Notice:
     title = f"Approval needed in “{session.title}” ({short_id(session.session_id)}): {what}"
     lines = []
     if approval.command and approval.kind != "acp":  # an agent's is only a kind, no command
-        lines.append("$ " + " ".join(approval.command))
+        lines.append("$ " + shlex.join(approval.command))  # as a shell would read it
     if approval.path:
         lines.append(approval.path)
     if approval.patch:

@@ -6,7 +6,7 @@ its own origin, so a decision from a notification is checked like one from the a
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 from litestar import delete, get, post, put
@@ -69,6 +69,10 @@ class NotificationDecision(msgspec.Struct, kw_only=True, forbid_unknown_fields=T
     decision: Literal["approve", "reject"]
 
 
+class Preview(msgspec.Struct, kw_only=True):
+    payload: dict[str, Any] | None
+
+
 class Ok(msgspec.Struct, kw_only=True):
     ok: bool = True
 
@@ -85,6 +89,12 @@ class PushController(Resource):
             kinds=[KindInfo(name=k.name, label=k.label, default=k.default)
                    for k in KINDS.values()],
             devices=list(push.engine.state.push_devices.values()))
+
+    @get("/preview", responses=errors())
+    async def preview(self, push: NamedDependency[PushService]) -> Preview:
+        """The notification a device would show now for the newest pending approval or
+        question, exactly as pushed (``payload`` null: nothing waits)."""
+        return Preview(payload=push.preview())
 
     @post("/devices", status_code=201, responses=errors(400))
     async def add(self, data: JSONBody[NewDevice],

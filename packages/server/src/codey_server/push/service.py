@@ -210,6 +210,19 @@ class PushService:
                 "ts": time.time()}
         return await self._send(device_id, body)
 
+    def preview(self) -> dict[str, Any] | None:
+        """What a device would show now: the payload of the newest pending approval or
+        question (None: nothing waits)."""
+        newest: tuple[float, notices.Notice] | None = None
+        for s in self.engine.state.sessions.values():
+            for a in s.approvals.values():
+                if a.status == "pending" and (newest is None or a.requested_at > newest[0]):
+                    newest = (a.requested_at, notices.approval_notice(s, a))
+            for q in s.questions.values():
+                if q.status == "pending" and (newest is None or q.asked_at > newest[0]):
+                    newest = (q.asked_at, notices.question_notice(s, q))
+        return payload(newest[1], ts=newest[0]) if newest is not None else None
+
     # approving from a notification -----------------------------------------------------------
 
     async def decide(self, approval_id: str, shown_hash: str,
