@@ -23,13 +23,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import figure, info, percentile  # noqa: E402
+from _common import figure, info, percentile
 
-from codey_testkit.model_handle import start_model_server  # noqa: E402
-from codey_testkit.push_service import PushServiceHandle  # noqa: E402
-from codey_testkit.scenarios import create_session, provider_config  # noqa: E402
-from codey_testkit.stack import ServerProcess, WorkerProcess  # noqa: E402
-from codey_testkit.waiting import wait_until  # noqa: E402
+from codey_testkit.model_handle import start_model_server
+from codey_testkit.push_service import PushServiceHandle
+from codey_testkit.scenarios import create_session, provider_config
+from codey_testkit.stack import ServerProcess, WorkerProcess
+from codey_testkit.waiting import wait_until
 
 
 def main() -> None:
