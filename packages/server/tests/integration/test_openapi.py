@@ -362,11 +362,13 @@ def _exercise(api: _Contract, server: ServerProcess, worker: WorkerProcess) -> N
     subscription = {"endpoint": "https://127.0.0.1:9/push/contract", "name": "Phone",
                     "keys": {"p256dh": browser_key, "auth": _b64(b"\x02" * 16)}}
     device = api.check("POST", "/api/push/devices", 201, json=subscription).json()
-    api.check("POST", "/api/push/devices", 400,
+    api.check("POST", "/api/push/devices", 409,
               json={**subscription, "endpoint": "http://127.0.0.1:9/push/contract"})
+    api.check("POST", "/api/push/devices", 400, json={**subscription, "endpoint": "x"})
     on = {"device_id": device["device_id"]}
     api.check("PUT", "/api/push/devices/{device_id}", 200, path=on, json={"kinds": []})
-    api.check("PUT", "/api/push/devices/{device_id}", 400, path=on, json={"kinds": ["x"]})
+    api.check("PUT", "/api/push/devices/{device_id}", 404, path=on, json={"kinds": ["x"]})
+    api.check("PUT", "/api/push/devices/{device_id}", 400, path=on, json={"kinds": "x"})
     api.check("PUT", "/api/push/devices/{device_id}", 404, path={"device_id": "dev_no"},
               json={"name": "x"})
     tested = api.check("POST", "/api/push/devices/{device_id}/test", 200, path=on).json()

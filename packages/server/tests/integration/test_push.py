@@ -110,7 +110,7 @@ def test_an_approval_is_pushed_encrypted_and_decided_from_its_notification(
                                 json={"kinds": ["approval"], "name": "My phone"})
             assert r.status_code == 200, r.text
             unknown = server.http.put(f"/api/push/devices/{device_id}", json={"kinds": ["x"]})
-            assert unknown.status_code == 400
+            assert unknown.status_code == 404
 
             test = server.http.post(f"/api/push/devices/{device_id}/test").json()
             assert test["ok"] is True and test["status"] == 201, test
@@ -130,7 +130,7 @@ def test_a_subscription_must_be_https_unless_allowed(tmp_path: Path,
     with ServerProcess(tmp_path / "server") as server:
         sub = push.subscription()
         r = server.http.post("/api/push/devices", json={**sub, "name": "x"})
-        assert r.status_code == 400 and "https" in r.text
+        assert r.status_code == 409 and "https" in r.text
         bad_keys = {**sub, "endpoint": "https://push.example/abc",
                     "keys": {"p256dh": "AAAA", "auth": sub["keys"]["auth"]}}
         r = server.http.post("/api/push/devices", json=bad_keys)

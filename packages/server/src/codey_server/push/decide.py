@@ -20,7 +20,7 @@ NAME_MAX = 80
 def _kinds(kinds: list[str]) -> list[str]:
     unknown = [k for k in kinds if k not in KINDS]
     if unknown:
-        raise CommandRejected("bad_request", f"unknown notification kinds: {', '.join(unknown)}")
+        raise CommandRejected("not_found", f"no notification kind {', '.join(unknown)}")
     return [k for k in KINDS if k in kinds]  # the table's order, once each
 
 

@@ -16,6 +16,7 @@ from litestar.params import FromPath, JSONBody
 from codey_protocol.state import PushDevice
 from codey_server.core.notices import KINDS
 from codey_server.http.errors import errors
+from codey_server.http.fields import pattern
 from codey_server.http.resource import Resource
 from codey_server.push.service import Decided, PushResult, PushService
 from codey_server.push.store import Subscription
@@ -38,14 +39,20 @@ class PushStatus(msgspec.Struct, kw_only=True):
 
 
 class SubscriptionKeys(msgspec.Struct, kw_only=True):
-    p256dh: Annotated[str, msgspec.Meta(max_length=200)]
-    auth: Annotated[str, msgspec.Meta(max_length=100)]
+    #: the browser's P-256 public key (65 bytes), base64url
+    p256dh: Annotated[str, msgspec.Meta(pattern=pattern(
+        "^[A-Za-z0-9_-]{87}=?$", "p256dh is a P-256 public key (65 bytes, base64url)"))]
+    #: the auth secret (16 bytes), base64url
+    auth: Annotated[str, msgspec.Meta(pattern=pattern(
+        "^[A-Za-z0-9_-]{22}(==)?$", "auth is 16 bytes, base64url"))]
 
 
 class NewDevice(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """``POST /api/push/devices``: the browser's ``PushSubscription.toJSON()`` and a name."""
 
-    endpoint: Annotated[str, msgspec.Meta(max_length=2000)]
+    #: the push service's URL for this browser (https; http only where the server allows it)
+    endpoint: Annotated[str, msgspec.Meta(max_length=2000, pattern=pattern(
+        r"^https?://[^\s/?#@]+(/\S*)?$", "a push endpoint is an https:// URL"))]
     keys: SubscriptionKeys
     name: Annotated[str, msgspec.Meta(max_length=200)] = ""
     #: what to push (None: the defaults for a new device, the same for a known one)
@@ -96,11 +103,12 @@ class PushController(Resource):
         question, exactly as pushed (``payload`` null: nothing waits)."""
         return Preview(payload=push.preview())
 
-    @post("/devices", status_code=201, responses=errors(400))
+    @post("/devices", status_code=201, responses=errors(400, 404, 409))
     async def add(self, data: JSONBody[NewDevice],
                   push: NamedDependency[PushService]) -> DeviceAdded:
         """Keep a subscription (its endpoint and keys stay on the server) and list the device;
-        the same endpoint again is the same device (its subscription replaced)."""
+        the same endpoint again is the same device (its subscription replaced). 409: an
+        ``http://`` endpoint on a server that does not take them; 404: an unknown kind."""
         device_id = await push.subscribe(data.name, Subscription(
             endpoint=data.endpoint, p256dh=data.keys.p256dh, auth=data.keys.auth), data.kinds)
         return DeviceAdded(device_id=device_id)

@@ -180,8 +180,11 @@ class PushService:
         """Keep a browser's subscription and record its device; its id."""
         parts = urlsplit(subscription.endpoint)
         allowed = ("https", "http") if self.config.allow_http_endpoints else ("https",)
-        if parts.scheme not in allowed or not parts.hostname:
+        if not parts.hostname:
             raise PushError("bad_request", "a push endpoint is an https:// URL")
+        if parts.scheme not in allowed:
+            raise PushError("not_configured", "a push endpoint is an https:// URL (this server "
+                            "takes http:// ones only with push.allow_http_endpoints)")
         if not _b64(subscription.p256dh, 65) or not _b64(subscription.auth, 16):
             raise PushError("bad_request", "the subscription's keys are not P-256 / 16 bytes")
         device_id = device_id_for(subscription.endpoint)
