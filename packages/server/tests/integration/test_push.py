@@ -141,3 +141,33 @@ def test_a_subscription_must_be_https_unless_allowed(tmp_path: Path,
         server.restart()
         assert server.http.get("/api/push").json()["public_key"] == key
         assert oct((tmp_path / "server" / "push.json").stat().st_mode & 0o777) == "0o600"
+
+
+def test_a_full_access_sessions_approval_is_pushed_without_actions_and_refused_from_outside(
+        tmp_path: Path, push: PushServiceHandle) -> None:
+    with start_model_server(SCRIPT, tmp_path / "model") as model:
+        config = {**provider_config(model), "push": {"allow_http_endpoints": True}}
+        with ServerProcess(tmp_path / "server", config=config) as server, \
+                WorkerProcess(server, tmp_path / "worker") as worker:
+            key = server.http.get("/api/push").json()["public_key"]
+            sub = push.subscription(application_server_key=key)
+            assert server.http.post("/api/push/devices", json=sub).status_code == 201
+            workdir = worker.workdir("risky")
+            Path(workdir).mkdir(parents=True)
+            r = server.http.post("/api/sessions", json={
+                "worker_id": worker.worker_id, "workdir": workdir, "prompt": "make the file",
+                "policy": "suggest", "sandbox": "full-access"})
+            assert r.status_code == 201, r.text
+            sid = r.json()["session_id"]
+            message = push.wait_for(lambda m: (m["payload"] or {}).get("kind") == "approval",
+                                    sub, what="the approval's push")
+            p = message["payload"]
+            assert p["risky"] is True and p["actions"] == []
+            assert p["body"].endswith("Open Codey to decide.")
+            refused = server.http.post("/api/push/decide", json={
+                "approval_id": p["approval_id"], "action_hash": p["action_hash"],
+                "decision": "approve"}).json()
+            assert refused["decided"] is False and "app only" in refused["message"]
+            session = server.http.get(f"/api/sessions/{sid}").json()
+            assert session["approvals"][p["approval_id"]]["status"] == "pending"
+            assert not (Path(workdir) / "made.txt").exists()
