@@ -76,6 +76,13 @@ export const api = {
   removeProvider: (name) => request("DELETE", `/api/providers/${encodeURIComponent(name)}`),
   testProvider: (name) => request("POST", `/api/providers/${encodeURIComponent(name)}/test`),
   listModels: (query) => request("POST", "/api/providers/models", query),
+  push: () => request("GET", "/api/push"),
+  pushPreview: () => request("GET", "/api/push/preview"),
+  addPushDevice: (body) => request("POST", "/api/push/devices", body),
+  changePushDevice: (id, body) =>
+    request("PUT", `/api/push/devices/${encodeURIComponent(id)}`, body),
+  removePushDevice: (id) => request("DELETE", `/api/push/devices/${encodeURIComponent(id)}`),
+  testPushDevice: (id) => request("POST", `/api/push/devices/${encodeURIComponent(id)}/test`),
   telegram: () => request("GET", "/api/telegram"),
   setTelegramToken: (token) => request("PUT", "/api/telegram/token", { token }),
   clearTelegramToken: () => request("DELETE", "/api/telegram/token"),

@@ -69,12 +69,28 @@ class App {
     new ResizeObserver(() => document.documentElement.style.setProperty("--topbar-h",
       `${topbar.offsetHeight}px`)).observe(topbar);
     this._shortcuts = new Shortcuts(this);
+    this._setupServiceWorker();
     this._setConn("offline");
     this.route();
     if (connect) {
       this.socket.start();
       this.loadConfig();
     }
+  }
+
+  /** The service worker (web/sw.js): installable app, offline page, Web Push. A click on a
+   * notification while a tab is open lands here as `codey-open` with the page to show. */
+  _setupServiceWorker() {
+    if (!("serviceWorker" in navigator)) return;
+    navigator.serviceWorker.addEventListener("message", (event) => {
+      const data = event.data || {};
+      if (data.type !== "codey-open" || typeof data.url !== "string") return;
+      const url = new URL(data.url, location.origin);
+      if (url.origin === location.origin) this.navigate(url.hash || "#/");
+    });
+    navigator.serviceWorker.register("/sw.js").catch((err) => {
+      console.warn("no service worker", err); // plain http on a LAN address: not a secure context
+    });
   }
 
   async loadConfig() {

@@ -187,6 +187,13 @@ export function fillState(v) {
       fillModelPrice(x);
     }
   }
+  if (v.push_devices === undefined) {
+    v.push_devices = {};
+  } else {
+    for (const x of Object.values(v.push_devices)) {
+      fillPushDevice(x);
+    }
+  }
   return v;
 }
 
@@ -962,5 +969,14 @@ export function fillSpend(v) {
 /** `ModelPrice` (events.py): its defaults filled in. */
 export function fillModelPrice(v) {
   if (v.cache_write === undefined) v.cache_write = null;
+  return v;
+}
+
+/** `PushDevice` (state.py): its defaults filled in. */
+export function fillPushDevice(v) {
+  if (v.name === undefined) v.name = "";
+  if (v.endpoint_host === undefined) v.endpoint_host = "";
+  if (v.kinds === undefined) v.kinds = [];
+  if (v.added_at === undefined) v.added_at = 0.0;
   return v;
 }

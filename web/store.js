@@ -25,7 +25,7 @@ import {
   PROCESSES_ENDED_KEPT, SCHEDULE_RUNS_KEPT, WORKING_STATUSES, fillApproval, fillAuthInfo,
   fillPortForward, fillProjectMemory, fillQuestion, fillRateLimit, fillScheduleInfo,
   fillScheduleRun, fillSessionContext,
-  fillSessionInfo, fillSessionProcess, fillState, fillTaskInfo, fillTelegramChat,
+  fillSessionInfo, fillSessionProcess, fillState, fillTaskInfo, fillTelegramChat, fillPushDevice,
   fillTerminalInfo, fillUpgradeNotice, fillWorkerInfo, fillGoalInfo,
   fillBudget, fillBudgetStop, fillModelPrice, fillSpend,
 } from "./fold_constants.js";
@@ -716,6 +716,24 @@ function goalEnded(state, env, e) {
   g.updated_at = env.ts;
 }
 
+// --- Web Push devices (codey_server/push/fold.py) -------------------------------------------
+
+function pushDeviceAdded(state, env, e) {
+  const known = state.push_devices[e.device_id];
+  state.push_devices[e.device_id] = fillPushDevice({
+    device_id: e.device_id, name: e.name, endpoint_host: e.endpoint_host, kinds: [...e.kinds],
+    added_at: known ? known.added_at : env.ts,
+  });
+}
+
+function pushDeviceChanged(state, env, e) {
+  const device = state.push_devices[e.device_id];
+  if (device) {
+    device.name = e.name;
+    device.kinds = [...e.kinds];
+  }
+}
+
 // --- upgrades of the data (codey_server/upgrades/fold.py) -----------------------------------
 
 function dataUpgraded(state, env, e) {
@@ -805,6 +823,9 @@ const HANDLERS = {
       state.telegram_offset = Math.max(state.telegram_offset, e.update_id + 1);
     }
   },
+  push_device_added: pushDeviceAdded,
+  push_device_changed: pushDeviceChanged,
+  push_device_removed: (state, env, e) => { delete state.push_devices[e.device_id]; },
   data_upgraded: dataUpgraded,
   upgrade_notice_dismissed: upgradeNoticeDismissed,
   goal_set: goalSet,

@@ -8,6 +8,7 @@
 
 import { api } from "../api.js";
 import { h, replaceChildren, showingErrors } from "../dom.js";
+import { DevicesPanel } from "./devices.js";
 
 export const KINDS = [
   ["chat", "OpenAI-compatible (Chat Completions)", "https://api.example.com/v1"],
@@ -33,7 +34,8 @@ export class ModelsPage {
       h("p", { class: "muted" }, "The model providers sessions can use. One added here is " +
         "used at once, with no restart; its key is kept by the server and never shown again. " +
         "Those of the server's config.json are changed in that file."),
-      this._list, this._form, this._error, this._about());
+      this._list, this._form, this._error, (this._devices = new DevicesPanel(ctx)).el,
+      this._about());
     document.title = "Models · Codey";
     this.render();
   }
@@ -54,6 +56,7 @@ export class ModelsPage {
   }
 
   onChange(change) {
+    this._devices.onChange(change);
     if (change.kind === "reset" || change.env.event.type === "auth_status_updated") {
       this.render();
     }

@@ -955,6 +955,41 @@ class TelegramUpdateHandled(EventBase, kw_only=True):
     bot_id: int = 0
 
 
+# push -------------------------------------------------------------------------------------
+# The browsers that receive Web Push notifications (codey_server/push/). What a device is
+# called and what it wants pushed are here, so restarts and replicas keep them; its
+# subscription (the push service's endpoint URL, the browser's p256dh key and auth secret) is
+# not: those are capabilities, kept by the server's push store (a 0600 file, or among replicas
+# a row), never sent to browsers.
+
+
+class PushDeviceAdded(EventBase, kw_only=True):
+    """A browser subscribed to Web Push (or subscribed again, replacing its subscription)."""
+
+    device_id: str
+    name: str = ""
+    #: the push service's host (``fcm.googleapis.com``): to tell devices apart, nothing more
+    endpoint_host: str = ""
+    #: what is pushed to it (``codey_server.push.notices.KINDS``: approval, question, ...)
+    kinds: list[str] = msgspec.field(default_factory=list)
+
+
+class PushDeviceChanged(EventBase, kw_only=True):
+    """The user renamed a device or changed what is pushed to it."""
+
+    device_id: str
+    name: str = ""
+    kinds: list[str] = msgspec.field(default_factory=list)
+
+
+class PushDeviceRemoved(EventBase, kw_only=True):
+    """The user removed a device, or its push service said the subscription is gone
+    (``reason``: ``gone``)."""
+
+    device_id: str
+    reason: str = ""
+
+
 # upgrades ---------------------------------------------------------------------------------
 
 
@@ -1093,6 +1128,9 @@ Event = (
     | TelegramSessionChosen
     | TelegramMessageSent
     | TelegramUpdateHandled
+    | PushDeviceAdded
+    | PushDeviceChanged
+    | PushDeviceRemoved
     | DataUpgraded
     | UpgradeNoticeDismissed
     | GoalSet

@@ -423,6 +423,18 @@ class TelegramChat(msgspec.Struct, kw_only=True):
     sent: dict[str, int] = msgspec.field(default_factory=dict)
 
 
+class PushDevice(msgspec.Struct, kw_only=True):
+    """A browser that receives Web Push notifications (key: its device id); its subscription
+    is not here (see ``push_device_added``)."""
+
+    device_id: str
+    name: str = ""
+    endpoint_host: str = ""
+    #: what is pushed to it: notice kinds (approval, question, failed, finished, budget)
+    kinds: list[str] = msgspec.field(default_factory=list)
+    added_at: float = 0.0
+
+
 class UpgradeNotice(msgspec.Struct, kw_only=True):
     """What an upgrade of the data changed for the user (``data_upgraded``), shown until
     dismissed."""
@@ -469,3 +481,5 @@ class State(msgspec.Struct, kw_only=True):
     spend: dict[str, dict[str, Spend]] = msgspec.field(default_factory=dict)
     #: the user's prices by model name or prefix (Settings → Usage), over the defaults
     prices: dict[str, ModelPrice] = msgspec.field(default_factory=dict)
+    #: the browsers Web Push reaches, by device id
+    push_devices: dict[str, PushDevice] = msgspec.field(default_factory=dict)

@@ -50,6 +50,7 @@ from codey_server.providers.store import (
     LoginStore,
     MemoryLoginStore,
 )
+from codey_server.push.store import FilePushStore, PushStore
 from codey_server.settings import Settings
 from codey_server.workers import decide as workers_decide
 from codey_server.workers.keys import FileWorkerKeys, WorkerKeys
@@ -89,6 +90,8 @@ class Stores:
     blobs: BlobStore
     #: a pasted Telegram bot token, the pairing code (``channels/telegram_store.py``)
     telegram: TelegramStore
+    #: the VAPID key pair and the devices' push subscriptions (``push/store.py``)
+    push: PushStore
 
 
 def file_stores(data: Path) -> Stores:
@@ -99,7 +102,8 @@ def file_stores(data: Path) -> Stores:
                   mcp_tokens=FileMcpTokenStore(data / "mcp_tokens.json"),
                   credentials=FileCredentialStore(data / "auth.json"),
                   logins=MemoryLoginStore(), blobs=BlobStore(data / "blobs"),
-                  telegram=FileTelegramStore(data / "telegram.json"))
+                  telegram=FileTelegramStore(data / "telegram.json"),
+                  push=FilePushStore(data / "push.json"))
 
 
 class Deployment(Hosting, abc.ABC):
@@ -311,6 +315,7 @@ def _row_stores(db: SharedDb, data: Path, key: SecretKey | None
     from codey_server.http.access_store import SESSIONS_FILE, PgAccessStore
     from codey_server.mcp.tokens import PgMcpTokenStore
     from codey_server.providers.store import PgCredentialStore, PgLoginStore
+    from codey_server.push.store import PgPushStore
     from codey_server.workers.keys import PgWorkerKeys
     from codey_server.workers.pair_store import PgPairStore
 
@@ -320,7 +325,7 @@ def _row_stores(db: SharedDb, data: Path, key: SecretKey | None
                     mcp_tokens=mcp_tokens, credentials=credentials,
                     logins=PgLoginStore(db, key),
                     blobs=PgBlobStore(data / "blobs", db),
-                    telegram=PgTelegramStore(db, key))
+                    telegram=PgTelegramStore(db, key), push=PgPushStore(db, key))
     return stores, {"workers.json": keys.import_file, SESSIONS_FILE: access.import_sessions,
                     "mcp_tokens.json": mcp_tokens.import_file,
                     "auth.json": credentials.import_file}

@@ -30,6 +30,7 @@ from codey_server.http.state import StateController
 from codey_server.mcp import plugin as mcp
 from codey_server.metrics import plugin as metrics
 from codey_server.providers import plugin as providers
+from codey_server.push import plugin as push
 from codey_server.schedules import plugin as schedules
 from codey_server.terminals import plugin as terminals
 from codey_server.upgrades import plugin as upgrades
@@ -58,6 +59,7 @@ PLUGINS: tuple[FeaturePlugin, ...] = (
     board.PLUGIN,
     metrics.PLUGIN,  # after the browsers and the agent: it counts their sockets and calls
     channels.PLUGIN,
+    push.PLUGIN,
     upgrades.PLUGIN,
 )
 

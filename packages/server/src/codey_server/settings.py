@@ -121,6 +121,20 @@ class TelegramConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     poll_timeout_s: float = 25.0
 
 
+class PushConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Web Push (``push/``). The VAPID key pair is made by the server and kept in
+    ``DATA_DIR/push.json`` (among replicas a row sealed with the cluster's key)."""
+
+    #: the VAPID ``sub`` claim push services may use to reach the server's operator
+    #: ("": the server's public URL when it is https, else a placeholder address)
+    subject: str = ""
+    #: accept ``http://`` push endpoints; real push services are https: only the test kit's
+    #: push service (``codey-push-service``) needs this
+    allow_http_endpoints: bool = False
+    #: seconds a push service may keep a notification for an offline device
+    ttl_s: int = 3600
+
+
 def default_roles() -> dict[str, RoleConfig]:
     return {
         "explorer": RoleConfig(
@@ -202,6 +216,7 @@ class Settings(msgspec.Struct, kw_only=True):
     direct_actions: bool = False
     retention: RetentionConfig = msgspec.field(default_factory=RetentionConfig)
     telegram: TelegramConfig = msgspec.field(default_factory=TelegramConfig)
+    push: PushConfig = msgspec.field(default_factory=PushConfig)
 
     @property
     def db_path(self) -> Path:
@@ -297,6 +312,7 @@ class _ConfigFile(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     roles: dict[str, RoleConfig] | None = None
     retention: RetentionConfig | None = None
     telegram: TelegramConfig | None = None
+    push: PushConfig | None = None
 
 
 def _where(raw: bytes, message: str) -> str:
@@ -341,6 +357,8 @@ def load_config_file(settings: Settings, path: Path) -> Settings:
         changes["secret_key_file"] = path.parent / cfg.secret_key_file.expanduser()
     if cfg.telegram is not None:
         changes["telegram"] = cfg.telegram
+    if cfg.push is not None:
+        changes["push"] = cfg.push
     if cfg.roles:
         changes["roles"] = {**settings.roles, **cfg.roles}
     for name in ("snapshot_every", "client_queue_max", "client_send_timeout_s",

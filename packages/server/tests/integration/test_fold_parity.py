@@ -408,6 +408,16 @@ def build_log() -> list[ev.Envelope]:
     log.add(None, ev.TelegramUpdateHandled(update_id=1))
     log.add(None, ev.TelegramChatRemoved(chat_id=-1001))
     log.add(None, ev.TelegramChatRemoved(chat_id=99))
+    # push devices: added, added again (its first date kept), changed, an unknown one changed,
+    # removed, one kept
+    log.add(None, ev.PushDeviceAdded(device_id="dev_1", name="Phone", endpoint_host="fcm.x",
+                                     kinds=["approval", "failed"]))
+    log.add(None, ev.PushDeviceAdded(device_id="dev_2", name="Laptop", kinds=["finished"]))
+    log.add(None, ev.PushDeviceAdded(device_id="dev_1", name="Phone", endpoint_host="fcm.y",
+                                     kinds=["approval"]))
+    log.add(None, ev.PushDeviceChanged(device_id="dev_1", name="Pixel", kinds=[]))
+    log.add(None, ev.PushDeviceChanged(device_id="dev_9", name="?", kinds=["approval"]))
+    log.add(None, ev.PushDeviceRemoved(device_id="dev_2", reason="gone"))
     # upgrades of the data: told once (a second record of the same one changes nothing),
     # dismissed; an unknown one's dismissal is ignored
     upgraded = ev.DataUpgraded(upgrade_id="u1", from_format=1, to_format=3, version="0.2.0",

@@ -362,6 +362,34 @@ def _exercise(api: _Contract, server: ServerProcess, worker: WorkerProcess) -> N
                   headers={"X-Telegram-Bot-Api-Secret-Token": "guess"},
                   json={"update_id": 1})
 
+    # Web Push: the key, a device (its push service is not there: the test says so), the
+    # preview, a decision from a notification for an approval that does not exist
+    push = api.check("GET", "/api/push", 200).json()
+    assert push["public_key"] and push["devices"] == []
+    browser_key = base64.urlsafe_b64encode(b"\x04" + b"\x01" * 64).decode().rstrip("=")
+    subscription = {"endpoint": "https://127.0.0.1:9/push/contract", "name": "Phone",
+                    "keys": {"p256dh": browser_key, "auth": _b64(b"\x02" * 16)}}
+    device = api.check("POST", "/api/push/devices", 201, json=subscription).json()
+    api.check("POST", "/api/push/devices", 409,
+              json={**subscription, "endpoint": "http://127.0.0.1:9/push/contract"})
+    api.check("POST", "/api/push/devices", 400, json={**subscription, "endpoint": "x"})
+    on = {"device_id": device["device_id"]}
+    api.check("PUT", "/api/push/devices/{device_id}", 200, path=on, json={"kinds": []})
+    api.check("PUT", "/api/push/devices/{device_id}", 404, path=on, json={"kinds": ["x"]})
+    api.check("PUT", "/api/push/devices/{device_id}", 400, path=on, json={"kinds": "x"})
+    api.check("PUT", "/api/push/devices/{device_id}", 404, path={"device_id": "dev_no"},
+              json={"name": "x"})
+    tested = api.check("POST", "/api/push/devices/{device_id}/test", 200, path=on).json()
+    assert tested["ok"] is False
+    api.check("POST", "/api/push/devices/{device_id}/test", 404, path={"device_id": "dev_no"})
+    api.check("GET", "/api/push/preview", 200)
+    refused = api.check("POST", "/api/push/decide", 200, json={
+        "approval_id": "apr_none", "action_hash": "0" * 32, "decision": "approve"}).json()
+    assert refused["decided"] is False
+    api.check("POST", "/api/push/decide", 400, json={"approval_id": "a"})
+    api.check("DELETE", "/api/push/devices/{device_id}", 200, path=on)
+    api.check("DELETE", "/api/push/devices/{device_id}", 404, path=on)
+
     # files sent with prompts, and the pairing link's QR code
     png = b"\x89PNG\r\n\x1a\n" + b"\0" * 32
     stored = api.check("POST", "/api/blobs", 201, content=png,

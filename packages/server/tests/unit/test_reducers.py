@@ -623,6 +623,25 @@ def test_telegram_chats_sessions_and_sent_messages(log: Log) -> None:
     assert st_.telegram_chats == {}
 
 
+def test_push_devices_added_again_changed_and_removed(log: Log) -> None:
+    st_ = apply(State(), log.env(ev.PushDeviceAdded(device_id="dev_1", name="Phone",
+                                                    endpoint_host="fcm.example",
+                                                    kinds=["approval", "failed"]), None))
+    added_at = st_.push_devices["dev_1"].added_at
+    # subscribed again: its new subscription, its first date kept
+    apply(st_, log.env(ev.PushDeviceAdded(device_id="dev_1", name="Phone",
+                                          endpoint_host="fcm2.example", kinds=["approval"]),
+                       None))
+    d = st_.push_devices["dev_1"]
+    assert (d.endpoint_host, d.kinds, d.added_at) == ("fcm2.example", ["approval"], added_at)
+    apply(st_, log.env(ev.PushDeviceChanged(device_id="dev_1", name="Pixel", kinds=[]), None))
+    apply(st_, log.env(ev.PushDeviceChanged(device_id="dev_x", name="?", kinds=[]), None))
+    assert (d.name, d.kinds) == ("Pixel", []) and list(st_.push_devices) == ["dev_1"]
+    apply(st_, log.env(ev.PushDeviceRemoved(device_id="dev_1"), None))
+    apply(st_, log.env(ev.PushDeviceRemoved(device_id="dev_1", reason="gone"), None))
+    assert st_.push_devices == {}
+
+
 # ---------------------------------------------------------------------------------------------
 # every event type: covered above, advances seq, and is ignored for unknown sessions
 
@@ -697,6 +716,9 @@ GLOBAL_EVENTS: list[ev.Event] = [
     ev.TaskMoved(task_id="tsk_1", status="review", order=1.5),
     ev.TaskRunStarted(task_id="tsk_1", session_id="ses_gone"),
     ev.TaskDeleted(task_id="tsk_1"),
+    ev.PushDeviceAdded(device_id="dev_1", name="Phone", kinds=["approval"]),
+    ev.PushDeviceChanged(device_id="dev_1", name="My phone", kinds=[]),
+    ev.PushDeviceRemoved(device_id="dev_1", reason="gone"),
     ev.TelegramChatPaired(chat_id=1),
     ev.TelegramSessionChosen(chat_id=1, session_id=S),
     ev.TelegramMessageSent(chat_id=1, key="answer:i", message_id=2),

@@ -12,6 +12,7 @@ from typing import Literal
 
 from codey_protocol import events as ev
 from codey_protocol.state import Approval, Question, SessionInfo, State
+from codey_server.core import notices
 
 __all__ = [
     "BUTTONS",
@@ -33,11 +34,9 @@ MAX_TEXT = 3500
 
 Decision = Literal["approve", "approve_for_session", "reject"]
 
-#: the approval buttons: label and decision, one row each
-BUTTONS: list[tuple[str, Decision]] = [
-    ("Approve", "approve"), ("Approve for session", "approve_for_session"),
-    ("Reject", "reject"),
-]
+#: the approval buttons: label and decision, one row each (the notices' own)
+BUTTONS: list[tuple[str, Decision]] = [(a.label, a.decision)
+                                       for a in notices.APPROVAL_ACTIONS]
 _CODES: dict[Decision, str] = {"approve": "a", "approve_for_session": "s", "reject": "r"}
 _DECISIONS = {code: decision for decision, code in _CODES.items()}
 
@@ -125,8 +124,7 @@ def cut(text: str, link: str, limit: int = MAX_TEXT) -> str:
     return f"{head.rstrip()}\n…\n(cut: the whole text is at {link})"
 
 
-def _short(session_id: str) -> str:
-    return session_id.removeprefix("ses_")[:8]
+_short = notices.short_id
 
 
 def sessions_text(state: State, current: str | None, limit: int = 20) -> str:
@@ -155,46 +153,24 @@ def find_session(state: State, ref: str) -> SessionInfo | None:
 
 
 def approval_text(session: SessionInfo, approval: Approval) -> str:
-    what = {"command": "run", "patch": "apply this patch", "write": "write",
-            "mcp": "call", "acp": "the agent asks",
-            "delegate": "give a sub-agent another folder or machine"}.get(approval.kind,
-                                                                          approval.kind)
-    lines = [f"Approval needed in “{session.title}” ({_short(session.session_id)}): {what}"]
-    if approval.command and approval.kind != "acp":  # an agent's is only a kind, no command
-        lines.append("$ " + " ".join(approval.command))
-    if approval.path:
-        lines.append(approval.path)
-    if approval.patch:
-        lines.append(approval.patch)
-    if approval.reason:
-        lines.append(approval.reason)
-    return "\n".join(lines)
-
-
-_DECIDED = {"approved": "✅ approved", "rejected": "❌ rejected", "expired": "⌛ expired",
-            "cancelled": "cancelled", "pending": "pending"}
+    """The approval as the chat shows it: the notice's whole text (:mod:`~codey_server.core.
+    notices`, what a push notification says too)."""
+    notice = notices.approval_notice(session, approval)
+    if notice.risky:  # no buttons: the app decides it
+        return f"{notice.detail}\n\nOpen Codey to decide (outside the sandbox, or full access)."
+    return notice.detail
 
 
 def decided_text(session: SessionInfo, approval: Approval) -> str:
-    """The approval message once decided, whoever decided (chat or browser)."""
-    word = _DECIDED.get(approval.status, approval.status)
-    if approval.status == "approved" and approval.command in session.approved_prefixes:
-        word += " for the session"
-    return f"{approval_text(session, approval)}\n\n{word}"
+    """The approval message once decided, whoever decided (chat, browser or notification)."""
+    return f"{notices.approval_notice(session, approval).detail}\n\n" \
+        f"{notices.decided_text(session, approval)}"
 
 
 def question_text(session: SessionInfo, question: Question) -> str:
-    text = f"Question from “{session.title}”: {question.question}"
-    if question.choices:
-        text += "\n" + "\n".join(f"- {c}" for c in question.choices)
-    return text + "\n\n(reply with your answer)"
+    return f"{notices.question_notice(session, question).detail}\n\n(reply with your answer)"
 
 
 def last_answer(session: SessionInfo) -> ev.AssistantMessage | None:
     """The last finished answer of the model, if the session's last item is one."""
-    for item in reversed(session.items):
-        if isinstance(item, ev.AssistantMessage):
-            return None if item.streaming or item.partial or not item.text else item
-        if isinstance(item, (ev.ToolCall, ev.UserMessage)):
-            return None
-    return None
+    return notices.last_answer(session)

@@ -58,6 +58,7 @@ from codey_protocol.state import SessionInfo, TelegramChat
 from codey_server.channels import chat, decide
 from codey_server.channels.telegram_store import FileTelegramStore, TelegramStore
 from codey_server.cluster.errors import SecretKeyError
+from codey_server.core import notices
 from codey_server.core.engine import Engine
 from codey_server.core.leases import Leases
 from codey_server.core.rules import CommandRejected
@@ -79,8 +80,6 @@ _CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I
 #: pasted token is stripped first)
 TOKEN_PATTERN = "^[0-9]{1,20}:[A-Za-z0-9_-]{10,100}$"
 _TOKEN_RE = re.compile(TOKEN_PATTERN)
-#: statuses after which the model's last answer goes to the chat
-_ANSWERED = ("idle", "waiting_user")
 #: reaching Telegram and polling it (tenacity, as every retry: :mod:`codey_server.core.retry`):
 #: 1 s doubling to a minute, for as long as it takes; which errors are retried is set where
 #: the library is loaded (:meth:`TelegramChannel._connect`, :meth:`TelegramChannel._poll`).
@@ -548,6 +547,8 @@ class TelegramChannel:
         text = "Decided."
         if found is None:
             text = "That approval is gone."
+        elif notices.is_risky(found, found.approvals[approval_id]):
+            text = "This one is decided in the app only."
         else:
             try:
                 await self.engine.execute(cl.DecideApproval(
@@ -600,19 +601,21 @@ class TelegramChannel:
 
     async def _sync_chat(self, paired: TelegramChat, s: SessionInfo,
                          children: list[SessionInfo]) -> None:
+        """What the chat should have seen of ``s`` (and its sub-agents' asks): the same
+        notices a push sends (:mod:`codey_server.core.notices`), found from the state."""
         for each in (s, *children):
             await self._sync_asks(paired, each)
         link = self._link(s.session_id)
-        if s.status in _ANSWERED:
-            answer = chat.last_answer(s)
-            if answer is not None and f"answer:{answer.id}" not in paired.sent:
-                await self._send(paired, f"answer:{answer.id}", chat.cut(answer.text, link))
+        told: list[notices.Notice] = []
+        if s.status in notices.ANSWERED:
+            answer = notices.last_answer(s)
+            if answer is not None:
+                told.append(notices.answer_notice(s, answer))
         if s.status == "error":
-            errors = [i.id for i in s.items if isinstance(i, ev.ErrorItem)]
-            key = f"error:{errors[-1] if errors else s.status_reason}"
-            if key not in paired.sent:
-                await self._send(paired, key, chat.cut(
-                    f"Error in “{s.title}”: {s.status_reason or 'the turn failed'}", link))
+            told.append(notices.failed_notice(s))
+        for notice in told:
+            if notice.key not in paired.sent:
+                await self._send(paired, notice.key, chat.cut(notice.detail, link))
 
     async def _sync_asks(self, paired: TelegramChat, s: SessionInfo) -> None:
         """Approvals (sent, then edited once decided) and questions of one session."""
@@ -620,11 +623,13 @@ class TelegramChannel:
 
         link = self._link(s.session_id)
         for a in list(s.approvals.values()):
-            asked, decided = f"approval:{a.approval_id}", f"decided:{a.approval_id}"
+            notice = notices.approval_notice(s, a)
+            asked, decided = notice.key, f"decided:{a.approval_id}"
             if a.status == "pending" and asked not in paired.sent:
+                # a risky one has no buttons: it is decided in the app
                 buttons = InlineKeyboardMarkup([[InlineKeyboardButton(
-                    label, callback_data=chat.button_data(a.approval_id, d))]
-                    for label, d in chat.BUTTONS])
+                    action.label, callback_data=chat.button_data(a.approval_id, action.decision))]
+                    for action in notice.actions]) if notice.actions else None
                 await self._send(paired, asked, chat.cut(chat.approval_text(s, a), link),
                                  buttons)
             elif a.status != "pending" and asked in paired.sent and decided not in paired.sent:
@@ -634,9 +639,9 @@ class TelegramChannel:
                         message_id=paired.sent[asked])
                 await self._record(paired, decided, paired.sent[asked])
         for q in list(s.questions.values()):
-            key = f"question:{q.question_id}"
-            if q.status == "pending" and key not in paired.sent:
-                await self._send(paired, key, chat.cut(chat.question_text(s, q), link))
+            notice = notices.question_notice(s, q)
+            if q.status == "pending" and notice.key not in paired.sent:
+                await self._send(paired, notice.key, chat.cut(chat.question_text(s, q), link))
 
     async def _send(self, paired: TelegramChat, key: str, text: str,
                     markup: Any = None) -> None:

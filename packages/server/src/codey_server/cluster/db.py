@@ -23,7 +23,10 @@ The tables (one place to read them all):
 - ``codey_blobs``: files sent with prompts, by SHA-256;
 - ``codey_telegram_token``: a pasted Telegram bot token (one row), sealed likewise;
 - ``codey_telegram_pairing``: the current Telegram pairing code (one row): its HMAC, its
-  expiry and its wrong tries.
+  expiry and its wrong tries;
+- ``codey_push_vapid``: the Web Push VAPID private key (one row, made by the first replica
+  that needs it), sealed likewise;
+- ``codey_push_subscriptions``: each push device's subscription (endpoint, p256dh, auth).
 
 Times that decide an expiry are the database's (``now()``), so replicas' clocks may differ.
 """
@@ -88,6 +91,10 @@ CREATE TABLE IF NOT EXISTS codey_telegram_token (
 CREATE TABLE IF NOT EXISTS codey_telegram_pairing (
     id smallint PRIMARY KEY CHECK (id = 1), digest text NOT NULL,
     expires_at double precision NOT NULL, tries integer NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS codey_push_vapid (
+    id smallint PRIMARY KEY CHECK (id = 1), sealed bytea NOT NULL);
+CREATE TABLE IF NOT EXISTS codey_push_subscriptions (
+    device_id text PRIMARY KEY, record bytea NOT NULL);
 """
 
 

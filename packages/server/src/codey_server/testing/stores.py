@@ -333,6 +333,32 @@ class StoresContract(abc.ABC):
 
         self.run(tmp_path, body)
 
+    # Web Push: the VAPID key and the subscriptions ---------------------------------------------
+
+    def test_the_vapid_key_is_made_once_and_subscriptions_are_kept_per_device(
+            self, tmp_path: Path) -> None:
+        from codey_server.push.store import Subscription
+
+        async def body(stores: Stores) -> None:
+            push = stores.push
+            pem = await push.vapid_pem()
+            assert pem.startswith(b"-----BEGIN") and await push.vapid_pem() == pem
+            assert await push.get("dev_a") is None
+            first = Subscription(endpoint="https://push.example/a", p256dh="K", auth="A")
+            await push.put("dev_a", first)
+            await push.put("dev_b", Subscription(endpoint="https://push.example/b",
+                                                 p256dh="K2", auth="A2"))
+            assert await push.get("dev_a") == first
+            again = Subscription(endpoint="https://push.example/a", p256dh="K3", auth="A3")
+            await push.put("dev_a", again)  # subscribed again: replaced
+            assert await push.get("dev_a") == again
+            await push.remove("dev_a")
+            await push.remove("dev_a")  # none: fine
+            assert await push.get("dev_a") is None
+            assert (await push.get("dev_b") or again).auth == "A2"
+
+        self.run(tmp_path, body)
+
     # the Telegram token and pairing code -----------------------------------------------------
 
     def test_a_telegram_token_is_kept_and_a_change_wakes_the_watchers(
