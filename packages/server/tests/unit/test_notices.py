@@ -119,3 +119,30 @@ def test_another_event_maps_to_a_notice_by_one_entry(extra_mapper: None) -> None
     notices.register(ev.SessionTitleChanged, nudge)
     (n,) = notices.notices(State(), _env(ev.SessionTitleChanged(title="x")))
     assert n.kind == "nudge" and "nudge" in notices.KINDS
+
+
+def test_a_budget_reached_is_its_own_notice_and_its_stop_is_not_a_finished_turn() -> None:
+    from codey_protocol.state import BudgetStop
+
+    s = _session()
+    s.items.append(ev.AssistantMessage(id="m1", ts=0.0, text="Halfway there."))
+    state = State(sessions={s.session_id: s})
+    (b,) = notices.notices(state, _env(ev.BudgetReached(scope="session", unit="usd",
+                                                        limit=2_000_000, spent=2_013_400)))
+    assert (b.kind, b.key) == ("budget", "budget:session:2000000")
+    assert b.title == "“Fix it” reached its budget"
+    assert b.body == "$2.01 of $2.00 spent; it waits until the budget is raised"
+    assert b.actions == () and b.tag == f"codey-session:{s.session_id}"
+    (day,) = notices.notices(state, _env(ev.BudgetReached(scope="day", unit="tokens",
+                                                          limit=50_000, spent=50_210)))
+    assert day.title == "“Fix it” reached the day's budget"
+    assert day.body.startswith("50,210 of 50,000 tokens spent")
+
+    # the waiting status that follows is the budget's: no "finished" on top of it
+    s.status, s.status_reason = "waiting_user", "budget reached"
+    s.budget_stop = BudgetStop(scope="session", unit="usd", limit=2_000_000, spent=2_013_400,
+                               at=0.0)
+    assert notices.notices(state, _env(ev.SessionStatusChanged(status="waiting_user"))) == []
+    s.budget_stop = None
+    (done,) = notices.notices(state, _env(ev.SessionStatusChanged(status="waiting_user")))
+    assert done.kind == "finished"

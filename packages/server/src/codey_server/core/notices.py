@@ -10,9 +10,12 @@ here, so a notification and a chat message cannot drift apart.
 
 The kinds (:data:`KINDS`) are a table: what Settings offers per device, in this order. An event
 type becomes notices through :data:`MAPPERS`; another feature maps its own event by adding one
-entry with :func:`register` (the attention ladder's nudge, a budget reached)::
+entry with :func:`register` (as the attention ladder's nudge will)::
 
-    register(ev.BudgetReached, lambda state, env: [budget_notice(...)])
+    register(ev.AttentionNudged, lambda state, env: [...])
+
+A budget reached is told as its own notice (``budget``); the status change that follows it is
+not told again as a finished turn.
 
 An approval's notice carries decision actions only when it may be decided from a lock screen or
 a chat: not when it is risky (:func:`is_risky`: an escalation out of the sandbox, a sub-agent
@@ -76,7 +79,6 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("question", "A question is asked"),
     Kind("failed", "A session failed"),
     Kind("finished", "A turn finished (the first line of the answer)"),
-    # no event says so yet: the toggle is kept for when one is mapped (see the module)
     Kind("budget", "A budget was reached"),
 )}
 
@@ -285,10 +287,32 @@ def _status(state: State, env: ev.Envelope) -> list[Notice]:
         return []
     if e.status == "error":
         return [failed_notice(s)]
+    if s.budget_stop is not None:  # stopped at a budget: its own notice says so
+        return []
     if e.status in ANSWERED:
         answer = last_answer(s)
         return [answer_notice(s, answer)] if answer is not None else []
     return []
+
+
+def budget_notice(session: SessionInfo, e: ev.BudgetReached) -> Notice:
+    whose = "its budget" if e.scope == "session" else "the day's budget"
+    if e.unit == "usd":
+        spent = f"${e.spent / 1_000_000:,.2f} of ${e.limit / 1_000_000:,.2f}"
+    else:
+        spent = f"{e.spent:,} of {e.limit:,} tokens"
+    title = f"“{session.title}” reached {whose}"
+    body = f"{spent} spent; it waits until the budget is raised"
+    return Notice(kind="budget", session_id=session.session_id,
+                  key=f"budget:{e.scope}:{e.limit}", title=title, body=body,
+                  detail=f"{title}: {body}.")
+
+
+def _budget(state: State, env: ev.Envelope) -> list[Notice]:
+    e = env.event
+    assert isinstance(e, ev.BudgetReached)
+    s = state.sessions.get(env.session_id or "")
+    return [budget_notice(s, e)] if s is not None else []
 
 
 #: event type → what it tells (:func:`register` adds one)
@@ -296,6 +320,7 @@ MAPPERS: dict[type[ev.Event], Mapper] = {
     ev.ApprovalRequested: _approval,
     ev.QuestionAsked: _question,
     ev.SessionStatusChanged: _status,
+    ev.BudgetReached: _budget,
 }
 
 
