@@ -485,11 +485,11 @@ function approvalReviewed(state, env, e) {
   const a = s && s.approvals[e.approval_id];
   if (!a) return;
   a.review = fillApprovalReview({
-    decision: e.decision, risk: e.risk, reason: e.reason, reviewer: e.reviewer,
+    decision: e.verdict, risk: e.risk, reason: e.reason, reviewer: e.reviewer,
     approved: e.approved,
   });
-  if (e.decision === "deny") s.reviewer_denials += 1;
-  else if (e.decision === "approve") s.reviewer_denials = 0;
+  if (e.verdict === "deny") s.reviewer_denials += 1;
+  else if (e.verdict === "approve") s.reviewer_denials = 0;
 }
 
 function actionRequested(state, env, e) {

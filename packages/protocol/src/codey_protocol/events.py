@@ -546,12 +546,12 @@ class AttentionActed(EventBase, kw_only=True):
 
 
 class ApprovalReviewed(EventBase, kw_only=True):
-    """The reviewer model's verdict on a pending approval. ``decision`` ``error``: it failed
+    """The reviewer model's verdict on a pending approval. ``verdict`` ``error``: it failed
     (timeout, error, unparseable answer) and the user is asked. ``approved``: the verdict
     approves it (an ``approve`` below the session's risk threshold); else the user decides."""
 
     approval_id: str
-    decision: Literal["approve", "deny", "error"]
+    verdict: Literal["approve", "deny", "error"]
     risk: int = 100
     reason: str = ""
     #: ``provider/model`` that judged

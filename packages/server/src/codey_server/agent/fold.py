@@ -361,11 +361,11 @@ def _approval_reviewed(state: State, env: ev.Envelope) -> None:
     a = s.approvals.get(e.approval_id) if s is not None else None
     if s is None or a is None:
         return
-    a.review = ApprovalReview(decision=e.decision, risk=e.risk, reason=e.reason,
+    a.review = ApprovalReview(decision=e.verdict, risk=e.risk, reason=e.reason,
                               reviewer=e.reviewer, approved=e.approved)
-    if e.decision == "deny":
+    if e.verdict == "deny":
         s.reviewer_denials += 1
-    elif e.decision == "approve":
+    elif e.verdict == "approve":
         s.reviewer_denials = 0
 
 
