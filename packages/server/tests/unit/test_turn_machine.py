@@ -1501,7 +1501,7 @@ def _reviewing(**reviewer: Any) -> tuple[Pilot, Any, Step]:
 
 def test_under_reviewer_the_action_as_it_would_run_goes_to_the_reviewer_first() -> None:
     from codey_server.agent.machine import Review
-    pilot, approval, step = _reviewing(provider="p", model="cheap")
+    pilot, _approval, step = _reviewing(provider="p", model="cheap")
     [review] = [e for e in step.effects if isinstance(e, Review)]
     assert (review.provider, review.model) == ("p", "cheap")
     assert review.data["action"]["argv"] == ["make", "test"]
