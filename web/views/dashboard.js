@@ -7,7 +7,8 @@ import { api } from "../api.js";
 import { fmtAgo, h } from "../dom.js";
 import { renderInline } from "../markdown.js";
 import {
-  FrameBatch, SESSION_WORDS, busySeconds, fmtDuration, keyedList, liveProcesses, machineLabel,
+  FrameBatch, SESSION_WORDS, busySeconds, countdownNode, fmtDuration, keyedList, ladderStep,
+  liveProcesses, machineLabel,
   machineName, needsAttention, processesWords, sessionWords, statusChip, titleNode, twinWords,
   workerUp,
 } from "./common.js";
@@ -201,7 +202,7 @@ export class Dashboard {
           workerUp(state, s.worker_id), w ? machineLabel(state, w) : null, fmtAgo(s.updated_at),
           s.items.length, Math.round(busySeconds(s)), sessionWords(s), liveProcesses(s),
           twinWords(s, state),
-          kids.map((k) => [k.session_id, k.title, k.status])]);
+          kids.map((k) => [k.session_id, k.title, k.status]), ladderStep(s)]);
       },
       (s) => this._sessionCard(s));
     if (this._pairPanel) this._pairPanel.refresh();
@@ -380,6 +381,7 @@ export class Dashboard {
         ? h("span", { class: "badge attention dot", "data-testid": "attention-badge",
           "aria-label": "needs you", title: "needs you" }) : null),
     facts.preview ? previewNode(facts.preview) : null,
+    countdownNode(s),
     h("p", { class: "card-meta small muted", "data-testid": "session-meta" },
       h("span", { "data-testid": "session-activity" }, `active ${fmtAgo(s.updated_at)}`),
       facts.took ? ` · took ${facts.took}` : "",

@@ -31,7 +31,7 @@ export const WINDOW_SLACK = 50;
 /** The layout of a phone (style.css says the same width). */
 const NARROW = "(max-width: 860px)";
 
-const POLICIES = ["suggest", "auto-edit", "full-auto"];
+const POLICIES = ["suggest", "auto-edit", "full-auto", "reviewer"];
 const SANDBOXES = [["workspace-write", "sandbox: workspace"], ["read-only", "sandbox: read-only"],
   ["full-access", "no sandbox"]];
 
@@ -405,6 +405,14 @@ export class SessionView {
         break;
       case "approval_resolved": {
         const a = s && s.approvals[e.approval_id];
+        if (a) this._dirty.add(a.item_id);
+        this._headerDirty = true;
+        break;
+      }
+      case "approval_reviewed": // the reviewer's verdict shows on the approval
+      case "attention_scheduled": // the ladder's countdown beside it
+      case "attention_acted": {
+        const a = s && s.approvals[e.approval_id || e.target_id];
         if (a) this._dirty.add(a.item_id);
         this._headerDirty = true;
         break;
