@@ -210,3 +210,29 @@ def test_text_injected_into_the_action_does_not_move_the_verdict(
     data = json.loads(block)
     assert data["action"]["argv"] == ["bash", "-c", INJECTED]
     assert data["sandbox"] == "workspace-write" and data["network"] is False
+
+
+@pytest.mark.parametrize("ladder", [{"nudge_after_s": 0.5, "act_after_s": 8.0}])
+def test_the_ladders_times_survive_a_server_restart(
+        server: ServerProcess, worker: WorkerProcess) -> None:
+    wd = _workdir(worker, "g")
+    (wd / "junk.txt").write_text("junk")
+    sid = create_session(server, worker, str(wd), "tidy up", policy="suggest")
+    wait_for(server, sid, lambda s: s["attention"] and s["attention"]["nudged"],
+             what="the nudge at T1")
+    assert worker.proc is not None
+    offset = worker.proc.log_offset()
+    server.kill9()
+    worker.proc.wait_for_line(r"^reconnecting in", timeout=15, start=offset)
+    server.start()
+    worker.wait_connected()
+    s = wait_for(server, sid, idle, timeout=40, what="T2 after the restart")
+    assert tools(s)[0]["result"].startswith("rejected: nobody answered")
+    r = server.http.get(f"/api/sessions/{sid}/log")
+    envs = [json.loads(line) for line in r.text.splitlines() if line.strip()]
+    kinds = [e["event"]["type"] for e in envs]
+    # the resumed turn went on with the logged ladder: scheduled once, nudged once
+    assert kinds.count("attention_scheduled") == 1 and kinds.count("attention_nudged") == 1
+    [scheduled] = [e for e in envs if e["event"]["type"] == "attention_scheduled"]
+    [acted] = [e for e in envs if e["event"]["type"] == "attention_acted"]
+    assert acted["ts"] >= scheduled["event"]["act_at"]
