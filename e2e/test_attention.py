@@ -89,6 +89,16 @@ def test_the_card_counts_down_then_the_ladder_rejects_and_tells_the_model(
     expect(stack.items(page, "assistant_message").last).to_have_text(
         "Nobody answered; I stop here.")
     assert (wd / "junk.txt").exists()
+    # the session's own ladder, from its header
+    ladder = page.get_by_test_id("attention-select")
+    expect(ladder).to_have_value("")
+    ladder.select_option("park")
+    stack.wait_until(lambda: (stack.browser_state(page)["sessions"][sid]["attention_setting"]
+                              or {}).get("on_approval") == "park", what="the session's ladder")
+    assert stack.srv is not None
+    own = stack.srv.http.get(f"/api/sessions/{sid}").json()["attention_setting"]
+    assert own == {"nudge_after_s": 120.0, "act_after_s": 1800.0, "on_approval": "park",
+                   "on_question": "park"}
 
 
 def test_a_parked_session_waits_stopped_and_its_approval_resumes_it(
