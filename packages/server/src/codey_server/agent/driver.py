@@ -51,6 +51,7 @@ from typing import Any
 from codey_protocol import worker as wk
 from codey_protocol.state import State
 from codey_server.agent.errors import ModelError
+from codey_server.agent.judge import judge
 from codey_server.agent.machine import (
     ActionDone,
     ActionErrored,
@@ -95,7 +96,7 @@ from codey_server.agent.machine import (
     step,
 )
 from codey_server.agent.ports import TurnDeps
-from codey_server.agent.reviewer import ReviewFailed, judge
+from codey_server.agent.reviewer import ReviewFailed
 from codey_server.agent.stream import ModelEvent
 from codey_server.core.actions import ActionFailed
 from codey_server.core.rules import Context, Decided

@@ -1,7 +1,9 @@
 """The reviewer: a second model that judges evidence against a rubric and answers a typed
 :class:`Verdict` (decision, risk 0-100, one sentence of reason).
 
-One small function does it, :func:`judge` ``(provider, model, rubric, data) -> Verdict``; the
+One small function does it, :func:`~codey_server.agent.judge.judge`
+``(provider, model, rubric, data) -> Verdict`` (its I/O, apart: the turn machines import this
+module, which is pure); the
 approval gate (policy ``reviewer``, docs/attention.md) uses it with :data:`APPROVAL_RUBRIC`
 and :func:`approval_data`, and anything else that needs "judge this evidence against this
 condition" can call it with its own rubric.
@@ -16,16 +18,15 @@ one: the block's end tag appears exactly once, at its end.
 Fails closed: whatever goes wrong (the provider is gone, the call fails or times out, the
 answer is not exactly one verdict) raises :class:`ReviewFailed`; the caller asks the user.
 
-Order of calls: :func:`request_text` and :func:`build_body` are pure; :func:`judge` streams
-one model call and :func:`parse_verdict` reads its text.
+Order of calls: :func:`request_text` and :func:`build_body` are pure; ``judge`` streams one
+model call and :func:`parse_verdict` reads its text.
 """
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import Sequence
-from typing import Annotated, Any, Literal, Protocol
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -33,13 +34,11 @@ from codey_protocol import events as ev
 from codey_protocol import worker as wk
 from codey_protocol.state import Approval, SessionInfo
 from codey_server.agent.conversation import UserText
-from codey_server.agent.errors import ModelError
-from codey_server.agent.stream import ModelEvent, RefusalDelta, TextDelta
 from codey_server.agent.wire import CallOptions, Wire
 from codey_server.errors import ServerError
 
 __all__ = ["APPROVAL_RUBRIC", "ReviewFailed", "Verdict", "approval_data", "build_body",
-           "judge", "parse_verdict", "request_text"]
+           "parse_verdict", "request_text"]
 
 #: the most characters of the evidence's conversation and instructions sent
 _TEXT_CAP = 4000
@@ -126,41 +125,6 @@ def parse_verdict(text: str) -> Verdict:
         return _verdict.decode(body)
     except (msgspec.DecodeError, msgspec.ValidationError) as err:
         raise ReviewFailed(f"the reviewer's answer is not a verdict ({err})") from None
-
-
-class Streams(Protocol):
-    """What :func:`judge` needs of a provider (``ModelProvider``)."""
-
-    wire: Wire
-
-    def stream(self, *, model: str, body: bytes) -> Any: ...
-
-
-async def judge(provider: Streams | None, model: str, rubric: str, data: Any, *,
-                timeout: float) -> Verdict:
-    """Ask ``model`` of ``provider`` to judge ``data`` by ``rubric``; its typed verdict.
-    Raises :class:`ReviewFailed` on anything else: no provider, a model error, no answer
-    within ``timeout`` seconds, an answer that is not exactly one verdict."""
-    if provider is None:
-        raise ReviewFailed("the reviewer's provider is not configured")
-    body = build_body(provider.wire, model, rubric, data)
-    parts: list[str] = []
-
-    async def read() -> None:
-        part: ModelEvent
-        async for part in provider.stream(model=model, body=body):
-            if isinstance(part, TextDelta):
-                parts.append(part.text)
-            elif isinstance(part, RefusalDelta):
-                raise ReviewFailed(f"the reviewer refused: {part.text}")
-
-    try:
-        await asyncio.wait_for(read(), timeout)
-    except TimeoutError:
-        raise ReviewFailed(f"the reviewer did not answer within {timeout:g} s") from None
-    except ModelError as err:
-        raise ReviewFailed(f"the reviewer's model failed: {err.message}") from None
-    return parse_verdict("".join(parts))
 
 
 # the approval gate's evidence ----------------------------------------------------------------
