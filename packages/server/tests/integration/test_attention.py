@@ -69,7 +69,7 @@ def ladder() -> dict[str, Any]:
 def server(tmp_path: Path, model: ModelServerHandle,
            ladder: dict[str, Any]) -> Iterator[ServerProcess]:
     config = {**provider_config(model), "attention": ladder,
-              "reviewer": {"model": REVIEWER, "timeout_s": 4.0}}
+              "reviewer": {"model": REVIEWER, "timeout_s": 10.0}}
     config["providers"][0]["models"] = [AGENT, REVIEWER]
     with ServerProcess(tmp_path / "server", config=config) as proc:
         yield proc
@@ -184,7 +184,7 @@ def test_a_reviewer_that_does_not_answer_in_time_fails_closed(
                  what="the review to time out")
     approval = _pending(s)
     assert approval is not None and approval["review"]["decision"] == "error"
-    assert "did not answer within 4 s" in approval["review"]["reason"]
+    assert "did not answer within 10 s" in approval["review"]["reason"]
     assert s["status"] == "waiting_approval"
 
 
