@@ -484,7 +484,7 @@ def _approved_or_not(k: K, item: ev.ToolCall, decision: str, message: str) -> bo
         assert not isinstance(parsed, BadToolCall)
         return _go(k, item, parsed, gate(k))
     a = k.session.attention
-    if a is not None and a.target_id == item.approval_id and a.acted:
+    if a is not None and a.target_id == item.approval_id and a.acted and a.then != "park":
         finish(k, item.id, "rejected", f"rejected: {message}")  # (by the ladder, not a person)
         return True
     finish(k, item.id, "rejected", "rejected by the user" + (f": {message}" if message else ""))
