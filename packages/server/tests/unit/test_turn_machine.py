@@ -1562,3 +1562,16 @@ def test_three_denials_in_a_row_park_the_session() -> None:
     assert [n.step for n in nudges] == ["denials"]
     assert pilot.session.status == "interrupted" and pilot.turn.core.done
     assert pilot.session.approvals[approval.approval_id].status == "pending"
+
+
+def test_a_parked_approval_rejected_later_reads_as_the_users() -> None:
+    pilot = _laddered(then="park")
+    _call(pilot, _shell("make"))
+    [approval] = pilot.session.approvals.values()
+    pilot.feed(TimerFired(f"att2:{approval.approval_id}", now=approval.requested_at + 300))
+    resumed = Pilot(CodeyMachine(provider_infos(Models())),
+                    codey_turn(S, limits=LIMITS, resume=True), pilot.state)
+    pilot.record((S, ev.ApprovalResolved(approval_id=approval.approval_id, decision="rejected",
+                                         message="not now")))
+    resumed.feed(Start(now=approval.requested_at + 400))
+    assert _tool(resumed).result == "rejected by the user: not now"
