@@ -385,6 +385,18 @@ export function fillSessionInfo(v) {
   } else if (v.budget_stop != null) {
     fillBudgetStop(v.budget_stop);
   }
+  if (v.attention === undefined) {
+    v.attention = null;
+  } else if (v.attention != null) {
+    fillAttention(v.attention);
+  }
+  if (v.attention_setting === undefined) {
+    v.attention_setting = null;
+  } else if (v.attention_setting != null) {
+    fillAttentionSetting(v.attention_setting);
+  }
+  if (v.parked_on === undefined) v.parked_on = null;
+  if (v.reviewer_denials === undefined) v.reviewer_denials = 0;
   return v;
 }
 
@@ -520,6 +532,20 @@ export function fillApproval(v) {
   if (v.message === undefined) v.message = "";
   if (v.requested_at === undefined) v.requested_at = 0.0;
   if (v.decided_at === undefined) v.decided_at = null;
+  if (v.review === undefined) {
+    v.review = null;
+  } else if (v.review != null) {
+    fillApprovalReview(v.review);
+  }
+  return v;
+}
+
+/** `ApprovalReview` (state.py): its defaults filled in. */
+export function fillApprovalReview(v) {
+  if (v.risk === undefined) v.risk = 100;
+  if (v.reason === undefined) v.reason = "";
+  if (v.reviewer === undefined) v.reviewer = "";
+  if (v.approved === undefined) v.approved = false;
   return v;
 }
 
@@ -833,6 +859,25 @@ export function fillBudget(v) {
 /** `BudgetStop` (state.py): its defaults filled in. */
 export function fillBudgetStop(v) {
   if (v.at === undefined) v.at = 0.0;
+  return v;
+}
+
+/** `Attention` (state.py): its defaults filled in. */
+export function fillAttention(v) {
+  if (v.nudge_at === undefined) v.nudge_at = null;
+  if (v.act_at === undefined) v.act_at = null;
+  if (v.then === undefined) v.then = "reject";
+  if (v.nudged === undefined) v.nudged = false;
+  if (v.acted === undefined) v.acted = false;
+  return v;
+}
+
+/** `AttentionSetting` (state.py): its defaults filled in. */
+export function fillAttentionSetting(v) {
+  if (v.nudge_after_s === undefined) v.nudge_after_s = null;
+  if (v.act_after_s === undefined) v.act_after_s = null;
+  if (v.on_approval === undefined) v.on_approval = "reject";
+  if (v.on_question === undefined) v.on_question = "answer";
   return v;
 }
 

@@ -271,6 +271,12 @@ export class Socket {
     return this.command("set_approval_policy", { session_id, policy });
   }
 
+  /** The session's own "when nobody answers" (the attention ladder; null: that step off). */
+  setAttention(session_id, { nudge_after_s, act_after_s, on_approval, on_question }) {
+    return this.command("set_attention",
+      { session_id, nudge_after_s, act_after_s, on_approval, on_question });
+  }
+
   /** The OS sandbox the session's commands run in, and whether they may use the network. */
   setSessionModel(session_id, provider, model, effort) {
     return this.command("set_session_model", { session_id, provider, model, effort });

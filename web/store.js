@@ -22,7 +22,8 @@ import { APPEND_FIELDS, REPLACE_FIELDS, applyUpdate } from "./item_fields.js";
 import { Tails } from "./tails.js";
 import {
   BUSY_STATUSES, COMPACTION_ENDED, MAX_CHANGED_PATHS, MODEL_CHANGED, PROCESS_OUTPUT_KEPT,
-  PROCESSES_ENDED_KEPT, SCHEDULE_RUNS_KEPT, WORKING_STATUSES, fillApproval, fillAuthInfo,
+  PROCESSES_ENDED_KEPT, SCHEDULE_RUNS_KEPT, WORKING_STATUSES, fillApproval, fillApprovalReview,
+  fillAttention, fillAttentionSetting, fillAuthInfo,
   fillPortForward, fillProjectMemory, fillQuestion, fillRateLimit, fillScheduleInfo,
   fillScheduleRun, fillSessionContext,
   fillSessionInfo, fillSessionProcess, fillState, fillTaskInfo, fillTelegramChat, fillPushDevice,
@@ -161,6 +162,7 @@ function statusChanged(state, env, e) {
   if (s) {
     s.status = e.status;
     s.status_reason = e.reason;
+    if (e.status === "running") s.parked_on = null; // (a parked session's turn goes on)
     // the session's own working time, turn by turn (core/fold.py `_status`)
     if (BUSY.has(e.status)) {
       if (s.busy_since == null) s.busy_since = env.ts;
@@ -437,11 +439,60 @@ function approvalResolved(state, env, e) {
   a.status = e.decision;
   a.message = e.message;
   a.decided_at = env.ts;
+  if (e.decision === "approved") s.reviewer_denials = 0; // the run of denials is over
   if (e.for_session && e.decision === "approved" && a.command && a.command.length) {
     // approving a command for the session never lets it leave the sandbox
     const prefixes = a.kind === "escalate" ? s.escalated_prefixes : s.approved_prefixes;
     if (!prefixes.some((p) => sameList(p, a.command))) prefixes.push([...a.command]);
   }
+}
+
+// the attention ladder and the reviewer (agent/fold.py)
+function attentionChanged(state, env, e) {
+  const s = session(state, env);
+  if (s) {
+    s.attention_setting = fillAttentionSetting({
+      nudge_after_s: e.nudge_after_s, act_after_s: e.act_after_s,
+      on_approval: e.on_approval, on_question: e.on_question,
+    });
+  }
+}
+
+function attentionScheduled(state, env, e) {
+  const s = session(state, env);
+  if (s) {
+    s.attention = fillAttention({
+      target_id: e.target_id, target: e.target, nudge_at: e.nudge_at, act_at: e.act_at,
+      then: e.then,
+    });
+  }
+}
+
+function attentionNudged(state, env, e) {
+  const s = session(state, env);
+  if (!s) return;
+  if (e.step === "t1") {
+    if (s.attention && s.attention.target_id === e.target_id) s.attention.nudged = true;
+  } else {
+    s.parked_on = e.target_id;
+  }
+}
+
+function attentionActed(state, env, e) {
+  const s = session(state, env);
+  if (s && s.attention && s.attention.target_id === e.target_id) s.attention.acted = true;
+}
+
+function approvalReviewed(state, env, e) {
+  const s = session(state, env);
+  const a = s && s.approvals[e.approval_id];
+  if (!a) return;
+  a.review = fillApprovalReview({
+    decision: e.verdict, risk: e.risk, reason: e.reason, reviewer: e.reviewer,
+    approved: e.approved,
+  });
+  if (e.verdict === "deny") s.reviewer_denials += 1;
+  else if (e.verdict === "approve") s.reviewer_denials = 0;
 }
 
 function actionRequested(state, env, e) {
@@ -832,6 +883,11 @@ const HANDLERS = {
   goal_checked: goalChecked,
   goal_met: goalEnded,
   goal_given_up: goalEnded,
+  session_attention_changed: attentionChanged,
+  attention_scheduled: attentionScheduled,
+  attention_nudged: attentionNudged,
+  attention_acted: attentionActed,
+  approval_reviewed: approvalReviewed,
 };
 
 /**

@@ -159,7 +159,7 @@ export class BoardPage {
     machine.value = lastMachine(workers, state) || (workers[0] ? workers[0].worker_id : "");
     folder.value = lastFolder(state.workers[machine.value], state);
     const policy = h("select", { class: "input", "data-testid": "run-policy" },
-      ["suggest", "auto-edit", "full-auto"].map((p) => h("option", { value: p }, p)));
+      ["suggest", "auto-edit", "full-auto", "reviewer"].map((p) => h("option", { value: p }, p)));
     // each attempt in a worktree of its own, by default: attempts run side by side
     const worktree = h("input", { type: "checkbox", checked: true, "data-testid": "run-worktree" });
     return h("form", { class: "run-form", "data-testid": "run-form", onsubmit: (ev) => {

@@ -401,3 +401,73 @@ export function lastFolder(w, state = null) {
   const last = !mine ? newest : !newest ? mine : newest.at > mine.at ? newest : mine;
   return last ? last.folder : (w.roots || [])[0] || "";
 }
+
+// the attention ladder ---------------------------------------------------------------------
+
+const LADDER_THEN = {
+  reject: "rejected", park: "session parked", reviewer: "to the reviewer",
+  answer: "answered for you",
+};
+
+/**
+ * The next step of the attention ladder of the session's wait for the user, or null (no
+ * wait, or nothing more will happen): `{at, words, then}` — at `at` (epoch seconds) the wait
+ * is `words` ("reminder to your devices", "rejected", …).
+ */
+export function ladderStep(s) {
+  const a = s.attention;
+  if (!a || a.acted) return null;
+  const waiting = a.target === "question" ? s.questions[a.target_id] : s.approvals[a.target_id];
+  if (!waiting || waiting.status !== "pending" || s.parked_on) return null;
+  if (a.act_at != null) return { at: a.act_at, words: LADDER_THEN[a.then] || a.then, then: a.then };
+  if (a.nudge_at != null && !a.nudged) {
+    return { at: a.nudge_at, words: "reminder to your devices", then: "nudge" };
+  }
+  return null;
+}
+
+/** "1:05", "12:00", "1:02:03" for a number of seconds (0 and less: "0:00"). */
+export function fmtClock(seconds) {
+  const t = Math.max(0, Math.ceil(seconds));
+  const two = (n) => String(n).padStart(2, "0");
+  const hms = t >= 3600 ? `${Math.floor(t / 3600)}:${two(Math.floor((t % 3600) / 60))}`
+    : `${Math.floor(t / 60)}`;
+  return `${hms}:${two(t % 60)}`;
+}
+
+function countdownText(at, words) {
+  const left = at - Date.now() / 1000;
+  return left > 0 ? `if nobody answers: ${words} in ${fmtClock(left)}` : `nobody answered: ${words}`;
+}
+
+/** The ladder's countdown chip for a session (null when there is none); it ticks by itself. */
+export function countdownNode(s) {
+  const next = ladderStep(s);
+  if (!next) return null;
+  startCountdowns();
+  return h("span", { class: `chip countdown then-${next.then}`, "data-testid": "attention-countdown",
+    "data-at": String(next.at), "data-words": next.words, role: "timer",
+    title: "When nobody answers (the attention ladder): what happens, and when" },
+  countdownText(next.at, next.words));
+}
+
+let countdownTicker = null;
+function startCountdowns() {
+  if (countdownTicker !== null) return;
+  // one ticker for every countdown on the page: no re-render, only their texts
+  countdownTicker = setInterval(() => {
+    for (const el of document.querySelectorAll("[data-testid=attention-countdown]")) {
+      el.textContent = countdownText(Number(el.dataset.at), el.dataset.words);
+    }
+  }, 1000);
+}
+
+/** What the reviewer model said about an approval, as one line (null: it did not judge it). */
+export function reviewWords(approval) {
+  const r = approval.review;
+  if (!r) return null;
+  if (r.decision === "error") return `the reviewer failed, so you decide: ${r.reason}`;
+  if (r.approved) return `approved by the reviewer: ${r.reason}`;
+  return `the reviewer ${r.decision === "deny" ? "denied it" : "did not approve it"} ` +
+    `(risk ${r.risk}): ${r.reason}`;
+}

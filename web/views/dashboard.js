@@ -8,9 +8,9 @@ import { fmtAgo, h } from "../dom.js";
 import { renderInline } from "../markdown.js";
 import { utcDay } from "../store.js";
 import {
-  FrameBatch, QUEUED, SESSION_WORDS, budgetBox, busySeconds, fmtDuration, fmtTokens, fmtUsd,
-  goalWords, keyedList, liveProcesses, machineLabel, machineName, needsAttention,
-  processesWords, sessionWords, statusChip, titleNode, twinWords, workerUp,
+  FrameBatch, QUEUED, SESSION_WORDS, budgetBox, busySeconds, countdownNode, fmtDuration,
+  fmtTokens, fmtUsd, goalWords, keyedList, ladderStep, liveProcesses, machineLabel, machineName,
+  needsAttention, processesWords, sessionWords, statusChip, titleNode, twinWords, workerUp,
 } from "./common.js";
 import { NewSessionDialog } from "./newsession.js";
 import { PairPanel } from "./pair.js";
@@ -232,7 +232,7 @@ export class Dashboard {
           s.items.length, Math.round(busySeconds(s)), sessionWords(s), liveProcesses(s),
           twinWords(s, state),
           kids.map((k) => [k.session_id, k.title, k.status]),
-          s.usage.cost_micros, s.usage.turns, s.budget_stop]);
+          s.usage.cost_micros, s.usage.turns, s.budget_stop, ladderStep(s)]);
       },
       (s) => this._sessionCard(s));
     if (this._pairPanel) this._pairPanel.refresh();
@@ -411,6 +411,7 @@ export class Dashboard {
         ? h("span", { class: "badge attention dot", "data-testid": "attention-badge",
           "aria-label": "needs you", title: "needs you" }) : null),
     facts.preview ? previewNode(facts.preview) : null,
+    countdownNode(s),
     h("p", { class: "card-meta small muted", "data-testid": "session-meta" },
       h("span", { "data-testid": "session-activity" }, `active ${fmtAgo(s.updated_at)}`),
       facts.took ? ` · took ${facts.took}` : "",

@@ -8,7 +8,9 @@ import { AnsiStream } from "../ansi.js";
 import { renderDiff } from "../diff.js";
 import { api } from "../api.js";
 import { fmtBytes, h, shellJoin, svgIcon } from "../dom.js";
-import { TOOL_WORDS, sessionWords, statusChip, toolDisplay, workerUp } from "./common.js";
+import {
+  TOOL_WORDS, countdownNode, reviewWords, sessionWords, statusChip, toolDisplay, workerUp,
+} from "./common.js";
 import { highlightCode, languageForPath, renderMarkdown } from "../markdown.js";
 
 const streams = new WeakMap(); // output <pre> -> {stream: AnsiStream, lines: its line count}
@@ -386,11 +388,13 @@ const APPROVAL_WARNINGS = {
 
 /** The approval card for a tool call (pending: buttons; decided: one line). */
 export function approvalNode(approval, ctx, sessionId, standalone = false) {
+  const verdict = reviewWords(approval);
   if (approval.status !== "pending") {
     return h("div", { class: `approval-done status-${approval.status}`,
       "data-testid": "approval-decided", "data-approval-id": approval.approval_id },
     `${approval.status === "approved" ? "✓" : "✗"} ${approval.kind} ${approval.status}` +
-      (approval.message ? ` — ${approval.message}` : ""));
+      (approval.message ? ` — ${approval.message}` : ""),
+    approval.review && approval.review.approved ? reverseReviewer(ctx, sessionId) : null);
   }
   const msgId = `reject-msg-${approval.approval_id}`;
   const message = h("input", { id: msgId, class: "input", "data-testid": "reject-message",
@@ -436,6 +440,9 @@ export function approvalNode(approval, ctx, sessionId, standalone = false) {
   APPROVAL_WARNINGS[approval.kind]
     ? h("p", { class: "warn small", "data-testid": "approval-warning" },
       APPROVAL_WARNINGS[approval.kind]) : null,
+  verdict ? h("p", { class: `small reviewer-verdict verdict-${approval.review.decision}`,
+    "data-testid": "reviewer-verdict" }, verdict) : null,
+  ladderOf(ctx, sessionId, approval.approval_id),
   // a delegation's folder is what is granted: shown in the session's view too
   standalone || approval.kind === "delegate" ? what : null,
   standalone && approval.patch ? renderDiff(approval.patch) : null,
@@ -445,6 +452,35 @@ export function approvalNode(approval, ctx, sessionId, standalone = false) {
     h("label", { for: msgId, class: "sr-only" }, "Reason for rejecting"),
     message, reject),
   queuedNote);
+}
+
+/** The ladder's countdown beside the approval it runs for (null: none). */
+function ladderOf(ctx, sessionId, approvalId) {
+  const s = ctx.store.state.sessions[sessionId];
+  return s && s.attention && s.attention.target_id === approvalId ? countdownNode(s) : null;
+}
+
+/**
+ * "Stop auto-approving": the user reverses the reviewer for the rest of the session (its
+ * policy goes back to `suggest`); shown while the session's policy is still `reviewer`.
+ */
+function reverseReviewer(ctx, sessionId) {
+  const s = ctx.store.state.sessions[sessionId];
+  if (!s || s.policy !== "reviewer") return null;
+  const b = h("button", { class: "btn subtle compact", type: "button",
+    "data-testid": "reverse-reviewer",
+    title: "From now on every action of this session asks you (policy: suggest)" },
+  "Ask me instead from now on");
+  b.addEventListener("click", async () => {
+    b.disabled = true;
+    try {
+      await ctx.socket.setApprovalPolicy(sessionId, "suggest");
+    } catch (err) {
+      ctx.toast(`Policy not changed: ${err.message}`, "error");
+      b.disabled = false;
+    }
+  });
+  return h("span", {}, " ", b);
 }
 
 function toolCall(item, ctx, session) {

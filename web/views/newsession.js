@@ -8,6 +8,7 @@ const POLICIES = [
   ["suggest", "Suggest — ask before commands and edits"],
   ["auto-edit", "Auto-edit — edits in the workdir are automatic"],
   ["full-auto", "Full auto — nothing asks"],
+  ["reviewer", "Reviewer — a second model approves low-risk actions, asks you the rest"],
 ];
 
 export const SANDBOXES = [

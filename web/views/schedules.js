@@ -124,7 +124,7 @@ export class SchedulesPage {
     this._prompt = h("textarea", { class: "input", rows: 2, "data-testid": "sch-prompt",
       required: true, placeholder: "Run the test suite and tell me what broke" });
     this._policy = h("select", { class: "input", "data-testid": "sch-policy" },
-      ["suggest", "auto-edit", "full-auto"].map((p) => h("option", { value: p }, p)));
+      ["suggest", "auto-edit", "full-auto", "reviewer"].map((p) => h("option", { value: p }, p)));
     this._cronField = field("Cron (min hour day month weekday)", this._cron);
     this._atField = field("Date and time", this._at);
     const form = h("form", { class: "card schedule-form", "data-testid": "sch-form",

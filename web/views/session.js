@@ -32,7 +32,30 @@ export const WINDOW_SLACK = 50;
 /** The layout of a phone (style.css says the same width). */
 const NARROW = "(max-width: 860px)";
 
-const POLICIES = ["suggest", "auto-edit", "full-auto"];
+const POLICIES = ["suggest", "auto-edit", "full-auto", "reviewer"];
+// "when nobody answers" presets (the attention ladder): remind after 2 min, act after 30
+const LADDERS = {
+  reject: { nudge_after_s: 120, act_after_s: 1800, on_approval: "reject", on_question: "answer" },
+  park: { nudge_after_s: 120, act_after_s: 1800, on_approval: "park", on_question: "park" },
+  reviewer: { nudge_after_s: 120, act_after_s: 1800, on_approval: "reviewer",
+    on_question: "answer" },
+  wait: { nudge_after_s: 120, act_after_s: null, on_approval: "reject", on_question: "answer" },
+};
+const LADDER_WORDS = [
+  ["", "nobody answers: server default"], ["reject", "nobody answers in 30 min: reject"],
+  ["park", "nobody answers in 30 min: park"], ["reviewer", "nobody answers in 30 min: reviewer"],
+  ["wait", "nobody answers: remind, then wait"],
+];
+
+/** Which preset a session's own ladder is ("" : none of its own, or not a preset). */
+function ladderPreset(s) {
+  const own = s.attention_setting;
+  if (!own) return "";
+  const found = Object.entries(LADDERS).find(([, v]) => v.nudge_after_s === own.nudge_after_s &&
+    v.act_after_s === own.act_after_s && v.on_approval === own.on_approval &&
+    v.on_question === own.on_question);
+  return found ? found[0] : "";
+}
 const SANDBOXES = [["workspace-write", "sandbox: workspace"], ["read-only", "sandbox: read-only"],
   ["full-access", "no sandbox"]];
 
@@ -43,6 +66,7 @@ const EFFORTS = [["", "effort: default"], ["minimal", "effort: minimal"], ["low"
 // Events that change the header / side panel rather than one item.
 const HEADER_EVENTS = new Set([
   "session_status_changed", "session_title_changed", "session_policy_changed", "plan_updated",
+  "session_attention_changed",
   "session_sandbox_changed", "session_model_changed", "worktree_updated",
   "session_workspace_changed", "token_usage_recorded", "worker_connected", "worker_disconnected",
   "worker_revoked", "worker_paired", "approval_requested", "approval_resolved",
@@ -93,6 +117,11 @@ export class SessionView {
     this._policy = h("select", { id: "policy-select", class: "input compact",
       "data-testid": "policy-select", onchange: () => this._setPolicy() },
     POLICIES.map((p) => h("option", { value: p }, p)));
+    this._ladder = h("select", { id: "attention-select", class: "input compact",
+      "data-testid": "attention-select",
+      title: "When nobody answers an approval or a question (the attention ladder)",
+      onchange: () => this._setLadder() },
+    LADDER_WORDS.map(([v, text]) => h("option", { value: v }, text)));
     this._sandbox = h("select", { id: "sandbox-select", class: "input compact",
       "data-testid": "sandbox-select", title: "The OS sandbox this session's commands run in",
       onchange: () => this._setSandbox() },
@@ -126,6 +155,8 @@ export class SessionView {
       h("label", { for: "effort-select", class: "sr-only" }, "Reasoning effort"), this._effort,
       h("label", { for: "policy-select", class: "sr-only" }, "Approval policy"),
       this._policy,
+      h("label", { for: "attention-select", class: "sr-only" }, "When nobody answers"),
+      this._ladder,
       h("label", { for: "sandbox-select", class: "sr-only" }, "Sandbox"), this._sandbox,
       h("label", { for: "network-toggle", class: "check small",
         title: "Sandboxed commands may use the network" }, this._network, " network"));
@@ -416,6 +447,14 @@ export class SessionView {
         this._headerDirty = true;
         break;
       }
+      case "approval_reviewed": // the reviewer's verdict shows on the approval
+      case "attention_scheduled": // the ladder's countdown beside it
+      case "attention_acted": {
+        const a = s && s.approvals[e.approval_id || e.target_id];
+        if (a) this._dirty.add(a.item_id);
+        this._headerDirty = true;
+        break;
+      }
       case "question_asked":
         this._dirty.add(e.item_id);
         this._headerDirty = true;
@@ -561,6 +600,7 @@ export class SessionView {
     this._renderModel(s);
     this._changes.hidden = !(s.worktree && s.worktree.status === "ready");
     if (this._policy.value !== s.policy) this._policy.value = s.policy;
+    if (this._ladder.value !== ladderPreset(s)) this._ladder.value = ladderPreset(s);
     if (this._asking) {
       this._askSandbox(); // the processes it would stop may have changed meanwhile
     } else {
@@ -1379,6 +1419,18 @@ export class SessionView {
     } catch (err) {
       this.ctx.toast(`Sandbox not changed: ${err.message}`, "error");
       this._cancelSandbox();
+    }
+  }
+
+  async _setLadder() {
+    const s = this.session;
+    const preset = LADDERS[this._ladder.value];
+    if (!s || !preset) return;
+    try {
+      await this.ctx.socket.setAttention(this.sessionId, preset);
+    } catch (err) {
+      this.ctx.toast(`Not changed: ${err.message}`, "error");
+      this._ladder.value = ladderPreset(s);
     }
   }
 

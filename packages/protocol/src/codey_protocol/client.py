@@ -21,6 +21,8 @@ from codey_protocol._tags import snake
 from codey_protocol.events import (
     ApprovalPolicy,
     Attachment,
+    AttentionOnApproval,
+    AttentionOnQuestion,
     Envelope,
     ModelPrice,
     ProviderEntry,
@@ -86,6 +88,16 @@ class DecideApproval(ClientToServerMessage, kw_only=True):
 class SetApprovalPolicy(ClientToServerMessage, kw_only=True):
     session_id: str
     policy: ApprovalPolicy
+
+
+class SetAttention(ClientToServerMessage, kw_only=True):
+    """A session's own "when nobody answers" (the attention ladder; None: that step off)."""
+
+    session_id: str
+    nudge_after_s: float | None = None
+    act_after_s: float | None = None
+    on_approval: AttentionOnApproval = "reject"
+    on_question: AttentionOnQuestion = "answer"
 
 
 class SetSandbox(ClientToServerMessage, kw_only=True):
@@ -337,7 +349,7 @@ ClientToServer = (
     | RenameWorker
     | SaveSchedule | DeleteSchedule | RunSchedule
     | CreateTask | UpdateTask | MoveTask | DeleteTask | RunTask
-    | DismissUpgradeNotice
+    | DismissUpgradeNotice | SetAttention
     | SetGoal | SetBudget | RaiseBudget | SetPrices
 )
 

@@ -36,7 +36,18 @@ SessionStatus = Literal[
     "idle", "running", "waiting_approval", "waiting_worker", "waiting_user", "interrupted",
     "error", "closed",
 ]
-ApprovalPolicy = Literal["suggest", "auto-edit", "full-auto"]
+#: ``reviewer``: what would ask the user under ``suggest`` goes to the reviewer model first
+#: (docs/attention.md); its verdict approves below the risk threshold, else the user is asked
+ApprovalPolicy = Literal["suggest", "auto-edit", "full-auto", "reviewer"]
+#: what the attention ladder does to an approval nobody answered by T2: reject it and tell
+#: the model, park the session, or hand it to the reviewer model (which, unless it approves,
+#: rejects and tells)
+AttentionOnApproval = Literal["reject", "park", "reviewer"]
+#: what it does to a question nobody answered by T2: answer "no answer; use your best
+#: judgement", or park the session
+AttentionOnQuestion = Literal["answer", "park"]
+#: what a ladder's T2 did (``answer``: a question answered for the user)
+AttentionThen = Literal["reject", "park", "reviewer", "answer"]
 #: the wire API a model provider speaks
 ProviderKind = Literal["responses", "chat", "ollama", "anthropic"]
 #: how a provider's calls are authorised: nothing, a pasted key, or an OAuth login
@@ -488,6 +499,66 @@ class ApprovalResolved(EventBase, kw_only=True):
     decision: ApprovalDecision
     message: str = ""
     for_session: bool = False  # remember this command prefix for the rest of the session
+
+
+class SessionAttentionChanged(EventBase, kw_only=True):
+    """The session's own "when nobody answers" (the attention ladder), over the server's
+    default: nudge after ``nudge_after_s`` (T1), act after ``act_after_s`` (T2); None: that
+    step is off."""
+
+    nudge_after_s: float | None = None
+    act_after_s: float | None = None
+    on_approval: AttentionOnApproval = "reject"
+    on_question: AttentionOnQuestion = "answer"
+
+
+class AttentionScheduled(EventBase, kw_only=True):
+    """A wait for the user (an approval or a question, ``target_id``) started its ladder: at
+    ``nudge_at`` every device is told again, at ``act_at`` ``then`` is done (wall-clock
+    times, so a restart keeps them; None: that step is off)."""
+
+    target_id: str
+    target: Literal["approval", "question"]
+    nudge_at: float | None = None
+    act_at: float | None = None
+    then: AttentionThen = "reject"
+
+
+class AttentionNudged(EventBase, kw_only=True):
+    """The user is wanted (a push to every device): ``t1`` the wait reached T1; ``parked``
+    T2 parked the session; ``denials`` the reviewer denied 3 actions in a row and the
+    session parked."""
+
+    target_id: str
+    target: Literal["approval", "question"]
+    step: Literal["t1", "parked", "denials"]
+    text: str = ""
+
+
+class AttentionActed(EventBase, kw_only=True):
+    """T2 passed with the wait still open: ``then`` is done (its own events follow)."""
+
+    target_id: str
+    target: Literal["approval", "question"]
+    then: AttentionThen
+    #: how long the wait had lasted
+    after_s: float = 0.0
+
+
+class ApprovalReviewed(EventBase, kw_only=True):
+    """The reviewer model's verdict on a pending approval. ``verdict`` ``error``: it failed
+    (timeout, error, unparseable answer) and the user is asked. ``approved``: the verdict
+    approves it (an ``approve`` below the session's risk threshold); else the user decides."""
+
+    approval_id: str
+    verdict: Literal["approve", "deny", "error"]
+    risk: int = 100
+    reason: str = ""
+    #: ``provider/model`` that judged
+    reviewer: str = ""
+    approved: bool = False
+    #: seconds the reviewer took
+    latency_s: float = 0.0
 
 
 class ActionRequested(EventBase, kw_only=True):
@@ -1137,6 +1208,11 @@ Event = (
     | GoalChecked
     | GoalMet
     | GoalGivenUp
+    | SessionAttentionChanged
+    | AttentionScheduled
+    | AttentionNudged
+    | AttentionActed
+    | ApprovalReviewed
 )
 
 

@@ -109,6 +109,40 @@ class Approval(msgspec.Struct, kw_only=True):
     message: str = ""
     requested_at: float = 0.0
     decided_at: float | None = None
+    #: the reviewer model's verdict (``approval_reviewed``), when it judged this one
+    review: ApprovalReview | None = None
+
+
+class ApprovalReview(msgspec.Struct, kw_only=True):
+    """The reviewer's verdict on an approval (see ``ApprovalReviewed``)."""
+
+    decision: str
+    risk: int = 100
+    reason: str = ""
+    reviewer: str = ""
+    approved: bool = False
+
+
+class Attention(msgspec.Struct, kw_only=True):
+    """The attention ladder of the session's latest wait for the user (``target_id``: an
+    approval or a question id): when it nudges, when it acts and how, and how far it got."""
+
+    target_id: str
+    target: str
+    nudge_at: float | None = None
+    act_at: float | None = None
+    then: str = "reject"
+    nudged: bool = False
+    acted: bool = False
+
+
+class AttentionSetting(msgspec.Struct, kw_only=True):
+    """A session's own "when nobody answers" (``session_attention_changed``)."""
+
+    nudge_after_s: float | None = None
+    act_after_s: float | None = None
+    on_approval: str = "reject"
+    on_question: str = "answer"
 
 
 class PendingAction(msgspec.Struct, kw_only=True):
@@ -399,6 +433,14 @@ class SessionInfo(msgspec.Struct, kw_only=True):
     budget: Budget | None = None
     #: set while it is stopped at a budget (cleared when a turn goes on)
     budget_stop: BudgetStop | None = None
+    #: the ladder of its latest wait for the user (None: none yet)
+    attention: Attention | None = None
+    #: its own "when nobody answers" (None: the server's default)
+    attention_setting: AttentionSetting | None = None
+    #: parked on this approval or question (its answer resumes the turn); None: not parked
+    parked_on: str | None = None
+    #: the reviewer's denials in a row (an approval that is granted ends the run)
+    reviewer_denials: int = 0
 
 
 class AuthInfo(msgspec.Struct, kw_only=True):

@@ -66,6 +66,8 @@ __all__ = ["UPCASTERS", "VERSIONS", "current_json_many", "decode_stored",
 #: it when the type's stored shape changes, and add the upcaster from the version before.
 VERSIONS: dict[str, int] = {
     "token_usage_recorded": 2,  # 2: provider, cost_micros
+    # the approval policy ``reviewer`` joined the literal (version 1 could not hold it)
+    "session_created": 2, "session_policy_changed": 2, "schedule_saved": 2,
 }
 
 
@@ -227,6 +229,12 @@ def _telegram_update_handled_v0(event: dict[str, Any]) -> None:
     _missing(event, {"bot_id": 0})  # which bot was not recorded: the one the fold starts with
 
 
+def _policy_v1(event: dict[str, Any]) -> None:
+    """Version 1 of an event with an approval policy: its policy was one of ``suggest``,
+    ``auto-edit``, ``full-auto`` and means what it meant; only the literal grew (``reviewer``),
+    so nothing changes."""
+
+
 #: ``(event type, version) -> upcaster`` to the next version. A type with no entry for a
 #: version had nothing to change at it.
 UPCASTERS: dict[tuple[str, int], Upcaster] = {
@@ -245,6 +253,9 @@ UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("token_usage_recorded", 0): _usage_v0,
     ("token_usage_recorded", 1): _usage_v1,
     ("telegram_update_handled", 0): _telegram_update_handled_v0,
+    ("session_created", 1): _policy_v1,
+    ("session_policy_changed", 1): _policy_v1,
+    ("schedule_saved", 1): _policy_v1,
 }
 
 

@@ -90,6 +90,36 @@ class RoleConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     policy: Literal["parent", "suggest", "auto-edit", "full-auto"] = "parent"
 
 
+class AttentionConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The default "when nobody answers" (the attention ladder, docs/attention.md); a session
+    may have its own (``session_attention_changed``)."""
+
+    #: T1: an approval or question waiting this long nudges every device once (None: off)
+    nudge_after_s: float | None = 120.0
+    #: T2: then the ladder acts (None: the wait lasts until someone answers)
+    act_after_s: float | None = 1800.0
+    #: what T2 does to an approval: ``reject`` (and tell the model), ``park`` the session,
+    #: or hand it to the ``reviewer`` (which rejects and tells unless it approves)
+    on_approval: Literal["reject", "park", "reviewer"] = "reject"
+    #: what T2 does to a question: ``answer`` "no answer; use your best judgement", or ``park``
+    on_question: Literal["answer", "park"] = "answer"
+
+
+class ReviewerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The reviewer model that judges approvals in sessions of policy ``reviewer``."""
+
+    #: a configured provider's name (None: the session's own provider)
+    provider: str | None = None
+    #: its model (None: the session's model); a small, cheap model is what it is for
+    model: str | None = None
+    #: a verdict ``approve`` with a risk below this (0-100) approves; else the user is asked
+    risk_threshold: int = 40
+    #: the reviewer's answer must come within this many seconds, else the user is asked
+    timeout_s: float = 30.0
+    #: denials in a row that park the session
+    denials_to_park: int = 3
+
+
 class RetentionConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """How long the log keeps the events of finished sessions (closed or deleted ones).
 
@@ -217,6 +247,8 @@ class Settings(msgspec.Struct, kw_only=True):
     retention: RetentionConfig = msgspec.field(default_factory=RetentionConfig)
     telegram: TelegramConfig = msgspec.field(default_factory=TelegramConfig)
     push: PushConfig = msgspec.field(default_factory=PushConfig)
+    attention: AttentionConfig = msgspec.field(default_factory=AttentionConfig)
+    reviewer: ReviewerConfig = msgspec.field(default_factory=ReviewerConfig)
 
     @property
     def db_path(self) -> Path:
@@ -265,6 +297,13 @@ class Settings(msgspec.Struct, kw_only=True):
                 r.finished_sessions is not None and r.finished_sessions < 0) or r.every_s <= 0:
             raise ConfigError("retention: days and finished_sessions must be 0 or more, "
                               "every_s more than 0")
+        if not 0 <= self.reviewer.risk_threshold <= 100:
+            raise ConfigError("reviewer.risk_threshold must be between 0 and 100")
+        if self.reviewer.timeout_s <= 0 or self.reviewer.denials_to_park < 1:
+            raise ConfigError("reviewer: timeout_s must be more than 0, denials_to_park 1 or more")
+        a = self.attention
+        if any(t is not None and t < 0 for t in (a.nudge_after_s, a.act_after_s)):
+            raise ConfigError("attention: nudge_after_s and act_after_s must be 0 or more")
         names = {p.name for p in self.providers}
         if len(names) != len(self.providers):
             raise ConfigError("provider names must be unique")
@@ -313,6 +352,8 @@ class _ConfigFile(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     retention: RetentionConfig | None = None
     telegram: TelegramConfig | None = None
     push: PushConfig | None = None
+    attention: AttentionConfig | None = None
+    reviewer: ReviewerConfig | None = None
 
 
 def _where(raw: bytes, message: str) -> str:
@@ -364,7 +405,8 @@ def load_config_file(settings: Settings, path: Path) -> Settings:
     for name in ("snapshot_every", "client_queue_max", "client_send_timeout_s",
                  "worker_silence_s", "schedule_grace_s",
                  "turn_iteration_cap", "goal_max_turns",
-                 "action_timeout_s", "approval_timeout_s", "retention"):
+                 "action_timeout_s", "approval_timeout_s", "retention", "attention",
+                 "reviewer"):
         value = getattr(cfg, name)
         if value is not None:
             changes[name] = value

@@ -172,6 +172,21 @@ def build_log() -> list[ev.Envelope]:
                                       message="not like that", for_session=True))
     log.add("s1", ev.ApprovalResolved(approval_id="s1-ap", decision="approved"))
     log.add("s1", ev.ApprovalResolved(approval_id="missing", decision="approved"))
+    # the attention ladder and the reviewer
+    log.add("s1", ev.SessionAttentionChanged(nudge_after_s=60.0, act_after_s=None,
+                                             on_approval="park", on_question="park"))
+    log.add("s1", ev.ApprovalRequested(approval_id="s1-lad", item_id="s1-patch", kind="patch",
+                                       patch="p", path="a.py"))
+    log.add("s1", ev.ApprovalReviewed(approval_id="s1-lad", verdict="deny", risk=70,
+                                      reason="edits", reviewer="p/m", latency_s=0.1))
+    log.add("s1", ev.AttentionScheduled(target_id="s1-lad", target="approval",
+                                        nudge_at=log.ts + 60, act_at=log.ts + 600, then="park"))
+    log.add("s1", ev.AttentionNudged(target_id="s1-lad", target="approval", step="t1",
+                                     text="waiting"))
+    log.add("s1", ev.AttentionActed(target_id="s1-lad", target="approval", then="park",
+                                    after_s=600.0))
+    log.add("s1", ev.AttentionNudged(target_id="s1-lad", target="approval", step="parked"))
+    log.add("s1", ev.ApprovalResolved(approval_id="s1-lad", decision="approved"))
     log.add("s1", ev.ActionRequested(
         action_id="s1-pa", item_id="s1-patch", worker_id="w1",
         action=ApplyPatch(action_id="s1-pa", session_id="s1", workdir="/w", patch="p")))

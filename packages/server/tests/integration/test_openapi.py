@@ -149,6 +149,12 @@ def _exercise(api: _Contract, server: ServerProcess, worker: WorkerProcess) -> N
               json={"policy": "auto-edit"})
     api.check("POST", "/api/sessions/{session_id}/policy", 404,
               path={"session_id": "ses_none"}, json={"policy": "auto-edit"})
+    api.check("POST", "/api/sessions/{session_id}/attention", 200, path={"session_id": sid},
+              json={"nudge_after_s": 60, "act_after_s": None, "on_approval": "park"})
+    api.check("POST", "/api/sessions/{session_id}/attention", 400, path={"session_id": sid},
+              json={"act_after_s": -1})
+    api.check("POST", "/api/sessions/{session_id}/attention", 404,
+              path={"session_id": "ses_none"}, json={})
     api.check("POST", "/api/sessions/{session_id}/sandbox", 200, path={"session_id": sid},
               json={"sandbox": "read-only", "network": False})
     api.check("POST", "/api/sessions/{session_id}/sandbox", 404,

@@ -224,6 +224,7 @@ POOLS: dict[str, Gen] = {
     "approval_id": _one_of(_ids("a", 3)),
     "action_id": _one_of(_ids("act", 3)), "target_action_id": _one_of(_ids("act", 3)),
     "question_id": _one_of(_ids("q", 3)),
+    "target_id": _one_of(_ids("a", 3) + _ids("q", 3)),
     "task_id": _one_of(TASK_IDS),
     "schedule_id": _one_of(_ids("sc", 2)),
     "terminal_id": _one_of(_ids("term", 3)),
@@ -286,7 +287,7 @@ EVENT_TYPES: tuple[type[Any], ...] = typing.get_args(ev.Event)
 _WEIGHTS = {ev.SessionItemAppended: 6, ev.SessionItemUpdated: 5, ev.ApprovalRequested: 3,
             ev.ApprovalResolved: 2, ev.ActionRequested: 2, ev.TaskCreated: 2,
             ev.ScheduleSaved: 2, ev.TerminalCreated: 2, ev.TelegramChatPaired: 2,
-            ev.QuestionAsked: 2, ev.WorkerPaired: 2}
+            ev.QuestionAsked: 2, ev.WorkerPaired: 2, ev.AttentionScheduled: 2}
 EVENT_CLASSES = tuple(cls for cls in EVENT_TYPES for _ in range(_WEIGHTS.get(cls, 1)))
 # Events that repeat in real logs, now and then drawn as a burst: a schedule's runs past the
 # runs kept, streamed deltas, usage per model call, a terminal's viewers.

@@ -146,3 +146,27 @@ def test_a_budget_reached_is_its_own_notice_and_its_stop_is_not_a_finished_turn(
     s.budget_stop = None
     (done,) = notices.notices(state, _env(ev.SessionStatusChanged(status="waiting_user")))
     assert done.kind == "finished"
+
+
+def test_the_ladders_nudge_tells_the_wait_again_with_its_buttons() -> None:
+    state, a = _with_approval()
+    (first,) = notices.notices(state, _env(ev.ApprovalRequested(
+        approval_id=a.approval_id, item_id="i", kind="command", command=a.command)))
+    (again,) = notices.notices(state, _env(ev.AttentionNudged(
+        target_id=a.approval_id, target="approval", step="t1")))
+    assert again.title == f"Still waiting: {first.title}"
+    assert again.key == f"{first.key}:t1" and again.tag == first.tag
+    assert (again.actions, again.action_hash) == (first.actions, first.action_hash)
+    (parked,) = notices.notices(state, _env(ev.AttentionNudged(
+        target_id=a.approval_id, target="approval", step="parked")))
+    assert parked.title.startswith("Parked, waiting for you: ") and parked.actions
+    # answered meanwhile: nothing to tell again
+    a.status = "approved"
+    assert notices.notices(state, _env(ev.AttentionNudged(
+        target_id=a.approval_id, target="approval", step="t1"))) == []
+
+    s = _session()
+    s.questions["q1"] = Question(question_id="q1", item_id="i", question="Which DB?")
+    (q,) = notices.notices(State(sessions={s.session_id: s}), _env(ev.AttentionNudged(
+        target_id="q1", target="question", step="denials")))
+    assert q.kind == "question" and q.title.startswith("The reviewer denied 3 in a row")

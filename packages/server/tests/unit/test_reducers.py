@@ -658,6 +658,11 @@ SESSION_EVENTS: list[ev.Event] = [
     ev.PlanUpdated(steps=[ev.PlanStep(step="s")]),
     ev.ApprovalRequested(approval_id="a", item_id="i", kind="command", command=["ls"]),
     ev.ApprovalResolved(approval_id="a", decision="approved", for_session=True),
+    ev.SessionAttentionChanged(nudge_after_s=1.0, act_after_s=2.0, on_approval="park"),
+    ev.AttentionScheduled(target_id="a", target="approval", nudge_at=1.0, act_at=2.0),
+    ev.AttentionNudged(target_id="a", target="approval", step="t1"),
+    ev.AttentionActed(target_id="a", target="approval", then="reject"),
+    ev.ApprovalReviewed(approval_id="a", verdict="deny", risk=80, reason="r"),
     ev.ActionRequested(action_id="x", item_id="i", worker_id=W, action=run_ls("x")),
     ev.ActionFinished(action_id="x", outcome="result"),
     ev.ProcessStarted(process_id="p", item_id="x", worker_id=W, argv=["x"]),
@@ -1041,3 +1046,47 @@ def test_the_fold_mutates_in_place_and_references_stay_live(state: State, log: L
     assert approval_before_decision is approvals["apr_1"]
     assert approval_before_decision.status == "approved"
     assert appended.item.status == "pending" and appended.item.output == ""  # event unchanged
+
+
+# ---------------------------------------------------------------------------------------------
+# the attention ladder and the reviewer
+
+
+def test_the_ladder_is_folded_step_by_step_and_a_park_ends_when_the_turn_runs(
+        log: Log) -> None:
+    state = apply(State(), log.env(created()))
+    apply(state, log.env(ev.ApprovalRequested(approval_id="a1", item_id="i", kind="command",
+                                              command=["rm", "x"])))
+    apply(state, log.env(ev.AttentionScheduled(target_id="a1", target="approval",
+                                               nudge_at=10.0, act_at=20.0, then="park")))
+    s = state.sessions[S]
+    assert s.attention is not None and (s.attention.nudged, s.attention.acted) == (False, False)
+    apply(state, log.env(ev.AttentionNudged(target_id="other", target="approval", step="t1")))
+    assert not s.attention.nudged  # another wait's nudge
+    apply(state, log.env(ev.AttentionNudged(target_id="a1", target="approval", step="t1")))
+    assert s.attention.nudged and s.parked_on is None
+    apply(state, log.env(ev.AttentionActed(target_id="a1", target="approval", then="park")))
+    apply(state, log.env(ev.AttentionNudged(target_id="a1", target="approval", step="parked")))
+    assert s.attention.acted and s.parked_on == "a1"
+    apply(state, log.env(ev.SessionStatusChanged(status="interrupted", reason="parked")))
+    assert s.parked_on == "a1"
+    apply(state, log.env(ev.SessionStatusChanged(status="running")))
+    assert s.parked_on is None
+
+
+def test_the_reviewers_verdicts_count_denials_in_a_row(log: Log) -> None:
+    state = apply(State(), log.env(created()))
+    s = state.sessions[S]
+    for n in range(3):
+        apply(state, log.env(ev.ApprovalRequested(approval_id=f"a{n}", item_id="i",
+                                                  kind="command", command=["x"])))
+        apply(state, log.env(ev.ApprovalReviewed(approval_id=f"a{n}", verdict="deny", risk=90,
+                                                 reason="no")))
+    assert s.reviewer_denials == 3
+    review = s.approvals["a2"].review
+    assert review is not None and (review.decision, review.risk, review.approved) == \
+        ("deny", 90, False)
+    apply(state, log.env(ev.ApprovalReviewed(approval_id="a2", verdict="error")))
+    assert s.reviewer_denials == 3  # a failure is no verdict
+    apply(state, log.env(ev.ApprovalResolved(approval_id="a2", decision="approved")))
+    assert s.reviewer_denials == 0  # granted: the run is over

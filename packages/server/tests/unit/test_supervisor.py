@@ -503,3 +503,32 @@ def test_whatever_comes_in_one_turn_per_session_and_leases_only_among_replicas(
         assert sup.leased == leased and (sup.stopping or not before.stopping)
         if not leased:
             assert sup.claiming == sup.lost == frozenset()
+
+
+# the attention ladder's park ------------------------------------------------------------------
+
+def test_a_turn_that_parks_itself_is_not_cancelled_and_its_answer_resumes_it() -> None:
+    parked = world(session(status="interrupted", parked_on="apr_1"))
+    running = Supervisor(running=frozenset({S}))
+    # the park's own status change: the turn ends by itself (cancelling it would close the
+    # approval it keeps)
+    _, effects = step(running, parked, folded(ev.SessionStatusChanged(status="interrupted")))
+    assert effects == []
+    sup, _ = step(running, parked, TurnEnded(S))
+    # the answer to what it waits for resumes it; another approval's does not
+    assert step(sup, parked, folded(ev.ApprovalResolved(approval_id="apr_2",
+                                                        decision="approved")))[1] == []
+    _, effects = step(sup, parked, folded(ev.ApprovalResolved(approval_id="apr_1",
+                                                              decision="approved")))
+    assert effects == [StartTurn(S, resume=True)]
+    # a user's interrupt still cancels a running turn
+    plain = world(session(status="interrupted"))
+    assert step(running, plain, folded(ev.SessionStatusChanged(status="interrupted")))[1] == \
+        [CancelTurn(S)]
+
+
+def test_a_parked_question_is_resumed_by_its_answer() -> None:
+    parked = world(session(status="interrupted", parked_on="qst_1"))
+    _, effects = step(ONE, parked, folded(ev.QuestionAnswered(question_id="qst_1",
+                                                              answer="yes")))
+    assert starts(effects) == [StartTurn(S, resume=True)]

@@ -1411,3 +1411,167 @@ def test_an_interrupt_cancels_the_approval_once() -> None:
     step = pilot.feed(Interrupted())
     resolved = [e for e in _events(step) if isinstance(e, ev.ApprovalResolved)]
     assert len(resolved) == 1 and _approval(pilot).status == "cancelled"
+
+
+# ---------------------------------------------------------------------------------------------
+# the attention ladder and the reviewer
+
+def _laddered(policy: str = "suggest", *, then: str = "reject", on_question: str = "answer",
+              **reviewer: Any) -> Pilot:
+    from codey_server.agent.machine import Ladder, ReviewerLimits
+    limits = Limits(turn_iteration_cap=5, action_timeout_s=30,
+                    ladder=Ladder(60.0, 300.0, then, on_question),
+                    reviewer=ReviewerLimits(**reviewer))
+    return Pilot(CodeyMachine(provider_infos(Models())), codey_turn(S, limits=limits),
+                 _session(policy))
+
+
+def _timers(step: Step) -> dict[str, float]:
+    return {e.key: e.delay for e in step.effects if isinstance(e, SetTimer)}
+
+
+def test_a_waiting_approval_nudges_at_t1_then_is_rejected_and_told_at_t2() -> None:
+    pilot = _laddered()
+    step = _call(pilot, _shell("make"))
+    [approval] = pilot.session.approvals.values()
+    aid = approval.approval_id
+    [scheduled] = [e for e in _events(step) if isinstance(e, ev.AttentionScheduled)]
+    assert (scheduled.nudge_at, scheduled.act_at, scheduled.then) == \
+        (pilot.now + 60, pilot.now + 300, "reject")
+    assert _timers(step) == {f"att1:{aid}": 60.0, f"att2:{aid}": 300.0}
+    t0 = pilot.now
+    step = pilot.feed(TimerFired(f"att1:{aid}", now=t0 + 60))
+    [nudge] = _events(step)
+    assert isinstance(nudge, ev.AttentionNudged) and nudge.step == "t1" and "make" in nudge.text
+    assert pilot.feed(TimerFired(f"att1:{aid}", now=t0 + 61)).events == []  # once
+    step = pilot.feed(TimerFired(f"att2:{aid}", now=t0 + 300))
+    acted, rejected = _events(step)
+    assert isinstance(acted, ev.AttentionActed) and acted.then == "reject"
+    assert isinstance(rejected, ev.ApprovalResolved) and rejected.decision == "rejected"
+    assert rejected.message == "nobody answered in 5 min; choose another way or stop"
+    pilot.feed(ApprovalDecided(aid))
+    assert _tool(pilot).result == "rejected: nobody answered in 5 min; choose another way " \
+                                  "or stop"
+    assert pilot.session.status == "running"  # the turn goes on: the model is told
+
+
+def test_a_resumed_turn_keeps_the_ladders_times_from_the_log() -> None:
+    pilot = _laddered()
+    _call(pilot, _shell("make"))
+    [approval] = pilot.session.approvals.values()
+    t0 = approval.requested_at
+    resumed = Pilot(CodeyMachine(provider_infos(Models())), pilot.turn, pilot.state)
+    resumed.turn = codey_turn(S, limits=Limits(ladder=pilot.turn.core.ladder), resume=True)
+    step = resumed.feed(Start(now=t0 + 100))
+    assert not [e for e in _events(step) if isinstance(e, ev.AttentionScheduled)]
+    assert _timers(step) == {f"att1:{approval.approval_id}": 0.0,
+                             f"att2:{approval.approval_id}": 200.0}
+
+
+def test_parking_keeps_the_approval_pending_and_ends_the_turn() -> None:
+    pilot = _laddered(then="park")
+    _call(pilot, _shell("make"))
+    [approval] = pilot.session.approvals.values()
+    step = pilot.feed(TimerFired(f"att2:{approval.approval_id}",
+                                 now=approval.requested_at + 300))
+    kinds = [type(e).__name__ for e in _events(step)]
+    assert kinds == ["AttentionActed", "AttentionNudged", "SessionStatusChanged"]
+    assert pilot.turn.core.done
+    s = pilot.session
+    assert (s.status, s.parked_on, s.approvals[approval.approval_id].status) == \
+        ("interrupted", approval.approval_id, "pending")
+    assert s.status_reason == "parked: nobody answered in 5 min"
+
+
+def test_a_question_nobody_answers_is_answered_for_the_user_at_t2() -> None:
+    pilot = _laddered(policy="full-auto")
+    _call(pilot, ToolCallRequested("c1", "ask_user", json.dumps({"question": "sqlite?"})))
+    [q] = pilot.session.questions.values()
+    step = pilot.feed(TimerFired(f"att2:{q.question_id}", now=q.asked_at + 300))
+    assert [type(e).__name__ for e in _events(step)] == ["AttentionActed", "QuestionAnswered"]
+    assert pilot.session.questions[q.question_id].answer == "no answer; use your best judgement"
+
+
+def _reviewing(**reviewer: Any) -> tuple[Pilot, Any, Step]:
+    pilot = _laddered("reviewer", **reviewer)
+    step = _call(pilot, _shell("make", "test"))
+    [approval] = pilot.session.approvals.values()
+    return pilot, approval, step
+
+
+def test_under_reviewer_the_action_as_it_would_run_goes_to_the_reviewer_first() -> None:
+    from codey_server.agent.machine import Review
+    pilot, _approval, step = _reviewing(provider="p", model="cheap")
+    [review] = [e for e in step.effects if isinstance(e, Review)]
+    assert (review.provider, review.model) == ("p", "cheap")
+    assert review.data["action"]["argv"] == ["make", "test"]
+    assert review.data["sandbox"] == "workspace-write" and review.data["network"] is False
+    assert not _timers(step)  # no ladder while the reviewer judges
+    assert pilot.session.status_reason == "the reviewer is judging the action"
+
+
+def test_a_low_risk_verdict_approves_and_a_high_risk_one_asks_the_user() -> None:
+    from codey_server.agent.machine import Reviewed
+    from codey_server.agent.reviewer import Verdict
+    pilot, approval, _ = _reviewing()
+    step = pilot.feed(Reviewed(approval.approval_id, Verdict(decision="approve", risk=10,
+                                                             reason="runs the tests")))
+    reviewed, resolved = _events(step)
+    assert isinstance(reviewed, ev.ApprovalReviewed) and reviewed.approved
+    assert isinstance(resolved, ev.ApprovalResolved) and resolved.decision == "approved"
+    assert resolved.message == "approved by the reviewer: runs the tests"
+
+    pilot, approval, _ = _reviewing()
+    step = pilot.feed(Reviewed(approval.approval_id, Verdict(decision="approve", risk=40,
+                                                             reason="installs")))
+    assert not [e for e in _events(step) if isinstance(e, ev.ApprovalResolved)]
+    assert pilot.session.approvals[approval.approval_id].status == "pending"
+    assert pilot.session.status_reason == "waiting for your approval"
+    assert f"att2:{approval.approval_id}" in _timers(step)  # the ladder runs now
+
+
+def test_a_failed_review_asks_the_user() -> None:
+    from codey_server.agent.machine import Reviewed
+    pilot, approval, _ = _reviewing()
+    step = pilot.feed(Reviewed(approval.approval_id, None, "the reviewer did not answer "
+                                                           "within 30 s"))
+    [reviewed, *_] = _events(step)
+    assert isinstance(reviewed, ev.ApprovalReviewed) and reviewed.verdict == "error"
+    assert pilot.session.approvals[approval.approval_id].status == "pending"
+
+
+def test_an_escalation_never_goes_to_the_reviewer() -> None:
+    from codey_server.agent.machine import Review
+    pilot = _laddered("reviewer")
+    step = _call(pilot, _escalate("make"))
+    assert not [e for e in step.effects if isinstance(e, Review)]
+    assert pilot.session.status_reason == "waiting for your approval"
+
+
+def test_three_denials_in_a_row_park_the_session() -> None:
+    from codey_server.agent.machine import Reviewed
+    from codey_server.agent.reviewer import Verdict
+    pilot, approval, _ = _reviewing()
+    for n in range(2):
+        pilot.record((S, ev.ApprovalRequested(approval_id=f"old{n}", item_id="x",
+                                              kind="command", command=["rm"])),
+                     (S, ev.ApprovalReviewed(approval_id=f"old{n}", verdict="deny")))
+    step = pilot.feed(Reviewed(approval.approval_id, Verdict(decision="deny", risk=90,
+                                                             reason="deletes")))
+    nudges = [e for e in _events(step) if isinstance(e, ev.AttentionNudged)]
+    assert [n.step for n in nudges] == ["denials"]
+    assert pilot.session.status == "interrupted" and pilot.turn.core.done
+    assert pilot.session.approvals[approval.approval_id].status == "pending"
+
+
+def test_a_parked_approval_rejected_later_reads_as_the_users() -> None:
+    pilot = _laddered(then="park")
+    _call(pilot, _shell("make"))
+    [approval] = pilot.session.approvals.values()
+    pilot.feed(TimerFired(f"att2:{approval.approval_id}", now=approval.requested_at + 300))
+    resumed = Pilot(CodeyMachine(provider_infos(Models())),
+                    codey_turn(S, limits=LIMITS, resume=True), pilot.state)
+    pilot.record((S, ev.ApprovalResolved(approval_id=approval.approval_id, decision="rejected",
+                                         message="not now")))
+    resumed.feed(Start(now=approval.requested_at + 400))
+    assert _tool(resumed).result == "rejected by the user: not now"

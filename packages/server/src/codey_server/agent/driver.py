@@ -51,6 +51,7 @@ from typing import Any
 from codey_protocol import worker as wk
 from codey_protocol.state import State
 from codey_server.agent.errors import ModelError
+from codey_server.agent.judge import judge
 from codey_server.agent.machine import (
     ActionDone,
     ActionErrored,
@@ -76,6 +77,8 @@ from codey_server.agent.machine import (
     ModelParts,
     NoteBody,
     Proceed,
+    Review,
+    Reviewed,
     RunAction,
     SessionAttached,
     SetTimer,
@@ -93,6 +96,7 @@ from codey_server.agent.machine import (
     step,
 )
 from codey_server.agent.ports import TurnDeps
+from codey_server.agent.reviewer import ReviewFailed
 from codey_server.agent.stream import ModelEvent
 from codey_server.core.actions import ActionFailed
 from codey_server.core.rules import Context, Decided
@@ -171,7 +175,7 @@ class TurnDriver:
             CancelAction: self._cancel, WaitApproval: self._wait_approval,
             WaitAnswer: self._wait_answer, WaitChild: self._wait_child,
             WaitHello: self._wait_hello, LoadBlob: self._load_blob,
-            StoreBlob: self._store_blob, SetTimer: self._set_timer}
+            StoreBlob: self._store_blob, SetTimer: self._set_timer, Review: self._review}
 
     def tell(self, input: Input) -> None:
         """Feed an input from outside the turn (``ContextChanged``); safe at any time."""
@@ -394,6 +398,22 @@ class TurnDriver:
             self.tell(BlobStored("", False, now=time.time()))
             return
         self.tell(BlobStored(digest, True, now=time.time()))
+
+    def _review(self, e: Review) -> None:
+        self._spawn(self._judge(e))
+
+    async def _judge(self, e: Review) -> None:
+        provider = self.deps.models.provider(e.provider)
+        model = e.model or (provider.default_model if provider is not None else "")
+        started = time.monotonic()
+        try:
+            verdict = await judge(provider, model, e.rubric, e.data, timeout=e.timeout)
+        except ReviewFailed as err:
+            verdict, error = None, str(err)
+        else:
+            error = ""
+        self.tell(Reviewed(e.approval_id, verdict, error, time.monotonic() - started,
+                           reviewer=f"{e.provider}/{model}", now=time.time()))
 
     def _set_timer(self, e: SetTimer) -> None:
         old = self._timers.pop(e.key, None)

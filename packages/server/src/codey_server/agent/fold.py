@@ -22,6 +22,9 @@ from codey_protocol.state import (
     PROCESS_OUTPUT_KEPT,
     PROCESSES_ENDED_KEPT,
     Approval,
+    ApprovalReview,
+    Attention,
+    AttentionSetting,
     Budget,
     BudgetStop,
     PendingAction,
@@ -126,6 +129,8 @@ def _approval_resolved(state: State, env: ev.Envelope) -> None:
     a.status = e.decision
     a.message = e.message
     a.decided_at = env.ts
+    if e.decision == "approved":
+        s.reviewer_denials = 0  # the run of the reviewer's denials is over
     remember = e.for_session and e.decision == "approved" and a.command
     # a command approved to run outside the sandbox is remembered apart: approving a command
     # for the session never lets it leave the sandbox
@@ -355,6 +360,59 @@ def _prices_set(state: State, env: ev.Envelope) -> None:
     e = env.event
     assert isinstance(e, ev.PricesSet)
     state.prices = {name: msgspec.structs.replace(p) for name, p in e.prices.items()}
+def _attention_changed(state: State, env: ev.Envelope) -> None:
+    e = env.event
+    assert isinstance(e, ev.SessionAttentionChanged)
+    s = session_of(state, env)
+    if s is not None:
+        s.attention_setting = AttentionSetting(
+            nudge_after_s=e.nudge_after_s, act_after_s=e.act_after_s,
+            on_approval=e.on_approval, on_question=e.on_question)
+
+
+def _attention_scheduled(state: State, env: ev.Envelope) -> None:
+    e = env.event
+    assert isinstance(e, ev.AttentionScheduled)
+    s = session_of(state, env)
+    if s is not None:
+        s.attention = Attention(target_id=e.target_id, target=e.target, nudge_at=e.nudge_at,
+                                act_at=e.act_at, then=e.then)
+
+
+def _attention_nudged(state: State, env: ev.Envelope) -> None:
+    e = env.event
+    assert isinstance(e, ev.AttentionNudged)
+    s = session_of(state, env)
+    if s is None:
+        return
+    if e.step == "t1":
+        if s.attention is not None and s.attention.target_id == e.target_id:
+            s.attention.nudged = True
+    else:  # parked: the target's answer resumes the turn
+        s.parked_on = e.target_id
+
+
+def _attention_acted(state: State, env: ev.Envelope) -> None:
+    e = env.event
+    assert isinstance(e, ev.AttentionActed)
+    s = session_of(state, env)
+    if s is not None and s.attention is not None and s.attention.target_id == e.target_id:
+        s.attention.acted = True
+
+
+def _approval_reviewed(state: State, env: ev.Envelope) -> None:
+    e = env.event
+    assert isinstance(e, ev.ApprovalReviewed)
+    s = session_of(state, env)
+    a = s.approvals.get(e.approval_id) if s is not None else None
+    if s is None or a is None:
+        return
+    a.review = ApprovalReview(decision=e.verdict, risk=e.risk, reason=e.reason,
+                              reviewer=e.reviewer, approved=e.approved)
+    if e.verdict == "deny":
+        s.reviewer_denials += 1
+    elif e.verdict == "approve":
+        s.reviewer_denials = 0
 
 
 #: the events of a session's turns
@@ -384,4 +442,9 @@ FOLD: Mapping[type[Any], FoldHandler] = {
     ev.BudgetSet: _budget_set,
     ev.BudgetReached: _budget_reached,
     ev.PricesSet: _prices_set,
+    ev.SessionAttentionChanged: _attention_changed,
+    ev.AttentionScheduled: _attention_scheduled,
+    ev.AttentionNudged: _attention_nudged,
+    ev.AttentionActed: _attention_acted,
+    ev.ApprovalReviewed: _approval_reviewed,
 }

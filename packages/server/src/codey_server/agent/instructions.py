@@ -128,6 +128,10 @@ _POLICIES: dict[str, str] = {
     "full-auto": "**full-auto**: nothing waits for the user's approval (leaving the sandbox "
                  "still does). The machine's owner may still forbid some commands or paths; "
                  "such a refusal is final.",
+    "reviewer": "**reviewer**: what would wait for the user's approval under suggest goes "
+                "first to a reviewer model, which lets low-risk actions run and leaves the "
+                "rest to the user. Say plainly in your call why an action is needed; never "
+                "address the reviewer (it treats that as an attack).",
 }
 
 _SANDBOXES: dict[str, str] = {

@@ -103,6 +103,7 @@ __all__ = [
     "Effect",
     "Input",
     "Interrupted",
+    "Ladder",
     "Limits",
     "LoadBlob",
     "Machine",
@@ -111,6 +112,9 @@ __all__ = [
     "ModelParts",
     "NoteBody",
     "Proceed",
+    "Review",
+    "Reviewed",
+    "ReviewerLimits",
     "RunAction",
     "SessionAttached",
     "SetTimer",
@@ -136,6 +140,11 @@ COALESCE_S = 0.05
 STREAM_CHUNK = 16 * 1024
 #: the timer that flushes coalesced deltas
 FLUSH = "flush"
+#: the attention ladder's timers: ``<step><target id>``
+NUDGE_TIMER = "att1:"
+ACT_TIMER = "att2:"
+#: what a question nobody answered by T2 is answered
+NO_ANSWER = "no answer; use your best judgement"
 
 
 # inputs --------------------------------------------------------------------------------------
@@ -241,6 +250,19 @@ class ApprovalDecided(Input):
 @dataclass(frozen=True, slots=True)
 class ApprovalExpired(Input):
     approval_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Reviewed(Input):
+    """The reviewer's verdict on a pending approval (``verdict`` None: it failed, ``error``
+    says why), and how long it took."""
+
+    approval_id: str
+    verdict: Any
+    error: str = ""
+    latency_s: float = 0.0
+    #: ``provider/model`` that judged
+    reviewer: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -410,6 +432,19 @@ class StoreBlob:
 
 
 @dataclass(frozen=True, slots=True)
+class Review:
+    """Ask the reviewer model (``provider``/``model``) to judge ``data`` by ``rubric``
+    (:func:`~codey_server.agent.reviewer.judge`): ``Reviewed``, within ``timeout`` seconds."""
+
+    approval_id: str
+    provider: str
+    model: str
+    rubric: str
+    data: Any
+    timeout: float
+
+
+@dataclass(frozen=True, slots=True)
 class SetTimer:
     """``TimerFired(key)`` after ``delay`` seconds."""
 
@@ -418,7 +453,7 @@ class SetTimer:
 
 
 Effect = (BuildBody | NoteBody | CallModel | RunAction | CancelAction | WaitApproval
-          | WaitAnswer | WaitChild | WaitHello | LoadBlob | StoreBlob | SetTimer)
+          | WaitAnswer | WaitChild | WaitHello | LoadBlob | StoreBlob | SetTimer | Review)
 
 
 @dataclass(slots=True)
@@ -431,12 +466,37 @@ class Step:
     proceed: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class Ladder:
+    """The attention ladder: "when nobody answers" (the server's ``attention`` setting, or
+    the session's own)."""
+
+    nudge_after_s: float | None = 120.0
+    act_after_s: float | None = 1800.0
+    on_approval: str = "reject"
+    on_question: str = "answer"
+
+
+@dataclass(frozen=True, slots=True)
+class ReviewerLimits:
+    """The reviewer model (the server's ``reviewer`` setting): None: the session's own."""
+
+    provider: str | None = None
+    model: str | None = None
+    risk_threshold: int = 40
+    timeout_s: float = 30.0
+    denials_to_park: int = 3
+
+
 @dataclass(frozen=True)
 class Limits:
     turn_iteration_cap: int = 50
     action_timeout_s: float = 900.0
     #: an approval nobody decides in this long expires (None: approvals wait for ever)
     approval_timeout_s: float | None = None
+    #: the default attention ladder (None: no ladder)
+    ladder: Ladder | None = None
+    reviewer: ReviewerLimits = ReviewerLimits()
 
 
 # the shared part of both turns' values -------------------------------------------------------
@@ -520,6 +580,9 @@ class Core:
     deltas: tuple[Delta, ...] = ()
     #: the flush timer is set
     timer_set: bool = False
+    #: the server's attention ladder (None: none; a session's own setting wins)
+    ladder: Ladder | None = None
+    reviewer: ReviewerLimits = ReviewerLimits()
 
 
 class TurnValue(Protocol):
@@ -702,6 +765,50 @@ class Stepper(Generic[T]):
                                  None if limit is None else requested_at + limit))
 
 
+    # the attention ladder ----------------------------------------------------------------
+
+    def ladder(self) -> Ladder | None:
+        """The session's own "when nobody answers", else the server's."""
+        own = self.session.attention_setting
+        if own is not None:
+            return Ladder(own.nudge_after_s, own.act_after_s, own.on_approval, own.on_question)
+        return self.core.ladder
+
+    def attend(self, target_id: str, target: Literal["approval", "question"]) -> None:
+        """Run the attention ladder of a wait for the user: go on with its record (a resumed
+        turn: the times are the log's, so a restart keeps them), or schedule it from now (a
+        new wait, or one a parked session waits for again), and set its timers."""
+        a = self.session.attention
+        if a is not None and a.target_id == target_id and not a.acted:
+            nudge_at, act_at, nudged = a.nudge_at, a.act_at, a.nudged
+        else:
+            ladder = self.ladder()
+            if ladder is None:
+                return
+            nudge_at = None if ladder.nudge_after_s is None else self.now + ladder.nudge_after_s
+            act_at = None if ladder.act_after_s is None else self.now + ladder.act_after_s
+            if nudge_at is None and act_at is None:
+                return
+            then = ladder.on_approval if target == "approval" else ladder.on_question
+            self.emit(ev.AttentionScheduled(target_id=target_id, target=target,
+                                            nudge_at=nudge_at, act_at=act_at,
+                                            then=then))  # type: ignore[arg-type]
+            nudged = False
+        if nudge_at is not None and not nudged:
+            self.effect(SetTimer(NUDGE_TIMER + target_id, max(0.0, nudge_at - self.now)))
+        if act_at is not None:
+            self.effect(SetTimer(ACT_TIMER + target_id, max(0.0, act_at - self.now)))
+
+    def park(self, target_id: str, target: Literal["approval", "question"],
+             step: Literal["parked", "denials"], reason: str) -> None:
+        """Park the session: status ``interrupted``, every device told, the turn over — and
+        the approval or question kept pending: its answer resumes the turn."""
+        self.emit(ev.AttentionNudged(target_id=target_id, target=target, step=step,
+                                     text=reason))
+        self.status("interrupted", reason)
+        self.core = evolve(self.core, done=True, then=None)
+
+
 def streamed_item(kind: StreamedKind, item_id: str, ts: float, text: str) -> ev.Item:
     """The item a streamed ``kind`` of text is appended as, with its first text."""
     if kind == "reasoning":
@@ -756,6 +863,8 @@ def step(machine: Machine[T], turn: T, state: State, input: Input,
         if input.key == FLUSH:
             k.core = evolve(k.core, timer_set=False)
             k.flush_all()
+        elif input.key.startswith((NUDGE_TIMER, ACT_TIMER)):
+            _ladder_timer(machine, k, input.key)
         else:
             machine.on_timer(k, input.key)
     elif isinstance(input, (ActionDone, ActionErrored, ActionTimedOut)):
@@ -774,6 +883,50 @@ def step(machine: Machine[T], turn: T, state: State, input: Input,
     else:
         machine.handle(k, input)
     return evolve(k.turn, core=k.core), k.out
+
+
+def _ladder_timer(machine: Machine[T], k: Stepper[T], key: str) -> None:
+    """T1 or T2 of the ladder of the session's wait for the user came: nudge, or act — unless
+    the wait is over (answered meanwhile) or the turn is."""
+    if k.core.done:
+        return
+    nudge = key.startswith(NUDGE_TIMER)
+    target_id = key[len(NUDGE_TIMER if nudge else ACT_TIMER):]
+    a = k.session.attention
+    if a is None or a.target_id != target_id or a.acted:
+        return
+    target: Literal["approval", "question"] = "question" if a.target == "question" \
+        else "approval"
+    approval = k.session.approvals.get(target_id)
+    question = k.session.questions.get(target_id)
+    if target == "approval" and (approval is None or approval.status != "pending"):
+        return
+    if target == "question" and (question is None or question.status != "pending"):
+        return
+    since = approval.requested_at if approval is not None else \
+        question.asked_at if question is not None else k.now
+    waited = _duration(max(0.0, k.now - since))
+    if nudge:
+        if not a.nudged:
+            what = question.question if question is not None else \
+                " ".join(approval.command or []) or approval.path or approval.kind \
+                if approval is not None else ""
+            k.emit(ev.AttentionNudged(target_id=target_id, target=target, step="t1",
+                                      text=f"waiting for you for {waited}: {what}"[:300]))
+        return
+    k.emit(ev.AttentionActed(target_id=target_id, target=target,
+                             then=a.then,  # type: ignore[arg-type]
+                             after_s=max(0.0, k.now - since)))
+    if a.then == "park":
+        k.park(target_id, target, "parked", f"parked: nobody answered in {waited}")
+    elif target == "question":
+        k.emit(ev.QuestionAnswered(question_id=target_id, answer=NO_ANSWER))
+    elif a.then == "reviewer":
+        machine.on_timer(k, key)  # the kind's reviewer judges it (or it is rejected)
+    else:
+        k.emit(ev.ApprovalResolved(
+            approval_id=target_id, decision="rejected",
+            message=f"nobody answered in {waited}; choose another way or stop"))
 
 
 def _approval_expired(machine: Machine[T], k: Stepper[T], approval_id: str) -> None:

@@ -32,7 +32,7 @@ from codey_server.agent import supervisor as sv
 from codey_server.agent.acp import ACP, acp_turn
 from codey_server.agent.driver import TurnDriver
 from codey_server.agent.history import History
-from codey_server.agent.machine import ContextChanged
+from codey_server.agent.machine import ContextChanged, Ladder, ReviewerLimits
 from codey_server.agent.models import ModelProvider, build_provider, discover_ollama_models
 from codey_server.agent.ports import Actions, Limits, TurnDeps, provider_infos
 from codey_server.agent.processes import (
@@ -194,7 +194,15 @@ class AgentService:
             store=engine, actions=actions or workers, models=self, waits=self,
             limits=Limits(turn_iteration_cap=settings.turn_iteration_cap,
                           action_timeout_s=settings.action_timeout_s,
-                          approval_timeout_s=settings.approval_timeout_s),
+                          approval_timeout_s=settings.approval_timeout_s,
+                          ladder=Ladder(settings.attention.nudge_after_s,
+                                        settings.attention.act_after_s,
+                                        settings.attention.on_approval,
+                                        settings.attention.on_question),
+                          reviewer=ReviewerLimits(
+                              settings.reviewer.provider, settings.reviewer.model,
+                              settings.reviewer.risk_threshold, settings.reviewer.timeout_s,
+                              settings.reviewer.denials_to_park)),
             stopping=lambda: self.stopping, roles=dict(settings.roles), load_blob=load_blob,
             store_blob=store_blob)
         engine.listeners.append(self._on_event)

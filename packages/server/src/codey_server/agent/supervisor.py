@@ -511,6 +511,18 @@ def _folded(sup: Supervisor, world: State, i: Folded) -> Step:
         return _want(sup, world, sid, "compact", i.holding, foreign=i.foreign)
     if isinstance(e, ev.TurnRequested):
         return _want(sup, world, sid, "turn", i.holding, foreign=i.foreign)
+    if isinstance(e, (ev.ApprovalResolved, ev.QuestionAnswered)):
+        # the answer to what a parked session waits for resumes its turn
+        session = world.sessions.get(sid)
+        target = e.approval_id if isinstance(e, ev.ApprovalResolved) else e.question_id
+        if session is not None and session.parked_on == target \
+                and session.status == "interrupted" and sid not in sup.running:
+            return _want(sup, world, sid, "resume", i.holding, foreign=i.foreign)
+        return sup, []
+    if isinstance(e, ev.SessionStatusChanged) and e.status == "interrupted" \
+            and (session := world.sessions.get(sid)) is not None \
+            and session.parked_on is not None:
+        return sup, []  # the turn parked itself (the ladder): it ends on its own, nothing closed
     if isinstance(e, ev.SessionStatusChanged) and e.status in ("interrupted", "closed"):
         effects: list[Effect] = [CancelTurn(sid)] if sid in sup.running else []
         if e.status == "closed":

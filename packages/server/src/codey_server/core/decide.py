@@ -486,6 +486,15 @@ def _set_policy(state: State, c: cl.SetApprovalPolicy, ctx: Context) -> Decided:
     return [(s.session_id, ev.SessionPolicyChanged(policy=c.policy))]
 
 
+def _set_attention(state: State, c: cl.SetAttention, ctx: Context) -> Decided:
+    s = existing(state, c.session_id)
+    if any(t is not None and not 0 <= t <= 30 * 86400 for t in (c.nudge_after_s, c.act_after_s)):
+        raise CommandRejected("bad_request", "the ladder's times must be 0 to 30 days")
+    return [(s.session_id, ev.SessionAttentionChanged(
+        nudge_after_s=c.nudge_after_s, act_after_s=c.act_after_s, on_approval=c.on_approval,
+        on_question=c.on_question))]
+
+
 def _interrupt(state: State, c: cl.Interrupt, ctx: Context) -> Decided:
     """Stop the session's turn and its sub-agents' — and their processes, also those of a
     session whose turn is over (a dev server it left running)."""
@@ -540,6 +549,7 @@ COMMANDS: Mapping[type[Any], Decider] = {
     cl.SendPrompt: _send_prompt,
     cl.DecideApproval: _decide_approval,
     cl.SetApprovalPolicy: _set_policy,
+    cl.SetAttention: _set_attention,
     cl.SetSandbox: _set_sandbox,
     cl.SetSessionModel: _set_model,
     cl.Interrupt: _interrupt,

@@ -130,6 +130,8 @@ def _status(state: State, env: ev.Envelope) -> None:
     if s is not None:
         s.status = e.status
         s.status_reason = e.reason
+        if e.status == "running":
+            s.parked_on = None  # (a parked session's turn goes on)
         # the session's own working time, turn by turn (not its last activity, which a
         # rename or a memory edit moves)
         if e.status in BUSY_STATUSES:

@@ -10,12 +10,14 @@ here, so a notification and a chat message cannot drift apart.
 
 The kinds (:data:`KINDS`) are a table: what Settings offers per device, in this order. An event
 type becomes notices through :data:`MAPPERS`; another feature maps its own event by adding one
-entry with :func:`register` (as the attention ladder's nudge will)::
+entry with :func:`register`::
 
-    register(ev.AttentionNudged, lambda state, env: [...])
+    register(ev.SomethingHappened, lambda state, env: [...])
 
 A budget reached is told as its own notice (``budget``); the status change that follows it is
-not told again as a finished turn.
+not told again as a finished turn. The attention ladder's nudge (``attention_nudged``: T1
+passed, or the session parked) tells the approval or question that waits again, buttons and
+all.
 
 An approval's notice carries decision actions only when it may be decided from a lock screen or
 a chat: not when it is risky (:func:`is_risky`: an escalation out of the sandbox, a sub-agent
@@ -31,7 +33,7 @@ import hashlib
 import json
 import shlex
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from codey_protocol import events as ev
@@ -315,12 +317,44 @@ def _budget(state: State, env: ev.Envelope) -> list[Notice]:
     return [budget_notice(s, e)] if s is not None else []
 
 
+#: how the attention ladder's nudge titles the wait it tells again
+NUDGED = {"t1": "Still waiting", "parked": "Parked, waiting for you",
+          "denials": "The reviewer denied 3 in a row; parked"}
+
+
+def _nudged(state: State, env: ev.Envelope) -> list[Notice]:
+    """The ladder wants the user again (T1), or parked the session: the approval or the
+    question that waits is told again, with its buttons (it is still answerable, and its
+    answer resumes a parked turn), under a title that says why; a key of its own, so a
+    channel that remembers what it sent sends it once more."""
+    e = env.event
+    assert isinstance(e, ev.AttentionNudged)
+    s = state.sessions.get(env.session_id or "")
+    if s is None:
+        return []
+    told: Notice | None = None
+    if e.target == "approval":
+        a = s.approvals.get(e.target_id)
+        if a is not None and a.status == "pending":
+            told = approval_notice(s, a)
+    else:
+        q = s.questions.get(e.target_id)
+        if q is not None and q.status == "pending":
+            told = question_notice(s, q)
+    if told is None:
+        return []
+    title = f"{NUDGED[e.step]}: {told.title}"
+    return [replace(told, key=f"{told.key}:{e.step}", title=title,
+                    detail=f"{NUDGED[e.step]}. {told.detail}")]
+
+
 #: event type → what it tells (:func:`register` adds one)
 MAPPERS: dict[type[ev.Event], Mapper] = {
     ev.ApprovalRequested: _approval,
     ev.QuestionAsked: _question,
     ev.SessionStatusChanged: _status,
     ev.BudgetReached: _budget,
+    ev.AttentionNudged: _nudged,
 }
 
 

@@ -121,6 +121,16 @@ class PolicyChoice(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     policy: ApprovalPolicy
 
 
+class AttentionChoice(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``POST /api/sessions/{id}/attention``: a ``set_attention`` command (None: that step
+    of the ladder off)."""
+
+    nudge_after_s: float | None = None
+    act_after_s: float | None = None
+    on_approval: Literal["reject", "park", "reviewer"] = "reject"
+    on_question: Literal["answer", "park"] = "answer"
+
+
 class SandboxChoice(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """``POST /api/sessions/{id}/sandbox``: a ``set_sandbox`` command."""
 
@@ -234,6 +244,16 @@ class SessionsController(Resource):
         envs = await engine.execute(cl.SetApprovalPolicy(session_id=session_id,
                                                                   policy=data.policy))
         return Seq(seq=envs[-1].seq if envs else engine.state.seq)
+
+    @post("/{session_id:str}/attention", status_code=200, responses=errors(400, 404))
+    async def set_attention(self, session_id: FromPath[str], data: JSONBody[AttentionChoice],
+                            engine: NamedDependency[Engine]) -> Seq:
+        """Set the session's own "when nobody answers" (the attention ladder)."""
+        envs = await engine.execute(cl.SetAttention(
+            session_id=session_id, nudge_after_s=data.nudge_after_s,
+            act_after_s=data.act_after_s, on_approval=data.on_approval,
+            on_question=data.on_question))
+        return Seq(seq=envs[-1].seq)
 
     @post("/{session_id:str}/sandbox", status_code=200, responses=errors(400, 404, 409))
     async def set_sandbox(self, session_id: FromPath[str], data: JSONBody[SandboxChoice],

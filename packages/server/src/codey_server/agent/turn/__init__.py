@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from codey_server.agent.machine import (
+    ACT_TIMER,
     ActionOutcomeInput,
     ActionProgressed,
     Answered,
@@ -58,6 +59,7 @@ from codey_server.agent.machine import (
     ModelDone,
     ModelFailed,
     ModelParts,
+    Reviewed,
     SessionAttached,
     Start,
     Stepper,
@@ -119,6 +121,8 @@ class CodeyMachine:
             worker.blob_stored(k, input)
         elif isinstance(input, ContextChanged):
             loop.context_changed(k)
+        elif isinstance(input, Reviewed):
+            calls.reviewed(k, input)
 
     def proceed(self, k: K, then: Enum) -> None:
         assert isinstance(then, Then)
@@ -139,5 +143,7 @@ class CodeyMachine:
         calls.approval_over(k, approval_id)
 
     def on_timer(self, k: K, key: str) -> None:
-        if key == model.RETRY:
+        if key.startswith(ACT_TIMER):
+            calls.review_at_t2(k, key)
+        elif key == model.RETRY:
             model.retry(k)

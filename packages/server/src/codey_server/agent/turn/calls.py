@@ -19,12 +19,16 @@ import msgspec
 
 from codey_protocol import events as ev
 from codey_protocol import worker as wk
+from codey_protocol.state import Approval
 from codey_server.agent.machine import (
+    ACT_TIMER,
     ActionDone,
     ActionErrored,
     ActionOutcomeInput,
     Answered,
     ChildDone,
+    Review,
+    Reviewed,
     RunAction,
     SessionAttached,
     Stepper,
@@ -34,6 +38,7 @@ from codey_server.agent.machine import (
     WorkerHello,
     evolve,
 )
+from codey_server.agent.reviewer import APPROVAL_RUBRIC, approval_data
 from codey_server.agent.tools import (
     Ask,
     BadToolCall,
@@ -213,7 +218,12 @@ def settle_call(k: K, item: ev.ToolCall) -> bool:
         if approval.status != "pending":
             return _approved_or_not(k, item, approval.status, approval.message)
         k.turn = evolve(k.turn, approving=item.id)
-        k.await_approval(approval.approval_id, approval.requested_at)
+        review = _reviewed_by_model(k, approval.kind) and approval.review is None
+        k.await_approval(approval.approval_id, approval.requested_at, show=not review)
+        if review:
+            _review(k, item, approval)  # (a restart cut the review short: it is asked again)
+        else:
+            k.attend(approval.approval_id, "approval")
         return False
     if isinstance(fate, Ask):
         if isinstance(tool, WorkerTool):
@@ -257,6 +267,7 @@ def _await_hello(k: K, item: ev.ToolCall) -> bool:
     if approval is not None and approval.status == "pending":
         k.turn = evolve(k.turn, approving=item.id)
         k.await_approval(approval.approval_id, approval.requested_at, show=False)
+        k.attend(approval.approval_id, "approval")
     return False
 
 
@@ -296,7 +307,104 @@ def _ask(k: K, item: ev.ToolCall, fate: Ask, fields: dict[str, Any] | None = Non
            ev.SessionItemUpdated(item_id=item.id, status="waiting_approval",
                                  approval_id=approval_id, **(fields or {})))
     k.turn = evolve(k.turn, approving=item.id)
-    k.await_approval(approval_id, k.now)
+    review = _reviewed_by_model(k, fate.kind)
+    k.await_approval(approval_id, k.now, show=not review)
+    if review:
+        _review(k, item, Approval(approval_id=approval_id, item_id=item.id, kind=fate.kind,
+                                  command=fate.command, patch=fate.patch, path=fate.path,
+                                  reason=fate.reason, requested_at=k.now))
+    else:
+        k.attend(approval_id, "approval")
+
+
+# the reviewer ------------------------------------------------------------------------------
+
+#: approvals the reviewer never decides: leaving the sandbox, a sub-agent given another folder
+#: or machine — a person always does
+_PERSON_ONLY = frozenset({"escalate", "delegate"})
+
+
+def _reviewed_by_model(k: K, kind: str) -> bool:
+    return k.session.policy == "reviewer" and kind not in _PERSON_ONLY
+
+
+def _review(k: K, item: ev.ToolCall, approval: Approval) -> None:
+    """Ask the reviewer model about ``approval`` (pending: the user may decide first), with
+    the action exactly as it would run."""
+    s = k.session
+    r = k.core.reviewer
+    action = None
+    parsed = parse(k, item)
+    if isinstance(parsed, ParsedCall) and isinstance(parsed.tool, WorkerTool):
+        # the action as it would run, in the sandbox the gate decides (its id is the review's)
+        action = requested(k, item.id, parsed, "act_under_review", gate(k))[0].action
+    provider = r.provider or s.provider
+    model = r.model or (s.model if provider == s.provider else "")
+    k.status("waiting_approval", "the reviewer is judging the action")
+    k.effect(Review(approval.approval_id, provider, model, APPROVAL_RUBRIC,
+                    approval_data(s, approval, action), r.timeout_s))
+
+
+def reviewed(k: K, i: Reviewed) -> None:
+    """The reviewer's verdict: it approves below the risk threshold; otherwise — a denial, a
+    risk at or above it, a failure (fail closed) — the user is asked, and the ladder runs.
+    Denials in a row park the session. At T2 (the ladder handed it over) an answer that does
+    not approve rejects and tells the model."""
+    s = k.session
+    approval = s.approvals.get(i.approval_id)
+    if k.core.done or approval is None or approval.status != "pending":
+        return  # the user decided first
+    r = k.core.reviewer
+    a = s.attention
+    at_t2 = a is not None and a.target_id == i.approval_id and a.acted
+    verdict = i.verdict
+    if verdict is None:
+        k.emit(ev.ApprovalReviewed(approval_id=i.approval_id, verdict="error", risk=100,
+                                   reason=cap(i.error, 300), reviewer=i.reviewer,
+                                   latency_s=i.latency_s))
+        why = f"the reviewer failed ({cap(i.error, 120)})"
+    else:
+        approved = verdict.decision == "approve" and verdict.risk < r.risk_threshold
+        k.emit(ev.ApprovalReviewed(approval_id=i.approval_id, verdict=verdict.decision,
+                                   risk=verdict.risk, reason=verdict.reason,
+                                   reviewer=i.reviewer, approved=approved,
+                                   latency_s=i.latency_s))
+        if approved:
+            k.emit(ev.ApprovalResolved(approval_id=i.approval_id, decision="approved",
+                                       message=f"approved by the reviewer: {verdict.reason}"))
+            return  # (its waiter wakes the turn)
+        said = "denied it" if verdict.decision == "deny" else "did not approve it"
+        why = f"the reviewer {said} (risk {verdict.risk}): {verdict.reason}"
+        denials = s.reviewer_denials + (verdict.decision == "deny")
+        if verdict.decision == "deny" and denials >= r.denials_to_park and not at_t2:
+            k.park(i.approval_id, "approval", "denials",
+                   f"parked: the reviewer denied {denials} actions in a row")
+            return
+    if at_t2:
+        assert a is not None
+        k.emit(ev.ApprovalResolved(
+            approval_id=i.approval_id, decision="rejected",
+            message=f"nobody answered, and {why}; choose another way or stop"))
+        return
+    k.status("waiting_approval", "waiting for your approval")
+    k.attend(i.approval_id, "approval")
+
+
+def review_at_t2(k: K, key: str) -> None:
+    """T2 handed the approval to the reviewer (the ladder's ``reviewer``): it judges it now,
+    unless it already did (and asked the user): then it is rejected and the model told."""
+    approval_id = key[len(ACT_TIMER):]
+    approval = k.session.approvals.get(approval_id)
+    item = find(k, approval.item_id) if approval is not None else None
+    if approval is None or approval.status != "pending" or item is None:
+        return
+    if approval.review is None:
+        _review(k, item, approval)
+        return
+    k.emit(ev.ApprovalResolved(
+        approval_id=approval_id, decision="rejected",
+        message=f"nobody answered, and the reviewer did not approve it: "
+                f"{approval.review.reason}; choose another way or stop"))
 
 
 def previewed(k: K, i: ActionOutcomeInput) -> None:
@@ -375,6 +483,10 @@ def _approved_or_not(k: K, item: ev.ToolCall, decision: str, message: str) -> bo
         parsed = parse(k, item)
         assert not isinstance(parsed, BadToolCall)
         return _go(k, item, parsed, gate(k))
+    a = k.session.attention
+    if a is not None and a.target_id == item.approval_id and a.acted and a.then != "park":
+        finish(k, item.id, "rejected", f"rejected: {message}")  # (by the ladder, not a person)
+        return True
     finish(k, item.id, "rejected", "rejected by the user" + (f": {message}" if message else ""))
     return True
 
@@ -403,6 +515,7 @@ def _on_server(k: K, item: ev.ToolCall, step: Finish | Waiting) -> bool:
         k.turn = evolve(k.turn, asking=(step.on.question_id, item.id))
         k.status("waiting_user", "a question for you")
         k.effect(WaitAnswer(k.session_id, step.on.question_id))
+        k.attend(step.on.question_id, "question")
     else:
         k.turn = evolve(k.turn, children={**k.turn.children, step.on.session_id: item.id})
         k.effect(WaitChild(step.on.session_id))

@@ -265,5 +265,6 @@ def codey_turn(session_id: str, *, limits: Limits,
                compact_only: bool = False) -> CodeyTurn:
     """A new turn of ``session_id``: ``resume`` after a restart (pick up what the session's
     items say was under way); ``compact_only``: only compact the conversation."""
-    return CodeyTurn(Core(session_id, approval_timeout_s=limits.approval_timeout_s),
+    return CodeyTurn(Core(session_id, approval_timeout_s=limits.approval_timeout_s,
+                          ladder=limits.ladder, reviewer=limits.reviewer),
                      TurnConfig(limits, roles or {}, resume, compact_only))
