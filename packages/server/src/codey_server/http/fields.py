@@ -26,8 +26,8 @@ from typing import Annotated
 
 import msgspec
 
-__all__ = ["GOAL", "GOAL_COMMAND_OR_NONE", "NOT_BLANK", "SPACE", "AbsolutePath", "GoalText",
-           "NonBlank", "pattern", "words_for"]
+__all__ = ["GOAL", "GOAL_COMMAND_OR_NONE", "LADDER_MAX_S", "NOT_BLANK", "SPACE", "AbsolutePath",
+           "GoalText", "LadderSeconds", "NonBlank", "pattern", "words_for"]
 
 _WORDS: dict[str, str] = {}
 
@@ -63,6 +63,11 @@ NonBlank = Annotated[str, msgspec.Meta(
 AbsolutePath = Annotated[str, msgspec.Meta(
     pattern=pattern(r"^/", "must be an absolute path"),
     description="An absolute path on the worker.")]
+
+#: the longest step of the attention ladder (``set_attention`` refuses more)
+LADDER_MAX_S = 30 * 86400
+LadderSeconds = Annotated[float, msgspec.Meta(
+    ge=0, le=LADDER_MAX_S, description="Seconds, 0 to 30 days.")]
 
 #: a session's goal (``/goal``): none (white space), a condition, or ``$`` and a command — not
 #: a ``$`` alone

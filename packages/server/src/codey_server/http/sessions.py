@@ -34,7 +34,13 @@ from codey_server.core.decide import ATTACHMENTS_MAX
 from codey_server.core.engine import Engine
 from codey_server.core.goals import MAX_TURNS_LIMIT
 from codey_server.http.errors import errors
-from codey_server.http.fields import GOAL_COMMAND_OR_NONE, NOT_BLANK, GoalText, NonBlank
+from codey_server.http.fields import (
+    GOAL_COMMAND_OR_NONE,
+    NOT_BLANK,
+    GoalText,
+    LadderSeconds,
+    NonBlank,
+)
 from codey_server.http.resource import Resource
 
 __all__ = ["ApprovalChoice", "Created", "GoalChoice", "NewSession", "PolicyChoice", "Prompt",
@@ -125,8 +131,8 @@ class AttentionChoice(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """``POST /api/sessions/{id}/attention``: a ``set_attention`` command (None: that step
     of the ladder off)."""
 
-    nudge_after_s: float | None = None
-    act_after_s: float | None = None
+    nudge_after_s: LadderSeconds | None = None
+    act_after_s: LadderSeconds | None = None
     on_approval: Literal["reject", "park", "reviewer"] = "reject"
     on_question: Literal["answer", "park"] = "answer"
 
