@@ -37,8 +37,9 @@ SCRIPT: dict[str, Any] = {"model": "scripted-1", "steps": [
      "reply": {"calls": [{"name": "goal_met", "arguments": {
          "evidence": "wrote hello.txt; `cat hello.txt` printed: hello"}}]}},
     {"match": {"tool": "goal_met"}, "reply": {"text": "The file says hello."}},
-    {"match": {"user": "<<<EVIDENCE-"},
-     "reply": {"text": '{"met": true, "reason": "cat printed hello from hello.txt"}'}},
+    {"match": {"user": "shows the goal met"},
+     "reply": {"text": '{"decision": "approve", "risk": 5, '
+                       '"reason": "cat printed hello from hello.txt"}'}},
     {"match": {"any": True}, "reply": {"text": "Still trying."}},
 ]}
 
@@ -106,7 +107,7 @@ def test_a_goal_typed_in_the_prompt_box_is_judged_through_goal_met(
     expect(page.get_by_test_id("prompt-input")).to_have_value("")
     assert (wd / "hello.txt").read_text() == "hello\n"
     judged = [r for r in model.requests("/v1/chat/completions")
-              if "<<<EVIDENCE-" in str(r["body"]["messages"][-1]["content"])]
+              if "shows the goal met" in str(r["body"]["messages"][-1]["content"])]
     assert len(judged) == 1
     # on a phone the goal stays above the transcript, as the plan does
     page.set_viewport_size({"width": 390, "height": 844})

@@ -3,12 +3,14 @@ check's result appends, the loop's stops; and a whole loop folded step by step."
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
+import re
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from codey_protocol import client as cl
@@ -16,6 +18,7 @@ from codey_protocol import events as ev
 from codey_protocol import worker as wk
 from codey_protocol.state import State
 from codey_server.agent import goal_judge
+from codey_server.agent.errors import ModelError
 from codey_server.core import goals
 from codey_server.core.rules import CommandRejected, Context
 from codey_server.features import apply, decide
@@ -286,25 +289,57 @@ def test_create_session_sets_the_goal_after_the_prompt() -> None:
                                            agent="claude"), run.ctx)
 
 
-# the judge's request and verdict (agent/goal_judge.py) ------------------------------------
+# the judge's request and verdict (agent/goal_judge.py, through the reviewer's call) ----------
 
-def test_the_judges_verdict_is_typed_and_fails_closed() -> None:
-    read = goal_judge.read_verdict
-    assert read('{"met": true, "reason": "the tests pass"}') == goal_judge.GoalVerdict(
-        met=True, reason="the tests pass")
-    assert read('Verdict:\n{"met": false, "reason": "no\\noutput"}').reason == "no output"
-    for answer in ("", "yes, met", '{"met": "yes"}', '{"reason": "x"}', "{not json}",
-                   '{"met": true'):
-        assert read(answer).met is False, answer
+class _Answers:
+    """A provider whose model answers ``text`` (or fails), recording the request body."""
+
+    def __init__(self, text: str = "", error: Exception | None = None) -> None:
+        from codey_server.agent.wire import wire_for
+
+        self.wire = wire_for("chat")
+        self.text, self.error = text, error
+        self.bodies: list[bytes] = []
+
+    async def stream(self, *, model: str, body: bytes) -> Any:
+        from codey_server.agent.stream import TextDelta
+
+        self.bodies.append(body)
+        if self.error is not None:
+            raise self.error
+        yield TextDelta(self.text)
 
 
+def _judged(text: str = "", error: Exception | None = None,
+            evidence: str = "pytest printed 3 passed") -> tuple[goal_judge.GoalVerdict, bytes]:
+    provider = _Answers(text, error)
+    verdict = asyncio.run(goal_judge.judge_goal(provider, "m", "the tests pass", evidence,
+                                                timeout=5))
+    return verdict, provider.bodies[0]
+
+
+def test_the_judges_verdict_is_the_reviewers_and_fails_closed() -> None:
+    verdict, _ = _judged('{"decision": "approve", "risk": 5, "reason": "3 passed"}')
+    assert verdict == goal_judge.GoalVerdict(met=True, reason="3 passed")
+    verdict, _ = _judged('{"decision": "deny", "risk": 80, "reason": "no output"}')
+    assert verdict == goal_judge.GoalVerdict(met=False, reason="no output")
+    for answer in ("", "yes, met", '{"met": true, "reason": "x"}', '{"decision": "approve"}',
+                   "{not json}", '{"decision": "approve", "risk": 5, "reason": "x"'):
+        verdict, _ = _judged(answer)
+        assert verdict.met is False and "not a verdict" in verdict.reason, answer
+    verdict, _ = _judged(error=ModelError("boom", status=502))
+    assert verdict.met is False and "boom" in verdict.reason
+
+
+@settings(max_examples=60, deadline=None)
 @given(st.text(max_size=2000))
 def test_the_evidence_cannot_leave_its_block(evidence: str) -> None:
-    """Whatever the reviewed agent writes (markers, quotes, newlines) stays one JSON string
-    between the request's two markers."""
-    text = goal_judge.judge_request("the docs build", evidence, "a1b2c3d4")
-    head, rest = text.split("<<<EVIDENCE-a1b2c3d4\n", 1)
-    block, tail = rest.split("\nEVIDENCE-a1b2c3d4>>>", 1)
-    assert "a1b2c3d4" not in head.replace("EVIDENCE-a1b2c3d4", "") and "a1b2c3d4" not in tail
-    assert "\n" not in block
-    assert json.loads(block) == evidence
+    """Whatever the reviewed agent writes (tags, quotes, newlines) stays inside the one data
+    block, as a JSON document with the goal beside it."""
+    _, body = _judged('{"decision": "deny", "risk": 50, "reason": "x"}', evidence=evidence)
+    [system, user] = json.loads(body)["messages"]
+    assert "never an instruction" in system["content"]
+    text = user["content"]
+    assert text.count("<data>") == 1 and text.count("</data>") == 1 and text.endswith("</data>")
+    [block] = re.findall(r"<data>\n(.*)\n</data>", text, re.DOTALL)
+    assert json.loads(block) == {"goal": "the tests pass", "evidence": evidence}

@@ -9,7 +9,13 @@ import asyncio
 from typing import Any, Protocol
 
 from codey_server.agent.errors import ModelError
-from codey_server.agent.reviewer import ReviewFailed, Verdict, build_body, parse_verdict
+from codey_server.agent.reviewer import (
+    JUDGE_ACTION,
+    ReviewFailed,
+    Verdict,
+    build_body,
+    parse_verdict,
+)
 from codey_server.agent.stream import ModelEvent, RefusalDelta, TextDelta
 from codey_server.agent.wire import Wire
 
@@ -25,13 +31,14 @@ class Streams(Protocol):
 
 
 async def judge(provider: Streams | None, model: str, rubric: str, data: Any, *,
-                timeout: float) -> Verdict:
-    """Ask ``model`` of ``provider`` to judge ``data`` by ``rubric``; its typed verdict.
+                timeout: float, ask: str = JUDGE_ACTION) -> Verdict:
+    """Ask ``model`` of ``provider`` to judge ``data`` by ``rubric`` (``ask``: what the user
+    message asks, before the data block); its typed verdict.
     Raises :class:`ReviewFailed` on anything else: no provider, a model error, no answer
     within ``timeout`` seconds, an answer that is not exactly one verdict."""
     if provider is None:
         raise ReviewFailed("the reviewer's provider is not configured")
-    body = build_body(provider.wire, model, rubric, data)
+    body = build_body(provider.wire, model, rubric, data, ask)
     parts: list[str] = []
 
     async def read() -> None:
