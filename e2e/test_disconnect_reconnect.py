@@ -58,6 +58,9 @@ def test_disconnect_reconnect(stack: Stack, page: Page) -> None:
     expect(tools.nth(1).get_by_test_id("tool-output")).to_have_text("second-run")
     expect(stack.items(page, "assistant_message").last).to_have_text(
         "finished after the reconnect")
-    state = server.http.get(f"/api/sessions/{sid}").json()
-    assert state["status"] == "idle"
+    # the answer is one event and the turn's end the next: the page may show the first
+    # before the second is stored
+    state = stack.wait_until(
+        lambda: (s := server.http.get(f"/api/sessions/{sid}").json())["status"] == "idle" and s,
+        what="the session to be idle after its answer")
     assert [i["status"] for i in state["items"] if i["kind"] == "tool_call"] == ["failed", "done"]
