@@ -87,15 +87,17 @@ def test_the_network_toggle_keeps_or_stops_running_processes_and_says_which(
     stack.open(page)
     wd = stack.workdir(worker, "probes")
     offline, online = _probe(listener, "offline", wd), _probe(listener, "online", wd)
+    # each probe prints within its first loop; a loaded machine has once taken more than 1.5 s
+    # to start the sandboxed Python, so the first look at its output waits 5 s
     model.set_script({"model": "scripted-1", "steps": [
         {"match": {"user": "start the offline probe"},
          "reply": {"calls": [{"name": "exec",
-                              "arguments": {"command": offline, "yield_ms": 1500}}]}},
+                              "arguments": {"command": offline, "yield_ms": 5000}}]}},
         {"match": {"tool": "exec", "tool_output": "connect failed"},
          "reply": {"text": "The offline probe runs."}},
         {"match": {"user": "start the online probe"},
          "reply": {"calls": [{"name": "exec",
-                              "arguments": {"command": online, "yield_ms": 1500}}]}},
+                              "arguments": {"command": online, "yield_ms": 5000}}]}},
         {"match": {"tool": "exec", "tool_output": "connect ok"},
          "reply": {"text": "The online probe gets through."}},
         {"match": {"any": True}, "reply": {"text": "unexpected"}},
