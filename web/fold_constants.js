@@ -8,6 +8,9 @@ export const MAX_CHANGED_PATHS = 200;
 /** Runs kept per schedule in `runs` (the log keeps them all). */
 export const SCHEDULE_RUNS_KEPT = 20;
 
+/** Deliveries kept per trigger (the log keeps them all). */
+export const TRIGGER_DELIVERIES_KEPT = 30;
+
 /** Notice codes that end a requested compaction without a summary. */
 export const COMPACTION_ENDED = Object.freeze(["compaction_skipped", "compaction_failed"]);
 
@@ -141,6 +144,13 @@ export function fillState(v) {
   } else {
     for (const x of Object.values(v.schedules)) {
       fillScheduleInfo(x);
+    }
+  }
+  if (v.triggers === undefined) {
+    v.triggers = {};
+  } else {
+    for (const x of Object.values(v.triggers)) {
+      fillTriggerInfo(x);
     }
   }
   if (v.tasks === undefined) {
@@ -969,6 +979,45 @@ export function fillScheduleRun(v) {
   if (v.error === undefined) v.error = "";
   if (v.skipped === undefined) v.skipped = 0;
   if (v.item_id === undefined) v.item_id = "";
+  return v;
+}
+
+/** `TriggerInfo` (state.py): its defaults filled in. */
+export function fillTriggerInfo(v) {
+  fillTriggerSpec(v.spec);
+  if (v.created_at === undefined) v.created_at = 0.0;
+  if (v.deliveries === undefined) {
+    v.deliveries = [];
+  } else {
+    for (const x of v.deliveries) {
+      fillTriggerDelivery(x);
+    }
+  }
+  return v;
+}
+
+/** `TriggerSpec` (events.py): its defaults filled in. */
+export function fillTriggerSpec(v) {
+  if (v.policy === undefined) v.policy = "suggest";
+  if (v.target === undefined) v.target = "session";
+  if (v.events === undefined) v.events = [];
+  if (v.budget_tokens === undefined) v.budget_tokens = null;
+  if (v.budget_usd === undefined) v.budget_usd = null;
+  if (v.per_minute === undefined) v.per_minute = 30;
+  if (v.enabled === undefined) v.enabled = true;
+  if (v.has_secret === undefined) v.has_secret = false;
+  return v;
+}
+
+/** `TriggerDelivery` (state.py): its defaults filled in. */
+export function fillTriggerDelivery(v) {
+  if (v.event === undefined) v.event = "";
+  if (v.reason === undefined) v.reason = "";
+  if (v.session_id === undefined) v.session_id = null;
+  if (v.task_id === undefined) v.task_id = null;
+  if (v.payload === undefined) v.payload = "";
+  if (v.replay_of === undefined) v.replay_of = "";
+  if (v.missing === undefined) v.missing = [];
   return v;
 }
 

@@ -29,6 +29,7 @@ import {
   fillSessionInfo, fillSessionProcess, fillState, fillTaskInfo, fillTelegramChat, fillPushDevice,
   fillTerminalInfo, fillUpgradeNotice, fillWorkerInfo, fillGoalInfo,
   fillBudget, fillBudgetStop, fillModelPrice, fillSpend,
+  TRIGGER_DELIVERIES_KEPT, fillTriggerDelivery, fillTriggerInfo,
 } from "./fold_constants.js";
 
 export { MAX_CHANGED_PATHS };
@@ -366,6 +367,23 @@ function scheduleFired(state, env, e) {
     session_id: e.session_id, error: e.error, skipped: e.skipped, item_id: e.item_id }));
   if (info.runs.length > SCHEDULE_RUNS_KEPT) {
     info.runs.splice(0, info.runs.length - SCHEDULE_RUNS_KEPT);
+  }
+}
+
+function triggerSet(state, env, e) {
+  const info = state.triggers[e.spec.trigger_id];
+  if (info) info.spec = e.spec;
+  else state.triggers[e.spec.trigger_id] = fillTriggerInfo({ spec: e.spec, created_at: env.ts });
+}
+
+function triggerDelivered(state, env, e) {
+  const info = state.triggers[e.trigger_id];
+  if (!info) return;
+  info.deliveries.push(fillTriggerDelivery({ delivery_id: e.delivery_id, at: env.ts,
+    outcome: e.outcome, event: e.event, reason: e.reason, session_id: e.session_id,
+    task_id: e.task_id, payload: e.payload, replay_of: e.replay_of, missing: e.missing }));
+  if (info.deliveries.length > TRIGGER_DELIVERIES_KEPT) {
+    info.deliveries.splice(0, info.deliveries.length - TRIGGER_DELIVERIES_KEPT);
   }
 }
 
@@ -862,6 +880,9 @@ const HANDLERS = {
   schedule_saved: scheduleSaved,
   schedule_deleted: (state, env, e) => { delete state.schedules[e.schedule_id]; },
   schedule_fired: scheduleFired,
+  trigger_set: triggerSet,
+  trigger_removed: (state, env, e) => { delete state.triggers[e.trigger_id]; },
+  trigger_delivered: triggerDelivered,
   telegram_chat_paired: telegramPaired,
   telegram_chat_removed: (state, env, e) => { delete state.telegram_chats[String(e.chat_id)]; },
   telegram_session_chosen: telegramSessionChosen,

@@ -859,6 +859,78 @@ class ScheduleFired(EventBase, kw_only=True):
     item_id: str = ""
 
 
+# triggers -----------------------------------------------------------------------------------
+# A trigger is a schedule started by an event: a webhook delivery at its own URL. Its secret
+# (the HMAC key of ``X-Hub-Signature-256``) is never in an event: only whether it has one.
+
+#: what a delivery came to: a session or board task ``started``, ``refused`` (``reason``: a
+#: signature that does not match, a worker gone, ...) or ``filtered`` (an event it ignores)
+TriggerOutcome = Literal["started", "refused", "filtered"]
+
+
+class TriggerFields(msgspec.Struct, kw_only=True):
+    """What a webhook delivery starts: a new session on ``worker_id`` in ``workdir`` with
+    ``prompt`` (a template: ``{{payload.issue.title}}``, ``{{payload.commits[0].id}}``,
+    ``{{event}}``), or a board task (``target`` ``task``) with it as its description.
+    ``events`` lets through only those ``X-GitHub-Event`` names, each with an optional
+    ``.action`` (``issue_comment``, ``pull_request.opened``); empty: every event. A budget
+    (tokens and/or US dollars) is set on each session it starts. (The fields a trigger's
+    event and its REST body share.)"""
+
+    name: str
+    worker_id: str
+    workdir: str
+    prompt: str
+    policy: ApprovalPolicy = "suggest"
+    target: Literal["session", "task"] = "session"
+    events: list[str] = msgspec.field(default_factory=list)
+    budget_tokens: int | None = None
+    budget_usd: float | None = None
+    #: deliveries taken per minute at most (the rest answered 429, not recorded)
+    per_minute: int = 30
+    enabled: bool = True
+
+
+class TriggerSpec(TriggerFields, kw_only=True):
+    """A trigger as stored: its fields, its id, and its URL's own unguessable part
+    (``/hooks/t/<hook_id>``)."""
+
+    trigger_id: str
+    hook_id: str
+    #: deliveries must be signed (``X-Hub-Signature-256``) with the secret the server keeps
+    has_secret: bool = False
+
+
+class TriggerSet(EventBase, kw_only=True):
+    """A trigger created or changed: its whole definition."""
+
+    spec: TriggerSpec
+
+
+class TriggerRemoved(EventBase, kw_only=True):
+    trigger_id: str
+
+
+class TriggerDelivered(EventBase, kw_only=True):
+    """A webhook delivery to ``trigger_id`` was dealt with: its ``outcome``, and when it
+    ``started`` something, the session (appended with this event) or the task. ``payload``
+    is the body's sha256 in the blob store (what a replay runs again; "" when it was not
+    kept: a refused delivery's body is not trusted). ``replay_of``: the delivery a replay
+    re-ran. ``missing``: the template's fields the payload lacked (they rendered empty)."""
+
+    trigger_id: str
+    delivery_id: str
+    outcome: TriggerOutcome
+    #: ``X-GitHub-Event`` with the payload's ``action`` (``pull_request.opened``), if any
+    event: str = ""
+    reason: str = ""
+    session_id: str | None = None
+    task_id: str | None = None
+    payload: str = ""
+    replay_of: str = ""
+    missing: list[str] = msgspec.field(default_factory=list)
+
+
 # terminals ----------------------------------------------------------------------------------
 # Who opened which shell on which machine, and when; never what was typed or printed.
 
@@ -1190,6 +1262,9 @@ Event = (
     | ScheduleSaved
     | ScheduleDeleted
     | ScheduleFired
+    | TriggerSet
+    | TriggerRemoved
+    | TriggerDelivered
     | TerminalCreated
     | TerminalAttached
     | TerminalDetached

@@ -46,6 +46,8 @@ CONSTANTS: dict[str, tuple[Any, str]] = {
                           "`changed_paths` keeps the most recent paths only."),
     "SCHEDULE_RUNS_KEPT": (state.SCHEDULE_RUNS_KEPT,
                            "Runs kept per schedule in `runs` (the log keeps them all)."),
+    "TRIGGER_DELIVERIES_KEPT": (state.TRIGGER_DELIVERIES_KEPT,
+                                "Deliveries kept per trigger (the log keeps them all)."),
     "COMPACTION_ENDED": (state.COMPACTION_ENDED,
                          "Notice codes that end a requested compaction without a summary."),
     "WORKING_STATUSES": (state.WORKING_STATUSES,

@@ -26,6 +26,8 @@ from codey_protocol.events import (
     ScheduleSpec,
     SessionStatus,
     TaskStatus,
+    TriggerOutcome,
+    TriggerSpec,
     Worktree,
 )
 from codey_protocol.worker import (
@@ -41,6 +43,8 @@ from codey_protocol.worker import (
 MAX_CHANGED_PATHS = 200
 #: runs kept per schedule in ``ScheduleInfo.runs`` (the log keeps them all)
 SCHEDULE_RUNS_KEPT = 20
+#: deliveries kept per trigger in ``TriggerInfo.deliveries`` (the log keeps them all)
+TRIGGER_DELIVERIES_KEPT = 30
 #: notice codes that end a requested compaction without a summary
 COMPACTION_ENDED: tuple[str, ...] = ("compaction_skipped", "compaction_failed")
 #: characters of a process's output a session keeps (the newest; both folds count code
@@ -319,6 +323,28 @@ class ScheduleInfo(msgspec.Struct, kw_only=True):
     done: bool = False
 
 
+class TriggerDelivery(msgspec.Struct, kw_only=True):
+    """One delivery as ``trigger_delivered`` said it (``at``: when it was dealt with)."""
+
+    delivery_id: str
+    at: float
+    outcome: TriggerOutcome
+    event: str = ""
+    reason: str = ""
+    session_id: str | None = None
+    task_id: str | None = None
+    payload: str = ""
+    replay_of: str = ""
+    missing: list[str] = msgspec.field(default_factory=list)
+
+
+class TriggerInfo(msgspec.Struct, kw_only=True):
+    spec: TriggerSpec
+    created_at: float = 0.0
+    #: the latest deliveries, newest last (at most :data:`TRIGGER_DELIVERIES_KEPT`)
+    deliveries: list[TriggerDelivery] = msgspec.field(default_factory=list)
+
+
 class TerminalInfo(msgspec.Struct, kw_only=True):
     """A web terminal: a shell in tmux on a worker (its bytes are never in the log)."""
 
@@ -506,6 +532,7 @@ class State(msgspec.Struct, kw_only=True):
     memories: dict[str, ProjectMemory] = msgspec.field(default_factory=dict)
     terminals: dict[str, TerminalInfo] = msgspec.field(default_factory=dict)
     schedules: dict[str, ScheduleInfo] = msgspec.field(default_factory=dict)
+    triggers: dict[str, TriggerInfo] = msgspec.field(default_factory=dict)
     tasks: dict[str, TaskInfo] = msgspec.field(default_factory=dict)
     #: key: the chat id as a string; each ``{"chat_id", "title", "paired_at", "session_id", "sent":
     #: {key: message_id}}``

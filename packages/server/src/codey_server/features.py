@@ -33,6 +33,7 @@ from codey_server.providers import plugin as providers
 from codey_server.push import plugin as push
 from codey_server.schedules import plugin as schedules
 from codey_server.terminals import plugin as terminals
+from codey_server.triggers import plugin as triggers
 from codey_server.upgrades import plugin as upgrades
 from codey_server.workers import plugin as workers
 from codey_server.workspaces import plugin as workspaces
@@ -57,6 +58,7 @@ PLUGINS: tuple[FeaturePlugin, ...] = (
     mcp.PLUGIN,
     schedules.PLUGIN,
     board.PLUGIN,
+    triggers.PLUGIN,  # after the board and the schedules: it starts sessions and tasks
     metrics.PLUGIN,  # after the browsers and the agent: it counts their sockets and calls
     channels.PLUGIN,
     push.PLUGIN,
