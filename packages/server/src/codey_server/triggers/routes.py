@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hmac
 import time
-from typing import Annotated, Any, Literal, Protocol
+from typing import Annotated, Any, Literal, Protocol, runtime_checkable
 from urllib.parse import parse_qs
 
 import msgspec
@@ -44,6 +44,7 @@ EventFilter = Annotated[str, msgspec.Meta(
                 "`issue_comment`, `pull_request.opened`.")]
 
 
+@runtime_checkable  # Litestar checks a dependency's type
 class Blobs(Protocol):
     """The deployment's blob store (``blobs``): where a delivery's payload is kept, by its
     sha256, for a replay."""
