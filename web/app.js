@@ -1,7 +1,7 @@
 // The page: one store, one socket, a hash router and the views.
 //
 // Routes: `#/` dashboard, `#/link` (the dashboard with "Link a machine" open),
-// `#/session/<id>`, `#/terminal/<id>`, `#/board`, `#/schedules`, `#/usage`, `#/settings`
+// `#/session/<id>`, `#/terminal/<id>`, `#/board`, `#/schedules`, `#/triggers`, `#/usage`, `#/settings`
 // (Settings → Models), `#/pair/<CODE>`.
 // For tests: `window.__codey = {store, state(), seq(), socket, app}`.
 
@@ -19,6 +19,7 @@ import { TerminalView } from "./views/terminal.js";
 import { McpDialog } from "./views/mcp.js";
 import { BoardPage } from "./views/board.js";
 import { SchedulesPage } from "./views/schedules.js";
+import { TriggersPage } from "./views/triggers.js";
 import { ModelsPage } from "./views/models.js";
 import { UsagePage } from "./views/usage.js";
 import { TelegramDialog } from "./views/telegram.js";
@@ -147,6 +148,8 @@ class App {
       this.view = new BoardPage(this.ctx);
     } else if (hash === "#/schedules") {
       this.view = new SchedulesPage(this.ctx);
+    } else if (hash === "#/triggers") {
+      this.view = new TriggersPage(this.ctx);
     } else if (hash === "#/usage") {
       this.view = new UsagePage(this.ctx);
     } else if (hash === "#/settings") {

@@ -283,6 +283,28 @@ def _exercise(api: _Contract, server: ServerProcess, worker: WorkerProcess) -> N
     api.check("POST", one + "/run", 404, path={"schedule_id": "sch_none"})
     api.check("DELETE", one, 200, path={"schedule_id": sch["schedule_id"]})
     api.check("DELETE", one, 404, path={"schedule_id": "sch_none"})
+    # triggers (test_triggers.py delivers to them)
+    trg = api.check("POST", "/api/triggers", 201, json={
+        "name": "on comment", "worker_id": worker_id, "workdir": workdir,
+        "prompt": "{{payload.comment.body}}", "events": ["issue_comment"]}).json()
+    assert trg["secret"] and trg["url_path"].startswith("/hooks/t/")
+    api.check("POST", "/api/triggers", 400, json={
+        "name": "x", "worker_id": worker_id, "workdir": workdir, "prompt": "p",
+        "events": ["Not An Event"]})
+    api.check("POST", "/api/triggers", 404, json={
+        "name": "x", "worker_id": "wrk_none", "workdir": workdir, "prompt": "p"})
+    api.check("GET", "/api/triggers", 200)
+    one = "/api/triggers/{trigger_id}"
+    again = api.check("POST", one, 200, path={"trigger_id": trg["trigger_id"]}, json={
+        "name": "on comment", "worker_id": worker_id, "workdir": workdir, "prompt": "p",
+        "rotate_secret": True}).json()
+    assert again["secret"] not in (None, trg["secret"])
+    api.check("POST", one, 404, path={"trigger_id": "trg_none"}, json={
+        "name": "x", "worker_id": worker_id, "workdir": workdir, "prompt": "p"})
+    api.check("POST", one + "/deliveries/{delivery_id}/replay", 404,
+              path={"trigger_id": trg["trigger_id"], "delivery_id": "dlv_none"})
+    api.check("DELETE", one, 200, path={"trigger_id": trg["trigger_id"]})
+    api.check("DELETE", one, 404, path={"trigger_id": "trg_none"})
 
     # the task board (test_task_board.py runs a task to the end)
     first = api.check("POST", "/api/tasks", 201, json={"title": "design"}).json()["task_id"]

@@ -87,7 +87,8 @@ def _config(server: ServerProcess, ids: dict[str, str], revocable: str) -> str:
             ("path.worker_id", "worker", 0.5), ("body.worker_id", "worker", 0.8),
             ("path.session_id", "session", 0.5), ("body.target_session", "session", 0.5),
             ("path.task_id", "task", 0.5), ("body.depends_on[*]", "task", 0.5),
-            ("body.before", "task", 0.5), ("path.schedule_id", "schedule", 0.5)]:
+            ("body.before", "task", 0.5), ("path.schedule_id", "schedule", 0.5),
+            ("path.trigger_id", "trigger", 0.5)]:
         lines.append(f'"{where}" = {{ dictionary = "{name}", probability = {probability} }}')
     # the checks are chosen here, not by --checks: an operation's own settings (below) may
     # then turn one off, which --checks would override
@@ -131,7 +132,10 @@ def test_every_request_the_document_allows_is_taken_and_none_gets_a_5xx(
                "task": _created(server, "/api/tasks", {"title": "design"}, "task_id"),
                "schedule": _created(server, "/api/schedules", {
                    "name": "nightly", "cron": "0 3 * * *", "worker_id": worker,
-                   "workdir": "/tmp/contract", "prompt": "run the tests"}, "schedule_id")}
+                   "workdir": "/tmp/contract", "prompt": "run the tests"}, "schedule_id"),
+               "trigger": _created(server, "/api/triggers", {
+                   "name": "on comment", "worker_id": worker, "workdir": "/tmp/contract",
+                   "prompt": "{{payload.comment.body}}"}, "trigger_id")}
         revocable = _paired_worker(server)
         (tmp_path / "schemathesis.toml").write_text(_config(server, ids, revocable))
         report = tmp_path / "report"

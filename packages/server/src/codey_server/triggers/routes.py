@@ -68,16 +68,19 @@ class TriggerBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     target: Literal["session", "task"] = "session"
     events: Annotated[list[EventFilter], msgspec.Meta(max_length=20)] = msgspec.field(
         default_factory=list)
-    budget_tokens: Annotated[int, msgspec.Meta(ge=1, le=1_000_000_000)] | None = None
-    budget_usd: Annotated[float, msgspec.Meta(gt=0, le=1_000_000)] | None = None
+    # 0 is no budget (not None: Litestar drops the bounds of a type inside a union, and the
+    # document must say them)
+    budget_tokens: Annotated[int, msgspec.Meta(ge=0, le=1_000_000_000)] = 0
+    budget_usd: Annotated[float, msgspec.Meta(ge=0, le=1_000_000)] = 0
     per_minute: Annotated[int, msgspec.Meta(ge=1, le=rules.MAX_PER_MINUTE)] = 30
     enabled: bool = True
     signed: bool = True
     rotate_secret: bool = False
 
     def fields(self) -> ev.TriggerFields:
-        return ev.TriggerFields(**{k: getattr(self, k)
-                                   for k in ev.TriggerFields.__struct_fields__})
+        given = {k: getattr(self, k) for k in ev.TriggerFields.__struct_fields__}
+        return ev.TriggerFields(**{**given, "budget_tokens": self.budget_tokens or None,
+                                   "budget_usd": self.budget_usd or None})
 
 
 class Saved(msgspec.Struct, kw_only=True):

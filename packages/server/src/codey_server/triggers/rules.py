@@ -25,8 +25,9 @@ __all__ = ["EVENT_FILTER", "MAX_PER_MINUTE", "ROOTS", "Delivery", "Save", "check
 
 #: the names a prompt template may read: the payload, the event's name, the payload's action
 ROOTS = frozenset({"payload", "event", "action"})
-#: an ``events`` entry: a GitHub event name, optionally with an action
-EVENT_FILTER = "^[a-z_]{1,60}(?:\\.[a-z_]{1,60})?$"
+#: an ``events`` entry: a GitHub event name, optionally with an action ("(?!\\n)": Python's $
+#: also matches before a last newline)
+EVENT_FILTER = "^[a-z_]{1,60}(?:\\.[a-z_]{1,60})?(?!\\n)$"
 MAX_PER_MINUTE = 600
 
 
