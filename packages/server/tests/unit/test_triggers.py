@@ -175,6 +175,15 @@ def test_a_filtered_event_starts_nothing() -> None:
     assert (e.outcome, e.event) == ("filtered", "pull_request.closed")
 
 
+def test_githubs_ping_is_filtered_even_without_a_filter() -> None:
+    state = _state()
+    out = rules.deliver(state, rules.Delivery(trigger_id="trg_1", event="ping",
+                                              payload={"zen": "Keep it logically awesome.",
+                                                       "hook_id": 1}), Context())
+    assert [(type(e).__name__, getattr(e, "outcome", "")) for _, e in out] == [
+        ("TriggerDelivered", "filtered")]
+
+
 def test_a_refused_delivery_says_why_and_starts_nothing() -> None:
     state = _state()
     out = rules.deliver(state, rules.Delivery(trigger_id="trg_1", event="issue_comment",

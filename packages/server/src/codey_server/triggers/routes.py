@@ -70,17 +70,19 @@ class TriggerBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         default_factory=list)
     # 0 is no budget (not None: Litestar drops the bounds of a type inside a union, and the
     # document must say them)
-    budget_tokens: Annotated[int, msgspec.Meta(ge=0, le=1_000_000_000)] = 0
+    # whole numbers as JSON Schema has them (45.0 is one), made ints in :meth:`fields`
+    budget_tokens: Annotated[float, msgspec.Meta(ge=0, le=1_000_000_000, multiple_of=1)] = 0
     budget_usd: Annotated[float, msgspec.Meta(ge=0, le=1_000_000)] = 0
-    per_minute: Annotated[int, msgspec.Meta(ge=1, le=rules.MAX_PER_MINUTE)] = 30
+    per_minute: Annotated[float, msgspec.Meta(ge=1, le=rules.MAX_PER_MINUTE, multiple_of=1)] = 30
     enabled: bool = True
     signed: bool = True
     rotate_secret: bool = False
 
     def fields(self) -> ev.TriggerFields:
         given = {k: getattr(self, k) for k in ev.TriggerFields.__struct_fields__}
-        return ev.TriggerFields(**{**given, "budget_tokens": self.budget_tokens or None,
-                                   "budget_usd": self.budget_usd or None})
+        return ev.TriggerFields(**{**given, "budget_tokens": int(self.budget_tokens) or None,
+                                   "budget_usd": self.budget_usd or None,
+                                   "per_minute": int(self.per_minute)})
 
 
 class Saved(msgspec.Struct, kw_only=True):

@@ -133,6 +133,8 @@ def deliver(state: State, d: Delivery, ctx: Context) -> Decided:
         return [(None, said("refused", d.refused))]
     if not spec.enabled:
         return [(None, said("refused", "the trigger is turned off"))]
+    if d.event == "ping":  # GitHub's first delivery to a new webhook: it works, nothing to do
+        return [(None, said("filtered", "GitHub's ping: the webhook reaches this server"))]
     if not passes(spec.events, d.event, action):
         return [(None, said("filtered", f"{label or 'an event without a name'} is not one of "
                                         f"{', '.join(spec.events)}"))]
@@ -164,5 +166,6 @@ def deliver(state: State, d: Delivery, ctx: Context) -> Decided:
             scope="session", max_tokens=spec.budget_tokens,
             max_micros=None if spec.budget_usd is None else round(spec.budget_usd * 1e6))))
     out.append((session_id, ev.SessionItemAppended(
-        item=ev.UserMessage(id=ctx.new_id("itm"), ts=ctx.now(), text=rendered.text))))
+        item=ev.UserMessage(id=ctx.new_id("itm"), ts=ctx.now(), text=rendered.text,
+                            origin=f"trigger:{spec.trigger_id}"))))
     return out
