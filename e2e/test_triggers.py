@@ -80,6 +80,22 @@ def test_add_a_trigger_deliver_follow_and_replay(stack: Stack, page: Page) -> No
 
     page.evaluate("location.hash = '#/triggers'")
     card = page.get_by_test_id("trigger")
+    # edit: the form takes the trigger, its URL stays
+    card.get_by_test_id("trg-edit").click()
+    expect(page.get_by_test_id("trg-name")).to_have_value("fix on comment")
+    expect(page.get_by_test_id("trg-events")).to_have_value("issue_comment, pull_request.opened")
+    page.get_by_test_id("trg-name").fill("fix on any comment")
+    page.get_by_test_id("trg-save").click()
+    expect(card.locator(".card-title")).to_have_text("fix on any comment")
+    expect(card.get_by_test_id("trg-url")).to_have_text(url)
+    page.get_by_test_id("trg-secret-close").click()
+    # a new secret: shown once; the old one is refused from then on
+    card.get_by_test_id("trg-rotate").click()
+    rotated = page.get_by_test_id("trg-new-secret").input_value()
+    assert rotated != secret
+    page.get_by_test_id("trg-secret-close").click()
+    assert _deliver(url, "issue_comment", "issue_comment.created", secret).status_code == 401
+    secret = rotated
     card.get_by_test_id("trg-toggle").click()
     expect(card.get_by_test_id("trg-state")).to_have_text("paused")
     paused = _deliver(url, "issue_comment", "issue_comment.created", secret)
