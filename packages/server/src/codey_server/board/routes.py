@@ -66,7 +66,7 @@ class TasksController(Resource):
     async def create_task(self, data: JSONBody[TaskBody],
                           engine: NamedDependency[Engine]) -> TaskSaved:
         envs = await engine.execute(cl.CreateTask(**msgspec.structs.asdict(data)))
-        return TaskSaved(task_id=envs[0].event.task_id,  # type: ignore[union-attr]
+        return TaskSaved(task_id=envs[0].event.task_id,  # type: ignore[union-attr,arg-type]
                          seq=envs[-1].seq)
 
     @post("/{task_id:str}", status_code=200, responses=errors(400, 404, 409))
