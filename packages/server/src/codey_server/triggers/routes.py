@@ -166,9 +166,12 @@ class TriggersController(Resource):
         secret = None
         if data.signed and (data.rotate_secret or trigger_secrets.get(trigger_id) is None):
             secret = new_secret()
-            trigger_secrets.put(trigger_id, secret)
         envs = await engine.submit(rules.save, rules.Save(
             fields=data.fields(), trigger_id=trigger_id, has_secret=data.signed))
+        # after the change is taken (a refused one keeps the old secret); until the file has
+        # the new one, the old one still signs, or (just made signed) nothing does: refused
+        if secret is not None:
+            trigger_secrets.put(trigger_id, secret)
         if not data.signed:
             trigger_secrets.remove(trigger_id)
         return _saved(envs, secret, data.prompt)
