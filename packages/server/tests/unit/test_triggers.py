@@ -241,3 +241,32 @@ def test_saving_keeps_the_url_and_checks_the_fields() -> None:
         rules.save(state, rules.Save(fields=ev.TriggerFields(
             name="x", worker_id="w9", workdir="/w", prompt="p"), trigger_id="trg_2",
             has_secret=False, new=True), Context())
+
+
+def test_a_hook_id_is_compared_with_every_trigger_in_constant_time(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """No timing oracle on the URL: a hit and a miss both compare with every trigger's id,
+    each with ``hmac.compare_digest``, never ``==`` or a dict lookup that stops early."""
+    from codey_server.triggers import routes
+
+    state = _state()
+    for n in (2, 3):
+        f = ev.TriggerFields(name=f"t{n}", worker_id="w1", workdir="/w", prompt="p")
+        for _, e in rules.save(state, rules.Save(fields=f, trigger_id=f"trg_{n}",
+                                                 hook_id=f"{n}" * 32, has_secret=False,
+                                                 new=True), Context()):
+            apply(state, ev.Envelope(seq=state.seq + 1, ts=1.0, session_id=None, event=e))
+    compared: list[bytes] = []
+    real = hmac.compare_digest
+
+    def counting(a: bytes, b: bytes) -> bool:
+        compared.append(b)
+        return real(a, b)
+
+    monkeypatch.setattr(routes.hmac, "compare_digest", counting)
+    found = routes._find(state, "H" * 32)
+    assert found is not None and found.spec.trigger_id == "trg_1"
+    assert len(compared) == 3
+    compared.clear()
+    assert routes._find(state, "H" * 31 + "X") is None
+    assert len(compared) == 3
