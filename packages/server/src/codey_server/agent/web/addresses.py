@@ -75,10 +75,10 @@ def target_of(url: str) -> Target:
     if scheme not in ("http", "https"):
         raise Refused(f"refused: only http:// and https:// URLs are fetched, not "
                       f"{scheme or 'this'}:")
-    if parts.username is not None or parts.password is not None or "@" in parts.netloc:
-        raise Refused("refused: a URL with a user name or password is not fetched")
     if "\\" in url:
         raise Refused("refused: a backslash in a URL is read two ways")
+    if parts.username is not None or parts.password is not None or "@" in parts.netloc:
+        raise Refused("refused: a URL with a user name or password is not fetched")
     host = (parts.hostname or "").rstrip(".")
     if not host:
         raise Refused("refused: the URL has no host")
@@ -126,15 +126,13 @@ def address_problem(address: str, allowed: Sequence[IPNetwork] = ()) -> str | No
         ip: IPAddress = ipaddress.ip_address(address.split("%", 1)[0])
     except ValueError:
         return "not an IP address"
+    # an IPv4 address carried in IPv6 (mapped, NAT64, 6to4, Teredo) is reached as that IPv4
+    # address: it is the one judged (the wrapper's own range says nothing about it)
     inner = _embedded_v4(ip)
-    checked = [ip] if inner is None else [ip, inner]
-    if all(any(a.version == n.version and a in n for n in allowed) for a in checked):
+    checked: IPAddress = ip if inner is None else inner
+    if any(checked.version == n.version and checked in n for n in allowed):
         return None
-    for a in checked:
-        why = _why(a)
-        if why is not None and not any(a.version == n.version and a in n for n in allowed):
-            return why
-    return None
+    return _why(checked)
 
 
 def _why(ip: IPAddress) -> str | None:
