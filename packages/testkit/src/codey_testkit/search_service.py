@@ -63,7 +63,7 @@ def _handler(brave_key: str, queries: list[dict[str, Any]],
         def _json(self, status: int, data: Any) -> None:
             self._send(status, json.dumps(data).encode())
 
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        def do_GET(self) -> None:
             parts = urlsplit(self.path)
             query = {k: v[0] for k, v in parse_qs(parts.query).items()}
             path = parts.path
