@@ -116,4 +116,5 @@ def test_under_suggest_a_fetch_asks_until_its_host_is_approved_for_the_session(
 
 def site_requests(site: SearchServiceHandle) -> int:
     """Requests the site logged (its access log on stderr), the test's own aside."""
-    return sum(1 for line in site.process.read_log().splitlines() if '"GET /page' in line or '"GET /text' in line)
+    return sum(1 for line in site.process.read_log().splitlines()
+               if '"GET /page' in line or '"GET /text' in line)
