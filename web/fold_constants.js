@@ -213,6 +213,7 @@ export function fillWorkerInfo(v) {
       "terminal": false,
       "acp_agents": [],
       "sandbox": {"kind": "none", "version": "", "reason": ""},
+      "roots": [],
     };
   } else {
     fillCapabilities(v.capabilities);
@@ -240,6 +241,7 @@ export function fillCapabilities(v) {
   } else {
     fillSandboxInfo(v.sandbox);
   }
+  if (v.roots === undefined) v.roots = [];
   return v;
 }
 
