@@ -137,7 +137,7 @@ class _Server:
         if path is None:
             return open(os.devnull, "w")
         path.parent.mkdir(parents=True, exist_ok=True)
-        errlog = open(path, "a")
+        errlog = open(path, "a")  # noqa: SIM115 (closed by _hold, which uses it)
         self._log_offset = errlog.tell()
         return errlog
 
