@@ -36,6 +36,7 @@ export const api = {
   prices: () => request("GET", "/api/prices"),
   viewing: (session_ids) => request("POST", "/api/viewing", { session_ids }),
   about: () => request("GET", "/api/about"),
+  webTools: () => request("GET", "/api/web-tools"),
   bootstrap: () => request("GET", "/api/state/bootstrap"),
   pairRequests: () => request("GET", "/api/pairing/requests"),
   pairByCode: (code) => request("GET", `/api/pairing/code/${encodeURIComponent(code)}`),

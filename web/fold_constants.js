@@ -223,6 +223,7 @@ export function fillWorkerInfo(v) {
       "terminal": false,
       "acp_agents": [],
       "sandbox": {"kind": "none", "version": "", "reason": ""},
+      "roots": [],
     };
   } else {
     fillCapabilities(v.capabilities);
@@ -250,6 +251,7 @@ export function fillCapabilities(v) {
   } else {
     fillSandboxInfo(v.sandbox);
   }
+  if (v.roots === undefined) v.roots = [];
   return v;
 }
 

@@ -64,6 +64,15 @@ export const TOOL_DISPLAY = Object.freeze({
     "label": "Remember", "icon": "memory", "body": "memory", "path_over_diff": false,
     "arguments": true, "content": "", "result": "text", "result_label": "Result", "busy": "",
   }),
+  "web_fetch": Object.freeze({
+    "label": "Fetch", "icon": "globe", "body": "file", "path_over_diff": false, "arguments": true,
+    "content": "", "result": "text", "result_label": "Result", "busy": "fetching a page",
+  }),
+  "web_search": Object.freeze({
+    "label": "Search the web", "icon": "globe", "body": "file", "path_over_diff": false,
+    "arguments": true, "content": "", "result": "text", "result_label": "Result",
+    "busy": "searching the web",
+  }),
   "delegate": Object.freeze({
     "label": "Sub-agent", "icon": "agent", "body": "delegate", "path_over_diff": false,
     "arguments": true, "content": "", "result": "text", "result_label": "Result",

@@ -375,6 +375,7 @@ const APPROVAL_HEADS = {
   acp: "The agent asks:",
   escalate: "Run without the sandbox?",
   delegate: "Give a sub-agent another folder or machine?",
+  web: "Let the server reach the web?",
 };
 
 /** What approving lets through, where it is more than the call itself. */
@@ -444,7 +445,7 @@ export function approvalNode(approval, ctx, sessionId, standalone = false) {
     "data-testid": "reviewer-verdict" }, verdict) : null,
   ladderOf(ctx, sessionId, approval.approval_id),
   // a delegation's folder is what is granted: shown in the session's view too
-  standalone || approval.kind === "delegate" ? what : null,
+  standalone || approval.kind === "delegate" || approval.kind === "web" ? what : null,
   standalone && approval.patch ? renderDiff(approval.patch) : null,
   h("div", { class: "approval-actions" },
     button("approve", "Approve", "approve", "primary"),

@@ -35,9 +35,38 @@ export class ModelsPage {
         "used at once, with no restart; its key is kept by the server and never shown again. " +
         "Those of the server's config.json are changed in that file."),
       this._list, this._form, this._error, (this._devices = new DevicesPanel(ctx)).el,
-      this._about());
+      this._webTools(), this._about());
     document.title = "Models · Codey";
     this.render();
+  }
+
+  /** Settings → Tools: how web_fetch and web_search are set up (GET /api/web-tools); they
+   * are the server's config.json's `web`, changed there. */
+  _webTools() {
+    const body = h("div", { "data-testid": "web-tools" }, "…");
+    const row = (label, value, testid) => h("div", { class: "kv" },
+      h("span", { class: "muted" }, label), " ", h("span", { "data-testid": testid }, value));
+    api.webTools().then((w) => {
+      const search = w.search_kind === "none" ? "not set up: web_search says so"
+        : `${w.search_kind === "brave" ? "Brave Search API" : "SearXNG"} at ${w.search_url}`;
+      const key = w.search_kind !== "brave" ? null
+        : row("Key:", w.search_key_set ? `set (from $${w.search_key_env})`
+          : `missing: set $${w.search_key_env || "its api_key_env"}`, "web-search-key");
+      replaceChildren(body,
+        row("Search backend:", search, "web-search"), key,
+        row("Fetch may also reach:", w.fetch_allow.length ? w.fetch_allow.join(", ")
+          : "public addresses only", "web-fetch-allow"),
+        row("Fetch caps:", `${Math.round(w.fetch_max_bytes / 1024)} KiB, ` +
+          `${w.fetch_timeout_s} s`, "web-fetch-caps"));
+    }, (err) => {
+      replaceChildren(body, `The server did not say (${err.message}).`);
+    });
+    return h("section", { class: "card", "data-testid": "settings-tools",
+      "aria-label": "Tools" },
+    h("h3", {}, "Tools: web fetch and search"), body,
+    h("p", { class: "muted small" }, "Run by the server. A fetch asks under suggest and " +
+      "auto-edit until its host is approved for the session; the server's own networks " +
+      "are refused unless listed above. Set in the server's config.json (\"web\")."));
   }
 
   /** Settings → About: the server's release (GET /api/about). */

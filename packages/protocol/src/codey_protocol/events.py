@@ -486,8 +486,9 @@ class ApprovalRequested(EventBase, kw_only=True):
     approval_id: str
     item_id: str
     #: acp: an ACP agent asks; escalate: a command run outside the session's sandbox;
-    #: delegate: a sub-agent given another folder or machine than the session's
-    kind: Literal["command", "patch", "write", "mcp", "acp", "escalate", "delegate"]
+    #: delegate: a sub-agent given another folder or machine than the session's; web: the
+    #: server fetches a page or searches (``command``: a mark and the host, ``path``: the URL)
+    kind: Literal["command", "patch", "write", "mcp", "acp", "escalate", "delegate", "web"]
     command: list[str] | None = None
     patch: str | None = None
     path: str | None = None

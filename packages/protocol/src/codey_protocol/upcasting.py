@@ -68,6 +68,8 @@ VERSIONS: dict[str, int] = {
     "token_usage_recorded": 2,  # 2: provider, cost_micros
     # the approval policy ``reviewer`` joined the literal (version 1 could not hold it)
     "session_created": 2, "session_policy_changed": 2, "schedule_saved": 2,
+    "worker_connected": 2,  # 2: capabilities.roots
+    "approval_requested": 2,  # 2: the kind ``web`` joined the literal
 }
 
 
@@ -235,6 +237,19 @@ def _policy_v1(event: dict[str, Any]) -> None:
     so nothing changes."""
 
 
+def _literal_grew_v1(event: dict[str, Any]) -> None:
+    """Version 1 of an event whose literal grew (``approval_requested``'s kind: ``web``):
+    its value was one of the older ones and means what it meant; nothing changes."""
+
+
+def _worker_connected_v1(event: dict[str, Any]) -> None:
+    """Version 1 did not report the worker's allowed roots: none reported (the server then
+    goes by the roots it paired with)."""
+    caps = _object(event.get("capabilities"))
+    if caps is not None:
+        _missing(caps, {"roots": []})
+
+
 #: ``(event type, version) -> upcaster`` to the next version. A type with no entry for a
 #: version had nothing to change at it.
 UPCASTERS: dict[tuple[str, int], Upcaster] = {
@@ -256,6 +271,8 @@ UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("session_created", 1): _policy_v1,
     ("session_policy_changed", 1): _policy_v1,
     ("schedule_saved", 1): _policy_v1,
+    ("worker_connected", 1): _worker_connected_v1,
+    ("approval_requested", 1): _literal_grew_v1,
 }
 
 

@@ -92,6 +92,9 @@ class Capabilities(msgspec.Struct, kw_only=True):
     acp_agents: list[str] = msgspec.field(default_factory=list)
     #: what a command's ``sandbox`` mode can rely on here (an older worker: none)
     sandbox: SandboxInfo = msgspec.field(default_factory=SandboxInfo)
+    #: the allowed roots as the worker reads its config now, as configured and resolved
+    #: (an older worker: none; the server then knows only those it paired with)
+    roots: list[str] = msgspec.field(default_factory=list)
 
 
 class DirEntry(msgspec.Struct, kw_only=True):

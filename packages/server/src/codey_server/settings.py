@@ -165,6 +165,32 @@ class PushConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     ttl_s: int = 3600
 
 
+class SearchConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Where ``web_search`` sends its queries (``agent/web/search.py``). The key itself never
+    lives here: it is read from the environment variable ``api_key_env``, as a provider's."""
+
+    #: ``none`` (web_search answers that it is not set up), ``searxng`` or ``brave``
+    kind: Literal["none", "searxng", "brave"] = "none"
+    #: the SearXNG instance's root, or the Brave Search API's
+    url: str = ""
+    api_key_env: str | None = None
+    timeout_s: float = 20.0
+
+
+class WebConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The web tools, run by the server (``agent/web/``): what ``web_fetch`` may reach and
+    read, and ``web_search``'s backend."""
+
+    #: networks a fetch may reach although they are loopback, private, link-local, …
+    #: (``["10.1.0.0/16"]``: an intranet wiki); none by default
+    fetch_allow: list[str] = msgspec.field(default_factory=list)
+    #: bytes of a fetched body read, at most
+    fetch_max_bytes: int = 2 * 1024 * 1024
+    #: seconds a whole fetch (redirects included) may take
+    fetch_timeout_s: float = 30.0
+    search: SearchConfig = msgspec.field(default_factory=SearchConfig)
+
+
 def default_roles() -> dict[str, RoleConfig]:
     return {
         "explorer": RoleConfig(
@@ -249,6 +275,7 @@ class Settings(msgspec.Struct, kw_only=True):
     push: PushConfig = msgspec.field(default_factory=PushConfig)
     attention: AttentionConfig = msgspec.field(default_factory=AttentionConfig)
     reviewer: ReviewerConfig = msgspec.field(default_factory=ReviewerConfig)
+    web: WebConfig = msgspec.field(default_factory=WebConfig)
 
     @property
     def db_path(self) -> Path:
@@ -328,6 +355,20 @@ class Settings(msgspec.Struct, kw_only=True):
             if min(windows) < 1024:
                 raise ConfigError(f"provider {p.name!r}: a context window under 1024 tokens "
                                   "leaves no room to work")
+        for entry in self.web.fetch_allow:
+            try:
+                ipaddress.ip_network(entry.strip(), strict=True)
+            except ValueError as err:
+                raise ConfigError(f"web.fetch_allow: {entry!r} is not an IP address or network "
+                                  f"such as 10.1.0.0/16 ({err})") from None
+        if self.web.fetch_max_bytes < 1024 or self.web.fetch_timeout_s <= 0:
+            raise ConfigError("web: fetch_max_bytes must be at least 1024, fetch_timeout_s "
+                              "more than 0")
+        search = self.web.search
+        if (search.kind == "searxng" or search.url) and not search.url.startswith(
+                ("http://", "https://")):
+            raise ConfigError("web.search.url must be the backend's http:// or https:// URL "
+                              "(a SearXNG instance's; Brave's has a default)")
         return warnings
 
 
@@ -354,6 +395,7 @@ class _ConfigFile(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     push: PushConfig | None = None
     attention: AttentionConfig | None = None
     reviewer: ReviewerConfig | None = None
+    web: WebConfig | None = None
 
 
 def _where(raw: bytes, message: str) -> str:
@@ -406,7 +448,7 @@ def load_config_file(settings: Settings, path: Path) -> Settings:
                  "worker_silence_s", "schedule_grace_s",
                  "turn_iteration_cap", "goal_max_turns",
                  "action_timeout_s", "approval_timeout_s", "retention", "attention",
-                 "reviewer"):
+                 "reviewer", "web"):
         value = getattr(cfg, name)
         if value is not None:
             changes[name] = value

@@ -235,7 +235,10 @@ def test_a_saved_providers_key_goes_only_to_its_saved_url_and_no_remote_body_com
                     f"http://{host}\\@evil.example/", f"{there}/v1?x=1", f"{there}/v1#f",
                     f"{there}/v1\n", "file:///etc/passwd", "gopher://127.0.0.1:70/",
                     "ftp://127.0.0.1/", f"{there}/a b", "http://127.0.0.1:0/",
-                    "http://127.0.0.1:65536/"):
+                    "http://127.0.0.1:65536/",
+                    # control characters (issue 39 §6: httpx.InvalidURL answered 500)
+                    f"{there}/v1\x01", f"{there}/v\x00", f"{there}/v1\t", f"{there}\x7f/v1",
+                    f"http://127.0.0.1\x1b:{there.rsplit(':', 1)[1]}/v1"):
             r = server.http.post("/api/providers/models", json={
                 "kind": "chat", "base_url": url, "provider": "mine"})
             assert r.status_code == 400, (url, r.status_code, r.text)

@@ -34,7 +34,7 @@ def make_state(*, revoked: bool = False, status: ev.SessionStatus = "idle",
     """A state built by folding events, as the engine would have it."""
     pairs: list[tuple[str | None, ev.Event]] = [
         (None, ev.WorkerPaired(worker_id=W, request_id="r", hostname="h", os="linux",
-                               python_version="3.11", worker_version="0.1", roots=["/src"],
+                               python_version="3.11", worker_version="0.1", roots=["/src", "/w"],
                                public_key="pk")),
         (S, ev.SessionCreated(title="New session", worker_id=W, workdir="/src", provider="openai",
                               model="gpt-x", policy=policy)),
@@ -737,3 +737,26 @@ def test_an_acp_agent_takes_no_worktree() -> None:
     state.workers[W].capabilities.acp_agents = ["codex"]
     assert rejected(state, cl.CreateSession(worker_id=W, workdir="/src", agent="codex",
                                             worktree=ev.WorktreeRequest())).code == "bad_request"
+
+
+def test_a_workdir_outside_the_workers_roots_is_refused_by_its_reported_roots_first() -> None:
+    from codey_protocol.worker import Capabilities
+    from codey_server.core.decide import workdir_outside_roots
+
+    paired = WorkerInfo(worker_id="w", hostname="box", os="Linux", roots=["/src"])
+    assert workdir_outside_roots(paired, "/src/app") is None
+    assert workdir_outside_roots(paired, "/src") is None
+    assert "outside the folders box allows (/src)" in (
+        workdir_outside_roots(paired, "/srcx") or "")
+    assert workdir_outside_roots(paired, "/src/../etc") is not None
+    # the roots of its last hello win over those it paired with (its config changed since)
+    moved = WorkerInfo(worker_id="w", hostname="box", os="Linux", roots=["/src"],
+                       capabilities=Capabilities(roots=["/code", "/mnt/code"]))
+    assert workdir_outside_roots(moved, "/mnt/code/app") is None
+    assert workdir_outside_roots(moved, "/src/app") is not None
+    # what the text cannot tell is the worker's to judge
+    assert workdir_outside_roots(paired, "~/app") is None
+    windows = WorkerInfo(worker_id="w", hostname="pc", os="Windows", roots=["C:\\src"])
+    assert workdir_outside_roots(windows, "D:\\x") is None
+    err = rejected(make_state(), cl.CreateSession(worker_id=W, workdir="/etc"))
+    assert err.code == "outside_allowed_roots"

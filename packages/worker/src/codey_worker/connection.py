@@ -386,7 +386,8 @@ class Worker:
             capabilities=Capabilities(executors=list(EXECUTORS), mcp_servers=self.mcp.cached(),
                                       terminal=self.terminals.enabled,
                                       acp_agents=self.acp.names(),
-                                      sandbox=self.sandbox.info()),
+                                      sandbox=self.sandbox.info(),
+                                      roots=_roots(self.config.allowed_roots)),
         )
         await ws.send(codec.encode(hello).decode())
 
@@ -447,3 +448,10 @@ class Worker:
         with contextlib.suppress(Exception):
             await self.send(codec.encode(Log(level=level, message=message)))
 
+
+
+def _roots(configured: list[Path]) -> list[str]:
+    """The allowed roots, as configured and resolved (a root that is a symlink is both): the
+    server refuses a session's workdir outside all of them at its creation."""
+    return list(dict.fromkeys(str(p) for r in configured
+                              for p in (r, Path(os.path.realpath(r)))))

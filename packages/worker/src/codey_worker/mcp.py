@@ -80,6 +80,9 @@ START_TIMEOUT_S = 30.0
 CALL_TIMEOUT_S = 300.0
 #: running processes per configured server (one per workdir in use), at most
 MAX_INSTANCES = 8
+#: what a failure to start quotes of the server's stderr, at most
+STDERR_QUOTED_LINES = 5
+STDERR_QUOTED_BYTES = 4096
 
 
 @contextlib.asynccontextmanager
@@ -122,12 +125,40 @@ class _Server:
         self._stop: asyncio.Event | None = None
         self.busy = 0  # calls in flight
         self._lock = asyncio.Lock()
+        #: where this process's stderr starts in the server's log (its first lines are what
+        #: a failure to start quotes)
+        self._log_offset = 0
+
+    def _log_path(self) -> Path | None:
+        return None if self._log_dir is None else self._log_dir / f"mcp-{self.config.name}.log"
 
     def _errlog(self) -> TextIO:
-        if self._log_dir is None:
+        path = self._log_path()
+        if path is None:
             return open(os.devnull, "w")
-        self._log_dir.mkdir(parents=True, exist_ok=True)
-        return open(self._log_dir / f"mcp-{self.config.name}.log", "a")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        errlog = open(path, "a")  # noqa: SIM115 (closed by _hold, which uses it)
+        self._log_offset = errlog.tell()
+        return errlog
+
+    def stderr_head(self) -> str:
+        """The first lines this process wrote to its stderr ("" : none, or no log), for an
+        error that would otherwise say only "Connection closed"."""
+        path = self._log_path()
+        if path is None:
+            return ""
+        try:
+            with open(path, "rb") as f:
+                f.seek(self._log_offset)
+                data = f.read(STDERR_QUOTED_BYTES)
+        except OSError:
+            return ""
+        lines = [line.strip()[:200] for line in data.decode(errors="replace").splitlines()]
+        return " | ".join([line for line in lines if line][:STDERR_QUOTED_LINES])
+
+    def _with_stderr(self, message: str) -> str:
+        head = self.stderr_head()
+        return f"{message}; its stderr: {head}" if head else message
 
     async def _list_roots(self, context: Any) -> mcp_types.ListRootsResult:
         """The client's ``roots/list`` answer: the session's workdir, nothing else."""
@@ -161,9 +192,8 @@ class _Server:
         except ActionRefused:
             raise
         except Exception as exc:
-            raise ActionRefused("mcp_unavailable",
-                                f"MCP server {self.config.name!r} could not start: "
-                                f"{_describe(exc)}") from None
+            raise ActionRefused("mcp_unavailable", self._with_stderr(
+                f"MCP server {self.config.name!r} could not start: {_describe(exc)}")) from None
 
     def _transport(self, errlog: TextIO) -> Any:
         """The streams to the server: a process over stdio, or streamable HTTP at ``url``."""
@@ -374,8 +404,16 @@ class McpManager:
             try:
                 return McpServerInfo(name=name, tools=await self.list_tools(name, workdir))
             except ActionRefused as exc:
-                self._errors[name] = exc.message
-                return McpServerInfo(name=name, error=exc.message)
+                message = exc.message
+                if workdir is None and self._configs[name].url is None \
+                        and exc.code == "mcp_unavailable":
+                    # hello's list is taken in an empty scratch folder: a server confined to
+                    # a repository (mcp-server-git --repository .) cannot start there, and
+                    # does in each session's folder
+                    message = (f"starts per session: its tools are listed in each session's "
+                               f"folder ({message})")
+                self._errors[name] = message
+                return McpServerInfo(name=name, error=message)
             except Exception as exc:  # one broken MCP server must not take the worker down
                 message = f"{name}: {type(exc).__name__}: {exc}"
                 self._errors[name] = message

@@ -46,8 +46,9 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
+from codey_protocol import events as ev
 from codey_protocol import worker as wk
 from codey_protocol.state import State
 from codey_server.agent.errors import ModelError
@@ -91,6 +92,8 @@ from codey_server.agent.machine import (
     WaitApproval,
     WaitChild,
     WaitHello,
+    WebCall,
+    WebDone,
     WorkerHello,
     WorkerPresence,
     step,
@@ -175,7 +178,8 @@ class TurnDriver:
             CancelAction: self._cancel, WaitApproval: self._wait_approval,
             WaitAnswer: self._wait_answer, WaitChild: self._wait_child,
             WaitHello: self._wait_hello, LoadBlob: self._load_blob,
-            StoreBlob: self._store_blob, SetTimer: self._set_timer, Review: self._review}
+            StoreBlob: self._store_blob, SetTimer: self._set_timer, Review: self._review,
+            WebCall: self._web_call}
 
     def tell(self, input: Input) -> None:
         """Feed an input from outside the turn (``ContextChanged``); safe at any time."""
@@ -414,6 +418,17 @@ class TurnDriver:
             error = ""
         self.tell(Reviewed(e.approval_id, verdict, error, time.monotonic() - started,
                            reviewer=f"{e.provider}/{model}", now=time.time()))
+
+    def _web_call(self, e: WebCall) -> None:
+        self._spawn(self._web(e))
+
+    async def _web(self, e: WebCall) -> None:
+        web = self.deps.web
+        if web is None:
+            status, text = "failed", "error: the web tools are not available on this server"
+        else:
+            status, text = await web.run(e.kind, e.target, e.prompt)
+        self.tell(WebDone(e.item_id, cast(ev.ToolStatus, status), text, now=time.time()))
 
     def _set_timer(self, e: SetTimer) -> None:
         old = self._timers.pop(e.key, None)

@@ -46,6 +46,7 @@ WorkerPresence                the worker of a running action went away, or came 
 WorkerHello                   the worker a ``WaitHello`` waits for said hello to this server
 ApprovalDecided / Expired     an approval was resolved (by anyone); its deadline passed
 Answered, ChildDone           a question was answered; a sub-agent's turn ended
+WebDone                       a web tool's request (``WebCall``) is over
 BlobLoaded, BlobStored        a stored file was read; bytes were kept in the blob store
 TimerFired                    a timer set by the machine fired
 ContextChanged                AGENTS.md or a skill changed in the workdir
@@ -56,7 +57,7 @@ Effects: :class:`BuildBody` and :class:`NoteBody` (the session's encoded history
 driver keeps), :class:`CallModel` (a provider by name), :class:`RunAction`,
 :class:`CancelAction`, :class:`WaitApproval` (with a deadline), :class:`WaitAnswer`,
 :class:`WaitChild`, :class:`WaitHello`, :class:`LoadBlob`, :class:`StoreBlob`,
-:class:`SetTimer`.
+:class:`SetTimer`, :class:`WebCall`.
 
 A turn never ends with an approval of its session still pending: :meth:`Stepper.end`
 cancels what is left, saying why, so no card offers a decision nothing waits for.
@@ -129,6 +130,8 @@ __all__ = [
     "WaitApproval",
     "WaitChild",
     "WaitHello",
+    "WebCall",
+    "WebDone",
     "WorkerHello",
     "WorkerPresence",
     "evolve",
@@ -273,6 +276,15 @@ class Answered(Input):
 @dataclass(frozen=True, slots=True)
 class ChildDone(Input):
     session_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class WebDone(Input):
+    """A web tool's request is over: the call's status and the text the model gets."""
+
+    item_id: str
+    status: ev.ToolStatus
+    result: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -452,8 +464,20 @@ class SetTimer:
     delay: float
 
 
+@dataclass(frozen=True, slots=True)
+class WebCall:
+    """Carry out a web tool's request on the server (``kind`` ``fetch``: ``target`` is the
+    URL; ``search``: the query): ``WebDone`` for ``item_id``."""
+
+    item_id: str
+    kind: str
+    target: str
+    prompt: str = ""
+
+
 Effect = (BuildBody | NoteBody | CallModel | RunAction | CancelAction | WaitApproval
-          | WaitAnswer | WaitChild | WaitHello | LoadBlob | StoreBlob | SetTimer | Review)
+          | WaitAnswer | WaitChild | WaitHello | LoadBlob | StoreBlob | SetTimer | Review
+          | WebCall)
 
 
 @dataclass(slots=True)

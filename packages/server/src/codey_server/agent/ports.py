@@ -21,6 +21,7 @@ from codey_server.agent.history import History
 from codey_server.agent.machine import Limits
 from codey_server.agent.models import ModelProvider
 from codey_server.agent.route import ProviderInfo
+from codey_server.agent.web.run import WebTools
 from codey_server.core.actions import Actions
 from codey_server.core.rules import Context, Decided
 from codey_server.settings import RoleConfig
@@ -96,3 +97,5 @@ class TurnDeps:
     load_blob: Callable[[str], bytes | None] | None = None
     #: keep bytes in the blob store (an image the model was shown); returns their sha256
     store_blob: Callable[[bytes], str] | None = None
+    #: web_fetch and web_search, run on the server (None: not available)
+    web: WebTools | None = None

@@ -86,6 +86,22 @@ class Prices(msgspec.Struct, kw_only=True):
     defaults: dict[str, ev.ModelPrice]
 
 
+class WebToolsInfo(msgspec.Struct, kw_only=True):
+    """Settings → Tools: how the web tools are set up (the server's ``config.json``,
+    ``web``); never the search key itself, only whether one is there."""
+
+    #: networks a fetch may reach although they are private
+    fetch_allow: list[str]
+    fetch_max_bytes: int
+    fetch_timeout_s: float
+    #: ``none``, ``searxng`` or ``brave``
+    search_kind: str
+    search_url: str
+    #: the environment variable the key is read from ("": none), and whether it is set
+    search_key_env: str
+    search_key_set: bool
+
+
 class Viewing(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """The sessions a browser shows now (the one open, or the dashboard's): their model
     calls go first when a provider's rate limit runs low."""
@@ -125,6 +141,19 @@ class ConfigController(Resource):
     def prices(self) -> Prices:
         """The built-in price table; Settings → Usage's prices (``set_prices``) go over it."""
         return Prices(defaults=dict(DEFAULT_PRICES))
+
+    @get("/web-tools", sync_to_thread=False, responses=errors())
+    def web_tools(self, agent: NamedDependency[AgentService]) -> WebToolsInfo:
+        """How web_fetch and web_search are set up (Settings → Tools)."""
+        web = agent.settings.web
+        tools = agent.deps.web
+        backend = tools.backend if tools is not None else None
+        return WebToolsInfo(
+            fetch_allow=list(web.fetch_allow), fetch_max_bytes=web.fetch_max_bytes,
+            fetch_timeout_s=web.fetch_timeout_s, search_kind=web.search.kind,
+            search_url=backend.url if backend is not None else web.search.url,
+            search_key_env=web.search.api_key_env or "",
+            search_key_set=backend is not None and bool(backend.api_key))
 
     @post("/viewing", status_code=200, responses=errors(400))
     async def viewing(self, data: JSONBody[Viewing],

@@ -72,6 +72,7 @@ from codey_server.agent.supervisor import (
     lease_name,
 )
 from codey_server.agent.turn import CodeyMachine, codey_turn
+from codey_server.agent.web.run import WebTools
 from codey_server.agent.wire import Loader, wire_for
 from codey_server.core.actions import ActionFailed, ProgressCallback
 from codey_server.core.background import Background
@@ -204,7 +205,7 @@ class AgentService:
                               settings.reviewer.risk_threshold, settings.reviewer.timeout_s,
                               settings.reviewer.denials_to_park)),
             stopping=lambda: self.stopping, roles=dict(settings.roles), load_blob=load_blob,
-            store_blob=store_blob)
+            store_blob=store_blob, web=WebTools.of(settings.web))
         engine.listeners.append(self._on_event)
 
     # providers of Settings → Models ---------------------------------------------------------

@@ -19,7 +19,7 @@ import msgspec
 
 from codey_protocol import client as cl
 from codey_protocol import events as ev
-from codey_protocol.state import SessionInfo, State
+from codey_protocol.state import SessionInfo, State, WorkerInfo
 from codey_server.core import goals
 from codey_server.core.memory import memory_written
 from codey_server.core.rules import CommandRejected, Context, Decided, Decider
@@ -116,6 +116,24 @@ def branch_for(title: str, session_id: str) -> str:
     return f"codey/{words or 'session'}-{session_id[-4:]}"
 
 
+def workdir_outside_roots(worker: WorkerInfo, workdir: str) -> str | None:
+    """Why a session cannot work in ``workdir`` on ``worker`` (None: it may): the folder is
+    outside every root the worker allows, as it reported them in its hello (or, from an older
+    worker, as it paired). Only what can be told from the text is judged — an absolute POSIX
+    path, ``..`` folded — the worker resolves symlinks and judges again at each action."""
+    roots = worker.capabilities.roots or worker.roots
+    if not roots or worker.os.lower().startswith("windows") or not workdir.startswith("/"):
+        return None
+    folded = posixpath.normpath(workdir)
+    for root in roots:
+        r = posixpath.normpath(root)
+        if folded == r or folded.startswith(r.rstrip("/") + "/"):
+            return None
+    host = worker.name or worker.hostname
+    return (f"{workdir} is outside the folders {host} allows ({', '.join(roots)}): choose a "
+            "folder inside one, or add it to allowed_roots in that machine's worker config")
+
+
 def create_session(state: State, c: cl.CreateSession, ctx: Context) -> Decided:
     worker = state.workers.get(c.worker_id)
     if worker is None:
@@ -124,6 +142,9 @@ def create_session(state: State, c: cl.CreateSession, ctx: Context) -> Decided:
         raise CommandRejected("forbidden", f"worker {c.worker_id!r} was revoked")
     if not c.workdir.strip():
         raise CommandRejected("bad_request", "workdir must not be empty")
+    outside = workdir_outside_roots(worker, c.workdir.strip())
+    if outside is not None:
+        raise CommandRejected("outside_allowed_roots", outside)
     provider = c.provider or default_provider(state, ctx)
     model = c.model or default_model(state, ctx, provider)
     if c.agent is not None:

@@ -200,7 +200,7 @@ class SessionsController(Resource):
             for s in engine.state.sessions.values()
         ]
 
-    @post(status_code=201, responses=errors(400, 403, 404, 413))
+    @post(status_code=201, responses=errors(400, 403, 404, 409, 413))
     async def create_session(self, data: JSONBody[NewSession],
                              engine: NamedDependency[Engine]) -> Created:
         """Create a session on a worker; a non-empty ``prompt`` starts its first turn."""

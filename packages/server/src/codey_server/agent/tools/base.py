@@ -50,6 +50,7 @@ __all__ = [
     "Finish",
     "ForAnswer",
     "ForChild",
+    "ForWeb",
     "Gate",
     "Sandboxing",
     "ServerCall",
@@ -68,7 +69,7 @@ RESULT_CAP = 24_000
 
 A = TypeVar("A")
 
-ApprovalKind = Literal["command", "patch", "write", "mcp", "escalate", "delegate"]
+ApprovalKind = Literal["command", "patch", "write", "mcp", "escalate", "delegate", "web"]
 
 
 @dataclass(frozen=True)
@@ -260,11 +261,23 @@ class ForChild:
 
 
 @dataclass(frozen=True, slots=True)
+class ForWeb:
+    """Carry out a web tool's request on the server (``fetch``: ``target`` is the URL;
+    ``search``: the query); the call is finished with what came back, not by
+    :meth:`ServerTool.resume`."""
+
+    kind: Literal["fetch", "search"]
+    target: str
+    #: what the model wants from the page (``web_fetch``'s ``prompt``)
+    prompt: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Waiting:
     """A server-side call waits (``on``) after appending ``events``; then
-    :meth:`ServerTool.resume` finishes it."""
+    :meth:`ServerTool.resume` finishes it (a :class:`ForWeb` call: what came back)."""
 
-    on: ForAnswer | ForChild
+    on: ForAnswer | ForChild | ForWeb
     events: Decided = field(default_factory=list)
 
 

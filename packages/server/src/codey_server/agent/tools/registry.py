@@ -30,6 +30,7 @@ from codey_server.agent.tools.remember import REMEMBER
 from codey_server.agent.tools.shell import SHELL
 from codey_server.agent.tools.update_plan import UPDATE_PLAN
 from codey_server.agent.tools.view_image import VIEW_IMAGE
+from codey_server.agent.tools.web import WEB_FETCH, WEB_SEARCH
 from codey_server.agent.tools.write_file import WRITE_FILE
 from codey_server.agent.tools.write_stdin import WRITE_STDIN
 
@@ -54,6 +55,8 @@ BUILTIN: tuple[Tool[Any], ...] = (
     UPDATE_PLAN,
     ASK_USER,
     REMEMBER,
+    WEB_FETCH,
+    WEB_SEARCH,
 )
 
 #: what the model is told about the built-in tools

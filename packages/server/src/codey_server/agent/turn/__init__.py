@@ -63,6 +63,7 @@ from codey_server.agent.machine import (
     SessionAttached,
     Start,
     Stepper,
+    WebDone,
     WorkerHello,
     WorkerPresence,
 )
@@ -123,6 +124,8 @@ class CodeyMachine:
             loop.context_changed(k)
         elif isinstance(input, Reviewed):
             calls.reviewed(k, input)
+        elif isinstance(input, WebDone):
+            calls.web_done(k, input)
 
     def proceed(self, k: K, then: Enum) -> None:
         assert isinstance(then, Then)

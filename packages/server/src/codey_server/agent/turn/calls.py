@@ -35,6 +35,8 @@ from codey_server.agent.machine import (
     WaitAnswer,
     WaitChild,
     WaitHello,
+    WebCall,
+    WebDone,
     WorkerHello,
     evolve,
 )
@@ -44,6 +46,7 @@ from codey_server.agent.tools import (
     BadToolCall,
     Finish,
     ForAnswer,
+    ForWeb,
     Gate,
     ParsedCall,
     ServerCall,
@@ -143,7 +146,8 @@ def settle(k: K) -> None:
     order, one at a time; then go on with the loop."""
     t = k.turn
     if t.running is not None or t.storing is not None or t.approving is not None \
-            or t.asking or t.previewing is not None or t.hello is not None:
+            or t.asking or t.previewing is not None or t.hello is not None \
+            or t.fetching is not None:
         return  # a call is under way: its end settles the next
     open_calls = [i for i in k.session.items if isinstance(i, ev.ToolCall) and i.result is None]
     waiting = set(t.children.values())
@@ -516,6 +520,9 @@ def _on_server(k: K, item: ev.ToolCall, step: Finish | Waiting) -> bool:
         k.status("waiting_user", "a question for you")
         k.effect(WaitAnswer(k.session_id, step.on.question_id))
         k.attend(step.on.question_id, "question")
+    elif isinstance(step.on, ForWeb):
+        k.turn = evolve(k.turn, fetching=item.id)
+        k.effect(WebCall(item.id, step.on.kind, step.on.target, step.on.prompt))
     else:
         k.turn = evolve(k.turn, children={**k.turn.children, step.on.session_id: item.id})
         k.effect(WaitChild(step.on.session_id))
@@ -555,3 +562,14 @@ def child_done(k: K, i: ChildDone) -> None:
     _resume_server(k, item_id)
     if not k.turn.children:
         loop.go(k, Then.SETTLE)
+
+
+def web_done(k: K, i: WebDone) -> None:
+    """A web tool's request is over: its call finishes with what came back."""
+    if k.turn.fetching != i.item_id:
+        return
+    k.turn = evolve(k.turn, fetching=None)
+    item = find(k, i.item_id)
+    if item is not None and item.result is None:
+        finish(k, i.item_id, i.status, i.result)
+    loop.go(k, Then.SETTLE)

@@ -235,6 +235,8 @@ class CodeyTurn:
     #: (its approval, if pending, waited for meanwhile: ``approving``)
     hello: str | None = None
     previewing: Previewing | None = None  # read before asking
+    #: the item whose web tool's request (``WebCall``) is under way on the server
+    fetching: str | None = None
     #: the MCP servers as the worker listed them in the session's workdir (its attach)
     mcp_servers: list[wk.McpServerInfo] = field(default_factory=list)
     #: (the hello's capabilities, the attach's list, the two laid together)
@@ -252,7 +254,7 @@ class CodeyTurn:
         if core.then is not None:
             return f"then:{core.then.value}"
         for name in ("context", "attaching", "building", "compaction", "answer", "running",
-                     "storing", "previewing", "hello", "approving", "asking"):
+                     "storing", "previewing", "hello", "approving", "asking", "fetching"):
             if getattr(self, name) is not None:
                 return name
         if self.children:
