@@ -71,6 +71,10 @@ const ACTION = {
   workspace_commit: fillWorkspaceCommit,
   workspace_merge: fillWorkspaceMerge,
   workspace_push: fillWorkspacePush,
+  checkpoint_record: fillCheckpointRecord,
+  checkpoint_restore: fillCheckpointRestore,
+  checkpoint_diff: fillCheckpointDiff,
+  checkpoint_prune: fillCheckpointPrune,
 };
 
 /**
@@ -707,6 +711,34 @@ export function fillWorkspacePush(v) {
   if (v.base === undefined) v.base = "";
   if (v.title === undefined) v.title = "";
   if (v.body === undefined) v.body = "";
+  return v;
+}
+
+/** `CheckpointRecord` (worker.py): its defaults filled in. */
+export function fillCheckpointRecord(v) {
+  if (v.phase === undefined) v.phase = "start";
+  if (v.max_file_bytes === undefined) v.max_file_bytes = 10485760;
+  if (v.keep === undefined) v.keep = 0;
+  return v;
+}
+
+/** `CheckpointRestore` (worker.py): its defaults filled in. */
+export function fillCheckpointRestore(v) {
+  if (v.keep === undefined) v.keep = null;
+  if (v.path === undefined) v.path = null;
+  return v;
+}
+
+/** `CheckpointDiff` (worker.py): its defaults filled in. */
+export function fillCheckpointDiff(v) {
+  if (v.to_turn === undefined) v.to_turn = "";
+  return v;
+}
+
+/** `CheckpointPrune` (worker.py): its defaults filled in. */
+export function fillCheckpointPrune(v) {
+  if (v.workdir === undefined) v.workdir = "";
+  if (v.keep === undefined) v.keep = 0;
   return v;
 }
 

@@ -68,6 +68,8 @@ VERSIONS: dict[str, int] = {
     "token_usage_recorded": 2,  # 2: provider, cost_micros
     # the approval policy ``reviewer`` joined the literal (version 1 could not hold it)
     "session_created": 2, "session_policy_changed": 2, "schedule_saved": 2,
+    # 2: the checkpoint_* actions joined the union (issue 38)
+    "action_requested": 2,
 }
 
 
@@ -237,6 +239,11 @@ def _policy_v1(event: dict[str, Any]) -> None:
 
 #: ``(event type, version) -> upcaster`` to the next version. A type with no entry for a
 #: version had nothing to change at it.
+def _action_requested_v1(event: dict[str, Any]) -> None:
+    """Version 2 only added action types (``checkpoint_*``): an action stored at 1 is one of
+    the others, and reads the same."""
+
+
 UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("worker_paired", 0): _worker_paired_v0,
     ("worker_connected", 0): _worker_connected_v0,
@@ -256,6 +263,7 @@ UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("session_created", 1): _policy_v1,
     ("session_policy_changed", 1): _policy_v1,
     ("schedule_saved", 1): _policy_v1,
+    ("action_requested", 1): _action_requested_v1,
 }
 
 
