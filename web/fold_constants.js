@@ -401,6 +401,13 @@ export function fillSessionInfo(v) {
   }
   if (v.parked_on === undefined) v.parked_on = null;
   if (v.reviewer_denials === undefined) v.reviewer_denials = 0;
+  if (v.checkpoints === undefined) {
+    v.checkpoints = [];
+  } else {
+    for (const x of v.checkpoints) {
+      fillCheckpointMark(x);
+    }
+  }
   return v;
 }
 
@@ -910,6 +917,15 @@ export function fillAttentionSetting(v) {
   if (v.act_after_s === undefined) v.act_after_s = null;
   if (v.on_approval === undefined) v.on_approval = "reject";
   if (v.on_question === undefined) v.on_question = "answer";
+  return v;
+}
+
+/** `CheckpointMark` (state.py): its defaults filled in. */
+export function fillCheckpointMark(v) {
+  if (v.files === undefined) v.files = 0;
+  if (v.skipped === undefined) v.skipped = [];
+  if (v.shadow === undefined) v.shadow = false;
+  if (v.at === undefined) v.at = 0.0;
   return v;
 }
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from codey_protocol import events as ev
 from codey_protocol.state import State
@@ -96,3 +96,6 @@ class TurnDeps:
     load_blob: Callable[[str], bytes | None] | None = None
     #: keep bytes in the blob store (an image the model was shown); returns their sha256
     store_blob: Callable[[bytes], str] | None = None
+    #: the checkpoints' service (``codey_server.checkpoints``): a checkpoint before a turn's
+    #: first change, its end state after it (None: none are kept)
+    checkpoints: Any = None
