@@ -236,6 +236,7 @@ class Checkpoints:
         self.home = home
         #: each repository's filter drivers, switched off (:meth:`_neutral`), by its git dir
         self._neutral_flags: dict[Path, tuple[str, ...]] = {}
+        self._neutral_seen: dict[Path, tuple[int, tuple[str, ...]]] = {}
 
     async def _git(self, store: Store, *args: str, access: Access | None = None,
                    **kw: object) -> bytes:
@@ -249,6 +250,13 @@ class Checkpoints:
         names (an empty command is no filter: git writes and reads the bytes as they are)."""
         if store.shadow:
             return ()
+        config = store.repo.common_dir / "config"
+        with contextlib.suppress(OSError):
+            # read again only when the config changed (a git run in the sandbox costs)
+            stamp = os.stat(config).st_mtime_ns
+            seen = self._neutral_seen.get(store.repo.common_dir)
+            if seen is not None and seen[0] == stamp:
+                return seen[1]
         done = await self.git.run(store.repo.top, "config", "--null", "--get-regexp",
                                   r"^filter\.", repo=store.repo, check=False)
         names: set[str] = set()
@@ -262,6 +270,9 @@ class Checkpoints:
                 flags += ["-c", f"filter.{name}.{part}="]
             flags += ["-c", f"filter.{name}.required=false"]
         self._neutral_flags[store.repo.common_dir] = tuple(flags)
+        with contextlib.suppress(OSError):
+            self._neutral_seen[store.repo.common_dir] = (os.stat(config).st_mtime_ns,
+                                                         tuple(flags))
         return tuple(flags)
 
     @contextlib.contextmanager
@@ -290,6 +301,7 @@ class Checkpoints:
                                      "--exclude-standard", "--", spec, env=env, access=access)
             top = store.repo.top
             big: list[str] = []
+            count = 0  # the files the checkpoint holds: those there now, but the big ones
             for raw in dict.fromkeys(listed.split(b"\0")):
                 if not raw:
                     continue
@@ -297,6 +309,8 @@ class Checkpoints:
                     info = os.lstat(os.path.join(top, os.fsdecode(raw)))
                     if stat.S_ISREG(info.st_mode) and info.st_size > max_file_bytes:
                         big.append(os.fsdecode(raw))
+                    else:
+                        count += 1
             if big:
                 pathspec = scratch / "pathspec"
                 pathspec.write_bytes(b"\0".join(
@@ -314,8 +328,6 @@ class Checkpoints:
                 raise ActionRefused("git_failed", f"git add: {added.words()}")
             tree = (await self._git(store, "write-tree", env=env, access=access)
                     ).decode().strip()
-            count = (await self._git(store, "ls-files", "-z", "--", spec, env=env,
-                                     access=access)).count(b"\0")
             ignored = await self._git(store, "ls-files", "-z", "-o", "-i", "--exclude-standard",
                                       "--directory", "--", spec, env=env, access=access)
             if store.shadow:
