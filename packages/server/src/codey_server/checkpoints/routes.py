@@ -10,7 +10,7 @@ from typing import Annotated
 import msgspec
 from litestar import get, post
 from litestar.di import NamedDependency
-from litestar.params import FromPath, JSONBody, Parameter
+from litestar.params import FromPath, JSONBody, QueryParameter
 
 from codey_protocol.state import CheckpointMark
 from codey_server.checkpoints.service import Checkpoints, Preview, Restored, TurnDiff
@@ -67,7 +67,7 @@ class CheckpointsController(Resource):
     @get("/{session_id:str}/diff", responses=errors(404, 409))
     async def diff(self, session_id: FromPath[str],
                    checkpoints: NamedDependency[Checkpoints],
-                   from_turn: Annotated[str, Parameter(query="from")],
-                   to_turn: Annotated[str, Parameter(query="to")] = "") -> TurnDiff:
+                   from_turn: Annotated[str, QueryParameter(name="from")],
+                   to_turn: Annotated[str, QueryParameter(name="to")] = "") -> TurnDiff:
         """The change from before turn ``from`` to before turn ``to`` (omitted: to now)."""
         return await checkpoints.diff(session_id, from_turn, to_turn)
