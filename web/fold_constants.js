@@ -74,6 +74,10 @@ const ACTION = {
   workspace_commit: fillWorkspaceCommit,
   workspace_merge: fillWorkspaceMerge,
   workspace_push: fillWorkspacePush,
+  checkpoint_record: fillCheckpointRecord,
+  checkpoint_restore: fillCheckpointRestore,
+  checkpoint_diff: fillCheckpointDiff,
+  checkpoint_prune: fillCheckpointPrune,
 };
 
 /**
@@ -409,6 +413,13 @@ export function fillSessionInfo(v) {
   }
   if (v.parked_on === undefined) v.parked_on = null;
   if (v.reviewer_denials === undefined) v.reviewer_denials = 0;
+  if (v.checkpoints === undefined) {
+    v.checkpoints = [];
+  } else {
+    for (const x of v.checkpoints) {
+      fillCheckpointMark(x);
+    }
+  }
   return v;
 }
 
@@ -722,6 +733,34 @@ export function fillWorkspacePush(v) {
   return v;
 }
 
+/** `CheckpointRecord` (worker.py): its defaults filled in. */
+export function fillCheckpointRecord(v) {
+  if (v.phase === undefined) v.phase = "start";
+  if (v.max_file_bytes === undefined) v.max_file_bytes = 10485760;
+  if (v.keep === undefined) v.keep = 0;
+  return v;
+}
+
+/** `CheckpointRestore` (worker.py): its defaults filled in. */
+export function fillCheckpointRestore(v) {
+  if (v.keep === undefined) v.keep = null;
+  if (v.path === undefined) v.path = null;
+  return v;
+}
+
+/** `CheckpointDiff` (worker.py): its defaults filled in. */
+export function fillCheckpointDiff(v) {
+  if (v.to_turn === undefined) v.to_turn = "";
+  return v;
+}
+
+/** `CheckpointPrune` (worker.py): its defaults filled in. */
+export function fillCheckpointPrune(v) {
+  if (v.workdir === undefined) v.workdir = "";
+  if (v.keep === undefined) v.keep = 0;
+  return v;
+}
+
 /** `TokenUsage` (state.py): its defaults filled in. */
 export function fillTokenUsage(v) {
   if (v.input_tokens === undefined) v.input_tokens = 0;
@@ -890,6 +929,15 @@ export function fillAttentionSetting(v) {
   if (v.act_after_s === undefined) v.act_after_s = null;
   if (v.on_approval === undefined) v.on_approval = "reject";
   if (v.on_question === undefined) v.on_question = "answer";
+  return v;
+}
+
+/** `CheckpointMark` (state.py): its defaults filled in. */
+export function fillCheckpointMark(v) {
+  if (v.files === undefined) v.files = 0;
+  if (v.skipped === undefined) v.skipped = [];
+  if (v.shadow === undefined) v.shadow = false;
+  if (v.at === undefined) v.at = 0.0;
   return v;
 }
 

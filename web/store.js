@@ -30,6 +30,7 @@ import {
   fillTerminalInfo, fillUpgradeNotice, fillWorkerInfo, fillGoalInfo,
   fillBudget, fillBudgetStop, fillModelPrice, fillSpend,
   TRIGGER_DELIVERIES_KEPT, fillTriggerDelivery, fillTriggerInfo,
+  fillCheckpointMark,
 } from "./fold_constants.js";
 
 export { MAX_CHANGED_PATHS };
@@ -513,6 +514,19 @@ function approvalReviewed(state, env, e) {
   else if (e.verdict === "approve") s.reviewer_denials = 0;
 }
 
+// a turn's checkpoint (checkpoints/fold.py): one per turn, a later record replaces it
+function checkpointRecorded(state, env, e) {
+  const s = session(state, env);
+  if (!s) return;
+  const mark = fillCheckpointMark({
+    turn: e.turn, commit: e.commit, files: e.files, skipped: [...e.skipped], shadow: e.shadow,
+    at: env.ts,
+  });
+  const at = s.checkpoints.findIndex((c) => c.turn === e.turn);
+  if (at >= 0) s.checkpoints[at] = mark;
+  else s.checkpoints.push(mark);
+}
+
 function actionRequested(state, env, e) {
   const s = session(state, env);
   if (s) {
@@ -909,6 +923,7 @@ const HANDLERS = {
   attention_nudged: attentionNudged,
   attention_acted: attentionActed,
   approval_reviewed: approvalReviewed,
+  checkpoint_recorded: checkpointRecorded,
 };
 
 /**

@@ -1206,6 +1206,23 @@ class GoalGivenUp(EventBase, kw_only=True):
     reason: str = ""
 
 
+# checkpoints (issue 38) ----------------------------------------------------------------------
+
+
+class CheckpointRecorded(EventBase, kw_only=True):
+    """The session's worker kept a checkpoint of its workdir before turn ``turn``'s first
+    change (``turn``: the item id of the prompt that opened it): ``commit`` on the private ref
+    ``refs/codey/checkpoints/<session>/<turn>`` (of the shadow repository under the worker's
+    home, ``shadow``, for a folder that is not a repository), how many files it holds and
+    what it skipped (files over the size limit, ignored ones; named, up to a cap)."""
+
+    turn: str
+    commit: str
+    files: int = 0
+    skipped: list[str] = msgspec.field(default_factory=list)
+    shadow: bool = False
+
+
 Event = (
     WorkerPairRequested
     | WorkerPairResolved
@@ -1289,6 +1306,7 @@ Event = (
     | AttentionNudged
     | AttentionActed
     | ApprovalReviewed
+    | CheckpointRecorded
 )
 
 

@@ -364,6 +364,18 @@ def memory_key(worker_id: str, workdir: str) -> str:
     return f"{worker_id}:{workdir}"
 
 
+class CheckpointMark(msgspec.Struct, kw_only=True):
+    """A turn's checkpoint (``checkpoint_recorded``): the workdir before the turn's first
+    change, kept by the session's worker; ``at``: when it was recorded."""
+
+    turn: str
+    commit: str
+    files: int = 0
+    skipped: list[str] = msgspec.field(default_factory=list)
+    shadow: bool = False
+    at: float = 0.0
+
+
 class GoalInfo(msgspec.Struct, kw_only=True):
     """A session's goal and how its checks went (``goal_set`` … ``goal_given_up``)."""
 
@@ -467,6 +479,8 @@ class SessionInfo(msgspec.Struct, kw_only=True):
     parked_on: str | None = None
     #: the reviewer's denials in a row (an approval that is granted ends the run)
     reviewer_denials: int = 0
+    #: its turns' checkpoints, oldest first (one per turn that changed files)
+    checkpoints: list[CheckpointMark] = msgspec.field(default_factory=list)
 
 
 class AuthInfo(msgspec.Struct, kw_only=True):

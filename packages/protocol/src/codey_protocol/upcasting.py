@@ -70,6 +70,8 @@ VERSIONS: dict[str, int] = {
     "session_created": 2, "session_policy_changed": 2, "schedule_saved": 2,
     "worker_connected": 2,  # 2: capabilities.roots
     "approval_requested": 2,  # 2: the kind ``web`` joined the literal
+    # 2: the checkpoint_* actions joined the union (issue 38)
+    "action_requested": 2,
 }
 
 
@@ -250,6 +252,11 @@ def _worker_connected_v1(event: dict[str, Any]) -> None:
         _missing(caps, {"roots": []})
 
 
+def _action_requested_v1(event: dict[str, Any]) -> None:
+    """Version 2 only added action types (``checkpoint_*``): an action stored at 1 is one of
+    the others, and reads the same."""
+
+
 #: ``(event type, version) -> upcaster`` to the next version. A type with no entry for a
 #: version had nothing to change at it.
 UPCASTERS: dict[tuple[str, int], Upcaster] = {
@@ -273,6 +280,7 @@ UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("schedule_saved", 1): _policy_v1,
     ("worker_connected", 1): _worker_connected_v1,
     ("approval_requested", 1): _literal_grew_v1,
+    ("action_requested", 1): _action_requested_v1,
 }
 
 

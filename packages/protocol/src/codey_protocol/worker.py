@@ -576,6 +576,56 @@ class WorkspacePush(Action, kw_only=True):
     body: str = ""
 
 
+# checkpoints (issue 38): the workdir kept as git commits on private refs, by turn; see
+# ``codey_worker/checkpoints.py``. A turn is named by the item id of its prompt.
+
+
+class CheckpointRecord(Action, kw_only=True):
+    """Keep the workdir as it is now as turn ``turn``'s checkpoint: ``start`` (before its
+    first change) or ``end`` (its end state, which finds the files changed by hand later).
+    ``keep`` > 0: only the session's last ``keep`` turns' checkpoints stay."""
+
+    workdir: str
+    turn: str
+    phase: Literal["start", "end"] = "start"
+    max_file_bytes: int = 10 * 1024 * 1024
+    keep: int = 0
+
+
+class CheckpointPreview(Action, kw_only=True):
+    """What restoring ``turn``'s checkpoint would change, with the diffs, and which of those
+    files were changed by hand since the session's turns left them."""
+
+    workdir: str
+    turn: str
+
+
+class CheckpointRestore(Action, kw_only=True):
+    """Make the workdir equal ``turn``'s checkpoint, but for ``keep`` (None: the hand-edited
+    files); ``path``: that one file only (relative to the workdir)."""
+
+    workdir: str
+    turn: str
+    keep: list[str] | None = None
+    path: str | None = None
+
+
+class CheckpointDiff(Action, kw_only=True):
+    """The change from ``from_turn``'s checkpoint to ``to_turn``'s (empty: the workdir now)."""
+
+    workdir: str
+    from_turn: str
+    to_turn: str = ""
+
+
+class CheckpointPrune(Action, kw_only=True):
+    """Delete the session's checkpoints but its last ``keep`` turns' (0: all of them, and its
+    shadow repository). ``workdir`` empty: only the shadow repository goes."""
+
+    workdir: str = ""
+    keep: int = 0
+
+
 ServerToWorker = (
     AuthChallenge
     | Welcome
@@ -614,6 +664,11 @@ ServerToWorker = (
     | WorkspaceCommit
     | WorkspaceMerge
     | WorkspacePush
+    | CheckpointRecord
+    | CheckpointPreview
+    | CheckpointRestore
+    | CheckpointDiff
+    | CheckpointPrune
 )
 
 ActionMessage = (
@@ -623,6 +678,7 @@ ActionMessage = (
     | ViewImage
     | WorkspaceCreate | WorkspaceDiff | WorkspaceRemove | WorkspaceCommit | WorkspaceMerge
     | WorkspacePush
+    | CheckpointRecord | CheckpointPreview | CheckpointRestore | CheckpointDiff | CheckpointPrune
 )
 
 
@@ -941,6 +997,43 @@ class WorkspacePushed(ResultBase, kw_only=True):
     message: str = ""
 
 
+class CheckpointTaken(ResultBase, kw_only=True):
+    """A checkpoint kept (``checkpoint_record``): its commit, how many files it holds, and
+    what it left out (files over the size, ignored ones; named, up to a cap)."""
+
+    turn: str
+    phase: Literal["start", "end"] = "start"
+    commit: str
+    files: int = 0
+    skipped: list[str] = msgspec.field(default_factory=list)
+    shadow: bool = False  # kept in the worker's shadow repository (not a git folder)
+
+
+class CheckpointFile(msgspec.Struct, kw_only=True):
+    path: str  # relative to the workdir's checkout (or folder)
+    #: from the workdir now to the checkpoint: ``added`` (the restore makes it),
+    #: ``deleted`` (the restore deletes it), ``modified``
+    status: Literal["added", "deleted", "modified"] = "modified"
+    diff: str = ""
+
+
+class CheckpointPlan(ResultBase, kw_only=True):
+    """``checkpoint_preview`` and ``checkpoint_diff``: the files and their diffs."""
+
+    commit: str = ""
+    files: list[CheckpointFile] = msgspec.field(default_factory=list)
+    hand_edited: list[str] = msgspec.field(default_factory=list)
+
+
+class CheckpointRestored(ResultBase, kw_only=True):
+    restored: list[str] = msgspec.field(default_factory=list)
+    kept: list[str] = msgspec.field(default_factory=list)
+
+
+class CheckpointsPruned(ResultBase, kw_only=True):
+    removed: int = 0
+
+
 ActionOutcome = (
     CommandResult
     | PatchResult
@@ -968,6 +1061,10 @@ ActionOutcome = (
     | WorkspaceCommitted
     | WorkspaceMerged
     | WorkspacePushed
+    | CheckpointTaken
+    | CheckpointPlan
+    | CheckpointRestored
+    | CheckpointsPruned
 )
 
 

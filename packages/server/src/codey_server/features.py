@@ -21,6 +21,7 @@ from codey_server.blobs import plugin as blobs
 from codey_server.board import plugin as board
 from codey_server.browsers import plugin as browsers
 from codey_server.channels import plugin as channels
+from codey_server.checkpoints import plugin as checkpoints
 from codey_server.core import decide as core_decide
 from codey_server.core import fold as core_fold
 from codey_server.core.rules import Rules
@@ -63,6 +64,7 @@ PLUGINS: tuple[FeaturePlugin, ...] = (
     channels.PLUGIN,
     push.PLUGIN,
     upgrades.PLUGIN,
+    checkpoints.PLUGIN,  # after the agent: its turns ask for checkpoints
 )
 
 RULES = Rules(plugin.feature for plugin in PLUGINS)

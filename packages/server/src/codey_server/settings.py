@@ -276,6 +276,11 @@ class Settings(msgspec.Struct, kw_only=True):
     attention: AttentionConfig = msgspec.field(default_factory=AttentionConfig)
     reviewer: ReviewerConfig = msgspec.field(default_factory=ReviewerConfig)
     web: WebConfig = msgspec.field(default_factory=WebConfig)
+    #: checkpoints (issue 38): files over this size are left out of a turn's checkpoint
+    checkpoint_max_file_bytes: int = 10 * 1024 * 1024
+    #: the checkpoints kept per session: its last this many turns' (0: all of them, until
+    #: the session is deleted or archived)
+    checkpoints_keep: int = 0
 
     @property
     def db_path(self) -> Path:
@@ -396,6 +401,8 @@ class _ConfigFile(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     attention: AttentionConfig | None = None
     reviewer: ReviewerConfig | None = None
     web: WebConfig | None = None
+    checkpoint_max_file_bytes: int | None = None
+    checkpoints_keep: int | None = None
 
 
 def _where(raw: bytes, message: str) -> str:
@@ -448,7 +455,7 @@ def load_config_file(settings: Settings, path: Path) -> Settings:
                  "worker_silence_s", "schedule_grace_s",
                  "turn_iteration_cap", "goal_max_turns",
                  "action_timeout_s", "approval_timeout_s", "retention", "attention",
-                 "reviewer", "web"):
+                 "reviewer", "web", "checkpoint_max_file_bytes", "checkpoints_keep"):
         value = getattr(cfg, name)
         if value is not None:
             changes[name] = value

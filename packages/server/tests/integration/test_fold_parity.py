@@ -456,6 +456,11 @@ def build_log() -> list[ev.Envelope]:
                                  output="no evidence"))
     log.add("s2", ev.GoalGivenUp(goal_id="g2", reason="cleared by the user"))
     log.add("s9", ev.GoalSet(goal_id="g9", condition="unknown session"))
+    log.add("s1", ev.CheckpointRecorded(turn="s1-u1", commit="c" * 40, files=3,
+                                        skipped=["big.bin (over 10485760 bytes)"]))
+    log.add("s1", ev.CheckpointRecorded(turn="s1-u2", commit="d" * 40, shadow=True))
+    log.add("s1", ev.CheckpointRecorded(turn="s1-u1", commit="e" * 40, files=4))
+    log.add("s9", ev.CheckpointRecorded(turn="x", commit="f" * 40))
     return log.envelopes
 
 

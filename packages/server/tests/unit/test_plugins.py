@@ -75,7 +75,8 @@ def test_the_app_has_each_plugins_routes_and_the_static_client_last(tmp_path: Pa
                 "terminals": "/api/terminals", "blobs": "/api/blobs", "mcp": "/mcp",
                 "schedules": "/api/schedules", "board": "/api/tasks", "metrics": "/metrics",
                 "channels": "/api/telegram", "push": "/api/push", "upgrades": "/api/about",
-                "triggers": "/api/triggers"}
+                "triggers": "/api/triggers",
+                "checkpoints": "/api/sessions/{session_id:str}/checkpoints"}
     assert set(one_each) == {p.name for p in PLUGINS}
     assert set(one_each.values()) <= set(paths)
 
@@ -103,12 +104,12 @@ def test_the_parts_start_and_stop_in_the_order_the_server_always_used(tmp_path: 
     assert names(built._intake_stops) == ["ClientHub.begin_shutdown", "CodeyMcp.stop",
                                           "Scheduler.stop", "TelegramChannel.stop"]
     assert names(built._stops) == ["AgentService.stop", "GoalRunner.stop",
-                                   "Workspaces.stop", "PushService.stop"]
+                                   "Workspaces.stop", "PushService.stop", "Checkpoints.stop"]
     assert names(built._closes) == ["AuthService.stop"]
     assert [getattr(f, "__qualname__", "") for f in built.engine.listeners] == [
         "ProcessTails.on_event", "Presence._on_event", "Delivery._on_event",
         "WorkerRegistry._on_event", "AgentService._on_event", "GoalRunner._on_event",
-        "Workspaces._on_event", "ServerMetrics._on_event"]
+        "Workspaces._on_event", "ServerMetrics._on_event", "Checkpoints._on_event"]
     assert names(built.access.on_logout) == ["ClientHub.close_session",
                                              "TerminalService.close_views_of"]
 

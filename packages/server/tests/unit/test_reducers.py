@@ -689,6 +689,7 @@ SESSION_EVENTS: list[ev.Event] = [
     ev.GoalGivenUp(goal_id="g", reason="cleared by the user"),
     ev.BudgetSet(scope="session", max_tokens=10),
     ev.BudgetReached(scope="session", unit="tokens", limit=10, spent=12),
+    ev.CheckpointRecorded(turn="u1", commit="c" * 40, files=2),
     ev.SessionDeleted(),
 ]
 GLOBAL_EVENTS: list[ev.Event] = [
@@ -752,6 +753,16 @@ def test_terminals_count_their_viewers_and_end_once_closed(log: Log) -> None:
     apply(st_, log.env(ev.TerminalAttached(terminal_id="nope", by="x"), S))  # ignored
     st_.seq = before.seq
     assert st_ == before
+
+
+def test_a_turns_checkpoint_is_folded_once_per_turn(state: State, log: Log) -> None:
+    apply(state, log.env(ev.CheckpointRecorded(turn="u1", commit="a" * 40, files=2,
+                                               skipped=["x.log (ignored)"]), S))
+    apply(state, log.env(ev.CheckpointRecorded(turn="u2", commit="b" * 40, shadow=True), S))
+    apply(state, log.env(ev.CheckpointRecorded(turn="u1", commit="c" * 40, files=3), S))
+    marks = state.sessions[S].checkpoints
+    assert [(m.turn, m.commit[0], m.files, m.shadow) for m in marks] == [
+        ("u1", "c", 3, False), ("u2", "b", 0, True)]
 
 
 def test_every_event_type_is_exercised() -> None:

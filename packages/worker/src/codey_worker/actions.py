@@ -59,6 +59,16 @@ from codey_protocol.worker import (
     AttachSession,
     Cancel,
     Cancelled,
+    CheckpointDiff,
+    CheckpointFile,
+    CheckpointPlan,
+    CheckpointPreview,
+    CheckpointPrune,
+    CheckpointRecord,
+    CheckpointRestore,
+    CheckpointRestored,
+    CheckpointsPruned,
+    CheckpointTaken,
     CommandResult,
     Detached,
     DetachSession,
@@ -106,6 +116,7 @@ from codey_worker.warm import supervisor_env
 from codey_worker.watch import WorkspaceWatcher
 
 if TYPE_CHECKING:
+    from codey_worker.checkpoints import Checkpoints, FileDelta
     from codey_worker.processes import ProcessTable
     from codey_worker.workspaces import Workspaces
 
@@ -208,6 +219,7 @@ class ActionDispatcher:
         self.git = GitRunner(self.sandbox)
         self._processes: ProcessTable | None = None
         self._workspaces: Workspaces | None = None
+        self._checkpoints: Checkpoints | None = None
 
     @property
     def workspaces(self) -> Workspaces:
@@ -559,6 +571,44 @@ class ActionDispatcher:
     async def _workspace_push(self, action: WorkspacePush) -> ActionOutcome:
         return await self.workspaces.push(action)
 
+    @property
+    def checkpoints(self) -> Checkpoints:
+        """The sessions' checkpoints (checkpoint_* actions), made with the first."""
+        if self._checkpoints is None:
+            from codey_worker.checkpoints import Checkpoints
+
+            self._checkpoints = Checkpoints(self.git, self.home)
+        return self._checkpoints
+
+    async def _checkpoint_record(self, action: CheckpointRecord) -> ActionOutcome:
+        snap, store = await self.checkpoints.record(
+            self._check_workdir(action.workdir), action.session_id, action.turn, action.phase,
+            action.max_file_bytes, action.keep)
+        return CheckpointTaken(turn=action.turn, phase=action.phase, commit=snap.commit,
+                               files=snap.files, skipped=snap.skipped, shadow=store.shadow)
+
+    async def _checkpoint_preview(self, action: CheckpointPreview) -> ActionOutcome:
+        files, edited, commit = await self.checkpoints.preview(
+            self._check_workdir(action.workdir), action.session_id, action.turn)
+        return CheckpointPlan(commit=commit, files=_plan_files(files), hand_edited=edited)
+
+    async def _checkpoint_restore(self, action: CheckpointRestore) -> ActionOutcome:
+        restored, kept = await self.checkpoints.restore(
+            self._check_workdir(action.workdir), action.session_id, action.turn, action.keep,
+            action.path)
+        return CheckpointRestored(restored=restored, kept=kept)
+
+    async def _checkpoint_diff(self, action: CheckpointDiff) -> ActionOutcome:
+        files = await self.checkpoints.diff(self._check_workdir(action.workdir),
+                                            action.session_id, action.from_turn, action.to_turn)
+        # (from the older to the newer: "added" is what the later one has)
+        return CheckpointPlan(files=_plan_files(files))
+
+    async def _checkpoint_prune(self, action: CheckpointPrune) -> ActionOutcome:
+        workdir = self._check_workdir(action.workdir) if action.workdir else None
+        return CheckpointsPruned(removed=await self.checkpoints.prune(
+            workdir, action.session_id, action.keep))
+
     async def _unknown(self, action: ActionMessage) -> ActionOutcome:
         raise ActionRefused("bad_request", f"this worker cannot run {type(action).__name__}")
 
@@ -765,11 +815,23 @@ _EXECUTORS: dict[type[ActionMessage], Executor[Any]] = {
     WorkspaceCommit: Executor(ActionDispatcher._workspace_commit),
     WorkspaceMerge: Executor(ActionDispatcher._workspace_merge),
     WorkspacePush: Executor(ActionDispatcher._workspace_push),
+    # a checkpoint writes the repository's objects and refs, never the work tree
+    CheckpointRecord: Executor(ActionDispatcher._checkpoint_record, changes_workdir=False),
+    CheckpointPreview: _looks(ActionDispatcher._checkpoint_preview),
+    CheckpointRestore: Executor(ActionDispatcher._checkpoint_restore),
+    CheckpointDiff: _looks(ActionDispatcher._checkpoint_diff),
+    CheckpointPrune: Executor(ActionDispatcher._checkpoint_prune, changes_workdir=False),
 }
 _UNKNOWN: Executor[Any] = Executor(ActionDispatcher._unknown)
 
 #: the action types this worker runs, by tag (``Capabilities.executors`` in its hello)
 EXECUTORS: list[str] = [str(cls.__struct_config__.tag) for cls in _EXECUTORS]
+
+
+def _plan_files(found: list[tuple[FileDelta, str]]) -> list[CheckpointFile]:
+    named = {"A": "added", "D": "deleted"}
+    return [CheckpointFile(path=d.path, status=named.get(d.status, "modified"),  # type: ignore[arg-type]
+                           diff=text) for d, text in found]
 
 
 def _executor(action: ActionMessage) -> Executor[Any]:

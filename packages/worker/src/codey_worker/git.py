@@ -258,6 +258,9 @@ class Access:
     network: bool = False
     credentials: bool = False
     reads: tuple[Path, ...] = ()
+    #: folders of the worker's own under a hidden path (a checkpoint's shadow repository in
+    #: ``$CODEY_HOME``), bound in writable after the hidden paths are covered
+    exposed: tuple[Path, ...] = ()
 
 
 READ = Access()
@@ -319,7 +322,7 @@ class GitRunner:
         readable: list[Path] = [cwd, *access.reads, *also]
         if repo is not None:
             readable += [repo.top, *repo.git_dirs]
-        exposed: list[Path] = []
+        exposed: list[Path] = list(access.exposed)
         if access.credentials:
             sock = self.environ.get("SSH_AUTH_SOCK")
             if sock and os.path.isabs(sock):

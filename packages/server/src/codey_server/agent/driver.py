@@ -172,6 +172,8 @@ class TurnDriver:
         self._mcp_servers: list[wk.McpServerInfo] | None = None
         #: set when the turn ended because a fenced write or action was refused
         self.lease_lost: LeaseLost | None = None
+        #: an action of this turn may have changed files (its end state is then kept)
+        self._changed = False
         self._start: dict[type[Any], Callable[[Any], None]] = {
             BuildBody: self._build_body, NoteBody: self._note_body,
             CallModel: self._call_model, RunAction: self._run_action,
@@ -194,6 +196,7 @@ class TurnDriver:
                 if not self._inbox and not self._tasks and not self._timers:
                     raise RuntimeError("the turn waits, but for nothing")
                 await self._feed(await self._inbox.get())
+            await self._turn_ended()
         except asyncio.CancelledError:
             self._stop()
             if not self.deps.stopping():
@@ -209,6 +212,19 @@ class TurnDriver:
                 await self._submit(Crashed(str(err), now=time.time()))
         finally:
             self._stop()
+
+    async def _turn_ended(self) -> None:
+        """The turn's end state, kept when it changed files (see checkpoints/)."""
+        if not self._changed or self.deps.checkpoints is None:
+            return
+        s = self.deps.store.state.sessions.get(self.session_id)
+        if s is None:
+            return
+        try:
+            await self.deps.checkpoints.turn_ended(self.session_id, s.worker_id, s.workdir)
+        except Exception:  # a safety net's failure must not fail the turn
+            log.warning("session %s: its turn's end state was not kept", self.session_id,
+                        exc_info=True)
 
     async def _interrupted(self) -> None:
         """Close what the turn left open, and stop its actions on the worker."""
@@ -320,6 +336,11 @@ class TurnDriver:
                 if servers and servers is not self._mcp_servers:
                     self._mcp_servers = servers
                     put(SessionAttached(servers, now=time.time()))
+            # the turn's first change: the workdir is kept as it was, before it runs
+            if self.deps.checkpoints is not None and e.report and \
+                    await self.deps.checkpoints.before_change(
+                        e.action.session_id, e.worker_id, e.workdir, e.action):
+                self._changed = True
             outcome = await actions.run(e.worker_id, e.action,
                                         on_progress=progressed if e.progress else None,
                                         timeout=e.timeout, skip=e.skip)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from codey_protocol import events as ev
 from codey_protocol.state import State
@@ -99,3 +99,6 @@ class TurnDeps:
     store_blob: Callable[[bytes], str] | None = None
     #: web_fetch and web_search, run on the server (None: not available)
     web: WebTools | None = None
+    #: the checkpoints' service (``codey_server.checkpoints``): a checkpoint before a turn's
+    #: first change, its end state after it (None: none are kept)
+    checkpoints: Any = None

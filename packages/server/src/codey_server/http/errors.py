@@ -76,6 +76,11 @@ STATUS_OF_CODE: Mapping[str, int] = {
     # the worktree's folder or its branch is not there any more
     "worktree_gone": 409,
     "branch_gone": 409,
+    # checkpoints (checkpoints/): a restore refused, with the reason the UI shows
+    "turn_running": 409,
+    "checkpoint_gone": 409,
+    "worker_offline": 409,
+    "path_outside_workdir": 409,
 }
 
 class ErrorBody(msgspec.Struct, kw_only=True, omit_defaults=True):
