@@ -397,6 +397,13 @@ export function fillSessionInfo(v) {
   }
   if (v.parked_on === undefined) v.parked_on = null;
   if (v.reviewer_denials === undefined) v.reviewer_denials = 0;
+  if (v.rewound === undefined) {
+    v.rewound = [];
+  } else {
+    for (const x of v.rewound) {
+      fillRewoundBranch(x);
+    }
+  }
   return v;
 }
 
@@ -878,6 +885,21 @@ export function fillAttentionSetting(v) {
   if (v.act_after_s === undefined) v.act_after_s = null;
   if (v.on_approval === undefined) v.on_approval = "reject";
   if (v.on_question === undefined) v.on_question = "answer";
+  return v;
+}
+
+/** `RewoundBranch` (state.py): its defaults filled in. */
+export function fillRewoundBranch(v) {
+  if (v.after === undefined) v.after = "";
+  if (v.at === undefined) v.at = 0.0;
+  if (v.mode === undefined) v.mode = "conversation";
+  if (v.items === undefined) {
+    v.items = [];
+  } else {
+    for (const x of v.items) {
+      fillItemBase(x);
+    }
+  }
   return v;
 }
 

@@ -1133,6 +1133,22 @@ class GoalGivenUp(EventBase, kw_only=True):
     reason: str = ""
 
 
+# rewind -------------------------------------------------------------------------------------
+# Issue 38: a session's conversation taken back to just before one of its prompts.
+
+RewindMode = Literal["both", "files", "conversation"]
+
+
+class ConversationRewound(EventBase, kw_only=True):
+    """The conversation went back to just before the prompt ``turn`` (a ``UserMessage``'s item
+    id): that prompt and every item after it leave the live conversation for a rewound branch,
+    shown folded where they stood and never sent to the model again. ``mode``: what the user
+    asked to rewind (``both``: its files were restored first)."""
+
+    turn: str
+    mode: RewindMode = "conversation"
+
+
 Event = (
     WorkerPairRequested
     | WorkerPairResolved
@@ -1213,6 +1229,7 @@ Event = (
     | AttentionNudged
     | AttentionActed
     | ApprovalReviewed
+    | ConversationRewound
 )
 
 

@@ -689,6 +689,7 @@ SESSION_EVENTS: list[ev.Event] = [
     ev.GoalGivenUp(goal_id="g", reason="cleared by the user"),
     ev.BudgetSet(scope="session", max_tokens=10),
     ev.BudgetReached(scope="session", unit="tokens", limit=10, spent=12),
+    ev.ConversationRewound(turn="i"),
     ev.SessionDeleted(),
 ]
 GLOBAL_EVENTS: list[ev.Event] = [
