@@ -108,7 +108,8 @@ def test_rewind_the_conversation_from_the_transcript(stack: Stack, page: Page) -
         fourth.get_attribute("data-item-id") or "")
     abandoned = server_session["rewound"][0]["turn"]
     dialog.get_by_test_id("rewind-turn").evaluate(
-        "(el, turn) => { el.add(new Option('hostile', turn)); el.value = turn; el.dispatchEvent(new Event('change')); }", abandoned)
+        "(el, turn) => { el.add(new Option('hostile', turn)); el.value = turn;"
+        " el.dispatchEvent(new Event('change')); }", abandoned)
     dialog.get_by_test_id("rewind-mode-conversation").check()
     dialog.get_by_test_id("rewind-confirm").click()
     expect(dialog.get_by_test_id("rewind-refusal")).to_contain_text("took back")
