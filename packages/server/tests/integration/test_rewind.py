@@ -7,11 +7,15 @@ fields that are not the body's) — none of them changes the conversation."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
+from mcp.client.client import Client
+from mcp.client.streamable_http import streamable_http_client
 
 from codey_testkit.model_handle import ModelServerHandle
 from codey_testkit.scenarios import session, wait_for
@@ -166,3 +170,36 @@ def test_rewinds_are_refused_while_a_turn_runs_and_for_hostile_requests(
     assert len(s["rewound"]) == 2
     # the other session was never touched
     assert session(server, other_sid)["rewound"] == []
+
+
+async def _mcp(url: str, token: str, calls: list[tuple[str, dict[str, Any]]]) -> list[Any]:
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    async with http, Client(streamable_http_client(url, http_client=http)) as client:
+        return [await client.call_tool(name, arguments) for name, arguments in calls]
+
+
+def test_an_mcp_client_rewinds_a_conversation_within_its_token(
+        tmp_path: Path, server: ServerProcess, worker: WorkerProcess) -> None:
+    sid = _create(server, worker, tmp_path, "first prompt")
+    s = _prompt(server, sid, "second prompt", "answer two")
+    turn2 = _turn(s, "second prompt")
+
+    def token(scope: str, max_policy: str) -> str:
+        made = server.http.post("/api/mcp/tokens", json={
+            "name": f"{scope} {max_policy}", "scope": scope, "max_policy": max_policy})
+        assert made.status_code == 201, made.text
+        return str(made.json()["token"])
+
+    url = f"{server.url}/mcp"
+    args = {"session_id": sid, "turn": turn2}
+    # a read token, and a token below the session's policy: refused, nothing changes
+    [read] = asyncio.run(_mcp(url, token("read", "full-auto"), [("rewind_conversation", args)]))
+    [low] = asyncio.run(_mcp(url, token("sessions", "suggest"), [("rewind_conversation", args)]))
+    assert read.is_error and low.is_error
+    assert session(server, sid)["rewound"] == []
+    done, again = asyncio.run(_mcp(url, token("sessions", "full-auto"), [
+        ("rewind_conversation", args), ("rewind_conversation", args)]))
+    assert not done.is_error, done
+    assert again.is_error and "took back" in again.content[0].text
+    s = session(server, sid)
+    assert [i["text"] for i in s["items"] if i["kind"] == "user_message"] == ["first prompt"]
