@@ -19,6 +19,7 @@ from codey_server.agent.conversation import (
     UserText,
     conversation_of,
     model_call_needed,
+    needs_turn,
 )
 from codey_server.agent.history import History
 from codey_server.agent.wire import chat, responses
@@ -220,3 +221,21 @@ def test_a_replay_of_the_log_gives_the_same_state() -> None:
     for env in run.envelopes:
         apply(replayed, msgspec.json.decode(msgspec.json.encode(env), type=ev.Envelope))
     assert msgspec.json.encode(replayed) == msgspec.json.encode(run.state)
+
+
+def test_no_turn_runs_by_itself_at_the_point_a_rewind_chose() -> None:
+    """Rewound to just after a turn that failed (its prompt unanswered): no turn runs for it
+    (the supervisor starts one for an idle session that needs one, on a restart say) until
+    the user speaks."""
+    run = Run()
+    run.add(S, ev.SessionStatusChanged(status="running"))
+    run.add(S, ev.SessionItemAppended(item=ev.UserMessage(id="u1", ts=0.0, text="p1")))
+    run.add(S, ev.SessionItemAppended(item=ev.ErrorItem(id="e1", ts=0.0, message="boom")))
+    run.add(S, ev.SessionStatusChanged(status="error"))
+    run.turn(2)
+    assert not needs_turn(run.session)
+    run.rewind("u2")
+    assert [i.id for i in run.session.items] == ["u1", "e1"]
+    assert run.session.status == "idle" and not needs_turn(run.session)
+    run.add(S, ev.SessionItemAppended(item=ev.UserMessage(id="u3", ts=0.0, text="p3")))
+    assert needs_turn(run.session)
