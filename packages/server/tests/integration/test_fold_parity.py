@@ -456,6 +456,11 @@ def build_log() -> list[ev.Envelope]:
                                  output="no evidence"))
     log.add("s2", ev.GoalGivenUp(goal_id="g2", reason="cleared by the user"))
     log.add("s9", ev.GoalSet(goal_id="g9", condition="unknown session"))
+    # rewinds: to a live prompt (a branch), again to the same prompt (gone: ignored), to an
+    # item that is not a prompt (ignored)
+    log.add("s6", ev.ConversationRewound(turn="s6-u"))
+    log.add("s6", ev.ConversationRewound(turn="s6-u", mode="both"))
+    log.add("s1", ev.ConversationRewound(turn="s1-e"))
     return log.envelopes
 
 
