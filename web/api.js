@@ -97,6 +97,15 @@ export const api = {
     request("DELETE", `/api/telegram/chats/${encodeURIComponent(id)}`),
   workerWheels: () => request("GET", "/dl/index.json"),
   sessionLogUrl: (id) => `/api/sessions/${encodeURIComponent(id)}/log`,
+  /** Rewind to just before the prompt `turn`: {turn, mode: both|files|conversation, keep}. */
+  rewind: (id, body) => request("POST", `/api/sessions/${encodeURIComponent(id)}/rewind`, body),
+  /** The files a rewind to `turn` would change, with their diffs (the checkpoints'). */
+  rewindPreview: (id, turn) => request("GET", `/api/sessions/${encodeURIComponent(id)}` +
+    `/checkpoints/${encodeURIComponent(turn)}/preview`),
+  restoreFile: (id, turn, path) => request("POST", `/api/sessions/${encodeURIComponent(id)}` +
+    `/checkpoints/${encodeURIComponent(turn)}/restore-file`, { path }),
+  turnDiff: (id, from, to) => request("GET", `/api/sessions/${encodeURIComponent(id)}/diff?` +
+    new URLSearchParams({ from, to })),
   /** Store a file for a prompt; resolves with its attachment {hash, name, mime, size}. */
   uploadBlob: async (file) => {
     const q = new URLSearchParams({ name: file.name || "pasted", mime: file.type ||

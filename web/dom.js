@@ -122,6 +122,8 @@ const ICONS = {
   fork: [["circle", { cx: 6, cy: 5, r: 2 }], ["circle", { cx: 18, cy: 5, r: 2 }],
     ["circle", { cx: 12, cy: 19, r: 2 }], ["path", { d: "M6 7v2a4 4 0 0 0 4 4h4a4 4 0 0 0 4-4V7" }],
     ["path", { d: "M12 13v4" }]],
+  // a counter-clockwise arrow: back to an earlier point
+  rewind: [["path", { d: "M3 12a9 9 0 1 0 3-6.7" }], ["path", { d: "M3 4v5h5" }]],
 };
 
 /** An inline SVG icon (`fork`), decorative: hidden from screen readers, in the text colour. */

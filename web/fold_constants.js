@@ -420,6 +420,13 @@ export function fillSessionInfo(v) {
       fillCheckpointMark(x);
     }
   }
+  if (v.rewound === undefined) {
+    v.rewound = [];
+  } else {
+    for (const x of v.rewound) {
+      fillRewoundBranch(x);
+    }
+  }
   return v;
 }
 
@@ -938,6 +945,21 @@ export function fillCheckpointMark(v) {
   if (v.skipped === undefined) v.skipped = [];
   if (v.shadow === undefined) v.shadow = false;
   if (v.at === undefined) v.at = 0.0;
+  return v;
+}
+
+/** `RewoundBranch` (state.py): its defaults filled in. */
+export function fillRewoundBranch(v) {
+  if (v.after === undefined) v.after = "";
+  if (v.at === undefined) v.at = 0.0;
+  if (v.mode === undefined) v.mode = "conversation";
+  if (v.items === undefined) {
+    v.items = [];
+  } else {
+    for (const x of v.items) {
+      fillItemBase(x);
+    }
+  }
   return v;
 }
 

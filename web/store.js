@@ -31,6 +31,7 @@ import {
   fillBudget, fillBudgetStop, fillModelPrice, fillSpend,
   TRIGGER_DELIVERIES_KEPT, fillTriggerDelivery, fillTriggerInfo,
   fillCheckpointMark,
+  fillBudget, fillBudgetStop, fillModelPrice, fillSpend, fillRewoundBranch,
 } from "./fold_constants.js";
 
 export { MAX_CHANGED_PATHS };
@@ -833,6 +834,35 @@ function upgradeNoticeDismissed(state, env, e) {
   }
 }
 
+// --- rewind (codey_server/core/rewind.py) -------------------------------------------------
+
+/** The index of the live prompt `turn` in `s.items` (-1: none), as core/rewind.turn_index. */
+export function turnIndex(s, turn) {
+  for (let i = s.items.length - 1; i >= 0; i--) {
+    const item = s.items[i];
+    if (item.id === turn) return item.kind === "user_message" && !item.queued ? i : -1;
+  }
+  return -1;
+}
+
+function conversationRewound(state, env, e) {
+  const s = env.session_id == null ? null : state.sessions[env.session_id];
+  if (!s) return;
+  const i = turnIndex(s, e.turn);
+  if (i < 0) return;
+  s.updated_at = env.ts;
+  s.rewound.push(fillRewoundBranch({
+    turn: e.turn, after: i ? s.items[i - 1].id : "", at: env.ts, mode: e.mode,
+    items: s.items.slice(i),
+  }));
+  s.items.length = i;
+  s.usage.context_tokens = 0;
+  s.plan_status = "none";
+  if (s.goal && s.goal.status === "active") {
+    s.goal.checked_item = s.items.length ? s.items[s.items.length - 1].id : "";
+  }
+}
+
 const HANDLERS = {
   worker_pair_requested: pairRequested,
   worker_pair_resolved: pairResolved,
@@ -924,6 +954,7 @@ const HANDLERS = {
   attention_acted: attentionActed,
   approval_reviewed: approvalReviewed,
   checkpoint_recorded: checkpointRecorded,
+  conversation_rewound: conversationRewound,
 };
 
 /**

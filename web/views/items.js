@@ -12,6 +12,8 @@ import {
   TOOL_WORDS, countdownNode, reviewWords, sessionWords, statusChip, toolDisplay, workerUp,
 } from "./common.js";
 import { highlightCode, languageForPath, renderMarkdown } from "../markdown.js";
+import { openRewind } from "./rewind.js";
+import { turnIndex } from "../store.js";
 
 const streams = new WeakMap(); // output <pre> -> {stream: AnsiStream, lines: its line count}
 const IMAGES = new Set(["image/png", "image/jpeg", "image/gif", "image/webp"]);
@@ -535,6 +537,15 @@ function forkButton(item, ctx, session) {
     } }, svgIcon("fork"));
 }
 
+/** "Rewind…" on a prompt of the live conversation: the rewind dialog at that prompt. */
+function rewindButton(item, ctx, session) {
+  // no text content, as the fork's: the label is drawn by CSS
+  return h("button", { class: "item-action rewind", type: "button", "data-testid": "rewind-here",
+    "aria-label": "Rewind…", title: "Take the files and/or the conversation back to just " +
+      "before this prompt", onclick: () => openRewind(ctx, session.session_id, item.id) },
+  svgIcon("rewind"));
+}
+
 /** One of the worker's git operations on the session's worktree (made, committed, merged,
  * pushed, removed): its title, how it went, and a setup script's output. */
 function gitOp(item) {
@@ -600,7 +611,8 @@ export function renderItem(item, ctx, session) {
           : h("a", { class: "chip", href: api.blobUrl(a), download: a.name,
             "data-testid": "attachment-file" }, `${a.name} (${fmtBytes(a.size)})`)))
           : null,
-        item.queued ? null : forkButton(item, ctx, session)];
+        item.queued ? null : forkButton(item, ctx, session),
+        item.queued || turnIndex(session, item.id) < 0 ? null : rewindButton(item, ctx, session)];
       break;
     case "assistant_message":
       body = [

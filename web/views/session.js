@@ -11,6 +11,7 @@ import { api } from "../api.js";
 import { ChangesDialog } from "./changes.js";
 import { fmtBytes, h, replaceChildren, showingErrors } from "../dom.js";
 import { findItem, findProcess, updateFields } from "../store.js";
+import { openRewind, rewoundBranch } from "./rewind.js";
 import { memoryOfRepository, memoryPlaces, memoryText } from "../memory.js";
 import { missing, processNames, toggleEffects } from "../toggles.js";
 import {
@@ -301,6 +302,13 @@ export class SessionView {
       document.documentElement.style.setProperty("--toast-bottom", `${form.offsetHeight}px`);
     });
     this._formSize.observe(form);
+    // a rewound prompt's text comes back in the prompt box, to be edited and sent again
+    this._onPromptText = (ev) => {
+      if (ev.detail.sessionId !== this.sessionId) return;
+      this._input.value = ev.detail.text;
+      this._input.focus();
+    };
+    window.addEventListener("codey:prompt-text", this._onPromptText);
     this._renderAll();
   }
 
@@ -325,12 +333,37 @@ export class SessionView {
     const frag = document.createDocumentFragment();
     for (let i = this._start; i < n; i++) frag.append(this._node(s.items[i], s));
     this._list.append(frag);
+    this._placeRewound(s);
     this._earlier.hidden = this._start === 0;
     this._earlier.textContent = `Show earlier (${this._start} more)`;
     this._renderHeader();
     this._orphans.dataset.sig = "";
     this._renderOrphans();
     this._scrollToEnd();
+  }
+
+  /** The branches rewinds took back, folded, each after the live item it followed (those
+   * before the built window stay out of it, as the items there). */
+  _placeRewound(s) {
+    for (const branch of s.rewound || []) {
+      const node = rewoundBranch(branch, this.ctx, s);
+      const after = branch.after ? this._nodes.get(branch.after) : null;
+      if (after) {
+        // after the item and any branch already placed behind it
+        let at = after;
+        while (at.nextSibling && at.nextSibling.dataset &&
+          at.nextSibling.dataset.testid === "rewound-branch") at = at.nextSibling;
+        at.after(node);
+      } else if (!branch.after && this._start === 0) {
+        let at = null;
+        for (const c of this._list.children) {
+          if (c.dataset.testid === "rewound-branch") at = c;
+          else break;
+        }
+        if (at) at.after(node);
+        else this._list.prepend(node);
+      }
+    }
   }
 
   _node(item, s) {
@@ -466,6 +499,7 @@ export class SessionView {
         break;
       }
       case "session_deleted":
+      case "conversation_rewound": // items left the live branch: build it again
         this._renderAll();
         return;
       case "session_status_changed": {
@@ -1243,6 +1277,13 @@ export class SessionView {
     const text = this._input.value.trim();
     const attachments = this._attachments;
     if (!text && !attachments.length) return;
+    if (/^\/rewind\s*$/.test(text) && !attachments.length) {
+      // the built-in: the rewind dialog at the newest prompt (another can be picked there)
+      if (openRewind(this.ctx, this.sessionId) && this._input.value.trim() === text) {
+        this._input.value = "";
+      }
+      return;
+    }
     const goal = /^\/goal(?:\s+([\s\S]*))?$/.exec(text);
     if (goal && !attachments.length) {
       await this._setGoal(text, (goal[1] || "").trim());
@@ -1457,6 +1498,7 @@ export class SessionView {
   }
 
   destroy() {
+    window.removeEventListener("codey:prompt-text", this._onPromptText);
     this._batch.cancel();
     this._unTails();
     clearInterval(this._ticker);

@@ -163,6 +163,14 @@ class CompactSession(ClientToServerMessage, kw_only=True):
     session_id: str
 
 
+class RewindConversation(ClientToServerMessage, kw_only=True):
+    """``/rewind`` (conversation only): take the conversation back to just before the prompt
+    ``turn`` (its item id). Its files are rewound through ``POST /api/sessions/{id}/rewind``."""
+
+    session_id: str
+    turn: str
+
+
 class RetryTurn(ClientToServerMessage, kw_only=True):
     """Try the turn again after it failed (a model error) or was interrupted."""
 
@@ -351,6 +359,7 @@ ClientToServer = (
     | CreateTask | UpdateTask | MoveTask | DeleteTask | RunTask
     | DismissUpgradeNotice | SetAttention
     | SetGoal | SetBudget | RaiseBudget | SetPrices
+    | RewindConversation
 )
 
 

@@ -1221,6 +1221,20 @@ class CheckpointRecorded(EventBase, kw_only=True):
     files: int = 0
     skipped: list[str] = msgspec.field(default_factory=list)
     shadow: bool = False
+# rewind -------------------------------------------------------------------------------------
+# Issue 38: a session's conversation taken back to just before one of its prompts.
+
+RewindMode = Literal["both", "files", "conversation"]
+
+
+class ConversationRewound(EventBase, kw_only=True):
+    """The conversation went back to just before the prompt ``turn`` (a ``UserMessage``'s item
+    id): that prompt and every item after it leave the live conversation for a rewound branch,
+    shown folded where they stood and never sent to the model again. ``mode``: what the user
+    asked to rewind (``both``: its files were restored first)."""
+
+    turn: str
+    mode: RewindMode = "conversation"
 
 
 Event = (
@@ -1307,6 +1321,7 @@ Event = (
     | AttentionActed
     | ApprovalReviewed
     | CheckpointRecorded
+    | ConversationRewound
 )
 
 

@@ -23,6 +23,7 @@ from codey_protocol.events import (
     ProcessStopper,
     ProviderEntry,
     ReasoningEffort,
+    RewindMode,
     ScheduleSpec,
     SessionStatus,
     TaskStatus,
@@ -410,6 +411,18 @@ class SessionContext(msgspec.Struct, kw_only=True):
     loaded_at: float = 0.0
 
 
+class RewoundBranch(msgspec.Struct, kw_only=True):
+    """Turns a rewind took back (``conversation_rewound``): the items from the prompt ``turn``
+    on, as they were, kept to be shown folded where they stood (after the live item ``after``;
+    "": at the start) and never sent to the model."""
+
+    turn: str
+    after: str = ""
+    at: float = 0.0
+    mode: RewindMode = "conversation"
+    items: list[Item] = msgspec.field(default_factory=list)
+
+
 class SessionInfo(msgspec.Struct, kw_only=True):
     session_id: str
     title: str
@@ -481,6 +494,8 @@ class SessionInfo(msgspec.Struct, kw_only=True):
     reviewer_denials: int = 0
     #: its turns' checkpoints, oldest first (one per turn that changed files)
     checkpoints: list[CheckpointMark] = msgspec.field(default_factory=list)
+    #: the branches its rewinds took back, oldest first (``items`` is the live branch only)
+    rewound: list[RewoundBranch] = msgspec.field(default_factory=list)
 
 
 class AuthInfo(msgspec.Struct, kw_only=True):

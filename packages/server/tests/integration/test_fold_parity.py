@@ -461,6 +461,11 @@ def build_log() -> list[ev.Envelope]:
     log.add("s1", ev.CheckpointRecorded(turn="s1-u2", commit="d" * 40, shadow=True))
     log.add("s1", ev.CheckpointRecorded(turn="s1-u1", commit="e" * 40, files=4))
     log.add("s9", ev.CheckpointRecorded(turn="x", commit="f" * 40))
+    # rewinds: to a live prompt (a branch), again to the same prompt (gone: ignored), to an
+    # item that is not a prompt (ignored)
+    log.add("s6", ev.ConversationRewound(turn="s6-u"))
+    log.add("s6", ev.ConversationRewound(turn="s6-u", mode="both"))
+    log.add("s1", ev.ConversationRewound(turn="s1-e"))
     return log.envelopes
 
 

@@ -219,6 +219,7 @@ POOLS: dict[str, Gen] = {
     "request_id": _one_of(_ids("r", 3)),
     "id": _one_of(_ids("i", 6)), "item_id": _one_of(_ids("i", 6)),
     "until_item": _one_of(_ids("i", 6)), "parent_item": _one_of(_ids("i", 6)),
+    "turn": _one_of(_ids("i", 6)),
     "session_id": _one_of(SESSION_IDS[:4]), "parent_id": _one_of(SESSION_IDS),
     "from_session": _one_of(SESSION_IDS), "target_session": _one_of(SESSION_IDS),
     "approval_id": _one_of(_ids("a", 3)),
@@ -343,7 +344,7 @@ _REFERS = {"worker_id": "worker_id", "request_id": "request_id", "item_id": "ite
            "action_id": "action_id", "question_id": "question_id", "task_id": "task_id",
            "depends_on": "task_id", "schedule_id": "schedule_id", "terminal_id": "terminal_id",
            "chat_id": "chat_id", "session_id": "session_id", "from_session": "session_id",
-           "parent_id": "session_id", "process_id": "process_id"}
+           "parent_id": "session_id", "process_id": "process_id", "turn": "item_id"}
 _PER_SESSION = frozenset({"item_id", "approval_id", "action_id", "question_id", "process_id"})
 
 

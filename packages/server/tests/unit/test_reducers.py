@@ -690,6 +690,7 @@ SESSION_EVENTS: list[ev.Event] = [
     ev.BudgetSet(scope="session", max_tokens=10),
     ev.BudgetReached(scope="session", unit="tokens", limit=10, spent=12),
     ev.CheckpointRecorded(turn="u1", commit="c" * 40, files=2),
+    ev.ConversationRewound(turn="i"),
     ev.SessionDeleted(),
 ]
 GLOBAL_EVENTS: list[ev.Event] = [

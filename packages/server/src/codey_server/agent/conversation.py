@@ -218,8 +218,13 @@ def model_call_needed(session: SessionInfo) -> bool:
     """True when the conversation ends with something the model has not answered yet.
 
     A notice that ended a turn (an empty or refused answer, say) counts as an answer: the
-    model is not called again until the user says something.
+    model is not called again until the user says something. Nor after a rewind, until
+    something follows it: the user chose that point (an errored or cut turn before it must
+    not run again by itself, on a restart say).
     """
+    if session.rewound and session.rewound[-1].after == (
+            session.items[-1].id if session.items else ""):
+        return False
     for item in reversed(session.items):
         if isinstance(item, ev.UserMessage):
             return True

@@ -20,7 +20,7 @@ import msgspec
 from codey_protocol import client as cl
 from codey_protocol import events as ev
 from codey_protocol.state import SessionInfo, State, WorkerInfo
-from codey_server.core import goals
+from codey_server.core import goals, rewind
 from codey_server.core.memory import memory_written
 from codey_server.core.rules import CommandRejected, Context, Decided, Decider
 from codey_server.core.toggles import sandbox_changed
@@ -579,6 +579,7 @@ COMMANDS: Mapping[type[Any], Decider] = {
     cl.CompactSession: lambda state, c, ctx: _compact(state, c),
     **_SESSION_OPS,
     **goals.COMMANDS,
+    **rewind.COMMANDS,
 }
 
 

@@ -59,7 +59,7 @@ from codey_protocol.state import (
     memory_key,
 )
 from codey_protocol.worker import SandboxMode
-from codey_server.core import goals
+from codey_server.core import goals, rewind
 from codey_server.core.rules import FoldHandler
 
 __all__ = ["FOLD", "MAX_CHANGED_PATHS", "copy_state", "find_item", "find_process",
@@ -283,4 +283,5 @@ FOLD: Mapping[type[Any], FoldHandler] = {
     ev.SessionMoved: _moved,
     ev.MemoryUpdated: _memory,
     **goals.FOLD,
+    **rewind.FOLD,
 }

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from typing import Annotated, Any, ClassVar, Literal
 
 import msgspec
-from litestar import get, post
+from litestar import Request, get, post
 from litestar.di import NamedDependency
 from litestar.exceptions import NotFoundException
 from litestar.openapi.datastructures import ResponseSpec
@@ -25,14 +25,17 @@ from codey_protocol.events import (
     Attachment,
     Envelope,
     ReasoningEffort,
+    RewindMode,
     SessionStatus,
     WorktreeRequest,
 )
 from codey_protocol.state import SessionInfo
 from codey_protocol.worker import SandboxMode
+from codey_server.core import rewind
 from codey_server.core.decide import ATTACHMENTS_MAX
 from codey_server.core.engine import Engine
 from codey_server.core.goals import MAX_TURNS_LIMIT
+from codey_server.core.rules import CommandRejected
 from codey_server.http.errors import errors
 from codey_server.http.fields import (
     GOAL_COMMAND_OR_NONE,
@@ -44,7 +47,7 @@ from codey_server.http.fields import (
 from codey_server.http.resource import Resource
 
 __all__ = ["ApprovalChoice", "Created", "GoalChoice", "NewSession", "PolicyChoice", "Prompt",
-           "SandboxChoice", "Seq",
+           "RewindRequest", "Rewound", "SandboxChoice", "Seq",
            "SessionSummary", "SessionsController"]
 
 NDJSON = "application/x-ndjson"
@@ -177,6 +180,35 @@ class Seq(msgspec.Struct, kw_only=True):
     seq: int  # the last event the command appended (or the current seq when it changed nothing)
 
 
+class RewindRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``POST /api/sessions/{id}/rewind``: back to just before the prompt ``turn``."""
+
+    #: the prompt's item id
+    turn: Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+    #: files and conversation, files only, or conversation only
+    mode: RewindMode = "both"
+    #: files changed by hand since the checkpoint that stay as they are
+    keep: Annotated[list[str], msgspec.Meta(max_length=10_000)] = msgspec.field(
+        default_factory=list)
+
+
+class Rewound(msgspec.Struct, kw_only=True):
+    seq: int  # the conversation's rewind (or the current seq when only files were rewound)
+    restored: list[str] = msgspec.field(default_factory=list)  # files put back
+    kept: list[str] = msgspec.field(default_factory=list)  # hand-edited files left as they are
+
+
+#: the refusal when the server has no file checkpoints (the ``checkpoints`` part)
+NO_CHECKPOINTS = ("file checkpoints are unavailable on this server: rewind the conversation "
+                  "only")
+
+
+def _paths(result: Any, name: str) -> list[str]:
+    """``restored`` or ``kept`` of the checkpoints' answer (a struct or a mapping)."""
+    value = result.get(name) if isinstance(result, dict) else getattr(result, name, None)
+    return [str(p) for p in value] if isinstance(value, list | tuple) else []
+
+
 _LOG = ResponseSpec(Envelope, media_type=NDJSON, generate_examples=False,
                     description="The session's envelopes in seq order, one JSON `Envelope` per "
                                 "line (NDJSON), as an attachment: each as it was stored, so "
@@ -296,6 +328,35 @@ class SessionsController(Resource):
         """Summarize the session's older conversation into one summary item now."""
         envs = await engine.execute(cl.CompactSession(session_id=session_id))
         return Seq(seq=envs[-1].seq if envs else engine.state.seq)
+
+    @post("/{session_id:str}/rewind", status_code=200, responses=errors(400, 404, 409))
+    async def rewind(self, session_id: FromPath[str], data: JSONBody[RewindRequest],
+                     engine: NamedDependency[Engine], request: Request[Any, Any, Any]
+                     ) -> Rewound:
+        """Rewind to just before the prompt ``turn``: its files first (to the checkpoint, the
+        hand-edited ``keep`` left as they are), then its conversation, only once the files
+        step succeeded. 409 with the reason while a turn runs, for a turn a rewind already
+        took back, or without file checkpoints (then rewind the conversation only)."""
+        refused = rewind.refusal(engine.state, session_id, data.turn, data.mode)
+        if refused is not None:
+            raise refused
+        restored: list[str] = []
+        kept: list[str] = []
+        if data.mode != "conversation":
+            # the checkpoints' part, when this server has it (issue 38's checkpoints)
+            services = getattr(request.app.state, "services", None)
+            checkpoints = getattr(services, "checkpoints", None)
+            if checkpoints is None:
+                raise CommandRejected("conflict", NO_CHECKPOINTS)
+            result = await checkpoints.restore(session_id, data.turn, list(data.keep))
+            restored, kept = _paths(result, "restored"), _paths(result, "kept")
+        if data.mode == "files":
+            return Rewound(seq=engine.state.seq, restored=restored, kept=kept)
+        command = cl.RewindConversation(session_id=session_id, turn=data.turn)
+        envs = await engine.submit(
+            lambda state, c, ctx: rewind.rewind_conversation(state, c, ctx, data.mode),
+            command)
+        return Rewound(seq=envs[-1].seq, restored=restored, kept=kept)
 
     # no media_type here: Litestar would give it to the 404's JSON too; the doc says NDJSON
     @get("/{session_id:str}/log", responses={200: _LOG, **errors(404)})

@@ -220,6 +220,19 @@ class CodeyMcp:
                                                  status=status))  # type: ignore[arg-type]
             return json.dumps({"ok": True})
 
+        async def rewind_conversation(session_id: str, turn: str) -> str:
+            """Take a session's conversation back to just before one of its prompts (turn:
+            the prompt's item id, from get_session); that prompt and what followed stay
+            visible, folded, but are no longer sent to the model. Its files stay as they are.
+            Refused while a turn runs."""
+            token = caller("sessions")
+            session = engine.state.sessions.get(session_id)
+            if session is not None and not token.allows_policy(session.policy):
+                raise tool_error(f"the session runs under {session.policy!r}; this token may "
+                                 f"drive sessions up to {token.max_policy!r}")
+            await execute(token, cl.RewindConversation(session_id=session_id, turn=turn))
+            return json.dumps({"ok": True})
+
         read_only = annotations_cls(readOnlyHint=True, destructiveHint=False,
                                     openWorldHint=False)
         changes = annotations_cls(readOnlyHint=False, destructiveHint=False,
@@ -227,7 +240,10 @@ class CodeyMcp:
         for tool, hints in ((list_sessions, read_only), (get_session, read_only),
                             (list_workers, read_only), (list_tasks, read_only),
                             (start_session, changes), (send_prompt, changes),
-                            (create_task, changes), (update_task, changes)):
+                            (create_task, changes), (update_task, changes),
+                            (rewind_conversation, annotations_cls(
+                                readOnlyHint=False, destructiveHint=True,
+                                openWorldHint=False))):
             server.add_tool(tool, description=" ".join((tool.__doc__ or "").split()),
                             annotations=hints)
         server.streamable_http_app(stateless_http=True, json_response=True,
