@@ -68,6 +68,7 @@ VERSIONS: dict[str, int] = {
     "token_usage_recorded": 2,  # 2: provider, cost_micros
     # the approval policy ``reviewer`` joined the literal (version 1 could not hold it)
     "session_created": 2, "session_policy_changed": 2, "schedule_saved": 2,
+    "action_requested": 2,  # 2: the action may be ``list_prompt_files``
 }
 
 
@@ -225,6 +226,11 @@ def _usage_v1(event: dict[str, Any]) -> None:
     _missing(event, {"provider": None, "cost_micros": None})
 
 
+def _new_action_type_v1(event: dict[str, Any]) -> None:
+    """Version 1 of ``action_requested``: its action is one of the types of then and means
+    what it meant; only the union grew (``list_prompt_files``), so nothing changes."""
+
+
 def _telegram_update_handled_v0(event: dict[str, Any]) -> None:
     _missing(event, {"bot_id": 0})  # which bot was not recorded: the one the fold starts with
 
@@ -256,6 +262,7 @@ UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("session_created", 1): _policy_v1,
     ("session_policy_changed", 1): _policy_v1,
     ("schedule_saved", 1): _policy_v1,
+    ("action_requested", 1): _new_action_type_v1,
 }
 
 

@@ -573,6 +573,13 @@ class WorkspacePush(Action, kw_only=True):
     body: str = ""
 
 
+class ListPromptFiles(Action, kw_only=True):
+    """Read the prompt files (slash commands) that apply to ``workdir``: ``.claude/commands``,
+    ``.codex/prompts`` and ``.codey/commands`` of the project and of the user's home."""
+
+    workdir: str
+
+
 ServerToWorker = (
     AuthChallenge
     | Welcome
@@ -611,6 +618,7 @@ ServerToWorker = (
     | WorkspaceCommit
     | WorkspaceMerge
     | WorkspacePush
+    | ListPromptFiles
 )
 
 ActionMessage = (
@@ -619,7 +627,7 @@ ActionMessage = (
     | ExecStart | ExecWrite | ExecKill | ExecList | ExecForward | Grep | Glob | Edit
     | ViewImage
     | WorkspaceCreate | WorkspaceDiff | WorkspaceRemove | WorkspaceCommit | WorkspaceMerge
-    | WorkspacePush
+    | WorkspacePush | ListPromptFiles
 )
 
 
@@ -938,6 +946,31 @@ class WorkspacePushed(ResultBase, kw_only=True):
     message: str = ""
 
 
+class PromptFile(msgspec.Struct, kw_only=True):
+    """A prompt file, as Claude Code's and Codex's custom slash commands: ``name`` is its path
+    under the commands folder without ``.md``, subfolders joined by ``:`` (``a/b.md`` →
+    ``a:b``); the front matter's fields as given (``""`` / ``[]`` when absent); ``body`` is
+    the text after the front matter, cut at the worker's cap."""
+
+    name: str
+    body: str
+    path: str  # absolute, on the worker's machine
+    scope: Literal["user", "project"] = "project"
+    description: str = ""
+    argument_hint: str = ""
+    model: str = ""
+    allowed_tools: list[str] = msgspec.field(default_factory=list)
+    truncated: bool = False
+
+
+class PromptFiles(ResultBase, kw_only=True):
+    """What ``list_prompt_files`` found; ``warnings``: what was skipped or read in part and
+    why (garbage front matter, a symlink, a file over the cap)."""
+
+    files: list[PromptFile] = msgspec.field(default_factory=list)
+    warnings: list[str] = msgspec.field(default_factory=list)
+
+
 ActionOutcome = (
     CommandResult
     | PatchResult
@@ -965,6 +998,7 @@ ActionOutcome = (
     | WorkspaceCommitted
     | WorkspaceMerged
     | WorkspacePushed
+    | PromptFiles
 )
 
 
@@ -1197,6 +1231,7 @@ __all__ = [
     "ImageContent",
     "InstructionFile",
     "ListDir",
+    "ListPromptFiles",
     "LoadContext",
     "Log",
     "McpCall",
@@ -1214,6 +1249,8 @@ __all__ = [
     "ProcessPorts",
     "ProcessTail",
     "ProjectContext",
+    "PromptFile",
+    "PromptFiles",
     "ReadFile",
     "RecordedSandbox",
     "RunCommand",
