@@ -106,7 +106,7 @@ def _walk(tree: Tree, rel: str, depth: int, shown: Path,
         return []
     except ActionRefused as exc:
         if exc.code != "not_found":
-            warnings.append(f"{shown / rel}: skipped ({exc.message})")
+            warnings.append(f"{shown / rel if rel != '.' else shown}: skipped ({exc.message})")
         return []
     except OSError as exc:
         warnings.append(f"{shown / rel}: skipped ({exc.strerror or exc})")
@@ -123,7 +123,7 @@ def _walk(tree: Tree, rel: str, depth: int, shown: Path,
     for name, is_dir, is_link in entries:
         if name.startswith("."):
             continue
-        child = f"{rel}/{name}"
+        child = name if rel == "." else f"{rel}/{name}"
         if is_dir:
             if depth < MAX_DEPTH:
                 out += [(f"{name}:{cmd}", path)
@@ -137,9 +137,14 @@ def _walk(tree: Tree, rel: str, depth: int, shown: Path,
 
 
 def _places(workdir: Path, home: Path, user_home: Path) -> list[tuple[Path, str, str, bool]]:
+    """(folder a tree is opened at, the commands folder in it, scope, inside the hidden list).
+    The project's are walked from the workdir, so a symlinked folder must lead inside it. The
+    user's are the user's own and sit in folders the sandbox hides from the model (``~/.claude``
+    holds credentials): each is opened itself, resolved (a dotfiles manager links them), with
+    the hidden list lifted for it alone, as ``$CODEY_HOME`` is for its AGENTS.md."""
     places = [(workdir, d, "project", False) for d in PROJECT_DIRS]
-    places += [(user_home, d, "user", False) for d in USER_DIRS]
-    places.append((home, "commands", "user", True))
+    for folder in [user_home / d for d in USER_DIRS] + [home / "commands"]:
+        places.append((Path(os.path.realpath(folder)), ".", "user", True))
     return places
 
 

@@ -91,3 +91,17 @@ def test_garbage_front_matter_is_listed_with_a_warning(tmp_path: Path) -> None:
     assert {f.name: f.body for f in found.files} == {"bin": "binary-ish", "odd": "Still works"}
     assert all(f.description == "" for f in found.files)
     assert len(found.warnings) == 2 and all("listed without it" in w for w in found.warnings)
+
+
+def test_a_linked_user_folder_is_read_but_not_a_link_out_of_it(tmp_path: Path) -> None:
+    workdir, user = tmp_path / "w", tmp_path / "u"
+    workdir.mkdir()
+    dotfiles = tmp_path / "dotfiles" / "commands"
+    _write(dotfiles / "standup.md", "Standup notes")
+    (user / ".claude").mkdir(parents=True)
+    (user / ".claude" / "commands").symlink_to(dotfiles)  # a dotfiles manager's link
+    (dotfiles / "leak.md").symlink_to(_write(tmp_path / "key.md", "THE KEY"))
+    found = _list(workdir, user / ".codey", user)
+    assert [(f.name, f.scope, f.body) for f in found.files] == [
+        ("standup", "user", "Standup notes")]
+    assert [w for w in found.warnings if "leak.md: skipped (it is a symlink)" in w]
