@@ -124,7 +124,8 @@ def _walk(tree: Tree, rel: str, depth: int, shown: Path,
         if name.startswith("."):
             continue
         child = name if rel == "." else f"{rel}/{name}"
-        if is_dir:
+        if is_dir or (is_link and not name.endswith(".md")):
+            # a linked namespace folder is walked only where it leads inside the tree
             if depth < MAX_DEPTH:
                 out += [(f"{name}:{cmd}", path)
                         for cmd, path in _walk(tree, child, depth + 1, shown, warnings)]
