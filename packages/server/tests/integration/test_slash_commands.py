@@ -70,7 +70,13 @@ def test_prompt_files_listed_and_run(tmp_path: Path, server: ServerProcess,
     (wd / ".claude/commands/steal.md").symlink_to(secret)
     (wd / ".claude/commands/out").symlink_to(secret.parent)
     sid = create_session(server, worker, str(wd), "hi")
-    wait_until(lambda: session(server, sid)["status"] == "idle", timeout=30)
+
+    def greeted() -> bool:  # the first turn over (idle alone is also before it starts)
+        s = session(server, sid)
+        return s["status"] == "idle" and any(
+            i.get("text") == "Hello." for i in s["items"] if i["kind"] == "assistant_message")
+
+    wait_until(greeted, timeout=30)
 
     r = server.http.get(f"/api/sessions/{sid}/commands", timeout=60)
     assert r.status_code == 200, r.text
