@@ -397,6 +397,13 @@ export function fillSessionInfo(v) {
   }
   if (v.parked_on === undefined) v.parked_on = null;
   if (v.reviewer_denials === undefined) v.reviewer_denials = 0;
+  if (v.agent_commands === undefined) {
+    v.agent_commands = [];
+  } else {
+    for (const x of v.agent_commands) {
+      fillAgentCommand(x);
+    }
+  }
   return v;
 }
 
@@ -878,6 +885,13 @@ export function fillAttentionSetting(v) {
   if (v.act_after_s === undefined) v.act_after_s = null;
   if (v.on_approval === undefined) v.on_approval = "reject";
   if (v.on_question === undefined) v.on_question = "answer";
+  return v;
+}
+
+/** `AgentCommand` (events.py): its defaults filled in. */
+export function fillAgentCommand(v) {
+  if (v.description === undefined) v.description = "";
+  if (v.hint === undefined) v.hint = "";
   return v;
 }
 

@@ -250,6 +250,11 @@ function itemAppended(state, env, e) {
   }
 }
 
+function agentCommands(state, env, e) {
+  const s = session(state, env);
+  if (s) s.agent_commands = e.commands.map((c) => ({ ...c }));
+}
+
 function contextUpdated(state, env, e) {
   const s = session(state, env);
   if (s) {
@@ -888,6 +893,7 @@ const HANDLERS = {
   attention_nudged: attentionNudged,
   attention_acted: attentionActed,
   approval_reviewed: approvalReviewed,
+  agent_commands_updated: agentCommands,
 };
 
 /**

@@ -561,6 +561,20 @@ class ApprovalReviewed(EventBase, kw_only=True):
     latency_s: float = 0.0
 
 
+class AgentCommand(msgspec.Struct, kw_only=True):
+    """One of an ACP agent's own slash commands (its ``available_commands_update``)."""
+
+    name: str
+    description: str = ""
+    hint: str = ""  # what to type after it; "" when it takes nothing
+
+
+class AgentCommandsUpdated(EventBase, kw_only=True):
+    """An ACP agent said which slash commands it offers now (the whole list)."""
+
+    commands: list[AgentCommand] = msgspec.field(default_factory=list)
+
+
 class ActionRequested(EventBase, kw_only=True):
     """The server sent (or will send) ``action`` to ``worker_id``; re-sent until finished."""
 
@@ -1213,6 +1227,7 @@ Event = (
     | AttentionNudged
     | AttentionActed
     | ApprovalReviewed
+    | AgentCommandsUpdated
 )
 
 

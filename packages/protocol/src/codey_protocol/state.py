@@ -13,6 +13,7 @@ from typing import Literal
 import msgspec
 
 from codey_protocol.events import (
+    AgentCommand,
     ApprovalPolicy,
     AuthState,
     BudgetScope,
@@ -441,6 +442,8 @@ class SessionInfo(msgspec.Struct, kw_only=True):
     parked_on: str | None = None
     #: the reviewer's denials in a row (an approval that is granted ends the run)
     reviewer_denials: int = 0
+    #: an ACP agent's own slash commands, as it last listed them
+    agent_commands: list[AgentCommand] = msgspec.field(default_factory=list)
 
 
 class AuthInfo(msgspec.Struct, kw_only=True):

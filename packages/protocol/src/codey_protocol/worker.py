@@ -856,7 +856,7 @@ class AcpUpdate(msgspec.Struct, kw_only=True):
     ``reason``: why the agent asks; answer with AcpPermission).
     """
 
-    kind: Literal["text", "thought", "tool", "plan", "permission"]
+    kind: Literal["text", "thought", "tool", "plan", "permission", "commands"]
     text: str = ""
     tool_call_id: str | None = None
     title: str | None = None
@@ -869,6 +869,8 @@ class AcpUpdate(msgspec.Struct, kw_only=True):
     entries: list[tuple[str, str]] = msgspec.field(default_factory=list)  # (text, status)
     command: list[str] | None = None  # the argv of an ``execute`` call (its raw input)
     reason: str = ""  # a permission's why (its raw input's ``reason``, or its content)
+    #: ``commands``: the agent's own slash commands, (name, description, input hint)
+    commands: list[tuple[str, str, str]] = msgspec.field(default_factory=list)
 
 
 class WorkspaceReady(ResultBase, kw_only=True):

@@ -20,6 +20,8 @@ The script is ``{"turns": [[step, ...], ...]}``: the n-th prompt of a session pl
   system (a read's content is said back as ``[read: ...]``, a refused write as
   ``[write failed: ...]``);
 * ``{"plan": [[text, status], ...]}``;
+* ``{"commands": [[name, description, hint], ...]}`` — its slash commands
+  (``available_commands_update``; ``hint`` ``""``: the command takes no input);
 * ``{"wait_cancel": true}`` — wait until the client cancels the turn (``stop_reason``
   ``cancelled``);
 * ``{"wait_file": name}`` — wait until ``name`` exists in the session's cwd.
@@ -166,6 +168,14 @@ class ScriptedAgent:
         elif "plan" in step:
             await self.conn.session_update(session_id=session_id, update=update_plan(
                 [plan_entry(text, status=status) for text, status in step["plan"]]))
+        elif "commands" in step:
+            from acp.helpers import update_available_commands
+            from acp.schema import AvailableCommand, UnstructuredCommandInput
+
+            await self.conn.session_update(session_id=session_id, update=update_available_commands(
+                [AvailableCommand(name=name, description=description,
+                                  input=UnstructuredCommandInput(hint=hint) if hint else None)
+                 for name, description, hint in step["commands"]]))
         elif "write" in step:
             w = step["write"]
             try:

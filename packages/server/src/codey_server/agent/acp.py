@@ -282,6 +282,10 @@ def _progressed(k: K, i: ActionProgressed) -> None:
             for text, status in update.entries]))
     elif update.kind == "permission":
         _permission(k, prompt, update)
+    elif update.kind == "commands":
+        k.emit(ev.AgentCommandsUpdated(commands=[
+            ev.AgentCommand(name=name, description=description, hint=hint)
+            for name, description, hint in update.commands]))
 
 
 def _chunk(k: K, kind: Any, text: str) -> None:
