@@ -170,12 +170,15 @@ class ScriptedAgent:
                 [plan_entry(text, status=status) for text, status in step["plan"]]))
         elif "commands" in step:
             from acp.helpers import update_available_commands
-            from acp.schema import AvailableCommand, UnstructuredCommandInput
+            from acp.schema import AvailableCommand, AvailableCommandInput
+            from acp.schema import UnstructuredCommandInput as Hint
 
-            await self.conn.session_update(session_id=session_id, update=update_available_commands(
-                [AvailableCommand(name=name, description=description,
-                                  input=UnstructuredCommandInput(hint=hint) if hint else None)
-                 for name, description, hint in step["commands"]]))
+            listed = [AvailableCommand(name=name, description=description,
+                                       input=AvailableCommandInput(Hint(hint=hint)) if hint
+                                       else None)
+                      for name, description, hint in step["commands"]]
+            await self.conn.session_update(session_id=session_id,
+                                           update=update_available_commands(listed))
         elif "write" in step:
             w = step["write"]
             try:
