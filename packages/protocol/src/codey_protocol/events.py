@@ -468,6 +468,11 @@ class SessionItemUpdated(EventBase, kw_only=True):
     reasoning_id: str | None = None
     encrypted_content: str | None = None
     image: Attachment | None = None
+    #: a tool call's name, JSON arguments and argv, told late (an ACP agent's title and raw
+    #: input arriving only in a ``tool_call_update``)
+    name: str | None = None
+    arguments: str | None = None
+    command: list[str] | None = None
 
 
 class PlanUpdated(EventBase, kw_only=True):

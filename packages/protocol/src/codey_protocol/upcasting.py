@@ -69,6 +69,7 @@ VERSIONS: dict[str, int] = {
     # the approval policy ``reviewer`` joined the literal (version 1 could not hold it)
     "session_created": 2, "session_policy_changed": 2, "schedule_saved": 2,
     "action_requested": 2,  # 2: the action may be ``list_prompt_files``
+    "session_item_updated": 2,  # 2: name, arguments, command
 }
 
 
@@ -226,6 +227,11 @@ def _usage_v1(event: dict[str, Any]) -> None:
     _missing(event, {"provider": None, "cost_micros": None})
 
 
+def _item_updated_v1(event: dict[str, Any]) -> None:
+    # an update changes only what it names: a tool call's name, arguments and argv were not
+    _missing(event, dict.fromkeys(("name", "arguments", "command")))
+
+
 def _new_action_type_v1(event: dict[str, Any]) -> None:
     """Version 1 of ``action_requested``: its action is one of the types of then and means
     what it meant; only the union grew (``list_prompt_files``), so nothing changes."""
@@ -263,6 +269,7 @@ UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("session_policy_changed", 1): _policy_v1,
     ("schedule_saved", 1): _policy_v1,
     ("action_requested", 1): _new_action_type_v1,
+    ("session_item_updated", 1): _item_updated_v1,
 }
 
 

@@ -8,7 +8,8 @@ The script is ``{"turns": [[step, ...], ...]}``: the n-th prompt of a session pl
 
 * ``{"say": text}`` / ``{"think": text}`` — a chunk of the answer / of its reasoning;
 * ``{"tool": {"id", "title", "kind"?, "raw_input"?}}`` — a tool call starts (status pending);
-* ``{"update": {"id", "status"?, "text"?, "raw_output"?}}`` — a tool call changes (content
+* ``{"update": {"id", "status"?, "text"?, "title"?, "raw_input"?, "raw_output"?}}`` — a tool
+  call changes (a title or raw input told late, as claude-agent-acp does; content
   text; or, as codex-acp sends a command's end, only ``raw_output``: ``{"stdout", "stderr",
   "aggregated_output", "formatted_output", "exit_code"}``);
 * ``{"permission": {"id", "title"?, "kind"?, "raw_input"?, "text"?}}`` — ask the client (as
@@ -163,8 +164,8 @@ class ScriptedAgent:
             u = step["update"]
             content = [tool_content(text_block(u["text"]))] if "text" in u else None
             await self.conn.session_update(session_id=session_id, update=update_tool_call(
-                u["id"], status=u.get("status"), content=content,
-                raw_output=u.get("raw_output")))
+                u["id"], status=u.get("status"), content=content, title=u.get("title"),
+                raw_input=u.get("raw_input"), raw_output=u.get("raw_output")))
         elif "plan" in step:
             await self.conn.session_update(session_id=session_id, update=update_plan(
                 [plan_entry(text, status=status) for text, status in step["plan"]]))
