@@ -117,4 +117,7 @@ export const api = {
     return data;
   },
   blobUrl: (a) => `/api/blobs/${encodeURIComponent(a.hash)}?mime=${encodeURIComponent(a.mime)}`,
+  slashCommands: (id) => request("GET", `/api/sessions/${encodeURIComponent(id)}/commands`),
+  runSlash: (id, name, args) => request("POST",
+    `/api/sessions/${encodeURIComponent(id)}/commands/run`, { name, arguments: args }),
 };

@@ -427,6 +427,13 @@ export function fillSessionInfo(v) {
       fillRewoundBranch(x);
     }
   }
+  if (v.agent_commands === undefined) {
+    v.agent_commands = [];
+  } else {
+    for (const x of v.agent_commands) {
+      fillAgentCommand(x);
+    }
+  }
   return v;
 }
 
@@ -960,6 +967,13 @@ export function fillRewoundBranch(v) {
       fillItemBase(x);
     }
   }
+  return v;
+}
+
+/** `AgentCommand` (events.py): its defaults filled in. */
+export function fillAgentCommand(v) {
+  if (v.description === undefined) v.description = "";
+  if (v.hint === undefined) v.hint = "";
   return v;
 }
 

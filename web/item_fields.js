@@ -9,7 +9,7 @@ export const APPEND_FIELDS = Object.freeze({"text_delta": "text", "output_delta"
 export const REPLACE_FIELDS = Object.freeze([
   "status", "streaming", "queued", "attachments_written", "exit_code", "truncated", "diff", "files",
   "error", "result", "action_id", "approval_id", "output", "partial", "reasoning_id",
-  "encrypted_content", "image",
+  "encrypted_content", "image", "name", "arguments", "command",
 ]);
 
 /** Fold one `session_item_updated` event `e` into `item` (appends, then replaces). */
@@ -66,5 +66,14 @@ export function applyUpdate(item, e) {
   }
   if (e.image != null && "image" in item) {
     item.image = e.image;
+  }
+  if (e.name != null && "name" in item) {
+    item.name = e.name;
+  }
+  if (e.arguments != null && "arguments" in item) {
+    item.arguments = e.arguments;
+  }
+  if (e.command != null && "command" in item) {
+    item.command = e.command;
   }
 }

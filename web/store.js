@@ -253,6 +253,11 @@ function itemAppended(state, env, e) {
   }
 }
 
+function agentCommands(state, env, e) {
+  const s = session(state, env);
+  if (s) s.agent_commands = e.commands.map((c) => ({ ...c }));
+}
+
 function contextUpdated(state, env, e) {
   const s = session(state, env);
   if (s) {
@@ -955,6 +960,7 @@ const HANDLERS = {
   approval_reviewed: approvalReviewed,
   checkpoint_recorded: checkpointRecorded,
   conversation_rewound: conversationRewound,
+  agent_commands_updated: agentCommands,
 };
 
 /**

@@ -9,6 +9,8 @@
 
 import { api } from "../api.js";
 import { ChangesDialog } from "./changes.js";
+import { NewSessionDialog } from "./newsession.js";
+import { SlashMenu, parseSlash, reviewPrompt, slashHooks } from "./slash.js";
 import { fmtBytes, h, replaceChildren, showingErrors } from "../dom.js";
 import { findItem, findProcess, updateFields } from "../store.js";
 import { openRewind, rewoundBranch } from "./rewind.js";
@@ -211,7 +213,10 @@ export class SessionView {
     }, { passive: true });
     this._side = h("aside", { class: "s-side", "aria-label": "Plan and workspace" });
     this._input = h("textarea", { id: "prompt-input", class: "input prompt-input",
-      "data-testid": "prompt-input", rows: 2, placeholder: "Ask Codey…" });
+      "data-testid": "prompt-input", rows: 2, placeholder: "Ask Codey… (/ for commands)" });
+    // before the Enter that sends: the menu's Enter picks its entry
+    this._slash = new SlashMenu(this.ctx, this.sessionId, this._input, () => this.session,
+      (entry, args) => this._runSlash(entry, args));
     this._send = h("button", { class: "btn primary", type: "submit",
       "data-testid": "prompt-send" }, "Send");
     this._attachments = []; // uploaded, waiting to be sent with the next message
@@ -228,7 +233,7 @@ export class SessionView {
       ev.preventDefault();
       this._sendPrompt();
     } },
-    h("label", { for: "prompt-input", class: "sr-only" }, "Message to the agent"),
+    this._slash.el, h("label", { for: "prompt-input", class: "sr-only" }, "Message to the agent"),
     h("div", { class: "prompt-col" }, this._chips, this._input), attach, this._fileInput,
     this._send);
     this._input.addEventListener("paste", (ev) => {
@@ -1284,6 +1289,13 @@ export class SessionView {
       }
       return;
     }
+    const slash = attachments.length ? null : parseSlash(text);
+    if (slash && slash[0] !== "goal") {
+      // a known command, or maybe a prompt file not listed yet; else the text goes as it is
+      const entry = this._slash.find(slash[0]) ||
+        (this._slash.files === null ? { name: slash[0], source: "unknown" } : null);
+      if (entry && await this._runSlash(entry, slash[1], text)) return;
+    }
     const goal = /^\/goal(?:\s+([\s\S]*))?$/.exec(text);
     if (goal && !attachments.length) {
       await this._setGoal(text, (goal[1] || "").trim());
@@ -1302,6 +1314,91 @@ export class SessionView {
     } finally {
       this._send.disabled = !this.session;
     }
+  }
+
+  /** Carry out a slash command (see slash.js): a built-in, an ACP agent's own command (sent
+   * to it as typed), or a prompt file (expanded and sent by the server). False: `/name` is
+   * no command after all (the caller sends the text as it is). */
+  async _runSlash(entry, args, typed = "") {
+    const s = this.session;
+    if (!s) return true;
+    const done = () => {
+      if (typed && this._input.value.trim() === typed) this._input.value = "";
+      this._slash.close();
+    };
+    if (entry.source === "built-in") {
+      if (entry.name === "goal") {
+        this._input.value = "/goal ";
+        this._input.focus();
+        return true;
+      }
+      done();
+      if (entry.name === "compact") {
+        await this._compact();
+      } else if (entry.name === "model") {
+        this._pickModel(args);
+      } else if (entry.name === "rewind") {
+        if (slashHooks.rewind) slashHooks.rewind(this);
+        else this.ctx.toast("Rewind is not available on this server yet", "warn");
+      } else if (entry.name === "review") {
+        await this._sendText(reviewPrompt(args));
+      } else if (entry.name === "new") {
+        const dialog = new NewSessionDialog(this.ctx);
+        dialog.open(s.worker_id);
+        if (dialog._workdir) dialog._workdir.value = s.workdir;
+      }
+      return true;
+    }
+    if (entry.source === "agent") {
+      await this._sendText(`/${entry.name}${args ? ` ${args}` : ""}`);
+      done();
+      return true;
+    }
+    this._send.disabled = true;
+    try {
+      const ran = await api.runSlash(this.sessionId, entry.name, args);
+      done();
+      this._stick = true;
+      if (ran.model) this.ctx.toast(`/${entry.name}: model ${ran.model}`, "good");
+      for (const note of ran.notes) this.ctx.toast(`/${entry.name}: ${note}`, "warn");
+    } catch (err) {
+      if (err.status === 404 && entry.source === "unknown") return false;
+      this.ctx.toast(`/${entry.name} not run: ${err.message}`, "error");
+    } finally {
+      this._send.disabled = !this.session;
+    }
+    return true;
+  }
+
+  async _sendText(text) {
+    try {
+      await this.ctx.socket.sendPrompt(this.sessionId, text, []);
+      this._stick = true;
+    } catch (err) {
+      this.ctx.toast(`Message not sent: ${err.message}`, "error");
+    }
+  }
+
+  /** `/model <name>`: the first model of the picker whose name has it; bare: the picker. */
+  _pickModel(name) {
+    if (this._model.hidden) {
+      this.ctx.toast("This session's agent picks its own model", "warn");
+      return;
+    }
+    if (!name) {
+      if (this._narrow.matches) this._menu.open = true;
+      this._model.focus();
+      return;
+    }
+    const want = name.toLowerCase();
+    const option = [...this._model.options].find((o) => o.textContent.toLowerCase() === want) ||
+      [...this._model.options].find((o) => o.textContent.toLowerCase().includes(want));
+    if (!option) {
+      this.ctx.toast(`No model like ${name}`, "error");
+      return;
+    }
+    this._model.value = option.value;
+    this._setModel();
   }
 
   /** `/goal <condition>` typed in the prompt box (`/goal clear` drops it). */

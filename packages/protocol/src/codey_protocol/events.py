@@ -468,6 +468,11 @@ class SessionItemUpdated(EventBase, kw_only=True):
     reasoning_id: str | None = None
     encrypted_content: str | None = None
     image: Attachment | None = None
+    #: a tool call's name, JSON arguments and argv, told late (an ACP agent's title and raw
+    #: input arriving only in a ``tool_call_update``)
+    name: str | None = None
+    arguments: str | None = None
+    command: list[str] | None = None
 
 
 class PlanUpdated(EventBase, kw_only=True):
@@ -560,6 +565,20 @@ class ApprovalReviewed(EventBase, kw_only=True):
     approved: bool = False
     #: seconds the reviewer took
     latency_s: float = 0.0
+
+
+class AgentCommand(msgspec.Struct, kw_only=True):
+    """One of an ACP agent's own slash commands (its ``available_commands_update``)."""
+
+    name: str
+    description: str = ""
+    hint: str = ""  # what to type after it; "" when it takes nothing
+
+
+class AgentCommandsUpdated(EventBase, kw_only=True):
+    """An ACP agent said which slash commands it offers now (the whole list)."""
+
+    commands: list[AgentCommand] = msgspec.field(default_factory=list)
 
 
 class ActionRequested(EventBase, kw_only=True):
@@ -1322,6 +1341,7 @@ Event = (
     | ApprovalReviewed
     | CheckpointRecorded
     | ConversationRewound
+    | AgentCommandsUpdated
 )
 
 

@@ -13,6 +13,7 @@ from typing import Literal
 import msgspec
 
 from codey_protocol.events import (
+    AgentCommand,
     ApprovalPolicy,
     AuthState,
     BudgetScope,
@@ -496,6 +497,8 @@ class SessionInfo(msgspec.Struct, kw_only=True):
     checkpoints: list[CheckpointMark] = msgspec.field(default_factory=list)
     #: the branches its rewinds took back, oldest first (``items`` is the live branch only)
     rewound: list[RewoundBranch] = msgspec.field(default_factory=list)
+    #: an ACP agent's own slash commands, as it last listed them
+    agent_commands: list[AgentCommand] = msgspec.field(default_factory=list)
 
 
 class AuthInfo(msgspec.Struct, kw_only=True):

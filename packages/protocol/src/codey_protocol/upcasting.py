@@ -70,8 +70,9 @@ VERSIONS: dict[str, int] = {
     "session_created": 2, "session_policy_changed": 2, "schedule_saved": 2,
     "worker_connected": 2,  # 2: capabilities.roots
     "approval_requested": 2,  # 2: the kind ``web`` joined the literal
-    # 2: the checkpoint_* actions joined the union (issue 38)
+    # 2: new action types joined the union (checkpoint_*, list_prompt_files; issue 38, 39)
     "action_requested": 2,
+    "session_item_updated": 2,  # 2: name, arguments, command
 }
 
 
@@ -229,6 +230,11 @@ def _usage_v1(event: dict[str, Any]) -> None:
     _missing(event, {"provider": None, "cost_micros": None})
 
 
+def _item_updated_v1(event: dict[str, Any]) -> None:
+    # an update changes only what it names: a tool call's name, arguments and argv were not
+    _missing(event, dict.fromkeys(("name", "arguments", "command")))
+
+
 def _telegram_update_handled_v0(event: dict[str, Any]) -> None:
     _missing(event, {"bot_id": 0})  # which bot was not recorded: the one the fold starts with
 
@@ -253,8 +259,8 @@ def _worker_connected_v1(event: dict[str, Any]) -> None:
 
 
 def _action_requested_v1(event: dict[str, Any]) -> None:
-    """Version 2 only added action types (``checkpoint_*``): an action stored at 1 is one of
-    the others, and reads the same."""
+    """Version 2 only added action types (``checkpoint_*``, ``list_prompt_files``): an action
+    stored at 1 is one of the others, and reads the same."""
 
 
 #: ``(event type, version) -> upcaster`` to the next version. A type with no entry for a
@@ -281,6 +287,7 @@ UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("worker_connected", 1): _worker_connected_v1,
     ("approval_requested", 1): _literal_grew_v1,
     ("action_requested", 1): _action_requested_v1,
+    ("session_item_updated", 1): _item_updated_v1,
 }
 
 

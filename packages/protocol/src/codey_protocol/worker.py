@@ -624,6 +624,11 @@ class CheckpointPrune(Action, kw_only=True):
 
     workdir: str = ""
     keep: int = 0
+class ListPromptFiles(Action, kw_only=True):
+    """Read the prompt files (slash commands) that apply to ``workdir``: ``.claude/commands``,
+    ``.codex/prompts`` and ``.codey/commands`` of the project and of the user's home."""
+
+    workdir: str
 
 
 ServerToWorker = (
@@ -669,6 +674,7 @@ ServerToWorker = (
     | CheckpointRestore
     | CheckpointDiff
     | CheckpointPrune
+    | ListPromptFiles
 )
 
 ActionMessage = (
@@ -679,6 +685,7 @@ ActionMessage = (
     | WorkspaceCreate | WorkspaceDiff | WorkspaceRemove | WorkspaceCommit | WorkspaceMerge
     | WorkspacePush
     | CheckpointRecord | CheckpointPreview | CheckpointRestore | CheckpointDiff | CheckpointPrune
+    | ListPromptFiles
 )
 
 
@@ -907,7 +914,7 @@ class AcpUpdate(msgspec.Struct, kw_only=True):
     ``reason``: why the agent asks; answer with AcpPermission).
     """
 
-    kind: Literal["text", "thought", "tool", "plan", "permission"]
+    kind: Literal["text", "thought", "tool", "plan", "permission", "commands"]
     text: str = ""
     tool_call_id: str | None = None
     title: str | None = None
@@ -920,6 +927,8 @@ class AcpUpdate(msgspec.Struct, kw_only=True):
     entries: list[tuple[str, str]] = msgspec.field(default_factory=list)  # (text, status)
     command: list[str] | None = None  # the argv of an ``execute`` call (its raw input)
     reason: str = ""  # a permission's why (its raw input's ``reason``, or its content)
+    #: ``commands``: the agent's own slash commands, (name, description, input hint)
+    commands: list[tuple[str, str, str]] = msgspec.field(default_factory=list)
 
 
 class WorkspaceReady(ResultBase, kw_only=True):
@@ -1032,6 +1041,29 @@ class CheckpointRestored(ResultBase, kw_only=True):
 
 class CheckpointsPruned(ResultBase, kw_only=True):
     removed: int = 0
+class PromptFile(msgspec.Struct, kw_only=True):
+    """A prompt file, as Claude Code's and Codex's custom slash commands: ``name`` is its path
+    under the commands folder without ``.md``, subfolders joined by ``:`` (``a/b.md`` →
+    ``a:b``); the front matter's fields as given (``""`` / ``[]`` when absent); ``body`` is
+    the text after the front matter, cut at the worker's cap."""
+
+    name: str
+    body: str
+    path: str  # absolute, on the worker's machine
+    scope: Literal["user", "project"] = "project"
+    description: str = ""
+    argument_hint: str = ""
+    model: str = ""
+    allowed_tools: list[str] = msgspec.field(default_factory=list)
+    truncated: bool = False
+
+
+class PromptFiles(ResultBase, kw_only=True):
+    """What ``list_prompt_files`` found; ``warnings``: what was skipped or read in part and
+    why (garbage front matter, a symlink, a file over the cap)."""
+
+    files: list[PromptFile] = msgspec.field(default_factory=list)
+    warnings: list[str] = msgspec.field(default_factory=list)
 
 
 ActionOutcome = (
@@ -1065,6 +1097,7 @@ ActionOutcome = (
     | CheckpointPlan
     | CheckpointRestored
     | CheckpointsPruned
+    | PromptFiles
 )
 
 
@@ -1297,6 +1330,7 @@ __all__ = [
     "ImageContent",
     "InstructionFile",
     "ListDir",
+    "ListPromptFiles",
     "LoadContext",
     "Log",
     "McpCall",
@@ -1314,6 +1348,8 @@ __all__ = [
     "ProcessPorts",
     "ProcessTail",
     "ProjectContext",
+    "PromptFile",
+    "PromptFiles",
     "ReadFile",
     "RecordedSandbox",
     "RunCommand",

@@ -286,6 +286,9 @@ def build_log() -> list[ev.Envelope]:
     log.add("s1", ev.SessionItemAppended(item=ev.AssistantMessage(
         id="s1-no", ts=log.ts, text="I can't do that.", refusal=True)))
     # Project context, questions, memory and session operations.
+    log.add("s1", ev.AgentCommandsUpdated(commands=[
+        ev.AgentCommand(name="init", description="Write an AGENTS.md"),
+        ev.AgentCommand(name="plan-it", hint="what to plan")]))
     log.add("s1", ev.SessionContextUpdated(
         instructions=[InstructionFile(path="/home/u1/AGENTS.md", text="Be brief.", scope="user"),
                       InstructionFile(path="/home/u1/proj/AGENTS.md", text="Use uv.",

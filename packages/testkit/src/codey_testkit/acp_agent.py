@@ -8,7 +8,8 @@ The script is ``{"turns": [[step, ...], ...]}``: the n-th prompt of a session pl
 
 * ``{"say": text}`` / ``{"think": text}`` — a chunk of the answer / of its reasoning;
 * ``{"tool": {"id", "title", "kind"?, "raw_input"?}}`` — a tool call starts (status pending);
-* ``{"update": {"id", "status"?, "text"?, "raw_output"?}}`` — a tool call changes (content
+* ``{"update": {"id", "status"?, "text"?, "title"?, "raw_input"?, "raw_output"?}}`` — a tool
+  call changes (a title or raw input told late, as claude-agent-acp does; content
   text; or, as codex-acp sends a command's end, only ``raw_output``: ``{"stdout", "stderr",
   "aggregated_output", "formatted_output", "exit_code"}``);
 * ``{"permission": {"id", "title"?, "kind"?, "raw_input"?, "text"?}}`` — ask the client (as
@@ -20,6 +21,8 @@ The script is ``{"turns": [[step, ...], ...]}``: the n-th prompt of a session pl
   system (a read's content is said back as ``[read: ...]``, a refused write as
   ``[write failed: ...]``);
 * ``{"plan": [[text, status], ...]}``;
+* ``{"commands": [[name, description, hint], ...]}`` — its slash commands
+  (``available_commands_update``; ``hint`` ``""``: the command takes no input);
 * ``{"wait_cancel": true}`` — wait until the client cancels the turn (``stop_reason``
   ``cancelled``);
 * ``{"wait_file": name}`` — wait until ``name`` exists in the session's cwd.
@@ -161,11 +164,22 @@ class ScriptedAgent:
             u = step["update"]
             content = [tool_content(text_block(u["text"]))] if "text" in u else None
             await self.conn.session_update(session_id=session_id, update=update_tool_call(
-                u["id"], status=u.get("status"), content=content,
-                raw_output=u.get("raw_output")))
+                u["id"], status=u.get("status"), content=content, title=u.get("title"),
+                raw_input=u.get("raw_input"), raw_output=u.get("raw_output")))
         elif "plan" in step:
             await self.conn.session_update(session_id=session_id, update=update_plan(
                 [plan_entry(text, status=status) for text, status in step["plan"]]))
+        elif "commands" in step:
+            from acp.helpers import update_available_commands
+            from acp.schema import AvailableCommand, AvailableCommandInput
+            from acp.schema import UnstructuredCommandInput as Hint
+
+            listed = [AvailableCommand(name=name, description=description,
+                                       input=AvailableCommandInput(Hint(hint=hint)) if hint
+                                       else None)
+                      for name, description, hint in step["commands"]]
+            await self.conn.session_update(session_id=session_id,
+                                           update=update_available_commands(listed))
         elif "write" in step:
             w = step["write"]
             try:

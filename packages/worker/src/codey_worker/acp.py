@@ -295,6 +295,8 @@ def _tool_text(contents: Any) -> str:
 #: exec end: ``formatted_output``, ``aggregated_output``, ``stdout``/``stderr``), in order
 _RAW_OUTPUT_KEYS = ("formatted_output", "aggregated_output", "output", "result", "content")
 _RAW_CAP = 64_000
+#: an agent's slash commands passed on, at most
+MAX_COMMANDS = 200
 
 
 def _raw_text(raw: Any) -> str:
@@ -330,7 +332,7 @@ def _command(raw: Any) -> list[str] | None:
 
 def _convert(update: Any) -> AcpUpdate | None:
     """An ACP session update as Codey passes it on; None for what Codey does not show
-    (available commands, modes, usage)."""
+    (modes, usage)."""
     kind = getattr(update, "session_update", "")
     if kind == "agent_message_chunk":
         return AcpUpdate(kind="text", text=_text(update.content))
@@ -343,4 +345,11 @@ def _convert(update: Any) -> AcpUpdate | None:
                          command=_command(getattr(update, "raw_input", None)))
     if kind == "plan":
         return AcpUpdate(kind="plan", entries=[(e.content, e.status) for e in update.entries])
+    if kind == "available_commands_update":
+        commands = []
+        for c in update.available_commands[:MAX_COMMANDS]:
+            given = getattr(c, "input", None)
+            hint = getattr(getattr(given, "root", given), "hint", "") or ""
+            commands.append((str(c.name)[:100], str(c.description or "")[:500], str(hint)[:200]))
+        return AcpUpdate(kind="commands", commands=commands)
     return None

@@ -82,6 +82,7 @@ from codey_protocol.worker import (
     Glob,
     Grep,
     ListDir,
+    ListPromptFiles,
     LoadContext,
     McpCall,
     McpList,
@@ -543,6 +544,12 @@ class ActionDispatcher:
         return await load_context(workdir, roots, self.home, self.git, self.sandbox.boundary,
                                   action.session_id)
 
+    async def _list_prompt_files(self, action: ListPromptFiles) -> ActionOutcome:
+        workdir = self._check_workdir(action.workdir)
+        from codey_worker.prompts import list_prompt_files
+
+        return await list_prompt_files(workdir, self.home, boundary=self.sandbox.boundary)
+
     async def _mcp_list(self, action: McpList) -> ActionOutcome:
         where = self._check_workdir(action.workdir) if action.workdir else None
         return McpTools(servers=await self._mcp().list_all(where))
@@ -821,6 +828,7 @@ _EXECUTORS: dict[type[ActionMessage], Executor[Any]] = {
     CheckpointRestore: Executor(ActionDispatcher._checkpoint_restore),
     CheckpointDiff: _looks(ActionDispatcher._checkpoint_diff),
     CheckpointPrune: Executor(ActionDispatcher._checkpoint_prune, changes_workdir=False),
+    ListPromptFiles: _looks(ActionDispatcher._list_prompt_files),
 }
 _UNKNOWN: Executor[Any] = Executor(ActionDispatcher._unknown)
 

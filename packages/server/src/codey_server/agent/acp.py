@@ -282,6 +282,10 @@ def _progressed(k: K, i: ActionProgressed) -> None:
             for text, status in update.entries]))
     elif update.kind == "permission":
         _permission(k, prompt, update)
+    elif update.kind == "commands":
+        k.emit(ev.AgentCommandsUpdated(commands=[
+            ev.AgentCommand(name=name, description=description, hint=hint)
+            for name, description, hint in update.commands]))
 
 
 def _chunk(k: K, kind: Any, text: str) -> None:
@@ -329,9 +333,28 @@ def _tool(k: K, update: wk.AcpUpdate) -> str:
             fields["result"] = update.text
     if update.text:
         fields["output"] = update.text
+    if item is not None and update.kind == "tool":
+        fields.update(_told_late(item, update, k.turn.kinds.get(call_id)))
     if fields:
         k.emit(ev.SessionItemUpdated(item_id=item_id, **fields))
     return item_id
+
+
+def _told_late(item: ev.ToolCall, update: wk.AcpUpdate, kind: str | None) -> dict[str, Any]:
+    """The card's name and command from a ``tool_call_update`` that says them first or
+    anew (claude-agent-acp starts a command as "Terminal" with an empty raw input)."""
+    fields: dict[str, Any] = {}
+    if update.title and update.title != item.name:
+        fields["name"] = update.title
+    if update.command and update.command != item.command:
+        fields["command"] = update.command
+    if fields:
+        arguments: dict[str, Any] = {"kind": kind, "title": fields.get("name", item.name)}
+        command = fields.get("command", item.command)
+        if command:
+            arguments["command"] = command
+        fields["arguments"] = json.dumps(arguments)
+    return fields
 
 
 def _end_items(k: K, status: ev.ToolStatus) -> None:

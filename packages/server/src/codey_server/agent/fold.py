@@ -297,6 +297,14 @@ def _context(state: State, env: ev.Envelope) -> None:
                                    loaded_at=env.ts)
 
 
+def _agent_commands(state: State, env: ev.Envelope) -> None:
+    e = env.event
+    assert isinstance(e, ev.AgentCommandsUpdated)
+    s = session_of(state, env)
+    if s is not None:
+        s.agent_commands = list(e.commands)
+
+
 def _question_asked(state: State, env: ev.Envelope) -> None:
     e = env.event
     assert isinstance(e, ev.QuestionAsked)
@@ -447,4 +455,5 @@ FOLD: Mapping[type[Any], FoldHandler] = {
     ev.AttentionNudged: _attention_nudged,
     ev.AttentionActed: _attention_acted,
     ev.ApprovalReviewed: _approval_reviewed,
+    ev.AgentCommandsUpdated: _agent_commands,
 }

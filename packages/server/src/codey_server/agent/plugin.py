@@ -10,6 +10,7 @@ from codey_server.agent import budget, fold
 from codey_server.agent.goals import GoalRunner
 from codey_server.agent.routes import ConfigController
 from codey_server.agent.service import AgentService
+from codey_server.agent.slash_routes import SlashController
 from codey_server.core.delivery import Delivery
 from codey_server.core.engine import Engine
 from codey_server.core.hosting import Hosting
@@ -50,7 +51,7 @@ def _goals(engine: Engine, actions: Delivery, agent: AgentService) -> GoalRunner
 
 PLUGIN = FeaturePlugin(
     "agent",
-    routes=(ConfigController,),
+    routes=(ConfigController, SlashController),
     commands=budget.COMMANDS,
     fold=fold.FOLD,
     parts=(Part("agent", _agent, start=AgentService.start, stop=AgentService.stop),
