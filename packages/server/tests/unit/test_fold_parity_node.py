@@ -511,9 +511,7 @@ PARITY = settings(max_examples=200, deadline=None, suppress_health_check=[Health
 def test_js_fold_equals_python_fold_on_generated_logs(node: Node) -> None:
     reached = Reached()
 
-    @PARITY
-    @given(log=LOGS)
-    def fold_both(log: Log) -> None:
+    def check(log: Log) -> None:
         expected = python_fold(log.stored, log.cuts)
         got = node.fold(log.stored, log.cuts)
         for n, js, py in zip(log.cuts, got, expected, strict=True):
@@ -521,10 +519,22 @@ def test_js_fold_equals_python_fold_on_generated_logs(node: Node) -> None:
             assert js == py
         reached.note(log, expected)
 
+    @PARITY
+    @given(log=LOGS)
+    def fold_both(log: Log) -> None:
+        check(log)
+
     fold_both()
     tags = {cls.__struct_config__.tag for cls in EVENT_TYPES}
     with_defaults = {cls.__struct_config__.tag for cls in EVENT_TYPES
                      if any(has_default for _, _, has_default in _fields(cls))}
+    # Hypothesis's draws can miss the older form of a type with one defaulted field (a few
+    # runs in a hundred, more with every event type added): long logs with every default
+    # left out make up for it, folded and compared alike (so nothing is checked less)
+    for seed in range(10):
+        if reached.types == tags and reached.older_form == with_defaults:
+            break
+        check(build_log(seed, 3 * len(EVENT_CLASSES), 1.0))
     assert reached.types == tags
     assert reached.older_form == with_defaults
     assert reached.changed_paths_cap
