@@ -5,11 +5,14 @@ besides public ones, the caps. Screenshot: /tmp/shots/i39-web/settings-tools.png
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from playwright.sync_api import Page, expect
 
 from codey_testkit.scenarios import provider_config
+from codey_testkit.search_service import SearchServiceHandle
 
 from .conftest import Stack
 
@@ -33,3 +36,38 @@ def test_settings_shows_the_web_tools_setup(stack: Stack, page: Page) -> None:
     SHOTS.mkdir(parents=True, exist_ok=True)
     card.scroll_into_view_if_needed()
     card.screenshot(path=str(SHOTS / "settings-tools.png"))
+
+
+@pytest.fixture
+def site(tmp_path: Path) -> Iterator[SearchServiceHandle]:
+    with SearchServiceHandle(tmp_path / "site", host="127.0.0.2") as handle:
+        yield handle
+
+
+def test_a_fetch_asks_on_its_card_and_shows_the_page(stack: Stack, page: Page,
+                                                     site: SearchServiceHandle) -> None:
+    """Under suggest the fetch's card asks first, naming the URL; approved, it shows the page
+    as Markdown. Screenshots: web-fetch-approval.png, web-fetch-done.png."""
+    url = f"{site.url}/page"
+    model = stack.model({"model": "scripted-1", "steps": [
+        {"match": {"user": "read the page"},
+         "reply": {"calls": [{"name": "web_fetch", "arguments": {"url": url}}]}},
+        {"match": {"tool": "web_fetch", "tool_output": "# Codey test page"},
+         "reply": {"text": "The page says hello."}},
+        {"match": {"any": True}, "reply": {"text": "unexpected"}}]})
+    stack.server(config={**provider_config(model), "web": {"fetch_allow": ["127.0.0.2/32"]}})
+    worker = stack.worker()
+    stack.open(page)
+    stack.new_session(page, worker, stack.workdir(worker, "proj"), "read the page",
+                      policy="suggest")
+    approval = page.get_by_test_id("approval")
+    expect(approval).to_contain_text("Let the server reach the web?")
+    card = page.locator("[data-testid=item]:has([data-testid=approval])")
+    expect(card).to_contain_text(url)  # the card's path: the URL the server would fetch
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    card.screenshot(path=str(SHOTS / "web-fetch-approval.png"))
+    approval.get_by_test_id("approve-session").click()
+    expect(stack.items(page, "assistant_message").last).to_contain_text("The page says hello.")
+    fetched = stack.items(page, "tool_call").first
+    expect(fetched).to_contain_text("Fetch")
+    fetched.screenshot(path=str(SHOTS / "web-fetch-done.png"))

@@ -447,7 +447,7 @@ export function approvalNode(approval, ctx, sessionId, standalone = false) {
     "data-testid": "reviewer-verdict" }, verdict) : null,
   ladderOf(ctx, sessionId, approval.approval_id),
   // a delegation's folder is what is granted: shown in the session's view too
-  standalone || approval.kind === "delegate" || approval.kind === "web" ? what : null,
+  standalone || approval.kind === "delegate" ? what : null,
   standalone && approval.patch ? renderDiff(approval.patch) : null,
   h("div", { class: "approval-actions" },
     button("approve", "Approve", "approve", "primary"),

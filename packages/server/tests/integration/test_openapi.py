@@ -111,6 +111,7 @@ def _exercise(api: _Contract, server: ServerProcess, worker: WorkerProcess) -> N
     api.check("GET", "/api/state/bootstrap", 200)
     api.check("GET", "/api/config", 200)
     api.check("GET", "/api/about", 200)
+    assert api.check("GET", "/api/web-tools", 200).json()["search_kind"] == "none"
     prices = api.check("GET", "/api/prices", 200).json()["defaults"]
     assert prices["gpt-5"]["output"] > 0
     api.check("POST", "/api/viewing", 200, json={"session_ids": ["ses_none"]})
