@@ -382,6 +382,25 @@ def build_log() -> list[ev.Envelope]:
         schedule_id="sc1", name="nightly v2", cron="0 3 * * *", worker_id="w1",
         workdir="/home/u1/p", prompt="run the tests")))
     log.add(None, ev.ScheduleDeleted(schedule_id="sc2"))
+    log.add(None, ev.TriggerSet(spec=ev.TriggerSpec(
+        trigger_id="tr1", hook_id="h1", name="on comment", worker_id="w1", workdir="/w",
+        prompt="{{payload.comment.body}}", events=["issue_comment"], budget_usd=1.5,
+        has_secret=True)))
+    log.add(None, ev.TriggerSet(spec=ev.TriggerSpec(
+        trigger_id="tr2", hook_id="h2", name="tasks", worker_id="w1", workdir="/w",
+        prompt="p", target="task")))
+    log.add(None, ev.TriggerDelivered(trigger_id="tr1", delivery_id="d1", outcome="started",
+                                      event="issue_comment.created", session_id="s1",
+                                      payload="ab" * 32, missing=["payload.x"]))
+    log.add(None, ev.TriggerDelivered(trigger_id="tr1", delivery_id="d2", outcome="refused",
+                                      event="issue_comment", reason="bad signature"))
+    log.add(None, ev.TriggerDelivered(trigger_id="tr1", delivery_id="d3", outcome="filtered",
+                                      replay_of="d1", payload="ab" * 32))
+    log.add(None, ev.TriggerDelivered(trigger_id="ghost", delivery_id="d4", outcome="started"))
+    log.add(None, ev.TriggerSet(spec=ev.TriggerSpec(
+        trigger_id="tr1", hook_id="h1", name="on any comment", worker_id="w1", workdir="/w",
+        prompt="p", enabled=False)))
+    log.add(None, ev.TriggerRemoved(trigger_id="tr2"))
     log.add(None, ev.TaskCreated(task_id="t1", title="Design", order=0.0))
     log.add(None, ev.TaskCreated(task_id="t2", title="Build", description="the thing",
                                  depends_on=["t1"], order=1.0))
