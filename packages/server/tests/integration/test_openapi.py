@@ -184,6 +184,23 @@ def _exercise(api: _Contract, server: ServerProcess, worker: WorkerProcess) -> N
         kwargs: dict[str, Any] = {"json": body} if body is not None else {}
         api.check(method, template, 409, path={"session_id": sid}, **kwargs)
         api.check(method, template, 404, path={"session_id": "ses_none"}, **kwargs)
+    # checkpoints (test_checkpoints.py has them for real): a turn, and one that is none
+    turn = next(i["id"] for i in server.http.get(f"/api/sessions/{sid}").json()["items"]
+                if i["kind"] == "user_message")
+    marks = "/api/sessions/{session_id}/checkpoints"
+    api.check("GET", marks, 200, path={"session_id": sid})
+    api.check("GET", marks, 404, path={"session_id": "ses_none"})
+    at = {"session_id": sid, "turn": turn}
+    nowhere = {"session_id": sid, "turn": "itm_none"}
+    api.check("GET", marks + "/{turn}/preview", 200, path=at)
+    api.check("GET", marks + "/{turn}/preview", 404, path=nowhere)
+    api.check("POST", marks + "/{turn}/restore", 404, path=nowhere, json={})
+    api.check("POST", marks + "/{turn}/restore-file", 404, path=nowhere, json={"path": "x"})
+    api.check("POST", marks + "/{turn}/restore-file", 400, path=at, json={"path": ""})
+    api.check("GET", "/api/sessions/{session_id}/diff", 200, path={"session_id": sid},
+              params={"from": turn})
+    api.check("GET", "/api/sessions/{session_id}/diff", 404, path={"session_id": "ses_none"},
+              params={"from": turn})
     goal = "/api/sessions/{session_id}/goal"
     api.check("POST", goal, 409, path={"session_id": sid}, json={"condition": "clear"})
     api.check("POST", goal, 404, path={"session_id": "ses_none"}, json={"condition": "x"})

@@ -174,6 +174,9 @@ class TurnDriver:
         self.lease_lost: LeaseLost | None = None
         #: an action of this turn may have changed files (its end state is then kept)
         self._changed = False
+        #: the turn's end state was kept; the step that ends the turn was held back for it
+        self._end_kept = False
+        self._held = False
         self._start: dict[type[Any], Callable[[Any], None]] = {
             BuildBody: self._build_body, NoteBody: self._note_body,
             CallModel: self._call_model, RunAction: self._run_action,
@@ -196,7 +199,6 @@ class TurnDriver:
                 if not self._inbox and not self._tasks and not self._timers:
                     raise RuntimeError("the turn waits, but for nothing")
                 await self._feed(await self._inbox.get())
-            await self._turn_ended()
         except asyncio.CancelledError:
             self._stop()
             if not self.deps.stopping():
@@ -213,10 +215,9 @@ class TurnDriver:
         finally:
             self._stop()
 
-    async def _turn_ended(self) -> None:
-        """The turn's end state, kept when it changed files (see checkpoints/)."""
-        if not self._changed or self.deps.checkpoints is None:
-            return
+    async def _keep_end_state(self) -> None:
+        """The turn's end state, kept when it changed files (see checkpoints/): taken before
+        the step that ends the turn is appended, so nothing of the turn runs after it ends."""
         s = self.deps.store.state.sessions.get(self.session_id)
         if s is None:
             return
@@ -252,13 +253,27 @@ class TurnDriver:
     async def _submit(self, input: Input) -> Step:
         """One step of the machine, as a decision on the write path; returns the step."""
         self._before = self.turn
+        self._held = False
         await self.deps.store.submit(self._decide, input, exclusive=False)
+        if self._held:  # the step would end a turn that changed files: its end state first
+            self._end_kept = True
+            await self._keep_end_state()
+            self._before = self.turn
+            await self.deps.store.submit(self._decide, input, exclusive=False)
         return self._step
 
     def _decide(self, state: State, input: Input, ctx: Context) -> Decided:
         # from the value before this input, every time: a decision taken again (the session
         # moved on before its step committed) is the step taken afresh on the new state
-        self.turn, self._step = step(self.machine, self._before, state, input, ctx)
+        turn, made = step(self.machine, self._before, state, input, ctx)
+        if turn.core.done and self._changed and not self._end_kept and \
+                self.deps.checkpoints is not None and \
+                not isinstance(input, Interrupted | Crashed):
+            # held back: decided again once the end state is kept (see _submit)
+            self._held = True
+            self.turn, self._step = self._before, Step()
+            return []
+        self.turn, self._step = turn, made
         return self._step.events
 
     def _stop(self) -> None:
