@@ -71,6 +71,9 @@ const ACTION = {
   workspace_commit: fillWorkspaceCommit,
   workspace_merge: fillWorkspaceMerge,
   workspace_push: fillWorkspacePush,
+  session_bundle: fillSessionBundle,
+  session_bundle_read: fillSessionBundleRead,
+  session_unpack: fillSessionUnpack,
 };
 
 /**
@@ -707,6 +710,28 @@ export function fillWorkspacePush(v) {
   if (v.base === undefined) v.base = "";
   if (v.title === undefined) v.title = "";
   if (v.body === undefined) v.body = "";
+  return v;
+}
+
+/** `SessionBundle` (worker.py): its defaults filled in. */
+export function fillSessionBundle(v) {
+  if (v.max_bytes === undefined) v.max_bytes = 41943040;
+  return v;
+}
+
+/** `SessionBundleRead` (worker.py): its defaults filled in. */
+export function fillSessionBundleRead(v) {
+  if (v.offset === undefined) v.offset = 0;
+  if (v.length === undefined) v.length = 524288;
+  return v;
+}
+
+/** `SessionUnpack` (worker.py): its defaults filled in. */
+export function fillSessionUnpack(v) {
+  if (v.source === undefined) v.source = "git";
+  if (v.branch === undefined) v.branch = "";
+  if (v.head === undefined) v.head = "";
+  if (v.snapshot === undefined) v.snapshot = "";
   return v;
 }
 

@@ -68,6 +68,9 @@ VERSIONS: dict[str, int] = {
     "token_usage_recorded": 2,  # 2: provider, cost_micros
     # the approval policy ``reviewer`` joined the literal (version 1 could not hold it)
     "session_created": 2, "session_policy_changed": 2, "schedule_saved": 2,
+    # 2: a move can carry the files to another workdir (issue 38); the action union grew the
+    # move's bundle and unpack
+    "session_moved": 2, "action_requested": 2,
 }
 
 
@@ -237,6 +240,15 @@ def _policy_v1(event: dict[str, Any]) -> None:
 
 #: ``(event type, version) -> upcaster`` to the next version. A type with no entry for a
 #: version had nothing to change at it.
+def _session_moved_v1(event: dict[str, Any]) -> None:
+    # a move then kept the workdir's path and carried no files
+    _missing(event, {"workdir": "", "from_workdir": "", "bundle": "", "bundle_size": 0})
+
+
+def _action_requested_v1(event: dict[str, Any]) -> None:
+    pass  # (only new action types joined: an action of version 1 reads as it was)
+
+
 UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("worker_paired", 0): _worker_paired_v0,
     ("worker_connected", 0): _worker_connected_v0,
@@ -256,6 +268,8 @@ UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("session_created", 1): _policy_v1,
     ("session_policy_changed", 1): _policy_v1,
     ("schedule_saved", 1): _policy_v1,
+    ("session_moved", 1): _session_moved_v1,
+    ("action_requested", 1): _action_requested_v1,
 }
 
 
