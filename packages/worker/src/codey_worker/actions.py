@@ -80,6 +80,9 @@ from codey_protocol.worker import (
     PatchResult,
     ReadFile,
     RunCommand,
+    SessionBundle,
+    SessionBundleRead,
+    SessionUnpack,
     ViewImage,
     WorkspaceCommit,
     WorkspaceCreate,
@@ -106,6 +109,7 @@ from codey_worker.warm import supervisor_env
 from codey_worker.watch import WorkspaceWatcher
 
 if TYPE_CHECKING:
+    from codey_worker.move import Mover
     from codey_worker.processes import ProcessTable
     from codey_worker.workspaces import Workspaces
 
@@ -208,6 +212,7 @@ class ActionDispatcher:
         self.git = GitRunner(self.sandbox)
         self._processes: ProcessTable | None = None
         self._workspaces: Workspaces | None = None
+        self._mover: Mover | None = None
 
     @property
     def workspaces(self) -> Workspaces:
@@ -559,6 +564,24 @@ class ActionDispatcher:
     async def _workspace_push(self, action: WorkspacePush) -> ActionOutcome:
         return await self.workspaces.push(action)
 
+    @property
+    def mover(self) -> Mover:
+        """Moving sessions between machines (session_bundle & co.), made with the first."""
+        if self._mover is None:
+            from codey_worker.move import Mover
+
+            self._mover = Mover(self.policy, self.git, self.home)
+        return self._mover
+
+    async def _session_bundle(self, action: SessionBundle) -> ActionOutcome:
+        return await self.mover.bundle(action)
+
+    async def _session_bundle_read(self, action: SessionBundleRead) -> ActionOutcome:
+        return self.mover.read(action)
+
+    async def _session_unpack(self, action: SessionUnpack) -> ActionOutcome:
+        return await self.mover.unpack(action)
+
     async def _unknown(self, action: ActionMessage) -> ActionOutcome:
         raise ActionRefused("bad_request", f"this worker cannot run {type(action).__name__}")
 
@@ -765,6 +788,11 @@ _EXECUTORS: dict[type[ActionMessage], Executor[Any]] = {
     WorkspaceCommit: Executor(ActionDispatcher._workspace_commit),
     WorkspaceMerge: Executor(ActionDispatcher._workspace_merge),
     WorkspacePush: Executor(ActionDispatcher._workspace_push),
+    # the bundle is kept in memory for its reads: after a restart a repeat bundles again
+    SessionBundle: Executor(ActionDispatcher._session_bundle, recorded=False,
+                            changes_workdir=False),
+    SessionBundleRead: _looks(ActionDispatcher._session_bundle_read),
+    SessionUnpack: Executor(ActionDispatcher._session_unpack, changes_workdir=False),
 }
 _UNKNOWN: Executor[Any] = Executor(ActionDispatcher._unknown)
 

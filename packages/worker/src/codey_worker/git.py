@@ -258,6 +258,9 @@ class Access:
     network: bool = False
     credentials: bool = False
     reads: tuple[Path, ...] = ()
+    #: folders of the worker's own under ``$CODEY_HOME`` (hidden from every sandboxed run)
+    #: shown, writable, to this one: a shadow repository of the worker's (a move's)
+    own: tuple[Path, ...] = ()
 
 
 READ = Access()
@@ -319,7 +322,7 @@ class GitRunner:
         readable: list[Path] = [cwd, *access.reads, *also]
         if repo is not None:
             readable += [repo.top, *repo.git_dirs]
-        exposed: list[Path] = []
+        exposed: list[Path] = list(access.own)
         if access.credentials:
             sock = self.environ.get("SSH_AUTH_SOCK")
             if sock and os.path.isabs(sock):
