@@ -76,6 +76,10 @@ STATUS_OF_CODE: Mapping[str, int] = {
     # the worktree's folder or its branch is not there any more
     "worktree_gone": 409,
     "branch_gone": 409,
+    # a move (moves/): a bundle refused or lost on its way, a folder the worker keeps
+    "bad_bundle": 409,
+    "bundle_gone": 409,
+    "protected_path": 409,
 }
 
 class ErrorBody(msgspec.Struct, kw_only=True, omit_defaults=True):
