@@ -102,4 +102,6 @@ export const api = {
     return data;
   },
   blobUrl: (a) => `/api/blobs/${encodeURIComponent(a.hash)}?mime=${encodeURIComponent(a.mime)}`,
+  moveSession: (id, worker_id, workdir) =>
+    request("POST", `/api/sessions/${encodeURIComponent(id)}/move`, { worker_id, workdir }),
 };
