@@ -74,7 +74,8 @@ def test_the_app_has_each_plugins_routes_and_the_static_client_last(tmp_path: Pa
                 "workspaces": "/api/sessions/{session_id:str}/changes",
                 "terminals": "/api/terminals", "blobs": "/api/blobs", "mcp": "/mcp",
                 "schedules": "/api/schedules", "board": "/api/tasks", "metrics": "/metrics",
-                "channels": "/api/telegram", "push": "/api/push", "upgrades": "/api/about"}
+                "channels": "/api/telegram", "push": "/api/push", "upgrades": "/api/about",
+                "moves": "/api/sessions/{session_id:str}/move"}
     assert set(one_each) == {p.name for p in PLUGINS}
     assert set(one_each.values()) <= set(paths)
 
