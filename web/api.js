@@ -120,4 +120,6 @@ export const api = {
   slashCommands: (id) => request("GET", `/api/sessions/${encodeURIComponent(id)}/commands`),
   runSlash: (id, name, args) => request("POST",
     `/api/sessions/${encodeURIComponent(id)}/commands/run`, { name, arguments: args }),
+  moveSession: (id, worker_id, workdir) =>
+    request("POST", `/api/sessions/${encodeURIComponent(id)}/move`, { worker_id, workdir }),
 };

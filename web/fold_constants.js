@@ -78,6 +78,9 @@ const ACTION = {
   checkpoint_restore: fillCheckpointRestore,
   checkpoint_diff: fillCheckpointDiff,
   checkpoint_prune: fillCheckpointPrune,
+  session_bundle: fillSessionBundle,
+  session_bundle_read: fillSessionBundleRead,
+  session_unpack: fillSessionUnpack,
 };
 
 /**
@@ -772,6 +775,28 @@ export function fillCheckpointDiff(v) {
 export function fillCheckpointPrune(v) {
   if (v.workdir === undefined) v.workdir = "";
   if (v.keep === undefined) v.keep = 0;
+  return v;
+}
+
+/** `SessionBundle` (worker.py): its defaults filled in. */
+export function fillSessionBundle(v) {
+  if (v.max_bytes === undefined) v.max_bytes = 41943040;
+  return v;
+}
+
+/** `SessionBundleRead` (worker.py): its defaults filled in. */
+export function fillSessionBundleRead(v) {
+  if (v.offset === undefined) v.offset = 0;
+  if (v.length === undefined) v.length = 524288;
+  return v;
+}
+
+/** `SessionUnpack` (worker.py): its defaults filled in. */
+export function fillSessionUnpack(v) {
+  if (v.source === undefined) v.source = "git";
+  if (v.branch === undefined) v.branch = "";
+  if (v.head === undefined) v.head = "";
+  if (v.snapshot === undefined) v.snapshot = "";
   return v;
 }
 

@@ -308,7 +308,10 @@ function forked(state, env, e) {
 
 function moved(state, env, e) {
   const s = session(state, env);
-  if (s) s.worker_id = e.worker_id;
+  if (s) {
+    s.worker_id = e.worker_id;
+    if (e.workdir) { s.workdir = e.workdir; s.worktree = null; s.updated_at = env.ts; }
+  }
 }
 
 function questionAsked(state, env, e) {

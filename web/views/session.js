@@ -11,6 +11,7 @@ import { api } from "../api.js";
 import { ChangesDialog } from "./changes.js";
 import { NewSessionDialog } from "./newsession.js";
 import { SlashMenu, parseSlash, reviewPrompt, slashHooks } from "./slash.js";
+import { MoveDialog } from "./move.js";
 import { fmtBytes, h, replaceChildren, showingErrors } from "../dom.js";
 import { findItem, findProcess, updateFields } from "../store.js";
 import { openRewind, rewoundBranch } from "./rewind.js";
@@ -1065,6 +1066,8 @@ export class SessionView {
       act("menu-fork", "Fork", () => this._fork(null)),
       act("menu-archive", s.archived ? "Unarchive" : "Archive",
         () => this.ctx.socket.archiveSession(this.sessionId, !s.archived)),
+      others.length && s.status !== "closed" ? act("menu-move-dialog", "Move to…",
+        () => new MoveDialog(this.ctx, this.sessionId).open()) : null,
       ...others.map((o) => act(`menu-move-${o.worker_id}`, `Move to ${machineLabel(state, o)}`,
         () => this.ctx.socket.moveSession(this.sessionId, o.worker_id))),
       s.status === "closed" ? null

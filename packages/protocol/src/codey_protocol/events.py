@@ -749,10 +749,17 @@ class SessionForked(EventBase, kw_only=True):
 
 
 class SessionMoved(EventBase, kw_only=True):
-    """The session goes on with the same workdir path on another worker."""
+    """The session goes on on another worker: with the same workdir path (``workdir`` ""), or
+    moved there with its files ("Move to…"): ``workdir`` on ``worker_id`` now holds what
+    ``from_workdir`` on ``from_worker`` held, carried as the bundle ``bundle`` (its sha256 in
+    the blob store) of ``bundle_size`` bytes. The source's files stay as they were."""
 
     worker_id: str
     from_worker: str = ""
+    workdir: str = ""
+    from_workdir: str = ""
+    bundle: str = ""
+    bundle_size: int = 0
 
 
 class QuestionAsked(EventBase, kw_only=True):

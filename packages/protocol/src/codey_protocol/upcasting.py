@@ -70,9 +70,12 @@ VERSIONS: dict[str, int] = {
     "session_created": 2, "session_policy_changed": 2, "schedule_saved": 2,
     "worker_connected": 2,  # 2: capabilities.roots
     "approval_requested": 2,  # 2: the kind ``web`` joined the literal
-    # 2: new action types joined the union (checkpoint_*, list_prompt_files; issue 38, 39)
+    # 2: new action types joined the union (checkpoint_*, list_prompt_files, session_bundle/_read/unpack;
+    # issue 38, 39)
     "action_requested": 2,
     "session_item_updated": 2,  # 2: name, arguments, command
+    # 2: a move can carry the files to another workdir (issue 38)
+    "session_moved": 2,
 }
 
 
@@ -259,8 +262,14 @@ def _worker_connected_v1(event: dict[str, Any]) -> None:
 
 
 def _action_requested_v1(event: dict[str, Any]) -> None:
-    """Version 2 only added action types (``checkpoint_*``, ``list_prompt_files``): an action
-    stored at 1 is one of the others, and reads the same."""
+    """Version 2 only added action types (``checkpoint_*``, ``list_prompt_files``, a move's
+    ``session_bundle*`` and ``session_unpack``): an action stored at 1 is one of the others,
+    and reads the same."""
+
+
+def _session_moved_v1(event: dict[str, Any]) -> None:
+    # a move then kept the workdir's path and carried no files
+    _missing(event, {"workdir": "", "from_workdir": "", "bundle": "", "bundle_size": 0})
 
 
 #: ``(event type, version) -> upcaster`` to the next version. A type with no entry for a
@@ -288,6 +297,7 @@ UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("approval_requested", 1): _literal_grew_v1,
     ("action_requested", 1): _action_requested_v1,
     ("session_item_updated", 1): _item_updated_v1,
+    ("session_moved", 1): _session_moved_v1,
 }
 
 

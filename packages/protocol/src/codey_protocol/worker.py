@@ -629,6 +629,45 @@ class ListPromptFiles(Action, kw_only=True):
     ``.codex/prompts`` and ``.codey/commands`` of the project and of the user's home."""
 
     workdir: str
+# moving a session to another machine (issue 38 §3): the source bundles the session's work
+# (its files as they are, uncommitted changes included, and its checkpoints), the server reads
+# the bundle in chunks (a frame from the worker is 1 MiB at most) into its blob store, and the
+# target unpacks it into a new folder. The worker's own git, as for the worktrees.
+
+
+class SessionBundle(Action, kw_only=True):
+    """Bundle the session's ``workdir``: a git bundle of a snapshot commit of its files as
+    they are (tracked and untracked, not ignored; made with a temporary index: the user's
+    index, HEAD, stash and branches stay as they are), of HEAD, and of the session's
+    checkpoint refs; for a folder that is not in a repository, of a shadow repository under
+    ``$CODEY_HOME/moves/``. The bundle stays in the worker's memory for
+    :class:`SessionBundleRead` (``bundle_id``: this action's id)."""
+
+    workdir: str
+    max_bytes: int = 40 * 1024 * 1024
+
+
+class SessionBundleRead(Action, kw_only=True):
+    """``length`` bytes of a bundle made by :class:`SessionBundle`, from ``offset``."""
+
+    bundle_id: str
+    offset: int = 0
+    length: int = 512 * 1024
+
+
+class SessionUnpack(Action, kw_only=True):
+    """Unpack a bundle of :class:`SessionBundle` into ``workdir`` (new, or an empty folder,
+    inside the worker's allowed roots): the files as they were on the source, uncommitted
+    changes as uncommitted changes (and ``branch`` checked out at ``head`` for a repository);
+    refs outside the session's namespace are refused."""
+
+    workdir: str
+    bundle_b64: str  # the bundle's bytes, base64
+    #: "git": the source was a repository; "plain": a folder (no ``.git`` is made)
+    source: Literal["git", "plain"] = "git"
+    branch: str = ""  # the source's branch ("" : detached or none)
+    head: str = ""  # the source's HEAD commit ("" : none)
+    snapshot: str = ""  # the commit holding the files as they were
 
 
 ServerToWorker = (
@@ -675,6 +714,9 @@ ServerToWorker = (
     | CheckpointDiff
     | CheckpointPrune
     | ListPromptFiles
+    | SessionBundle
+    | SessionBundleRead
+    | SessionUnpack
 )
 
 ActionMessage = (
@@ -686,6 +728,7 @@ ActionMessage = (
     | WorkspacePush
     | CheckpointRecord | CheckpointPreview | CheckpointRestore | CheckpointDiff | CheckpointPrune
     | ListPromptFiles
+    | SessionBundle | SessionBundleRead | SessionUnpack
 )
 
 
@@ -1064,6 +1107,28 @@ class PromptFiles(ResultBase, kw_only=True):
 
     files: list[PromptFile] = msgspec.field(default_factory=list)
     warnings: list[str] = msgspec.field(default_factory=list)
+class SessionBundled(ResultBase, kw_only=True):
+    """A session's work, bundled (``session_bundle``); read it with ``session_bundle_read``."""
+
+    bundle_id: str
+    size: int
+    sha256: str
+    source: Literal["git", "plain"] = "git"
+    branch: str = ""
+    head: str = ""
+    snapshot: str = ""
+    files: int = 0  # files in the snapshot
+
+
+class BundleChunk(ResultBase, kw_only=True):
+    data_b64: str  # base64
+    eof: bool = False
+
+
+class SessionUnpacked(ResultBase, kw_only=True):
+    path: str
+    files: int = 0
+    source: Literal["git", "plain"] = "git"
 
 
 ActionOutcome = (
@@ -1098,6 +1163,9 @@ ActionOutcome = (
     | CheckpointRestored
     | CheckpointsPruned
     | PromptFiles
+    | SessionBundled
+    | BundleChunk
+    | SessionUnpacked
 )
 
 

@@ -30,6 +30,7 @@ from codey_server.http.sessions import SessionsController
 from codey_server.http.state import StateController
 from codey_server.mcp import plugin as mcp
 from codey_server.metrics import plugin as metrics
+from codey_server.moves import plugin as moves
 from codey_server.providers import plugin as providers
 from codey_server.push import plugin as push
 from codey_server.schedules import plugin as schedules
@@ -56,6 +57,7 @@ PLUGINS: tuple[FeaturePlugin, ...] = (
     workspaces.PLUGIN,
     terminals.PLUGIN,  # after the workers: it reaches their sockets
     blobs.PLUGIN,
+    moves.PLUGIN,  # before the MCP endpoint: its move_session tool uses it
     mcp.PLUGIN,
     schedules.PLUGIN,
     board.PLUGIN,

@@ -205,6 +205,10 @@ def _exercise(api: _Contract, server: ServerProcess, worker: WorkerProcess) -> N
     api.check("POST", goal, 409, path={"session_id": sid}, json={"condition": "clear"})
     api.check("POST", goal, 404, path={"session_id": "ses_none"}, json={"condition": "x"})
     api.check("POST", goal, 400, path={"session_id": sid}, json={"condition": " $ "})
+    move = "/api/sessions/{session_id}/move"  # (test_move.py moves for real)
+    api.check("POST", move, 404, path={"session_id": "ses_none"},
+              json={"worker_id": "wrk_none", "workdir": "/srv/app"})
+    api.check("POST", move, 400, path={"session_id": sid}, json={"worker_id": "wrk_none"})
     compact = "/api/sessions/{session_id}/compact"
     api.check("POST", compact, 200, path={"session_id": sid})
     api.check("POST", compact, 404, path={"session_id": "ses_none"})

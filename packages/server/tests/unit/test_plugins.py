@@ -76,7 +76,9 @@ def test_the_app_has_each_plugins_routes_and_the_static_client_last(tmp_path: Pa
                 "schedules": "/api/schedules", "board": "/api/tasks", "metrics": "/metrics",
                 "channels": "/api/telegram", "push": "/api/push", "upgrades": "/api/about",
                 "triggers": "/api/triggers",
-                "checkpoints": "/api/sessions/{session_id:str}/checkpoints"}
+                "checkpoints": "/api/sessions/{session_id:str}/checkpoints",
+
+                "moves": "/api/sessions/{session_id:str}/move"}
     assert set(one_each) == {p.name for p in PLUGINS}
     assert set(one_each.values()) <= set(paths)
 

@@ -91,6 +91,9 @@ from codey_protocol.worker import (
     PatchResult,
     ReadFile,
     RunCommand,
+    SessionBundle,
+    SessionBundleRead,
+    SessionUnpack,
     ViewImage,
     WorkspaceCommit,
     WorkspaceCreate,
@@ -118,6 +121,7 @@ from codey_worker.watch import WorkspaceWatcher
 
 if TYPE_CHECKING:
     from codey_worker.checkpoints import Checkpoints, FileDelta
+    from codey_worker.move import Mover
     from codey_worker.processes import ProcessTable
     from codey_worker.workspaces import Workspaces
 
@@ -221,6 +225,7 @@ class ActionDispatcher:
         self._processes: ProcessTable | None = None
         self._workspaces: Workspaces | None = None
         self._checkpoints: Checkpoints | None = None
+        self._mover: Mover | None = None
 
     @property
     def workspaces(self) -> Workspaces:
@@ -615,6 +620,22 @@ class ActionDispatcher:
         workdir = self._check_workdir(action.workdir) if action.workdir else None
         return CheckpointsPruned(removed=await self.checkpoints.prune(
             workdir, action.session_id, action.keep))
+    def mover(self) -> Mover:
+        """Moving sessions between machines (session_bundle & co.), made with the first."""
+        if self._mover is None:
+            from codey_worker.move import Mover
+
+            self._mover = Mover(self.policy, self.git, self.home)
+        return self._mover
+
+    async def _session_bundle(self, action: SessionBundle) -> ActionOutcome:
+        return await self.mover.bundle(action)
+
+    async def _session_bundle_read(self, action: SessionBundleRead) -> ActionOutcome:
+        return self.mover.read(action)
+
+    async def _session_unpack(self, action: SessionUnpack) -> ActionOutcome:
+        return await self.mover.unpack(action)
 
     async def _unknown(self, action: ActionMessage) -> ActionOutcome:
         raise ActionRefused("bad_request", f"this worker cannot run {type(action).__name__}")
@@ -829,6 +850,11 @@ _EXECUTORS: dict[type[ActionMessage], Executor[Any]] = {
     CheckpointDiff: _looks(ActionDispatcher._checkpoint_diff),
     CheckpointPrune: Executor(ActionDispatcher._checkpoint_prune, changes_workdir=False),
     ListPromptFiles: _looks(ActionDispatcher._list_prompt_files),
+    # the bundle is kept in memory for its reads: after a restart a repeat bundles again
+    SessionBundle: Executor(ActionDispatcher._session_bundle, recorded=False,
+                            changes_workdir=False),
+    SessionBundleRead: _looks(ActionDispatcher._session_bundle_read),
+    SessionUnpack: Executor(ActionDispatcher._session_unpack, changes_workdir=False),
 }
 _UNKNOWN: Executor[Any] = Executor(ActionDispatcher._unknown)
 

@@ -258,6 +258,10 @@ def _moved(state: State, env: ev.Envelope) -> None:
     s = session_of(state, env)
     if s is not None:
         s.worker_id = e.worker_id
+        if e.workdir:  # moved with its files: a folder of its own there (no worktree)
+            s.workdir = e.workdir
+            s.worktree = None
+            s.updated_at = env.ts
 
 
 def _memory(state: State, env: ev.Envelope) -> None:

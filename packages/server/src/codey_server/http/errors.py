@@ -81,6 +81,10 @@ STATUS_OF_CODE: Mapping[str, int] = {
     "checkpoint_gone": 409,
     "worker_offline": 409,
     "path_outside_workdir": 409,
+    # a move (moves/): a bundle refused or lost on its way, a folder the worker keeps
+    "bad_bundle": 409,
+    "bundle_gone": 409,
+    "protected_path": 409,
 }
 
 class ErrorBody(msgspec.Struct, kw_only=True, omit_defaults=True):

@@ -8,7 +8,7 @@ from typing import Protocol
 from codey_server.core.engine import Engine
 from codey_server.http.plugin import FeaturePlugin, Part
 from codey_server.mcp.routes import McpTokensController, mcp_endpoint
-from codey_server.mcp.server import CodeyMcp
+from codey_server.mcp.server import CodeyMcp, Mover
 from codey_server.mcp.tokens import McpTokens, McpTokenStore
 from codey_server.settings import Settings
 
@@ -24,8 +24,8 @@ def _tokens(settings: Settings, stores: _Stores) -> McpTokens:
     return McpTokens(settings.data_dir / "mcp_tokens.json", stores.mcp_tokens)
 
 
-def _mcp(engine: Engine, mcp_tokens: McpTokens) -> CodeyMcp:
-    return CodeyMcp(engine, mcp_tokens)
+def _mcp(engine: Engine, mcp_tokens: McpTokens, moves: Mover) -> CodeyMcp:
+    return CodeyMcp(engine, mcp_tokens, moves)
 
 
 PLUGIN = FeaturePlugin(

@@ -2,7 +2,8 @@
 
 Its tools drive this server the way a browser does, through ``Engine.execute`` (so ``decide``
 checks every call): ``list_sessions``, ``get_session``, ``list_workers``, ``start_session``,
-``send_prompt``, and the task board's ``list_tasks``, ``create_task``, ``update_task``. It
+``send_prompt``, the task board's ``list_tasks``, ``create_task``, ``update_task``, and
+``move_session`` ("Move to…", with a token of the admin scope). It
 is authenticated with tokens the user creates and
 revokes in the UI (:class:`McpTokens`; ``Authorization: Bearer cmcp_...``), never with the
 browser's cookie or the access token: an agent gets exactly this and can be cut off alone.
@@ -21,7 +22,7 @@ import contextlib
 import json
 import logging
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
@@ -29,6 +30,7 @@ from codey_protocol import client as cl
 from codey_protocol import events as ev
 from codey_server.core.engine import Engine
 from codey_server.core.rules import CommandRejected
+from codey_server.errors import ServerError
 from codey_server.mcp.tokens import POLICIES, TOKEN_PREFIX, McpScope, McpToken, McpTokens
 
 if TYPE_CHECKING:
@@ -37,6 +39,21 @@ if TYPE_CHECKING:
 __all__ = ["TOKEN_PREFIX", "CodeyMcp", "McpToken", "McpTokens", "worktree_request"]
 
 log = logging.getLogger("codey.mcp")
+
+class _Moved(Protocol):
+    @property
+    def worker_id(self) -> str: ...
+    @property
+    def workdir(self) -> str: ...
+    @property
+    def files(self) -> int: ...
+
+
+class Mover(Protocol):
+    """What the MCP endpoint needs of the moves feature (``Moves``)."""
+
+    async def move(self, session_id: str, worker_id: str, workdir: str) -> _Moved: ...
+
 
 #: the token of the request being handled
 _CALLER: ContextVar[McpToken | None] = ContextVar("codey_mcp_caller", default=None)
@@ -52,9 +69,11 @@ def _public(session: Any) -> dict[str, Any]:
 class CodeyMcp:
     """The ``/mcp`` endpoint: checks the token, then hands the request to the SDK."""
 
-    def __init__(self, engine: Engine, tokens: McpTokens) -> None:
+    def __init__(self, engine: Engine, tokens: McpTokens, moves: Mover | None = None) -> None:
         self.engine = engine
         self.tokens = tokens
+        #: "Move to…" (the moves feature's part), for the move_session tool
+        self.moves = moves
         self._manager: Any = None
         self._ready: asyncio.Future[Any] | None = None
         self._stop = asyncio.Event()
@@ -233,6 +252,25 @@ class CodeyMcp:
             await execute(token, cl.RewindConversation(session_id=session_id, turn=turn))
             return json.dumps({"ok": True})
 
+        moves = self.moves
+
+        async def move_session(session_id: str, worker_id: str, workdir: str) -> str:
+            """Move a session to another machine (worker) and a new folder there: its
+            running processes stop, its files (uncommitted changes included) are carried
+            over and it goes on there; the first machine's files stay as they were. Refused
+            while a turn is under way, for an offline machine, or a folder outside its
+            roots."""
+            token = caller("admin")
+            if moves is None:
+                raise tool_error("this server cannot move sessions")
+            try:
+                done = await moves.move(session_id, worker_id, workdir)
+            except ServerError as err:
+                raise tool_error(getattr(err, "message", str(err))) from None
+            log.info("mcp:%s moved session %s", token.token_id, session_id)
+            return json.dumps({"session_id": session_id, "worker_id": done.worker_id,
+                               "workdir": done.workdir, "files": done.files})
+
         read_only = annotations_cls(readOnlyHint=True, destructiveHint=False,
                                     openWorldHint=False)
         changes = annotations_cls(readOnlyHint=False, destructiveHint=False,
@@ -243,7 +281,8 @@ class CodeyMcp:
                             (create_task, changes), (update_task, changes),
                             (rewind_conversation, annotations_cls(
                                 readOnlyHint=False, destructiveHint=True,
-                                openWorldHint=False))):
+                                openWorldHint=False)),
+                            (move_session, changes)):
             server.add_tool(tool, description=" ".join((tool.__doc__ or "").split()),
                             annotations=hints)
         server.streamable_http_app(stateless_http=True, json_response=True,
