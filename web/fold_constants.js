@@ -71,6 +71,7 @@ const ACTION = {
   workspace_commit: fillWorkspaceCommit,
   workspace_merge: fillWorkspaceMerge,
   workspace_push: fillWorkspacePush,
+  run_hooks: fillRunHooks,
 };
 
 /**
@@ -707,6 +708,16 @@ export function fillWorkspacePush(v) {
   if (v.base === undefined) v.base = "";
   if (v.title === undefined) v.title = "";
   if (v.body === undefined) v.body = "";
+  return v;
+}
+
+/** `RunHooks` (worker.py): its defaults filled in. */
+export function fillRunHooks(v) {
+  if (v.match === undefined) v.match = "";
+  if (v.payload === undefined) v.payload = "{}";
+  if (v.trusted === undefined) v.trusted = [];
+  if (v.sandbox === undefined) v.sandbox = "workspace-write";
+  if (v.network === undefined) v.network = false;
   return v;
 }
 

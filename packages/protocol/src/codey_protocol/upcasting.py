@@ -68,6 +68,8 @@ VERSIONS: dict[str, int] = {
     "token_usage_recorded": 2,  # 2: provider, cost_micros
     # the approval policy ``reviewer`` joined the literal (version 1 could not hold it)
     "session_created": 2, "session_policy_changed": 2, "schedule_saved": 2,
+    # 2: the action union grew (``run_hooks``, issue 39)
+    "action_requested": 2,
 }
 
 
@@ -235,6 +237,11 @@ def _policy_v1(event: dict[str, Any]) -> None:
     so nothing changes."""
 
 
+def _action_union_grew_v1(event: dict[str, Any]) -> None:
+    """Version 1 of ``action_requested``: its action was one of the types of then and means
+    what it meant; only the union grew (``run_hooks``), so nothing changes."""
+
+
 #: ``(event type, version) -> upcaster`` to the next version. A type with no entry for a
 #: version had nothing to change at it.
 UPCASTERS: dict[tuple[str, int], Upcaster] = {
@@ -256,6 +263,7 @@ UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("session_created", 1): _policy_v1,
     ("session_policy_changed", 1): _policy_v1,
     ("schedule_saved", 1): _policy_v1,
+    ("action_requested", 1): _action_union_grew_v1,
 }
 
 

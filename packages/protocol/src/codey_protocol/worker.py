@@ -573,6 +573,55 @@ class WorkspacePush(Action, kw_only=True):
     body: str = ""
 
 
+# hooks, in Claude Code's format (issue 39): settings files the worker reads, hook commands it
+# runs in the session's sandbox, their parsed answers
+
+#: the moments a hook can run at (Claude Code's names)
+HookEvent = Literal["PreToolUse", "PostToolUse", "UserPromptSubmit", "Stop", "SubagentStop",
+                    "SessionStart", "SessionEnd", "Notification", "PreCompact",
+                    "PermissionRequest"]
+HOOK_EVENTS: tuple[str, ...] = ("PreToolUse", "PostToolUse", "UserPromptSubmit", "Stop",
+                                "SubagentStop", "SessionStart", "SessionEnd", "Notification",
+                                "PreCompact", "PermissionRequest")
+
+
+class HookCommand(msgspec.Struct, kw_only=True):
+    """One ``{"type": "command"}`` hook of a settings file, under its event and matcher."""
+
+    event: str
+    matcher: str = ""
+    command: str
+    timeout_s: float = 60.0
+
+
+class HookFile(msgspec.Struct, kw_only=True):
+    """A settings file with hooks. ``scope``: ``project`` (from the repository: runs only once
+    the user trusted this exact content, its ``sha256``) or ``user`` (the worker's home).
+    ``error``: why it was not read (it then has no hooks)."""
+
+    path: str
+    scope: Literal["project", "user"]
+    sha256: str = ""
+    hooks: list[HookCommand] = msgspec.field(default_factory=list)
+    error: str = ""
+
+
+class RunHooks(Action, kw_only=True):
+    """Run the hooks of ``event`` whose matcher matches ``match`` (a tool name; a source or
+    trigger for the events that have one), from the settings files of ``workdir`` and the
+    worker's home, with ``payload`` (the event's JSON fields) on their stdin. Project files
+    run only if their sha256 is in ``trusted``; the worker reads the files again now, so a
+    file changed since it was trusted does not run."""
+
+    workdir: str
+    event: str
+    match: str = ""
+    payload: str = "{}"
+    trusted: list[str] = msgspec.field(default_factory=list)
+    sandbox: RecordedSandbox = "workspace-write"
+    network: bool = False
+
+
 ServerToWorker = (
     AuthChallenge
     | Welcome
@@ -611,6 +660,7 @@ ServerToWorker = (
     | WorkspaceCommit
     | WorkspaceMerge
     | WorkspacePush
+    | RunHooks
 )
 
 ActionMessage = (
@@ -620,6 +670,7 @@ ActionMessage = (
     | ViewImage
     | WorkspaceCreate | WorkspaceDiff | WorkspaceRemove | WorkspaceCommit | WorkspaceMerge
     | WorkspacePush
+    | RunHooks
 )
 
 
@@ -709,6 +760,8 @@ class ProjectContext(ResultBase, kw_only=True):
     skills: list[SkillInfo] = msgspec.field(default_factory=list)
     environment: Environment = msgspec.field(default_factory=Environment)
     warnings: list[str] = msgspec.field(default_factory=list)
+    #: the hook settings files found for the workdir (Claude Code's format, issue 39)
+    hooks: list[HookFile] = msgspec.field(default_factory=list)
 
 
 class Cancelled(ResultBase, kw_only=True):
@@ -938,6 +991,42 @@ class WorkspacePushed(ResultBase, kw_only=True):
     message: str = ""
 
 
+HookDecision = Literal["", "allow", "deny", "ask", "block"]
+
+
+class HookRun(msgspec.Struct, kw_only=True):
+    """One hook command run, and what its answer means. ``decision``: ``deny``/``block``
+    (exit code 2, or the JSON said so: ``reason`` says why), ``allow``/``ask`` (a
+    ``PreToolUse`` permission decision), or none. ``stop``: the JSON said ``continue:
+    false`` (``stop_reason``). ``problem``: why the answer was not understood (a timeout,
+    a crash, output that is not the JSON it claimed to be), shown and otherwise ignored."""
+
+    path: str
+    command: str
+    exit_code: int | None = None
+    duration_ms: int = 0
+    stdout: str = ""
+    stderr: str = ""
+    timed_out: bool = False
+    decision: HookDecision = ""
+    reason: str = ""
+    additional_context: str = ""
+    updated_input: dict[str, Any] | None = None
+    stop: bool = False
+    stop_reason: str = ""
+    system_message: str = ""
+    problem: str = ""
+
+
+class HooksRan(ResultBase, kw_only=True):
+    """What ``run_hooks`` ran, and the files it read (``untrusted``: project files with
+    hooks for this event that did not run, for the user to trust)."""
+
+    runs: list[HookRun] = msgspec.field(default_factory=list)
+    files: list[HookFile] = msgspec.field(default_factory=list)
+    untrusted: list[HookFile] = msgspec.field(default_factory=list)
+
+
 ActionOutcome = (
     CommandResult
     | PatchResult
@@ -965,6 +1054,7 @@ ActionOutcome = (
     | WorkspaceCommitted
     | WorkspaceMerged
     | WorkspacePushed
+    | HooksRan
 )
 
 

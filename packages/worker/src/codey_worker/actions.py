@@ -78,8 +78,10 @@ from codey_protocol.worker import (
     McpServerInfo,
     McpTools,
     PatchResult,
+    ProjectContext,
     ReadFile,
     RunCommand,
+    RunHooks,
     ViewImage,
     WorkspaceCommit,
     WorkspaceCreate,
@@ -531,6 +533,31 @@ class ActionDispatcher:
         return await load_context(workdir, roots, self.home, self.git, self.sandbox.boundary,
                                   action.session_id)
 
+    async def _load_context_with_hooks(self, action: LoadContext) -> ActionOutcome:
+        found = await self._load_context(action)
+        from codey_worker.hooks import read_hook_files
+
+        assert isinstance(found, ProjectContext)
+        workdir = self._check_workdir(action.workdir)
+        found.hooks = await asyncio.to_thread(read_hook_files, workdir, self.home, None,
+                                              self.sandbox.boundary)
+        return found
+
+    async def _run_hooks(self, action: RunHooks) -> ActionOutcome:
+        workdir = self._check_workdir(action.workdir)
+        from codey_worker.hooks import run_hooks
+
+        async def run_one(command: RunCommand) -> CommandResult:
+            async def on_output(stream: str, data: str) -> None:
+                return None  # (a hook's output comes back in its run, capped)
+
+            grace = {} if self._kill_grace_s is None else {"grace_s": self._kill_grace_s}
+            return await run_command(command, on_output, self.policy, registry=self.registry,
+                                     sandbox=self.sandbox, **grace)
+
+        return await run_hooks(action, workdir, self.home, run_one,
+                               boundary=self.sandbox.boundary)
+
     async def _mcp_list(self, action: McpList) -> ActionOutcome:
         where = self._check_workdir(action.workdir) if action.workdir else None
         return McpTools(servers=await self._mcp().list_all(where))
@@ -745,7 +772,7 @@ _EXECUTORS: dict[type[ActionMessage], Executor[Any]] = {
     McpCall: Executor(ActionDispatcher._mcp_call),
     AttachSession: Executor(ActionDispatcher._attach, changes_workdir=False),
     DetachSession: Executor(ActionDispatcher._detach, changes_workdir=False),
-    LoadContext: _looks(ActionDispatcher._load_context),
+    LoadContext: _looks(ActionDispatcher._load_context_with_hooks),
     Cancel: Executor(ActionDispatcher._cancel, changes_workdir=False),
     AcpPrompt: Executor(ActionDispatcher._acp_prompt),
     AcpPermission: Executor(ActionDispatcher._acp_permission),
@@ -765,6 +792,8 @@ _EXECUTORS: dict[type[ActionMessage], Executor[Any]] = {
     WorkspaceCommit: Executor(ActionDispatcher._workspace_commit),
     WorkspaceMerge: Executor(ActionDispatcher._workspace_merge),
     WorkspacePush: Executor(ActionDispatcher._workspace_push),
+    # a hook may change files (a formatter): its session's, as a command's
+    RunHooks: Executor(ActionDispatcher._run_hooks),
 }
 _UNKNOWN: Executor[Any] = Executor(ActionDispatcher._unknown)
 
