@@ -31,6 +31,9 @@ export const BUSY_STATUSES = Object.freeze(["running", "waiting_worker"]);
 /** The code of the notice the fold adds where a session's model changed. */
 export const MODEL_CHANGED = "model_changed";
 
+/** Hook runs a session keeps (`hook_runs`). */
+export const HOOK_RUNS_KEPT = 200;
+
 const ITEM_BASE = {
   user_message: fillUserMessage,
   assistant_message: fillAssistantMessage,
@@ -398,6 +401,21 @@ export function fillSessionInfo(v) {
   }
   if (v.parked_on === undefined) v.parked_on = null;
   if (v.reviewer_denials === undefined) v.reviewer_denials = 0;
+  if (v.hook_files === undefined) {
+    v.hook_files = [];
+  } else {
+    for (const x of v.hook_files) {
+      fillHookFile(x);
+    }
+  }
+  if (v.trusted_hooks === undefined) v.trusted_hooks = [];
+  if (v.hook_runs === undefined) {
+    v.hook_runs = [];
+  } else {
+    for (const x of v.hook_runs) {
+      fillHookRunInfo(x);
+    }
+  }
   return v;
 }
 
@@ -889,6 +907,41 @@ export function fillAttentionSetting(v) {
   if (v.act_after_s === undefined) v.act_after_s = null;
   if (v.on_approval === undefined) v.on_approval = "reject";
   if (v.on_question === undefined) v.on_question = "answer";
+  return v;
+}
+
+/** `HookFile` (worker.py): its defaults filled in. */
+export function fillHookFile(v) {
+  if (v.sha256 === undefined) v.sha256 = "";
+  if (v.hooks === undefined) {
+    v.hooks = [];
+  } else {
+    for (const x of v.hooks) {
+      fillHookCommand(x);
+    }
+  }
+  if (v.error === undefined) v.error = "";
+  return v;
+}
+
+/** `HookCommand` (worker.py): its defaults filled in. */
+export function fillHookCommand(v) {
+  if (v.matcher === undefined) v.matcher = "";
+  if (v.timeout_s === undefined) v.timeout_s = 60.0;
+  return v;
+}
+
+/** `HookRunInfo` (state.py): its defaults filled in. */
+export function fillHookRunInfo(v) {
+  if (v.item_id === undefined) v.item_id = "";
+  if (v.exit_code === undefined) v.exit_code = null;
+  if (v.duration_ms === undefined) v.duration_ms = 0;
+  if (v.output === undefined) v.output = "";
+  if (v.timed_out === undefined) v.timed_out = false;
+  if (v.decision === undefined) v.decision = "";
+  if (v.reason === undefined) v.reason = "";
+  if (v.problem === undefined) v.problem = "";
+  if (v.at === undefined) v.at = 0.0;
   return v;
 }
 

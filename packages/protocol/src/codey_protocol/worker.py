@@ -590,7 +590,8 @@ class HookCommand(msgspec.Struct, kw_only=True):
 
     event: str
     matcher: str = ""
-    command: str
+    #: the shell command, as the file has it
+    command_line: str
     timeout_s: float = 60.0
 
 

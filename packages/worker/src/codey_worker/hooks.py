@@ -148,7 +148,7 @@ def parse_settings(text: str) -> list[HookCommand]:
                 if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) \
                         or not timeout > 0:
                     raise ValueError(f'"hooks.{event}": timeout must be a positive number')
-                out.append(HookCommand(event=event, matcher=matcher, command=command,
+                out.append(HookCommand(event=event, matcher=matcher, command_line=command,
                                        timeout_s=min(float(timeout), MAX_TIMEOUT_S)))
     return out
 
@@ -237,7 +237,7 @@ def _text(value: Any) -> str:
 def interpret(event: str, path: str, hook: HookCommand, result: CommandResult,
               duration_ms: int) -> HookRun:
     """What a hook's run means (see the module's docstring), as a :class:`HookRun`."""
-    run = HookRun(path=path, command=hook.command, exit_code=result.exit_code,
+    run = HookRun(path=path, command=hook.command_line, exit_code=result.exit_code,
                   duration_ms=duration_ms, stdout=_cap(result.stdout),
                   stderr=_cap(result.stderr), timed_out=result.timed_out)
     if result.timed_out:
@@ -311,7 +311,7 @@ def _command(action: RunHooks, hook: HookCommand, workdir: Path,
              data: dict[str, Any], index: int) -> RunCommand:
     # The input goes through the environment and a pipe made by the hook's own shell: a
     # command of the session has no stdin (run_command gives it /dev/null).
-    script = f'printf "%s" "$CODEY_HOOK_INPUT" | {{\n{hook.command}\n}}'
+    script = f'printf "%s" "$CODEY_HOOK_INPUT" | {{\n{hook.command_line}\n}}'
     return RunCommand(
         action_id=f"{action.action_id}.{index}", session_id=action.session_id,
         argv=["/bin/sh", "-c", script], workdir=str(workdir), timeout_s=hook.timeout_s,
@@ -348,7 +348,7 @@ async def run_hooks(action: RunHooks, workdir: Path, home: Path, run_one: RunOne
         try:
             result = await run_one(_command(action, hook, workdir, data, index))
         except ActionRefused as exc:
-            return HookRun(path=file.path, command=hook.command,
+            return HookRun(path=file.path, command=hook.command_line,
                            problem=f"not run ({exc.code}): {exc.message}")
         return interpret(action.event, file.path, hook, result,
                          int((time.monotonic() - started) * 1000))

@@ -106,8 +106,8 @@ def test_claude_code_settings_are_read_and_other_things_skipped() -> None:
             "SomethingNew": [{"hooks": [{"type": "command", "command": "x"}]}],
         }})
     assert parse_settings(text) == [
-        HookCommand(event="PreToolUse", matcher="Bash", command="./check.sh", timeout_s=5.0),
-        HookCommand(event="Stop", matcher="", command="echo done", timeout_s=60.0)]
+        HookCommand(event="PreToolUse", matcher="Bash", command_line="./check.sh", timeout_s=5.0),
+        HookCommand(event="Stop", matcher="", command_line="echo done", timeout_s=60.0)]
     assert parse_settings('{"model": "x"}') == []
 
 
@@ -286,7 +286,7 @@ def test_an_untrusted_project_hook_does_not_run_until_trusted_and_asks_again_onc
     ran = _hooks(places, "PreToolUse", "shell", {})
     assert ran.runs == [] and not marker.exists()
     assert [f.path for f in ran.untrusted] == [str(settings)]
-    assert ran.untrusted[0].hooks[0].command == f"touch {marker}"
+    assert ran.untrusted[0].hooks[0].command_line == f"touch {marker}"
     digest = ran.untrusted[0].sha256
     assert digest == digest_of(settings)
     trusted = _hooks(places, "PreToolUse", "shell", {}, (digest,), action_id="h2")
