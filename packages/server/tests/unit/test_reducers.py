@@ -689,6 +689,11 @@ SESSION_EVENTS: list[ev.Event] = [
     ev.GoalGivenUp(goal_id="g", reason="cleared by the user"),
     ev.BudgetSet(scope="session", max_tokens=10),
     ev.BudgetReached(scope="session", unit="tokens", limit=10, spent=12),
+    ev.HooksFound(files=[wk.HookFile(path="/w/.claude/settings.json", scope="project",
+                                     sha256="abc")]),
+    ev.HooksTrusted(path="/w/.claude/settings.json", sha256="abc"),
+    ev.HookRan(item_id="i", event="PreToolUse", path="/w/.claude/settings.json",
+               command_line="guard", exit_code=2, decision="deny", reason="no"),
     ev.SessionDeleted(),
 ]
 GLOBAL_EVENTS: list[ev.Event] = [
