@@ -34,6 +34,9 @@ export const BUSY_STATUSES = Object.freeze(["running", "waiting_worker"]);
 /** The code of the notice the fold adds where a session's model changed. */
 export const MODEL_CHANGED = "model_changed";
 
+/** Hook runs a session keeps (`hook_runs`). */
+export const HOOK_RUNS_KEPT = 200;
+
 const ITEM_BASE = {
   user_message: fillUserMessage,
   assistant_message: fillAssistantMessage,
@@ -81,6 +84,7 @@ const ACTION = {
   session_bundle: fillSessionBundle,
   session_bundle_read: fillSessionBundleRead,
   session_unpack: fillSessionUnpack,
+  run_hooks: fillRunHooks,
 };
 
 /**
@@ -435,6 +439,21 @@ export function fillSessionInfo(v) {
   } else {
     for (const x of v.agent_commands) {
       fillAgentCommand(x);
+    }
+  }
+  if (v.hook_files === undefined) {
+    v.hook_files = [];
+  } else {
+    for (const x of v.hook_files) {
+      fillHookFile(x);
+    }
+  }
+  if (v.trusted_hooks === undefined) v.trusted_hooks = [];
+  if (v.hook_runs === undefined) {
+    v.hook_runs = [];
+  } else {
+    for (const x of v.hook_runs) {
+      fillHookRunInfo(x);
     }
   }
   return v;
@@ -800,6 +819,16 @@ export function fillSessionUnpack(v) {
   return v;
 }
 
+/** `RunHooks` (worker.py): its defaults filled in. */
+export function fillRunHooks(v) {
+  if (v.match === undefined) v.match = "";
+  if (v.payload === undefined) v.payload = "{}";
+  if (v.trusted === undefined) v.trusted = [];
+  if (v.sandbox === undefined) v.sandbox = "workspace-write";
+  if (v.network === undefined) v.network = false;
+  return v;
+}
+
 /** `TokenUsage` (state.py): its defaults filled in. */
 export function fillTokenUsage(v) {
   if (v.input_tokens === undefined) v.input_tokens = 0;
@@ -999,6 +1028,41 @@ export function fillRewoundBranch(v) {
 export function fillAgentCommand(v) {
   if (v.description === undefined) v.description = "";
   if (v.hint === undefined) v.hint = "";
+  return v;
+}
+
+/** `HookFile` (worker.py): its defaults filled in. */
+export function fillHookFile(v) {
+  if (v.sha256 === undefined) v.sha256 = "";
+  if (v.hooks === undefined) {
+    v.hooks = [];
+  } else {
+    for (const x of v.hooks) {
+      fillHookCommand(x);
+    }
+  }
+  if (v.error === undefined) v.error = "";
+  return v;
+}
+
+/** `HookCommand` (worker.py): its defaults filled in. */
+export function fillHookCommand(v) {
+  if (v.matcher === undefined) v.matcher = "";
+  if (v.timeout_s === undefined) v.timeout_s = 60.0;
+  return v;
+}
+
+/** `HookRunInfo` (state.py): its defaults filled in. */
+export function fillHookRunInfo(v) {
+  if (v.item_id === undefined) v.item_id = "";
+  if (v.exit_code === undefined) v.exit_code = null;
+  if (v.duration_ms === undefined) v.duration_ms = 0;
+  if (v.output === undefined) v.output = "";
+  if (v.timed_out === undefined) v.timed_out = false;
+  if (v.decision === undefined) v.decision = "";
+  if (v.reason === undefined) v.reason = "";
+  if (v.problem === undefined) v.problem = "";
+  if (v.at === undefined) v.at = 0.0;
   return v;
 }
 

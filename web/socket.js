@@ -332,6 +332,11 @@ export class Socket {
     return this.command("rename_session", { session_id, title });
   }
 
+  /** Trust a project hook file of the session in this exact content (issue 39). */
+  trustHooks(session_id, path, sha256) {
+    return this.command("trust_hooks", { session_id, path, sha256 });
+  }
+
   /** Name a machine; "" gives it back its hostname. */
   renameWorker(worker_id, name) {
     return this.command("rename_worker", { worker_id, name });

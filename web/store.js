@@ -32,6 +32,7 @@ import {
   TRIGGER_DELIVERIES_KEPT, fillTriggerDelivery, fillTriggerInfo,
   fillCheckpointMark,
   fillBudget, fillBudgetStop, fillModelPrice, fillSpend, fillRewoundBranch,
+  HOOK_RUNS_KEPT, fillHookFile, fillHookRunInfo,
 } from "./fold_constants.js";
 
 export { MAX_CHANGED_PATHS };
@@ -511,6 +512,28 @@ function attentionActed(state, env, e) {
   if (s && s.attention && s.attention.target_id === e.target_id) s.attention.acted = true;
 }
 
+function hooksFound(state, env, e) {
+  const s = session(state, env);
+  if (s) s.hook_files = e.files.map((f) => fillHookFile({ ...f }));
+}
+
+function hooksTrusted(state, env, e) {
+  const s = session(state, env);
+  if (s && !s.trusted_hooks.includes(e.sha256)) s.trusted_hooks.push(e.sha256);
+}
+
+function hookRan(state, env, e) {
+  const s = session(state, env);
+  if (!s) return;
+  s.hook_runs.push(fillHookRunInfo({
+    item_id: e.item_id, event: e.event, path: e.path, command_line: e.command_line,
+    exit_code: e.exit_code, duration_ms: e.duration_ms, output: e.output,
+    timed_out: e.timed_out, decision: e.decision, reason: e.reason, problem: e.problem,
+    at: env.ts,
+  }));
+  if (s.hook_runs.length > HOOK_RUNS_KEPT) s.hook_runs.splice(0, s.hook_runs.length - HOOK_RUNS_KEPT);
+}
+
 function approvalReviewed(state, env, e) {
   const s = session(state, env);
   const a = s && s.approvals[e.approval_id];
@@ -964,6 +987,9 @@ const HANDLERS = {
   checkpoint_recorded: checkpointRecorded,
   conversation_rewound: conversationRewound,
   agent_commands_updated: agentCommands,
+  hooks_found: hooksFound,
+  hooks_trusted: hooksTrusted,
+  hook_ran: hookRan,
 };
 
 /**

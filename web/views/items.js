@@ -503,8 +503,32 @@ function toolCall(item, ctx, session) {
         "data-testid": "tool-status", "data-status": item.status }, words),
       exit),
     toolBody(item, ctx, session, display),
+    hookRunsNode((session.hook_runs || []).filter((r) => r.item_id === item.id)),
     approvals.map((a) => approvalNode(a, ctx, session.session_id)),
   ];
+}
+
+/** The hooks that ran for a call (or a turn), folded: one line each (its moment, decision,
+ * exit code, time), its command, reason and output inside. */
+export function hookRunsNode(runs) {
+  if (!runs.length) return null;
+  const said = (r) => r.decision || (r.problem ? "problem" : "ok");
+  return h("div", { class: "hook-runs", "data-testid": "hook-runs" }, runs.map((r) => {
+    const exit = r.timed_out ? "timed out" : r.exit_code === null ? "killed" : `exit ${r.exit_code}`;
+    return h("details", { class: "fold hook-run", "data-testid": "hook-run",
+      "data-decision": r.decision || "" },
+      h("summary", { class: "small" },
+        h("span", { class: "muted" }, `hook ${r.event}`), " ",
+        h("span", { class: `chip ${["deny", "block"].includes(r.decision) ? "bad"
+          : r.problem ? "warn" : "good"}`, "data-testid": "hook-decision" }, said(r)), " ",
+        h("span", { class: "muted" }, `${exit} · ${r.duration_ms} ms`),
+        r.reason ? h("span", { class: "hook-reason", "data-testid": "hook-reason" },
+          ` — ${r.reason}`) : null),
+      h("pre", { class: "command", "data-testid": "hook-command" }, r.command_line),
+      h("div", { class: "muted small mono" }, r.path),
+      r.problem ? h("p", { class: "warn small" }, r.problem) : null,
+      r.output ? h("pre", { class: "output" }, r.output) : null);
+  }));
 }
 
 function planSteps(steps) {

@@ -1243,15 +1243,45 @@ export class SessionView {
         if (a.status === "pending") pending.push([child, a]);
       }
     }
-    const sig = pending.map(([x, a]) => `${x.session_id}/${a.approval_id}`).join(",");
+    // project hook files not trusted in their current content (issue 39): shown with their
+    // commands, trusted by the user's click
+    const untrusted = (s.hook_files || []).filter((f) => f.scope === "project" && f.sha256
+      && !f.error && f.hooks.length && !(s.trusted_hooks || []).includes(f.sha256));
+    const sig = pending.map(([x, a]) => `${x.session_id}/${a.approval_id}`).join(",")
+      + untrusted.map((f) => `|${f.sha256}`).join("");
     if (sig === this._orphans.dataset.sig) return;
     this._orphans.dataset.sig = sig;
-    replaceChildren(this._orphans, pending.map(([x, a]) => x === s
+    replaceChildren(this._orphans, untrusted.map((f) => this._hookTrust(f)), pending.map(([x, a]) => x === s
       ? approvalNode(a, this.ctx, this.sessionId, true)
       : h("div", { class: "child-approval", "data-testid": "child-approval" },
         h("p", { class: "muted small" }, "Asked by the sub-agent ",
           h("a", { href: `#/session/${encodeURIComponent(x.session_id)}` }, x.title)),
         approvalNode(a, this.ctx, x.session_id, true))));
+  }
+
+  /** A project's hook file that does not run until trusted: its commands, and Trust. */
+  _hookTrust(f) {
+    const button = h("button", { class: "btn primary", type: "button",
+      "data-testid": "hook-trust-button", onclick: async () => {
+        button.disabled = true;
+        try {
+          await this.ctx.socket.trustHooks(this.sessionId, f.path, f.sha256);
+        } catch (err) {
+          button.disabled = false;
+          this.ctx.toast?.(String(err.message || err));
+        }
+      } }, "Trust and run these hooks");
+    return h("div", { class: "hook-trust", role: "group", "data-testid": "hook-trust",
+      "aria-label": "Project hooks waiting for trust" },
+      h("p", {}, h("strong", {}, "This project has hooks that have not run: "),
+        h("span", { class: "mono" }, f.path)),
+      h("p", { class: "muted small" }, "They come with the repository and run on your "
+        + "machine (in the session's sandbox) only once you trust this exact file. A change "
+        + "to the file asks again."),
+      f.hooks.map((c) => h("div", { class: "small" },
+        h("span", { class: "muted" }, `${c.event}${c.matcher ? ` (${c.matcher})` : ""}`),
+        h("pre", { class: "command", "data-testid": "hook-trust-command" }, c.command_line))),
+      button);
   }
 
   /** Upload files for the next message (10 MiB each; the server says so beyond that). */

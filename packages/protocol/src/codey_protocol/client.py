@@ -349,12 +349,22 @@ class SetPrices(ClientToServerMessage, kw_only=True):
     prices: dict[str, ModelPrice]
 
 
+class TrustHooks(ClientToServerMessage, kw_only=True):
+    """Trust the project hook settings file ``path`` of the session in this exact content
+    (``sha256``, as ``hooks_found`` showed it): its hooks run from now on. A file changed since
+    has another sha256 and is refused (``conflict``): the user sees the new commands first."""
+
+    session_id: str
+    path: str
+    sha256: str
+
+
 ClientToServer = (
     Subscribe | CreateSession | SendPrompt | DecideApproval | SetApprovalPolicy | SetSandbox
     | SetSessionModel | SaveProvider | RemoveProvider | Interrupt | StopProcess | ForwardPort
     | CompactSession | AnswerQuestion | RenameSession | ArchiveSession | CloseSession
     | DeleteSession | ForkSession | MoveSession | SetMemory | ApprovePlan | RetryTurn
-    | RenameWorker
+    | RenameWorker | TrustHooks
     | SaveSchedule | DeleteSchedule | RunSchedule
     | CreateTask | UpdateTask | MoveTask | DeleteTask | RunTask
     | DismissUpgradeNotice | SetAttention

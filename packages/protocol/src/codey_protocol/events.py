@@ -26,6 +26,7 @@ from codey_protocol.worker import (
     Capabilities,
     Environment,
     FileChange,
+    HookFile,
     InstructionFile,
     RecordedSandbox,
     SandboxMode,
@@ -579,6 +580,40 @@ class AgentCommandsUpdated(EventBase, kw_only=True):
     """An ACP agent said which slash commands it offers now (the whole list)."""
 
     commands: list[AgentCommand] = msgspec.field(default_factory=list)
+class HooksFound(EventBase, kw_only=True):
+    """The hook settings files (Claude Code's format) the worker found for the session's
+    workdir when it read its context: the project's, whose hooks run only once trusted
+    (``hooks_trusted``), and the worker's own. Appended when they change."""
+
+    files: list[HookFile] = msgspec.field(default_factory=list)
+
+
+class HooksTrusted(EventBase, kw_only=True):
+    """The user trusted a project's hook settings file ``path`` in this exact content (its
+    ``sha256``) for the session: its hooks run from now on. The file changed has another
+    sha256, and is asked about again."""
+
+    path: str
+    sha256: str
+
+
+class HookRan(EventBase, kw_only=True):
+    """A hook ran on the worker (``event``: its moment, Claude Code's name), for the tool
+    call ``item_id`` ("" for a moment of the turn): its command, exit code, time, output
+    (capped), and what it decided (``deny``, ``block``, ``allow``, ``ask``, or "") and why.
+    ``problem``: a timeout, a crash, output that was not the JSON it claimed to be."""
+
+    item_id: str = ""
+    event: str
+    path: str
+    command_line: str
+    exit_code: int | None = None
+    duration_ms: int = 0
+    output: str = ""
+    timed_out: bool = False
+    decision: str = ""
+    reason: str = ""
+    problem: str = ""
 
 
 class ActionRequested(EventBase, kw_only=True):
@@ -1349,6 +1384,9 @@ Event = (
     | CheckpointRecorded
     | ConversationRewound
     | AgentCommandsUpdated
+    | HooksFound
+    | HooksTrusted
+    | HookRan
 )
 
 

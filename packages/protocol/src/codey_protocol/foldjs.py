@@ -62,6 +62,7 @@ CONSTANTS: dict[str, tuple[Any, str]] = {
                       "Session statuses whose time counts in `busy_seconds`."),
     "MODEL_CHANGED": (state.MODEL_CHANGED,
                       "The code of the notice the fold adds where a session's model changed."),
+    "HOOK_RUNS_KEPT": (state.HOOK_RUNS_KEPT, "Hook runs a session keeps (`hook_runs`)."),
 }
 
 # (expression naming a value that is neither undefined nor null) -> statements that fill it

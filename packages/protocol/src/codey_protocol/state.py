@@ -36,6 +36,7 @@ from codey_protocol.worker import (
     ActionMessage,
     Capabilities,
     Environment,
+    HookFile,
     InstructionFile,
     SandboxMode,
     SkillInfo,
@@ -422,6 +423,25 @@ class RewoundBranch(msgspec.Struct, kw_only=True):
     at: float = 0.0
     mode: RewindMode = "conversation"
     items: list[Item] = msgspec.field(default_factory=list)
+#: the hook runs a session keeps (the oldest go first)
+HOOK_RUNS_KEPT = 200
+
+
+class HookRunInfo(msgspec.Struct, kw_only=True):
+    """One hook run as a session shows it (see ``hook_ran``)."""
+
+    item_id: str = ""
+    event: str
+    path: str
+    command_line: str
+    exit_code: int | None = None
+    duration_ms: int = 0
+    output: str = ""
+    timed_out: bool = False
+    decision: str = ""
+    reason: str = ""
+    problem: str = ""
+    at: float = 0.0
 
 
 class SessionInfo(msgspec.Struct, kw_only=True):
@@ -499,6 +519,12 @@ class SessionInfo(msgspec.Struct, kw_only=True):
     rewound: list[RewoundBranch] = msgspec.field(default_factory=list)
     #: an ACP agent's own slash commands, as it last listed them
     agent_commands: list[AgentCommand] = msgspec.field(default_factory=list)
+    #: the hook settings files found for its workdir (``hooks_found``)
+    hook_files: list[HookFile] = msgspec.field(default_factory=list)
+    #: the sha256 of each project hook file the user trusted for it (``hooks_trusted``)
+    trusted_hooks: list[str] = msgspec.field(default_factory=list)
+    #: the latest hook runs (``hook_ran``), oldest first, at most HOOK_RUNS_KEPT
+    hook_runs: list[HookRunInfo] = msgspec.field(default_factory=list)
 
 
 class AuthInfo(msgspec.Struct, kw_only=True):

@@ -70,8 +70,8 @@ VERSIONS: dict[str, int] = {
     "session_created": 2, "session_policy_changed": 2, "schedule_saved": 2,
     "worker_connected": 2,  # 2: capabilities.roots
     "approval_requested": 2,  # 2: the kind ``web`` joined the literal
-    # 2: new action types joined the union (checkpoint_*, list_prompt_files, session_bundle/_read/unpack;
-    # issue 38, 39)
+    # 2: new action types joined the union (checkpoint_*, list_prompt_files, session_bundle/_read/unpack,
+    # run_hooks; issue 38, 39)
     "action_requested": 2,
     "session_item_updated": 2,  # 2: name, arguments, command
     # 2: a move can carry the files to another workdir (issue 38)
@@ -263,8 +263,8 @@ def _worker_connected_v1(event: dict[str, Any]) -> None:
 
 def _action_requested_v1(event: dict[str, Any]) -> None:
     """Version 2 only added action types (``checkpoint_*``, ``list_prompt_files``, a move's
-    ``session_bundle*`` and ``session_unpack``): an action stored at 1 is one of the others,
-    and reads the same."""
+    ``session_bundle*`` and ``session_unpack``, ``run_hooks``): an action stored at 1 is one
+    of the others, and reads the same."""
 
 
 def _session_moved_v1(event: dict[str, Any]) -> None:

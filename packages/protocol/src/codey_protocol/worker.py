@@ -668,6 +668,54 @@ class SessionUnpack(Action, kw_only=True):
     branch: str = ""  # the source's branch ("" : detached or none)
     head: str = ""  # the source's HEAD commit ("" : none)
     snapshot: str = ""  # the commit holding the files as they were
+# hooks, in Claude Code's format (issue 39): settings files the worker reads, hook commands it
+# runs in the session's sandbox, their parsed answers
+
+#: the moments a hook can run at (Claude Code's names)
+HookEvent = Literal["PreToolUse", "PostToolUse", "UserPromptSubmit", "Stop", "SubagentStop",
+                    "SessionStart", "SessionEnd", "Notification", "PreCompact",
+                    "PermissionRequest"]
+HOOK_EVENTS: tuple[str, ...] = ("PreToolUse", "PostToolUse", "UserPromptSubmit", "Stop",
+                                "SubagentStop", "SessionStart", "SessionEnd", "Notification",
+                                "PreCompact", "PermissionRequest")
+
+
+class HookCommand(msgspec.Struct, kw_only=True):
+    """One ``{"type": "command"}`` hook of a settings file, under its event and matcher."""
+
+    event: str
+    matcher: str = ""
+    #: the shell command, as the file has it
+    command_line: str
+    timeout_s: float = 60.0
+
+
+class HookFile(msgspec.Struct, kw_only=True):
+    """A settings file with hooks. ``scope``: ``project`` (from the repository: runs only once
+    the user trusted this exact content, its ``sha256``) or ``user`` (the worker's home).
+    ``error``: why it was not read (it then has no hooks)."""
+
+    path: str
+    scope: Literal["project", "user"]
+    sha256: str = ""
+    hooks: list[HookCommand] = msgspec.field(default_factory=list)
+    error: str = ""
+
+
+class RunHooks(Action, kw_only=True):
+    """Run the hooks of ``event`` whose matcher matches ``match`` (a tool name; a source or
+    trigger for the events that have one), from the settings files of ``workdir`` and the
+    worker's home, with ``payload`` (the event's JSON fields) on their stdin. Project files
+    run only if their sha256 is in ``trusted``; the worker reads the files again now, so a
+    file changed since it was trusted does not run."""
+
+    workdir: str
+    event: str
+    match: str = ""
+    payload: str = "{}"
+    trusted: list[str] = msgspec.field(default_factory=list)
+    sandbox: RecordedSandbox = "workspace-write"
+    network: bool = False
 
 
 ServerToWorker = (
@@ -717,6 +765,7 @@ ServerToWorker = (
     | SessionBundle
     | SessionBundleRead
     | SessionUnpack
+    | RunHooks
 )
 
 ActionMessage = (
@@ -729,6 +778,7 @@ ActionMessage = (
     | CheckpointRecord | CheckpointPreview | CheckpointRestore | CheckpointDiff | CheckpointPrune
     | ListPromptFiles
     | SessionBundle | SessionBundleRead | SessionUnpack
+    | RunHooks
 )
 
 
@@ -818,6 +868,8 @@ class ProjectContext(ResultBase, kw_only=True):
     skills: list[SkillInfo] = msgspec.field(default_factory=list)
     environment: Environment = msgspec.field(default_factory=Environment)
     warnings: list[str] = msgspec.field(default_factory=list)
+    #: the hook settings files found for the workdir (Claude Code's format, issue 39)
+    hooks: list[HookFile] = msgspec.field(default_factory=list)
 
 
 class Cancelled(ResultBase, kw_only=True):
@@ -1129,6 +1181,40 @@ class SessionUnpacked(ResultBase, kw_only=True):
     path: str
     files: int = 0
     source: Literal["git", "plain"] = "git"
+HookDecision = Literal["", "allow", "deny", "ask", "block"]
+
+
+class HookRun(msgspec.Struct, kw_only=True):
+    """One hook command run, and what its answer means. ``decision``: ``deny``/``block``
+    (exit code 2, or the JSON said so: ``reason`` says why), ``allow``/``ask`` (a
+    ``PreToolUse`` permission decision), or none. ``stop``: the JSON said ``continue:
+    false`` (``stop_reason``). ``problem``: why the answer was not understood (a timeout,
+    a crash, output that is not the JSON it claimed to be), shown and otherwise ignored."""
+
+    path: str
+    command: str
+    exit_code: int | None = None
+    duration_ms: int = 0
+    stdout: str = ""
+    stderr: str = ""
+    timed_out: bool = False
+    decision: HookDecision = ""
+    reason: str = ""
+    additional_context: str = ""
+    updated_input: dict[str, Any] | None = None
+    stop: bool = False
+    stop_reason: str = ""
+    system_message: str = ""
+    problem: str = ""
+
+
+class HooksRan(ResultBase, kw_only=True):
+    """What ``run_hooks`` ran, and the files it read (``untrusted``: project files with
+    hooks for this event that did not run, for the user to trust)."""
+
+    runs: list[HookRun] = msgspec.field(default_factory=list)
+    files: list[HookFile] = msgspec.field(default_factory=list)
+    untrusted: list[HookFile] = msgspec.field(default_factory=list)
 
 
 ActionOutcome = (
@@ -1166,6 +1252,7 @@ ActionOutcome = (
     | SessionBundled
     | BundleChunk
     | SessionUnpacked
+    | HooksRan
 )
 
 

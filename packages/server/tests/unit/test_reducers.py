@@ -691,6 +691,11 @@ SESSION_EVENTS: list[ev.Event] = [
     ev.BudgetReached(scope="session", unit="tokens", limit=10, spent=12),
     ev.CheckpointRecorded(turn="u1", commit="c" * 40, files=2),
     ev.ConversationRewound(turn="i"),
+    ev.HooksFound(files=[wk.HookFile(path="/w/.claude/settings.json", scope="project",
+                                     sha256="abc")]),
+    ev.HooksTrusted(path="/w/.claude/settings.json", sha256="abc"),
+    ev.HookRan(item_id="i", event="PreToolUse", path="/w/.claude/settings.json",
+               command_line="guard", exit_code=2, decision="deny", reason="no"),
     ev.SessionDeleted(),
 ]
 GLOBAL_EVENTS: list[ev.Event] = [

@@ -1575,3 +1575,84 @@ def test_a_parked_approval_rejected_later_reads_as_the_users() -> None:
                                          message="not now")))
     resumed.feed(Start(now=approval.requested_at + 400))
     assert _tool(resumed).result == "rejected by the user: not now"
+
+
+# PreToolUse hooks (issue 39) ---------------------------------------------------------------
+
+_HOOKS_AT = "/w/p/.claude/settings.json"
+
+
+def _hooked(scope: str = "user", trusted: bool = False) -> Pilot:
+    """A session whose worker runs hooks, with a PreToolUse hook for Bash in a file of
+    ``scope`` (a project file trusted or not)."""
+    pilot = _codey()
+    caps = wk.Capabilities(executors=["run_command", "run_hooks"],
+                           sandbox=wk.SandboxInfo(kind="bwrap"))
+    pilot.record(
+        (None, ev.WorkerConnected(worker_id=W, hostname="h", os="Linux", worker_version="0",
+                                  capabilities=caps)),
+        (S, ev.HooksFound(files=[wk.HookFile(
+            path=_HOOKS_AT, scope=scope, sha256="abc",  # type: ignore[arg-type]
+            hooks=[wk.HookCommand(event="PreToolUse", matcher="Bash",
+                                  command_line="guard")])])))
+    if trusted:
+        pilot.record((S, ev.HooksTrusted(path=_HOOKS_AT, sha256="abc")))
+    pilot.feed(Start())
+    pilot.feed(ModelParts([_shell("bash", "-c", "rm -rf x"), Usage(10, 2)]))
+    return pilot
+
+
+def _hooks_asked(step: Step) -> wk.RunHooks:
+    [run] = step.effects
+    assert isinstance(run, RunAction) and isinstance(run.action, wk.RunHooks)
+    return run.action
+
+
+def test_a_call_waits_for_its_pre_tool_hooks_and_a_deny_is_the_models_result() -> None:
+    pilot = _hooked()
+    step = pilot.feed(ModelDone())
+    assert not any(isinstance(e, ev.ActionRequested) for e in _events(step))
+    asked = _hooks_asked(step)
+    assert (asked.event, asked.match, asked.workdir) == ("PreToolUse", "shell", "/w/p")
+    payload = json.loads(asked.payload)
+    assert payload["tool_input"]["command"] == "rm -rf x"  # Claude Code's Bash reads a line
+    assert payload["tool_input"]["argv"] == ["bash", "-c", "rm -rf x"]
+    assert pilot.turn.phase == "hooking"
+    step = pilot.feed(ActionDone(asked.action_id, wk.HooksRan(runs=[wk.HookRun(
+        path=_HOOKS_AT, command="guard", exit_code=2, stderr="no rm\n", decision="deny",
+        reason="no rm")])))
+    ran, settled = _events(step)[:2]
+    assert isinstance(ran, ev.HookRan) and (ran.decision, ran.exit_code) == ("deny", 2)
+    assert ran.item_id == settled.item_id  # type: ignore[union-attr]
+    assert isinstance(settled, ev.SessionItemUpdated) and settled.status == "rejected"
+    assert settled.result == "blocked by a PreToolUse hook: no rm"
+    assert [type(e) for e in step.effects] == [CallModel]
+    assert pilot.session.hook_runs[0].command_line == "guard"
+
+
+def test_an_untrusted_project_hook_does_not_hold_the_call() -> None:
+    step = _hooked(scope="project").feed(ModelDone())
+    requested = [e for e in _events(step) if isinstance(e, ev.ActionRequested)]
+    assert [type(r.action) for r in requested] == [wk.RunCommand]
+
+
+def test_a_trusted_project_hook_holds_it_and_updated_input_changes_what_runs() -> None:
+    pilot = _hooked(scope="project", trusted=True)
+    asked = _hooks_asked(pilot.feed(ModelDone()))
+    assert asked.trusted == ["abc"]
+    step = pilot.feed(ActionDone(asked.action_id, wk.HooksRan(runs=[wk.HookRun(
+        path=_HOOKS_AT, command="guard", exit_code=0,
+        updated_input={"command": "rm -rf x/tmp"})])))
+    requested = [e for e in _events(step) if isinstance(e, ev.ActionRequested)]
+    assert len(requested) == 1 and isinstance(requested[0].action, wk.RunCommand)
+    assert requested[0].action.argv == ["bash", "-lc", "rm -rf x/tmp"]
+
+
+def test_hooks_that_cannot_run_reject_the_call() -> None:
+    pilot = _hooked()
+    asked = _hooks_asked(pilot.feed(ModelDone()))
+    step = pilot.feed(ActionErrored(asked.action_id, "unknown_action", "no such action"))
+    settled = [e for e in _events(step) if isinstance(e, ev.SessionItemUpdated)]
+    assert settled[-1].status == "rejected"
+    assert settled[-1].result == ("not run: its hooks could not run (unknown_action: no such "
+                                  "action)")

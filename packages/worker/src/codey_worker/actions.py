@@ -89,11 +89,13 @@ from codey_protocol.worker import (
     McpServerInfo,
     McpTools,
     PatchResult,
+    ProjectContext,
     ReadFile,
     RunCommand,
     SessionBundle,
     SessionBundleRead,
     SessionUnpack,
+    RunHooks,
     ViewImage,
     WorkspaceCommit,
     WorkspaceCreate,
@@ -554,6 +556,30 @@ class ActionDispatcher:
         from codey_worker.prompts import list_prompt_files
 
         return await list_prompt_files(workdir, self.home, boundary=self.sandbox.boundary)
+    async def _load_context_with_hooks(self, action: LoadContext) -> ActionOutcome:
+        found = await self._load_context(action)
+        from codey_worker.hooks import read_hook_files
+
+        assert isinstance(found, ProjectContext)
+        workdir = self._check_workdir(action.workdir)
+        found.hooks = await asyncio.to_thread(read_hook_files, workdir, self.home, None,
+                                              self.sandbox.boundary)
+        return found
+
+    async def _run_hooks(self, action: RunHooks) -> ActionOutcome:
+        workdir = self._check_workdir(action.workdir)
+        from codey_worker.hooks import run_hooks
+
+        async def run_one(command: RunCommand) -> CommandResult:
+            async def on_output(stream: str, data: str) -> None:
+                return None  # (a hook's output comes back in its run, capped)
+
+            grace = {} if self._kill_grace_s is None else {"grace_s": self._kill_grace_s}
+            return await run_command(command, on_output, self.policy, registry=self.registry,
+                                     sandbox=self.sandbox, **grace)
+
+        return await run_hooks(action, workdir, self.home, run_one,
+                               boundary=self.sandbox.boundary)
 
     async def _mcp_list(self, action: McpList) -> ActionOutcome:
         where = self._check_workdir(action.workdir) if action.workdir else None
@@ -823,7 +849,7 @@ _EXECUTORS: dict[type[ActionMessage], Executor[Any]] = {
     McpCall: Executor(ActionDispatcher._mcp_call),
     AttachSession: Executor(ActionDispatcher._attach, changes_workdir=False),
     DetachSession: Executor(ActionDispatcher._detach, changes_workdir=False),
-    LoadContext: _looks(ActionDispatcher._load_context),
+    LoadContext: _looks(ActionDispatcher._load_context_with_hooks),
     Cancel: Executor(ActionDispatcher._cancel, changes_workdir=False),
     AcpPrompt: Executor(ActionDispatcher._acp_prompt),
     AcpPermission: Executor(ActionDispatcher._acp_permission),
@@ -855,6 +881,8 @@ _EXECUTORS: dict[type[ActionMessage], Executor[Any]] = {
                             changes_workdir=False),
     SessionBundleRead: _looks(ActionDispatcher._session_bundle_read),
     SessionUnpack: Executor(ActionDispatcher._session_unpack, changes_workdir=False),
+    # a hook may change files (a formatter): its session's, as a command's
+    RunHooks: Executor(ActionDispatcher._run_hooks),
 }
 _UNKNOWN: Executor[Any] = Executor(ActionDispatcher._unknown)
 

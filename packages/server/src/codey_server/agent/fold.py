@@ -19,6 +19,7 @@ import msgspec
 from codey_protocol import events as ev
 from codey_protocol.state import (
     COMPACTION_ENDED,
+    HOOK_RUNS_KEPT,
     PROCESS_OUTPUT_KEPT,
     PROCESSES_ENDED_KEPT,
     Approval,
@@ -27,6 +28,7 @@ from codey_protocol.state import (
     AttentionSetting,
     Budget,
     BudgetStop,
+    HookRunInfo,
     PendingAction,
     PortForward,
     Question,
@@ -303,6 +305,34 @@ def _agent_commands(state: State, env: ev.Envelope) -> None:
     s = session_of(state, env)
     if s is not None:
         s.agent_commands = list(e.commands)
+def _hooks_found(state: State, env: ev.Envelope) -> None:
+    e = env.event
+    assert isinstance(e, ev.HooksFound)
+    s = session_of(state, env)
+    if s is not None:
+        s.hook_files = list(e.files)
+
+
+def _hooks_trusted(state: State, env: ev.Envelope) -> None:
+    e = env.event
+    assert isinstance(e, ev.HooksTrusted)
+    s = session_of(state, env)
+    if s is not None and e.sha256 not in s.trusted_hooks:
+        s.trusted_hooks.append(e.sha256)
+
+
+def _hook_ran(state: State, env: ev.Envelope) -> None:
+    e = env.event
+    assert isinstance(e, ev.HookRan)
+    s = session_of(state, env)
+    if s is None:
+        return
+    s.hook_runs.append(HookRunInfo(
+        item_id=e.item_id, event=e.event, path=e.path, command_line=e.command_line,
+        exit_code=e.exit_code, duration_ms=e.duration_ms, output=e.output,
+        timed_out=e.timed_out, decision=e.decision, reason=e.reason, problem=e.problem,
+        at=env.ts))
+    del s.hook_runs[:-HOOK_RUNS_KEPT]
 
 
 def _question_asked(state: State, env: ev.Envelope) -> None:
@@ -456,4 +486,7 @@ FOLD: Mapping[type[Any], FoldHandler] = {
     ev.AttentionActed: _attention_acted,
     ev.ApprovalReviewed: _approval_reviewed,
     ev.AgentCommandsUpdated: _agent_commands,
+    ev.HooksFound: _hooks_found,
+    ev.HooksTrusted: _hooks_trusted,
+    ev.HookRan: _hook_ran,
 }

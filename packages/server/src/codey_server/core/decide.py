@@ -60,6 +60,21 @@ def _compact(state: State, c: cl.CompactSession) -> Decided:
     return [(s.session_id, ev.CompactionRequested())]
 
 
+def _trust_hooks(state: State, c: cl.TrustHooks) -> Decided:
+    """Only a project file the worker reported, in the content it reported: the user trusts
+    what they were shown, never a hash a page made up (a file changed since is asked again)."""
+    s = existing(state, c.session_id)
+    found = next((f for f in s.hook_files if f.path == c.path and f.scope == "project"),
+                 None)
+    if found is None:
+        raise CommandRejected("not_found", f"the session has no project hook file {c.path!r}")
+    if found.sha256 != c.sha256:
+        raise CommandRejected("conflict", "the file has changed since: look at it again")
+    if c.sha256 in s.trusted_hooks:
+        return []
+    return [(s.session_id, ev.HooksTrusted(path=c.path, sha256=c.sha256))]
+
+
 def existing(state: State, session_id: str):  # type: ignore[no-untyped-def]
     s = state.sessions.get(session_id)
     if s is None:
@@ -469,6 +484,7 @@ _SESSION_OPS: dict[type, Callable[[State, Any, Context], Decided]] = {
     cl.ForkSession: _fork,
     cl.MoveSession: _move,
     cl.SetMemory: _set_memory,
+    cl.TrustHooks: lambda state, c, ctx: _trust_hooks(state, c),
 }
 
 

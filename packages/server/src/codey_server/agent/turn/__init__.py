@@ -68,7 +68,7 @@ from codey_server.agent.machine import (
     WorkerPresence,
 )
 from codey_server.agent.route import ProviderInfo
-from codey_server.agent.turn import calls, loop, model, worker
+from codey_server.agent.turn import calls, hooks, loop, model, worker
 from codey_server.agent.turn.state import CONTEXT_TIMEOUT_S, CodeyTurn, Then, codey_turn
 
 __all__ = ["CONTEXT_TIMEOUT_S", "CodeyMachine", "CodeyTurn", "codey_turn"]
@@ -141,6 +141,8 @@ class CodeyMachine:
             worker.action_over(k, i)
         elif t.previewing is not None and t.previewing.action_id == i.action_id:
             calls.previewed(k, i)
+        elif t.hooking is not None and t.hooking.action_id == i.action_id:
+            hooks.hooks_over(k, i)
 
     def approval_over(self, k: K, approval_id: str) -> None:
         calls.approval_over(k, approval_id)

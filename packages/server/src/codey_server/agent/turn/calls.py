@@ -57,7 +57,7 @@ from codey_server.agent.tools import (
     tool_named,
 )
 from codey_server.agent.tools.base import cap
-from codey_server.agent.turn import loop, worker
+from codey_server.agent.turn import hooks, loop, worker
 from codey_server.agent.turn.state import CONTEXT_TIMEOUT_S, CodeyTurn, Previewing, Then
 
 __all__ = ["MACHINE_AWAY", "capabilities", "hello", "parse", "requested", "route_call",
@@ -147,7 +147,7 @@ def settle(k: K) -> None:
     t = k.turn
     if t.running is not None or t.storing is not None or t.approving is not None \
             or t.asking or t.previewing is not None or t.hello is not None \
-            or t.fetching is not None:
+            or t.fetching is not None or t.hooking is not None:
         return  # a call is under way: its end settles the next
     open_calls = [i for i in k.session.items if isinstance(i, ev.ToolCall) and i.result is None]
     waiting = set(t.children.values())
@@ -202,6 +202,9 @@ def settle_call(k: K, item: ev.ToolCall) -> bool:
     if isinstance(parsed, BadToolCall):
         finish(k, item.id, "failed", f"error: {parsed}", *dropped, error=str(parsed))
         return True
+    if hooks.wants_pre_tool(k, item, parsed):
+        hooks.run_pre_tool(k, item, parsed)
+        return False
     tool = parsed.tool
     g = gate(k)
     fate = route_call(k, parsed, g)

@@ -175,6 +175,8 @@ def context_loaded(k: K, i: ActionOutcomeInput) -> None:
                                          warnings=found.warnings)
         if not _same_context(k.session.context, event):
             k.emit(event)
+        if found.hooks != k.session.hook_files:
+            k.emit(ev.HooksFound(files=found.hooks))
     go(k, loading.then)
 
 

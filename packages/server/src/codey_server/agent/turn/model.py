@@ -51,7 +51,7 @@ from codey_server.agent.tools import (
     tool_named,
     tools_for,
 )
-from codey_server.agent.turn import calls, compact, loop, worker
+from codey_server.agent.turn import calls, compact, hooks, loop, worker
 from codey_server.agent.turn.state import After, Answer, Call, CodeyTurn, Route, Then
 from codey_server.agent.wire import CallOptions
 from codey_server.core.costs import call_cost, price_for
@@ -310,6 +310,7 @@ def done(k: K) -> None:
     gate = calls.gate(k) if isinstance(first, ParsedCall) else None
     if gate is not None and isinstance(first, ParsedCall) \
             and isinstance(first.tool, WorkerTool) and not calls.waits_for_hello(k, items[0]) \
+            and not hooks.wants_pre_tool(k, items[0], first) \
             and calls.route_call(k, first, gate) is None:
         # the first call goes to its worker in the same append when nothing asks: one
         # commit less per step (later calls still show "pending" until their turn, so

@@ -32,6 +32,7 @@ __all__ = [
     "CodeyTurn",
     "Compacted",
     "Compaction",
+    "Hooking",
     "Loading",
     "Previewing",
     "Reason",
@@ -189,6 +190,14 @@ class Previewing:
 
 
 @dataclass(frozen=True, slots=True)
+class Hooking:
+    """A call whose ``PreToolUse`` hooks run on the worker before the gate judges it."""
+
+    item_id: str
+    action_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class Attaching:
     """Files sent with prompts, being written into the workdir: per message, its files."""
 
@@ -237,6 +246,9 @@ class CodeyTurn:
     previewing: Previewing | None = None  # read before asking
     #: the item whose web tool's request (``WebCall``) is under way on the server
     fetching: str | None = None
+    #: a call whose PreToolUse hooks run (issue 39), and the calls whose hooks ran this turn
+    hooking: Hooking | None = None
+    hooked: frozenset[str] = frozenset()
     #: the MCP servers as the worker listed them in the session's workdir (its attach)
     mcp_servers: list[wk.McpServerInfo] = field(default_factory=list)
     #: (the hello's capabilities, the attach's list, the two laid together)
@@ -254,7 +266,8 @@ class CodeyTurn:
         if core.then is not None:
             return f"then:{core.then.value}"
         for name in ("context", "attaching", "building", "compaction", "answer", "running",
-                     "storing", "previewing", "hello", "approving", "asking", "fetching"):
+                     "storing", "previewing", "hello", "approving", "asking", "fetching",
+                     "hooking"):
             if getattr(self, name) is not None:
                 return name
         if self.children:
