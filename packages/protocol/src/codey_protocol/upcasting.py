@@ -70,8 +70,8 @@ VERSIONS: dict[str, int] = {
     "session_created": 2, "session_policy_changed": 2, "schedule_saved": 2,
     "worker_connected": 2,  # 2: capabilities.roots
     "approval_requested": 2,  # 2: the kind ``web`` joined the literal
-    # 2: new action types joined the union (checkpoint_*, list_prompt_files, session_bundle/_read/unpack,
-    # run_hooks; issue 38, 39)
+    # 2: new action types joined the union (checkpoint_*, list_prompt_files,
+    # session_bundle/_read/unpack, run_hooks; issue 38, 39)
     "action_requested": 2,
     "session_item_updated": 2,  # 2: name, arguments, command
     # 2: a move can carry the files to another workdir (issue 38)

@@ -92,10 +92,10 @@ from codey_protocol.worker import (
     ProjectContext,
     ReadFile,
     RunCommand,
+    RunHooks,
     SessionBundle,
     SessionBundleRead,
     SessionUnpack,
-    RunHooks,
     ViewImage,
     WorkspaceCommit,
     WorkspaceCreate,
@@ -646,6 +646,8 @@ class ActionDispatcher:
         workdir = self._check_workdir(action.workdir) if action.workdir else None
         return CheckpointsPruned(removed=await self.checkpoints.prune(
             workdir, action.session_id, action.keep))
+
+    @property
     def mover(self) -> Mover:
         """Moving sessions between machines (session_bundle & co.), made with the first."""
         if self._mover is None:
