@@ -658,7 +658,7 @@ export class SessionView {
     this._interrupt.disabled = false;
     this._interrupt.title = running ? "Stop the agent and the processes it started" : "";
     this._input.placeholder = proposed ? "Feedback on the plan (the agent revises it)…"
-      : busy ? "Steer the agent — sent before its next step…" : "Ask Codey…";
+      : busy ? "Steer the agent — sent before its next step…" : "Ask Codey… (/ for commands)";
     this._renderSide(s);
   }
 

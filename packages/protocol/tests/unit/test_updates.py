@@ -20,9 +20,9 @@ ITEM_KINDS: tuple[type[ev.ItemBase], ...] = typing.get_args(ev.Item)
 
 #: Tool-call fields written once, when the call is appended, and never updated. A field added
 #: to ToolCall goes either here or into SessionItemUpdated: the test below says which is missing.
+# (``name``, ``arguments`` and ``command`` are updatable: an ACP agent may tell them late)
 TOOL_CALL_SET_AT_APPEND = frozenset({
-    "id", "ts", "call_id", "name", "arguments", "command", "patch", "path", "mcp_server",
-    "mcp_tool", "response_id",
+    "id", "ts", "call_id", "patch", "path", "mcp_server", "mcp_tool", "response_id",
 })
 
 

@@ -528,7 +528,12 @@ def update_log(with_chunk: bool = False) -> tuple[list[ev.Envelope], int, list[_
                 continue
             n = len(items) + 1
             item = sample_struct(cls, n, id=f"su-{n}-{target}", ts=log.ts)
-            value = sample(UPDATE_TYPES[name], n)
+            before = msgspec.to_builtins(getattr(item, target))
+            # a sample that differs from the item's own (a string field the item was drawn
+            # with the same seed, ``name``, would be equal)
+            value = next(v for v in (sample(UPDATE_TYPES[name], n + k) for k in range(50))
+                         if (before + v if name in APPEND_FIELDS
+                             else msgspec.to_builtins(v)) != before)
             fields = {name: value}
             if with_chunk:
                 chunk = next((d for d, t in APPEND_FIELDS.items() if t in cls.__struct_fields__

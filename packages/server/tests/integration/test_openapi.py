@@ -212,6 +212,15 @@ def _exercise(api: _Contract, server: ServerProcess, worker: WorkerProcess) -> N
     compact = "/api/sessions/{session_id}/compact"
     api.check("POST", compact, 200, path={"session_id": sid})
     api.check("POST", compact, 404, path={"session_id": "ses_none"})
+    # slash commands from prompt files (test_slash_commands.py has some for real): none here
+    commands = "/api/sessions/{session_id}/commands"
+    listed = api.check("GET", commands, 200, path={"session_id": sid}).json()
+    assert set(listed) == {"commands", "warnings"}  # (the machine's own ~ may have some)
+    api.check("GET", commands, 404, path={"session_id": "ses_none"})
+    api.check("POST", commands + "/run", 404, path={"session_id": sid}, json={"name": "nope"})
+    api.check("POST", commands + "/run", 404, path={"session_id": "ses_none"},
+              json={"name": "x"})
+    api.check("POST", commands + "/run", 400, path={"session_id": sid}, json={"name": ""})
     log = api.check("GET", "/api/sessions/{session_id}/log", 200, path={"session_id": sid})
     assert log.headers["content-type"].startswith("application/x-ndjson")
     lines = log.content.splitlines()

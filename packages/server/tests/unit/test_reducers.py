@@ -663,6 +663,7 @@ SESSION_EVENTS: list[ev.Event] = [
     ev.AttentionNudged(target_id="a", target="approval", step="t1"),
     ev.AttentionActed(target_id="a", target="approval", then="reject"),
     ev.ApprovalReviewed(approval_id="a", verdict="deny", risk=80, reason="r"),
+    ev.AgentCommandsUpdated(commands=[ev.AgentCommand(name="init", hint="")]),
     ev.ActionRequested(action_id="x", item_id="i", worker_id=W, action=run_ls("x")),
     ev.ActionFinished(action_id="x", outcome="result"),
     ev.ProcessStarted(process_id="p", item_id="x", worker_id=W, argv=["x"]),

@@ -75,6 +75,9 @@ def _session(engine: Engine, session_id: str) -> SessionInfo:
 
 
 async def _prompt_files(engine: Engine, agent: AgentService, s: SessionInfo) -> wk.PromptFiles:
+    machine = engine.state.workers.get(s.worker_id)
+    if machine is None or not machine.connected:  # answer now, not after the timeout
+        raise ClientException("the session's machine is not connected", status_code=409)
     try:
         found = await agent.deps.actions.run(s.worker_id, wk.ListPromptFiles(
             action_id=engine.context.new_id("act"), session_id=s.session_id,
