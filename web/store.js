@@ -30,8 +30,7 @@ import {
   fillTerminalInfo, fillUpgradeNotice, fillWorkerInfo, fillGoalInfo,
   fillBudget, fillBudgetStop, fillModelPrice, fillSpend,
   TRIGGER_DELIVERIES_KEPT, fillTriggerDelivery, fillTriggerInfo,
-  fillCheckpointMark,
-  fillBudget, fillBudgetStop, fillModelPrice, fillSpend, fillRewoundBranch,
+  fillCheckpointMark, fillRewoundBranch,
   HOOK_RUNS_KEPT, fillHookFile, fillHookRunInfo,
 } from "./fold_constants.js";
 
