@@ -10,7 +10,7 @@
 import { api } from "../api.js";
 import { ChangesDialog } from "./changes.js";
 import { NewSessionDialog } from "./newsession.js";
-import { SlashMenu, parseSlash, reviewPrompt, slashHooks } from "./slash.js";
+import { SlashMenu, parseSlash, reviewPrompt } from "./slash.js";
 import { MoveDialog } from "./move.js";
 import { fmtBytes, h, replaceChildren, showingErrors } from "../dom.js";
 import { findItem, findProcess, updateFields } from "../store.js";
@@ -1371,8 +1371,7 @@ export class SessionView {
       } else if (entry.name === "model") {
         this._pickModel(args);
       } else if (entry.name === "rewind") {
-        if (slashHooks.rewind) slashHooks.rewind(this);
-        else this.ctx.toast("Rewind is not available on this server yet", "warn");
+        openRewind(this.ctx, this.sessionId);
       } else if (entry.name === "review") {
         await this._sendText(reviewPrompt(args));
       } else if (entry.name === "new") {

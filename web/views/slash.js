@@ -6,9 +6,6 @@
 import { api } from "../api.js";
 import { h, replaceChildren } from "../dom.js";
 
-/** Hooks other views fill: `rewind(view)` opens the rewind dialog of a session view. */
-export const slashHooks = { rewind: null };
-
 /** The built-ins: `args` says it takes arguments (Enter completes it instead of running). */
 export const BUILTINS = [
   { name: "model", description: "Switch the model (/model <name>, or pick it)",
