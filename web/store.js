@@ -31,7 +31,7 @@ import {
   fillBudget, fillBudgetStop, fillModelPrice, fillSpend,
   TRIGGER_DELIVERIES_KEPT, fillTriggerDelivery, fillTriggerInfo,
   fillCheckpointMark,
-  fillBudget, fillBudgetStop, fillModelPrice, fillSpend, fillRewoundBranch,
+  fillRewoundBranch,
 } from "./fold_constants.js";
 
 export { MAX_CHANGED_PATHS };
