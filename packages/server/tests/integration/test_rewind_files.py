@@ -4,8 +4,8 @@ git, the scripted model): ``POST /api/sessions/{id}/rewind`` puts the files back
 
 Three turns write, patch and delete files (a binary, an untracked file, an ignored one);
 rewound to turn 1 with mode "both": the files equal its checkpoint, the ignored file is
-untouched, the hand edits made since are named by the preview and kept unless the request
-lists others to keep, and the next model request holds nothing of turns 1-3. Mode "files"
+untouched, the hand edits made since are named by the preview and kept (all of them when the
+request names none to keep, else those it names), and the next model request holds nothing of turns 1-3. Mode "files"
 leaves the conversation; a turn without a checkpoint of its own rewinds no file; a refusal
 (a gone checkpoint, the machine offline) is a 409 with the reason and changes nothing."""
 
@@ -127,10 +127,13 @@ def test_files_only_a_turn_without_checkpoint_and_refusals_leave_the_conversatio
     items = s["items"]
 
     # files only: turn three's checkpoint (a.txt patched, gone.txt there); the conversation
-    # stays as it is
+    # stays as it is; no "keep" given: the file made by hand since is kept
+    (folder / "by-hand.txt").write_text("mine\n")
     r = server.http.post(f"/api/sessions/{sid}/rewind", json={"turn": three, "mode": "files"})
     assert r.status_code == 200, r.text
-    assert r.json()["restored"] == ["gone.txt", "pic.bin"]
+    assert r.json() == {"seq": r.json()["seq"], "restored": ["gone.txt", "pic.bin"],
+                        "kept": ["by-hand.txt"]}
+    assert (folder / "by-hand.txt").read_text() == "mine\n"
     assert (folder / "gone.txt").read_text() == "to be deleted\n"
     assert (folder / "a.txt").read_text() == "one\nTWO\nthree\n"
     s = session(server, sid)
