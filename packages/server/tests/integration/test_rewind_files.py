@@ -6,8 +6,9 @@ Three turns write, patch and delete files (a binary, an untracked file, an ignor
 rewound to turn 1 with mode "both": the files equal its checkpoint, the ignored file is
 untouched, the hand edits made since are named by the preview and kept (all of them when the
 request names none to keep, else those it names), and the next model request holds nothing
-of turns 1-3. Mode "files" leaves the conversation; a turn without a checkpoint of its own rewinds no file; a refusal
-(a gone checkpoint, the machine offline) is a 409 with the reason and changes nothing."""
+of turns 1-3. Mode "files" leaves the conversation; a turn without a checkpoint of its own
+rewinds no file; a refusal (a gone checkpoint, the machine offline) is a 409 with the reason
+and changes nothing."""
 
 from __future__ import annotations
 
