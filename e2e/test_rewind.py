@@ -4,6 +4,12 @@ turn, the rewound turns are folded under a marker and can be opened, the prompt'
 in the prompt box, and the next model request holds nothing of them. ``/rewind`` in the prompt
 box opens the same dialog; a refusal shows in it.
 
+With files: three turns that write, patch and delete files (a binary, an untracked file, an
+ignored one) and a hand edit after them; "Rewind…" on the first prompt, "files and
+conversation": the dialog lists the files that change with their diffs, names the hand-edited
+file and leaves it unticked; after the rewind the files equal the first turn's checkpoint, the
+hand-edited file is kept and the ignored one untouched.
+
 With ``CODEY_SHOTS_DIR`` set, the dialog is photographed there (desktop, 390 px, dark)."""
 
 from __future__ import annotations
@@ -14,6 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from playwright.sync_api import Page, expect
+
+from codey_testkit.workfiles import file_turn_steps, files, make_folder
 
 if TYPE_CHECKING:  # the suite imports test modules with importlib
     from conftest import Stack
@@ -124,3 +132,65 @@ def test_rewind_the_conversation_from_the_transcript(stack: Stack, page: Page) -
     dialog.get_by_test_id("rewind-cancel").click()
     expect(dialog).to_be_hidden()
     _shoot(page, "transcript-dark")  # the rewound branch, opened above
+
+
+def test_rewind_files_and_conversation_from_the_transcript(stack: Stack, page: Page) -> None:
+    stack.model({"model": "scripted-1", "steps": [
+        *file_turn_steps(), {"match": {"any": True}, "reply": {"text": "Done."}}]})
+    stack.server()
+    worker = stack.worker()
+    folder = make_folder(Path(worker.workdir("app")))
+    before = files(folder)
+    stack.open(page)
+    stack.new_session(page, worker, str(folder), "turn one")
+    for n, text in enumerate(("turn one", "turn two", "turn three"), 1):
+        if n > 1:
+            page.get_by_test_id("prompt-input").fill(text)
+            page.get_by_test_id("prompt-send").click()
+        # every turn answers "Done.": the n-th answer, then idle
+        expect(stack.items(page, "assistant_message")).to_have_count(n, timeout=30_000)
+        expect(stack.status(page)).to_have_attribute("data-status", "idle", timeout=30_000)
+    # the user's own edit of a file the turns changed, after them
+    (folder / "a.txt").write_text("one\nTWO\nthree\nmine\n")
+
+    first = stack.items(page, "user_message").filter(has_text="turn one")
+    first.hover()
+    first.get_by_test_id("rewind-here").click()
+    dialog = page.get_by_test_id("rewind-dialog")
+    expect(dialog).to_be_visible()
+    expect(dialog.get_by_test_id("rewind-mode-both")).to_be_checked()
+    listed = dialog.get_by_test_id("rewind-file")
+    expect(listed).to_have_count(4, timeout=30_000)
+    assert sorted(listed.evaluate_all("els => els.map(e => e.dataset.path)")) == [
+        "a.txt", "gone.txt", "notes.md", "pic.bin"]
+    hand = listed.filter(has=page.get_by_test_id("hand-edited"))
+    expect(hand).to_have_count(1)
+    expect(hand).to_have_attribute("data-path", "a.txt")
+    expect(hand.get_by_test_id("rewind-file-tick")).not_to_be_checked()
+    for path in ("gone.txt", "notes.md", "pic.bin"):
+        expect(dialog.locator(f"[data-testid=rewind-file][data-path='{path}'] "
+                              "[data-testid=rewind-file-tick]")).to_be_checked()
+    # each text file with its diff (from now to the checkpoint)
+    expect(hand.get_by_test_id("diff")).to_contain_text("-mine")
+    gone = dialog.locator("[data-testid=rewind-file][data-path='gone.txt']")
+    expect(gone.get_by_test_id("diff")).to_contain_text("+to be deleted")
+    _shoot(page, "files-desktop")
+    page.set_viewport_size({"width": 390, "height": 844})
+    _shoot(page, "files-390")
+    page.evaluate("document.documentElement.dataset.theme = 'dark'")
+    page.set_viewport_size({"width": 1280, "height": 800})
+    _shoot(page, "files-dark")
+
+    dialog.get_by_test_id("rewind-confirm").click()
+    expect(dialog).to_be_hidden(timeout=30_000)
+    expect(stack.items(page, "user_message")).to_have_count(0)
+    expect(page.get_by_test_id("rewound-branch")).to_contain_text(
+        "Rewound: 3 prompts from “turn one” (files and conversation)")
+    expect(page.get_by_test_id("prompt-input")).to_have_value("turn one")
+
+    after = files(folder)
+    assert after.pop("a.txt") == b"one\nTWO\nthree\nmine\n"  # edited by hand: kept
+    assert after.pop("debug.log") == b"after\n"  # ignored: untouched
+    before.pop("a.txt")
+    before.pop("debug.log")
+    assert after == before  # the rest as the first turn's checkpoint has it

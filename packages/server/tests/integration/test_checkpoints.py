@@ -8,7 +8,6 @@ gone; a restored path outside the workdir is refused."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -16,67 +15,22 @@ import pytest
 
 from codey_testkit.scenarios import wait_for
 from codey_testkit.stack import ServerProcess, WorkerProcess
-
-BINARY = "import sys; open('pic.bin', 'wb').write(bytes(range(256)) * 4)"
-PATCH = """*** Begin Patch
-*** Update File: a.txt
-@@
- one
--two
-+TWO
- three
-*** End Patch"""
-
-
-def _call(name: str, **arguments: Any) -> dict[str, Any]:
-    return {"name": name, "arguments": arguments}
+from codey_testkit.workfiles import call, file_turn_steps, files, git, make_folder
 
 
 @pytest.fixture
 def script() -> dict[str, Any]:
     return {"model": "scripted-1", "steps": [
-        {"match": {"user": "turn one"}, "reply": {"calls": [
-            _call("write_file", path="notes.md", content="untracked\n"),
-            _call("shell", command=["python3", "-c", BINARY])]}},
-        {"match": {"user": "turn two"}, "reply": {"calls": [_call("apply_patch", input=PATCH)]}},
-        {"match": {"user": "turn three"}, "reply": {"calls": [_call("shell", command=[
-            "sh", "-c", "rm gone.txt && echo after > debug.log && echo changed > pic.bin"])]}},
-        {"match": {"user": "just look"}, "reply": {"calls": [_call("read_file", path="a.txt")]}},
+        *file_turn_steps(),
+        {"match": {"user": "just look"}, "reply": {"calls": [call("read_file", path="a.txt")]}},
         {"match": {"user": "take your time"}, "reply": {"calls": [
-            _call("shell", command=["sleep", "60"])]}},
+            call("shell", command=["sleep", "60"])]}},
         {"match": {"any": True}, "reply": {"text": "Done."}},
     ]}
 
 
-def _git(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True,
-                          text=True).stdout.strip()
-
-
-def _files(folder: Path) -> dict[str, bytes]:
-    found = {}
-    for path in sorted(folder.rglob("*")):
-        rel = path.relative_to(folder).as_posix()
-        if rel.split("/")[0] in (".git", ".codey") or not path.is_file():
-            continue
-        found[rel] = path.read_bytes()
-    return found
-
-
 def _folder(worker: WorkerProcess, kind: str) -> Path:
-    folder = Path(worker.workdir("app"))
-    folder.mkdir(parents=True)
-    (folder / "a.txt").write_text("one\ntwo\nthree\n")
-    (folder / "gone.txt").write_text("to be deleted\n")
-    (folder / ".gitignore").write_text("*.log\n")
-    if kind != "plain":
-        _git(folder, "init", "-q", "-b", "main")
-        _git(folder, "config", "user.name", "Tester")
-        _git(folder, "config", "user.email", "t@example.com")
-        _git(folder, "add", "-A")
-        _git(folder, "commit", "-qm", "start")
-    (folder / "debug.log").write_text("before\n")  # ignored (and, in a worktree, not there)
-    return folder
+    return make_folder(Path(worker.workdir("app")), kind)
 
 
 def _answers(n: int) -> Any:
@@ -108,7 +62,7 @@ def test_three_turns_restored_to_the_first_with_a_hand_edit_kept(
     if kind == "worktree":
         assert work != folder
         (work / "debug.log").write_text("before\n")
-    before = _files(work)
+    before = files(work)
     before.pop("notes.md")
     before.pop("pic.bin")
     _prompt(server, sid, "turn two", 2)
@@ -144,7 +98,7 @@ def test_three_turns_restored_to_the_first_with_a_hand_edit_kept(
     assert done.status_code == 200, done.text
     assert done.json() == {"restored": ["a.txt", "gone.txt", "notes.md", "pic.bin"],
                            "kept": ["by-hand.txt"]}
-    after = _files(work)
+    after = files(work)
     assert after.pop("by-hand.txt") == b"mine\n"  # kept: it was not ticked
     assert after.pop("debug.log") == b"after\n"  # ignored: untouched
     before.pop("debug.log")
@@ -185,7 +139,7 @@ def test_refusals_a_running_turn_a_gone_commit_and_a_path_outside(
              timeout=60, what="the interrupted turn")
 
     # the commit gone (the private ref deleted by hand)
-    _git(folder, "update-ref", "-d", f"refs/codey/checkpoints/{sid}/{one}")
+    git(folder, "update-ref", "-d", f"refs/codey/checkpoints/{sid}/{one}")
     gone = server.http.post(f"/api/sessions/{sid}/checkpoints/{one}/restore", json={})
     assert gone.status_code == 409 and gone.json()["extra"]["code"] == "checkpoint_gone"
     preview = server.http.get(f"/api/sessions/{sid}/checkpoints/{one}/preview").json()

@@ -8,7 +8,6 @@ fields that are not the body's) — none of them changes the conversation."""
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ from mcp.client.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from codey_testkit.model_handle import ModelServerHandle
-from codey_testkit.scenarios import session, wait_for
+from codey_testkit.scenarios import last_request_text, session, wait_for
 from codey_testkit.stack import ServerProcess, WorkerProcess
 
 SCRIPT: dict[str, Any] = {"model": "scripted-1", "steps": [
@@ -67,11 +66,6 @@ def _turn(s: dict[str, Any], text: str) -> str:
                 if i["kind"] == "user_message" and i["text"] == text)
 
 
-def _last_request_text(model: ModelServerHandle) -> str:
-    bodies = [r["body"] for r in model.requests("/v1/chat/completions")]
-    return json.dumps(bodies[-1]["messages"])
-
-
 def _checkpoints_missing(server: ServerProcess, sid: str) -> bool:
     return server.http.get(f"/api/sessions/{sid}/checkpoints").status_code == 404
 
@@ -102,7 +96,7 @@ def test_a_rewound_conversation_sends_the_live_branch_only_and_survives_a_restar
         "second prompt", "third prompt"]
 
     _prompt(server, sid, "fourth prompt", "answer four")
-    sent = _last_request_text(model)
+    sent = last_request_text(model)
     assert "first prompt" in sent and "answer one" in sent and "fourth prompt" in sent
     for gone in ("second prompt", "answer two", "third prompt", "answer three"):
         assert gone not in sent, gone
@@ -112,7 +106,7 @@ def test_a_rewound_conversation_sends_the_live_branch_only_and_survives_a_restar
     after = session(server, sid)
     assert after["items"] == before["items"] and after["rewound"] == before["rewound"]
     _prompt(server, sid, "fifth prompt", "answer five")
-    sent = _last_request_text(model)
+    sent = last_request_text(model)
     assert "fourth prompt" in sent and "fifth prompt" in sent
     assert "second prompt" not in sent and "third prompt" not in sent
 

@@ -3,6 +3,7 @@ scripted model, a small project to fix, and polling helpers over the HTTP API.""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,13 @@ def session(server: ServerProcess, sid: str) -> dict[str, Any]:
     r = server.http.get(f"/api/sessions/{sid}")
     assert r.status_code == 200, r.text
     return dict(r.json())
+
+
+def last_request_text(model: ModelServerHandle) -> str:
+    """The messages of the model's last chat request, as JSON text (to look for what it was
+    sent, and what it was not)."""
+    bodies = [r["body"] for r in model.requests("/v1/chat/completions")]
+    return json.dumps(bodies[-1]["messages"])
 
 
 def wait_for(server: ServerProcess, sid: str, predicate: Any, timeout: float = 30.0,

@@ -50,7 +50,7 @@ from typing import Any, cast
 
 from codey_protocol import events as ev
 from codey_protocol import worker as wk
-from codey_protocol.state import State
+from codey_protocol.state import WORKING_STATUSES, State
 from codey_server.agent.errors import ModelError
 from codey_server.agent.judge import judge
 from codey_server.agent.machine import (
@@ -260,13 +260,22 @@ class TurnDriver:
             await self._keep_end_state()
             self._before = self.turn
             await self.deps.store.submit(self._decide, input, exclusive=False)
+            # the turn is over for everyone now; a prompt that came meanwhile is a new turn
+            # this driver may go on with, and its changes get an end state of their own
+            self._changed = self._end_kept = False
         return self._step
 
     def _decide(self, state: State, input: Input, ctx: Context) -> Decided:
         # from the value before this input, every time: a decision taken again (the session
         # moved on before its step committed) is the step taken afresh on the new state
         turn, made = step(self.machine, self._before, state, input, ctx)
-        if turn.core.done and self._changed and not self._end_kept and \
+        # the turn ends for the user at the step that takes the session out of its working
+        # statuses (often one before the machine's last, which has no events): a prompt or a
+        # hand edit may come right after it, so the end state is kept before that step
+        ends = turn.core.done or any(
+            isinstance(e, ev.SessionStatusChanged) and e.status not in WORKING_STATUSES
+            for _, e in made.events)
+        if ends and self._changed and not self._end_kept and \
                 self.deps.checkpoints is not None and \
                 not isinstance(input, Interrupted | Crashed):
             # held back: decided again once the end state is kept (see _submit)

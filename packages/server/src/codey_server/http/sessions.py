@@ -187,9 +187,9 @@ class RewindRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     turn: Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
     #: files and conversation, files only, or conversation only
     mode: RewindMode = "both"
-    #: files changed by hand since the checkpoint that stay as they are
-    keep: Annotated[list[str], msgspec.Meta(max_length=10_000)] = msgspec.field(
-        default_factory=list)
+    #: files left as they are; omitted (None): the ones changed by hand since the checkpoint,
+    #: so that a client that names none never loses a hand edit
+    keep: Annotated[list[str], msgspec.Meta(max_length=10_000)] | None = None
 
 
 class Rewound(msgspec.Struct, kw_only=True):
@@ -348,7 +348,10 @@ class SessionsController(Resource):
             checkpoints = getattr(services, "checkpoints", None)
             if checkpoints is None:
                 raise CommandRejected("conflict", NO_CHECKPOINTS)
-            result = await checkpoints.restore(session_id, data.turn, list(data.keep))
+            # a refusal (CheckpointError: turn_running, checkpoint_gone, worker_offline) is a
+            # 409 with its reason, raised before the conversation is touched
+            result = await checkpoints.restore(session_id, data.turn,
+                                               None if data.keep is None else list(data.keep))
             restored, kept = _paths(result, "restored"), _paths(result, "kept")
         if data.mode == "files":
             return Rewound(seq=engine.state.seq, restored=restored, kept=kept)
