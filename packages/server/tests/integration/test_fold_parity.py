@@ -31,6 +31,8 @@ from codey_protocol.worker import (
     Capabilities,
     Environment,
     FileChange,
+    HookCommand,
+    HookFile,
     InstructionFile,
     McpCall,
     McpServerInfo,
@@ -488,6 +490,21 @@ def build_log() -> list[ev.Envelope]:
     log.add("s6", ev.ConversationRewound(turn="s6-u"))
     log.add("s6", ev.ConversationRewound(turn="s6-u", mode="both"))
     log.add("s1", ev.ConversationRewound(turn="s1-e"))
+    # hooks: files found (a project's, untrusted; a user's), trusted, runs (on a call, on the
+    # turn, for an unknown session: ignored)
+    log.add("s1", ev.HooksFound(files=[
+        HookFile(path="/w/.claude/settings.json", scope="project", sha256="a" * 64,
+                 hooks=[HookCommand(event="PreToolUse", matcher="Bash",
+                                    command_line="./guard")]),
+        HookFile(path="/home/u/.codey/settings.json", scope="user", error="not JSON")]))
+    log.add("s1", ev.HooksTrusted(path="/w/.claude/settings.json", sha256="a" * 64))
+    log.add("s1", ev.HooksTrusted(path="/w/.claude/settings.json", sha256="a" * 64))
+    log.add("s1", ev.HookRan(item_id="s1-e", event="PreToolUse", path="/w/.claude/settings.json",
+                             command_line="./guard", exit_code=2, duration_ms=12,
+                             output="no rm -rf", decision="deny", reason="no rm -rf"))
+    log.add("s1", ev.HookRan(event="Stop", path="/w/.claude/settings.json",
+                             command_line="./guard", timed_out=True))
+    log.add("s9", ev.HookRan(event="Stop", path="p", command_line="c"))
     return log.envelopes
 
 

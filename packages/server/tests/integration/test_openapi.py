@@ -205,6 +205,12 @@ def _exercise(api: _Contract, server: ServerProcess, worker: WorkerProcess) -> N
     api.check("POST", goal, 409, path={"session_id": sid}, json={"condition": "clear"})
     api.check("POST", goal, 404, path={"session_id": "ses_none"}, json={"condition": "x"})
     api.check("POST", goal, 400, path={"session_id": sid}, json={"condition": " $ "})
+    rewind = "/api/sessions/{session_id}/rewind"  # (test_rewind*.py rewind for real)
+    api.check("POST", rewind, 404, path={"session_id": sid},
+              json={"turn": "itm_none", "mode": "conversation"})
+    api.check("POST", rewind, 404, path={"session_id": "ses_none"},
+              json={"turn": turn, "mode": "conversation"})
+    api.check("POST", rewind, 400, path={"session_id": sid}, json={"mode": "sideways"})
     move = "/api/sessions/{session_id}/move"  # (test_move.py moves for real)
     api.check("POST", move, 404, path={"session_id": "ses_none"},
               json={"worker_id": "wrk_none", "workdir": "/srv/app"})
