@@ -42,6 +42,8 @@ class StructSchemas(StructSchemaPlugin):
       leaves it open, yet msgspec answers an unknown field with a 400);
     - the items of a list keep their constraints (Litestar drops the ``Meta`` of
       ``list[Annotated[str, Meta(...)]]``; msgspec checks it);
+    - so does an optional number (Litestar drops the bounds of
+      ``Annotated[float, Meta(ge=0)] | None``; schemathesis then sends -1 and gets the 400);
     - a struct's ``__schema_rules__`` (JSON Schema joining its fields, see :mod:`.fields`)
       are added to its schema as they are.
     """
@@ -61,6 +63,10 @@ class StructSchemas(StructSchemaPlugin):
             for array in _arrays(prop) if items else ():
                 for name, value in items.items():
                     setattr(array.items, name, value)
+            bounds = _optional_number_bounds(field.type)
+            for number in _numbers(prop) if bounds else ():
+                for name, value in bounds.items():
+                    setattr(number, name, value)
         for keyword, rule in getattr(struct, "__schema_rules__", {}).items():
             # JSON Schema as written (Litestar serialises a dict as it is)
             setattr(schema, _SCHEMA_FIELDS[keyword], rule)
@@ -79,6 +85,29 @@ def _arrays(prop: object) -> list[Schema]:
         return [prop]
     members = [*(prop.one_of or ()), *(prop.any_of or ())]
     return [m for m in members if isinstance(m, Schema) and isinstance(m.items, Schema)]
+
+
+def _numbers(prop: object) -> list[Schema]:
+    """The number members of an optional property's ``oneOf``/``anyOf``."""
+    if not isinstance(prop, Schema):
+        return []
+    members = [*(prop.one_of or ()), *(prop.any_of or ())]
+    return [m for m in members if isinstance(m, Schema)
+            and str(getattr(m.type, "value", m.type)) in ("number", "integer")]
+
+
+def _optional_number_bounds(t: msgspec.inspect.Type) -> dict[str, Any]:
+    """The bounds of an optional number (``Annotated[float, Meta(ge=…)] | None``)."""
+    if not isinstance(t, msgspec.inspect.UnionType):
+        return {}
+    members = [u.type if isinstance(u, msgspec.inspect.Metadata) else u for u in t.types]
+    number = next((u for u in members if isinstance(u, (msgspec.inspect.FloatType,
+                                                         msgspec.inspect.IntType))), None)
+    if number is None:
+        return {}
+    found = {"minimum": number.ge, "maximum": number.le, "exclusive_minimum": number.gt,
+             "exclusive_maximum": number.lt, "multiple_of": number.multiple_of}
+    return {name: value for name, value in found.items() if value is not None}
 
 
 def _item_constraints(t: msgspec.inspect.Type) -> dict[str, Any]:
