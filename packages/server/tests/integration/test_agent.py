@@ -127,9 +127,13 @@ def test_pending_approval_survives_a_server_restart(tmp_path: Path) -> None:
         assert tools(session(server, sid))[0]["status"] == "done"
 
 
+#: the window of the long session's model (see test_a_long_session_compacts_and_finishes)
+LONG_WINDOW = 12000
+
+
 def _long_session_script(steps: int) -> dict[str, Any]:
     call = {"calls": [{"name": "shell", "arguments": {"command": ["true"]}}]}
-    return {"model": "scripted-1", "options": {"context_window": 6000}, "steps": [
+    return {"model": "scripted-1", "options": {"context_window": LONG_WINDOW}, "steps": [
         {"match": {"user": "Summarize the conversation above"},
          "reply": {"text": "- The user asked to run `true` 300 times; keep calling it."}},
         {"match": {"user": "run the long loop"}, "times": 1, "reply": call},
@@ -141,11 +145,13 @@ def _long_session_script(steps: int) -> dict[str, Any]:
 @pytest.mark.parametrize("kind", ["responses", "chat", "anthropic"])
 def test_a_long_session_compacts_and_finishes(tmp_path: Path, kind: str) -> None:
     """300 tool steps against a model whose window holds about 100: the session compacts
-    (more than once) and finishes; the model never sees an input over its window."""
+    (more than once) and finishes; the model never sees an input over its window. The
+    window is the instructions and tools (about 5,200 tokens since the web tools came) plus
+    room for about 100 steps (about 50 tokens each)."""
     steps = 300
     with start_model_server(_long_session_script(steps), tmp_path / "model") as model:
         config = provider_config(model, kind=kind)
-        config["providers"][0]["context_window"] = 6000
+        config["providers"][0]["context_window"] = LONG_WINDOW
         config["turn_iteration_cap"] = steps + 50
         with ServerProcess(tmp_path / "server", config=config) as server, \
                 WorkerProcess(server, tmp_path / "worker") as worker:
@@ -169,8 +175,8 @@ def test_a_long_session_compacts_and_finishes(tmp_path: Path, kind: str) -> None
                 assert summarizing and all("tools" not in b for b in summarizing)
                 assert not [blk for b in summarizing for m in b["messages"]
                             for blk in m["content"] if blk["type"] != "text"]
-            assert s["usage"]["context_window"] == 6000
-            assert s["usage"]["context_tokens"] < 6000
+            assert s["usage"]["context_window"] == LONG_WINDOW
+            assert s["usage"]["context_tokens"] < LONG_WINDOW
 
 
 DELEGATE_SCRIPT = {"model": "scripted-1", "steps": [
