@@ -144,9 +144,15 @@ def test_write_stdin_talks_to_a_python_repl_in_a_terminal(
     assert "answer 42" in p["output"]
 
 
+def _marker(wd: Path) -> str:
+    # in the loop's argv (and its sandbox's): tells this test's loop from any other process on
+    # the machine — also from the worker's own sandboxed runs in the workdir (a checkpoint's
+    # git after the turn), which have the workdir in their argv but are not the loop
+    return f"loop in {wd}"
+
+
 def _loop(wd: Path) -> list[str]:
-    # the workdir in its argv tells this test's loop from any other process on the machine
-    return ["bash", "-c", f"while true; do echo tick; sleep 0.2; done # {wd}"]
+    return ["bash", "-c", f"while true; do echo tick; sleep 0.2; done # {_marker(wd)}"]
 
 
 def _started_loop(model: ModelServerHandle, server: ServerProcess, worker: WorkerProcess,
@@ -160,7 +166,7 @@ def _started_loop(model: ModelServerHandle, server: ServerProcess, worker: Worke
     sid = _session(server, worker, wd, "start the loop")
     s = wait_for(server, sid, idle, timeout=30, what="the turn to end")
     assert [p["status"] for p in s["processes"]] == ["running"]
-    assert _pids_with(str(wd))  # it outlived its call
+    assert _pids_with(_marker(wd))  # it outlived its call
     return sid, wd
 
 
@@ -172,9 +178,9 @@ def test_an_interrupt_stops_the_processes_the_turn_left_running(
     s = wait_for(server, sid, lambda s: s["processes"][0]["status"] == "ended", timeout=20,
                  what="the loop to stop")
     assert s["processes"][0]["stopped_by"] == "interrupt"
-    wait_until(lambda: _pids_with(str(wd)), ok=lambda pids: not pids, timeout=10,
+    wait_until(lambda: _pids_with(_marker(wd)), ok=lambda pids: not pids, timeout=10,
                interval=0.1, show=_described, what="the loop's processes to be gone")
-    assert not _pids_with(str(wd))
+    assert not _pids_with(_marker(wd))
 
 
 def test_an_interrupt_mid_turn_stops_the_running_command_and_the_processes(
@@ -205,16 +211,16 @@ def test_closing_the_session_stops_its_processes(
                  what="the loop to stop")
     browser.close()
     assert s["processes"][0]["stopped_by"] == "close" and s["status"] == "closed"
-    wait_until(lambda: _pids_with(str(wd)), ok=lambda pids: not pids, timeout=10,
+    wait_until(lambda: _pids_with(_marker(wd)), ok=lambda pids: not pids, timeout=10,
                interval=0.1, show=_described, what="the loop's processes to be gone")
-    assert not _pids_with(str(wd))
+    assert not _pids_with(_marker(wd))
 
 
 def test_after_a_worker_restart_its_processes_are_reported_gone(
         model: ModelServerHandle, server: ServerProcess, worker: WorkerProcess) -> None:
     sid, wd = _started_loop(model, server, worker, "restarted")
     worker.stop()  # the worker takes its processes with it
-    assert not _pids_with(str(wd))
+    assert not _pids_with(_marker(wd))
     worker.start()
     s = wait_for(server, sid, lambda s: s["processes"][0]["status"] != "running", timeout=30,
                  what="the process to be found gone")
