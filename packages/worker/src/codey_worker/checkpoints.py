@@ -290,10 +290,12 @@ class Checkpoints:
         with self._scratch(store) as scratch:
             index = scratch / "index"
             own = store.repo.git_dir / "index"
-            if own.is_file() and not store.shadow:
-                shutil.copyfile(own, index)  # a start: unchanged files are not hashed again
-            elif store.shadow and own.is_file():
-                shutil.copyfile(own, index)
+            if own.is_file():
+                # a start: unchanged files are not hashed again. With its mtime (copy2): git
+                # trusts an entry's stat only when the file is older than the index, so a copy
+                # stamped now would pass a file rewritten in the second it was added (same
+                # size, same whole-second mtime) as unchanged, and the checkpoint miss it
+                shutil.copy2(own, index)
             env = {"GIT_INDEX_FILE": str(index)}
             access = store.access()
             spec = store.prefix or "."
@@ -332,7 +334,7 @@ class Checkpoints:
                                       "--directory", "--", spec, env=env, access=access)
             if store.shadow:
                 # the shadow's own index follows (the next snapshot hashes only what changed)
-                shutil.copyfile(index, own)
+                shutil.copy2(index, own)  # (its mtime kept, as above)
         named = [f"{p} (over {max_file_bytes} bytes)" for p in big]
         named += [f"{os.fsdecode(p)} (ignored)" for p in ignored.split(b"\0") if p]
         return Snapshot(tree, count, named[:LIST_CAP])
