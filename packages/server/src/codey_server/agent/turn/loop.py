@@ -133,14 +133,11 @@ def _before_call(k: K) -> None:
 
 
 def _after_idle(k: K) -> None:
-    # a prompt that arrived while the turn was ending starts the next one here, and a turn
-    # starts with the workdir's context loaded again: the turn that ended may have changed it
-    # (made the folder a repository, written AGENTS.md), and the window in which a prompt
-    # lands here is wide when the turn's end state is kept (checkpoints) before it ends
+    # a prompt that arrived while the turn was ending starts the next one here
     s = k.session
     if model_call_needed(s) or any(isinstance(i, ev.UserMessage) and i.queued
                                    for i in s.items):
-        load_context(k, Then.LOOP)
+        _loop(k)
     else:
         k.end()
 
