@@ -247,20 +247,14 @@ class Checkpoints:
                       ) -> Restored:
         """Make the workdir's files as they were before ``turn``, but for ``keep`` (None: the
         files changed by hand since). Raises :class:`CheckpointError` when refused."""
-        s = self._session(session_id)
-        used = resolve(s, turn)
-        if used is None:
-            return Restored()
-        refused = self._refusal(s, changing=True)
-        if refused is not None:
-            raise CheckpointError(*refused)
-        done = await self._run(s, wk.CheckpointRestore(
-            action_id=self._new(), session_id=session_id, workdir=s.workdir, turn=used,
-            keep=keep))
-        assert isinstance(done, wk.CheckpointRestored)
-        return Restored(restored=done.restored, kept=done.kept)
+        return await self._restore(session_id, turn, keep=keep)
 
     async def restore_file(self, session_id: str, turn: str, path: str) -> Restored:
+        """Make the one file ``path`` as it was before ``turn`` (the worker confines it)."""
+        return await self._restore(session_id, turn, path=path)
+
+    async def _restore(self, session_id: str, turn: str, *, keep: list[str] | None = None,
+                       path: str | None = None) -> Restored:
         s = self._session(session_id)
         used = resolve(s, turn)
         if used is None:
@@ -270,7 +264,7 @@ class Checkpoints:
             raise CheckpointError(*refused)
         done = await self._run(s, wk.CheckpointRestore(
             action_id=self._new(), session_id=session_id, workdir=s.workdir, turn=used,
-            path=path))
+            keep=keep, path=path))
         assert isinstance(done, wk.CheckpointRestored)
         return Restored(restored=done.restored, kept=done.kept)
 

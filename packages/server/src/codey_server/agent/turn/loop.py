@@ -135,8 +135,15 @@ def _before_call(k: K) -> None:
 def _after_idle(k: K) -> None:
     # a prompt that arrived while the turn was ending starts the next one here
     s = k.session
-    if model_call_needed(s) or any(isinstance(i, ev.UserMessage) and i.queued
-                                   for i in s.items):
+    last = s.items[-1] if s.items else None
+    prompted = isinstance(last, ev.UserMessage) or any(
+        isinstance(i, ev.UserMessage) and i.queued for i in s.items)
+    if prompted:
+        # a new turn, as if started afresh: the one that ended may have changed the workdir's
+        # context (made the folder a repository, written AGENTS.md); the model step reloads
+        # a stale context before its call, as after any change of it
+        k.turn = evolve(k.turn, context_stale=True)
+    if prompted or model_call_needed(s):
         _loop(k)
     else:
         k.end()
