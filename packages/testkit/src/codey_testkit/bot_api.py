@@ -35,10 +35,11 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qsl
 
+from codey_testkit.procs import serve_http
 from codey_testkit.waiting import wait_until
 
 __all__ = ["BotApi", "BotApiHandle", "main"]
@@ -337,15 +338,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=0, help="0: any free port")
     args = parser.parse_args(argv)
     api = BotApi(args.token)
-    server = ThreadingHTTPServer((args.host, args.port), _handler(api))
-    server.daemon_threads = True
-    host, port = str(server.server_address[0]), server.server_address[1]
-    print(f"codey-bot-api listening on http://{host}:{port}", flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    sys.exit(0)
+    serve_http("codey-bot-api", args.host, args.port, _handler(api))
 
 
 if __name__ == "__main__":

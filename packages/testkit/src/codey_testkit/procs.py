@@ -20,8 +20,10 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 from collections.abc import Mapping, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
@@ -29,7 +31,7 @@ from typing import IO, Self
 from codey_testkit.errors import ProcessError, ProcessExitedError, ProcessTimeoutError
 from codey_testkit.waiting import WaitTimedOut, wait_until
 
-__all__ = ["ManagedProcess", "StopsOnExit", "free_port", "pids_with"]
+__all__ = ["ManagedProcess", "StopsOnExit", "free_port", "pids_with", "serve_http"]
 
 _POLL_S = 0.02
 _URL_RE = r"(https?://[\w.\-\[\]:]+:(\d+)\S*)"
@@ -315,3 +317,18 @@ def _unique_log_path(log_dir: Path, name: str) -> Path:
         n += 1
         candidate = log_dir / f"{safe}-{n}.log"
     return candidate
+
+
+def serve_http(name: str, host: str, port: int,
+               handler: type[BaseHTTPRequestHandler]) -> None:
+    """Serve ``handler`` until killed, saying ``<name> listening on http://host:port`` first
+    (the line the test kit's handles wait for): the main of every fake service of the kit."""
+    server = ThreadingHTTPServer((host, port), handler)
+    server.daemon_threads = True
+    bound_host, bound_port = str(server.server_address[0]), server.server_address[1]
+    print(f"{name} listening on http://{bound_host}:{bound_port}", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    sys.exit(0)

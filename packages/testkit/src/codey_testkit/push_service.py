@@ -30,10 +30,11 @@ import sys
 import threading
 import time
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import urlsplit
 
+from codey_testkit.procs import serve_http
 from codey_testkit.waiting import wait_until
 
 __all__ = ["PushService", "PushServiceHandle", "main"]
@@ -209,15 +210,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0: any free port")
     args = parser.parse_args(argv)
-    server = ThreadingHTTPServer((args.host, args.port), _handler(PushService()))
-    server.daemon_threads = True
-    host, port = str(server.server_address[0]), server.server_address[1]
-    print(f"codey-push-service listening on http://{host}:{port}", flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    sys.exit(0)
+    serve_http("codey-push-service", args.host, args.port, _handler(PushService()))
 
 
 if __name__ == "__main__":

@@ -30,9 +30,11 @@ import sys
 import threading
 import time
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from codey_testkit.procs import serve_http
 
 __all__ = ["PAGE_HTML", "SearchServiceHandle", "main"]
 
@@ -135,16 +137,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="the X-Subscription-Token the Brave API answers")
     args = parser.parse_args(argv)
     queries: list[dict[str, Any]] = []
-    server = ThreadingHTTPServer((args.host, args.port),
-                                 _handler(args.brave_key, queries, threading.Lock()))
-    server.daemon_threads = True
-    host, port = str(server.server_address[0]), server.server_address[1]
-    print(f"codey-search-service listening on http://{host}:{port}", flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    sys.exit(0)
+    serve_http("codey-search-service", args.host, args.port,
+               _handler(args.brave_key, queries, threading.Lock()))
 
 
 if __name__ == "__main__":
