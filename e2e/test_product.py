@@ -142,9 +142,11 @@ def test_session_cards_say_how_each_session_ended(stack: Stack, page: Page) -> N
     expect(stack.status(page)).to_have_text("needs approval")
     stopped = stack.new_session(page, worker, stack.workdir(worker, "d"), "long")
     expect(page.get_by_test_id("activity-text")).to_contain_text("running")
-    # the command itself has started on the worker (its card shows "running" while the
-    # turn's checkpoint is still being kept, before the worker starts it)
-    expect(stack.items(page, "tool_call").last).to_contain_text("long-start")
+    # the command itself has started on the worker: its output has come back (the card shows
+    # "running", and its text holds the command, while the turn's checkpoint is still being
+    # kept, before the worker starts it)
+    expect(stack.items(page, "tool_call").last.get_by_test_id("tool-output")
+           ).to_contain_text("long-start")
     page.get_by_test_id("interrupt").click()
     expect(stack.status(page)).to_have_text("stopped")
     page.evaluate("location.hash = '#/'")
