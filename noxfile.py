@@ -57,18 +57,20 @@ def unit(session: nox.Session) -> None:
 
 @nox.session
 def e2e(session: nox.Session) -> None:
-    # two processes: each test builds its own stack (ports 0, its own homes) and most of its
-    # time is spent waiting on it and on Chromium; CI's 25 minutes are the bound
-    session.run("pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--durations=25", "e2e",
+    # three processes on two cores: each test builds its own stack (ports 0, its own homes)
+    # and waits on it and on Chromium; with two, the cores were busy ~70 % of the time (99
+    # tests, ~700 CPU-seconds in 510 s on CI's two cores). CI's 20 minutes are the bound
+    session.run("pytest", "-q", "-p", "no:cacheprovider", "-n", "3", "--durations=25", "e2e",
                 *session.posargs, external=True)
 
 
 @nox.session
 def stress(session: nox.Session) -> None:
     # not in the default sessions. More processes than cores: a test that races, or waits on
-    # a guessed delay, fails here first. Then the e2e suite twice.
+    # a guessed delay, fails here first. Then the e2e suite twice, as CI runs it (a flake that
+    # shows once in two runs fails CI as surely).
     session.run("pytest", "-q", "-p", "no:cacheprovider", "-n", "3", "--dist", "loadfile",
                 "--durations=25", *[f"{p}/tests" for p in PACKAGES], external=True)
     for _ in range(2):
-        session.run("pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--durations=25",
+        session.run("pytest", "-q", "-p", "no:cacheprovider", "-n", "3", "--durations=25",
                     "e2e", external=True)

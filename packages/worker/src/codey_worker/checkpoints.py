@@ -58,7 +58,6 @@ __all__ = [
     "parse_message",
     "parse_name_status",
     "safe_relative",
-    "snapshot",
     "start_ref",
 ]
 
@@ -560,16 +559,3 @@ class Checkpoints:
         if keep <= 0:
             shutil.rmtree(shadow_dir(self.home, session), ignore_errors=True)
         return removed
-
-
-async def snapshot(runner: GitRunner, repo: Repo, *, home: Path | None = None,
-                   message: str = "codey snapshot\n",
-                   max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> str:
-    """A commit of ``repo``'s work tree (tracked and untracked-not-ignored files) made with a
-    temporary index, on no ref; its id. (The move of a session bundles one.)"""
-    store = Store(repo, False, "")
-    keeper = Checkpoints(runner, home or Path(tempfile.gettempdir()))
-    snap = await keeper.take(store, max_file_bytes)
-    out = await keeper._git(store, "commit-tree", snap.tree, stdin=message.encode(),
-                            env=IDENTITY, access=store.access())
-    return out.decode().strip()
