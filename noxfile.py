@@ -69,6 +69,7 @@ def stress(session: nox.Session) -> None:
     # not in the default sessions. More processes than cores: a test that races, or waits on
     # a guessed delay, fails here first. Then the e2e suite twice, as CI runs it (a flake that
     # shows once in two runs fails CI as surely).
+    session.env["CODEY_STRESS"] = "1"  # and the long-running checks at their full length
     session.run("pytest", "-q", "-p", "no:cacheprovider", "-n", "3", "--dist", "loadfile",
                 "--durations=25", *[f"{p}/tests" for p in PACKAGES], external=True)
     for _ in range(2):
