@@ -18,6 +18,7 @@ import pytest
 from codey_testkit.model_handle import ModelServerHandle, start_model_server
 from codey_testkit.scenarios import create_session, idle, provider_config, tools, wait_for
 from codey_testkit.stack import ServerProcess, WorkerProcess
+from codey_testkit.waiting import wait_until
 
 #: the Python that runs the Python hooks (the tests' own: on every machine that runs them)
 PY = sys.executable
@@ -66,6 +67,8 @@ if "KEEP-GOING" in last:
     print(json.dumps({"decision": "block", "reason": "STOP-REASON-5"}))
 elif "ONCE-MORE" in last and not d["stop_hook_active"]:
     print(json.dumps({"decision": "block", "reason": "ONE-MORE-TIME"}))
+elif "SUB-ONCE" in last and d["hook_event_name"] == "SubagentStop":
+    print(json.dumps({"decision": "block", "reason": "SUB-MORE"}))
 """
 
 
@@ -91,6 +94,8 @@ def _settings() -> dict[str, Any]:
                                         cmd(SLOW, timeout=1)]}],
         "SessionStart": [{"hooks": [cmd("test -f start-ctx && echo SESSION-START-CTX; exit 0")]}],
         "Stop": [{"hooks": [cmd(f"{PY} {bin_dir}/stop.py")]}],
+        "SubagentStop": [{"hooks": [cmd(f"{PY} {bin_dir}/stop.py")]}],
+        "PreCompact": [{"matcher": "manual", "hooks": [cmd("cat > precompact.json")]}],
     }}
 
 
@@ -119,6 +124,11 @@ SCRIPT: dict[str, Any] = {"model": "scripted-1", "steps": [
     {"match": {"user": "STOP-REASON-5"}, "reply": {"text": "KEEP-GOING again."}},
     {"match": {"user": "once more"}, "reply": {"text": "ONCE-MORE said."}},
     {"match": {"user": "ONE-MORE-TIME"}, "reply": {"text": "Done after the hook."}},
+    {"match": {"user": "delegate please"}, "reply": {"calls": [{"name": "delegate", "arguments": {
+        "role": "explorer", "task": "sub-task: answer"}}]}},
+    {"match": {"user": "sub-task"}, "reply": {"text": "SUB-ONCE reply."}},
+    {"match": {"user": "SUB-MORE"}, "reply": {"text": "Sub done."}},
+    {"match": {"tool": "delegate"}, "reply": {"text": "Parent done."}},
     {"match": {"user": "garbage slow-hook"}, "reply": {"text": "Went on."}},
     {"match": {"user": "write hooks"}, "reply": {"calls": [{"name": "write_file", "arguments": {
         "path": ".claude/settings.json", "content": json.dumps(EVIL)}}]}},
@@ -156,6 +166,14 @@ def _said(s: dict[str, Any]) -> list[str]:
     return [i["text"] for i in s["items"] if i["kind"] == "assistant_message"]
 
 
+def _written(path: Path) -> Any:
+    """The JSON a hook wrote into ``path``, once it is all there (None until then)."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def _runs(s: dict[str, Any], event: str) -> list[dict[str, Any]]:
     return [r for r in s["hook_runs"] if r["event"] == event]
 
@@ -174,10 +192,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 def test_ask_goes_to_the_gate_under_full_auto_and_notification_runs(stack: Stack) -> None:
     sid, wd = stack.start("ask", "run ask-me")
     s = wait_for(stack.server, sid, lambda s: s["status"] == "waiting_approval"
-                 and (wd / "notified.json").exists(), what="the hook's approval")
+                 and _written(wd / "notified.json") is not None, what="the hook's approval")
     [approval] = [a for a in s["approvals"].values() if a["status"] == "pending"]
     assert "a PreToolUse hook asks: a person should see this" in approval["reason"]
-    note = json.loads((wd / "notified.json").read_text())
+    note = _written(wd / "notified.json")
+    assert note is not None
     assert note["hook_event_name"] == "Notification" and "approval" in note["message"]
     # the PermissionRequest hook ran and left it to the user
     [perm] = _runs(s, "PermissionRequest")
@@ -302,3 +321,19 @@ def test_hooks_the_model_writes_do_not_run_without_trust(stack: Stack) -> None:
     assert {h["event"] for h in project["hooks"]} == {"Stop", "UserPromptSubmit"}
     assert s["trusted_hooks"] == []
     assert not (wd / "evil-stop.txt").exists() and not (wd / "evil-prompt.txt").exists()
+
+
+def test_a_sub_agent_stop_hook_keeps_it_going_and_pre_compact_runs(stack: Stack) -> None:
+    sid, wd = stack.start("sub", "delegate please")
+    s = stack.said(sid)
+    assert _said(s) == ["Parent done."]
+    assert "Sub done." in tools(s)[0]["result"]
+    state = stack.server.http.get("/api/state/bootstrap").json()["state"]
+    [child] = [c for c in state["sessions"].values() if c["parent_id"] == sid]
+    assert _said(child) == ["SUB-ONCE reply.", "Sub done."]
+    assert [r["decision"] for r in _runs(child, "SubagentStop")] == ["block", ""]
+    assert _runs(child, "Stop") == []
+
+    stack.server.http.post(f"/api/sessions/{sid}/compact").raise_for_status()
+    ran = wait_until(lambda: _written(wd / "precompact.json"), timeout=30, what="PreCompact")
+    assert (ran["hook_event_name"], ran["trigger"]) == ("PreCompact", "manual")

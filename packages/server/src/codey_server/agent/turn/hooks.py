@@ -31,8 +31,11 @@ is the worker's to say (it reads the files again and knows Claude Code's tool na
   makes the turn go on, the reason a message to the model; at most
   :data:`STOP_BLOCKS_CAP` times a turn (``stop_hook_active`` is true after the first), then
   the turn ends anyway and a notice says why.
-* ``Notification`` (the session starts waiting for an approval or an answer): run and
-  recorded, nothing waits for it.
+* ``SubagentStop``: a sub-agent's (``delegate``'s) turn is a session of its own, and its
+  end works as ``Stop``.
+* ``Notification`` (the session starts waiting for an approval or an answer) and
+  ``PreCompact`` (a compaction starts: trigger ``manual`` or ``auto``): run and recorded,
+  nothing waits for them.
 
 Each run is a ``hook_ran`` event: on the call's card, on the prompt, or ("" item) on the
 turn."""
@@ -59,9 +62,9 @@ from codey_server.agent.tools.base import cap
 from codey_server.agent.turn import loop
 from codey_server.agent.turn.state import CodeyTurn, Hooking, Then
 
-__all__ = ["HOOKS_TIMEOUT_S", "STOP_BLOCKS_CAP", "before_model", "before_stop", "hook_ask",
-           "hooks_over", "notify", "run_permission", "run_post_tool", "run_pre_tool",
-           "wants", "wants_post_tool", "wants_pre_tool", "with_context"]
+__all__ = ["HOOKS_TIMEOUT_S", "STOP_BLOCKS_CAP", "before_model", "before_stop", "fire",
+           "hook_ask", "hooks_over", "noted", "notify", "run_permission", "run_post_tool",
+           "run_pre_tool", "wants", "wants_post_tool", "wants_pre_tool", "with_context"]
 
 K = Stepper[CodeyTurn]
 
@@ -111,6 +114,8 @@ def _run(k: K, event: str, payload: dict[str, Any], *, item_id: str = "", match:
         trusted=list(s.trusted_hooks), sandbox=s.sandbox, network=s.network)
     if wait:
         k.turn = evolve(k.turn, hooking=Hooking(item_id, action.action_id, event))
+    else:
+        k.turn = evolve(k.turn, fired={**k.turn.fired, action.action_id: event})
     k.effect(RunAction(s.worker_id, action, HOOKS_TIMEOUT_S, workdir=s.workdir,
                        attach_timeout=HOOKS_TIMEOUT_S))
 
@@ -171,8 +176,14 @@ def run_permission(k: K, item: ev.ToolCall, ask: Ask) -> None:
 def notify(k: K, message: str, kind: str) -> None:
     """Run the ``Notification`` hooks (the session waits for its user: ``kind``), without
     waiting for them."""
-    if wants(k, "Notification"):
-        _run(k, "Notification", {"message": message, "notification_type": kind}, wait=False)
+    fire(k, "Notification", {"message": message, "notification_type": kind}, kind)
+
+
+def fire(k: K, event: str, payload: dict[str, Any], match: str = "") -> None:
+    """Run the hooks of ``event`` (matched against ``match``: a notification's type, a
+    compaction's trigger) without waiting for them: their runs are recorded when they end."""
+    if wants(k, event):
+        _run(k, event, payload, match=match, wait=False)
 
 
 def hook_ask(tool: WorkerTool[Any], args: Any, g: Gate, reason: str) -> Ask:
@@ -219,7 +230,7 @@ def before_model(k: K) -> bool:
     if t.iterations == 0 and "" not in t.prompted and _first_of_session(k):
         k.turn = evolve(t, prompted=t.prompted | {""})
         if wants(k, "SessionStart"):
-            _run(k, "SessionStart", {"source": "startup"})
+            _run(k, "SessionStart", {"source": "startup"}, match="startup")
             return True
     prompts = _new_prompts(k)
     if not prompts:
@@ -237,16 +248,19 @@ def before_stop(k: K) -> bool:
     the turn waits for them), or say the turn ends although they asked it to go on."""
     t = k.turn
     last = k.session.items[-1] if k.session.items else None
+    # a sub-agent's (delegate's) turn is its own session's: its end is Claude Code's
+    # SubagentStop, and works as Stop
+    event = "SubagentStop" if k.session.parent_id is not None else "Stop"
     if t.iterations == 0 or not isinstance(last, ev.AssistantMessage) or last.partial \
-            or f"stop:{last.id}" in t.prompted or not wants(k, "Stop"):
+            or f"stop:{last.id}" in t.prompted or not wants(k, event):
         return False
     k.turn = evolve(t, prompted=t.prompted | {f"stop:{last.id}"})
     if t.stop_blocks >= STOP_BLOCKS_CAP:
-        k.notice("hook_stop_cap", f"Stop hooks kept this turn going {t.stop_blocks} times; "
-                                  "it ends now anyway.")
+        k.notice("hook_stop_cap", f"{event} hooks kept this turn going {t.stop_blocks} "
+                                  "times; it ends now anyway.")
         return False
-    _run(k, "Stop", {"stop_hook_active": t.stop_blocks > 0,
-                     "last_assistant_message": last.text})
+    _run(k, event, {"stop_hook_active": t.stop_blocks > 0,
+                    "last_assistant_message": last.text})
     return True
 
 
@@ -270,9 +284,13 @@ def _failed(i: ActionOutcomeInput) -> str | None:
 
 
 def noted(k: K, i: ActionOutcomeInput) -> None:
-    """Hooks nothing waited for (``Notification``) ran: their runs are recorded."""
+    """Hooks nothing waited for (:func:`fire`) ran: their runs are recorded."""
+    event = k.turn.fired.get(i.action_id)
+    if event is None:
+        return
+    k.turn = evolve(k.turn, fired={a: e for a, e in k.turn.fired.items() if a != i.action_id})
     if isinstance(i, ActionDone) and isinstance(i.outcome, wk.HooksRan):
-        k.emit(*(_ran("", "Notification", run) for run in i.outcome.runs))
+        k.emit(*(_ran("", event, run) for run in i.outcome.runs))
 
 
 def hooks_over(k: K, i: ActionOutcomeInput) -> None:
@@ -289,8 +307,8 @@ def hooks_over(k: K, i: ActionOutcomeInput) -> None:
         _post_tool_over(k, h, why, runs)
     elif h.event == "PermissionRequest":
         _permission_over(k, h, runs)
-    elif h.event == "Stop":
-        _stop_over(k, why, runs)
+    elif h.event in ("Stop", "SubagentStop"):
+        _stop_over(k, h.event, why, runs)
     else:  # SessionStart, UserPromptSubmit
         _prompt_over(k, h, why, runs)
 
@@ -369,13 +387,14 @@ def _permission_over(k: K, h: Hooking, runs: list[wk.HookRun]) -> None:
     calls.wait_for_decision(k, item, approval)
 
 
-def _stop_over(k: K, why: str | None, runs: list[wk.HookRun]) -> None:
+def _stop_over(k: K, event: str, why: str | None, runs: list[wk.HookRun]) -> None:
     blocked = next((r for r in runs if r.decision == "block" and not r.stop), None)
     if blocked is not None:
         k.turn = evolve(k.turn, stop_blocks=k.turn.stop_blocks + 1)
-        _tell_model(k, f"A Stop hook asks you to go on: {blocked.reason or 'no reason given'}")
+        _tell_model(k, f"A {event} hook asks you to go on: "
+                       f"{blocked.reason or 'no reason given'}")
     elif why is not None:
-        k.notice("hook_failed", f"The Stop hooks could not run ({why}).")
+        k.notice("hook_failed", f"The {event} hooks could not run ({why}).")
     loop.go(k, Then.BEFORE_CALL)
 
 
