@@ -207,7 +207,7 @@ def test_ask_goes_to_the_gate_under_full_auto_and_notification_runs(stack: Stack
     s = stack.said(sid)
     assert _said(s) == ["Asked, ran."] and tools(s)[0]["status"] == "done"
     assert [r["decision"] for r in _runs(s, "PreToolUse")] == ["ask"]
-    assert [r["item_id"] for r in _runs(s, "Notification")] == [""]
+    assert [r["item_id"] for r in _runs(s, "Notification")] == [tools(s)[0]["id"]]
 
 
 def test_a_permission_request_hook_answers_the_approval(stack: Stack) -> None:
@@ -285,7 +285,7 @@ def test_session_start_adds_context_once(stack: Stack) -> None:
     s = stack.said(sid)
     assert _said(s) == ["Start context seen."]
     [ran] = _runs(s, "SessionStart")
-    assert ran["item_id"] == "" and "SESSION-START-CTX" in ran["output"]
+    assert ran["item_id"] == s["items"][0]["id"] and "SESSION-START-CTX" in ran["output"]
     stack.server.http.post(f"/api/sessions/{sid}/prompt",
                            json={"text": "again"}).raise_for_status()
     s = stack.said(sid, 2)
@@ -297,6 +297,8 @@ def test_stop_blocks_go_on_and_are_capped(stack: Stack) -> None:
     s = stack.said(sid, 2)
     assert _said(s) == ["ONCE-MORE said.", "Done after the hook."]
     assert [r["decision"] for r in _runs(s, "Stop")] == ["block", ""]
+    answers = [i["id"] for i in s["items"] if i["kind"] == "assistant_message"]
+    assert [r["item_id"] for r in _runs(s, "Stop")] == answers  # each on the answer it judged
 
     sid, _ = stack.start("stop-cap", "keep going")
     s = wait_for(stack.server, sid, lambda s: s["status"] == "idle" and any(

@@ -337,7 +337,7 @@ def wait_for_decision(k: K, item: ev.ToolCall, approval: Approval) -> None:
         _review(k, item, approval)
     else:
         k.attend(approval.approval_id, "approval")
-        hooks.notify(k, f"{item.name} waits for your approval", "permission_prompt")
+        hooks.notify(k, item.id, f"{item.name} waits for your approval", "permission_prompt")
 
 
 # the reviewer ------------------------------------------------------------------------------
@@ -539,7 +539,7 @@ def _on_server(k: K, item: ev.ToolCall, step: Finish | Waiting) -> bool:
         k.status("waiting_user", "a question for you")
         k.effect(WaitAnswer(k.session_id, step.on.question_id))
         k.attend(step.on.question_id, "question")
-        hooks.notify(k, "a question waits for your answer", "question")
+        hooks.notify(k, item.id, "a question waits for your answer", "question")
     elif isinstance(step.on, ForWeb):
         k.turn = evolve(k.turn, fetching=item.id)
         k.effect(WebCall(item.id, step.on.kind, step.on.target, step.on.prompt))

@@ -37,8 +37,10 @@ is the worker's to say (it reads the files again and knows Claude Code's tool na
   ``PreCompact`` (a compaction starts: trigger ``manual`` or ``auto``): run and recorded,
   nothing waits for them.
 
-Each run is a ``hook_ran`` event: on the call's card, on the prompt, or ("" item) on the
-turn."""
+Each run is a ``hook_ran`` event, shown on an item: the call's card (PreToolUse,
+PostToolUse, PermissionRequest, Notification of an approval), the prompt (SessionStart,
+UserPromptSubmit), the answer a Stop hook judged; "" (none: PreCompact, Notification of a
+question) for the turn."""
 
 from __future__ import annotations
 
@@ -115,7 +117,7 @@ def _run(k: K, event: str, payload: dict[str, Any], *, item_id: str = "", match:
     if wait:
         k.turn = evolve(k.turn, hooking=Hooking(item_id, action.action_id, event))
     else:
-        k.turn = evolve(k.turn, fired={**k.turn.fired, action.action_id: event})
+        k.turn = evolve(k.turn, fired={**k.turn.fired, action.action_id: (event, item_id)})
     k.effect(RunAction(s.worker_id, action, HOOKS_TIMEOUT_S, workdir=s.workdir,
                        attach_timeout=HOOKS_TIMEOUT_S))
 
@@ -173,17 +175,19 @@ def run_permission(k: K, item: ev.ToolCall, ask: Ask) -> None:
          item_id=item.id, match=item.name)
 
 
-def notify(k: K, message: str, kind: str) -> None:
-    """Run the ``Notification`` hooks (the session waits for its user: ``kind``), without
-    waiting for them."""
-    fire(k, "Notification", {"message": message, "notification_type": kind}, kind)
+def notify(k: K, item_id: str, message: str, kind: str) -> None:
+    """Run the ``Notification`` hooks (the session waits for its user, about the call
+    ``item_id``: ``kind``), without waiting for them."""
+    fire(k, "Notification", {"message": message, "notification_type": kind}, kind, item_id)
 
 
-def fire(k: K, event: str, payload: dict[str, Any], match: str = "") -> None:
+def fire(k: K, event: str, payload: dict[str, Any], match: str = "",
+         item_id: str = "") -> None:
     """Run the hooks of ``event`` (matched against ``match``: a notification's type, a
-    compaction's trigger) without waiting for them: their runs are recorded when they end."""
+    compaction's trigger) without waiting for them: their runs are recorded when they end
+    (on ``item_id``'s card, or the turn's)."""
     if wants(k, event):
-        _run(k, event, payload, match=match, wait=False)
+        _run(k, event, payload, match=match, wait=False, item_id=item_id)
 
 
 def hook_ask(tool: WorkerTool[Any], args: Any, g: Gate, reason: str) -> Ask:
@@ -227,12 +231,14 @@ def before_model(k: K) -> bool:
     """Run the hooks due before the model is called for what the user said: SessionStart
     (its first call), then UserPromptSubmit. True: the turn waits for them."""
     t = k.turn
+    prompts = _new_prompts(k)
     if t.iterations == 0 and "" not in t.prompted and _first_of_session(k):
         k.turn = evolve(t, prompted=t.prompted | {""})
         if wants(k, "SessionStart"):
-            _run(k, "SessionStart", {"source": "startup"}, match="startup")
+            # shown on the session's first prompt
+            _run(k, "SessionStart", {"source": "startup"}, match="startup",
+                 item_id=prompts[-1].id if prompts else "")
             return True
-    prompts = _new_prompts(k)
     if not prompts:
         return False
     k.turn = evolve(k.turn, prompted=k.turn.prompted | {p.id for p in prompts})
@@ -260,7 +266,7 @@ def before_stop(k: K) -> bool:
                                   "times; it ends now anyway.")
         return False
     _run(k, event, {"stop_hook_active": t.stop_blocks > 0,
-                    "last_assistant_message": last.text})
+                    "last_assistant_message": last.text}, item_id=last.id)
     return True
 
 
@@ -285,12 +291,13 @@ def _failed(i: ActionOutcomeInput) -> str | None:
 
 def noted(k: K, i: ActionOutcomeInput) -> None:
     """Hooks nothing waited for (:func:`fire`) ran: their runs are recorded."""
-    event = k.turn.fired.get(i.action_id)
-    if event is None:
+    fired = k.turn.fired.get(i.action_id)
+    if fired is None:
         return
     k.turn = evolve(k.turn, fired={a: e for a, e in k.turn.fired.items() if a != i.action_id})
+    event, item_id = fired
     if isinstance(i, ActionDone) and isinstance(i.outcome, wk.HooksRan):
-        k.emit(*(_ran("", event, run) for run in i.outcome.runs))
+        k.emit(*(_ran(item_id, event, run) for run in i.outcome.runs))
 
 
 def hooks_over(k: K, i: ActionOutcomeInput) -> None:

@@ -262,8 +262,9 @@ class CodeyTurn:
     prompted: frozenset[str] = frozenset()
     #: how many times Stop hooks kept this turn going
     stop_blocks: int = 0
-    #: hooks nothing waits for (Notification, PreCompact), by action id: their event
-    fired: Mapping[str, str] = field(default_factory=dict)
+    #: hooks nothing waits for (Notification, PreCompact), by action id: their event, and
+    #: the item their runs are shown on
+    fired: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     #: the MCP servers as the worker listed them in the session's workdir (its attach)
     mcp_servers: list[wk.McpServerInfo] = field(default_factory=list)
     #: (the hello's capabilities, the attach's list, the two laid together)
