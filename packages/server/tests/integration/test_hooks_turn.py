@@ -19,6 +19,7 @@ from codey_testkit.model_handle import ModelServerHandle, start_model_server
 from codey_testkit.scenarios import create_session, idle, provider_config, tools, wait_for
 from codey_testkit.stack import ServerProcess, WorkerProcess
 from codey_testkit.waiting import wait_until
+from codey_testkit.wsclient import BrowserSocket
 
 #: the Python that runs the Python hooks (the tests' own: on every machine that runs them)
 PY = sys.executable
@@ -96,6 +97,7 @@ def _settings() -> dict[str, Any]:
         "Stop": [{"hooks": [cmd(f"{PY} {bin_dir}/stop.py")]}],
         "SubagentStop": [{"hooks": [cmd(f"{PY} {bin_dir}/stop.py")]}],
         "PreCompact": [{"matcher": "manual", "hooks": [cmd("cat > precompact.json")]}],
+        "SessionEnd": [{"hooks": [cmd("cat > ended.json")]}],
     }}
 
 
@@ -339,3 +341,17 @@ def test_a_sub_agent_stop_hook_keeps_it_going_and_pre_compact_runs(stack: Stack)
     stack.server.http.post(f"/api/sessions/{sid}/compact").raise_for_status()
     ran = wait_until(lambda: _written(wd / "precompact.json"), timeout=30, what="PreCompact")
     assert (ran["hook_event_name"], ran["trigger"]) == ("PreCompact", "manual")
+
+
+def test_session_end_runs_when_the_session_is_archived(stack: Stack) -> None:
+    sid, wd = stack.start("end", "just talk")
+    assert _said(stack.said(sid)) == ["Plain answer."]
+    assert not (wd / "ended.json").exists()
+    browser = BrowserSocket(stack.server)
+    try:
+        browser.send({"type": "archive_session", "session_id": sid, "archived": True,
+                      "request_id": "a1"})
+        ran = wait_until(lambda: _written(wd / "ended.json"), timeout=30, what="SessionEnd")
+    finally:
+        browser.close()
+    assert (ran["hook_event_name"], ran["reason"]) == ("SessionEnd", "archived")

@@ -33,6 +33,8 @@ is the worker's to say (it reads the files again and knows Claude Code's tool na
   the turn ends anyway and a notice says why.
 * ``SubagentStop``: a sub-agent's (``delegate``'s) turn is a session of its own, and its
   end works as ``Stop``.
+* ``SessionEnd`` (the session archived, or deleted while not closed): run by the agent
+  service, not the turn (:func:`session_end`), best effort: not recorded.
 * ``Notification`` (the session starts waiting for an approval or an answer) and
   ``PreCompact`` (a compaction starts: trigger ``manual`` or ``auto``): run and recorded,
   nothing waits for them.
@@ -51,6 +53,7 @@ from typing import Any
 
 from codey_protocol import events as ev
 from codey_protocol import worker as wk
+from codey_protocol.state import SessionInfo, State
 from codey_server.agent.machine import (
     ActionDone,
     ActionErrored,
@@ -66,7 +69,8 @@ from codey_server.agent.turn.state import CodeyTurn, Hooking, Then
 
 __all__ = ["HOOKS_TIMEOUT_S", "STOP_BLOCKS_CAP", "before_model", "before_stop", "fire",
            "hook_ask", "hooks_over", "noted", "notify", "run_permission", "run_post_tool",
-           "run_pre_tool", "wants", "wants_post_tool", "wants_pre_tool", "with_context"]
+           "run_pre_tool", "session_end", "session_wants", "wants", "wants_post_tool",
+           "wants_pre_tool", "with_context"]
 
 K = Stepper[CodeyTurn]
 
@@ -80,19 +84,29 @@ STOP_BLOCKS_CAP = 3
 HOOK_ORIGIN = "hook"
 
 
-def _trusted_files(k: K) -> list[wk.HookFile]:
-    s = k.session
-    return [f for f in s.hook_files
-            if f.scope == "user" or f.sha256 in s.trusted_hooks]
+def session_wants(state: State, s: SessionInfo, event: str) -> bool:
+    """Whether session ``s`` has a hook for ``event`` that may run (in a file of the
+    worker's home, or a project file trusted in its content), on a worker that runs hooks
+    (else nothing is asked of the worker: no round trip)."""
+    info = state.workers.get(s.worker_id)
+    if info is None or "run_hooks" not in info.capabilities.executors:
+        return False
+    return any(h.event == event for f in s.hook_files
+               if f.scope == "user" or f.sha256 in s.trusted_hooks for h in f.hooks)
 
 
 def wants(k: K, event: str) -> bool:
-    """Whether the session has a hook for ``event`` that may run, on a worker that runs
-    hooks (else nothing is asked of the worker: no round trip)."""
-    info = k.state.workers.get(k.session.worker_id)
-    if info is None or "run_hooks" not in info.capabilities.executors:
-        return False
-    return any(h.event == event for f in _trusted_files(k) for h in f.hooks)
+    """:func:`session_wants`, for the turn's session."""
+    return session_wants(k.state, k.session, event)
+
+
+def session_end(s: SessionInfo, action_id: str, reason: str) -> wk.RunHooks:
+    """The ``SessionEnd`` hooks of ``s`` (archived or deleted: ``reason``), for the agent
+    service to run without waiting (no turn is there to)."""
+    return wk.RunHooks(action_id=action_id, session_id=s.session_id, workdir=s.workdir,
+                       event="SessionEnd", match=reason,
+                       payload=json.dumps({"reason": reason, "permission_mode": s.policy}),
+                       trusted=list(s.trusted_hooks), sandbox=s.sandbox, network=s.network)
 
 
 def wants_pre_tool(k: K, item: ev.ToolCall, parsed: ParsedCall[Any]) -> bool:
