@@ -14,6 +14,7 @@ if TYPE_CHECKING:  # the suite imports test modules with importlib
     from conftest import Stack
 
 SHOTS = Path("/tmp/shots/i39-hooks")
+TURN_SHOTS = Path("/tmp/shots/i39-hooks2")
 
 GUARD = "if grep -q 'rm -rf'; then echo 'no rm -rf in this repository' >&2; exit 2; fi"
 
@@ -69,3 +70,60 @@ def test_a_trusted_project_hook_denies_and_its_run_shows_on_the_card(
     assert (workdir / "build").is_dir()
     card.scroll_into_view_if_needed()
     page.screenshot(path=str(SHOTS / "hook-deny-on-card.png"), full_page=True)
+
+
+#: the repository's UserPromptSubmit guard (bash): no prompt that says "forbidden"
+PROMPT_GUARD = "if grep -q forbidden; then echo 'not this prompt' >&2; exit 2; fi"
+#: its Stop hook: the first answer that says ONCE goes on, with a reason
+STOP_ONCE = ('input=$(cat); case "$input" in *\'"stop_hook_active": false\'*ONCE*) '
+             'echo \'{"decision": "block", "reason": "run the tests first"}\' ;; esac')
+
+
+def test_turn_hooks_show_on_the_prompt_and_the_answer(stack: Stack, page: Page) -> None:
+    stack.model({"model": "scripted-1", "steps": [
+        {"match": {"user": "say hi"}, "reply": {"text": "Hi."}},
+        {"match": {"user": "finish up"}, "reply": {"text": "Done ONCE."}},
+        {"match": {"user": "run the tests first"}, "reply": {"text": "Tests pass; done."}},
+        {"match": {"any": True}, "reply": {"text": "unexpected"}},
+    ]})
+    stack.server()
+    worker = stack.worker()
+    workdir = Path(stack.workdir(worker, "turnhooks"))
+    (workdir / ".claude").mkdir(parents=True)
+    (workdir / ".claude" / "settings.json").write_text(json.dumps({"hooks": {
+        "UserPromptSubmit": [{"hooks": [{"type": "command", "command": PROMPT_GUARD}]}],
+        "Stop": [{"hooks": [{"type": "command", "command": STOP_ONCE}]}]}}))
+
+    stack.open(page)
+    stack.new_session(page, worker, str(workdir), "say hi")
+    expect(stack.items(page, "assistant_message").last).to_have_text("Hi.")
+    banner = page.get_by_test_id("hook-trust")
+    expect(banner).to_be_visible(timeout=30_000)
+    banner.get_by_test_id("hook-trust-button").click()
+    expect(banner).to_have_count(0, timeout=30_000)
+
+    # the guard keeps a prompt from the model: the prompt says so, with the hook's run
+    page.get_by_test_id("prompt-input").fill("something forbidden")
+    page.get_by_test_id("prompt-send").click()
+    prompt = stack.items(page, "user_message").filter(has_text="something forbidden")
+    expect(prompt.get_by_test_id("prompt-blocked")).to_be_visible(timeout=30_000)
+    run = prompt.get_by_test_id("hook-run")
+    expect(run).to_have_attribute("data-decision", "block")
+    expect(run.get_by_test_id("hook-reason")).to_contain_text("not this prompt")
+    expect(page.locator('[data-testid="notice"][data-code="hook_blocked"]')).to_be_visible()
+
+    # the Stop hook keeps the turn going once: its run is on the answer it judged, and its
+    # reason is the Hook's message the model answered
+    page.get_by_test_id("prompt-input").fill("finish up")
+    page.get_by_test_id("prompt-send").click()
+    # (an answer's text is followed by the Stop hooks' runs shown on it)
+    expect(stack.items(page, "assistant_message").last).to_contain_text(
+        "Tests pass; done.", timeout=30_000)
+    judged = stack.items(page, "assistant_message").filter(has_text="Done ONCE.")
+    stop = judged.get_by_test_id("hook-run")
+    expect(stop).to_have_attribute("data-decision", "block")
+    expect(page.get_by_test_id("hook-prompt")).to_have_count(1)
+    stop.locator("summary").click()
+    run.locator("summary").click()
+    TURN_SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(TURN_SHOTS / "turn-hooks.png"), full_page=True)

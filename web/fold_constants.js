@@ -483,6 +483,7 @@ export function fillUserMessage(v) {
   if (v.attachments === undefined) v.attachments = [];
   if (v.attachments_written === undefined) v.attachments_written = false;
   if (v.origin === undefined) v.origin = "";
+  if (v.blocked === undefined) v.blocked = "";
   return v;
 }
 

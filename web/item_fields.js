@@ -9,7 +9,7 @@ export const APPEND_FIELDS = Object.freeze({"text_delta": "text", "output_delta"
 export const REPLACE_FIELDS = Object.freeze([
   "status", "streaming", "queued", "attachments_written", "exit_code", "truncated", "diff", "files",
   "error", "result", "action_id", "approval_id", "output", "partial", "reasoning_id",
-  "encrypted_content", "image", "name", "arguments", "command",
+  "encrypted_content", "image", "name", "arguments", "command", "blocked",
 ]);
 
 /** Fold one `session_item_updated` event `e` into `item` (appends, then replaces). */
@@ -75,5 +75,8 @@ export function applyUpdate(item, e) {
   }
   if (e.command != null && "command" in item) {
     item.command = e.command;
+  }
+  if (e.blocked != null && "blocked" in item) {
+    item.blocked = e.blocked;
   }
 }

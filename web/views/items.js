@@ -623,9 +623,14 @@ export function renderItem(item, ctx, session) {
       body = [
         h("div", { class: "who" }, item.origin === "goal"
           ? h("span", { "data-testid": "goal-prompt", title: "Written by the session's goal: " +
-            "what its last check said" }, "Goal") : "You",
+            "what its last check said" }, "Goal")
+          : item.origin === "hook" ? h("span", { "data-testid": "hook-prompt", title:
+            "Written by a hook for the model (its context, or why a Stop hook kept the " +
+            "turn going)" }, "Hook") : "You",
           item.queued ? h("span", { class: "chip queued", "data-testid": "queued" }, "queued")
-            : null),
+            : null,
+          item.blocked ? h("span", { class: "chip bad", "data-testid": "prompt-blocked",
+            title: `Not sent to the model: ${item.blocked}` }, "blocked by a hook") : null),
         h("div", { class: "user-text" }, item.text),
         (item.attachments || []).length ? h("div", { class: "attachments",
           "data-testid": "attachments" }, item.attachments.map((a) => IMAGES.has(a.mime)
@@ -691,6 +696,10 @@ export function renderItem(item, ctx, session) {
     default:
       body = [h("pre", { class: "code" }, JSON.stringify(item, null, 2))];
   }
+  // hooks of the turn's moments (issue 39), on the item they were about: a prompt's
+  // (SessionStart, UserPromptSubmit), an answer's (Stop); a call's are on its card
+  const runs = item.kind === "tool_call" ? []
+    : ((session && session.hook_runs) || []).filter((r) => r.item_id === item.id);
   return h("div", { class: `item item-${item.kind}`, "data-testid": "item",
-    "data-kind": item.kind, "data-item-id": item.id }, body);
+    "data-kind": item.kind, "data-item-id": item.id }, body, hookRunsNode(runs));
 }

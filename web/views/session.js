@@ -498,6 +498,9 @@ export class SessionView {
         this._dirty.add(e.item_id);
         this._headerDirty = true;
         break;
+      case "hook_ran": // shown on its item (a call's card, a prompt, an answer)
+        if (e.item_id) this._dirty.add(e.item_id);
+        break;
       case "question_answered": {
         const q = s && s.questions[e.question_id];
         if (q) this._dirty.add(q.item_id);

@@ -99,8 +99,10 @@ class UserMessage(ItemBase, kw_only=True):
     #: the non-image attachments are in the workdir (``.codey/attachments/``)
     attachments_written: bool = False
     #: who sent it, when not a browser (as ``SessionCreated.origin``); ``unknown``: sent
-    #: before origins were recorded
+    #: before origins were recorded; ``hook``: a hook's words for the model (issue 39)
     origin: str = ""
+    #: why a UserPromptSubmit hook kept it from the model ("": it was not): never sent to it
+    blocked: str = ""
 
 
 class AssistantMessage(ItemBase, kw_only=True):
@@ -474,6 +476,8 @@ class SessionItemUpdated(EventBase, kw_only=True):
     name: str | None = None
     arguments: str | None = None
     command: list[str] | None = None
+    #: a prompt a UserPromptSubmit hook kept from the model: why (issue 39)
+    blocked: str | None = None
 
 
 class PlanUpdated(EventBase, kw_only=True):

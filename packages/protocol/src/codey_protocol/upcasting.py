@@ -73,9 +73,12 @@ VERSIONS: dict[str, int] = {
     # 2: new action types joined the union (checkpoint_*, list_prompt_files,
     # session_bundle/_read/unpack, run_hooks; issue 38, 39)
     "action_requested": 2,
-    "session_item_updated": 2,  # 2: name, arguments, command
+    # 2: name, arguments, command (3: below)
     # 2: a move can carry the files to another workdir (issue 38)
     "session_moved": 2,
+    # 2: a user message's ``blocked`` (a UserPromptSubmit hook kept it from the model, issue
+    # 39); 3 for the update that sets it
+    "session_item_appended": 2, "session_item_updated": 3,
 }
 
 
@@ -272,6 +275,18 @@ def _session_moved_v1(event: dict[str, Any]) -> None:
     _missing(event, {"workdir": "", "from_workdir": "", "bundle": "", "bundle_size": 0})
 
 
+def _item_appended_v1(event: dict[str, Any]) -> None:
+    # no hook could keep a prompt from the model then
+    item = _object(event.get("item"))
+    if item is not None and item.get("kind") == "user_message":
+        _missing(item, {"blocked": ""})
+
+
+def _item_updated_v2(event: dict[str, Any]) -> None:
+    # an update changes only what it names: whether a hook blocked a prompt was not
+    _missing(event, {"blocked": None})
+
+
 #: ``(event type, version) -> upcaster`` to the next version. A type with no entry for a
 #: version had nothing to change at it.
 UPCASTERS: dict[tuple[str, int], Upcaster] = {
@@ -298,6 +313,8 @@ UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("action_requested", 1): _action_requested_v1,
     ("session_item_updated", 1): _item_updated_v1,
     ("session_moved", 1): _session_moved_v1,
+    ("session_item_appended", 1): _item_appended_v1,
+    ("session_item_updated", 2): _item_updated_v2,
 }
 
 

@@ -1656,3 +1656,66 @@ def test_hooks_that_cannot_run_reject_the_call() -> None:
     assert settled[-1].status == "rejected"
     assert settled[-1].result == ("not run: its hooks could not run (unknown_action: no such "
                                   "action)")
+
+
+# the turn's own hook moments (issue 39) ----------------------------------------------------
+
+def _with_hooks(*events: str) -> Pilot:
+    """A session whose worker runs hooks, with a user hook for each of ``events``."""
+    pilot = _codey()
+    caps = wk.Capabilities(executors=["run_command", "run_hooks"],
+                           sandbox=wk.SandboxInfo(kind="bwrap"))
+    pilot.record(
+        (None, ev.WorkerConnected(worker_id=W, hostname="h", os="Linux", worker_version="0",
+                                  capabilities=caps)),
+        (S, ev.HooksFound(files=[wk.HookFile(
+            path=_HOOKS_AT, scope="user", sha256="abc",  # type: ignore[arg-type]
+            hooks=[wk.HookCommand(event=e, command_line=e) for e in events])])))
+    return pilot
+
+
+def _asks_hooks(step: Step) -> list[wk.RunHooks]:
+    return [e.action for e in step.effects
+            if isinstance(e, RunAction) and isinstance(e.action, wk.RunHooks)]
+
+
+def test_a_session_without_hooks_for_a_moment_pays_no_round_trip() -> None:
+    pilot = _with_hooks("PreToolUse")  # none for the prompt, the start, the end
+    step = pilot.feed(Start())
+    assert _asks_hooks(step) == [] and any(isinstance(e, CallModel) for e in step.effects)
+    pilot.feed(ModelParts([TextDelta("Done."), Finished()]))
+    step = pilot.feed(ModelDone())
+    assert _asks_hooks(step) == [] and pilot.done
+
+
+def test_a_blocked_prompt_never_reaches_the_model() -> None:
+    pilot = _with_hooks("UserPromptSubmit")
+    [asked] = _asks_hooks(step := pilot.feed(Start()))
+    assert not any(isinstance(e, CallModel) for e in step.effects)
+    assert json.loads(asked.payload)["prompt"] == "fix it"
+    step = pilot.feed(ActionDone(asked.action_id, wk.HooksRan(runs=[wk.HookRun(
+        path=_HOOKS_AT, command="x", exit_code=2, decision="block", reason="no")])))
+    assert not any(isinstance(e, CallModel) for e in step.effects) and pilot.done
+    prompt = pilot.session.items[0]
+    assert prompt.blocked == "no" and pilot.session.status == "idle"
+    assert pilot.session.items[-1].code == "hook_blocked"
+
+
+def test_stop_hooks_keep_the_turn_going_at_most_three_times() -> None:
+    pilot = _with_hooks("Stop")
+    pilot.feed(Start())
+    for n in range(4):
+        pilot.feed(ModelParts([TextDelta(f"answer {n}"), Finished()]))
+        step = pilot.feed(ModelDone())
+        if n == 3:
+            break
+        [asked] = _asks_hooks(step)
+        assert json.loads(asked.payload)["stop_hook_active"] is (n > 0)
+        step = pilot.feed(ActionDone(asked.action_id, wk.HooksRan(runs=[wk.HookRun(
+            path=_HOOKS_AT, command="x", exit_code=0, decision="block", reason="more")])))
+        assert any(isinstance(e, CallModel) for e in step.effects)
+    assert _asks_hooks(step) == [] and pilot.done
+    assert pilot.session.items[-1].code == "hook_stop_cap"
+    told = [i.text for i in pilot.session.items
+            if isinstance(i, ev.UserMessage) and i.origin == "hook"]
+    assert told == ["A Stop hook asks you to go on: more"] * 3

@@ -85,6 +85,10 @@ CLAUDE_NAMES: Mapping[str, tuple[str, ...]] = {
 #: the events whose exit code 2 blocks something (the others only show stderr)
 _BLOCKING = frozenset({"PreToolUse", "PostToolUse", "UserPromptSubmit", "Stop",
                        "SubagentStop", "PermissionRequest"})
+#: the events whose matcher is read (on a tool's name, or a notification's type, a
+#: compaction's trigger, a session's source or end reason); Claude Code ignores the others'
+_MATCHED = frozenset({"PreToolUse", "PostToolUse", "PermissionRequest", "Notification",
+                      "PreCompact", "SessionStart", "SessionEnd"})
 #: the events whose plain stdout (not JSON) is context for the model
 _STDOUT_IS_CONTEXT = frozenset({"UserPromptSubmit", "SessionStart"})
 
@@ -333,8 +337,8 @@ async def run_hooks(action: RunHooks, workdir: Path, home: Path, run_one: RunOne
     chosen: list[tuple[HookFile, HookCommand]] = []
     untrusted: list[HookFile] = []
     for file in files:
-        mine = [h for h in file.hooks
-                if h.event == action.event and matches(h.matcher, action.match)]
+        mine = [h for h in file.hooks if h.event == action.event and (
+            action.event not in _MATCHED or matches(h.matcher, action.match))]
         if not mine:
             continue
         if file.scope == "project" and file.sha256 not in trusted:

@@ -335,3 +335,16 @@ def test_load_context_reports_the_hook_files(places: dict[str, Path]) -> None:
         (str(workdir / ".codey" / "settings.json"), "project", True),
         (str(places["home"] / "settings.json"), "user", False)]
     assert found.hooks[0].sha256 == digest_of(settings)
+
+
+def test_a_matcher_is_read_only_where_claude_code_reads_one(places: dict[str, Path]) -> None:
+    """A Stop or UserPromptSubmit hook written with a matcher (Claude Code ignores it there)
+    still runs; a Notification's matcher is its type."""
+    _write(places["home"] / "settings.json", json.dumps({"hooks": {
+        "Stop": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "echo stop"}]}],
+        "Notification": [{"matcher": "question",
+                          "hooks": [{"type": "command", "command": "echo asked"}]}]}}))
+    assert [r.stdout for r in _hooks(places, "Stop", "", {}).runs] == ["stop\n"]
+    assert _hooks(places, "Notification", "permission_prompt", {}, action_id="h2").runs == []
+    assert [r.stdout for r in _hooks(places, "Notification", "question", {},
+                                     action_id="h3").runs] == ["asked\n"]

@@ -151,7 +151,7 @@ class Walker:
                 item.call_id, item.result, ((image.mime, image.hash),) if image else ()))
             return [ToolCallEntry(item.call_id, item.name, item.arguments)]
         if isinstance(item, ev.UserMessage):
-            if item.queued:
+            if item.queued or item.blocked:
                 return []
             if not item.attachments:
                 return [UserText(item.text)]
@@ -227,6 +227,8 @@ def model_call_needed(session: SessionInfo) -> bool:
         return False
     for item in reversed(session.items):
         if isinstance(item, ev.UserMessage):
+            if item.blocked:
+                continue  # a hook kept it from the model: nothing to answer
             return True
         if isinstance(item, ev.ToolCall):
             return item.result is not None

@@ -72,6 +72,7 @@ from codey_server.agent.supervisor import (
     lease_name,
 )
 from codey_server.agent.turn import CodeyMachine, codey_turn
+from codey_server.agent.turn.hooks import HOOKS_TIMEOUT_S, session_end, session_wants
 from codey_server.agent.web.run import WebTools
 from codey_server.agent.wire import Loader, wire_for
 from codey_server.core.actions import ActionFailed, ProgressCallback
@@ -529,8 +530,40 @@ class AgentService:
         elif isinstance(e, ev.SessionDeleted):
             for key in [k for k in self.histories if k[0] == sid]:
                 del self.histories[key]
+        if sid is not None and not self.engine.applying_foreign:
+            # (a delete closes the session first: it is still in the state then)
+            if isinstance(e, ev.SessionArchived) and e.archived:
+                self._session_end(sid, "archived")
+            elif isinstance(e, ev.SessionStatusChanged) and e.status == "closed" \
+                    and e.reason == "deleted":
+                self._session_end(sid, "deleted")
         # turns to start, queue or cancel, processes to stop, forward or list
         self._feed(Folded(env, self.engine.applying_foreign, self._holding(sid)))
+
+    def _session_end(self, session_id: str, reason: str) -> None:
+        """Run the session's ``SessionEnd`` hooks (issue 39), if it has some that may run,
+        without waiting: best effort (a worker away runs none), logged, not recorded."""
+        s = self.engine.state.sessions.get(session_id)
+        if s is None or not session_wants(self.engine.state, s, "SessionEnd") \
+                or not self.deps.actions.presence(s.worker_id).is_set():
+            return
+        action = session_end(s, self.engine.context.new_id("act"), reason)
+
+        async def run() -> None:
+            try:
+                await self.deps.actions.ensure_attached(s.worker_id, session_id, s.workdir,
+                                                        timeout=HOOKS_TIMEOUT_S)
+                outcome = await self.deps.actions.run(s.worker_id, action,
+                                                      timeout=HOOKS_TIMEOUT_S)
+            except (ActionFailed, TimeoutError) as err:
+                log.warning("session %s: its SessionEnd hooks did not run (%s)", session_id,
+                            err)
+                return
+            if isinstance(outcome, wk.HooksRan):
+                log.info("session %s: SessionEnd hooks ran: %s", session_id,
+                         [(r.command, r.exit_code, r.problem) for r in outcome.runs])
+
+        self._background.spawn(run(), f"session-end-{session_id}")
 
     # a session's processes ----------------------------------------------------------------
 

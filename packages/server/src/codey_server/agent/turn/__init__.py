@@ -143,6 +143,8 @@ class CodeyMachine:
             calls.previewed(k, i)
         elif t.hooking is not None and t.hooking.action_id == i.action_id:
             hooks.hooks_over(k, i)
+        else:
+            hooks.noted(k, i)  # (hooks nothing waited for: Notification)
 
     def approval_over(self, k: K, approval_id: str) -> None:
         calls.approval_over(k, approval_id)

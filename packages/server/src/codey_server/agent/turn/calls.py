@@ -90,8 +90,9 @@ def finish(k: K, item_id: str, status: ev.ToolStatus, result: str, *before: ev.E
                                   message=result[:_CANCEL_MESSAGE_CAP])] \
         if approval is not None and approval.status == "pending" \
         and not _resolved_in_this_step(k, approval.approval_id) else []
-    k.emit(*before, *cancel, ev.SessionItemUpdated(item_id=item_id, status=status,
-                                                   result=cap(result), **fields))
+    k.emit(*before, *cancel, ev.SessionItemUpdated(
+        item_id=item_id, status=status, result=cap(hooks.with_context(k, item_id, result)),
+        **fields))
 
 
 def _resolved_in_this_step(k: K, approval_id: str) -> bool:
@@ -208,6 +209,9 @@ def settle_call(k: K, item: ev.ToolCall) -> bool:
     tool = parsed.tool
     g = gate(k)
     fate = route_call(k, parsed, g)
+    if fate is None and item.id in k.turn.hook_asks and isinstance(tool, WorkerTool):
+        # a PreToolUse hook said ``ask``: the user decides, whatever the policy says
+        fate = hooks.hook_ask(tool, parsed.args, g, k.turn.hook_asks[item.id])
     if isinstance(fate, str):
         finish(k, item.id, "rejected", fate, *dropped)
         return True
@@ -314,14 +318,26 @@ def _ask(k: K, item: ev.ToolCall, fate: Ask, fields: dict[str, Any] | None = Non
            ev.SessionItemUpdated(item_id=item.id, status="waiting_approval",
                                  approval_id=approval_id, **(fields or {})))
     k.turn = evolve(k.turn, approving=item.id)
-    review = _reviewed_by_model(k, fate.kind)
-    k.await_approval(approval_id, k.now, show=not review)
+    approval = Approval(approval_id=approval_id, item_id=item.id, kind=fate.kind,
+                        command=fate.command, patch=fate.patch, path=fate.path,
+                        reason=fate.reason, requested_at=k.now)
+    if hooks.wants(k, "PermissionRequest"):
+        k.status("waiting_approval", "a PermissionRequest hook is deciding")
+        hooks.run_permission(k, item, fate)  # it may answer it as the user would
+        return
+    wait_for_decision(k, item, approval)
+
+
+def wait_for_decision(k: K, item: ev.ToolCall, approval: Approval) -> None:
+    """Wait for the decision of ``approval``, asked just now: the reviewer's or the user's
+    (its Notification hooks told)."""
+    review = _reviewed_by_model(k, approval.kind)
+    k.await_approval(approval.approval_id, approval.requested_at, show=not review)
     if review:
-        _review(k, item, Approval(approval_id=approval_id, item_id=item.id, kind=fate.kind,
-                                  command=fate.command, patch=fate.patch, path=fate.path,
-                                  reason=fate.reason, requested_at=k.now))
+        _review(k, item, approval)
     else:
-        k.attend(approval_id, "approval")
+        k.attend(approval.approval_id, "approval")
+        hooks.notify(k, item.id, f"{item.name} waits for your approval", "permission_prompt")
 
 
 # the reviewer ------------------------------------------------------------------------------
@@ -523,6 +539,7 @@ def _on_server(k: K, item: ev.ToolCall, step: Finish | Waiting) -> bool:
         k.status("waiting_user", "a question for you")
         k.effect(WaitAnswer(k.session_id, step.on.question_id))
         k.attend(step.on.question_id, "question")
+        hooks.notify(k, item.id, "a question waits for your answer", "question")
     elif isinstance(step.on, ForWeb):
         k.turn = evolve(k.turn, fetching=item.id)
         k.effect(WebCall(item.id, step.on.kind, step.on.target, step.on.prompt))

@@ -16,7 +16,7 @@ from codey_server.agent.conversation import base_of
 from codey_server.agent.errors import ModelError
 from codey_server.agent.machine import CallModel, NoteBody, Stepper, evolve
 from codey_server.agent.stream import ModelEvent, Retrying, TextDelta, Usage
-from codey_server.agent.turn import loop, model
+from codey_server.agent.turn import hooks, loop, model
 from codey_server.agent.turn.state import (
     After,
     Call,
@@ -65,6 +65,8 @@ def compact(k: K, reason: Reason, after: After, *, error: ModelError | None = No
         int(window * INPUT_SHARE) - estimate_tokens(len(COMPACT_INSTRUCTIONS)),
         s.usage.context_tokens, error=error, body=body))
     k.status("running", "compacting the conversation")
+    trigger = "manual" if reason == "manual" else "auto"
+    hooks.fire(k, "PreCompact", {"trigger": trigger, "custom_instructions": ""}, trigger)
     _summarize(k)
 
 

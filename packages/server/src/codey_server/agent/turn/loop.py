@@ -23,7 +23,7 @@ from codey_server.agent.machine import (
     Stepper,
     evolve,
 )
-from codey_server.agent.turn import calls, compact, model
+from codey_server.agent.turn import calls, compact, hooks, model
 from codey_server.agent.turn.state import (
     CONTEXT_TIMEOUT_S,
     After,
@@ -106,9 +106,13 @@ def _before_call(k: K) -> None:
         _stop_gone(k, t.gone)
         return
     if not (t.force_call or model_call_needed(k.session)):
+        if hooks.before_stop(k):
+            return  # the Stop hooks may keep the turn going
         k.status("idle")
         go(k, Then.AFTER_IDLE)
         return
+    if hooks.before_model(k):
+        return  # SessionStart / UserPromptSubmit hooks first
     reached = budget_reached(k.state, k.session, k.now)
     if reached is not None:
         # between two model calls: the last answer and its tool calls are settled, nothing

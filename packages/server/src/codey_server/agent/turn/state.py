@@ -191,10 +191,14 @@ class Previewing:
 
 @dataclass(frozen=True, slots=True)
 class Hooking:
-    """A call whose ``PreToolUse`` hooks run on the worker before the gate judges it."""
+    """Hooks of ``event`` running on the worker: a call's ``PreToolUse`` (before the gate
+    judges it), ``PostToolUse`` (after its result) or ``PermissionRequest`` (its approval
+    asked), or a moment of the turn (``UserPromptSubmit``, ``Stop``: ``item_id`` is the
+    prompt's, or "")."""
 
     item_id: str
     action_id: str
+    event: str = "PreToolUse"
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,6 +253,18 @@ class CodeyTurn:
     #: a call whose PreToolUse hooks run (issue 39), and the calls whose hooks ran this turn
     hooking: Hooking | None = None
     hooked: frozenset[str] = frozenset()
+    #: calls a PreToolUse hook said ``ask`` about (item id → its reason): they go to the
+    #: approval gate even where the policy would run them
+    hook_asks: Mapping[str, str] = field(default_factory=dict)
+    #: a hook's ``additionalContext`` for a call (item id → text), added to its result
+    hook_context: Mapping[str, str] = field(default_factory=dict)
+    #: the prompts whose UserPromptSubmit hooks ran this turn (item ids)
+    prompted: frozenset[str] = frozenset()
+    #: how many times Stop hooks kept this turn going
+    stop_blocks: int = 0
+    #: hooks nothing waits for (Notification, PreCompact), by action id: their event, and
+    #: the item their runs are shown on
+    fired: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     #: the MCP servers as the worker listed them in the session's workdir (its attach)
     mcp_servers: list[wk.McpServerInfo] = field(default_factory=list)
     #: (the hello's capabilities, the attach's list, the two laid together)

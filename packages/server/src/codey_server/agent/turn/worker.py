@@ -23,7 +23,7 @@ from codey_server.agent.machine import (
 )
 from codey_server.agent.tools import ParsedCall, WorkerTool
 from codey_server.agent.tools.shell import ITEM_OUTPUT_CAP
-from codey_server.agent.turn import calls, loop
+from codey_server.agent.turn import calls, hooks, loop
 from codey_server.agent.turn.state import CodeyTurn, Running, Then
 
 __all__ = ["run"]
@@ -86,6 +86,8 @@ def action_over(k: K, i: ActionOutcomeInput) -> None:
         calls.finish(k, r.item_id, status, result,
                      ev.ActionFinished(action_id=r.action_id, outcome="result"),
                      *_tool_events(k, r, i.outcome), **fields)
+        if _post_hooks(k, r, status, result, fields.get("exit_code")):
+            return
     elif isinstance(i, ActionErrored):  # refused or failed on the worker
         calls.finish(k, r.item_id, "failed", f"error ({i.code}): {i.message}",
                      ev.ActionFinished(action_id=r.action_id, outcome="errored"),
@@ -99,6 +101,17 @@ def action_over(k: K, i: ActionOutcomeInput) -> None:
                      ev.ActionFinished(action_id=r.action_id, outcome="lost"),
                      error="worker timeout")
     loop.go(k, Then.SETTLE)
+
+
+def _post_hooks(k: K, r: Running, status: str, result: str, exit_code: Any) -> bool:
+    """Run the call's PostToolUse hooks, if the session has some (True: the turn waits for
+    them before it settles the next call)."""
+    item = calls.find(k, r.item_id)
+    if item is None or not hooks.wants_post_tool(k, item):
+        return False
+    hooks.run_post_tool(k, item, status, result,
+                        exit_code if isinstance(exit_code, int) else None)
+    return True
 
 
 def _tool_events(k: K, r: Running, outcome: wk.ActionOutcome | str) -> list[ev.Event]:
@@ -123,6 +136,8 @@ def blob_stored(k: K, i: BlobStored) -> None:
         status, result, fields = r.tool.settle(outcome, r.truncated)
         calls.finish(k, r.item_id, status, result, done, *_tool_events(k, r, outcome),
                      **fields)
+        if _post_hooks(k, r, status, result, fields.get("exit_code")):
+            return
     else:
         why = "the server could not keep it (see its log)"
         calls.finish(k, r.item_id, "failed", f"error: {why}", done, error=why)
