@@ -22,6 +22,8 @@ import msgspec
 
 from codey_protocol._tags import snake
 from codey_protocol.worker import (
+    AcpConfigOption,
+    AcpMode,
     ActionMessage,
     Capabilities,
     Environment,
@@ -616,6 +618,21 @@ class HookRan(EventBase, kw_only=True):
     problem: str = ""
 
 
+class AgentModeUpdated(EventBase, kw_only=True):
+    """An ACP agent's session mode now (``current_mode_update``, or its session's start or a
+    ``session/set_mode`` it answered), with its modes when they were told (None: as before)."""
+
+    current_mode: str
+    modes: list[AcpMode] | None = None
+
+
+class AgentConfigUpdated(EventBase, kw_only=True):
+    """An ACP agent's session config options and their values now, all of them
+    (``config_option_update``, its session's start, or a ``session/set_config_option``)."""
+
+    options: list[AcpConfigOption] = msgspec.field(default_factory=list)
+
+
 class ActionRequested(EventBase, kw_only=True):
     """The server sent (or will send) ``action`` to ``worker_id``; re-sent until finished."""
 
@@ -755,6 +772,9 @@ class TokenUsageRecorded(EventBase, kw_only=True):
     #: table then (None: not priced — no price known for the model, or recorded before
     #: version 2)
     cost_micros: int | None = None
+    #: how full the context is, when the caller said so apart from the call's tokens (an
+    #: ACP agent's ``usage_update``); None: ``input_tokens + output_tokens``
+    context_tokens: int | None = None
 
 
 class SessionArchived(EventBase, kw_only=True):
@@ -1387,6 +1407,8 @@ Event = (
     | HooksFound
     | HooksTrusted
     | HookRan
+    | AgentModeUpdated
+    | AgentConfigUpdated
 )
 
 

@@ -65,14 +65,14 @@ __all__ = ["UPCASTERS", "VERSIONS", "current_json_many", "decode_stored",
 #: each event type's current version, where it is above 1 (every other type is at 1). Raise
 #: it when the type's stored shape changes, and add the upcaster from the version before.
 VERSIONS: dict[str, int] = {
-    "token_usage_recorded": 2,  # 2: provider, cost_micros
+    "token_usage_recorded": 3,  # 2: provider, cost_micros; 3: context_tokens (issue 39)
     # the approval policy ``reviewer`` joined the literal (version 1 could not hold it)
     "session_created": 2, "session_policy_changed": 2, "schedule_saved": 2,
     "worker_connected": 2,  # 2: capabilities.roots
     "approval_requested": 2,  # 2: the kind ``web`` joined the literal
     # 2: new action types joined the union (checkpoint_*, list_prompt_files,
-    # session_bundle/_read/unpack, run_hooks; issue 38, 39)
-    "action_requested": 2,
+    # session_bundle/_read/unpack, run_hooks; issue 38, 39); 3: acp_configure (issue 39)
+    "action_requested": 3,
     "session_item_updated": 2,  # 2: name, arguments, command
     # 2: a move can carry the files to another workdir (issue 38)
     "session_moved": 2,
@@ -233,6 +233,16 @@ def _usage_v1(event: dict[str, Any]) -> None:
     _missing(event, {"provider": None, "cost_micros": None})
 
 
+def _usage_v2(event: dict[str, Any]) -> None:
+    # the context a call used was always its input and output tokens then
+    _missing(event, {"context_tokens": None})
+
+
+def _action_requested_v2(event: dict[str, Any]) -> None:
+    """Version 3 only added the action type ``acp_configure``: an action stored at 2 is one
+    of the others, and reads the same."""
+
+
 def _item_updated_v1(event: dict[str, Any]) -> None:
     # an update changes only what it names: a tool call's name, arguments and argv were not
     _missing(event, dict.fromkeys(("name", "arguments", "command")))
@@ -289,6 +299,7 @@ UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("session_context_updated", 0): _context_updated_v0,
     ("token_usage_recorded", 0): _usage_v0,
     ("token_usage_recorded", 1): _usage_v1,
+    ("token_usage_recorded", 2): _usage_v2,
     ("telegram_update_handled", 0): _telegram_update_handled_v0,
     ("session_created", 1): _policy_v1,
     ("session_policy_changed", 1): _policy_v1,
@@ -296,6 +307,7 @@ UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("worker_connected", 1): _worker_connected_v1,
     ("approval_requested", 1): _literal_grew_v1,
     ("action_requested", 1): _action_requested_v1,
+    ("action_requested", 2): _action_requested_v2,
     ("session_item_updated", 1): _item_updated_v1,
     ("session_moved", 1): _session_moved_v1,
 }
