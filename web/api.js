@@ -120,6 +120,9 @@ export const api = {
   slashCommands: (id) => request("GET", `/api/sessions/${encodeURIComponent(id)}/commands`),
   runSlash: (id, name, args) => request("POST",
     `/api/sessions/${encodeURIComponent(id)}/commands/run`, { name, arguments: args }),
+  // an ACP agent's mode ({mode}) or one of its config options ({option, value})
+  setAgentConfig: (id, body) => request("POST",
+    `/api/sessions/${encodeURIComponent(id)}/agent/config`, body),
   moveSession: (id, worker_id, workdir) =>
     request("POST", `/api/sessions/${encodeURIComponent(id)}/move`, { worker_id, workdir }),
 };
