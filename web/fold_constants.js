@@ -499,6 +499,20 @@ export function fillUserMessage(v) {
   if (v.attachments === undefined) v.attachments = [];
   if (v.attachments_written === undefined) v.attachments_written = false;
   if (v.origin === undefined) v.origin = "";
+  if (v.for_turn === undefined) {
+    v.for_turn = null;
+  } else if (v.for_turn != null) {
+    fillTurnSettings(v.for_turn);
+  }
+  return v;
+}
+
+/** `TurnSettings` (events.py): its defaults filled in. */
+export function fillTurnSettings(v) {
+  if (v.command === undefined) v.command = "";
+  if (v.provider === undefined) v.provider = "";
+  if (v.model === undefined) v.model = "";
+  if (v.tools === undefined) v.tools = null;
   return v;
 }
 

@@ -615,6 +615,17 @@ function retryButton(ctx, session) {
   return button;
 }
 
+/** What the slash command that wrote a prompt set for its turn: its name, the model,
+ * the tools it allowed (the session's own model and tools are unchanged). */
+function forTurn(t) {
+  if (!t) return null;
+  const parts = [`/${t.command}`];
+  if (t.model) parts.push(`model ${t.model}`);
+  if (t.tools) parts.push(t.tools.length ? `tools: ${t.tools.join(", ")}` : "no tools");
+  return h("span", { class: "chip muted small", "data-testid": "for-turn",
+    title: "Set by the slash command for this turn only" }, parts.join(" · "));
+}
+
 /** A fresh node for `item` of `session`. */
 export function renderItem(item, ctx, session) {
   let body;
@@ -625,7 +636,7 @@ export function renderItem(item, ctx, session) {
           ? h("span", { "data-testid": "goal-prompt", title: "Written by the session's goal: " +
             "what its last check said" }, "Goal") : "You",
           item.queued ? h("span", { class: "chip queued", "data-testid": "queued" }, "queued")
-            : null),
+            : null, forTurn(item.for_turn)),
         h("div", { class: "user-text" }, item.text),
         (item.attachments || []).length ? h("div", { class: "attachments",
           "data-testid": "attachments" }, item.attachments.map((a) => IMAGES.has(a.mime)

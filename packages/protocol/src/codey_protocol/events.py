@@ -94,6 +94,18 @@ class Attachment(msgspec.Struct, kw_only=True):
     size: int
 
 
+class TurnSettings(msgspec.Struct, kw_only=True):
+    """What a slash command's front matter set for the one turn its prompt starts: its
+    ``model`` (as a configured provider's model) and its ``allowed-tools`` (as Codey's tool
+    names). The session's own model and tools are untouched."""
+
+    command: str = ""  # the prompt file's command, without the slash
+    provider: str = ""  # "": the session's provider and model
+    model: str = ""
+    #: the tools offered to the model in that turn; None: all the session's
+    tools: list[str] | None = None
+
+
 class UserMessage(ItemBase, kw_only=True):
     text: str
     queued: bool = False  # sent during a turn; injected before the next model call
@@ -103,6 +115,8 @@ class UserMessage(ItemBase, kw_only=True):
     #: who sent it, when not a browser (as ``SessionCreated.origin``); ``unknown``: sent
     #: before origins were recorded
     origin: str = ""
+    #: the model and tools of the turn it starts, when a slash command set them
+    for_turn: TurnSettings | None = None
 
 
 class AssistantMessage(ItemBase, kw_only=True):

@@ -73,6 +73,7 @@ VERSIONS: dict[str, int] = {
     # 2: new action types joined the union (checkpoint_*, list_prompt_files,
     # session_bundle/_read/unpack, run_hooks; issue 38, 39); 3: acp_configure (issue 39)
     "action_requested": 3,
+    "session_item_appended": 2,  # 2: a user message's for_turn (issue 39)
     "session_item_updated": 2,  # 2: name, arguments, command
     # 2: a move can carry the files to another workdir (issue 38)
     "session_moved": 2,
@@ -194,6 +195,13 @@ def _item_appended_v0(event: dict[str, Any]) -> None:
         _missing(item, _ITEM_V0.get(item.get("kind", ""), {}))
 
 
+def _item_appended_v1(event: dict[str, Any]) -> None:
+    item = _object(event.get("item"))
+    if item is not None and item.get("kind") == "user_message":
+        # no slash command set a turn's model or tools then
+        _missing(item, {"for_turn": None})
+
+
 def _item_updated_v0(event: dict[str, Any]) -> None:
     # an update changes only what it names: these were not named
     _missing(event, dict.fromkeys(
@@ -292,6 +300,7 @@ UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("session_forked", 0): _session_forked_v0,
     ("worktree_updated", 0): _worktree_updated_v0,
     ("session_item_appended", 0): _item_appended_v0,
+    ("session_item_appended", 1): _item_appended_v1,
     ("session_item_updated", 0): _item_updated_v0,
     ("action_requested", 0): _action_requested_v0,
     ("process_started", 0): _process_started_v0,
