@@ -622,7 +622,7 @@ function forTurn(t) {
   const parts = [`/${t.command}`];
   if (t.model) parts.push(`model ${t.model}`);
   if (t.tools) parts.push(t.tools.length ? `tools: ${t.tools.join(", ")}` : "no tools");
-  return h("span", { class: "chip muted small", "data-testid": "for-turn",
+  return h("span", { class: "chip muted small for-turn", "data-testid": "for-turn",
     title: "Set by the slash command for this turn only" }, parts.join(" · "));
 }
 

@@ -1396,7 +1396,7 @@ export class SessionView {
       const ran = await api.runSlash(this.sessionId, entry.name, args);
       done();
       this._stick = true;
-      if (ran.model) this.ctx.toast(`/${entry.name}: model ${ran.model}`, "good");
+      if (ran.model) this.ctx.toast(`/${entry.name}: model ${ran.model} for this turn`, "good");
       for (const note of ran.notes) this.ctx.toast(`/${entry.name}: ${note}`, "warn");
     } catch (err) {
       if (err.status === 404 && entry.source === "unknown") return false;
