@@ -2,7 +2,8 @@
 fetches (the test kit's site on 127.0.0.2, let through by the settings' allow list as an
 operator's public site would be), a prompt-injected model's fetch of the server's own API is
 refused with a result it sees, a search goes to a SearXNG-shaped backend, and under
-``suggest`` a fetch asks until its host is approved for the session."""
+``suggest`` a fetch asks until its host is approved for the session (a URL naming the
+server's own address is refused before anyone is asked)."""
 
 from __future__ import annotations
 
@@ -89,7 +90,12 @@ def test_under_suggest_a_fetch_asks_until_its_host_is_approved_for_the_session(
         model: ModelServerHandle, server: ServerProcess, worker: WorkerProcess,
         site: SearchServiceHandle) -> None:
     model.set_script({"model": "scripted-1", "steps": [
-        {"match": {"user": "fetch twice"}, "reply": _call("web_fetch", url=f"{site.url}/page")},
+        # a literal loopback address: refused at once, no approval asked for a fetch that
+        # could not happen
+        {"match": {"user": "fetch twice"},
+         "reply": _call("web_fetch", url=f"{server.url}/api/sessions")},
+        {"match": {"tool": "web_fetch", "tool_output": "refused:"},
+         "reply": _call("web_fetch", url=f"{site.url}/page")},
         {"match": {"tool": "web_fetch", "tool_output": "# Codey test page"},
          "reply": _call("web_fetch", url=f"{site.url}/text")},
         {"match": {"tool": "web_fetch", "tool_output": "plain text here"},
@@ -109,7 +115,8 @@ def test_under_suggest_a_fetch_asks_until_its_host_is_approved_for_the_session(
     s = wait_for(server, sid, idle, timeout=60, what="the turn to end")
     assert s["items"][-1]["text"] == "Fetched both."
     assert len(s["approvals"]) == 1, "the same host is not asked about again"
-    assert [t["status"] for t in tools(s)] == ["done", "done"]
+    assert [t["status"] for t in tools(s)] == ["rejected", "done", "done"]
+    assert tools(s)[0]["result"].startswith("refused: 127.0.0.1 is a loopback address")
     assert s["approved_prefixes"] == [[FETCH_MARK, "127.0.0.2"]]
     assert site_requests(site) == 2
 

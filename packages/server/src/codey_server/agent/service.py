@@ -379,7 +379,8 @@ class AgentService:
                 driver = TurnDriver(ACP, acp_turn(session_id, limits=deps.limits,
                                                   resume=effect.resume), deps)
             else:
-                driver = TurnDriver(CodeyMachine(provider_infos(self), self.greeted),
+                driver = TurnDriver(CodeyMachine(provider_infos(self), self.greeted,
+                                                 tuple(self.settings.web.fetch_allow)),
                                     codey_turn(session_id, limits=deps.limits, roles=deps.roles,
                                                resume=effect.resume,
                                                compact_only=effect.compact_only), deps)

@@ -12,6 +12,7 @@ does, keyed on the backend rather than a host.
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +29,12 @@ from codey_server.agent.tools.base import (
     obj,
     string,
 )
-from codey_server.agent.web.addresses import Refused, target_of
+from codey_server.agent.web.addresses import (
+    Refused,
+    address_problem,
+    allowed_networks,
+    target_of,
+)
 
 __all__ = ["FETCH_MARK", "SEARCH_MARK", "WEB_FETCH", "WEB_SEARCH", "FetchArgs", "SearchArgs"]
 
@@ -79,6 +85,25 @@ class WebFetch(ServerTool[FetchArgs]):
         except Refused as err:
             raise BadToolCall(str(err)) from None
         return FetchArgs(url, target.host, prompt[:2000])
+
+    def refuses(self, args: FetchArgs, gate: Gate) -> str | None:
+        """A URL that names an address the fetch would refuse (loopback, private, metadata,
+        …) is refused now, before the user is asked to approve a fetch that cannot
+        happen. A name is judged by what it resolves to, when fetched."""
+        host = args.host.strip("[]")
+        try:
+            ipaddress.ip_address(host.split("%", 1)[0])
+        except ValueError:
+            return None
+        try:
+            allowed = allowed_networks(gate.fetch_allow)
+        except ValueError:
+            allowed = []
+        problem = address_problem(host, allowed)
+        if problem is None:
+            return None
+        return (f"refused: {args.host} is {problem}; the server does not fetch from its own "
+                "networks (its operator can allow a network there: web.fetch_allow)")
 
     def ask(self, args: FetchArgs, gate: Gate) -> Ask | None:
         if gate.policy == "full-auto" or _allowed(gate, FETCH_MARK, args.host):
