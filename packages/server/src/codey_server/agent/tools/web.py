@@ -5,9 +5,10 @@ the network off). The requests themselves are made by the turn's driver
 A fetch sends data out — the URL itself can carry a secret the model read — so it asks under
 ``suggest`` and ``auto-edit`` unless its host is on the session's allow list ("Approve for
 session" puts it there: the approval's ``command`` is :data:`FETCH_MARK` and the host, which
-the session then keeps among its approved prefixes); under ``full-auto`` it goes, as any call
-does. A search sends only the query to the backend the operator chose: it asks as a fetch
-does, keyed on the backend rather than a host.
+the session then keeps among its approved prefixes) or under a domain of Settings → Tools'
+list; under ``full-auto`` it goes, as any call does. A URL naming a private address is
+refused before anyone is asked. A search sends only the query to the backend the operator
+chose: it asks as a fetch does, keyed on the backend rather than a host.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from codey_server.agent.web.addresses import (
     allowed_networks,
     target_of,
 )
+from codey_server.agent.web.stored import domain_allowed
 
 __all__ = ["FETCH_MARK", "SEARCH_MARK", "WEB_FETCH", "WEB_SEARCH", "FetchArgs", "SearchArgs"]
 
@@ -106,7 +108,8 @@ class WebFetch(ServerTool[FetchArgs]):
                 "networks (its operator can allow a network there: web.fetch_allow)")
 
     def ask(self, args: FetchArgs, gate: Gate) -> Ask | None:
-        if gate.policy == "full-auto" or _allowed(gate, FETCH_MARK, args.host):
+        if gate.policy == "full-auto" or _allowed(gate, FETCH_MARK, args.host) \
+                or domain_allowed(gate.fetch_domains, args.host):
             return None
         return Ask("web", command=[FETCH_MARK, args.host], path=args.url,
                    reason=f"the server fetches {args.host}; \"Approve for session\" allows "

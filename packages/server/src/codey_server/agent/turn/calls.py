@@ -182,7 +182,7 @@ def gate(k: K) -> Gate:
     """The session's gate as of this step: its policy and approvals, and its sandbox —
     decided there, once, from the session and its machine (:meth:`Gate.of`)."""
     return Gate.of(k.session, capabilities(k), k.state.workers,
-                   getattr(k.machine, "fetch_allow", ()))
+                   getattr(k.machine, "fetch_allow", ()), getattr(k.machine, "fetch_domains", ()))
 
 
 def route_call(k: K, parsed: ParsedCall[Any], g: Gate | None = None) -> str | Ask | None:
