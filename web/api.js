@@ -37,6 +37,7 @@ export const api = {
   viewing: (session_ids) => request("POST", "/api/viewing", { session_ids }),
   about: () => request("GET", "/api/about"),
   webTools: () => request("GET", "/api/web-tools"),
+  setWebTools: (body) => request("PUT", "/api/web-tools", body),
   bootstrap: () => request("GET", "/api/state/bootstrap"),
   pairRequests: () => request("GET", "/api/pairing/requests"),
   pairByCode: (code) => request("GET", `/api/pairing/code/${encodeURIComponent(code)}`),
