@@ -509,7 +509,7 @@ export function fillUserMessage(v) {
 
 /** `TurnSettings` (events.py): its defaults filled in. */
 export function fillTurnSettings(v) {
-  if (v.command === undefined) v.command = "";
+  if (v.slash === undefined) v.slash = "";
   if (v.provider === undefined) v.provider = "";
   if (v.model === undefined) v.model = "";
   if (v.tools === undefined) v.tools = null;

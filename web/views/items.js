@@ -619,7 +619,7 @@ function retryButton(ctx, session) {
  * the tools it allowed (the session's own model and tools are unchanged). */
 function forTurn(t) {
   if (!t) return null;
-  const parts = [`/${t.command}`];
+  const parts = [`/${t.slash}`];
   if (t.model) parts.push(`model ${t.model}`);
   if (t.tools) parts.push(t.tools.length ? `tools: ${t.tools.join(", ")}` : "no tools");
   return h("span", { class: "chip muted small for-turn", "data-testid": "for-turn",

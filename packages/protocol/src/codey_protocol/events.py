@@ -99,7 +99,7 @@ class TurnSettings(msgspec.Struct, kw_only=True):
     ``model`` (as a configured provider's model) and its ``allowed-tools`` (as Codey's tool
     names). The session's own model and tools are untouched."""
 
-    command: str = ""  # the prompt file's command, without the slash
+    slash: str = ""  # the prompt file's command, without the slash
     provider: str = ""  # "": the session's provider and model
     model: str = ""
     #: the tools offered to the model in that turn; None: all the session's

@@ -296,7 +296,7 @@ def build_log() -> list[ev.Envelope]:
         ev.AgentCommand(name="plan-it", hint="what to plan")]))
     log.add("s1", ev.SessionItemAppended(item=ev.UserMessage(
         id="s1-slash", ts=log.ts, text="Review #1", for_turn=ev.TurnSettings(
-            command="review", provider="fast", model="haiku", tools=["read_file"]))))
+            slash="review", provider="fast", model="haiku", tools=["read_file"]))))
     log.add("s1", ev.AgentModeUpdated(current_mode="ask", modes=[
         AcpMode(id="ask", name="Ask"), AcpMode(id="code", name="Code", description="Edits")]))
     log.add("s1", ev.AgentModeUpdated(current_mode="code"))

@@ -118,7 +118,7 @@ def test_prompt_files_listed_and_run(tmp_path: Path, server: ServerProcess,
     assert (s["provider"], s["model"]) == ("scripted", "scripted-1")
     (prompt,) = [i for i in s["items"] if i["kind"] == "user_message"
                  and i["text"].startswith("Review pull request")]
-    assert prompt["for_turn"] == {"command": "review-pr", "provider": "fast",
+    assert prompt["for_turn"] == {"slash": "review-pr", "provider": "fast",
                                   "model": "claude-haiku-4", "tools": ran["tools"]}
     asked = [q for q in model.requests("/v1/chat/completions")
              if "Review pull request #123" in str(q["body"]["messages"])]

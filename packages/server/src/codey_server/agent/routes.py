@@ -111,20 +111,27 @@ class WebToolsInfo(msgspec.Struct, kw_only=True):
     editable: bool = True
 
 
-_Entry = Annotated[str, msgspec.Meta(max_length=300)]
+_Network = Annotated[str, msgspec.Meta(max_length=100, pattern=pattern(
+    web_stored.NETWORK, "must be a network such as 10.1.0.0/16 or fd00::/8"))]
+_Domain = Annotated[str, msgspec.Meta(min_length=1, max_length=253, pattern=pattern(
+    web_stored.DOMAIN, "must be a domain name such as docs.python.org"))]
+_SEARCH_URL = pattern("^$|" + HTTP_URL, "must be empty or an http:// or https:// URL: a host, "
+                      "maybe a port, and a path")
 
 
 class WebToolsBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """``PUT /api/web-tools``: Settings → Tools. ``search_key``: a Brave Search API key to
     keep (None: keep the one kept; "": forget it)."""
 
-    fetch_allow: Annotated[list[_Entry], msgspec.Meta(max_length=200)] = msgspec.field(
+    fetch_allow: Annotated[list[_Network], msgspec.Meta(max_length=200)] = msgspec.field(
         default_factory=list)
-    fetch_domains: Annotated[list[_Entry], msgspec.Meta(max_length=200)] = msgspec.field(
+    fetch_domains: Annotated[list[_Domain], msgspec.Meta(max_length=200)] = msgspec.field(
         default_factory=list)
     search_kind: Literal["none", "searxng", "brave"] = "none"
-    search_url: Annotated[str, msgspec.Meta(max_length=MAX_URL_CHARS)] = ""
-    search_key: Annotated[str, msgspec.Meta(max_length=500)] | None = None
+    search_url: Annotated[str, msgspec.Meta(max_length=MAX_URL_CHARS,
+                                            pattern=_SEARCH_URL)] = ""
+    search_key: Annotated[str, msgspec.Meta(max_length=500, pattern=pattern(
+        web_stored.API_KEY, "must be printable, with no space"))] | None = None
 
 
 class Viewing(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -208,8 +215,8 @@ class ConfigController(Resource):
             search_key=(kept.search_key if kept else "") if data.search_key is None
             else data.search_key.strip())
         problem = web_stored.check(stored)
-        if problem is not None:
-            raise ClientException(problem, status_code=400)
+        if problem is not None:  # (what the document's patterns let through and is no network)
+            raise ClientException(problem, status_code=409)
         web_stored.save(settings.data_dir, stored)
         agent.set_web(stored)
         return _web_info(agent)

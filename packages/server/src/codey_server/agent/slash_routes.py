@@ -129,7 +129,7 @@ class SlashController(Resource):
         if not text:
             raise ClientException(f"/{data.name} is empty", status_code=400)
         notes: list[str] = []
-        turn = ev.TurnSettings(command=match.name)
+        turn = ev.TurnSettings(slash=match.name)
         if match.model and s.agent:
             notes.append(f"model {match.model!r} not applied: the session's agent picks its "
                          "own")

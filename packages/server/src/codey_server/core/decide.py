@@ -284,7 +284,7 @@ def _send_prompt(state: State, c: cl.SendPrompt, ctx: Context) -> Decided:
     # they would not apply (the running turn's stay), so they are not recorded as if they did
     for_turn = c.for_turn
     if busy and for_turn is not None:
-        for_turn = ev.TurnSettings(command=for_turn.command) if for_turn.command else None
+        for_turn = ev.TurnSettings(slash=for_turn.slash) if for_turn.slash else None
     out.append((s.session_id, ev.SessionItemAppended(item=ev.UserMessage(
         id=ctx.new_id("itm"), ts=ctx.now(), text=c.text, queued=busy,
         attachments=attachments, origin=ctx.origin, for_turn=for_turn))))

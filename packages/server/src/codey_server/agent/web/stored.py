@@ -24,8 +24,16 @@ __all__ = ["FILE_NAME", "StoredWeb", "check", "domain_allowed", "effective", "lo
 FILE_NAME = "web_tools.json"
 #: the most entries a list may have
 MAX_ENTRIES = 200
-_DOMAIN = re.compile(r"^(?=.{1,253}$)(\*\.)?([a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)*"
-                     r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
+#: a domain name (``docs.python.org``, ``*.example.org``), any case
+DOMAIN = (r"^(\*\.)?([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*"
+          r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
+#: an IPv4 network (``10.1.0.0/16``) or what looks like an IPv6 one (parsed after)
+NETWORK = (r"^((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}"
+           r"(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])(/(3[0-2]|[12]?[0-9]))?$"
+           r"|^[0-9A-Fa-f:]*:[0-9A-Fa-f:]*(/(12[0-8]|1[01][0-9]|[1-9]?[0-9]))?$")
+#: an API key: printable ASCII, no space
+API_KEY = r"^[!-~]*$"
+_DOMAIN = re.compile(DOMAIN)
 
 
 class StoredWeb(msgspec.Struct, kw_only=True):
@@ -53,12 +61,12 @@ def check(stored: StoredWeb) -> str | None:
     except ValueError as err:
         return f"not a network (such as 10.1.0.0/16): {err}"
     for domain in stored.fetch_domains:
-        if not _DOMAIN.match(domain):
+        if len(domain) > 253 or not _DOMAIN.match(domain):
             return f"not a domain name (such as docs.python.org): {domain!r}"
     url = stored.search_url
-    if (stored.search_kind == "searxng" or url) and not re.match(r"^https?://[^\s/]+", url):
+    if url and not re.match(r"^https?://[^\s/]+", url):
         return "the search backend's URL must be an http:// or https:// URL"
-    if any(c.isspace() for c in stored.search_key) or len(stored.search_key) > 500:
+    if not re.fullmatch(API_KEY, stored.search_key) or len(stored.search_key) > 500:
         return "that does not look like an API key"
     return None
 
@@ -68,7 +76,10 @@ def effective(config: WebConfig, stored: StoredWeb | None) -> tuple[WebConfig, s
     the search key kept there (None: the config's ``api_key_env`` is read)."""
     if stored is None:
         return config, None
-    search = SearchConfig(kind=stored.search_kind, url=stored.search_url,
+    # a SearXNG instance not named yet: not set up (web_search says so)
+    kind = "none" if stored.search_kind == "searxng" and not stored.search_url \
+        else stored.search_kind
+    search = SearchConfig(kind=kind, url=stored.search_url,
                           api_key_env=config.search.api_key_env,
                           timeout_s=config.search.timeout_s)
     return (msgspec.structs.replace(config, fetch_allow=list(stored.fetch_allow),
