@@ -1,5 +1,6 @@
 """A session run by an external ACP agent, from the browser: pick the agent in the new-session
-dialog, approve its permission request on the card, see its answer."""
+dialog, approve its permission request on the card, see its answer; set its mode and a
+config option from the session's header."""
 
 from __future__ import annotations
 
@@ -16,7 +17,11 @@ if TYPE_CHECKING:  # the suite imports test modules with importlib
 
 def test_acp_session_in_the_browser(stack: Stack, page: Page, tmp_path: Path) -> None:
     script = tmp_path / "turns.json"
-    script.write_text(json.dumps({"turns": [[
+    script.write_text(json.dumps({
+        "modes": {"current": "ask", "available": [["ask", "Ask"], ["code", "Code"]]},
+        "config": [{"id": "model", "name": "Model", "current": "fast",
+                    "choices": [["fast", "Fast"], ["deep", "Deep"]]}],
+        "turns": [[
         {"tool": {"id": "c1", "title": "ls", "kind": "execute",
                   "raw_input": {"command": ["ls", "-la"]}}},
         {"permission": {"id": "c1", "title": "ls", "kind": "execute",
@@ -62,3 +67,15 @@ def test_acp_session_in_the_browser(stack: Stack, page: Page, tmp_path: Path) ->
     expect(stack.status(page)).to_have_attribute("data-status", "idle")
     assert (Path(workdir) / "notes.txt").read_text() == "noted\n"
     page.screenshot(path="e2e/test-results/acp-session.png")
+    # the agent's mode and config option in the header; a choice is what the agent confirms
+    mode = page.get_by_test_id("agent-mode")
+    expect(mode).to_have_value("ask")
+    mode.select_option("code")
+    expect(page.get_by_test_id("toast").last).to_contain_text("Mode: Code")
+    page.get_by_test_id("agent-option-model").select_option("deep")
+    expect(page.get_by_test_id("toast").last).to_contain_text("Model: Deep")
+    Path("/tmp/shots/i39-acp2").mkdir(parents=True, exist_ok=True)
+    page.screenshot(path="/tmp/shots/i39-acp2/acp-header-modes.png")
+    page.reload()
+    expect(page.get_by_test_id("agent-mode")).to_have_value("code")
+    expect(page.get_by_test_id("agent-option-model")).to_have_value("deep")

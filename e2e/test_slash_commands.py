@@ -25,7 +25,8 @@ SCRIPT: dict[str, Any] = {"model": "scripted-1", "steps": [
     {"match": {"any": True}, "reply": {"text": "Hello."}},
 ]}
 
-DEPLOY = ("---\ndescription: Deploy an app\nargument-hint: <app> <env>\n---\n"
+DEPLOY = ("---\ndescription: Deploy an app\nargument-hint: <app> <env>\n"
+          "allowed-tools: Bash(make deploy:*), Read\n---\n"
           "Deploy the $1 app to $2, then check it answers.\n")
 
 
@@ -88,7 +89,11 @@ def test_a_project_prompt_file_from_a_phone(stack: Stack, browser: Browser,
     expect(stack.items(page, "assistant_message").last).to_have_text(
         "Deploying web to staging.", timeout=30_000)
     expect(box).to_have_value("")
+    # the prompt says what the command set for its turn (its allowed-tools)
+    expect(stack.items(page, "user_message").last.get_by_test_id("for-turn")).to_have_text(
+        "/deploy · tools: exec, kill, read_file, shell, view_image, write_stdin")
     _shot(page, "slash-sent-phone.png")
+    page.screenshot(path="/tmp/shots/i39-acp2/slash-for-turn-phone.png")
     context.close()
 
 

@@ -36,6 +36,21 @@ def test_settings_shows_the_web_tools_setup(stack: Stack, page: Page) -> None:
     SHOTS.mkdir(parents=True, exist_ok=True)
     card.scroll_into_view_if_needed()
     card.screenshot(path=str(SHOTS / "settings-tools.png"))
+    # changed here: the key pasted is kept by the server and never shown again
+    form = card.get_by_test_id("web-tools-form")
+    form.get_by_test_id("web-key").fill("brave-secret-123")
+    form.get_by_test_id("web-domains").fill("docs.python.org\nexample.org")
+    form.get_by_test_id("web-save").click()
+    expect(card.get_by_test_id("web-search-key")).to_have_text("kept by the server")
+    expect(card.get_by_test_id("web-fetch-domains")).to_have_text(
+        "docs.python.org, example.org")
+    expect(card.get_by_test_id("web-key")).to_have_value("")
+    card.scroll_into_view_if_needed()
+    Path("/tmp/shots/i39-acp2").mkdir(parents=True, exist_ok=True)
+    card.screenshot(path="/tmp/shots/i39-acp2/settings-tools-edited.png")
+    page.reload()
+    expect(card.get_by_test_id("web-search-key")).to_have_text("kept by the server")
+    assert "brave-secret-123" not in page.content()
 
 
 @pytest.fixture

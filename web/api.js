@@ -37,6 +37,7 @@ export const api = {
   viewing: (session_ids) => request("POST", "/api/viewing", { session_ids }),
   about: () => request("GET", "/api/about"),
   webTools: () => request("GET", "/api/web-tools"),
+  setWebTools: (body) => request("PUT", "/api/web-tools", body),
   bootstrap: () => request("GET", "/api/state/bootstrap"),
   pairRequests: () => request("GET", "/api/pairing/requests"),
   pairByCode: (code) => request("GET", `/api/pairing/code/${encodeURIComponent(code)}`),
@@ -120,6 +121,9 @@ export const api = {
   slashCommands: (id) => request("GET", `/api/sessions/${encodeURIComponent(id)}/commands`),
   runSlash: (id, name, args) => request("POST",
     `/api/sessions/${encodeURIComponent(id)}/commands/run`, { name, arguments: args }),
+  // an ACP agent's mode ({mode}) or one of its config options ({option, value})
+  setAgentConfig: (id, body) => request("POST",
+    `/api/sessions/${encodeURIComponent(id)}/agent/config`, body),
   moveSession: (id, worker_id, workdir) =>
     request("POST", `/api/sessions/${encodeURIComponent(id)}/move`, { worker_id, workdir }),
 };

@@ -85,6 +85,7 @@ const ACTION = {
   session_bundle_read: fillSessionBundleRead,
   session_unpack: fillSessionUnpack,
   run_hooks: fillRunHooks,
+  acp_configure: fillAcpConfigure,
 };
 
 /**
@@ -456,6 +457,21 @@ export function fillSessionInfo(v) {
       fillHookRunInfo(x);
     }
   }
+  if (v.agent_modes === undefined) {
+    v.agent_modes = [];
+  } else {
+    for (const x of v.agent_modes) {
+      fillAcpMode(x);
+    }
+  }
+  if (v.agent_mode === undefined) v.agent_mode = "";
+  if (v.agent_config === undefined) {
+    v.agent_config = [];
+  } else {
+    for (const x of v.agent_config) {
+      fillAcpConfigOption(x);
+    }
+  }
   return v;
 }
 
@@ -484,6 +500,20 @@ export function fillUserMessage(v) {
   if (v.attachments_written === undefined) v.attachments_written = false;
   if (v.origin === undefined) v.origin = "";
   if (v.blocked === undefined) v.blocked = "";
+  if (v.for_turn === undefined) {
+    v.for_turn = null;
+  } else if (v.for_turn != null) {
+    fillTurnSettings(v.for_turn);
+  }
+  return v;
+}
+
+/** `TurnSettings` (events.py): its defaults filled in. */
+export function fillTurnSettings(v) {
+  if (v.slash === undefined) v.slash = "";
+  if (v.provider === undefined) v.provider = "";
+  if (v.model === undefined) v.model = "";
+  if (v.tools === undefined) v.tools = null;
   return v;
 }
 
@@ -830,6 +860,14 @@ export function fillRunHooks(v) {
   return v;
 }
 
+/** `AcpConfigure` (worker.py): its defaults filled in. */
+export function fillAcpConfigure(v) {
+  if (v.mode_id === undefined) v.mode_id = null;
+  if (v.config_id === undefined) v.config_id = null;
+  if (v.value === undefined) v.value = null;
+  return v;
+}
+
 /** `TokenUsage` (state.py): its defaults filled in. */
 export function fillTokenUsage(v) {
   if (v.input_tokens === undefined) v.input_tokens = 0;
@@ -1064,6 +1102,34 @@ export function fillHookRunInfo(v) {
   if (v.reason === undefined) v.reason = "";
   if (v.problem === undefined) v.problem = "";
   if (v.at === undefined) v.at = 0.0;
+  return v;
+}
+
+/** `AcpMode` (worker.py): its defaults filled in. */
+export function fillAcpMode(v) {
+  if (v.description === undefined) v.description = "";
+  return v;
+}
+
+/** `AcpConfigOption` (worker.py): its defaults filled in. */
+export function fillAcpConfigOption(v) {
+  if (v.type === undefined) v.type = "select";
+  if (v.current === undefined) v.current = "";
+  if (v.choices === undefined) {
+    v.choices = [];
+  } else {
+    for (const x of v.choices) {
+      fillAcpConfigChoice(x);
+    }
+  }
+  if (v.description === undefined) v.description = "";
+  if (v.category === undefined) v.category = "";
+  return v;
+}
+
+/** `AcpConfigChoice` (worker.py): its defaults filled in. */
+export function fillAcpConfigChoice(v) {
+  if (v.group === undefined) v.group = "";
   return v;
 }
 

@@ -258,6 +258,18 @@ function agentCommands(state, env, e) {
   if (s) s.agent_commands = e.commands.map((c) => ({ ...c }));
 }
 
+function agentMode(state, env, e) {
+  const s = session(state, env);
+  if (!s) return;
+  s.agent_mode = e.current_mode;
+  if (e.modes !== null) s.agent_modes = e.modes.map((m) => ({ ...m }));
+}
+
+function agentConfig(state, env, e) {
+  const s = session(state, env);
+  if (s) s.agent_config = structuredClone(e.options);
+}
+
 function contextUpdated(state, env, e) {
   const s = session(state, env);
   if (s) {
@@ -683,7 +695,7 @@ function usageRecorded(state, env, e) {
     u.cached_tokens += e.cached_tokens;
     u.cache_write_tokens += e.cache_write_tokens;
     u.turns += 1;
-    u.context_tokens = e.input_tokens + e.output_tokens;
+    u.context_tokens = e.context_tokens ?? e.input_tokens + e.output_tokens;
     if (e.context_window != null) u.context_window = e.context_window;
     if (e.cost_micros == null) u.unpriced_calls += 1;
     else u.cost_micros += e.cost_micros;
@@ -989,6 +1001,8 @@ const HANDLERS = {
   hooks_found: hooksFound,
   hooks_trusted: hooksTrusted,
   hook_ran: hookRan,
+  agent_mode_updated: agentMode,
+  agent_config_updated: agentConfig,
 };
 
 /**

@@ -615,6 +615,17 @@ function retryButton(ctx, session) {
   return button;
 }
 
+/** What the slash command that wrote a prompt set for its turn: its name, the model,
+ * the tools it allowed (the session's own model and tools are unchanged). */
+function forTurn(t) {
+  if (!t) return null;
+  const parts = [`/${t.slash}`];
+  if (t.model) parts.push(`model ${t.model}`);
+  if (t.tools) parts.push(t.tools.length ? `tools: ${t.tools.join(", ")}` : "no tools");
+  return h("span", { class: "chip muted small for-turn", "data-testid": "for-turn",
+    title: "Set by the slash command for this turn only" }, parts.join(" · "));
+}
+
 /** A fresh node for `item` of `session`. */
 export function renderItem(item, ctx, session) {
   let body;
@@ -628,7 +639,7 @@ export function renderItem(item, ctx, session) {
             "Written by a hook for the model (its context, or why a Stop hook kept the " +
             "turn going)" }, "Hook") : "You",
           item.queued ? h("span", { class: "chip queued", "data-testid": "queued" }, "queued")
-            : null,
+            : null, forTurn(item.for_turn),
           item.blocked ? h("span", { class: "chip bad", "data-testid": "prompt-blocked",
             title: `Not sent to the model: ${item.blocked}` }, "blocked by a hook") : null),
         h("div", { class: "user-text" }, item.text),

@@ -40,33 +40,98 @@ export class ModelsPage {
     this.render();
   }
 
-  /** Settings → Tools: how web_fetch and web_search are set up (GET /api/web-tools); they
-   * are the server's config.json's `web`, changed there. */
+  /** Settings → Tools: how web_fetch and web_search are set up (GET /api/web-tools), and
+   * a form that changes them (PUT, over the server's config.json's `web`). The Brave key is
+   * kept by the server and never comes back: the form says whether one is kept. */
   _webTools() {
     const body = h("div", { "data-testid": "web-tools" }, "…");
     const row = (label, value, testid) => h("div", { class: "kv" },
       h("span", { class: "muted" }, label), " ", h("span", { "data-testid": testid }, value));
-    api.webTools().then((w) => {
+    const show = (w) => {
       const search = w.search_kind === "none" ? "not set up: web_search says so"
         : `${w.search_kind === "brave" ? "Brave Search API" : "SearXNG"} at ${w.search_url}`;
       const key = w.search_kind !== "brave" ? null
-        : row("Key:", w.search_key_set ? `set (from $${w.search_key_env})`
-          : `missing: set $${w.search_key_env || "its api_key_env"}`, "web-search-key");
+        : row("Key:", w.search_key_stored ? "kept by the server"
+          : w.search_key_set ? `set (from $${w.search_key_env})`
+            : `missing: set $${w.search_key_env || "its api_key_env"}`, "web-search-key");
       replaceChildren(body,
         row("Search backend:", search, "web-search"), key,
         row("Fetch may also reach:", w.fetch_allow.length ? w.fetch_allow.join(", ")
           : "public addresses only", "web-fetch-allow"),
+        row("Fetched without asking:", w.fetch_domains.length ? w.fetch_domains.join(", ")
+          : "no domain (each host is asked once per session)", "web-fetch-domains"),
         row("Fetch caps:", `${Math.round(w.fetch_max_bytes / 1024)} KiB, ` +
-          `${w.fetch_timeout_s} s`, "web-fetch-caps"));
-    }, (err) => {
+          `${w.fetch_timeout_s} s`, "web-fetch-caps"),
+        w.editable ? this._webForm(w, show) : h("p", { class: "muted small" },
+          "Among replicas these are set in each server's config.json (\"web\")."));
+    };
+    api.webTools().then(show, (err) => {
       replaceChildren(body, `The server did not say (${err.message}).`);
     });
     return h("section", { class: "card", "data-testid": "settings-tools",
       "aria-label": "Tools" },
     h("h3", {}, "Tools: web fetch and search"), body,
     h("p", { class: "muted small" }, "Run by the server. A fetch asks under suggest and " +
-      "auto-edit until its host is approved for the session; the server's own networks " +
-      "are refused unless listed above. Set in the server's config.json (\"web\")."));
+      "auto-edit until its host is approved for the session (or is under a domain listed " +
+      "here); the server's own networks are refused, before anyone is asked, unless listed " +
+      "here."));
+  }
+
+  /** The form of Settings → Tools, filled with `w` (what the server answered). */
+  _webForm(w, show) {
+    const lines = (text) => text.split(/[\n,]/).map((x) => x.trim()).filter(Boolean);
+    const kind = h("select", { class: "input", "data-testid": "web-kind" },
+      [["none", "none"], ["searxng", "SearXNG instance"], ["brave", "Brave Search API"]]
+        .map(([v, text]) => h("option", { value: v }, text)));
+    kind.value = w.search_kind;
+    const url = h("input", { class: "input mono", "data-testid": "web-url", type: "url",
+      value: w.search_url, placeholder: "https://searx.example.org" });
+    const key = h("input", { class: "input", "data-testid": "web-key", type: "password",
+      autocomplete: "off", placeholder: w.search_key_stored ? "kept: type to replace it"
+        : "paste the Brave Search API key" });
+    const forget = h("input", { type: "checkbox", "data-testid": "web-key-forget",
+      "aria-label": "Forget the kept key" });
+    const allow = h("textarea", { class: "input mono", rows: 2, "data-testid": "web-allow",
+      placeholder: "10.1.0.0/16 (one per line)" }, w.fetch_allow.join("\n"));
+    const domains = h("textarea", { class: "input mono", rows: 2, "data-testid": "web-domains",
+      placeholder: "docs.python.org (one per line)" }, w.fetch_domains.join("\n"));
+    const error = h("p", { class: "bad", role: "alert", hidden: true });
+    const sync = () => {
+      url.closest("label").hidden = kind.value === "none";
+      key.closest("label").hidden = kind.value !== "brave";
+    };
+    kind.addEventListener("change", sync);
+    const field = (label, input, hint) => h("label", { class: "field" }, h("span", {}, label),
+      input, hint ? h("span", { class: "muted small" }, hint) : null);
+    const form = h("form", { class: "web-tools-form", "data-testid": "web-tools-form",
+      onsubmit: async (ev) => {
+        ev.preventDefault();
+        error.hidden = true;
+        try {
+          const typed = key.value.trim();
+          const saved = await api.setWebTools({ search_kind: kind.value,
+            search_url: url.value.trim(), search_key: forget.checked ? "" : typed || null,
+            fetch_allow: lines(allow.value), fetch_domains: lines(domains.value) });
+          key.value = ""; // the key is not kept in the page
+          this.ctx.toast("Tools: saved, used by the turns that start now", "good");
+          show(saved);
+        } catch (err) {
+          error.textContent = err.message;
+          error.hidden = false;
+        }
+      } },
+    field("Search backend", kind),
+    field("Its URL", url, "The SearXNG instance's root (its JSON format on); Brave's has a " +
+      "default"),
+    field("Brave API key", key, h("span", {}, "Kept by the server, never shown again. ",
+      h("span", { class: "check" }, forget, " forget the kept key"))),
+    field("Private networks a fetch may reach", allow, "An intranet wiki's network; the " +
+      "server's own networks stay refused otherwise"),
+    field("Domains fetched without asking", domains, "And the hosts under them"),
+    error,
+    h("button", { class: "btn primary", type: "submit", "data-testid": "web-save" }, "Save"));
+    queueMicrotask(sync);
+    return form;
   }
 
   /** Settings → About: the server's release (GET /api/about). */

@@ -80,6 +80,7 @@ const HEADER_EVENTS = new Set([
   "process_ended", "process_listening", "process_forward_requested", "process_forwarded",
   "goal_set", "goal_checked", "goal_met", "goal_given_up",
   "budget_set", "budget_reached",
+  "agent_mode_updated", "agent_config_updated",
 ]);
 
 // Keys that scroll the transcript (when no field has the focus), Tab moving to a control in it
@@ -154,7 +155,11 @@ export class SessionView {
         onclick: () => this._cancelSandbox() }, "Cancel")));
     // the policy, the sandbox and the network: in the header, or (on a phone, where they
     // do not fit beside the status and Interrupt) at the top of the session's menu
+    // an ACP agent's own mode and config options (it picks its model: no model select)
+    this._agentSettings = h("span", { class: "s-agent-settings", hidden: true,
+      "data-testid": "agent-settings" });
     this._settings = h("div", { class: "s-settings", "data-testid": "session-settings" },
+      this._agentSettings,
       h("label", { for: "model-select", class: "sr-only" }, "Model"), this._model,
       h("label", { for: "effort-select", class: "sr-only" }, "Reasoning effort"), this._effort,
       h("label", { for: "policy-select", class: "sr-only" }, "Approval policy"),
@@ -1394,7 +1399,7 @@ export class SessionView {
       const ran = await api.runSlash(this.sessionId, entry.name, args);
       done();
       this._stick = true;
-      if (ran.model) this.ctx.toast(`/${entry.name}: model ${ran.model}`, "good");
+      if (ran.model) this.ctx.toast(`/${entry.name}: model ${ran.model} for this turn`, "good");
       for (const note of ran.notes) this.ctx.toast(`/${entry.name}: ${note}`, "warn");
     } catch (err) {
       if (err.status === 404 && entry.source === "unknown") return false;
@@ -1489,6 +1494,7 @@ export class SessionView {
     const acp = Boolean(s.agent); // an ACP agent picks its own model
     this._model.hidden = acp;
     this._effort.hidden = acp;
+    this._renderAgentSettings(s);
     if (acp) return;
     const choices = modelChoices(this.ctx.config, s);
     const sig = JSON.stringify(choices);
@@ -1499,6 +1505,59 @@ export class SessionView {
     const current = JSON.stringify([s.provider, s.model]);
     if (this._model.value !== current) this._model.value = current;
     if (this._effort.value !== (s.effort || "")) this._effort.value = s.effort || "";
+  }
+
+  /** An ACP agent's mode and config options, as it last confirmed them: a select for the
+   * mode, one control per option. A choice is sent to the agent; the control shows what it
+   * confirms (folded from its answer), and goes back when it refuses. */
+  _renderAgentSettings(s) {
+    const modes = s.agent ? s.agent_modes : [];
+    const options = s.agent ? s.agent_config : [];
+    this._agentSettings.hidden = !modes.length && !options.length;
+    const sig = JSON.stringify([modes, s.agent_mode, options]);
+    if (sig === this._agentSig) return;
+    this._agentSig = sig;
+    const send = async (body, words) => {
+      try {
+        await api.setAgentConfig(this.sessionId, body);
+        this.ctx.toast(words, "good");
+      } catch (err) {
+        this.ctx.toast(`Not changed: ${err.message}`, "error");
+        this._agentSig = null; // back to what the agent has
+        this._renderAgentSettings(this.session || s);
+      }
+    };
+    const controls = [];
+    if (modes.length) {
+      const select = h("select", { class: "input compact", "data-testid": "agent-mode",
+        "aria-label": "The agent's mode", title: "The agent's mode",
+        onchange: () => send({ mode: select.value },
+          `Mode: ${modes.find((m) => m.id === select.value).name}`) },
+      modes.map((m) => h("option", { value: m.id, title: m.description || m.name },
+        `mode: ${m.name}`)));
+      select.value = s.agent_mode;
+      controls.push(select);
+    }
+    for (const o of options) {
+      if (o.type === "boolean") {
+        const box = h("input", { type: "checkbox", "data-testid": `agent-option-${o.id}`,
+          onchange: () => send({ option: o.id, value: box.checked },
+            `${o.name}: ${box.checked ? "on" : "off"}`) });
+        box.checked = Boolean(o.current);
+        controls.push(h("label", { class: "check small", title: o.description || o.name },
+          box, ` ${o.name}`));
+        continue;
+      }
+      const select = h("select", { class: "input compact", "data-testid": `agent-option-${o.id}`,
+        "aria-label": o.name, title: o.description || o.name,
+        onchange: () => send({ option: o.id, value: select.value },
+          `${o.name}: ${o.choices.find((c) => c.value === select.value).name}`) },
+      o.choices.map((c) => h("option", { value: c.value },
+        `${o.name.toLowerCase()}: ${c.group ? `${c.group} / ` : ""}${c.name}`)));
+      select.value = o.current;
+      controls.push(select);
+    }
+    this._agentSettings.replaceChildren(...controls);
   }
 
   /** The server's provider list changed (Settings → Models). */

@@ -28,6 +28,7 @@ from codey_protocol.events import (
     ProviderEntry,
     ReasoningEffort,
     TaskStatus,
+    TurnSettings,
     WorktreeRequest,
 )
 from codey_protocol.state import State
@@ -76,6 +77,9 @@ class SendPrompt(ClientToServerMessage, kw_only=True):
     session_id: str
     text: str
     attachments: list[Attachment] = msgspec.field(default_factory=list)
+    #: the model and tools of the turn it starts (a slash command's front matter); ignored
+    #: when it is queued into a running turn
+    for_turn: TurnSettings | None = None
 
 
 class DecideApproval(ClientToServerMessage, kw_only=True):

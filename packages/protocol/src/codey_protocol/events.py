@@ -22,6 +22,8 @@ import msgspec
 
 from codey_protocol._tags import snake
 from codey_protocol.worker import (
+    AcpConfigOption,
+    AcpMode,
     ActionMessage,
     Capabilities,
     Environment,
@@ -92,6 +94,18 @@ class Attachment(msgspec.Struct, kw_only=True):
     size: int
 
 
+class TurnSettings(msgspec.Struct, kw_only=True):
+    """What a slash command's front matter set for the one turn its prompt starts: its
+    ``model`` (as a configured provider's model) and its ``allowed-tools`` (as Codey's tool
+    names). The session's own model and tools are untouched."""
+
+    slash: str = ""  # the prompt file's command, without the slash
+    provider: str = ""  # "": the session's provider and model
+    model: str = ""
+    #: the tools offered to the model in that turn; None: all the session's
+    tools: list[str] | None = None
+
+
 class UserMessage(ItemBase, kw_only=True):
     text: str
     queued: bool = False  # sent during a turn; injected before the next model call
@@ -103,6 +117,8 @@ class UserMessage(ItemBase, kw_only=True):
     origin: str = ""
     #: why a UserPromptSubmit hook kept it from the model ("": it was not): never sent to it
     blocked: str = ""
+    #: the model and tools of the turn it starts, when a slash command set them
+    for_turn: TurnSettings | None = None
 
 
 class AssistantMessage(ItemBase, kw_only=True):
@@ -620,6 +636,21 @@ class HookRan(EventBase, kw_only=True):
     problem: str = ""
 
 
+class AgentModeUpdated(EventBase, kw_only=True):
+    """An ACP agent's session mode now (``current_mode_update``, or its session's start or a
+    ``session/set_mode`` it answered), with its modes when they were told (None: as before)."""
+
+    current_mode: str
+    modes: list[AcpMode] | None = None
+
+
+class AgentConfigUpdated(EventBase, kw_only=True):
+    """An ACP agent's session config options and their values now, all of them
+    (``config_option_update``, its session's start, or a ``session/set_config_option``)."""
+
+    options: list[AcpConfigOption] = msgspec.field(default_factory=list)
+
+
 class ActionRequested(EventBase, kw_only=True):
     """The server sent (or will send) ``action`` to ``worker_id``; re-sent until finished."""
 
@@ -759,6 +790,9 @@ class TokenUsageRecorded(EventBase, kw_only=True):
     #: table then (None: not priced — no price known for the model, or recorded before
     #: version 2)
     cost_micros: int | None = None
+    #: how full the context is, when the caller said so apart from the call's tokens (an
+    #: ACP agent's ``usage_update``); None: ``input_tokens + output_tokens``
+    context_tokens: int | None = None
 
 
 class SessionArchived(EventBase, kw_only=True):
@@ -1391,6 +1425,8 @@ Event = (
     | HooksFound
     | HooksTrusted
     | HookRan
+    | AgentModeUpdated
+    | AgentConfigUpdated
 )
 
 

@@ -33,6 +33,8 @@ from codey_protocol.events import (
     Worktree,
 )
 from codey_protocol.worker import (
+    AcpConfigOption,
+    AcpMode,
     ActionMessage,
     Capabilities,
     Environment,
@@ -525,6 +527,11 @@ class SessionInfo(msgspec.Struct, kw_only=True):
     trusted_hooks: list[str] = msgspec.field(default_factory=list)
     #: the latest hook runs (``hook_ran``), oldest first, at most HOOK_RUNS_KEPT
     hook_runs: list[HookRunInfo] = msgspec.field(default_factory=list)
+    #: an ACP agent's session modes (``agent_mode_updated``), and the one it is in
+    agent_modes: list[AcpMode] = msgspec.field(default_factory=list)
+    agent_mode: str = ""
+    #: an ACP agent's session config options and their values (``agent_config_updated``)
+    agent_config: list[AcpConfigOption] = msgspec.field(default_factory=list)
 
 
 class AuthInfo(msgspec.Struct, kw_only=True):

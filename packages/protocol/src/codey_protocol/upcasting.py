@@ -65,20 +65,21 @@ __all__ = ["UPCASTERS", "VERSIONS", "current_json_many", "decode_stored",
 #: each event type's current version, where it is above 1 (every other type is at 1). Raise
 #: it when the type's stored shape changes, and add the upcaster from the version before.
 VERSIONS: dict[str, int] = {
-    "token_usage_recorded": 2,  # 2: provider, cost_micros
+    "token_usage_recorded": 3,  # 2: provider, cost_micros; 3: context_tokens (issue 39)
     # the approval policy ``reviewer`` joined the literal (version 1 could not hold it)
     "session_created": 2, "session_policy_changed": 2, "schedule_saved": 2,
     "worker_connected": 2,  # 2: capabilities.roots
     "approval_requested": 2,  # 2: the kind ``web`` joined the literal
     # 2: new action types joined the union (checkpoint_*, list_prompt_files,
-    # session_bundle/_read/unpack, run_hooks; issue 38, 39)
+    # session_bundle/_read/unpack, run_hooks, acp_configure; issue 38, 39)
     "action_requested": 2,
-    # 2: name, arguments, command (3: below)
+    # 2: a tool call's name, arguments and command; whether a hook blocked a prompt
+    "session_item_updated": 2,
     # 2: a move can carry the files to another workdir (issue 38)
     "session_moved": 2,
-    # 2: a user message's ``blocked`` (a UserPromptSubmit hook kept it from the model, issue
-    # 39); 3 for the update that sets it
-    "session_item_appended": 2, "session_item_updated": 3,
+    # 2: a user message's ``blocked`` (a UserPromptSubmit hook kept it from the model) and
+    # ``for_turn`` (the model and tools a slash command set for its turn; issue 39)
+    "session_item_appended": 2,
 }
 
 
@@ -236,9 +237,15 @@ def _usage_v1(event: dict[str, Any]) -> None:
     _missing(event, {"provider": None, "cost_micros": None})
 
 
+def _usage_v2(event: dict[str, Any]) -> None:
+    # the context a call used was always its input and output tokens then
+    _missing(event, {"context_tokens": None})
+
+
 def _item_updated_v1(event: dict[str, Any]) -> None:
-    # an update changes only what it names: a tool call's name, arguments and argv were not
-    _missing(event, dict.fromkeys(("name", "arguments", "command")))
+    # an update changes only what it names: a tool call's name, arguments and argv were not,
+    # nor whether a hook blocked a prompt
+    _missing(event, dict.fromkeys(("name", "arguments", "command", "blocked")))
 
 
 def _telegram_update_handled_v0(event: dict[str, Any]) -> None:
@@ -266,8 +273,8 @@ def _worker_connected_v1(event: dict[str, Any]) -> None:
 
 def _action_requested_v1(event: dict[str, Any]) -> None:
     """Version 2 only added action types (``checkpoint_*``, ``list_prompt_files``, a move's
-    ``session_bundle*`` and ``session_unpack``, ``run_hooks``): an action stored at 1 is one
-    of the others, and reads the same."""
+    ``session_bundle*`` and ``session_unpack``, ``run_hooks``, ``acp_configure``): an action
+    stored at 1 is one of the others, and reads the same."""
 
 
 def _session_moved_v1(event: dict[str, Any]) -> None:
@@ -276,15 +283,11 @@ def _session_moved_v1(event: dict[str, Any]) -> None:
 
 
 def _item_appended_v1(event: dict[str, Any]) -> None:
-    # no hook could keep a prompt from the model then
+    # no hook could keep a prompt from the model then, no slash command set a turn's model
+    # or tools
     item = _object(event.get("item"))
     if item is not None and item.get("kind") == "user_message":
-        _missing(item, {"blocked": ""})
-
-
-def _item_updated_v2(event: dict[str, Any]) -> None:
-    # an update changes only what it names: whether a hook blocked a prompt was not
-    _missing(event, {"blocked": None})
+        _missing(item, {"blocked": "", "for_turn": None})
 
 
 #: ``(event type, version) -> upcaster`` to the next version. A type with no entry for a
@@ -304,6 +307,7 @@ UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("session_context_updated", 0): _context_updated_v0,
     ("token_usage_recorded", 0): _usage_v0,
     ("token_usage_recorded", 1): _usage_v1,
+    ("token_usage_recorded", 2): _usage_v2,
     ("telegram_update_handled", 0): _telegram_update_handled_v0,
     ("session_created", 1): _policy_v1,
     ("session_policy_changed", 1): _policy_v1,
@@ -314,7 +318,6 @@ UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("session_item_updated", 1): _item_updated_v1,
     ("session_moved", 1): _session_moved_v1,
     ("session_item_appended", 1): _item_appended_v1,
-    ("session_item_updated", 2): _item_updated_v2,
 }
 
 

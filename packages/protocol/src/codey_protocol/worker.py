@@ -718,6 +718,18 @@ class RunHooks(Action, kw_only=True):
     network: bool = False
 
 
+class AcpConfigure(Action, kw_only=True):
+    """Set a mode (``mode_id``: ``session/set_mode``) or a config option (``config_id`` to
+    ``value``: ``session/set_config_option``) of the session's ACP agent ``agent``, started
+    in ``workdir`` when it is not running yet. Answered with :class:`AcpConfigured`."""
+
+    agent: str
+    workdir: str
+    mode_id: str | None = None
+    config_id: str | None = None
+    value: str | bool | None = None
+
+
 ServerToWorker = (
     AuthChallenge
     | Welcome
@@ -766,6 +778,7 @@ ServerToWorker = (
     | SessionBundleRead
     | SessionUnpack
     | RunHooks
+    | AcpConfigure
 )
 
 ActionMessage = (
@@ -779,6 +792,7 @@ ActionMessage = (
     | ListPromptFiles
     | SessionBundle | SessionBundleRead | SessionUnpack
     | RunHooks
+    | AcpConfigure
 )
 
 
@@ -884,6 +898,8 @@ class AcpTurnEnded(ResultBase, kw_only=True):
     stop_reason: str
     acp_session_id: str
     loaded: bool = False  # the agent's session was loaded again (``session/load``)
+    #: the turn's token usage, when the agent reported it (the prompt's ``usage``)
+    usage: AcpUsage | None = None
 
 
 class PermissionAnswered(ResultBase, kw_only=True):
@@ -997,6 +1013,50 @@ class AcpOption(msgspec.Struct, kw_only=True):
     kind: str  # allow_once | allow_always | reject_once | reject_always
 
 
+class AcpMode(msgspec.Struct, kw_only=True):
+    """One of an ACP agent's session modes (``session/new``'s ``modes``)."""
+
+    id: str
+    name: str
+    description: str = ""
+
+
+class AcpConfigChoice(msgspec.Struct, kw_only=True):
+    """A value a ``select`` config option can take (its group's name, if grouped)."""
+
+    value: str
+    name: str
+    group: str = ""
+
+
+class AcpConfigOption(msgspec.Struct, kw_only=True):
+    """One of an ACP agent's session config options (``configOptions``): a ``select`` of
+    ``choices`` or a ``boolean``; ``current`` is its value now. ``category``: ``mode``,
+    ``model``, ``thought_level``, … (for display only)."""
+
+    id: str
+    name: str
+    type: Literal["select", "boolean"] = "select"
+    current: str | bool = ""
+    choices: list[AcpConfigChoice] = msgspec.field(default_factory=list)
+    description: str = ""
+    category: str = ""
+
+
+class AcpUsage(msgspec.Struct, kw_only=True):
+    """The token usage an ACP agent reported: a turn's counts (its prompt's answer) and/or
+    how full its context is (``usage_update``: ``context_tokens`` of ``context_window``)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
+    total_tokens: int = 0
+    context_tokens: int | None = None
+    context_window: int | None = None
+
+
 class AcpUpdate(msgspec.Struct, kw_only=True):
     """One thing an ACP agent did, as the worker passes it on (JSON in ``ActionProgress.data``
     with ``stream: "acp"``).
@@ -1006,10 +1066,13 @@ class AcpUpdate(msgspec.Struct, kw_only=True):
     ``tool_kind``, ``text`` = its content so far, or its raw output when it has no content,
     ``command`` = the argv it runs when its raw input names one); ``plan`` (``entries``);
     ``permission`` (``request_id``, ``tool_call_id``, ``title``, ``options``, ``command``,
-    ``reason``: why the agent asks; answer with AcpPermission).
+    ``reason``: why the agent asks; answer with AcpPermission); ``mode`` (``current_mode``,
+    and ``modes`` when the list is told); ``config`` (``config_options``, all of them);
+    ``usage`` (``usage``: how full the agent's context is).
     """
 
-    kind: Literal["text", "thought", "tool", "plan", "permission", "commands"]
+    kind: Literal["text", "thought", "tool", "plan", "permission", "commands", "mode",
+                  "config", "usage"]
     text: str = ""
     tool_call_id: str | None = None
     title: str | None = None
@@ -1024,6 +1087,13 @@ class AcpUpdate(msgspec.Struct, kw_only=True):
     reason: str = ""  # a permission's why (its raw input's ``reason``, or its content)
     #: ``commands``: the agent's own slash commands, (name, description, input hint)
     commands: list[tuple[str, str, str]] = msgspec.field(default_factory=list)
+    #: ``mode``: the agent's mode now, and its modes (None: not told in this update)
+    current_mode: str = ""
+    modes: list[AcpMode] | None = None
+    #: ``config``: every config option and its value now
+    config_options: list[AcpConfigOption] | None = None
+    #: ``usage``: what the agent reported
+    usage: AcpUsage | None = None
 
 
 class WorkspaceReady(ResultBase, kw_only=True):
@@ -1217,6 +1287,15 @@ class HooksRan(ResultBase, kw_only=True):
     untrusted: list[HookFile] = msgspec.field(default_factory=list)
 
 
+class AcpConfigured(ResultBase, kw_only=True):
+    """The ACP agent's modes and config options after an :class:`AcpConfigure` (None: the
+    agent has none of that kind)."""
+
+    current_mode: str = ""
+    modes: list[AcpMode] | None = None
+    config_options: list[AcpConfigOption] | None = None
+
+
 ActionOutcome = (
     CommandResult
     | PatchResult
@@ -1253,6 +1332,7 @@ ActionOutcome = (
     | BundleChunk
     | SessionUnpacked
     | HooksRan
+    | AcpConfigured
 )
 
 
@@ -1440,6 +1520,12 @@ __all__ = [
     "GIT_COMMAND_HARDENING",
     "GIT_HARDENING",
     "PROTOCOL_VERSION",
+    "AcpConfigChoice",
+    "AcpConfigOption",
+    "AcpConfigure",
+    "AcpConfigured",
+    "AcpMode",
+    "AcpUsage",
     "Action",
     "ActionAccepted",
     "ActionErrored",

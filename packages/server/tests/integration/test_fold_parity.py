@@ -27,6 +27,9 @@ from codey_protocol.codec import decode_envelope
 from codey_protocol.state import State
 from codey_protocol.updates import APPEND_FIELDS, REPLACE_FIELDS
 from codey_protocol.worker import (
+    AcpConfigChoice,
+    AcpConfigOption,
+    AcpMode,
     ApplyPatch,
     Capabilities,
     Environment,
@@ -291,6 +294,19 @@ def build_log() -> list[ev.Envelope]:
     log.add("s1", ev.AgentCommandsUpdated(commands=[
         ev.AgentCommand(name="init", description="Write an AGENTS.md"),
         ev.AgentCommand(name="plan-it", hint="what to plan")]))
+    log.add("s1", ev.SessionItemAppended(item=ev.UserMessage(
+        id="s1-slash", ts=log.ts, text="Review #1", for_turn=ev.TurnSettings(
+            slash="review", provider="fast", model="haiku", tools=["read_file"]))))
+    log.add("s1", ev.AgentModeUpdated(current_mode="ask", modes=[
+        AcpMode(id="ask", name="Ask"), AcpMode(id="code", name="Code", description="Edits")]))
+    log.add("s1", ev.AgentModeUpdated(current_mode="code"))
+    log.add("s1", ev.AgentConfigUpdated(options=[
+        AcpConfigOption(id="model", name="Model", current="fast", category="model",
+                        choices=[AcpConfigChoice(value="fast", name="Fast"),
+                                 AcpConfigChoice(value="deep", name="Deep", group="Big")]),
+        AcpConfigOption(id="web", name="Web", type="boolean", current=True)]))
+    log.add("s1", ev.TokenUsageRecorded(input_tokens=7, output_tokens=3, context_tokens=900,
+                                        context_window=200_000, model="acp:scripted"))
     log.add("s1", ev.SessionContextUpdated(
         instructions=[InstructionFile(path="/home/u1/AGENTS.md", text="Be brief.", scope="user"),
                       InstructionFile(path="/home/u1/proj/AGENTS.md", text="Use uv.",

@@ -112,6 +112,10 @@ def _exercise(api: _Contract, server: ServerProcess, worker: WorkerProcess) -> N
     api.check("GET", "/api/config", 200)
     api.check("GET", "/api/about", 200)
     assert api.check("GET", "/api/web-tools", 200).json()["search_kind"] == "none"
+    # Settings → Tools (test_web_tools.py has it for real)
+    assert api.check("PUT", "/api/web-tools", 200, json={"fetch_domains": ["example.org"]}
+                     ).json()["source"] == "settings"
+    api.check("PUT", "/api/web-tools", 400, json={"fetch_allow": ["not-a-network"]})
     prices = api.check("GET", "/api/prices", 200).json()["defaults"]
     assert prices["gpt-5"]["output"] > 0
     api.check("POST", "/api/viewing", 200, json={"session_ids": ["ses_none"]})
@@ -227,6 +231,11 @@ def _exercise(api: _Contract, server: ServerProcess, worker: WorkerProcess) -> N
     api.check("POST", commands + "/run", 404, path={"session_id": "ses_none"},
               json={"name": "x"})
     api.check("POST", commands + "/run", 400, path={"session_id": sid}, json={"name": ""})
+    # an ACP agent's mode (test_acp_modes.py has it for real): not an ACP session here
+    agent_config = "/api/sessions/{session_id}/agent/config"
+    api.check("POST", agent_config, 409, path={"session_id": sid}, json={"mode": "code"})
+    api.check("POST", agent_config, 404, path={"session_id": "ses_none"}, json={"mode": "x"})
+    api.check("POST", agent_config, 400, path={"session_id": sid}, json={"mode": 3})
     log = api.check("GET", "/api/sessions/{session_id}/log", 200, path={"session_id": sid})
     assert log.headers["content-type"].startswith("application/x-ndjson")
     lines = log.content.splitlines()

@@ -1,8 +1,9 @@
 """Slash commands over real processes: the worker lists the prompt files of a session's
 workdir and of the user's home (Claude Code's, Codex's and Codey's folders, namespaces, front
 matter), refuses a repository's symlink out and lists a file with garbage front matter with a
-warning; running one sends its body with the arguments substituted, on the model its front
-matter names."""
+warning; running one sends its body with the arguments substituted; the turn it starts runs
+on the model its front matter names and offers only its allowed tools, the next turn on the
+session's own model and tools."""
 
 from __future__ import annotations
 
@@ -103,7 +104,9 @@ def test_prompt_files_listed_and_run(tmp_path: Path, server: ServerProcess,
     ran = r.json()
     assert ran["text"] == "Review pull request #123 with priority high."
     assert ran["model"] == "claude-haiku-4"
-    assert any("allowed-tools is not applied" in n for n in ran["notes"])
+    # Bash(…) allows the whole tool (the approval policy still asks); Read: read_file & co
+    assert ran["tools"] == ["exec", "kill", "read_file", "shell", "view_image", "write_stdin"]
+    assert ran["notes"] == []
 
     def answered() -> dict[str, Any] | None:
         s = session(server, sid)
@@ -111,15 +114,31 @@ def test_prompt_files_listed_and_run(tmp_path: Path, server: ServerProcess,
         return s if "Reviewed 123." in texts and s["status"] == "idle" else None
 
     s = wait_until(answered, timeout=30)
-    assert (s["provider"], s["model"]) == ("fast", "claude-haiku-4")
+    # for that turn only: the session's own model stays, and the prompt says what it set
+    assert (s["provider"], s["model"]) == ("scripted", "scripted-1")
+    (prompt,) = [i for i in s["items"] if i["kind"] == "user_message"
+                 and i["text"].startswith("Review pull request")]
+    assert prompt["for_turn"] == {"slash": "review-pr", "provider": "fast",
+                                  "model": "claude-haiku-4", "tools": ran["tools"]}
     asked = [q for q in model.requests("/v1/chat/completions")
              if "Review pull request #123" in str(q["body"]["messages"])]
     assert asked and asked[-1]["body"]["model"] == "claude-haiku-4"
+    offered = {t["function"]["name"] for t in asked[-1]["body"]["tools"]}
+    assert {"shell", "read_file"} <= offered <= set(ran["tools"]), offered
 
     r = server.http.post(f"/api/sessions/{sid}/commands/run",
                          json={"name": "git:commit", "arguments": "fix the build"}, timeout=60)
     assert r.status_code == 202 and r.json()["text"] == "Commit with message: fix the build"
-    assert r.json()["model"] == ""
+    assert (r.json()["model"], r.json()["tools"]) == ("", None)
+
+    def committed() -> list[dict[str, Any]]:
+        return [q for q in model.requests("/v1/chat/completions")
+                if "Commit with message" in str(q["body"]["messages"])]
+
+    nxt = wait_until(committed, timeout=30)[-1]["body"]
+    assert nxt["model"] == "scripted-1"
+    assert {"apply_patch", "write_file", "update_plan"} <= {
+        t["function"]["name"] for t in nxt["tools"]}
 
     for name in ("steal", "out:secret", "nope"):
         r = server.http.post(f"/api/sessions/{sid}/commands/run", json={"name": name},

@@ -3,7 +3,7 @@ configured model a prompt file's ``model`` names."""
 
 from __future__ import annotations
 
-from codey_server.agent.slash import expand, model_for, split_arguments
+from codey_server.agent.slash import allows, expand, model_for, split_arguments, tools_for_command
 
 
 def test_arguments_and_positionals() -> None:
@@ -34,3 +34,28 @@ def test_model_for_prefers_exact_and_the_session_provider() -> None:
     assert model_for("gpt-5", providers, ("a", "x")) == ("b", "gpt-5")
     assert model_for("llama", providers, ("a", "x")) is None
     assert model_for("  ", providers, ("a", "x")) is None
+
+
+OURS = ["shell", "exec", "write_stdin", "kill", "edit", "apply_patch", "write_file",
+        "read_file", "view_image", "grep", "glob", "list_dir", "web_fetch"]
+
+
+def test_allowed_tools_as_codeys_tools() -> None:
+    tools, ignored = tools_for_command(
+        ["Bash(git add:*)", "Read", "grep", "WebFetch", "WebSearch", "mcp__git__status",
+         "mcp__github", "Frobnicate", "Bash(", ""], OURS)
+    # Claude Code's names and ours; a rule allows the whole tool; a tool this server does
+    # not have (web_search) is not offered; unknown names are ignored and said
+    assert tools == ["exec", "grep", "kill", "mcp__git__status", "mcp__github__*",
+                     "read_file", "shell", "view_image", "web_fetch", "write_stdin"]
+    assert ignored == ["Frobnicate"]
+    assert tools_for_command([], OURS) == ([], [])
+
+
+def test_a_turns_tools_allow_by_name_and_by_mcp_server() -> None:
+    tools = ["read_file", "mcp__github__*"]
+    assert allows(tools, "read_file")
+    assert allows(tools, "mcp__github__create_issue")
+    assert not allows(tools, "shell")
+    assert not allows(tools, "mcp__githubx__create_issue")
+    assert not allows(tools, "mcp__git__status")

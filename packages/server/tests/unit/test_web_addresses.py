@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from codey_server.agent.tools.base import Gate
+from codey_server.agent.tools.web import WEB_FETCH
 from codey_server.agent.web.addresses import Refused, address_problem, allowed_networks, target_of
 
 
@@ -60,3 +62,25 @@ def test_a_target_keeps_the_host_port_and_query() -> None:
     assert (t.scheme, t.host, t.port, t.path) == ("https", "docs.example.org", 8443, "/a/b?c=d")
     assert target_of("http://[::1]/").host == "::1"
     assert target_of("http://bücher.example/").host == "xn--bcher-kva.example"
+
+
+@pytest.mark.parametrize(("url", "why"), [
+    ("http://127.0.0.1:8080/api/sessions", "loopback"), ("http://[::1]/", "loopback"),
+    ("http://169.254.169.254/latest/meta-data/", "metadata"), ("https://10.0.0.5/", "private"),
+    ("http://[::ffff:127.0.0.1]/", "loopback"), ("http://10.2.0.1/", "private"),
+])
+def test_a_url_naming_a_private_address_is_refused_before_anyone_is_asked(
+        url: str, why: str) -> None:
+    args = WEB_FETCH.parse({"url": url}, name="web_fetch", capabilities=None)
+    gate = Gate("suggest", fetch_allow=("10.1.0.0/16",))
+    refusal = gate.route(WEB_FETCH, args)
+    assert isinstance(refusal, str) and refusal.startswith("refused:") and why in refusal
+
+
+@pytest.mark.parametrize("url", ["http://10.1.2.3/wiki", "https://example.org/",
+                                 "http://localhost:8080/", "http://93.184.215.14/"])
+def test_an_allowed_network_or_a_name_goes_on_to_the_approval(url: str) -> None:
+    # a name is judged by what it resolves to, when fetched; the allowed network is asked
+    args = WEB_FETCH.parse({"url": url}, name="web_fetch", capabilities=None)
+    asked = Gate("suggest", fetch_allow=("10.1.0.0/16",)).route(WEB_FETCH, args)
+    assert not isinstance(asked, str) and asked is not None

@@ -25,7 +25,17 @@ The script is ``{"turns": [[step, ...], ...]}``: the n-th prompt of a session pl
   (``available_commands_update``; ``hint`` ``""``: the command takes no input);
 * ``{"wait_cancel": true}`` — wait until the client cancels the turn (``stop_reason``
   ``cancelled``);
-* ``{"wait_file": name}`` — wait until ``name`` exists in the session's cwd.
+* ``{"wait_file": name}`` — wait until ``name`` exists in the session's cwd;
+* ``{"mode": id}`` — the agent changes its own mode (``current_mode_update``);
+* ``{"usage": {"used", "size"}}`` — how full its context is (``usage_update``);
+* ``{"settings": true}`` — say its mode and config values as text ``[mode: X; k=v, …]``.
+
+Beside ``turns`` the script may give ``modes`` (``{"current": id, "available": [[id, name],
+…]}``) and ``config`` (``[{"id", "name", "current", "choices": [[value, name], …]}]``, or
+``"current": true/false`` for a boolean): the session's modes and config options, told in
+``session/new`` and set by ``session/set_mode`` / ``session/set_config_option`` (a set mode
+is also confirmed with a ``current_mode_update``); and ``prompt_usage``
+(``{"input_tokens", "output_tokens", "total_tokens"}``), the usage each prompt answers with.
 
 Sessions are kept in ``--state-dir`` (their turn counters), and ``load_session`` is supported:
 a client that starts the agent again can go on with a session.
@@ -46,8 +56,10 @@ __all__ = ["main"]
 class ScriptedAgent:
     """The ACP ``Agent`` side; the SDK's connection calls these methods."""
 
-    def __init__(self, turns: list[list[dict[str, Any]]], state_dir: Path) -> None:
+    def __init__(self, turns: list[list[dict[str, Any]]], state_dir: Path,
+                 script: dict[str, Any] | None = None) -> None:
         self.turns = turns or [[{"say": "(no script)"}]]
+        self.script = script or {}
         self.state_dir = state_dir
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.conn: Any = None
@@ -76,8 +88,74 @@ class ScriptedAgent:
         from acp import NewSessionResponse
 
         session_id = f"acp_{secrets.token_hex(6)}"
-        self._path(session_id).write_text(json.dumps({"cwd": cwd, "prompts": 0}))
-        return NewSessionResponse(session_id=session_id)
+        modes = self.script.get("modes")
+        self._path(session_id).write_text(json.dumps({
+            "cwd": cwd, "prompts": 0, "mode": modes["current"] if modes else "",
+            "config": {c["id"]: c["current"] for c in self.script.get("config", [])}}))
+        return NewSessionResponse(session_id=session_id, **self._settings(session_id))
+
+    def _settings(self, session_id: str) -> dict[str, Any]:
+        """The session's ``modes`` and ``config_options`` as its answers carry them."""
+        from acp.schema import (
+            SessionConfigOptionBoolean,
+            SessionConfigOptionSelect,
+            SessionConfigSelectOption,
+            SessionMode,
+            SessionModeState,
+        )
+
+        data = json.loads(self._path(session_id).read_text())
+        out: dict[str, Any] = {}
+        if "modes" in self.script:
+            out["modes"] = SessionModeState(current_mode_id=data["mode"], available_modes=[
+                SessionMode(id=i, name=n) for i, n in self.script["modes"]["available"]])
+        if "config" in self.script:
+            options: list[Any] = []
+            for c in self.script["config"]:
+                value = data["config"][c["id"]]
+                if isinstance(value, bool):
+                    options.append(SessionConfigOptionBoolean(
+                        id=c["id"], name=c["name"], type="boolean", current_value=value))
+                else:
+                    options.append(SessionConfigOptionSelect(
+                        id=c["id"], name=c["name"], type="select", current_value=value,
+                        options=[SessionConfigSelectOption(value=v, name=n)
+                                 for v, n in c["choices"]]))
+            out["config_options"] = options
+        return out
+
+    async def set_session_mode(self, session_id: str, mode_id: str, **kwargs: Any) -> Any:
+        from acp import RequestError
+        from acp.helpers import update_current_mode
+        from acp.schema import SetSessionModeResponse
+
+        known = [i for i, _n in self.script.get("modes", {}).get("available", [])]
+        if mode_id not in known:
+            raise RequestError.invalid_params({"mode_id": "unknown mode"})
+        self._change(session_id, "mode", mode_id)
+        await self.conn.session_update(session_id=session_id,
+                                       update=update_current_mode(mode_id))
+        return SetSessionModeResponse()
+
+    async def set_config_option(self, config_id: str, session_id: str, value: str | bool,
+                                **kwargs: Any) -> Any:
+        from acp import RequestError
+        from acp.schema import SetSessionConfigOptionResponse
+
+        option = next((c for c in self.script.get("config", []) if c["id"] == config_id), None)
+        if option is None or (not isinstance(value, bool)
+                              and value not in [v for v, _n in option.get("choices", [])]):
+            raise RequestError.invalid_params({"config_id": "unknown option or value"})
+        data = json.loads(self._path(session_id).read_text())
+        data["config"][config_id] = value
+        self._path(session_id).write_text(json.dumps(data))
+        return SetSessionConfigOptionResponse(
+            config_options=self._settings(session_id)["config_options"])
+
+    def _change(self, session_id: str, key: str, value: Any) -> None:
+        data = json.loads(self._path(session_id).read_text())
+        data[key] = value
+        self._path(session_id).write_text(json.dumps(data))
 
     async def load_session(self, cwd: str, session_id: str, mcp_servers: Any = None,
                            **kwargs: Any) -> Any:
@@ -85,7 +163,7 @@ class ScriptedAgent:
 
         if not self._path(session_id).exists():
             raise RequestError.invalid_params({"session_id": "unknown session"})
-        return LoadSessionResponse()
+        return LoadSessionResponse(**self._settings(session_id))
 
     async def cancel(self, session_id: str, **kwargs: Any) -> None:
         self.cancelled.setdefault(session_id, asyncio.Event()).set()
@@ -118,7 +196,8 @@ class ScriptedAgent:
                 allowed = await self._ask(session_id, step["permission"])
                 continue
             await self._play(session_id, step)
-        return PromptResponse(stop_reason="end_turn")
+        usage = self.script.get("prompt_usage")
+        return PromptResponse(stop_reason="end_turn", usage=_usage(usage) if usage else None)
 
     async def _ask(self, session_id: str, spec: dict[str, Any]) -> bool:
         from acp import text_block, tool_content
@@ -180,6 +259,22 @@ class ScriptedAgent:
                       for name, description, hint in step["commands"]]
             await self.conn.session_update(session_id=session_id,
                                            update=update_available_commands(listed))
+        elif "mode" in step:
+            from acp.helpers import update_current_mode
+
+            self._change(session_id, "mode", step["mode"])
+            await self.conn.session_update(session_id=session_id,
+                                           update=update_current_mode(step["mode"]))
+        elif "usage" in step:
+            from acp.schema import UsageUpdate
+
+            await self.conn.session_update(session_id=session_id, update=UsageUpdate(
+                session_update="usage_update", used=step["usage"]["used"],
+                size=step["usage"]["size"]))
+        elif "settings" in step:
+            data = json.loads(self._path(session_id).read_text())
+            values = ", ".join(f"{k}={v}" for k, v in sorted(data["config"].items()))
+            await self._say(session_id, f"[mode: {data['mode']}; {values}]")
         elif "write" in step:
             w = step["write"]
             try:
@@ -195,6 +290,14 @@ class ScriptedAgent:
             raise ValueError(f"unknown step {step}")
 
 
+def _usage(spec: dict[str, int]) -> Any:
+    from acp.schema import Usage
+
+    return Usage(input_tokens=spec["input_tokens"], output_tokens=spec["output_tokens"],
+                 total_tokens=spec.get("total_tokens",
+                                       spec["input_tokens"] + spec["output_tokens"]))
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the scripted agent on stdio. Example: ``codey-acp-agent --script turns.json``."""
     parser = argparse.ArgumentParser(prog="codey-acp-agent", description=__doc__,
@@ -205,10 +308,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     from acp import run_agent
 
-    turns = json.loads(args.script.read_text())["turns"]
+    script = json.loads(args.script.read_text())
     state = args.state_dir or args.script.parent / "acp-state"
     # the SDK's Agent protocol lists every optional method; this agent has the ones it needs
-    asyncio.run(run_agent(ScriptedAgent(turns, state)))  # type: ignore[arg-type]
+    asyncio.run(run_agent(ScriptedAgent(script["turns"], state, script)))  # type: ignore[arg-type]
 
 
 if __name__ == "__main__":

@@ -2,8 +2,13 @@
 
 Order of calls: ``AcpAgents(configs, policy, state_path)`` (no I/O) → ``await
 prompt(action, emit)`` for each ``acp_prompt`` action (starts the session's agent process on
-the first one, keeps it for the next) → ``answer(action)`` for each ``acp_permission`` →
-``await close()`` (ends every agent process).
+the first one, keeps it for the next) → ``answer(action)`` for each ``acp_permission``,
+``await configure(action)`` for each ``acp_configure`` (a mode or config option the user
+picked) → ``await close()`` (ends every agent process).
+
+The modes and config options the agent's session starts with (``session/new``'s or
+``session/load``'s answer) are passed on as ``mode`` / ``config`` updates at the start of the
+session's first turn, the agent's later changes as it sends them.
 
 What the agent does comes back as :class:`~codey_protocol.worker.AcpUpdate` through ``emit``.
 What it asks of the client is served here, confined like every action: file reads and writes
@@ -29,15 +34,21 @@ import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from codey_protocol.version import __version__
 from codey_protocol.worker import (
+    AcpConfigChoice,
+    AcpConfigOption,
+    AcpConfigure,
+    AcpConfigured,
+    AcpMode,
     AcpOption,
     AcpPermission,
     AcpPrompt,
     AcpTurnEnded,
     AcpUpdate,
+    AcpUsage,
     PermissionAnswered,
     ReadFile,
     WriteFile,
@@ -73,6 +84,10 @@ class _Client:
 
     async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
         converted = _convert(update)
+        if converted is not None and converted.kind == "mode":
+            self.owner.current_mode = converted.current_mode
+        elif converted is not None and converted.kind == "config":
+            self.owner.config_options = converted.config_options
         if converted is not None and self.owner.emit is not None:
             await self.owner.emit(converted)
 
@@ -143,7 +158,14 @@ class _Live:
     acp_session_id: str = ""
     emit: Emit | None = None
     permissions: dict[str, asyncio.Future[str | None]] = field(default_factory=dict)
+    #: what the agent's session started with, passed on at the start of the next turn
+    #: (the server hears of it only through a turn's updates); None once passed on
+    opening: list[AcpUpdate] | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    #: the agent's modes, as its session started (``set_mode`` answers none)
+    modes: list[AcpMode] | None = None
+    current_mode: str = ""
+    config_options: list[AcpConfigOption] | None = None
 
 
 class AcpAgents:
@@ -155,6 +177,8 @@ class AcpAgents:
         self.policy = policy
         self.state_path = state_path
         self._live: dict[str, _Live] = {}
+        #: one start at a time per session (a turn and a mode picked at once start one agent)
+        self._starting: dict[str, asyncio.Lock] = {}
 
     def names(self) -> list[str]:
         return sorted(self.configs)
@@ -162,16 +186,16 @@ class AcpAgents:
     async def prompt(self, action: AcpPrompt, workdir: Path, emit: Emit) -> AcpTurnEnded:
         """Run one turn; returns when the agent ends it. Cancelling the task cancels the
         agent's turn (``session/cancel``) and refuses its open permission requests."""
-        config = self.configs.get(action.agent)
-        if config is None:
-            raise ActionRefused("bad_request", f"no ACP agent {action.agent!r} on this worker "
-                                               "(acp_agents in its config)")
-        live, loaded = await self._agent(action, config, workdir)
+        config = self._config(action.agent)
+        live, loaded = await self._agent(action.session_id, action.agent, config, workdir)
         async with live.lock:
             from acp import text_block
 
             live.emit = emit
             try:
+                for update in live.opening or []:
+                    await emit(update)
+                live.opening = None
                 reply = await live.conn.prompt(session_id=live.acp_session_id,
                                                prompt=[text_block(action.prompt)])
             except asyncio.CancelledError:
@@ -184,7 +208,34 @@ class AcpAgents:
             finally:
                 live.emit = None
         return AcpTurnEnded(stop_reason=str(reply.stop_reason),
-                            acp_session_id=live.acp_session_id, loaded=loaded)
+                            acp_session_id=live.acp_session_id, loaded=loaded,
+                            usage=_turn_usage(getattr(reply, "usage", None)))
+
+    async def configure(self, action: AcpConfigure, workdir: Path) -> AcpConfigured:
+        """Set the mode or config option ``action`` names (starting the agent when it does
+        not run yet); answers what the agent says it is now. A turn may be under way: the
+        request does not wait for it (ACP allows it)."""
+        config = self._config(action.agent)
+        live, _loaded = await self._agent(action.session_id, action.agent, config, workdir)
+        if action.mode_id is None and (action.config_id is None or action.value is None):
+            raise ActionRefused("bad_request", "acp_configure names no mode and no option")
+        try:
+            if action.mode_id is not None:
+                await live.conn.set_session_mode(session_id=live.acp_session_id,
+                                                 mode_id=action.mode_id)
+                # set_mode answers nothing: the mode asked for is the mode now
+                live.current_mode = action.mode_id
+            else:
+                reply = await live.conn.set_config_option(
+                    session_id=live.acp_session_id, config_id=action.config_id,
+                    value=action.value)
+                live.config_options = _config_options(reply.config_options)
+        except Exception as err:
+            raise ActionRefused("acp_failed", f"the agent refused: {err}") from None
+        # the answer says all of it: what the session started with is not passed on again
+        live.opening = None
+        return AcpConfigured(current_mode=live.current_mode, modes=live.modes,
+                             config_options=live.config_options)
 
     def answer(self, action: AcpPermission) -> PermissionAnswered:
         for live in self._live.values():
@@ -200,15 +251,27 @@ class AcpAgents:
                 await live.stack.aclose()
         self._live.clear()
 
-    async def _agent(self, action: AcpPrompt, config: AcpAgentConfig,
+    def _config(self, agent: str) -> AcpAgentConfig:
+        config = self.configs.get(agent)
+        if config is None:
+            raise ActionRefused("bad_request", f"no ACP agent {agent!r} on this worker "
+                                               "(acp_agents in its config)")
+        return config
+
+    async def _agent(self, session_id: str, agent: str, config: AcpAgentConfig,
                      workdir: Path) -> tuple[_Live, bool]:
-        live = self._live.get(action.session_id)
-        if live is not None:
-            return live, False
+        async with self._starting.setdefault(session_id, asyncio.Lock()):
+            live = self._live.get(session_id)
+            if live is not None:
+                return live, False
+            return await self._start(session_id, agent, config, workdir)
+
+    async def _start(self, session_id: str, agent: str, config: AcpAgentConfig,
+                     workdir: Path) -> tuple[_Live, bool]:
         from acp import PROTOCOL_VERSION, spawn_agent_process
         from acp.schema import ClientCapabilities, FileSystemCapabilities, Implementation
 
-        live = _Live(session_id=action.session_id, workdir=str(workdir), policy=self.policy,
+        live = _Live(session_id=session_id, workdir=str(workdir), policy=self.policy,
                      stack=contextlib.AsyncExitStack())
         # the owner's env for the agent goes in as written (an agent needs its API key,
         # which build_env strips from what commands get); the gits the agent runs get the
@@ -229,27 +292,29 @@ class AcpAgents:
                     fs=FileSystemCapabilities(read_text_file=True, write_text_file=True),
                     terminal=False),
                 client_info=Implementation(name="codey-worker", version=__version__))
-            known = self._known().get(action.session_id)
+            known = self._known().get(session_id)
             can_load = bool(init.agent_capabilities and init.agent_capabilities.load_session)
             loaded = False
-            if known and known.get("agent") == action.agent and can_load:
+            opened: Any = None
+            if known and known.get("agent") == agent and can_load:
                 try:
-                    await conn.load_session(cwd=str(workdir), session_id=known["acp_session_id"],
-                                            mcp_servers=[])
+                    opened = await conn.load_session(
+                        cwd=str(workdir), session_id=known["acp_session_id"], mcp_servers=[])
                     live.acp_session_id, loaded = known["acp_session_id"], True
                 except Exception as err:  # gone on the agent's side: start afresh
                     log.info("acp: could not load session %s (%s)", known, err)
             if not loaded:
-                created = await conn.new_session(cwd=str(workdir), mcp_servers=[])
-                live.acp_session_id = created.session_id
-                self._remember(action.session_id, action.agent, live.acp_session_id)
+                opened = await conn.new_session(cwd=str(workdir), mcp_servers=[])
+                live.acp_session_id = opened.session_id
+                self._remember(session_id, agent, live.acp_session_id)
+            live.opening = _opening(live, opened)
         except (OSError, Exception) as err:
             await live.stack.aclose()
             if isinstance(err, ActionRefused):
                 raise
-            raise ActionRefused("acp_failed", f"the ACP agent {action.agent!r} could not "
+            raise ActionRefused("acp_failed", f"the ACP agent {agent!r} could not "
                                               f"start: {err}") from None
-        self._live[action.session_id] = live
+        self._live[session_id] = live
         return live, loaded
 
     def _known(self) -> dict[str, dict[str, str]]:
@@ -297,6 +362,8 @@ _RAW_OUTPUT_KEYS = ("formatted_output", "aggregated_output", "output", "result",
 _RAW_CAP = 64_000
 #: an agent's slash commands passed on, at most
 MAX_COMMANDS = 200
+#: an agent's modes, config options, or one option's values passed on, at most
+MAX_CHOICES = 100
 
 
 def _raw_text(raw: Any) -> str:
@@ -330,9 +397,70 @@ def _command(raw: Any) -> list[str] | None:
     return None
 
 
+def _modes(state: Any) -> list[AcpMode] | None:
+    """An ACP ``SessionModeState``'s modes (None: the agent has none)."""
+    if state is None:
+        return None
+    return [AcpMode(id=str(m.id)[:200], name=str(m.name)[:200],
+                    description=str(m.description or "")[:500])
+            for m in (state.available_modes or [])[:MAX_CHOICES]]
+
+
+def _config_options(options: Any) -> list[AcpConfigOption] | None:
+    """ACP ``configOptions`` as Codey keeps them (None: the agent has none); a select's
+    grouped values are flattened, each naming its group."""
+    if options is None:
+        return None
+    out = []
+    for o in list(options)[:MAX_CHOICES]:
+        kind: Literal["select", "boolean"] = (
+            "boolean" if getattr(o, "type", "") == "boolean" else "select")
+        choices: list[AcpConfigChoice] = []
+        for c in getattr(o, "options", None) or []:
+            if hasattr(c, "group"):
+                choices += [AcpConfigChoice(value=str(v.value)[:200], name=str(v.name)[:200],
+                                            group=str(c.name)[:200]) for v in c.options]
+            else:
+                choices.append(AcpConfigChoice(value=str(c.value)[:200],
+                                               name=str(c.name)[:200]))
+        category = getattr(o, "category", None)
+        current = o.current_value
+        out.append(AcpConfigOption(
+            id=str(o.id)[:200], name=str(o.name)[:200], type=kind,
+            current=bool(current) if kind == "boolean" else str(current)[:200],
+            choices=choices[:MAX_CHOICES], description=str(o.description or "")[:500],
+            category=category if isinstance(category, str) else ""))
+    return out
+
+
+def _opening(live: _Live, opened: Any) -> list[AcpUpdate]:
+    """What the agent's session started with (``session/new`` or ``session/load``'s
+    answer), as updates; its modes are kept for ``set_mode``'s answer."""
+    updates = []
+    state = getattr(opened, "modes", None)
+    live.modes = _modes(state)
+    if state is not None:
+        live.current_mode = str(state.current_mode_id)
+        updates.append(AcpUpdate(kind="mode", current_mode=live.current_mode, modes=live.modes))
+    options = live.config_options = _config_options(getattr(opened, "config_options", None))
+    if options is not None:
+        updates.append(AcpUpdate(kind="config", config_options=options))
+    return updates
+
+
+def _turn_usage(usage: Any) -> AcpUsage | None:
+    """A prompt answer's ``usage`` (unstable in ACP; None when the agent sent none)."""
+    if usage is None:
+        return None
+    return AcpUsage(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
+                    reasoning_tokens=usage.thought_tokens or 0,
+                    cached_tokens=usage.cached_read_tokens or 0,
+                    cache_write_tokens=usage.cached_write_tokens or 0,
+                    total_tokens=usage.total_tokens)
+
+
 def _convert(update: Any) -> AcpUpdate | None:
-    """An ACP session update as Codey passes it on; None for what Codey does not show
-    (modes, usage)."""
+    """An ACP session update as Codey passes it on; None for what Codey does not show."""
     kind = getattr(update, "session_update", "")
     if kind == "agent_message_chunk":
         return AcpUpdate(kind="text", text=_text(update.content))
@@ -352,4 +480,11 @@ def _convert(update: Any) -> AcpUpdate | None:
             hint = getattr(getattr(given, "root", given), "hint", "") or ""
             commands.append((str(c.name)[:100], str(c.description or "")[:500], str(hint)[:200]))
         return AcpUpdate(kind="commands", commands=commands)
+    if kind == "current_mode_update":
+        return AcpUpdate(kind="mode", current_mode=str(update.current_mode_id)[:200])
+    if kind == "config_option_update":
+        return AcpUpdate(kind="config", config_options=_config_options(update.config_options))
+    if kind == "usage_update":
+        return AcpUpdate(kind="usage", usage=AcpUsage(context_tokens=update.used,
+                                                      context_window=update.size))
     return None

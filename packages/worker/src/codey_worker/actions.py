@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from codey_protocol import codec
 from codey_protocol.worker import (
+    AcpConfigure,
     AcpPermission,
     AcpPrompt,
     AcpUpdate,
@@ -594,6 +595,9 @@ class ActionDispatcher:
     async def _acp_permission(self, action: AcpPermission) -> ActionOutcome:
         return self._acp().answer(action)
 
+    async def _acp_configure(self, action: AcpConfigure) -> ActionOutcome:
+        return await self._acp().configure(action, self._check_workdir(action.workdir))
+
     async def _workspace_diff(self, action: WorkspaceDiff) -> ActionOutcome:
         return await self.workspaces.diff(action)
 
@@ -855,6 +859,9 @@ _EXECUTORS: dict[type[ActionMessage], Executor[Any]] = {
     Cancel: Executor(ActionDispatcher._cancel, changes_workdir=False),
     AcpPrompt: Executor(ActionDispatcher._acp_prompt),
     AcpPermission: Executor(ActionDispatcher._acp_permission),
+    # the agent's state, not a file: set again after a restart it is set to the same
+    AcpConfigure: Executor(ActionDispatcher._acp_configure, recorded=False,
+                           changes_workdir=False),
     Edit: Executor(ActionDispatcher._edit, threaded=True),
     ViewImage: _looks(ActionDispatcher._view_image, threaded=True),
     Grep: _looks(ActionDispatcher._grep),

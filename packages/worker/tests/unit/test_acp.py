@@ -13,9 +13,18 @@ from acp import (
     update_tool_call,
 )
 from acp.helpers import plan_entry, tool_diff_content, update_current_mode
+from acp.schema import (
+    ConfigOptionUpdate,
+    SessionConfigOptionBoolean,
+    SessionConfigOptionSelect,
+    SessionConfigSelectGroup,
+    SessionConfigSelectOption,
+    Usage,
+    UsageUpdate,
+)
 
-from codey_protocol.worker import AcpUpdate
-from codey_worker.acp import _convert
+from codey_protocol.worker import AcpConfigChoice, AcpConfigOption, AcpUpdate, AcpUsage
+from codey_worker.acp import _convert, _turn_usage
 from codey_worker.config import ConfigError, WorkerConfig
 
 
@@ -31,7 +40,33 @@ def test_updates_become_acp_updates() -> None:
     assert (changed.status, changed.text) == ("completed", "done\n--- a.py\nx = 1\n")
     plan = _convert(update_plan([plan_entry("read", status="completed"), plan_entry("edit")]))
     assert plan is not None and plan.entries == [("read", "completed"), ("edit", "pending")]
-    assert _convert(update_current_mode("code")) is None  # not shown
+    # issue 39 §5: the mode is shown now (it was dropped before)
+    assert _convert(update_current_mode("code")) == AcpUpdate(kind="mode", current_mode="code")
+
+
+def test_modes_config_options_and_usage_become_acp_updates() -> None:
+    grouped = SessionConfigOptionSelect(
+        id="model", name="Model", type="select", current_value="opus", category="model",
+        options=[SessionConfigSelectGroup(group="big", name="Big", options=[
+            SessionConfigSelectOption(value="opus", name="Opus")]),
+            SessionConfigSelectGroup(group="small", name="Small", options=[
+                SessionConfigSelectOption(value="haiku", name="Haiku")])])
+    flag = SessionConfigOptionBoolean(id="web", name="Web", type="boolean", current_value=True)
+    update = _convert(ConfigOptionUpdate(session_update="config_option_update",
+                                         config_options=[grouped, flag]))
+    assert update == AcpUpdate(kind="config", config_options=[
+        AcpConfigOption(id="model", name="Model", current="opus", category="model", choices=[
+            AcpConfigChoice(value="opus", name="Opus", group="Big"),
+            AcpConfigChoice(value="haiku", name="Haiku", group="Small")]),
+        AcpConfigOption(id="web", name="Web", type="boolean", current=True)])
+    usage = _convert(UsageUpdate(session_update="usage_update", used=5000, size=200_000))
+    assert usage == AcpUpdate(kind="usage", usage=AcpUsage(context_tokens=5000,
+                                                           context_window=200_000))
+    # a prompt's answer without usage (it is unstable in ACP) reports none
+    assert _turn_usage(None) is None
+    assert _turn_usage(Usage(input_tokens=3, output_tokens=2, total_tokens=6,
+                             thought_tokens=1)) == AcpUsage(
+        input_tokens=3, output_tokens=2, reasoning_tokens=1, total_tokens=6)
 
 
 @pytest.mark.parametrize(("raw", "text"), [

@@ -16,7 +16,11 @@ Codey items, so the session view shows it like Codey's own turns:
 * ``plan`` → ``plan_updated``;
 * ``permission`` → an ``approval_requested`` (kind ``acp``) on that tool call; the decision
   (browser, REST or Telegram: the same ``approval_resolved``) goes back to the worker as an
-  ``acp_permission`` action with the agent's matching option.
+  ``acp_permission`` action with the agent's matching option;
+* ``mode`` / ``config`` → ``agent_mode_updated`` / ``agent_config_updated`` (the header's
+  selects; :mod:`.acp_routes` sets them);
+* ``usage`` (how full the agent's context is) and the usage its turn's answer reports →
+  one ``token_usage_recorded`` at the end of the agent's turn, as a model call's.
 
 A prompt sent while the agent works is queued and becomes the agent's next prompt. After a
 restart the resumed turn follows the same ``acp_prompt`` action (its id finds it on the
@@ -114,6 +118,8 @@ class AcpTurn:
     asks: Mapping[str, _Ask] = field(default_factory=dict)
     #: user messages given to the agent by this turn
     sent: frozenset[str] = frozenset()
+    #: how full the agent's context is, as its last ``usage_update`` of this prompt said
+    context: wk.AcpUsage | None = None
 
 
 def acp_turn(session_id: str, *, limits: Limits, resume: bool = False) -> AcpTurn:
@@ -242,7 +248,9 @@ def _action_over(k: K, i: ActionOutcomeInput) -> None:
     prompt = k.turn.prompt
     if prompt is None or prompt.action_id != i.action_id:
         return
-    k.turn = evolve(k.turn, prompt=None)
+    ended = i.outcome if isinstance(i, ActionDone) else None
+    _record_usage(k, ended.usage if isinstance(ended, wk.AcpTurnEnded) else None)
+    k.turn = evolve(k.turn, prompt=None, context=None)
     if isinstance(i, ActionDone):
         _end_items(k, "done")
         k.emit(ev.ActionFinished(action_id=i.action_id, outcome="result"))
@@ -259,6 +267,24 @@ def _action_over(k: K, i: ActionOutcomeInput) -> None:
     k.error(message, "acp", message[:200])
 
 
+def _record_usage(k: K, turn: wk.AcpUsage | None) -> None:
+    """The agent's prompt as one model call in the session's usage: the tokens its answer
+    reported, the context its last ``usage_update`` said (either may be missing)."""
+    context = k.turn.context
+    if turn is None and context is None:
+        return
+    turn = turn or wk.AcpUsage()
+    agent = k.session.agent or "agent"
+    k.emit(ev.TokenUsageRecorded(
+        input_tokens=turn.input_tokens, output_tokens=turn.output_tokens,
+        reasoning_tokens=turn.reasoning_tokens, cached_tokens=turn.cached_tokens,
+        cache_write_tokens=turn.cache_write_tokens,
+        total_tokens=turn.total_tokens or turn.input_tokens + turn.output_tokens,
+        context_tokens=context.context_tokens if context else None,
+        context_window=context.context_window if context else None,
+        model=agent, provider=f"acp:{agent}"))
+
+
 # the agent's updates -----------------------------------------------------------------------
 
 def _progressed(k: K, i: ActionProgressed) -> None:
@@ -272,6 +298,18 @@ def _progressed(k: K, i: ActionProgressed) -> None:
         return
     if update.kind in ("text", "thought"):
         _chunk(k, "text" if update.kind == "text" else "reasoning", update.text)
+        return
+    # the agent's state, not its answer: a text run goes on across them
+    if update.kind == "mode":
+        k.emit(ev.AgentModeUpdated(current_mode=update.current_mode, modes=update.modes))
+        return
+    if update.kind == "config":
+        if update.config_options is not None:
+            k.emit(ev.AgentConfigUpdated(options=update.config_options))
+        return
+    if update.kind == "usage":
+        if update.usage is not None:
+            k.turn = evolve(k.turn, context=update.usage)
         return
     _close_message(k)
     if update.kind == "tool":

@@ -267,7 +267,8 @@ def _usage(state: State, env: ev.Envelope) -> None:
         u.cached_tokens += e.cached_tokens
         u.cache_write_tokens += e.cache_write_tokens
         u.turns += 1
-        u.context_tokens = e.input_tokens + e.output_tokens
+        u.context_tokens = (e.context_tokens if e.context_tokens is not None
+                            else e.input_tokens + e.output_tokens)
         if e.context_window is not None:
             u.context_window = e.context_window
         if e.cost_micros is None:
@@ -305,6 +306,24 @@ def _agent_commands(state: State, env: ev.Envelope) -> None:
     s = session_of(state, env)
     if s is not None:
         s.agent_commands = list(e.commands)
+def _agent_mode(state: State, env: ev.Envelope) -> None:
+    e = env.event
+    assert isinstance(e, ev.AgentModeUpdated)
+    s = session_of(state, env)
+    if s is not None:
+        s.agent_mode = e.current_mode
+        if e.modes is not None:
+            s.agent_modes = list(e.modes)
+
+
+def _agent_config(state: State, env: ev.Envelope) -> None:
+    e = env.event
+    assert isinstance(e, ev.AgentConfigUpdated)
+    s = session_of(state, env)
+    if s is not None:
+        s.agent_config = list(e.options)
+
+
 def _hooks_found(state: State, env: ev.Envelope) -> None:
     e = env.event
     assert isinstance(e, ev.HooksFound)
@@ -489,4 +508,6 @@ FOLD: Mapping[type[Any], FoldHandler] = {
     ev.HooksFound: _hooks_found,
     ev.HooksTrusted: _hooks_trusted,
     ev.HookRan: _hook_ran,
+    ev.AgentModeUpdated: _agent_mode,
+    ev.AgentConfigUpdated: _agent_config,
 }

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from codey_server.agent import budget, fold
+from codey_server.agent.acp_routes import AgentConfigController
 from codey_server.agent.goals import GoalRunner
 from codey_server.agent.routes import ConfigController
 from codey_server.agent.service import AgentService
@@ -51,7 +52,7 @@ def _goals(engine: Engine, actions: Delivery, agent: AgentService) -> GoalRunner
 
 PLUGIN = FeaturePlugin(
     "agent",
-    routes=(ConfigController, SlashController),
+    routes=(ConfigController, SlashController, AgentConfigController),
     commands=budget.COMMANDS,
     fold=fold.FOLD,
     parts=(Part("agent", _agent, start=AgentService.start, stop=AgentService.stop),

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 import msgspec
-from litestar import get, post
+from litestar import get, post, put
 from litestar.di import NamedDependency
 from litestar.exceptions import ClientException, NotFoundException
 from litestar.params import FromPath, JSONBody
@@ -17,6 +17,7 @@ from codey_protocol.events import ProviderAuth, ProviderKind
 from codey_server.agent.errors import ModelError
 from codey_server.agent.probe import CallResult, draft_commit_message, list_models, try_call
 from codey_server.agent.service import AgentService
+from codey_server.agent.web import stored as web_stored
 from codey_server.core.actions import ActionFailed
 from codey_server.core.costs import DEFAULT_PRICES
 from codey_server.core.decide import default_model, default_provider
@@ -87,8 +88,8 @@ class Prices(msgspec.Struct, kw_only=True):
 
 
 class WebToolsInfo(msgspec.Struct, kw_only=True):
-    """Settings → Tools: how the web tools are set up (the server's ``config.json``,
-    ``web``); never the search key itself, only whether one is there."""
+    """Settings → Tools: how the web tools are set up (Settings → Tools' own, over the server's
+    ``config.json``'s ``web``); never the search key itself, only whether one is there."""
 
     #: networks a fetch may reach although they are private
     fetch_allow: list[str]
@@ -100,6 +101,37 @@ class WebToolsInfo(msgspec.Struct, kw_only=True):
     #: the environment variable the key is read from ("": none), and whether it is set
     search_key_env: str
     search_key_set: bool
+    #: hosts a fetch reaches without asking (and those under them)
+    fetch_domains: list[str] = msgspec.field(default_factory=list)
+    #: a Brave key is kept by the server (pasted in Settings → Tools)
+    search_key_stored: bool = False
+    #: where these come from: ``settings`` (Settings → Tools) or ``config.json``
+    source: Literal["settings", "config.json"] = "config.json"
+    #: they can be changed here (not among replicas: config.json then)
+    editable: bool = True
+
+
+_Network = Annotated[str, msgspec.Meta(max_length=100, pattern=pattern(
+    web_stored.NETWORK, "must be a network such as 10.1.0.0/16 or fd00::/8"))]
+_Domain = Annotated[str, msgspec.Meta(min_length=1, max_length=253, pattern=pattern(
+    web_stored.DOMAIN, "must be a domain name such as docs.python.org"))]
+_SEARCH_URL = pattern("^$|" + HTTP_URL, "must be empty or an http:// or https:// URL: a host, "
+                      "maybe a port, and a path")
+
+
+class WebToolsBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``PUT /api/web-tools``: Settings → Tools. ``search_key``: a Brave Search API key to
+    keep (None: keep the one kept; "": forget it)."""
+
+    fetch_allow: Annotated[list[_Network], msgspec.Meta(max_length=200)] = msgspec.field(
+        default_factory=list)
+    fetch_domains: Annotated[list[_Domain], msgspec.Meta(max_length=200)] = msgspec.field(
+        default_factory=list)
+    search_kind: Literal["none", "searxng", "brave"] = "none"
+    search_url: Annotated[str, msgspec.Meta(max_length=MAX_URL_CHARS,
+                                            pattern=_SEARCH_URL)] = ""
+    search_key: Annotated[str, msgspec.Meta(max_length=500, pattern=pattern(
+        web_stored.API_KEY, "must be printable, with no space"))] | None = None
 
 
 class Viewing(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -114,6 +146,23 @@ class Windows(msgspec.Struct, kw_only=True):
     """Model calls waiting in each provider's rate-limit window now."""
 
     queued: dict[str, int]
+
+
+def _web_info(agent: AgentService) -> WebToolsInfo:
+    setup = agent.web_config
+    web = setup.config
+    tools = agent.deps.web
+    backend = tools.backend if tools is not None else None
+    return WebToolsInfo(
+        fetch_allow=list(web.fetch_allow), fetch_max_bytes=web.fetch_max_bytes,
+        fetch_timeout_s=web.fetch_timeout_s, search_kind=web.search.kind,
+        search_url=backend.url if backend is not None else web.search.url,
+        search_key_env=web.search.api_key_env or "",
+        search_key_set=backend is not None and bool(backend.api_key),
+        fetch_domains=list(setup.fetch_domains),
+        search_key_stored=bool(setup.stored and setup.stored.search_key),
+        source="settings" if setup.stored is not None else "config.json",
+        editable=not agent.settings.database_url)
 
 
 class ConfigController(Resource):
@@ -145,15 +194,32 @@ class ConfigController(Resource):
     @get("/web-tools", sync_to_thread=False, responses=errors())
     def web_tools(self, agent: NamedDependency[AgentService]) -> WebToolsInfo:
         """How web_fetch and web_search are set up (Settings → Tools)."""
-        web = agent.settings.web
-        tools = agent.deps.web
-        backend = tools.backend if tools is not None else None
-        return WebToolsInfo(
-            fetch_allow=list(web.fetch_allow), fetch_max_bytes=web.fetch_max_bytes,
-            fetch_timeout_s=web.fetch_timeout_s, search_kind=web.search.kind,
-            search_url=backend.url if backend is not None else web.search.url,
-            search_key_env=web.search.api_key_env or "",
-            search_key_set=backend is not None and bool(backend.api_key))
+        return _web_info(agent)
+
+    @put("/web-tools", status_code=200, sync_to_thread=False, responses=errors(400, 409))
+    def set_web_tools(self, data: JSONBody[WebToolsBody],
+                      agent: NamedDependency[AgentService]) -> WebToolsInfo:
+        """Set up web_fetch and web_search (Settings → Tools): kept by the server over its
+        config.json's ``web``, used by the turns that start from now on. The Brave key is
+        kept in a file only the server reads, and never sent back."""
+        settings = agent.settings
+        if settings.database_url:
+            raise ClientException("among replicas the web tools are set in each server's "
+                                  "config.json (\"web\")", status_code=409)
+        kept = agent.web_config.stored
+        stored = web_stored.StoredWeb(
+            fetch_allow=[e.strip() for e in data.fetch_allow if e.strip()],
+            fetch_domains=[e.strip().lower().rstrip(".") for e in data.fetch_domains
+                           if e.strip()],
+            search_kind=data.search_kind, search_url=data.search_url.strip(),
+            search_key=(kept.search_key if kept else "") if data.search_key is None
+            else data.search_key.strip())
+        problem = web_stored.check(stored)
+        if problem is not None:  # (what the document's patterns let through and is no network)
+            raise ClientException(problem, status_code=409)
+        web_stored.save(settings.data_dir, stored)
+        agent.set_web(stored)
+        return _web_info(agent)
 
     @post("/viewing", status_code=200, responses=errors(400))
     async def viewing(self, data: JSONBody[Viewing],

@@ -73,6 +73,7 @@ from codey_server.agent.supervisor import (
 )
 from codey_server.agent.turn import CodeyMachine, codey_turn
 from codey_server.agent.turn.hooks import HOOKS_TIMEOUT_S, session_end, session_wants
+from codey_server.agent.web import stored as web_stored
 from codey_server.agent.web.run import WebTools
 from codey_server.agent.wire import Loader, wire_for
 from codey_server.core.actions import ActionFailed, ProgressCallback
@@ -80,7 +81,7 @@ from codey_server.core.background import Background
 from codey_server.core.engine import Engine
 from codey_server.core.fold import find_process
 from codey_server.core.rules import Context, Decided
-from codey_server.settings import ProviderConfig, Settings, provider_config
+from codey_server.settings import ProviderConfig, Settings, WebConfig, provider_config
 
 if TYPE_CHECKING:
     from codey_server.core.leases import Fence, Leases
@@ -146,6 +147,18 @@ class _Waiters:
                 future.set_result(None)
 
 
+@dataclasses.dataclass(frozen=True)
+class WebSetup:
+    """The web tools' settings the service runs with now: the effective ``web`` section,
+    ``fetch_allow`` and Settings → Tools' domains as the gate reads them, and what Settings →
+    Tools saved (None: nothing; the config's alone)."""
+
+    config: WebConfig
+    fetch_allow: tuple[str, ...]
+    fetch_domains: tuple[str, ...]
+    stored: web_stored.StoredWeb | None
+
+
 class AgentService:
     #: idle sessions whose encoded conversation (:class:`History`, about the size of their
     #: items again) stays cached, the ones used last; a session whose cache went encodes its
@@ -206,8 +219,19 @@ class AgentService:
                               settings.reviewer.risk_threshold, settings.reviewer.timeout_s,
                               settings.reviewer.denials_to_park)),
             stopping=lambda: self.stopping, roles=dict(settings.roles), load_blob=load_blob,
-            store_blob=store_blob, web=WebTools.of(settings.web))
+            store_blob=store_blob)
+        self.set_web(web_stored.load(settings.data_dir))
         engine.listeners.append(self._on_event)
+
+    # the web tools (Settings → Tools) ------------------------------------------------------
+
+    def set_web(self, stored: web_stored.StoredWeb | None) -> None:
+        """Run the web tools with Settings → Tools' ``stored`` over the config's (None: the
+        config's alone); turns that start from now on use them."""
+        config, key = web_stored.effective(self.settings.web, stored)
+        self.deps.web = WebTools.of(config, key)
+        self.web_config = WebSetup(config, tuple(config.fetch_allow),
+                                   tuple(stored.fetch_domains) if stored else (), stored)
 
     # providers of Settings → Models ---------------------------------------------------------
 
@@ -380,7 +404,9 @@ class AgentService:
                 driver = TurnDriver(ACP, acp_turn(session_id, limits=deps.limits,
                                                   resume=effect.resume), deps)
             else:
-                driver = TurnDriver(CodeyMachine(provider_infos(self), self.greeted),
+                driver = TurnDriver(CodeyMachine(provider_infos(self), self.greeted,
+                                                 self.web_config.fetch_allow,
+                                                 self.web_config.fetch_domains),
                                     codey_turn(session_id, limits=deps.limits, roles=deps.roles,
                                                resume=effect.resume,
                                                compact_only=effect.compact_only), deps)

@@ -14,9 +14,28 @@ import re
 import shlex
 from collections.abc import Iterable
 
-__all__ = ["expand", "model_for", "split_arguments"]
+__all__ = ["CLAUDE_TOOLS", "allows", "expand", "model_for", "split_arguments",
+           "tools_for_command"]
 
 _PLACEHOLDER = re.compile(r"\$(\$|ARGUMENTS\b|[1-9])")
+
+#: Claude Code's tool names (a prompt file's ``allowed-tools``) as Codey's tools: the
+#: reverse of the worker's hook names (``codey_worker.hooks.CLAUDE_NAMES``), plus the web
+CLAUDE_TOOLS: dict[str, tuple[str, ...]] = {
+    "Bash": ("shell", "exec", "write_stdin", "kill"),
+    "Edit": ("edit", "apply_patch"),
+    "MultiEdit": ("edit", "apply_patch"),
+    "Write": ("write_file", "apply_patch"),
+    "NotebookEdit": ("edit", "apply_patch"),
+    "Read": ("read_file", "view_image"),
+    "Grep": ("grep",),
+    "Glob": ("glob",),
+    "LS": ("list_dir",),
+    "TodoWrite": ("update_plan",),
+    "Task": ("delegate",),
+    "WebFetch": ("web_fetch",),
+    "WebSearch": ("web_search",),
+}
 
 
 def split_arguments(arguments: str) -> list[str]:
@@ -68,3 +87,33 @@ def model_for(wanted: str, providers: Iterable[tuple[str, Iterable[str]]],
                 if model == wanted if exact else wanted.lower() in model.lower():
                     return name, model
     return None
+
+
+def tools_for_command(allowed: Iterable[str],
+                      ours: Iterable[str]) -> tuple[list[str], list[str]]:
+    """A prompt file's ``allowed-tools`` as the Codey tools a turn offers: Claude Code's names
+    (``Bash``, ``Edit``, …; a rule in parentheses, ``Bash(git add:*)``, allows the whole
+    tool: Codey's approval policy still asks), Codey's own names (``ours``), and MCP tools
+    (``mcp__<server>__<tool>``, or ``mcp__<server>`` for all of a server's; Codey names them
+    the same). Returns (the tools, sorted; the entries not understood, ignored)."""
+    known = set(ours)
+    tools: set[str] = set()
+    ignored: list[str] = []
+    for entry in allowed:
+        name = entry.split("(", 1)[0].strip()
+        if not name:
+            continue
+        if name in CLAUDE_TOOLS:
+            tools.update(t for t in CLAUDE_TOOLS[name] if t in known)
+        elif name in known or (name.startswith("mcp__") and name.count("__") >= 2):
+            tools.add(name)
+        elif name.startswith("mcp__") and len(name) > 5:
+            tools.add(f"{name}__*")  # every tool of that server
+        else:
+            ignored.append(entry)
+    return sorted(tools), ignored
+
+
+def allows(tools: Iterable[str], name: str) -> bool:
+    """Whether a turn's tools (:func:`tools_for_command`) include the tool ``name``."""
+    return any(name == t or (t.endswith("__*") and name.startswith(t[:-1])) for t in tools)

@@ -16,10 +16,12 @@ from litestar.exceptions import ClientException, NotFoundException
 from litestar.params import FromPath, JSONBody
 
 from codey_protocol import client as cl
+from codey_protocol import events as ev
 from codey_protocol import worker as wk
 from codey_protocol.state import SessionInfo
 from codey_server.agent.service import AgentService
-from codey_server.agent.slash import expand, model_for
+from codey_server.agent.slash import expand, model_for, tools_for_command
+from codey_server.agent.tools import BUILTIN
 from codey_server.core.actions import ActionFailed
 from codey_server.core.engine import Engine
 from codey_server.http.errors import errors
@@ -60,10 +62,12 @@ class RunCommandBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 class SlashRun(msgspec.Struct, kw_only=True):
     seq: int
     text: str  # the prompt sent
-    #: the model the prompt file asked for and the session now uses; ``""``: unchanged
+    #: the model the prompt file asked for, for the turn it starts; ``""``: the session's
     model: str = ""
-    #: what the user should know (a ``model`` no provider offers; ``allowed-tools`` not
-    #: applied)
+    #: the tools the turn it starts offers (its ``allowed-tools``); None: all the session's
+    tools: list[str] | None = None
+    #: what the user should know (a ``model`` no provider offers, ``allowed-tools`` entries
+    #: not understood, a session busy with a turn, an ACP agent's session)
     notes: list[str] = msgspec.field(default_factory=list)
 
 
@@ -113,8 +117,9 @@ class SlashController(Resource):
                   engine: NamedDependency[Engine],
                   agent: NamedDependency[AgentService]) -> SlashRun:
         """Send the prompt file ``name`` as a prompt, its arguments substituted. Its
-        ``model``, when a configured provider offers it, becomes the session's model first
-        (as the model picker would: it stays until changed)."""
+        ``model`` (when a configured provider offers it) and its ``allowed-tools`` apply to
+        the turn the prompt starts only; the session's model and tools stay. Sent while a
+        turn runs, the prompt joins that turn, whose model and tools stay."""
         s = _session(engine, session_id)
         found = await _prompt_files(engine, agent, s)
         match = next((f for f in found.files if f.name == data.name), None)
@@ -124,7 +129,7 @@ class SlashController(Resource):
         if not text:
             raise ClientException(f"/{data.name} is empty", status_code=400)
         notes: list[str] = []
-        switched = ""
+        turn = ev.TurnSettings(slash=match.name)
         if match.model and s.agent:
             notes.append(f"model {match.model!r} not applied: the session's agent picks its "
                          "own")
@@ -135,12 +140,23 @@ class SlashController(Resource):
             if pick is None:
                 notes.append(f"model {match.model!r}: no provider offers it, the session's "
                              "model answers")
-            elif pick != (s.provider, s.model):
-                await engine.execute(cl.SetSessionModel(
-                    session_id=session_id, provider=pick[0], model=pick[1], effort=s.effort))
-                switched = pick[1]
-        if match.allowed_tools:
-            notes.append("allowed-tools is not applied: the session's tools and approval "
-                         "policy stay as they are")
-        envs = await engine.execute(cl.SendPrompt(session_id=session_id, text=text))
-        return SlashRun(seq=envs[-1].seq, text=text, model=switched, notes=notes)
+            else:
+                turn.provider, turn.model = pick
+        if match.allowed_tools and s.agent:
+            notes.append("allowed-tools not applied: the session's agent has its own tools")
+        elif match.allowed_tools:
+            tools, ignored = tools_for_command(match.allowed_tools,
+                                               (t.name for t in BUILTIN))
+            turn.tools = tools
+            if ignored:
+                notes.append(f"allowed-tools: not known, ignored: {', '.join(ignored)}")
+        envs = await engine.execute(cl.SendPrompt(session_id=session_id, text=text,
+                                                  for_turn=turn))
+        sent = envs[-1].event
+        queued = isinstance(sent, ev.SessionItemAppended) and isinstance(
+            sent.item, ev.UserMessage) and sent.item.queued
+        if queued and (turn.provider or turn.tools is not None):
+            notes.append("a turn is running: the prompt joins it, with its model and tools")
+            return SlashRun(seq=envs[-1].seq, text=text, notes=notes)
+        return SlashRun(seq=envs[-1].seq, text=text, model=turn.model, tools=turn.tools,
+                        notes=notes)

@@ -280,9 +280,14 @@ def _send_prompt(state: State, c: cl.SendPrompt, ctx: Context) -> Decided:
         out.append((s.session_id, ev.SessionTitleChanged(title=title_from_prompt(c.text))))
     # A prompt during a turn is queued and injected before the next model call (steer).
     busy = s.status in _BUSY or _asking(s)
+    # a command's model and tools are for the turn it starts: queued into a running turn,
+    # they would not apply (the running turn's stay), so they are not recorded as if they did
+    for_turn = c.for_turn
+    if busy and for_turn is not None:
+        for_turn = ev.TurnSettings(slash=for_turn.slash) if for_turn.slash else None
     out.append((s.session_id, ev.SessionItemAppended(item=ev.UserMessage(
         id=ctx.new_id("itm"), ts=ctx.now(), text=c.text, queued=busy,
-        attachments=attachments, origin=ctx.origin))))
+        attachments=attachments, origin=ctx.origin, for_turn=for_turn))))
     return out
 
 

@@ -27,6 +27,7 @@ from codey_protocol.events import (
     ReasoningEffort,
     RewindMode,
     SessionStatus,
+    TurnSettings,
     WorktreeRequest,
 )
 from codey_protocol.state import SessionInfo
@@ -115,6 +116,9 @@ class Prompt(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
     text: str
     attachments: Attachments = msgspec.field(default_factory=list)
+    #: the model and tools of the turn it starts (what a slash command's front matter sets:
+    #: ``/commands/run`` fills it in); ignored when it joins a running turn
+    for_turn: TurnSettings | None = None
 
 
 class ApprovalChoice(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

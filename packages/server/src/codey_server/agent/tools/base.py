@@ -134,10 +134,15 @@ class Gate:
     #: the session changes nothing until its plan is approved (plan mode), or ever
     plan_mode: bool = False
     read_only: bool = False
+    #: the networks ``web_fetch`` may reach although they are private (``web.fetch_allow``)
+    fetch_allow: tuple[str, ...] = ()
+    #: the hosts ``web_fetch`` reaches without asking (Settings → Tools), and under them
+    fetch_domains: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, session: SessionInfo, capabilities: wk.Capabilities | None,
-           workers: Mapping[str, WorkerInfo]) -> Gate:
+           workers: Mapping[str, WorkerInfo], fetch_allow: tuple[str, ...] = (),
+           fetch_domains: tuple[str, ...] = ()) -> Gate:
         """The gate of ``session`` on its worker with ``capabilities`` (None: not known)."""
         s = session
         can_sandbox = capabilities is not None and capabilities.sandbox.kind != "none"
@@ -146,7 +151,8 @@ class Gate:
                    sandbox_mode=s.sandbox, escalated_prefixes=s.escalated_prefixes,
                    worker_id=s.worker_id, workdir=s.workdir, workers=workers,
                    processes={p.process_id: p.status for p in s.processes},
-                   network=s.network, plan_mode=s.plan_mode, read_only=s.read_only)
+                   network=s.network, plan_mode=s.plan_mode, read_only=s.read_only,
+                   fetch_allow=fetch_allow, fetch_domains=fetch_domains)
 
     @property
     def can_sandbox(self) -> bool:

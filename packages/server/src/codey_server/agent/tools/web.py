@@ -5,13 +5,15 @@ the network off). The requests themselves are made by the turn's driver
 A fetch sends data out — the URL itself can carry a secret the model read — so it asks under
 ``suggest`` and ``auto-edit`` unless its host is on the session's allow list ("Approve for
 session" puts it there: the approval's ``command`` is :data:`FETCH_MARK` and the host, which
-the session then keeps among its approved prefixes); under ``full-auto`` it goes, as any call
-does. A search sends only the query to the backend the operator chose: it asks as a fetch
-does, keyed on the backend rather than a host.
+the session then keeps among its approved prefixes) or under a domain of Settings → Tools'
+list; under ``full-auto`` it goes, as any call does. A URL naming a private address is
+refused before anyone is asked. A search sends only the query to the backend the operator
+chose: it asks as a fetch does, keyed on the backend rather than a host.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +30,13 @@ from codey_server.agent.tools.base import (
     obj,
     string,
 )
-from codey_server.agent.web.addresses import Refused, target_of
+from codey_server.agent.web.addresses import (
+    Refused,
+    address_problem,
+    allowed_networks,
+    target_of,
+)
+from codey_server.agent.web.stored import domain_allowed
 
 __all__ = ["FETCH_MARK", "SEARCH_MARK", "WEB_FETCH", "WEB_SEARCH", "FetchArgs", "SearchArgs"]
 
@@ -80,8 +88,28 @@ class WebFetch(ServerTool[FetchArgs]):
             raise BadToolCall(str(err)) from None
         return FetchArgs(url, target.host, prompt[:2000])
 
+    def refuses(self, args: FetchArgs, gate: Gate) -> str | None:
+        """A URL that names an address the fetch would refuse (loopback, private, metadata,
+        …) is refused now, before the user is asked to approve a fetch that cannot
+        happen. A name is judged by what it resolves to, when fetched."""
+        host = args.host.strip("[]")
+        try:
+            ipaddress.ip_address(host.split("%", 1)[0])
+        except ValueError:
+            return None
+        try:
+            allowed = allowed_networks(gate.fetch_allow)
+        except ValueError:
+            allowed = []
+        problem = address_problem(host, allowed)
+        if problem is None:
+            return None
+        return (f"refused: {args.host} is {problem}; the server does not fetch from its own "
+                "networks (its operator can allow a network there: web.fetch_allow)")
+
     def ask(self, args: FetchArgs, gate: Gate) -> Ask | None:
-        if gate.policy == "full-auto" or _allowed(gate, FETCH_MARK, args.host):
+        if gate.policy == "full-auto" or _allowed(gate, FETCH_MARK, args.host) \
+                or domain_allowed(gate.fetch_domains, args.host):
             return None
         return Ask("web", command=[FETCH_MARK, args.host], path=args.url,
                    reason=f"the server fetches {args.host}; \"Approve for session\" allows "

@@ -92,6 +92,11 @@ class CodeyMachine:
     #: server's start, and a call is not judged by them (it waits: ``WaitHello``). The
     #: default, for a machine on its own: every worker has
     greeted: Callable[[str], bool] = field(default=_everyone)
+    #: the networks ``web_fetch`` may reach although they are private (``web.fetch_allow``):
+    #: a URL naming another private address is refused before the user is asked
+    fetch_allow: tuple[str, ...] = ()
+    #: the hosts ``web_fetch`` reaches without asking (Settings → Tools)
+    fetch_domains: tuple[str, ...] = ()
 
     def handle(self, k: K, input: Input) -> None:
         if isinstance(input, ModelParts):

@@ -41,6 +41,7 @@ from codey_server.agent.machine import (
     evolve,
 )
 from codey_server.agent.reviewer import APPROVAL_RUBRIC, approval_data
+from codey_server.agent.slash import allows
 from codey_server.agent.tools import (
     Ask,
     BadToolCall,
@@ -181,12 +182,18 @@ def _approval_pending(k: K) -> bool:
 def gate(k: K) -> Gate:
     """The session's gate as of this step: its policy and approvals, and its sandbox —
     decided there, once, from the session and its machine (:meth:`Gate.of`)."""
-    return Gate.of(k.session, capabilities(k), k.state.workers)
+    return Gate.of(k.session, capabilities(k), k.state.workers,
+                   getattr(k.machine, "fetch_allow", ()), getattr(k.machine, "fetch_domains", ()))
 
 
 def route_call(k: K, parsed: ParsedCall[Any], g: Gate | None = None) -> str | Ask | None:
     """What a call needs before it runs: a refusal, the user's approval, or nothing
     (:meth:`Gate.route`)."""
+    only = k.turn.only_tools
+    if only is not None and not allows(only, parsed.tool.name):
+        # not offered this turn, but a model may call it by name
+        return (f"refused: the slash command that started this turn allows only "
+                f"{', '.join(sorted(only)) or 'no tools'}")
     return (g or gate(k)).route(parsed.tool, parsed.args)
 
 

@@ -15,6 +15,7 @@ from codey_protocol import events as ev
 from codey_protocol import worker as wk
 from codey_protocol.events import ActionRequested
 from codey_protocol.ratelimits import rate_limit_event
+from codey_protocol.state import SessionInfo
 from codey_server.agent.context import estimate_tokens
 from codey_server.agent.errors import RETRYABLE_BY_FALLBACK, ModelError, backoff
 from codey_server.agent.instructions import build_instructions, memory_of
@@ -30,6 +31,7 @@ from codey_server.agent.machine import (
     evolve,
 )
 from codey_server.agent.route import ProviderInfo
+from codey_server.agent.slash import allows
 from codey_server.agent.stream import (
     Finished,
     ModelEvent,
@@ -77,6 +79,15 @@ def provider(k: K, name: str) -> ProviderInfo | None:
     return cast(_Lookup, k.machine).providers(name)
 
 
+def turn_settings(s: SessionInfo) -> ev.TurnSettings | None:
+    """What the slash command that started the session's turn set for it (None: nothing):
+    the turn's prompt is the latest one not queued into a turn."""
+    for item in reversed(s.items):
+        if isinstance(item, ev.UserMessage) and not item.queued:
+            return item.for_turn
+    return None
+
+
 def begin_call(k: K) -> bool:
     """Set up this turn's provider and model (the fallback once it took over); False
     (and the turn ends in an error) when the provider is not configured."""
@@ -99,7 +110,15 @@ def begin_call(k: K) -> bool:
             fail(k, ModelError(why, code="not_configured"))
             return False
         route = Route(info, s.model or info.default_model)
-        k.turn = evolve(k.turn, route=route)
+        settings = turn_settings(s)
+        if settings is not None and settings.provider:
+            # a slash command's model, for this turn only (gone since: the session's)
+            chosen = provider(k, settings.provider)
+            if chosen is not None:
+                route = Route(chosen, settings.model or chosen.default_model)
+        k.turn = evolve(k.turn, route=route,
+                        only_tools=frozenset(settings.tools) if settings is not None
+                        and settings.tools is not None else None)
     k.turn = evolve(k.turn, call=Call(route))
     return True
 
@@ -176,8 +195,9 @@ def _tools(k: K, info: ProviderInfo,
     brief = info.config.kind == "ollama"
     # a goal the model proves with goal_met (not one a command checks)
     goal = s.goal is not None and s.goal.status == "active" and s.goal.command is None
+    only = k.turn.only_tools
     key = (info.wire.name, s.plan_mode, s.read_only, s.parent_id is None, edit_tools, brief,
-           goal)
+           goal, only)
     cached = k.turn.tools
     if cached is not None and cached[0] == key and cached[1] is capabilities:
         return cached[2], cached[3]
@@ -185,6 +205,8 @@ def _tools(k: K, info: ProviderInfo,
         if s.parent_id is None else None
     specs = tools_for(capabilities, plan_mode=s.plan_mode, read_only=s.read_only,
                       roles=roles, edit_tools=edit_tools, goal=goal)
+    if only is not None:  # a slash command's allowed-tools, for this turn
+        specs = [t for t in specs if allows(only, t.name)]
     encoded = info.wire.encode_tools([t.brief() for t in specs] if brief else specs)
     k.turn = evolve(k.turn, tools=(key, capabilities, specs, encoded))
     return specs, encoded

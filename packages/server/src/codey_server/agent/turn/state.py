@@ -223,6 +223,8 @@ class CodeyTurn:
     #: the provider and model of this turn (the fallback's once it took over)
     route: Route | None = None
     on_fallback: bool = False
+    #: the tools a slash command allowed for this turn (None: all the session's)
+    only_tools: frozenset[str] | None = None
     #: each tool call's parse, by item id
     parsed: Mapping[str, ParsedCall[Any] | BadToolCall] = field(default_factory=dict)
     context: Loading | None = None

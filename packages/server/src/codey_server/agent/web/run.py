@@ -38,13 +38,14 @@ class WebTools:
     resolve: Resolver = resolve_host
 
     @classmethod
-    def of(cls, config: WebConfig) -> WebTools:
-        """From the settings' ``web`` section (the search key read from its environment
-        variable now)."""
+    def of(cls, config: WebConfig, key: str | None = None) -> WebTools:
+        """From the settings' ``web`` section: the search key ``key`` (Settings → Tools'),
+        else read from its environment variable now."""
         s = config.search
         backend = None
         if s.kind != "none":
-            key = os.environ.get(s.api_key_env) if s.api_key_env else None
+            if key is None:
+                key = os.environ.get(s.api_key_env) if s.api_key_env else None
             backend = SearchBackend(s.kind, s.url or (BRAVE_API if s.kind == "brave" else ""),
                                     key, s.timeout_s)
         return cls(FetchLimits(allowed_networks(config.fetch_allow), config.fetch_max_bytes,
