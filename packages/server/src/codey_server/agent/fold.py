@@ -306,6 +306,8 @@ def _agent_commands(state: State, env: ev.Envelope) -> None:
     s = session_of(state, env)
     if s is not None:
         s.agent_commands = list(e.commands)
+
+
 def _agent_mode(state: State, env: ev.Envelope) -> None:
     e = env.event
     assert isinstance(e, ev.AgentModeUpdated)
