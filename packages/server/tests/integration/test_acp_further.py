@@ -6,9 +6,9 @@ claude-agent-acp sends a command: "Terminal" and an empty raw input first)."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
+from codey_testkit.acp_agent import worker_config
 from codey_testkit.scenarios import wait_for
 from codey_testkit.stack import ServerProcess, WorkerProcess
 
@@ -28,10 +28,7 @@ TURNS = {"turns": [
 def test_the_agents_commands_reach_the_session(tmp_path: Path) -> None:
     script = tmp_path / "acp-turns.json"
     script.write_text(json.dumps(TURNS))
-    config = {"acp_agents": {"scripted": {
-        "command": sys.executable,
-        "args": ["-m", "codey_testkit.acp_agent", "--script", str(script),
-                 "--state-dir", str(tmp_path / "acp-state")]}}}
+    config = worker_config(script, tmp_path / "acp-state")
     with ServerProcess(tmp_path / "server") as server, \
             WorkerProcess(server, tmp_path / "worker", config=config) as worker:
         r = server.http.post("/api/sessions", json={

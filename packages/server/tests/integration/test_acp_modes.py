@@ -7,9 +7,9 @@ folded too; its ``usage_update`` and its prompt's usage feed the session's token
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
+from codey_testkit.acp_agent import worker_config
 from codey_testkit.scenarios import wait_for
 from codey_testkit.stack import ServerProcess, WorkerProcess
 
@@ -34,10 +34,7 @@ def _said(s: dict, text: str) -> bool:
 def test_modes_config_options_and_usage(tmp_path: Path) -> None:
     script = tmp_path / "acp-turns.json"
     script.write_text(json.dumps(SCRIPT))
-    config = {"acp_agents": {"scripted": {
-        "command": sys.executable,
-        "args": ["-m", "codey_testkit.acp_agent", "--script", str(script),
-                 "--state-dir", str(tmp_path / "acp-state")]}}}
+    config = worker_config(script, tmp_path / "acp-state")
     with ServerProcess(tmp_path / "server") as server, \
             WorkerProcess(server, tmp_path / "worker", config=config) as worker:
         r = server.http.post("/api/sessions", json={

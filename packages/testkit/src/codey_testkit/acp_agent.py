@@ -47,10 +47,11 @@ import argparse
 import asyncio
 import json
 import secrets
+import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["main"]
+__all__ = ["main", "worker_config"]
 
 
 class ScriptedAgent:
@@ -296,6 +297,15 @@ def _usage(spec: dict[str, int]) -> Any:
     return Usage(input_tokens=spec["input_tokens"], output_tokens=spec["output_tokens"],
                  total_tokens=spec.get("total_tokens",
                                        spec["input_tokens"] + spec["output_tokens"]))
+
+
+def worker_config(script: Path, state_dir: Path | None = None) -> dict[str, Any]:
+    """A worker's ``config.json`` whose ACP agent ``scripted`` is this agent playing
+    ``script`` (its sessions kept in ``state_dir``, for ``session/load``)."""
+    args = ["-m", "codey_testkit.acp_agent", "--script", str(script)]
+    if state_dir is not None:
+        args += ["--state-dir", str(state_dir)]
+    return {"acp_agents": {"scripted": {"command": sys.executable, "args": args}}}
 
 
 def main(argv: list[str] | None = None) -> None:
