@@ -381,8 +381,8 @@ def lease_name(session_id: str) -> str:
 def _want(sup: Supervisor, world: State, sid: str, want: Want, holding: Holding, *,
           foreign: bool = False) -> Step:
     """Start what the session wants, here and now if this server may; else claim it, or queue
-    it behind the turn running (a compaction is not queued: the running turn compacts before
-    its next model call)."""
+    it behind the turn running (a compaction too: the running turn compacts before its next
+    model call, but a turn that is ending makes none, and the request waits for its end)."""
     if sup.stopping:
         return sup, []
     session = world.sessions.get(sid)
@@ -390,8 +390,7 @@ def _want(sup: Supervisor, world: State, sid: str, want: Want, holding: Holding,
             session.worktree.status in _NO_WORKTREE:
         return sup, []  # its turn begins once its worktree is there
     if sid in sup.running:
-        if want != "compact":
-            sup = replace(sup, rerun=sup.rerun | {sid})
+        sup = replace(sup, rerun=sup.rerun | {sid})
         return sup, []
     fence = None
     if sup.leased:
@@ -451,8 +450,11 @@ def _ended(sup: Supervisor, world: State, i: TurnEnded) -> Step:
     if sid in sup.rerun:
         sup = replace(sup, rerun=sup.rerun - {sid})
         session = world.sessions.get(sid)
-        if session is not None and not sup.stopping and needs_turn(session):
-            sup, started = _want(sup, world, sid, "turn", i.holding)
+        # a compaction asked for while the turn ended (it compacted none: no model call left)
+        want: Want | None = None if session is None else "compact" \
+            if session.compaction_requested else "turn" if needs_turn(session) else None
+        if want is not None and not sup.stopping:
+            sup, started = _want(sup, world, sid, want, i.holding)
             effects += started
     if sup.leased and not sup.stopping and sid not in sup.running and sid not in sup.lost:
         effects.append(Release(sid))  # the turn is over: the next prompt may start it anywhere
