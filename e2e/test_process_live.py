@@ -77,6 +77,8 @@ def test_the_panel_shows_a_process_live_and_the_model_still_reads_all_of_it(
     expect(stack.items(page, "assistant_message").last).to_have_text("The ticker runs.")
     output = page.get_by_test_id("processes").get_by_test_id("process-output")
     expect(output).to_have_text("tick-1\n")
+    # the reply is drawn before the turn's last event (the session going idle) arrives
+    expect(stack.status(page)).to_have_attribute("data-status", "idle")
     seq = page.evaluate("window.__codey.seq()")
 
     # the model reads nothing now; each line still reaches the panel as it is written

@@ -88,6 +88,9 @@ def _syscall() -> tuple[Any, Any] | None:
     return call, OpenHow
 
 
+_EAGAIN_TRIES = 100
+
+
 def _openat2(dirfd: int, path: str, flags: int, resolve: int) -> int:
     found = _syscall()
     if found is None:
@@ -96,12 +99,20 @@ def _openat2(dirfd: int, path: str, flags: int, resolve: int) -> int:
 
     call, open_how = found
     how = open_how(flags | os.O_CLOEXEC, 0, resolve)
-    fd = int(call(_SYS_OPENAT2, ctypes.c_int(dirfd), ctypes.c_char_p(os.fsencode(path)),
-                  ctypes.byref(how), ctypes.c_size_t(ctypes.sizeof(how))))
-    if fd < 0:
+    raw = ctypes.c_char_p(os.fsencode(path))
+    # A path with ".." resolved beneath a folder fails with EAGAIN when a rename or a mount
+    # happened anywhere on the machine meanwhile (the kernel cannot then prove the walk stayed
+    # beneath); openat2(2) says to try again. Seen on CI as a refused "src/../../x" that
+    # answered EAGAIN instead of EXDEV while other tests renamed files.
+    for _ in range(_EAGAIN_TRIES):
+        fd = int(call(_SYS_OPENAT2, ctypes.c_int(dirfd), raw, ctypes.byref(how),
+                      ctypes.c_size_t(ctypes.sizeof(how))))
+        if fd >= 0:
+            return fd
         code = ctypes.get_errno()
-        raise OSError(code, os.strerror(code), path)
-    return fd
+        if code != errno.EAGAIN:
+            break
+    raise OSError(code, os.strerror(code), path)
 
 
 @functools.cache

@@ -69,14 +69,21 @@ class Machine:
         self.root.mkdir(parents=True, exist_ok=True)
         self.home.mkdir(parents=True, exist_ok=True)
         self.dispatcher: ActionDispatcher | None = None
+        self.records: ActionRecords | None = None
         self.frames: list[bytes] = []
+
+    def close(self) -> None:
+        # the records' syncer thread must stop before the test's folders go (it opened the
+        # WAL of a deleted folder otherwise, as a warning from another test)
+        if self.records is not None:
+            self.records.close()
 
     async def act(self, action: ActionMessage) -> Any:
         if self.dispatcher is None:
             async def send(frame: bytes) -> None:
                 self.frames.append(frame)
             policy = LocalPolicy(allowed_roots=[self.root])
-            records = ActionRecords(self.home / "records.sqlite3")
+            records = self.records = ActionRecords(self.home / "records.sqlite3")
             self.dispatcher = ActionDispatcher(send, records, policy, kill_grace_s=1.0,
                                                home=self.home,
                                                sandbox=Sandbox(detect(), self.home))
@@ -124,8 +131,11 @@ def machines(outside_tmp: Path, monkeypatch: pytest.MonkeyPatch,
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
-    yield (Machine(outside_tmp / "laptop", outside_tmp / "laptop-codey"),
-           Machine(outside_tmp / "server", outside_tmp / "server-codey"))
+    pair = (Machine(outside_tmp / "laptop", outside_tmp / "laptop-codey"),
+            Machine(outside_tmp / "server", outside_tmp / "server-codey"))
+    yield pair
+    for machine in pair:
+        machine.close()
 
 
 def _repo(root: Path) -> Path:
