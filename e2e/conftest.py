@@ -6,8 +6,14 @@ its page in with the server's access token (:meth:`Stack.open`). Nothing is shar
 tests except the browser process itself (pytest-playwright's session-scoped ``browser``; every
 test gets a fresh context, so cookies and storage are its own).
 
-On failure pytest-playwright keeps a screenshot and a trace in ``e2e/test-results/`` (open a
-trace with ``uv run playwright show-trace <zip>``); the processes' logs are printed.
+On failure pytest-playwright keeps a screenshot in ``e2e/test-results/`` and the processes'
+logs are printed. For a trace as well, run with ``--tracing retain-on-failure`` (open it with
+``uv run playwright show-trace <zip>``): it is off by default because recording one costs
+Chromium a screencast of every test (the suite's browser CPU fell by a third without it), and
+CI's traces are never read.
+
+The servers and model servers are forked from a process that imported them once
+(``codey_testkit.zygote``); they are still processes of their own.
 """
 
 from __future__ import annotations
@@ -36,12 +42,10 @@ EXPECT_TIMEOUT_MS = 20_000
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Screenshots and traces of failing tests, unless the command line chose otherwise."""
+    """Screenshots of failing tests, unless the command line chose otherwise."""
     opt = config.option
     if getattr(opt, "screenshot", "off") == "off":
         opt.screenshot = "only-on-failure"
-    if getattr(opt, "tracing", "off") == "off":
-        opt.tracing = "retain-on-failure"
     if getattr(opt, "output", "test-results") == "test-results":
         opt.output = str(ARTIFACTS)
     expect.set_options(timeout=EXPECT_TIMEOUT_MS)

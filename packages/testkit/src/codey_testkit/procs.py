@@ -30,6 +30,7 @@ from typing import IO, Self
 
 from codey_testkit.errors import ProcessError, ProcessExitedError, ProcessTimeoutError
 from codey_testkit.waiting import WaitTimedOut, wait_until
+from codey_testkit.zygote import fork_child
 
 __all__ = ["ManagedProcess", "StopsOnExit", "free_port", "pids_with", "serve_http"]
 
@@ -110,6 +111,12 @@ class ManagedProcess(StopsOnExit):
             full_env.update(env)
         self.argv = [str(a) for a in argv]
         self._log_file = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
+        # the server and the model server fork from a process that has imported them (see
+        # codey_testkit.zygote: it halves the suite's CPU); anything else is started
+        forked = fork_child(self.argv, full_env, cwd, self._log_file)
+        if forked is not None:
+            self._popen = forked  # type: ignore[assignment]
+            return self
         try:
             self._popen = subprocess.Popen(
                 self.argv,

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -111,3 +113,55 @@ def test_with_on_a_started_server_and_worker_starts_neither_again(tmp_path: Path
         with WorkerProcess(server, tmp_path / "worker").start() as worker:
             assert (server.starts, worker.starts) == (1, 1)
         assert worker.proc is not None and not worker.proc.running
+
+
+PROBE = [sys.executable, "-m", "codey_testkit.zygote", "--probe"]
+
+
+def _said(proc: ManagedProcess) -> dict[str, object]:
+    said: dict[str, object] = json.loads(proc.wait_for_line(r"^\{.*\}$").group(0))
+    return said
+
+
+@pytest.mark.parametrize("fork", ["1", "0"])
+def test_a_forked_child_is_started_as_popen_would(tmp_path: Path, fork: str,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The zygote's children (the server's, the model server's) against a started one: own
+    pid and session, the env and folder asked for, stdin empty, stdout and stderr in the log,
+    exit codes, an uncaught exception, atexit and non-daemon threads at the end, signals."""
+    monkeypatch.setenv("CODEY_TEST_FORK", fork)
+    (tmp_path / "here").mkdir()
+    with ManagedProcess("probe", log_dir=tmp_path) as proc:
+        proc.start([*PROBE, "exit", "7"], env={"PROBE": "yes"}, cwd=tmp_path / "here")
+        assert proc.wait(10) == 7
+        said = _said(proc)
+        assert said == {"pid": proc.pid, "sid": proc.pid, "cwd": str(tmp_path / "here"),
+                        "env": "yes", "argv": ["--probe", "exit", "7"], "stdin": ""}
+        log = proc.read_log()
+        assert "to stderr" in log and "atexit ran" in log and "thread ran" in log
+    with ManagedProcess("probe-raise", log_dir=tmp_path) as proc:
+        proc.start([*PROBE, "raise"])
+        assert proc.wait(10) == 1
+        assert "RuntimeError: probe raised" in proc.read_log()
+    with ManagedProcess("probe-term", log_dir=tmp_path) as proc:
+        proc.start([*PROBE, "wait"])
+        proc.wait_for_line("waiting")
+        assert proc.returncode is None and proc.running
+        assert proc.stop() == 3
+    with ManagedProcess("probe-kill", log_dir=tmp_path) as proc:
+        proc.start([*PROBE, "wait"])
+        proc.wait_for_line("waiting")
+        assert proc.kill9() == -signal.SIGKILL
+
+
+def test_a_child_asking_for_other_python_variables_is_started_not_forked(
+        tmp_path: Path) -> None:
+    """PYTHONPATH and the like act when an interpreter starts, which a fork skips."""
+    with ManagedProcess("probe", log_dir=tmp_path) as proc:
+        proc.start([*PROBE, "exit", "0"], env={"PYTHONPATH": str(tmp_path)})
+        assert proc.wait(10) == 0
+        assert isinstance(proc._popen, subprocess.Popen)
+    with ManagedProcess("probe", log_dir=tmp_path) as proc:
+        proc.start([*PROBE, "exit", "0"])
+        assert proc.wait(10) == 0
+        assert not isinstance(proc._popen, subprocess.Popen)
