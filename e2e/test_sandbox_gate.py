@@ -103,10 +103,16 @@ def _traps(worker_json: str, worker_pid: int) -> dict[str, Any]:
     ]}
 
 
-def test_the_audits_traps_under_suggest(stack: Stack, page: Page) -> None:
+def test_the_audits_traps_under_suggest(stack: Stack, page: Page,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
     model = stack.model({"model": "scripted-1", "steps": []})
     stack.server()
+    # a worker started, not forked from the test kit's zygote: /proc/<pid>/environ (what the
+    # trap reads, and where this test finds the secrets to look for) holds the environment a
+    # process was exec'd with, which a forked child never was
+    monkeypatch.setenv("CODEY_TEST_FORK", "0")
     worker = stack.worker()
+    monkeypatch.delenv("CODEY_TEST_FORK")
     wd = Path(stack.workdir(worker, "proj"))
     pwned = wd.parent / "PWNED"
     evil = wd / "vendor" / "evil"

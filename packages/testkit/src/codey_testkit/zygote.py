@@ -50,10 +50,12 @@ __all__ = ["FORKABLE", "ForkedChild", "fork_child", "forkable"]
 
 #: the modules whose ``-m`` children are forked (this one for its ``--probe``, which the kit's
 #: tests use to hold a forked child to what Popen's would do)
-FORKABLE = frozenset({"codey_server.cli", "codey_testkit.model_server", "codey_testkit.zygote"})
+FORKABLE = frozenset({"codey_server.cli", "codey_worker.cli", "codey_testkit.model_server",
+                      "codey_testkit.zygote"})
 #: what the zygote imports: the forkable mains, and what the server imports at its start in a
 #: thread (the SDKs, their vendored transport and base client)
-PRELOAD = ("codey_server.cli", "codey_testkit.model_server", "openai", "anthropic",
+PRELOAD = ("codey_server.cli", "codey_worker.cli", "codey_testkit.model_server", "openai",
+           "anthropic",
            "openai._vendor.httpx_aiohttp", "anthropic._vendor.httpx_aiohttp",
            "openai._base_client", "anthropic._base_client", "aiohttp")
 
