@@ -24,7 +24,7 @@ import pytest
 
 from codey_protocol import codec
 from codey_protocol import worker as wk
-from codey_protocol.state import PROCESS_TAIL_BYTES
+from codey_protocol.state import PROCESS_TAIL_BYTES, PROCESS_TAIL_KEPT
 from codey_worker.confine import ActionRefused
 from codey_worker.forward import parse_listening
 from codey_worker.policy import LocalPolicy
@@ -120,11 +120,12 @@ class Pushes:
         self.changed.set()
 
     def tail(self, process_id: str) -> str:
-        """The tail as the server would keep it."""
+        """The tail as the server would keep it (``core.tails``: cut to its newest
+        ``PROCESS_TAIL_KEPT`` characters, as a whole tail followed by more text can be)."""
         text = ""
         for f in self.frames:
             if isinstance(f, wk.ProcessTail) and f.process_id == process_id:
-                text = f.data if f.reset else text + f.data
+                text = (f.data if f.reset else text + f.data)[-PROCESS_TAIL_KEPT:]
         return text
 
     def of(self, kind: type[T]) -> list[T]:
