@@ -5,11 +5,12 @@ config option from the session's header."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from playwright.sync_api import Page, expect
+
+from codey_testkit.acp_agent import worker_config
 
 if TYPE_CHECKING:  # the suite imports test modules with importlib
     from conftest import Stack
@@ -39,9 +40,7 @@ def test_acp_session_in_the_browser(stack: Stack, page: Page, tmp_path: Path) ->
         {"say": "Written."},
     ]]}))
     stack.server()
-    worker = stack.worker(config={"acp_agents": {"scripted": {
-        "command": sys.executable, "args": ["-m", "codey_testkit.acp_agent", "--script",
-                                            str(script)]}}})
+    worker = stack.worker(config=worker_config(script))
     workdir = stack.workdir(worker, "notes")
     stack.open(page)
     page.get_by_test_id("new-session").click()
@@ -74,8 +73,7 @@ def test_acp_session_in_the_browser(stack: Stack, page: Page, tmp_path: Path) ->
     expect(page.get_by_test_id("toast").last).to_contain_text("Mode: Code")
     page.get_by_test_id("agent-option-model").select_option("deep")
     expect(page.get_by_test_id("toast").last).to_contain_text("Model: Deep")
-    Path("/tmp/shots/i39-acp2").mkdir(parents=True, exist_ok=True)
-    page.screenshot(path="/tmp/shots/i39-acp2/acp-header-modes.png")
+    page.screenshot(path=str(tmp_path / "acp-header-modes.png"))  # to look at, on failure too
     page.reload()
     expect(page.get_by_test_id("agent-mode")).to_have_value("code")
     expect(page.get_by_test_id("agent-option-model")).to_have_value("deep")

@@ -93,7 +93,7 @@ def test_a_project_prompt_file_from_a_phone(stack: Stack, browser: Browser,
     expect(stack.items(page, "user_message").last.get_by_test_id("for-turn")).to_have_text(
         "/deploy · tools: exec, kill, read_file, shell, view_image, write_stdin")
     _shot(page, "slash-sent-phone.png")
-    page.screenshot(path="/tmp/shots/i39-acp2/slash-for-turn-phone.png")
+    _shot(page, "slash-for-turn-phone.png")
     context.close()
 
 

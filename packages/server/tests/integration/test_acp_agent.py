@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from codey_testkit.acp_agent import worker_config
 from codey_testkit.scenarios import session, tools, wait_for
 from codey_testkit.stack import ServerProcess, WorkerProcess
 
@@ -40,10 +41,7 @@ TURNS = {"turns": [
 def _agent_config(tmp_path: Path) -> dict[str, Any]:
     script = tmp_path / "acp-turns.json"
     script.write_text(json.dumps(TURNS))
-    return {"acp_agents": {"scripted": {
-        "command": sys.executable,
-        "args": ["-m", "codey_testkit.acp_agent", "--script", str(script),
-                 "--state-dir", str(tmp_path / "acp-state")]}}}
+    return worker_config(script, tmp_path / "acp-state")
 
 
 def test_an_acp_session_with_a_permission_request(tmp_path: Path) -> None:
@@ -126,9 +124,7 @@ def test_interrupt_cancels_the_agents_turn_and_a_restarted_worker_loads_its_sess
     script = tmp_path / "turns.json"
     script.write_text(json.dumps({"turns": [
         [{"say": "one"}], [{"say": "working…"}, {"wait_cancel": True}], [{"say": "three"}]]}))
-    config = {"acp_agents": {"scripted": {
-        "command": sys.executable,
-        "args": ["-m", "codey_testkit.acp_agent", "--script", str(script)]}}}
+    config = worker_config(script)
     with ServerProcess(tmp_path / "server") as server, \
             WorkerProcess(server, tmp_path / "worker", config=config) as worker:
         r = server.http.post("/api/sessions", json={
@@ -161,9 +157,7 @@ def test_a_server_restart_in_the_middle_of_the_agents_turn(tmp_path: Path) -> No
     script.write_text(json.dumps({"turns": [[
         {"say": "started"}, {"wait_file": "go"},
         {"write": {"path": "after.txt", "content": "after"}}, {"say": "finished"}]]}))
-    config = {"acp_agents": {"scripted": {
-        "command": sys.executable,
-        "args": ["-m", "codey_testkit.acp_agent", "--script", str(script)]}}}
+    config = worker_config(script)
     with ServerProcess(tmp_path / "server") as server, \
             WorkerProcess(server, tmp_path / "worker", config=config) as worker:
         workdir = Path(worker.workdir("r"))
