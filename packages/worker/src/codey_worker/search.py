@@ -478,7 +478,29 @@ async def grep(action: Grep, policy: LocalPolicy, *, rg: object = _UNSET,
     binary, box = _engine(rg, sandbox)
     if binary is None:
         return await asyncio.to_thread(_grep_python, action, scope, limits)
-    return await _grep_rg(binary, action, scope, limits, box)
+    try:
+        return await _grep_rg(binary, action, scope, limits, box)
+    except _SandboxFailed:
+        # once more (a search changes nothing); a second failure is the model's to see
+        return await _grep_rg(binary, action, scope, limits, box)
+
+
+class _SandboxFailed(ActionRefused):
+    """bwrap could not set the sandbox up for rg. It exits 1 then, as rg does for "nothing
+    matched", so without a look at its stderr a failed search read as an empty one (a search
+    under the stress run once answered no files at all)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__("sandbox_failed", f"the search could not start in the sandbox: "
+                                           f"{reason[:2000]}")
+
+
+def _check_sandbox(rc: int | None, stderr: str) -> None:
+    """Raise :class:`_SandboxFailed` when rg's exit was bwrap's own failure."""
+    if rc:
+        for line in stderr.splitlines():
+            if line.startswith("bwrap: "):
+                raise _SandboxFailed(line)
 
 
 class _RgText(msgspec.Struct):
@@ -549,6 +571,7 @@ async def _grep_rg(rg: str, action: Grep, scope: _Scope,
                 proc.kill()
         rc = await proc.wait()
         stderr = (await errors)[:64 * 1024].decode("utf-8", errors="replace").strip()
+    _check_sandbox(rc, stderr)
     if not stopped and rc == 2 and not collector.files:
         message = stderr.splitlines()[-1] if stderr else f"rg failed (exit code {rc})"
         if "regex" in stderr or "error parsing" in stderr or "glob" in stderr:
@@ -689,22 +712,30 @@ async def glob(action: Glob, policy: LocalPolicy, *, rg: object = _UNSET,
         args = [binary, "--files", "--null", *filters]
         if scope.rel != ".":
             args += ["--", scope.rel]
-        proc = await _spawn_rg(args, scope, box)
         try:
-            async with asyncio.timeout(RG_TIMEOUT_S):
-                out, err = await proc.communicate()
-        except BaseException:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
-            raise
-        if proc.returncode == 2 and not out:
-            raise ActionRefused("bad_request", err.decode("utf-8", errors="replace")[:2000])
-        paths = [os.fsdecode(p) for p in out.split(b"\x00") if p]
+            paths = await _glob_rg(args, scope, box)
+        except _SandboxFailed:  # once more, as for grep
+            paths = await _glob_rg(args, scope, box)
         if post is not None:
             paths = [p for p in paths if post.wants(p)]
     return await asyncio.to_thread(_newest_first, scope, paths,
                                    min(action.max_results, MAX_RESULTS))
+
+
+async def _glob_rg(args: list[str], scope: _Scope, box: Sandbox | None) -> list[str]:
+    proc = await _spawn_rg(args, scope, box)
+    try:
+        async with asyncio.timeout(RG_TIMEOUT_S):
+            out, err = await proc.communicate()
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()
+        raise
+    _check_sandbox(proc.returncode, err.decode("utf-8", errors="replace"))
+    if proc.returncode == 2 and not out:
+        raise ActionRefused("bad_request", err.decode("utf-8", errors="replace")[:2000])
+    return [os.fsdecode(p) for p in out.split(b"\x00") if p]
 
 
 def _newest_first(scope: _Scope, paths: list[str], cap: int) -> GlobResult:

@@ -4,6 +4,7 @@ to the workdir, .gitignore respected, hidden files and .git left out, capped."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ import pytest
 from codey_protocol.worker import Glob, GlobResult, Grep, GrepResult
 from codey_worker.confine import ActionRefused, protect
 from codey_worker.policy import LocalPolicy
+from codey_worker.sandbox import Sandbox, detect
 from codey_worker.search import MAX_LINE_CHARS, find_rg, glob, grep, ignore_regex
 
 OPEN = LocalPolicy(allowed_roots=[Path("/")])
@@ -220,3 +222,45 @@ def test_ignore_regex_follows_gitignore_rules() -> None:
 def test_rg_comes_with_the_worker() -> None:
     """The ripgrep wheel is a dependency: where it installed, rg is found beside Python."""
     assert RG is not None and os.access(RG, os.X_OK)
+
+
+def _flaky_bwrap(tmp_path: Path, failures: int) -> tuple[Sandbox, Path]:
+    """A sandbox whose bwrap fails as bwrap does (``bwrap: …`` on stderr, exit 1: rg's
+    "nothing matched") for its first ``failures`` runs, then is the real one."""
+    real = detect()
+    if real.kind != "bwrap":
+        pytest.skip("no bubblewrap here")
+    count = tmp_path / "runs"
+    fake = tmp_path / "bwrap"
+    fake.write_text(f"""#!/bin/sh
+echo x >> {count}
+if [ "$(wc -l < {count})" -le {failures} ]; then
+  echo "bwrap: Can't create file at /run/gone.sock: No such file or directory" >&2
+  exit 1
+fi
+exec {real.path} "$@"
+""")
+    fake.chmod(0o755)
+    support = dataclasses.replace(real, path=str(fake))
+    return Sandbox(support, tmp_path / "home"), count
+
+
+@pytest.mark.skipif(RG is None, reason="no rg")
+def test_a_sandbox_that_fails_to_start_is_an_error_not_an_empty_result(
+        ws: Path, tmp_path: Path) -> None:
+    box, runs = _flaky_bwrap(tmp_path, failures=1)
+    grep_action = Grep(action_id="a", session_id="s", workdir=str(ws), pattern="TODO_ONE")
+    found = asyncio.run(grep(grep_action, OPEN, rg=RG, sandbox=box))
+    assert [f.path for f in found.files] == ["src/app.py"]  # tried again, once
+    assert len(runs.read_text().splitlines()) == 2
+
+    (tmp_path / "twice").mkdir()
+    box, runs = _flaky_bwrap(tmp_path / "twice", failures=4)  # two searches, each tried twice
+    with pytest.raises(ActionRefused) as refused:
+        asyncio.run(grep(grep_action, OPEN, rg=RG, sandbox=box))
+    assert refused.value.code == "sandbox_failed"
+    assert "gone.sock" in refused.value.message
+    glob_action = Glob(action_id="a", session_id="s", workdir=str(ws), pattern="*.py")
+    with pytest.raises(ActionRefused) as refused:
+        asyncio.run(glob(glob_action, OPEN, rg=RG, sandbox=box))
+    assert refused.value.code == "sandbox_failed"
