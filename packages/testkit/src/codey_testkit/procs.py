@@ -30,7 +30,7 @@ from typing import IO, Self
 
 from codey_testkit.errors import ProcessError, ProcessExitedError, ProcessTimeoutError
 from codey_testkit.waiting import WaitTimedOut, wait_until
-from codey_testkit.zygote import fork_child
+from codey_testkit.zygote import ForkedChild, fork_child
 
 __all__ = ["ManagedProcess", "StopsOnExit", "free_port", "pids_with", "serve_http"]
 
@@ -80,7 +80,7 @@ class ManagedProcess(StopsOnExit):
         self.name = name
         self._log_dir = Path(log_dir) if log_dir is not None else None
         self.log_path: Path | None = None
-        self._popen: subprocess.Popen[bytes] | None = None
+        self._popen: subprocess.Popen[bytes] | ForkedChild | None = None
         self._log_file: IO[bytes] | None = None
         self.argv: list[str] = []
 
@@ -115,7 +115,7 @@ class ManagedProcess(StopsOnExit):
         # codey_testkit.zygote: it halves the suite's CPU); anything else is started
         forked = fork_child(self.argv, full_env, cwd, self._log_file)
         if forked is not None:
-            self._popen = forked  # type: ignore[assignment]
+            self._popen = forked
             return self
         try:
             self._popen = subprocess.Popen(
@@ -276,7 +276,7 @@ class ManagedProcess(StopsOnExit):
 
     # -- internals -----------------------------------------------------------------------
 
-    def _require(self) -> subprocess.Popen[bytes]:
+    def _require(self) -> subprocess.Popen[bytes] | ForkedChild:
         if self._popen is None:
             raise ProcessError(f"{self.name}: not started")
         return self._popen

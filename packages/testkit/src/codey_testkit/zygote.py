@@ -34,6 +34,7 @@ import json
 import os
 import runpy
 import selectors
+import shutil
 import signal
 import socket
 import subprocess
@@ -46,7 +47,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["FORKABLE", "ForkedChild", "fork_child", "forkable"]
+__all__ = ["FORKABLE", "ForkedChild", "fork_child"]
 
 #: the modules whose ``-m`` children are forked (this one for its ``--probe``, which the kit's
 #: tests use to hold a forked child to what Popen's would do)
@@ -134,7 +135,7 @@ def _child(request: dict[str, Any], fds: list[int]) -> int:
     os.dup2(stdin, 0)
     os.dup2(log, 1)
     os.dup2(log, 2)
-    os.closerange(3, os.sysconf("SC_OPEN_MAX") if os.sysconf("SC_OPEN_MAX") > 0 else 4096)
+    os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # as Popen's close_fds
     if request.get("cwd"):
         os.chdir(request["cwd"])
     os.environ.clear()
@@ -261,10 +262,7 @@ class _Zygote:
             self.proc.kill()
         self.proc.wait()
         self.log.close()
-        with contextlib.suppress(OSError):
-            os.unlink(self.path)
-            os.unlink(os.path.join(self.folder, "zygote.log"))
-            os.rmdir(self.folder)
+        shutil.rmtree(self.folder, ignore_errors=True)
 
     def spawn(self, module: str, args: list[str], env: Mapping[str, str], cwd: str | None,
               log: IO[bytes]) -> ForkedChild:
@@ -289,22 +287,14 @@ def _python_env(env: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k.startswith("PYTHON")}
 
 
-def forkable(argv: list[str], env: Mapping[str, str]) -> bool:
-    """Whether ``argv`` (with ``env``) can be forked rather than started."""
-    if os.environ.get("CODEY_TEST_FORK", "1") == "0" or not hasattr(os, "fork"):
-        return False
-    if len(argv) < 3 or argv[0] != sys.executable or argv[1] != "-m" or \
-            argv[2] not in FORKABLE:
-        return False
-    return _ZYGOTE is None or _python_env(env) == _ZYGOTE.python_env
-
-
 def fork_child(argv: list[str], env: Mapping[str, str], cwd: Path | str | None,
                log: IO[bytes]) -> ForkedChild | None:
     """``argv`` forked from this test process's zygote (started on first use); None when it
-    cannot be (see :func:`forkable`): the caller then starts it itself."""
+    is not one of :data:`FORKABLE`'s ``-m`` mains, when ``CODEY_TEST_FORK=0``, or when ``env``
+    asks for other ``PYTHON*`` variables than the zygote's: the caller then starts it."""
     global _ZYGOTE
-    if not forkable(argv, env):
+    if os.environ.get("CODEY_TEST_FORK", "1") == "0" or len(argv) < 3 or \
+            argv[0] != sys.executable or argv[1] != "-m" or argv[2] not in FORKABLE:
         return None
     with _ZYGOTE_LOCK:
         if _ZYGOTE is None:

@@ -157,7 +157,8 @@ def test_a_forked_child_is_started_as_popen_would(tmp_path: Path, fork: str,
 def test_a_child_asking_for_other_python_variables_is_started_not_forked(
         tmp_path: Path) -> None:
     """PYTHONPATH and the like act when an interpreter starts, which a fork skips."""
-    with ManagedProcess("probe", log_dir=tmp_path) as proc:
+    with ManagedProcess("probe", log_dir=tmp_path) as proc, \
+            pytest.warns(UserWarning, match="not forked: it asks for other PYTHONPATH"):
         proc.start([*PROBE, "exit", "0"], env={"PYTHONPATH": str(tmp_path)})
         assert proc.wait(10) == 0
         assert isinstance(proc._popen, subprocess.Popen)

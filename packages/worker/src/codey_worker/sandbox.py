@@ -315,6 +315,17 @@ def bwrap_args(spec: SandboxSpec, support: SandboxSupport,
     return args
 
 
+def bwrap_failure(returncode: int | None, stderr: str) -> str | None:
+    """bwrap's own line when a wrapped command's exit was bwrap failing to set the sandbox
+    up, else None. bwrap exits 1 then and says why on stderr with its name; a command whose
+    exit 1 means something (rg's "nothing matched") cannot tell the two apart otherwise."""
+    if returncode:
+        for line in stderr.splitlines():
+            if line.startswith("bwrap: "):
+                return line
+    return None
+
+
 @functools.cache  # once per process: every sandboxed command asks
 def _installs_under(tmp: Path) -> tuple[Path, ...]:
     """The worker's own Python installation, venv and import paths, where they live under

@@ -43,9 +43,10 @@ import shutil
 import stat
 import sys
 import sysconfig
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import msgspec
 
@@ -54,7 +55,7 @@ from codey_worker.confine import ActionRefused
 from codey_worker.files import Boundary, Tree
 from codey_worker.home import codey_home
 from codey_worker.policy import LocalPolicy
-from codey_worker.sandbox import Sandbox
+from codey_worker.sandbox import Sandbox, bwrap_failure
 
 __all__ = ["MAX_LINE_CHARS", "find_rg", "glob", "grep", "ignore_regex"]
 
@@ -63,6 +64,8 @@ MAX_MATCHES = 10_000
 MAX_BYTES = 512 * 1024
 MAX_CONTEXT = 50
 MAX_RESULTS = 10_000
+_T = TypeVar("_T")
+
 RG_TIMEOUT_S = 60.0
 _BINARY_SNIFF = 8 * 1024
 _MAX_FILE_BYTES = 50 * 1024 * 1024  # larger files are not searched by the fallback
@@ -478,17 +481,13 @@ async def grep(action: Grep, policy: LocalPolicy, *, rg: object = _UNSET,
     binary, box = _engine(rg, sandbox)
     if binary is None:
         return await asyncio.to_thread(_grep_python, action, scope, limits)
-    try:
-        return await _grep_rg(binary, action, scope, limits, box)
-    except _SandboxFailed:
-        # once more (a search changes nothing); a second failure is the model's to see
-        return await _grep_rg(binary, action, scope, limits, box)
+    return await _once_more(lambda: _grep_rg(binary, action, scope, limits, box))
 
 
 class _SandboxFailed(ActionRefused):
-    """bwrap could not set the sandbox up for rg. It exits 1 then, as rg does for "nothing
-    matched", so without a look at its stderr a failed search read as an empty one (a search
-    under the stress run once answered no files at all)."""
+    """bwrap could not set the sandbox up for rg (:func:`bwrap_failure`): without a look at
+    its stderr a failed search read as an empty one (a search under the stress run once
+    answered no files at all)."""
 
     def __init__(self, reason: str) -> None:
         super().__init__("sandbox_failed", f"the search could not start in the sandbox: "
@@ -496,11 +495,18 @@ class _SandboxFailed(ActionRefused):
 
 
 def _check_sandbox(rc: int | None, stderr: str) -> None:
-    """Raise :class:`_SandboxFailed` when rg's exit was bwrap's own failure."""
-    if rc:
-        for line in stderr.splitlines():
-            if line.startswith("bwrap: "):
-                raise _SandboxFailed(line)
+    reason = bwrap_failure(rc, stderr)
+    if reason is not None:
+        raise _SandboxFailed(reason)
+
+
+async def _once_more(run: Callable[[], Awaitable[_T]]) -> _T:
+    """``run()``, and once more when the sandbox failed to start rg (a search changes
+    nothing); a second failure is the model's to see."""
+    try:
+        return await run()
+    except _SandboxFailed:
+        return await run()
 
 
 class _RgText(msgspec.Struct):
@@ -712,10 +718,7 @@ async def glob(action: Glob, policy: LocalPolicy, *, rg: object = _UNSET,
         args = [binary, "--files", "--null", *filters]
         if scope.rel != ".":
             args += ["--", scope.rel]
-        try:
-            paths = await _glob_rg(args, scope, box)
-        except _SandboxFailed:  # once more, as for grep
-            paths = await _glob_rg(args, scope, box)
+        paths = await _once_more(lambda: _glob_rg(args, scope, box))
         if post is not None:
             paths = [p for p in paths if post.wants(p)]
     return await asyncio.to_thread(_newest_first, scope, paths,

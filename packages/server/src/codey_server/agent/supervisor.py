@@ -450,9 +450,11 @@ def _ended(sup: Supervisor, world: State, i: TurnEnded) -> Step:
     if sid in sup.rerun:
         sup = replace(sup, rerun=sup.rerun - {sid})
         session = world.sessions.get(sid)
-        # a compaction asked for while the turn ended (it compacted none: no model call left)
-        want: Want | None = None if session is None else "compact" \
-            if session.compaction_requested else "turn" if needs_turn(session) else None
+        want: Want | None = None
+        if session is not None and session.compaction_requested:
+            want = "compact"  # asked for while the turn ended: it made no model call since
+        elif session is not None and needs_turn(session):
+            want = "turn"
         if want is not None and not sup.stopping:
             sup, started = _want(sup, world, sid, want, i.holding)
             effects += started
