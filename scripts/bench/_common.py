@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sqlite3
 import statistics
 import struct
@@ -31,6 +32,11 @@ from codey_protocol import events as ev
 from codey_protocol.codec import encode
 from codey_testkit.procs import ManagedProcess
 from codey_testkit.stack import ServerProcess
+
+# The benches measure processes as users start them: not forked from the test kit's zygote
+# (codey_testkit.zygote), whose children share its imports (their RSS counts the SDKs and
+# the worker's modules too) and its frozen heap (less for the GC to walk).
+os.environ.setdefault("CODEY_TEST_FORK", "0")
 
 HERE = Path(__file__).resolve().parent
 PAIR_LINE = r"^Open (\S+)/#/pair/([BCDFGHJKLMNPQRSTVWXZ]{4}-[BCDFGHJKLMNPQRSTVWXZ]{4}) to link"
