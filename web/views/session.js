@@ -651,7 +651,9 @@ export class SessionView {
     if (this._ladder.value !== ladderPreset(s)) this._ladder.value = ladderPreset(s);
     if (this._asking) {
       this._askSandbox(); // the processes it would stop may have changed meanwhile
-    } else {
+    } else if (!this._sendingSandbox) {
+      // (while a change is on its way the controls keep it: a render from the state before
+      // it, with a running process's output, turned a just-ticked box off again)
       if (this._sandbox.value !== s.sandbox) this._sandbox.value = s.sandbox;
       this._network.checked = Boolean(s.network);
     }
@@ -1646,11 +1648,15 @@ export class SessionView {
   }
 
   async _sendSandbox(sandbox, network) {
+    const sending = this._sendingSandbox = {};
     try {
       await this.ctx.socket.setSandbox(this.sessionId, sandbox, network);
     } catch (err) {
       this.ctx.toast(`Sandbox not changed: ${err.message}`, "error");
       this._cancelSandbox();
+    } finally {
+      // answered: the state holds the change (or the refusal put the controls back)
+      if (this._sendingSandbox === sending) this._sendingSandbox = null;
     }
   }
 
